@@ -1,0 +1,243 @@
+"""The one place that finds and opens the ACL library (real CANN or the bundled mock).
+
+Search order (first hit wins, nothing falls back to the mock silently):
+
+1. ``ACLPROF_BACKEND=mock`` or :func:`use_mock` selects the bundled mock
+   (``aclprof/_mock/libascendcl.so``; ``ACLPROF_LIBRARY`` may point at another mock build).
+2. ``ACLPROF_LIBRARY``: an explicit path. If it cannot be opened, that is the error: an
+   explicit choice is never replaced by another library.
+3. ``$ASCEND_HOME_PATH/lib64/libascendcl.so``, then ``$ASCEND_TOOLKIT_HOME/lib64/libascendcl.so``.
+4. The system search (``ctypes.util.find_library("ascendcl")``, then ``libascendcl.so``
+   through the dynamic loader's own path, ``LD_LIBRARY_PATH`` included).
+
+When every candidate fails, :class:`~aclprof.errors.LibraryNotFoundError` lists each path
+tried with the reason, and the variables that would fix it.
+
+Symbols are resolved once at load. The profiling functions live in ``libmsprofiler.so`` on
+some CANN installs; if ``libascendcl.so`` does not export ``aclprofInit``, the loader also
+opens the ``libmsprofiler.so`` beside it. Symbols missing from older CANN versions are
+recorded; calling one raises :class:`~aclprof.errors.UnsupportedError`.
+
+Only this module and ``aclprof.lowlevel`` touch cffi objects.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import LibraryNotFoundError, UnsupportedError
+
+__all__ = ["LibraryInfo", "library_info", "use_mock", "mock_library_path"]
+
+ENV_BACKEND = "ACLPROF_BACKEND"
+ENV_LIBRARY = "ACLPROF_LIBRARY"
+_ASCEND_ENV = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
+_LIBNAME = "libascendcl.so"
+
+# Functions a library must export to be usable at all (present since the oldest header).
+_REQUIRED = ("aclprofInit", "aclprofFinalize", "aclprofStart", "aclprofStop", "aclprofCreateConfig")
+
+
+def mock_library_path() -> Path:
+    """Where ``pip install`` put the bundled mock library."""
+    return Path(__file__).resolve().parent / "_mock" / _LIBNAME
+
+
+@dataclass(frozen=True)
+class LibraryInfo:
+    """What :func:`library_info` reports about the loaded library."""
+
+    name: str
+    path: str
+    is_mock: bool
+    op_desc_size: int | None
+    missing_symbols: tuple[str, ...]
+
+
+class _Library:
+    """An opened library: resolved functions by C name, plus facts about it."""
+
+    def __init__(self, path: str, handles: list[Any], ffi: Any):
+        self.path = path
+        self.ffi = ffi
+        self._handles = handles  # keep every dlopen handle alive
+        self.functions: dict[str, Any] = {}
+        missing = []
+        for name in dir(handles[0]):
+            if not name.startswith("acl"):
+                continue
+            if isinstance(getattr(handles[0], name, None), int):
+                continue  # a #define constant, not a function
+            for handle in handles:
+                try:
+                    self.functions[name] = getattr(handle, name)
+                    break
+                except AttributeError:
+                    continue
+            else:
+                if not name.startswith("aclmock"):
+                    missing.append(name)
+        self.missing = tuple(sorted(missing))
+        self.is_mock = "aclmockVersion" in self.functions
+        # Constants (#define and enum values) are read through any handle.
+        self.constants = handles[0]
+
+    def fn(self, name: str) -> Any:
+        """The C function ``name``; raises UnsupportedError if the library lacks it."""
+        try:
+            return self.functions[name]
+        except KeyError:
+            detail = None
+            if name.startswith("aclmock"):
+                detail = "it exists only in the aclprof mock (ACLPROF_BACKEND=mock)"
+            raise UnsupportedError(function=name, detail=detail) from None
+
+
+_lock = threading.Lock()
+_loaded: _Library | None = None
+_want_mock = False
+
+
+def use_mock() -> None:
+    """Select the bundled mock library. Call before the first use of the library.
+
+    Raises:
+        RuntimeError: a real (non-mock) library is already loaded in this process.
+    """
+    global _want_mock
+    with _lock:
+        if _loaded is not None and not _loaded.is_mock:
+            raise RuntimeError(
+                f"use_mock() called after the real ACL library was loaded from {_loaded.path}; "
+                "call it before the first aclprof call, or set ACLPROF_BACKEND=mock"
+            )
+        _want_mock = True
+
+
+def _backend() -> str:
+    value = os.environ.get(ENV_BACKEND, "").strip().lower()
+    if value not in ("", "mock", "real", "cann"):
+        raise ValueError(f"{ENV_BACKEND}={value!r} is not understood; use 'mock' or 'real'")
+    return "mock" if (_want_mock or value == "mock") else "real"
+
+
+def _candidates() -> tuple[list[tuple[str, str]], bool]:
+    """(list of (origin, path-or-name), is_exclusive) in search order."""
+    env = os.environ
+    if _backend() == "mock":
+        explicit = env.get(ENV_LIBRARY)
+        if explicit:
+            return [(f"{ENV_LIBRARY} (mock backend)", explicit)], True
+        return [("bundled mock", str(mock_library_path()))], True
+    explicit = env.get(ENV_LIBRARY)
+    if explicit:
+        return [(ENV_LIBRARY, explicit)], True
+    found: list[tuple[str, str]] = []
+    for var in _ASCEND_ENV:
+        root = env.get(var)
+        if root:
+            found.append((f"${var}/lib64", os.path.join(root, "lib64", _LIBNAME)))
+    system = ctypes.util.find_library("ascendcl")
+    if system:
+        found.append(("ctypes.util.find_library('ascendcl')", system))
+    found.append(("dynamic loader search path (LD_LIBRARY_PATH, ld.so.cache)", _LIBNAME))
+    return found, False
+
+
+def _open(path: str, ffi: Any) -> list[Any]:
+    handle = ffi.dlopen(path)
+    handles = [handle]
+    try:
+        getattr(handle, "aclprofInit")
+    except AttributeError:
+        # Profiling symbols may live in libmsprofiler.so next to libascendcl.so.
+        handles.append(ffi.dlopen(os.path.join(os.path.dirname(path), "libmsprofiler.so")))
+    for name in _REQUIRED:
+        for h in handles:
+            try:
+                getattr(h, name)
+                break
+            except AttributeError:
+                continue
+        else:
+            raise OSError(f"opened, but it does not export {name}: not an ACL library")
+    return handles
+
+
+def _load() -> _Library:
+    from ._acl_ffi import ffi  # generated by setup.py (out-of-line ABI mode)
+
+    candidates, _ = _candidates()
+    tried: list[str] = []
+    for origin, path in candidates:
+        try:
+            handles = _open(path, ffi)
+        except OSError as exc:
+            tried.append(f"  {path} ({origin}): {exc}")
+            continue
+        library = _Library(path, handles, ffi)
+        if _backend() == "mock" and not library.is_mock:
+            tried.append(f"  {path} ({origin}): loaded, but it is not the aclprof mock")
+            continue
+        _bind_fast_paths(library)
+        return library
+    raise LibraryNotFoundError(
+        "no ACL library could be loaded. Tried, in order:\n"
+        + "\n".join(tried)
+        + "\nFix: source CANN's set_env.sh (sets ASCEND_HOME_PATH / ASCEND_TOOLKIT_HOME), "
+        f"or set {ENV_LIBRARY}=/path/to/libascendcl.so, or add its directory to "
+        f"LD_LIBRARY_PATH; to run without an NPU use the mock: {ENV_BACKEND}=mock or "
+        "aclprof.use_mock()"
+    )
+
+
+def _bind_fast_paths(library: _Library) -> None:
+    """Hand the library's msproftx function pointers to the compiled hot-path helpers."""
+    from ._fast import lib as fast
+
+    def address(name: str) -> int:
+        fn = library.functions.get(name)
+        return int(library.ffi.cast("uintptr_t", fn)) if fn is not None else 0
+
+    fast.aclprof_fast_bind_tx(
+        address("aclprofPush"),
+        address("aclprofPop"),
+        address("aclprofMark"),
+        address("aclprofRangeStart"),
+        address("aclprofRangeStop"),
+    )
+
+
+def get_library() -> _Library:
+    """The loaded library, loading it on first use (thread-safe)."""
+    global _loaded
+    lib = _loaded
+    if lib is not None:
+        return lib
+    with _lock:
+        if _loaded is None:
+            _loaded = _load()
+        return _loaded
+
+
+def library_info() -> LibraryInfo:
+    """Which library is loaded (loading it if needed), its path, and what it reports."""
+    lib = get_library()
+    size: int | None = None
+    if "aclprofGetOpDescSize" in lib.functions:
+        out = lib.ffi.new("size_t *")
+        if lib.functions["aclprofGetOpDescSize"](out) == 0:
+            size = int(out[0])
+    name = "aclprof mock libascendcl" if lib.is_mock else os.path.basename(lib.path)
+    return LibraryInfo(
+        name=name,
+        path=str(Path(lib.path).resolve()) if os.path.sep in lib.path else lib.path,
+        is_mock=lib.is_mock,
+        op_desc_size=size,
+        missing_symbols=lib.missing,
+    )

@@ -1,0 +1,1 @@
+"""Holds the bundled mock libascendcl.so, built by `pip install .` from mock_acl/."""

@@ -1,0 +1,687 @@
+"""A 1:1 layer over every C function aclprof binds, for users who need exact C semantics.
+
+Each function calls one C function, takes and returns Python values (ints, str, bytes and
+owning handle objects, never cffi objects), and raises through the one error funnel
+(:func:`aclprof.errors.check`). Functions whose C form returns a value with no error code
+(``aclprofGetOpStart`` ...) return that value unchanged, 0 on error, as C does.
+
+Arguments are checked in Python first (types and integer ranges) so that a wrong argument
+gives a ``TypeError``/``ValueError`` naming the parameter instead of a cffi overflow.
+The library is loaded on the first call (see :mod:`aclprof._loader`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import _state
+from ._handles import Handle
+from ._loader import get_library
+from .enums import AicoreMetrics, ConfigType, DataType, StepTag
+from .errors import InvalidParamError, MsproftxError, check
+
+__all__ = [
+    # session
+    "init", "finalize", "start", "stop", "create_config", "destroy_config", "set_config",
+    "ProfConfig",
+    # subscription
+    "FdCell", "SubscribeConfig", "create_subscribe_config", "destroy_subscribe_config",
+    "model_subscribe", "model_unsubscribe", "get_op_desc_size", "get_op_num",
+    "get_op_type_len", "get_op_type", "get_op_name_len", "get_op_name", "get_op_start",
+    "get_op_end", "get_op_duration", "get_model_id", "get_op_flag", "get_op_attri_value",
+    # step info
+    "StepInfoHandle", "create_step_info", "get_step_timestamp", "destroy_step_info",
+    # msproftx
+    "Stamp", "create_stamp", "destroy_stamp", "set_stamp_trace_message", "mark", "push", "pop",
+    "range_start", "range_stop", "mark_ex", "str2id", "range_push_ex", "range_pop",
+    # runtime
+    "Context", "Stream", "acl_init", "acl_finalize", "rt_set_device", "rt_reset_device",
+    "rt_get_device", "rt_get_device_count", "rt_create_context", "rt_destroy_context",
+    "rt_set_current_context", "rt_get_current_context", "rt_create_stream", "rt_destroy_stream",
+    "rt_synchronize_stream", "rt_synchronize_device", "mdl_load_from_file", "mdl_execute",
+    "mdl_unload",
+]
+
+MAX_PATH_BYTES = 4095  # aclprofInit rejects length >= 4096
+MAX_CONFIG_VALUE_BYTES = 256  # aclprofSetConfig rejects configLength > 256
+MAX_TRACE_MESSAGE_BYTES = 127  # aclprofSetStampTraceMessage rejects msgLen >= 128
+MAX_MARK_EX_BYTES = 127  # reference 3.6: the doc says 127, the source 155; we take 127
+MAX_DEVICES = 64  # PROF_MAX_DEV_NUM
+_U32 = 0xFFFFFFFF
+
+
+# ---- argument helpers ------------------------------------------------------------------
+
+def _int(value: Any, name: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, not {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}")
+    return int(value)
+
+
+def _u32(value: Any, name: str) -> int:
+    return _int(value, name, 0, _U32)
+
+
+def encode_text(value: Any, name: str, max_bytes: int, *, allow_empty: bool = False) -> bytes:
+    """str/bytes -> bytes without NUL, at most ``max_bytes`` long."""
+    if isinstance(value, str):
+        data = value.encode("utf-8")
+    elif isinstance(value, (bytes, bytearray)):
+        data = bytes(value)
+    else:
+        raise TypeError(f"{name} must be str or bytes, not {type(value).__name__}")
+    if b"\0" in data:
+        raise ValueError(f"{name} must not contain NUL characters")
+    if not data and not allow_empty:
+        raise ValueError(f"{name} must not be empty")
+    if len(data) > max_bytes:
+        raise ValueError(f"{name} is {len(data)} bytes encoded; the limit is {max_bytes}")
+    return data
+
+
+def _path_bytes(value: Any, name: str) -> bytes:
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        raise TypeError(f"{name} must be a str or os.PathLike, not {type(value).__name__}")
+    return encode_text(os.fsencode(value), name, MAX_PATH_BYTES)
+
+
+def _buffer(data: Any) -> tuple[Any, int]:
+    """A read-only C view of a bytes-like object and its length in bytes."""
+    lib = get_library()
+    try:
+        view = lib.ffi.from_buffer(data)
+    except TypeError:
+        raise TypeError(f"op data must be a bytes-like object, not {type(data).__name__}") from None
+    return view, len(view)
+
+
+def _fn(name: str) -> Any:
+    return get_library().fn(name)
+
+
+# ---- session -------------------------------------------------------------------------
+
+class ProfConfig(Handle):
+    """An ``aclprofConfig*`` from :func:`create_config`; ``close()`` destroys it."""
+
+    __slots__ = ("devices", "data_types", "aicore_metrics")
+    kind = "profiling config"
+
+
+def init(path: str | os.PathLike) -> None:
+    """``aclprofInit``: initialise profiling with ``path`` as the output directory."""
+    data = _path_bytes(path, "path")
+    check(_fn("aclprofInit")(data, len(data)), "aclprofInit")
+
+
+def finalize() -> None:
+    """``aclprofFinalize``."""
+    _state.tx_stopping()
+    check(_fn("aclprofFinalize")(), "aclprofFinalize")
+
+
+def start(config: ProfConfig | None) -> None:
+    """``aclprofStart``; ``None`` means the library's default configuration."""
+    ptr = _config_ptr(config)
+    check(_fn("aclprofStart")(ptr), "aclprofStart")
+    if config is not None and config.data_types & DataType.MSPROFTX:
+        _state.tx_started()
+
+
+def stop(config: ProfConfig | None) -> None:
+    """``aclprofStop``; pass the config given to :func:`start` (``None``: the running one)."""
+    ptr = _config_ptr(config)
+    _state.tx_stopping()
+    check(_fn("aclprofStop")(ptr), "aclprofStop")
+
+
+def _config_ptr(config: ProfConfig | None) -> Any:
+    if config is None:
+        return get_library().ffi.NULL
+    if not isinstance(config, ProfConfig):
+        raise TypeError(f"config must be a ProfConfig or None, not {type(config).__name__}")
+    return config._get()
+
+
+def _release_config(ptr: Any) -> None:
+    check(_fn("aclprofDestroyConfig")(ptr), "aclprofDestroyConfig")
+
+
+def create_config(devices: Any, aicore_metrics: int, data_types: int) -> ProfConfig:
+    """``aclprofCreateConfig`` (``aicoreEvents`` is always NULL, as the library requires).
+
+    Raises:
+        InvalidParamError: the library returned NULL; the message says which rule failed.
+    """
+    from .enums import validate_data_types
+
+    if isinstance(devices, (str, bytes)) or not hasattr(devices, "__iter__"):
+        raise TypeError(f"devices must be an iterable of ints, not {type(devices).__name__}")
+    ids = [_int(d, "device id", 0, MAX_DEVICES - 1) for d in devices]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"devices contains duplicates: {ids}")
+    metrics = AicoreMetrics(_u32(aicore_metrics, "aicore_metrics"))
+    types = validate_data_types(data_types)
+    if not ids and not types & DataType.MSPROFTX:
+        raise ValueError("devices may be empty only when data_types includes DataType.MSPROFTX")
+    lib = get_library()
+    array = lib.ffi.new("uint32_t[]", ids) if ids else lib.ffi.NULL
+    ptr = _fn("aclprofCreateConfig")(array, len(ids), int(metrics), lib.ffi.NULL, int(types))
+    if ptr == lib.ffi.NULL:
+        raise InvalidParamError(100000, "aclprofCreateConfig", _why_config_rejected(ids))
+    config = ProfConfig(ptr, _release_config)
+    config.devices = tuple(ids)
+    config.data_types = types
+    config.aicore_metrics = metrics
+    return config
+
+
+def _why_config_rejected(ids: list[int]) -> str:
+    """Explain a NULL from aclprofCreateConfig: almost always a device the host lacks."""
+    try:
+        count = rt_get_device_count()
+    except Exception:  # the count is only a diagnostic here  # noqa: BLE001
+        return f"returned NULL for devices {ids} (device count unavailable)"
+    bad = [d for d in ids if d >= count]
+    if bad:
+        return f"devices {bad} do not exist: this host has {count} device(s), ids 0..{count - 1}"
+    return f"returned NULL for devices {ids} with {count} device(s) present"
+
+
+def destroy_config(config: ProfConfig) -> None:
+    """``aclprofDestroyConfig``; same as ``config.close()``."""
+    if not isinstance(config, ProfConfig):
+        raise TypeError(f"config must be a ProfConfig, not {type(config).__name__}")
+    config.close()
+
+
+def set_config(config_type: ConfigType | int, value: str) -> None:
+    """``aclprofSetConfig(type, value, len(value))``; values are strings, as in C."""
+    ctype = ConfigType(_int(config_type, "config_type", 1, 16))
+    data = encode_text(value, "value", MAX_CONFIG_VALUE_BYTES)
+    check(_fn("aclprofSetConfig")(int(ctype), data, len(data)), "aclprofSetConfig",
+          f"{ctype.name}={data.decode('utf-8', 'replace')!r}")
+
+
+# ---- subscription --------------------------------------------------------------------
+
+class FdCell:
+    """A stable C ``int`` holding a pipe's write fd, for ``aclprofCreateSubscribeConfig``.
+
+    The library keeps the pointer, closes the fd at unsubscribe and writes -1 into the
+    cell, so the cell must outlive the subscription; keep a reference to it.
+    """
+
+    __slots__ = ("_cell",)
+
+    def __init__(self, fd: int):
+        self._cell = get_library().ffi.new("int *", _int(fd, "fd", 0, 2**31 - 1))
+
+    @property
+    def value(self) -> int:
+        """The fd now in the cell (-1 once the library closed it)."""
+        return int(self._cell[0])
+
+    def _ptr(self) -> Any:
+        return self._cell
+
+
+class SubscribeConfig(Handle):
+    """An ``aclprofSubscribeConfig*``; it references its :class:`FdCell`."""
+
+    __slots__ = ("fd_cell", "time_info", "aicore_metrics")
+    kind = "subscribe config"
+
+
+def _release_subscribe_config(ptr: Any) -> None:
+    check(_fn("aclprofDestroySubscribeConfig")(ptr), "aclprofDestroySubscribeConfig")
+
+
+def create_subscribe_config(time_info: bool, aicore_metrics: int, fd_cell: FdCell) -> SubscribeConfig:
+    """``aclprofCreateSubscribeConfig(timeInfoSwitch, metrics, &fd)``."""
+    if not isinstance(fd_cell, FdCell):
+        raise TypeError(f"fd_cell must be an FdCell, not {type(fd_cell).__name__}")
+    if not isinstance(time_info, (bool, int)) or int(time_info) not in (0, 1):
+        raise ValueError(f"time_info must be a bool (0 or 1), got {time_info!r}")
+    metrics = AicoreMetrics(_u32(aicore_metrics, "aicore_metrics"))
+    lib = get_library()
+    ptr = _fn("aclprofCreateSubscribeConfig")(int(time_info), int(metrics), fd_cell._ptr())
+    if ptr == lib.ffi.NULL:
+        raise InvalidParamError(100000, "aclprofCreateSubscribeConfig", "returned NULL")
+    config = SubscribeConfig(ptr, _release_subscribe_config)
+    config.fd_cell = fd_cell
+    config.time_info = bool(time_info)
+    config.aicore_metrics = metrics
+    return config
+
+
+def destroy_subscribe_config(config: SubscribeConfig) -> None:
+    """``aclprofDestroySubscribeConfig``; same as ``config.close()``."""
+    if not isinstance(config, SubscribeConfig):
+        raise TypeError(f"config must be a SubscribeConfig, not {type(config).__name__}")
+    config.close()
+
+
+def model_subscribe(model_id: int, config: SubscribeConfig) -> None:
+    """``aclprofModelSubscribe``."""
+    if not isinstance(config, SubscribeConfig):
+        raise TypeError(f"config must be a SubscribeConfig, not {type(config).__name__}")
+    check(_fn("aclprofModelSubscribe")(_u32(model_id, "model_id"), config._get()),
+          "aclprofModelSubscribe", f"model {model_id}")
+
+
+def model_unsubscribe(model_id: int) -> None:
+    """``aclprofModelUnSubscribe``: flushes, closes the pipe's write end, sets the cell to -1."""
+    check(_fn("aclprofModelUnSubscribe")(_u32(model_id, "model_id")),
+          "aclprofModelUnSubscribe", f"model {model_id}")
+
+
+def get_op_desc_size() -> int:
+    """``aclprofGetOpDescSize``: the size of one op record in bytes."""
+    out = get_library().ffi.new("size_t *")
+    check(_fn("aclprofGetOpDescSize")(out), "aclprofGetOpDescSize")
+    return int(out[0])
+
+
+def get_op_num(data: Any) -> int:
+    """``aclprofGetOpNum`` over the bytes-like ``data``."""
+    view, length = _buffer(data)
+    out = get_library().ffi.new("uint32_t *")
+    check(_fn("aclprofGetOpNum")(view, length, out), "aclprofGetOpNum")
+    return int(out[0])
+
+
+def _get_len(cname: str, data: Any, index: int) -> int:
+    view, length = _buffer(data)
+    out = get_library().ffi.new("size_t *")
+    check(_fn(cname)(view, length, _u32(index, "index"), out), cname, f"index {index}")
+    return int(out[0])
+
+
+def _get_text(cname: str, data: Any, index: int, size: int) -> bytes:
+    view, length = _buffer(data)
+    size = _int(size, "length", 1, 1 << 20)
+    buf = get_library().ffi.new("char[]", size)  # zeroed: C only NUL-terminates at [size-1]
+    check(_fn(cname)(view, length, _u32(index, "index"), buf, size), cname, f"index {index}")
+    return get_library().ffi.string(buf)
+
+
+def get_op_type_len(data: Any, index: int) -> int:
+    """``aclprofGetOpTypeLen``: strlen(type) + 1."""
+    return _get_len("aclprofGetOpTypeLen", data, index)
+
+
+def get_op_type(data: Any, index: int, length: int) -> bytes:
+    """``aclprofGetOpType`` into a zeroed buffer of ``length`` bytes (one-shot per record)."""
+    return _get_text("aclprofGetOpType", data, index, length)
+
+
+def get_op_name_len(data: Any, index: int) -> int:
+    """``aclprofGetOpNameLen``: strlen(name) + 1."""
+    return _get_len("aclprofGetOpNameLen", data, index)
+
+
+def get_op_name(data: Any, index: int, length: int) -> bytes:
+    """``aclprofGetOpName`` into a zeroed buffer of ``length`` bytes (one-shot per record)."""
+    return _get_text("aclprofGetOpName", data, index, length)
+
+
+def _get_u64(cname: str, data: Any, index: int) -> int:
+    view, length = _buffer(data)
+    return int(_fn(cname)(view, length, _u32(index, "index")))
+
+
+def get_op_start(data: Any, index: int) -> int:
+    """``aclprofGetOpStart`` (0 on error, as in C)."""
+    return _get_u64("aclprofGetOpStart", data, index)
+
+
+def get_op_end(data: Any, index: int) -> int:
+    """``aclprofGetOpEnd`` (0 on error, as in C)."""
+    return _get_u64("aclprofGetOpEnd", data, index)
+
+
+def get_op_duration(data: Any, index: int) -> int:
+    """``aclprofGetOpDuration`` (0 on error, as in C)."""
+    return _get_u64("aclprofGetOpDuration", data, index)
+
+
+def get_model_id(data: Any, index: int) -> int:
+    """``aclprofGetModelId`` (100000 on error, as in C)."""
+    return _get_u64("aclprofGetModelId", data, index)
+
+
+def get_op_flag(data: Any, index: int) -> int:
+    """``aclprofGetOpFlag`` (OPTIONAL symbol)."""
+    return _get_u64("aclprofGetOpFlag", data, index)
+
+
+def get_op_attri_value(data: Any, index: int, attri: int = 0) -> str | None:
+    """``aclprofGetOpAttriValue`` (OPTIONAL symbol); None where C returns NULL."""
+    view, length = _buffer(data)
+    fn = _fn("aclprofGetOpAttriValue")
+    ptr = fn(view, length, _u32(index, "index"), _u32(attri, "attri"))
+    lib = get_library()
+    return None if ptr == lib.ffi.NULL else lib.ffi.string(ptr).decode("utf-8", "replace")
+
+
+# ---- step info ---------------------------------------------------------------------------
+
+class StepInfoHandle(Handle):
+    """An ``aclprofStepInfo*``; ``close()`` destroys it."""
+
+    __slots__ = ()
+    kind = "step info"
+
+
+def create_step_info() -> StepInfoHandle:
+    """``aclprofCreateStepInfo``."""
+    ptr = _fn("aclprofCreateStepInfo")()
+    if ptr == get_library().ffi.NULL:
+        raise MemoryError("aclprofCreateStepInfo returned NULL (allocation failed)")
+    return StepInfoHandle(ptr, _fn("aclprofDestroyStepInfo"))
+
+
+def get_step_timestamp(step_info: StepInfoHandle, tag: StepTag | int, stream: "Stream | None" = None) -> None:
+    """``aclprofGetStepTimestamp``; each tag may be stamped once per step info."""
+    if not isinstance(step_info, StepInfoHandle):
+        raise TypeError(f"step_info must be a StepInfoHandle, not {type(step_info).__name__}")
+    tag = StepTag(_u32(tag, "tag"))
+    check(_fn("aclprofGetStepTimestamp")(step_info._get(), int(tag), _stream_ptr(stream)),
+          "aclprofGetStepTimestamp", f"tag {tag.name}")
+
+
+def destroy_step_info(step_info: StepInfoHandle) -> None:
+    """``aclprofDestroyStepInfo``; same as ``step_info.close()``."""
+    step_info.close()
+
+
+# ---- msproftx ----------------------------------------------------------------------------
+
+class Stamp(Handle):
+    """A ``void*`` msproftx stamp; ``close()`` destroys it (returns it to the 100-slot pool)."""
+
+    __slots__ = ()
+    kind = "stamp"
+
+
+def _stamp_ptr(stamp: Stamp) -> Any:
+    if not isinstance(stamp, Stamp):
+        raise TypeError(f"stamp must be a Stamp, not {type(stamp).__name__}")
+    return stamp._get()
+
+
+def create_stamp_address() -> int:
+    """``aclprofCreateStamp`` as a raw address (0 for NULL). For aclprof's stamp cache."""
+    lib = get_library()
+    return int(lib.ffi.cast("uintptr_t", _fn("aclprofCreateStamp")()))
+
+
+def destroy_stamp_address(address: int) -> None:
+    """``aclprofDestroyStamp`` on a raw address from :func:`create_stamp_address`."""
+    lib = get_library()
+    _fn("aclprofDestroyStamp")(lib.ffi.cast("void *", address))
+
+
+def set_stamp_message_address(address: int, message: bytes) -> None:
+    """``aclprofSetStampTraceMessage`` on a raw address; ``message`` already validated."""
+    lib = get_library()
+    rc = _fn("aclprofSetStampTraceMessage")(lib.ffi.cast("void *", address), message, len(message))
+    check(rc, "aclprofSetStampTraceMessage")
+
+
+def create_stamp() -> Stamp:
+    """``aclprofCreateStamp``.
+
+    Raises:
+        MsproftxError: NULL was returned: msproftx is not running, or all 100 stamps are in use.
+    """
+    ptr = _fn("aclprofCreateStamp")()
+    if ptr == get_library().ffi.NULL:
+        raise MsproftxError(-1, "aclprofCreateStamp",
+                            "returned NULL: msproftx is not running or all 100 stamps are in use")
+    return Stamp(ptr, _fn("aclprofDestroyStamp"))
+
+
+def destroy_stamp(stamp: Stamp) -> None:
+    """``aclprofDestroyStamp``; same as ``stamp.close()``."""
+    _stamp_ptr(stamp)
+    stamp.close()
+
+
+def set_stamp_trace_message(stamp: Stamp, message: str | bytes) -> None:
+    """``aclprofSetStampTraceMessage(stamp, msg, len)``; at most 127 bytes."""
+    data = encode_text(message, "message", MAX_TRACE_MESSAGE_BYTES, allow_empty=True)
+    check(_fn("aclprofSetStampTraceMessage")(_stamp_ptr(stamp), data, len(data)),
+          "aclprofSetStampTraceMessage")
+
+
+def mark(stamp: Stamp) -> None:
+    """``aclprofMark``."""
+    check(_fn("aclprofMark")(_stamp_ptr(stamp)), "aclprofMark")
+
+
+def push(stamp: Stamp) -> None:
+    """``aclprofPush``; pair with :func:`pop` on the same thread."""
+    check(_fn("aclprofPush")(_stamp_ptr(stamp)), "aclprofPush")
+
+
+def pop() -> None:
+    """``aclprofPop``."""
+    check(_fn("aclprofPop")(), "aclprofPop")
+
+
+def range_start(stamp: Stamp) -> int:
+    """``aclprofRangeStart``: returns the range id (the stamp's pool slot)."""
+    out = get_library().ffi.new("uint32_t *")
+    check(_fn("aclprofRangeStart")(_stamp_ptr(stamp), out), "aclprofRangeStart")
+    return int(out[0])
+
+
+def range_stop(range_id: int) -> None:
+    """``aclprofRangeStop``; may be called from another thread than the start."""
+    check(_fn("aclprofRangeStop")(_u32(range_id, "range_id")), "aclprofRangeStop",
+          f"range id {range_id}")
+
+
+def mark_ex(message: str | bytes, stream: "Stream") -> None:
+    """``aclprofMarkEx(msg, len, stream)`` (OPTIONAL symbol); 1..127 bytes, stream required."""
+    data = encode_text(message, "message", MAX_MARK_EX_BYTES)
+    if not isinstance(stream, Stream):
+        raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
+    check(_fn("aclprofMarkEx")(data, len(data), stream._get()), "aclprofMarkEx")
+
+
+def str2id(message: str | bytes) -> int:
+    """``aclprofStr2Id`` (OPTIONAL symbol).
+
+    Raises:
+        OtherAclError: the library returned UINT64_MAX (failure).
+    """
+    data = encode_text(message, "message", 1 << 16)
+    value = int(_fn("aclprofStr2Id")(data))
+    if value == 2**64 - 1:
+        check(500001, "aclprofStr2Id", "returned UINT64_MAX")
+    return value
+
+
+def range_push_ex(op_name_id: int, op_type_id: int, tensors: list[dict] | None = None,
+                  stream: "Stream | None" = None) -> None:
+    """``aclprofRangePushEx`` with one tensor-info message (OPTIONAL symbol).
+
+    ``tensors`` is a list of dicts with keys ``type`` (0 input, 1 output), ``format``,
+    ``data_type`` and ``shape`` (at most 8 dims).
+    """
+    lib = get_library()
+    ffi = lib.ffi
+    tensors = list(tensors or [])
+    arr = ffi.new("aclprofTensor[]", max(len(tensors), 1))
+    for i, t in enumerate(tensors):
+        shape = list(t.get("shape", ()))
+        if len(shape) > 8:
+            raise ValueError(f"tensor {i} has {len(shape)} dims; at most 8 are allowed")
+        arr[i].type = _u32(t.get("type", 0), "tensor type")
+        arr[i].format = _u32(t.get("format", 0), "tensor format")
+        arr[i].dataType = _u32(t.get("data_type", 0), "tensor data_type")
+        arr[i].shapeDim = len(shape)
+        for j, dim in enumerate(shape):
+            arr[i].shape[j] = _u32(dim, "tensor dim")
+    info = ffi.new("aclprofTensorInfo *")
+    info.opNameId = _int(op_name_id, "op_name_id", 0, 2**64 - 1)
+    info.opTypeId = _int(op_type_id, "op_type_id", 0, 2**64 - 1)
+    info.tensorNum = len(tensors)
+    info.stream = _stream_ptr(stream)
+    info.tensors = arr
+    attr = ffi.new("aclprofEventAttributes *")
+    attr.version = 1
+    attr.size = ffi.sizeof("aclprofEventAttributes")
+    attr.messageType = 0
+    attr.message.tensorInfo = info
+    check(_fn("aclprofRangePushEx")(attr), "aclprofRangePushEx")
+
+
+def range_pop() -> None:
+    """``aclprofRangePop`` (OPTIONAL symbol), pairs with :func:`range_push_ex`."""
+    check(_fn("aclprofRangePop")(), "aclprofRangePop")
+
+
+# ---- runtime and model -----------------------------------------------------------------
+
+class Context(Handle):
+    """An ``aclrtContext``; ``close()`` destroys it when this handle owns it."""
+
+    __slots__ = ()
+    kind = "context"
+
+
+class Stream(Handle):
+    """An ``aclrtStream``; ``close()`` destroys it."""
+
+    __slots__ = ()
+    kind = "stream"
+
+
+def _stream_ptr(stream: Stream | None) -> Any:
+    if stream is None:
+        return get_library().ffi.NULL
+    if not isinstance(stream, Stream):
+        raise TypeError(f"stream must be a Stream or None, not {type(stream).__name__}")
+    return stream._get()
+
+
+def acl_init(config_path: str | os.PathLike | None = None) -> None:
+    """``aclInit``; ``None`` passes NULL (no acl.json)."""
+    lib = get_library()
+    arg = lib.ffi.NULL if config_path is None else _path_bytes(config_path, "config_path")
+    check(_fn("aclInit")(arg), "aclInit")
+
+
+def acl_finalize() -> None:
+    """``aclFinalize``."""
+    check(_fn("aclFinalize")(), "aclFinalize")
+
+
+def rt_set_device(device_id: int) -> None:
+    """``aclrtSetDevice``."""
+    check(_fn("aclrtSetDevice")(_int(device_id, "device_id", 0, 2**31 - 1)), "aclrtSetDevice")
+
+
+def rt_reset_device(device_id: int) -> None:
+    """``aclrtResetDevice``."""
+    check(_fn("aclrtResetDevice")(_int(device_id, "device_id", 0, 2**31 - 1)), "aclrtResetDevice")
+
+
+def rt_get_device() -> int:
+    """``aclrtGetDevice``: the current thread's device."""
+    out = get_library().ffi.new("int32_t *")
+    check(_fn("aclrtGetDevice")(out), "aclrtGetDevice")
+    return int(out[0])
+
+
+def rt_get_device_count() -> int:
+    """``aclrtGetDeviceCount``."""
+    out = get_library().ffi.new("uint32_t *")
+    check(_fn("aclrtGetDeviceCount")(out), "aclrtGetDeviceCount")
+    return int(out[0])
+
+
+def _release_context(ptr: Any) -> None:
+    check(_fn("aclrtDestroyContext")(ptr), "aclrtDestroyContext")
+
+
+def rt_create_context(device_id: int) -> Context:
+    """``aclrtCreateContext``; the new context becomes current on this thread."""
+    out = get_library().ffi.new("aclrtContext *")
+    check(_fn("aclrtCreateContext")(out, _int(device_id, "device_id", 0, 2**31 - 1)),
+          "aclrtCreateContext")
+    return Context(out[0], _release_context)
+
+
+def rt_destroy_context(context: Context) -> None:
+    """``aclrtDestroyContext``; same as ``context.close()``."""
+    context.close()
+
+
+def rt_set_current_context(context: Context) -> None:
+    """``aclrtSetCurrentContext``."""
+    if not isinstance(context, Context):
+        raise TypeError(f"context must be a Context, not {type(context).__name__}")
+    check(_fn("aclrtSetCurrentContext")(context._get()), "aclrtSetCurrentContext")
+
+
+def rt_get_current_context() -> Context:
+    """``aclrtGetCurrentContext``; the returned handle does not own the context."""
+    out = get_library().ffi.new("aclrtContext *")
+    check(_fn("aclrtGetCurrentContext")(out), "aclrtGetCurrentContext")
+    return Context(out[0], None)
+
+
+def _release_stream(ptr: Any) -> None:
+    check(_fn("aclrtDestroyStream")(ptr), "aclrtDestroyStream")
+
+
+def rt_create_stream() -> Stream:
+    """``aclrtCreateStream``."""
+    out = get_library().ffi.new("aclrtStream *")
+    check(_fn("aclrtCreateStream")(out), "aclrtCreateStream")
+    return Stream(out[0], _release_stream)
+
+
+def rt_destroy_stream(stream: Stream) -> None:
+    """``aclrtDestroyStream``; same as ``stream.close()``."""
+    stream.close()
+
+
+def rt_synchronize_stream(stream: Stream) -> None:
+    """``aclrtSynchronizeStream``."""
+    if not isinstance(stream, Stream):
+        raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
+    check(_fn("aclrtSynchronizeStream")(stream._get()), "aclrtSynchronizeStream")
+
+
+def rt_synchronize_device() -> None:
+    """``aclrtSynchronizeDevice``."""
+    check(_fn("aclrtSynchronizeDevice")(), "aclrtSynchronizeDevice")
+
+
+def mdl_load_from_file(path: str | os.PathLike) -> int:
+    """``aclmdlLoadFromFile``: returns the model id."""
+    data = _path_bytes(path, "path")
+    out = get_library().ffi.new("uint32_t *")
+    check(_fn("aclmdlLoadFromFile")(data, out), "aclmdlLoadFromFile", os.fsdecode(data))
+    return int(out[0])
+
+
+def mdl_execute(model_id: int) -> None:
+    """``aclmdlExecute(modelId, NULL, NULL)``: aclprof passes no datasets."""
+    lib = get_library()
+    check(_fn("aclmdlExecute")(_u32(model_id, "model_id"), lib.ffi.NULL, lib.ffi.NULL),
+          "aclmdlExecute", f"model {model_id}")
+
+
+def mdl_unload(model_id: int) -> None:
+    """``aclmdlUnload``."""
+    check(_fn("aclmdlUnload")(_u32(model_id, "model_id")), "aclmdlUnload", f"model {model_id}")

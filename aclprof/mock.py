@@ -1,0 +1,120 @@
+"""Controls of the bundled mock library (``mock_acl/``), for tests and the demo.
+
+Every function here calls an ``aclmock*`` export, so it requires the mock backend
+(``ACLPROF_BACKEND=mock`` or :func:`aclprof.use_mock`); against real CANN it raises
+:class:`RuntimeError` instead of doing anything.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from . import _state
+from ._loader import get_library
+
+__all__ = [
+    "reset", "mode", "stats", "fail_next", "clear_faults", "set_device_count",
+    "set_noinit_behaviour", "set_op_desc_size", "set_time_unit", "set_realtime",
+    "set_write_chunk", "set_corrupt_every", "set_writer_delay_us", "set_emit_log",
+    "wait_writer_idle",
+]
+
+_MODES = {0: "OFF", 1: "API_CTRL", 2: "SUBSCRIBE"}
+
+
+def _call(name: str, *args: Any) -> Any:
+    lib = get_library()
+    if not lib.is_mock:
+        raise RuntimeError(
+            f"aclprof.mock.{name} needs the mock library, but {lib.path} is loaded; "
+            "set ACLPROF_BACKEND=mock or call aclprof.use_mock() before first use")
+    return lib.fn(name)(*args)
+
+
+def _ok(rc: int, name: str) -> None:
+    if rc != 0:
+        raise ValueError(f"{name} rejected its argument (code {rc})")
+
+
+def reset() -> None:
+    """Return the mock to its freshly loaded state (sessions, models, stamps, faults)."""
+    _state.tx_stopping()  # aclprof's cached stamps die with the mock's pool
+    _call("aclmockReset")
+
+
+def mode() -> str:
+    """The mock's global profiling mode: ``"OFF"``, ``"API_CTRL"`` or ``"SUBSCRIBE"``."""
+    return _MODES[_call("aclmockGetMode")]
+
+
+def stats() -> dict[str, int]:
+    """The mock's counters (records emitted/written/dropped, name table size, stamps...)."""
+    lib = get_library()
+    out = lib.ffi.new("aclmockStats *")
+    _ok(_call("aclmockGetStats", out), "aclmockGetStats")
+    return {field: int(getattr(out, field)) for field, _ in lib.ffi.typeof("aclmockStats").fields}
+
+
+def fail_next(function: str, times: int = 1, code: int = 500005) -> None:
+    """Make the next ``times`` calls of the C function ``function`` return ``code``."""
+    _ok(_call("aclmockFailNext", function.encode(), times, code), "aclmockFailNext")
+
+
+def clear_faults() -> None:
+    """Disarm every injected fault."""
+    _call("aclmockClearFaults")
+
+
+def set_device_count(count: int) -> None:
+    """Number of devices the mock driver reports (1..64; default 8)."""
+    _ok(_call("aclmockSetDeviceCount", count), "aclmockSetDeviceCount")
+
+
+def set_noinit_behaviour(behaviour: str) -> None:
+    """``"classic"`` (Start/Stop/Finalize without Init fail with 100043) or ``"modern"``."""
+    value = {"classic": 0, "modern": 1}[behaviour]
+    _ok(_call("aclmockSetNoInitBehaviour", value), "aclmockSetNoInitBehaviour")
+
+
+def set_op_desc_size(size: int) -> None:
+    """Op record size: 80 (current CANN) or 72 (older CANN, no devId)."""
+    _ok(_call("aclmockSetOpDescSize", size), "aclmockSetOpDescSize")
+
+
+def set_time_unit(unit: str) -> None:
+    """Unit of op timestamps: ``"ns"`` or ``"us"``."""
+    _ok(_call("aclmockSetTimeUnit", {"ns": 0, "us": 1}[unit]), "aclmockSetTimeUnit")
+
+
+def set_realtime(enabled: bool) -> None:
+    """If true, ``aclmdlExecute`` takes the simulated time; else it returns at once."""
+    _ok(_call("aclmockSetRealtime", int(bool(enabled))), "aclmockSetRealtime")
+
+
+def set_write_chunk(nbytes: int) -> None:
+    """Split each record into writes of ``nbytes`` (0: one write per record, as CANN)."""
+    _ok(_call("aclmockSetWriteChunk", nbytes), "aclmockSetWriteChunk")
+
+
+def set_corrupt_every(k: int) -> None:
+    """Give every k-th record a bad signature (0: never)."""
+    _ok(_call("aclmockSetCorruptEvery", k), "aclmockSetCorruptEvery")
+
+
+def set_writer_delay_us(us: int) -> None:
+    """Make the pipe writer sleep this long before each record."""
+    _ok(_call("aclmockSetWriterDelayUs", us), "aclmockSetWriterDelayUs")
+
+
+def set_emit_log(path: str | os.PathLike | None) -> None:
+    """Log every emitted record to ``path`` (None stops); see mock_acl/README.md."""
+    arg = get_library().ffi.NULL if path is None else os.fsencode(path)
+    _ok(_call("aclmockSetEmitLog", arg), "aclmockSetEmitLog")
+
+
+def wait_writer_idle(timeout: float = 10.0) -> None:
+    """Block until the mock's pipe writer has written (or dropped) everything queued."""
+    rc = _call("aclmockWaitWriterIdle", max(1, int(timeout * 1000)))
+    if rc != 0:
+        raise TimeoutError(f"the mock's pipe writer is still busy after {timeout:.1f}s")

@@ -1,0 +1,71 @@
+/* Control API of the mock libascendcl (mock_acl/). Exported only by the mock.
+ *
+ * Same rules as acl_base.h. Every function is prefixed `aclmock` so that it can never clash
+ * with a CANN symbol; the binding detects the mock by the presence of aclmockVersion().
+ * Functions returning int return 0 on success and ACL_ERROR_INVALID_PARAM on bad input.
+ */
+
+#define ACLMOCK_API_VERSION 1
+
+/* Global profiling mode, as kept by the real ProfAclMgr. */
+#define ACLMOCK_MODE_OFF 0
+#define ACLMOCK_MODE_API_CTRL 1
+#define ACLMOCK_MODE_SUBSCRIBE 2
+
+/* What aclprofStart/Stop/Finalize do when aclprofInit was not called (reference 3.2):
+ * CLASSIC returns ACL_ERROR_PROF_NOT_RUN (documented behaviour, the default);
+ * MODERN is the 2026 source: Start auto-initialises with ACL_PROF_PATH or "./",
+ * Stop and Finalize return ACL_SUCCESS. Env ACLMOCK_NOINIT=classic|modern sets the default. */
+#define ACLMOCK_NOINIT_CLASSIC 0
+#define ACLMOCK_NOINIT_MODERN 1
+
+/* Op timestamp unit (reference 3.4 is UNCERTAIN). Env ACLMOCK_TIME_UNIT=ns|us. */
+#define ACLMOCK_TIME_NS 0
+#define ACLMOCK_TIME_US 1
+
+typedef struct aclmockStats {
+    uint64_t recordsEmitted;    /* op records produced by aclmdlExecute for subscribed models */
+    uint64_t recordsWritten;    /* records whose last byte reached a pipe */
+    uint64_t recordsDropped;    /* records lost inside the mock (write error, queue full) */
+    uint64_t recordsCorrupted;  /* records written with a deliberately bad signature */
+    uint64_t bytesWritten;
+    uint64_t writeCalls;        /* write(2) calls that wrote at least one byte */
+    uint64_t writeRetries;      /* EAGAIN retries */
+    uint64_t nameTableEntries;  /* live entries of the op name/type side table */
+    uint64_t stampsInUse;       /* msproftx pool slots in use (0..100) */
+    uint64_t txEvents;          /* msproftx events recorded (marks, push/pop pairs, ranges) */
+} aclmockStats;
+
+int aclmockVersion(void);
+/* Back to the state of a freshly loaded library: mode OFF, no configs, no models, no
+ * subscriptions, stamp pool free, injected faults cleared, settings from the environment. */
+void aclmockReset(void);
+int aclmockGetMode(void);
+int aclmockGetStats(aclmockStats *out);
+
+/* Fault injection: the next `times` calls of `function` (exact C name, e.g. "aclprofStart")
+ * fail with `code`, before any other check. A pointer-returning function returns NULL, a
+ * void function does nothing. times == 0 clears the fault for that function. */
+int aclmockFailNext(const char *function, uint32_t times, int32_t code);
+void aclmockClearFaults(void);
+
+/* Driver settings. */
+int aclmockSetDeviceCount(uint32_t count);     /* 1..64; default 8 */
+int aclmockSetNoInitBehaviour(int behaviour);  /* ACLMOCK_NOINIT_* */
+
+/* Model runtime and subscription settings (operator subscription). */
+int aclmockSetOpDescSize(uint32_t size);       /* 80 (default, current CANN) or 72 (older) */
+int aclmockSetTimeUnit(int unit);              /* ACLMOCK_TIME_*; default ns */
+int aclmockSetRealtime(int enabled);           /* 1: aclmdlExecute sleeps the simulated time */
+int aclmockSetWriteChunk(uint32_t bytes);      /* 0: one record per write (real); else split
+                                                  each record into writes of this many bytes */
+int aclmockSetCorruptEvery(uint32_t k);        /* 0: never; k: every k-th record gets a bad
+                                                  signature (counted in recordsCorrupted) */
+int aclmockSetWriterDelayUs(uint32_t us);      /* writer sleeps this long before each record */
+/* Append one line per emitted record to `path` (NULL stops): the mock's own account of
+ * what it emitted, for tests to compare with what a reader delivered. Format in
+ * mock_acl/README.md. */
+int aclmockSetEmitLog(const char *path);
+/* Block until every record queued so far has been written or dropped, or timeoutMs passes.
+ * Returns 0 when drained, ACL_ERROR_FAILURE on timeout. */
+int aclmockWaitWriterIdle(uint32_t timeoutMs);

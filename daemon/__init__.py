@@ -1,0 +1,1 @@
+"""The aclprof subscription daemon (``aclprofd``). Not implemented yet: see the daemon issue."""

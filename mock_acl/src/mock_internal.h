@@ -1,0 +1,145 @@
+/* Internal interface shared by the mock's translation units.
+ *
+ * The public declarations come from ../../cdefs (compiled with -I cdefs), so a prototype in
+ * the mock that disagrees with what the cffi binding reads is a compile error.
+ *
+ * Ownership of files:
+ *   common.c    the global lock, fault injection, clock, settings, aclmock* controls, reset
+ *   session.c   aclprofInit/Finalize/Start/Stop, configs, aclprofSetConfig, PROF_* dirs
+ *   msproftx.c  stamps, mark, push/pop, ranges, MarkEx, Str2Id, RangePushEx/RangePop
+ *   stepinfo.c  aclprofCreateStepInfo/GetStepTimestamp/DestroyStepInfo
+ *   runtime.c   aclInit/aclFinalize and the aclrt* device/context/stream calls
+ *   model.c     aclmdlLoadFromFile/Execute/Unload and the model description format
+ *   subscribe.c subscribe configs, aclprofModelSubscribe/UnSubscribe, the pipe writer thread
+ *   opdesc.c    the ProfOpDesc record, CRC-32C signature, name/type side table, op getters
+ */
+#ifndef ACLMOCK_INTERNAL_H
+#define ACLMOCK_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "acl_base.h"
+#include "acl_prof.h"
+#include "acl_runtime.h"
+#include "aclmock.h"
+
+/* Built with -fvisibility=hidden: only what carries this is exported. */
+#define MOCK_EXPORT __attribute__((visibility("default")))
+
+/* PROF_MAX_DEV_NUM in CANN; the host is appended as device id 64 inside a config. */
+#define MOCK_MAX_DEVICES 64
+#define MOCK_HOST_DEVICE_ID 64
+
+/* ---- common.c ---------------------------------------------------------------------- */
+
+/* The one global mutex: every public profiling call takes it, as the real ProfAclMgr does.
+ * Recursive, so that a public call may call another public helper while holding it. The
+ * pipe writer thread never holds it while blocked in write(). */
+extern pthread_mutex_t g_mock_lock;
+void mock_lock(void);
+void mock_unlock(void);
+
+/* Returns true (and stores the code) if a fault was injected for `function` and consumes
+ * one use of it. Thread-safe; cheap (one relaxed atomic load) when no fault is armed. */
+bool mock_fault(const char *function, int32_t *code);
+
+/* CLOCK_MONOTONIC in nanoseconds. */
+uint64_t mock_now_ns(void);
+
+/* The kernel thread id of the caller (gettid), cached per thread; fork-safe. */
+uint32_t mock_tid(void);
+
+/* Writes `src[0..len)` as a JSON string literal (with the quotes) into dst, NUL-terminated.
+ * Escapes '"', '\\' and control bytes (\u00XX); bytes >= 0x80 are copied raw. Needs
+ * cap >= 6 * len + 3; returns the length written (without the NUL), or 0 if cap is short. */
+size_t mock_json_escape(char *dst, size_t cap, const char *src, size_t len);
+
+/* Settings (read from the environment at load and at aclmockReset, changed by aclmock*). */
+uint32_t mock_device_count(void);
+int mock_noinit_behaviour(void);
+uint32_t mock_op_desc_size(void);
+int mock_time_unit(void);
+int mock_realtime(void);
+uint32_t mock_write_chunk(void);
+uint32_t mock_corrupt_every(void);
+uint32_t mock_writer_delay_us(void);
+
+/* The global profiling mode (ACLMOCK_MODE_*); caller holds g_mock_lock. */
+int mock_mode(void);
+void mock_set_mode(int mode);
+
+/* ---- per-area reset and stats hooks, called by aclmockReset/aclmockGetStats ---------
+ * aclmockReset calls mock_subscribe_reset() first and WITHOUT g_mock_lock (so it may join
+ * the writer thread even if that thread takes the lock), then every other reset hook with
+ * g_mock_lock held. The stats hooks are called with g_mock_lock held. */
+void mock_session_reset(void);
+void mock_msproftx_reset(void);
+void mock_stepinfo_reset(void);
+void mock_runtime_reset(void);
+void mock_model_reset(void);
+void mock_subscribe_reset(void);   /* stops the writer thread, forgets subscriptions */
+void mock_opdesc_reset(void);      /* empties the name/type table */
+
+void mock_msproftx_stats(aclmockStats *out);
+void mock_subscribe_stats(aclmockStats *out);
+void mock_opdesc_stats(aclmockStats *out);
+
+/* ---- session.c -> msproftx.c ------------------------------------------------------ */
+/* Called by aclprofStart/aclprofStop (lock held) so msproftx knows whether it may record,
+ * and where its events go: `host_dir` is the host/ subdirectory of the running PROF_ directory,
+ * NULL at stop. */
+void mock_msproftx_session(bool enabled, const char *host_dir);
+/* Called at aclprofStart with enabled=false and the host dir when the config has no
+ * MSPROFTX bit (step events still go to that session's event log). */
+/* aclprofFinalize (lock held): msproftx is uninitialised, push stacks and open ranges are
+ * dropped; stamps still in use survive, as in the real pool. */
+void mock_msproftx_finalize(void);
+/* stepinfo.c -> msproftx.c (lock held): records a step event in the running session's
+ * event log (host/msproftx.jsonl); does nothing when no session runs. */
+void mock_msproftx_log_step(uint64_t index_id, int tag, uint64_t ts_ns);
+
+/* ---- model.c <-> subscribe.c ------------------------------------------------------ */
+typedef struct mock_op {
+    char *name;            /* may be empty; bytes, not necessarily UTF-8 */
+    char *type;
+    uint64_t duration_ns;
+    uint64_t jitter_ns;    /* uniform in [-jitter, +jitter], clamped at 1 ns */
+    uint32_t flag;         /* aclprofSubscribeOpFlag */
+    uint32_t thread_id;
+} mock_op;
+
+/* Looks up a loaded model (lock held). NULL if unknown. */
+bool mock_model_exists(uint32_t model_id);
+uint32_t mock_model_device(uint32_t model_id);
+
+/* Called by aclmdlExecute (lock NOT held) for each op it simulates. Returns quickly:
+ * the record is queued for the writer thread if the model is subscribed, else ignored. */
+void mock_subscribe_emit(uint32_t model_id, uint32_t device_id, const mock_op *op,
+                         uint64_t start, uint64_t end);
+bool mock_model_subscribed(uint32_t model_id);
+
+/* ---- opdesc.c --------------------------------------------------------------------- */
+/* The 80-byte record (72 bytes in older CANN: no devId), reference section 4. */
+typedef struct ProfOpDesc {
+    uint32_t signature;
+    uint32_t modelId;
+    uint32_t flag;
+    uint32_t threadId;
+    uint64_t opIndex;
+    uint64_t duration;
+    uint64_t start;
+    uint64_t end;
+    uint64_t executionTime;
+    uint64_t cubeFops;
+    uint64_t vectorFops;
+    uint32_t devId;
+} ProfOpDesc;
+
+uint32_t mock_crc32c_signature(const void *data, size_t len);  /* ~crc over [4, len) */
+/* Stores name and type in the side table and returns the new opIndex (>= 1). */
+uint64_t mock_opdesc_register(const char *name, const char *type);
+
+#endif
