@@ -42,6 +42,24 @@ from .tx import RangeHandle, annotate, mark, pop, push, range, set_strict
 
 __version__ = "0.1.0"
 
+# Subscription needs numpy; it is imported on first use so that `import aclprof` stays cheap.
+_LAZY = {
+    "subscribe": "subscription", "Subscription": "subscription",
+    "SubscriptionStats": "subscription", "OpRecord": "records", "OpBatch": "records",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'aclprof' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"aclprof.{module}"), name)
+    globals()[name] = value
+    return value
+
+
 __all__ = [
     "__version__",
     # library
@@ -58,4 +76,6 @@ __all__ = [
     # sessions and markers
     "Profiler", "StepInfo", "RangeHandle", "annotate", "mark", "pop", "push", "range",
     "set_strict",
+    # operator subscription (lazy)
+    "subscribe", "Subscription", "SubscriptionStats", "OpRecord", "OpBatch",
 ]

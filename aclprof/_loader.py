@@ -71,17 +71,17 @@ class _Library:
         for name in dir(handles[0]):
             if not name.startswith("acl"):
                 continue
-            if isinstance(getattr(handles[0], name, None), int):
-                continue  # a #define constant, not a function
+            fn = None
             for handle in handles:
-                try:
-                    self.functions[name] = getattr(handle, name)
+                fn = _symbol(handle, name, ffi)
+                if fn is not None:
                     break
-                except AttributeError:
-                    continue
-            else:
-                if not name.startswith("aclmock"):
-                    missing.append(name)
+            if isinstance(fn, int):
+                continue  # a #define constant, not a function
+            if fn is not None:
+                self.functions[name] = fn
+            elif not name.startswith("aclmock"):
+                missing.append(name)
         self.missing = tuple(sorted(missing))
         self.is_mock = "aclmockVersion" in self.functions
         # Constants (#define and enum values) are read through any handle.
@@ -149,22 +149,23 @@ def _candidates() -> tuple[list[tuple[str, str]], bool]:
     return found, False
 
 
+def _symbol(handle: Any, name: str, ffi: Any) -> Any:
+    """``handle.name``, or None when the library lacks the symbol. (A cffi ABI-mode library
+    raises ``ffi.error``, not AttributeError, for a declared but missing symbol.)"""
+    try:
+        return getattr(handle, name)
+    except (AttributeError, ffi.error):
+        return None
+
+
 def _open(path: str, ffi: Any) -> list[Any]:
     handle = ffi.dlopen(path)
     handles = [handle]
-    try:
-        getattr(handle, "aclprofInit")
-    except AttributeError:
+    if _symbol(handle, "aclprofInit", ffi) is None:
         # Profiling symbols may live in libmsprofiler.so next to libascendcl.so.
         handles.append(ffi.dlopen(os.path.join(os.path.dirname(path), "libmsprofiler.so")))
     for name in _REQUIRED:
-        for h in handles:
-            try:
-                getattr(h, name)
-                break
-            except AttributeError:
-                continue
-        else:
+        if all(_symbol(h, name, ffi) is None for h in handles):
             raise OSError(f"opened, but it does not export {name}: not an ACL library")
     return handles
 
@@ -197,7 +198,7 @@ def _load() -> _Library:
 
 
 def _bind_fast_paths(library: _Library) -> None:
-    """Hand the library's msproftx function pointers to the compiled hot-path helpers."""
+    """Hand the library's msproftx and op getter function pointers to the compiled helpers."""
     from ._fast import lib as fast
 
     def address(name: str) -> int:
@@ -210,6 +211,12 @@ def _bind_fast_paths(library: _Library) -> None:
         address("aclprofMark"),
         address("aclprofRangeStart"),
         address("aclprofRangeStop"),
+    )
+    fast.aclprof_fast_bind_ops(
+        address("aclprofGetOpTypeLen"),
+        address("aclprofGetOpType"),
+        address("aclprofGetOpNameLen"),
+        address("aclprofGetOpName"),
     )
 
 

@@ -228,6 +228,9 @@ class FdCell:
     def _ptr(self) -> Any:
         return self._cell
 
+    def _set(self, fd: int) -> None:
+        self._cell[0] = fd
+
 
 class SubscribeConfig(Handle):
     """An ``aclprofSubscribeConfig*``; it references its :class:`FdCell`."""

@@ -8,16 +8,18 @@ Every function here calls an ``aclmock*`` export, so it requires the mock backen
 from __future__ import annotations
 
 import os
-from typing import Any
+import tempfile
+from typing import Any, Iterable, Mapping
 
 from . import _state
+from . import lowlevel
 from ._loader import get_library
 
 __all__ = [
     "reset", "mode", "stats", "fail_next", "clear_faults", "set_device_count",
     "set_noinit_behaviour", "set_op_desc_size", "set_time_unit", "set_realtime",
     "set_write_chunk", "set_corrupt_every", "set_writer_delay_us", "set_emit_log",
-    "wait_writer_idle",
+    "wait_writer_idle", "model_file", "load_model", "execute", "unload",
 ]
 
 _MODES = {0: "OFF", 1: "API_CTRL", 2: "SUBSCRIBE"}
@@ -118,3 +120,87 @@ def wait_writer_idle(timeout: float = 10.0) -> None:
     rc = _call("aclmockWaitWriterIdle", max(1, int(timeout * 1000)))
     if rc != 0:
         raise TimeoutError(f"the mock's pipe writer is still busy after {timeout:.1f}s")
+
+
+# --- model runtime -------------------------------------------------------------------------
+
+_OP_KEYS = {"name", "type", "duration_ns", "jitter", "flag", "thread_id"}
+
+
+def _escape(value: Any, what: str) -> str:
+    data = value.encode("utf-8") if isinstance(value, str) else value
+    if not isinstance(data, (bytes, bytearray)):
+        raise TypeError(f"{what} must be str or bytes, not {type(value).__name__}")
+    if b"\0" in data:
+        raise ValueError(f"{what} must not contain NUL bytes (the API returns C strings)")
+    out = []
+    for byte in data:
+        if byte == 0x5C:
+            out.append("\\\\")
+        elif 0x20 <= byte < 0x7F:
+            out.append(chr(byte))
+        else:
+            out.append(f"\\x{byte:02x}")
+    return "".join(out)
+
+
+def _natural(value: Any, what: str, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= hi:
+        raise ValueError(f"{what} must be an int in [0, {hi}], got {value!r}")
+    return value
+
+
+def model_file(ops: Iterable[Mapping[str, Any]], path: str | os.PathLike, *, device: int = 0,
+               seed: int | None = None) -> None:
+    """Write the model description that the mock's ``aclmdlLoadFromFile`` reads.
+
+    ``ops`` is a list of dicts with keys ``name``, ``type`` (str or bytes; any bytes but
+    NUL), ``duration_ns`` and optionally ``jitter`` (ns, uniform +/-), ``flag`` and
+    ``thread_id``. The format is documented in mock_acl/README.md.
+    """
+    lines = ["aclmock-model 1", f"device {_natural(device, 'device', 63)}"]
+    if seed is not None:
+        lines.append(f"seed {_natural(seed, 'seed', 2**64 - 1)}")
+    count = 0
+    for i, op in enumerate(ops):
+        if not isinstance(op, Mapping):
+            raise TypeError(f"op {i} must be a mapping, not {type(op).__name__}")
+        unknown = set(op) - _OP_KEYS
+        if unknown or not {"name", "type", "duration_ns"} <= set(op):
+            raise ValueError(f"op {i} needs keys name, type, duration_ns (optional jitter, flag, "
+                             f"thread_id); unknown: {sorted(unknown)}")
+        fields = ["op", _escape(op["name"], f"op {i} name"), _escape(op["type"], f"op {i} type"),
+                  str(_natural(op["duration_ns"], f"op {i} duration_ns", 10**12)),
+                  str(_natural(op.get("jitter", 0), f"op {i} jitter", 10**12)),
+                  str(_natural(op.get("flag", 0), f"op {i} flag", 2**32 - 1)),
+                  str(_natural(op.get("thread_id", 0), f"op {i} thread_id", 2**32 - 1))]
+        lines.append("\t".join(fields))
+        count += 1
+    if count == 0:
+        raise ValueError("a model needs at least one op")
+    with open(path, "w", encoding="ascii", newline="\n") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def load_model(ops: Iterable[Mapping[str, Any]], *, device: int = 0, seed: int | None = None) -> int:
+    """Describe a model with ``ops`` (see :func:`model_file`), load it, return its id."""
+    get_library()
+    fd, path = tempfile.mkstemp(prefix="aclmock-model-", suffix=".txt")
+    os.close(fd)
+    try:
+        model_file(ops, path, device=device, seed=seed)
+        return lowlevel.mdl_load_from_file(path)
+    finally:
+        os.unlink(path)
+
+
+def execute(model_id: int, iterations: int = 1) -> None:
+    """Run the model ``iterations`` times (``aclmdlExecute``)."""
+    _natural(iterations, "iterations", 2**31)
+    for _ in range(iterations):
+        lowlevel.mdl_execute(model_id)
+
+
+def unload(model_id: int) -> None:
+    """``aclmdlUnload``."""
+    lowlevel.mdl_unload(model_id)

@@ -192,8 +192,6 @@ class Profiler:
                 self._unwind(stop=False)
                 raise
             self._running = True
-            _log.debug("profiling started", output_dir=str(self._output_dir),
-                       devices=self._devices, data_types=int(self._data_types))
             return self
 
     def stop(self) -> None:

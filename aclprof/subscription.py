@@ -1,0 +1,650 @@
+"""Operator subscription: ``aclprof.subscribe(model_id)`` and its background reader.
+
+A :class:`Subscription` owns everything one ``aclprofModelSubscribe`` needs: a pipe, a
+stable C ``int`` holding the write end (the library keeps a pointer to it, closes the fd
+at unsubscribe and writes -1 into it), the subscribe config, and one reader thread.
+
+The reader reads large chunks (a multiple of the record size), keeps partial records for
+the next read, and decodes each chunk in two passes: a compiled loop (``aclprof._fast``)
+checks every signature and fetches every name and type exactly once through the library
+(which frees the library's table entry), calling the getters on one-record slices so the
+cost stays linear; numpy then decodes the numeric fields of the whole chunk at once.
+
+Delivery is either to callbacks (run on the reader thread; an exception is logged and
+counted and never stops the reader) or to a bounded queue read by iterating the
+subscription (records) or :meth:`Subscription.batches` (numpy batches). Nothing is lost
+uncounted: at any moment ``records_read == delivered + dropped + queued``.
+
+Closing unsubscribes (the library flushes and closes the write end), drains the pipe to
+EOF, joins the thread and releases the pipe and config, from any thread, a callback
+included, at interpreter exit, and after a library failure.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import fcntl
+import os
+import select
+import threading
+import time
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from . import lowlevel
+from ._log import get_logger
+from .enums import AicoreMetrics
+from .errors import InvalidParamError, InvalidProfilingConfigError
+from .records import OP_DTYPE, OpBatch, OpRecord, raw_dtype
+
+__all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES"]
+
+_log = get_logger(__name__)
+
+ON_FULL_POLICIES = ("drop_oldest", "drop_newest", "block")
+_STATUS_CORRUPT, _STATUS_NO_TYPE, _STATUS_NO_NAME = 1, 2, 4
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_PIPE_BYTES = 1 << 20  # a larger pipe lets the library's writer run ahead of the reader
+_MAX_NAMES = 1 << 20  # interned names per subscription; beyond it names read "?" (counted)
+_TIME_UNITS = {"ns": 1, "us": 1000}
+
+
+@dataclass(frozen=True)
+class SubscriptionStats:
+    """Counters of one subscription; read at any time without waiting on the reader.
+
+    ``records_read == delivered + dropped + queued`` always holds.
+    """
+
+    bytes_read: int
+    records_read: int
+    records_decoded: int
+    delivered: int
+    queued: int
+    dropped_queue_full: int
+    dropped_corrupt: int
+    dropped_callback_error: int
+    dropped_decode_error: int
+    callback_errors: int
+    names_missing: int
+    truncated_bytes: int
+    reader_lag_ns: int | None
+
+    @property
+    def dropped(self) -> int:
+        return (self.dropped_queue_full + self.dropped_corrupt + self.dropped_callback_error
+                + self.dropped_decode_error)
+
+
+class _DeviceConfigs:
+    """All models on one device must share one subscribe config (reference 3.3)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_device: dict[int, tuple[bool, int, int]] = {}  # device -> (time_info, metrics, users)
+
+    def claim(self, device: int, time_info: bool, metrics: int) -> None:
+        with self._lock:
+            current = self._by_device.get(device)
+            if current is None:
+                self._by_device[device] = (time_info, metrics, 1)
+                return
+            if current[:2] != (time_info, metrics):
+                raise InvalidProfilingConfigError(
+                    100010, "aclprofModelSubscribe",
+                    f"device {device} already has subscriptions with time_info={current[0]}; "
+                    f"all models on one device must share one config, got time_info={time_info}")
+            self._by_device[device] = (time_info, metrics, current[2] + 1)
+
+    def release(self, device: int) -> None:
+        with self._lock:
+            time_info, metrics, users = self._by_device[device]
+            if users == 1:
+                del self._by_device[device]
+            else:
+                self._by_device[device] = (time_info, metrics, users - 1)
+
+
+_device_configs = _DeviceConfigs()
+_live: "weakref.WeakSet[Subscription]" = weakref.WeakSet()
+_orphaned_cells: list[lowlevel.FdCell] = []  # cells the library may still write -1 into
+
+
+class _Decoder:
+    """Turns pipe bytes into :class:`OpBatch` objects. Owned by one thread at a time.
+
+    Feed it chunks of any size; it keeps a partial record for the next chunk. It never
+    raises on bad bytes: corrupt records are counted and skipped.
+    """
+
+    def __init__(self, record_size: int, *, validate: bool = True, default_device: int = 0,
+                 max_records: int = 4096):
+        from ._fast import ffi, lib
+
+        self._ffi, self._lib = ffi, lib
+        self.record_size = record_size
+        self.validate = validate
+        self.default_device = default_device
+        self._raw = raw_dtype(record_size)
+        self.capacity = max_records
+        self.buffer = bytearray(record_size * (max_records + 1))
+        self.filled = 0
+        self._type_ids = np.empty(max_records, np.uint32)
+        self._name_ids = np.empty(max_records, np.uint32)
+        self._status = np.empty(max_records, np.uint8)
+        interner = lib.aclprof_interner_new(_MAX_NAMES)
+        if interner == ffi.NULL:
+            raise MemoryError("could not allocate the op name table")
+        self._interner = ffi.gc(interner, lib.aclprof_interner_free)
+        self.names: list[str] = []
+        self._sync_names()
+        self.records_read = 0
+        self.records_decoded = 0
+        self.corrupt = 0
+        self.failed = 0
+        self.names_missing = 0
+
+    def free_space(self) -> memoryview:
+        """Where the next read should go (a multiple of the record size, minus leftovers)."""
+        return memoryview(self.buffer)[self.filled:self.record_size * self.capacity]
+
+    def commit(self, nbytes: int) -> OpBatch | None:
+        """Account ``nbytes`` just read into :meth:`free_space`; decode whole records."""
+        self.filled += nbytes
+        whole = self.filled // self.record_size
+        if whole == 0:
+            return None
+        used = whole * self.record_size
+        try:
+            batch = self._decode(whole)
+        except BaseException:
+            self.failed += whole  # counted, never silently lost
+            raise
+        finally:
+            rest = self.filled - used
+            if rest:
+                self.buffer[:rest] = self.buffer[used:self.filled]
+            self.filled = rest
+        return batch
+
+    def feed(self, data: bytes) -> list[OpBatch]:
+        """Decode ``data`` (any length); for tests and tools that read pipes themselves."""
+        batches = []
+        view = memoryview(data)
+        while view:
+            space = self.free_space()
+            n = min(len(space), len(view))
+            space[:n] = view[:n]
+            view = view[n:]
+            batch = self.commit(n)
+            if batch is not None and len(batch):
+                batches.append(batch)
+        return batches
+
+    def _decode(self, count: int) -> OpBatch:
+        size = self.record_size
+        self.records_read += count
+        if self._raw is None:
+            return self._decode_with_getters(count)
+        ffi, lib = self._ffi, self._lib
+        status = self._status[:count]
+        good = lib.aclprof_decode_names(
+            self._interner, ffi.from_buffer("uint8_t[]", self.buffer), count, size,
+            int(self.validate), ffi.from_buffer("uint32_t[]", self._type_ids),
+            ffi.from_buffer("uint32_t[]", self._name_ids), ffi.from_buffer("uint8_t[]", self._status))
+        self._sync_names()
+        raw = np.frombuffer(self.buffer, dtype=self._raw, count=count)
+        out = np.empty(good, OP_DTYPE)
+        if good == count:
+            keep = slice(None)
+        else:
+            keep = (status & _STATUS_CORRUPT) == 0
+            self.corrupt += count - good
+        kept_status = status[keep]
+        self.names_missing += int(np.count_nonzero(kept_status & (_STATUS_NO_TYPE | _STATUS_NO_NAME)))
+        out["model_id"] = raw["modelId"][keep]
+        out["op_name"] = self._name_ids[:count][keep]
+        out["op_type"] = self._type_ids[:count][keep]
+        out["flag"] = raw["flag"][keep]
+        out["thread_id"] = raw["threadId"][keep]
+        out["device_id"] = raw["devId"][keep] if "devId" in raw.dtype.names else self.default_device
+        out["start"] = raw["start"][keep]
+        out["end"] = raw["end"][keep]
+        out["duration"] = raw["duration"][keep]
+        out["execution_time"] = raw["executionTime"][keep]
+        self.records_decoded += good
+        return OpBatch(out, self.names)
+
+    def _decode_with_getters(self, count: int) -> OpBatch:
+        """Unknown record size: every field through the library's getters (slow, exact)."""
+        size = self.record_size
+        rows = []
+        for i in range(count):
+            rec = bytes(self.buffer[i * size:(i + 1) * size])
+            try:
+                type_name = lowlevel.get_op_type(rec, 0, lowlevel.get_op_type_len(rec, 0))
+                op_name = lowlevel.get_op_name(rec, 0, lowlevel.get_op_name_len(rec, 0))
+            except InvalidParamError:
+                self.corrupt += 1
+                continue
+            rows.append((lowlevel.get_model_id(rec, 0), self._intern_py(op_name),
+                         self._intern_py(type_name), 0, 0, self.default_device,
+                         lowlevel.get_op_start(rec, 0), lowlevel.get_op_end(rec, 0),
+                         lowlevel.get_op_duration(rec, 0), 0))
+        self.records_decoded += len(rows)
+        return OpBatch(np.array(rows, dtype=OP_DTYPE), self.names)
+
+    def _intern_py(self, data: bytes) -> int:
+        text = data.decode("utf-8", "backslashreplace")
+        try:
+            return self.names.index(text)
+        except ValueError:
+            self.names.append(text)
+            return len(self.names) - 1
+
+    def _sync_names(self) -> None:
+        lib, ffi = self._lib, self._ffi
+        size = lib.aclprof_interner_size(self._interner)
+        if size > len(self.names):
+            length = ffi.new("size_t *")
+            for i in range(len(self.names), size):
+                ptr = lib.aclprof_interner_entry(self._interner, i, length)
+                self.names.append(ffi.unpack(ptr, length[0]).decode("utf-8", "backslashreplace"))
+
+    @property
+    def names_overflowed(self) -> int:
+        return int(self._lib.aclprof_interner_overflows(self._interner))
+
+
+class Subscription:
+    """A subscribed model and its reader thread. Create with :func:`aclprof.subscribe`."""
+
+    def __init__(self, model_id: int, *, callback: Callable[[OpRecord], Any] | None = None,
+                 batch_callback: Callable[[OpBatch], Any] | None = None,
+                 queue_size: int = 65536, on_full: str = "drop_oldest", time_info: bool = True,
+                 device: int | None = None, read_records: int = 4096, validate: bool = True,
+                 time_unit: str = "ns"):
+        lowlevel._u32(model_id, "model_id")
+        if callback is not None and not callable(callback):
+            raise TypeError("callback must be callable")
+        if batch_callback is not None and not callable(batch_callback):
+            raise TypeError("batch_callback must be callable")
+        if on_full not in ON_FULL_POLICIES:
+            raise ValueError(f"on_full must be one of {ON_FULL_POLICIES}, got {on_full!r}")
+        lowlevel._int(queue_size, "queue_size", 1, 1 << 31)
+        lowlevel._int(read_records, "read_records", 1, 1 << 20)
+        if time_unit not in _TIME_UNITS:
+            raise ValueError(f"time_unit must be 'ns' or 'us', got {time_unit!r}")
+        if not isinstance(time_info, bool):
+            raise TypeError("time_info must be a bool")
+        self.model_id = int(model_id)
+        self._callback = callback
+        self._batch_callback = batch_callback
+        self._queue_size = int(queue_size)
+        self._on_full = on_full
+        self._time_factor = _TIME_UNITS[time_unit]
+        self.device = self._resolve_device(device)
+
+        # Counters: written by the reader thread only, read by anyone (ints are atomic).
+        self._bytes_read = 0
+        self._delivered = 0
+        self._dropped_full = 0
+        self._dropped_callback = 0
+        self._callback_errors = 0
+        self._truncated = 0
+        self._newest_end = 0
+
+        self._queue: collections.deque[OpBatch] = collections.deque()
+        self._queued = 0
+        self._cond = threading.Condition()
+        self._closing = False
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._reader_done = False
+        self._release_on_reader_exit = False
+        self._released = False
+
+        record_size = lowlevel.get_op_desc_size()
+        self._decoder = _Decoder(record_size, validate=validate, default_device=self.device,
+                                 max_records=read_records)
+        self._read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            fcntl.fcntl(write_fd, _F_SETPIPE_SZ, _PIPE_BYTES)
+        except OSError:
+            pass  # capped by /proc/sys/fs/pipe-max-size: the default size still works
+        self._cell = lowlevel.FdCell(write_fd)
+        self._config: lowlevel.SubscribeConfig | None = None
+        self._claimed = False
+        try:
+            _device_configs.claim(self.device, time_info, int(AicoreMetrics.NONE))
+            self._claimed = True
+            self._config = lowlevel.create_subscribe_config(time_info, AicoreMetrics.NONE, self._cell)
+            lowlevel.model_subscribe(self.model_id, self._config)
+        except BaseException:
+            self._close_write_end()
+            self._release()
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"aclprof-reader-{self.model_id}",
+                                        daemon=True)
+        self._thread.start()
+        _live.add(self)
+
+    @staticmethod
+    def _resolve_device(device: int | None) -> int:
+        if device is not None:
+            return lowlevel._int(device, "device", 0, lowlevel.MAX_DEVICES - 1)
+        try:
+            return lowlevel.rt_get_device()
+        except Exception:  # no device set on this thread: CANN's default device is 0
+            return 0
+
+    # -- reader thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        decoder = self._decoder
+        poller = select.poll()
+        poller.register(self._read_fd, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        try:
+            while True:
+                ready = dict(poller.poll())
+                if self._wake_r in ready and self._read_fd not in ready:
+                    _log.warning("subscription reader stopped before EOF", model_id=self.model_id)
+                    break
+                try:
+                    n = os.readv(self._read_fd, [decoder.free_space()])
+                except InterruptedError:
+                    continue
+                if n == 0:
+                    self._truncated += decoder.filled
+                    decoder.filled = 0
+                    break
+                self._bytes_read += n
+                try:
+                    batch = decoder.commit(n)
+                except Exception:  # a bug must not lose the rest of the stream
+                    _log.exception("op record decoding failed", model_id=self.model_id)
+                    continue
+                if batch is not None and len(batch):
+                    self._newest_end = int(batch.data["end"][-1])
+                    self._deliver(batch)
+        except Exception:
+            _log.exception("subscription reader failed", model_id=self.model_id)
+        finally:
+            with self._cond:
+                self._reader_done = True
+                self._cond.notify_all()
+            if self._release_on_reader_exit:
+                self._release()
+
+    def _deliver(self, batch: OpBatch) -> None:
+        if self._batch_callback is not None or self._callback is not None:
+            self._run_callbacks(batch)
+            return
+        with self._cond:
+            n = len(batch)
+            cap = self._queue_size
+            if self._on_full == "block":
+                while self._queued + n > cap and self._queued and not self._closing:
+                    self._cond.wait(0.5)
+            elif self._queued + n > cap:
+                if self._on_full == "drop_newest":
+                    keep = max(cap - self._queued, 0)
+                    self._dropped_full += n - keep
+                    if keep == 0:
+                        return
+                    batch = OpBatch(batch.data[:keep], batch.names)
+                    n = keep
+                else:  # drop_oldest
+                    if n >= cap:
+                        self._dropped_full += n - cap + self._queued
+                        self._queue.clear()
+                        self._queued = 0
+                        batch = OpBatch(batch.data[n - cap:], batch.names)
+                        n = cap
+                    while self._queued + n > cap:
+                        oldest = self._queue[0]
+                        excess = self._queued + n - cap
+                        if len(oldest) <= excess:
+                            self._queue.popleft()
+                            self._queued -= len(oldest)
+                            self._dropped_full += len(oldest)
+                        else:
+                            self._queue[0] = OpBatch(oldest.data[excess:], oldest.names)
+                            self._queued -= excess
+                            self._dropped_full += excess
+            self._queue.append(batch)
+            self._queued += n
+            self._cond.notify_all()
+
+    def _run_callbacks(self, batch: OpBatch) -> None:
+        if self._batch_callback is not None:
+            try:
+                self._batch_callback(batch)
+            except Exception:
+                self._callback_errors += 1
+                self._dropped_callback += len(batch)
+                _log.exception("batch_callback raised; records counted as dropped",
+                               model_id=self.model_id, records=len(batch))
+                return
+            if self._callback is None:
+                self._delivered += len(batch)
+                return
+        callback = self._callback
+        delivered = 0
+        for record in batch.records():
+            try:
+                callback(record)
+                delivered += 1
+            except Exception:
+                self._callback_errors += 1
+                self._dropped_callback += 1
+                _log.exception("callback raised; record counted as dropped", model_id=self.model_id)
+        self._delivered += delivered
+
+    # -- consumer side ----------------------------------------------------------------------
+    def get_batch(self, timeout: float | None = None) -> OpBatch | None:
+        """The next queued batch; None after ``timeout`` or once closed and drained."""
+        if self._callback is not None or self._batch_callback is not None:
+            raise RuntimeError("this subscription delivers to callbacks; it has no queue to read")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while not self._queue:
+                if self._reader_done:
+                    return None
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return None
+                self._cond.wait(remaining if remaining is not None else 0.5)
+            batch = self._queue.popleft()
+            self._queued -= len(batch)
+            self._delivered += len(batch)
+            self._cond.notify_all()
+            return batch
+
+    def batches(self, timeout: float | None = None) -> Iterator[OpBatch]:
+        """Yield queued batches until the subscription is closed and drained (or a wait
+        for the next batch exceeds ``timeout``)."""
+        while True:
+            batch = self.get_batch(timeout)
+            if batch is None:
+                return
+            yield batch
+
+    def __iter__(self) -> Iterator[OpRecord]:
+        """Yield records until the subscription is closed and drained."""
+        for batch in self.batches():
+            yield from batch.records()
+
+    # -- stats -------------------------------------------------------------------------------
+    @property
+    def stats(self) -> SubscriptionStats:
+        d = self._decoder
+        lag = None
+        if self._newest_end:
+            lag = time.monotonic_ns() - self._newest_end * self._time_factor
+        return SubscriptionStats(
+            bytes_read=self._bytes_read,
+            records_read=d.records_read,
+            records_decoded=d.records_decoded,
+            delivered=self._delivered,
+            queued=self._queued,
+            dropped_queue_full=self._dropped_full,
+            dropped_corrupt=d.corrupt,
+            dropped_callback_error=self._dropped_callback,
+            dropped_decode_error=d.failed,
+            callback_errors=self._callback_errors,
+            names_missing=d.names_missing,
+            truncated_bytes=self._truncated,
+            reader_lag_ns=lag,
+        )
+
+    @property
+    def names(self) -> list[str]:
+        """The interned op name/type table that batches index into."""
+        return self._decoder.names
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- shutdown ---------------------------------------------------------------------------
+    def close(self, timeout: float = 5.0) -> None:
+        """Unsubscribe, drain the pipe to EOF, join the reader and release everything.
+
+        Idempotent and callable from any thread, a callback of this subscription included
+        (then the reader finishes the release itself once it reaches EOF). Every record the
+        library emitted before the unsubscribe is delivered (or counted as dropped).
+
+        Raises:
+            AclError: the unsubscribe failed; the subscription is released all the same.
+        """
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        with self._cond:
+            self._closing = True
+            self._cond.notify_all()
+        _live.discard(self)
+        if threading.current_thread() is self._thread:
+            # From a callback: the reader must keep draining while the library flushes
+            # (a full pipe would block the flush), so unsubscribe on a helper thread and
+            # let the reader release everything when it reaches EOF.
+            self._release_on_reader_exit = True
+            threading.Thread(target=self._unsubscribe, name="aclprof-unsubscribe",
+                             daemon=True).start()
+            return
+        error = self._unsubscribe()
+        self._join(timeout)
+        self._release()
+        if error is not None:
+            raise error
+
+    def _unsubscribe(self) -> BaseException | None:
+        """Unsubscribe and make sure the write end is closed; returns the failure, if any."""
+        error: BaseException | None = None
+        try:
+            lowlevel.model_unsubscribe(self.model_id)
+        except BaseException as exc:
+            error = exc
+            _orphaned_cells.append(self._cell)  # the library may still reference it
+            _log.warning("unsubscribe failed; closing the pipe ourselves", model_id=self.model_id,
+                         error=str(exc))
+        self._close_write_end()
+        return error
+
+    def _close_write_end(self) -> None:
+        """Close the pipe's write end unless the library did (it then wrote -1)."""
+        fd = self._cell.value
+        if fd >= 0:
+            self._cell._set(-1)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _join(self, timeout: float) -> None:
+        thread = self._thread
+        thread.join(timeout)
+        if thread.is_alive():
+            # EOF did not come (a forked child holding the write end?): wake the reader.
+            os.write(self._wake_w, b"x")
+            thread.join(1.0)
+            if thread.is_alive():
+                _log.error("subscription reader did not stop (blocked in a callback?)",
+                           model_id=self.model_id)
+
+    def _release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        for fd in (self._read_fd, self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self._config is not None and not any(c is self._cell for c in _orphaned_cells):
+            try:
+                self._config.close()
+            except Exception as exc:
+                _log.warning("destroying the subscribe config failed", error=str(exc))
+        if self._claimed:
+            _device_configs.release(self.device)
+            self._claimed = False
+
+    def __enter__(self) -> "Subscription":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception as close_error:
+            _log.warning("closing the subscription failed after an exception", error=str(close_error))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<aclprof.Subscription model={self.model_id} device={self.device} {state}>"
+
+
+def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = None,
+              batch_callback: Callable[[OpBatch], Any] | None = None, queue_size: int = 65536,
+              on_full: str = "drop_oldest", time_info: bool = True, device: int | None = None,
+              read_records: int = 4096, validate: bool = True, time_unit: str = "ns") -> Subscription:
+    """Subscribe to the op records of a loaded model and start reading them.
+
+    Args:
+        model_id: from ``aclmdlLoadFromFile`` (or :func:`aclprof.mock.load_model`).
+        callback: called with each :class:`OpRecord` on the reader thread.
+        batch_callback: called with each :class:`OpBatch` on the reader thread.
+            With either callback the records go to the callbacks and there is no queue.
+        queue_size: the most records kept for iteration (bounded memory).
+        on_full: ``"drop_oldest"``, ``"drop_newest"`` (both count what they drop) or
+            ``"block"`` (the reader waits; the library's own queue then fills up).
+        time_info: the ``timeInfoSwitch`` of the subscribe config.
+        device: the model's device (default: the thread's current device, else 0); all
+            models on one device must share one config.
+        read_records: records per read (the read size is this times the record size).
+        validate: check each record's CRC-32C signature (cheap; corrupt ones are counted).
+        time_unit: the unit of the library's timestamps (``"ns"`` or ``"us"``), for lag.
+    """
+    return Subscription(model_id, callback=callback, batch_callback=batch_callback,
+                        queue_size=queue_size, on_full=on_full, time_info=time_info,
+                        device=device, read_records=read_records, validate=validate,
+                        time_unit=time_unit)
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for sub in list(_live):
+        try:
+            sub.close(timeout=1.0)
+        except Exception as exc:
+            _log.warning("closing a subscription at exit failed", error=str(exc))
