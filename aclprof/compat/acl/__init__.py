@@ -1,0 +1,27 @@
+"""pyACL-compatible ``acl`` module (the subset the profiling samples use).
+
+Conventions (reference section 5): handles and pointers are ints (0 is NULL); functions
+with C out-parameters return ``(value, ret)``; functions returning ``aclError`` return
+``ret``; functions returning a value return it. Nothing here raises for a C error code:
+like pyACL, the code is returned for the caller to check. Python-level misuse (wrong
+argument types) raises ``TypeError``.
+"""
+
+from __future__ import annotations
+
+from . import mdl, prof, rt, util
+from ._common import call_ret, text
+
+__all__ = ["init", "finalize", "prof", "rt", "mdl", "util"]
+
+
+def init(config_path: str | None = None) -> int:
+    """``aclInit``; ``config_path`` is the acl.json path or None/"" for none."""
+    from ._common import ffi
+
+    return call_ret("aclInit", text(config_path) if config_path else ffi().NULL)
+
+
+def finalize() -> int:
+    """``aclFinalize``."""
+    return call_ret("aclFinalize")

@@ -1,0 +1,107 @@
+"""The official pyACL profiling samples (shared/seeds/004) run unchanged on aclprof.compat.
+
+The samples live in tests/pyacl_samples/ (see its README for the one change, the import
+line). Their `# ......` placeholders are the globals given here. Each test checks what the
+mock observed, since the samples print nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+from pathlib import Path
+
+import pytest
+
+import aclprof
+from aclprof import mock
+from aclprof.compat import acl
+
+SAMPLES = Path(__file__).parent / "pyacl_samples"
+
+OPS = [
+    {"name": "conv1", "type": "Conv2D", "duration_ns": 2000, "jitter": 100},
+    {"name": "bn1", "type": "BatchNorm", "duration_ns": 500},
+    {"name": "relu1", "type": "Relu", "duration_ns": 200},
+    {"name": "fc", "type": "MatMulV2", "duration_ns": 3000},
+]
+
+
+def open_fds() -> set[int]:
+    return {int(n) for n in os.listdir("/proc/self/fd")}
+
+
+@pytest.fixture
+def runtime():
+    """The sample's step 1: device, context, stream."""
+    assert acl.rt.set_device(0) == 0
+    context, ret = acl.rt.create_context(0)
+    assert ret == 0 and context != 0
+    yield context
+    assert acl.rt.destroy_context(context) == 0
+    assert acl.rt.reset_device(0) == 0
+
+
+def test_subscribe_sample_reads_every_record_once(runtime, monkeypatch):
+    model_id = mock.load_model(OPS)
+    seen: list[tuple[str, str]] = []
+    real_get_op_name = acl.prof.get_op_name
+    real_get_op_type = acl.prof.get_op_type
+
+    def spy_name(data, data_len, i, length):
+        name, ret = real_get_op_name(data, data_len, i, length)
+        assert ret == 0
+        seen.append(("name", name))
+        return name, ret
+
+    def spy_type(data, data_len, i, length):
+        op_type, ret = real_get_op_type(data, data_len, i, length)
+        assert ret == 0
+        seen.append(("type", op_type))
+        return op_type, ret
+
+    monkeypatch.setattr(acl.prof, "get_op_name", spy_name)
+    monkeypatch.setattr(acl.prof, "get_op_type", spy_type)
+    before = open_fds()
+    runpy.run_path(str(SAMPLES / "subscribe_sample.py"), init_globals={
+        "os": os, "model_id": model_id, "context": runtime, "input": 0, "output": 0})
+
+    stats = mock.stats()
+    assert stats["recordsEmitted"] == len(OPS)
+    assert stats["recordsWritten"] == len(OPS)
+    assert stats["nameTableEntries"] == 0, "the sample fetched every name and type"
+    assert [v for k, v in seen if k == "name"] == [op["name"] for op in OPS]
+    assert [v for k, v in seen if k == "type"] == [op["type"] for op in OPS]
+    assert open_fds() == before, "the library closed the write end, the sample the read end"
+    assert mock.mode() == "OFF"
+
+
+def test_session_sample_produces_a_prof_dir(runtime, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the sample's PROF_INIT_PATH is the relative path '...'
+    model_id = mock.load_model(OPS)
+    runpy.run_path(str(SAMPLES / "session_sample.py"), init_globals={
+        "os": os, "model_id": model_id, "context": runtime, "input": 0, "output": 0,
+        # Used by the sample but defined in its `# ......` part.
+        "ACL_PROF_AICPU": 0x0008, "ACL_PROF_HCCL_TRACE": 0x0020})
+    prof_dirs = list((tmp_path / "...").glob("PROF_*"))
+    assert len(prof_dirs) == 1
+    config = json.loads((prof_dirs[0] / "device_0" / "mock_config.json").read_text())
+    assert config["dataTypeConfig"] == 0x0001 | 0x0002 | 0x0008 | 0x0004 | 0x0020
+    assert "SYS_HARDWARE_MEM_FREQ" in json.dumps(config)
+    assert mock.mode() == "OFF"
+
+
+def test_msproftx_sample_records_every_event(tmp_path):
+    namespace = runpy.run_path(str(SAMPLES / "msproftx_sample.py"))
+    with aclprof.Profiler(tmp_path, devices=(0,),
+                          data_types=aclprof.DataType.ACL_API | aclprof.DataType.MSPROFTX) as prof:
+        assert namespace["run"]() is None  # None: no "create stamp failed" path
+    events = (prof.result_dirs[0] / "host" / "msproftx.jsonl").read_text().splitlines()
+    kinds: dict[str, int] = {}
+    for line in events:
+        event = json.loads(line)
+        assert event["message"] == "test msprof tx"
+        kinds[event["kind"]] = kinds.get(event["kind"], 0) + 1
+    assert kinds == {"mark": 200000, "push_pop": 200000, "range": 200000}
+    assert mock.stats()["stampsInUse"] == 0
