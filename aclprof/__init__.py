@@ -49,12 +49,17 @@ _LAZY = {
 }
 
 
+_LAZY_MODULES = ("mock", "compat", "lowlevel", "subscription", "records")
+
+
 def __getattr__(name: str):
+    import importlib
+
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f"aclprof.{name}")
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'aclprof' has no attribute {name!r}")
-    import importlib
-
     value = getattr(importlib.import_module(f"aclprof.{module}"), name)
     globals()[name] = value
     return value

@@ -45,7 +45,9 @@ __all__ = [
 
 MAX_PATH_BYTES = 4095  # aclprofInit rejects length >= 4096
 MAX_CONFIG_VALUE_BYTES = 256  # aclprofSetConfig rejects configLength > 256
-MAX_TRACE_MESSAGE_BYTES = 127  # aclprofSetStampTraceMessage rejects msgLen >= 128
+# aclprofSetStampTraceMessage rejects msgLen >= 128 and copies into a 127-byte field with
+# strncpy_s, which needs room for the NUL: 126 bytes is the longest message that survives.
+MAX_TRACE_MESSAGE_BYTES = 126
 MAX_MARK_EX_BYTES = 127  # reference 3.6: the doc says 127, the source 155; we take 127
 MAX_DEVICES = 64  # PROF_MAX_DEV_NUM
 _U32 = 0xFFFFFFFF
@@ -119,8 +121,12 @@ def init(path: str | os.PathLike) -> None:
 
 def finalize() -> None:
     """``aclprofFinalize``."""
+    was_running = _state.tx_running
     _state.tx_stopping()
-    check(_fn("aclprofFinalize")(), "aclprofFinalize")
+    rc = _fn("aclprofFinalize")()
+    if rc != 0 and was_running:
+        _state.tx_started()  # the library did not finalize: msproftx keeps running
+    check(rc, "aclprofFinalize")
 
 
 def start(config: ProfConfig | None) -> None:
@@ -134,8 +140,12 @@ def start(config: ProfConfig | None) -> None:
 def stop(config: ProfConfig | None) -> None:
     """``aclprofStop``; pass the config given to :func:`start` (``None``: the running one)."""
     ptr = _config_ptr(config)
+    was_running = _state.tx_running
     _state.tx_stopping()
-    check(_fn("aclprofStop")(ptr), "aclprofStop")
+    rc = _fn("aclprofStop")(ptr)
+    if rc != 0 and was_running:
+        _state.tx_started()  # the library did not stop: msproftx keeps running
+    check(rc, "aclprofStop")
 
 
 def _config_ptr(config: ProfConfig | None) -> Any:
@@ -450,13 +460,14 @@ def create_stamp() -> Stamp:
 
 
 def destroy_stamp(stamp: Stamp) -> None:
-    """``aclprofDestroyStamp``; same as ``stamp.close()``."""
-    _stamp_ptr(stamp)
+    """``aclprofDestroyStamp``; same as ``stamp.close()`` (idempotent)."""
+    if not isinstance(stamp, Stamp):
+        raise TypeError(f"stamp must be a Stamp, not {type(stamp).__name__}")
     stamp.close()
 
 
 def set_stamp_trace_message(stamp: Stamp, message: str | bytes) -> None:
-    """``aclprofSetStampTraceMessage(stamp, msg, len)``; at most 127 bytes."""
+    """``aclprofSetStampTraceMessage(stamp, msg, len)``; at most 126 bytes of UTF-8."""
     data = encode_text(message, "message", MAX_TRACE_MESSAGE_BYTES, allow_empty=True)
     check(_fn("aclprofSetStampTraceMessage")(_stamp_ptr(stamp), data, len(data)),
           "aclprofSetStampTraceMessage")

@@ -39,6 +39,13 @@ def _ok(rc: int, name: str) -> None:
         raise ValueError(f"{name} rejected its argument (code {rc})")
 
 
+def _choice(value: str, choices: dict[str, int], what: str) -> int:
+    try:
+        return choices[value]
+    except (KeyError, TypeError):
+        raise ValueError(f"{what} must be one of {sorted(choices)}, got {value!r}") from None
+
+
 def reset() -> None:
     """Return the mock to its freshly loaded state (sessions, models, stamps, faults)."""
     _state.tx_stopping()  # aclprof's cached stamps die with the mock's pool
@@ -75,7 +82,7 @@ def set_device_count(count: int) -> None:
 
 def set_noinit_behaviour(behaviour: str) -> None:
     """``"classic"`` (Start/Stop/Finalize without Init fail with 100043) or ``"modern"``."""
-    value = {"classic": 0, "modern": 1}[behaviour]
+    value = _choice(behaviour, {"classic": 0, "modern": 1}, "behaviour")
     _ok(_call("aclmockSetNoInitBehaviour", value), "aclmockSetNoInitBehaviour")
 
 
@@ -86,7 +93,7 @@ def set_op_desc_size(size: int) -> None:
 
 def set_time_unit(unit: str) -> None:
     """Unit of op timestamps: ``"ns"`` or ``"us"``."""
-    _ok(_call("aclmockSetTimeUnit", {"ns": 0, "us": 1}[unit]), "aclmockSetTimeUnit")
+    _ok(_call("aclmockSetTimeUnit", _choice(unit, {"ns": 0, "us": 1}, "unit")), "aclmockSetTimeUnit")
 
 
 def set_realtime(enabled: bool) -> None:

@@ -16,6 +16,7 @@ from typing import Any, Iterable, Mapping
 from . import lowlevel
 from ._log import get_logger
 from .enums import AicoreMetrics, ConfigType, DataType, validate_data_types
+from .errors import ProfNotRunError
 
 __all__ = ["Profiler", "validate_option"]
 
@@ -35,7 +36,8 @@ _WORDS: dict[ConfigType, tuple[str, ...]] = {
     ConfigType.NTS_METRICS: ("PipeUtilization",),
 }
 _WORD_LISTS: dict[ConfigType, tuple[str, ...]] = {
-    ConfigType.HOST_SYS: ("cpu", "mem"),
+    # The reference documents cpu and mem; CANN's own unit tests also pass disk, network, osrt.
+    ConfigType.HOST_SYS: ("cpu", "mem", "disk", "network", "osrt"),
     ConfigType.HOST_SYS_USAGE: ("cpu", "mem"),
 }
 
@@ -59,7 +61,7 @@ def validate_option(config_type: Any, value: Any) -> tuple[ConfigType, str]:
     if ctype in _INT_RANGES:
         lo, hi = _INT_RANGES[ctype]
         digits = text[:-2] if ctype is ConfigType.STORAGE_LIMIT and text.upper().endswith("MB") else text
-        if not digits.isdigit() or not lo <= int(digits) <= hi:
+        if not digits.isdecimal() or not lo <= int(digits) <= hi:
             raise ValueError(f"option {ctype.name}={value!r} must be an integer in [{lo}, {hi}]")
         text = f"{int(digits)}MB" if ctype is ConfigType.STORAGE_LIMIT else str(int(digits))
     elif ctype in _WORDS:
@@ -179,6 +181,8 @@ class Profiler:
         with self._lock:
             if self._running:
                 raise RuntimeError("this Profiler is already running; stop() it first")
+            if self._initialised:  # an earlier aclprofFinalize failed: finish it first
+                self._unwind(stop=True)
             self._output_dir.mkdir(parents=True, exist_ok=True)
             self._before = self._prof_dirs()
             try:
@@ -196,15 +200,18 @@ class Profiler:
 
     def stop(self) -> None:
         """Stop, destroy the config and finalize. Every step runs even if one fails; the
-        first failure is raised afterwards. Does nothing if not running."""
+        first failure is raised afterwards. If aclprofFinalize failed earlier, it is retried
+        (the library would otherwise stay initialised); else does nothing if not running."""
         with self._lock:
             if not self._running:
+                if self._initialised:
+                    self._unwind(stop=True)
                 return
             self._running = False
             self._unwind(stop=True)
 
     def close(self) -> None:
-        """Stop if running. Idempotent."""
+        """Stop if running (or retry a failed finalize). Idempotent."""
         self.stop()
 
     def _unwind(self, stop: bool) -> None:
@@ -222,8 +229,14 @@ class Profiler:
             attempt(self._config.close)
             self._config = None
         if self._initialised:
-            attempt(lowlevel.finalize)
-            self._initialised = False
+            try:
+                lowlevel.finalize()
+                self._initialised = False
+            except BaseException as exc:
+                # Still initialised (close() retries), unless the library says it is not.
+                if isinstance(exc, ProfNotRunError):
+                    self._initialised = False
+                errors.append(exc)
         self._collect_result_dirs()
         if errors:
             for extra in errors[1:]:

@@ -112,6 +112,7 @@ class _DeviceConfigs:
 _device_configs = _DeviceConfigs()
 _live: "weakref.WeakSet[Subscription]" = weakref.WeakSet()
 _orphaned_cells: list[lowlevel.FdCell] = []  # cells the library may still write -1 into
+_closing_in_background: "set[Subscription]" = set()  # closed from a callback, not yet released
 
 
 class _Decoder:
@@ -306,6 +307,8 @@ class Subscription:
         self._close_lock = threading.Lock()
         self._reader_done = False
         self._release_on_reader_exit = False
+        self._unsub_thread: threading.Thread | None = None
+        self._background_close: threading.Event | None = None  # set once released
         self._released = False
 
         record_size = lowlevel.get_op_desc_size()
@@ -380,6 +383,8 @@ class Subscription:
                 self._cond.notify_all()
             if self._release_on_reader_exit:
                 self._release()
+                _closing_in_background.discard(self)
+                self._background_close.set()
 
     def _deliver(self, batch: OpBatch) -> None:
         if self._batch_callback is not None or self._callback is not None:
@@ -425,7 +430,7 @@ class Subscription:
         if self._batch_callback is not None:
             try:
                 self._batch_callback(batch)
-            except Exception:
+            except BaseException:  # SystemExit too: it must not end the reader thread
                 self._callback_errors += 1
                 self._dropped_callback += len(batch)
                 _log.exception("batch_callback raised; records counted as dropped",
@@ -440,7 +445,7 @@ class Subscription:
             try:
                 callback(record)
                 delivered += 1
-            except Exception:
+            except BaseException:  # SystemExit too: it must not end the reader thread
                 self._callback_errors += 1
                 self._dropped_callback += 1
                 _log.exception("callback raised; record counted as dropped", model_id=self.model_id)
@@ -517,33 +522,52 @@ class Subscription:
         """Unsubscribe, drain the pipe to EOF, join the reader and release everything.
 
         Idempotent and callable from any thread, a callback of this subscription included
-        (then the reader finishes the release itself once it reaches EOF). Every record the
+        (then the reader finishes the release itself once it reaches EOF; a later close()
+        from another thread, and interpreter exit, wait for that). Every record the
         library emitted before the unsubscribe is delivered (or counted as dropped).
 
         Raises:
             AclError: the unsubscribe failed; the subscription is released all the same.
         """
+        in_reader = threading.current_thread() is self._thread
         with self._close_lock:
-            if self._closed:
-                return
+            already = self._closed
             self._closed = True
+            if not already and in_reader:
+                self._background_close = threading.Event()
+        if already:
+            # A close started from a callback finishes in the background: wait for it
+            # (unless this is the reader itself, which must go on draining).
+            self._await_background_close(timeout)
+            return
         with self._cond:
             self._closing = True
             self._cond.notify_all()
         _live.discard(self)
-        if threading.current_thread() is self._thread:
+        if in_reader:
             # From a callback: the reader must keep draining while the library flushes
             # (a full pipe would block the flush), so unsubscribe on a helper thread and
             # let the reader release everything when it reaches EOF.
             self._release_on_reader_exit = True
-            threading.Thread(target=self._unsubscribe, name="aclprof-unsubscribe",
-                             daemon=True).start()
+            self._unsub_thread = threading.Thread(target=self._unsubscribe,
+                                                  name="aclprof-unsubscribe", daemon=True)
+            _closing_in_background.add(self)
+            self._unsub_thread.start()
             return
         error = self._unsubscribe()
         self._join(timeout)
         self._release()
         if error is not None:
             raise error
+
+    def _await_background_close(self, timeout: float) -> None:
+        done = self._background_close
+        if done is None or threading.current_thread() in (self._thread, self._unsub_thread):
+            return
+        if done.wait(timeout):  # the reader reached EOF and released everything
+            self._thread.join(timeout)
+            if self._unsub_thread is not None:
+                self._unsub_thread.join(timeout)
 
     def _unsubscribe(self) -> BaseException | None:
         """Unsubscribe and make sure the write end is closed; returns the failure, if any."""
@@ -648,3 +672,5 @@ def _close_all_at_exit() -> None:
             sub.close(timeout=1.0)
         except Exception as exc:
             _log.warning("closing a subscription at exit failed", error=str(exc))
+    for sub in list(_closing_in_background):  # closed from a callback: let them finish
+        sub._await_background_close(timeout=2.0)

@@ -78,6 +78,15 @@ def _check_message(message: Any) -> None:
         _valid_messages[message] = True
 
 
+def _validate_once(message: Any) -> None:
+    """:func:`_validate`, memoized for ``str`` (``annotate("m")``/``range("m")`` are
+    usually built on every use; validating each time cost ~1 us)."""
+    if type(message) is str:
+        _check_message(message)
+    else:
+        _validate(message)  # bytes-likes (bytearray is unhashable): as before, every time
+
+
 class _StampCache:
     """Idle stamps per message, checked out for the duration of one push or range."""
 
@@ -85,6 +94,7 @@ class _StampCache:
         self.free: dict[Any, list[int]] = {}
         self.generation = 0
         self.created = 0  # stamps alive in the library (idle + checked out)
+        self.live: set[int] = set()  # their addresses, so that reset() can destroy them all
         self.lock = threading.Lock()
 
     def acquire(self, message: Any) -> int:
@@ -122,6 +132,7 @@ class _StampCache:
                 lowlevel.destroy_stamp_address(address)
                 raise
             self.created += 1
+            self.live.add(address)
             self.free.setdefault(message, [])
             return address
 
@@ -134,18 +145,23 @@ class _StampCache:
                     continue
                 lowlevel.destroy_stamp_address(address)
                 self.created -= 1
+                self.live.discard(address)
                 return True
         return False
 
     def reset(self) -> None:
-        """Destroy idle stamps and forget checked-out ones (called before the session stops)."""
+        """Destroy every stamp, idle or checked out (called before the session stops).
+
+        A stamp still checked out (a range never ended, a push never popped) would otherwise
+        stay allocated in the library's pool for good; its holder sees the new generation
+        and no longer touches it."""
         with self.lock:
-            free, self.free = self.free, {}
+            self.free = {}
+            live, self.live = self.live, set()
             self.generation += 1
             self.created = 0
-            for idle in free.values():
-                while idle:
-                    lowlevel.destroy_stamp_address(idle.pop())
+            for address in live:
+                lowlevel.destroy_stamp_address(address)
 
 
 _cache = _StampCache()
@@ -185,7 +201,10 @@ def _push_entry(message: Any) -> Any:
         return None
     cache = _cache
     generation = cache.generation
-    address = cache.acquire(message)
+    try:  # _StampCache.acquire's fast path, inlined (hot path)
+        address = cache.free[message].pop()
+    except (KeyError, IndexError):  # no idle stamp for this message (yet)
+        address = cache.acquire(message)
     rc = _fastlib.aclprof_tx_push(address)
     if rc:
         cache.release(message, address, generation)
@@ -201,7 +220,8 @@ def _pop_entry(entry: Any, raising: bool = True) -> None:
     if generation != cache.generation:
         return  # the session stopped inside the annotation: nothing left to pop
     rc = _fastlib.aclprof_tx_pop()
-    cache.release(message, address, generation)
+    if generation == cache.generation:  # _StampCache.release, inlined (hot path)
+        cache.free[message].append(address)
     if rc:
         if raising:
             _raise(rc, "aclprofPop", repr(message))
@@ -220,6 +240,9 @@ def pop() -> None:
         MsproftxError: this thread has no open push (in a running session, or in strict mode).
     """
     stack = _tls.pushes
+    generation = _cache.generation
+    while stack and stack[-1] is not None and stack[-1][2] != generation:
+        stack.pop()  # pushed in a session that has ended: nothing of it is left in C
     if not stack:
         if _active or _strict:
             raise MsproftxError(-1, "aclprofPop", "this thread has no open push to pop")
@@ -237,21 +260,55 @@ class annotate:
     __slots__ = ("message",)
 
     def __init__(self, message: str | None = None):
-        if message is not None:
-            _validate(message)
+        if message is not None and not (type(message) is str and message in _valid_messages):
+            _validate_once(message)
         self.message = message
 
+    # __enter__/__exit__ inline the running-session paths of _push_entry/_pop_entry and of
+    # _StampCache.acquire/release (same steps, same order): a Python call costs ~0.1 us
+    # here, and this pair is the hot path. Keep them in sync with those functions.
     def __enter__(self) -> "annotate":
         message = self.message
         if message is None:
             raise TypeError("annotate() needs a message when used as a context manager")
-        _tls.pushes.append(_push_entry(message))
+        if not _active:  # _push_entry's no-session path
+            if not (type(message) is str and message in _valid_messages):
+                _check_message(message)
+            if _strict:
+                _not_running("aclprofPush")
+            _tls.pushes.append(None)
+            return self
+        cache = _cache
+        generation = cache.generation
+        try:
+            address = cache.free[message].pop()
+        except (KeyError, IndexError):  # no idle stamp for this message (yet)
+            address = cache.acquire(message)
+        rc = _fastlib.aclprof_tx_push(address)
+        if rc:
+            cache.release(message, address, generation)
+            _raise(rc, "aclprofPush", repr(message))
+        _tls.pushes.append((address, message, generation))
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
         stack = _tls.pushes
-        if stack:
-            _pop_entry(stack.pop(), raising=exc is None)
+        if not stack:
+            return
+        entry = stack.pop()
+        if entry is None:
+            return
+        address, message, generation = entry
+        cache = _cache
+        if generation != cache.generation:
+            return  # the session stopped inside the annotation: nothing left to pop
+        rc = _fastlib.aclprof_tx_pop()
+        if generation == cache.generation:  # _StampCache.release
+            cache.free[message].append(address)
+        if rc:
+            if exc is None:
+                _raise(rc, "aclprofPop", repr(message))
+            _log.warning("aclprofPop failed while an exception was propagating", code=rc)
 
     def __call__(self, func: F) -> F:
         message = self.message
@@ -352,7 +409,8 @@ class range:  # noqa: A001 - mirrors nvtx.start_range/end_range under a Pythonic
     __slots__ = ("message",)
 
     def __init__(self, message: str):
-        _validate(message)
+        if not (type(message) is str and message in _valid_messages):
+            _validate_once(message)
         self.message = message
 
     def start(self) -> RangeHandle:

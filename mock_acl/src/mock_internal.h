@@ -90,10 +90,9 @@ void mock_opdesc_stats(aclmockStats *out);
 /* ---- session.c -> msproftx.c ------------------------------------------------------ */
 /* Called by aclprofStart/aclprofStop (lock held) so msproftx knows whether it may record,
  * and where its events go: `host_dir` is the host/ subdirectory of the running PROF_ directory,
- * NULL at stop. */
+ * NULL at stop. Every Start passes its host dir; `enabled` is whether the config has the
+ * MSPROFTX bit (without it, only step events go to that session's event log). */
 void mock_msproftx_session(bool enabled, const char *host_dir);
-/* Called at aclprofStart with enabled=false and the host dir when the config has no
- * MSPROFTX bit (step events still go to that session's event log). */
 /* aclprofFinalize (lock held): msproftx is uninitialised, push stacks and open ranges are
  * dropped; stamps still in use survive, as in the real pool. */
 void mock_msproftx_finalize(void);

@@ -1,0 +1,425 @@
+/* Shared machinery of the mock: the global lock, fault injection, clock, thread ids,
+ * settings (environment defaults + aclmock* setters), the global mode, JSON escaping, and
+ * the aclmock* control functions that are not about subscription.
+ */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mock_internal.h"
+
+/* ---- lock ------------------------------------------------------------------------- */
+
+/* Recursive so that an exported function may call another exported function. */
+pthread_mutex_t g_mock_lock = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+
+void mock_lock(void)
+{
+    pthread_mutex_lock(&g_mock_lock);
+}
+
+void mock_unlock(void)
+{
+    pthread_mutex_unlock(&g_mock_lock);
+}
+
+/* ---- fault injection ---------------------------------------------------------------- */
+
+#define FAULT_SLOTS 32
+#define FAULT_NAME_MAX 64
+
+typedef struct fault {
+    char function[FAULT_NAME_MAX];
+    uint32_t remaining;   /* 0: slot free */
+    int32_t code;
+} fault;
+
+/* Separate from g_mock_lock: mock_fault() runs first in every function, before (and in
+ * some functions instead of) taking the global lock. */
+static pthread_mutex_t g_fault_lock = PTHREAD_MUTEX_INITIALIZER;
+static fault g_faults[FAULT_SLOTS];
+/* Number of slots with remaining > 0. Checked without any lock so that an unarmed mock
+ * pays a single relaxed load per call. */
+static atomic_uint g_faults_armed;
+
+/* Every function a fault may be armed for: catches typos in tests, which would otherwise
+ * arm a fault that never fires. Must list every exported acl* function of cdefs/. */
+static const char *const k_fault_functions[] = {
+    "aclprofInit", "aclprofFinalize", "aclprofStart", "aclprofStop", "aclprofCreateConfig",
+    "aclprofDestroyConfig", "aclprofSetConfig", "aclprofModelSubscribe",
+    "aclprofModelUnSubscribe", "aclprofCreateSubscribeConfig",
+    "aclprofDestroySubscribeConfig", "aclprofGetOpDescSize", "aclprofGetOpNum",
+    "aclprofGetOpTypeLen", "aclprofGetOpType", "aclprofGetOpNameLen", "aclprofGetOpName",
+    "aclprofGetOpStart", "aclprofGetOpEnd", "aclprofGetOpDuration", "aclprofGetModelId",
+    "aclprofGetOpFlag", "aclprofGetOpAttriValue", "aclprofGetStepTimestamp",
+    "aclprofCreateStepInfo", "aclprofDestroyStepInfo", "aclprofCreateStamp",
+    "aclprofDestroyStamp", "aclprofPush", "aclprofPop", "aclprofRangeStart",
+    "aclprofRangeStop", "aclprofSetStampTraceMessage", "aclprofMark", "aclprofMarkEx",
+    "aclprofStr2Id", "aclprofRangePushEx", "aclprofRangePop",
+    "aclInit", "aclFinalize", "aclrtSetDevice", "aclrtResetDevice", "aclrtGetDevice",
+    "aclrtGetDeviceCount", "aclrtCreateContext", "aclrtDestroyContext",
+    "aclrtSetCurrentContext", "aclrtGetCurrentContext", "aclrtCreateStream",
+    "aclrtDestroyStream", "aclrtSynchronizeStream", "aclrtSynchronizeDevice",
+    "aclmdlLoadFromFile", "aclmdlExecute", "aclmdlUnload",
+};
+
+static bool fault_function_known(const char *function)
+{
+    for (size_t i = 0; i < sizeof k_fault_functions / sizeof k_fault_functions[0]; i++) {
+        if (strcmp(k_fault_functions[i], function) == 0)
+            return true;
+    }
+    return false;
+}
+
+/* Caller holds g_fault_lock. */
+static fault *fault_find(const char *function)
+{
+    for (size_t i = 0; i < FAULT_SLOTS; i++) {
+        if (g_faults[i].remaining > 0 && strcmp(g_faults[i].function, function) == 0)
+            return &g_faults[i];
+    }
+    return NULL;
+}
+
+/* Caller holds g_fault_lock. */
+static void fault_disarm(fault *f)
+{
+    f->remaining = 0;
+    atomic_fetch_sub_explicit(&g_faults_armed, 1, memory_order_relaxed);
+}
+
+bool mock_fault(const char *function, int32_t *code)
+{
+    if (atomic_load_explicit(&g_faults_armed, memory_order_relaxed) == 0)
+        return false;
+    bool hit = false;
+    pthread_mutex_lock(&g_fault_lock);
+    fault *f = fault_find(function);
+    if (f) {
+        hit = true;
+        *code = f->code;
+        if (f->remaining == 1)
+            fault_disarm(f);
+        else
+            f->remaining--;
+    }
+    pthread_mutex_unlock(&g_fault_lock);
+    return hit;
+}
+
+MOCK_EXPORT int aclmockFailNext(const char *function, uint32_t times, int32_t code)
+{
+    if (function == NULL || !fault_function_known(function))
+        return ACL_ERROR_INVALID_PARAM;
+    int ret = ACL_SUCCESS;
+    pthread_mutex_lock(&g_fault_lock);
+    fault *f = fault_find(function);
+    if (times == 0) {
+        if (f)
+            fault_disarm(f);
+    } else if (f) {
+        f->remaining = times;   /* re-arming replaces the previous count and code */
+        f->code = code;
+    } else {
+        ret = ACL_ERROR_INVALID_PARAM;   /* table full */
+        for (size_t i = 0; i < FAULT_SLOTS; i++) {
+            if (g_faults[i].remaining == 0) {
+                snprintf(g_faults[i].function, sizeof g_faults[i].function, "%s", function);
+                g_faults[i].remaining = times;
+                g_faults[i].code = code;
+                atomic_fetch_add_explicit(&g_faults_armed, 1, memory_order_relaxed);
+                ret = ACL_SUCCESS;
+                break;
+            }
+        }
+    }
+    pthread_mutex_unlock(&g_fault_lock);
+    return ret;
+}
+
+MOCK_EXPORT void aclmockClearFaults(void)
+{
+    pthread_mutex_lock(&g_fault_lock);
+    for (size_t i = 0; i < FAULT_SLOTS; i++) {
+        if (g_faults[i].remaining > 0)
+            fault_disarm(&g_faults[i]);
+    }
+    pthread_mutex_unlock(&g_fault_lock);
+}
+
+/* ---- clock and thread ids ------------------------------------------------------------ */
+
+uint64_t mock_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* gettid is a real syscall (not vDSO); msproftx records a tid per event, so cache it. */
+static __thread uint32_t t_tid;
+
+uint32_t mock_tid(void)
+{
+    if (t_tid == 0)
+        t_tid = (uint32_t)syscall(SYS_gettid);
+    return t_tid;
+}
+
+/* The child's only thread is the one that forked: its cached tid is the parent's. */
+static void tid_after_fork(void)
+{
+    t_tid = 0;
+}
+
+/* ---- JSON ------------------------------------------------------------------------- */
+
+size_t mock_json_escape(char *dst, size_t cap, const char *src, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    if (cap < 6 * len + 3)
+        return 0;
+    size_t o = 0;
+    dst[o++] = '"';
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)src[i];
+        if (c == '"' || c == '\\') {
+            dst[o++] = '\\';
+            dst[o++] = (char)c;
+        } else if (c < 0x20 || c == 0x7f) {
+            dst[o++] = '\\';
+            dst[o++] = 'u';
+            dst[o++] = '0';
+            dst[o++] = '0';
+            dst[o++] = hex[c >> 4];
+            dst[o++] = hex[c & 0xf];
+        } else {
+            dst[o++] = (char)c;   /* >= 0x80 raw: the file is bytes, not validated UTF-8 */
+        }
+    }
+    dst[o++] = '"';
+    dst[o] = '\0';
+    return o;
+}
+
+/* ---- settings ---------------------------------------------------------------------- */
+
+#define DEFAULT_DEVICE_COUNT 8u
+#define DEFAULT_OP_DESC_SIZE 80u
+
+/* Atomics: the subscription writer thread reads some of them without g_mock_lock. */
+static atomic_uint g_device_count = DEFAULT_DEVICE_COUNT;
+static atomic_int g_noinit = ACLMOCK_NOINIT_CLASSIC;
+static atomic_uint g_op_desc_size = DEFAULT_OP_DESC_SIZE;
+static atomic_int g_time_unit = ACLMOCK_TIME_NS;
+static atomic_int g_realtime;
+static atomic_uint g_write_chunk;
+static atomic_uint g_corrupt_every;
+static atomic_uint g_writer_delay_us;
+
+uint32_t mock_device_count(void) { return atomic_load(&g_device_count); }
+int mock_noinit_behaviour(void) { return atomic_load(&g_noinit); }
+uint32_t mock_op_desc_size(void) { return atomic_load(&g_op_desc_size); }
+int mock_time_unit(void) { return atomic_load(&g_time_unit); }
+int mock_realtime(void) { return atomic_load(&g_realtime); }
+uint32_t mock_write_chunk(void) { return atomic_load(&g_write_chunk); }
+uint32_t mock_corrupt_every(void) { return atomic_load(&g_corrupt_every); }
+uint32_t mock_writer_delay_us(void) { return atomic_load(&g_writer_delay_us); }
+
+/* Unset or unparsable variables leave the default; a warning names bad values so that a
+ * typo in a CI job does not silently test the wrong behaviour. */
+static void env_warn(const char *name, const char *value)
+{
+    fprintf(stderr, "aclmock: ignoring %s=%s (invalid value)\n", name, value);
+}
+
+static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
+{
+    if (*s < '0' || *s > '9')
+        return false;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || *end != '\0' || v < lo || v > hi)
+        return false;
+    *out = (uint32_t)v;
+    return true;
+}
+
+static void load_env_settings(void)
+{
+    atomic_store(&g_device_count, DEFAULT_DEVICE_COUNT);
+    atomic_store(&g_noinit, ACLMOCK_NOINIT_CLASSIC);
+    atomic_store(&g_op_desc_size, DEFAULT_OP_DESC_SIZE);
+    atomic_store(&g_time_unit, ACLMOCK_TIME_NS);
+    atomic_store(&g_realtime, 0);
+    atomic_store(&g_write_chunk, 0);
+    atomic_store(&g_corrupt_every, 0);
+    atomic_store(&g_writer_delay_us, 0);
+
+    const char *v;
+    if ((v = getenv("ACLMOCK_NOINIT")) != NULL && *v) {
+        if (strcmp(v, "classic") == 0)
+            atomic_store(&g_noinit, ACLMOCK_NOINIT_CLASSIC);
+        else if (strcmp(v, "modern") == 0)
+            atomic_store(&g_noinit, ACLMOCK_NOINIT_MODERN);
+        else
+            env_warn("ACLMOCK_NOINIT", v);
+    }
+    if ((v = getenv("ACLMOCK_TIME_UNIT")) != NULL && *v) {
+        if (strcmp(v, "ns") == 0)
+            atomic_store(&g_time_unit, ACLMOCK_TIME_NS);
+        else if (strcmp(v, "us") == 0)
+            atomic_store(&g_time_unit, ACLMOCK_TIME_US);
+        else
+            env_warn("ACLMOCK_TIME_UNIT", v);
+    }
+    if ((v = getenv("ACLMOCK_DEVICE_COUNT")) != NULL && *v) {
+        uint32_t n;
+        if (parse_u32(v, 1, MOCK_MAX_DEVICES, &n))
+            atomic_store(&g_device_count, n);
+        else
+            env_warn("ACLMOCK_DEVICE_COUNT", v);
+    }
+    if ((v = getenv("ACLMOCK_REALTIME")) != NULL && *v) {
+        uint32_t n;
+        if (parse_u32(v, 0, 1, &n))
+            atomic_store(&g_realtime, (int)n);
+        else
+            env_warn("ACLMOCK_REALTIME", v);
+    }
+}
+
+__attribute__((constructor)) static void common_init(void)
+{
+    load_env_settings();
+    pthread_atfork(NULL, NULL, tid_after_fork);
+}
+
+/* ---- mode ------------------------------------------------------------------------- */
+
+static int g_mode = ACLMOCK_MODE_OFF;
+
+int mock_mode(void)
+{
+    return g_mode;
+}
+
+void mock_set_mode(int mode)
+{
+    g_mode = mode;
+}
+
+/* ---- aclmock control API -------------------------------------------------------------- */
+/* The controls are never subject to fault injection: a test must always be able to
+ * inspect and restore the mock. */
+
+MOCK_EXPORT int aclmockVersion(void)
+{
+    return ACLMOCK_API_VERSION;
+}
+
+MOCK_EXPORT void aclmockReset(void)
+{
+    mock_subscribe_reset();   /* first and unlocked: it joins the writer thread */
+    mock_lock();
+    mock_model_reset();
+    mock_opdesc_reset();
+    mock_msproftx_reset();
+    mock_stepinfo_reset();
+    mock_session_reset();
+    mock_runtime_reset();
+    mock_set_mode(ACLMOCK_MODE_OFF);
+    aclmockClearFaults();
+    load_env_settings();
+    mock_unlock();
+}
+
+MOCK_EXPORT int aclmockGetMode(void)
+{
+    mock_lock();
+    int mode = mock_mode();
+    mock_unlock();
+    return mode;
+}
+
+MOCK_EXPORT int aclmockGetStats(aclmockStats *out)
+{
+    if (out == NULL)
+        return ACL_ERROR_INVALID_PARAM;
+    memset(out, 0, sizeof *out);
+    mock_lock();
+    mock_msproftx_stats(out);
+    mock_subscribe_stats(out);
+    mock_opdesc_stats(out);
+    mock_unlock();
+    return ACL_SUCCESS;
+}
+
+MOCK_EXPORT int aclmockSetDeviceCount(uint32_t count)
+{
+    if (count < 1 || count > MOCK_MAX_DEVICES)
+        return ACL_ERROR_INVALID_PARAM;
+    atomic_store(&g_device_count, count);
+    return ACL_SUCCESS;
+}
+
+MOCK_EXPORT int aclmockSetNoInitBehaviour(int behaviour)
+{
+    if (behaviour != ACLMOCK_NOINIT_CLASSIC && behaviour != ACLMOCK_NOINIT_MODERN)
+        return ACL_ERROR_INVALID_PARAM;
+    atomic_store(&g_noinit, behaviour);
+    return ACL_SUCCESS;
+}
+
+MOCK_EXPORT int aclmockSetOpDescSize(uint32_t size)
+{
+    if (size != 72 && size != 80)
+        return ACL_ERROR_INVALID_PARAM;
+    atomic_store(&g_op_desc_size, size);
+    return ACL_SUCCESS;
+}
+
+MOCK_EXPORT int aclmockSetTimeUnit(int unit)
+{
+    if (unit != ACLMOCK_TIME_NS && unit != ACLMOCK_TIME_US)
+        return ACL_ERROR_INVALID_PARAM;
+    atomic_store(&g_time_unit, unit);
+    return ACL_SUCCESS;
+}
+
+MOCK_EXPORT int aclmockSetRealtime(int enabled)
+{
+    if (enabled != 0 && enabled != 1)
+        return ACL_ERROR_INVALID_PARAM;
+    atomic_store(&g_realtime, enabled);
+    return ACL_SUCCESS;
+}
+
+MOCK_EXPORT int aclmockSetWriteChunk(uint32_t bytes)
+{
+    atomic_store(&g_write_chunk, bytes);
+    return ACL_SUCCESS;
+}
+
+MOCK_EXPORT int aclmockSetCorruptEvery(uint32_t k)
+{
+    atomic_store(&g_corrupt_every, k);
+    return ACL_SUCCESS;
+}
+
+/* Capped at 10 s per record: a larger value is certainly a unit mistake and would make
+ * aclmockReset (which joins the writer) hang. */
+MOCK_EXPORT int aclmockSetWriterDelayUs(uint32_t us)
+{
+    if (us > 10u * 1000u * 1000u)
+        return ACL_ERROR_INVALID_PARAM;
+    atomic_store(&g_writer_delay_us, us);
+    return ACL_SUCCESS;
+}

@@ -1,0 +1,535 @@
+/* msproftx (reference 3.6): the stamp pool, marks, push/pop, ranges, MarkEx, Str2Id,
+ * RangePushEx/RangePop, and the per-session event log host/msproftx.jsonl.
+ *
+ * "Initialised" means: a session whose config has ACL_PROF_MSPROFTX is running (set by
+ * session.c through mock_msproftx_session). The real library initialises msproftx at the
+ * first such Start and uninitialises it at Finalize; the mock also refuses events between
+ * Stop and the next Start, because there is no session to record them in.
+ *
+ * Events go to one FILE* with a 1 MiB buffer, written under g_mock_lock and flushed when
+ * the session stops, at Finalize and at aclmockReset. A push/pop pair costs one lock, two
+ * clock reads and one formatted line: well under a microsecond.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mock_internal.h"
+
+#define STAMP_POOL_SIZE 100u     /* CURRENT_STAMP_SIZE */
+#define STAMP_FIELD_LEN 127u     /* strncpy_s(message, MAX_MSG_LEN - 1, ...) */
+#define STAMP_MSG_MAX 128u       /* SetStampTraceMessage: msgLen >= 128 fails */
+#define MARKEX_MSG_MAX 127u      /* DOC "max 127 characters" (the source allows 155) */
+#define PUSH_STACK_DEPTH 256u
+#define PUSHEX_STACK_DEPTH 64u
+#define LOG_BUFFER_SIZE (1u << 20)
+#define LINE_MAX_LEN 2048u       /* a line holds at most one escaped message (< 1000 B) */
+
+typedef struct mock_stamp {
+    uint32_t slot;               /* index in the pool = the range id */
+    bool in_use;
+    bool range_open;             /* between RangeStart and RangeStop */
+    uint32_t range_tid;          /* thread that called RangeStart */
+    uint64_t start_ns;           /* shared by Push and RangeStart, as in the real stamp */
+    char message[STAMP_FIELD_LEN + 1];
+} mock_stamp;
+
+typedef struct push_ex_item {
+    uint64_t start_ns;
+    uint64_t op_name_id;
+    uint64_t op_type_id;
+    uint32_t tensor_num;
+    uint32_t message_type;
+} push_ex_item;
+
+/* Per-thread stacks. `epoch` invalidates every thread's stacks at once (Finalize, reset)
+ * without touching other threads' storage: a stale epoch reads as empty. */
+typedef struct tx_thread {
+    uint64_t epoch;
+    uint32_t depth;
+    uint32_t ex_depth;
+    mock_stamp *stack[PUSH_STACK_DEPTH];
+    push_ex_item ex[PUSHEX_STACK_DEPTH];
+} tx_thread;
+
+static __thread tx_thread t_tx;
+
+static mock_stamp g_pool[STAMP_POOL_SIZE];
+static uint32_t g_free[STAMP_POOL_SIZE];  /* LIFO of free slots, like the real freelist */
+static uint32_t g_free_count;
+static bool g_pool_ready;
+
+static bool g_enabled;                    /* msproftx initialised */
+static char *g_log_dir;                   /* host dir of the running session, or NULL */
+static FILE *g_log;
+static char *g_log_buffer;
+static bool g_log_failed;                 /* don't retry fopen on every event */
+static uint64_t g_epoch = 1;
+static uint64_t g_events;                 /* aclmockStats.txEvents */
+static uint64_t g_mark_ex_id;
+
+/* ---- pool ------------------------------------------------------------------------- */
+
+/* Slot 0 is handed out first, then 1, ...; a destroyed stamp is reused first. */
+static void pool_init(void)
+{
+    memset(g_pool, 0, sizeof g_pool);
+    for (uint32_t i = 0; i < STAMP_POOL_SIZE; i++) {
+        g_pool[i].slot = i;
+        g_free[i] = STAMP_POOL_SIZE - 1 - i;
+    }
+    g_free_count = STAMP_POOL_SIZE;
+    g_pool_ready = true;
+}
+
+/* Maps a caller's pointer to a live stamp without dereferencing anything outside the
+ * pool; NULL for foreign pointers and destroyed stamps (the real library would use them). */
+static mock_stamp *stamp_lookup(const void *p)
+{
+    uintptr_t u = (uintptr_t)p, base = (uintptr_t)g_pool;
+    if (u < base || u >= base + sizeof g_pool || (u - base) % sizeof(mock_stamp) != 0)
+        return NULL;
+    mock_stamp *s = &g_pool[(u - base) / sizeof(mock_stamp)];
+    return s->in_use ? s : NULL;
+}
+
+static tx_thread *thread_state(void)
+{
+    tx_thread *t = &t_tx;
+    if (t->epoch != g_epoch) {
+        t->epoch = g_epoch;
+        t->depth = 0;
+        t->ex_depth = 0;
+    }
+    return t;
+}
+
+/* ---- event log ---------------------------------------------------------------------- */
+
+static void log_close(void)
+{
+    if (g_log) {
+        fclose(g_log);
+        g_log = NULL;
+    }
+    free(g_log_buffer);
+    g_log_buffer = NULL;
+}
+
+static FILE *log_file(void)
+{
+    if (g_log || g_log_failed || !g_log_dir)
+        return g_log;
+    size_t n = strlen(g_log_dir) + sizeof "/msproftx.jsonl";
+    char *path = malloc(n);
+    if (path) {
+        snprintf(path, n, "%s/msproftx.jsonl", g_log_dir);
+        g_log = fopen(path, "a");
+    }
+    if (!g_log) {
+        fprintf(stderr, "aclmock: cannot open %s/msproftx.jsonl\n", g_log_dir);
+        g_log_failed = true;
+    } else if ((g_log_buffer = malloc(LOG_BUFFER_SIZE)) != NULL) {
+        setvbuf(g_log, g_log_buffer, _IOFBF, LOG_BUFFER_SIZE);
+    }
+    free(path);
+    return g_log;
+}
+
+/* A tiny line builder: snprintf is the slowest part of an event otherwise. */
+typedef struct line {
+    char buf[LINE_MAX_LEN];
+    size_t n;
+} line;
+
+static void put_str(line *l, const char *s)
+{
+    size_t len = strlen(s);
+    memcpy(l->buf + l->n, s, len);
+    l->n += len;
+}
+
+static void put_u64(line *l, uint64_t v)
+{
+    char tmp[24];
+    size_t i = sizeof tmp;
+    do {
+        tmp[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    memcpy(l->buf + l->n, tmp + i, sizeof tmp - i);
+    l->n += sizeof tmp - i;
+}
+
+static void put_field(line *l, const char *key, uint64_t v)
+{
+    put_str(l, ",\"");
+    put_str(l, key);
+    put_str(l, "\":");
+    put_u64(l, v);
+}
+
+/* {"kind":K[,"message":M],"tid":T,"start_ns":S,"end_ns":E ... (caller adds the rest) */
+static void put_head(line *l, const char *kind, const char *msg, uint32_t tid,
+                     uint64_t start, uint64_t end)
+{
+    l->n = 0;
+    put_str(l, "{\"kind\":\"");
+    put_str(l, kind);
+    put_str(l, "\"");
+    if (msg) {
+        put_str(l, ",\"message\":");
+        l->n += mock_json_escape(l->buf + l->n, sizeof l->buf - l->n, msg, strlen(msg));
+    }
+    put_field(l, "tid", tid);
+    put_field(l, "start_ns", start);
+    put_field(l, "end_ns", end);
+}
+
+static void emit(line *l, bool counts)
+{
+    put_str(l, "}\n");
+    FILE *f = log_file();
+    if (f)
+        fwrite_unlocked(l->buf, 1, l->n, f);   /* g_mock_lock serialises all writers */
+    if (counts)
+        g_events++;
+}
+
+/* ---- hooks for session.c and stepinfo.c ----------------------------------------------- */
+
+void mock_msproftx_session(bool enabled, const char *host_dir)
+{
+    log_close();
+    free(g_log_dir);
+    g_log_dir = host_dir ? strdup(host_dir) : NULL;
+    g_log_failed = false;
+    g_enabled = enabled && g_log_dir != NULL;
+    if (!g_pool_ready)
+        pool_init();
+    if (g_enabled)
+        log_file();   /* an msproftx session always has its (possibly empty) log */
+}
+
+void mock_msproftx_finalize(void)
+{
+    mock_msproftx_session(false, NULL);
+    g_epoch++;
+    for (uint32_t i = 0; i < STAMP_POOL_SIZE; i++)
+        g_pool[i].range_open = false;
+}
+
+void mock_msproftx_log_step(uint64_t index_id, int tag, uint64_t ts_ns)
+{
+    if (!g_log_dir)
+        return;
+    line l;
+    put_head(&l, "step", NULL, mock_tid(), ts_ns, ts_ns);
+    put_field(&l, "index", index_id);
+    put_str(&l, tag == ACL_STEP_START ? ",\"tag\":\"start\"" : ",\"tag\":\"end\"");
+    emit(&l, false);
+}
+
+void mock_msproftx_reset(void)
+{
+    mock_msproftx_session(false, NULL);
+    pool_init();
+    g_epoch++;
+    g_events = 0;
+    g_mark_ex_id = 0;
+}
+
+void mock_msproftx_stats(aclmockStats *out)
+{
+    out->stampsInUse = g_pool_ready ? STAMP_POOL_SIZE - g_free_count : 0;
+    out->txEvents = g_events;
+}
+
+/* ---- stamps ------------------------------------------------------------------------ */
+
+MOCK_EXPORT void *aclprofCreateStamp(void)
+{
+    int32_t c;
+    if (mock_fault("aclprofCreateStamp", &c))
+        return NULL;
+    mock_stamp *s = NULL;
+    mock_lock();
+    if (g_enabled && g_free_count > 0) {
+        s = &g_pool[g_free[--g_free_count]];
+        s->in_use = true;
+        s->range_open = false;
+        s->start_ns = 0;
+        s->message[0] = '\0';
+    }
+    mock_unlock();
+    return s;
+}
+
+/* NULL, foreign and already destroyed pointers are ignored (the real one logs NULL and
+ * corrupts its free list on the others). Works whether or not msproftx is initialised. */
+MOCK_EXPORT void aclprofDestroyStamp(void *stamp)
+{
+    int32_t c;
+    if (mock_fault("aclprofDestroyStamp", &c) || stamp == NULL)
+        return;
+    mock_lock();
+    mock_stamp *s = stamp_lookup(stamp);
+    if (s) {
+        s->in_use = false;
+        s->range_open = false;
+        g_free[g_free_count++] = s->slot;
+    }
+    mock_unlock();
+}
+
+/* Does not check initialisation, as the real one. */
+MOCK_EXPORT aclError aclprofSetStampTraceMessage(void *stamp, const char *msg, uint32_t msgLen)
+{
+    int32_t c;
+    if (mock_fault("aclprofSetStampTraceMessage", &c))
+        return c;
+    if (stamp == NULL || msg == NULL || msgLen >= STAMP_MSG_MAX)
+        return -1;
+    /* strncpy_s(field, 127, msg, msgLen) copies up to msgLen bytes or the NUL, and fails
+     * when that leaves no room for the terminator: 127 bytes are rejected too. */
+    size_t n = strnlen(msg, msgLen);
+    if (n >= STAMP_FIELD_LEN)
+        return -1;
+    int ret = ACL_SUCCESS;
+    mock_lock();
+    mock_stamp *s = stamp_lookup(stamp);
+    if (s) {
+        memcpy(s->message, msg, n);
+        s->message[n] = '\0';
+    } else {
+        ret = ACL_ERROR_INVALID_PARAM;
+    }
+    mock_unlock();
+    return ret;
+}
+
+MOCK_EXPORT aclError aclprofMark(void *stamp)
+{
+    int32_t c;
+    if (mock_fault("aclprofMark", &c))
+        return c;
+    int ret = -1;
+    mock_lock();
+    if (g_enabled && stamp != NULL) {
+        mock_stamp *s = stamp_lookup(stamp);
+        if (s) {
+            uint64_t now = mock_now_ns();
+            s->start_ns = now;
+            line l;
+            put_head(&l, "mark", s->message, mock_tid(), now, now);
+            put_field(&l, "slot", s->slot);
+            emit(&l, true);
+            ret = ACL_SUCCESS;
+        } else {
+            ret = ACL_ERROR_INVALID_PARAM;
+        }
+    }
+    mock_unlock();
+    return ret;
+}
+
+/* ---- push / pop --------------------------------------------------------------------- */
+
+MOCK_EXPORT aclError aclprofPush(void *stamp)
+{
+    int32_t c;
+    if (mock_fault("aclprofPush", &c))
+        return c;
+    if (stamp == NULL)
+        return ACL_ERROR_INVALID_PARAM;
+    int ret = -1;
+    mock_lock();
+    if (g_enabled) {
+        mock_stamp *s = stamp_lookup(stamp);
+        tx_thread *t = thread_state();
+        if (!s) {
+            ret = ACL_ERROR_INVALID_PARAM;
+        } else if (t->depth < PUSH_STACK_DEPTH) {
+            /* The start lives in the stamp: pushing one stamp twice at once overwrites
+             * the outer start, exactly like the real library. */
+            s->start_ns = mock_now_ns();
+            t->stack[t->depth++] = s;
+            ret = ACL_SUCCESS;
+        }
+    }
+    mock_unlock();
+    return ret;
+}
+
+MOCK_EXPORT aclError aclprofPop(void)
+{
+    int32_t c;
+    if (mock_fault("aclprofPop", &c))
+        return c;
+    int ret = -1;
+    mock_lock();
+    tx_thread *t = thread_state();
+    if (g_enabled && t->depth > 0) {
+        mock_stamp *s = t->stack[--t->depth];
+        line l;
+        put_head(&l, "push_pop", s->message, mock_tid(), s->start_ns, mock_now_ns());
+        put_field(&l, "slot", s->slot);
+        emit(&l, true);
+        ret = ACL_SUCCESS;
+    }
+    mock_unlock();
+    return ret;
+}
+
+/* ---- ranges ------------------------------------------------------------------------- */
+
+MOCK_EXPORT aclError aclprofRangeStart(void *stamp, uint32_t *rangeId)
+{
+    int32_t c;
+    if (mock_fault("aclprofRangeStart", &c))
+        return c;
+    if (stamp == NULL || rangeId == NULL)
+        return ACL_ERROR_INVALID_PARAM;
+    int ret = -1;
+    mock_lock();
+    if (g_enabled) {
+        mock_stamp *s = stamp_lookup(stamp);
+        if (s) {
+            s->start_ns = mock_now_ns();
+            s->range_open = true;
+            s->range_tid = mock_tid();
+            *rangeId = s->slot;
+            ret = ACL_SUCCESS;
+        } else {
+            ret = ACL_ERROR_INVALID_PARAM;
+        }
+    }
+    mock_unlock();
+    return ret;
+}
+
+/* May be called from another thread than RangeStart. */
+MOCK_EXPORT aclError aclprofRangeStop(uint32_t rangeId)
+{
+    int32_t c;
+    if (mock_fault("aclprofRangeStop", &c))
+        return c;
+    int ret = -1;
+    mock_lock();
+    if (g_enabled && rangeId < STAMP_POOL_SIZE && g_pool[rangeId].in_use &&
+        g_pool[rangeId].range_open) {
+        mock_stamp *s = &g_pool[rangeId];
+        uint32_t tid = mock_tid();
+        line l;
+        put_head(&l, "range", s->message, tid, s->start_ns, mock_now_ns());
+        put_field(&l, "slot", s->slot);
+        put_field(&l, "start_tid", s->range_tid);
+        put_field(&l, "end_tid", tid);
+        emit(&l, true);
+        s->range_open = false;
+        ret = ACL_SUCCESS;
+    }
+    mock_unlock();
+    return ret;
+}
+
+/* ---- MarkEx, Str2Id ----------------------------------------------------------------- */
+
+MOCK_EXPORT aclError aclprofMarkEx(const char *msg, size_t msgLen, aclrtStream stream)
+{
+    int32_t c;
+    if (mock_fault("aclprofMarkEx", &c))
+        return c;
+    int ret = -1;
+    mock_lock();
+    if (g_enabled && msg != NULL && stream != NULL && msgLen >= 1 &&
+        msgLen <= MARKEX_MSG_MAX && strnlen(msg, msgLen + 1) == msgLen) {
+        uint64_t now = mock_now_ns();
+        line l;
+        put_head(&l, "mark_ex", msg, mock_tid(), now, now);
+        put_field(&l, "mark_id", ++g_mark_ex_id);
+        put_field(&l, "stream", (uint64_t)(uintptr_t)stream);
+        emit(&l, true);
+        ret = ACL_SUCCESS;
+    }
+    mock_unlock();
+    return ret;
+}
+
+/* FNV-1a 64: stable across runs and processes, so ids can be compared offline. UINT64_MAX
+ * is the documented failure value and is never returned for a string. */
+MOCK_EXPORT uint64_t aclprofStr2Id(const char *message)
+{
+    int32_t c;
+    if (mock_fault("aclprofStr2Id", &c) || message == NULL)
+        return UINT64_MAX;
+    uint64_t h = 0xcbf29ce484222325ULL;
+    for (const unsigned char *p = (const unsigned char *)message; *p; p++) {
+        h ^= *p;
+        h *= 0x100000001b3ULL;
+    }
+    return h == UINT64_MAX ? UINT64_MAX - 1 : h;
+}
+
+/* ---- RangePushEx / RangePop --------------------------------------------------------- */
+
+static bool event_attr_valid(const aclprofEventAttributes *attr)
+{
+    if (attr->messageType != ACL_PROF_MESSAGE_TYPE_TENSOR_INFO)
+        return false;
+    const aclprofTensorInfo *ti = attr->message.tensorInfo;
+    return ti != NULL && (ti->tensorNum == 0 || ti->tensors != NULL);
+}
+
+MOCK_EXPORT aclError aclprofRangePushEx(aclprofEventAttributes *attr)
+{
+    int32_t c;
+    if (mock_fault("aclprofRangePushEx", &c))
+        return c;
+    if (attr == NULL || attr->version != ACL_PROF_EVENT_ATTR_VERSION)
+        return ACL_ERROR_INVALID_PARAM;
+    int ret = -1;
+    mock_lock();
+    tx_thread *t = thread_state();
+    if (!g_enabled) {
+        ret = -1;
+    } else if (!event_attr_valid(attr)) {
+        ret = ACL_ERROR_INVALID_PARAM;
+    } else if (t->ex_depth < PUSHEX_STACK_DEPTH) {
+        /* "cached at PushEx, reported at Pop": keep what the event line reports. */
+        const aclprofTensorInfo *ti = attr->message.tensorInfo;
+        t->ex[t->ex_depth++] = (push_ex_item){
+            .start_ns = mock_now_ns(),
+            .op_name_id = ti->opNameId,
+            .op_type_id = ti->opTypeId,
+            .tensor_num = ti->tensorNum,
+            .message_type = attr->messageType,
+        };
+        ret = ACL_SUCCESS;
+    }
+    mock_unlock();
+    return ret;
+}
+
+MOCK_EXPORT aclError aclprofRangePop(void)
+{
+    int32_t c;
+    if (mock_fault("aclprofRangePop", &c))
+        return c;
+    int ret = -1;
+    mock_lock();
+    tx_thread *t = thread_state();
+    if (g_enabled && t->ex_depth > 0) {
+        const push_ex_item *it = &t->ex[--t->ex_depth];
+        line l;
+        put_head(&l, "push_ex", NULL, mock_tid(), it->start_ns, mock_now_ns());
+        put_field(&l, "message_type", it->message_type);
+        put_field(&l, "tensor_num", it->tensor_num);
+        put_field(&l, "op_name_id", it->op_name_id);
+        put_field(&l, "op_type_id", it->op_type_id);
+        emit(&l, true);
+        ret = ACL_SUCCESS;
+    }
+    mock_unlock();
+    return ret;
+}

@@ -1,0 +1,95 @@
+/* Step info (reference 3.5): aclprofCreateStepInfo / GetStepTimestamp / DestroyStepInfo.
+ *
+ * Each object takes its indexId from a global counter starting at 1 and may record each
+ * tag once. A recorded step goes to the running session's event log (host/msproftx.jsonl)
+ * as {"kind":"step",...}; without a running session it is accepted and not recorded.
+ */
+#include <stdlib.h>
+
+#include "mock_internal.h"
+
+struct aclprofStepInfo {
+    bool startFlag;
+    bool endFlag;
+    uint64_t indexId;
+    struct aclprofStepInfo *next;   /* registry of live objects */
+};
+
+static aclprofStepInfo *g_steps;
+static uint64_t g_last_index;
+
+/* Pointer comparison only: an unknown pointer is rejected, never dereferenced. */
+static aclprofStepInfo **step_find(const aclprofStepInfo *si)
+{
+    for (aclprofStepInfo **pp = &g_steps; *pp; pp = &(*pp)->next) {
+        if (*pp == si)
+            return pp;
+    }
+    return NULL;
+}
+
+MOCK_EXPORT aclprofStepInfo *aclprofCreateStepInfo(void)
+{
+    int32_t c;
+    if (mock_fault("aclprofCreateStepInfo", &c))
+        return NULL;
+    aclprofStepInfo *si = calloc(1, sizeof *si);
+    if (!si)
+        return NULL;
+    mock_lock();
+    si->indexId = ++g_last_index;
+    si->next = g_steps;
+    g_steps = si;
+    mock_unlock();
+    return si;
+}
+
+/* NULL only logs in the real library; an unknown or destroyed pointer is ignored here
+ * (a double free in the real one). */
+MOCK_EXPORT void aclprofDestroyStepInfo(aclprofStepInfo *stepinfo)
+{
+    int32_t c;
+    if (mock_fault("aclprofDestroyStepInfo", &c) || stepinfo == NULL)
+        return;
+    mock_lock();
+    aclprofStepInfo **pp = step_find(stepinfo);
+    if (pp)
+        *pp = stepinfo->next;
+    mock_unlock();
+    if (pp)
+        free(stepinfo);
+}
+
+/* `stream` is not used: the mock has no device timeline, NULL (default stream) is fine. */
+MOCK_EXPORT aclError aclprofGetStepTimestamp(aclprofStepInfo *stepInfo, aclprofStepTag tag,
+                                             aclrtStream stream)
+{
+    int32_t c;
+    if (mock_fault("aclprofGetStepTimestamp", &c))
+        return c;
+    (void)stream;
+    if (stepInfo == NULL || (tag != ACL_STEP_START && tag != ACL_STEP_END))
+        return ACL_ERROR_INVALID_PARAM;
+    int ret = ACL_ERROR_INVALID_PARAM;
+    mock_lock();
+    if (step_find(stepInfo)) {
+        bool *flag = tag == ACL_STEP_START ? &stepInfo->startFlag : &stepInfo->endFlag;
+        if (!*flag) {
+            *flag = true;
+            mock_msproftx_log_step(stepInfo->indexId, (int)tag, mock_now_ns());
+            ret = ACL_SUCCESS;
+        }
+    }
+    mock_unlock();
+    return ret;
+}
+
+void mock_stepinfo_reset(void)
+{
+    while (g_steps) {
+        aclprofStepInfo *next = g_steps->next;
+        free(g_steps);
+        g_steps = next;
+    }
+    g_last_index = 0;
+}

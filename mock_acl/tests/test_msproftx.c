@@ -1,0 +1,647 @@
+/* msproftx: stamps, marks, push/pop, ranges, MarkEx, Str2Id, RangePushEx/RangePop and
+ * the host/msproftx.jsonl event log. */
+#include <dirent.h>
+#include <limits.h>
+#include <pthread.h>
+#include <time.h>
+
+#include "test_common.h"
+
+static char g_tmp[1024];
+static aclprofConfig *g_cfg;
+static int g_stream_token;   /* any non-NULL pointer is a stream for MarkEx */
+#define STREAM ((aclrtStream)&g_stream_token)
+
+/* aclprofInit in a fresh directory and Start a device-less MSPROFTX session. */
+static bool tx_begin(void)
+{
+    if (!tc_make_tmpdir(g_tmp, sizeof g_tmp))
+        return false;
+    g_cfg = aclprofCreateConfig(NULL, 0, ACL_AICORE_NONE, NULL, ACL_PROF_MSPROFTX);
+    return g_cfg && aclprofInit(g_tmp, strlen(g_tmp)) == ACL_SUCCESS &&
+           aclprofStart(g_cfg) == ACL_SUCCESS;
+}
+
+static void tx_end(void)
+{
+    aclmockReset();
+    tc_rm_rf(g_tmp);
+    g_cfg = NULL;
+}
+
+/* The event log of the n-th (0-based, in creation order) session of g_tmp. */
+static char *read_log(int nth)
+{
+    DIR *d = opendir(g_tmp);
+    if (!d)
+        return NULL;
+    char names[8][256];
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL && n < 8) {
+        if (strncmp(e->d_name, "PROF_", 5) == 0)
+            snprintf(names[n++], sizeof names[0], "%s", e->d_name);
+    }
+    closedir(d);
+    int pick = -1;   /* the counter is the 6 digits after PROF_ */
+    for (int i = 0; i < n; i++) {
+        if (atoi(names[i] + 5) == nth + 1)
+            pick = i;
+    }
+    if (pick < 0)
+        return NULL;
+    char path[2048];
+    snprintf(path, sizeof path, "%s/%s/host/msproftx.jsonl", g_tmp, names[pick]);
+    return tc_read_file(path);
+}
+
+/* The line of `log` containing `needle` (pointer into log), NULL if none. */
+static const char *line_with(const char *log, const char *needle)
+{
+    const char *p = log ? strstr(log, needle) : NULL;
+    if (!p)
+        return NULL;
+    while (p > log && p[-1] != '\n')
+        p--;
+    return p;
+}
+
+static uint64_t stats_events(void)
+{
+    aclmockStats st;
+    aclmockGetStats(&st);
+    return st.txEvents;
+}
+
+static uint64_t stats_stamps(void)
+{
+    aclmockStats st;
+    aclmockGetStats(&st);
+    return st.stampsInUse;
+}
+
+/* ---- not initialised ----------------------------------------------------------------- */
+
+TEST(not_initialised_returns_minus_one)
+{
+    uint32_t id = 77;
+    CHECK_NULL(aclprofCreateStamp());
+    CHECK_EQ(aclprofPop(), -1);
+    CHECK_EQ(aclprofRangeStop(0), -1);
+    CHECK_EQ(aclprofMark(NULL), -1);
+    CHECK_EQ(aclprofMarkEx("m", 1, STREAM), -1);
+    CHECK_EQ(aclprofRangePop(), -1);
+    int fake;
+    CHECK_EQ(aclprofPush(&fake), -1);
+    CHECK_EQ(aclprofMark(&fake), -1);
+    CHECK_EQ(aclprofRangeStart(&fake, &id), -1);
+    CHECK_EQ(id, 77);
+    /* Argument checks of the adaptor come first. */
+    CHECK_EQ(aclprofPush(NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofRangeStart(NULL, &id), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofRangeStart(&fake, NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofRangePushEx(NULL), ACL_ERROR_INVALID_PARAM);
+    aclprofTensorInfo ti = {0};
+    aclprofEventAttributes attr = {.version = ACL_PROF_EVENT_ATTR_VERSION,
+                                   .message.tensorInfo = &ti};
+    CHECK_EQ(aclprofRangePushEx(&attr), -1);
+    CHECK_EQ(aclprofSetStampTraceMessage(NULL, "m", 1), -1);
+}
+
+TEST(session_without_msproftx_bit)
+{
+    REQUIRE(tc_make_tmpdir(g_tmp, sizeof g_tmp));
+    CHECK_EQ(aclprofInit(g_tmp, strlen(g_tmp)), ACL_SUCCESS);
+    uint32_t dev = 0;
+    aclprofConfig *cfg = aclprofCreateConfig(&dev, 1, ACL_AICORE_NONE, NULL, ACL_PROF_ACL_API);
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    CHECK_NULL(aclprofCreateStamp());
+    CHECK_EQ(aclprofMarkEx("m", 1, STREAM), -1);
+    char *log = read_log(0);
+    CHECK_NULL(log);   /* no msproftx, no event: the log is not even created */
+    free(log);
+    aclprofDestroyConfig(cfg);
+    tx_end();
+}
+
+/* ---- the event log --------------------------------------------------------------------- */
+
+TEST(every_event_kind_is_logged)
+{
+    REQUIRE(tx_begin());
+    void *s = aclprofCreateStamp();
+    REQUIRE(s != NULL);
+    CHECK_EQ(aclprofSetStampTraceMessage(s, "hello", 5), ACL_SUCCESS);
+    CHECK_EQ(aclprofMark(s), ACL_SUCCESS);
+    CHECK_EQ(aclprofPush(s), ACL_SUCCESS);
+    CHECK_EQ(aclprofPop(), ACL_SUCCESS);
+    uint32_t id = 99;
+    CHECK_EQ(aclprofRangeStart(s, &id), ACL_SUCCESS);
+    CHECK_EQ(id, 0);   /* the first stamp is pool slot 0 */
+    CHECK_EQ(aclprofRangeStop(id), ACL_SUCCESS);
+    CHECK_EQ(aclprofMarkEx("ex", 2, STREAM), ACL_SUCCESS);
+    aclprofTensor tensors[3] = {{0}};
+    aclprofTensorInfo ti = {.opNameId = aclprofStr2Id("MatMul"), .opTypeId = 5,
+                            .tensorNum = 3, .tensors = tensors};
+    aclprofEventAttributes attr = {.version = ACL_PROF_EVENT_ATTR_VERSION,
+                                   .size = sizeof attr,
+                                   .messageType = ACL_PROF_MESSAGE_TYPE_TENSOR_INFO,
+                                   .message.tensorInfo = &ti};
+    CHECK_EQ(aclprofRangePushEx(&attr), ACL_SUCCESS);
+    CHECK_EQ(aclprofRangePop(), ACL_SUCCESS);
+    CHECK_EQ(stats_events(), 5);
+    aclprofDestroyStamp(s);
+    CHECK_EQ(aclprofStop(g_cfg), ACL_SUCCESS);   /* flushes */
+
+    char *log = read_log(0);
+    REQUIRE(log != NULL);
+    CHECK_EQ(tc_count_lines(log), 5);
+    uint32_t tid = (uint32_t)gettid();
+    const char *mark = line_with(log, "\"kind\":\"mark\"");
+    REQUIRE(mark != NULL);
+    CHECK(strncmp(mark, "{\"kind\":\"mark\",\"message\":\"hello\",\"tid\":", 38) == 0);
+    CHECK_EQ(tc_json_u64(mark, "tid", 0), tid);
+    CHECK_EQ(tc_json_u64(mark, "start_ns", 0), tc_json_u64(mark, "end_ns", 1));
+    CHECK_EQ(tc_json_u64(mark, "slot", 9), 0);
+    const char *pp = line_with(log, "\"kind\":\"push_pop\"");
+    REQUIRE(pp != NULL);
+    CHECK(strstr(pp, "\"message\":\"hello\"") != NULL);
+    CHECK(tc_json_u64(pp, "start_ns", 0) <= tc_json_u64(pp, "end_ns", 0));
+    CHECK(tc_json_u64(pp, "start_ns", 0) >= tc_json_u64(mark, "start_ns", UINT64_MAX));
+    const char *range = line_with(log, "\"kind\":\"range\"");
+    REQUIRE(range != NULL);
+    CHECK_EQ(tc_json_u64(range, "start_tid", 0), tid);
+    CHECK_EQ(tc_json_u64(range, "end_tid", 0), tid);
+    const char *ex = line_with(log, "\"kind\":\"mark_ex\"");
+    REQUIRE(ex != NULL);
+    CHECK(strstr(ex, "\"message\":\"ex\"") != NULL);
+    CHECK_EQ(tc_json_u64(ex, "mark_id", 0), 1);
+    CHECK_EQ(tc_json_u64(ex, "stream", 0), (uintptr_t)STREAM);
+    const char *pe = line_with(log, "\"kind\":\"push_ex\"");
+    REQUIRE(pe != NULL);
+    CHECK_EQ(tc_json_u64(pe, "tensor_num", 0), 3);
+    CHECK_EQ_U64(tc_json_u64(pe, "op_name_id", 0), aclprofStr2Id("MatMul"));
+    CHECK_EQ(tc_json_u64(pe, "op_type_id", 0), 5);
+    CHECK_EQ(tc_json_u64(pe, "message_type", 9), 0);
+    free(log);
+    tx_end();
+}
+
+TEST(json_escaping)
+{
+    REQUIRE(tx_begin());
+    void *s = aclprofCreateStamp();
+    const char msg[] = "q\"b\\n\nc\x01\xc3\xa9";
+    CHECK_EQ(aclprofSetStampTraceMessage(s, msg, (uint32_t)strlen(msg)), ACL_SUCCESS);
+    CHECK_EQ(aclprofMark(s), ACL_SUCCESS);
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    char *log = read_log(0);
+    REQUIRE(log != NULL);
+    CHECK_EQ(tc_count_lines(log), 1);
+    CHECK(strstr(log, "\"message\":\"q\\\"b\\\\n\\u000ac\\u0001\xc3\xa9\"") != NULL);
+    free(log);
+    tx_end();
+}
+
+/* ---- stamps ---------------------------------------------------------------------- */
+
+TEST(trace_message_rules)
+{
+    REQUIRE(tx_begin());
+    void *s = aclprofCreateStamp();
+    REQUIRE(s != NULL);
+    char msg[200];
+    memset(msg, 'x', sizeof msg);
+    msg[199] = '\0';
+    CHECK_EQ(aclprofSetStampTraceMessage(s, msg, 128), -1);
+    CHECK_EQ(aclprofSetStampTraceMessage(s, msg, 127), -1);   /* no room for the NUL */
+    CHECK_EQ(aclprofSetStampTraceMessage(s, msg, 126), ACL_SUCCESS);
+    CHECK_EQ(aclprofSetStampTraceMessage(s, "short", 100), ACL_SUCCESS);   /* stops at NUL */
+    CHECK_EQ(aclprofSetStampTraceMessage(s, "abcdef", 3), ACL_SUCCESS);    /* "abc" */
+    CHECK_EQ(aclprofSetStampTraceMessage(s, NULL, 3), -1);
+    CHECK_EQ(aclprofSetStampTraceMessage(NULL, "a", 1), -1);
+    int fake;
+    CHECK_EQ(aclprofSetStampTraceMessage(&fake, "a", 1), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofMark(s), ACL_SUCCESS);
+    /* No initialisation check: works after Stop too. */
+    CHECK_EQ(aclprofStop(g_cfg), ACL_SUCCESS);
+    CHECK_EQ(aclprofSetStampTraceMessage(s, "after", 5), ACL_SUCCESS);
+    char *log = read_log(0);
+    REQUIRE(log != NULL);
+    CHECK(strstr(log, "\"message\":\"abc\"") != NULL);
+    free(log);
+    tx_end();
+}
+
+TEST(pool_of_100)
+{
+    REQUIRE(tx_begin());
+    void *stamps[100];
+    for (int i = 0; i < 100; i++) {
+        stamps[i] = aclprofCreateStamp();
+        REQUIRE(stamps[i] != NULL);
+        uint32_t id = 999;
+        CHECK_EQ(aclprofRangeStart(stamps[i], &id), ACL_SUCCESS);
+        CHECK_EQ(id, i);   /* handed out in pool order */
+    }
+    CHECK_NULL(aclprofCreateStamp());
+    CHECK_EQ(stats_stamps(), 100);
+    for (int i = 0; i < 100; i++)
+        for (int j = 0; j < i; j++)
+            CHECK(stamps[i] != stamps[j]);
+    /* A destroyed stamp is the next one handed out (LIFO free list). */
+    aclprofDestroyStamp(stamps[42]);
+    CHECK_EQ(stats_stamps(), 99);
+    CHECK(aclprofCreateStamp() == stamps[42]);
+    CHECK_NULL(aclprofCreateStamp());
+    for (int i = 0; i < 100; i++)
+        aclprofDestroyStamp(stamps[i]);
+    CHECK_EQ(stats_stamps(), 0);
+    tx_end();
+}
+
+TEST(destroy_is_forgiving)
+{
+    REQUIRE(tx_begin());
+    void *s = aclprofCreateStamp();
+    aclprofDestroyStamp(NULL);
+    int fake;
+    aclprofDestroyStamp(&fake);
+    aclprofDestroyStamp((char *)s + 1);   /* inside the pool but not a stamp */
+    CHECK_EQ(stats_stamps(), 1);
+    aclprofDestroyStamp(s);
+    aclprofDestroyStamp(s);               /* double destroy: ignored */
+    CHECK_EQ(stats_stamps(), 0);
+    /* A destroyed stamp is refused. */
+    CHECK_EQ(aclprofPush(s), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofMark(s), ACL_ERROR_INVALID_PARAM);
+    uint32_t id;
+    CHECK_EQ(aclprofRangeStart(s, &id), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofPush(&fake), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofMark(NULL), -1);
+    tx_end();
+}
+
+TEST(stamps_across_stop_and_finalize)
+{
+    REQUIRE(tx_begin());
+    void *s = aclprofCreateStamp();
+    REQUIRE(s != NULL);
+    CHECK_EQ(aclprofSetStampTraceMessage(s, "kept", 4), ACL_SUCCESS);
+    CHECK_EQ(aclprofPush(s), ACL_SUCCESS);
+    CHECK_EQ(aclprofStop(g_cfg), ACL_SUCCESS);
+    /* Between sessions every call fails with -1, the stamp stays allocated. */
+    CHECK_EQ(aclprofMark(s), -1);
+    CHECK_EQ(aclprofPop(), -1);
+    CHECK_NULL(aclprofCreateStamp());
+    CHECK_EQ(stats_stamps(), 1);
+    /* The next MSPROFTX session uses it again; the push stack survived Stop. */
+    CHECK_EQ(aclprofStart(g_cfg), ACL_SUCCESS);
+    CHECK_EQ(aclprofPop(), ACL_SUCCESS);
+    CHECK_EQ(aclprofMark(s), ACL_SUCCESS);
+    CHECK_EQ(aclprofPush(s), ACL_SUCCESS);
+    uint32_t id;
+    CHECK_EQ(aclprofRangeStart(s, &id), ACL_SUCCESS);
+    /* Finalize drops push stacks and open ranges; in-use stamps survive (the real pool
+     * refuses to free itself while stamps are in use). */
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    CHECK_EQ(stats_stamps(), 1);
+    CHECK_EQ(aclprofInit(g_tmp, strlen(g_tmp)), ACL_SUCCESS);
+    CHECK_EQ(aclprofStart(g_cfg), ACL_SUCCESS);
+    CHECK_EQ(aclprofPop(), -1);
+    CHECK_EQ(aclprofRangeStop(id), -1);
+    CHECK_EQ(aclprofMark(s), ACL_SUCCESS);
+    CHECK_EQ(aclprofStop(NULL), ACL_SUCCESS);
+    char *log = read_log(1);
+    REQUIRE(log != NULL);
+    CHECK_EQ(tc_count_lines(log), 2);   /* the pop of the old push, and a mark */
+    CHECK(strstr(log, "\"kind\":\"push_pop\",\"message\":\"kept\"") != NULL);
+    free(log);
+    tx_end();
+}
+
+/* ---- push / pop ----------------------------------------------------------------------- */
+
+TEST(push_pop_nesting)
+{
+    REQUIRE(tx_begin());
+    void *a = aclprofCreateStamp();
+    void *b = aclprofCreateStamp();
+    aclprofSetStampTraceMessage(a, "outer", 5);
+    aclprofSetStampTraceMessage(b, "inner", 5);
+    CHECK_EQ(aclprofPop(), -1);   /* empty */
+    CHECK_EQ(aclprofPush(a), ACL_SUCCESS);
+    CHECK_EQ(aclprofPush(b), ACL_SUCCESS);
+    CHECK_EQ(aclprofPop(), ACL_SUCCESS);
+    CHECK_EQ(aclprofPop(), ACL_SUCCESS);
+    CHECK_EQ(aclprofPop(), -1);
+    /* Same stamp pushed twice: the start lives in the stamp, the outer one is lost. */
+    CHECK_EQ(aclprofPush(a), ACL_SUCCESS);
+    CHECK_EQ(aclprofPush(a), ACL_SUCCESS);
+    CHECK_EQ(aclprofPop(), ACL_SUCCESS);
+    CHECK_EQ(aclprofPop(), ACL_SUCCESS);
+    CHECK_EQ(aclprofStop(g_cfg), ACL_SUCCESS);
+    char *log = read_log(0);
+    REQUIRE(log != NULL);
+    CHECK_EQ(tc_count_lines(log), 4);
+    const char *inner = line_with(log, "\"message\":\"inner\"");
+    const char *outer = line_with(log, "\"message\":\"outer\"");
+    REQUIRE(inner && outer);
+    CHECK(inner < outer);   /* inner pops first */
+    CHECK(tc_json_u64(outer, "start_ns", 0) <= tc_json_u64(inner, "start_ns", 0));
+    CHECK(tc_json_u64(outer, "end_ns", 0) >= tc_json_u64(inner, "end_ns", UINT64_MAX));
+    /* The two pops of the doubly pushed stamp report the same (second) start. */
+    const char *third = strchr(strchr(log, '\n') + 1, '\n') + 1;
+    const char *fourth = strchr(third, '\n') + 1;
+    CHECK_EQ(tc_json_u64(third, "start_ns", 0), tc_json_u64(fourth, "start_ns", 1));
+    free(log);
+    tx_end();
+}
+
+static void *pop_elsewhere(void *arg)
+{
+    (void)arg;
+    return (void *)(intptr_t)aclprofPop();
+}
+
+TEST(push_pop_stacks_are_per_thread)
+{
+    REQUIRE(tx_begin());
+    void *s = aclprofCreateStamp();
+    CHECK_EQ(aclprofPush(s), ACL_SUCCESS);
+    pthread_t th;
+    void *ret;
+    pthread_create(&th, NULL, pop_elsewhere, NULL);
+    pthread_join(th, &ret);
+    CHECK_EQ((intptr_t)ret, -1);
+    CHECK_EQ(aclprofPop(), ACL_SUCCESS);
+    tx_end();
+}
+
+typedef struct worker_arg {
+    int iterations;
+    int failures;
+    uint32_t tid;
+} worker_arg;
+
+static void *push_pop_worker(void *p)
+{
+    worker_arg *w = p;
+    w->tid = (uint32_t)gettid();
+    void *s = aclprofCreateStamp();
+    if (!s) {
+        w->failures = w->iterations;
+        return NULL;
+    }
+    char msg[32];
+    snprintf(msg, sizeof msg, "t%u", w->tid);
+    aclprofSetStampTraceMessage(s, msg, (uint32_t)strlen(msg));
+    for (int i = 0; i < w->iterations; i++) {
+        if (aclprofPush(s) != ACL_SUCCESS || aclprofPush(s) != ACL_SUCCESS ||
+            aclprofPop() != ACL_SUCCESS || aclprofPop() != ACL_SUCCESS)
+            w->failures++;
+    }
+    if (aclprofPop() != -1)
+        w->failures++;
+    aclprofDestroyStamp(s);
+    return NULL;
+}
+
+TEST(many_threads_push_concurrently)
+{
+    REQUIRE(tx_begin());
+    enum { THREADS = 8, ITER = 5000 };
+    pthread_t th[THREADS];
+    worker_arg args[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        args[i] = (worker_arg){.iterations = ITER};
+        pthread_create(&th[i], NULL, push_pop_worker, &args[i]);
+    }
+    for (int i = 0; i < THREADS; i++)
+        pthread_join(th[i], NULL);
+    for (int i = 0; i < THREADS; i++)
+        CHECK_EQ(args[i].failures, 0);
+    CHECK_EQ(stats_events(), THREADS * ITER * 2);
+    CHECK_EQ(stats_stamps(), 0);
+    CHECK_EQ(aclprofStop(g_cfg), ACL_SUCCESS);
+    char *log = read_log(0);
+    REQUIRE(log != NULL);
+    CHECK_EQ(tc_count_lines(log), THREADS * ITER * 2);
+    /* Each line's message names its own thread: no event crossed threads. Lines are
+     * copied out first: string functions on the whole log would be quadratic (ASan's
+     * strstr measures the entire haystack). */
+    size_t mismatched = 0;
+    for (const char *l = log; *l;) {
+        const char *end = strchr(l, '\n');
+        char one[512];
+        size_t len = (size_t)(end - l) < sizeof one - 1 ? (size_t)(end - l) : sizeof one - 1;
+        memcpy(one, l, len);
+        one[len] = '\0';
+        char want[48];
+        snprintf(want, sizeof want, "\"message\":\"t%" PRIu64 "\"",
+                 tc_json_u64(one, "tid", 0));
+        if (!strstr(one, want))
+            mismatched++;
+        l = end + 1;
+    }
+    CHECK_EQ(mismatched, 0);
+    free(log);
+    tx_end();
+}
+
+/* ---- ranges ------------------------------------------------------------------------- */
+
+typedef struct range_arg {
+    uint32_t id;
+    aclError ret;
+    uint32_t tid;
+} range_arg;
+
+static void *stop_range_elsewhere(void *p)
+{
+    range_arg *r = p;
+    r->tid = (uint32_t)gettid();
+    r->ret = aclprofRangeStop(r->id);
+    return NULL;
+}
+
+TEST(range_across_threads)
+{
+    REQUIRE(tx_begin());
+    void *s = aclprofCreateStamp();
+    aclprofSetStampTraceMessage(s, "span", 4);
+    range_arg r = {0};
+    CHECK_EQ(aclprofRangeStart(s, &r.id), ACL_SUCCESS);
+    pthread_t th;
+    pthread_create(&th, NULL, stop_range_elsewhere, &r);
+    pthread_join(th, NULL);
+    CHECK_EQ(r.ret, ACL_SUCCESS);
+    CHECK_EQ(aclprofRangeStop(r.id), -1);   /* already stopped */
+    CHECK_EQ(aclprofRangeStop(100), -1);    /* outside the pool */
+    CHECK_EQ(aclprofRangeStop(UINT32_MAX), -1);
+    CHECK_EQ(aclprofRangeStop(57), -1);     /* never started */
+    CHECK_EQ(aclprofStop(g_cfg), ACL_SUCCESS);
+    char *log = read_log(0);
+    REQUIRE(log != NULL);
+    CHECK_EQ(tc_count_lines(log), 1);
+    CHECK_EQ(tc_json_u64(log, "start_tid", 0), (uint32_t)gettid());
+    CHECK_EQ(tc_json_u64(log, "end_tid", 0), r.tid);
+    CHECK_EQ(tc_json_u64(log, "tid", 0), r.tid);
+    CHECK(r.tid != (uint32_t)gettid());
+    free(log);
+    tx_end();
+}
+
+/* ---- MarkEx, Str2Id, RangePushEx --------------------------------------------------------- */
+
+TEST(mark_ex_rules)
+{
+    REQUIRE(tx_begin());
+    char msg[200];
+    memset(msg, 'm', sizeof msg);
+    msg[127] = '\0';
+    CHECK_EQ(aclprofMarkEx(msg, 127, STREAM), ACL_SUCCESS);
+    msg[127] = 'm';
+    msg[128] = '\0';
+    CHECK_EQ(aclprofMarkEx(msg, 128, STREAM), -1);
+    CHECK_EQ(aclprofMarkEx("", 0, STREAM), -1);
+    CHECK_EQ(aclprofMarkEx(NULL, 1, STREAM), -1);
+    CHECK_EQ(aclprofMarkEx("a", 1, NULL), -1);
+    CHECK_EQ(aclprofMarkEx("abc", 2, STREAM), -1);
+    CHECK_EQ(aclprofMarkEx("abc", 4, STREAM), -1);
+    CHECK_EQ(aclprofMarkEx("abc", 3, STREAM), ACL_SUCCESS);
+    CHECK_EQ(stats_events(), 2);
+    CHECK_EQ(aclprofStop(g_cfg), ACL_SUCCESS);
+    char *log = read_log(0);
+    REQUIRE(log != NULL);
+    CHECK_EQ(tc_count_lines(log), 2);
+    const char *second = line_with(log, "\"message\":\"abc\"");
+    CHECK_EQ(tc_json_u64(second, "mark_id", 0), 2);
+    free(log);
+    tx_end();
+}
+
+TEST(str2id)
+{
+    /* FNV-1a 64 reference values. */
+    CHECK_EQ_U64(aclprofStr2Id(""), 0xcbf29ce484222325ULL);
+    CHECK_EQ_U64(aclprofStr2Id("a"), 0xaf63dc4c8601ec8cULL);
+    CHECK_EQ_U64(aclprofStr2Id("foobar"), 0x85944171f73967e8ULL);
+    CHECK_EQ_U64(aclprofStr2Id(NULL), UINT64_MAX);
+    CHECK(aclprofStr2Id("MatMul") != aclprofStr2Id("MatMul2"));
+    CHECK_EQ_U64(aclprofStr2Id("MatMul"), aclprofStr2Id("MatMul"));
+    /* Needs no session. */
+    CHECK(aclprofStr2Id("x") != UINT64_MAX);
+    CHECK_EQ(aclmockFailNext("aclprofStr2Id", 1, 0), ACL_SUCCESS);
+    CHECK_EQ_U64(aclprofStr2Id("a"), UINT64_MAX);
+}
+
+TEST(range_push_ex_rules)
+{
+    REQUIRE(tx_begin());
+    aclprofTensorInfo ti = {.tensorNum = 0};
+    aclprofEventAttributes attr = {.version = 2, .message.tensorInfo = &ti};
+    CHECK_EQ(aclprofRangePushEx(&attr), ACL_ERROR_INVALID_PARAM);
+    attr.version = ACL_PROF_EVENT_ATTR_VERSION;
+    attr.messageType = 1;
+    CHECK_EQ(aclprofRangePushEx(&attr), ACL_ERROR_INVALID_PARAM);
+    attr.messageType = ACL_PROF_MESSAGE_TYPE_TENSOR_INFO;
+    attr.message.tensorInfo = NULL;
+    CHECK_EQ(aclprofRangePushEx(&attr), ACL_ERROR_INVALID_PARAM);
+    attr.message.tensorInfo = &ti;
+    ti.tensorNum = 2;   /* tensors NULL */
+    CHECK_EQ(aclprofRangePushEx(&attr), ACL_ERROR_INVALID_PARAM);
+    ti.tensorNum = 0;
+    CHECK_EQ(aclprofRangePop(), -1);
+    CHECK_EQ(aclprofRangePushEx(&attr), ACL_SUCCESS);
+    CHECK_EQ(aclprofRangePushEx(&attr), ACL_SUCCESS);
+    CHECK_EQ(aclprofRangePop(), ACL_SUCCESS);
+    CHECK_EQ(aclprofRangePop(), ACL_SUCCESS);
+    CHECK_EQ(aclprofRangePop(), -1);
+    /* Independent of the Push/Pop stack. */
+    void *s = aclprofCreateStamp();
+    CHECK_EQ(aclprofPush(s), ACL_SUCCESS);
+    CHECK_EQ(aclprofRangePop(), -1);
+    CHECK_EQ(aclprofPop(), ACL_SUCCESS);
+    tx_end();
+}
+
+/* ---- faults, reset, speed -------------------------------------------------------------- */
+
+TEST(fault_injection_and_reset)
+{
+    REQUIRE(tx_begin());
+    CHECK_EQ(aclmockFailNext("aclprofCreateStamp", 1, 0), ACL_SUCCESS);
+    CHECK_NULL(aclprofCreateStamp());
+    void *s = aclprofCreateStamp();
+    REQUIRE(s != NULL);
+    CHECK_EQ(aclmockFailNext("aclprofPush", 1, ACL_ERROR_PROFILING_FAILURE), ACL_SUCCESS);
+    CHECK_EQ(aclprofPush(s), ACL_ERROR_PROFILING_FAILURE);
+    CHECK_EQ(aclprofPop(), -1);   /* the failed push pushed nothing */
+    CHECK_EQ(aclprofMark(s), ACL_SUCCESS);
+    aclmockReset();
+    CHECK_EQ(stats_stamps(), 0);
+    CHECK_EQ(stats_events(), 0);
+    CHECK_EQ(aclprofMark(s), -1);   /* no session any more */
+    tc_rm_rf(g_tmp);
+}
+
+/* Instrumented builds are much slower: only a sanity bound there. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define PUSH_POP_LIMIT_NS 20000.0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+#define PUSH_POP_LIMIT_NS 20000.0
+#endif
+#endif
+#ifndef PUSH_POP_LIMIT_NS
+#define PUSH_POP_LIMIT_NS 1000.0
+#endif
+
+TEST(push_pop_is_fast)
+{
+    REQUIRE(tx_begin());
+    void *s = aclprofCreateStamp();
+    aclprofSetStampTraceMessage(s, "bench", 5);
+    enum { BATCHES = 5, N = 40000 };
+    double best = 1e18;   /* the best batch: robust against a loaded machine */
+    for (int b = 0; b < BATCHES; b++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        for (int i = 0; i < N; i++) {
+            aclprofPush(s);
+            aclprofPop();
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double ns = ((double)(t1.tv_sec - t0.tv_sec) * 1e9 +
+                     (double)(t1.tv_nsec - t0.tv_nsec)) / N;
+        if (ns < best)
+            best = ns;
+    }
+    printf("push+pop pair: %.0f ns (best of %d x %d)\n", best, BATCHES, N);
+    CHECK(best < PUSH_POP_LIMIT_NS);
+    CHECK_EQ(stats_events(), BATCHES * N);
+    tx_end();
+}
+
+int main(void)
+{
+    RUN(not_initialised_returns_minus_one);
+    RUN(session_without_msproftx_bit);
+    RUN(every_event_kind_is_logged);
+    RUN(json_escaping);
+    RUN(trace_message_rules);
+    RUN(pool_of_100);
+    RUN(destroy_is_forgiving);
+    RUN(stamps_across_stop_and_finalize);
+    RUN(push_pop_nesting);
+    RUN(push_pop_stacks_are_per_thread);
+    RUN(many_threads_push_concurrently);
+    RUN(range_across_threads);
+    RUN(mark_ex_rules);
+    RUN(str2id);
+    RUN(range_push_ex_rules);
+    RUN(fault_injection_and_reset);
+    RUN(push_pop_is_fast);
+    return test_summary();
+}

@@ -1,0 +1,100 @@
+"""Small helpers shared by the benchmarks in this folder (not a test module).
+
+The machines these run on are small and shared, so absolute numbers drift from run to
+run. Every benchmark therefore runs its variants *interleaved* (round 1: A B C, round 2:
+B C A, ...) and reports, besides median and min, ratios computed within each round
+(variant / baseline of the same round), whose median is far steadier than either number.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import sys
+import time
+from typing import Callable, Iterable, Mapping, Sequence
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def interleaved(variants: Mapping[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """Run each variant once per round, rotating the order; returns name -> samples.
+
+    Each variant is a callable that measures itself and returns one sample (for example
+    ns per call, or records per second).
+    """
+    names = list(variants)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            samples[name].append(variants[name]())
+    return samples
+
+
+def per_round_ratio(samples: Mapping[str, Sequence[float]], num: str, den: str) -> list[float]:
+    return [a / b for a, b in zip(samples[num], samples[den]) if b]
+
+
+def med(values: Iterable[float]) -> float:
+    values = list(values)
+    return statistics.median(values) if values else float("nan")
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile (q in [0, 100])."""
+    values = sorted(values)
+    if not values:
+        return float("nan")
+    rank = max(1, min(len(values), int(round(q / 100 * len(values) + 0.4999))))
+    return values[rank - 1]
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]], *, out=None) -> str:
+    """A plain aligned text table (first column left-aligned, the rest right-aligned)."""
+    cells = [[str(h) for h in headers]] + [[_fmt(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    lines = []
+    for j, row in enumerate(cells):
+        parts = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:])]
+        lines.append("  ".join(parts).rstrip())
+        if j == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    text = "\n".join(lines)
+    print(text, file=out or sys.stdout)
+    return text
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        if value != value:  # nan
+            return "-"
+        if abs(value) >= 100:
+            return f"{value:,.0f}"
+        if abs(value) >= 10:
+            return f"{value:.1f}"
+        return f"{value:.2f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def verdict(ok: bool) -> str:
+    return "MET" if ok else "MISSED"
+
+
+def header(title: str, quick: bool) -> None:
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (float("nan"),) * 3
+    print(f"== {title} ==")
+    print(f"{time.strftime('%Y-%m-%d %H:%M')}  python {platform.python_version()}  "
+          f"{os.cpu_count()} cpus  load {load[0]:.2f}  {'--quick' if quick else 'full'} run")
+    print()
+
+
+def use_mock():
+    """Import aclprof with the bundled mock selected."""
+    import aclprof
+
+    aclprof.use_mock()
+    return aclprof
