@@ -5,21 +5,84 @@
 #include <string.h>
 
 #define ACLPROF_FAST_UNBOUND -1000
-#define ACLPROF_FAST_RANGE_ERROR_BIAS 1099511627776LL
 
+/* ------------------------------------------------------------------------------------
+ * msproftx stamp cache (see _fast.h). Why in C: a marker must cost about one library
+ * call, and in Python the checkout, the bookkeeping and the per-thread stack cost more
+ * than the library call itself.
+ *
+ * A stamp is checked out while it is pushed or its range is open: the library stores the
+ * start time in the stamp and a range id is the stamp's pool slot, so two open uses of one
+ * stamp would corrupt each other. The library's pool holds 100 stamps; when it is full,
+ * idle stamps of other messages are destroyed to make room.
+ * ------------------------------------------------------------------------------------ */
+#include <pthread.h>
+
+#define ACLPROF_TX_ONE_OFF UINT32_MAX
+#define ACLPROF_TX_POOL_EXHAUSTED -1001
+#define ACLPROF_TX_CREATE_FAILED -1002
+#define ACLPROF_TX_TOO_DEEP -1003
+#define ACLPROF_TX_NO_MEMORY -1004
+#define ACLPROF_TX_EMPTY -1005
+#define ACLPROF_TX_STALE -1006
+#define ACLPROF_TX_UNKNOWN_ID -1007
+#define ACLPROF_TX_RANGE_BIAS 1099511627776LL
+#define TX_POOL_SIZE 100      /* CURRENT_STAMP_SIZE in CANN */
+#define TX_STACK_DEPTH 128    /* > the pool: a deeper push cannot get a stamp anyway */
+
+typedef void *(*create_fn)(void);
+typedef void (*destroy_fn)(void *);
+typedef int (*set_message_fn)(void *, const char *, uint32_t);
 typedef int (*stamp_fn)(void *);
 typedef int (*void_fn)(void);
 typedef int (*range_start_fn)(void *, uint32_t *);
 typedef int (*range_stop_fn)(uint32_t);
 
+static create_fn p_create;
+static destroy_fn p_destroy;
+static set_message_fn p_set_message;
 static stamp_fn p_push, p_mark;
 static void_fn p_pop;
 static range_start_fn p_range_start;
 static range_stop_fn p_range_stop;
 
-int aclprof_fast_bind_tx(uintptr_t push, uintptr_t pop, uintptr_t mark,
+typedef struct {
+    char *text;
+    uint32_t len;
+    uint32_t nidle, cap;
+    void **idle;
+} tx_message;
+
+typedef struct {
+    void *stamp;
+    uint32_t id;
+    uint32_t gen;
+} tx_entry;
+
+typedef struct {
+    uint32_t range_id;
+    tx_entry use;
+} tx_range;
+
+static pthread_mutex_t tx_lock = PTHREAD_MUTEX_INITIALIZER;
+static tx_message *tx_messages;            /* indexed by message id; guarded by tx_lock */
+static uint32_t tx_nmessages, tx_capmessages;
+static void *tx_live[TX_POOL_SIZE * 4];    /* every stamp we created and not destroyed */
+static uint32_t tx_nlive;
+static tx_range tx_ranges[TX_POOL_SIZE * 4];
+static uint32_t tx_nranges;
+static uint32_t tx_gen;                    /* read without the lock with __atomic */
+
+static _Thread_local tx_entry t_stack[TX_STACK_DEPTH];
+static _Thread_local uint32_t t_depth;
+
+int aclprof_fast_bind_tx(uintptr_t create, uintptr_t destroy, uintptr_t set_message,
+                         uintptr_t push, uintptr_t pop, uintptr_t mark,
                          uintptr_t range_start, uintptr_t range_stop)
 {
+    p_create = (create_fn)create;
+    p_destroy = (destroy_fn)destroy;
+    p_set_message = (set_message_fn)set_message;
     p_push = (stamp_fn)push;
     p_pop = (void_fn)pop;
     p_mark = (stamp_fn)mark;
@@ -28,31 +91,263 @@ int aclprof_fast_bind_tx(uintptr_t push, uintptr_t pop, uintptr_t mark,
     return 0;
 }
 
-int aclprof_tx_push(uintptr_t stamp)
+static uint32_t current_gen(void)
 {
-    return p_push ? p_push((void *)stamp) : ACLPROF_FAST_UNBOUND;
+    return __atomic_load_n(&tx_gen, __ATOMIC_ACQUIRE);
+}
+
+int64_t aclprof_tx_register(const char *text, uint32_t len)
+{
+    char *copy = malloc((size_t)len + 1);
+    if (!copy)
+        return ACLPROF_TX_NO_MEMORY;
+    memcpy(copy, text, len);
+    copy[len] = '\0';
+    pthread_mutex_lock(&tx_lock);
+    if (tx_nmessages == tx_capmessages) {
+        uint32_t cap = tx_capmessages ? tx_capmessages * 2 : 64;
+        tx_message *grown = realloc(tx_messages, cap * sizeof *grown);
+        if (!grown) {
+            pthread_mutex_unlock(&tx_lock);
+            free(copy);
+            return ACLPROF_TX_NO_MEMORY;
+        }
+        tx_messages = grown;
+        tx_capmessages = cap;
+    }
+    uint32_t id = tx_nmessages++;
+    tx_messages[id] = (tx_message){copy, len, 0, 0, NULL};
+    pthread_mutex_unlock(&tx_lock);
+    return id;
+}
+
+static void forget_live(void *stamp)  /* tx_lock held */
+{
+    for (uint32_t i = 0; i < tx_nlive; i++) {
+        if (tx_live[i] == stamp) {
+            tx_live[i] = tx_live[--tx_nlive];
+            return;
+        }
+    }
+}
+
+static int evict_one(void)  /* tx_lock held; destroys one idle stamp of any message */
+{
+    for (uint32_t id = 0; id < tx_nmessages; id++) {
+        tx_message *m = &tx_messages[id];
+        if (m->nidle) {
+            void *stamp = m->idle[--m->nidle];
+            forget_live(stamp);
+            p_destroy(stamp);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Check a stamp out for message `id` (or a one-off stamp for `text`). */
+static int acquire(uint32_t id, const char *text, uint32_t len, tx_entry *out)
+{
+    if (!p_create || !p_set_message || !p_destroy)
+        return ACLPROF_FAST_UNBOUND;
+    pthread_mutex_lock(&tx_lock);
+    out->id = id;
+    out->gen = tx_gen;
+    if (id != ACLPROF_TX_ONE_OFF) {
+        if (id >= tx_nmessages) {
+            pthread_mutex_unlock(&tx_lock);
+            return ACLPROF_TX_UNKNOWN_ID;
+        }
+        tx_message *m = &tx_messages[id];
+        if (m->nidle) {
+            out->stamp = m->idle[--m->nidle];
+            pthread_mutex_unlock(&tx_lock);
+            return 0;
+        }
+        text = m->text;
+        len = m->len;
+    }
+    int rc = 0;
+    if (tx_nlive == sizeof tx_live / sizeof tx_live[0]) {
+        rc = ACLPROF_TX_POOL_EXHAUSTED;
+        goto out;
+    }
+    void *stamp = p_create();
+    while (!stamp && evict_one())
+        stamp = p_create();
+    if (!stamp) {
+        rc = tx_nlive >= TX_POOL_SIZE ? ACLPROF_TX_POOL_EXHAUSTED : ACLPROF_TX_CREATE_FAILED;
+        goto out;
+    }
+    rc = p_set_message(stamp, text, len);
+    if (rc != 0) {
+        p_destroy(stamp);
+        goto out;
+    }
+    tx_live[tx_nlive++] = stamp;
+    out->stamp = stamp;
+out:
+    pthread_mutex_unlock(&tx_lock);
+    return rc;
+}
+
+/* Return a stamp after use: idle again, or destroyed if one-off or from an ended session. */
+static void release(const tx_entry *use)
+{
+    pthread_mutex_lock(&tx_lock);
+    if (use->gen != tx_gen) {
+        /* reset() already destroyed it */
+    } else if (use->id == ACLPROF_TX_ONE_OFF) {
+        forget_live(use->stamp);
+        p_destroy(use->stamp);
+    } else {
+        tx_message *m = &tx_messages[use->id];
+        if (m->nidle == m->cap) {
+            uint32_t cap = m->cap ? m->cap * 2 : 4;
+            void **grown = realloc(m->idle, cap * sizeof *grown);
+            if (!grown) {  /* cannot cache it: give it back to the library */
+                forget_live(use->stamp);
+                p_destroy(use->stamp);
+                pthread_mutex_unlock(&tx_lock);
+                return;
+            }
+            m->idle = grown;
+            m->cap = cap;
+        }
+        m->idle[m->nidle++] = use->stamp;
+    }
+    pthread_mutex_unlock(&tx_lock);
+}
+
+int aclprof_tx_push(uint32_t id, const char *text, uint32_t len)
+{
+    /* Entries of ended sessions left on top (a session stopped inside an annotation whose
+     * exit then saw no session) are dropped here, so they cannot pile up. */
+    uint32_t gen = current_gen();
+    while (t_depth && t_stack[t_depth - 1].gen != gen)
+        t_depth--;
+    if (t_depth == TX_STACK_DEPTH)
+        return ACLPROF_TX_TOO_DEEP;
+    if (!p_push)
+        return ACLPROF_FAST_UNBOUND;
+    tx_entry use;
+    int rc = acquire(id, text, len, &use);
+    if (rc != 0)
+        return rc;
+    rc = p_push(use.stamp);
+    if (rc != 0) {
+        release(&use);
+        return rc;
+    }
+    t_stack[t_depth++] = use;
+    return 0;
 }
 
 int aclprof_tx_pop(void)
 {
-    return p_pop ? p_pop() : ACLPROF_FAST_UNBOUND;
+    if (t_depth == 0)
+        return ACLPROF_TX_EMPTY;
+    tx_entry use = t_stack[--t_depth];
+    if (use.gen != current_gen())
+        return ACLPROF_TX_STALE;
+    if (!p_pop)
+        return ACLPROF_FAST_UNBOUND;
+    int rc = p_pop();
+    release(&use);
+    return rc;
 }
 
-int aclprof_tx_mark(uintptr_t stamp)
+int aclprof_tx_mark(uint32_t id, const char *text, uint32_t len)
 {
-    return p_mark ? p_mark((void *)stamp) : ACLPROF_FAST_UNBOUND;
+    if (!p_mark)
+        return ACLPROF_FAST_UNBOUND;
+    tx_entry use;
+    int rc = acquire(id, text, len, &use);
+    if (rc != 0)
+        return rc;
+    rc = p_mark(use.stamp);
+    release(&use);
+    return rc;
 }
 
-int64_t aclprof_tx_range_start(uintptr_t stamp)
+int64_t aclprof_tx_range_start(uint32_t id, const char *text, uint32_t len)
 {
-    uint32_t id = 0;
-    int rc = p_range_start ? p_range_start((void *)stamp, &id) : ACLPROF_FAST_UNBOUND;
-    return rc == 0 ? (int64_t)id : (int64_t)rc - ACLPROF_FAST_RANGE_ERROR_BIAS;
+    if (!p_range_start)
+        return (int64_t)ACLPROF_FAST_UNBOUND - ACLPROF_TX_RANGE_BIAS;
+    tx_entry use;
+    int rc = acquire(id, text, len, &use);
+    if (rc != 0)
+        return (int64_t)rc - ACLPROF_TX_RANGE_BIAS;
+    uint32_t range_id = 0;
+    rc = p_range_start(use.stamp, &range_id);
+    if (rc != 0) {
+        release(&use);
+        return (int64_t)rc - ACLPROF_TX_RANGE_BIAS;
+    }
+    pthread_mutex_lock(&tx_lock);
+    /* tx_ranges cannot overflow: each open range holds one of at most
+     * sizeof tx_live / sizeof tx_live[0] live stamps. */
+    tx_ranges[tx_nranges++] = (tx_range){range_id, use};
+    pthread_mutex_unlock(&tx_lock);
+    return (int64_t)(use.gen & 0x7FFFFFFFu) << 32 | range_id;
 }
 
-int aclprof_tx_range_stop(uint32_t range_id)
+int aclprof_tx_range_end(int64_t handle)
 {
-    return p_range_stop ? p_range_stop(range_id) : ACLPROF_FAST_UNBOUND;
+    if (handle < 0)
+        return ACLPROF_TX_EMPTY;
+    uint32_t range_id = (uint32_t)handle, gen = (uint32_t)(handle >> 32);
+    tx_entry use = {0};
+    int found = 0;
+    pthread_mutex_lock(&tx_lock);
+    for (uint32_t i = 0; i < tx_nranges; i++) {
+        if (tx_ranges[i].range_id == range_id && (tx_ranges[i].use.gen & 0x7FFFFFFFu) == gen) {
+            use = tx_ranges[i].use;
+            tx_ranges[i] = tx_ranges[--tx_nranges];
+            found = 1;
+            break;
+        }
+    }
+    int stale = !found && gen != (tx_gen & 0x7FFFFFFFu);
+    pthread_mutex_unlock(&tx_lock);
+    if (!found)
+        return stale ? ACLPROF_TX_STALE : ACLPROF_TX_EMPTY;
+    if (!p_range_stop)
+        return ACLPROF_FAST_UNBOUND;
+    int rc = p_range_stop(range_id);
+    release(&use);
+    return rc;
+}
+
+void aclprof_tx_reset(void)
+{
+    pthread_mutex_lock(&tx_lock);
+    for (uint32_t i = 0; i < tx_nlive && p_destroy; i++)
+        p_destroy(tx_live[i]);
+    tx_nlive = 0;
+    for (uint32_t id = 0; id < tx_nmessages; id++)
+        tx_messages[id].nidle = 0;
+    tx_nranges = 0;
+    __atomic_store_n(&tx_gen, tx_gen + 1, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&tx_lock);
+}
+
+void aclprof_tx_clear_thread(void)
+{
+    t_depth = 0;
+}
+
+uint32_t aclprof_tx_live_stamps(void)
+{
+    pthread_mutex_lock(&tx_lock);
+    uint32_t n = tx_nlive;
+    pthread_mutex_unlock(&tx_lock);
+    return n;
+}
+
+uint32_t aclprof_tx_depth(void)
+{
+    return t_depth;
 }
 
 /* ------------------------------------------------------------------------------------

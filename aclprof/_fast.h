@@ -3,17 +3,43 @@
  * until then every call returns ACLPROF_FAST_UNBOUND. */
 
 #define ACLPROF_FAST_UNBOUND -1000
-#define ACLPROF_FAST_RANGE_ERROR_BIAS 1099511627776
 
-int aclprof_fast_bind_tx(uintptr_t push, uintptr_t pop, uintptr_t mark,
+/* ---- msproftx: a stamp cache and per-thread push stacks in C ----
+ * Python registers each distinct message once and gets a small id; a push, mark or range
+ * then takes one call here, which checks a stamp out of the message's idle list (creating
+ * one, or evicting an idle stamp of another message when the library's pool is full),
+ * makes the library call, and records what to undo. id ACLPROF_TX_ONE_OFF means "not
+ * cached": the stamp is created for this use with `text` and destroyed afterwards. */
+#define ACLPROF_TX_ONE_OFF 4294967295
+#define ACLPROF_TX_POOL_EXHAUSTED -1001  /* every stamp of the pool is in open use */
+#define ACLPROF_TX_CREATE_FAILED -1002   /* aclprofCreateStamp returned NULL with stamps free */
+#define ACLPROF_TX_TOO_DEEP -1003        /* more nested pushes on one thread than the stack holds */
+#define ACLPROF_TX_NO_MEMORY -1004
+#define ACLPROF_TX_EMPTY -1005           /* nothing open on this thread / no such open range */
+#define ACLPROF_TX_STALE -1006           /* it belonged to a session that has ended */
+#define ACLPROF_TX_UNKNOWN_ID -1007      /* a message id that was never registered */
+#define ACLPROF_TX_RANGE_BIAS 1099511627776
+
+int aclprof_fast_bind_tx(uintptr_t create, uintptr_t destroy, uintptr_t set_message,
+                         uintptr_t push, uintptr_t pop, uintptr_t mark,
                          uintptr_t range_start, uintptr_t range_stop);
-int aclprof_tx_push(uintptr_t stamp);
+/* Returns the new message id (>= 0) or ACLPROF_TX_NO_MEMORY. */
+int64_t aclprof_tx_register(const char *text, uint32_t len);
+int aclprof_tx_push(uint32_t id, const char *text, uint32_t len);
+/* Pops this thread's innermost push: 0 or the library's code, EMPTY, or STALE (the entry
+ * was from an ended session; nothing was popped in the library). */
 int aclprof_tx_pop(void);
-int aclprof_tx_mark(uintptr_t stamp);
-/* Returns the range id (>= 0) on success; on failure the C return code minus
- * ACLPROF_FAST_RANGE_ERROR_BIAS (always negative), so one call gives both. */
-int64_t aclprof_tx_range_start(uintptr_t stamp);
-int aclprof_tx_range_stop(uint32_t range_id);
+int aclprof_tx_mark(uint32_t id, const char *text, uint32_t len);
+/* Returns a handle (>= 0: generation << 32 | range id) or an error code minus RANGE_BIAS. */
+int64_t aclprof_tx_range_start(uint32_t id, const char *text, uint32_t len);
+/* Ends a range from any thread; a second end of the same handle returns EMPTY. */
+int aclprof_tx_range_end(int64_t handle);
+/* The session ended: destroy every stamp (idle or in use) and start a new generation. */
+void aclprof_tx_reset(void);
+/* Forget this thread's push stack (tests). */
+void aclprof_tx_clear_thread(void);
+uint32_t aclprof_tx_live_stamps(void);
+uint32_t aclprof_tx_depth(void);
 
 /* ---- op record decoding (operator subscription) ---- */
 #define ACLPROF_REC_OK 0

@@ -23,12 +23,10 @@ Only this module and ``aclprof.lowlevel`` touch cffi objects.
 
 from __future__ import annotations
 
-import ctypes.util
 import os
 import threading
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import LibraryNotFoundError, UnsupportedError
 
@@ -48,8 +46,7 @@ def mock_library_path() -> Path:
     return Path(__file__).resolve().parent / "_mock" / _LIBNAME
 
 
-@dataclass(frozen=True)
-class LibraryInfo:
+class LibraryInfo(NamedTuple):
     """What :func:`library_info` reports about the loaded library."""
 
     name: str
@@ -142,6 +139,8 @@ def _candidates() -> tuple[list[tuple[str, str]], bool]:
         root = env.get(var)
         if root:
             found.append((f"${var}/lib64", os.path.join(root, "lib64", _LIBNAME)))
+    import ctypes.util  # here, not at import: it costs ~20 ms and only the real search needs it
+
     system = ctypes.util.find_library("ascendcl")
     if system:
         found.append(("ctypes.util.find_library('ascendcl')", system))
@@ -206,6 +205,9 @@ def _bind_fast_paths(library: _Library) -> None:
         return int(library.ffi.cast("uintptr_t", fn)) if fn is not None else 0
 
     fast.aclprof_fast_bind_tx(
+        address("aclprofCreateStamp"),
+        address("aclprofDestroyStamp"),
+        address("aclprofSetStampTraceMessage"),
         address("aclprofPush"),
         address("aclprofPop"),
         address("aclprofMark"),

@@ -86,11 +86,14 @@ class AclError(AclprofError):
     code: int = -2
     hint: str = ""
 
-    def __init__(self, code: int, function: str, detail: str | None = None):
+    def __init__(self, code: int, function: str, detail: str | None = None, *,
+                 hint: str | None = None):
         self.code = code
         self.name = code_name(code)
         self.function = function
         self.detail = detail
+        if hint is not None:  # a more precise hint than the class's generic one
+            self.hint = hint
         super().__init__(self._message())
 
     def _message(self) -> str:
@@ -102,7 +105,13 @@ class AclError(AclprofError):
         return msg
 
     def __reduce__(self):  # picklable, e.g. across multiprocessing
-        return (type(self), (self.code, self.function, self.detail))
+        return (_rebuild, (type(self), self.code, self.function, self.detail, self.hint))
+
+
+def _rebuild(cls: type, code: int, function: str, detail: str | None, hint: str) -> AclError:
+    error = cls.__new__(cls)
+    AclError.__init__(error, code, function, detail, hint=hint)
+    return error
 
 
 class InvalidParamError(AclError, ValueError):

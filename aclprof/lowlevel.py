@@ -427,25 +427,6 @@ def _stamp_ptr(stamp: Stamp) -> Any:
     return stamp._get()
 
 
-def create_stamp_address() -> int:
-    """``aclprofCreateStamp`` as a raw address (0 for NULL). For aclprof's stamp cache."""
-    lib = get_library()
-    return int(lib.ffi.cast("uintptr_t", _fn("aclprofCreateStamp")()))
-
-
-def destroy_stamp_address(address: int) -> None:
-    """``aclprofDestroyStamp`` on a raw address from :func:`create_stamp_address`."""
-    lib = get_library()
-    _fn("aclprofDestroyStamp")(lib.ffi.cast("void *", address))
-
-
-def set_stamp_message_address(address: int, message: bytes) -> None:
-    """``aclprofSetStampTraceMessage`` on a raw address; ``message`` already validated."""
-    lib = get_library()
-    rc = _fn("aclprofSetStampTraceMessage")(lib.ffi.cast("void *", address), message, len(message))
-    check(rc, "aclprofSetStampTraceMessage")
-
-
 def create_stamp() -> Stamp:
     """``aclprofCreateStamp``.
 

@@ -9,8 +9,7 @@ string table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -54,13 +53,13 @@ OP_DTYPE = np.dtype([
 ])
 
 
-@dataclass(frozen=True, slots=True)
-class OpRecord:
-    """One operator execution, as the library reported it.
+class OpRecord(NamedTuple):
+    """One operator execution, as the library reported it (immutable).
 
     Times are in the library's unit (ns on the mock by default; see ``time_unit``).
     ``op_name``/``op_type`` are decoded as UTF-8 with invalid bytes shown as ``\\xNN``;
-    ``"?"`` means the library could not return them.
+    ``"?"`` means the library could not return them. A NamedTuple rather than a dataclass:
+    building one is ~3x cheaper, which is most of the cost of iterating a subscription.
     """
 
     model_id: int

@@ -564,10 +564,11 @@ class Subscription:
         done = self._background_close
         if done is None or threading.current_thread() in (self._thread, self._unsub_thread):
             return
-        if done.wait(timeout):  # the reader reached EOF and released everything
-            self._thread.join(timeout)
-            if self._unsub_thread is not None:
-                self._unsub_thread.join(timeout)
+        done.wait(timeout)  # the reader reached EOF and released everything
+        self._thread.join(timeout)
+        helper = self._unsub_thread
+        if helper is not None and helper.ident is not None:  # started
+            helper.join(timeout)
 
     def _unsubscribe(self) -> BaseException | None:
         """Unsubscribe and make sure the write end is closed; returns the failure, if any."""
@@ -673,4 +674,4 @@ def _close_all_at_exit() -> None:
         except Exception as exc:
             _log.warning("closing a subscription at exit failed", error=str(exc))
     for sub in list(_closing_in_background):  # closed from a callback: let them finish
-        sub._await_background_close(timeout=2.0)
+        sub._await_background_close(timeout=5.0)

@@ -61,8 +61,7 @@ def _reset_all() -> None:
     aclprof.set_strict(False)
     aclprof.mock.reset()  # also tells aclprof's stamp cache that the session is gone
     # This thread's push/range stacks (pushes a test left open, e.g. outside a session).
-    aclprof.tx._tls.pushes.clear()
-    aclprof.tx._tls.ranges.clear()
+    aclprof.tx._clear_thread_state()
 
 
 @pytest.fixture(autouse=True)

@@ -534,10 +534,9 @@ def test_mock_reset_with_records_still_in_the_pipe(emit_log):
     nameless = 0
     for r, e in zip(records, emitted):
         assert record_key(r)[3:] == e.key()[3:]
-        if (r.op_name, r.op_type) == ("?", "?"):
-            nameless += 1
-        else:
-            assert (r.op_name, r.op_type) == (e.name, e.type)
+        # The reset may land between the type and the name fetch of one record.
+        assert r.op_name in (e.name, "?") and r.op_type in (e.type, "?")
+        nameless += "?" in (r.op_name, r.op_type)
     assert sub.stats.names_missing == nameless
     assert_released(sub)
 

@@ -105,6 +105,29 @@ static size_t g_cap;          /* power of two, or 0 before the first insert */
 static size_t g_count;
 static uint64_t g_next_index; /* last opIndex handed out; the first one is 1 */
 
+/* fork(): take the table lock across fork() so the child's copy is consistent (a getter
+ * in the child would otherwise deadlock on a lock held by a thread that no longer exists).
+ * Registered at load, i.e. before subscribe.c's handlers, so its prepare runs after theirs
+ * and the lock order g_sub_lock -> g_names_lock holds. */
+static pthread_mutex_t g_attr_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void names_fork_prepare(void)
+{
+    pthread_mutex_lock(&g_names_lock);
+    pthread_mutex_lock(&g_attr_lock);
+}
+
+static void names_fork_release(void)
+{
+    pthread_mutex_unlock(&g_attr_lock);
+    pthread_mutex_unlock(&g_names_lock);
+}
+
+__attribute__((constructor)) static void opdesc_init(void)
+{
+    pthread_atfork(names_fork_prepare, names_fork_release, names_fork_release);
+}
+
 static size_t slot_home(uint64_t key, size_t cap)
 {
     /* Fibonacci hashing: opIndex is sequential, the multiply spreads it over the table. */
@@ -466,7 +489,6 @@ MOCK_EXPORT aclprofSubscribeOpFlag aclprofGetOpFlag(const void *opInfo, size_t o
  * the next call (from any thread) overwrites it. Written under g_attr_lock so two writers
  * never interleave; a caller must copy the string before calling again. */
 static char g_attr_value[24];
-static pthread_mutex_t g_attr_lock = PTHREAD_MUTEX_INITIALIZER;
 
 MOCK_EXPORT const char *aclprofGetOpAttriValue(const void *opInfo, size_t opInfoLen,
                                                uint32_t index, aclprofSubscribeOpAttri attri)

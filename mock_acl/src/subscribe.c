@@ -68,6 +68,7 @@ struct sub_entry {
     int *fdp;               /* the caller's int: closed and set to -1 at unsubscribe */
     int fd;                 /* *fdp read once at subscribe: where the writer writes */
     bool live;              /* false once unsubscribe started: no new records */
+    bool detached;          /* an unsubscribing thread owns it (finish_detach frees it) */
     uint64_t pending;       /* queued or being written; under g_sub_lock */
     atomic_uint_fast64_t progress;  /* records finished (written or dropped) */
     atomic_bool abort;      /* drop the rest instead of writing (stalled reader) */
@@ -98,6 +99,7 @@ static pthread_t g_writer;
 static bool g_writer_running;
 static bool g_writer_stop;         /* finish the ring, then exit */
 static bool g_writer_waiting;      /* writer sleeps on g_work_cv: emit must signal */
+static unsigned g_writer_joining;  /* stop_writer calls waiting in pthread_join */
 static atomic_bool g_abort_all;    /* reset gave up on a stalled reader: drop everything */
 static atomic_uint g_fd_epoch;     /* bumped at every close: invalidates the poll budget */
 static atomic_uint_fast64_t g_progress;   /* records finished, all subscriptions */
@@ -115,6 +117,38 @@ static pthread_mutex_t g_log_lock = PTHREAD_MUTEX_INITIALIZER;
 static FILE *g_log;
 static atomic_bool g_log_dirty;
 
+/* fork(): the child has no writer thread. Holding both locks across fork() keeps the
+ * child's copies consistent; the child then forgets the writer, so nothing waits for it
+ * (its queued records are never written, as CANN's uploader threads do not survive fork
+ * either). Registered after opdesc.c's handlers (those run at load), so these prepare
+ * handlers run first and take g_sub_lock before g_names_lock, the usual order. */
+static void fork_prepare(void)
+{
+    pthread_mutex_lock(&g_sub_lock);
+    pthread_mutex_lock(&g_log_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&g_log_lock);
+    pthread_mutex_unlock(&g_sub_lock);
+}
+
+static void fork_child(void)
+{
+    /* Records queued in the parent are the parent's to write. */
+    for (sub_entry *e = g_entries; e; e = e->next)
+        e->pending = 0;
+    g_qhead = g_qcount = 0;
+    g_pending = 0;
+    g_writer_running = false;
+    g_writer_waiting = false;
+    g_writer_joining = 0;
+    g_writer_stop = false;
+    pthread_mutex_unlock(&g_log_lock);
+    pthread_mutex_unlock(&g_sub_lock);
+}
+
 static void cv_init(void)
 {
     /* CLOCK_MONOTONIC: timed waits must not jump with the wall clock. */
@@ -124,6 +158,7 @@ static void cv_init(void)
     pthread_cond_init(&g_work_cv, &a);
     pthread_cond_init(&g_done_cv, &a);
     pthread_condattr_destroy(&a);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 static void ensure_cv(void)
@@ -372,9 +407,14 @@ static void *writer_main(void *arg)
     return NULL;
 }
 
-/* Caller holds g_mock_lock (serialises start against stop) and g_sub_lock. */
+/* Caller holds g_sub_lock (released while waiting for a stopping writer to exit). */
 static bool start_writer(void)
 {
+    /* A writer being joined still reads g_writer_stop: wait until it is gone before
+     * clearing the flag for a new one. (aclmockReset stops the writer without
+     * g_mock_lock, so it may race with a subscribe.) */
+    while (g_writer_joining > 0)
+        pthread_cond_wait(&g_done_cv, &g_sub_lock);
     if (g_writer_running)
         return true;
     sigset_t all, old;
@@ -389,8 +429,8 @@ static bool start_writer(void)
     return true;
 }
 
-/* Caller holds g_sub_lock (released while joining). The ring must hold only records of
- * subscriptions nobody waits for, or none. */
+/* Caller holds g_sub_lock (released while joining). Called only when no subscription
+ * remains (nothing can be queued) or at reset after draining. */
 static void stop_writer(void)
 {
     if (!g_writer_running)
@@ -399,10 +439,12 @@ static void stop_writer(void)
     pthread_cond_signal(&g_work_cv);
     pthread_t t = g_writer;
     g_writer_running = false;
+    g_writer_joining++;
     pthread_mutex_unlock(&g_sub_lock);
     pthread_join(t, NULL);
     pthread_mutex_lock(&g_sub_lock);
-    g_writer_stop = false;
+    g_writer_joining--;
+    pthread_cond_broadcast(&g_done_cv);
 }
 
 /* ---- subscriptions ------------------------------------------------------------------ */
@@ -507,7 +549,8 @@ void mock_subscribe_emit(uint32_t model_id, uint32_t device_id, const mock_op *o
         return;
     }
     q_item *it = &g_q[(g_qhead + g_qcount) % g_qcap];
-    it->rec = r;
+    memcpy(&it->rec, &r, sizeof r);   /* memcpy: struct assignment may skip the padding,
+                                         which the signature covers */
     it->sub = e;
     it->size = size;
     it->corrupt = corrupt;
@@ -578,6 +621,7 @@ sub_entry *mock_subscribe_detach(uint32_t model_id)
     sub_entry *e = find_live(model_id);
     if (e != NULL) {
         e->live = false;
+        e->detached = true;
         atomic_fetch_sub(&g_live_subs, 1);
     }
     pthread_mutex_unlock(&g_sub_lock);
@@ -590,6 +634,7 @@ void mock_subscribe_finish_detach(sub_entry *e)
     pthread_mutex_lock(&g_sub_lock);
     drain(e, UNSUB_STALL_MS);
     close_entry(e);
+    pthread_cond_broadcast(&g_done_cv);   /* a concurrent reset waits for detached entries */
     pthread_mutex_unlock(&g_sub_lock);
     log_flush();
 
@@ -788,6 +833,17 @@ void mock_subscribe_reset(void)
         e->live = false;
     atomic_store(&g_live_subs, 0);
     drain(NULL, RESET_STALL_MS);
+    /* An aclprofModelUnSubscribe/aclmdlUnload in progress on another thread owns its entry:
+     * let it finish (its drain is over, or will be soon, since ours is) rather than free
+     * the entry under it. */
+    for (;;) {
+        bool busy = false;
+        for (sub_entry *e = g_entries; e; e = e->next)
+            busy |= e->detached;
+        if (!busy)
+            break;
+        pthread_cond_wait(&g_done_cv, &g_sub_lock);
+    }
     stop_writer();   /* drops what a stalled reader left, since g_abort_all may be set */
     atomic_store(&g_abort_all, false);
     while (g_entries != NULL)
