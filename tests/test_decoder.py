@@ -86,6 +86,13 @@ def numeric_view(fields: dict, size: int, default_device: int) -> tuple:
             fields["end"], fields["duration"], fields["execution_time"])
 
 
+def numeric_from_bytes(record: bytes, size: int, default_device: int) -> tuple:
+    model_id, flag, thread_id = struct.unpack_from("<III", record, 4)
+    duration, start, end, execution_time = struct.unpack_from("<QQQQ", record, 24)
+    device = struct.unpack_from("<I", record, 72)[0] if size == 80 else default_device
+    return (model_id, flag, thread_id, device, start, end, duration, execution_time)
+
+
 def decoded_numeric(batches) -> list[tuple]:
     out = []
     for batch in batches:
@@ -156,13 +163,11 @@ def test_valid_records_in_noise_decode_exactly(items, tail, chunks, max_records,
         if isinstance(item, dict):
             record = build(item, size)
             expected.append(numeric_view(item, size, default_device=7))
+            assert numeric_from_bytes(record, size, 7) == expected[-1]  # the builder is right
         else:
             record = item[:size]
             if is_valid(record):  # random bytes that happen to be valid decode as such
-                expected.append(tuple(struct.unpack_from("<III", record, 4)) + (
-                    struct.unpack_from("<I", record, 72)[0] if size == 80 else 7,
-                    *struct.unpack_from("<QQQQ", record, 32)[:2],
-                    struct.unpack_from("<Q", record, 24)[0], struct.unpack_from("<Q", record, 48)[0]))
+                expected.append(numeric_from_bytes(record, size, default_device=7))
             else:
                 bad += 1
         stream += record
