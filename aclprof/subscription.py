@@ -38,7 +38,8 @@ import numpy as np
 from . import lowlevel
 from ._log import get_logger
 from .enums import AicoreMetrics
-from .errors import InvalidParamError, InvalidProfilingConfigError
+from .errors import (InvalidModelIdError, InvalidParamError, InvalidProfilingConfigError,
+                     UnsupportedError)
 from .records import OP_DTYPE, OpBatch, OpRecord, raw_dtype
 
 __all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES"]
@@ -57,7 +58,11 @@ _TIME_UNITS = {"ns": 1, "us": 1000}
 class SubscriptionStats:
     """Counters of one subscription; read at any time without waiting on the reader.
 
-    ``records_read == delivered + dropped + queued`` always holds.
+    ``records_read == delivered + dropped + queued`` holds whenever the reader is between
+    batches (always once the subscription is closed); a snapshot taken while it handles a
+    batch may lag by that batch. ``names_missing`` counts delivered records whose name or
+    type the library could not return, ``names_overflowed`` those whose name did not fit the
+    subscription's interned table (1 M distinct strings); both read ``"?"``.
     """
 
     bytes_read: int
@@ -71,6 +76,7 @@ class SubscriptionStats:
     dropped_decode_error: int
     callback_errors: int
     names_missing: int
+    names_overflowed: int
     truncated_bytes: int
     reader_lag_ns: int | None
 
@@ -233,11 +239,18 @@ class _Decoder:
                 self.corrupt += 1
                 continue
             rows.append((lowlevel.get_model_id(rec, 0), self._intern_py(op_name),
-                         self._intern_py(type_name), 0, 0, self.default_device,
+                         self._intern_py(type_name), self._flag(rec), 0, self.default_device,
                          lowlevel.get_op_start(rec, 0), lowlevel.get_op_end(rec, 0),
                          lowlevel.get_op_duration(rec, 0), 0))
         self.records_decoded += len(rows)
         return OpBatch(np.array(rows, dtype=OP_DTYPE), self.names)
+
+    @staticmethod
+    def _flag(rec: bytes) -> int:
+        try:
+            return lowlevel.get_op_flag(rec, 0)
+        except UnsupportedError:  # older CANN: no aclprofGetOpFlag
+            return 0
 
     def _intern_py(self, data: bytes) -> int:
         text = data.decode("utf-8", "backslashreplace")
@@ -376,7 +389,9 @@ class Subscription:
                     self._newest_end = int(batch.data["end"][-1])
                     self._deliver(batch)
         except Exception:
-            _log.exception("subscription reader failed", model_id=self.model_id)
+            _log.exception("subscription reader failed; discarding the rest (counted)",
+                           model_id=self.model_id)
+            self._discard_until_eof()
         finally:
             with self._cond:
                 self._reader_done = True
@@ -385,6 +400,30 @@ class Subscription:
                 self._release()
                 _closing_in_background.discard(self)
                 self._background_close.set()
+
+    def _discard_until_eof(self) -> None:
+        """After a reader failure, keep the pipe flowing (the library's flush at unsubscribe
+        waits for it) and count what is thrown away as dropped by decode error."""
+        decoder = self._decoder
+        size = decoder.record_size
+        pending = decoder.filled
+        decoder.filled = 0
+        buffer = bytearray(1 << 16)
+        while True:
+            try:
+                n = os.readv(self._read_fd, [buffer])
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+            if n == 0:
+                break
+            self._bytes_read += n
+            pending += n
+            whole, pending = divmod(pending, size)
+            decoder.records_read += whole
+            decoder.failed += whole
+        self._truncated += pending
 
     def _deliver(self, batch: OpBatch) -> None:
         if self._batch_callback is not None or self._callback is not None:
@@ -504,6 +543,7 @@ class Subscription:
             dropped_decode_error=d.failed,
             callback_errors=self._callback_errors,
             names_missing=d.names_missing,
+            names_overflowed=d.names_overflowed,
             truncated_bytes=self._truncated,
             reader_lag_ns=lag,
         )
@@ -571,17 +611,40 @@ class Subscription:
             helper.join(timeout)
 
     def _unsubscribe(self) -> BaseException | None:
-        """Unsubscribe and make sure the write end is closed; returns the failure, if any."""
-        error: BaseException | None = None
+        """Unsubscribe; returns the failure, if any.
+
+        On success the library closed the write end (and wrote -1 into the cell); if it
+        left the fd open, close it here. On failure the library may still own the
+        subscription and write to that fd, so it is *not* closed (a reused fd number would
+        receive the library's records): the reader is woken instead, and the cell and the
+        config are kept alive for as long as the process lives.
+        """
         try:
             lowlevel.model_unsubscribe(self.model_id)
+        except InvalidModelIdError as exc:
+            if self._cell.value == -1:
+                # The library had already unsubscribed the model (unloaded, or reset) and
+                # closed the pipe: nothing was lost, the reader sees EOF.
+                return None
+            return self._unsubscribe_failed(exc)
         except BaseException as exc:
-            error = exc
-            _orphaned_cells.append(self._cell)  # the library may still reference it
-            _log.warning("unsubscribe failed; closing the pipe ourselves", model_id=self.model_id,
-                         error=str(exc))
+            return self._unsubscribe_failed(exc)
         self._close_write_end()
-        return error
+        return None
+
+    def _unsubscribe_failed(self, exc: BaseException) -> BaseException:
+        _orphaned_cells.append(self._cell)
+        _log.warning("unsubscribe failed; the pipe stays with the library", model_id=self.model_id,
+                     error=str(exc))
+        self._wake_reader()
+        return exc
+
+    def _wake_reader(self) -> None:
+        """Make the reader stop once the pipe holds nothing more (no EOF will come)."""
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass  # already woken (the pipe is non-blocking) or released
 
     def _close_write_end(self) -> None:
         """Close the pipe's write end unless the library did (it then wrote -1)."""
@@ -598,7 +661,7 @@ class Subscription:
         thread.join(timeout)
         if thread.is_alive():
             # EOF did not come (a forked child holding the write end?): wake the reader.
-            os.write(self._wake_w, b"x")
+            self._wake_reader()
             thread.join(1.0)
             if thread.is_alive():
                 _log.error("subscription reader did not stop (blocked in a callback?)",

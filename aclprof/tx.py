@@ -193,6 +193,9 @@ def _pop_after(message: Any, raising: bool) -> None:
         _log.warning("aclprofPop failed while an exception was propagating", code=rc)
 
 
+_annotations: dict[Any, "annotate"] = {}
+
+
 class annotate:
     """Mark a region with push/pop: ``with annotate("step"):`` or ``@annotate()``.
 
@@ -202,13 +205,20 @@ class annotate:
 
     __slots__ = ("message", "_key")
 
-    def __init__(self, message: str | None = None):
+    def __new__(cls, message: str | None = None) -> "annotate":
+        # `with annotate("m"):` builds an object per use; the objects are immutable and
+        # shareable, so one per cached message is reused (a dict hit instead of ~150 ns).
+        try:
+            return _annotations[message]
+        except (KeyError, TypeError):
+            pass
+        self = object.__new__(cls)
         self.message = message
         if message is not None:
-            try:  # _key()'s fast path, inlined: annotate("m") is usually built per use
-                self._key = _keys[message]
-            except (KeyError, TypeError):
-                self._key = _key(message)
+            self._key = _key(message)
+            if self._key[0] != _ONE_OFF and type(message) in (str, bytes):
+                _annotations[message] = self
+        return self
 
     def __enter__(self) -> "annotate":
         if _active:

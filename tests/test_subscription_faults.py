@@ -178,15 +178,15 @@ def test_unsubscribe_fault_raises_but_releases_everything(emit_log):
         sub.close()
     assert info.value.function == "aclprofModelUnSubscribe"
     assert sub.closed
-    assert aclprof_threads() == []  # the reader saw EOF: aclprof closed the write end
-    assert open_fds() == before
+    assert aclprof_threads() == []  # the reader was woken once the pipe was empty
+    # The library still owns the subscription and may write to the write end: aclprof
+    # must not close it (a reused fd number would receive the records). Only it is left.
+    assert len(open_fds() - before) == 1
     sub.close()  # idempotent: does not raise again
     assert [record_key(r) for r in sub] == [e.key() for e in emit_log.read()]
     assert name_table() == 0
-    # The library still thinks the model is subscribed; unsubscribing it now must not
-    # close any fd of ours (aclprof set the cell to -1 when it closed the fd itself).
     assert mock.mode() == "SUBSCRIBE"
-    lowlevel.model_unsubscribe(model)
+    lowlevel.model_unsubscribe(model)  # the library closes its write end now
     assert open_fds() == before
     assert mock.mode() == "OFF"
 
@@ -509,8 +509,7 @@ def test_close_after_mock_reset_pulled_the_subscription_away(emit_log):
     assert all_in.wait(10)
     emitted = emit_log.read()
     mock.reset()  # the library closes the write end and forgets the model and config
-    with pytest.raises(aclprof.InvalidModelIdError):
-        sub.close()
+    sub.close()  # the library had unsubscribed already and closed the pipe: not an error
     assert sub.closed
     assert [record_key(r) for r in got] == [e.key() for e in emitted]
     assert sub.stats.delivered == 21
@@ -527,8 +526,7 @@ def test_mock_reset_with_records_still_in_the_pipe(emit_log):
     mock.execute(model, 50)
     mock.reset()
     emitted = emit_log.read()  # complete: the reset closed the log
-    with pytest.raises(aclprof.InvalidModelIdError):
-        sub.close()
+    sub.close()  # already unsubscribed by the reset: nothing lost, no error
     records = list(sub)
     assert len(records) == len(emitted) == 150
     nameless = 0
@@ -542,14 +540,13 @@ def test_mock_reset_with_records_still_in_the_pipe(emit_log):
 
 
 def test_close_after_the_model_was_unloaded(emit_log):
-    """aclmdlUnload unsubscribes a subscribed model (flush, close): close() then cannot
-    unsubscribe any more and says so, but nothing is lost or leaked."""
+    """aclmdlUnload unsubscribes a subscribed model (flush, close): close() finds the pipe
+    closed by the library (cell -1), so the 100011 of its unsubscribe is not an error."""
     model = mock.load_model(OPS)
     sub = aclprof.subscribe(model)
     mock.execute(model, 5)
     mock.unload(model)
-    with pytest.raises(aclprof.InvalidModelIdError):
-        sub.close()
+    sub.close()
     assert [record_key(r) for r in sub] == [e.key() for e in emit_log.read()]
     assert sub.stats.delivered == 15
     assert_released(sub)
