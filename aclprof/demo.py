@@ -1,9 +1,10 @@
-"""``python -m aclprof.demo``: a profiling session with msproftx markers on the bundled mock.
+"""``python -m aclprof.demo``: aclprof's main jobs on the bundled mock, with no setup.
 
-It runs what an inference service would (a session over two devices, marks, nested
-annotations, ranges ended on another thread, step timestamps), then reads back what the
-mock wrote into the PROF_* directory and prints a summary, so the whole path from Python
-to the library's output is visible without an NPU.
+1. A profiling session with msproftx markers, as an inference service would run one (two
+   devices, marks, nested annotations, ranges ended on another thread, step timestamps);
+   then what the mock wrote into the PROF_* directory, read back and summarised.
+2. Operator subscription: a ResNet-like model runs in (simulated) real time while a
+   subscription decodes its op records in the background; then per-op-type timings.
 """
 
 from __future__ import annotations
@@ -50,16 +51,66 @@ def _summarise(result_dir: Path) -> dict:
     kinds = Counter(e["kind"] for e in events)
     durations: dict[str, list[float]] = {}
     for e in events:
-        if "start_ns" in e and "end_ns" in e and e["end_ns"] >= e["start_ns"]:
+        if e["kind"] in ("push_pop", "range") and e["end_ns"] >= e["start_ns"]:
             durations.setdefault(e.get("message", e["kind"]), []).append((e["end_ns"] - e["start_ns"]) / 1e3)
     devices = sorted(p.name for p in result_dir.iterdir() if p.name.startswith("device_"))
     return {"events": dict(kinds), "devices": devices, "durations_us": durations}
+
+
+def _resnet_like_ops() -> list[dict]:
+    ops = [{"name": "conv1", "type": "Conv2D", "duration_ns": 40_000, "jitter": 4_000}]
+    for stage, (blocks, conv_ns) in enumerate([(3, 18_000), (4, 22_000), (6, 26_000), (3, 30_000)], 1):
+        for b in range(blocks):
+            for k in range(1, 3):
+                prefix = f"layer{stage}/block{b}/"
+                ops.append({"name": prefix + f"conv{k}", "type": "Conv2D",
+                            "duration_ns": conv_ns, "jitter": conv_ns // 10})
+                ops.append({"name": prefix + f"bn{k}", "type": "BatchNorm", "duration_ns": 4_000,
+                            "jitter": 400})
+                ops.append({"name": prefix + f"relu{k}", "type": "Relu", "duration_ns": 1_500,
+                            "jitter": 150})
+            ops.append({"name": prefix + "add", "type": "Add", "duration_ns": 2_000, "jitter": 200})
+    ops.append({"name": "avgpool", "type": "AvgPool", "duration_ns": 6_000, "jitter": 600})
+    ops.append({"name": "fc", "type": "MatMulV2", "duration_ns": 12_000, "jitter": 1_200})
+    return ops
+
+
+def _subscription_demo(iterations: int) -> None:
+    import numpy as np
+
+    import aclprof
+    from aclprof import mock
+
+    model_id = mock.load_model(_resnet_like_ops(), seed=7)
+    mock.set_realtime(True)
+    try:
+        with aclprof.subscribe(model_id) as sub:
+            mock.execute(model_id, iterations)
+    finally:
+        mock.set_realtime(False)
+        mock.unload(model_id)
+    batches = list(sub.batches())
+    data = np.concatenate([b.data for b in batches]) if batches else np.empty(0)
+    names = sub.names
+    stats = sub.stats
+    print(f"\nsubscription: model {model_id}, {iterations} inferences, {stats.delivered} op records "
+          f"({stats.dropped} dropped), read {stats.bytes_read} bytes")
+    total = float(data["duration"].sum()) or 1.0
+    print("  op type         count   mean(us)    p50(us)    p99(us)   % time")
+    by_type: dict[str, np.ndarray] = {}
+    for type_id in np.unique(data["op_type"]):
+        by_type[names[type_id]] = data["duration"][data["op_type"] == type_id].astype(np.float64)
+    for name, d in sorted(by_type.items(), key=lambda kv: -kv[1].sum()):
+        print(f"  {name[:14]:<14} {len(d):>6} {d.mean() / 1e3:>10.1f} {np.percentile(d, 50) / 1e3:>10.1f} "
+              f"{np.percentile(d, 99) / 1e3:>10.1f} {100 * d.sum() / total:>8.1f}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m aclprof.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=20, help="inference steps to simulate (default 20)")
+    parser.add_argument("--iterations", type=int, default=50,
+                        help="inferences of the subscribed model (default 50, ~0.7 ms each)")
     parser.add_argument("--output", type=Path, default=None,
                         help="output directory (default: a temporary directory)")
     args = parser.parse_args(argv)
@@ -83,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = sorted(summary["durations_us"].items(), key=lambda kv: -sum(kv[1]))[:8]
         for name, values in rows:
             print(f"  {name[:16]:<16} {len(values):>6} {sum(values) / len(values):>10.1f} {max(values):>10.1f}")
+    _subscription_demo(args.iterations)
     return 0
 
 
