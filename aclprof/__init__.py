@@ -49,7 +49,7 @@ _LAZY = {
 }
 
 
-_LAZY_MODULES = ("mock", "compat", "lowlevel", "subscription", "records")
+_LAZY_MODULES = ("mock", "compat", "lowlevel", "subscription", "records", "agent")
 
 
 def __getattr__(name: str):

@@ -58,21 +58,9 @@ def _summarise(result_dir: Path) -> dict:
 
 
 def _resnet_like_ops() -> list[dict]:
-    ops = [{"name": "conv1", "type": "Conv2D", "duration_ns": 40_000, "jitter": 4_000}]
-    for stage, (blocks, conv_ns) in enumerate([(3, 18_000), (4, 22_000), (6, 26_000), (3, 30_000)], 1):
-        for b in range(blocks):
-            for k in range(1, 3):
-                prefix = f"layer{stage}/block{b}/"
-                ops.append({"name": prefix + f"conv{k}", "type": "Conv2D",
-                            "duration_ns": conv_ns, "jitter": conv_ns // 10})
-                ops.append({"name": prefix + f"bn{k}", "type": "BatchNorm", "duration_ns": 4_000,
-                            "jitter": 400})
-                ops.append({"name": prefix + f"relu{k}", "type": "Relu", "duration_ns": 1_500,
-                            "jitter": 150})
-            ops.append({"name": prefix + "add", "type": "Add", "duration_ns": 2_000, "jitter": 200})
-    ops.append({"name": "avgpool", "type": "AvgPool", "duration_ns": 6_000, "jitter": 600})
-    ops.append({"name": "fc", "type": "MatMulV2", "duration_ns": 12_000, "jitter": 1_200})
-    return ops
+    from ._models import resnet_like_ops
+
+    return resnet_like_ops()
 
 
 def _subscription_demo(iterations: int) -> None:

@@ -1,0 +1,84 @@
+"""A simulated inference service for ``aclprof demo`` (and the benchmarks): runs a mock
+model in (simulated) real time at a steady request rate, with the aclprof agent streaming
+its op records to the daemon.
+
+    python -m aclprof._demo_service --socket S --model resnet --service resnet50 [--rate 200]
+
+It runs until SIGTERM/SIGINT, end of stdin, or ``--duration``; then stops the agent and
+prints one JSON line with its counters (mock emitted, agent sent/dropped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+os.environ.setdefault("ACLPROF_BACKEND", "mock")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m aclprof._demo_service")
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--model", choices=("resnet", "transformer"), default="resnet")
+    parser.add_argument("--service", default=None)
+    parser.add_argument("--device", type=int, default=0)
+    parser.add_argument("--rate", type=float, default=200.0, help="inferences per second (0: back to back)")
+    parser.add_argument("--duration", type=float, default=0.0, help="seconds (0: until stopped)")
+    parser.add_argument("--watch-stdin", action="store_true", help="stop at end of stdin (parent gone)")
+    args = parser.parse_args(argv)
+
+    import structlog
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+                        wrapper_class=structlog.make_filtering_bound_logger(30))
+
+    stopping = False
+
+    def on_signal(signum, frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    import aclprof
+    from aclprof import _models, agent, mock
+
+    aclprof.use_mock()
+    model = mock.load_model(_models.MODELS[args.model](), device=args.device, seed=os.getpid())
+    mock.set_realtime(True)
+    agent.start(args.socket, service=args.service or args.model, labels={"demo": "1"})
+    agent.watch(model, labels={"model": args.model}, device=args.device)
+    start = time.monotonic()
+    period = 1.0 / args.rate if args.rate > 0 else 0.0
+    i = 0
+    while not stopping:
+        now = time.monotonic()
+        if args.duration and now - start >= args.duration:
+            break
+        if args.watch_stdin:
+            ready, _, _ = select.select([sys.stdin], [], [], 0)
+            if ready and not sys.stdin.buffer.read1(1):
+                break
+        mock.execute(model, 1)
+        i += 1
+        if period:
+            delay = start + i * period - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+    final = agent.stop(timeout=3.0)
+    mock.wait_writer_idle()
+    out = {"pid": os.getpid(), "service": args.service or args.model, "inferences": i,
+           "emitted": mock.stats()["recordsEmitted"], "agent": dataclasses.asdict(final) if final else None}
+    print(json.dumps(out), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""``aclprof demo``: the daemon, simulated inference services and ``top``, on the mock.
+
+Starts ``python -m daemon`` on a temporary socket and data directory (Prometheus off),
+then N services (``python -m aclprof._demo_service``: a ResNet-like and a
+transformer-like mock model in simulated real time, each streaming through
+``aclprof.agent``), shows ``top`` live (a table every few seconds when stdout is not a
+terminal), and after ``--duration`` prints a summary. Every child process is stopped on
+every exit path (Ctrl-C included); they also die with this process (PR_SET_PDEATHSIG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from .cli import EXIT_OK, CliError, format_ns
+
+__all__ = ["add_parser", "cmd_demo"]
+
+_EXAMPLES = """examples:
+  aclprof demo                         20 s, two services (ResNet-like + transformer-like), live top
+  aclprof demo --duration 60 --services 4
+  aclprof demo --duration 10 | cat     (not a terminal: a table every 2 s, then the summary)
+"""
+
+
+def add_parser(sub: Any, fmt: Any) -> None:
+    p = sub.add_parser("demo", help="daemon + simulated inference services + live top, no setup",
+                       formatter_class=fmt, description=__doc__.split("\n\n", 1)[0].replace("``", ""),
+                       epilog=_EXAMPLES)
+    p.add_argument("--duration", type=float, default=20.0, help="seconds before it ends by itself (default 20)")
+    p.add_argument("--services", type=int, default=2, help="simulated inference services (default 2)")
+    p.add_argument("--rate", type=float, default=150.0,
+                   help="inferences per second per service (default 150: ~10-20 k ops/s each)")
+    p.add_argument("--interval", type=float, default=1.0, help="seconds between top refreshes (default 1)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory (segments, logs)")
+    p.set_defaults(func=cmd_demo)
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def _spawn(cmd: list[str], env: dict[str, str], log: Any, stdout: Any = subprocess.DEVNULL,
+           stdin: Any = subprocess.DEVNULL) -> subprocess.Popen:
+    # A new session: Ctrl-C reaches only us, and we stop the children in order.
+    return subprocess.Popen(cmd, env=env, stdout=stdout, stderr=log, stdin=stdin,
+                            start_new_session=True, preexec_fn=_die_with_parent, close_fds=True)
+
+
+def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+    except ProcessLookupError:
+        pass
+
+
+def _wait_ready(socket_path: str, daemon: subprocess.Popen, log_path: str, timeout: float = 15.0) -> None:
+    from ._client import Client, DaemonError
+
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if daemon.poll() is not None:
+            raise CliError(f"the daemon exited with status {daemon.returncode} at start "
+                           f"(log: {log_path}): {_tail(log_path)}")
+        try:
+            with Client(socket_path, timeout=1.0) as c:
+                c.status()
+                return
+        except DaemonError as exc:
+            last = str(exc)
+        time.sleep(0.05)
+    raise CliError(f"the daemon did not answer within {timeout:.0f}s ({last}); log: {log_path}")
+
+
+def _tail(path: str, n: int = 3) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return " | ".join(line.strip() for line in f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    if args.services < 1:
+        raise CliError("--services must be at least 1", 2)
+    if args.duration <= 0:
+        raise CliError("--duration must be positive", 2)
+    tmp = tempfile.mkdtemp(prefix="aclprof-demo-")
+    socket_path = os.path.join(tmp, "aclprofd.sock")
+    data_dir = os.path.join(tmp, "data")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROFD_", "ACLMOCK_"))}
+    env.update(ACLPROF_BACKEND="mock", ACLPROF_SOCKET=socket_path, PYTHONUNBUFFERED="1")
+    env.pop("ACLPROF_LIBRARY", None)
+    children: list[subprocess.Popen] = []
+    services: list[subprocess.Popen] = []
+    logs: list[Any] = []
+
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        daemon_log_path = os.path.join(tmp, "daemon.log")
+        daemon_log = open(daemon_log_path, "ab")
+        logs.append(daemon_log)
+        daemon = _spawn([sys.executable, "-m", "daemon", "--socket", socket_path, "--data-dir", data_dir,
+                         "--prometheus-port", "0", "--log-format", "json"], env, daemon_log)
+        children.append(daemon)
+        _wait_ready(socket_path, daemon, daemon_log_path)
+        kinds = ["resnet", "transformer"]
+        service_log = open(os.path.join(tmp, "services.log"), "ab")
+        logs.append(service_log)
+        for i in range(args.services):
+            kind = kinds[i % 2]
+            name = f"{kind}-{i // 2}" if args.services > 2 else kind
+            proc = _spawn([sys.executable, "-m", "aclprof._demo_service", "--socket", socket_path,
+                           "--model", kind, "--service", name, "--device", str(i % 8),
+                           "--rate", str(args.rate), "--watch-stdin"],
+                          env, service_log, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+            children.append(proc)
+            services.append(proc)
+        started = time.monotonic()
+        stop_at = started + args.duration
+        _show(socket_path, args, stop_at, started)
+        results = _stop_services(services)
+        summary = _summary(socket_path, results, time.monotonic() - started)
+        print(summary, flush=True)
+        if args.keep:
+            print(f"kept {tmp} (daemon.log, services.log, data/)")
+        return EXIT_OK
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for proc in reversed(children):  # services first, then the daemon
+            _stop(proc)
+        for f in logs:
+            f.close()
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _show(socket_path: str, args: argparse.Namespace, stop_at: float, started: float) -> None:
+    from ._client import Client
+    from .cli_top import TopView, print_table, run_live
+
+    view = TopView("10s", "type", "total")
+    with Client(socket_path, timeout=10.0) as client:
+        def extra() -> str:
+            return f"   [demo: {max(0.0, stop_at - time.monotonic()):.0f}s left]"
+
+        if sys.stdout.isatty():
+            run_live(client, view, args.interval, stop_at=stop_at, title_extra=extra)
+            return
+        next_print = started + min(2.0, args.duration / 2)
+        while time.monotonic() < stop_at:
+            time.sleep(max(0.0, min(next_print, stop_at) - time.monotonic()))
+            if time.monotonic() >= next_print:
+                print_table(client.snapshot(view.window, view.group, {}), view, 12,
+                            f"   [t={time.monotonic() - started:.0f}s]")
+                print(flush=True)
+                next_print += 2.0
+
+
+def _stop_services(services: list[subprocess.Popen]) -> list[dict[str, Any]]:
+    for proc in services:
+        if proc.poll() is None:
+            try:
+                proc.send_signal(signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+    results = []
+    for proc in services:
+        try:
+            out, _ = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out, _ = proc.communicate()
+        for line in (out or b"").decode("utf-8", "replace").splitlines():
+            try:
+                results.append(json.loads(line))
+            except ValueError:
+                pass
+    return results
+
+
+def _summary(socket_path: str, results: list[dict[str, Any]], elapsed: float) -> str:
+    from ._client import Client, DaemonError
+    from .cli_top import TopView, render_table
+
+    lines = [f"\naclprof demo: {elapsed:.1f}s, {len(results)} services"]
+    emitted = sum(int(r.get("emitted", 0)) for r in results)
+    lost = 0
+    for r in results:
+        a = r.get("agent") or {}
+        lost += int(a.get("loss_reported", 0)) + int(a.get("loss_pending", 0))
+        lines.append(f"  {r.get('service')} (pid {r.get('pid')}): {r.get('inferences', 0):,} inferences, "
+                     f"{int(r.get('emitted', 0)):,} op records emitted, {int(a.get('records_sent', 0)):,} sent, "
+                     f"{int(a.get('dropped_buffer', 0)) + int(a.get('dropped_subscription', 0)):,} dropped")
+    try:
+        with Client(socket_path, timeout=5.0) as c:
+            deadline = time.monotonic() + 3.0
+            st = c.status()
+            while st.get("records_total", 0) + lost < emitted and time.monotonic() < deadline:
+                time.sleep(0.05)
+                st = c.status()
+            snap = c.snapshot("all", "type", {})
+    except DaemonError as exc:
+        lines.append(f"  (daemon unreachable at the end: {exc})")
+        return "\n".join(lines)
+    total = st.get("records_total", 0)
+    lines.append(f"  daemon: {total:,} records received, {st.get('dropped_by_agents', 0):,} reported lost; "
+                 f"emitted - received - lost = {emitted - total - lost:,}")
+    rows = snap.get("rows") or []
+    if rows:
+        lines.append(f"  op time since start: {format_ns(snap.get('total_ns'))} over {len(rows)} op types")
+    from io import StringIO
+
+    from rich.console import Console
+
+    buf = StringIO()
+    Console(file=buf, width=120, no_color=True, highlight=False).print(
+        render_table(snap, TopView("all", "type", "total"), 10, keys=False))
+    return "\n".join(lines) + "\n" + buf.getvalue()

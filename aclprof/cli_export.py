@@ -1,0 +1,177 @@
+"""``aclprof export``: records the daemon kept on disk, as csv, Chrome trace JSON or JSON lines.
+
+- ``csv``: msprof's ``op_statistic.csv`` columns (reference/peers.md D.2), one row per
+  (device, model, op type): ``Device_id, Model Name, OP Type, Core Type, Count,
+  Total Time(us), Min Time(us), Avg Time(us), Max Time(us), Ratio(%)``. ``Model Name`` is
+  the model id (the op records carry no model name); ``Core Type`` is ``N/A`` (operator
+  subscription does not report the core); ``Ratio(%)`` is the share of the device's
+  total op time.
+- ``chrome``: the Trace Event Format (opens in Perfetto and chrome://tracing): one
+  complete event (``ph: "X"``, ``ts``/``dur`` in microseconds of the library's clock) per
+  record; one process per inference process (``pid``), one thread per device and model
+  (``tid = device * 100000 + model``), named by metadata events.
+- ``jsonl``: one record per line, as in ``daemon/PROTOCOL.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import sys
+from typing import Any, Iterable, TextIO
+
+from .cli import EXIT_OK, CliError, add_filter_args, add_socket_arg, filter_from_args, parse_time
+
+__all__ = ["add_parser", "cmd_export", "OP_STATISTIC_COLUMNS", "write_csv", "write_chrome", "write_jsonl"]
+
+OP_STATISTIC_COLUMNS = ["Device_id", "Model Name", "OP Type", "Core Type", "Count", "Total Time(us)",
+                        "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)"]
+TID_STRIDE = 100000
+
+_EXAMPLES = """examples:
+  aclprof export --since -5m --format csv -o op_statistic.csv
+  aclprof export --since '1h ago' --until '30m ago' --format chrome -o trace.json   # open in ui.perfetto.dev
+  aclprof export --since 2026-11-29T10:00:00 --until 2026-11-29T10:05:00 --format jsonl --type Conv
+  aclprof export --since 1764410000 --format jsonl | wc -l
+
+times: ISO 8601 (local time unless it has an offset or Z), Unix seconds, now, or relative
+(-5m, '10s ago'); they select records by the daemon's receive time.
+"""
+
+
+def _time_arg(text: str) -> float:
+    return parse_time(text)
+
+
+def add_parser(sub: Any, fmt: Any) -> None:
+    p = sub.add_parser("export", help="export kept records (csv, chrome trace, jsonl)", formatter_class=fmt,
+                       description=__doc__.split("\n\n", 1)[1] if __doc__ else None, epilog=_EXAMPLES)
+    p.add_argument("--since", type=_time_arg, metavar="T", default=None,
+                   help="first receive time (default: the oldest kept record)")
+    p.add_argument("--until", type=_time_arg, metavar="T", default=None, help="last receive time (default: now)")
+    p.add_argument("--format", choices=("csv", "chrome", "jsonl"), required=True, help="output format")
+    p.add_argument("-o", "--output", metavar="FILE", default=None, help="output file (default: stdout)")
+    add_filter_args(p)
+    add_socket_arg(p)
+    p.set_defaults(func=cmd_export)
+
+
+def write_jsonl(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
+    n = 0
+    for records in batches:
+        out.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
+        n += len(records)
+    return n
+
+
+def write_csv(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
+    groups: dict[tuple[int, int, str], list[int]] = {}  # -> [count, total, min, max]
+    n = 0
+    for records in batches:
+        for r in records:
+            d = int(r.get("duration_ns", 0))
+            key = (int(r.get("device", 0)), int(r.get("model", 0)), str(r.get("op_type", "?")))
+            g = groups.get(key)
+            if g is None:
+                groups[key] = [1, d, d, d]
+            else:
+                g[0] += 1
+                g[1] += d
+                if d < g[2]:
+                    g[2] = d
+                if d > g[3]:
+                    g[3] = d
+        n += len(records)
+    device_total: dict[int, int] = {}
+    for (device, _, _), g in groups.items():
+        device_total[device] = device_total.get(device, 0) + g[1]
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(OP_STATISTIC_COLUMNS)
+    for (device, model, op_type), g in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[1][1], kv[0][1:])):
+        count, total, lo, hi = g
+        w.writerow([device, model, op_type, "N/A", count, f"{total / 1e3:.3f}", f"{lo / 1e3:.3f}",
+                    f"{total / count / 1e3:.3f}", f"{hi / 1e3:.3f}",
+                    f"{100.0 * total / (device_total[device] or 1):.2f}"])
+    return n
+
+
+def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
+    out.write('{"displayTimeUnit":"ns","otherData":{"generator":"aclprof export",'
+              '"clock":"the ACL library\'s op timestamps (CLOCK_MONOTONIC on the mock)"},"traceEvents":[\n')
+    processes: dict[int, str] = {}
+    threads: dict[tuple[int, int], str] = {}
+    first = True
+    n = 0
+    for records in batches:
+        parts = []
+        for r in records:
+            pid = int(r.get("pid", 0))
+            device, model = int(r.get("device", 0)), int(r.get("model", 0))
+            tid = device * TID_STRIDE + model
+            if pid not in processes:
+                service = r.get("service") or "process"
+                processes[pid] = f"{service} (pid {pid}) @{r.get('host', '?')}"
+            if (pid, tid) not in threads:
+                threads[(pid, tid)] = f"device {device} / model {model}"
+            start = int(r.get("start", 0))
+            dur = int(r.get("duration_ns", max(0, int(r.get("end", start)) - start)))
+            parts.append(json.dumps({
+                "name": r.get("op_name", "?"), "cat": r.get("op_type", "?"), "ph": "X",
+                "ts": start / 1e3, "dur": dur / 1e3, "pid": pid, "tid": tid,
+                "args": {"op_type": r.get("op_type"), "flag": r.get("flag"), "thread_id": r.get("thread_id"),
+                         "received_ts": r.get("ts")}}, separators=(",", ":")))
+        if parts:
+            out.write(("" if first else ",\n") + ",\n".join(parts))
+            first = False
+        n += len(records)
+    meta = []
+    for pid, name in processes.items():
+        meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
+    for (pid, tid), name in threads.items():
+        meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
+        meta.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+    if meta:
+        out.write(("" if first else ",\n") + ",\n".join(json.dumps(m, separators=(",", ":")) for m in meta))
+    out.write("\n]}\n")
+    return n
+
+
+_WRITERS = {"csv": write_csv, "chrome": write_chrome, "jsonl": write_jsonl}
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from .cli import connect
+
+    if args.since is not None and args.until is not None and args.since > args.until:
+        raise CliError("--since is after --until", 2)
+    client = connect(args, timeout=30.0)
+    writer = _WRITERS[args.format]
+    tmp = None
+    try:
+        batches = client.export(args.since, args.until, filter_from_args(args))
+        if args.output and args.output != "-":
+            # Write beside the target and rename: a failed export never leaves half a file.
+            tmp = f"{args.output}.tmp-{os.getpid()}"
+            with open(tmp, "w", encoding="utf-8", newline="") as f:
+                n = writer(batches, f)
+            os.replace(tmp, args.output)
+            tmp = None
+            print(f"exported {n:,} records to {args.output}", file=sys.stderr)
+        else:
+            n = writer(batches, sys.stdout)
+            sys.stdout.flush()
+    finally:
+        client.close()
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+    if n == 0:
+        print("no records matched (check --since/--until and the filters)", file=sys.stderr)
+    return EXIT_OK
+
+
+

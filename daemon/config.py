@@ -1,0 +1,285 @@
+"""The daemon's settings: defaults < TOML file < environment < command-line flags.
+
+Every setting is one :class:`Option` row in :data:`OPTIONS` (TOML key, environment
+variable, flag, default, parser, whether SIGHUP can change it on a running daemon), so the
+argparse flags, the file and environment readers and daemon/README.md's table agree.
+Errors are :class:`ConfigError` with a one-line message naming the source and the key.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import re
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+try:
+    from aclprof._paths import default_socket_path
+except ImportError:  # pragma: no cover - the shared helper is part of aclprof
+    def default_socket_path(environ=None):
+        env = os.environ if environ is None else environ
+        if env.get("ACLPROF_SOCKET"):
+            return env["ACLPROF_SOCKET"]
+        base = env.get("XDG_RUNTIME_DIR")
+        return os.path.join(base, "aclprof", "aclprofd.sock") if base else "/run/aclprof/aclprofd.sock"
+
+__all__ = ["Settings", "Option", "OPTIONS", "ConfigError", "load", "parse_size", "parse_duration",
+           "default_data_dir", "add_arguments"]
+
+
+class ConfigError(ValueError):
+    """A setting that cannot be used; the message is one readable line."""
+
+
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2,
+               "mib": 1 << 20, "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4,
+               "tb": 1000**4, "tib": 1 << 40}
+_DURATION_UNITS = {"": 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_size(value: Any) -> int:
+    """Bytes from an int or a string like ``64MiB``, ``1GB``, ``500k``."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(value))
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise ValueError(f"bad size {value!r} (examples: 1048576, 64MiB, 1GB)")
+        n = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    if n <= 0:
+        raise ValueError(f"size must be positive, not {value!r}")
+    return n
+
+
+def parse_duration(value: Any) -> float:
+    """Seconds from a number or a string like ``500ms``, ``10s``, ``1m``, ``7d``."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        s = float(value)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", str(value))
+        if not m or m.group(2) not in _DURATION_UNITS:
+            raise ValueError(f"bad duration {value!r} (examples: 0.5, 500ms, 10s, 1m, 7d)")
+        s = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    if s <= 0:
+        raise ValueError(f"duration must be positive, not {value!r}")
+    return s
+
+
+def _parse_windows(value: Any) -> tuple[int, ...]:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    out = sorted({int(round(parse_duration(v))) for v in items if str(v).strip()})
+    if not out or out[0] < 1:
+        raise ValueError(f"bad windows {value!r} (example: 10s,1m)")
+    if out[-1] > 3600:
+        raise ValueError("windows longer than 1h are not supported (one slot per second)")
+    return tuple(out)
+
+
+def _parse_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"bad boolean {value!r} (true/false)")
+
+
+def _parse_port(value: Any) -> int:
+    port = int(value)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {value!r} is not in 0..65535")
+    return port
+
+
+def _parse_choice(*choices: str) -> Callable[[Any], str]:
+    def parse(value: Any) -> str:
+        v = str(value).lower()
+        if v not in choices:
+            raise ValueError(f"{value!r} is not one of {', '.join(choices)}")
+        return v
+    return parse
+
+
+def _parse_positive_int(value: Any) -> int:
+    n = int(value)
+    if n < 1:
+        raise ValueError(f"{value!r} must be at least 1")
+    return n
+
+
+def _opt_str(value: Any) -> str | None:
+    return str(value) if value not in (None, "") else None
+
+
+def default_data_dir(environ: Mapping[str, str] | None = None) -> str:
+    """``/var/lib/aclprof`` as root, else ``$XDG_STATE_HOME/aclprof`` (~/.local/state/aclprof)."""
+    env = os.environ if environ is None else environ
+    if os.geteuid() == 0 and not env.get("XDG_STATE_HOME"):
+        return "/var/lib/aclprof"
+    base = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "aclprof")
+
+
+@dataclass(frozen=True)
+class Settings:
+    socket: str
+    socket_group: str | None = None
+    data_dir: str = ""
+    segment_bytes: int = 64 << 20
+    disk_bytes: int = 1 << 30
+    max_age_s: float = 7 * 86400.0
+    flush_interval_s: float = 1.0
+    prometheus_host: str = "127.0.0.1"
+    prometheus_port: int = 9464
+    prometheus_op_name: bool = False
+    log_level: str = "info"
+    log_format: str = "auto"
+    log_file: str | None = None
+    max_keys: int = 10_000
+    windows: tuple[int, ...] = (10, 60)
+    stream_buffer_bytes: int = 8 << 20
+    config_file: str | None = None
+
+
+@dataclass(frozen=True)
+class Option:
+    field: str          # Settings attribute
+    toml: str           # key in the TOML file
+    env: str            # environment variable
+    flag: str           # command-line flag
+    parse: Callable[[Any], Any]
+    live: bool          # SIGHUP applies it to a running daemon
+    help: str
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("socket", "socket", "ACLPROF_SOCKET", "--socket", str, False,
+           "Unix socket path (default $XDG_RUNTIME_DIR/aclprof/aclprofd.sock, else /run/aclprof/aclprofd.sock)"),
+    Option("socket_group", "socket_group", "ACLPROFD_SOCKET_GROUP", "--socket-group", _opt_str, False,
+           "group owning the socket (mode 0660): members may connect"),
+    Option("data_dir", "data_dir", "ACLPROFD_DATA_DIR", "--data-dir", str, False,
+           "segment directory (default $XDG_STATE_HOME/aclprof, /var/lib/aclprof as root)"),
+    Option("segment_bytes", "segment_size", "ACLPROFD_SEGMENT_SIZE", "--segment-size", parse_size, True,
+           "close a segment file at this size (default 64MiB)"),
+    Option("disk_bytes", "disk_cap", "ACLPROFD_DISK_CAP", "--disk-cap", parse_size, True,
+           "delete the oldest segments beyond this total (default 1GiB)"),
+    Option("max_age_s", "max_age", "ACLPROFD_MAX_AGE", "--max-age", parse_duration, True,
+           "delete segments older than this (default 7d)"),
+    Option("flush_interval_s", "flush_interval", "ACLPROFD_FLUSH_INTERVAL", "--flush-interval", parse_duration, True,
+           "write received records to disk this often; kill -9 loses at most this much (default 1s)"),
+    Option("prometheus_host", "prometheus_host", "ACLPROFD_PROMETHEUS_HOST", "--prometheus-host", str, False,
+           "address of the Prometheus endpoint (default 127.0.0.1)"),
+    Option("prometheus_port", "prometheus_port", "ACLPROFD_PROMETHEUS_PORT", "--prometheus-port", _parse_port, False,
+           "port of the Prometheus endpoint, 0 disables it (default 9464)"),
+    Option("prometheus_op_name", "prometheus_op_name", "ACLPROFD_PROMETHEUS_OP_NAME", "--prometheus-op-name",
+           _parse_bool, True, "add an op_name label to the duration histograms (high cardinality; default false)"),
+    Option("log_level", "log_level", "ACLPROFD_LOG_LEVEL", "--log-level",
+           _parse_choice("debug", "info", "warning", "error"), True, "debug, info, warning or error (default info)"),
+    Option("log_format", "log_format", "ACLPROFD_LOG_FORMAT", "--log-format",
+           _parse_choice("auto", "console", "json"), True,
+           "auto (console on a terminal, else JSON lines), console or json (default auto)"),
+    Option("log_file", "log_file", "ACLPROFD_LOG_FILE", "--log-file", _opt_str, True,
+           "append logs to this file instead of stderr; reopened on SIGHUP (for logrotate)"),
+    Option("max_keys", "max_keys", "ACLPROFD_MAX_KEYS", "--max-keys", _parse_positive_int, False,
+           "aggregate cardinality cap: further keys share one '(other)' key (default 10000)"),
+    Option("windows", "windows", "ACLPROFD_WINDOWS", "--windows", _parse_windows, False,
+           "sliding windows of the aggregates, comma separated (default 10s,1m)"),
+    Option("stream_buffer_bytes", "stream_buffer", "ACLPROFD_STREAM_BUFFER", "--stream-buffer", parse_size, True,
+           "outgoing buffer per STREAM client; when full its records are skipped and counted (default 8MiB)"),
+)
+_BY_FIELD = {o.field: o for o in OPTIONS}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """One flag per option (default None: "not given on the command line")."""
+    parser.add_argument("--config", metavar="FILE",
+                        help="TOML file with settings (also $ACLPROFD_CONFIG); flags and environment override it")
+    for o in OPTIONS:
+        if o.parse is _parse_bool:
+            parser.add_argument(o.flag, dest=o.field, action=argparse.BooleanOptionalAction, default=None,
+                                help=o.help)
+        else:
+            parser.add_argument(o.flag, dest=o.field, metavar=o.field.split("_")[-1].upper(), default=None,
+                                help=o.help)
+
+
+def load(args: argparse.Namespace | Mapping[str, Any] | None = None,
+         environ: Mapping[str, str] | None = None) -> Settings:
+    """Settings from defaults, then the TOML file, then the environment, then ``args``."""
+    env = os.environ if environ is None else environ
+    given = dict(vars(args)) if isinstance(args, argparse.Namespace) else dict(args or {})
+    values: dict[str, Any] = {"socket": default_socket_path({k: v for k, v in env.items() if k != "ACLPROF_SOCKET"}),
+                              "data_dir": default_data_dir(env)}
+    config_file = given.get("config") or env.get("ACLPROFD_CONFIG") or None
+    if config_file:
+        try:
+            with open(config_file, "rb") as f:
+                doc = tomllib.load(f)
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {config_file}: {exc.strerror or exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {config_file}: {exc}") from None
+        by_toml = {o.toml: o for o in OPTIONS}
+        for key, raw in doc.items():
+            o = by_toml.get(key)
+            if o is None:
+                raise ConfigError(f"config file {config_file}: unknown key {key!r} "
+                                  f"(known: {', '.join(sorted(by_toml))})")
+            values[o.field] = _apply(o, raw, f"config file {config_file}: {key}")
+    for o in OPTIONS:
+        raw = env.get(o.env)
+        if raw not in (None, ""):
+            values[o.field] = _apply(o, raw, f"environment {o.env}")
+    for o in OPTIONS:
+        raw = given.get(o.field)
+        if raw is not None:
+            values[o.field] = _apply(o, raw, o.flag)
+    s = Settings(config_file=config_file, **values)
+    if s.segment_bytes > s.disk_bytes // 4:
+        # keep at least 4 segments under the cap, so rotation deletes at most a quarter
+        s = dataclasses.replace(s, segment_bytes=max(4096, s.disk_bytes // 4))
+    return s
+
+
+def _apply(o: Option, raw: Any, where: str) -> Any:
+    try:
+        return o.parse(raw)
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+
+
+def changed(old: Settings, new: Settings) -> tuple[list[str], list[str]]:
+    """(live settings that differ, restart-only settings that differ), by TOML key."""
+    live, restart = [], []
+    for o in OPTIONS:
+        if getattr(old, o.field) != getattr(new, o.field):
+            (live if o.live else restart).append(o.toml)
+    return live, restart
+
+
+def markdown_table() -> str:
+    """The settings table of daemon/README.md (kept in sync by a test)."""
+    defaults = {
+        "socket": "`$XDG_RUNTIME_DIR/aclprof/aclprofd.sock`, else `/run/aclprof/aclprofd.sock`",
+        "data_dir": "`$XDG_STATE_HOME/aclprof` (`~/.local/state/aclprof`); `/var/lib/aclprof` as root",
+    }
+    base = Settings(socket="")
+    rows = ["| TOML key | environment | flag | default | SIGHUP | meaning |", "|---|---|---|---|---|---|"]
+    for o in OPTIONS:
+        d = defaults.get(o.field)
+        if d is None:
+            v = getattr(base, o.field)
+            d = "none" if v is None else f"`{v}`"
+        rows.append(f"| `{o.toml}` | `{o.env}` | `{o.flag}` | {d} | {'yes' if o.live else 'restart'} | "
+                    f"{o.help.split(' (default')[0]} |")
+    return "\n".join(rows)

@@ -1,0 +1,115 @@
+"""The ``filter`` object of control requests (daemon/PROTOCOL.md), parsed once and applied
+to record arrays without a per-record Python loop.
+
+Connection-level fields (model aside) are decided once per batch; ``type``/``name`` regexes
+are evaluated once per distinct name id and cached, then applied with ``np.isin``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from aclprof.wire import ProtocolError
+
+__all__ = ["Filter", "NameMatcher"]
+
+_KEYS = {"model", "pid", "type", "name", "min_duration_ns", "host", "service"}
+
+
+@dataclass(frozen=True)
+class Filter:
+    model: int | None = None
+    pid: int | None = None
+    type_re: re.Pattern[str] | None = None
+    name_re: re.Pattern[str] | None = None
+    min_duration_ns: int | None = None
+    host: str | None = None
+    service: str | None = None
+
+    @classmethod
+    def parse(cls, obj: Any) -> "Filter":
+        """A filter from a request's ``filter`` value (None or {} match everything);
+        ProtocolError for anything malformed (unknown keys, wrong types, bad regex)."""
+        if obj is None:
+            return cls()
+        if not isinstance(obj, dict):
+            raise ProtocolError("filter must be a JSON object")
+        unknown = set(obj) - _KEYS
+        if unknown:
+            raise ProtocolError(f"unknown filter keys: {', '.join(sorted(unknown))}")
+        kw: dict[str, Any] = {}
+        for k in ("model", "pid", "min_duration_ns"):
+            v = obj.get(k)
+            if v is not None:
+                if not isinstance(v, int) or isinstance(v, bool):
+                    raise ProtocolError(f"filter {k} must be an integer")
+                kw[k] = v
+        for k in ("host", "service"):
+            v = obj.get(k)
+            if v is not None:
+                if not isinstance(v, str):
+                    raise ProtocolError(f"filter {k} must be a string")
+                kw[k] = v
+        for k in ("type", "name"):
+            v = obj.get(k)
+            if v is not None:
+                if not isinstance(v, str):
+                    raise ProtocolError(f"filter {k} must be a regex string")
+                try:
+                    kw[f"{k}_re"] = re.compile(v)
+                except re.error as exc:
+                    raise ProtocolError(f"filter {k}: bad regex {v!r}: {exc}") from None
+        return cls(**kw)
+
+    @property
+    def empty(self) -> bool:
+        return self == Filter()
+
+    def source_matches(self, host: str, pid: int, service: str | None) -> bool:
+        """Whether records from this sender can match at all."""
+        return ((self.host is None or self.host == host) and (self.pid is None or self.pid == pid)
+                and (self.service is None or self.service == service))
+
+    def mask(self, records: np.ndarray, matcher: "NameMatcher | None", names: Mapping[int, str]) -> np.ndarray | None:
+        """Boolean mask over ``records`` (RECORD_DTYPE) for the record-level fields, or None
+        when every record matches. ``matcher`` caches this filter's regex results per name id."""
+        m: np.ndarray | None = None
+        def both(x):
+            return x if m is None else (m & x)
+        if self.model is not None:
+            m = both(records["model_id"] == self.model)
+        if self.min_duration_ns is not None:
+            m = both(records["duration"] >= self.min_duration_ns)
+        if matcher is not None:
+            if self.type_re is not None:
+                m = both(np.isin(records["op_type"], matcher.ids(self.type_re, "type", names)))
+            if self.name_re is not None:
+                m = both(np.isin(records["op_name"], matcher.ids(self.name_re, "name", names)))
+        return m
+
+
+@dataclass
+class NameMatcher:
+    """Per (filter, name table): the ids whose string matches each regex, cached and
+    extended as the name table grows (tables only grow; ids are never redefined)."""
+
+    seen: dict[str, int] = field(default_factory=dict)
+    matching: dict[str, list[int]] = field(default_factory=dict)
+    arrays: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def ids(self, rx: re.Pattern[str], which: str, names: Mapping[int, str]) -> np.ndarray:
+        n = len(names)
+        if self.seen.get(which, -1) != n:
+            done = self.seen.get(which, 0)
+            lst = self.matching.setdefault(which, [])
+            # names is insertion ordered: only look at the new entries
+            for i, (nid, s) in enumerate(names.items()):
+                if i >= done and rx.search(s):
+                    lst.append(nid)
+            self.seen[which] = n
+            self.arrays[which] = np.asarray(lst, dtype=np.uint32)
+        return self.arrays[which]

@@ -1,0 +1,75 @@
+"""``aclprofd``: the command that runs the daemon (also ``python -m daemon``).
+
+``main(argv)`` takes the arguments without the program name (``None``: ``sys.argv[1:]``)
+and returns the exit code: 0 after a clean stop (SIGTERM, SIGINT), 2 for a usage or
+configuration error, 1 when the daemon cannot start; errors are one line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn, Sequence
+
+from . import __version__
+
+__all__ = ["main", "build_parser"]
+
+_EPILOG = """\
+examples:
+  aclprofd                                   # defaults: socket under $XDG_RUNTIME_DIR, metrics on 127.0.0.1:9464
+  aclprofd --socket /tmp/a.sock --data-dir /tmp/aclprof --prometheus-port 0
+  aclprofd --config /etc/aclprof/aclprofd.toml --log-format json --log-file /var/log/aclprofd.log
+  ACLPROFD_DISK_CAP=10GiB aclprofd --max-age 2d
+
+signals: SIGTERM/SIGINT flush and exit 0; SIGHUP reopens the log file and reloads the config.
+settings and the segment format: daemon/README.md; the protocol: daemon/PROTOCOL.md.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"aclprofd: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from .config import add_arguments
+
+    p = _Parser(prog="aclprofd", description="The aclprof host daemon: collects per-operator timings from "
+                "the inference processes of this host.", epilog=_EPILOG,
+                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"aclprofd {__version__}")
+    add_arguments(p)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    from . import config, logsetup
+    from .server import Daemon, DaemonError
+
+    try:
+        settings = config.load(args)
+    except config.ConfigError as exc:
+        print(f"aclprofd: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        logsetup.configure(settings.log_level, settings.log_format, settings.log_file)
+    except OSError as exc:
+        print(f"aclprofd: error: cannot open log file {settings.log_file}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    daemon = Daemon(settings, reload=lambda: config.load(args))
+    try:
+        daemon.start()
+    except DaemonError as exc:
+        print(f"aclprofd: error: {exc}", file=sys.stderr)
+        return 1
+    try:
+        daemon.run(signals=True)
+    finally:
+        daemon.close()
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

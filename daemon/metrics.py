@@ -1,0 +1,105 @@
+"""Prometheus metrics of the daemon, served by ``prometheus_client`` on 127.0.0.1 by default.
+
+One custom collector in a dedicated ``CollectorRegistry`` (never the global one: embedding
+or testing two daemons in one process must not collide) reads the daemon's counters at
+scrape time, so ingestion never calls ``observe()`` per record. Series:
+
+- ``aclprofd_op_duration_seconds`` histogram, labels device, model, op_type (and op_name
+  with ``prometheus_op_name``); buckets are powers of two of nanoseconds (128 ns .. ~17 s),
+  exact bin edges of the aggregator's histograms. Never reset (``RESET`` only resets the
+  aggregates that ``aclprof top`` shows).
+- ``aclprofd_records_total``, ``aclprofd_agent_dropped_records_total{pid,service}``,
+  ``aclprofd_connected_agents``, ``aclprofd_agent_lag_seconds{pid,service}``,
+  ``aclprofd_storage_bytes``, ``aclprofd_stream_skipped_records_total``,
+  ``aclprofd_protocol_errors_total``, ``aclprofd_aggregate_keys``,
+  ``aclprofd_aggregate_other_records_total``, ``aclprofd_storage_write_errors_total``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+
+from .aggregate import PROM_EXPONENTS
+
+if TYPE_CHECKING:
+    from .server import Daemon
+
+__all__ = ["Metrics", "DaemonCollector"]
+
+_LE = [floatToGoString(2.0**k * 1e-9) for k in PROM_EXPONENTS] + ["+Inf"]
+
+
+class DaemonCollector:
+    """Reads a :class:`daemon.server.Daemon` at scrape time (on the HTTP server's thread:
+    only reads, copies of containers, and the aggregator's own lock)."""
+
+    def __init__(self, daemon: "Daemon", by_name: bool = False):
+        self.daemon = daemon
+        self.by_name = by_name
+
+    def describe(self) -> list[Any]:
+        return []  # no registration-time collect (the daemon may not be running yet)
+
+    def collect(self) -> Iterator[Any]:
+        d = self.daemon
+        yield CounterMetricFamily("aclprofd_records", "Op records received from agents", value=d.records_total)
+        drops = CounterMetricFamily("aclprofd_agent_dropped_records",
+                                    "Records agents reported lost (LOSS frames)", labels=["pid", "service"])
+        for (pid, service), n in list(d.drops_by_agent.items()):
+            drops.add_metric([str(pid), service], n)
+        yield drops
+        agents = [c for c in list(d.conns.values()) if c.role == "agent"]
+        yield GaugeMetricFamily("aclprofd_connected_agents", "Connected agent processes", value=len(agents))
+        lag = GaugeMetricFamily("aclprofd_agent_lag_seconds",
+                                "Receive time minus the newest op end time of the agent's last batch",
+                                labels=["pid", "service"])
+        for c in agents:
+            if c.lag_ns is not None:
+                lag.add_metric([str(c.pid), c.service or ""], c.lag_ns / 1e9)
+        yield lag
+        st = d.storage
+        yield GaugeMetricFamily("aclprofd_storage_bytes", "Bytes in segment files", value=st.bytes if st else 0)
+        yield CounterMetricFamily("aclprofd_storage_write_errors", "Failed segment writes",
+                                  value=st.write_errors if st else 0)
+        yield CounterMetricFamily("aclprofd_stream_skipped_records",
+                                  "Records not sent to slow STREAM clients", value=d.stream_skipped_total)
+        yield CounterMetricFamily("aclprofd_protocol_errors", "Connections closed for a protocol error",
+                                  value=d.protocol_errors)
+        agg = d.aggregator
+        yield GaugeMetricFamily("aclprofd_aggregate_keys", "Aggregate keys in use", value=agg.nkeys - 1)
+        yield CounterMetricFamily("aclprofd_aggregate_other_records",
+                                  "Records aggregated under '(other)' (key cap reached)", value=agg.other_records)
+        labels = ["device", "model", "op_type"] + (["op_name"] if self.by_name else [])
+        hist = HistogramMetricFamily("aclprofd_op_duration_seconds", "Op durations by op type", labels=labels)
+        for lab, cum, count, sum_ns in agg.prometheus_view(self.by_name):
+            buckets = [(le, float(v)) for le, v in zip(_LE[:-1], cum[:-1].tolist())] + [("+Inf", float(count))]
+            hist.add_metric(list(lab), buckets, sum_ns / 1e9)
+        yield hist
+
+
+class Metrics:
+    """The HTTP endpoint (a daemon thread of prometheus_client); :meth:`close` stops it."""
+
+    def __init__(self, daemon: "Daemon", host: str, port: int, by_name: bool = False):
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.collector = DaemonCollector(daemon, by_name)
+        self.registry.register(self.collector)  # type: ignore[arg-type]
+        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
+        self.port = self._server.server_address[1]
+
+    @property
+    def by_name(self) -> bool:
+        return self.collector.by_name
+
+    @by_name.setter
+    def by_name(self, value: bool) -> None:
+        self.collector.by_name = value
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(5)

@@ -1,0 +1,301 @@
+"""Raw op records on disk: bounded, rotating segment files (format in daemon/README.md).
+
+A segment is ``seg-<seq>.acps``: a 32-byte header, then chunks. A chunk holds the records
+one agent connection sent during one flush interval, with that connection's identity, the
+names its records use that this segment has not defined yet for it (so every segment can
+be read on its own after older ones are deleted), and the receive time of each batch.
+Each chunk carries a CRC-32 so that a torn tail (``kill -9`` during a write, a full disk)
+ends the reading of that file cleanly.
+
+Caps: a segment is closed once it reaches ``segment_bytes``; the oldest segments are
+deleted while the total exceeds ``disk_bytes`` or they are older than ``max_age_s``. A
+failing write (ENOSPC, EIO) is counted and reported, never raised into the daemon's loop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import struct
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+
+from aclprof.wire import RECORD_DTYPE
+
+__all__ = ["Storage", "Chunk", "SEGMENT_VERSION", "read_segment"]
+
+SEGMENT_MAGIC = b"ACLPSEG\x00"
+SEGMENT_VERSION = 1
+_FILE_HEADER = struct.Struct("<8sHHIdII")  # magic, version, reserved, header size, created_ts, pid, reserved
+_CHUNK_MAGIC = b"ACK1"
+_CHUNK_HEADER = struct.Struct("<4sIII")  # magic, meta length, data length, crc32(meta + data)
+_NAME_RE = re.compile(r"^seg-(\d{8,})\.acps$")
+
+
+@dataclass
+class Chunk:
+    """One chunk read back: the sender's identity, its names so far in this segment, the
+    records, and the receive time of each record."""
+
+    meta: dict[str, Any]
+    names: dict[int, str]
+    records: np.ndarray
+    ts: np.ndarray
+
+
+@dataclass
+class _Segment:
+    path: str
+    seq: int
+    size: int
+    first_ts: float
+    last_ts: float
+
+
+@dataclass
+class _ConnState:
+    segment_seq: int = -1
+    names_written: int = 0
+
+
+class Storage:
+    """Writer and reader of the segment directory. Used from the daemon's loop thread only."""
+
+    def __init__(self, directory: str, segment_bytes: int = 64 << 20, disk_bytes: int = 1 << 30,
+                 max_age_s: float = 7 * 86400.0):
+        self.dir = directory
+        self.segment_bytes = int(segment_bytes)
+        self.disk_bytes = int(disk_bytes)
+        self.max_age_s = float(max_age_s)
+        os.makedirs(directory, mode=0o750, exist_ok=True)
+        self._segments: list[_Segment] = []
+        for name in sorted(os.listdir(directory)):
+            m = _NAME_RE.match(name)
+            if m:
+                path = os.path.join(directory, name)
+                try:
+                    st = os.stat(path)
+                    with open(path, "rb") as f:
+                        head = f.read(_FILE_HEADER.size)
+                except OSError:
+                    continue
+                created = st.st_mtime
+                if len(head) == _FILE_HEADER.size and head.startswith(SEGMENT_MAGIC):
+                    created = min(created, _FILE_HEADER.unpack(head)[4])
+                self._segments.append(_Segment(path, int(m.group(1)), st.st_size, created, st.st_mtime))
+        self._segments.sort(key=lambda s: s.seq)
+        self._file = None  # the current segment, opened lazily at the first write
+        self._current: _Segment | None = None
+        self._conns: dict[str, _ConnState] = {}
+        self.write_errors = 0
+        self.last_error: str | None = None
+        self.last_error_ts = 0.0
+        self.deleted_for_cap = 0
+        self.last_cap_delete_ts = 0.0
+        self.records_lost = 0  # records not written because a write failed
+
+    # ---- writing ------------------------------------------------------------------------
+    def _open_segment(self, now: float) -> None:
+        seq = self._segments[-1].seq + 1 if self._segments else 1
+        path = os.path.join(self.dir, f"seg-{seq:08d}.acps")
+        f = open(path, "xb", buffering=1 << 20)
+        f.write(_FILE_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, _FILE_HEADER.size, now, os.getpid(), 0))
+        self._file = f
+        self._current = _Segment(path, seq, _FILE_HEADER.size, now, now)
+        self._segments.append(self._current)
+
+    def _close_segment(self) -> None:
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError as exc:
+                self._failed(exc)
+            self._file = None
+            self._current = None
+
+    def write(self, conn_id: str, identity: dict[str, Any], names: list[tuple[int, str]],
+              batches: list[tuple[float, bytes]]) -> None:
+        """Append ``batches`` of raw RECORD_DTYPE bytes (with their receive times) from
+        connection ``conn_id``, whose whole name table in definition order is ``names``.
+        Batches are split over chunks so that a segment ends near ``segment_bytes``."""
+        group: list[tuple[float, bytes]] = []
+        size = 0
+        for ts, b in batches:
+            used = self._current.size if self._current is not None else _FILE_HEADER.size
+            if group and used + size + len(b) > self.segment_bytes:
+                self._write_chunk(conn_id, identity, names, group)
+                group, size = [], 0
+            group.append((ts, b))
+            size += len(b)
+        if group:
+            self._write_chunk(conn_id, identity, names, group)
+
+    def _write_chunk(self, conn_id: str, identity: dict[str, Any], names: list[tuple[int, str]],
+                     batches: list[tuple[float, bytes]]) -> None:
+        now = time.time()
+        data_len = sum(len(b) for _, b in batches)
+        try:
+            cur = self._current
+            if self._file is None or (cur is not None and cur.size > _FILE_HEADER.size
+                                      and cur.size + data_len > self.segment_bytes):
+                self._close_segment()
+                self._open_segment(now)
+                self.enforce_caps(now)  # at every rotation, not only at the flush tick: the
+                # total stays within the cap plus one segment even at GB/s
+            if self._current.size == _FILE_HEADER.size:
+                self._current.first_ts = min(now, batches[0][0])  # the time range this file covers
+            assert self._current is not None and self._file is not None
+            st = self._conns.setdefault(conn_id, _ConnState())
+            if st.segment_seq != self._current.seq:
+                st.segment_seq, st.names_written = self._current.seq, 0
+            delta = names[st.names_written:]
+            meta = dict(identity, conn=conn_id, names={str(i): s for i, s in delta},
+                        batches=[[len(b) // RECORD_DTYPE.itemsize, ts] for ts, b in batches],
+                        ts_first=batches[0][0], ts_last=batches[-1][0])
+            mb = json.dumps(meta, separators=(",", ":")).encode()
+            crc = zlib.crc32(mb)
+            for _, b in batches:
+                crc = zlib.crc32(b, crc)
+            f = self._file
+            f.write(_CHUNK_HEADER.pack(_CHUNK_MAGIC, len(mb), data_len, crc))
+            f.write(mb)
+            for _, b in batches:
+                f.write(b)
+            st.names_written = len(names)
+            self._current.size += _CHUNK_HEADER.size + len(mb) + data_len
+            self._current.last_ts = batches[-1][0]
+        except OSError as exc:
+            self.records_lost += data_len // RECORD_DTYPE.itemsize
+            self._failed(exc)
+            # the file may now hold a partial chunk: start a fresh segment next time
+            self._close_segment()
+
+    def flush(self) -> None:
+        """Push buffered chunks to the kernel (survives kill -9; not fsync: see README)."""
+        if self._file is not None:
+            try:
+                self._file.flush()
+            except OSError as exc:
+                self._failed(exc)
+                self._close_segment()
+        self.enforce_caps()
+
+    def _failed(self, exc: OSError) -> None:
+        self.write_errors += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        self.last_error_ts = time.time()
+
+    def enforce_caps(self, now: float | None = None) -> int:
+        """Delete the oldest segments beyond the disk cap or the age cap; returns how many."""
+        now = time.time() if now is None else now
+        deleted = 0
+        total = self.bytes
+        while self._segments:
+            seg = self._segments[0]
+            too_old = seg.last_ts < now - self.max_age_s
+            over = total > self.disk_bytes
+            if not (too_old or over):
+                break
+            if seg is self._current:
+                break  # never the segment being written (config keeps it well under the cap)
+            try:
+                os.unlink(seg.path)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                self._failed(exc)
+                break
+            self._segments.pop(0)
+            total -= seg.size
+            deleted += 1
+            if over and not too_old:
+                self.deleted_for_cap += 1
+                self.last_cap_delete_ts = now
+        return deleted
+
+    def close(self) -> None:
+        self.flush()
+        self._close_segment()
+
+    # ---- status -------------------------------------------------------------------------
+    @property
+    def bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def stats(self) -> dict[str, Any]:
+        return {"dir": self.dir, "bytes": self.bytes, "segments": len(self._segments),
+                "oldest_ts": self._segments[0].first_ts if self._segments else None,
+                "disk_cap_bytes": self.disk_bytes, "write_errors": self.write_errors,
+                "deleted_for_cap": self.deleted_for_cap}
+
+    # ---- reading ------------------------------------------------------------------------
+    def read(self, since_ts: float | None = None, until_ts: float | None = None) -> Iterator[Chunk]:
+        """Chunks overlapping [since_ts, until_ts], oldest first; call :meth:`flush` first
+        to include what the writer still buffers. Records outside the range are dropped."""
+        for seg in list(self._segments):
+            if until_ts is not None and seg.first_ts > until_ts:
+                continue
+            if since_ts is not None and seg.last_ts < since_ts and seg is not self._current:
+                continue
+            try:
+                yield from read_segment(seg.path, since_ts, until_ts, limit=seg.size)
+            except FileNotFoundError:
+                continue  # deleted by a cap while we were reading
+
+
+def read_segment(path: str, since_ts: float | None = None, until_ts: float | None = None,
+                 limit: int | None = None) -> Iterator[Chunk]:
+    """The chunks of one segment file; stops quietly at a torn or corrupt tail."""
+    with open(path, "rb") as f:
+        head = f.read(_FILE_HEADER.size)
+        if len(head) < _FILE_HEADER.size:
+            return
+        magic, version, _, hsize, _, _, _ = _FILE_HEADER.unpack(head)
+        if magic != SEGMENT_MAGIC or version != SEGMENT_VERSION:
+            return
+        f.seek(hsize)
+        pos = hsize
+        names: dict[str, dict[int, str]] = {}
+        while limit is None or pos < limit:
+            h = f.read(_CHUNK_HEADER.size)
+            if len(h) < _CHUNK_HEADER.size:
+                return
+            magic, mlen, dlen, crc = _CHUNK_HEADER.unpack(h)
+            if magic != _CHUNK_MAGIC:
+                return
+            mb = f.read(mlen)
+            if len(mb) < mlen:
+                return
+            try:
+                meta = json.loads(mb)
+            except ValueError:
+                return
+            conn_names = names.setdefault(meta.get("conn", ""), {})
+            conn_names.update((int(k), v) for k, v in meta.get("names", {}).items())
+            pos += _CHUNK_HEADER.size + mlen + dlen
+            if ((since_ts is not None and meta["ts_last"] < since_ts)
+                    or (until_ts is not None and meta["ts_first"] > until_ts)):
+                f.seek(pos)
+                continue
+            data = f.read(dlen)
+            if len(data) < dlen or zlib.crc32(data, zlib.crc32(mb)) != crc:
+                return
+            records = np.frombuffer(data, dtype=RECORD_DTYPE)
+            counts = [int(c) for c, _ in meta["batches"]]
+            ts = np.repeat(np.asarray([t for _, t in meta["batches"]], dtype=np.float64), counts)
+            if len(ts) != len(records):
+                return
+            sel = None
+            if since_ts is not None:
+                sel = ts >= since_ts
+            if until_ts is not None:
+                sel = (ts <= until_ts) if sel is None else (sel & (ts <= until_ts))
+            if sel is not None and not sel.all():
+                records, ts = records[sel], ts[sel]
+            if len(records):
+                yield Chunk(meta, conn_names, records, ts)

@@ -1,0 +1,88 @@
+"""A simulated inference process for the agent/CLI tests (not a test module).
+
+    python tests/_agent_worker.py --socket PATH [--service S] [--ops fixed|resnet] [--realtime]
+
+Loads one mock model, starts ``aclprof.agent`` and watches it, then obeys commands read
+line by line from stdin and answers each with one JSON line on stdout:
+
+    run N       execute the model N times          -> {"emitted": total}
+    stats       the agent's and the mock's counters -> {...}
+    stop        agent.stop(); final counters; exit  -> {...}
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+
+os.environ.setdefault("ACLPROF_BACKEND", "mock")
+
+#: Fixed durations, no jitter: `top --once --json` can be checked exactly.
+FIXED_OPS = [
+    {"name": "conv1", "type": "Conv2D", "duration_ns": 40_000},
+    {"name": "bn1", "type": "BatchNorm", "duration_ns": 5_000},
+    {"name": "relu1", "type": "Relu", "duration_ns": 2_000},
+    {"name": "conv2", "type": "Conv2D", "duration_ns": 20_000},
+    {"name": "fc", "type": "MatMulV2", "duration_ns": 10_000},
+]
+
+
+def _report(agent, mock, extra=None) -> dict:
+    st = agent.stats()
+    out = {"pid": os.getpid(), "agent": dataclasses.asdict(st), "mock": mock.stats()}
+    out.update(extra or {})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--socket", required=True)
+    parser.add_argument("--service", default="worker")
+    parser.add_argument("--ops", default="fixed", choices=["fixed", "resnet", "transformer"])
+    parser.add_argument("--device", type=int, default=0)
+    parser.add_argument("--buffer", type=int, default=1 << 17)
+    parser.add_argument("--realtime", action="store_true")
+    parser.add_argument("--backoff-max", type=float, default=0.3)
+    args = parser.parse_args(argv)
+
+    import structlog
+
+    structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
+
+    import aclprof
+    from aclprof import agent, mock
+    from aclprof import _models
+
+    aclprof.use_mock()
+    ops = {"fixed": FIXED_OPS, "resnet": _models.resnet_like_ops(),
+           "transformer": _models.transformer_like_ops()}[args.ops]
+    model = mock.load_model(ops, device=args.device, seed=1)
+    mock.set_realtime(args.realtime)
+    agent.start(args.socket, service=args.service, labels={"test": "1"}, buffer_records=args.buffer,
+                backoff_max=args.backoff_max)
+    agent.watch(model, labels={"model": args.ops}, device=args.device)
+    print(json.dumps({"ready": True, "model": model, "pid": os.getpid()}), flush=True)
+    for line in sys.stdin:
+        cmd = line.split()
+        if not cmd:
+            continue
+        if cmd[0] == "run":
+            mock.execute(model, int(cmd[1]))
+            mock.wait_writer_idle()
+            print(json.dumps({"emitted": mock.stats()["recordsEmitted"]}), flush=True)
+        elif cmd[0] == "stats":
+            print(json.dumps(_report(agent, mock)), flush=True)
+        elif cmd[0] == "stop":
+            timeout = float(cmd[1]) if len(cmd) > 1 else 5.0
+            agent.stop(timeout)
+            print(json.dumps(_report(agent, mock)), flush=True)
+            return 0
+    agent.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

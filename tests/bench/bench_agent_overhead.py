@@ -1,0 +1,181 @@
+"""Agent overhead: mock inference step time with ``aclprof.agent`` streaming vs without.
+
+    python tests/bench/bench_agent_overhead.py [--quick] [--rounds R] [--steps S]
+
+A step is one ``aclmdlExecute`` of a realtime mock model (1000 ops x 10 us = 10 ms, 100 k
+ops/s), timed from Python. Rounds rotate between
+
+* ``off``: nothing subscribed;
+* ``subscribe``: ``aclprof.subscribe(model, batch_callback=<no-op>)`` only (the cost of the
+  subscription itself, measured by bench_distortion.py too);
+* ``agent``: ``aclprof.agent.start()`` + ``watch(model)`` streaming to a running daemon
+  (``python -m daemon`` on a temporary socket, Prometheus off): subscription + buffer +
+  sender thread + wire conversion + socket writes; started before the round's steps and
+  stopped (flushed) after them, outside the timed steps.
+
+The overhead is median(agent) / median(off) - 1, and the median of per-round ratios. The
+goal of issue 4 is at most 5 %. Every record is accounted for (sent + lost = emitted).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import _benchlib as B  # noqa: E402
+from bench_distortion import make_ops, run_steps  # noqa: E402
+
+GOAL = 0.05
+
+
+# --sink null: a process that completes the handshake and discards everything (isolates
+# the agent's own cost from the daemon's CPU use on a 2-core machine).
+_NULL_SINK = r"""
+import os, socket, sys, threading
+from aclprof import wire
+srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+srv.bind(sys.argv[1]); srv.listen(8)
+def serve(c):
+    r = wire.FrameReader(); hello = False
+    while True:
+        d = c.recv(1 << 20)
+        if not d:
+            return
+        if not hello:
+            for kind, _ in r.feed(d):
+                if kind == wire.Kind.HELLO:
+                    c.sendall(wire.encode_json(wire.Kind.WELCOME, {"version": "0.1.0", "protocol": 1,
+                                                                   "pid": os.getpid(), "started_ts": 0.0}))
+                    hello = True
+                    break
+while True:
+    c, _ = srv.accept()
+    threading.Thread(target=serve, args=(c,), daemon=True).start()
+"""
+
+
+def start_daemon(root: str, sink: str = "daemon") -> tuple[subprocess.Popen, str]:
+    socket = os.path.join(root, "d.sock")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROF_", "ACLMOCK_", "ACLPROFD_"))}
+    if sink == "null":
+        cmd = [sys.executable, "-c", _NULL_SINK, socket]
+    else:
+        cmd = [sys.executable, "-m", "daemon", "--socket", socket, "--data-dir",
+               os.path.join(root, "data"), "--prometheus-port", "0", "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if os.path.exists(socket):
+            import socket as s
+
+            probe = s.socket(s.AF_UNIX, s.SOCK_STREAM)
+            try:
+                probe.connect(socket)
+                return proc, socket
+            except OSError:
+                pass
+            finally:
+                probe.close()
+        time.sleep(0.05)
+    proc.kill()
+    raise SystemExit("the daemon did not start")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and steps (< 20 s)")
+    parser.add_argument("--rounds", type=int, default=None)
+    parser.add_argument("--steps", type=int, default=None)
+    parser.add_argument("--ops", type=int, default=1000)
+    parser.add_argument("--op-us", type=float, default=10.0)
+    parser.add_argument("--sink", choices=("daemon", "null"), default="daemon",
+                        help="what the agent streams to: the real daemon, or a process that discards")
+    args = parser.parse_args(argv)
+    rounds = args.rounds or (4 if args.quick else 12)
+    steps = args.steps or (15 if args.quick else 40)
+    op_ns = int(args.op_us * 1000)
+
+    aclprof = B.use_mock()
+    import aclprof.agent as agent
+    import aclprof.mock as mock
+
+    B.header(f"agent overhead on a realtime mock model ({rounds} interleaved rounds x {steps} steps, "
+             f"streaming to: {args.sink})", args.quick)
+    import structlog
+
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    root = tempfile.mkdtemp(prefix="aclp-bench-")
+    daemon, socket = start_daemon(root, args.sink)
+    model = mock.load_model(make_ops(args.ops, op_ns))
+    mock.set_realtime(True)
+    per_step: dict[str, list[float]] = {"off": [], "subscribe": [], "agent": []}
+    totals = {"emitted": 0, "sent": 0, "lost": 0}
+
+    def off() -> float:
+        t = run_steps(mock, model, steps)
+        per_step["off"] += t
+        return B.med(t)
+
+    def subscribe() -> float:
+        sub = aclprof.subscribe(model, batch_callback=lambda b: None)
+        try:
+            t = run_steps(mock, model, steps)
+        finally:
+            mock.wait_writer_idle(60)
+            sub.close()
+        per_step["subscribe"] += t
+        return B.med(t)
+
+    def with_agent() -> float:
+        before = mock.stats()["recordsEmitted"]
+        agent.start(socket, service="bench")
+        agent.watch(model)
+        # Connected before timing (the first connection is not what is measured).
+        deadline = time.monotonic() + 5
+        while not agent.stats().connected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        try:
+            t = run_steps(mock, model, steps)
+        finally:
+            mock.wait_writer_idle(60)
+            st = agent.stop(timeout=10)
+        totals["emitted"] += mock.stats()["recordsEmitted"] - before
+        totals["sent"] += st.records_sent
+        totals["lost"] += st.loss_reported + st.loss_pending
+        per_step["agent"] += t
+        return B.med(t)
+
+    try:
+        run_steps(mock, model, 3)  # warm-up
+        samples = B.interleaved({"off": off, "subscribe": subscribe, "agent": with_agent}, rounds)
+    finally:
+        mock.set_realtime(False)
+        mock.unload(model)
+        daemon.terminate()
+        daemon.wait(10)
+        shutil.rmtree(root, ignore_errors=True)
+
+    base = B.med(per_step["off"])
+    rows = []
+    for name in ("off", "subscribe", "agent"):
+        m = B.med(per_step[name])
+        ratio = B.med(B.per_round_ratio(samples, name, "off")) - 1
+        rows.append((name, m, f"{(m / base - 1) * 100:+.1f}%", f"{ratio * 100:+.1f}%",
+                     B.pct(per_step[name], 90), B.pct(per_step[name], 99)))
+    B.table(("variant", "us/step (median)", "vs off", "per-round", "p90 us", "p99 us"), rows)
+    slow = B.med(per_step["agent"]) / base - 1
+    print(f"\nrecords: {totals['emitted']:,} emitted in agent rounds, {totals['sent']:,} sent, "
+          f"{totals['lost']:,} lost (sent + lost = emitted: {totals['sent'] + totals['lost'] == totals['emitted']})")
+    print(f"goal: agent overhead <= 5% at {args.ops / (args.ops * op_ns / 1e9) / 1e3:.0f} k ops/s: "
+          f"{B.verdict(slow <= GOAL)} ({slow * 100:+.1f}%)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

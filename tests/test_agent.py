@@ -1,0 +1,260 @@
+"""aclprof.agent end to end: agent processes on the mock, against a fake daemon (protocol
+checks, exact name mapping) and the real one (accounting, restart).
+
+Accounting everywhere: records the mock emitted for the watched model == records the
+daemon received + the sum of the agent's LOSS frames.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+
+import pytest
+
+from _e2e import Daemon, Worker, wait_for
+from _fakedaemon import FakeDaemon
+from _agent_worker import FIXED_OPS
+
+pytestmark = pytest.mark.timeout(90)
+
+
+@pytest.fixture
+def sock_dir():
+    d = tempfile.mkdtemp(prefix="aclp-")
+    yield d
+    import shutil
+
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def workers():
+    started: list[Worker] = []
+    yield started
+    for w in started:
+        w.kill()
+
+
+def _names_cycle(start: int, n: int) -> list[str]:
+    return [FIXED_OPS[(start + i) % len(FIXED_OPS)]["name"] for i in range(n)]
+
+
+def test_agent_streams_batches_names_and_watch_to_a_fake_daemon(sock_dir, workers):
+    path = os.path.join(sock_dir, "fake.sock")
+    fake = FakeDaemon(path)
+    try:
+        w = Worker(path)
+        workers.append(w)
+        emitted = w.run(300)
+        final = w.stop()
+        wait_for(lambda: all(c.closed for c in fake.conns), what="the agent to disconnect")
+        assert fake.errors() == []
+        (conn,) = fake.conns
+        assert conn.hello["role"] == "agent" and conn.hello["pid"] == w.pid
+        assert conn.hello["service"] == "worker" and conn.hello["labels"] == {"test": "1"}
+        assert conn.watches == [{"model_id": w.model, "device": 0, "labels": {"model": "fixed"}}]
+        assert conn.unwatches == [{"model_id": w.model}]
+        assert conn.kinds[0].name == "HELLO" and conn.kinds[1].name == "WATCH"
+        # Every name once, before its first use (the fake daemon rejects anything else).
+        assert sorted(set(conn.names.values()) - {"?"}) == sorted(
+            {op["name"] for op in FIXED_OPS} | {op["type"] for op in FIXED_OPS})
+        assert len(set(conn.names.values())) == len(conn.names)
+        assert emitted == 1500 == conn.count == final["agent"]["records_sent"]
+        assert [r[3] for r in conn.records] == _names_cycle(0, 1500)
+        by_name = {op["name"]: (op["type"], op["duration_ns"]) for op in FIXED_OPS}
+        assert all((r[2], r[4]) == by_name[r[3]] for r in conn.records)
+        assert final["agent"]["dropped_buffer"] == final["agent"]["dropped_subscription"] == 0
+        assert conn.loss == 0
+    finally:
+        fake.close()
+
+
+def test_agent_without_a_daemon_is_not_an_error_and_counts_drops(sock_dir, workers):
+    w = Worker(os.path.join(sock_dir, "nobody.sock"), "--buffer", "2000")
+    workers.append(w)
+    assert w.run(1000) == 5000
+    st = wait_for(lambda: (s := w.stats()["agent"])["records_in"] == 5000 and s, what="delivery")
+    assert not st["connected"] and st["connect_failures"] >= 1
+    assert st["buffered"] == 2000 and st["dropped_buffer"] == 3000
+    assert st["loss_pending"] == 3000 and st["loss_reported"] == 0
+    final = w.stop(timeout=0.5)["agent"]
+    assert final["records_in"] == 5000 and final["records_sent"] == 0
+    assert final["dropped_buffer"] == 5000 and final["buffered"] == 0
+
+
+def test_agent_keeps_the_newest_records_and_reports_loss_on_reconnect(sock_dir, workers):
+    path = os.path.join(sock_dir, "late.sock")
+    w = Worker(path, "--buffer", "2000")
+    workers.append(w)
+    w.run(1000)  # 5000 records, no daemon: the newest 2000 are kept
+    wait_for(lambda: w.stats()["agent"]["buffered"] == 2000, what="buffering")
+    fake = FakeDaemon(path)
+    try:
+        wait_for(lambda: fake.received == 2000 and fake.loss == 3000, what="reconnect + LOSS")
+        conn = fake.conns[0]
+        assert [r[3] for r in conn.records] == _names_cycle(3000, 2000)  # the newest ones
+        assert conn.kinds[:3] == [k for k in conn.kinds[:3]]
+        assert [k.name for k in conn.kinds[:2]] == ["HELLO", "WATCH"]
+        assert "LOSS" in [k.name for k in conn.kinds[:4]]
+        # The daemon goes away mid-run, then comes back: the agent reconnects on its own.
+        emitted = w.run(200)
+        wait_for(lambda: fake.received == 3000, what="delivery")
+        fake.close()
+        emitted = w.run(200)  # lost or buffered while nobody listens
+        fake = FakeDaemon(path)
+        emitted = w.run(200)
+        final = w.stop()["agent"]
+        wait_for(lambda: fake.conns and all(c.closed for c in fake.conns), what="disconnect")
+        assert fake.errors() == []
+        assert emitted == 8000
+        assert final["loss_pending"] == 0
+        assert final["records_sent"] + final["loss_reported"] == emitted
+        assert final["connections"] == 2
+        received_first = 3000
+        assert received_first + fake.received + 3000 + fake.loss == emitted
+    finally:
+        fake.close()
+
+
+@pytest.fixture
+def daemon():
+    d = Daemon()
+    d.start()
+    yield d
+    d.cleanup()
+
+
+def _agent_rows(status: dict) -> dict[int, dict]:
+    return {a["pid"]: a for a in status["agents"]}
+
+
+def test_accounting_with_several_agents_and_the_real_daemon(daemon, workers):
+    for i in range(3):
+        workers.append(Worker(daemon.socket, "--service", f"svc{i}", "--device", str(i)))
+    st = wait_for(lambda: len((s := daemon.status())["agents"]) == 3
+                  and all(a["models"] for a in s["agents"]) and s, what="3 agents and their models")
+    rows = _agent_rows(st)
+    for i, w in enumerate(workers):
+        assert rows[w.pid]["service"] == f"svc{i}"
+        assert [(m["model_id"], m["device"]) for m in rows[w.pid]["models"]] == [(w.model, i)]
+    emitted = {w.pid: w.run(400 * (i + 1)) for i, w in enumerate(workers)}
+    finals = {w.pid: w.stop()["agent"] for w in workers}
+    total = sum(emitted.values())
+    assert total == 5 * 400 * 6
+    st = wait_for(lambda: (s := daemon.status())["records_total"] == total and s, what="all records")
+    assert st["dropped_by_agents"] == 0
+    for pid, f in finals.items():
+        assert f["records_sent"] == emitted[pid] and f["dropped_buffer"] == 0
+
+
+def test_accounting_across_a_daemon_restart(daemon, workers):
+    for i in range(2):
+        workers.append(Worker(daemon.socket, "--buffer", "3000", "--service", f"r{i}"))
+    phase1 = sum(w.run(500) for w in workers)
+    run1 = wait_for(lambda: (s := daemon.status())["records_total"] == phase1 and s, what="phase 1")
+    assert daemon.stop(signal.SIGTERM) == 0
+    # Daemon down: each agent keeps its newest 3000 records and counts the rest.
+    emitted = {w.pid: w.run(1000) for w in workers}  # 5000 more each
+    for w in workers:
+        wait_for(lambda w=w: (s := w.stats()["agent"])["buffered"] == 3000 and not s["connected"],
+                 what="buffering while the daemon is down")
+    daemon.start()
+    # The agents reconnect by themselves (backoff capped at 0.3 s in the worker) and send
+    # what they kept, after a LOSS frame for the rest.
+    wait_for(lambda: daemon.status()["records_total"] == 2 * 3000, what="the agents to reconnect")
+    emitted = {w.pid: w.run(100) for w in workers}  # cumulative per process
+    finals = {w.pid: w.stop()["agent"] for w in workers}
+    total = sum(emitted.values())
+    assert total == 2 * 5 * 1600
+    lost = sum(f["loss_reported"] for f in finals.values())
+    assert lost == 2 * 2000
+    assert all(f["loss_pending"] == 0 and f["connections"] == 2 for f in finals.values())
+    run2 = wait_for(lambda: (s := daemon.status())["records_total"] == total - phase1 - lost and s,
+                    what="phase 2 records")
+    assert run1["records_total"] + run2["records_total"] + run2["dropped_by_agents"] == total
+    assert run2["dropped_by_agents"] == lost
+
+
+# -- the API, in process -----------------------------------------------------------------------
+
+@pytest.fixture
+def stopped_agent():
+    from aclprof import agent
+
+    yield agent
+    agent.stop(timeout=1.0)
+
+
+def test_agent_api_errors_and_idempotence(sock_dir, stopped_agent):
+    import aclprof
+    from aclprof import mock
+
+    agent = stopped_agent
+    assert agent.stop() is None and not agent.running()
+    with pytest.raises(RuntimeError, match="not started"):
+        agent.watch(1)
+    path = os.path.join(sock_dir, "none.sock")
+    a = agent.start(path, service="s")
+    assert agent.start(path) is a and agent.running()
+    model = mock.load_model(FIXED_OPS)
+    agent.watch(model)
+    with pytest.raises(ValueError, match="already watched"):
+        agent.watch(model)
+    with pytest.raises(aclprof.InvalidModelIdError):
+        agent.watch(model + 100)
+    assert agent.stats().models == (model,)
+    mock.execute(model, 10)
+    mock.wait_writer_idle()
+    agent.unwatch(model)
+    with pytest.raises(ValueError, match="not watched"):
+        agent.unwatch(model)
+    final = agent.stop(timeout=0.2)
+    assert final.records_in == 50 and final.dropped_buffer == 50 and final.records_sent == 0
+    assert agent.stats() == final and not agent.running()
+
+
+def test_agent_default_socket_path(monkeypatch):
+    from aclprof._paths import default_socket_path, resolve_socket_path
+
+    monkeypatch.delenv("ACLPROF_SOCKET", raising=False)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
+    assert default_socket_path() == "/run/user/1000/aclprof/aclprofd.sock"
+    monkeypatch.delenv("XDG_RUNTIME_DIR")
+    assert default_socket_path() == "/run/aclprof/aclprofd.sock"
+    monkeypatch.setenv("ACLPROF_SOCKET", "/tmp/x.sock")
+    assert resolve_socket_path() == "/tmp/x.sock"
+    assert resolve_socket_path("/tmp/y.sock") == "/tmp/y.sock"
+
+
+def _exported(daemon: Daemon, pid: int) -> int:
+    from aclprof._client import Client
+
+    with Client(daemon.socket, timeout=10) as c:
+        return sum(len(b) for b in c.export(None, None, {"pid": pid}))
+
+
+def test_daemon_restart_while_agents_stream(daemon, workers):
+    """SIGTERM + restart while two realtime agents stream: they reconnect, report the loss,
+    and every record is on disk or in a LOSS frame, except at most what sat in the kernel's
+    socket buffer when the daemon closed (protocol 1 has no acknowledgements)."""
+    for i in range(2):
+        workers.append(Worker(daemon.socket, "--realtime", "--buffer", "2000", "--service", f"m{i}"))
+    for w in workers:  # asynchronously: ~0.6 s of realtime inference each
+        w.proc.stdin.write("run 8000\n")
+        w.proc.stdin.flush()
+    wait_for(lambda: daemon.status()["records_total"] >= 10_000, what="streaming")
+    assert daemon.stop(signal.SIGTERM) == 0
+    daemon.start()
+    emitted = {w.pid: w._read()["emitted"] for w in workers}
+    finals = {w.pid: w.stop()["agent"] for w in workers}
+    for w in workers:
+        f = finals[w.pid]
+        assert emitted[w.pid] == 40_000 and f["records_in"] == 40_000
+        assert f["connections"] == 2 and f["loss_pending"] == 0
+        wait_for(lambda w=w, f=f: _exported(daemon, w.pid) + f["loss_reported"] >= emitted[w.pid] - 8192,
+                 what="the records on disk")
+        received = _exported(daemon, w.pid)
+        unaccounted = emitted[w.pid] - received - f["loss_reported"]
+        assert 0 <= unaccounted <= 8192, (received, f)

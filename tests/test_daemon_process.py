@@ -1,0 +1,181 @@
+"""``python -m daemon`` as a real process: sd_notify readiness, every control request,
+SIGTERM/SIGINT (exit 0, socket removed, data flushed), kill -9 and restart, a live and a
+stale socket, SIGHUP (log reopen, config reload), a hostile client logged with its pid,
+Prometheus over HTTP on 127.0.0.1, command-line errors."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from _daemonlib import REPO, Client, agent, make_records, running, short_tmpdir, status, wait_until
+from aclprof.wire import Kind, decode_json
+
+
+@pytest.fixture
+def tmp():
+    d = short_tmpdir()
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "daemon", *args], capture_output=True, text=True, env=env,
+                          cwd=str(REPO), timeout=30)
+
+
+def test_help_and_usage_errors(tmp):
+    r = _run("--help")
+    assert r.returncode == 0 and "examples:" in r.stdout and "--prometheus-port" in r.stdout
+    r = _run("--disk-cap", "lots")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--disk-cap" in r.stderr
+    r = _run("--config", os.path.join(tmp, "missing.toml"))
+    assert r.returncode == 2 and "cannot read config file" in r.stderr and "Traceback" not in r.stderr
+    r = _run("--socket", "/proc/no/such/dir/d.sock", "--data-dir", tmp, "--prometheus-port", "0")
+    assert r.returncode == 1 and r.stderr.startswith("aclprofd: error:") and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_requests_then_signal_exit_flushes(tmp, sig):
+    with running(tmp, "--flush-interval", "30") as d:  # only the shutdown flush can store them
+        tail = Client(d.path)
+        tail.send_json(Kind.STREAM, {"filter": {"type": "Conv"}})
+        c = Client(d.path)
+        assert c.request(Kind.STATUS)["records_total"] == 0  # STREAM was handled before this
+        a = agent(d.path, service="svc")
+        a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {}})
+        a.send_batch(make_records(3000))
+        wait_until(lambda: c.request(Kind.STATUS)["records_total"] == 3000)
+        streamed = 0
+        while streamed < 1500:
+            kind, payload = tail.recv()
+            assert kind == Kind.STREAM_RECORDS
+            obj = decode_json(payload)
+            assert all(r["op_type"] == "Conv2D" for r in obj["records"]) and obj["skipped"] == 0
+            streamed += len(obj["records"])
+        assert streamed == 1500
+        snap = c.request(Kind.SNAPSHOT, {"window": "10s", "group_by": "type", "filter": {}})
+        assert sum(r["count"] for r in snap["rows"]) == 3000
+        assert c.request(Kind.RESET) == {}
+        assert d.terminate(sig) == 0
+        assert not os.path.exists(d.path)
+        lines = d.log_lines()
+        assert any(line["event"] == "stopped" for line in lines)
+    with running(tmp) as d2:
+        c = Client(d2.path)
+        recs = c.export()
+        assert len(recs) == 3000 and recs[0]["service"] == "svc"
+        assert d2.terminate() == 0
+
+
+def test_kill_9_then_restart_keeps_flushed_data(tmp):
+    with running(tmp) as d:  # flush interval 0.2 s
+        a = agent(d.path)
+        a.send_batch(make_records(2000))
+        wait_until(lambda: status(d.path)["storage"]["bytes"] >= 2000 * 56, what="flush")
+        d.proc.kill()
+        d.proc.wait(10)
+        assert os.path.exists(d.path)  # left behind: the next daemon must clean it
+    with running(tmp) as d2:
+        assert len(Client(d2.path).export()) == 2000
+        a = agent(d2.path)
+        a.send_batch(make_records(10))
+        wait_until(lambda: status(d2.path)["records_total"] == 10)
+        assert d2.terminate() == 0
+    with running(tmp) as d3:
+        assert len(Client(d3.path).export()) == 2010
+
+
+def test_refuses_a_live_socket(tmp):
+    with running(tmp) as d:
+        r = _run("--socket", d.path, "--data-dir", os.path.join(tmp, "other"), "--prometheus-port", "0")
+        assert r.returncode == 1 and "another aclprofd is already listening" in r.stderr
+        assert status(d.path)["healthy"]  # the first one is unharmed
+
+
+def test_stale_socket_is_replaced(tmp):
+    path = os.path.join(tmp, "d.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.bind(path)
+    s.close()
+    with running(tmp) as d:
+        assert status(d.path)["pid"] == d.proc.pid
+        assert oct(os.stat(d.path).st_mode & 0o777) == "0o660"
+
+
+def test_sighup_reopens_logs_and_reloads_config(tmp):
+    cfg = os.path.join(tmp, "aclprofd.toml")
+    with open(cfg, "w") as f:
+        f.write('log_level = "info"\ndisk_cap = "1GiB"\n')
+    with running(tmp, "--config", cfg) as d:
+        wait_until(lambda: d.log_lines(), what="first log line")
+        os.rename(d.log, d.log + ".1")  # as logrotate does
+        with open(cfg, "w") as f:
+            f.write('log_level = "debug"\ndisk_cap = "2GiB"\nprometheus_port = 1\nmax_keys = 5\n')
+        d.proc.send_signal(signal.SIGHUP)
+        line = wait_until(lambda: next((x for x in d.log_lines() if x["event"] == "config reloaded"), None),
+                          what="reload log line in the new file")
+        # prometheus_port is also given as a flag (flags win): unchanged
+        assert set(line["changed"]) == {"log_level", "disk_cap"} and line["needs_restart"] == ["max_keys"]
+        st = status(d.path)
+        assert st["storage"]["disk_cap_bytes"] == 2 << 30
+        # a broken config file keeps the running settings
+        with open(cfg, "w") as f:
+            f.write("disk_cap = [\n")
+        d.proc.send_signal(signal.SIGHUP)
+        wait_until(lambda: any(x["event"].startswith("config reload failed") for x in d.log_lines()))
+        assert status(d.path)["healthy"] and d.terminate() == 0
+
+
+def test_hostile_frame_logged_with_pid(tmp):
+    with running(tmp) as d:
+        good = agent(d.path)
+        bad = Client(d.path, "agent", pid=4242)
+        bad.sock.sendall(b"\xff" * 64)
+        assert bad.closed_by_peer()
+        good.send_batch(make_records(100))
+        wait_until(lambda: status(d.path)["records_total"] == 100)
+        line = wait_until(lambda: next((x for x in d.log_lines() if x.get("pid") == 4242 and x.get("level") == "warning"),
+                                       None))
+        assert "bad magic" in line["reason"]
+
+
+def _free_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_prometheus_metrics_on_loopback(tmp):
+    port = _free_port()
+    with running(tmp, prometheus_port=port) as d:
+        a = agent(d.path, service="svc", pid=777)
+        a.send_batch(make_records(1000, durations=[5000, 2_000_000] * 500))
+        a.send_json(Kind.LOSS, {"dropped": 3, "reason": "x"})
+        wait_until(lambda: status(d.path)["records_total"] == 1000)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert "aclprofd_records_total 1000.0" in text
+        assert 'aclprofd_agent_dropped_records_total{pid="777",service="svc"} 3.0' in text
+        assert "aclprofd_connected_agents 1.0" in text
+        assert "aclprofd_storage_bytes" in text and "aclprofd_agent_lag_seconds" in text
+        conv = [x for x in text.splitlines() if x.startswith("aclprofd_op_duration_seconds") and 'op_type="Conv2D"' in x]
+        assert conv and all("op_name" not in x for x in conv)
+        assert any(x.startswith("aclprofd_op_duration_seconds_count") and x.endswith(" 500.0") for x in conv)
+        # every Conv2D record took 5 us: all of them in the le=2**13 ns bucket, none in 2**12
+        assert any('le="8.192e-06"' in x and x.endswith(" 500.0") for x in conv)
+        assert any('le="4.096e-06"' in x and x.endswith(" 0.0") for x in conv)
+        # bound to loopback only
+        with open("/proc/net/tcp") as f:
+            rows = [line.split() for line in f.read().splitlines()[1:]]
+        listening = [r[1] for r in rows if r[3] == "0A" and int(r[1].split(":")[1], 16) == port]
+        assert listening == [f"0100007F:{port:04X}"]
