@@ -118,6 +118,7 @@ class _DeviceConfigs:
 _device_configs = _DeviceConfigs()
 _live: "weakref.WeakSet[Subscription]" = weakref.WeakSet()
 _orphaned_cells: list[lowlevel.FdCell] = []  # cells the library may still write -1 into
+_unsubscribe_threads: list[threading.Thread] = []  # started by closes from callbacks
 _closing_in_background: "set[Subscription]" = set()  # closed from a callback, not yet released
 
 
@@ -592,6 +593,10 @@ class Subscription:
             self._unsub_thread = threading.Thread(target=self._unsubscribe,
                                                   name="aclprof-unsubscribe", daemon=True)
             _closing_in_background.add(self)
+            # Kept until exit joins them: the reader may finish (and leave
+            # _closing_in_background) a moment before this thread does.
+            _unsubscribe_threads[:] = [t for t in _unsubscribe_threads if t.is_alive()]
+            _unsubscribe_threads.append(self._unsub_thread)
             self._unsub_thread.start()
             return
         error = self._unsubscribe()
@@ -738,3 +743,5 @@ def _close_all_at_exit() -> None:
             _log.warning("closing a subscription at exit failed", error=str(exc))
     for sub in list(_closing_in_background):  # closed from a callback: let them finish
         sub._await_background_close(timeout=5.0)
+    for thread in list(_unsubscribe_threads):
+        thread.join(timeout=5.0)

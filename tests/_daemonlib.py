@@ -193,11 +193,11 @@ class Subprocess:
         e.pop("ACLPROF_SOCKET", None)
         e.update(env or {})
         e["NOTIFY_SOCKET"] = self.notify_path
-        e["PYTHONPATH"] = str(REPO) + os.pathsep + e.get("PYTHONPATH", "")
         self.cmd = [sys.executable, "-m", "daemon", "--socket", self.path, "--data-dir", self.data_dir,
                     "--prometheus-port", str(prometheus_port), "--log-format", "json", "--log-file", self.log,
                     "--flush-interval", "0.2", *args]
-        self.proc = subprocess.Popen(self.cmd, env=e, cwd=str(REPO), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # cwd: not the checkout, whose unbuilt source tree `-m` would import first.
+        self.proc = subprocess.Popen(self.cmd, env=e, cwd=tmp, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True)
 
     def wait_ready(self, timeout: float = 20.0) -> None:

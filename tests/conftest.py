@@ -25,6 +25,10 @@ for _var in ("ACLPROF_TX_DISABLE", "ACLPROF_LIBRARY", "ACLMOCK_NOINIT", "ACLMOCK
              "ACLMOCK_DEVICE_COUNT", "ACLMOCK_REALTIME"):
     os.environ.pop(_var, None)
 os.environ["ACLPROF_BACKEND"] = "mock"  # inherited by subprocesses unless they override it
+# Subprocesses run `python -m aclprof ...` / `python -m daemon ...`, some from the checkout's
+# root: without this, -m puts the current directory first on sys.path and they would import
+# the unbuilt source tree instead of the installed package (Python 3.11+).
+os.environ["PYTHONSAFEPATH"] = "1"
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402

@@ -10,6 +10,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import sys
 import urllib.request
 
@@ -27,9 +28,9 @@ def tmp():
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "daemon", *args], capture_output=True, text=True, env=env,
-                          cwd=str(REPO), timeout=30)
+    # Run from a neutral directory: from the checkout, `-m` would import its unbuilt source.
+    return subprocess.run([sys.executable, "-m", "daemon", *args], capture_output=True, text=True,
+                          cwd=tempfile.gettempdir(), timeout=30)
 
 
 def test_help_and_usage_errors(tmp):

@@ -28,7 +28,6 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-sys.path.insert(0, REPO)
 sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
@@ -128,11 +127,10 @@ def main(argv: list[str] | None = None) -> int:
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(os.path.join(tmp, "notify"))
     notify.settimeout(20)
-    env = dict(os.environ, NOTIFY_SOCKET=os.path.join(tmp, "notify"),
-               PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, NOTIFY_SOCKET=os.path.join(tmp, "notify"))
     daemon = subprocess.Popen([sys.executable, "-m", "daemon", "--socket", path, "--data-dir",
                                os.path.join(tmp, "data"), "--prometheus-port", "0", "--disk-cap", "512MiB",
-                               "--log-format", "json", "--log-file", os.path.join(tmp, "log")], env=env, cwd=REPO)
+                               "--log-format", "json", "--log-file", os.path.join(tmp, "log")], env=env, cwd=tmp)
     try:
         assert b"READY=1" in notify.recv(100)
         cpu0, rss0 = _proc_stats(daemon.pid)
