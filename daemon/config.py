@@ -21,15 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-try:
-    from aclprof._paths import default_socket_path
-except ImportError:  # pragma: no cover - the shared helper is part of aclprof
-    def default_socket_path(environ=None):
-        env = os.environ if environ is None else environ
-        if env.get("ACLPROF_SOCKET"):
-            return env["ACLPROF_SOCKET"]
-        base = env.get("XDG_RUNTIME_DIR")
-        return os.path.join(base, "aclprof", "aclprofd.sock") if base else "/run/aclprof/aclprofd.sock"
+from aclprof._paths import default_socket_path  # one rule for the daemon, agents and the CLI
 
 __all__ = ["Settings", "Option", "OPTIONS", "ConfigError", "load", "parse_size", "parse_duration",
            "default_data_dir", "add_arguments"]
