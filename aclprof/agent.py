@@ -23,9 +23,13 @@ It never slows or breaks the service it runs in:
 
 Accounting: every record the library delivered for a watched model is either written to
 the daemon's socket or counted in a LOSS frame (the subscription's own drops included), so
-``records emitted = records received by the daemon + sum of LOSS.dropped``, except for
-records already written into the kernel's socket buffer when the daemon dies without
-reading them (at most one socket buffer, ~200 KB; no acknowledgements exist in protocol 1).
+``records emitted = records received by the daemon + sum of LOSS.dropped``. A daemon that
+stops gracefully (SIGTERM, SIGINT, a restart) first reads what its agents wrote, then sends
+each a GOODBYE frame with the number of records (and of LOSS-reported drops) it received on
+that connection: the agent counts what it wrote beyond that as lost (``dropped_unread``)
+and reports it, with any LOSS the daemon did not read, on its next connection. Only a
+daemon that *crashes* (``kill -9``) can lose records uncounted: what sat in the kernel's
+socket buffer (at most one buffer, ~200 KB) plus what the daemon had not flushed to disk.
 """
 
 from __future__ import annotations
@@ -86,9 +90,11 @@ class AgentStats:
 
     ``records_in`` counts records the subscriptions delivered to the agent; each of them
     is eventually ``records_sent``, ``dropped_buffer`` (buffer full / daemon absent /
-    unsent at stop) or still ``buffered``. ``dropped_subscription`` is what the
-    subscriptions themselves dropped. ``loss_reported`` is the sum of the ``dropped``
-    fields of LOSS frames written; ``loss_pending`` what no LOSS has carried yet.
+    unsent at stop), ``dropped_unread`` (written to a connection, but the daemon's GOODBYE
+    said it stopped without reading them) or still ``buffered``. ``dropped_subscription``
+    is what the subscriptions themselves dropped. ``loss_reported`` is the sum of the
+    ``dropped`` fields of LOSS frames written (less those a GOODBYE said were not read);
+    ``loss_pending`` what no LOSS has carried yet. ``goodbyes`` counts GOODBYE frames.
     """
 
     socket_path: str
@@ -105,10 +111,12 @@ class AgentStats:
     frames_sent: int
     bytes_sent: int
     models: tuple[int, ...]
+    dropped_unread: int = 0
+    goodbyes: int = 0
 
     @property
     def dropped(self) -> int:
-        return self.dropped_buffer + self.dropped_subscription
+        return self.dropped_buffer + self.dropped_subscription + self.dropped_unread
 
 
 class _Watched:
@@ -156,9 +164,12 @@ class Agent:
         self._pumped = 0   # records moved by the last _pump
         self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
 
-        # Counters: _records_in/_dropped_buffer under _lock; the rest sender-thread only.
+        # Counters: _records_in/_dropped_buffer/_dropped_unread under _lock; the rest
+        # sender-thread only.
         self._records_in = 0
         self._dropped_buffer = 0
+        self._dropped_unread = 0
+        self._goodbyes = 0
         self._dropped_subscription = 0
         self._records_sent = 0
         self._loss_reported = 0
@@ -173,6 +184,13 @@ class Agent:
         self._out = bytearray()       # bytes of the frame being written
         self._out_records = 0         # records inside self._out (lost if the connection dies)
         self._out_loss = 0            # LOSS.dropped inside self._out
+        # What whole frames carried on the current connection: a GOODBYE compares them to
+        # what the daemon read.
+        self._conn_records = 0
+        self._conn_loss = 0
+        self._in_reader: Any = None   # frames from the daemon (WELCOME, ERROR, GOODBYE)
+        self._in_pending: list = []
+        self._goodbye_seen = False
 
         self._stopping = False
         self._flush_deadline = 0.0
@@ -281,11 +299,12 @@ class Agent:
     def stats(self) -> AgentStats:
         with self._lock:
             records_in, dropped_buffer, buffered = self._records_in, self._dropped_buffer, self._buffered
+            dropped_unread = self._dropped_unread
             models = tuple(sorted(m for m, w in self._watched.items() if w.live))
             sub_dropped = self._dropped_subscription + sum(
                 (w.sub.stats.dropped - w.sub_dropped_seen) for w in self._watched.values()
                 if w.live and w.sub is not None)
-        total_lost = dropped_buffer + sub_dropped
+        total_lost = dropped_buffer + sub_dropped + dropped_unread
         return AgentStats(
             socket_path=self.socket_path, connected=self._sock is not None,
             connections=self._connections, connect_failures=self._connect_failures,
@@ -293,7 +312,8 @@ class Agent:
             dropped_buffer=dropped_buffer, dropped_subscription=sub_dropped,
             loss_reported=self._loss_reported,
             loss_pending=max(0, total_lost - self._loss_reported),
-            frames_sent=self._frames_sent, bytes_sent=self._bytes_sent, models=models)
+            frames_sent=self._frames_sent, bytes_sent=self._bytes_sent, models=models,
+            dropped_unread=dropped_unread, goodbyes=self._goodbyes)
 
     # -- stop --------------------------------------------------------------------------------
     def stop(self, timeout: float = 5.0) -> AgentStats:
@@ -404,27 +424,77 @@ class Agent:
                 self._check_incoming()
 
     def _check_incoming(self) -> None:
-        sock = self._sock
-        if sock is None:
+        """The socket is readable: the daemon said something (ERROR, GOODBYE) or closed."""
+        if self._sock is None:
             return
-        try:
-            data = sock.recv(65536)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as exc:
-            self._disconnect(f"receive failed: {exc}")
-            return
-        if not data:
-            self._disconnect("the daemon closed the connection")
-            return
+        ended = self._receive()
+        if ended:
+            self._disconnect(ended)
+
+    def _receive(self) -> str | None:
+        """Read and handle what the daemon sent, without blocking. Returns why the
+        connection is over (GOODBYE, EOF, an error), or None while it lasts."""
         from . import wire
 
-        try:
-            for kind, payload in wire.FrameReader().feed(data):
-                if kind == wire.Kind.ERROR:
-                    _qlog.warning("the daemon reported an error", message=wire.decode_json(payload).get("message"))
-        except wire.ProtocolError:
-            pass
+        sock = self._sock
+        if sock is None:
+            return "not connected"
+        frames, self._in_pending = self._in_pending, []
+        ended = None
+        while ended is None:
+            try:
+                data = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError as exc:
+                ended = f"receive failed: {exc}"  # ECONNRESET comes after the queued data
+                break
+            if not data:
+                ended = "the daemon closed the connection"
+                break
+            try:
+                frames += self._in_reader.feed(data)
+            except wire.ProtocolError as exc:
+                ended = f"bad frame from the daemon: {exc}"
+        for kind, payload in frames:
+            try:
+                obj = wire.decode_json(payload)
+            except wire.ProtocolError:
+                continue
+            if kind == wire.Kind.ERROR:
+                _qlog.warning("the daemon reported an error", message=obj.get("message"))
+            elif kind == wire.Kind.GOODBYE and not self._goodbye_seen:
+                self._goodbye(obj)
+                ended = "the daemon is stopping (GOODBYE)"
+            # any other kind: ignored (added to the protocol after this agent)
+        return ended
+
+    def _goodbye(self, obj: dict[str, Any]) -> None:
+        """GOODBYE: the daemon read ``records`` records and LOSS frames worth ``dropped``
+        on this connection, and reads no more. What this connection carried beyond that
+        (whole frames, and the frame being written) is lost: counted now, reported on the
+        next connection. Runs before anything more is written, so the count is exact."""
+        n, m = obj.get("records"), obj.get("dropped")
+        if not isinstance(n, int) or isinstance(n, bool) or n < 0:
+            return  # not a GOODBYE we understand: the connection just ends
+        self._goodbye_seen = True
+        self._goodbyes += 1
+        written = self._conn_records + self._out_records
+        unread = max(0, written - n)
+        # records_sent counts what the daemon got: the frame in flight joins it, minus unread
+        self._records_sent += self._out_records - unread
+        with self._lock:
+            self._dropped_unread += unread
+        self._out_records = 0
+        if isinstance(m, int) and not isinstance(m, bool):
+            # LOSS frames the daemon did not read are reported again (loss_pending grows)
+            loss_unread = max(0, self._conn_loss + self._out_loss - m)
+            self._loss_reported += self._out_loss - loss_unread
+            self._out_loss = 0
+        self._out.clear()
+        if unread:
+            _qlog.info("the aclprof daemon stopped before reading some records; counted as lost",
+                       unread=unread)
 
     def _connect(self) -> bool:
         from . import wire
@@ -436,7 +506,7 @@ class Agent:
             hello = {"role": "agent", "version": _version(), "pid": os.getpid(),
                      "host": socket.gethostname(), "service": self.service, "labels": self.labels}
             sock.sendall(wire.encode_json(wire.Kind.HELLO, hello))
-            reader, pending = wire.FrameReader(), []
+            reader, pending = wire.FrameReader(ignore_unknown=True), []
             frame = wire.recv_frame(sock, reader, pending)
             if frame is None:
                 raise OSError("the daemon closed the connection during the handshake")
@@ -457,6 +527,10 @@ class Agent:
         self._gen += 1
         self._connections += 1
         self._conn_names = {}
+        # the handshake's reader may hold what followed WELCOME (a GOODBYE at once)
+        self._in_reader, self._in_pending = reader, pending
+        self._conn_records = self._conn_loss = 0
+        self._goodbye_seen = False
         with self._lock:
             watched = list(self._watched.values())
         _qlog.info("connected to the aclprof daemon", socket=self.socket_path,
@@ -470,9 +544,13 @@ class Agent:
         return True
 
     def _disconnect(self, reason: str) -> None:
-        sock, self._sock = self._sock, None
-        if sock is None:
+        if self._sock is None:
             return
+        if not self._goodbye_seen:
+            # A send failed or the peer hung up: a stopping daemon sent GOODBYE before
+            # closing, and it is still queued on our side. Read it to count exactly.
+            self._receive()
+        sock, self._sock = self._sock, None
         try:
             sock.close()
         except OSError:
@@ -497,7 +575,7 @@ class Agent:
 
     def _lost_total(self) -> int:
         with self._lock:
-            return self._dropped_buffer + self._dropped_subscription
+            return self._dropped_buffer + self._dropped_subscription + self._dropped_unread
 
     def _send_loss(self) -> bool:
         """Queue a LOSS frame if anything was lost since the last one; False if the
@@ -518,6 +596,8 @@ class Agent:
                 parts.append("agent buffer full or daemon unreachable")
             if self._dropped_subscription:
                 parts.append("subscription drops")
+            if self._dropped_unread:
+                parts.append("daemon stopped before reading them")
         return "; ".join(parts) or "unknown"
 
     def _announce(self, w: _Watched) -> None:
@@ -557,6 +637,8 @@ class Agent:
             self._out.clear()
             self._records_sent += self._out_records
             self._loss_reported += self._out_loss
+            self._conn_records += self._out_records
+            self._conn_loss += self._out_loss
             self._out_records = 0
             self._out_loss = 0
             self._frames_sent += 1

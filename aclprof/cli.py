@@ -273,8 +273,9 @@ def format_status(st: dict[str, Any]) -> str:
     if storage:
         oldest = storage.get("oldest_ts")
         age = f", oldest {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(oldest))}" if oldest else ""
+        cap = " (at disk cap: the oldest segments make room)" if storage.get("at_cap") else ""
         lines.append(f"storage: {storage.get('dir', '?')}: {_bytes(float(storage.get('bytes', 0)))} in "
-                     f"{storage.get('segments', 0)} segments{age}")
+                     f"{storage.get('segments', 0)} segments{age}{cap}")
     agg = st.get("aggregates") or {}
     if agg:
         lines.append(f"aggregates: {agg.get('keys', 0):,} keys (cap {agg.get('cap', '?'):,}), "

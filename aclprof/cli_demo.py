@@ -218,7 +218,7 @@ def _summary(socket_path: str, results: list[dict[str, Any]], elapsed: float) ->
         lost += int(a.get("loss_reported", 0)) + int(a.get("loss_pending", 0))
         lines.append(f"  {r.get('service')} (pid {r.get('pid')}): {r.get('inferences', 0):,} inferences, "
                      f"{int(r.get('emitted', 0)):,} op records emitted, {int(a.get('records_sent', 0)):,} sent, "
-                     f"{int(a.get('dropped_buffer', 0)) + int(a.get('dropped_subscription', 0)):,} dropped")
+                     f"{int(a.get('dropped_buffer', 0)) + int(a.get('dropped_subscription', 0)) + int(a.get('dropped_unread', 0)):,} dropped")
     try:
         with Client(socket_path, timeout=5.0) as c:
             deadline = time.monotonic() + 3.0

@@ -13,7 +13,9 @@ Payloads are UTF-8 JSON objects, except ``Kind.BATCH`` whose payload is raw reco
 layout of :data:`RECORD_DTYPE` (little-endian, 56 bytes each). The meaning of each kind and
 its JSON fields are documented in ``daemon/PROTOCOL.md``. A peer that receives a frame with
 a bad magic, an unknown version, a reserved field that is not 0, an oversized length or a
-payload that does not parse must close that connection (it affects no other).
+payload that does not parse must close that connection (it affects no other). The daemon
+also rejects unknown kinds; agents must ignore them (``FrameReader(ignore_unknown=True)``),
+so that the daemon may add daemon -> agent frames within version 1 (``GOODBYE`` was).
 """
 
 from __future__ import annotations
@@ -60,6 +62,8 @@ class Kind(enum.IntEnum):
     NAMES = 12
     BATCH = 13
     LOSS = 14
+    # daemon -> agent (an addition to version 1: agents ignore kinds they do not know)
+    GOODBYE = 15
     # CLI -> daemon (requests) and daemon -> CLI (replies)
     STATUS = 20
     STATUS_REPLY = 21
@@ -118,13 +122,16 @@ def decode_batch(payload: bytes) -> np.ndarray:
 class FrameReader:
     """Incremental decoder: feed bytes as they arrive, get whole frames out."""
 
-    def __init__(self, max_payload: int = MAX_PAYLOAD):
+    def __init__(self, max_payload: int = MAX_PAYLOAD, *, ignore_unknown: bool = False):
         self._buffer = bytearray()
         self._max = max_payload
+        self._ignore_unknown = ignore_unknown
 
     def feed(self, data: bytes) -> Iterator[tuple[Kind, bytes]]:
         """Yield every complete ``(kind, payload)`` now buffered; raise ProtocolError on a
-        malformed header (the caller closes the connection)."""
+        malformed header (the caller closes the connection). With ``ignore_unknown`` a
+        well-formed frame of a kind this side does not know is skipped instead of raising
+        (agents: the daemon may send kinds added after them)."""
         self._buffer += data
         while len(self._buffer) >= HEADER.size:
             magic, version, kind, reserved, length = HEADER.unpack_from(self._buffer)
@@ -139,10 +146,14 @@ class FrameReader:
             try:
                 kind = Kind(kind)
             except ValueError:
-                raise ProtocolError(f"unknown frame kind {kind}") from None
+                if not self._ignore_unknown:
+                    raise ProtocolError(f"unknown frame kind {kind}") from None
             end = HEADER.size + length
             if len(self._buffer) < end:
                 return
+            if not isinstance(kind, Kind):
+                del self._buffer[:end]
+                continue
             payload = bytes(self._buffer[HEADER.size:end])
             del self._buffer[:end]
             yield kind, payload

@@ -21,11 +21,17 @@ default 10 000 keys), and per-second slots holding 36 bytes per key and 8 bytes 
 Ingestion never loops over records in Python: a batch is grouped with ``np.unique`` and
 ``np.bincount``; the only Python loop is over key combinations a connection has never sent
 before (typically once per op for the connection's lifetime).
+
+Persistence: :meth:`Aggregator.save` writes the since-start figures (not the windows, not
+the Prometheus series) to an ``.npz`` file atomically, :meth:`Aggregator.load` continues
+from one (format ``STATE_VERSION``, documented in daemon/README.md).
 """
 
 from __future__ import annotations
 
 import collections
+import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -34,7 +40,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 __all__ = ["Aggregator", "KeySource", "NBINS", "BINS_PER_OCTAVE", "bin_index", "bin_value",
-           "PROM_EXPONENTS", "OTHER"]
+           "PROM_EXPONENTS", "OTHER", "STATE_FORMAT", "STATE_VERSION"]
 
 BINS_PER_OCTAVE = 8
 _MAX_EXP = 40
@@ -44,6 +50,8 @@ NBINS = BINS_PER_OCTAVE * _MAX_EXP + 2  # bin 0 (zero) + 8 per octave up to 2**4
 PROM_EXPONENTS = tuple(range(7, 35))
 _NPB = len(PROM_EXPONENTS) + 1
 OTHER = "(other)"
+STATE_FORMAT = "aclprofd-aggregates"
+STATE_VERSION = 1
 
 _I64 = np.int64
 _BIG = np.iinfo(np.int64).max
@@ -155,9 +163,12 @@ class Aggregator:
         self.key_device = np.zeros(0, _I64)
         self.key_model = np.zeros(0, _I64)
         self._alloc_stats(min(64, self.max_keys + 1))
-        self.other_key = self._new_key(("", 0, -1, -1, OTHER, OTHER), None)
+        self.other_key = self._new_key(_OTHER_IDENTITY, None)
         self.other_records = 0
+        self._changes = 0   # ingestions and resets; save() remembers the count it wrote
+        self._saved_changes = 0
         self.reset()
+        self._saved_changes = self._changes  # nothing to save until something happens
 
     # ---- keys ---------------------------------------------------------------------------
     def _alloc_stats(self, cap: int) -> None:
@@ -248,6 +259,7 @@ class Aggregator:
             slot = self._slot_for(int(now))
             for device, model, recs in groups:
                 self._ingest_group(src, device, model, recs, names, slot)
+            self._changes += 1
 
     def _ingest_group(self, src, device, model, recs, names, slot) -> None:
         codes = (recs["op_name"].astype(np.uint64) << np.uint64(32)) | recs["op_type"].astype(np.uint64)
@@ -309,6 +321,84 @@ class Aggregator:
                 self.prom_sum = np.zeros(cap, _I64)
             self._slots: collections.deque[_Slot] = collections.deque()
             self.reset_ts = self._clock()
+            self._changes += 1  # other_records is a lifetime counter (Prometheus): kept
+
+    # ---- persistence --------------------------------------------------------------------
+    @property
+    def dirty(self) -> bool:
+        """Something changed since the last :meth:`save` (or :meth:`load`)."""
+        return self._changes != self._saved_changes
+
+    def save(self, path: str) -> None:
+        """Write the since-start aggregates to ``path`` atomically: a temporary file in the
+        same directory, fsync, rename, fsync of the directory. A reader (or a daemon
+        restarted after ``kill -9``) sees the previous file or this one, never a mix."""
+        with self._lock:
+            changes = self._changes
+            n = self.nkeys
+            hk, hb = np.nonzero(self.hist[:n])
+            arrays = {"count": self.count[:n].copy(), "total": self.total[:n].copy(),
+                      "min": self.min[:n].copy(), "max": self.max[:n].copy(),
+                      "hist_key": hk.astype(np.int32), "hist_bin": hb.astype(np.int16),
+                      "hist_count": self.hist[:n][hk, hb]}
+            keys = [[self.key_host[k], int(self.key_pid[k]), int(self.key_device[k]), int(self.key_model[k]),
+                     self.key_type[k], self.key_name[k], self.key_service[k]] for k in range(n)]
+            meta = {"format": STATE_FORMAT, "version": STATE_VERSION, "nbins": NBINS,
+                    "bins_per_octave": BINS_PER_OCTAVE, "since_ts": self.reset_ts, "saved_ts": self._clock(),
+                    "other_records": self.other_records, "keys": keys}
+        arrays["meta"] = np.frombuffer(json.dumps(meta, separators=(",", ":")).encode(), np.uint8)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        try:
+            with open(tmp, "wb") as f:
+                np.savez(f, **arrays)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        _fsync_dir(os.path.dirname(path) or ".")
+        self._saved_changes = changes
+
+    def load(self, path: str) -> dict[str, Any]:
+        """Continue from a file :meth:`save` wrote (call before any ingestion). Keys beyond
+        ``max_keys`` (the cap was lowered) join the "other" key. Raises FileNotFoundError,
+        or ValueError/KeyError for a file of another format or version. Returns a summary
+        for the log."""
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(bytes(z["meta"]).decode())
+            if meta.get("format") != STATE_FORMAT or meta.get("version") != STATE_VERSION:
+                raise ValueError(f"not {STATE_FORMAT} version {STATE_VERSION}")
+            if meta.get("nbins") != NBINS or meta.get("bins_per_octave") != BINS_PER_OCTAVE:
+                raise ValueError("histogram layout differs")
+            a = {k: np.asarray(z[k], dtype=_I64) for k in ("count", "total", "min", "max",
+                                                           "hist_key", "hist_bin", "hist_count")}
+        keys = meta["keys"]
+        if not all(len(a[k]) == len(keys) for k in ("count", "total", "min", "max")):
+            raise ValueError("key arrays and key list differ in length")
+        with self._lock:
+            # one Python step per saved key (at most max_keys + 1), at start only
+            index = np.empty(len(keys), _I64)
+            for i, (host, pid, device, model, op_type, op_name, service) in enumerate(keys):
+                key = (host, int(pid), int(device), int(model), op_type, op_name)
+                idx = self._key_index.get(key)
+                if idx is None:
+                    idx = self._new_key(key, service) if self.nkeys <= self.max_keys else self.other_key
+                index[i] = idx
+            np.add.at(self.count, index, a["count"])
+            np.add.at(self.total, index, a["total"])
+            np.minimum.at(self.min, index, a["min"])
+            np.maximum.at(self.max, index, a["max"])
+            np.add.at(self.hist, (index[a["hist_key"]], a["hist_bin"]), a["hist_count"])
+            folded = (index == self.other_key) & (np.asarray([tuple(k[:6]) != _OTHER_IDENTITY for k in keys], bool)
+                                                  if keys else np.zeros(0, bool))
+            self.other_records = int(meta.get("other_records", 0)) + int(a["count"][folded].sum())
+            self.reset_ts = float(meta["since_ts"])
+            self._saved_changes = self._changes
+        return {"keys": len(keys), "records": int(a["count"].sum()), "since_ts": self.reset_ts}
 
     # ---- queries ------------------------------------------------------------------------
     def key_mask(self, flt: Any) -> np.ndarray:
@@ -395,6 +485,23 @@ class Aggregator:
                 continue
             out.append((lab, np.cumsum(b), int(b.sum()), int(psum[ks].sum())))
         return out
+
+
+_OTHER_IDENTITY = ("", 0, -1, -1, OTHER, OTHER)
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make a rename durable (best effort: some file systems refuse a directory fsync)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def window_name(seconds: int) -> str:

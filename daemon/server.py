@@ -9,6 +9,11 @@
 - Nothing waits on a client: every socket is non-blocking; STREAM clients have a bounded
   outgoing buffer (records beyond it are skipped and counted); EXPORT is produced a chunk
   at a time, only while the client's buffer is small, interleaved with ingestion.
+- A graceful stop loses nothing uncounted: the daemon stops accepting, reads what every
+  agent already wrote (until EAGAIN, within ``_DRAIN_S``), stores it, and tells each agent
+  with GOODBYE how many records (and LOSS-reported drops) it read on that connection; the
+  agent counts the rest as lost. Since-start aggregates are saved to the data dir at every
+  flush and at stop, and loaded at start (daemon/README.md).
 
 :func:`serve` runs a daemon until a stop event is set (tests, embedding); ``aclprofd``
 (daemon/main.py) runs :meth:`Daemon.run` with signal handling and sd_notify.
@@ -57,8 +62,10 @@ _EST_RECORD_JSON = 220          # bytes per record in JSON, to decide skipping b
 _MAX_CONNECTIONS = 4096
 _HELLO_MAX = 64 << 10           # bytes buffered before HELLO
 _HELLO_TIMEOUT_S = 10.0         # a connection that has not said HELLO by then is closed
-_STORE_PENDING_MAX = 4 << 20
-_TRIM_EVERY_S = 10.0            # hand freed heap pages back to the kernel this often    # write a connection's records before the tick beyond this many bytes
+_STORE_PENDING_MAX = 4 << 20    # write a connection's records before the tick beyond this many bytes
+_TRIM_EVERY_S = 10.0            # hand freed heap pages back to the kernel this often
+_DRAIN_S = 1.0                  # at a graceful stop, read what agents wrote for at most this long
+AGGREGATES_FILE = "aggregates.npz"
 
 
 class _Rate:
@@ -188,6 +195,7 @@ class Daemon:
             self.storage = Storage(s.data_dir, s.segment_bytes, s.disk_bytes, s.max_age_s)
         except OSError as exc:
             raise DaemonError(f"cannot use data dir {s.data_dir}: {exc.strerror or exc}") from None
+        self._load_aggregates()
         self.listener = bind_socket(s.socket, s.socket_group)
         self._socket_ino = os.stat(s.socket).st_ino
         self.sel.register(self.listener, selectors.EVENT_READ, "listen")
@@ -266,7 +274,8 @@ class Daemon:
                     next_flush = time.monotonic() + flush_every
         finally:
             sd_notify("STOPPING=1")
-            self.flush()
+            self._stop_listening()
+            self._goodbye_agents()  # flushes
             if signals:
                 for sig, h in old_handlers.items():
                     signal.signal(sig, h)
@@ -274,30 +283,76 @@ class Daemon:
 
     def close(self) -> None:
         """Close every connection, the storage, metrics, and remove our socket file."""
+        self._stop_listening()
         for conn in list(self.conns.values()):
             self._close(conn, "daemon stopping")
         if self.storage is not None:
             self.storage.close()
+            self._save_aggregates()
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
-        if self.listener is not None:
-            try:
-                self.sel.unregister(self.listener)
-            except (KeyError, ValueError):
-                pass
-            self.listener.close()
-            self.listener = None
-            try:
-                # only if the path is still ours (another daemon may have replaced a stale one)
-                if os.stat(self.settings.socket).st_ino == self._socket_ino:
-                    os.unlink(self.settings.socket)
-            except OSError:
-                pass
         self.sel.close()
         self._wake_r.close()
         self._wake_w.close()
         _log.info("stopped", records_total=self.records_total)
+
+    def _stop_listening(self) -> None:
+        """Accept no more connections; remove the socket file if it is still ours."""
+        if self.listener is None:
+            return
+        try:
+            self.sel.unregister(self.listener)
+        except (KeyError, ValueError):
+            pass
+        self.listener.close()
+        self.listener = None
+        try:
+            # only if the path is still ours (another daemon may have replaced a stale one)
+            if os.stat(self.settings.socket).st_ino == self._socket_ino:
+                os.unlink(self.settings.socket)
+        except OSError:
+            pass
+
+    def _goodbye_agents(self) -> None:
+        """Graceful stop: read what every agent already wrote (until EAGAIN; at most
+        ``_DRAIN_S`` in all, an agent writing faster than we read stops the drain, not the
+        daemon), store everything, then tell each agent with GOODBYE exactly how many
+        records and LOSS-reported drops this connection delivered. The agent counts what it
+        wrote beyond that as lost, so a stop or restart loses nothing uncounted."""
+        deadline = time.monotonic() + _DRAIN_S
+        agents = [c for c in self.conns.values() if c.role == "agent" and not c.closed]
+        for conn in agents:
+            self._drain(conn, deadline)
+        self.flush()  # GOODBYE acknowledges records that are in the segment file
+        for conn in agents:
+            if not conn.closed:
+                self._say_goodbye(conn)
+                self._close(conn, "daemon stopping")
+
+    def _drain(self, conn: _Conn, deadline: float) -> None:
+        while not conn.closed and time.monotonic() < deadline:
+            try:
+                data = conn.sock.recv(_RECV)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                self._close(conn, f"receive failed: {exc}", level="info")
+                return
+            if not data:
+                self._close(conn, None)
+                return
+            self._feed(conn, data)
+
+    def _say_goodbye(self, conn: _Conn) -> None:
+        """Best effort, never blocking: the agent reads nothing else after WELCOME, so
+        its receive buffer has room."""
+        frame = encode_json(Kind.GOODBYE, {"records": conn.records, "dropped": conn.dropped})
+        try:
+            conn.sock.send(bytes(conn.out) + frame)
+        except OSError:
+            pass
+        conn.out.clear()
 
     def _do_reload(self) -> None:
         from . import logsetup
@@ -359,22 +414,28 @@ class Daemon:
                 self._close(conn, None)
                 return
             budget -= len(data)
-            try:
-                for kind, payload in conn.reader.feed(data):
-                    self._handle(conn, kind, payload)
-                    if conn.closed:
-                        return
-            except ProtocolError as exc:
-                self._fail(conn, str(exc))
+            if not self._feed(conn, data):
                 return
-            except Exception as exc:  # a bug must cost one connection, never the daemon
-                _log.exception("internal error handling a frame", pid=conn.pid)
-                self._fail(conn, f"internal error: {type(exc).__name__}")
-                return
-            if conn.role is None and conn.reader.buffered > _HELLO_MAX:
-                # an anonymous peer may not make the daemon buffer 16 MiB frames
-                self._fail(conn, f"HELLO larger than {_HELLO_MAX} bytes")
-                return
+
+    def _feed(self, conn: _Conn, data: bytes) -> bool:
+        """Handle the frames ``data`` completes; False once the connection is closed."""
+        try:
+            for kind, payload in conn.reader.feed(data):
+                self._handle(conn, kind, payload)
+                if conn.closed:
+                    return False
+        except ProtocolError as exc:
+            self._fail(conn, str(exc))
+            return False
+        except Exception as exc:  # a bug must cost one connection, never the daemon
+            _log.exception("internal error handling a frame", pid=conn.pid)
+            self._fail(conn, f"internal error: {type(exc).__name__}")
+            return False
+        if conn.role is None and conn.reader.buffered > _HELLO_MAX:
+            # an anonymous peer may not make the daemon buffer 16 MiB frames
+            self._fail(conn, f"HELLO larger than {_HELLO_MAX} bytes")
+            return False
+        return True
 
     def _send(self, conn: _Conn) -> None:
         if conn.out:
@@ -399,10 +460,14 @@ class Daemon:
         self._send(conn)
 
     def _fail(self, conn: _Conn, reason: str) -> None:
-        """A protocol error: ERROR frame (best effort), close, log with the peer's pid."""
+        """A protocol error: ERROR frame (best effort), close, log with the peer's pid.
+        An agent also gets GOODBYE: what it sent after the bad frame is counted as lost."""
         self.protocol_errors += 1
+        frames = encode_json(Kind.ERROR, {"message": reason})
+        if conn.role == "agent":
+            frames += encode_json(Kind.GOODBYE, {"records": conn.records, "dropped": conn.dropped})
         try:
-            conn.sock.send(bytes(conn.out) + encode_json(Kind.ERROR, {"message": reason}))
+            conn.sock.send(bytes(conn.out) + frames)
         except OSError:
             pass
         conn.out.clear()
@@ -485,6 +550,7 @@ class Daemon:
             conn.export = self._export(since, until, flt)
         elif kind == Kind.RESET:
             self.aggregator.reset()
+            self._save_aggregates()  # a restart must not bring the old figures back
             _log.info("aggregates reset", by_pid=conn.pid)
             self._queue(conn, encode_json(Kind.RESET_REPLY, {}))
 
@@ -670,12 +736,46 @@ class Daemon:
             elif conn.role is None and mono - conn.connected > _HELLO_TIMEOUT_S:
                 self._fail(conn, f"no HELLO within {_HELLO_TIMEOUT_S:g} s")
         self.storage.flush()
+        self._save_aggregates()
         if mono >= self._next_trim:
             self._next_trim = mono + _TRIM_EVERY_S
             _malloc_trim()
         other = self.aggregator.other_records
         if other > self._other_seen:
             self._other_seen, self._other_growth_ts = other, time.time()
+
+    def _aggregates_path(self) -> str:
+        return os.path.join(self.settings.data_dir, AGGREGATES_FILE)
+
+    def _load_aggregates(self) -> None:
+        """Continue the since-start aggregates of the previous daemon (a missing file is a
+        first start; an unreadable one is logged and set aside, never fatal)."""
+        path = self._aggregates_path()
+        try:
+            info = self.aggregator.load(path)
+        except FileNotFoundError:
+            return
+        except Exception as exc:  # any bad file (zip, JSON, layout) must not stop the start
+            _log.warning("cannot load the saved aggregates; starting from zero", path=path, error=str(exc))
+            try:
+                os.replace(path, path + ".bad")
+            except OSError:
+                pass
+            return
+        self._other_seen = self.aggregator.other_records  # old "(other)" records are no new problem
+        _log.info("aggregates restored", path=path, **info)
+
+    def _save_aggregates(self) -> None:
+        """Write the since-start aggregates if they changed since the last save (atomic:
+        temp file, fsync, rename). A failure is logged and counted like a storage error."""
+        if not self.aggregator.dirty:
+            return
+        try:
+            self.aggregator.save(self._aggregates_path())
+        except OSError as exc:
+            if self.storage is not None:
+                self.storage.failed(exc)
+            _log.error("cannot save the aggregates", error=str(exc))
 
     # ---- status -------------------------------------------------------------------------
     def problems(self, now: float | None = None) -> list[str]:
@@ -685,8 +785,8 @@ class Daemon:
         if st is not None:
             if st.last_error and st.last_error_ts > now - 60:
                 out.append(f"storage write failing: {st.last_error} ({st.records_lost} records not stored)")
-            if st.last_cap_delete_ts > now - 60:
-                out.append(f"disk cap reached ({st.disk_bytes} bytes): oldest segments deleted")
+            # Reaching disk_cap is no problem: a bounded store is meant to sit at its cap
+            # (storage.at_cap in STATUS says so).
         while self._recent_drops and self._recent_drops[0][0] < now - 60:
             self._recent_drops.popleft()
         per: dict[tuple[int, str | None], int] = {}
@@ -718,7 +818,7 @@ class Daemon:
                 "agents": agents,
                 "storage": self.storage.stats() if self.storage else None,
                 "aggregates": {"keys": agg.nkeys - 1, "cap": agg.max_keys, "other_bucket_records": agg.other_records,
-                               "windows": agg.window_names() + ["all"]},
+                               "windows": agg.window_names() + ["all"], "since_ts": agg.reset_ts},
                 "stream_skipped": self.stream_skipped_total, "protocol_errors": self.protocol_errors,
                 "socket": self.settings.socket}
 

@@ -35,6 +35,7 @@ _FILE_HEADER = struct.Struct("<8sHHIdII")  # magic, version, reserved, header si
 _CHUNK_MAGIC = b"ACK1"
 _CHUNK_HEADER = struct.Struct("<4sIII")  # magic, meta length, data length, crc32(meta + data)
 _NAME_RE = re.compile(r"^seg-(\d{8,})\.acps$")
+_AT_CAP_S = 600.0  # a deletion for the cap keeps at_cap true this long (segments may be smaller)
 
 
 @dataclass
@@ -114,7 +115,7 @@ class Storage:
             try:
                 self._file.close()
             except OSError as exc:
-                self._failed(exc)
+                self.failed(exc)
             self._file = None
             self._current = None
 
@@ -171,7 +172,7 @@ class Storage:
             self._current.last_ts = batches[-1][0]
         except OSError as exc:
             self.records_lost += data_len // RECORD_DTYPE.itemsize
-            self._failed(exc)
+            self.failed(exc)
             # the file may now hold a partial chunk: start a fresh segment next time
             self._close_segment()
 
@@ -181,11 +182,11 @@ class Storage:
             try:
                 self._file.flush()
             except OSError as exc:
-                self._failed(exc)
+                self.failed(exc)
                 self._close_segment()
         self.enforce_caps()
 
-    def _failed(self, exc: OSError) -> None:
+    def failed(self, exc: OSError) -> None:
         self.write_errors += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
         self.last_error_ts = time.time()
@@ -208,7 +209,7 @@ class Storage:
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                self._failed(exc)
+                self.failed(exc)
                 break
             self._segments.pop(0)
             total -= seg.size
@@ -227,11 +228,21 @@ class Storage:
     def bytes(self) -> int:
         return sum(s.size for s in self._segments)
 
+    @property
+    def at_cap(self) -> bool:
+        """The store is full: the cap deleted a segment in the last ``_AT_CAP_S`` seconds,
+        or the total is within one segment of ``disk_bytes`` (so the next segment deletes
+        the oldest; this part holds across restarts). Normal for a bounded store:
+        informational, not a health problem."""
+        recent = self.last_cap_delete_ts > time.time() - _AT_CAP_S
+        return recent or self.bytes + self.segment_bytes > self.disk_bytes
+
     def stats(self) -> dict[str, Any]:
         return {"dir": self.dir, "bytes": self.bytes, "segments": len(self._segments),
                 "oldest_ts": self._segments[0].first_ts if self._segments else None,
                 "disk_cap_bytes": self.disk_bytes, "write_errors": self.write_errors,
-                "deleted_for_cap": self.deleted_for_cap}
+                "deleted_for_cap": self.deleted_for_cap, "at_cap": self.at_cap,
+                "last_cap_delete_ts": self.last_cap_delete_ts or None}
 
     # ---- reading ------------------------------------------------------------------------
     def read(self, since_ts: float | None = None, until_ts: float | None = None) -> Iterator[Chunk]:

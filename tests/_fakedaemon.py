@@ -128,6 +128,25 @@ class FakeDaemon:
         else:
             raise wire.ProtocolError(f"agent sent {kind.name}")
 
+    def goodbye(self, shortfall: int = 0, loss_shortfall: int = 0, unknown_kind: int | None = None) -> None:
+        """Say GOODBYE on every open connection as a stopping daemon does, claiming
+        ``shortfall`` records (and ``loss_shortfall`` LOSS drops) fewer than were read,
+        as if they had been left unread; optionally precede it with a frame of a kind the
+        agent does not know. Then close those connections (the listener stays)."""
+        with self._lock:
+            pairs = [(s, c) for s, c in zip(self._socks, self.conns) if not c.closed]
+        for sock, conn in pairs:
+            frames = b""
+            if unknown_kind is not None:
+                frames += wire.HEADER.pack(wire.MAGIC, wire.VERSION, unknown_kind, 0, 2) + b"{}"
+            frames += wire.encode_json(wire.Kind.GOODBYE, {"records": conn.count - shortfall,
+                                                           "dropped": conn.loss - loss_shortfall})
+            try:
+                sock.sendall(frames)
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
     def close(self) -> None:
         """Stop like a crashed daemon: close the listener and every connection."""
         self._stop = True

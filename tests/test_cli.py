@@ -459,8 +459,9 @@ def test_status_unhealthy_exits_1():
         wire.recv_frame(c, reader, pending)  # STATUS
         c.sendall(wire.encode_json(wire.Kind.STATUS_REPLY, {
             "version": "0.1.0", "pid": 1, "uptime_s": 3.0, "healthy": False,
-            "problems": ["disk cap reached: writes failing"], "records_total": 0, "records_per_s": 0.0,
-            "dropped_by_agents": 0, "agents": [], "storage": {}, "aggregates": {}}))
+            "problems": ["storage write failing: OSError: [Errno 28] No space left on device"],
+            "records_total": 0, "records_per_s": 0.0, "dropped_by_agents": 0, "agents": [],
+            "storage": {"dir": "/d", "bytes": 1024, "segments": 2, "at_cap": True}, "aggregates": {}}))
         c.close()
 
     t = threading.Thread(target=serve, daemon=True)
@@ -468,7 +469,8 @@ def test_status_unhealthy_exits_1():
     try:
         p = cli("status", "--socket", path)
         assert p.returncode == 1, p.stderr
-        assert "UNHEALTHY" in p.stdout and "problem: disk cap reached" in p.stdout
+        assert "UNHEALTHY" in p.stdout and "problem: storage write failing" in p.stdout
+        assert "at disk cap" in p.stdout
     finally:
         import shutil
 

@@ -238,3 +238,47 @@ def test_socket_group_and_mode():
             _bind("/tmp/" + "x" * 120, None)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_aggregates_save_and_load_round_trip(tmp_path: Path):
+    clock = Clock()
+    agg = Aggregator(max_keys=3, clock=clock)
+    assert not agg.dirty  # a fresh aggregator has nothing to save
+    names = {i: f"op{i}" for i in range(1, 21)}
+    dur = np.arange(1, 11, dtype=np.uint64) * 1000
+    agg.ingest(KeySource("h", 1, "svc"), make_records(10, types=tuple(range(1, 11)), names=tuple(range(11, 21)),
+                                                        durations=dur), names)
+    assert agg.dirty and agg.other_records == 7
+    path = str(tmp_path / "aggregates.npz")
+    agg.save(path)
+    assert not agg.dirty and os.listdir(tmp_path) == ["aggregates.npz"]  # no temp file left
+    clock.t += 100
+    again = Aggregator(max_keys=3, clock=clock)
+    info = again.load(path)
+    assert info["records"] == 10 and info["since_ts"] == 1_000_000.0
+    assert again.reset_ts == agg.reset_ts and again.other_records == 7 and not again.dirty
+    for group_by in ("type", "name"):
+        assert again.snapshot("all", group_by)["rows"] == agg.snapshot("all", group_by)["rows"]
+    assert again.snapshot("10s", "type")["rows"] == []  # windows start empty
+    # the same agent (host, pid) continues the same keys
+    again.ingest(KeySource("h", 1, "svc"), make_records(10, types=tuple(range(1, 11)), names=tuple(range(11, 21)),
+                                                          durations=dur), names)
+    assert again.nkeys == 4 and sum(r["count"] for r in again.snapshot("all", "name")["rows"]) == 20
+    # a lower cap: the keys beyond it join "(other)"
+    small = Aggregator(max_keys=1, clock=clock)
+    small.load(path)
+    rows = {r["key"]: r["count"] for r in small.snapshot("all", "name")["rows"]}
+    assert rows == {"op11": 1, "(other)": 9} and small.other_records == 9
+
+
+def test_aggregates_load_rejects_other_files(tmp_path: Path):
+    agg = Aggregator(clock=Clock())
+    bad = tmp_path / "x.npz"
+    np.savez(bad, meta=np.frombuffer(b'{"format": "something", "version": 1}', np.uint8))
+    with pytest.raises(ValueError):
+        agg.load(str(bad))
+    bad.write_bytes(b"not a zip")
+    with pytest.raises((ValueError, OSError)):
+        agg.load(str(bad))
+    with pytest.raises(FileNotFoundError):
+        agg.load(str(tmp_path / "missing.npz"))
