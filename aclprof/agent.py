@@ -201,10 +201,10 @@ class Agent:
     # -- service-facing API --------------------------------------------------------------------
     def watch(self, model_id: int, labels: Mapping[str, str] | None = None,
               device: int | None = None) -> None:
-        from .subscription import Subscription, subscribe
+        from .subscription import resolve_device, subscribe
 
         model_id = int(model_id)
-        device = Subscription._resolve_device(device)
+        device = resolve_device(device)
         w = _Watched(model_id, device, {str(k): str(v) for k, v in (labels or {}).items()})
         item = ["watch", w, None]
         # The WATCH item goes in before the subscription can deliver anything.

@@ -42,7 +42,7 @@ from .errors import (InvalidModelIdError, InvalidParamError, InvalidProfilingCon
                      UnsupportedError)
 from .records import OP_DTYPE, OpBatch, OpRecord, raw_dtype
 
-__all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES"]
+__all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES", "resolve_device"]
 
 _log = get_logger(__name__)
 
@@ -275,6 +275,17 @@ class _Decoder:
         return int(self._lib.aclprof_interner_overflows(self._interner))
 
 
+def resolve_device(device: int | None) -> int:
+    """The device a subscription is keyed on: ``device``, else this thread's current
+    device (``aclrtGetDevice``), else 0 (CANN's default device)."""
+    if device is not None:
+        return lowlevel._int(device, "device", 0, lowlevel.MAX_DEVICES - 1)
+    try:
+        return lowlevel.rt_get_device()
+    except Exception:  # no device set on this thread
+        return 0
+
+
 class Subscription:
     """A subscribed model and its reader thread. Create with :func:`aclprof.subscribe`."""
 
@@ -302,7 +313,7 @@ class Subscription:
         self._queue_size = int(queue_size)
         self._on_full = on_full
         self._time_factor = _TIME_UNITS[time_unit]
-        self.device = self._resolve_device(device)
+        self.device = resolve_device(device)
 
         # Counters: written by the reader thread only, read by anyone (ints are atomic).
         self._bytes_read = 0
@@ -350,15 +361,6 @@ class Subscription:
                                         daemon=True)
         self._thread.start()
         _live.add(self)
-
-    @staticmethod
-    def _resolve_device(device: int | None) -> int:
-        if device is not None:
-            return lowlevel._int(device, "device", 0, lowlevel.MAX_DEVICES - 1)
-        try:
-            return lowlevel.rt_get_device()
-        except Exception:  # no device set on this thread: CANN's default device is 0
-            return 0
 
     # -- reader thread ---------------------------------------------------------------------
     def _run(self) -> None:
