@@ -1,33 +1,52 @@
-"""Loggers for library modules, created lazily.
+"""Loggers for library modules, created lazily and quiet until the application decides.
 
 Libraries only get loggers; configuration happens once, at the entry points (the CLI and
-the daemon). Importing structlog costs ~45 ms, most of ``import aclprof``'s budget, so a
-module-level logger here is a proxy that imports structlog on its first use, which for a
-healthy program may be never.
+the daemon). Two facts shape this module:
+
+- importing structlog costs ~45 ms, most of ``import aclprof``'s budget, so nothing is
+  imported until a message is actually logged;
+- aclprof runs inside someone else's service, and an *unconfigured* structlog prints to
+  stdout, which may be that service's own output channel. So a message goes through
+  structlog only once the application (or aclprof's own entry points) configured it, and
+  otherwise through stdlib ``logging`` (silent below WARNING unless the application says
+  otherwise).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+from typing import Any, Callable
 
 __all__ = ["get_logger"]
 
 
 class _LazyLogger:
-    __slots__ = ("_name", "_logger")
+    __slots__ = ("_name", "_structlog")
 
     def __init__(self, name: str):
         self._name = name
-        self._logger: Any = None
+        self._structlog: Any = None
 
-    def __getattr__(self, attr: str) -> Any:
-        if self._logger is None:
-            import structlog
+    def __getattr__(self, level: str) -> Callable[..., None]:
+        import structlog
 
-            self._logger = structlog.get_logger(self._name)
-        return getattr(self._logger, attr)
+        if structlog.is_configured():
+            if self._structlog is None:
+                self._structlog = structlog.get_logger(self._name)
+            return getattr(self._structlog, level)
+        method = getattr(logging.getLogger(self._name), level)
+
+        def emit(event: str, *args: Any, **kw: Any) -> None:
+            exc_info = kw.pop("exc_info", level == "exception")
+            fields = " ".join(f"{k}={v!r}" for k, v in kw.items())
+            if fields:
+                method("%s %s", event, fields, exc_info=exc_info)
+            else:
+                method("%s", event, exc_info=exc_info)
+
+        return emit
 
 
 def get_logger(name: str) -> Any:
-    """A structlog logger for ``name`` that imports structlog only when first used."""
+    """A logger for ``name``: structlog once configured, stdlib logging until then."""
     return _LazyLogger(name)

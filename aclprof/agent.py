@@ -53,28 +53,6 @@ __all__ = ["start", "watch", "unwatch", "stop", "stats", "running", "Agent", "Ag
 _log = get_logger(__name__)
 
 
-class _QuietLog:
-    """The agent runs inside someone else's service: an unconfigured structlog prints to
-    stdout, which may be the service's own output channel. So the agent logs through
-    structlog only once the application configured it, and otherwise through stdlib
-    ``logging`` (silent below WARNING unless the application says otherwise)."""
-
-    def __getattr__(self, level: str) -> Any:
-        import structlog
-
-        if structlog.is_configured():
-            return getattr(_log, level)
-        import logging
-
-        std = logging.getLogger(__name__)
-        method = getattr(std, level)
-
-        def emit(event: str, **kw: Any) -> None:
-            method("%s %s", event, " ".join(f"{k}={v}" for k, v in kw.items()))
-        return emit
-
-
-_qlog = _QuietLog()
 
 DEFAULT_BUFFER_RECORDS = 1 << 17  # ~7 MiB of OP_DTYPE records
 _MAX_FRAME_RECORDS = 1 << 15      # records per BATCH frame (1.8 MiB)
@@ -240,7 +218,7 @@ class Agent:
         try:
             w.sub.close(timeout)  # the library flushes; the callback enqueues the rest
         except Exception as exc:
-            _qlog.warning("closing the subscription failed", model_id=w.model_id, error=str(exc))
+            _log.warning("closing the subscription failed", model_id=w.model_id, error=str(exc))
         with self._lock:
             w.live = False
             self._dropped_subscription += w.sub.stats.dropped - w.sub_dropped_seen
@@ -331,7 +309,7 @@ class Agent:
         self._wake()
         self._thread.join(timeout + 2.0)
         if self._thread.is_alive():
-            _qlog.error("the aclprof agent's sender thread did not stop")
+            _log.error("the aclprof agent's sender thread did not stop")
         else:
             for fd in (self._wake_r, self._wake_w):
                 try:
@@ -346,7 +324,7 @@ class Agent:
         try:
             self._loop()
         except BaseException:  # never let the thread die silently with records in hand
-            _qlog.exception("the aclprof agent's sender failed; records are dropped from now on")
+            _log.exception("the aclprof agent's sender failed; records are dropped from now on")
             with self._lock:
                 self._stopping = True
         finally:
@@ -462,7 +440,7 @@ class Agent:
             except wire.ProtocolError:
                 continue
             if kind == wire.Kind.ERROR:
-                _qlog.warning("the daemon reported an error", message=obj.get("message"))
+                _log.warning("the daemon reported an error", message=obj.get("message"))
             elif kind == wire.Kind.GOODBYE and not self._goodbye_seen:
                 self._goodbye(obj)
                 ended = "the daemon is stopping (GOODBYE)"
@@ -493,7 +471,7 @@ class Agent:
             self._out_loss = 0
         self._out.clear()
         if unread:
-            _qlog.info("the aclprof daemon stopped before reading some records; counted as lost",
+            _log.info("the aclprof daemon stopped before reading some records; counted as lost",
                        unread=unread)
 
     def _connect(self) -> bool:
@@ -520,7 +498,7 @@ class Agent:
             sock.close()
             self._connect_failures += 1
             if self._connect_failures == 1 or self._connect_failures % 100 == 0:
-                _qlog.info("aclprof daemon not reachable; buffering", socket=self.socket_path,
+                _log.info("aclprof daemon not reachable; buffering", socket=self.socket_path,
                           error=str(exc), failures=self._connect_failures)
             return False
         self._sock = sock
@@ -533,7 +511,7 @@ class Agent:
         self._goodbye_seen = False
         with self._lock:
             watched = list(self._watched.values())
-        _qlog.info("connected to the aclprof daemon", socket=self.socket_path,
+        _log.info("connected to the aclprof daemon", socket=self.socket_path,
                   connection=self._connections)
         # WATCH for live models first, then the LOSS of what was lost meanwhile.
         for w in watched:
@@ -561,7 +539,7 @@ class Agent:
         self._out.clear()
         self._out_records = 0
         self._out_loss = 0
-        _qlog.info("lost the aclprof daemon connection; buffering", reason=reason)
+        _log.info("lost the aclprof daemon connection; buffering", reason=reason)
 
     def _poll_subscription_drops(self) -> None:
         with self._lock:
@@ -880,7 +858,7 @@ def _stop_at_exit() -> None:
     try:
         stop(timeout=2.0)
     except Exception as exc:  # pragma: no cover - best effort at exit
-        _qlog.warning("stopping the aclprof agent at exit failed", error=str(exc))
+        _log.warning("stopping the aclprof agent at exit failed", error=str(exc))
 
 
 def _dumps(obj: Any) -> str:  # pragma: no cover - debugging helper
