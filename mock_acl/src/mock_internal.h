@@ -42,6 +42,17 @@ extern pthread_mutex_t g_mock_lock;
 void mock_lock(void);
 void mock_unlock(void);
 
+/* The first statement of every exported function: if a fault is armed for this function
+ * (aclmockFailNext), return `value` before anything else. `value` may use `fault_code_`,
+ * the armed code (MOCK_FAULT_RETURN_CODE returns it as is). */
+#define MOCK_FAULT_RETURN(value)                                                     \
+    do {                                                                             \
+        int32_t fault_code_;                                                         \
+        if (mock_fault(__func__, &fault_code_))                                      \
+            return value;                                                            \
+    } while (0)
+#define MOCK_FAULT_RETURN_CODE() MOCK_FAULT_RETURN(fault_code_)
+
 /* Returns true (and stores the code) if a fault was injected for `function` and consumes
  * one use of it. Thread-safe; cheap (one relaxed atomic load) when no fault is armed. */
 bool mock_fault(const char *function, int32_t *code);

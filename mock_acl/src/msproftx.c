@@ -285,9 +285,7 @@ MOCK_EXPORT void aclprofDestroyStamp(void *stamp)
 /* Does not check initialisation, as the real one. */
 MOCK_EXPORT aclError aclprofSetStampTraceMessage(void *stamp, const char *msg, uint32_t msgLen)
 {
-    int32_t c;
-    if (mock_fault("aclprofSetStampTraceMessage", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     if (stamp == NULL || msg == NULL || msgLen >= STAMP_MSG_MAX)
         return -1;
     /* strncpy_s(field, 127, msg, msgLen) copies up to msgLen bytes or the NUL, and fails
@@ -310,9 +308,7 @@ MOCK_EXPORT aclError aclprofSetStampTraceMessage(void *stamp, const char *msg, u
 
 MOCK_EXPORT aclError aclprofMark(void *stamp)
 {
-    int32_t c;
-    if (mock_fault("aclprofMark", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int ret = -1;
     mock_lock();
     if (g_enabled && stamp != NULL) {
@@ -337,9 +333,7 @@ MOCK_EXPORT aclError aclprofMark(void *stamp)
 
 MOCK_EXPORT aclError aclprofPush(void *stamp)
 {
-    int32_t c;
-    if (mock_fault("aclprofPush", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     if (stamp == NULL)
         return ACL_ERROR_INVALID_PARAM;
     int ret = -1;
@@ -363,9 +357,7 @@ MOCK_EXPORT aclError aclprofPush(void *stamp)
 
 MOCK_EXPORT aclError aclprofPop(void)
 {
-    int32_t c;
-    if (mock_fault("aclprofPop", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int ret = -1;
     mock_lock();
     tx_thread *t = thread_state();
@@ -385,9 +377,7 @@ MOCK_EXPORT aclError aclprofPop(void)
 
 MOCK_EXPORT aclError aclprofRangeStart(void *stamp, uint32_t *rangeId)
 {
-    int32_t c;
-    if (mock_fault("aclprofRangeStart", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     if (stamp == NULL || rangeId == NULL)
         return ACL_ERROR_INVALID_PARAM;
     int ret = -1;
@@ -411,9 +401,7 @@ MOCK_EXPORT aclError aclprofRangeStart(void *stamp, uint32_t *rangeId)
 /* May be called from another thread than RangeStart. */
 MOCK_EXPORT aclError aclprofRangeStop(uint32_t rangeId)
 {
-    int32_t c;
-    if (mock_fault("aclprofRangeStop", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int ret = -1;
     mock_lock();
     if (g_enabled && rangeId < STAMP_POOL_SIZE && g_pool[rangeId].in_use &&
@@ -437,9 +425,7 @@ MOCK_EXPORT aclError aclprofRangeStop(uint32_t rangeId)
 
 MOCK_EXPORT aclError aclprofMarkEx(const char *msg, size_t msgLen, aclrtStream stream)
 {
-    int32_t c;
-    if (mock_fault("aclprofMarkEx", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int ret = -1;
     mock_lock();
     if (g_enabled && msg != NULL && stream != NULL && msgLen >= 1 &&
@@ -483,9 +469,7 @@ static bool event_attr_valid(const aclprofEventAttributes *attr)
 
 MOCK_EXPORT aclError aclprofRangePushEx(aclprofEventAttributes *attr)
 {
-    int32_t c;
-    if (mock_fault("aclprofRangePushEx", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     if (attr == NULL || attr->version != ACL_PROF_EVENT_ATTR_VERSION)
         return ACL_ERROR_INVALID_PARAM;
     int ret = -1;
@@ -513,9 +497,7 @@ MOCK_EXPORT aclError aclprofRangePushEx(aclprofEventAttributes *attr)
 
 MOCK_EXPORT aclError aclprofRangePop(void)
 {
-    int32_t c;
-    if (mock_fault("aclprofRangePop", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int ret = -1;
     mock_lock();
     tx_thread *t = thread_state();

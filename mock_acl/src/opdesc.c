@@ -303,16 +303,9 @@ static uint32_t field_u32(const void *data, uint32_t index, size_t offset)
     return v;
 }
 
-#define FAULT_RETURN(value)                                  \
-    do {                                                     \
-        int32_t fault_code_;                                 \
-        if (mock_fault(__func__, &fault_code_))              \
-            return value;                                    \
-    } while (0)
-
 MOCK_EXPORT aclError aclprofGetOpDescSize(size_t *opDescSize)
 {
-    FAULT_RETURN(fault_code_);
+    MOCK_FAULT_RETURN(fault_code_);
     if (opDescSize == NULL)
         return ACL_ERROR_INVALID_PARAM;
     *opDescSize = desc_size();
@@ -321,7 +314,7 @@ MOCK_EXPORT aclError aclprofGetOpDescSize(size_t *opDescSize)
 
 MOCK_EXPORT aclError aclprofGetOpNum(const void *opInfo, size_t opInfoLen, uint32_t *opNumber)
 {
-    FAULT_RETURN(fault_code_);
+    MOCK_FAULT_RETURN(fault_code_);
     uint32_t len = narrow(opInfoLen);
     if (opInfo == NULL || opNumber == NULL)
         return ACL_ERROR_INVALID_PARAM;
@@ -404,28 +397,28 @@ static aclError get_str(const void *opInfo, size_t opInfoLen, uint32_t index, ch
 MOCK_EXPORT aclError aclprofGetOpTypeLen(const void *opInfo, size_t opInfoLen, uint32_t index,
                                          size_t *opTypeLen)
 {
-    FAULT_RETURN(fault_code_);
+    MOCK_FAULT_RETURN(fault_code_);
     return get_len(opInfo, opInfoLen, index, opTypeLen, HAVE_TYPE);
 }
 
 MOCK_EXPORT aclError aclprofGetOpNameLen(const void *opInfo, size_t opInfoLen, uint32_t index,
                                          size_t *opNameLen)
 {
-    FAULT_RETURN(fault_code_);
+    MOCK_FAULT_RETURN(fault_code_);
     return get_len(opInfo, opInfoLen, index, opNameLen, HAVE_NAME);
 }
 
 MOCK_EXPORT aclError aclprofGetOpType(const void *opInfo, size_t opInfoLen, uint32_t index,
                                       char *opType, size_t opTypeLen)
 {
-    FAULT_RETURN(fault_code_);
+    MOCK_FAULT_RETURN(fault_code_);
     return get_str(opInfo, opInfoLen, index, opType, opTypeLen, HAVE_TYPE);
 }
 
 MOCK_EXPORT aclError aclprofGetOpName(const void *opInfo, size_t opInfoLen, uint32_t index,
                                       char *opName, size_t opNameLen)
 {
-    FAULT_RETURN(fault_code_);
+    MOCK_FAULT_RETURN(fault_code_);
     return get_str(opInfo, opInfoLen, index, opName, opNameLen, HAVE_NAME);
 }
 
@@ -441,19 +434,19 @@ static uint64_t get_time(const void *opInfo, size_t opInfoLen, uint32_t index, s
 /* Value-returning functions return the injected code converted to their return type. */
 MOCK_EXPORT uint64_t aclprofGetOpStart(const void *opInfo, size_t opInfoLen, uint32_t index)
 {
-    FAULT_RETURN((uint64_t)(int64_t)fault_code_);
+    MOCK_FAULT_RETURN((uint64_t)(int64_t)fault_code_);
     return get_time(opInfo, opInfoLen, index, offsetof(ProfOpDesc, start));
 }
 
 MOCK_EXPORT uint64_t aclprofGetOpEnd(const void *opInfo, size_t opInfoLen, uint32_t index)
 {
-    FAULT_RETURN((uint64_t)(int64_t)fault_code_);
+    MOCK_FAULT_RETURN((uint64_t)(int64_t)fault_code_);
     return get_time(opInfo, opInfoLen, index, offsetof(ProfOpDesc, end));
 }
 
 MOCK_EXPORT uint64_t aclprofGetOpDuration(const void *opInfo, size_t opInfoLen, uint32_t index)
 {
-    FAULT_RETURN((uint64_t)(int64_t)fault_code_);
+    MOCK_FAULT_RETURN((uint64_t)(int64_t)fault_code_);
     return get_time(opInfo, opInfoLen, index, offsetof(ProfOpDesc, duration));
 }
 
@@ -461,7 +454,7 @@ MOCK_EXPORT uint64_t aclprofGetOpDuration(const void *opInfo, size_t opInfoLen, 
  * of CANN is wrong about this). */
 MOCK_EXPORT size_t aclprofGetModelId(const void *opInfo, size_t opInfoLen, uint32_t index)
 {
-    FAULT_RETURN((size_t)(int64_t)fault_code_);
+    MOCK_FAULT_RETURN((size_t)(int64_t)fault_code_);
     uint32_t len = narrow(opInfoLen);
     if (opInfo == NULL)
         return (size_t)ACL_ERROR_INVALID_PARAM;
@@ -477,7 +470,7 @@ MOCK_EXPORT size_t aclprofGetModelId(const void *opInfo, size_t opInfoLen, uint3
 MOCK_EXPORT aclprofSubscribeOpFlag aclprofGetOpFlag(const void *opInfo, size_t opInfoLen,
                                                     uint32_t index)
 {
-    FAULT_RETURN((aclprofSubscribeOpFlag)fault_code_);
+    MOCK_FAULT_RETURN((aclprofSubscribeOpFlag)fault_code_);
     if (opInfo == NULL)
         return ACL_SUBSCRIBE_NONE;
     if (!index_ok(index, narrow(opInfoLen)))
@@ -493,7 +486,7 @@ static char g_attr_value[24];
 MOCK_EXPORT const char *aclprofGetOpAttriValue(const void *opInfo, size_t opInfoLen,
                                                uint32_t index, aclprofSubscribeOpAttri attri)
 {
-    FAULT_RETURN(NULL);
+    MOCK_FAULT_RETURN(NULL);
     if (opInfo == NULL || !index_ok(index, narrow(opInfoLen)))
         return NULL;
     if (attri != ACL_SUBSCRIBE_ATTRI_THREADID)

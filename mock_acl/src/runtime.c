@@ -117,9 +117,7 @@ static mock_ctx **context_find(const void *ctx)
  * mock does not parse it (acl.json profiling options are not simulated). */
 MOCK_EXPORT aclError aclInit(const char *configPath)
 {
-    int32_t c;
-    if (mock_fault("aclInit", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int ret = ACL_SUCCESS;
     mock_lock();
     if (g_acl_initialised) {
@@ -137,9 +135,7 @@ MOCK_EXPORT aclError aclInit(const char *configPath)
 
 MOCK_EXPORT aclError aclFinalize(void)
 {
-    int32_t c;
-    if (mock_fault("aclFinalize", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     mock_lock();
     int ret = g_acl_initialised ? ACL_SUCCESS : ACL_ERROR_REPEAT_FINALIZE;
     g_acl_initialised = false;
@@ -151,9 +147,7 @@ MOCK_EXPORT aclError aclFinalize(void)
 
 MOCK_EXPORT aclError aclrtSetDevice(int32_t deviceId)
 {
-    int32_t c;
-    if (mock_fault("aclrtSetDevice", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int ret = ACL_ERROR_INVALID_PARAM;
     mock_lock();
     if (device_valid(deviceId)) {
@@ -172,9 +166,7 @@ MOCK_EXPORT aclError aclrtSetDevice(int32_t deviceId)
  * streams. Resetting a device that is not set succeeds, as in the real runtime. */
 MOCK_EXPORT aclError aclrtResetDevice(int32_t deviceId)
 {
-    int32_t c;
-    if (mock_fault("aclrtResetDevice", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int ret = ACL_ERROR_INVALID_PARAM;
     mock_lock();
     if (device_valid(deviceId)) {
@@ -188,9 +180,7 @@ MOCK_EXPORT aclError aclrtResetDevice(int32_t deviceId)
 
 MOCK_EXPORT aclError aclrtGetDevice(int32_t *deviceId)
 {
-    int32_t c;
-    if (mock_fault("aclrtGetDevice", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     if (deviceId == NULL)
         return ACL_ERROR_INVALID_PARAM;
     int ret = MOCK_ERROR_RT_CONTEXT_NULL;
@@ -206,9 +196,7 @@ MOCK_EXPORT aclError aclrtGetDevice(int32_t *deviceId)
 
 MOCK_EXPORT aclError aclrtGetDeviceCount(uint32_t *count)
 {
-    int32_t c;
-    if (mock_fault("aclrtGetDeviceCount", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     if (count == NULL)
         return ACL_ERROR_INVALID_PARAM;
     *count = mock_device_count();
@@ -219,9 +207,7 @@ MOCK_EXPORT aclError aclrtGetDeviceCount(uint32_t *count)
 
 MOCK_EXPORT aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId)
 {
-    int32_t c;
-    if (mock_fault("aclrtCreateContext", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     if (context == NULL)
         return ACL_ERROR_INVALID_PARAM;
     int ret = ACL_ERROR_INVALID_PARAM;
@@ -247,9 +233,7 @@ MOCK_EXPORT aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId)
 /* Only contexts made by aclrtCreateContext; default contexts go with aclrtResetDevice. */
 MOCK_EXPORT aclError aclrtDestroyContext(aclrtContext context)
 {
-    int32_t c;
-    if (mock_fault("aclrtDestroyContext", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int ret = ACL_ERROR_INVALID_PARAM;
     mock_lock();
     mock_ctx **pp = context ? context_find(context) : NULL;
@@ -268,9 +252,7 @@ MOCK_EXPORT aclError aclrtDestroyContext(aclrtContext context)
 
 MOCK_EXPORT aclError aclrtSetCurrentContext(aclrtContext context)
 {
-    int32_t c;
-    if (mock_fault("aclrtSetCurrentContext", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int ret = ACL_ERROR_INVALID_PARAM;
     mock_lock();
     if (ctx_live(context)) {
@@ -283,9 +265,7 @@ MOCK_EXPORT aclError aclrtSetCurrentContext(aclrtContext context)
 
 MOCK_EXPORT aclError aclrtGetCurrentContext(aclrtContext *context)
 {
-    int32_t c;
-    if (mock_fault("aclrtGetCurrentContext", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     if (context == NULL)
         return ACL_ERROR_INVALID_PARAM;
     int ret = MOCK_ERROR_RT_CONTEXT_NULL;
@@ -303,9 +283,7 @@ MOCK_EXPORT aclError aclrtGetCurrentContext(aclrtContext *context)
 
 MOCK_EXPORT aclError aclrtCreateStream(aclrtStream *stream)
 {
-    int32_t c;
-    if (mock_fault("aclrtCreateStream", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     if (stream == NULL)
         return ACL_ERROR_INVALID_PARAM;
     int ret = MOCK_ERROR_RT_CONTEXT_NULL;
@@ -329,9 +307,7 @@ MOCK_EXPORT aclError aclrtCreateStream(aclrtStream *stream)
 
 MOCK_EXPORT aclError aclrtDestroyStream(aclrtStream stream)
 {
-    int32_t c;
-    if (mock_fault("aclrtDestroyStream", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int ret = ACL_ERROR_INVALID_PARAM;
     mock_lock();
     mock_stream **pp = stream ? stream_find(stream) : NULL;
@@ -349,9 +325,7 @@ MOCK_EXPORT aclError aclrtDestroyStream(aclrtStream stream)
  * mock, so synchronising only validates. */
 MOCK_EXPORT aclError aclrtSynchronizeStream(aclrtStream stream)
 {
-    int32_t c;
-    if (mock_fault("aclrtSynchronizeStream", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int ret;
     mock_lock();
     if (stream == NULL)
@@ -364,9 +338,7 @@ MOCK_EXPORT aclError aclrtSynchronizeStream(aclrtStream stream)
 
 MOCK_EXPORT aclError aclrtSynchronizeDevice(void)
 {
-    int32_t c;
-    if (mock_fault("aclrtSynchronizeDevice", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     mock_lock();
     int ret = current_ctx() ? ACL_SUCCESS : MOCK_ERROR_RT_CONTEXT_NULL;
     mock_unlock();

@@ -541,9 +541,7 @@ static int init_with_path(const char *path)
 
 MOCK_EXPORT aclError aclprofInit(const char *profilerResultPath, size_t length)
 {
-    int32_t c;
-    if (mock_fault("aclprofInit", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     if (profilerResultPath == NULL || length == 0 || length >= INIT_PATH_MAX ||
         strnlen(profilerResultPath, length + 1) != length)
         return ACL_ERROR_INVALID_PARAM;
@@ -574,9 +572,7 @@ static int stop_precheck(bool *noop)
 
 MOCK_EXPORT aclError aclprofFinalize(void)
 {
-    int32_t c;
-    if (mock_fault("aclprofFinalize", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     mock_lock();
     bool noop;
     int ret = stop_precheck(&noop);
@@ -634,9 +630,7 @@ MOCK_EXPORT aclprofConfig *aclprofCreateConfig(uint32_t *deviceIdList, uint32_t 
 
 MOCK_EXPORT aclError aclprofDestroyConfig(const aclprofConfig *profilerConfig)
 {
-    int32_t c;
-    if (mock_fault("aclprofDestroyConfig", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     if (profilerConfig == NULL)
         return ACL_ERROR_INVALID_PARAM;
     mock_lock();
@@ -736,9 +730,7 @@ static int start_locked(const aclprofConfig *profilerConfig)
 
 MOCK_EXPORT aclError aclprofStart(const aclprofConfig *profilerConfig)
 {
-    int32_t c;
-    if (mock_fault("aclprofStart", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     mock_lock();
     int ret = start_locked(profilerConfig);
     mock_unlock();
@@ -770,9 +762,7 @@ static int stop_locked(const aclprofConfig *profilerConfig)
 
 MOCK_EXPORT aclError aclprofStop(const aclprofConfig *profilerConfig)
 {
-    int32_t c;
-    if (mock_fault("aclprofStop", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     mock_lock();
     int ret = stop_locked(profilerConfig);
     mock_unlock();
@@ -865,9 +855,7 @@ static int option_value_check(int type, const char *s, size_t len)
 MOCK_EXPORT aclError aclprofSetConfig(aclprofConfigType configType, const char *config,
                                       size_t configLength)
 {
-    int32_t c;
-    if (mock_fault("aclprofSetConfig", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     int type = (int)configType;
     if (type <= ACL_PROF_ARGS_MIN || type >= ACL_PROF_ARGS_MAX ||
         configLength > SETCONFIG_MAX_LEN || config == NULL ||

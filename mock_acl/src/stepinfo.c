@@ -64,9 +64,7 @@ MOCK_EXPORT void aclprofDestroyStepInfo(aclprofStepInfo *stepinfo)
 MOCK_EXPORT aclError aclprofGetStepTimestamp(aclprofStepInfo *stepInfo, aclprofStepTag tag,
                                              aclrtStream stream)
 {
-    int32_t c;
-    if (mock_fault("aclprofGetStepTimestamp", &c))
-        return c;
+    MOCK_FAULT_RETURN_CODE();
     (void)stream;
     if (stepInfo == NULL || (tag != ACL_STEP_START && tag != ACL_STEP_END))
         return ACL_ERROR_INVALID_PARAM;
