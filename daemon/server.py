@@ -331,18 +331,8 @@ class Daemon:
                 self._close(conn, "daemon stopping")
 
     def _drain(self, conn: _Conn, deadline: float) -> None:
-        while not conn.closed and time.monotonic() < deadline:
-            try:
-                data = conn.sock.recv(_RECV)
-            except (BlockingIOError, InterruptedError):
-                return
-            except OSError as exc:
-                self._close(conn, f"receive failed: {exc}", level="info")
-                return
-            if not data:
-                self._close(conn, None)
-                return
-            self._feed(conn, data)
+        """Read what the peer already sent (until EAGAIN or the deadline), for GOODBYE."""
+        self._receive(conn, budget=None, deadline=deadline)
 
     def _say_goodbye(self, conn: _Conn) -> None:
         """Best effort, never blocking: the agent reads nothing else after WELCOME, so
@@ -401,8 +391,14 @@ class Daemon:
             self.sel.register(sock, selectors.EVENT_READ, conn)
 
     def _read(self, conn: _Conn) -> None:
-        budget = _READ_BUDGET
-        while budget > 0:
+        """The selector says ``conn`` is readable."""
+        self._receive(conn, budget=_READ_BUDGET)
+
+    def _receive(self, conn: _Conn, budget: int | None, deadline: float | None = None) -> None:
+        """Receive and handle until EAGAIN, EOF, a closed connection, ``budget`` bytes (so one
+        busy agent cannot starve the others; None: no limit) or ``deadline``."""
+        while not conn.closed and (budget is None or budget > 0) and (
+                deadline is None or time.monotonic() < deadline):
             try:
                 data = conn.sock.recv(_RECV)
             except (BlockingIOError, InterruptedError):
@@ -413,7 +409,8 @@ class Daemon:
             if not data:
                 self._close(conn, None)
                 return
-            budget -= len(data)
+            if budget is not None:
+                budget -= len(data)
             if not self._feed(conn, data):
                 return
 
