@@ -40,7 +40,7 @@ from .session import Profiler
 from .step import StepInfo
 from .tx import RangeHandle, annotate, mark, pop, push, range, set_strict
 
-__version__ = "0.1.0"
+from ._version import __version__
 
 # Subscription needs numpy; it is imported on first use so that `import aclprof` stays cheap.
 _LAZY = {

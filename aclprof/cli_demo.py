@@ -1,11 +1,14 @@
 """``aclprof demo``: the daemon, simulated inference services and ``top``, on the mock.
 
-Starts ``python -m daemon`` on a temporary socket and data directory (Prometheus off),
-then N services (``python -m aclprof._demo_service``: a ResNet-like and a
+Starts the installed ``aclprofd`` on a temporary socket and data directory (Prometheus
+off), then N services (``aclprof._demo_service``: a ResNet-like and a
 transformer-like mock model in simulated real time, each streaming through
 ``aclprof.agent``), shows ``top`` live (a table every few seconds when stdout is not a
 terminal), and after ``--duration`` prints a summary. Every child process is stopped on
 every exit path (Ctrl-C included); they also die with this process (PR_SET_PDEATHSIG).
+Children run in the demo's temporary directory, so the current directory (a source checkout,
+say) can never shadow the installed package; if the daemon fails to start, that directory
+and its log are kept and named.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import tempfile
 import time
 from typing import Any
 
+from ._launch import CommandNotFound, daemon_argv
 from .cli import EXIT_OK, CliError, format_ns
 
 __all__ = ["add_parser", "cmd_demo"]
@@ -55,10 +59,10 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
         pass
 
 
-def _spawn(cmd: list[str], env: dict[str, str], log: Any, stdout: Any = subprocess.DEVNULL,
+def _spawn(cmd: list[str], env: dict[str, str], log: Any, cwd: str, stdout: Any = subprocess.DEVNULL,
            stdin: Any = subprocess.DEVNULL) -> subprocess.Popen:
     # A new session: Ctrl-C reaches only us, and we stop the children in order.
-    return subprocess.Popen(cmd, env=env, stdout=stdout, stderr=log, stdin=stdin,
+    return subprocess.Popen(cmd, env=env, stdout=stdout, stderr=log, stdin=stdin, cwd=cwd,
                             start_new_session=True, preexec_fn=_die_with_parent, close_fds=True)
 
 
@@ -122,15 +126,24 @@ def cmd_demo(args: argparse.Namespace) -> int:
     def on_term(signum, frame):
         raise KeyboardInterrupt
 
+    keep = args.keep
     signal.signal(signal.SIGTERM, on_term)
     try:
         daemon_log_path = os.path.join(tmp, "daemon.log")
         daemon_log = open(daemon_log_path, "ab")
         logs.append(daemon_log)
-        daemon = _spawn([sys.executable, "-m", "daemon", "--socket", socket_path, "--data-dir", data_dir,
-                         "--prometheus-port", "0", "--log-format", "json"], env, daemon_log)
+        try:
+            daemon_cmd = daemon_argv()
+        except CommandNotFound as exc:
+            raise CliError(str(exc)) from None
+        daemon = _spawn([*daemon_cmd, "--socket", socket_path, "--data-dir", data_dir,
+                         "--prometheus-port", "0", "--log-format", "json"], env, daemon_log, tmp)
         children.append(daemon)
-        _wait_ready(socket_path, daemon, daemon_log_path)
+        try:
+            _wait_ready(socket_path, daemon, daemon_log_path)
+        except CliError:
+            keep = True  # the log explains the failure: never delete it
+            raise
         kinds = ["resnet", "transformer"]
         service_log = open(os.path.join(tmp, "services.log"), "ab")
         logs.append(service_log)
@@ -140,7 +153,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             proc = _spawn([sys.executable, "-m", "aclprof._demo_service", "--socket", socket_path,
                            "--model", kind, "--service", name, "--device", str(i % 8),
                            "--rate", str(args.rate), "--watch-stdin"],
-                          env, service_log, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+                          env, service_log, tmp, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
             children.append(proc)
             services.append(proc)
         started = time.monotonic()
@@ -158,7 +171,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
             _stop(proc)
         for f in logs:
             f.close()
-        if not args.keep:
+        if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
 
 

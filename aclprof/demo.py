@@ -107,7 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     from aclprof import DataType
 
     aclprof.use_mock()
-    info = aclprof.library_info()
+    try:
+        info = aclprof.library_info()
+    except (aclprof.LibraryNotFoundError, ImportError) as exc:
+        print(f"python -m aclprof.demo: {exc}", file=sys.stderr)
+        return 1
     print(f"library: {info.name} ({info.path})")
     out = args.output or Path(tempfile.mkdtemp(prefix="aclprof-demo-"))
     with aclprof.Profiler(out, devices=(0, 1),

@@ -29,6 +29,7 @@ from typing import Any, Callable, TypeVar
 
 from . import _state
 from . import lowlevel
+from ._built import import_built
 from ._log import get_logger
 from .errors import MsproftxError, UnsupportedError, check
 
@@ -40,12 +41,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: True when ACLPROF_TX_DISABLE was set at import: every marker is a no-op.
 DISABLED = os.environ.get("ACLPROF_TX_DISABLE", "").strip().lower() not in ("", "0", "false", "no")
 
-try:
-    from ._fast import lib as _fastlib
-except ImportError as _exc:  # pragma: no cover - only when the package was not built
-    raise ImportError(
-        "aclprof._fast is missing: install aclprof with pip (it compiles a small helper)"
-    ) from _exc
+_fastlib = import_built("_fast").lib
 
 # Codes of the compiled helper (aclprof/_fast.h).
 _UNBOUND = _fastlib.ACLPROF_FAST_UNBOUND

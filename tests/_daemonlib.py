@@ -18,6 +18,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from aclprof.wire import RECORD_DTYPE, FrameReader, Kind, decode_json, encode_batch, encode_json, recv_frame
+from aclprof._launch import daemon_argv
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -140,8 +141,8 @@ class InProcess:
     """A daemon served on a thread of this process (fast tests)."""
 
     def __init__(self, **overrides: Any):
-        from daemon import config
-        from daemon.server import Daemon
+        from aclprofd import config
+        from aclprofd.server import Daemon
 
         self.tmp = short_tmpdir()
         self.path = os.path.join(self.tmp, "d.sock")
@@ -178,7 +179,7 @@ class InProcess:
 
 
 class Subprocess:
-    """``python -m daemon`` in a child process; started() waits for sd_notify READY=1."""
+    """the installed ``aclprofd`` in a child process; started() waits for sd_notify READY=1."""
 
     def __init__(self, tmp: str, *args: str, env: dict | None = None, socket_path: str | None = None,
                  data_dir: str | None = None, prometheus_port: int = 0):
@@ -193,7 +194,7 @@ class Subprocess:
         e.pop("ACLPROF_SOCKET", None)
         e.update(env or {})
         e["NOTIFY_SOCKET"] = self.notify_path
-        self.cmd = [sys.executable, "-m", "daemon", "--socket", self.path, "--data-dir", self.data_dir,
+        self.cmd = [*daemon_argv(), "--socket", self.path, "--data-dir", self.data_dir,
                     "--prometheus-port", str(prometheus_port), "--log-format", "json", "--log-file", self.log,
                     "--flush-interval", "0.2", *args]
         # cwd: not the checkout, whose unbuilt source tree `-m` would import first.

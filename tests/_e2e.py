@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from aclprof._client import Client, DaemonError
+from aclprof._launch import daemon_argv
 
 TESTS = Path(__file__).resolve().parent
 WORKER = str(TESTS / "_agent_worker.py")
@@ -43,7 +44,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: floa
 
 
 class Daemon:
-    """``python -m daemon`` on a private socket and data directory."""
+    """the installed ``aclprofd`` on a private socket and data directory."""
 
     def __init__(self, root: str | None = None, flush_interval: str = "0.1s"):
         self.root = root or tempfile.mkdtemp(prefix="aclp-")
@@ -56,7 +57,7 @@ class Daemon:
     def start(self, timeout: float = 20.0) -> "Daemon":
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daemon", "--socket", self.socket, "--data-dir", self.data_dir,
+            [*daemon_argv(), "--socket", self.socket, "--data-dir", self.data_dir,
              "--prometheus-port", "0", "--flush-interval", self.flush_interval, "--log-format", "json"],
             env=env(), stdout=log, stderr=log, cwd=self.root)
         log.close()

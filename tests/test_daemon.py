@@ -254,7 +254,7 @@ def test_disk_cap_rotates_and_export_still_works():
 
 
 def test_socket_mode_and_stale_and_live_socket(tmp_path):
-    from daemon.sockets import DaemonError, bind_socket as _bind
+    from aclprofd.sockets import DaemonError, bind_socket as _bind
     with InProcess() as d:
         assert oct(os.stat(d.path).st_mode & 0o777) == "0o660"
         with pytest.raises(DaemonError, match="another aclprofd is already listening"):
@@ -314,7 +314,7 @@ def test_goodbye_count_is_stored(tmp_path):
         d.stop()
         n = _goodbye(a)["records"]
         assert n == 7000
-    from daemon.storage import Storage
+    from aclprofd.storage import Storage
     assert sum(len(ch.records) for ch in Storage(data).read()) == n
 
 

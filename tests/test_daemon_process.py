@@ -1,4 +1,4 @@
-"""``python -m daemon`` as a real process: sd_notify readiness, every control request,
+"""the installed ``aclprofd`` as a real process: sd_notify readiness, every control request,
 SIGTERM/SIGINT (exit 0, socket removed, data flushed), kill -9 and restart, a live and a
 stale socket, SIGHUP (log reopen, config reload), a hostile client logged with its pid,
 Prometheus over HTTP on 127.0.0.1, command-line errors."""
@@ -18,6 +18,7 @@ import pytest
 
 from _daemonlib import REPO, Client, agent, make_records, running, short_tmpdir, status, wait_until
 from aclprof.wire import Kind, decode_json
+from aclprof._launch import daemon_argv
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def tmp():
 
 def _run(*args: str) -> subprocess.CompletedProcess:
     # Run from a neutral directory: from the checkout, `-m` would import its unbuilt source.
-    return subprocess.run([sys.executable, "-m", "daemon", *args], capture_output=True, text=True,
+    return subprocess.run([*daemon_argv(), *args], capture_output=True, text=True,
                           cwd=tempfile.gettempdir(), timeout=30)
 
 

@@ -14,10 +14,10 @@ import pytest
 
 from _daemonlib import make_records
 from aclprof.wire import RECORD_DTYPE
-from daemon import config
-from daemon.aggregate import NBINS, Aggregator, KeySource, bin_index, bin_value
-from daemon.filters import Filter
-from daemon.storage import Storage, read_segment
+from aclprofd import config
+from aclprofd.aggregate import NBINS, Aggregator, KeySource, bin_index, bin_value
+from aclprofd.filters import Filter
+from aclprofd.storage import Storage, read_segment
 
 NAMES = {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "fc1"}
 
@@ -200,7 +200,7 @@ def test_storage_write_failure_is_counted_not_raised(tmp_path: Path):
 
 
 def test_sd_notify(tmp_path: Path, monkeypatch):
-    from daemon.sockets import sd_notify
+    from aclprofd.sockets import sd_notify
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     assert sd_notify("READY=1") is False
     path = "/tmp/acld-notify-%d" % os.getpid()
@@ -221,7 +221,7 @@ def test_socket_group_and_mode():
     import shutil
     import tempfile
 
-    from daemon.sockets import DaemonError, bind_socket as _bind
+    from aclprofd.sockets import DaemonError, bind_socket as _bind
     tmp = tempfile.mkdtemp(prefix="acld-", dir="/tmp")
     try:
         path = os.path.join(tmp, "sub", "d.sock")  # the parent directory is created

@@ -9,7 +9,7 @@ ops/s), timed from Python. Rounds rotate between
 * ``subscribe``: ``aclprof.subscribe(model, batch_callback=<no-op>)`` only (the cost of the
   subscription itself, measured by bench_distortion.py too);
 * ``agent``: ``aclprof.agent.start()`` + ``watch(model)`` streaming to a running daemon
-  (``python -m daemon`` on a temporary socket, Prometheus off): subscription + buffer +
+  (the installed ``aclprofd`` on a temporary socket, Prometheus off): subscription + buffer +
   sender thread + wire conversion + socket writes; started before the round's steps and
   stopped (flushed) after them, outside the timed steps.
 
@@ -39,6 +39,7 @@ GOAL = 0.05
 _NULL_SINK = r"""
 import os, socket, sys, threading
 from aclprof import wire
+from aclprof._launch import daemon_argv
 srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 srv.bind(sys.argv[1]); srv.listen(8)
 def serve(c):
@@ -66,7 +67,7 @@ def start_daemon(root: str, sink: str = "daemon") -> tuple[subprocess.Popen, str
     if sink == "null":
         cmd = [sys.executable, "-c", _NULL_SINK, socket]
     else:
-        cmd = [sys.executable, "-m", "daemon", "--socket", socket, "--data-dir",
+        cmd = [*daemon_argv(), "--socket", socket, "--data-dir",
                os.path.join(root, "data"), "--prometheus-port", "0", "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 20

@@ -3,7 +3,7 @@
     python tests/bench/bench_daemon_ingest.py [--duration 120] [--agents 4] [--batch 4096]
                                               [--ops 200] [--quick]
 
-Starts ``python -m daemon`` (Prometheus off, a temporary data dir with a 512 MiB disk cap so
+Starts the installed ``aclprofd`` (Prometheus off, a temporary data dir with a 512 MiB disk cap so
 rotation runs during the test) and N agent *processes* speaking the wire protocol directly
 (HELLO, NAMES for a 200-op transformer-like model, then BATCH frames of ``--batch``
 realistic records as fast as the daemon takes them, blocking sends). Every second it reads
@@ -34,6 +34,7 @@ import numpy as np  # noqa: E402
 
 from aclprof.wire import RECORD_DTYPE, FrameReader, Kind, decode_json, encode_batch, encode_json, recv_frame  # noqa: E402
 from _benchlib import table  # noqa: E402
+from aclprof._launch import daemon_argv
 
 
 def _model(ops: int) -> tuple[dict[int, str], np.ndarray, np.ndarray, np.ndarray]:
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     notify.bind(os.path.join(tmp, "notify"))
     notify.settimeout(20)
     env = dict(os.environ, NOTIFY_SOCKET=os.path.join(tmp, "notify"))
-    daemon = subprocess.Popen([sys.executable, "-m", "daemon", "--socket", path, "--data-dir",
+    daemon = subprocess.Popen([*daemon_argv(), "--socket", path, "--data-dir",
                                os.path.join(tmp, "data"), "--prometheus-port", "0", "--disk-cap", "512MiB",
                                "--log-format", "json", "--log-file", os.path.join(tmp, "log")], env=env, cwd=tmp)
     try:

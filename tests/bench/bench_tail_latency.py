@@ -2,7 +2,7 @@
 
     python tests/bench/bench_tail_latency.py [--quick] [--seconds S] [--rate R] [--procs P]
 
-Starts a daemon (``python -m daemon``, temporary socket and data directory, Prometheus
+Starts a daemon (the installed ``aclprofd``, temporary socket and data directory, Prometheus
 off), ``aclprof tail --json`` with its stdout on a pipe read by this script, then P agent
 processes running a realtime mock model (100 ops x 5 us per inference, paced to
 ``--rate`` records/s in total). The mock's ``end`` timestamp is
@@ -37,6 +37,7 @@ _LOAD = r"""
 import json, os, sys, time
 import aclprof
 from aclprof import agent, mock
+from aclprof._launch import daemon_argv
 aclprof.use_mock()
 ops = [{"name": f"layer{i // 10}/op{i}", "type": ["MatMulV2", "Add", "Conv2D", "Relu"][i % 4],
         "duration_ns": 5_000} for i in range(100)]
@@ -87,7 +88,7 @@ def run(seconds: float, rate: float, procs: int) -> dict:
     env = _env(socket)
     children: list[subprocess.Popen] = []
     try:
-        daemon = subprocess.Popen([sys.executable, "-m", "daemon", "--socket", socket, "--data-dir",
+        daemon = subprocess.Popen([*daemon_argv(), "--socket", socket, "--data-dir",
                                    os.path.join(root, "data"), "--prometheus-port", "0", "--log-level", "warning"],
                                   env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(root, "d.log"), "wb"))
         children.append(daemon)

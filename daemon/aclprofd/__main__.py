@@ -1,4 +1,4 @@
-"""``python -m daemon``: the same as the ``aclprofd`` command."""
+"""``python -m aclprofd``: the same as the ``aclprofd`` command."""
 
 import sys
 

@@ -402,7 +402,7 @@ class Aggregator:
 
     # ---- queries ------------------------------------------------------------------------
     def key_mask(self, flt: Any) -> np.ndarray:
-        """Keys matching a filter (``daemon.filters.Filter``; min_duration_ns is ignored:
+        """Keys matching a filter (``aclprofd.filters.Filter``; min_duration_ns is ignored:
         aggregates do not keep single records)."""
         n = self.nkeys
         mask = np.ones(n, bool)

@@ -1,4 +1,4 @@
-"""``aclprofd``: the command that runs the daemon (also ``python -m daemon``).
+"""``aclprofd``: the command that runs the daemon (also ``python -m aclprofd``).
 
 ``main(argv)`` takes the arguments without the program name (``None``: ``sys.argv[1:]``)
 and returns the exit code: 0 after a clean stop (SIGTERM, SIGINT), 2 for a usage or

@@ -34,7 +34,7 @@ _LE = [floatToGoString(2.0**k * 1e-9) for k in PROM_EXPONENTS] + ["+Inf"]
 
 
 class DaemonCollector:
-    """Reads a :class:`daemon.server.Daemon` at scrape time (on the HTTP server's thread:
+    """Reads a :class:`aclprofd.server.Daemon` at scrape time (on the HTTP server's thread:
     only reads, copies of containers, and the aggregator's own lock)."""
 
     def __init__(self, daemon: "Daemon", by_name: bool = False):

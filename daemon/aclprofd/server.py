@@ -1,8 +1,8 @@
 """The daemon's event loop: one thread, one ``selectors`` loop, non-blocking Unix sockets.
 
 - Agents (role ``agent``) send HELLO, WATCH/UNWATCH, NAMES, BATCH and LOSS; batches are
-  aggregated (vectorised, :mod:`daemon.aggregate`), fanned out to STREAM clients and queued
-  for the segment files (:mod:`daemon.storage`), written every ``flush_interval_s``.
+  aggregated (vectorised, :mod:`aclprofd.aggregate`), fanned out to STREAM clients and queued
+  for the segment files (:mod:`aclprofd.storage`), written every ``flush_interval_s``.
 - Control clients (role ``control``) send STATUS, SNAPSHOT, STREAM, EXPORT and RESET.
 - A frame that breaks daemon/PROTOCOL.md closes that connection only, after an ERROR
   frame when the socket accepts it, with a log line naming the reason and the peer's pid.

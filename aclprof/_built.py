@@ -1,0 +1,35 @@
+"""Import the parts of aclprof that ``pip install`` compiles or generates, with an error that
+says what to do when they are missing.
+
+The usual cause is running from a source checkout (``python -m aclprof.demo`` in the
+repository root): Python puts the current directory first on ``sys.path``, so it imports the
+unbuilt ``aclprof/`` folder there instead of the installed package.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from types import ModuleType
+
+__all__ = ["import_built", "not_built_hint"]
+
+
+def not_built_hint(what: str) -> str:
+    """Why ``what`` (a compiled part of aclprof) is missing, and what to do."""
+    package = Path(__file__).resolve().parent
+    if (package.parent / "pyproject.toml").is_file() and (package.parent / "cdefs").is_dir():
+        return (f"{what} is not built: this aclprof was imported from the source checkout at "
+                f"{package.parent}, which shadows the installed package because it is the "
+                "current directory (or on PYTHONPATH). Run from another directory, or build the "
+                "checkout in place with `pip install -e .`")
+    return (f"{what} is missing from {package}: reinstall aclprof with pip (it compiles a small "
+            "C helper and the bundled mock)")
+
+
+def import_built(name: str) -> ModuleType:
+    """``importlib.import_module("aclprof." + name)``, or ImportError naming the fix."""
+    try:
+        return importlib.import_module(f"aclprof.{name}")
+    except ImportError as exc:
+        raise ImportError(not_built_hint(f"aclprof.{name}")) from exc
