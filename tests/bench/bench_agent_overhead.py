@@ -30,6 +30,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _benchlib as B  # noqa: E402
 from bench_distortion import make_ops, run_steps  # noqa: E402
+from aclprof._launch import daemon_argv  # noqa: E402
 
 GOAL = 0.05
 
@@ -39,7 +40,6 @@ GOAL = 0.05
 _NULL_SINK = r"""
 import os, socket, sys, threading
 from aclprof import wire
-from aclprof._launch import daemon_argv
 srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 srv.bind(sys.argv[1]); srv.listen(8)
 def serve(c):

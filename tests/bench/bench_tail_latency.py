@@ -30,6 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _benchlib as B  # noqa: E402
+from aclprof._launch import daemon_argv  # noqa: E402
 
 GOAL_P99_MS = 250.0
 
@@ -37,7 +38,6 @@ _LOAD = r"""
 import json, os, sys, time
 import aclprof
 from aclprof import agent, mock
-from aclprof._launch import daemon_argv
 aclprof.use_mock()
 ops = [{"name": f"layer{i // 10}/op{i}", "type": ["MatMulV2", "Add", "Conv2D", "Relu"][i % 4],
         "duration_ns": 5_000} for i in range(100)]
