@@ -1,0 +1,45 @@
+"""The installed distribution owns only its own top-level names, and imports cheaply.
+
+python-daemon (PyPI) installs the top-level package ``daemon``; inference services, where
+the agent runs, use it. aclprof must install nothing under that name, so that both work
+whichever was installed last.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+
+import pytest
+
+
+def test_installs_no_top_level_daemon_package():
+    # packages_distributions() reads each distribution's top_level.txt / RECORD: the names
+    # a distribution puts on sys.path, for normal and editable installs alike.
+    owners = md.packages_distributions()
+    ours = {name for name, dists in owners.items() if "aclprof" in dists}
+    assert ours == {"aclprof", "aclprofd"}, ours
+    assert "aclprof" not in owners.get("daemon", [])
+
+
+def test_python_daemon_and_aclprofd_import_side_by_side(run_python):
+    pytest.importorskip("daemon", reason="python-daemon is in the [test] extra")
+    code = (
+        "import json, daemon, aclprofd, aclprofd.main\n"
+        "from daemon import DaemonContext\n"
+        "print(json.dumps({'daemon': daemon.__file__, 'ctx': DaemonContext.__module__,"
+        " 'aclprofd': aclprofd.__file__, 'version': aclprofd.__version__}))\n")
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    assert "aclprof" not in out["daemon"], out  # python-daemon's own package, not ours
+    assert out["ctx"].startswith("daemon.")
+    assert out["aclprofd"].replace("\\", "/").endswith("aclprofd/__init__.py")
+    assert out["version"] == md.version("aclprof")
+
+
+def test_one_version_everywhere():
+    import aclprof
+    import aclprofd
+
+    assert aclprof.__version__ == aclprofd.__version__ == md.version("aclprof")
