@@ -3,84 +3,76 @@
 - :class:`Profiler`: a profiling session (init, config, start ... stop, finalize).
 - msproftx markers: :func:`mark`, :func:`push`/:func:`pop`, :class:`range`, :class:`annotate`.
 - :class:`StepInfo`: step timestamps.
+- :func:`subscribe`: operator records of a model, decoded by a background reader.
 - :mod:`aclprof.lowlevel`: a 1:1 layer over every C function.
 - :mod:`aclprof.mock`: controls of the bundled mock library (``ACLPROF_BACKEND=mock``).
+- :mod:`aclprof.agent`: streams a process's op records to the host daemon ``aclprofd``.
 
-The C library is opened on first use (see :func:`library_info`); importing aclprof loads
-nothing and imports neither numpy nor structlog.
+Every public name is imported on first use: ``import aclprof`` loads no C library, no cffi
+and no numpy, so the daemon and the CLI, which import parts of this package, never carry
+the binding (a test checks ``sys.modules``).
 """
 
 from __future__ import annotations
 
-from ._loader import LibraryInfo, library_info, use_mock
-from .enums import AicoreMetrics, ConfigType, DataType, OpFlag, StepTag
-from .errors import (
-    AclError,
-    AclprofError,
-    ApiConflictError,
-    FeatureUnsupportedError,
-    HandleClosedError,
-    InvalidFileError,
-    InvalidModelIdError,
-    InvalidParamError,
-    InvalidProfilingConfigError,
-    LibraryNotFoundError,
-    ModulesUnsupportedError,
-    MsproftxError,
-    OtherAclError,
-    ProfAlreadyRunError,
-    ProfilingFailureError,
-    ProfNotRunError,
-    RepeatInitializeError,
-    RepeatSubscribeError,
-    UninitializeError,
-    UnsupportedError,
-)
-from .session import Profiler
-from .step import StepInfo
-from .tx import RangeHandle, annotate, mark, pop, push, range, set_strict
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from ._version import __version__
 
-# Subscription needs numpy; it is imported on first use so that `import aclprof` stays cheap.
-_LAZY = {
-    "subscribe": "subscription", "Subscription": "subscription",
-    "SubscriptionStats": "subscription", "OpRecord": "records", "OpBatch": "records",
-}
+# public name -> the module that defines it (relative to this package)
+_EXPORTS: dict[str, str] = {}
+for _module, _names in {
+    "_loader": ("LibraryInfo", "library_info", "use_mock"),
+    "enums": ("AicoreMetrics", "ConfigType", "DataType", "OpFlag", "StepTag"),
+    "errors": ("AclError", "AclprofError", "ApiConflictError", "FeatureUnsupportedError",
+               "HandleClosedError", "InvalidFileError", "InvalidModelIdError", "InvalidParamError",
+               "InvalidProfilingConfigError", "LibraryNotFoundError", "ModulesUnsupportedError",
+               "MsproftxError", "OtherAclError", "ProfAlreadyRunError", "ProfilingFailureError",
+               "ProfNotRunError", "RepeatInitializeError", "RepeatSubscribeError",
+               "UninitializeError", "UnsupportedError"),
+    "session": ("Profiler",),
+    "step": ("StepInfo",),
+    "tx": ("RangeHandle", "annotate", "mark", "pop", "push", "range", "set_strict"),
+    "subscription": ("subscribe", "Subscription", "SubscriptionStats"),
+    "records": ("OpRecord", "OpBatch"),
+}.items():
+    _EXPORTS.update(dict.fromkeys(_names, _module))
+del _module, _names
+
+# Public submodules reachable as attributes (``aclprof.mock.reset()`` after ``import aclprof``).
+_SUBMODULES = frozenset({"agent", "compat", "enums", "errors", "lowlevel", "mock", "records", "session",
+                         "step", "subscription", "tx"})
 
 
-_LAZY_MODULES = ("mock", "compat", "lowlevel", "subscription", "records", "agent")
-
-
-def __getattr__(name: str):
-    import importlib
-
-    if name in _LAZY_MODULES:
-        return importlib.import_module(f"aclprof.{name}")
-    module = _LAZY.get(name)
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return importlib.import_module(f"{__name__}.{name}")
+    module = _EXPORTS.get(name)
     if module is None:
-        raise AttributeError(f"module 'aclprof' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"aclprof.{module}"), name)
-    globals()[name] = value
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value  # later lookups skip __getattr__
     return value
 
 
-__all__ = [
-    "__version__",
-    # library
-    "LibraryInfo", "library_info", "use_mock",
-    # enums
-    "AicoreMetrics", "ConfigType", "DataType", "OpFlag", "StepTag",
-    # errors
-    "AclError", "AclprofError", "ApiConflictError", "FeatureUnsupportedError",
-    "HandleClosedError", "InvalidFileError", "InvalidModelIdError", "InvalidParamError",
-    "InvalidProfilingConfigError", "LibraryNotFoundError", "ModulesUnsupportedError",
-    "MsproftxError", "OtherAclError", "ProfAlreadyRunError", "ProfilingFailureError",
-    "ProfNotRunError", "RepeatInitializeError", "RepeatSubscribeError", "UninitializeError",
-    "UnsupportedError",
-    # sessions and markers
-    "Profiler", "StepInfo", "RangeHandle", "annotate", "mark", "pop", "push", "range",
-    "set_strict",
-    # operator subscription (lazy)
-    "subscribe", "Subscription", "SubscriptionStats", "OpRecord", "OpBatch",
-]
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
+
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the table above applies
+    from ._loader import LibraryInfo, library_info, use_mock
+    from .enums import AicoreMetrics, ConfigType, DataType, OpFlag, StepTag
+    from .errors import (AclError, AclprofError, ApiConflictError, FeatureUnsupportedError,
+                         HandleClosedError, InvalidFileError, InvalidModelIdError, InvalidParamError,
+                         InvalidProfilingConfigError, LibraryNotFoundError, ModulesUnsupportedError,
+                         MsproftxError, OtherAclError, ProfAlreadyRunError, ProfilingFailureError,
+                         ProfNotRunError, RepeatInitializeError, RepeatSubscribeError,
+                         UninitializeError, UnsupportedError)
+    from .records import OpBatch, OpRecord
+    from .session import Profiler
+    from .step import StepInfo
+    from .subscription import Subscription, SubscriptionStats, subscribe
+    from .tx import RangeHandle, annotate, mark, pop, push, range, set_strict
+
+__all__ = ["__version__", *_EXPORTS]

@@ -137,6 +137,8 @@ def _on_tx_change(running: bool) -> None:
 
 
 _state.on_tx_change(_on_tx_change)
+# aclprof imports this module on first use, possibly while a session is already running.
+_active = _state.tx_running
 
 
 def _live_stamps() -> int:

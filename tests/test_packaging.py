@@ -43,3 +43,30 @@ def test_one_version_everywhere():
     import aclprofd
 
     assert aclprof.__version__ == aclprofd.__version__ == md.version("aclprof")
+
+
+_BINDING = ("_cffi_backend", "cffi", "aclprof._fast", "aclprof._acl_ffi", "aclprof._loader",
+            "aclprof.lowlevel", "aclprof.tx", "aclprof.session", "aclprof.subscription")
+
+
+@pytest.mark.parametrize("modules", [
+    "aclprof",
+    "aclprofd.server, aclprofd.main, aclprofd.metrics",
+    "aclprof._client, aclprof.cli",
+])
+def test_daemon_and_cli_never_load_the_binding(run_python, modules):
+    code = (f"import sys, json\nimport {modules}\n"
+            f"print(json.dumps(sorted(m for m in {_BINDING!r} if m in sys.modules)))")
+    proc = run_python(code)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == []
+
+
+def test_lazy_names_resolve_and_list():
+    import aclprof
+
+    for name in aclprof.__all__:
+        assert getattr(aclprof, name) is not None, name
+    assert set(aclprof.__all__) <= set(dir(aclprof))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        aclprof.nope  # noqa: B018
