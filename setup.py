@@ -8,6 +8,8 @@
 """
 
 import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,37 +17,34 @@ from setuptools import setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
-MOCK_SOURCES = sorted(str(p.relative_to(HERE)) for p in (HERE / "mock_acl" / "src").glob("*.c"))
 
 
 class BuildExtWithMock(build_ext):
-    """build_ext that also compiles the mock libascendcl into aclprof/_mock/."""
+    """build_ext that also builds the mock libascendcl into aclprof/_mock/.
+
+    The mock has one recipe, mock_acl/Makefile (its flags, -Werror included, and the check
+    that it exports only acl* symbols); this runs it into a build directory of its own and
+    copies the library into the package.
+    """
 
     def run(self):
         super().run()
         self._build_mock()
 
     def _build_mock(self):
-        if self.inplace:
-            out_dir = HERE / "aclprof" / "_mock"
-        else:
-            out_dir = Path(self.build_lib) / "aclprof" / "_mock"
+        make = shutil.which("make")
+        if make is None:
+            raise SystemExit("building aclprof needs `make` (GNU make) to build the bundled mock "
+                             "library (mock_acl/Makefile): install it, e.g. apt-get install make")
+        build_dir = Path(self.build_temp).resolve() / "mock_acl"
+        env = dict(os.environ)
+        if self.compiler is not None and getattr(self.compiler, "compiler_so", None):
+            env.setdefault("CC", self.compiler.compiler_so[0])
+        subprocess.run([make, "-C", str(HERE / "mock_acl"), "--no-print-directory", f"BUILD={build_dir}", "all"],
+                       check=True, env=env)
+        out_dir = HERE / "aclprof" / "_mock" if self.inplace else Path(self.build_lib) / "aclprof" / "_mock"
         out_dir.mkdir(parents=True, exist_ok=True)
-        target = out_dir / "libascendcl.so"
-        objects = self.compiler.compile(
-            MOCK_SOURCES,
-            output_dir=os.path.join(self.build_temp, "mock"),
-            include_dirs=[str(HERE / "cdefs")],
-            extra_preargs=["-std=c11", "-D_GNU_SOURCE", "-fPIC", "-fvisibility=hidden", "-pthread"],
-            extra_postargs=["-O2", "-Wall", "-Wextra"],
-        )
-        self.compiler.link_shared_object(
-            objects,
-            str(target),
-            libraries=["pthread"],
-            extra_preargs=["-pthread"],
-            extra_postargs=["-Wl,-soname,libascendcl.so"],
-        )
+        shutil.copy2(build_dir / "libascendcl.so", out_dir / "libascendcl.so")
 
     def get_outputs(self):
         outputs = super().get_outputs()
