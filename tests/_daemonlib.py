@@ -225,9 +225,15 @@ class Subprocess:
         return self.proc.wait(timeout)
 
     def close(self) -> None:
+        # SIGTERM first: a daemon that exits normally writes its coverage data (subprocess
+        # coverage in .ci/run); SIGKILL only if it does not stop.
         if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(10)
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
         if self.proc.stdout:
             self.proc.stdout.close()
         if self.proc.stderr:

@@ -282,3 +282,26 @@ def test_aggregates_load_rejects_other_files(tmp_path: Path):
         agg.load(str(bad))
     with pytest.raises(FileNotFoundError):
         agg.load(str(tmp_path / "missing.npz"))
+
+
+def test_socket_is_never_wider_than_0660_even_before_chmod(monkeypatch, tmp_path):
+    """bind() creates the socket file under a umask, so no client can connect through wider
+    permissions in the moment before chmod; observed by looking at the file when chmod runs."""
+    import aclprofd.sockets as sockets
+
+    seen: list[int] = []
+    real_chmod = os.chmod
+
+    def spy(path, mode, *args, **kwargs):
+        seen.append(os.stat(path).st_mode & 0o777)
+        return real_chmod(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(sockets.os, "chmod", spy)
+    old = os.umask(0)  # the caller's umask must not matter
+    try:
+        sock = sockets.bind_socket(str(tmp_path / "d.sock"), None)
+    finally:
+        os.umask(old)
+    sock.close()
+    assert seen == [0o660]
+    assert os.stat(tmp_path / "d.sock").st_mode & 0o777 == 0o660
