@@ -30,6 +30,7 @@ __all__ = [
     "model_subscribe", "model_unsubscribe", "get_op_desc_size", "get_op_num",
     "get_op_type_len", "get_op_type", "get_op_name_len", "get_op_name", "get_op_start",
     "get_op_end", "get_op_duration", "get_model_id", "get_op_flag", "get_op_attri_value",
+    "get_op_times",
     # step info
     "StepInfoHandle", "create_step_info", "get_step_timestamp", "destroy_step_info",
     # msproftx
@@ -364,6 +365,27 @@ def get_op_end(data: Any, index: int) -> int:
 def get_op_duration(data: Any, index: int) -> int:
     """``aclprofGetOpDuration`` (0 on error, as in C)."""
     return _get_u64("aclprofGetOpDuration", data, index)
+
+
+_HELPER_HOST_VALUE = 200006  # ACL_ERROR_FEATURE_UNSUPPORTED
+
+
+def get_op_times(data: Any, index: int) -> tuple[int, int, int]:
+    """``(start, end, duration)`` through the three time getters, checked.
+
+    On a CANN helper host every profiling call fails with 200006, and the time getters
+    return that code as their VALUE (audit section 4 item 4). No real record has
+    start == end == duration == 200006 (duration is end - start), so that triple is an
+    error, not a timestamp.
+
+    Raises:
+        FeatureUnsupportedError: the getters answered as on a helper host.
+    """
+    times = (get_op_start(data, index), get_op_end(data, index), get_op_duration(data, index))
+    if times == (_HELPER_HOST_VALUE,) * 3:
+        check(_HELPER_HOST_VALUE, "aclprofGetOpStart",
+              "the op time getters returned the code as their value (a CANN helper host?)")
+    return times
 
 
 def get_model_id(data: Any, index: int) -> int:

@@ -156,3 +156,72 @@ def test_str2id_never_passes_null(bad):
     with pytest.raises(OtherAclError):  # the armed fault was not consumed by the bad call
         ll.str2id("real")
     assert ll.str2id("real") == ll.str2id(b"real")
+
+
+# ---- helper host (audit section 4 item 4) -----------------------------------------------------
+
+def _capture(model: int) -> bytes:
+    """One execution's raw records, read from a pipe of our own (no name fetched)."""
+    import os
+
+    from aclprof.enums import AicoreMetrics
+
+    r, w = os.pipe()
+    cell = ll.FdCell(w)
+    config = ll.create_subscribe_config(True, AicoreMetrics.NONE, cell)
+    try:
+        ll.model_subscribe(model, config)
+        mock.execute(model)
+        ll.model_unsubscribe(model)  # flushes and closes w
+        parts = []
+        while chunk := os.read(r, 1 << 16):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(r)
+        config.close()
+        if cell.value >= 0:
+            os.close(cell.value)
+
+
+def test_helper_host_time_values_are_errors_not_timestamps(no_leaks):
+    """On a helper host aclprofGetOpStart/End/Duration return 200006 as their value. The
+    getter-based decode path must fail with that code instead of delivering 200006 as a
+    time; the raw path is unaffected."""
+    from aclprof.subscription import _Decoder
+
+    model = mock.load_model(OPS)
+    raw = _capture(model)
+    assert len(raw) == 160
+    record = raw[:80]
+    real = ll.get_op_times(record, 0)
+    assert real[2] == real[1] - real[0] > 0
+    mock.set_helper_host(True)
+    assert (ll.get_op_start(record, 0), ll.get_op_end(record, 0),
+            ll.get_op_duration(record, 0)) == (200006,) * 3  # C's values, unchanged
+    with pytest.raises(aclprof.FeatureUnsupportedError) as info:
+        ll.get_op_times(record, 0)
+    assert info.value.code == 200006 and "helper host" in str(info.value)
+    with pytest.raises(aclprof.FeatureUnsupportedError):
+        aclprof.subscribe(model)
+    mock.set_helper_host(False)
+    # The getters answer like a helper host only for the times: the fallback decoder
+    # reads names and types, then refuses the times (this failed before: 200006 came out
+    # as start, end and duration).
+    decoder = _Decoder(80)
+    decoder._raw = None  # force the getter fallback
+    for name in ("aclprofGetOpStart", "aclprofGetOpEnd", "aclprofGetOpDuration"):
+        mock.fail_next(name, 1, 200006)
+    with pytest.raises(aclprof.FeatureUnsupportedError):
+        decoder.feed(raw)
+    assert decoder.failed == 2 and decoder.records_decoded == 0
+    mock.reset()  # frees the names the failed decode did not fetch
+    assert mock.stats()["nameTableEntries"] == 0
+
+
+def test_helper_host_switch_is_reset():
+    mock.set_helper_host(True)
+    with pytest.raises(aclprof.FeatureUnsupportedError):
+        ll.get_op_desc_size()
+    mock.reset()
+    assert ll.get_op_desc_size() == 80
