@@ -670,10 +670,13 @@ MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
     return ACL_SUCCESS;
 }
 
-/* Unloading a subscribed model unsubscribes it first, exactly as aclprofModelUnSubscribe
- * would (queued records flushed, fd closed, -1 written): once the model is gone the user
- * could no longer unsubscribe it (that needs a loaded model id), and the pipe would never
- * see EOF. */
+/* Unloading a subscribed model does NOT unsubscribe it, as in CANN: GE's unload path
+ * (GeExecutor::UnloadModel -> ModelManager::Unload) only deletes the model and erases the
+ * model -> device map (MsprofUnsetDeviceIdByGeModelIdx); nothing tells the profiler. The
+ * subscription stays: the library keeps the caller's fd open, the mode stays SUBSCRIBE,
+ * and aclprofModelUnSubscribe(id) now fails with 100011 because the id is no longer known
+ * (ProfCheckModelLoaded). Only aclmockReset (in CANN: the end of the process) releases
+ * it. Unsubscribe before unloading. */
 MOCK_EXPORT aclError aclmdlUnload(uint32_t modelId)
 {
     int32_t code;
@@ -688,10 +691,7 @@ MOCK_EXPORT aclError aclmdlUnload(uint32_t modelId)
     mock_model *m = g_models[i];
     memmove(&g_models[i], &g_models[i + 1], (g_nmodels - i - 1) * sizeof *g_models);
     g_nmodels--;
-    sub_entry *sub = mock_subscribe_detach(modelId);
     mock_unlock();
-    if (sub != NULL)
-        mock_subscribe_finish_detach(sub);
     model_release(m);
     return ACL_SUCCESS;
 }

@@ -945,14 +945,22 @@ TEST(unload_subscribed_model)
     REQUIRE(cfg != NULL);
     for (int i = 0; i < 10; i++)
         execute_empty(model);
+    CHECK_EQ(aclmockWaitWriterIdle(10000), ACL_SUCCESS);
+    /* As in CANN (GE's unload path never tells the profiler): the subscription outlives
+     * the model, the library keeps the fd, and it can no longer be unsubscribed. */
     CHECK_EQ(aclmdlUnload(model), ACL_SUCCESS);
+    CHECK(g_pipe[0][1] >= 0);
+    CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_SUBSCRIBE);
+    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_ERROR_INVALID_MODEL_ID);
+    CHECK_EQ(aclprofModelSubscribe(model, cfg), ACL_ERROR_INVALID_MODEL_ID);
+    CHECK_EQ(aclprofInit("/tmp", 4), ACL_ERROR_PROF_API_CONFLICT);   /* still subscribed */
+    CHECK(g_pipe[0][1] >= 0);
+    /* Only the reset (the process's end) releases it: the reader then sees EOF. */
+    aclmockReset();
     CHECK_EQ(g_pipe[0][1], -1);
-    CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_OFF);
     reader_join(&rd);
     CHECK(rd.eof);
     CHECK_EQ(rd.ndecoded, 30);
-    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_ERROR_INVALID_MODEL_ID);
-    CHECK_EQ(aclprofModelSubscribe(model, cfg), ACL_ERROR_INVALID_MODEL_ID);
     aclprofDestroySubscribeConfig(cfg);
     close(g_pipe[0][0]);
     reader_free(&rd);
