@@ -16,6 +16,10 @@
  * Executions of one model are serialised by that model's exec_lock (one model = one
  * stream); different models execute concurrently. A model is reference counted, so an
  * aclmdlUnload (or aclmockReset) during an execution frees it when the execution ends.
+ *
+ * Datasets. aclmdlExecute takes two aclmdlDataset handles, as in CANN (NULL is rejected);
+ * the models have no inputs or outputs, so the datasets must be empty (README, "Datasets
+ * and aclmdlExecute").
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -25,7 +29,6 @@
 #include <time.h>
 
 #include "mock_internal.h"
-#include "subscribe_private.h"
 
 #define MODEL_MAGIC "aclmock-model 1"
 #define MAX_FILE_BYTES (256u << 20)       /* refuse absurd files instead of exhausting memory */
