@@ -15,7 +15,10 @@ tried with the reason, and the variables that would fix it.
 
 Symbols are resolved once at load. The profiling functions live in ``libmsprofiler.so`` on
 some CANN installs; if ``libascendcl.so`` does not export ``aclprofInit``, the loader also
-opens the ``libmsprofiler.so`` beside it. Symbols missing from older CANN versions are
+opens the ``libmsprofiler.so`` beside it. Likewise the model runtime (``aclmdl*``) is
+built into ``libacl_mdl.so`` in CANN's split packages: if neither library exports
+``aclmdlExecute``, the loader also opens the ``libacl_mdl.so`` beside ``libascendcl.so``
+(optional: profiling does not need it). Symbols missing from older CANN versions are
 recorded; calling one raises :class:`~aclprof.errors.UnsupportedError`.
 
 Only this module and ``aclprof.lowlevel`` touch cffi objects.
@@ -36,6 +39,8 @@ ENV_BACKEND = "ACLPROF_BACKEND"
 ENV_LIBRARY = "ACLPROF_LIBRARY"
 _ASCEND_ENV = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
 _LIBNAME = "libascendcl.so"
+_MDL_LIBNAME = "libacl_mdl.so"
+_MDL_PROBE = "aclmdlExecute"  # the model runtime is there when this one is
 
 # Functions a library must export to be usable at all (present since the oldest header).
 _REQUIRED = ("aclprofInit", "aclprofFinalize", "aclprofStart", "aclprofStop", "aclprofCreateConfig")
@@ -54,13 +59,19 @@ class LibraryInfo(NamedTuple):
     is_mock: bool
     op_desc_size: int | None
     missing_symbols: tuple[str, ...]
+    #: The library the ``aclmdl*`` functions come from (``path`` itself, or the
+    #: ``libacl_mdl.so`` beside it); None when no library has them.
+    model_library: str | None = None
 
 
 class _Library:
     """An opened library: resolved functions by C name, plus facts about it."""
 
-    def __init__(self, path: str, handles: list[Any], ffi: Any):
+    def __init__(self, path: str, handles: list[Any], ffi: Any,
+                 model_library: str | None = None, model_library_error: str | None = None):
         self.path = path
+        self.model_library = model_library
+        self.model_library_error = model_library_error
         self.ffi = ffi
         self._handles = handles  # keep every dlopen handle alive
         self.functions: dict[str, Any] = {}
@@ -92,6 +103,11 @@ class _Library:
             detail = None
             if name.startswith("aclmock"):
                 detail = "it exists only in the aclprof mock (ACLPROF_BACKEND=mock)"
+            elif name.startswith("aclmdl") and self.model_library is None:
+                detail = (
+                    f"the model runtime is in neither {self.path} nor "
+                    f"{_beside(self.path, _MDL_LIBNAME)} ({self.model_library_error}); "
+                    f"install CANN's model runtime ({_MDL_LIBNAME}) next to {_LIBNAME}")
             raise UnsupportedError(function=name, detail=detail) from None
 
 
@@ -162,16 +178,33 @@ def _symbol(handle: Any, name: str, ffi: Any) -> Any:
         return None
 
 
-def _open(path: str, ffi: Any) -> list[Any]:
+def _beside(path: str, name: str) -> str:
+    """``name`` in ``path``'s directory (a bare name: the dynamic loader searches it too)."""
+    return os.path.join(os.path.dirname(path), name)
+
+
+def _open(path: str, ffi: Any) -> tuple[list[Any], str | None, str | None]:
+    """(dlopen handles, the library with aclmdl* or None, why libacl_mdl.so was not used)."""
     handle = ffi.dlopen(path)
     handles = [handle]
     if _symbol(handle, "aclprofInit", ffi) is None:
         # Profiling symbols may live in libmsprofiler.so next to libascendcl.so.
-        handles.append(ffi.dlopen(os.path.join(os.path.dirname(path), "libmsprofiler.so")))
+        handles.append(ffi.dlopen(_beside(path, "libmsprofiler.so")))
     for name in _REQUIRED:
         if all(_symbol(h, name, ffi) is None for h in handles):
             raise OSError(f"opened, but it does not export {name}: not an ACL library")
-    return handles
+    if any(_symbol(h, _MDL_PROBE, ffi) is not None for h in handles):
+        return handles, path, None
+    # Split packages build aclmdl* into libacl_mdl.so (GE api/acl/acl_model/CMakeLists.txt).
+    # Profiling works without it, so a failure here is recorded, not raised.
+    mdl_path = _beside(path, _MDL_LIBNAME)
+    try:
+        mdl = ffi.dlopen(mdl_path)
+    except OSError as exc:
+        return handles, None, f"{_MDL_LIBNAME}: {exc}"
+    if _symbol(mdl, _MDL_PROBE, ffi) is None:
+        return handles, None, f"{mdl_path} does not export {_MDL_PROBE}"
+    return handles + [mdl], mdl_path, None
 
 
 def _load() -> _Library:
@@ -183,11 +216,11 @@ def _load() -> _Library:
     tried: list[str] = []
     for origin, path in candidates:
         try:
-            handles = _open(path, ffi)
+            handles, model_library, model_error = _open(path, ffi)
         except OSError as exc:
             tried.append(f"  {path} ({origin}): {exc}")
             continue
-        library = _Library(path, handles, ffi)
+        library = _Library(path, handles, ffi, model_library, model_error)
         if _backend() == "mock" and not library.is_mock:
             tried.append(f"  {path} ({origin}): loaded, but it is not the aclprof mock")
             continue
@@ -250,10 +283,15 @@ def library_info() -> LibraryInfo:
         if lib.functions["aclprofGetOpDescSize"](out) == 0:
             size = int(out[0])
     name = "aclprof mock libascendcl" if lib.is_mock else os.path.basename(lib.path)
+
+    def shown(path: str) -> str:
+        return str(Path(path).resolve()) if os.path.sep in path else path
+
     return LibraryInfo(
         name=name,
-        path=str(Path(lib.path).resolve()) if os.path.sep in lib.path else lib.path,
+        path=shown(lib.path),
         is_mock=lib.is_mock,
         op_desc_size=size,
         missing_symbols=lib.missing,
+        model_library=None if lib.model_library is None else shown(lib.model_library),
     )

@@ -56,6 +56,9 @@ _CODE_NAMES: dict[int, str] = {
     500001: "ACL_ERROR_FAILURE",
     500002: "ACL_ERROR_GE_FAILURE",
     500005: "ACL_ERROR_PROFILING_FAILURE",
+    # GE codes aclmdlExecute passes through (cdefs/acl_runtime.h).
+    145000: "ACL_ERROR_GE_PARAM_INVALID",
+    145003: "ACL_ERROR_GE_EXEC_MODEL_ID_INVALID",
     -1: "PROFILING_FAILED",
 }
 
@@ -250,6 +253,11 @@ _BY_CODE: dict[int, type[AclError]] = {
         MsproftxError,
     )
 }
+
+
+# aclmdlExecute reports an unknown model with GE's code (ModelManager::ExecuteModel): the
+# same error to a caller as the profiling API's 100011.
+_BY_CODE[145003] = InvalidModelIdError
 
 
 def error_for(code: int, function: str, detail: str | None = None) -> AclError:

@@ -19,7 +19,7 @@ from . import _state
 from ._handles import Handle
 from ._loader import get_library
 from .enums import AicoreMetrics, ConfigType, DataType, StepTag
-from .errors import InvalidParamError, MsproftxError, check
+from .errors import InvalidParamError, MsproftxError, check, error_for
 
 __all__ = [
     # session
@@ -30,6 +30,7 @@ __all__ = [
     "model_subscribe", "model_unsubscribe", "get_op_desc_size", "get_op_num",
     "get_op_type_len", "get_op_type", "get_op_name_len", "get_op_name", "get_op_start",
     "get_op_end", "get_op_duration", "get_model_id", "get_op_flag", "get_op_attri_value",
+    "get_op_times",
     # step info
     "StepInfoHandle", "create_step_info", "get_step_timestamp", "destroy_step_info",
     # msproftx
@@ -41,6 +42,10 @@ __all__ = [
     "rt_set_current_context", "rt_get_current_context", "rt_create_stream", "rt_destroy_stream",
     "rt_synchronize_stream", "rt_synchronize_device", "mdl_load_from_file", "mdl_execute",
     "mdl_unload",
+    # model datasets
+    "Dataset", "DataBuffer", "mdl_create_dataset", "mdl_destroy_dataset",
+    "mdl_add_dataset_buffer", "mdl_get_dataset_num_buffers", "acl_create_data_buffer",
+    "acl_destroy_data_buffer",
 ]
 
 MAX_PATH_BYTES = 4095  # aclprofInit rejects length >= 4096
@@ -362,6 +367,27 @@ def get_op_duration(data: Any, index: int) -> int:
     return _get_u64("aclprofGetOpDuration", data, index)
 
 
+_HELPER_HOST_VALUE = 200006  # ACL_ERROR_FEATURE_UNSUPPORTED
+
+
+def get_op_times(data: Any, index: int) -> tuple[int, int, int]:
+    """``(start, end, duration)`` through the three time getters, checked.
+
+    On a CANN helper host every profiling call fails with 200006, and the time getters
+    return that code as their VALUE (audit section 4 item 4). No real record has
+    start == end == duration == 200006 (duration is end - start), so that triple is an
+    error, not a timestamp.
+
+    Raises:
+        FeatureUnsupportedError: the getters answered as on a helper host.
+    """
+    times = (get_op_start(data, index), get_op_end(data, index), get_op_duration(data, index))
+    if times == (_HELPER_HOST_VALUE,) * 3:
+        check(_HELPER_HOST_VALUE, "aclprofGetOpStart",
+              "the op time getters returned the code as their value (a CANN helper host?)")
+    return times
+
+
 def get_model_id(data: Any, index: int) -> int:
     """``aclprofGetModelId`` (100000 on error, as in C)."""
     return _get_u64("aclprofGetModelId", data, index)
@@ -670,13 +696,132 @@ def mdl_load_from_file(path: str | os.PathLike) -> int:
     return int(out[0])
 
 
-def mdl_execute(model_id: int) -> None:
-    """``aclmdlExecute(modelId, NULL, NULL)``: aclprof passes no datasets."""
-    lib = get_library()
-    check(_fn("aclmdlExecute")(_u32(model_id, "model_id"), lib.ffi.NULL, lib.ffi.NULL),
+def mdl_execute(model_id: int, inputs: "Dataset", outputs: "Dataset") -> None:
+    """``aclmdlExecute(modelId, input, output)``: runs the model synchronously.
+
+    CANN rejects NULL datasets (100000), so both are required; for a model without inputs
+    or outputs pass empty ones from :func:`mdl_create_dataset`.
+    """
+    for name, value in (("inputs", inputs), ("outputs", outputs)):
+        if not isinstance(value, Dataset):
+            raise TypeError(
+                f"aclmdlExecute: {name} must be a Dataset, not {type(value).__name__}; CANN "
+                "rejects a NULL dataset with ACL_ERROR_INVALID_PARAM (100000), so pass "
+                "mdl_create_dataset() (empty for a model without inputs or outputs)")
+    check(_fn("aclmdlExecute")(_u32(model_id, "model_id"), inputs._get(), outputs._get()),
           "aclmdlExecute", f"model {model_id}")
 
 
 def mdl_unload(model_id: int) -> None:
     """``aclmdlUnload``."""
     check(_fn("aclmdlUnload")(_u32(model_id, "model_id")), "aclmdlUnload", f"model {model_id}")
+
+
+# ---- model datasets ----------------------------------------------------------------------
+
+class DataBuffer(Handle):
+    """An ``aclDataBuffer*``: a (device address, size) pair; ``close()`` destroys it.
+
+    A :class:`Dataset` keeps the C pointer of every buffer added to it and reads it at each
+    ``aclmdlExecute``, so a buffer cannot be closed while an open dataset holds it.
+    """
+
+    __slots__ = ("address", "size", "_holders")
+    kind = "data buffer"
+
+    def close(self) -> None:
+        if self._ptr is not None and self._holders:
+            raise RuntimeError(
+                f"aclDestroyDataBuffer: this data buffer is still in {self._holders} open "
+                "dataset(s), which keep its pointer and read it at every aclmdlExecute; close "
+                "the dataset(s) first")
+        super().close()
+
+
+class Dataset(Handle):
+    """An ``aclmdlDataset*`` (model inputs or outputs); ``close()`` destroys it.
+
+    Destroying a dataset does not destroy its buffers (as in CANN): close them afterwards.
+    """
+
+    __slots__ = ("_buffers",)
+    kind = "model dataset"
+
+    @property
+    def buffers(self) -> tuple[DataBuffer, ...]:
+        """The buffers added so far, in order."""
+        return tuple(self._buffers)
+
+    def close(self) -> None:
+        was_open = self._ptr is not None
+        try:
+            super().close()
+        finally:
+            if was_open:  # the C dataset is gone (or unusable): it no longer holds them
+                for buffer in self._buffers:
+                    buffer._holders -= 1
+                self._buffers = []
+
+
+def _dataset(value: Any, name: str = "dataset") -> Dataset:
+    if not isinstance(value, Dataset):
+        raise TypeError(f"{name} must be a Dataset, not {type(value).__name__}")
+    return value
+
+
+def _release_dataset(ptr: Any) -> None:
+    check(_fn("aclmdlDestroyDataset")(ptr), "aclmdlDestroyDataset")
+
+
+def mdl_create_dataset() -> Dataset:
+    """``aclmdlCreateDataset``: an empty dataset."""
+    ptr = _fn("aclmdlCreateDataset")()
+    if ptr == get_library().ffi.NULL:
+        raise error_for(200000, "aclmdlCreateDataset", "returned NULL")
+    dataset = Dataset(ptr, _release_dataset)
+    dataset._buffers = []
+    return dataset
+
+
+def mdl_destroy_dataset(dataset: Dataset) -> None:
+    """``aclmdlDestroyDataset``; same as ``dataset.close()``."""
+    _dataset(dataset).close()
+
+
+def mdl_add_dataset_buffer(dataset: Dataset, buffer: DataBuffer) -> None:
+    """``aclmdlAddDatasetBuffer``: appends ``buffer``; the dataset keeps its pointer."""
+    ptr = _dataset(dataset)._get()
+    if not isinstance(buffer, DataBuffer):
+        raise TypeError(f"buffer must be a DataBuffer, not {type(buffer).__name__}")
+    check(_fn("aclmdlAddDatasetBuffer")(ptr, buffer._get()), "aclmdlAddDatasetBuffer")
+    dataset._buffers.append(buffer)
+    buffer._holders += 1
+
+
+def mdl_get_dataset_num_buffers(dataset: Dataset) -> int:
+    """``aclmdlGetDatasetNumBuffers``."""
+    return int(_fn("aclmdlGetDatasetNumBuffers")(_dataset(dataset)._get()))
+
+
+def _release_data_buffer(ptr: Any) -> None:
+    check(_fn("aclDestroyDataBuffer")(ptr), "aclDestroyDataBuffer")
+
+
+def acl_create_data_buffer(address: int, size: int) -> DataBuffer:
+    """``aclCreateDataBuffer(data, size)``: ``address`` is device memory (0 for none)."""
+    addr = _int(address, "address", 0, 2**64 - 1)
+    nbytes = _int(size, "size", 0, 2**64 - 1)
+    lib = get_library()
+    ptr = _fn("aclCreateDataBuffer")(lib.ffi.cast("void *", addr), nbytes)
+    if ptr == lib.ffi.NULL:
+        raise error_for(200000, "aclCreateDataBuffer", "returned NULL")
+    buffer = DataBuffer(ptr, _release_data_buffer)
+    buffer.address, buffer.size, buffer._holders = addr, nbytes, 0
+    return buffer
+
+
+def acl_destroy_data_buffer(buffer: DataBuffer) -> None:
+    """``aclDestroyDataBuffer``; same as ``buffer.close()``."""
+    if not isinstance(buffer, DataBuffer):
+        raise TypeError(f"buffer must be a DataBuffer, not {type(buffer).__name__}")
+    buffer.close()

@@ -20,6 +20,7 @@ __all__ = [
     "set_noinit_behaviour", "set_op_desc_size", "set_time_unit", "set_realtime",
     "set_write_chunk", "set_corrupt_every", "set_writer_delay_us", "set_emit_log",
     "wait_writer_idle", "model_file", "load_model", "execute", "unload",
+    "set_helper_host",
 ]
 
 _MODES = {0: "OFF", 1: "API_CTRL", 2: "SUBSCRIBE"}
@@ -129,6 +130,12 @@ def wait_writer_idle(timeout: float = 10.0) -> None:
         raise TimeoutError(f"the mock's pipe writer is still busy after {timeout:.1f}s")
 
 
+def set_helper_host(enabled: bool) -> None:
+    """If true, every ``aclprof*`` call fails as on a CANN helper host: 200006, which the op
+    time getters return as their value (audit section 4 item 4). Env ``ACLMOCK_HELPER_HOST=1``."""
+    _ok(_call("aclmockSetHelperHost", int(bool(enabled))), "aclmockSetHelperHost")
+
+
 # --- model runtime -------------------------------------------------------------------------
 
 _OP_KEYS = {"name", "type", "duration_ns", "jitter", "flag", "thread_id"}
@@ -202,10 +209,15 @@ def load_model(ops: Iterable[Mapping[str, Any]], *, device: int = 0, seed: int |
 
 
 def execute(model_id: int, iterations: int = 1) -> None:
-    """Run the model ``iterations`` times (``aclmdlExecute``)."""
+    """Run the model ``iterations`` times (``aclmdlExecute``).
+
+    The mock's models have no inputs or outputs, so each call gets two empty datasets,
+    created once and destroyed afterwards (CANN rejects NULL datasets).
+    """
     _natural(iterations, "iterations", 2**31)
-    for _ in range(iterations):
-        lowlevel.mdl_execute(model_id)
+    with lowlevel.mdl_create_dataset() as inputs, lowlevel.mdl_create_dataset() as outputs:
+        for _ in range(iterations):
+            lowlevel.mdl_execute(model_id, inputs, outputs)
 
 
 def unload(model_id: int) -> None:

@@ -241,8 +241,7 @@ class _Decoder:
                 continue
             rows.append((lowlevel.get_model_id(rec, 0), self._intern_py(op_name),
                          self._intern_py(type_name), self._flag(rec), 0, self.default_device,
-                         lowlevel.get_op_start(rec, 0), lowlevel.get_op_end(rec, 0),
-                         lowlevel.get_op_duration(rec, 0), 0))
+                         *lowlevel.get_op_times(rec, 0), 0))
         self.records_decoded += len(rows)
         return OpBatch(np.array(rows, dtype=OP_DTYPE), self.names)
 

@@ -4,6 +4,12 @@
  */
 
 typedef struct aclmdlDataset aclmdlDataset;
+typedef struct aclDataBuffer aclDataBuffer;
+
+/* GE codes that aclmdlExecute passes through unchanged (GE inc/external/ge/ge_error_codes.h;
+ * ACL_GET_ERRCODE_GE keeps every code in [145000, 545999]). */
+#define ACL_ERROR_GE_PARAM_INVALID 145000
+#define ACL_ERROR_GE_EXEC_MODEL_ID_INVALID 145003
 
 aclError aclInit(const char *configPath);
 aclError aclFinalize(void);
@@ -24,3 +30,12 @@ aclError aclrtSynchronizeDevice(void);
 aclError aclmdlLoadFromFile(const char *modelPath, uint32_t *modelId);
 aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input, aclmdlDataset *output);
 aclError aclmdlUnload(uint32_t modelId);
+
+/* Datasets (GE acl_mdl.h) and data buffers (runtime acl_base_rt.h), prototypes as in CANN.
+ * aclmdlCreateDataset is declared `()` there too. */
+aclDataBuffer *aclCreateDataBuffer(void *data, size_t size);
+aclError aclDestroyDataBuffer(const aclDataBuffer *dataBuffer);
+aclmdlDataset *aclmdlCreateDataset();
+aclError aclmdlDestroyDataset(const aclmdlDataset *dataset);
+aclError aclmdlAddDatasetBuffer(aclmdlDataset *dataset, aclDataBuffer *dataBuffer);
+size_t aclmdlGetDatasetNumBuffers(const aclmdlDataset *dataset);

@@ -34,6 +34,8 @@ typedef struct aclmockStats {
     uint64_t nameTableEntries;  /* live entries of the op name/type side table */
     uint64_t stampsInUse;       /* msproftx pool slots in use (0..100) */
     uint64_t txEvents;          /* msproftx events recorded (marks, push/pop pairs, ranges) */
+    uint64_t datasetsInUse;     /* aclmdlCreateDataset minus aclmdlDestroyDataset */
+    uint64_t dataBuffersInUse;  /* aclCreateDataBuffer minus aclDestroyDataBuffer */
 } aclmockStats;
 
 int aclmockVersion(void);
@@ -69,3 +71,9 @@ int aclmockSetEmitLog(const char *path);
 /* Block until every record queued so far has been written or dropped, or timeoutMs passes.
  * Returns 0 when drained, ACL_ERROR_FAILURE on timeout. */
 int aclmockWaitWriterIdle(uint32_t timeoutMs);
+
+/* Helper host (audit section 4 item 4): 1 makes every aclprof* function fail as CANN does on
+ * a helper host: 200006 ACL_ERROR_FEATURE_UNSUPPORTED, returned as the VALUE by
+ * aclprofGetOpStart/End/Duration and aclprofGetModelId, NULL from the pointer-returning ones.
+ * Env ACLMOCK_HELPER_HOST=1 sets the default; 0 (default) is a normal host. */
+int aclmockSetHelperHost(int enabled);

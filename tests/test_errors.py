@@ -28,6 +28,8 @@ DEDICATED = {
     200007: (aclprof.ModulesUnsupportedError, "ACL_ERROR_PROF_MODULES_UNSUPPORTED"),
     500005: (aclprof.ProfilingFailureError, "ACL_ERROR_PROFILING_FAILURE"),
     -1: (aclprof.MsproftxError, "PROFILING_FAILED"),
+    # aclmdlExecute's unknown-model code (GE): the same class as 100011.
+    145003: (aclprof.InvalidModelIdError, "ACL_ERROR_GE_EXEC_MODEL_ID_INVALID"),
 }
 # Known codes without a class of their own: OtherAclError, but the name is still looked up.
 NAMED_ONLY = {
@@ -37,6 +39,7 @@ NAMED_ONLY = {
     500000: "ACL_ERROR_INTERNAL_ERROR",
     500001: "ACL_ERROR_FAILURE",
     500002: "ACL_ERROR_GE_FAILURE",
+    145000: "ACL_ERROR_GE_PARAM_INVALID",
 }
 
 
@@ -47,7 +50,7 @@ def test_every_code_maps_to_its_class(code):
     assert type(exc) is cls
     assert isinstance(exc, aclprof.AclError) and isinstance(exc, aclprof.AclprofError)
     assert (exc.code, exc.name, exc.function, exc.detail) == (code, name, "aclprofSomething", "some detail")
-    assert cls.code == code
+    assert cls.code == code or (cls, code) == (aclprof.InvalidModelIdError, 145003)
     text = str(exc)
     # The function, the code's name and number, the detail and a hint for the fix.
     assert "aclprofSomething" in text and name in text and f"({code})" in text

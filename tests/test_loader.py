@@ -280,7 +280,8 @@ def test_library_lacking_the_optional_symbols(run_python, make_env, old_library,
     assert out["path"] == str(old_library.resolve()) and out["name"] == "libascendcl.so"
     assert set(HDR_OLD_LACKS) <= set(out["missing"])
     # Only the old header's gaps and the runtime (not in this stub) are missing.
-    assert all(s in HDR_OLD_LACKS or s.startswith(("aclrt", "aclmdl", "aclInit", "aclFinalize"))
+    assert all(s in HDR_OLD_LACKS or s.startswith(("aclrt", "aclmdl", "aclInit", "aclFinalize",
+                                                        "aclCreateDataBuffer", "aclDestroyDataBuffer"))
                for s in out["missing"])
     expected = {"mark_ex": "aclprofMarkEx", "str2id": "aclprofStr2Id",
                 "range_push_ex": "aclprofRangePushEx", "range_pop": "aclprofRangePop",
@@ -307,3 +308,74 @@ def test_profiling_symbols_in_libmsprofiler(run_python, make_env, tmp_path):
     assert out["size"] == 72 and not out["is_mock"]
     assert set(HDR_OLD_LACKS) <= set(out["missing"])
     assert "aclprofInit" not in out["missing"] and "aclprofPush" not in out["missing"]
+
+
+# ---- the model runtime in libacl_mdl.so (fidelity audit row 16) ---------------------------------
+
+# The model runtime and datasets as trivial stubs, for a libacl_mdl.so beside a libascendcl.so
+# that lacks them (CANN's split packages). Execute returns a marker code to show which
+# library answered.
+MDL_LIBRARY_C = r"""
+#include <stddef.h>
+#include <stdint.h>
+#include "acl_base.h"
+#include "acl_runtime.h"
+
+static char g_object[64];
+
+aclError aclmdlLoadFromFile(const char *p, uint32_t *id) { (void)p; *id = 7; return 0; }
+aclError aclmdlExecute(uint32_t id, const aclmdlDataset *i, aclmdlDataset *o)
+{ (void)id; return (i && o) ? 123456 : 100000; }
+aclError aclmdlUnload(uint32_t id) { (void)id; return 0; }
+aclmdlDataset *aclmdlCreateDataset(void) { return (aclmdlDataset *)g_object; }
+aclError aclmdlDestroyDataset(const aclmdlDataset *d) { (void)d; return 0; }
+aclError aclmdlAddDatasetBuffer(aclmdlDataset *d, aclDataBuffer *b) { (void)d; (void)b; return 0; }
+size_t aclmdlGetDatasetNumBuffers(const aclmdlDataset *d) { (void)d; return 0; }
+"""
+
+MDL_SCRIPT = r"""
+import json
+import aclprof
+from aclprof import lowlevel as ll
+
+info = aclprof.library_info()
+out = {"path": info.path, "model_library": info.model_library,
+       "missing": list(info.missing_symbols)}
+try:
+    with ll.mdl_create_dataset() as inputs, ll.mdl_create_dataset() as outputs:
+        ll.mdl_execute(ll.mdl_load_from_file("m.om"), inputs, outputs)
+except aclprof.UnsupportedError as exc:
+    out["unsupported"] = {"function": exc.function, "msg": str(exc)}
+except aclprof.AclError as exc:
+    out["code"] = exc.code
+print(json.dumps(out))
+"""
+
+
+def test_model_runtime_found_in_libacl_mdl(run_python, make_env, tmp_path):
+    lib64 = tmp_path / "split" / "lib64"
+    lib64.mkdir(parents=True)
+    _build(OLD_LIBRARY_C, lib64 / "libascendcl.so")
+    _build(MDL_LIBRARY_C, lib64 / "libacl_mdl.so")
+    out = _json(_run(run_python, make_env(ASCEND_HOME_PATH=str(lib64.parent)), MDL_SCRIPT))
+    assert out["path"] == str((lib64 / "libascendcl.so").resolve())
+    assert out["model_library"] == str((lib64 / "libacl_mdl.so").resolve())
+    assert not any(s.startswith("aclmdl") for s in out["missing"])
+    assert out["code"] == 123456  # the stub in libacl_mdl.so ran, with two datasets
+
+
+def test_model_runtime_missing_from_both_libraries(run_python, make_env, old_library):
+    out = _json(_run(run_python, make_env(ACLPROF_LIBRARY=str(old_library)), MDL_SCRIPT))
+    assert out["model_library"] is None
+    assert {"aclmdlExecute", "aclmdlLoadFromFile", "aclmdlCreateDataset"} <= set(out["missing"])
+    err = out["unsupported"]
+    assert err["function"] == "aclmdlCreateDataset"
+    # Names both places it looked, and what to install.
+    assert str(old_library) in err["msg"]
+    assert str(old_library.parent / "libacl_mdl.so") in err["msg"]
+    assert "install CANN's model runtime" in err["msg"]
+
+
+def test_mock_reports_itself_as_the_model_library():
+    info = aclprof.library_info()
+    assert info.model_library == info.path

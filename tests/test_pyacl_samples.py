@@ -33,6 +33,19 @@ def open_fds() -> set[int]:
 
 
 @pytest.fixture
+def datasets():
+    """The samples' step 3: the model's input and output datasets (empty: the mock's models
+    have no tensors). CANN rejects NULL datasets, so 0 would not do."""
+    before = mock.stats()["datasetsInUse"]
+    input_, output = acl.mdl.create_dataset(), acl.mdl.create_dataset()
+    assert input_ != 0 and output != 0
+    yield input_, output
+    assert acl.mdl.destroy_dataset(input_) == 0
+    assert acl.mdl.destroy_dataset(output) == 0
+    assert mock.stats()["datasetsInUse"] == before
+
+
+@pytest.fixture
 def runtime():
     """The sample's step 1: device, context, stream."""
     assert acl.rt.set_device(0) == 0
@@ -43,7 +56,7 @@ def runtime():
     assert acl.rt.reset_device(0) == 0
 
 
-def test_subscribe_sample_reads_every_record_once(runtime, monkeypatch):
+def test_subscribe_sample_reads_every_record_once(runtime, datasets, monkeypatch):
     model_id = mock.load_model(OPS)
     seen: list[tuple[str, str]] = []
     real_get_op_name = acl.prof.get_op_name
@@ -65,7 +78,8 @@ def test_subscribe_sample_reads_every_record_once(runtime, monkeypatch):
     monkeypatch.setattr(acl.prof, "get_op_type", spy_type)
     before = open_fds()
     runpy.run_path(str(SAMPLES / "subscribe_sample.py"), init_globals={
-        "os": os, "model_id": model_id, "context": runtime, "input": 0, "output": 0})
+        "os": os, "model_id": model_id, "context": runtime,
+        "input": datasets[0], "output": datasets[1]})
 
     stats = mock.stats()
     assert stats["recordsEmitted"] == len(OPS)
@@ -77,11 +91,12 @@ def test_subscribe_sample_reads_every_record_once(runtime, monkeypatch):
     assert mock.mode() == "OFF"
 
 
-def test_session_sample_produces_a_prof_dir(runtime, tmp_path, monkeypatch):
+def test_session_sample_produces_a_prof_dir(runtime, datasets, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # the sample's PROF_INIT_PATH is the relative path '...'
     model_id = mock.load_model(OPS)
     runpy.run_path(str(SAMPLES / "session_sample.py"), init_globals={
-        "os": os, "model_id": model_id, "context": runtime, "input": 0, "output": 0,
+        "os": os, "model_id": model_id, "context": runtime,
+        "input": datasets[0], "output": datasets[1],
         # Used by the sample but defined in its `# ......` part.
         "ACL_PROF_AICPU": 0x0008, "ACL_PROF_HCCL_TRACE": 0x0020})
     prof_dirs = list((tmp_path / "...").glob("PROF_*"))

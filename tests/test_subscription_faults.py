@@ -540,16 +540,23 @@ def test_mock_reset_with_records_still_in_the_pipe(emit_log):
 
 
 def test_close_after_the_model_was_unloaded(emit_log):
-    """aclmdlUnload unsubscribes a subscribed model (flush, close): close() finds the pipe
-    closed by the library (cell -1), so the 100011 of its unsubscribe is not an error."""
+    """As in CANN, aclmdlUnload does not unsubscribe (GE's unload path never tells the
+    profiler), and the unsubscribe then fails with 100011: the library keeps the pipe's
+    write end. close() delivers what was written, raises that error and leaves the fd to
+    the library (never closing an fd the library may still write to)."""
     model = mock.load_model(OPS)
     sub = aclprof.subscribe(model)
     mock.execute(model, 5)
+    mock.wait_writer_idle()
     mock.unload(model)
-    sub.close()
+    assert mock.mode() == "SUBSCRIBE"  # still subscribed, to a model that is gone
+    with pytest.raises(aclprof.InvalidModelIdError) as info:
+        sub.close()
+    assert info.value.function == "aclprofModelUnSubscribe"
     assert [record_key(r) for r in sub] == [e.key() for e in emit_log.read()]
     assert sub.stats.delivered == 15
-    assert_released(sub)
+    assert sub.closed and aclprof_threads() == []
+    mock.reset()  # the process's end, for CANN: only now is the write end closed
 
 
 # ---- callback exceptions --------------------------------------------------------------------

@@ -66,6 +66,8 @@ static const char *const k_fault_functions[] = {
     "aclrtSetCurrentContext", "aclrtGetCurrentContext", "aclrtCreateStream",
     "aclrtDestroyStream", "aclrtSynchronizeStream", "aclrtSynchronizeDevice",
     "aclmdlLoadFromFile", "aclmdlExecute", "aclmdlUnload",
+    "aclCreateDataBuffer", "aclDestroyDataBuffer", "aclmdlCreateDataset",
+    "aclmdlDestroyDataset", "aclmdlAddDatasetBuffer", "aclmdlGetDatasetNumBuffers",
 };
 
 static bool fault_function_known(const char *function)
@@ -94,10 +96,21 @@ static void fault_disarm(fault *f)
     atomic_fetch_sub_explicit(&g_faults_armed, 1, memory_order_relaxed);
 }
 
+static atomic_int g_helper_host;   /* aclmockSetHelperHost; a setting, reset with the others */
+
 bool mock_fault(const char *function, int32_t *code)
 {
-    if (atomic_load_explicit(&g_faults_armed, memory_order_relaxed) == 0)
+    /* On a helper host every profiling entry point answers FEATURE_UNSUPPORTED before any
+     * other check (audit section 4 item 4), which is exactly the shape of an injected fault;
+     * an injected fault still wins so that tests can aim at one function. */
+    if (atomic_load_explicit(&g_faults_armed, memory_order_relaxed) == 0) {
+        if (atomic_load_explicit(&g_helper_host, memory_order_relaxed) &&
+            strncmp(function, "aclprof", 7) == 0) {
+            *code = ACL_ERROR_FEATURE_UNSUPPORTED;
+            return true;
+        }
         return false;
+    }
     bool hit = false;
     pthread_mutex_lock(&g_fault_lock);
     fault *f = fault_find(function);
@@ -110,6 +123,11 @@ bool mock_fault(const char *function, int32_t *code)
             f->remaining--;
     }
     pthread_mutex_unlock(&g_fault_lock);
+    if (!hit && atomic_load_explicit(&g_helper_host, memory_order_relaxed) &&
+        strncmp(function, "aclprof", 7) == 0) {
+        *code = ACL_ERROR_FEATURE_UNSUPPORTED;
+        hit = true;
+    }
     return hit;
 }
 
@@ -262,6 +280,7 @@ static void load_env_settings(void)
     atomic_store(&g_write_chunk, 0);
     atomic_store(&g_corrupt_every, 0);
     atomic_store(&g_writer_delay_us, 0);
+    atomic_store(&g_helper_host, 0);
 
     const char *v;
     if ((v = getenv("ACLMOCK_NOINIT")) != NULL && *v) {
@@ -293,6 +312,13 @@ static void load_env_settings(void)
             atomic_store(&g_realtime, (int)n);
         else
             env_warn("ACLMOCK_REALTIME", v);
+    }
+    if ((v = getenv("ACLMOCK_HELPER_HOST")) != NULL && *v) {
+        uint32_t n;
+        if (parse_u32(v, 0, 1, &n))
+            atomic_store(&g_helper_host, (int)n);
+        else
+            env_warn("ACLMOCK_HELPER_HOST", v);
     }
 }
 
@@ -358,6 +384,7 @@ MOCK_EXPORT int aclmockGetStats(aclmockStats *out)
     mock_msproftx_stats(out);
     mock_subscribe_stats(out);
     mock_opdesc_stats(out);
+    mock_model_stats(out);
     mock_unlock();
     return ACL_SUCCESS;
 }
@@ -421,5 +448,13 @@ MOCK_EXPORT int aclmockSetWriterDelayUs(uint32_t us)
     if (us > 10u * 1000u * 1000u)
         return ACL_ERROR_INVALID_PARAM;
     atomic_store(&g_writer_delay_us, us);
+    return ACL_SUCCESS;
+}
+
+MOCK_EXPORT int aclmockSetHelperHost(int enabled)
+{
+    if (enabled != 0 && enabled != 1)
+        return ACL_ERROR_INVALID_PARAM;
+    atomic_store(&g_helper_host, enabled);
     return ACL_SUCCESS;
 }

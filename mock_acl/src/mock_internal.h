@@ -152,4 +152,7 @@ uint32_t mock_crc32c_signature(const void *data, size_t len);  /* ~crc over [4, 
 /* Stores name and type in the side table and returns the new opIndex (>= 1). */
 uint64_t mock_opdesc_register(const char *name, const char *type);
 
+/* ---- model.c: datasets (appended) -------------------------------------------------- */
+void mock_model_stats(aclmockStats *out);   /* lock held: datasets and data buffers in use */
+
 #endif

@@ -16,6 +16,10 @@
  * Executions of one model are serialised by that model's exec_lock (one model = one
  * stream); different models execute concurrently. A model is reference counted, so an
  * aclmdlUnload (or aclmockReset) during an execution frees it when the execution ends.
+ *
+ * Datasets. aclmdlExecute takes two aclmdlDataset handles, as in CANN (NULL is rejected);
+ * the models have no inputs or outputs, so the datasets must be empty (README, "Datasets
+ * and aclmdlExecute").
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -25,7 +29,6 @@
 #include <time.h>
 
 #include "mock_internal.h"
-#include "subscribe_private.h"
 
 #define MODEL_MAGIC "aclmock-model 1"
 #define MAX_FILE_BYTES (256u << 20)       /* refuse absurd files instead of exhausting memory */
@@ -336,6 +339,190 @@ static char *read_file(const char *path, size_t *len)
     return buf;
 }
 
+/* ---- datasets and data buffers --------------------------------------------------------
+ *
+ * The real aclmdlDataset is a vector of (aclDataBuffer *, tensor desc) pairs; it keeps the
+ * buffer pointers it is given and reads them at every aclmdlExecute, and destroying it does
+ * not destroy the buffers (GE model_om2.cpp). The mock does the same: a dataset stores the
+ * caller's aclDataBuffer pointers and aclmdlExecute reads each buffer's fields, so a buffer
+ * destroyed while still in a dataset is a use-after-free here too (visible under ASan).
+ * Both kinds of object are kept in registries (under g_mock_lock) only to reject foreign or
+ * destroyed handles at the API with 100000, as the mock does for every other handle, and to
+ * count them for aclmockGetStats. They are the caller's objects, so aclmockReset leaves
+ * them alone. */
+
+struct aclDataBuffer {
+    void *data;                  /* device memory in CANN; never dereferenced */
+    size_t length;
+    struct aclDataBuffer *next;  /* registry */
+};
+
+struct aclmdlDataset {
+    aclDataBuffer **bufs;        /* the caller's pointers, in the order added */
+    size_t n, cap;
+    struct aclmdlDataset *next;  /* registry */
+};
+
+static aclDataBuffer *g_buffers;
+static aclmdlDataset *g_datasets;
+static uint64_t g_nbuffers, g_ndatasets;
+
+/* Caller holds g_mock_lock. */
+static bool buffer_live(const aclDataBuffer *b)
+{
+    for (const aclDataBuffer *p = g_buffers; p != NULL; p = p->next) {
+        if (p == b)
+            return true;
+    }
+    return false;
+}
+
+/* Caller holds g_mock_lock. */
+static bool dataset_live(const aclmdlDataset *d)
+{
+    for (const aclmdlDataset *p = g_datasets; p != NULL; p = p->next) {
+        if (p == d)
+            return true;
+    }
+    return false;
+}
+
+/* What GE's ModelExecute checks before it looks the model up. It walks every buffer of
+ * both datasets (reading the kept pointers: a destroyed buffer is read after free, as in
+ * CANN), and a synchronous execution with an output buffer whose data is NULL asks the
+ * model for that output's size: these models have no outputs, so that is 100000 (GE:
+ * "outputDesc size mismatch with blobs size"). Caller holds g_mock_lock. */
+static aclError datasets_check_for_execute(const aclmdlDataset *input, const aclmdlDataset *output)
+{
+    if (!dataset_live(input) || !dataset_live(output))
+        return ACL_ERROR_INVALID_PARAM;   /* deviation: CANN would dereference it */
+    size_t total = 0;
+    for (size_t k = 0; k < input->n; k++)
+        total += input->bufs[k]->length;
+    bool need_alloc = false;
+    for (size_t k = 0; k < output->n; k++) {
+        total += output->bufs[k]->length;
+        need_alloc |= output->bufs[k]->data == NULL;
+    }
+    volatile size_t sink = total;   /* the reads above are the point: keep them */
+    (void)sink;
+    return need_alloc ? ACL_ERROR_INVALID_PARAM : ACL_SUCCESS;
+}
+
+MOCK_EXPORT aclDataBuffer *aclCreateDataBuffer(void *data, size_t size)
+{
+    MOCK_FAULT_RETURN(NULL);
+    aclDataBuffer *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return NULL;
+    b->data = data;
+    b->length = size;
+    mock_lock();
+    b->next = g_buffers;
+    g_buffers = b;
+    g_nbuffers++;
+    mock_unlock();
+    return b;
+}
+
+MOCK_EXPORT aclError aclDestroyDataBuffer(const aclDataBuffer *dataBuffer)
+{
+    MOCK_FAULT_RETURN_CODE();
+    if (dataBuffer == NULL)
+        return ACL_ERROR_INVALID_PARAM;
+    mock_lock();
+    for (aclDataBuffer **pp = &g_buffers; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == dataBuffer) {
+            aclDataBuffer *b = *pp;
+            *pp = b->next;
+            g_nbuffers--;
+            mock_unlock();
+            free(b);   /* datasets that still hold it keep a dangling pointer, as in CANN */
+            return ACL_SUCCESS;
+        }
+    }
+    mock_unlock();
+    return ACL_ERROR_INVALID_PARAM;   /* deviation: a double destroy is a double free in CANN */
+}
+
+/* CANN declares it `()`; a definition needs the (void). */
+MOCK_EXPORT aclmdlDataset *aclmdlCreateDataset(void)
+{
+    MOCK_FAULT_RETURN(NULL);
+    aclmdlDataset *d = calloc(1, sizeof *d);
+    if (d == NULL)
+        return NULL;
+    mock_lock();
+    d->next = g_datasets;
+    g_datasets = d;
+    g_ndatasets++;
+    mock_unlock();
+    return d;
+}
+
+MOCK_EXPORT aclError aclmdlDestroyDataset(const aclmdlDataset *dataset)
+{
+    MOCK_FAULT_RETURN_CODE();
+    if (dataset == NULL)
+        return ACL_ERROR_INVALID_PARAM;
+    mock_lock();
+    for (aclmdlDataset **pp = &g_datasets; *pp != NULL; pp = &(*pp)->next) {
+        if (*pp == dataset) {
+            aclmdlDataset *d = *pp;
+            *pp = d->next;
+            g_ndatasets--;
+            mock_unlock();
+            free(d->bufs);   /* the buffers themselves stay the caller's */
+            free(d);
+            return ACL_SUCCESS;
+        }
+    }
+    mock_unlock();
+    return ACL_ERROR_INVALID_PARAM;   /* deviation: a double destroy is a double free in CANN */
+}
+
+MOCK_EXPORT aclError aclmdlAddDatasetBuffer(aclmdlDataset *dataset, aclDataBuffer *dataBuffer)
+{
+    MOCK_FAULT_RETURN_CODE();
+    if (dataset == NULL || dataBuffer == NULL)
+        return ACL_ERROR_INVALID_PARAM;
+    aclError ret = ACL_SUCCESS;
+    mock_lock();
+    if (!dataset_live(dataset) || !buffer_live(dataBuffer)) {
+        ret = ACL_ERROR_INVALID_PARAM;   /* deviation: CANN stores whatever it is given */
+    } else if (dataset->n == dataset->cap) {
+        size_t ncap = dataset->cap ? dataset->cap * 2 : 4;
+        aclDataBuffer **n = realloc(dataset->bufs, ncap * sizeof *n);
+        if (n == NULL) {
+            ret = ACL_ERROR_BAD_ALLOC;
+        } else {
+            dataset->bufs = n;
+            dataset->cap = ncap;
+        }
+    }
+    if (ret == ACL_SUCCESS)
+        dataset->bufs[dataset->n++] = dataBuffer;   /* the same buffer may be added twice */
+    mock_unlock();
+    return ret;
+}
+
+MOCK_EXPORT size_t aclmdlGetDatasetNumBuffers(const aclmdlDataset *dataset)
+{
+    MOCK_FAULT_RETURN(0);
+    if (dataset == NULL)
+        return 0;
+    mock_lock();
+    size_t n = dataset_live(dataset) ? dataset->n : 0;
+    mock_unlock();
+    return n;
+}
+
+void mock_model_stats(aclmockStats *out)
+{
+    out->datasetsInUse = g_ndatasets;
+    out->dataBuffersInUse = g_nbuffers;
+}
+
 /* ---- public API ------------------------------------------------------------------------ */
 
 MOCK_EXPORT aclError aclmdlLoadFromFile(const char *modelPath, uint32_t *modelId)
@@ -441,16 +628,23 @@ static void sleep_until_ns(uint64_t t)
 MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
                                    aclmdlDataset *output)
 {
-    (void)input;   /* the simulation has no tensors */
-    (void)output;
     int32_t code;
     if (mock_fault(__func__, &code))
         return code;
+    /* GE's ModelExecute checks both datasets before anything else, the model id included
+     * (api/acl/acl_model/model/model.cpp, ACL_REQUIRES_NOT_NULL_WITH_INPUT_REPORT). */
+    if (input == NULL || output == NULL)
+        return ACL_ERROR_INVALID_PARAM;
     mock_lock();
-    size_t i = model_index(modelId);
-    if (i == SIZE_MAX) {
+    aclError ret = datasets_check_for_execute(input, output);
+    size_t i = ret == ACL_SUCCESS ? model_index(modelId) : SIZE_MAX;
+    if (ret == ACL_SUCCESS && i == SIZE_MAX)
+        ret = ACL_ERROR_GE_EXEC_MODEL_ID_INVALID;   /* ModelManager::ExecuteModel, passed through */
+    else if (ret == ACL_SUCCESS && (input->n != 0 || output->n != 0))
+        ret = ACL_ERROR_GE_PARAM_INVALID;   /* these models have no inputs or outputs */
+    if (ret != ACL_SUCCESS) {
         mock_unlock();
-        return ACL_ERROR_INVALID_MODEL_ID;
+        return ret;
     }
     mock_model *m = g_models[i];
     atomic_fetch_add(&m->refs, 1);
@@ -479,10 +673,13 @@ MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
     return ACL_SUCCESS;
 }
 
-/* Unloading a subscribed model unsubscribes it first, exactly as aclprofModelUnSubscribe
- * would (queued records flushed, fd closed, -1 written): once the model is gone the user
- * could no longer unsubscribe it (that needs a loaded model id), and the pipe would never
- * see EOF. */
+/* Unloading a subscribed model does NOT unsubscribe it, as in CANN: GE's unload path
+ * (GeExecutor::UnloadModel -> ModelManager::Unload) only deletes the model and erases the
+ * model -> device map (MsprofUnsetDeviceIdByGeModelIdx); nothing tells the profiler. The
+ * subscription stays: the library keeps the caller's fd open, the mode stays SUBSCRIBE,
+ * and aclprofModelUnSubscribe(id) now fails with 100011 because the id is no longer known
+ * (ProfCheckModelLoaded). Only aclmockReset (in CANN: the end of the process) releases
+ * it. Unsubscribe before unloading. */
 MOCK_EXPORT aclError aclmdlUnload(uint32_t modelId)
 {
     int32_t code;
@@ -497,10 +694,7 @@ MOCK_EXPORT aclError aclmdlUnload(uint32_t modelId)
     mock_model *m = g_models[i];
     memmove(&g_models[i], &g_models[i + 1], (g_nmodels - i - 1) * sizeof *g_models);
     g_nmodels--;
-    sub_entry *sub = mock_subscribe_detach(modelId);
     mock_unlock();
-    if (sub != NULL)
-        mock_subscribe_finish_detach(sub);
     model_release(m);
     return ACL_SUCCESS;
 }

@@ -1,6 +1,7 @@
-/* model.c -> subscribe.c: the two halves of an unsubscription, for aclmdlUnload.
+/* subscribe.c: the two halves of an unsubscription. (aclmdlUnload used them until it
+ * stopped unsubscribing, as CANN's does not: see model.c.)
  *
- * Kept out of mock_internal.h because only these two files use it. Unsubscribing is split
+ * Kept out of mock_internal.h because only subscribe.c uses it. Unsubscribing is split
  * in two so that the slow half (waiting for the writer to drain the model's queued records
  * into a pipe that a reader may be slow to empty) runs WITHOUT g_mock_lock: a reader
  * thread may itself call a function that takes the global lock.

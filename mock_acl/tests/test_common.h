@@ -210,4 +210,17 @@ static inline int tc_summary(const char *file)
 }
 #define test_summary() tc_summary(__FILE__)
 
+/* aclmdlExecute with two empty datasets, created and destroyed around the call: CANN rejects
+ * NULL datasets with 100000, and the mock's models have no inputs or outputs. */
+static inline aclError execute_empty(uint32_t model)
+{
+    aclmdlDataset *in = aclmdlCreateDataset(), *out = aclmdlCreateDataset();
+    aclError ret = (in && out) ? aclmdlExecute(model, in, out) : ACL_ERROR_BAD_ALLOC;
+    if (in)
+        aclmdlDestroyDataset(in);
+    if (out)
+        aclmdlDestroyDataset(out);
+    return ret;
+}
+
 #endif

@@ -385,13 +385,13 @@ TEST(load_accepts_and_ids)
     CHECK_EQ(aclmdlUnload(b), ACL_ERROR_INVALID_MODEL_ID);
     CHECK_EQ(load_text("aclmock-model 1\n", &c), ACL_SUCCESS);
     CHECK_EQ(c, 3);   /* never reused */
-    CHECK_EQ(aclmdlExecute(b, NULL, NULL), ACL_ERROR_INVALID_MODEL_ID);
-    CHECK_EQ(aclmdlExecute(a, NULL, NULL), ACL_SUCCESS);
-    CHECK_EQ(aclmdlExecute(c, NULL, NULL), ACL_SUCCESS);   /* no ops: nothing happens */
+    CHECK_EQ(execute_empty(b), ACL_ERROR_GE_EXEC_MODEL_ID_INVALID);
+    CHECK_EQ(execute_empty(a), ACL_SUCCESS);
+    CHECK_EQ(execute_empty(c), ACL_SUCCESS);   /* no ops: nothing happens */
     aclmockReset();
     CHECK_EQ(load_text("aclmock-model 1\n", &d), ACL_SUCCESS);
     CHECK_EQ(d, 1);
-    CHECK_EQ(aclmdlExecute(a + 1000, NULL, NULL), ACL_ERROR_INVALID_MODEL_ID);
+    CHECK_EQ(execute_empty(a + 1000), ACL_ERROR_GE_EXEC_MODEL_ID_INVALID);
 }
 
 /* ---- tests: the main flow ---------------------------------------------------------------- */
@@ -414,7 +414,7 @@ TEST(subscribe_execute_read)
     clock_gettime(CLOCK_MONOTONIC, &ts);
     t0 = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
     for (int i = 0; i < N_EXEC; i++)
-        CHECK_EQ(aclmdlExecute(model, NULL, NULL), ACL_SUCCESS);
+        CHECK_EQ(execute_empty(model), ACL_SUCCESS);
     CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
     CHECK_EQ(g_pipe[0][1], -1);             /* closed by the library */
     CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_OFF);
@@ -494,7 +494,7 @@ static size_t collect(uint32_t model, int executions, unsigned char **out, size_
     reader_start(&rd, rfd, rec_size, 4096, false);
     aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
     for (int i = 0; i < executions; i++)
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     aclprofModelUnSubscribe(model);
     reader_join(&rd);
     aclprofDestroySubscribeConfig(cfg);
@@ -630,7 +630,7 @@ TEST(corrupt_every)
     aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
     REQUIRE(cfg != NULL);
     for (int i = 0; i < 20; i++)
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
     reader_join(&rd);
     REQUIRE(rd.ndecoded == 60);
@@ -667,7 +667,7 @@ TEST(chunked_writes)
     aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
     REQUIRE(cfg != NULL);
     for (int i = 0; i < 10; i++)
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
     reader_join(&rd);
     CHECK_EQ(rd.ndecoded, 30);
@@ -695,7 +695,7 @@ TEST(size_72)
     aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
     REQUIRE(cfg != NULL);
     for (int i = 0; i < 5; i++)
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
     reader_join(&rd);
     REQUIRE(rd.len == 15 * 72);
@@ -734,7 +734,7 @@ TEST(nonblocking_slow_reader)
     aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
     REQUIRE(cfg != NULL);
     for (int i = 0; i < 200; i++)   /* 600 records = 48000 bytes >> 4096 */
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     pthread_create(&rd.thread, NULL, reader_main, &rd);
     CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
     reader_join(&rd);
@@ -768,7 +768,7 @@ TEST(blocking_small_pipe_writer_delay)
     aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
     REQUIRE(cfg != NULL);
     for (int i = 0; i < 100; i++)
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     pthread_create(&rd.thread, NULL, reader_main, &rd);
     CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
     reader_join(&rd);
@@ -877,7 +877,7 @@ TEST(time_info_off)
     aclprofSubscribeConfig *cfg = aclprofCreateSubscribeConfig(0, ACL_AICORE_ARITHMETIC_UTILIZATION,
                                                                &g_pipe[0][1]);
     CHECK_EQ(aclprofModelSubscribe(model, cfg), ACL_SUCCESS);
-    aclmdlExecute(model, NULL, NULL);
+    execute_empty(model);
     CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
     reader_join(&rd);
     REQUIRE(rd.ndecoded == 3);
@@ -908,8 +908,8 @@ TEST(microseconds_and_realtime)
     REQUIRE(cfg != NULL);
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
-    CHECK_EQ(aclmdlExecute(model, NULL, NULL), ACL_SUCCESS);
-    CHECK_EQ(aclmdlExecute(model, NULL, NULL), ACL_SUCCESS);
+    CHECK_EQ(execute_empty(model), ACL_SUCCESS);
+    CHECK_EQ(execute_empty(model), ACL_SUCCESS);
     clock_gettime(CLOCK_MONOTONIC, &b);
     uint64_t a_us = (uint64_t)a.tv_sec * 1000000u + (uint64_t)a.tv_nsec / 1000u;
     uint64_t b_us = (uint64_t)b.tv_sec * 1000000u + (uint64_t)b.tv_nsec / 1000u;
@@ -944,15 +944,23 @@ TEST(unload_subscribed_model)
     aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
     REQUIRE(cfg != NULL);
     for (int i = 0; i < 10; i++)
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
+    CHECK_EQ(aclmockWaitWriterIdle(10000), ACL_SUCCESS);
+    /* As in CANN (GE's unload path never tells the profiler): the subscription outlives
+     * the model, the library keeps the fd, and it can no longer be unsubscribed. */
     CHECK_EQ(aclmdlUnload(model), ACL_SUCCESS);
+    CHECK(g_pipe[0][1] >= 0);
+    CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_SUBSCRIBE);
+    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_ERROR_INVALID_MODEL_ID);
+    CHECK_EQ(aclprofModelSubscribe(model, cfg), ACL_ERROR_INVALID_MODEL_ID);
+    CHECK_EQ(aclprofInit("/tmp", 4), ACL_ERROR_PROF_API_CONFLICT);   /* still subscribed */
+    CHECK(g_pipe[0][1] >= 0);
+    /* Only the reset (the process's end) releases it: the reader then sees EOF. */
+    aclmockReset();
     CHECK_EQ(g_pipe[0][1], -1);
-    CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_OFF);
     reader_join(&rd);
     CHECK(rd.eof);
     CHECK_EQ(rd.ndecoded, 30);
-    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_ERROR_INVALID_MODEL_ID);
-    CHECK_EQ(aclprofModelSubscribe(model, cfg), ACL_ERROR_INVALID_MODEL_ID);
     aclprofDestroySubscribeConfig(cfg);
     close(g_pipe[0][0]);
     reader_free(&rd);
@@ -983,7 +991,7 @@ TEST(emit_log)
     aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
     REQUIRE(cfg != NULL);
     for (int i = 0; i < 4; i++)
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     CHECK_EQ(aclmockWaitWriterIdle(5000), ACL_SUCCESS);
     CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
     reader_join(&rd);
@@ -1029,7 +1037,7 @@ TEST(fault_injection)
     CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_OFF);
     CHECK_EQ(aclprofModelSubscribe(model, cfg), ACL_SUCCESS);
     CHECK_EQ(aclmockFailNext("aclmdlExecute", 1, 507011), ACL_SUCCESS);
-    CHECK_EQ(aclmdlExecute(model, NULL, NULL), 507011);
+    CHECK_EQ(execute_empty(model), 507011);
     CHECK_EQ(stats().recordsEmitted, 0);
     CHECK_EQ(aclmockFailNext("aclprofModelUnSubscribe", 1, ACL_ERROR_FAILURE), ACL_SUCCESS);
     CHECK_EQ(aclprofModelUnSubscribe(model), ACL_ERROR_FAILURE);
@@ -1065,8 +1073,8 @@ TEST(reset_mid_subscription)
     REQUIRE(subscribe_std(m1, 0) != NULL);   /* configs are freed by the reset */
     REQUIRE(subscribe_std(m2, 1) != NULL);
     for (int i = 0; i < 30; i++) {
-        aclmdlExecute(m1, NULL, NULL);
-        aclmdlExecute(m2, NULL, NULL);
+        execute_empty(m1);
+        execute_empty(m2);
     }
     aclmockReset();
     CHECK_EQ(g_pipe[0][1], -1);
@@ -1080,7 +1088,7 @@ TEST(reset_mid_subscription)
     aclmockStats s = stats();
     CHECK_EQ(s.recordsEmitted, 0);
     CHECK_EQ(s.nameTableEntries, 0);
-    CHECK_EQ(aclmdlExecute(m1, NULL, NULL), ACL_ERROR_INVALID_MODEL_ID);
+    CHECK_EQ(execute_empty(m1), ACL_ERROR_GE_EXEC_MODEL_ID_INVALID);
     close(g_pipe[0][0]);
     close(g_pipe[1][0]);
     reader_free(&r0);
@@ -1095,7 +1103,7 @@ TEST(reset_with_stalled_reader)
     make_pipe(0);
     REQUIRE(subscribe_std(model, 0) != NULL);
     for (int i = 0; i < 1000; i++)   /* 3000 records = 240 kB > 64 kB pipe */
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     aclmockReset();
@@ -1123,7 +1131,7 @@ TEST(reader_gone_epipe)
     aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
     REQUIRE(cfg != NULL);
     for (int i = 0; i < 10; i++)
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     CHECK_EQ(aclmockWaitWriterIdle(5000), ACL_SUCCESS);
     aclmockStats s = stats();
     CHECK_EQ(s.recordsEmitted, 30);
@@ -1151,7 +1159,7 @@ TEST(queue_full_drops)
     make_pipe(0);
     aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
     REQUIRE(cfg != NULL);
-    CHECK_EQ(aclmdlExecute(model, NULL, NULL), ACL_SUCCESS);
+    CHECK_EQ(execute_empty(model), ACL_SUCCESS);
     aclmockStats s = stats();
     CHECK_EQ(s.recordsEmitted, 250000);
     CHECK(s.recordsDropped >= 40000);
@@ -1182,7 +1190,7 @@ TEST(reader_calls_mock_during_unsubscribe)
     aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
     REQUIRE(cfg != NULL);
     for (int i = 0; i < 300; i++)
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     reader rd;
     memset(&rd, 0, sizeof rd);
     rd.fd = g_pipe[0][0];
@@ -1216,20 +1224,20 @@ TEST(fork_with_subscription)
     aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
     REQUIRE(cfg != NULL);
     for (int i = 0; i < 10; i++)
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     fflush(NULL);
     pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
         alarm(10);   /* a hang kills the child: the parent sees a signal */
         for (int i = 0; i < 5; i++)
-            aclmdlExecute(model, NULL, NULL);
+            execute_empty(model);
         int ok = aclprofModelUnSubscribe(model) == ACL_SUCCESS && g_pipe[0][1] == -1;
         aclmockReset();
         _exit(ok ? 0 : 1);
     }
     for (int i = 0; i < 10; i++)
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     int status = 0;
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
@@ -1253,7 +1261,7 @@ static void *exec_main(void *p)
 {
     exec_arg *a = p;
     for (int i = 0; i < a->times; i++)
-        aclmdlExecute(a->model, NULL, NULL);
+        execute_empty(a->model);
     return NULL;
 }
 
@@ -1319,7 +1327,7 @@ TEST(throughput)
     struct timespec a, b;
     clock_gettime(CLOCK_MONOTONIC, &a);
     for (int i = 0; i < 150; i++)   /* 150000 records: below the 200000-record ring */
-        aclmdlExecute(model, NULL, NULL);
+        execute_empty(model);
     CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
     reader_join(&rd);
     clock_gettime(CLOCK_MONOTONIC, &b);
@@ -1333,6 +1341,126 @@ TEST(throughput)
     close(g_pipe[0][0]);
     reader_free(&rd);
     /* 150000 unread names: the next aclmockReset frees them. */
+}
+
+/* ---- tests: datasets and aclmdlExecute's argument checks (audit row 15) -------------------- */
+
+TEST(execute_needs_datasets)
+{
+    uint32_t model = 0;
+    REQUIRE(load_text("aclmock-model 1\nop\ta\tA\t100\nop\tb\tB\t200\n", &model) == ACL_SUCCESS);
+    make_pipe(0);
+    aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
+    REQUIRE(cfg != NULL);
+    aclmdlDataset *in = aclmdlCreateDataset(), *out = aclmdlCreateDataset();
+    REQUIRE(in != NULL && out != NULL);
+    CHECK_EQ(aclmdlGetDatasetNumBuffers(in), 0);
+    CHECK_EQ(stats().datasetsInUse, 2);
+
+    /* NULL datasets are rejected before the model id is looked at, as GE does. */
+    CHECK_EQ(aclmdlExecute(model, NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmdlExecute(model, in, NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmdlExecute(model, NULL, out), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmdlExecute(model + 1000, NULL, NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmdlExecute(model + 1000, in, out), ACL_ERROR_GE_EXEC_MODEL_ID_INVALID);
+    CHECK_EQ(stats().recordsEmitted, 0);   /* none of them ran the model */
+
+    CHECK_EQ(aclmdlExecute(model, in, out), ACL_SUCCESS);
+    CHECK_EQ(stats().recordsEmitted, 2);
+
+    /* The models have no inputs or outputs: any buffer is a count mismatch (GE 145000),
+     * found after the model id. */
+    static char host[16];
+    aclDataBuffer *b = aclCreateDataBuffer(host, sizeof host);
+    REQUIRE(b != NULL);
+    CHECK_EQ(stats().dataBuffersInUse, 1);
+    CHECK_EQ(aclmdlAddDatasetBuffer(NULL, b), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmdlAddDatasetBuffer(in, NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmdlAddDatasetBuffer(in, b), ACL_SUCCESS);
+    CHECK_EQ(aclmdlGetDatasetNumBuffers(in), 1);
+    CHECK_EQ(aclmdlGetDatasetNumBuffers(NULL), 0);
+    CHECK_EQ(aclmdlExecute(model, in, out), ACL_ERROR_GE_PARAM_INVALID);
+    CHECK_EQ(aclmdlExecute(model + 1000, in, out), ACL_ERROR_GE_EXEC_MODEL_ID_INVALID);
+    CHECK_EQ(stats().recordsEmitted, 2);
+
+    /* An output buffer without memory makes a synchronous execute ask the model for that
+     * output's size: 100000 here, before the model id. */
+    aclmdlDataset *empty = aclmdlCreateDataset(), *out2 = aclmdlCreateDataset();
+    aclDataBuffer *nodata = aclCreateDataBuffer(NULL, 0);
+    REQUIRE(empty != NULL && out2 != NULL && nodata != NULL);
+    CHECK_EQ(aclmdlAddDatasetBuffer(out2, nodata), ACL_SUCCESS);
+    CHECK_EQ(aclmdlExecute(model, empty, out2), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmdlExecute(model + 1000, empty, out2), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(stats().recordsEmitted, 2);
+
+    /* Destroying a dataset leaves its buffers to the caller; destroyed or foreign handles
+     * are rejected (the mock's handle registries). */
+    CHECK_EQ(aclmdlDestroyDataset(in), ACL_SUCCESS);
+    CHECK_EQ(stats().datasetsInUse, 3);
+    CHECK_EQ(stats().dataBuffersInUse, 2);
+    CHECK_EQ(aclmdlDestroyDataset(in), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmdlDestroyDataset(NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmdlExecute(model, in, out), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmdlGetDatasetNumBuffers(in), 0);
+    CHECK_EQ(aclmdlAddDatasetBuffer((aclmdlDataset *)host, b), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclDestroyDataBuffer(b), ACL_SUCCESS);
+    CHECK_EQ(aclDestroyDataBuffer(b), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclDestroyDataBuffer(NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmdlAddDatasetBuffer(out, b), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmdlDestroyDataset(out2), ACL_SUCCESS);
+    CHECK_EQ(aclDestroyDataBuffer(nodata), ACL_SUCCESS);
+
+    /* Fault injection covers the new functions; aclmockReset leaves the caller's objects. */
+    CHECK_EQ(aclmockFailNext("aclmdlCreateDataset", 1, 500001), ACL_SUCCESS);
+    CHECK(aclmdlCreateDataset() == NULL);
+    CHECK_EQ(aclmockFailNext("aclmdlAddDatasetBuffer", 1, 500001), ACL_SUCCESS);
+    CHECK_EQ(aclmdlAddDatasetBuffer(out, b), 500001);
+    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
+    CHECK_EQ(aclprofDestroySubscribeConfig(cfg), ACL_SUCCESS);
+    close(g_pipe[0][0]);
+    aclmockReset();
+    CHECK_EQ(stats().datasetsInUse, 2);
+    CHECK_EQ(aclmdlDestroyDataset(out), ACL_SUCCESS);
+    CHECK_EQ(aclmdlDestroyDataset(empty), ACL_SUCCESS);
+    CHECK_EQ(stats().datasetsInUse, 0);
+}
+
+/* Audit section 4 item 4: on a helper host every profiling call answers 200006, and the
+ * u64 getters return it as their VALUE. */
+TEST(helper_host)
+{
+    uint32_t model = 0;
+    REQUIRE(load_text("aclmock-model 1\nop\ta\tA\t100\n", &model) == ACL_SUCCESS);
+    CHECK_EQ(aclmockSetHelperHost(2), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmockSetHelperHost(1), ACL_SUCCESS);
+    unsigned char rec[80] = { 0 };
+    size_t size = 0;
+    CHECK_EQ(aclprofGetOpDescSize(&size), ACL_ERROR_FEATURE_UNSUPPORTED);
+    CHECK_EQ(size, 0);
+    CHECK_EQ_U64(aclprofGetOpStart(rec, sizeof rec, 0), 200006);
+    CHECK_EQ_U64(aclprofGetOpEnd(rec, sizeof rec, 0), 200006);
+    CHECK_EQ_U64(aclprofGetOpDuration(rec, sizeof rec, 0), 200006);
+    CHECK_EQ(aclprofGetModelId(rec, sizeof rec, 0), 200006);
+    CHECK(aclprofGetOpAttriValue(rec, sizeof rec, 0, ACL_SUBSCRIBE_ATTRI_THREADID) == NULL);
+    CHECK_EQ(aclprofInit("/tmp", 4), ACL_ERROR_FEATURE_UNSUPPORTED);
+    CHECK(aclprofCreateStamp() == NULL);
+    CHECK(aclprofCreateSubscribeConfig(1, ACL_AICORE_NONE, &g_pipe[0][1]) == NULL);
+    CHECK_EQ(aclprofModelSubscribe(model, NULL), ACL_ERROR_FEATURE_UNSUPPORTED);
+    /* An injected fault still wins; the runtime and model calls are not profiling calls. */
+    CHECK_EQ(aclmockFailNext("aclprofPop", 1, 500005), ACL_SUCCESS);
+    CHECK_EQ(aclprofPop(), 500005);
+    CHECK_EQ(aclprofPop(), ACL_ERROR_FEATURE_UNSUPPORTED);
+    CHECK_EQ(execute_empty(model), ACL_SUCCESS);
+    /* aclmockReset restores the default, and the environment sets it. */
+    aclmockReset();
+    CHECK_EQ(aclprofGetOpDescSize(&size), ACL_SUCCESS);
+    CHECK_EQ(size, 80);
+    setenv("ACLMOCK_HELPER_HOST", "1", 1);
+    aclmockReset();
+    CHECK_EQ(aclprofGetOpDescSize(&size), ACL_ERROR_FEATURE_UNSUPPORTED);
+    unsetenv("ACLMOCK_HELPER_HOST");
+    aclmockReset();
+    CHECK_EQ(aclprofGetOpDescSize(&size), ACL_SUCCESS);
 }
 
 int main(void)
@@ -1363,6 +1491,8 @@ int main(void)
     RUN(fork_with_subscription);
     RUN(concurrent_models_one_pipe);
     RUN(throughput);
+    RUN(execute_needs_datasets);
+    RUN(helper_host);
     int rc = test_summary();
     tmp_cleanup();
     return rc;

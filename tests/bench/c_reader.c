@@ -145,15 +145,27 @@ static int run_once(uint32_t model_id, long iterations, reader_t *out, double *s
     pthread_t thread;
     pthread_create(&thread, NULL, reader_main, out);
 
+    /* Empty datasets: CANN rejects NULL ones, and the mock's models have no tensors. */
+    aclmdlDataset *in = aclmdlCreateDataset(), *no_out = aclmdlCreateDataset();
+    if (in == NULL || no_out == NULL) {
+        fprintf(stderr, "aclmdlCreateDataset failed\n");
+        return 1;
+    }
     uint64_t t0 = now_ns();
-    for (long i = 0; i < iterations; i++)
-        aclmdlExecute(model_id, NULL, NULL);
+    for (long i = 0; i < iterations; i++) {
+        if ((rc = aclmdlExecute(model_id, in, no_out)) != ACL_SUCCESS) {
+            fprintf(stderr, "aclmdlExecute failed: %d\n", rc);
+            return 1;
+        }
+    }
     aclmockWaitWriterIdle(600000);
     aclprofModelUnSubscribe(model_id);   /* flushes, closes write_fd: the reader sees EOF */
     pthread_join(thread, NULL);
     *seconds = (double)(now_ns() - t0) / 1e9;
     close(fds[0]);
     aclprofDestroySubscribeConfig(cfg);
+    aclmdlDestroyDataset(in);
+    aclmdlDestroyDataset(no_out);
     return 0;
 }
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 from . import mdl, prof, rt, util
 from ._common import call_ret, text
 
-__all__ = ["init", "finalize", "prof", "rt", "mdl", "util"]
+__all__ = ["init", "finalize", "prof", "rt", "mdl", "util", "create_data_buffer",
+           "destroy_data_buffer"]
 
 
 def init(config_path: str | None = None) -> int:
@@ -25,3 +26,19 @@ def init(config_path: str | None = None) -> int:
 def finalize() -> int:
     """``aclFinalize``."""
     return call_ret("aclFinalize")
+
+
+def create_data_buffer(data: int, size: int) -> int:
+    """``aclCreateDataBuffer``: a handle for ``size`` bytes of device memory at ``data``."""
+    from ._common import address, fn, ptr
+
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise TypeError(f"size must be a non-negative int, not {size!r}")
+    return address(fn("aclCreateDataBuffer")(ptr(data), size))
+
+
+def destroy_data_buffer(data_buffer: int) -> int:
+    """``aclDestroyDataBuffer``."""
+    from ._common import ptr
+
+    return call_ret("aclDestroyDataBuffer", ptr(data_buffer, "aclDataBuffer *"))

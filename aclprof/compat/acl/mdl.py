@@ -1,10 +1,16 @@
-"""``acl.mdl``: the model calls the profiling samples use (pyACL conventions)."""
+"""``acl.mdl``: the model and dataset calls the profiling samples use (pyACL conventions).
+
+Datasets are int handles, as in pyACL. ``execute`` needs two of them: CANN rejects a NULL
+(0) dataset with ACL_ERROR_INVALID_PARAM (100000), so a model without inputs or outputs gets
+empty ones from :func:`create_dataset`.
+"""
 
 from __future__ import annotations
 
-from ._common import call_ret, ffi, ptr, text
+from ._common import address, call_ret, fn, ffi, ptr, text
 
-__all__ = ["load_from_file", "execute", "unload"]
+__all__ = ["load_from_file", "execute", "unload", "create_dataset", "destroy_dataset",
+           "add_dataset_buffer", "get_dataset_num_buffers"]
 
 
 def load_from_file(model_path: str) -> tuple[int, int]:
@@ -14,10 +20,32 @@ def load_from_file(model_path: str) -> tuple[int, int]:
 
 
 def execute(model_id: int, input: int, output: int) -> int:  # noqa: A002 - pyACL's names
-    """``aclmdlExecute``; ``input``/``output`` are aclmdlDataset handles (0 for none)."""
-    return call_ret("aclmdlExecute", model_id, ptr(input or 0, "aclmdlDataset *"),
-                    ptr(output or 0, "aclmdlDataset *"))
+    """``aclmdlExecute``; ``input``/``output`` are aclmdlDataset handles (0 is NULL: 100000)."""
+    return call_ret("aclmdlExecute", model_id, ptr(input, "aclmdlDataset *"),
+                    ptr(output, "aclmdlDataset *"))
 
 
 def unload(model_id: int) -> int:
     return call_ret("aclmdlUnload", model_id)
+
+
+def create_dataset() -> int:
+    """``aclmdlCreateDataset``: an empty dataset's handle (0 on failure)."""
+    return address(fn("aclmdlCreateDataset")())
+
+
+def destroy_dataset(dataset: int) -> int:
+    """``aclmdlDestroyDataset``; the buffers in it are not destroyed."""
+    return call_ret("aclmdlDestroyDataset", ptr(dataset, "aclmdlDataset *"))
+
+
+def add_dataset_buffer(dataset: int, data_buffer: int) -> tuple[int, int]:
+    """``aclmdlAddDatasetBuffer``; returns ``(dataset, ret)`` as pyACL does."""
+    ret = call_ret("aclmdlAddDatasetBuffer", ptr(dataset, "aclmdlDataset *"),
+                   ptr(data_buffer, "aclDataBuffer *"))
+    return dataset, ret
+
+
+def get_dataset_num_buffers(dataset: int) -> int:
+    """``aclmdlGetDatasetNumBuffers`` (0 for a NULL dataset)."""
+    return int(fn("aclmdlGetDatasetNumBuffers")(ptr(dataset, "aclmdlDataset *")))
