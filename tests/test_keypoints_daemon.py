@@ -116,3 +116,23 @@ def test_tail_prints_steps_from_a_real_agent():
             for f in (tail.stdout, tail.stderr):
                 f.close()
         daemon.cleanup()
+
+
+def test_export_summary_skips_steps_and_trace_names_them():
+    import io
+    import json
+
+    from aclprof.cli_export import write_chrome, write_csv
+
+    base = {"pid": 1, "device": 0, "model": 1, "start": 1000, "flag": 0, "thread_id": 0}
+    records = [dict(base, op_type="Conv2D", op_name="conv1", duration_ns=500, end=1500, kind="op"),
+               dict(base, op_type="na", op_name="keypoint_op", duration_ns=10**9, end=10**9 + 1000,
+                    kind="keypoint")]
+    out = io.StringIO()
+    assert write_csv([records], out) == 2
+    rows = out.getvalue().splitlines()[1:]
+    assert len(rows) == 1 and ",Conv2D," in rows[0] and rows[0].endswith(",100.00")
+    out = io.StringIO()
+    write_chrome([records], out)
+    events = [e for e in json.loads(out.getvalue())["traceEvents"] if e["ph"] == "X"]
+    assert [(e["name"], e["cat"]) for e in events] == [("conv1", "Conv2D"), ("step", "step")]
