@@ -101,7 +101,8 @@ def write_csv(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
 
 def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
     out.write('{"displayTimeUnit":"ns","otherData":{"generator":"aclprof export",'
-              '"clock":"the ACL library\'s op timestamps (the device clock; CLOCK_MONOTONIC on the mock)"},"traceEvents":[\n')
+              '"clock":"the ACL library\'s op timestamps (the device clock; CLOCK_MONOTONIC on the mock)"},'
+              '"traceEvents":[\n')
     processes: dict[int, str] = {}
     threads: dict[tuple[int, int], str] = {}
     first = True

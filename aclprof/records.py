@@ -81,8 +81,9 @@ class OpRecord(NamedTuple):
     as ``\\xNN``; ``"?"`` means the library could not return them. ``device_id`` is the
     record's ``devId``, or the subscription's device when the library left it 0 (unknown).
     ``kind`` is ``"op"``, or ``"keypoint"`` for a step keypoint record (``keypoint_op``/
-    ``na``: ``start``/``end`` are the step's, ``model_id`` the id the library stamped). A NamedTuple rather than a dataclass:
-    building one is ~3x cheaper, which is most of the cost of iterating a subscription.
+    ``na``: ``start``/``end`` are the step's, ``model_id`` the id the library stamped).
+    A NamedTuple rather than a dataclass: building one is ~3x cheaper, which is most of
+    the cost of iterating a subscription.
     """
 
     model_id: int

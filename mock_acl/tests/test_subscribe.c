@@ -1484,6 +1484,47 @@ TEST(device_clock_offset_and_devid_zero)
     reader_free(&rd);
 }
 
+/* The ACLMOCK_* defaults of this area are read at aclmockReset (and at load); an invalid
+ * value keeps the default. */
+TEST(record_settings_from_env)
+{
+    setenv("ACLMOCK_DEVICE_CLOCK_OFFSET_NS", "3600000000000", 1);
+    setenv("ACLMOCK_DEVID_ZERO", "1", 1);
+    setenv("ACLMOCK_STEP_KEYPOINT_MODEL", "1", 1);   /* model ids restart at 1 */
+    setenv("ACLMOCK_STEP_KEYPOINTS", "yes", 1);      /* invalid: stays on */
+    aclmockReset();
+    uint32_t model = load_std_model(4);
+    CHECK_EQ(model, 1);
+    make_pipe(0);
+    reader rd;
+    reader_start(&rd, g_pipe[0][0], 80, 80 * 4, true);
+    aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
+    REQUIRE(cfg != NULL);
+    uint64_t t0 = mono_ns();
+    aclprofStepInfo *si = aclprofCreateStepInfo();
+    CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_START, NULL), ACL_SUCCESS);
+    CHECK_EQ(aclmdlExecute(model, NULL, NULL), ACL_SUCCESS);
+    usleep(1000);
+    CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_END, NULL), ACL_SUCCESS);
+    aclprofDestroyStepInfo(si);
+    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
+    reader_join(&rd);
+    REQUIRE(rd.ndecoded == 4);
+    CHECK_STR_EQ(rd.names[3], "keypoint_op");
+    for (size_t i = 0; i < 4; i++) {
+        CHECK_EQ(rd32(rd.buf + i * 80, OFF_DEV), 0);
+        CHECK(rd64(rd.buf + i * 80, OFF_START) >= t0 + 3600000000000ull);
+    }
+    aclprofDestroySubscribeConfig(cfg);
+    close(g_pipe[0][0]);
+    reader_free(&rd);
+    unsetenv("ACLMOCK_DEVICE_CLOCK_OFFSET_NS");
+    unsetenv("ACLMOCK_DEVID_ZERO");
+    unsetenv("ACLMOCK_STEP_KEYPOINT_MODEL");
+    unsetenv("ACLMOCK_STEP_KEYPOINTS");
+    aclmockReset();
+}
+
 int main(void)
 {
     tmp_init();
@@ -1515,6 +1556,7 @@ int main(void)
     RUN(keypoints_default_unrouted);
     RUN(keypoints_routed_to_model);
     RUN(device_clock_offset_and_devid_zero);
+    RUN(record_settings_from_env);
     int rc = test_summary();
     tmp_cleanup();
     return rc;
