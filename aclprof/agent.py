@@ -705,12 +705,17 @@ class Agent:
         return self._flush_out()
 
     def _convert(self, w: _Watched, data: Any, names: Any) -> tuple[Any, dict[str, str]]:
-        """OP_DTYPE -> wire.RECORD_DTYPE with name ids mapped to this connection's ids."""
+        """OP_DTYPE -> wire.RECORD_DTYPE with name ids mapped to this connection's ids and
+        step keypoint records marked by ``wire.FLAG_KEYPOINT`` in ``flag``."""
         import numpy as np
 
         from . import wire
 
-        out = data.astype(wire.RECORD_DTYPE)  # same fields, same order: a copy
+        # The wire has no keypoint column: the mark travels as a bit of ``flag``.
+        out = data[list(wire.RECORD_DTYPE.names)].astype(wire.RECORD_DTYPE)  # a copy
+        keypoint = data["keypoint"]
+        if keypoint.any():
+            out["flag"][keypoint] |= wire.FLAG_KEYPOINT
         top = int(max(data["op_name"].max(), data["op_type"].max()))
         new: dict[str, str] = {}
         if w.map_gen != self._gen:  # a new connection: its name ids start afresh

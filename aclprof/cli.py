@@ -191,6 +191,11 @@ def _tail_line(r: dict[str, Any], colour: bool) -> str:
     else:
         t = "-"
     dur = format_ns(r.get("duration_ns"))
+    if r.get("kind") == "keypoint":
+        # A step boundary (CANN's keypoint_op record): the step's span, not an op.
+        mark = "\x1b[33m-- step\x1b[0m" if colour else "-- step"
+        return (f"{t}  pid {r.get('pid', '?'):<7} dev {r.get('device', '?'):<2} model {r.get('model', '?'):<4} "
+                f"{mark} {dur} ({r.get('start', '?')} .. {r.get('end', '?')}) --")
     op_type = str(r.get("op_type", "?"))
     if colour:
         op_type = f"\x1b[36m{op_type:<16}\x1b[0m"
@@ -265,6 +270,7 @@ def format_status(st: dict[str, Any]) -> str:
         lines.append(f"  pid {a.get('pid')} {a.get('service') or '-'} @{a.get('host', '?')}"
                      f"{' [' + labels + ']' if labels else ''}: {a.get('records', 0):,} records, "
                      f"{float(a.get('records_per_s', 0)):,.0f}/s, dropped {a.get('dropped', 0):,}, lag {lag_s}, "
+                     f"{'steps ' + format(a['steps'], ',') + ', ' if a.get('steps') else ''}"
                      f"connected {float(a.get('connected_s', 0)):.0f}s")
         for m in a.get("models") or []:
             ml = ",".join(f"{k}={v}" for k, v in (m.get("labels") or {}).items())

@@ -71,6 +71,8 @@ def write_csv(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
     n = 0
     for records in batches:
         for r in records:
+            if r.get("kind") == "keypoint":
+                continue  # a step boundary, not an op: it would swamp the op statistics
             d = int(r.get("duration_ns", 0))
             key = (int(r.get("device", 0)), int(r.get("model", 0)), str(r.get("op_type", "?")))
             g = groups.get(key)
@@ -99,7 +101,8 @@ def write_csv(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
 
 def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
     out.write('{"displayTimeUnit":"ns","otherData":{"generator":"aclprof export",'
-              '"clock":"the ACL library\'s op timestamps (CLOCK_MONOTONIC on the mock)"},"traceEvents":[\n')
+              '"clock":"the ACL library\'s op timestamps (the device clock; CLOCK_MONOTONIC on the mock)"},'
+              '"traceEvents":[\n')
     processes: dict[int, str] = {}
     threads: dict[tuple[int, int], str] = {}
     first = True
@@ -117,8 +120,10 @@ def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
                 threads[(pid, tid)] = f"device {device} / model {model}"
             start = int(r.get("start", 0))
             dur = int(r.get("duration_ns", max(0, int(r.get("end", start)) - start)))
+            step = r.get("kind") == "keypoint"  # CANN's step keypoint record: show the step
             parts.append(json.dumps({
-                "name": r.get("op_name", "?"), "cat": r.get("op_type", "?"), "ph": "X",
+                "name": "step" if step else r.get("op_name", "?"),
+                "cat": "step" if step else r.get("op_type", "?"), "ph": "X",
                 "ts": start / 1e3, "dur": dur / 1e3, "pid": pid, "tid": tid,
                 "args": {"op_type": r.get("op_type"), "flag": r.get("flag"), "thread_id": r.get("thread_id"),
                          "received_ts": r.get("ts")}}, separators=(",", ":")))

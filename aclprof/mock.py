@@ -21,6 +21,7 @@ __all__ = [
     "set_write_chunk", "set_corrupt_every", "set_writer_delay_us", "set_emit_log",
     "wait_writer_idle", "model_file", "load_model", "execute", "unload",
     "set_helper_host",
+    "set_device_clock_offset", "set_devid_zero", "set_step_keypoints", "KEYPOINT_MODEL_CANN",
 ]
 
 _MODES = {0: "OFF", 1: "API_CTRL", 2: "SUBSCRIBE"}
@@ -223,3 +224,30 @@ def execute(model_id: int, iterations: int = 1) -> None:
 def unload(model_id: int) -> None:
     """``aclmdlUnload``."""
     lowlevel.mdl_unload(model_id)
+
+
+# --- what the op records mean (audit rows 11-13) -------------------------------------------
+
+#: The model id CANN stamps on step keypoint records (no subscription can match it).
+KEYPOINT_MODEL_CANN = 0xFFFFFFFF
+
+
+def set_device_clock_offset(offset_ns: int) -> None:
+    """Report record times on a device clock ``offset_ns`` away from the host's
+    ``CLOCK_MONOTONIC`` (0: the same clock). Rejected if the device time would be negative."""
+    if isinstance(offset_ns, bool) or not isinstance(offset_ns, int) or not -2**63 <= offset_ns < 2**63:
+        raise ValueError(f"offset_ns must be an int64, got {offset_ns!r}")
+    _ok(_call("aclmockSetDeviceClockOffset", offset_ns), "aclmockSetDeviceClockOffset")
+
+
+def set_devid_zero(enabled: bool) -> None:
+    """Leave ``devId`` 0 in op records, as CANN's ``Analyzer::ConstructAndUploadData`` does."""
+    _ok(_call("aclmockSetDevIdZero", int(bool(enabled))), "aclmockSetDevIdZero")
+
+
+def set_step_keypoints(enabled: bool, model_id: int = KEYPOINT_MODEL_CANN) -> None:
+    """Emit a ``keypoint_op``/``na`` record for each step that ends during a subscription,
+    carrying (and routed by) ``model_id``. The default id is CANN's, which no subscription
+    matches: the records are counted in ``stats()["keypointsUnrouted"]`` and dropped."""
+    _natural(model_id, "model_id", 2**32 - 1)
+    _ok(_call("aclmockSetStepKeypoints", int(bool(enabled)), model_id), "aclmockSetStepKeypoints")

@@ -40,7 +40,7 @@ from ._log import get_logger
 from .enums import AicoreMetrics
 from .errors import (InvalidModelIdError, InvalidParamError, InvalidProfilingConfigError,
                      UnsupportedError)
-from .records import OP_DTYPE, OpBatch, OpRecord, raw_dtype
+from .records import KEYPOINT_NAME, KEYPOINT_TYPE, OP_DTYPE, OpBatch, OpRecord, raw_dtype
 
 __all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES", "resolve_device"]
 
@@ -52,6 +52,7 @@ _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PIPE_BYTES = 1 << 20  # a larger pipe lets the library's writer run ahead of the reader
 _MAX_NAMES = 1 << 20  # interned names per subscription; beyond it names read "?" (counted)
 _TIME_UNITS = {"ns": 1, "us": 1000}
+LAG_CLOCKS = ("calibrated", "host")
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,22 @@ class SubscriptionStats:
     batch may lag by that batch. ``names_missing`` counts delivered records whose name or
     type the library could not return, ``names_overflowed`` those whose name did not fit the
     subscription's interned table (1 M distinct strings); both read ``"?"``.
+
+    ``reader_lag_ns`` is how far behind the reader is: now minus the newest record end
+    seen, with ``lag_clock`` telling how that end was put on the host's clock:
+
+    - ``"calibrated"`` (the default): record times are the device's counter, which need
+      not line up with the host's ``CLOCK_MONOTONIC`` (audit row 11), so the reader
+      estimates the offset as the smallest (host arrival time - record end) seen so far
+      and reports lag beyond that best case. Never negative; 0 means "as fresh as the
+      fastest delivery seen", not "no delay".
+    - ``"host"``: the caller said the clocks agree (``lag_clock="host"``): plain
+      ``monotonic_ns() - end``.
+    - ``None``: no record with a time yet (or ``time_info=False``): ``reader_lag_ns`` is
+      None too.
+
+    ``keypoints`` counts delivered-or-queued step keypoint records (``kind ==
+    "keypoint"``); they are also in every other count.
     """
 
     bytes_read: int
@@ -79,6 +96,8 @@ class SubscriptionStats:
     names_overflowed: int
     truncated_bytes: int
     reader_lag_ns: int | None
+    lag_clock: str | None = None
+    keypoints: int = 0
 
     @property
     def dropped(self) -> int:
@@ -149,12 +168,14 @@ class _Decoder:
             raise MemoryError("could not allocate the op name table")
         self._interner = ffi.gc(interner, lib.aclprof_interner_free)
         self.names: list[str] = []
+        self._kp_name = self._kp_type = -1  # interned ids of "keypoint_op" / "na", once seen
         self._sync_names()
         self.records_read = 0
         self.records_decoded = 0
         self.corrupt = 0
         self.failed = 0
         self.names_missing = 0
+        self.keypoints = 0
 
     def free_space(self) -> memoryview:
         """Where the next read should go (a multiple of the record size, minus leftovers)."""
@@ -219,13 +240,28 @@ class _Decoder:
         out["op_type"] = self._type_ids[:count][keep]
         out["flag"] = raw["flag"][keep]
         out["thread_id"] = raw["threadId"][keep]
-        out["device_id"] = raw["devId"][keep] if "devId" in raw.dtype.names else self.default_device
+        if "devId" in raw.dtype.names:
+            # 0 is CANN's "not filled" (ConstructAndUploadData never sets it): use ours.
+            dev = raw["devId"][keep]
+            out["device_id"] = np.where(dev == 0, self.default_device, dev)
+        else:
+            out["device_id"] = self.default_device
         out["start"] = raw["start"][keep]
         out["end"] = raw["end"][keep]
         out["duration"] = raw["duration"][keep]
         out["execution_time"] = raw["executionTime"][keep]
+        self._mark_keypoints(out)
         self.records_decoded += good
         return OpBatch(out, self.names)
+
+    def _mark_keypoints(self, out: np.ndarray) -> None:
+        """Sets the ``keypoint`` column: name AND type are CANN's keypoint pair."""
+        if self._kp_name < 0 or self._kp_type < 0:
+            out["keypoint"] = False
+            return
+        np.logical_and(out["op_name"] == self._kp_name, out["op_type"] == self._kp_type,
+                       out=out["keypoint"])
+        self.keypoints += int(np.count_nonzero(out["keypoint"]))
 
     def _decode_with_getters(self, count: int) -> OpBatch:
         """Unknown record size: every field through the library's getters (slow, exact)."""
@@ -241,9 +277,11 @@ class _Decoder:
                 continue
             rows.append((lowlevel.get_model_id(rec, 0), self._intern_py(op_name),
                          self._intern_py(type_name), self._flag(rec), 0, self.default_device,
-                         *lowlevel.get_op_times(rec, 0), 0))
+                         *lowlevel.get_op_times(rec, 0), 0, False))
         self.records_decoded += len(rows)
-        return OpBatch(np.array(rows, dtype=OP_DTYPE), self.names)
+        out = np.array(rows, dtype=OP_DTYPE)
+        self._mark_keypoints(out)
+        return OpBatch(out, self.names)
 
     @staticmethod
     def _flag(rec: bytes) -> int:
@@ -257,8 +295,15 @@ class _Decoder:
         try:
             return self.names.index(text)
         except ValueError:
-            self.names.append(text)
+            self._append_name(text)
             return len(self.names) - 1
+
+    def _append_name(self, text: str) -> None:
+        if text == KEYPOINT_NAME:
+            self._kp_name = len(self.names)
+        elif text == KEYPOINT_TYPE:
+            self._kp_type = len(self.names)
+        self.names.append(text)
 
     def _sync_names(self) -> None:
         lib, ffi = self._lib, self._ffi
@@ -267,7 +312,7 @@ class _Decoder:
             length = ffi.new("size_t *")
             for i in range(len(self.names), size):
                 ptr = lib.aclprof_interner_entry(self._interner, i, length)
-                self.names.append(ffi.unpack(ptr, length[0]).decode("utf-8", "backslashreplace"))
+                self._append_name(ffi.unpack(ptr, length[0]).decode("utf-8", "backslashreplace"))
 
     @property
     def names_overflowed(self) -> int:
@@ -292,7 +337,7 @@ class Subscription:
                  batch_callback: Callable[[OpBatch], Any] | None = None,
                  queue_size: int = 65536, on_full: str = "drop_oldest", time_info: bool = True,
                  device: int | None = None, read_records: int = 4096, validate: bool = True,
-                 time_unit: str = "ns"):
+                 time_unit: str = "ns", lag_clock: str = "calibrated"):
         lowlevel._u32(model_id, "model_id")
         if callback is not None and not callable(callback):
             raise TypeError("callback must be callable")
@@ -304,6 +349,8 @@ class Subscription:
         lowlevel._int(read_records, "read_records", 1, 1 << 20)
         if time_unit not in _TIME_UNITS:
             raise ValueError(f"time_unit must be 'ns' or 'us', got {time_unit!r}")
+        if lag_clock not in LAG_CLOCKS:
+            raise ValueError(f"lag_clock must be one of {LAG_CLOCKS}, got {lag_clock!r}")
         if not isinstance(time_info, bool):
             raise TypeError("time_info must be a bool")
         self.model_id = int(model_id)
@@ -312,6 +359,7 @@ class Subscription:
         self._queue_size = int(queue_size)
         self._on_full = on_full
         self._time_factor = _TIME_UNITS[time_unit]
+        self._lag_clock = lag_clock
         self.device = resolve_device(device)
 
         # Counters: written by the reader thread only, read by anyone (ints are atomic).
@@ -321,7 +369,9 @@ class Subscription:
         self._dropped_callback = 0
         self._callback_errors = 0
         self._truncated = 0
-        self._newest_end = 0
+        # (newest record end in host ns units, min(host arrival - end)): one tuple so that
+        # stats never pairs a new end with an old offset (that could make the lag negative).
+        self._clock: tuple[int, int] | None = None
 
         self._queue: collections.deque[OpBatch] = collections.deque()
         self._queued = 0
@@ -377,6 +427,7 @@ class Subscription:
                     n = os.readv(self._read_fd, [decoder.free_space()])
                 except InterruptedError:
                     continue
+                arrival = time.monotonic_ns()
                 if n == 0:
                     self._truncated += decoder.filled
                     decoder.filled = 0
@@ -388,7 +439,7 @@ class Subscription:
                     _log.exception("op record decoding failed", model_id=self.model_id)
                     continue
                 if batch is not None and len(batch):
-                    self._newest_end = int(batch.data["end"][-1])
+                    self._note_times(batch, arrival)
                     self._deliver(batch)
         except Exception:
             _log.exception("subscription reader failed; discarding the rest (counted)",
@@ -402,6 +453,20 @@ class Subscription:
                 self._release()
                 _closing_in_background.discard(self)
                 self._background_close.set()
+
+    def _note_times(self, batch: OpBatch, arrival: int) -> None:
+        """Calibrates the device clock against the host's (see :class:`SubscriptionStats`):
+        a batch arrived at ``arrival``, so every record in it ended at least
+        ``arrival - end`` before on the host clock; the smallest such gap is the offset
+        estimate (clock difference plus the fastest delivery)."""
+        end = int(batch.data["end"].max()) * self._time_factor
+        if end == 0:
+            return  # time_info off: no times to compare
+        clock = self._clock
+        if clock is None:
+            self._clock = (end, arrival - end)
+        else:
+            self._clock = (max(clock[0], end), min(clock[1], arrival - end))
 
     def _discard_until_eof(self) -> None:
         """After a reader failure, keep the pipe flowing (the library's flush at unsubscribe
@@ -530,9 +595,15 @@ class Subscription:
     @property
     def stats(self) -> SubscriptionStats:
         d = self._decoder
-        lag = None
-        if self._newest_end:
-            lag = time.monotonic_ns() - self._newest_end * self._time_factor
+        lag = lag_clock = None
+        clock = self._clock
+        if clock is not None:
+            newest_end, offset = clock
+            lag_clock = self._lag_clock
+            if lag_clock == "host":
+                lag = time.monotonic_ns() - newest_end
+            else:
+                lag = time.monotonic_ns() - newest_end - offset
         return SubscriptionStats(
             bytes_read=self._bytes_read,
             records_read=d.records_read,
@@ -548,6 +619,8 @@ class Subscription:
             names_overflowed=d.names_overflowed,
             truncated_bytes=self._truncated,
             reader_lag_ns=lag,
+            lag_clock=lag_clock,
+            keypoints=d.keypoints,
         )
 
     @property
@@ -711,7 +784,8 @@ class Subscription:
 def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = None,
               batch_callback: Callable[[OpBatch], Any] | None = None, queue_size: int = 65536,
               on_full: str = "drop_oldest", time_info: bool = True, device: int | None = None,
-              read_records: int = 4096, validate: bool = True, time_unit: str = "ns") -> Subscription:
+              read_records: int = 4096, validate: bool = True, time_unit: str = "ns",
+              lag_clock: str = "calibrated") -> Subscription:
     """Subscribe to the op records of a loaded model and start reading them.
 
     Args:
@@ -724,15 +798,23 @@ def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = Non
             ``"block"`` (the reader waits; the library's own queue then fills up).
         time_info: the ``timeInfoSwitch`` of the subscribe config.
         device: the model's device (default: the thread's current device, else 0); all
-            models on one device must share one config.
+            models on one device must share one config. Records whose ``devId`` the
+            library left 0 ("unknown", CANN's main path) and 72-byte records (no
+            ``devId``) report this device.
         read_records: records per read (the read size is this times the record size).
         validate: check each record's CRC-32C signature (cheap; corrupt ones are counted).
         time_unit: the unit of the library's timestamps (``"ns"`` or ``"us"``), for lag.
+        lag_clock: ``"calibrated"`` (default: record times are the device's clock, the
+            offset to the host's is estimated) or ``"host"`` (the caller knows the record
+            times are the host's ``CLOCK_MONOTONIC``); see :class:`SubscriptionStats`.
+
+    Besides ops, the pipe can carry CANN's step keypoint records (``kind == "keypoint"``);
+    filter them with ``batch.data[~batch.data["keypoint"]]`` or ``record.kind == "op"``.
     """
     return Subscription(model_id, callback=callback, batch_callback=batch_callback,
                         queue_size=queue_size, on_full=on_full, time_info=time_info,
                         device=device, read_records=read_records, validate=validate,
-                        time_unit=time_unit)
+                        time_unit=time_unit, lag_clock=lag_clock)
 
 
 @atexit.register

@@ -31,7 +31,7 @@ import numpy as np
 __all__ = [
     "MAGIC", "VERSION", "HEADER", "MAX_PAYLOAD", "RECORD_DTYPE", "Kind", "ProtocolError",
     "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
-    "recv_frame",
+    "recv_frame", "FLAG_KEYPOINT",
 ]
 
 MAGIC = b"ACLP"
@@ -48,6 +48,11 @@ RECORD_DTYPE = np.dtype([
     ("duration", "<u8"), ("execution_time", "<u8"),
 ])
 assert RECORD_DTYPE.itemsize == 56
+
+#: Set in a wire record's ``flag`` for a step keypoint record (``kind == "keypoint"`` in
+#: :class:`aclprof.OpRecord`). The library's flags (aclprofSubscribeOpFlag) are small, so
+#: the top bit is free; a receiver that does not know it sees an op with a large flag.
+FLAG_KEYPOINT = 1 << 31
 
 
 class Kind(enum.IntEnum):

@@ -36,6 +36,8 @@ typedef struct aclmockStats {
     uint64_t txEvents;          /* msproftx events recorded (marks, push/pop pairs, ranges) */
     uint64_t datasetsInUse;     /* aclmdlCreateDataset minus aclmdlDestroyDataset */
     uint64_t dataBuffersInUse;  /* aclCreateDataBuffer minus aclDestroyDataBuffer */
+    uint64_t keypointsEmitted;  /* step keypoint records queued for a pipe (also in recordsEmitted) */
+    uint64_t keypointsUnrouted; /* step keypoint records no subscription matched (CANN drops them) */
 } aclmockStats;
 
 int aclmockVersion(void);
@@ -77,3 +79,17 @@ int aclmockWaitWriterIdle(uint32_t timeoutMs);
  * aclprofGetOpStart/End/Duration and aclprofGetModelId, NULL from the pointer-returning ones.
  * Env ACLMOCK_HELPER_HOST=1 sets the default; 0 (default) is a normal host. */
 int aclmockSetHelperHost(int enabled);
+/* What the op records mean (audit rows 11-13; mock_acl/README.md "Op records").
+ * Device clock: record times are host CLOCK_MONOTONIC + offsetNs, as a device counter that
+ * does not line up with the host's clock; default 0; env ACLMOCK_DEVICE_CLOCK_OFFSET_NS.
+ * Rejected if it would make the current device time negative. */
+int aclmockSetDeviceClockOffset(int64_t offsetNs);
+/* 1: op records carry devId 0, as on CANN's Analyzer::ConstructAndUploadData path; 0 (the
+ * default): the model's device. Env ACLMOCK_DEVID_ZERO=0|1. */
+int aclmockSetDevIdZero(int enabled);
+/* Step keypoint records ("keypoint_op"/"na"), one per step whose end aclprofGetStepTimestamp
+ * records during a subscription. enabled: 1 (default, as CANN) or 0. modelId: the model id
+ * they carry and are routed by; CANN stamps 0xFFFFFFFF (the default), which no subscription
+ * matches, so they are dropped (keypointsUnrouted). Env ACLMOCK_STEP_KEYPOINTS=0|1,
+ * ACLMOCK_STEP_KEYPOINT_MODEL=<uint32>. */
+int aclmockSetStepKeypoints(int enabled, uint32_t modelId);

@@ -6,6 +6,9 @@ Loads one mock model, starts ``aclprof.agent`` and watches it, then obeys comman
 line by line from stdin and answers each with one JSON line on stdout:
 
     run N       execute the model N times          -> {"emitted": total}
+    step N      one step (aclprofGetStepTimestamp) around N executions; its keypoint
+                record is routed to this model (as if CANN had stamped its id)
+                                                    -> {"emitted": total}
     stats       the agent's and the mock's counters -> {...}
     stop        agent.stop(); final counters; exit  -> {...}
 """
@@ -71,6 +74,14 @@ def main(argv: list[str] | None = None) -> int:
             continue
         if cmd[0] == "run":
             mock.execute(model, int(cmd[1]))
+            mock.wait_writer_idle()
+            print(json.dumps({"emitted": mock.stats()["recordsEmitted"]}), flush=True)
+        elif cmd[0] == "step":
+            mock.set_step_keypoints(True, model)
+            step = aclprof.StepInfo()
+            step.start()
+            mock.execute(model, int(cmd[1]))
+            step.end()
             mock.wait_writer_idle()
             print(json.dumps({"emitted": mock.stats()["recordsEmitted"]}), flush=True)
         elif cmd[0] == "stats":

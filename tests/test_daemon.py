@@ -85,7 +85,7 @@ def test_control_requests(daemon):
     assert len(exported) == 250 and {r["op_name"] for r in exported} == {"conv1"}
     r0 = exported[0]
     assert set(r0) == {"ts", "host", "pid", "service", "device", "model", "op_type", "op_name", "start", "end",
-                       "duration_ns", "flag", "thread_id"}
+                       "duration_ns", "flag", "thread_id", "kind"}
     assert r0["service"] == "resnet" and r0["host"] == "testhost" and r0["end"] - r0["start"] == r0["duration_ns"]
     assert c.export(since_ts=time.time() + 60) == []
     assert len(c.export(until_ts=time.time() + 1)) == 1000

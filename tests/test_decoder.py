@@ -81,15 +81,17 @@ def build(fields: dict, size: int) -> bytes:
 
 
 def numeric_view(fields: dict, size: int, default_device: int) -> tuple:
+    # devId 0 is CANN's "not filled" (audit row 12): the subscription's device is reported.
     return (fields["model_id"], fields["flag"], fields["thread_id"],
-            fields["device_id"] if size == 80 else default_device, fields["start"],
+            fields["device_id"] if size == 80 and fields["device_id"] else default_device,
+            fields["start"],
             fields["end"], fields["duration"], fields["execution_time"])
 
 
 def numeric_from_bytes(record: bytes, size: int, default_device: int) -> tuple:
     model_id, flag, thread_id = struct.unpack_from("<III", record, 4)
     duration, start, end, execution_time = struct.unpack_from("<QQQQ", record, 24)
-    device = struct.unpack_from("<I", record, 72)[0] if size == 80 else default_device
+    device = (struct.unpack_from("<I", record, 72)[0] if size == 80 else 0) or default_device
     return (model_id, flag, thread_id, device, start, end, duration, execution_time)
 
 

@@ -39,6 +39,8 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from aclprof.wire import FLAG_KEYPOINT
+
 __all__ = ["Aggregator", "KeySource", "NBINS", "BINS_PER_OCTAVE", "bin_index", "bin_value",
            "PROM_EXPONENTS", "OTHER", "STATE_FORMAT", "STATE_VERSION"]
 
@@ -242,8 +244,14 @@ class Aggregator:
     # ---- ingestion ----------------------------------------------------------------------
     def ingest(self, src: KeySource, records: np.ndarray, names: dict[int, str],
                now: float | None = None) -> None:
-        """Add one batch (RECORD_DTYPE) from ``src``. Raises KeyError(id) if a record uses
-        a name id that ``names`` does not define (the caller treats it as a protocol error)."""
+        """Add one batch (RECORD_DTYPE) from ``src``, leaving out step keypoint records
+        (``FLAG_KEYPOINT``). Raises KeyError(id) if a record uses a name id that ``names``
+        does not define (the caller treats it as a protocol error)."""
+        # Step keypoint records are step boundaries, not ops: no aggregate of their own, and
+        # their "duration" (a whole step) would swamp the op figures.
+        keypoint = (records["flag"] & np.uint32(FLAG_KEYPOINT)) != 0
+        if keypoint.any():
+            records = records[~keypoint]
         if len(records) == 0:
             return
         now = self._clock() if now is None else now

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import structlog
 
-from aclprof.wire import (FrameReader, Kind, ProtocolError, decode_batch, decode_json,
+from aclprof.wire import (FLAG_KEYPOINT, FrameReader, Kind, ProtocolError, decode_batch, decode_json,
                           encode, encode_json)
 
 from . import __version__
@@ -117,6 +117,8 @@ class _Conn:
         self.dropped = 0
         self.rate = _Rate()
         self.lag_ns: int | None = None
+        self.clock_offsets: dict[int, int] = {}  # device -> min(receive - op end), ns
+        self.steps = 0  # step keypoint records received
         self.pending_store: list[tuple[float, bytes]] = []
         self.pending_bytes = 0
         self.keysrc: KeySource | None = None
@@ -138,15 +140,41 @@ def _encode_records(records: np.ndarray, ts: np.ndarray | float, host: str, pid:
     record: the per-record cost of STREAM and EXPORT, paid only for records a client gets."""
     head = '"host":%s,"pid":%d,"service":%s,' % (json.dumps(host), pid, json.dumps(service))
     fmt = ('{"ts":%.6f,' + head.replace("%", "%%") + '"device":%d,"model":%d,"op_type":%s,"op_name":%s,'
-           '"start":%d,"end":%d,"duration_ns":%d,"flag":%d,"thread_id":%d}')
+           '"start":%d,"end":%d,"duration_ns":%d,"flag":%d,"thread_id":%d,"kind":"%s"}')
     n = len(records)
     tsl = [float(ts)] * n if not isinstance(ts, np.ndarray) else ts.tolist()
     types = [names_json(t) for t in records["op_type"].tolist()]
     names = [names_json(t) for t in records["op_name"].tolist()]
+    flags = records["flag"]
+    keypoint = (flags & np.uint32(FLAG_KEYPOINT)) != 0
+    kinds = ["keypoint" if k else "op" for k in keypoint.tolist()]
     return [fmt % row for row in zip(tsl, records["device_id"].tolist(), records["model_id"].tolist(),
                                      types, names, records["start"].tolist(), records["end"].tolist(),
-                                     records["duration"].tolist(), records["flag"].tolist(),
-                                     records["thread_id"].tolist())]
+                                     records["duration"].tolist(),
+                                     (flags & np.uint32(~FLAG_KEYPOINT & 0xFFFFFFFF)).tolist(),
+                                     records["thread_id"].tolist(), kinds)]
+
+
+def _note_lag(conn: _Conn, recs: np.ndarray) -> None:
+    """Op times are the device's counter, not this host's clock (audit row 11): the lag is
+    the receive time minus the newest op end, beyond the smallest such gap seen for that
+    device on this connection (the clock offset plus the fastest delivery). Never
+    negative; None until a batch with times arrived."""
+    now = time.monotonic_ns()
+    dev = recs["device_id"]
+    groups = [int(dev[0])] if (dev == dev[0]).all() else np.unique(dev).tolist()
+    lag = None
+    for d in groups:
+        ends = recs["end"] if len(groups) == 1 else recs["end"][dev == d]
+        end = int(ends.max())
+        if end == 0:
+            continue  # no times (timeInfo off)
+        gap = now - end
+        off = min(conn.clock_offsets.get(d, gap), gap)
+        conn.clock_offsets[d] = off
+        lag = max(lag or 0, gap - off)
+    if lag is not None:
+        conn.lag_ns = lag
 
 
 class Daemon:
@@ -171,6 +199,7 @@ class Daemon:
         self.storage: Storage | None = None
         self.metrics: Any = None
         self.records_total = 0
+        self.steps_total = 0  # step keypoint records (also in records_total)
         self.dropped_total = 0
         self.protocol_errors = 0
         self.stream_skipped_total = 0
@@ -624,10 +653,10 @@ class Daemon:
         conn.rate.add(n, now)
         self.records_total += n
         self.rate.add(n, now)
-        lag = time.monotonic_ns() - int(recs["end"].max())
-        # Op times are CLOCK_MONOTONIC ns on the mock (and on this host): a lag is only
-        # meaningful when it is plausible; other clocks or units report none.
-        conn.lag_ns = lag if 0 <= lag < 3600 * 10**9 else None
+        steps = int(np.count_nonzero(recs["flag"] & np.uint32(FLAG_KEYPOINT)))
+        conn.steps += steps
+        self.steps_total += steps
+        _note_lag(conn, recs)
         conn.pending_store.append((now, payload))
         conn.pending_bytes += len(payload)
         if conn.pending_bytes >= _STORE_PENDING_MAX:
@@ -807,7 +836,7 @@ class Daemon:
             agents.append({"pid": c.pid, "host": c.host, "service": c.service, "labels": c.labels,
                            "connected_s": round(mono - c.connected, 3), "models": list(c.models.values()),
                            "records": c.records, "records_per_s": c.rate.per_s(now), "dropped": c.dropped,
-                           "lag_ns": c.lag_ns})
+                           "lag_ns": c.lag_ns, "steps": c.steps})
         agg = self.aggregator
         return {"version": __version__, "pid": os.getpid(), "uptime_s": round(mono - self._started_mono, 3),
                 "healthy": not problems, "problems": problems, "records_total": self.records_total,
@@ -816,6 +845,7 @@ class Daemon:
                 "storage": self.storage.stats() if self.storage else None,
                 "aggregates": {"keys": agg.nkeys - 1, "cap": agg.max_keys, "other_bucket_records": agg.other_records,
                                "windows": agg.window_names() + ["all"], "since_ts": agg.reset_ts},
+                "steps_total": self.steps_total,
                 "stream_skipped": self.stream_skipped_total, "protocol_errors": self.protocol_errors,
                 "socket": self.settings.socket}
 

@@ -364,6 +364,7 @@ MOCK_EXPORT void aclmockReset(void)
     mock_set_mode(ACLMOCK_MODE_OFF);
     aclmockClearFaults();
     load_env_settings();
+    mock_records_reset();
     mock_unlock();
 }
 

@@ -155,4 +155,17 @@ uint64_t mock_opdesc_register(const char *name, const char *type);
 /* ---- model.c: datasets (appended) -------------------------------------------------- */
 void mock_model_stats(aclmockStats *out);   /* lock held: datasets and data buffers in use */
 
+/* ---- recordsettings.c: what the op records mean (audit rows 11-13) ----------------- */
+/* Re-reads ACLMOCK_DEVICE_CLOCK_OFFSET_NS, _DEVID_ZERO, _STEP_KEYPOINTS(_MODEL); called by
+ * aclmockReset with g_mock_lock held. */
+void mock_records_reset(void);
+/* A host CLOCK_MONOTONIC time as the device reports it: plus the device clock offset, in
+ * the record time unit (ns or us). */
+uint64_t mock_device_time(uint64_t host_ns);
+bool mock_devid_zero(void);                  /* op records carry devId 0 */
+bool mock_step_keypoints(uint32_t *model_id);/* keypoints on? and the model id they carry */
+/* stepinfo.c -> subscribe.c (g_mock_lock held): one step ended during a subscription;
+ * host CLOCK_MONOTONIC times of its start and end. */
+void mock_subscribe_emit_keypoint(uint64_t start_host_ns, uint64_t end_host_ns);
+
 #endif

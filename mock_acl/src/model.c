@@ -651,7 +651,6 @@ MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
     mock_unlock();
 
     bool realtime = mock_realtime() != 0;
-    bool micro = mock_time_unit() == ACLMOCK_TIME_US;
     pthread_mutex_lock(&m->exec_lock);
     uint64_t exec_no = m->exec_count++;
     uint64_t now = mock_now_ns();
@@ -661,10 +660,10 @@ MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
         uint64_t end = sat_add(start, op_duration(m, exec_no, k));
         if (realtime && end > mock_now_ns())
             sleep_until_ns(end);
-        /* Microseconds are derived from the nanosecond clock, so they are monotonic too
-         * and duration = end - start holds exactly in either unit. */
-        mock_subscribe_emit(m->id, m->device, &m->ops[k], micro ? start / 1000 : start,
-                            micro ? end / 1000 : end);
+        /* The device clock (offset, unit) is derived from the nanosecond cursor, so it
+         * is monotonic too and duration = end - start holds exactly in either unit. */
+        mock_subscribe_emit(m->id, m->device, &m->ops[k], mock_device_time(start),
+                            mock_device_time(end));
         t = sat_add(end, m->gap_ns);
     }
     m->cursor_ns = t;

@@ -3,6 +3,8 @@
  * Each object takes its indexId from a global counter starting at 1 and may record each
  * tag once. A recorded step goes to the running session's event log (host/msproftx.jsonl)
  * as {"kind":"step",...}; without a running session it is accepted and not recorded.
+ * A step whose end is recorded after its start, while a model is subscribed, also becomes
+ * a keypoint record in the subscription pipe (subscribe.c, mock_subscribe_emit_keypoint).
  */
 #include <stdlib.h>
 
@@ -12,6 +14,7 @@ struct aclprofStepInfo {
     bool startFlag;
     bool endFlag;
     uint64_t indexId;
+    uint64_t start_ns;              /* host time of ACL_STEP_START, for the keypoint */
     struct aclprofStepInfo *next;   /* registry of live objects */
 };
 
@@ -74,7 +77,12 @@ MOCK_EXPORT aclError aclprofGetStepTimestamp(aclprofStepInfo *stepInfo, aclprofS
         bool *flag = tag == ACL_STEP_START ? &stepInfo->startFlag : &stepInfo->endFlag;
         if (!*flag) {
             *flag = true;
-            mock_msproftx_log_step(stepInfo->indexId, (int)tag, mock_now_ns());
+            uint64_t now = mock_now_ns();
+            mock_msproftx_log_step(stepInfo->indexId, (int)tag, now);
+            if (tag == ACL_STEP_START)
+                stepInfo->start_ns = now;
+            else if (stepInfo->startFlag)   /* an end without a start makes no keypoint */
+                mock_subscribe_emit_keypoint(stepInfo->start_ns, now);
             ret = ACL_SUCCESS;
         }
     }

@@ -1463,6 +1463,196 @@ TEST(helper_host)
     CHECK_EQ(aclprofGetOpDescSize(&size), ACL_SUCCESS);
 }
 
+/* ---- what the records mean: step keypoints, device clock, devId (audit rows 11-13) ---- */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One step (START then END) on a fresh step info. */
+static void record_step(void)
+{
+    aclprofStepInfo *si = aclprofCreateStepInfo();
+    CHECK_NOT_NULL(si);
+    CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_START, NULL), ACL_SUCCESS);
+    usleep(1000);
+    CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_END, NULL), ACL_SUCCESS);
+    aclprofDestroyStepInfo(si);
+}
+
+/* Default: CANN stamps model id 0xFFFFFFFF on step keypoints, no subscription has it, so
+ * the record never reaches a pipe; its name entry stays in the table (registered before
+ * routing). An END without START, or a step without any subscription, makes nothing. */
+TEST(keypoints_default_unrouted)
+{
+    record_step();   /* nothing subscribed: the analyzer does not run */
+    CHECK_EQ(stats().keypointsUnrouted, 0);
+    CHECK_EQ(stats().nameTableEntries, 0);
+
+    uint32_t model = load_std_model(2);
+    make_pipe(0);
+    reader rd;
+    reader_start(&rd, g_pipe[0][0], 80, 80 * 4, true);
+    aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
+    REQUIRE(cfg != NULL);
+    record_step();
+    aclprofStepInfo *si = aclprofCreateStepInfo();
+    CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_END, NULL), ACL_SUCCESS);   /* no start */
+    aclprofDestroyStepInfo(si);
+    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
+    reader_join(&rd);
+    CHECK(rd.eof);
+    CHECK_EQ(rd.len, 0);
+    aclmockStats st = stats();
+    CHECK_EQ(st.keypointsUnrouted, 1);
+    CHECK_EQ(st.keypointsEmitted, 0);
+    CHECK_EQ(st.recordsEmitted, 0);
+    CHECK_EQ(st.nameTableEntries, 1);
+    aclprofDestroySubscribeConfig(cfg);
+    close(g_pipe[0][0]);
+    reader_free(&rd);
+}
+
+/* Routed to a subscribed model: the keypoint record sits between the ops in emission
+ * order and carries what Analyzer::ConstructAndUploadData puts in it. */
+TEST(keypoints_routed_to_model)
+{
+    uint32_t model = load_std_model(2);
+    CHECK_EQ(aclmockSetStepKeypoints(2, model), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmockSetStepKeypoints(1, model), ACL_SUCCESS);
+    make_pipe(0);
+    reader rd;
+    reader_start(&rd, g_pipe[0][0], 80, 80 * 4, true);
+    aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
+    REQUIRE(cfg != NULL);
+    uint64_t t0 = mono_ns();
+    aclprofStepInfo *si = aclprofCreateStepInfo();
+    CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_START, NULL), ACL_SUCCESS);
+    CHECK_EQ(execute_empty(model), ACL_SUCCESS);
+    usleep(1000);
+    CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_END, NULL), ACL_SUCCESS);
+    uint64_t t1 = mono_ns();
+    aclprofDestroyStepInfo(si);
+    CHECK_EQ(aclmockSetStepKeypoints(0, model), ACL_SUCCESS);
+    record_step();   /* switched off: no record */
+    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
+    reader_join(&rd);
+    CHECK_EQ(rd.errors, 0);
+    REQUIRE(rd.ndecoded == 4);
+    CHECK_STR_EQ(rd.names[0], "conv1");   /* the model's three ops come first */
+    CHECK_STR_EQ(rd.types[1], "\xff\xFE");
+    const unsigned char *r = rd.buf + 3 * 80;
+    CHECK_STR_EQ(rd.names[3], "keypoint_op");
+    CHECK_STR_EQ(rd.types[3], "na");
+    CHECK_EQ(rd32(r, OFF_MODEL), model);
+    CHECK_EQ(rd32(r, OFF_FLAG), ACL_SUBSCRIBE_OP);
+    CHECK_EQ(rd32(r, OFF_TID), 0);
+    CHECK_EQ(rd32(r, OFF_DEV), 0);                 /* never set on this path */
+    CHECK_EQ(rd64(r, OFF_EXEC), 0);
+    uint64_t start = rd64(r, OFF_START), end = rd64(r, OFF_END);
+    CHECK(t0 <= start && start + 1000000 <= end && end <= t1);
+    CHECK_EQ_U64(rd64(r, OFF_DUR), end - start);
+    aclmockStats st = stats();
+    CHECK_EQ(st.keypointsEmitted, 1);
+    CHECK_EQ(st.keypointsUnrouted, 0);
+    CHECK_EQ(st.recordsEmitted, 4);
+    CHECK_EQ(st.nameTableEntries, 0);   /* the reader fetched every name */
+    aclprofDestroySubscribeConfig(cfg);
+    close(g_pipe[0][0]);
+    reader_free(&rd);
+}
+
+/* A device clock 1 h ahead of the host's, and devId left 0; reset restores both. */
+TEST(device_clock_offset_and_devid_zero)
+{
+    const int64_t hour = 3600LL * 1000000000LL;
+    CHECK_EQ(aclmockSetDeviceClockOffset(INT64_MIN), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmockSetDeviceClockOffset(-(int64_t)mono_ns() - hour), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmockSetDevIdZero(2), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmockSetDeviceClockOffset(hour), ACL_SUCCESS);
+    CHECK_EQ(aclmockSetDevIdZero(1), ACL_SUCCESS);
+    uint32_t model = load_std_model(3);
+    make_pipe(0);
+    reader rd;
+    reader_start(&rd, g_pipe[0][0], 80, 80 * 4, true);
+    aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
+    REQUIRE(cfg != NULL);
+    uint64_t t0 = mono_ns();
+    CHECK_EQ(execute_empty(model), ACL_SUCCESS);
+    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
+    reader_join(&rd);
+    REQUIRE(rd.ndecoded == 3);
+    for (size_t i = 0; i < 3; i++) {
+        const unsigned char *r = rd.buf + i * 80;
+        CHECK(rd64(r, OFF_START) >= t0 + (uint64_t)hour);
+        CHECK(rd64(r, OFF_START) < mono_ns() + (uint64_t)hour + 1000000000u);
+        CHECK_EQ(rd32(r, OFF_DEV), 0);
+    }
+    aclprofDestroySubscribeConfig(cfg);
+    close(g_pipe[0][0]);
+    reader_free(&rd);
+
+    aclmockReset();   /* back to the host clock and filled devId */
+    model = load_std_model(3);
+    make_pipe(0);
+    reader_start(&rd, g_pipe[0][0], 80, 80 * 4, true);
+    cfg = subscribe_std(model, 0);
+    REQUIRE(cfg != NULL);
+    CHECK_EQ(execute_empty(model), ACL_SUCCESS);
+    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
+    reader_join(&rd);
+    REQUIRE(rd.ndecoded == 3);
+    CHECK(rd64(rd.buf, OFF_START) < mono_ns() + 1000000000u);
+    CHECK_EQ(rd32(rd.buf, OFF_DEV), 3);
+    aclprofDestroySubscribeConfig(cfg);
+    close(g_pipe[0][0]);
+    reader_free(&rd);
+}
+
+/* The ACLMOCK_* defaults of this area are read at aclmockReset (and at load); an invalid
+ * value keeps the default. */
+TEST(record_settings_from_env)
+{
+    setenv("ACLMOCK_DEVICE_CLOCK_OFFSET_NS", "3600000000000", 1);
+    setenv("ACLMOCK_DEVID_ZERO", "1", 1);
+    setenv("ACLMOCK_STEP_KEYPOINT_MODEL", "1", 1);   /* model ids restart at 1 */
+    setenv("ACLMOCK_STEP_KEYPOINTS", "yes", 1);      /* invalid: stays on */
+    aclmockReset();
+    uint32_t model = load_std_model(4);
+    CHECK_EQ(model, 1);
+    make_pipe(0);
+    reader rd;
+    reader_start(&rd, g_pipe[0][0], 80, 80 * 4, true);
+    aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
+    REQUIRE(cfg != NULL);
+    uint64_t t0 = mono_ns();
+    aclprofStepInfo *si = aclprofCreateStepInfo();
+    CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_START, NULL), ACL_SUCCESS);
+    CHECK_EQ(execute_empty(model), ACL_SUCCESS);
+    usleep(1000);
+    CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_END, NULL), ACL_SUCCESS);
+    aclprofDestroyStepInfo(si);
+    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
+    reader_join(&rd);
+    REQUIRE(rd.ndecoded == 4);
+    CHECK_STR_EQ(rd.names[3], "keypoint_op");
+    for (size_t i = 0; i < 4; i++) {
+        CHECK_EQ(rd32(rd.buf + i * 80, OFF_DEV), 0);
+        CHECK(rd64(rd.buf + i * 80, OFF_START) >= t0 + 3600000000000ull);
+    }
+    aclprofDestroySubscribeConfig(cfg);
+    close(g_pipe[0][0]);
+    reader_free(&rd);
+    unsetenv("ACLMOCK_DEVICE_CLOCK_OFFSET_NS");
+    unsetenv("ACLMOCK_DEVID_ZERO");
+    unsetenv("ACLMOCK_STEP_KEYPOINT_MODEL");
+    unsetenv("ACLMOCK_STEP_KEYPOINTS");
+    aclmockReset();
+}
+
 int main(void)
 {
     tmp_init();
@@ -1493,6 +1683,10 @@ int main(void)
     RUN(throughput);
     RUN(execute_needs_datasets);
     RUN(helper_host);
+    RUN(keypoints_default_unrouted);
+    RUN(keypoints_routed_to_model);
+    RUN(device_clock_offset_and_devid_zero);
+    RUN(record_settings_from_env);
     int rc = test_summary();
     tmp_cleanup();
     return rc;
