@@ -152,4 +152,8 @@ uint32_t mock_crc32c_signature(const void *data, size_t len);  /* ~crc over [4, 
 /* Stores name and type in the side table and returns the new opIndex (>= 1). */
 uint64_t mock_opdesc_register(const char *name, const char *type);
 
+/* runtime.c, for RangePop (g_mock_lock held): does rtsStreamGetAttribute accept the
+ * stream (NULL = the current context's default stream)? */
+bool mock_stream_resolves(const void *stream);
+
 #endif
