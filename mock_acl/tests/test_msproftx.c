@@ -697,13 +697,91 @@ TEST(range_pop_reads_through_the_pointer)
     tx_end();
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TX_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TX_ASAN 1
+#endif
+#endif
+
+/* An actual free between PushEx and Pop. Plain build: the allocator hands the block to the
+ * next malloc of the same size, whose data the Pop then reports. ASan build: ASan stops the
+ * process at the Pop's read (run in a child, its report checked). */
+TEST(range_pop_after_free)
+{
+    REQUIRE(tx_begin());
+    REQUIRE(aclrtSetDevice(0) == ACL_SUCCESS);
+    struct blob {
+        aclprofEventAttributes attr;
+        aclprofTensorInfo info;
+        aclprofTensor tensor;
+        char pad[700];   /* an unusual size: its tcache bin is empty, not full */
+    };
+    struct blob *b = calloc(1, sizeof *b);
+    REQUIRE(b != NULL);
+    b->info = (aclprofTensorInfo){.opNameId = 111, .tensorNum = 1, .tensors = &b->tensor};
+    b->attr.message.tensorInfo = &b->info;
+#ifdef TX_ASAN
+    char err_path[1100];
+    snprintf(err_path, sizeof err_path, "%s/child.err", g_tmp);
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        if (!freopen(err_path, "w", stderr))
+            _exit(3);
+        if (aclprofRangePushEx(&b->attr) != ACL_SUCCESS)
+            _exit(2);
+        free(b);
+        aclprofRangePop();   /* reads the freed block */
+        _exit(0);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(!(WIFEXITED(status) && WEXITSTATUS(status) == 0));
+    char *err = tc_read_file(err_path);
+    CHECK(err != NULL && strstr(err, "heap-use-after-free") != NULL);
+    free(err);
+    free(b);
+#else
+    CHECK_EQ(aclprofRangePushEx(&b->attr), ACL_SUCCESS);
+    /* Through volatile pointers and an integer address: the compiler knows malloc/free and
+     * may reorder them or assume a fresh block never equals a freed one. */
+    void (*volatile free_fn)(void *) = free;
+    void *(*volatile malloc_fn)(size_t) = malloc;
+    volatile uintptr_t old_addr = (uintptr_t)b;
+    free_fn(b);
+    struct blob *n = malloc_fn(sizeof *n);   /* glibc hands back the block just freed */
+    REQUIRE(n != NULL);
+    if ((uintptr_t)n != old_addr) {
+        fprintf(stderr, "  (allocator did not reuse the block; reuse not observable)\n");
+    } else {
+        memset(n, 0, sizeof *n);
+        n->tensor = (aclprofTensor){.type = 1, .format = 9, .dataType = 8};
+        n->info = (aclprofTensorInfo){.opNameId = 333, .tensorNum = 1, .tensors = &n->tensor};
+        n->attr.message.tensorInfo = &n->info;
+        CHECK_EQ(aclprofRangePop(), ACL_SUCCESS);
+        CHECK_EQ(aclprofStop(g_cfg), ACL_SUCCESS);
+        char *log = read_log(0);
+        REQUIRE(log != NULL);
+        CHECK_EQ(tc_json_u64(log, "op_name_id", 0), 333);
+        CHECK(strstr(log, "\"tensors\":[[1,9,8,[]]]") != NULL);
+        free(log);
+    }
+    free(n);
+#endif
+    tx_end();
+}
+
 /* The real Pop dereferences attr->message.tensorInfo: a NULL one kills the process. */
 TEST(range_pop_with_null_tensor_info_dies)
 {
     pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0) {
-        freopen("/dev/null", "w", stderr);
+        if (!freopen("/dev/null", "w", stderr))
+            _exit(3);
         aclprofEventAttributes attr = {.messageType = 0, .message.tensorInfo = NULL};
         if (aclprofRangePushEx(&attr) != ACL_SUCCESS)
             _exit(2);   /* PushEx does not check it */
@@ -792,6 +870,7 @@ int main(void)
     RUN(str2id);
     RUN(range_push_ex_rules);
     RUN(range_pop_reads_through_the_pointer);
+    RUN(range_pop_after_free);
     RUN(range_pop_with_null_tensor_info_dies);
     RUN(fault_injection_and_reset);
     RUN(push_pop_is_fast);
