@@ -4,7 +4,12 @@ The C API wants 2 to 4 calls per marker (create a stamp, set its message, push o
 range-start, destroy) and has a pool of only 100 stamps. aclprof registers each distinct
 message once with its compiled helper (``aclprof._fast``), which keeps idle stamps per
 message and the per-thread push stacks in C, so an annotation costs one call to enter and
-one to exit.
+one to exit. A stamp is checked out while it is pushed or while its range is open (the
+library stores the start time in the stamp, and a range id *is* the stamp's pool slot, so
+two open uses of one stamp would corrupt each other). When the pool runs dry, idle stamps
+of other messages are destroyed to make room; an error is raised only when every stamp is
+in open use. Beyond 4096 distinct messages (``f"step {i}"`` marks, say) new messages are
+not cached: their stamp is created for the one use and destroyed after it.
 
 ``push``/``pop`` and ``annotate`` are per thread, and are built on
 ``aclprofRangeStart``/``aclprofRangeStop``, not on ``aclprofPush``/``aclprofPop``: the
@@ -14,12 +19,7 @@ and the durations come out wrong. Ranges pair by id, so each thread's nesting is
 here and every region ends with its own start time. In the collected data they are
 therefore start/stop ranges (event kind ``range`` in the mock's log), not push/pop
 events. The raw process-wide calls stay available as :func:`aclprof.lowlevel.push` and
-:func:`aclprof.lowlevel.pop`. A stamp is checked out while it is pushed or while its range is open (the
-library stores the start time in the stamp, and a range id *is* the stamp's pool slot, so
-two open uses of one stamp would corrupt each other). When the pool runs dry, idle stamps
-of other messages are destroyed to make room; an error is raised only when every stamp is
-in open use. Beyond 4096 distinct messages (``f"step {i}"`` marks, say) new messages are
-not cached: their stamp is created for the one use and destroyed after it.
+:func:`aclprof.lowlevel.pop`.
 
 Outside a session started through aclprof with ``DataType.MSPROFTX`` every call is a cheap
 no-op (``set_strict(True)`` makes them raise instead). With ``ACLPROF_TX_DISABLE=1`` in the
@@ -156,16 +156,6 @@ _state.on_tx_change(_on_tx_change)
 def _live_stamps() -> int:
     """Stamps aclprof holds in the library's pool (idle or in use); for tests."""
     return _fastlib.aclprof_tx_live_stamps()
-
-
-def _push_stamp(message: Any) -> int:
-    """The pre-issue-7 annotate path over aclprofPush (benchmark only; see ``_fast.h``)."""
-    return _fastlib.aclprof_tx_push_stamp(*_key(message))
-
-
-def _pop_stamp() -> int:
-    """Pairs with :func:`_push_stamp` (benchmark only)."""
-    return _fastlib.aclprof_tx_pop_stamp()
 
 
 def _clear_thread_state() -> None:
