@@ -73,8 +73,20 @@ static tx_range tx_ranges[TX_POOL_SIZE * 4];
 static uint32_t tx_nranges;
 static uint32_t tx_gen;                    /* read without the lock with __atomic */
 
-static _Thread_local tx_entry t_stack[TX_STACK_DEPTH];
+/* This thread's open push()es and annotations. They are ranges in the library
+ * (RangeStart/RangeStop, which pair by id) because the library's own Push/Pop stack is ONE
+ * stack for the whole process (audit #3): with two threads, aclprofPop would close
+ * whichever push is on top, so the pairing (and the durations) would be wrong. */
+typedef struct {
+    tx_entry use;
+    uint32_t range_id;
+} tx_open;
+
+static _Thread_local tx_open t_stack[TX_STACK_DEPTH];
 static _Thread_local uint32_t t_depth;
+/* The pre-#3 path over aclprofPush/Pop, kept only for the benchmark's comparison. */
+static _Thread_local tx_entry t_stamp_stack[TX_STACK_DEPTH];
+static _Thread_local uint32_t t_stamp_depth;
 
 int aclprof_fast_bind_tx(uintptr_t create, uintptr_t destroy, uintptr_t set_message,
                          uintptr_t push, uintptr_t pop, uintptr_t mark,
@@ -224,9 +236,47 @@ int aclprof_tx_push(uint32_t id, const char *text, uint32_t len)
     /* Entries of ended sessions left on top (a session stopped inside an annotation whose
      * exit then saw no session) are dropped here, so they cannot pile up. */
     uint32_t gen = current_gen();
-    while (t_depth && t_stack[t_depth - 1].gen != gen)
+    while (t_depth && t_stack[t_depth - 1].use.gen != gen)
         t_depth--;
     if (t_depth == TX_STACK_DEPTH)
+        return ACLPROF_TX_TOO_DEEP;
+    if (!p_range_start)
+        return ACLPROF_FAST_UNBOUND;
+    tx_open open;
+    int rc = acquire(id, text, len, &open.use);
+    if (rc != 0)
+        return rc;
+    rc = p_range_start(open.use.stamp, &open.range_id);
+    if (rc != 0) {
+        release(&open.use);
+        return rc;
+    }
+    t_stack[t_depth++] = open;
+    return 0;
+}
+
+int aclprof_tx_pop(void)
+{
+    if (t_depth == 0)
+        return ACLPROF_TX_EMPTY;
+    tx_open open = t_stack[--t_depth];
+    if (open.use.gen != current_gen())
+        return ACLPROF_TX_STALE;
+    if (!p_range_stop)
+        return ACLPROF_FAST_UNBOUND;
+    /* Stopped exactly once: the library would accept (and report) a second stop of the
+     * id, and the stamp goes back to the cache right after. */
+    int rc = p_range_stop(open.range_id);
+    release(&open.use);
+    return rc;
+}
+
+int aclprof_tx_push_stamp(uint32_t id, const char *text, uint32_t len)
+{
+    uint32_t gen = current_gen();
+    while (t_stamp_depth && t_stamp_stack[t_stamp_depth - 1].gen != gen)
+        t_stamp_depth--;
+    if (t_stamp_depth == TX_STACK_DEPTH)
         return ACLPROF_TX_TOO_DEEP;
     if (!p_push)
         return ACLPROF_FAST_UNBOUND;
@@ -239,15 +289,15 @@ int aclprof_tx_push(uint32_t id, const char *text, uint32_t len)
         release(&use);
         return rc;
     }
-    t_stack[t_depth++] = use;
+    t_stamp_stack[t_stamp_depth++] = use;
     return 0;
 }
 
-int aclprof_tx_pop(void)
+int aclprof_tx_pop_stamp(void)
 {
-    if (t_depth == 0)
+    if (t_stamp_depth == 0)
         return ACLPROF_TX_EMPTY;
-    tx_entry use = t_stack[--t_depth];
+    tx_entry use = t_stamp_stack[--t_stamp_depth];
     if (use.gen != current_gen())
         return ACLPROF_TX_STALE;
     if (!p_pop)
@@ -335,6 +385,7 @@ void aclprof_tx_reset(void)
 void aclprof_tx_clear_thread(void)
 {
     t_depth = 0;
+    t_stamp_depth = 0;
 }
 
 uint32_t aclprof_tx_live_stamps(void)

@@ -8,7 +8,9 @@
  * Python registers each distinct message once and gets a small id; a push, mark or range
  * then takes one call here, which checks a stamp out of the message's idle list (creating
  * one, or evicting an idle stamp of another message when the library's pool is full),
- * makes the library call, and records what to undo. id ACLPROF_TX_ONE_OFF means "not
+ * makes the library call, and records what to undo. A "push" here is a RangeStart kept
+ * on this thread's stack and a "pop" its RangeStop: the library's aclprofPush/Pop stack
+ * is shared by the whole process, ranges pair by id. id ACLPROF_TX_ONE_OFF means "not
  * cached": the stamp is created for this use with `text` and destroyed afterwards. */
 #define ACLPROF_TX_ONE_OFF 4294967295
 #define ACLPROF_TX_POOL_EXHAUSTED -1001  /* every stamp of the pool is in open use */
@@ -25,10 +27,15 @@ int aclprof_fast_bind_tx(uintptr_t create, uintptr_t destroy, uintptr_t set_mess
                          uintptr_t range_start, uintptr_t range_stop);
 /* Returns the new message id (>= 0) or ACLPROF_TX_NO_MEMORY. */
 int64_t aclprof_tx_register(const char *text, uint32_t len);
+/* Starts a range (aclprofRangeStart) and keeps it on this thread's stack. */
 int aclprof_tx_push(uint32_t id, const char *text, uint32_t len);
-/* Pops this thread's innermost push: 0 or the library's code, EMPTY, or STALE (the entry
- * was from an ended session; nothing was popped in the library). */
+/* Stops this thread's innermost push (aclprofRangeStop): 0 or the library's code, EMPTY,
+ * or STALE (the entry was from an ended session; nothing was stopped in the library). */
 int aclprof_tx_pop(void);
+/* The same over aclprofPush/aclprofPop with its own per-thread bookkeeping: correct only
+ * while one thread pushes (the library's stack is process-wide). For the benchmark. */
+int aclprof_tx_push_stamp(uint32_t id, const char *text, uint32_t len);
+int aclprof_tx_pop_stamp(void);
 int aclprof_tx_mark(uint32_t id, const char *text, uint32_t len);
 /* Returns a handle (>= 0: generation << 32 | range id) or an error code minus RANGE_BIAS. */
 int64_t aclprof_tx_range_start(uint32_t id, const char *text, uint32_t len);

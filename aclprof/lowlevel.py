@@ -13,6 +13,7 @@ The library is loaded on the first call (see :mod:`aclprof._loader`).
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from . import _state
@@ -53,7 +54,9 @@ MAX_CONFIG_VALUE_BYTES = 256  # aclprofSetConfig rejects configLength > 256
 # aclprofSetStampTraceMessage rejects msgLen >= 128 and copies into a 127-byte field with
 # strncpy_s, which needs room for the NUL: 126 bytes is the longest message that survives.
 MAX_TRACE_MESSAGE_BYTES = 126
-MAX_MARK_EX_BYTES = 127  # reference 3.6: the doc says 127, the source 155; we take 127
+# aclprofMarkEx accepts 1..MAX_MESSAGE_LEN-1 = 155 bytes in the source (audit #10); the
+# docs say 127. The source is what runs, and the issue asks for what the audit found.
+MAX_MARK_EX_BYTES = 155
 MAX_DEVICES = 64  # PROF_MAX_DEV_NUM
 _U32 = 0xFFFFFFFF
 
@@ -486,12 +489,17 @@ def mark(stamp: Stamp) -> None:
 
 
 def push(stamp: Stamp) -> None:
-    """``aclprofPush``; pair with :func:`pop` on the same thread."""
+    """``aclprofPush``.
+
+    The library has ONE push/pop stack for the whole process: :func:`pop` closes the last
+    push of any thread. With several threads, use :func:`aclprof.push` (per thread, built
+    on ranges) or serialise the pairs yourself.
+    """
     check(_fn("aclprofPush")(_stamp_ptr(stamp)), "aclprofPush")
 
 
 def pop() -> None:
-    """``aclprofPop``."""
+    """``aclprofPop``: closes the process's most recent :func:`push`, whichever thread made it."""
     check(_fn("aclprofPop")(), "aclprofPop")
 
 
@@ -503,13 +511,21 @@ def range_start(stamp: Stamp) -> int:
 
 
 def range_stop(range_id: int) -> None:
-    """``aclprofRangeStop``; may be called from another thread than the start."""
+    """``aclprofRangeStop``; may be called from another thread than the start.
+
+    The library does not close the range: stopping the same id again succeeds and reports
+    the range a second time (with a new end), so call it once per start.
+    """
     check(_fn("aclprofRangeStop")(_u32(range_id, "range_id")), "aclprofRangeStop",
           f"range id {range_id}")
 
 
 def mark_ex(message: str | bytes, stream: "Stream") -> None:
-    """``aclprofMarkEx(msg, len, stream)`` (OPTIONAL symbol); 1..127 bytes, stream required."""
+    """``aclprofMarkEx(msg, len, stream)`` (OPTIONAL symbol); 1..155 bytes, stream required.
+
+    The CANN docs say at most 127 bytes; the library's source accepts 155
+    (``MAX_MESSAGE_LEN - 1``), which is what is allowed here.
+    """
     data = encode_text(message, "message", MAX_MARK_EX_BYTES)
     if not isinstance(stream, Stream):
         raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
@@ -529,13 +545,35 @@ def str2id(message: str | bytes) -> int:
     return value
 
 
+# The buffers behind the pointer aclprofRangePushEx stored last. The library keeps that
+# POINTER (not a copy) in one process-wide slot, reads through it at every RangePop and
+# never clears it, so the buffers must outlive every later range_pop: they are replaced
+# only when the next range_push_ex has been accepted (its pointer replaced ours in the
+# slot). The lock makes "call + swap" and "Pop reads" atomic with respect to each other,
+# so a push_ex on one thread cannot free what a range_pop on another is reading.
+_push_ex_lock = threading.Lock()
+_push_ex_buffers: tuple[Any, ...] | None = None
+
+
 def range_push_ex(op_name_id: int, op_type_id: int, tensors: list[dict] | None = None,
                   stream: "Stream | None" = None) -> None:
     """``aclprofRangePushEx`` with one tensor-info message (OPTIONAL symbol).
 
     ``tensors`` is a list of dicts with keys ``type`` (0 input, 1 output), ``format``,
     ``data_type`` and ``shape`` (at most 8 dims).
+
+    This is not a stack and not per thread: the library keeps one pointer for the whole
+    process. A second ``range_push_ex`` before :func:`range_pop` replaces the first (and
+    its start time); ``range_pop`` reports the last one pushed, and reports it again if
+    called again. The buffers passed to the library are kept alive here until the next
+    accepted ``range_push_ex`` (the library reads them at every ``range_pop``).
+
+    ``stream`` is read at :func:`range_pop`, not here: keep it open until then. ``None``
+    means the default stream of the current context of the thread that calls
+    ``range_pop`` (the library resolves a NULL stream that way; with no current context
+    ``range_pop`` fails).
     """
+    global _push_ex_buffers
     lib = get_library()
     ffi = lib.ffi
     tensors = list(tensors or [])
@@ -561,12 +599,29 @@ def range_push_ex(op_name_id: int, op_type_id: int, tensors: list[dict] | None =
     attr.size = ffi.sizeof("aclprofEventAttributes")
     attr.messageType = 0
     attr.message.tensorInfo = info
-    check(_fn("aclprofRangePushEx")(attr), "aclprofRangePushEx")
+    push_ex = _fn("aclprofRangePushEx")
+    with _push_ex_lock:
+        check(push_ex(attr), "aclprofRangePushEx")
+        # Accepted: the library now points at `attr`, no longer at the previous buffers.
+        _push_ex_buffers = (attr, info, arr, stream)
 
 
 def range_pop() -> None:
-    """``aclprofRangePop`` (OPTIONAL symbol), pairs with :func:`range_push_ex`."""
-    check(_fn("aclprofRangePop")(), "aclprofRangePop")
+    """``aclprofRangePop`` (OPTIONAL symbol): reports the last :func:`range_push_ex`.
+
+    Raises:
+        InvalidParamError: no ``range_push_ex`` was accepted since the library was loaded
+            (code 100000).
+        MsproftxError: the report failed (-1), e.g. the stream given to ``range_push_ex``
+            is not usable, or no session with msproftx is running.
+    """
+    pop = _fn("aclprofRangePop")
+    with _push_ex_lock:
+        rc = pop()
+    if rc == 100000:
+        check(rc, "aclprofRangePop", "no aclprofRangePushEx before it in this process; "
+              "call range_push_ex first")
+    check(rc, "aclprofRangePop")
 
 
 # ---- runtime and model -----------------------------------------------------------------

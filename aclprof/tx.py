@@ -11,11 +11,21 @@ of other messages are destroyed to make room; an error is raised only when every
 in open use. Beyond 4096 distinct messages (``f"step {i}"`` marks, say) new messages are
 not cached: their stamp is created for the one use and destroyed after it.
 
+``push``/``pop`` and ``annotate`` are per thread, and are built on
+``aclprofRangeStart``/``aclprofRangeStop``, not on ``aclprofPush``/``aclprofPop``: the
+library keeps ONE push/pop stack for the whole process (``ProfStampPool::singleTStack_``),
+so with two threads ``aclprofPop`` closes whichever push is on top, and both the pairing
+and the durations come out wrong. Ranges pair by id, so each thread's nesting is kept
+here and every region ends with its own start time. In the collected data they are
+therefore start/stop ranges (event kind ``range`` in the mock's log), not push/pop
+events. The raw process-wide calls stay available as :func:`aclprof.lowlevel.push` and
+:func:`aclprof.lowlevel.pop`.
+
 Outside a session started through aclprof with ``DataType.MSPROFTX`` every call is a cheap
 no-op (``set_strict(True)`` makes them raise instead). With ``ACLPROF_TX_DISABLE=1`` in the
 environment at import, they are replaced by near-zero-cost no-ops.
 
-Thread-safe: push/pop stacks are per thread, as in C; ranges may end on another thread.
+Thread-safe: push/pop (and annotate) nesting is per thread; ranges may end on another thread.
 When a session stops, every stamp is destroyed; pushes and ranges still open then end
 silently (nothing of them is left in the library).
 """
@@ -155,48 +165,55 @@ def _clear_thread_state() -> None:
 # --- push / pop ------------------------------------------------------------------------
 
 def push(message: str) -> None:
-    """Open a nested range on this thread (``aclprofPush``); close it with :func:`pop`."""
+    """Open a nested region on this thread; close it with :func:`pop` on the same thread.
+
+    It is an ``aclprofRangeStart`` kept on this thread's stack (see the module docstring:
+    the library's own push/pop stack is shared by all threads).
+    """
     key = _key(message)
     if not _active:
-        _not_running("aclprofPush")
+        _not_running("aclprofRangeStart")
         return
     rc = _push(*key)
     if rc:
-        _fail(rc, "aclprofPush", message)
+        _fail(rc, "aclprofRangeStart", message)
 
 
 def pop() -> None:
-    """Close the innermost :func:`push` of this thread (``aclprofPop``).
+    """Close the innermost :func:`push` of this thread (its ``aclprofRangeStop``).
 
     Raises:
         MsproftxError: this thread has no open push (in a running session, or in strict mode).
     """
     if not _active:
-        _not_running("aclprofPop")
+        _not_running("aclprofRangeStop")
         return
     rc = _pop()
     while rc == _STALE:  # pushed in a session that has ended: nothing of it is left in C
         rc = _pop()
     if rc == _EMPTY:
-        raise MsproftxError(-1, "aclprofPop", "this thread has no open push to pop")
+        raise MsproftxError(-1, "aclprofRangeStop", "this thread has no open push to pop")
     if rc:
-        _fail(rc, "aclprofPop", None)
+        _fail(rc, "aclprofRangeStop", None)
 
 
 def _pop_after(message: Any, raising: bool) -> None:
     rc = _pop()
     if rc and rc != _STALE and rc != _EMPTY:
         if raising:
-            _fail(rc, "aclprofPop", message)
-        _log.warning("aclprofPop failed while an exception was propagating", code=rc)
+            _fail(rc, "aclprofRangeStop", message)
+        _log.warning("aclprofRangeStop failed while an exception was propagating", code=rc)
 
 
 _annotations: dict[Any, "annotate"] = {}
 
 
 class annotate:
-    """Mark a region with push/pop: ``with annotate("step"):`` or ``@annotate()``.
+    """Mark a region: ``with annotate("step"):`` or ``@annotate()``.
 
+    Entering is :func:`push` and leaving is :func:`pop`: a range start/stop paired on this
+    thread, so concurrent annotations on several threads each get their own start and end
+    (the library's aclprofPush/aclprofPop stack is process-wide and would mis-pair them).
     As a decorator the message defaults to the function's qualified name. The object can be
     reused, nested and shared between threads.
     """
@@ -225,11 +242,11 @@ class annotate:
             except AttributeError:  # built without a message (for use as a decorator)
                 raise TypeError("annotate() needs a message when used as a context manager") from None
             if rc:
-                _fail(rc, "aclprofPush", self.message)
+                _fail(rc, "aclprofRangeStart", self.message)
         elif self.message is None:
             raise TypeError("annotate() needs a message when used as a context manager")
         elif _strict:
-            _not_running("aclprofPush")
+            _not_running("aclprofRangeStart")
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
@@ -239,8 +256,8 @@ class annotate:
             rc = _pop()
             if rc and rc != _STALE and rc != _EMPTY:
                 if exc is None:
-                    _fail(rc, "aclprofPop", self.message)
-                _log.warning("aclprofPop failed while an exception was propagating", code=rc)
+                    _fail(rc, "aclprofRangeStop", self.message)
+                _log.warning("aclprofRangeStop failed while an exception was propagating", code=rc)
 
     def __call__(self, func: F) -> F:
         message = self.message
@@ -254,11 +271,11 @@ class annotate:
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             if not _active:
                 if _strict:
-                    _not_running("aclprofPush")
+                    _not_running("aclprofRangeStart")
                 return func(*args, **kwargs)
             rc = _push(*key)
             if rc:
-                _fail(rc, "aclprofPush", message)
+                _fail(rc, "aclprofRangeStart", message)
             try:
                 result = func(*args, **kwargs)
             except BaseException:

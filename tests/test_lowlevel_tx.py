@@ -3,6 +3,9 @@ RangePushEx/RangePop, with C's return codes (-1 included) and closed-handle chec
 
 from __future__ import annotations
 
+import gc
+import threading
+
 import pytest
 
 import aclprof
@@ -113,9 +116,10 @@ def test_minus_one_returns_are_msproftx_errors(session):
         ll.range_stop(2**32)
     range_id = ll.range_start(stamp)
     ll.range_stop(range_id)
-    with pytest.raises(aclprof.MsproftxError):
-        ll.range_stop(range_id)  # already stopped
-    session.stop()
+    ll.range_stop(range_id)  # audit #9: the library never closes a range; it reports again
+    stops = [e for e in session.events() if e["kind"] == "range"]
+    assert [e["slot"] for e in stops] == [range_id, range_id]
+    assert stops[0]["start_ns"] == stops[1]["start_ns"] <= stops[0]["end_ns"] <= stops[1]["end_ns"]
     # msproftx is off after the Stop: every call that checks returns -1.
     for call in (lambda: ll.mark(stamp), lambda: ll.push(stamp), lambda: ll.pop(),
                  lambda: ll.range_start(stamp), lambda: ll.range_stop(0)):
@@ -187,9 +191,9 @@ def test_faults_reach_the_right_class(session):
 
 def test_mark_ex(session, stream):
     ll.mark_ex("on a stream", stream)
-    ll.mark_ex(b"x" * 127, stream)  # 1..127 bytes (reference 3.6: 127 to be safe)
+    ll.mark_ex(b"x" * 155, stream)  # 1..155 bytes (audit #10: MAX_MESSAGE_LEN - 1)
     events = session.events()
-    assert [(e["kind"], e["message"]) for e in events] == [("mark_ex", "on a stream"), ("mark_ex", "x" * 127)]
+    assert [(e["kind"], e["message"]) for e in events] == [("mark_ex", "on a stream"), ("mark_ex", "x" * 155)]
     assert {e["stream"] for e in events} == {_address(stream)}
     assert events[0]["mark_id"] < events[1]["mark_id"]
 
@@ -197,8 +201,9 @@ def test_mark_ex(session, stream):
 def test_mark_ex_rules(session, stream):
     with pytest.raises(ValueError):
         ll.mark_ex("", stream)
-    with pytest.raises(ValueError):
-        ll.mark_ex("x" * 128, stream)
+    with pytest.raises(ValueError, match="155"):
+        ll.mark_ex("x" * 156, stream)
+    assert get_library().fn("aclprofMarkEx")(b"x" * 156, 156, stream._get()) == -1
     with pytest.raises(TypeError):
         ll.mark_ex("x", None)
     with pytest.raises(TypeError):
@@ -248,23 +253,82 @@ def test_str2id_failure_value():
 
 # ---- RangePushEx / RangePop ------------------------------------------------------------------
 
-def test_range_push_ex_and_pop(session):
+def test_range_push_ex_and_pop(session, stream):
     name_id, type_id = ll.str2id("conv1"), ll.str2id("Conv2D")
+    with pytest.raises(aclprof.InvalidParamError) as info:
+        ll.range_pop()  # nothing pushed yet: the library's 100000
+    assert info.value.function == "aclprofRangePop" and "range_push_ex first" in str(info.value)
     ll.range_push_ex(name_id, type_id, [
         {"type": 0, "format": 2, "data_type": 1, "shape": [1, 3, 224, 224]},
         {"type": 1, "format": 2, "data_type": 1, "shape": [1, 64, 112, 112]},
-    ])
-    ll.range_push_ex(7, 8)  # no tensors, nested
+    ], stream=stream)
     ll.range_pop()
+    ll.range_pop()  # the slot is not cleared: reported again
+    ll.range_push_ex(7, 8)  # replaces the first (one slot, no nesting); default stream
     ll.range_pop()
+    first, again, second = session.events()
+    assert (first["op_name_id"], first["op_type_id"], first["tensor_num"]) == (name_id, type_id, 2)
+    assert first["tensors"] == [[0, 2, 1, [1, 3, 224, 224]], [1, 2, 1, [1, 64, 112, 112]]]
+    assert first["stream"] == _address(stream) and first["message_type"] == 0
+    assert again["op_name_id"] == name_id and again["start_ns"] == first["start_ns"]
+    assert (second["kind"], second["op_name_id"], second["op_type_id"], second["tensor_num"]) == ("push_ex", 7, 8, 0)
+    assert second["stream"] == 0 and second["start_ns"] > first["end_ns"]
+
+
+def test_range_push_ex_buffers_survive_until_pop(session, stream):
+    """The library reads the pushed buffers at RangePop. Before issue 7 they were freed
+    when range_push_ex returned, and same-size allocations reused them: the pop then
+    reported the new owner's values (fails before: op ids 0xBAD... in the log)."""
+    ffi = get_library().ffi
+    ll.range_push_ex(11, 22, [{"type": 1, "format": 3, "data_type": 4, "shape": [5, 6]}], stream=stream)
+    gc.collect()
+    junk = []
+    for _ in range(3000):  # reuse whatever was freed, with values that stand out
+        info = ffi.new("aclprofTensorInfo *", {"opNameId": 0xBAD0, "opTypeId": 0xBAD1, "tensorNum": 0})
+        attr = ffi.new("aclprofEventAttributes *", {"messageType": 7})
+        attr.message.tensorInfo = info
+        arr = ffi.new("aclprofTensor[]", 1)
+        arr[0].type = 0xBAD2
+        junk.append((info, attr, arr))
+    ll.range_pop()
+    (event,) = session.events()
+    assert (event["op_name_id"], event["op_type_id"], event["tensor_num"]) == (11, 22, 1)
+    assert event["tensors"] == [[1, 3, 4, [5, 6]]]
+
+
+def test_range_push_ex_rejected_keeps_the_previous_buffers(session, stream):
+    ll.range_push_ex(1, 2, stream=stream)
+    kept = ll._push_ex_buffers
+    mock.fail_next("aclprofRangePushEx", 1, -1)
+    with pytest.raises(aclprof.MsproftxError):
+        ll.range_push_ex(3, 4, stream=stream)
+    assert ll._push_ex_buffers is kept  # the library still points at them
+    gc.collect()
+    ll.range_pop()
+    assert [e["op_name_id"] for e in session.events()] == [1]
+
+
+def test_range_pop_needs_a_usable_stream(session):
+    ll.range_push_ex(1, 2)  # NULL stream: the current context's default stream, at Pop
     with pytest.raises(aclprof.MsproftxError) as info:
+        ll.range_pop()  # no current context: rtsStreamGetAttribute fails
+    assert info.value.code == -1 and info.value.function == "aclprofRangePop"
+    ll.rt_set_device(0)
+    try:
         ll.range_pop()
-    assert info.value.function == "aclprofRangePop"
-    inner, outer = session.events()
-    assert (inner["kind"], inner["op_name_id"], inner["op_type_id"], inner["tensor_num"]) == ("push_ex", 7, 8, 0)
-    assert (outer["op_name_id"], outer["op_type_id"], outer["tensor_num"]) == (name_id, type_id, 2)
-    assert outer["message_type"] == 0
-    assert outer["start_ns"] <= inner["start_ns"] <= inner["end_ns"] <= outer["end_ns"]
+    finally:
+        ll.rt_reset_device(0)
+    assert [e["stream"] for e in session.events()] == [0]
+
+
+def test_range_push_ex_is_process_wide(session, stream):
+    """One slot for every thread: a push_ex on another thread replaces this thread's."""
+    ll.range_push_ex(1, 1, stream=stream)
+    t = threading.Thread(target=lambda: ll.range_push_ex(2, 2, stream=stream))
+    t.start()
+    t.join()
+    ll.range_pop()
+    assert [e["op_name_id"] for e in session.events()] == [2]
 
 
 def test_range_push_ex_arguments(session):
@@ -279,8 +343,8 @@ def test_range_push_ex_arguments(session):
     assert session.events() == []
 
 
-def test_range_push_ex_outside_a_session():
-    with pytest.raises(aclprof.MsproftxError):
-        ll.range_push_ex(1, 2)
-    with pytest.raises(aclprof.MsproftxError):
-        ll.range_pop()
+def test_range_push_ex_outside_a_session(stream):
+    ll.range_push_ex(1, 2, stream=stream)  # PushEx checks no initialisation
+    with pytest.raises(aclprof.MsproftxError) as info:
+        ll.range_pop()  # nothing to report into (mock: -1, UNVERIFIED)
+    assert info.value.code == -1

@@ -181,7 +181,7 @@ def test_exception_inside_annotation_in_session(out_dir, tx_events):
     assert mock.mode() == "OFF"
     assert mock.stats()["stampsInUse"] == 0
     events = tx_events(prof.result_dirs[0])
-    assert [(e["kind"], e["message"]) for e in events] == [("push_pop", "outer")]
+    assert [(e["kind"], e["message"]) for e in events] == [("range", "outer")]
 
 
 # ---- injected faults ----------------------------------------------------------------------

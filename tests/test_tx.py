@@ -81,8 +81,8 @@ def test_push_pop_nesting(tx_session):
         aclprof.pop()
     events = tx_session.events()
     # A push/pop pair is written when it is popped: innermost first.
-    assert _pairs(events) == [("mark", "in the middle"), ("push_pop", "inner"),
-                              ("push_pop", "second inner"), ("push_pop", "outer")]
+    assert _pairs(events) == [("mark", "in the middle"), ("range", "inner"),
+                              ("range", "second inner"), ("range", "outer")]
     mark, inner, second, outer = events
     assert _within(inner, outer) and _within(second, outer) and _within(mark, inner)
     assert inner["end_ns"] <= second["start_ns"]
@@ -93,12 +93,12 @@ def test_pop_without_push_raises_in_a_session(tx_session):
     with tx_session:
         with pytest.raises(aclprof.MsproftxError) as info:
             aclprof.pop()
-        assert info.value.code == -1 and info.value.function == "aclprofPop"
+        assert info.value.code == -1 and info.value.function == "aclprofRangeStop"
         aclprof.push("x")
         aclprof.pop()
         with pytest.raises(aclprof.MsproftxError):
             aclprof.pop()
-    assert _pairs(tx_session.events()) == [("push_pop", "x")]
+    assert _pairs(tx_session.events()) == [("range", "x")]
 
 
 def test_push_and_pop_belong_to_one_thread(tx_session):
@@ -117,7 +117,45 @@ def test_push_and_pop_belong_to_one_thread(tx_session):
         t.join()
         aclprof.pop()
     assert len(errors) == 1  # the other thread had nothing pushed
-    assert _pairs(tx_session.events()) == [("push_pop", "main")]
+    assert _pairs(tx_session.events()) == [("range", "main")]
+
+
+def test_interleaved_annotations_on_two_threads_keep_their_own_durations(tx_session):
+    """Audit #3: the library's push/pop stack is process-wide. A enters "short", B enters
+    "long", A leaves: with aclprofPush/Pop, A's pop would close B's "long" (the top) and
+    B's later pop would close "short". Built on ranges, each thread closes its own.
+    Fails before issue 7 (annotate on aclprofPush/Pop, mock with one stack)."""
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    tids = {}
+
+    def thread_a():
+        tids["a"] = threading.get_native_id()
+        with aclprof.annotate("short"):
+            a_in.set()
+            b_in.wait(5)
+        a_out.set()
+
+    def thread_b():
+        tids["b"] = threading.get_native_id()
+        a_in.wait(5)
+        with aclprof.annotate("long"):
+            b_in.set()
+            a_out.wait(5)
+            aclprof.mark("b still inside")
+
+    with tx_session:
+        threads = [threading.Thread(target=thread_a), threading.Thread(target=thread_b)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    events = {e["message"]: e for e in tx_session.events()}
+    short, long_, inside = events["short"], events["long"], events["b still inside"]
+    # short: [A enters, A leaves]; long: [B enters (after A), B leaves (after its mark)].
+    assert short["start_ns"] < long_["start_ns"] < short["end_ns"] < inside["start_ns"] < long_["end_ns"]
+    assert (short["tid"], long_["tid"]) == (tids["a"], tids["b"])
+    assert short["kind"] == long_["kind"] == "range"
+    assert (short["start_tid"], long_["start_tid"]) == (tids["a"], tids["b"])
 
 
 def test_annotate_context_manager_and_decorator(tx_session):
@@ -149,11 +187,11 @@ def test_annotate_context_manager_and_decorator(tx_session):
     assert work.__name__ == "work" and work.__wrapped__ is not None  # functools.wraps
     assert _pairs(events) == [
         ("mark", "working"),
-        ("push_pop", "test_annotate_context_manager_and_decorator.<locals>.work"),
-        ("push_pop", "block"),
-        ("push_pop", "test_annotate_context_manager_and_decorator.<locals>.Model.forward"),
-        ("push_pop", "custom name"),
-        ("push_pop", "reused"), ("push_pop", "reused"), ("push_pop", "reused"),
+        ("range", "test_annotate_context_manager_and_decorator.<locals>.work"),
+        ("range", "block"),
+        ("range", "test_annotate_context_manager_and_decorator.<locals>.Model.forward"),
+        ("range", "custom name"),
+        ("range", "reused"), ("range", "reused"), ("range", "reused"),
     ]
     assert _within(events[1], events[2])
 
@@ -199,8 +237,8 @@ def test_exception_in_annotated_code_propagates_and_pops(tx_session):
         with pytest.raises(aclprof.MsproftxError):
             aclprof.pop()
     assert _pairs(tx_session.events()) == [
-        ("push_pop", "test_exception_in_annotated_code_propagates_and_pops.<locals>.failing"),
-        ("push_pop", "block"),
+        ("range", "test_exception_in_annotated_code_propagates_and_pops.<locals>.failing"),
+        ("range", "block"),
     ]
 
 
@@ -236,6 +274,20 @@ def test_range_ended_on_another_thread(tx_session):
     assert event["start_ns"] <= event["end_ns"]
 
 
+def test_range_end_twice_reports_once(tx_session):
+    """The library reports a range again at every RangeStop of its id (audit #9); the
+    binding stops each range once, in RangeHandle and in the C helper below it."""
+    from aclprof import tx
+
+    with tx_session:
+        handle = aclprof.range("once").start()
+        handle.end()
+        handle.end()
+        assert tx._range_end(handle._handle) == tx._EMPTY  # the helper de-duplicates too
+        assert mock.stats()["txEvents"] == 1
+    assert _pairs(tx_session.events()) == [("range", "once")]
+
+
 def test_range_started_on_another_thread_ended_here(tx_session):
     handles = []
     with tx_session:
@@ -260,7 +312,7 @@ def test_stamps_are_reused_for_one_message(tx_session):
             pass
         assert mock.stats()["stampsInUse"] <= 3
     events = tx_session.events()
-    assert Counter(_pairs(events)) == {("push_pop", "hot loop"): 10_000, ("mark", "hot mark"): 1000,
+    assert Counter(_pairs(events)) == {("range", "hot loop"): 10_000, ("mark", "hot mark"): 1000,
                                        ("range", "r"): 1}
     assert mock.stats()["stampsInUse"] == 0
 
@@ -278,7 +330,7 @@ def test_more_than_100_distinct_messages(tx_session):
     expected = []
     for _ in range(2):
         for m in messages:
-            expected += [("mark", m), ("push_pop", m)]
+            expected += [("mark", m), ("range", m)]
     assert _pairs(events) == expected
     assert mock.stats()["stampsInUse"] == 0
 
@@ -329,7 +381,7 @@ def test_nesting_is_bounded_by_the_pool(tx_session):
             aclprof.pop()
         assert recurse(5) == 5
     events = tx_session.events()
-    assert Counter(_pairs(events)) == {("push_pop", "recursive"): 100 + 100 + 6}
+    assert Counter(_pairs(events)) == {("range", "recursive"): 100 + 100 + 6}
 
 
 def test_no_slot_leaks_when_a_session_ends_with_open_markers(out_dir):
@@ -388,7 +440,7 @@ def test_markers_keep_working_after_a_rejected_stop(tmp_path, tx_events, list_pr
     ll.finalize()
     (prof,) = list_prof_dirs(tmp_path / "p")
     assert _pairs(tx_events(prof)) == [("mark", "before"), ("mark", "after a rejected stop"),
-                                       ("push_pop", "after a failed stop")]
+                                       ("range", "after a failed stop")]
     assert mock.stats()["stampsInUse"] == 0
 
 
@@ -536,7 +588,7 @@ def test_many_threads_at_once(tx_session):
     assert mock.stats()["txEvents"] == len(events)
     by_tid = defaultdict(list)
     for e in events:
-        assert e["kind"] == "push_pop"
+        assert e["kind"] == "range" and e["start_tid"] == e["end_tid"]
         by_tid[e["tid"]].append(e)
     assert set(by_tid) == set(tids.values())
     for i, tid in tids.items():

@@ -168,4 +168,8 @@ bool mock_step_keypoints(uint32_t *model_id);/* keypoints on? and the model id t
  * host CLOCK_MONOTONIC times of its start and end. */
 void mock_subscribe_emit_keypoint(uint64_t start_host_ns, uint64_t end_host_ns);
 
+/* runtime.c, for RangePop (g_mock_lock held): does rtsStreamGetAttribute accept the
+ * stream (NULL = the current context's default stream)? */
+bool mock_stream_resolves(const void *stream);
+
 #endif

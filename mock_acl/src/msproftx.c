@@ -19,40 +19,33 @@
 #define STAMP_POOL_SIZE 100u     /* CURRENT_STAMP_SIZE */
 #define STAMP_FIELD_LEN 127u     /* strncpy_s(message, MAX_MSG_LEN - 1, ...) */
 #define STAMP_MSG_MAX 128u       /* SetStampTraceMessage: msgLen >= 128 fails */
-#define MARKEX_MSG_MAX 127u      /* DOC "max 127 characters" (the source allows 155) */
-#define PUSH_STACK_DEPTH 256u
-#define PUSHEX_STACK_DEPTH 64u
+#define MARKEX_MSG_MAX 155u      /* MAX_MESSAGE_LEN - 1 (audit #10; the docs say 127) */
+#define PUSH_STACK_MIN_CAP 16u   /* the real stack is an unbounded std::vector */
+#define PUSH_EX_LOGGED_TENSORS 8u /* at most ~140 B each: the line stays < LINE_MAX_LEN */
 #define LOG_BUFFER_SIZE (1u << 20)
 #define LINE_MAX_LEN 2048u       /* a line holds at most one escaped message (< 1000 B) */
 
 typedef struct mock_stamp {
     uint32_t slot;               /* index in the pool = the range id */
     bool in_use;
-    bool range_open;             /* between RangeStart and RangeStop */
+    /* isEnable of the real stamp: set by RangeStart and cleared only when the pool is
+     * (re)initialised, so RangeStop works any number of times (audit #9), even after
+     * the stamp was destroyed. */
+    bool range_enabled;
     uint32_t range_tid;          /* thread that called RangeStart */
     uint64_t start_ns;           /* shared by Push and RangeStart, as in the real stamp */
     char message[STAMP_FIELD_LEN + 1];
 } mock_stamp;
 
-typedef struct push_ex_item {
-    uint64_t start_ns;
-    uint64_t op_name_id;
-    uint64_t op_type_id;
-    uint32_t tensor_num;
-    uint32_t message_type;
-} push_ex_item;
+/* ONE push/pop stack for the whole process (audit #3: ProfStampPool::singleTStack_):
+ * Pop takes the top entry whichever thread pushed it. Guarded by g_mock_lock. */
+static mock_stamp **g_stack;
+static uint32_t g_depth, g_stack_cap;
 
-/* Per-thread stacks. `epoch` invalidates every thread's stacks at once (Finalize, reset)
- * without touching other threads' storage: a stale epoch reads as empty. */
-typedef struct tx_thread {
-    uint64_t epoch;
-    uint32_t depth;
-    uint32_t ex_depth;
-    mock_stamp *stack[PUSH_STACK_DEPTH];
-    push_ex_item ex[PUSHEX_STACK_DEPTH];
-} tx_thread;
-
-static __thread tx_thread t_tx;
+/* RangePushEx keeps the caller's POINTER in one process-wide slot (audit #2): no copy,
+ * no stack, not per thread. RangePop reads through it, and does not clear it. */
+static aclprofEventAttributes *g_push_ex_attr;
+static uint64_t g_push_ex_start_ns;
 
 static mock_stamp g_pool[STAMP_POOL_SIZE];
 static uint32_t g_free[STAMP_POOL_SIZE];  /* LIFO of free slots, like the real freelist */
@@ -64,7 +57,6 @@ static char *g_log_dir;                   /* host dir of the running session, or
 static FILE *g_log;
 static char *g_log_buffer;
 static bool g_log_failed;                 /* don't retry fopen on every event */
-static uint64_t g_epoch = 1;
 static uint64_t g_events;                 /* aclmockStats.txEvents */
 static uint64_t g_mark_ex_id;
 
@@ -91,17 +83,6 @@ static mock_stamp *stamp_lookup(const void *p)
         return NULL;
     mock_stamp *s = &g_pool[(u - base) / sizeof(mock_stamp)];
     return s->in_use ? s : NULL;
-}
-
-static tx_thread *thread_state(void)
-{
-    tx_thread *t = &t_tx;
-    if (t->epoch != g_epoch) {
-        t->epoch = g_epoch;
-        t->depth = 0;
-        t->ex_depth = 0;
-    }
-    return t;
 }
 
 /* ---- event log ---------------------------------------------------------------------- */
@@ -211,12 +192,14 @@ void mock_msproftx_session(bool enabled, const char *host_dir)
         log_file();   /* an msproftx session always has its (possibly empty) log */
 }
 
+/* The real UnInit frees the pool and its stack with it; the next Init starts clean. The
+ * PushEx slot lives in another object (ProfTxPlugin) and survives Finalize. */
 void mock_msproftx_finalize(void)
 {
     mock_msproftx_session(false, NULL);
-    g_epoch++;
+    g_depth = 0;
     for (uint32_t i = 0; i < STAMP_POOL_SIZE; i++)
-        g_pool[i].range_open = false;
+        g_pool[i].range_enabled = false;
 }
 
 void mock_msproftx_log_step(uint64_t index_id, int tag, uint64_t ts_ns)
@@ -234,7 +217,11 @@ void mock_msproftx_reset(void)
 {
     mock_msproftx_session(false, NULL);
     pool_init();
-    g_epoch++;
+    free(g_stack);
+    g_stack = NULL;
+    g_depth = g_stack_cap = 0;
+    g_push_ex_attr = NULL;
+    g_push_ex_start_ns = 0;
     g_events = 0;
     g_mark_ex_id = 0;
 }
@@ -256,8 +243,7 @@ MOCK_EXPORT void *aclprofCreateStamp(void)
     mock_lock();
     if (g_enabled && g_free_count > 0) {
         s = &g_pool[g_free[--g_free_count]];
-        s->in_use = true;
-        s->range_open = false;
+        s->in_use = true;   /* range_enabled stays: the real CreateStamp keeps isEnable */
         s->start_ns = 0;
         s->message[0] = '\0';
     }
@@ -276,7 +262,6 @@ MOCK_EXPORT void aclprofDestroyStamp(void *stamp)
     mock_stamp *s = stamp_lookup(stamp);
     if (s) {
         s->in_use = false;
-        s->range_open = false;
         g_free[g_free_count++] = s->slot;
     }
     mock_unlock();
@@ -331,6 +316,17 @@ MOCK_EXPORT aclError aclprofMark(void *stamp)
 
 /* ---- push / pop --------------------------------------------------------------------- */
 
+static bool stack_grow(void)   /* g_mock_lock held */
+{
+    uint32_t cap = g_stack_cap ? g_stack_cap * 2 : PUSH_STACK_MIN_CAP;
+    mock_stamp **grown = realloc(g_stack, cap * sizeof *grown);
+    if (!grown)
+        return false;
+    g_stack = grown;
+    g_stack_cap = cap;
+    return true;
+}
+
 MOCK_EXPORT aclError aclprofPush(void *stamp)
 {
     MOCK_FAULT_RETURN_CODE();
@@ -340,14 +336,13 @@ MOCK_EXPORT aclError aclprofPush(void *stamp)
     mock_lock();
     if (g_enabled) {
         mock_stamp *s = stamp_lookup(stamp);
-        tx_thread *t = thread_state();
         if (!s) {
             ret = ACL_ERROR_INVALID_PARAM;
-        } else if (t->depth < PUSH_STACK_DEPTH) {
+        } else if (g_depth < g_stack_cap || stack_grow()) {
             /* The start lives in the stamp: pushing one stamp twice at once overwrites
              * the outer start, exactly like the real library. */
             s->start_ns = mock_now_ns();
-            t->stack[t->depth++] = s;
+            g_stack[g_depth++] = s;
             ret = ACL_SUCCESS;
         }
     }
@@ -360,9 +355,8 @@ MOCK_EXPORT aclError aclprofPop(void)
     MOCK_FAULT_RETURN_CODE();
     int ret = -1;
     mock_lock();
-    tx_thread *t = thread_state();
-    if (g_enabled && t->depth > 0) {
-        mock_stamp *s = t->stack[--t->depth];
+    if (g_enabled && g_depth > 0) {
+        mock_stamp *s = g_stack[--g_depth];
         line l;
         put_head(&l, "push_pop", s->message, mock_tid(), s->start_ns, mock_now_ns());
         put_field(&l, "slot", s->slot);
@@ -386,7 +380,7 @@ MOCK_EXPORT aclError aclprofRangeStart(void *stamp, uint32_t *rangeId)
         mock_stamp *s = stamp_lookup(stamp);
         if (s) {
             s->start_ns = mock_now_ns();
-            s->range_open = true;
+            s->range_enabled = true;
             s->range_tid = mock_tid();
             *rangeId = s->slot;
             ret = ACL_SUCCESS;
@@ -398,14 +392,15 @@ MOCK_EXPORT aclError aclprofRangeStart(void *stamp, uint32_t *rangeId)
     return ret;
 }
 
-/* May be called from another thread than RangeStart. */
+/* May be called from another thread than RangeStart. Like the real GetStampById, it
+ * checks only the slot's isEnable, not that the range is still open nor that the stamp
+ * is still alive: a second stop succeeds and reports the range again (audit #9). */
 MOCK_EXPORT aclError aclprofRangeStop(uint32_t rangeId)
 {
     MOCK_FAULT_RETURN_CODE();
     int ret = -1;
     mock_lock();
-    if (g_enabled && rangeId < STAMP_POOL_SIZE && g_pool[rangeId].in_use &&
-        g_pool[rangeId].range_open) {
+    if (g_enabled && rangeId < STAMP_POOL_SIZE && g_pool[rangeId].range_enabled) {
         mock_stamp *s = &g_pool[rangeId];
         uint32_t tid = mock_tid();
         line l;
@@ -414,7 +409,6 @@ MOCK_EXPORT aclError aclprofRangeStop(uint32_t rangeId)
         put_field(&l, "start_tid", s->range_tid);
         put_field(&l, "end_tid", tid);
         emit(&l, true);
-        s->range_open = false;
         ret = ACL_SUCCESS;
     }
     mock_unlock();
@@ -459,56 +453,84 @@ MOCK_EXPORT uint64_t aclprofStr2Id(const char *message)
 
 /* ---- RangePushEx / RangePop --------------------------------------------------------- */
 
-static bool event_attr_valid(const aclprofEventAttributes *attr)
-{
-    if (attr->messageType != ACL_PROF_MESSAGE_TYPE_TENSOR_INFO)
-        return false;
-    const aclprofTensorInfo *ti = attr->message.tensorInfo;
-    return ti != NULL && (ti->tensorNum == 0 || ti->tensors != NULL);
-}
-
+/* What the real code checks (prof_tx_plugin.cpp ProftxRangePushEx): attr != NULL
+ * (100000) and the message type (-1). Nothing else: not the version, the size, the
+ * tensor info, nor whether msproftx is initialised. It keeps `attr` itself. */
 MOCK_EXPORT aclError aclprofRangePushEx(aclprofEventAttributes *attr)
 {
     MOCK_FAULT_RETURN_CODE();
-    if (attr == NULL || attr->version != ACL_PROF_EVENT_ATTR_VERSION)
+    if (attr == NULL)
         return ACL_ERROR_INVALID_PARAM;
-    int ret = -1;
+    if (attr->messageType != ACL_PROF_MESSAGE_TYPE_TENSOR_INFO)
+        return -1;
     mock_lock();
-    tx_thread *t = thread_state();
-    if (!g_enabled) {
-        ret = -1;
-    } else if (!event_attr_valid(attr)) {
-        ret = ACL_ERROR_INVALID_PARAM;
-    } else if (t->ex_depth < PUSHEX_STACK_DEPTH) {
-        /* "cached at PushEx, reported at Pop": keep what the event line reports. */
-        const aclprofTensorInfo *ti = attr->message.tensorInfo;
-        t->ex[t->ex_depth++] = (push_ex_item){
-            .start_ns = mock_now_ns(),
-            .op_name_id = ti->opNameId,
-            .op_type_id = ti->opTypeId,
-            .tensor_num = ti->tensorNum,
-            .message_type = attr->messageType,
-        };
-        ret = ACL_SUCCESS;
-    }
+    g_push_ex_attr = attr;   /* a second PushEx before a Pop overwrites the first */
+    g_push_ex_start_ns = mock_now_ns();
     mock_unlock();
-    return ret;
+    return ACL_SUCCESS;
 }
 
+/* The real library would dereference these; the mock stops with a message instead of a
+ * bare SIGSEGV, which is no kinder (the process dies either way) but says why. */
+static void push_ex_crash(const char *what)
+{
+    fprintf(stderr, "aclmock: aclprofRangePop: %s; the real library dereferences it "
+            "(a crash)\n", what);
+    abort();
+}
+
+/* Reads the caller's attr/tensorInfo/tensors NOW, at Pop (so a buffer freed or reused
+ * since PushEx shows up, in the log or under ASan), then reports. */
 MOCK_EXPORT aclError aclprofRangePop(void)
 {
     MOCK_FAULT_RETURN_CODE();
-    int ret = -1;
     mock_lock();
-    tx_thread *t = thread_state();
-    if (g_enabled && t->ex_depth > 0) {
-        const push_ex_item *it = &t->ex[--t->ex_depth];
+    const aclprofEventAttributes *attr = g_push_ex_attr;
+    if (attr == NULL) {   /* no PushEx since load/reset: the only check Pop makes */
+        mock_unlock();
+        return ACL_ERROR_INVALID_PARAM;
+    }
+    uint64_t start = g_push_ex_start_ns, end = mock_now_ns();
+    const aclprofTensorInfo *ti = attr->message.tensorInfo;
+    if (ti == NULL)
+        push_ex_crash("attr->message.tensorInfo is NULL");
+    if (ti->tensorNum > 0 && ti->tensors == NULL)
+        push_ex_crash("tensorInfo->tensors is NULL with tensorNum > 0");
+    /* rtsStreamGetAttribute(tensorInfo->stream): a NULL stream means the calling
+     * thread's current context's default stream; no context, or an unknown stream,
+     * fails and Pop returns -1. */
+    int ret = -1;
+    if (mock_stream_resolves(ti->stream) && g_enabled) {
         line l;
-        put_head(&l, "push_ex", NULL, mock_tid(), it->start_ns, mock_now_ns());
-        put_field(&l, "message_type", it->message_type);
-        put_field(&l, "tensor_num", it->tensor_num);
-        put_field(&l, "op_name_id", it->op_name_id);
-        put_field(&l, "op_type_id", it->op_type_id);
+        put_head(&l, "push_ex", NULL, mock_tid(), start, end);
+        put_field(&l, "message_type", attr->messageType);
+        put_field(&l, "tensor_num", ti->tensorNum);
+        put_field(&l, "op_name_id", ti->opNameId);
+        put_field(&l, "op_type_id", ti->opTypeId);
+        put_field(&l, "stream", (uint64_t)(uintptr_t)ti->stream);
+        /* Every tensor is read, as the real ReportCustomTensorInfo copies them all; the
+         * log lists the first few (a line has a fixed size). */
+        put_str(&l, ",\"tensors\":[");
+        for (uint32_t i = 0; i < ti->tensorNum; i++) {
+            const aclprofTensor t = ti->tensors[i];   /* a read of the whole tensor */
+            uint32_t dims = t.shapeDim < 8 ? t.shapeDim : 8;   /* real: min(dim, 8) */
+            if (i >= PUSH_EX_LOGGED_TENSORS)
+                continue;
+            put_str(&l, i ? ",[" : "[");
+            put_u64(&l, t.type);
+            put_str(&l, ",");
+            put_u64(&l, t.format);
+            put_str(&l, ",");
+            put_u64(&l, t.dataType);
+            put_str(&l, ",[");
+            for (uint32_t j = 0; j < dims; j++) {
+                if (j)
+                    put_str(&l, ",");
+                put_u64(&l, t.shape[j]);
+            }
+            put_str(&l, "]]");
+        }
+        put_str(&l, "]");
         emit(&l, true);
         ret = ACL_SUCCESS;
     }

@@ -111,6 +111,13 @@ static mock_ctx **context_find(const void *ctx)
     return NULL;
 }
 
+/* For msproftx.c (g_mock_lock held): would rtsStreamGetAttribute accept `stream`? NULL
+ * stands for the default stream of the calling thread's current context. */
+bool mock_stream_resolves(const void *stream)
+{
+    return stream == NULL ? current_ctx() != NULL : stream_find(stream) != NULL;
+}
+
 /* ---- aclInit / aclFinalize --------------------------------------------------------- */
 
 /* configPath: NULL or "" means no configuration; otherwise a readable regular file. The

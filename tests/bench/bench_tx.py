@@ -14,6 +14,10 @@ the cost per enter/exit pair (or per call) of
   ``with contextlib.nullcontext()``, a bare empty function, and the same C calls made
   directly through the raw cffi library with a pre-created stamp
   (``push(stamp); pop()``, ``range_start(stamp, out); range_stop(out[0])``, ``mark(stamp)``);
+  and, side by side, the annotate of before issue 7 (audit #3), which used
+  ``aclprofPush``/``aclprofPop`` (per-thread bookkeeping over the library's process-wide
+  stack: wrong with several threads) where today's uses ``aclprofRangeStart``/``Stop``:
+  the same pre-built context manager and the bare helper calls on both paths;
 * with no session: the same markers (cheap no-ops) against nullcontext;
 * with ``ACLPROF_TX_DISABLE=1`` (read at import, so in a child interpreter): the same.
 
@@ -131,6 +135,30 @@ def make_nvtx_loop():
     return loop_nvtx
 
 
+class _OldAnnotate:
+    """``annotate.__enter__/__exit__`` as they were before issue 7 (pre-built object): the
+    same Python around the helper's aclprofPush/Pop path instead of its range path."""
+
+    __slots__ = ("_tx", "_key")
+
+    def __init__(self, tx, message):
+        self._tx = tx
+        self._key = tx._key(message)
+
+    def __enter__(self):
+        if self._tx._active:
+            rc = self._tx._fastlib.aclprof_tx_push_stamp(*self._key)
+            if rc:
+                raise RuntimeError(f"aclprofPush: {rc}")
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if self._tx._active:
+            rc = self._tx._fastlib.aclprof_tx_pop_stamp()
+            if rc:
+                raise RuntimeError(f"aclprofPop: {rc}")
+
+
 # --- the three parts ------------------------------------------------------------------------
 
 def measure_session(aclprof, n: int, rounds: int) -> dict[str, list[float]]:
@@ -169,12 +197,27 @@ def measure_session(aclprof, n: int, rounds: int) -> dict[str, list[float]]:
             push(*key)
             pop()
 
+    def loop_fast_stamp_push_pop(n):  # the same helper on the pre-#3 aclprofPush/Pop path
+        key, push, pop = aclprof.tx._key("m"), fast.aclprof_tx_push_stamp, fast.aclprof_tx_pop_stamp
+        for _ in itertools.repeat(None, n):
+            push(*key)
+            pop()
+
+    old_annotate = _OldAnnotate(aclprof.tx, "m")
+
+    def loop_old_annotate(n):
+        for _ in itertools.repeat(None, n):
+            with old_annotate:
+                pass
+
     loops = {"empty loop": loop_empty}
     loops.update(make_marker_loops(aclprof))
     loops["raw cffi push+pop"] = loop_raw_push_pop
     loops["raw cffi range start+stop"] = loop_raw_range
     loops["raw cffi mark"] = loop_raw_mark
     loops["_fast push+pop (API mode)"] = loop_fast_push_pop
+    loops["_fast push+pop, old Push/Pop path"] = loop_fast_stamp_push_pop
+    loops["annotate pre-built, old Push/Pop path"] = loop_old_annotate
     nvtx_loop = make_nvtx_loop()
     if nvtx_loop is not None:
         loops["nvtx.annotate('m') (no tool)"] = nvtx_loop
@@ -288,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         "mark('m')": "nullcontext()",
         "@annotate() fn()": "bare fn()",
         "raw cffi push+pop": "nullcontext()",
+        "annotate pre-built, old Push/Pop path": "nullcontext()",
         "nvtx.annotate('m') (no tool)": "nullcontext()",
     }))
     print()
@@ -298,6 +342,12 @@ def main(argv: list[str] | None = None) -> int:
         ("mark('m') / raw cffi mark", "mark('m')", "raw cffi mark"),
         ("@annotate() fn() / raw cffi push+pop", "@annotate() fn()", "raw cffi push+pop"),
         ("_fast push+pop / raw cffi push+pop", "_fast push+pop (API mode)", "raw cffi push+pop"),
+        ("_fast push+pop / raw cffi range start+stop", "_fast push+pop (API mode)",
+         "raw cffi range start+stop"),
+        ("annotate pre-built: ranges (now) / Push/Pop (before)", "annotate, pre-built",
+         "annotate pre-built, old Push/Pop path"),
+        ("_fast push+pop: ranges (now) / Push/Pop (before)", "_fast push+pop (API mode)",
+         "_fast push+pop, old Push/Pop path"),
     ]
     B.table(("ratio against the raw C calls", "median", "min", "overhead ns (median)"), [
         (label, B.med(B.per_round_ratio(session, a, b)), min(B.per_round_ratio(session, a, b)),
@@ -347,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
             x = B.med(B.per_round_ratio(disabled, "@annotate() fn()", "bare fn()"))
             rows.append(("disabled @annotate() fn() <= 1.5x bare fn()", f"{x:.2f}x",
                          B.verdict(x <= GOAL_DISABLED_X_NULL)))
+    old = B.med(session["annotate pre-built, old Push/Pop path"])
+    rows.append(("  before issue 7 (aclprofPush/Pop path), pre-built", f"{old:.0f} ns", "info"))
     if "nvtx.annotate('m') (no tool)" in session:
         x = B.med(B.per_round_ratio(session, "annotate('m')", "nvtx.annotate('m') (no tool)"))
         rows.append(("annotate('m') / nvtx.annotate('m') on this machine", f"{x:.2f}x", "info"))
