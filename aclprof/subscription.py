@@ -1,8 +1,9 @@
 """Operator subscription: ``aclprof.subscribe(model_id)`` and its background reader.
 
 A :class:`Subscription` owns everything one ``aclprofModelSubscribe`` needs: a pipe, a
-stable C ``int`` holding the write end (the library keeps a pointer to it, closes the fd
-at unsubscribe and writes -1 into it), the subscribe config, and one reader thread.
+stable C ``int`` holding the write end (the library keeps a pointer to it, reads it for
+every record, and at unsubscribe, or later when the close is deferred, closes the fd and
+writes -1 into it), the subscribe config, and one reader thread.
 
 The reader reads large chunks (a multiple of the record size), keeps partial records for
 the next read, and decodes each chunk in two passes: a compiled loop (``aclprof._fast``)
@@ -15,8 +16,8 @@ counted and never stops the reader) or to a bounded queue read by iterating the
 subscription (records) or :meth:`Subscription.batches` (numpy batches). Nothing is lost
 uncounted: at any moment ``records_read == delivered + dropped + queued``.
 
-Closing unsubscribes (the library flushes and closes the write end), drains the pipe to
-EOF, joins the thread and releases the pipe and config, from any thread, a callback
+Closing unsubscribes (the library flushes and closes the write end, or the binding closes
+it when the library defers that), drains the pipe to EOF, joins the thread and releases the pipe and config, from any thread, a callback
 included, at interpreter exit, and after a library failure.
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import atexit
 import collections
 import fcntl
+import itertools
 import os
 import select
 import threading
@@ -118,6 +120,24 @@ class _DeviceConfigs:
 _device_configs = _DeviceConfigs()
 _live: "weakref.WeakSet[Subscription]" = weakref.WeakSet()
 _orphaned_cells: list[lowlevel.FdCell] = []  # cells the library may still write -1 into
+
+# Cells whose close the library deferred (audit row 1, note D1). When a model's device loses
+# its last subscription while another device still has one, CANN's ProfStopAclSubscribe
+# only queues the device (CloseSubscribeFdIfHostId) and keeps the int*; the fd is closed
+# and -1 written through that pointer when the process's last subscription ends
+# (CloseSubscribeFd(devId)). Until then the cell must stay allocated, or the library reads
+# freed memory and may close() whatever number it finds there. Each cell leaves this list
+# once it reads -1: the library erased its entry before writing that, so it can no longer
+# touch the cell. Growth is bounded: one cell (4 bytes) per subscription unsubscribed since
+# the process last had no subscription at all, since the last unsubscribe clears them all.
+_deferred_lock = threading.Lock()
+_deferred_cells: list[lowlevel.FdCell] = []
+# Markers written into deferred cells: distinct values <= -2, so that (a) the library's
+# per-record lookup (GetSubscribeFdForModel, fd < 0) drops anything still addressed to the
+# closed pipe, (b) its deferred close can tell our cells apart (CloseSubscribeFd skips a
+# pointer whose value another entry holds, so equal values would leave a cell unreleased)
+# and (c) the -1 it writes at the end is distinguishable from our mark.
+_deferred_marks = itertools.count(2)
 _unsubscribe_threads: list[threading.Thread] = []  # started by closes from callbacks
 _closing_in_background: "set[Subscription]" = set()  # closed from a callback, not yet released
 
@@ -336,6 +356,7 @@ class Subscription:
         self._background_close: threading.Event | None = None  # set once released
         self._released = False
 
+        _sweep_deferred_cells()
         record_size = lowlevel.get_op_desc_size()
         self._decoder = _Decoder(record_size, validate=validate, default_device=self.device,
                                  max_records=read_records)
@@ -620,11 +641,12 @@ class Subscription:
     def _unsubscribe(self) -> BaseException | None:
         """Unsubscribe; returns the failure, if any.
 
-        On success the library closed the write end (and wrote -1 into the cell); if it
-        left the fd open, close it here. On failure the library may still own the
-        subscription and write to that fd, so it is *not* closed (a reused fd number would
-        receive the library's records): the reader is woken instead, and the cell and the
-        config are kept alive for as long as the process lives.
+        On success the library either closed the write end and wrote -1 into the cell, or
+        deferred that (the model's device lost its last subscription while other devices
+        still have some): see :meth:`_take_over_deferred_fd`. On failure the library may
+        still own the subscription and write to that fd, so it is *not* closed (a reused fd
+        number would receive the library's records): the reader is woken instead, and the
+        cell and the config are kept alive for as long as the process lives.
         """
         try:
             lowlevel.model_unsubscribe(self.model_id)
@@ -636,8 +658,42 @@ class Subscription:
             return self._unsubscribe_failed(exc)
         except BaseException as exc:
             return self._unsubscribe_failed(exc)
-        self._close_write_end()
+        self._take_over_deferred_fd()
         return None
+
+    def _take_over_deferred_fd(self) -> None:
+        """After a successful unsubscribe: end the stream now even if the library deferred
+        the close, and keep the cell alive for as long as the library holds its pointer.
+
+        Why closing here is safe. CANN's ProfStopAclSubscribe (prof_acl_mgr.cpp L3415-3462)
+        returns only after stopping the device whose count reached 0 (CommandHandleProfStop,
+        StopReporters, the task stop) and, in its own one-device path, closes the fd right
+        after that same stop (CloseSubscribeFd(devId), L2759-2786): the library itself
+        treats "unsubscribe returned" as "every record of the model is in the pipe". So
+        the records are already in the pipe and the reader still gets them before EOF.
+        Should the library write anything later for this model, PipeTransport::SendBuffer
+        reads the fd through our cell for every buffer (GetSubscribeFdForModel) and drops
+        it on a negative value, so it cannot land in a reused fd number. The mark goes in
+        before close() so that window stays shut. The library's deferred close then calls
+        close(mark), which fails harmlessly with EBADF (it logs an error), and writes -1,
+        after which the cell is released (see _deferred_cells). The alternative, leaving
+        the fd to the library, would make every reader wait until the process's last
+        unsubscribe and hold one open fd per deferred subscription.
+        """
+        fd = self._cell.value
+        if fd < 0:
+            # Closed by the library, -1 written: it no longer holds this pointer. If this
+            # was the process's last subscription, earlier deferred cells got -1 too.
+            _sweep_deferred_cells()
+            return
+        with _deferred_lock:
+            self._cell._set(-next(_deferred_marks))
+            _deferred_cells.append(self._cell)
+            _sweep_deferred_cells_locked()
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
     def _unsubscribe_failed(self, exc: BaseException) -> BaseException:
         _orphaned_cells.append(self._cell)
@@ -654,7 +710,7 @@ class Subscription:
             pass  # already woken (the pipe is non-blocking) or released
 
     def _close_write_end(self) -> None:
-        """Close the pipe's write end unless the library did (it then wrote -1)."""
+        """Subscribe failed (the library kept no pointer): close the write end ourselves."""
         fd = self._cell.value
         if fd >= 0:
             self._cell._set(-1)
@@ -707,6 +763,16 @@ class Subscription:
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
         return f"<aclprof.Subscription model={self.model_id} device={self.device} {state}>"
+
+
+def _sweep_deferred_cells_locked() -> None:
+    _deferred_cells[:] = [cell for cell in _deferred_cells if cell.value != -1]
+
+
+def _sweep_deferred_cells() -> None:
+    """Forget the deferred cells into which the library has written -1 (it is done)."""
+    with _deferred_lock:
+        _sweep_deferred_cells_locked()
 
 
 def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = None,
