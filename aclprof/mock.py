@@ -20,6 +20,7 @@ __all__ = [
     "set_noinit_behaviour", "set_op_desc_size", "set_time_unit", "set_realtime",
     "set_write_chunk", "set_corrupt_every", "set_writer_delay_us", "set_emit_log",
     "wait_writer_idle", "model_file", "load_model", "execute", "unload",
+    "set_op_desc_layout",
 ]
 
 _MODES = {0: "OFF", 1: "API_CTRL", 2: "SUBSCRIBE"}
@@ -211,3 +212,10 @@ def execute(model_id: int, iterations: int = 1) -> None:
 def unload(model_id: int) -> None:
     """``aclmdlUnload``."""
     lowlevel.mdl_unload(model_id)
+
+
+def set_op_desc_layout(layout: str) -> None:
+    """``"standard"`` (CANN's ``ProfOpDesc``) or ``"shuffled"``: same size, but modelId and
+    the times at other offsets; the library's getters follow (audit row 14)."""
+    value = _choice(layout, {"standard": 0, "shuffled": 1}, "layout")
+    _ok(_call("aclmockSetOpDescLayout", value), "aclmockSetOpDescLayout")

@@ -65,6 +65,10 @@ class SubscriptionStats:
     batch may lag by that batch. ``names_missing`` counts delivered records whose name or
     type the library could not return, ``names_overflowed`` those whose name did not fit the
     subscription's interned table (1 M distinct strings); both read ``"?"``.
+    ``layout_mismatch`` is true when the first record decoded by offset disagreed with the
+    library's getters (an unknown ``ProfOpDesc`` layout of the same size); the rest of the
+    subscription is then decoded through the getters, counted in
+    ``records_decoded_by_getters`` (also used for a record size the binding does not know).
     """
 
     bytes_read: int
@@ -81,6 +85,8 @@ class SubscriptionStats:
     names_overflowed: int
     truncated_bytes: int
     reader_lag_ns: int | None
+    layout_mismatch: bool = False
+    records_decoded_by_getters: int = 0
 
     @property
     def dropped(self) -> int:
@@ -175,6 +181,9 @@ class _Decoder:
         self.corrupt = 0
         self.failed = 0
         self.names_missing = 0
+        self.by_getters = 0
+        self.layout_mismatch = False
+        self._layout_checked = self._raw is None
 
     def free_space(self) -> memoryview:
         """Where the next read should go (a multiple of the record size, minus leftovers)."""
@@ -216,6 +225,8 @@ class _Decoder:
     def _decode(self, count: int) -> OpBatch:
         size = self.record_size
         self.records_read += count
+        if not self._layout_checked and self._raw is not None:
+            self._check_layout(count)
         if self._raw is None:
             return self._decode_with_getters(count)
         ffi, lib = self._ffi, self._lib
@@ -247,6 +258,37 @@ class _Decoder:
         self.records_decoded += good
         return OpBatch(out, self.names)
 
+    def _check_layout(self, count: int) -> None:
+        """Audit row 14: ``ProfOpDesc`` is internal to CANN and the layout is chosen by size
+        alone, so a same-size change would mis-decode silently (the CRC covers the bytes,
+        not their meaning). Once per subscription, before anything consumes the records'
+        names (the name getters are one-shot), compare the first valid record's offsets
+        with the library's own getters (the time and model-id getters can be called again).
+        """
+        ffi, lib, size = self._ffi, self._lib, self.record_size
+        raw = np.frombuffer(self.buffer, dtype=self._raw, count=count)
+        for i in range(count):
+            rec = bytes(self.buffer[i * size:(i + 1) * size])
+            if lib.aclprof_signature(ffi.from_buffer("uint8_t[]", rec), size) != raw["signature"][i]:
+                continue  # corrupt: the getters would reject it; try the next one
+            self._layout_checked = True
+            ours = {"start": int(raw["start"][i]), "end": int(raw["end"][i]),
+                    "duration": int(raw["duration"][i]), "model_id": int(raw["modelId"][i])}
+            theirs = {"start": lowlevel.get_op_start(rec, 0), "end": lowlevel.get_op_end(rec, 0),
+                      "duration": lowlevel.get_op_duration(rec, 0),
+                      "model_id": lowlevel.get_model_id(rec, 0)}
+            differ = sorted(k for k in ours if ours[k] != theirs[k])
+            if differ:
+                self.layout_mismatch = True
+                self._raw = None
+                _log.warning("op record layout differs from the library's getters; decoding "
+                             "through the getters (slower) for the rest of this subscription",
+                             record_size=size, fields=differ,
+                             by_offset={k: ours[k] for k in differ},
+                             by_getter={k: theirs[k] for k in differ})
+            return
+        # Every record of this batch was corrupt: check the next batch.
+
     def _decode_with_getters(self, count: int) -> OpBatch:
         """Unknown record size: every field through the library's getters (slow, exact)."""
         size = self.record_size
@@ -264,6 +306,7 @@ class _Decoder:
                          lowlevel.get_op_start(rec, 0), lowlevel.get_op_end(rec, 0),
                          lowlevel.get_op_duration(rec, 0), 0))
         self.records_decoded += len(rows)
+        self.by_getters += len(rows)
         return OpBatch(np.array(rows, dtype=OP_DTYPE), self.names)
 
     @staticmethod
@@ -570,6 +613,8 @@ class Subscription:
             names_overflowed=d.names_overflowed,
             truncated_bytes=self._truncated,
             reader_lag_ns=lag,
+            layout_mismatch=d.layout_mismatch,
+            records_decoded_by_getters=d.by_getters,
         )
 
     @property

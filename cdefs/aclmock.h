@@ -69,3 +69,11 @@ int aclmockSetEmitLog(const char *path);
 /* Block until every record queued so far has been written or dropped, or timeoutMs passes.
  * Returns 0 when drained, ACL_ERROR_FAILURE on timeout. */
 int aclmockWaitWriterIdle(uint32_t timeoutMs);
+/* ProfOpDesc layout (audit row 14). STANDARD is CANN's. SHUFFLED keeps the record size but
+ * swaps modelId with threadId and rotates duration/start/end (start at duration's offset,
+ * end at start's, duration at end's); the getters (aclprofGetOpStart/End/Duration,
+ * aclprofGetModelId, the thread id attribute) follow it. For testing a reader that decodes
+ * by offset. Env ACLMOCK_OPDESC_LAYOUT=standard|shuffled. */
+#define ACLMOCK_OPDESC_STANDARD 0
+#define ACLMOCK_OPDESC_SHUFFLED 1
+int aclmockSetOpDescLayout(int layout);

@@ -152,4 +152,9 @@ uint32_t mock_crc32c_signature(const void *data, size_t len);  /* ~crc over [4, 
 /* Stores name and type in the side table and returns the new opIndex (>= 1). */
 uint64_t mock_opdesc_register(const char *name, const char *type);
 
+/* ACLMOCK_OPDESC_* (audit row 14), and the record as written to the pipe in that layout:
+ * `wire` gets the fields of the logical record `r` at the current layout's offsets. */
+int mock_opdesc_layout(void);
+void mock_opdesc_to_wire(const ProfOpDesc *r, ProfOpDesc *wire);
+
 #endif

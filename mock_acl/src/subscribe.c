@@ -558,9 +558,11 @@ void mock_subscribe_emit(uint32_t model_id, uint32_t device_id, const mock_op *o
     }
     if (size >= offsetof(ProfOpDesc, devId) + sizeof r.devId)
         r.devId = device_id;   /* the 72-byte layout of older CANN ends before devId */
-    r.signature = mock_crc32c_signature(&r, size);
+    ProfOpDesc wire;   /* the bytes in the pipe: the layout may differ (audit row 14) */
+    mock_opdesc_to_wire(&r, &wire);
+    wire.signature = mock_crc32c_signature(&wire, size);
     if (corrupt)
-        r.signature = ~r.signature;
+        wire.signature = ~wire.signature;
 
     log_record(&r, op, device_id, corrupt);
     if (!queued) {
@@ -569,8 +571,8 @@ void mock_subscribe_emit(uint32_t model_id, uint32_t device_id, const mock_op *o
         return;
     }
     q_item *it = &g_q[(g_qhead + g_qcount) % g_qcap];
-    memcpy(&it->rec, &r, sizeof r);   /* memcpy: struct assignment may skip the padding,
-                                         which the signature covers */
+    memcpy(&it->rec, &wire, sizeof wire);   /* memcpy: struct assignment may skip the
+                                               padding, which the signature covers */
     it->sub = e;
     it->size = size;
     it->corrupt = corrupt;

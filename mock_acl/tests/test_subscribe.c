@@ -1492,6 +1492,38 @@ TEST(writer_reads_fd_through_kept_pointer)
     close(g_dpipe[1][0]);
 }
 
+TEST(shuffled_layout_getters_follow)
+{
+    /* Audit row 14: same size, modelId/threadId swapped, times rotated; the getters (the
+     * library's) read the shuffled offsets, a reader using the standard ones reads junk. */
+    CHECK_EQ(aclmockSetOpDescLayout(2), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmockSetOpDescLayout(ACLMOCK_OPDESC_SHUFFLED), ACL_SUCCESS);
+    uint32_t m0 = load_std_model(0);
+    make_dpipe(0);
+    aclprofSubscribeConfig *c0 = subscribe_dpipe(m0, 0);
+    REQUIRE(c0 != NULL);
+    aclmdlExecute(m0, NULL, NULL);
+    CHECK_EQ(aclprofModelUnSubscribe(m0), ACL_SUCCESS);
+    unsigned char recs[3 * 80];
+    CHECK_EQ(read(g_dpipe[0][0], recs, sizeof recs), (ssize_t)sizeof recs);
+    for (int i = 0; i < 3; i++) {
+        const unsigned char *r = recs + i * 80;
+        CHECK_EQ(rd32(r, OFF_SIG), ref_signature(r, 80));
+        CHECK_EQ(rd32(r, OFF_TID), m0);                  /* modelId moved */
+        CHECK_EQ(rd32(r, OFF_MODEL), k_tids[i]);         /* threadId moved */
+        uint64_t start = rd64(r, OFF_DUR), end = rd64(r, OFF_START), dur = rd64(r, OFF_END);
+        CHECK(start > 0 && end > start && dur == end - start);
+        CHECK_EQ_U64(aclprofGetOpStart(r, 80, 0), start);
+        CHECK_EQ_U64(aclprofGetOpEnd(r, 80, 0), end);
+        CHECK_EQ_U64(aclprofGetOpDuration(r, 80, 0), dur);
+        CHECK_EQ_U64(aclprofGetModelId(r, 80, 0), m0);
+    }
+    aclmockReset();   /* restores the standard layout */
+    CHECK_EQ_U64(aclprofGetModelId(recs, 80, 0), k_tids[0]);
+    aclprofDestroySubscribeConfig(c0);
+    close(g_dpipe[0][0]);
+}
+
 /* Not a pass/fail benchmark: prints the writer's rate to a fast reader. */
 TEST(throughput)
 {
@@ -1561,6 +1593,7 @@ int main(void)
     RUN(one_device_closes_at_once);
     RUN(deferred_close_same_fd_two_ints);
     RUN(writer_reads_fd_through_kept_pointer);
+    RUN(shuffled_layout_getters_follow);
     RUN(throughput);
     int rc = test_summary();
     tmp_cleanup();
