@@ -40,11 +40,12 @@ import numpy as np
 from . import lowlevel
 from ._log import get_logger
 from .enums import AicoreMetrics
-from .errors import (InvalidModelIdError, InvalidParamError, InvalidProfilingConfigError,
-                     UnsupportedError)
+from .errors import (AclprofError, InvalidModelIdError, InvalidParamError,
+                     InvalidProfilingConfigError, UnsupportedError)
 from .records import OP_DTYPE, OpBatch, OpRecord, raw_dtype
 
-__all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES", "resolve_device"]
+__all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES", "resolve_device",
+           "DeferredResubscribeError"]
 
 _log = get_logger(__name__)
 
@@ -138,6 +139,7 @@ _orphaned_cells: list[lowlevel.FdCell] = []  # cells the library may still write
 # the process last had no subscription at all, since the last unsubscribe clears them all.
 _deferred_lock = threading.Lock()
 _deferred_cells: list[lowlevel.FdCell] = []
+_deferred_by_model: dict[int, lowlevel.FdCell] = {}  # model id -> its newest deferred cell
 # Markers written into deferred cells: distinct values <= -2, so that (a) the library's
 # per-record lookup (GetSubscribeFdForModel, fd < 0) drops anything still addressed to the
 # closed pipe, (b) its deferred close can tell our cells apart (CloseSubscribeFd skips a
@@ -399,7 +401,7 @@ class Subscription:
         self._background_close: threading.Event | None = None  # set once released
         self._released = False
 
-        _sweep_deferred_cells()
+        _check_not_deferred(self.model_id, self.device)
         record_size = lowlevel.get_op_desc_size()
         self._decoder = _Decoder(record_size, validate=validate, default_device=self.device,
                                  max_records=read_records)
@@ -417,6 +419,7 @@ class Subscription:
             self._claimed = True
             self._config = lowlevel.create_subscribe_config(time_info, AicoreMetrics.NONE, self._cell)
             lowlevel.model_subscribe(self.model_id, self._config)
+            _forget_replaced_cell(self.model_id)
         except BaseException:
             self._close_write_end()
             self._release()
@@ -734,6 +737,7 @@ class Subscription:
         with _deferred_lock:
             self._cell._set(-next(_deferred_marks))
             _deferred_cells.append(self._cell)
+            _deferred_by_model[self.model_id] = self._cell
             _sweep_deferred_cells_locked()
         try:
             os.close(fd)
@@ -812,6 +816,48 @@ class Subscription:
 
 def _sweep_deferred_cells_locked() -> None:
     _deferred_cells[:] = [cell for cell in _deferred_cells if cell.value != -1]
+    for model_id in [m for m, cell in _deferred_by_model.items() if cell.value == -1]:
+        del _deferred_by_model[model_id]
+
+
+def _check_not_deferred(model_id: int, device: int) -> None:
+    """Refuse a subscription that CANN would accept but never feed (audit row 1).
+
+    While the model's previous subscription waits for its deferred close, CANN still has
+    its entry (key: the model id, ``subscribed=false``, our old cell). If the device has no
+    subscription, ``StartDeviceSubscribeTask`` restarts it and its ``subscribeInfos_.insert``
+    keeps that old entry (prof_acl_mgr.cpp L1738-1742): aclprofModelSubscribe succeeds, but
+    the records go to the old cell (dropped: it holds our mark) and the unsubscribe fails
+    with 100011, which also keeps every other device's fd open. If the device does have a
+    subscription, ``UpdateSubscribeInfo`` takes the new fd and all is well. Only this
+    binding's own subscriptions are visible here, so the check is conservative.
+    """
+    with _deferred_lock:
+        _sweep_deferred_cells_locked()
+        pending = model_id in _deferred_by_model
+    if pending and not any(sub.device == device for sub in list(_live)):
+        raise DeferredResubscribeError(
+            f"aclprofModelSubscribe (not called): model {model_id} was unsubscribed while "
+            f"device {device} had no other subscription and other devices still had some; "
+            f"CANN keeps that old subscription until the last subscription of the process "
+            f"ends, and would send this new one's records to the old, closed pipe and fail "
+            f"to unsubscribe it (100011). Close the subscriptions on the other devices first, "
+            f"or subscribe another model on device {device} before this one.")
+
+
+def _forget_replaced_cell(model_id: int) -> None:
+    """The model was subscribed again (past :func:`_check_not_deferred`, so its device was
+    busy): CANN's UpdateSubscribeInfo replaced the old entry's int* with the new one, so it
+    will never touch, nor close, the old cell again."""
+    with _deferred_lock:
+        old = _deferred_by_model.pop(model_id, None)
+        if old is not None:
+            _deferred_cells[:] = [cell for cell in _deferred_cells if cell is not old]
+
+
+class DeferredResubscribeError(AclprofError, RuntimeError):
+    """A model cannot be subscribed again yet: its previous subscription's close is
+    deferred by the library and it would receive nothing (see :func:`subscribe`)."""
 
 
 def _sweep_deferred_cells() -> None:
@@ -840,6 +886,15 @@ def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = Non
         read_records: records per read (the read size is this times the record size).
         validate: check each record's CRC-32C signature (cheap; corrupt ones are counted).
         time_unit: the unit of the library's timestamps (``"ns"`` or ``"us"``), for lag.
+
+    Closing a subscription whose device has no other subscription while other devices
+    still have some makes the library defer its fd close until the process's last
+    unsubscribe (the binding still ends the stream at once). Until then that model cannot
+    be subscribed again on an otherwise idle device.
+
+    Raises:
+        DeferredResubscribeError: that case; nothing was changed.
+        AclError: the library refused the subscription.
     """
     return Subscription(model_id, callback=callback, batch_callback=batch_callback,
                         queue_size=queue_size, on_full=on_full, time_info=time_info,

@@ -124,11 +124,15 @@ def test_long_lived_subscription_on_another_device(emit_log):
     """Cycling one device while another stays subscribed: every cycle is deferred by the
     library, yet no fd is held (the binding closes it) and only one cell per cycle is
     kept, all released by the last unsubscribe."""
-    a, b = two_models()
+    _, b = two_models()
     sub_b = aclprof.subscribe(b, device=1)
     baseline = open_fds()
-    cells = []
+    cells, models = [], []
     for _ in range(30):
+        # A new model each time: re-subscribing a deferred model on an idle device is the
+        # trap of test_resubscribe_while_the_close_is_deferred.
+        a = mock.load_model(OPS, device=0)
+        models.append(a)
         with aclprof.subscribe(a, device=0) as sub_a:
             mock.execute(a, 2)
         assert sub_a.stats.records_read == 2 * len(OPS)
@@ -139,7 +143,7 @@ def test_long_lived_subscription_on_another_device(emit_log):
     sub_b.close()
     assert [c.value for c in cells] == [-1] * 30
     assert subscription._deferred_cells == []
-    assert len(emit_log.read(a)) == 30 * 2 * len(OPS)
+    assert all(len(emit_log.read(a)) == 2 * len(OPS) for a in models)
 
 
 def test_one_device_closes_at_once(emit_log):
@@ -196,3 +200,64 @@ def test_pyacl_c_style_reader_gets_eof_only_at_the_last_unsubscribe(emit_log):
         assert acl.prof.destroy_subscribe_config(cfg) == 0
     for r, _ in pipes:
         os.close(r)
+
+
+def test_resubscribe_while_the_close_is_deferred(emit_log):
+    """CANN would accept it but route the records to the old (closed) cell and then fail
+    the unsubscribe, keeping every fd open: the binding refuses it up front."""
+    a, b = two_models()
+    sub_b = aclprof.subscribe(b, device=1)
+    with aclprof.subscribe(a, device=0):
+        mock.execute(a, 1)
+    with pytest.raises(subscription.DeferredResubscribeError, match="aclprofModelSubscribe"):
+        aclprof.subscribe(a, device=0)
+    assert mock.stats()["recordsEmitted"] == len(OPS)  # the library was not called
+    # With another subscription on device 0, CANN's UpdateSubscribeInfo takes the new fd.
+    c = mock.load_model(OPS, device=0)
+    with aclprof.subscribe(c, device=0):
+        with aclprof.subscribe(a, device=0) as again:
+            mock.execute(a, 2)
+    assert again.stats.records_read == 2 * len(OPS)
+    # The library replaced the old entry's pointer: it will never write -1 into the old cell.
+    assert a not in subscription._deferred_by_model  # (c, closed last on dev0, is deferred)
+    assert [record_key(x) for x in again] == [e.key() for e in emit_log.read(a)][len(OPS):]
+    sub_b.close()
+    assert subscription._deferred_cells == [] and subscription._deferred_by_model == {}
+    # Once the last subscription ended, the model can be subscribed alone again.
+    with aclprof.subscribe(a, device=0) as alone:
+        mock.execute(a, 1)
+    assert alone.stats.records_read == len(OPS)
+
+
+def test_mock_reproduces_the_resubscribe_trap():
+    """What the guard prevents, straight on the library: the new cell receives nothing,
+    the old one gets the records, the unsubscribe fails with 100011."""
+    from aclprof import lowlevel
+
+    a, b = two_models()
+    pipes = [os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC) for _ in range(3)]
+    cells = [lowlevel.FdCell(w) for _, w in pipes]
+    configs = [lowlevel.create_subscribe_config(True, 0, cell) for cell in cells]
+    try:
+        lowlevel.model_subscribe(a, configs[0])
+        lowlevel.model_subscribe(b, configs[1])
+        lowlevel.model_unsubscribe(a)
+        assert cells[0].value == pipes[0][1]  # deferred
+        lowlevel.model_subscribe(a, configs[2])  # accepted...
+        mock.execute(a, 1)
+        mock.wait_writer_idle()
+        assert len(os.read(pipes[0][0], 1 << 16)) == mock.stats()["bytesWritten"] > 0
+        with pytest.raises(BlockingIOError):
+            os.read(pipes[2][0], 1)  # ...but fed nothing
+        with pytest.raises(aclprof.errors.InvalidModelIdError):
+            lowlevel.model_unsubscribe(a)
+        lowlevel.model_unsubscribe(b)
+        assert cells[1].value == pipes[1][1]  # b's close is now deferred for good
+        assert mock.mode() == "SUBSCRIBE"
+    finally:
+        mock.reset()  # closes through the kept pointers
+        assert cells[0].value == cells[1].value == -1
+        # The configs were freed by the reset; their handles are simply dropped (no __del__).
+        for r, _ in pipes:
+            os.close(r)
+        os.close(pipes[2][1])

@@ -72,6 +72,9 @@ struct sub_entry {
     bool detached;          /* an unsubscribing thread owns it (finish_detach frees it) */
     bool kept;              /* unsubscribed, but its device's close is deferred: the entry
                                and its int* stay until the last subscription ends */
+    bool routed;            /* kept, yet its model's records come to it again: the model was
+                               re-subscribed while its device had no subscription (CANN's
+                               insert keeps the old entry, see aclprofModelSubscribe) */
     uint64_t pending;       /* queued or being written; under g_sub_lock */
     atomic_uint_fast64_t progress;  /* records finished (written or dropped) */
     atomic_bool abort;      /* drop the rest instead of writing (stalled reader) */
@@ -479,6 +482,30 @@ static sub_entry *find_live(uint32_t model_id)
     return NULL;
 }
 
+/* Caller holds g_sub_lock. The kept entry of a model whose close is deferred, if any:
+ * CANN's subscribeInfos_ has one entry per model id, subscribed or not. */
+static sub_entry *find_kept(uint32_t model_id)
+{
+    for (sub_entry *e = g_entries; e; e = e->next) {
+        if (e->kept && e->model_id == model_id)
+            return e;
+    }
+    return NULL;
+}
+
+/* Caller holds g_sub_lock. Where the model's records go: its live entry, or its kept
+ * entry when that is routed (CANN's GetSubscribeFdForModel ignores `subscribed`). */
+static sub_entry *find_route(uint32_t model_id)
+{
+    sub_entry *e = find_live(model_id);
+    if (e == NULL) {
+        e = find_kept(model_id);
+        if (e != NULL && !e->routed)
+            e = NULL;
+    }
+    return e;
+}
+
 bool mock_model_subscribed(uint32_t model_id)
 {
     pthread_mutex_lock(&g_sub_lock);
@@ -529,7 +556,7 @@ void mock_subscribe_emit(uint32_t model_id, uint32_t device_id, const mock_op *o
     uint32_t every = mock_corrupt_every();
 
     pthread_mutex_lock(&g_sub_lock);
-    sub_entry *e = find_live(model_id);
+    sub_entry *e = find_route(model_id);
     if (e == NULL) {
         pthread_mutex_unlock(&g_sub_lock);
         return;
@@ -853,6 +880,43 @@ MOCK_EXPORT aclError aclprofModelSubscribe(uint32_t modelId,
                 ret = ACL_ERROR_INVALID_PROFILING_CONFIG;
         }
     }
+    uint32_t device = mock_model_device(modelId);
+    uint32_t dev = device < MOCK_MAX_DEVICES ? device : MOCK_MAX_DEVICES - 1;
+    sub_entry *kept = ret == ACL_SUCCESS ? find_kept(modelId) : NULL;
+    if (kept != NULL) {
+        /* The model's previous subscription was unsubscribed with its close deferred, so
+         * CANN still has its entry (subscribed=false, the old int*).
+         *   - Its device has subscriptions again: UpdateSubscribeInfo (prof_acl_mgr.cpp
+         *     L1673-1679) re-subscribes that entry with the new int*.
+         *   - It has none: StartDeviceSubscribeTask restarts the device and its
+         *     subscribeInfos_.insert (L1738-1742) keeps the OLD entry. The call succeeds,
+         *     both counts go up, the model's records go to the old int*, and a later
+         *     unsubscribe finds the model "not subscribed" (100011): nothing brings the
+         *     counts down again until aclmockReset. */
+        if (!start_writer()) {
+            ret = ACL_ERROR_PROFILING_FAILURE;
+        } else {
+            bool was_routed = kept->routed;
+            if (g_dev_subs[dev] > 0) {
+                kept->kept = false;
+                kept->routed = false;
+                kept->live = true;
+                kept->fdp = (int *)cfg->fd;
+                kept->time_info = cfg->timeInfo;
+                kept->metrics = (uint32_t)cfg->aicoreMetrics;
+            } else {
+                kept->routed = true;
+            }
+            if (!was_routed)
+                atomic_fetch_add(&g_live_subs, 1);   /* emit must look for it again */
+            g_dev_subs[dev]++;
+            g_host_subs++;
+            pthread_mutex_unlock(&g_sub_lock);
+            mock_set_mode(ACLMOCK_MODE_SUBSCRIBE);
+            mock_unlock();
+            return ACL_SUCCESS;
+        }
+    }
     sub_entry *e = NULL;
     if (ret == ACL_SUCCESS) {
         e = calloc(1, sizeof *e);
@@ -868,12 +932,12 @@ MOCK_EXPORT aclError aclprofModelSubscribe(uint32_t modelId,
         return ret;
     }
     e->model_id = modelId;
-    e->device_id = mock_model_device(modelId);
+    e->device_id = device;
     e->time_info = cfg->timeInfo;
     e->metrics = (uint32_t)cfg->aicoreMetrics;
     e->fdp = (int *)cfg->fd;
     e->live = true;
-    g_dev_subs[e->device_id < MOCK_MAX_DEVICES ? e->device_id : MOCK_MAX_DEVICES - 1]++;
+    g_dev_subs[dev]++;
     g_host_subs++;
     atomic_init(&e->progress, 0);
     atomic_init(&e->abort, false);

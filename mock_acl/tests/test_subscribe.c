@@ -1524,6 +1524,80 @@ TEST(shuffled_layout_getters_follow)
     close(g_dpipe[0][0]);
 }
 
+TEST(resubscribe_deferred_model_keeps_old_entry)
+{
+    /* CANN: re-subscribing a model whose close is deferred, while its device has no
+     * subscription, keeps the OLD entry (map insert): records go to the old int, the new
+     * one gets nothing, and the model cannot be unsubscribed any more. */
+    uint32_t m0 = load_std_model(0), m1 = load_std_model(1);
+    for (int i = 0; i < 3; i++)
+        make_dpipe(i);
+    int w0 = g_dpipe[0][1], w1 = g_dpipe[1][1], w2 = g_dpipe[2][1];
+    aclprofSubscribeConfig *c0 = subscribe_dpipe(m0, 0), *c1 = subscribe_dpipe(m1, 1);
+    REQUIRE(c0 != NULL && c1 != NULL);
+    CHECK_EQ(aclprofModelUnSubscribe(m0), ACL_SUCCESS);   /* deferred */
+    aclprofSubscribeConfig *c2 = subscribe_dpipe(m0, 2);
+    REQUIRE(c2 != NULL);                                  /* succeeds... */
+    aclmdlExecute(m0, NULL, NULL);
+    CHECK_EQ(aclmockWaitWriterIdle(5000), ACL_SUCCESS);
+    bool eof;
+    CHECK_EQ(drain_now(g_dpipe[0][0], &eof), 3);          /* ...but writes to the old int */
+    CHECK_EQ(drain_now(g_dpipe[2][0], &eof), 0);
+    CHECK_EQ(aclprofModelUnSubscribe(m0), ACL_ERROR_INVALID_MODEL_ID);
+    /* dev0's phantom count keeps the host count above 0: m1's close is deferred forever. */
+    CHECK_EQ(aclprofModelUnSubscribe(m1), ACL_SUCCESS);
+    CHECK_EQ(g_dpipe[1][1], w1);
+    CHECK(fd_open(w1) && fd_open(w0) && fd_open(w2));
+    CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_SUBSCRIBE);
+    aclmockReset();   /* ends everything: closes through the kept pointers */
+    CHECK_EQ(g_dpipe[0][1], -1);
+    CHECK_EQ(g_dpipe[1][1], -1);
+    CHECK(!fd_open(w0) && !fd_open(w1));
+    close(w2);
+    for (int i = 0; i < 3; i++)
+        close(g_dpipe[i][0]);
+}
+
+TEST(resubscribe_deferred_model_device_busy_takes_new_fd)
+{
+    /* If the device has a subscription again, CANN's UpdateSubscribeInfo re-subscribes the
+     * old entry with the new int*: the old int is then never closed by the library. */
+    uint32_t m0 = load_std_model(0), m1 = load_std_model(1), m2 = load_std_model(0);
+    for (int i = 0; i < 3; i++)
+        make_dpipe(i);
+    int w0 = g_dpipe[0][1], w2 = g_dpipe[2][1];
+    aclprofSubscribeConfig *c0 = subscribe_dpipe(m0, 0), *c1 = subscribe_dpipe(m1, 1);
+    REQUIRE(c0 != NULL && c1 != NULL);
+    CHECK_EQ(aclprofModelUnSubscribe(m0), ACL_SUCCESS);   /* deferred */
+    aclprofSubscribeConfig *cfg_m2 = aclprofCreateSubscribeConfig(1, ACL_AICORE_NONE, &g_pipe[0][1]);
+    make_pipe(0);
+    CHECK_EQ(aclprofModelSubscribe(m2, cfg_m2), ACL_SUCCESS);   /* dev0 busy again */
+    aclprofSubscribeConfig *c2 = subscribe_dpipe(m0, 2);
+    REQUIRE(c2 != NULL);
+    aclmdlExecute(m0, NULL, NULL);
+    CHECK_EQ(aclprofModelUnSubscribe(m0), ACL_SUCCESS);   /* dev0 still has m2: at once */
+    bool eof;
+    CHECK_EQ(drain_now(g_dpipe[2][0], &eof), 3);
+    CHECK(eof);
+    CHECK_EQ(g_dpipe[2][1], -1);
+    CHECK(!fd_open(w2));
+    CHECK_EQ(aclprofModelUnSubscribe(m2), ACL_SUCCESS);
+    CHECK_EQ(aclprofModelUnSubscribe(m1), ACL_SUCCESS);   /* the last one */
+    CHECK_EQ(g_dpipe[1][1], -1);
+    CHECK_EQ(g_pipe[0][1], -1);
+    CHECK_EQ(g_dpipe[0][1], w0);                          /* forgotten by the library */
+    CHECK(fd_open(w0));
+    close(w0);
+    g_dpipe[0][1] = -1;
+    aclprofDestroySubscribeConfig(c0);
+    aclprofDestroySubscribeConfig(c1);
+    aclprofDestroySubscribeConfig(c2);
+    aclprofDestroySubscribeConfig(cfg_m2);
+    for (int i = 0; i < 3; i++)
+        close(g_dpipe[i][0]);
+    close(g_pipe[0][0]);
+}
+
 /* Not a pass/fail benchmark: prints the writer's rate to a fast reader. */
 TEST(throughput)
 {
@@ -1594,6 +1668,8 @@ int main(void)
     RUN(deferred_close_same_fd_two_ints);
     RUN(writer_reads_fd_through_kept_pointer);
     RUN(shuffled_layout_getters_follow);
+    RUN(resubscribe_deferred_model_keeps_old_entry);
+    RUN(resubscribe_deferred_model_device_busy_takes_new_fd);
     RUN(throughput);
     int rc = test_summary();
     tmp_cleanup();
