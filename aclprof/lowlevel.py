@@ -229,8 +229,13 @@ def set_config(config_type: ConfigType | int, value: str) -> None:
 class FdCell:
     """A stable C ``int`` holding a pipe's write fd, for ``aclprofCreateSubscribeConfig``.
 
-    The library keeps the pointer, closes the fd at unsubscribe and writes -1 into the
-    cell, so the cell must outlive the subscription; keep a reference to it.
+    The library keeps the pointer and reads the fd through it for every record. It closes
+    the fd and writes -1 into the cell when the subscription's fd is closed: at
+    unsubscribe if the model's device still has other subscriptions or if this was the
+    process's last subscription, otherwise (the device's last subscription while another
+    device still has one) only when the last subscription of the process ends. So the
+    cell must stay allocated until it reads -1 after the unsubscribe (or for the life of
+    the process); keep a reference to it. :class:`aclprof.Subscription` does this for you.
     """
 
     __slots__ = ("_cell",)
@@ -295,7 +300,9 @@ def model_subscribe(model_id: int, config: SubscribeConfig) -> None:
 
 
 def model_unsubscribe(model_id: int) -> None:
-    """``aclprofModelUnSubscribe``: flushes, closes the pipe's write end, sets the cell to -1."""
+    """``aclprofModelUnSubscribe``: flushes; closes the pipe's write end and sets the cell
+    to -1 at once, or, when the model's device loses its last subscription while other
+    devices keep theirs, only at the process's last unsubscribe (see :class:`FdCell`)."""
     check(_fn("aclprofModelUnSubscribe")(_u32(model_id, "model_id")),
           "aclprofModelUnSubscribe", f"model {model_id}")
 

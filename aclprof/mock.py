@@ -22,6 +22,7 @@ __all__ = [
     "wait_writer_idle", "model_file", "load_model", "execute", "unload",
     "set_helper_host",
     "set_device_clock_offset", "set_devid_zero", "set_step_keypoints", "KEYPOINT_MODEL_CANN",
+    "set_op_desc_layout",
 ]
 
 _MODES = {0: "OFF", 1: "API_CTRL", 2: "SUBSCRIBE"}
@@ -251,3 +252,10 @@ def set_step_keypoints(enabled: bool, model_id: int = KEYPOINT_MODEL_CANN) -> No
     matches: the records are counted in ``stats()["keypointsUnrouted"]`` and dropped."""
     _natural(model_id, "model_id", 2**32 - 1)
     _ok(_call("aclmockSetStepKeypoints", int(bool(enabled)), model_id), "aclmockSetStepKeypoints")
+
+
+def set_op_desc_layout(layout: str) -> None:
+    """``"standard"`` (CANN's ``ProfOpDesc``) or ``"shuffled"``: same size, but modelId and
+    the times at other offsets; the library's getters follow (audit row 14)."""
+    value = _choice(layout, {"standard": 0, "shuffled": 1}, "layout")
+    _ok(_call("aclmockSetOpDescLayout", value), "aclmockSetOpDescLayout")

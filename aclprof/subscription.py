@@ -1,8 +1,9 @@
 """Operator subscription: ``aclprof.subscribe(model_id)`` and its background reader.
 
 A :class:`Subscription` owns everything one ``aclprofModelSubscribe`` needs: a pipe, a
-stable C ``int`` holding the write end (the library keeps a pointer to it, closes the fd
-at unsubscribe and writes -1 into it), the subscribe config, and one reader thread.
+stable C ``int`` holding the write end (the library keeps a pointer to it, reads it for
+every record, and at unsubscribe, or later when the close is deferred, closes the fd and
+writes -1 into it), the subscribe config, and one reader thread.
 
 The reader reads large chunks (a multiple of the record size), keeps partial records for
 the next read, and decodes each chunk in two passes: a compiled loop (``aclprof._fast``)
@@ -15,8 +16,8 @@ counted and never stops the reader) or to a bounded queue read by iterating the
 subscription (records) or :meth:`Subscription.batches` (numpy batches). Nothing is lost
 uncounted: at any moment ``records_read == delivered + dropped + queued``.
 
-Closing unsubscribes (the library flushes and closes the write end), drains the pipe to
-EOF, joins the thread and releases the pipe and config, from any thread, a callback
+Closing unsubscribes (the library flushes and closes the write end, or the binding closes
+it when the library defers that), drains the pipe to EOF, joins the thread and releases the pipe and config, from any thread, a callback
 included, at interpreter exit, and after a library failure.
 """
 
@@ -25,6 +26,7 @@ from __future__ import annotations
 import atexit
 import collections
 import fcntl
+import itertools
 import os
 import select
 import threading
@@ -38,11 +40,12 @@ import numpy as np
 from . import lowlevel
 from ._log import get_logger
 from .enums import AicoreMetrics
-from .errors import (InvalidModelIdError, InvalidParamError, InvalidProfilingConfigError,
-                     UnsupportedError)
+from .errors import (AclprofError, InvalidModelIdError, InvalidParamError,
+                     InvalidProfilingConfigError, UnsupportedError)
 from .records import KEYPOINT_NAME, KEYPOINT_TYPE, OP_DTYPE, OpBatch, OpRecord, raw_dtype
 
-__all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES", "resolve_device"]
+__all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES", "resolve_device",
+           "DeferredResubscribeError"]
 
 _log = get_logger(__name__)
 
@@ -80,6 +83,11 @@ class SubscriptionStats:
 
     ``keypoints`` counts delivered-or-queued step keypoint records (``kind ==
     "keypoint"``); they are also in every other count.
+
+    ``layout_mismatch`` is true when the first record decoded by offset disagreed with the
+    library's getters (an unknown ``ProfOpDesc`` layout of the same size); the rest of the
+    subscription is then decoded through the getters, counted in
+    ``records_decoded_by_getters`` (also used for a record size the binding does not know).
     """
 
     bytes_read: int
@@ -98,6 +106,8 @@ class SubscriptionStats:
     reader_lag_ns: int | None
     lag_clock: str | None = None
     keypoints: int = 0
+    layout_mismatch: bool = False
+    records_decoded_by_getters: int = 0
 
     @property
     def dropped(self) -> int:
@@ -137,6 +147,25 @@ class _DeviceConfigs:
 _device_configs = _DeviceConfigs()
 _live: "weakref.WeakSet[Subscription]" = weakref.WeakSet()
 _orphaned_cells: list[lowlevel.FdCell] = []  # cells the library may still write -1 into
+
+# Cells whose close the library deferred (audit row 1, note D1). When a model's device loses
+# its last subscription while another device still has one, CANN's ProfStopAclSubscribe
+# only queues the device (CloseSubscribeFdIfHostId) and keeps the int*; the fd is closed
+# and -1 written through that pointer when the process's last subscription ends
+# (CloseSubscribeFd(devId)). Until then the cell must stay allocated, or the library reads
+# freed memory and may close() whatever number it finds there. Each cell leaves this list
+# once it reads -1: the library erased its entry before writing that, so it can no longer
+# touch the cell. Growth is bounded: one cell (4 bytes) per subscription unsubscribed since
+# the process last had no subscription at all, since the last unsubscribe clears them all.
+_deferred_lock = threading.Lock()
+_deferred_cells: list[lowlevel.FdCell] = []
+_deferred_by_model: dict[int, lowlevel.FdCell] = {}  # model id -> its newest deferred cell
+# Markers written into deferred cells: distinct values <= -2, so that (a) the library's
+# per-record lookup (GetSubscribeFdForModel, fd < 0) drops anything still addressed to the
+# closed pipe, (b) its deferred close can tell our cells apart (CloseSubscribeFd skips a
+# pointer whose value another entry holds, so equal values would leave a cell unreleased)
+# and (c) the -1 it writes at the end is distinguishable from our mark.
+_deferred_marks = itertools.count(2)
 _unsubscribe_threads: list[threading.Thread] = []  # started by closes from callbacks
 _closing_in_background: "set[Subscription]" = set()  # closed from a callback, not yet released
 
@@ -176,6 +205,9 @@ class _Decoder:
         self.failed = 0
         self.names_missing = 0
         self.keypoints = 0
+        self.by_getters = 0
+        self.layout_mismatch = False
+        self._layout_checked = self._raw is None
 
     def free_space(self) -> memoryview:
         """Where the next read should go (a multiple of the record size, minus leftovers)."""
@@ -217,6 +249,8 @@ class _Decoder:
     def _decode(self, count: int) -> OpBatch:
         size = self.record_size
         self.records_read += count
+        if not self._layout_checked and self._raw is not None:
+            self._check_layout(count)
         if self._raw is None:
             return self._decode_with_getters(count)
         ffi, lib = self._ffi, self._lib
@@ -263,6 +297,37 @@ class _Decoder:
                        out=out["keypoint"])
         self.keypoints += int(np.count_nonzero(out["keypoint"]))
 
+    def _check_layout(self, count: int) -> None:
+        """Audit row 14: ``ProfOpDesc`` is internal to CANN and the layout is chosen by size
+        alone, so a same-size change would mis-decode silently (the CRC covers the bytes,
+        not their meaning). Once per subscription, before anything consumes the records'
+        names (the name getters are one-shot), compare the first valid record's offsets
+        with the library's own getters (the time and model-id getters can be called again).
+        """
+        ffi, lib, size = self._ffi, self._lib, self.record_size
+        raw = np.frombuffer(self.buffer, dtype=self._raw, count=count)
+        for i in range(count):
+            rec = bytes(self.buffer[i * size:(i + 1) * size])
+            if lib.aclprof_signature(ffi.from_buffer("uint8_t[]", rec), size) != raw["signature"][i]:
+                continue  # corrupt: the getters would reject it; try the next one
+            self._layout_checked = True
+            ours = {"start": int(raw["start"][i]), "end": int(raw["end"][i]),
+                    "duration": int(raw["duration"][i]), "model_id": int(raw["modelId"][i])}
+            theirs = {"start": lowlevel.get_op_start(rec, 0), "end": lowlevel.get_op_end(rec, 0),
+                      "duration": lowlevel.get_op_duration(rec, 0),
+                      "model_id": lowlevel.get_model_id(rec, 0)}
+            differ = sorted(k for k in ours if ours[k] != theirs[k])
+            if differ:
+                self.layout_mismatch = True
+                self._raw = None
+                _log.warning("op record layout differs from the library's getters; decoding "
+                             "through the getters (slower) for the rest of this subscription",
+                             record_size=size, fields=differ,
+                             by_offset={k: ours[k] for k in differ},
+                             by_getter={k: theirs[k] for k in differ})
+            return
+        # Every record of this batch was corrupt: check the next batch.
+
     def _decode_with_getters(self, count: int) -> OpBatch:
         """Unknown record size: every field through the library's getters (slow, exact)."""
         size = self.record_size
@@ -279,6 +344,7 @@ class _Decoder:
                          self._intern_py(type_name), self._flag(rec), 0, self.default_device,
                          *lowlevel.get_op_times(rec, 0), 0, False))
         self.records_decoded += len(rows)
+        self.by_getters += len(rows)
         out = np.array(rows, dtype=OP_DTYPE)
         self._mark_keypoints(out)
         return OpBatch(out, self.names)
@@ -385,6 +451,7 @@ class Subscription:
         self._background_close: threading.Event | None = None  # set once released
         self._released = False
 
+        _check_not_deferred(self.model_id, self.device)
         record_size = lowlevel.get_op_desc_size()
         self._decoder = _Decoder(record_size, validate=validate, default_device=self.device,
                                  max_records=read_records)
@@ -402,6 +469,7 @@ class Subscription:
             self._claimed = True
             self._config = lowlevel.create_subscribe_config(time_info, AicoreMetrics.NONE, self._cell)
             lowlevel.model_subscribe(self.model_id, self._config)
+            _forget_replaced_cell(self.model_id)
         except BaseException:
             self._close_write_end()
             self._release()
@@ -621,6 +689,8 @@ class Subscription:
             reader_lag_ns=lag,
             lag_clock=lag_clock,
             keypoints=d.keypoints,
+            layout_mismatch=d.layout_mismatch,
+            records_decoded_by_getters=d.by_getters,
         )
 
     @property
@@ -692,11 +762,12 @@ class Subscription:
     def _unsubscribe(self) -> BaseException | None:
         """Unsubscribe; returns the failure, if any.
 
-        On success the library closed the write end (and wrote -1 into the cell); if it
-        left the fd open, close it here. On failure the library may still own the
-        subscription and write to that fd, so it is *not* closed (a reused fd number would
-        receive the library's records): the reader is woken instead, and the cell and the
-        config are kept alive for as long as the process lives.
+        On success the library either closed the write end and wrote -1 into the cell, or
+        deferred that (the model's device lost its last subscription while other devices
+        still have some): see :meth:`_take_over_deferred_fd`. On failure the library may
+        still own the subscription and write to that fd, so it is *not* closed (a reused fd
+        number would receive the library's records): the reader is woken instead, and the
+        cell and the config are kept alive for as long as the process lives.
         """
         try:
             lowlevel.model_unsubscribe(self.model_id)
@@ -708,8 +779,43 @@ class Subscription:
             return self._unsubscribe_failed(exc)
         except BaseException as exc:
             return self._unsubscribe_failed(exc)
-        self._close_write_end()
+        self._take_over_deferred_fd()
         return None
+
+    def _take_over_deferred_fd(self) -> None:
+        """After a successful unsubscribe: end the stream now even if the library deferred
+        the close, and keep the cell alive for as long as the library holds its pointer.
+
+        Why closing here is safe. CANN's ProfStopAclSubscribe (prof_acl_mgr.cpp L3415-3462)
+        returns only after stopping the device whose count reached 0 (CommandHandleProfStop,
+        StopReporters, the task stop) and, in its own one-device path, closes the fd right
+        after that same stop (CloseSubscribeFd(devId), L2759-2786): the library itself
+        treats "unsubscribe returned" as "every record of the model is in the pipe". So
+        the records are already in the pipe and the reader still gets them before EOF.
+        Should the library write anything later for this model, PipeTransport::SendBuffer
+        reads the fd through our cell for every buffer (GetSubscribeFdForModel) and drops
+        it on a negative value, so it cannot land in a reused fd number. The mark goes in
+        before close() so that window stays shut. The library's deferred close then calls
+        close(mark), which fails harmlessly with EBADF (it logs an error), and writes -1,
+        after which the cell is released (see _deferred_cells). The alternative, leaving
+        the fd to the library, would make every reader wait until the process's last
+        unsubscribe and hold one open fd per deferred subscription.
+        """
+        fd = self._cell.value
+        if fd < 0:
+            # Closed by the library, -1 written: it no longer holds this pointer. If this
+            # was the process's last subscription, earlier deferred cells got -1 too.
+            _sweep_deferred_cells()
+            return
+        with _deferred_lock:
+            self._cell._set(-next(_deferred_marks))
+            _deferred_cells.append(self._cell)
+            _deferred_by_model[self.model_id] = self._cell
+            _sweep_deferred_cells_locked()
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
     def _unsubscribe_failed(self, exc: BaseException) -> BaseException:
         _orphaned_cells.append(self._cell)
@@ -726,7 +832,7 @@ class Subscription:
             pass  # already woken (the pipe is non-blocking) or released
 
     def _close_write_end(self) -> None:
-        """Close the pipe's write end unless the library did (it then wrote -1)."""
+        """Subscribe failed (the library kept no pointer): close the write end ourselves."""
         fd = self._cell.value
         if fd >= 0:
             self._cell._set(-1)
@@ -781,6 +887,58 @@ class Subscription:
         return f"<aclprof.Subscription model={self.model_id} device={self.device} {state}>"
 
 
+def _sweep_deferred_cells_locked() -> None:
+    _deferred_cells[:] = [cell for cell in _deferred_cells if cell.value != -1]
+    for model_id in [m for m, cell in _deferred_by_model.items() if cell.value == -1]:
+        del _deferred_by_model[model_id]
+
+
+def _check_not_deferred(model_id: int, device: int) -> None:
+    """Refuse a subscription that CANN would accept but never feed (audit row 1).
+
+    While the model's previous subscription waits for its deferred close, CANN still has
+    its entry (key: the model id, ``subscribed=false``, our old cell). If the device has no
+    subscription, ``StartDeviceSubscribeTask`` restarts it and its ``subscribeInfos_.insert``
+    keeps that old entry (prof_acl_mgr.cpp L1738-1742): aclprofModelSubscribe succeeds, but
+    the records go to the old cell (dropped: it holds our mark) and the unsubscribe fails
+    with 100011, which also keeps every other device's fd open. If the device does have a
+    subscription, ``UpdateSubscribeInfo`` takes the new fd and all is well. Only this
+    binding's own subscriptions are visible here, so the check is conservative.
+    """
+    with _deferred_lock:
+        _sweep_deferred_cells_locked()
+        pending = model_id in _deferred_by_model
+    if pending and not any(sub.device == device for sub in list(_live)):
+        raise DeferredResubscribeError(
+            f"aclprofModelSubscribe (not called): model {model_id} was unsubscribed while "
+            f"device {device} had no other subscription and other devices still had some; "
+            f"CANN keeps that old subscription until the last subscription of the process "
+            f"ends, and would send this new one's records to the old, closed pipe and fail "
+            f"to unsubscribe it (100011). Close the subscriptions on the other devices first, "
+            f"or subscribe another model on device {device} before this one.")
+
+
+def _forget_replaced_cell(model_id: int) -> None:
+    """The model was subscribed again (past :func:`_check_not_deferred`, so its device was
+    busy): CANN's UpdateSubscribeInfo replaced the old entry's int* with the new one, so it
+    will never touch, nor close, the old cell again."""
+    with _deferred_lock:
+        old = _deferred_by_model.pop(model_id, None)
+        if old is not None:
+            _deferred_cells[:] = [cell for cell in _deferred_cells if cell is not old]
+
+
+class DeferredResubscribeError(AclprofError, RuntimeError):
+    """A model cannot be subscribed again yet: its previous subscription's close is
+    deferred by the library and it would receive nothing (see :func:`subscribe`)."""
+
+
+def _sweep_deferred_cells() -> None:
+    """Forget the deferred cells into which the library has written -1 (it is done)."""
+    with _deferred_lock:
+        _sweep_deferred_cells_locked()
+
+
 def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = None,
               batch_callback: Callable[[OpBatch], Any] | None = None, queue_size: int = 65536,
               on_full: str = "drop_oldest", time_info: bool = True, device: int | None = None,
@@ -810,6 +968,15 @@ def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = Non
 
     Besides ops, the pipe can carry CANN's step keypoint records (``kind == "keypoint"``);
     filter them with ``batch.data[~batch.data["keypoint"]]`` or ``record.kind == "op"``.
+
+    Closing a subscription whose device has no other subscription while other devices
+    still have some makes the library defer its fd close until the process's last
+    unsubscribe (the binding still ends the stream at once). Until then that model cannot
+    be subscribed again on an otherwise idle device.
+
+    Raises:
+        DeferredResubscribeError: that case; nothing was changed.
+        AclError: the library refused the subscription.
     """
     return Subscription(model_id, callback=callback, batch_callback=batch_callback,
                         queue_size=queue_size, on_full=on_full, time_info=time_info,

@@ -93,3 +93,11 @@ int aclmockSetDevIdZero(int enabled);
  * matches, so they are dropped (keypointsUnrouted). Env ACLMOCK_STEP_KEYPOINTS=0|1,
  * ACLMOCK_STEP_KEYPOINT_MODEL=<uint32>. */
 int aclmockSetStepKeypoints(int enabled, uint32_t modelId);
+/* ProfOpDesc layout (audit row 14). STANDARD is CANN's. SHUFFLED keeps the record size but
+ * swaps modelId with threadId and rotates duration/start/end (start at duration's offset,
+ * end at start's, duration at end's); the getters (aclprofGetOpStart/End/Duration,
+ * aclprofGetModelId, the thread id attribute) follow it. For testing a reader that decodes
+ * by offset. Env ACLMOCK_OPDESC_LAYOUT=standard|shuffled. */
+#define ACLMOCK_OPDESC_STANDARD 0
+#define ACLMOCK_OPDESC_SHUFFLED 1
+int aclmockSetOpDescLayout(int layout);

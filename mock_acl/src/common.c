@@ -240,6 +240,7 @@ static atomic_int g_realtime;
 static atomic_uint g_write_chunk;
 static atomic_uint g_corrupt_every;
 static atomic_uint g_writer_delay_us;
+static atomic_int g_opdesc_layout = ACLMOCK_OPDESC_STANDARD;
 
 uint32_t mock_device_count(void) { return atomic_load(&g_device_count); }
 int mock_noinit_behaviour(void) { return atomic_load(&g_noinit); }
@@ -249,6 +250,7 @@ int mock_realtime(void) { return atomic_load(&g_realtime); }
 uint32_t mock_write_chunk(void) { return atomic_load(&g_write_chunk); }
 uint32_t mock_corrupt_every(void) { return atomic_load(&g_corrupt_every); }
 uint32_t mock_writer_delay_us(void) { return atomic_load(&g_writer_delay_us); }
+int mock_opdesc_layout(void) { return atomic_load(&g_opdesc_layout); }
 
 /* Unset or unparsable variables leave the default; a warning names bad values so that a
  * typo in a CI job does not silently test the wrong behaviour. */
@@ -281,6 +283,7 @@ static void load_env_settings(void)
     atomic_store(&g_corrupt_every, 0);
     atomic_store(&g_writer_delay_us, 0);
     atomic_store(&g_helper_host, 0);
+    atomic_store(&g_opdesc_layout, ACLMOCK_OPDESC_STANDARD);
 
     const char *v;
     if ((v = getenv("ACLMOCK_NOINIT")) != NULL && *v) {
@@ -319,6 +322,14 @@ static void load_env_settings(void)
             atomic_store(&g_helper_host, (int)n);
         else
             env_warn("ACLMOCK_HELPER_HOST", v);
+    }
+    if ((v = getenv("ACLMOCK_OPDESC_LAYOUT")) != NULL && *v) {
+        if (strcmp(v, "standard") == 0)
+            atomic_store(&g_opdesc_layout, ACLMOCK_OPDESC_STANDARD);
+        else if (strcmp(v, "shuffled") == 0)
+            atomic_store(&g_opdesc_layout, ACLMOCK_OPDESC_SHUFFLED);
+        else
+            env_warn("ACLMOCK_OPDESC_LAYOUT", v);
     }
 }
 
@@ -457,5 +468,16 @@ MOCK_EXPORT int aclmockSetHelperHost(int enabled)
     if (enabled != 0 && enabled != 1)
         return ACL_ERROR_INVALID_PARAM;
     atomic_store(&g_helper_host, enabled);
+    return ACL_SUCCESS;
+}
+
+/* Audit row 14: the ProfOpDesc layout is internal to CANN. SHUFFLED keeps the size but
+ * moves modelId and the three times (see opdesc.c), and the getters follow it, as the
+ * library's own getters would follow a new layout. */
+MOCK_EXPORT int aclmockSetOpDescLayout(int layout)
+{
+    if (layout != ACLMOCK_OPDESC_STANDARD && layout != ACLMOCK_OPDESC_SHUFFLED)
+        return ACL_ERROR_INVALID_PARAM;
+    atomic_store(&g_opdesc_layout, layout);
     return ACL_SUCCESS;
 }

@@ -172,4 +172,9 @@ void mock_subscribe_emit_keypoint(uint64_t start_host_ns, uint64_t end_host_ns);
  * stream (NULL = the current context's default stream)? */
 bool mock_stream_resolves(const void *stream);
 
+/* ACLMOCK_OPDESC_* (audit row 14), and the record as written to the pipe in that layout:
+ * `wire` gets the fields of the logical record `r` at the current layout's offsets. */
+int mock_opdesc_layout(void);
+void mock_opdesc_to_wire(const ProfOpDesc *r, ProfOpDesc *wire);
+
 #endif

@@ -422,6 +422,39 @@ MOCK_EXPORT aclError aclprofGetOpName(const void *opInfo, size_t opInfoLen, uint
     return get_str(opInfo, opInfoLen, index, opName, opNameLen, HAVE_NAME);
 }
 
+/* Where the fields that ACLMOCK_OPDESC_SHUFFLED moves are (audit row 14). */
+typedef struct field_offsets {
+    size_t model_id, thread_id, duration, start, end;
+} field_offsets;
+
+static const field_offsets k_standard = {
+    offsetof(ProfOpDesc, modelId), offsetof(ProfOpDesc, threadId),
+    offsetof(ProfOpDesc, duration), offsetof(ProfOpDesc, start), offsetof(ProfOpDesc, end),
+};
+static const field_offsets k_shuffled = {
+    offsetof(ProfOpDesc, threadId), offsetof(ProfOpDesc, modelId),
+    offsetof(ProfOpDesc, end), offsetof(ProfOpDesc, duration), offsetof(ProfOpDesc, start),
+};
+
+/* The getters read the layout in force when they are called (a record emitted under the
+ * other layout reads wrong, as a record of another CANN version would). */
+static const field_offsets *offsets(void)
+{
+    return mock_opdesc_layout() == ACLMOCK_OPDESC_SHUFFLED ? &k_shuffled : &k_standard;
+}
+
+void mock_opdesc_to_wire(const ProfOpDesc *r, ProfOpDesc *wire)
+{
+    memcpy(wire, r, sizeof *wire);   /* memcpy keeps the zeroed padding */
+    const field_offsets *o = offsets();
+    unsigned char *w = (unsigned char *)wire;
+    memcpy(w + o->model_id, &r->modelId, sizeof r->modelId);
+    memcpy(w + o->thread_id, &r->threadId, sizeof r->threadId);
+    memcpy(w + o->duration, &r->duration, sizeof r->duration);
+    memcpy(w + o->start, &r->start, sizeof r->start);
+    memcpy(w + o->end, &r->end, sizeof r->end);
+}
+
 /* GetOpStart/End/Duration: 0 on any error (NULL data, CheckData, index). */
 static uint64_t get_time(const void *opInfo, size_t opInfoLen, uint32_t index, size_t offset)
 {
@@ -435,19 +468,19 @@ static uint64_t get_time(const void *opInfo, size_t opInfoLen, uint32_t index, s
 MOCK_EXPORT uint64_t aclprofGetOpStart(const void *opInfo, size_t opInfoLen, uint32_t index)
 {
     MOCK_FAULT_RETURN((uint64_t)(int64_t)fault_code_);
-    return get_time(opInfo, opInfoLen, index, offsetof(ProfOpDesc, start));
+    return get_time(opInfo, opInfoLen, index, offsets()->start);
 }
 
 MOCK_EXPORT uint64_t aclprofGetOpEnd(const void *opInfo, size_t opInfoLen, uint32_t index)
 {
     MOCK_FAULT_RETURN((uint64_t)(int64_t)fault_code_);
-    return get_time(opInfo, opInfoLen, index, offsetof(ProfOpDesc, end));
+    return get_time(opInfo, opInfoLen, index, offsets()->end);
 }
 
 MOCK_EXPORT uint64_t aclprofGetOpDuration(const void *opInfo, size_t opInfoLen, uint32_t index)
 {
     MOCK_FAULT_RETURN((uint64_t)(int64_t)fault_code_);
-    return get_time(opInfo, opInfoLen, index, offsetof(ProfOpDesc, duration));
+    return get_time(opInfo, opInfoLen, index, offsets()->duration);
 }
 
 /* Errors come back as (size_t)ACL_ERROR_INVALID_PARAM = 100000, not 0 (the header comment
@@ -463,7 +496,7 @@ MOCK_EXPORT size_t aclprofGetModelId(const void *opInfo, size_t opInfoLen, uint3
         return (size_t)ret;
     if (!index_ok(index, len))
         return (size_t)ACL_ERROR_INVALID_PARAM;
-    return field_u32(opInfo, index, offsetof(ProfOpDesc, modelId));
+    return field_u32(opInfo, index, offsets()->model_id);
 }
 
 /* No CheckData in the real one: a corrupt record still yields its flag. */
@@ -493,7 +526,7 @@ MOCK_EXPORT const char *aclprofGetOpAttriValue(const void *opInfo, size_t opInfo
         return NULL;
     if (field_u32(opInfo, index, offsetof(ProfOpDesc, flag)) != ACL_SUBSCRIBE_OP_THREAD)
         return NULL;
-    uint32_t tid = field_u32(opInfo, index, offsetof(ProfOpDesc, threadId));
+    uint32_t tid = field_u32(opInfo, index, offsets()->thread_id);
     pthread_mutex_lock(&g_attr_lock);
     snprintf(g_attr_value, sizeof g_attr_value, "%" PRIu32, tid);
     pthread_mutex_unlock(&g_attr_lock);

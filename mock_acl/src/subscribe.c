@@ -65,10 +65,16 @@ struct sub_entry {
     uint32_t device_id;
     int8_t time_info;
     uint32_t metrics;
-    int *fdp;               /* the caller's int: closed and set to -1 at unsubscribe */
-    int fd;                 /* *fdp read once at subscribe: where the writer writes */
+    int *fdp;               /* the caller's int, kept as CANN keeps it: read before every
+                               record (GetSubscribeFdForModel), closed and set to -1 when
+                               the subscription's fd is closed (see close_device) */
     bool live;              /* false once unsubscribe started: no new records */
     bool detached;          /* an unsubscribing thread owns it (finish_detach frees it) */
+    bool kept;              /* unsubscribed, but its device's close is deferred: the entry
+                               and its int* stay until the last subscription ends */
+    bool routed;            /* kept, yet its model's records come to it again: the model was
+                               re-subscribed while its device had no subscription (CANN's
+                               insert keeps the old entry, see aclprofModelSubscribe) */
     uint64_t pending;       /* queued or being written; under g_sub_lock */
     atomic_uint_fast64_t progress;  /* records finished (written or dropped) */
     atomic_bool abort;      /* drop the rest instead of writing (stalled reader) */
@@ -103,6 +109,15 @@ static unsigned g_writer_joining;  /* stop_writer calls waiting in pthread_join 
 static atomic_bool g_abort_all;    /* reset gave up on a stalled reader: drop everything */
 static atomic_uint g_fd_epoch;     /* bumped at every close: invalidates the poll budget */
 static atomic_uint_fast64_t g_progress;   /* records finished, all subscriptions */
+
+/* CANN's devTasks_[dev].count and devTasks_[64].count: each subscription counts once on
+ * its model's device and once on the host pseudo-device. Devices whose count reached 0
+ * while the host's did not wait in g_close_q (fdCloseInfos_) for the host count to reach
+ * 0. All under g_sub_lock. */
+static uint32_t g_dev_subs[MOCK_MAX_DEVICES];
+static uint32_t g_host_subs;
+static uint32_t g_close_q[MOCK_MAX_DEVICES];
+static size_t g_close_n;
 
 /* Counters (aclmockStats), under g_sub_lock. */
 static uint64_t st_emitted, st_written, st_dropped, st_corrupted, st_bytes, st_calls,
@@ -268,15 +283,15 @@ static bool aborted(const sub_entry *e)
 }
 
 /* 0: `n` bytes may be written; -1: fd unusable (drop); 1: subscription aborted (drop). */
-static int ensure_writable(write_budget *b, const sub_entry *e, size_t n)
+static int ensure_writable(write_budget *b, const sub_entry *e, int fd, size_t n)
 {
     unsigned epoch = atomic_load_explicit(&g_fd_epoch, memory_order_relaxed);
-    if (b->fd == e->fd && b->epoch == epoch && b->bytes >= n)
+    if (b->fd == fd && b->epoch == epoch && b->bytes >= n)
         return 0;
-    b->fd = e->fd;
+    b->fd = fd;
     b->epoch = epoch;
     b->bytes = 0;
-    int fl = fcntl(e->fd, F_GETFL);
+    int fl = fcntl(fd, F_GETFL);
     if (fl < 0)
         return -1;
     if (fl & O_NONBLOCK) {
@@ -286,7 +301,7 @@ static int ensure_writable(write_budget *b, const sub_entry *e, size_t n)
         return 0;
     }
     for (;;) {
-        struct pollfd p = { .fd = e->fd, .events = POLLOUT };
+        struct pollfd p = { .fd = fd, .events = POLLOUT };
         int r = poll(&p, 1, POLL_SLICE_MS);
         if (r > 0) {
             if (p.revents & POLLNVAL)
@@ -316,15 +331,23 @@ static bool write_record(const q_item *it, write_budget *b, write_stats *ws)
     if (aborted(e))
         return false;
 
+    /* CANN's PipeTransport::SendBuffer looks the fd up through the kept int* for every
+     * record (GetSubscribeFdForModel) and drops the record when it reads a negative value.
+     * Reading it here too (not once at subscribe) makes a caller that frees or rewrites
+     * its int while subscribed fail in tests (and under ASan) as it would on an NPU. The
+     * relaxed atomic load stands for CANN's read under its own lock. */
+    int fd = __atomic_load_n(e->fdp, __ATOMIC_RELAXED);
+    if (fd < 0)
+        return false;
     const unsigned char *p = (const unsigned char *)&it->rec;
     size_t left = it->size;
     uint32_t chunk = mock_write_chunk();
     while (left > 0) {
         size_t n = (chunk != 0 && chunk < left) ? chunk : left;
-        int w = ensure_writable(b, e, n);
+        int w = ensure_writable(b, e, fd, n);
         if (w != 0)
             return false;
-        ssize_t r = write(e->fd, p, n);
+        ssize_t r = write(fd, p, n);
         if (r > 0) {
             ws->calls++;
             ws->bytes += (uint64_t)r;
@@ -460,6 +483,30 @@ static sub_entry *find_live(uint32_t model_id)
     return NULL;
 }
 
+/* Caller holds g_sub_lock. The kept entry of a model whose close is deferred, if any:
+ * CANN's subscribeInfos_ has one entry per model id, subscribed or not. */
+static sub_entry *find_kept(uint32_t model_id)
+{
+    for (sub_entry *e = g_entries; e; e = e->next) {
+        if (e->kept && e->model_id == model_id)
+            return e;
+    }
+    return NULL;
+}
+
+/* Caller holds g_sub_lock. Where the model's records go: its live entry, or its kept
+ * entry when that is routed (CANN's GetSubscribeFdForModel ignores `subscribed`). */
+static sub_entry *find_route(uint32_t model_id)
+{
+    sub_entry *e = find_live(model_id);
+    if (e == NULL) {
+        e = find_kept(model_id);
+        if (e != NULL && !e->routed)
+            e = NULL;
+    }
+    return e;
+}
+
 bool mock_model_subscribed(uint32_t model_id)
 {
     pthread_mutex_lock(&g_sub_lock);
@@ -517,9 +564,11 @@ static void enqueue_locked(sub_entry *e, ProfOpDesc *r, const mock_op *op, uint3
         r->opIndex = corrupt ? mock_opdesc_register(NULL, NULL)
                              : mock_opdesc_register(op->name, op->type);
     }
-    r->signature = mock_crc32c_signature(r, size);
+    ProfOpDesc wire;   /* the bytes in the pipe: the layout may differ (audit row 14) */
+    mock_opdesc_to_wire(r, &wire);
+    wire.signature = mock_crc32c_signature(&wire, size);
     if (corrupt)
-        r->signature = ~r->signature;
+        wire.signature = ~wire.signature;
 
     log_record(r, op, device_id, corrupt);
     if (!queued) {
@@ -527,8 +576,8 @@ static void enqueue_locked(sub_entry *e, ProfOpDesc *r, const mock_op *op, uint3
         return;
     }
     q_item *it = &g_q[(g_qhead + g_qcount) % g_qcap];
-    memcpy(&it->rec, r, sizeof *r);   /* memcpy: struct assignment may skip the padding,
-                                         which the signature covers */
+    memcpy(&it->rec, &wire, sizeof wire);   /* memcpy: struct assignment may skip the
+                                               padding, which the signature covers */
     it->sub = e;
     it->size = size;
     it->corrupt = corrupt;
@@ -547,7 +596,7 @@ void mock_subscribe_emit(uint32_t model_id, uint32_t device_id, const mock_op *o
     uint32_t size = mock_op_desc_size();
 
     pthread_mutex_lock(&g_sub_lock);
-    sub_entry *e = find_live(model_id);
+    sub_entry *e = find_route(model_id);
     if (e == NULL) {
         pthread_mutex_unlock(&g_sub_lock);
         return;
@@ -593,7 +642,7 @@ void mock_subscribe_emit_keypoint(uint64_t start_host_ns, uint64_t end_host_ns)
         return;   /* AnalyzerTs::ParseTsKeypointData rejects an end not after the start */
 
     pthread_mutex_lock(&g_sub_lock);
-    sub_entry *e = find_live(model_id);
+    sub_entry *e = find_route(model_id);
     if (e == NULL) {
         st_kp_unrouted++;
         (void)mock_opdesc_register(keypoint.name, keypoint.type);
@@ -643,29 +692,108 @@ static void drain(sub_entry *e, uint32_t stall_ms)
     }
 }
 
-/* Caller holds g_sub_lock. Unlinks the entry, closes its fd the way CANN's
- * CloseSubscribeFd does (not if another subscription's *fd has the same value), frees it. */
-static void close_entry(sub_entry *e)
+/* Caller holds g_sub_lock. */
+static void unlink_entry(sub_entry *e)
 {
     for (sub_entry **pp = &g_entries; *pp; pp = &(*pp)->next) {
         if (*pp == e) {
             *pp = e->next;
-            break;
+            return;
         }
     }
-    int fd = *e->fdp;
-    bool in_use = false;
+}
+
+/* Caller holds g_sub_lock. Closes `*fdp` unless a subscription still in the list has the
+ * same fd value, as CANN's CloseSubscribeFd does, and then writes -1 through the pointer.
+ * (CANN calls close() even on a negative value and gets EBADF; skipping it is the same.) */
+static void close_fd_unless_used(int *fdp)
+{
+    int fd = *fdp;
     for (sub_entry *o = g_entries; o; o = o->next) {
         if (*o->fdp == fd)
-            in_use = true;
+            return;   /* shared: neither closed nor set to -1 */
     }
-    if (!in_use) {
-        if (fd >= 0)
-            close(fd);
-        *e->fdp = -1;
-        atomic_fetch_add(&g_fd_epoch, 1);
-    }
+    if (fd >= 0)
+        close(fd);
+    *fdp = -1;
+    atomic_fetch_add(&g_fd_epoch, 1);
+}
+
+/* Caller holds g_sub_lock. Unlinks the entry, closes its fd (unless shared), frees it:
+ * CANN's CloseSubscribeFd(devId, key), the close at unsubscribe while the device still
+ * has other subscriptions (prof_acl_mgr.cpp L2788-2817), and the close at reset. */
+static void close_entry(sub_entry *e)
+{
+    unlink_entry(e);
+    close_fd_unless_used(e->fdp);
     free(e);
+}
+
+/* Caller holds g_sub_lock. CANN's CloseSubscribeFd(devId) (L2759-2786), run for every
+ * queued device when the host count reaches 0: every entry of the device leaves the list
+ * first, then each distinct int* is closed unless an entry of ANOTHER device still has
+ * the same fd value (so one fd shared by models on two devices is closed, and set to -1,
+ * only through the last device's pointer). */
+static void close_device(uint32_t device_id)
+{
+    sub_entry *doomed = NULL;
+    for (sub_entry **pp = &g_entries; *pp;) {
+        sub_entry *e = *pp;
+        if (e->device_id == device_id) {
+            *pp = e->next;
+            e->next = doomed;
+            doomed = e;
+        } else {
+            pp = &e->next;
+        }
+    }
+    for (sub_entry *d = doomed; d; d = d->next) {
+        bool seen = false;   /* CANN collects the pointers in a std::set */
+        for (sub_entry *x = doomed; x != d; x = x->next)
+            seen |= x->fdp == d->fdp;
+        if (!seen)
+            close_fd_unless_used(d->fdp);
+    }
+    while (doomed != NULL) {
+        sub_entry *next = doomed->next;
+        free(doomed);
+        doomed = next;
+    }
+}
+
+/* Caller holds g_sub_lock. The second half of CANN's ProfStopAclSubscribe (L3415-3462)
+ * for a drained entry: the model's device and then the host pseudo-device 64 lose one
+ * subscription each.
+ *   - Device count still > 0: the entry's fd is closed at once (unless shared).
+ *   - Device count 0: the device is only queued (CloseSubscribeFdIfHostId, L1123-1132);
+ *     the entry stays in the list, unsubscribed, with its int*.
+ *   - Host count 0 (the last subscription of the process): every queued device is
+ *     closed now, through the kept pointers.
+ * So with models on two devices, unsubscribing the first leaves its fd open and its int
+ * untouched until the second is unsubscribed. */
+static void unsubscribe_entry(sub_entry *e)
+{
+    uint32_t dev = e->device_id < MOCK_MAX_DEVICES ? e->device_id : MOCK_MAX_DEVICES - 1;
+    if (g_dev_subs[dev] > 0)
+        g_dev_subs[dev]--;
+    if (g_dev_subs[dev] == 0) {
+        bool queued = false;   /* CANN may queue a device twice; the second pass is empty */
+        for (size_t i = 0; i < g_close_n; i++)
+            queued |= g_close_q[i] == dev;
+        if (!queued)
+            g_close_q[g_close_n++] = dev;
+        e->detached = false;
+        e->kept = true;
+    } else {
+        close_entry(e);
+    }
+    if (g_host_subs > 0)
+        g_host_subs--;
+    if (g_host_subs == 0) {
+        for (size_t i = 0; i < g_close_n; i++)
+            close_device(g_close_q[i]);
+        g_close_n = 0;
+    }
 }
 
 sub_entry *mock_subscribe_detach(uint32_t model_id)
@@ -686,7 +814,7 @@ void mock_subscribe_finish_detach(sub_entry *e)
     ensure_cv();
     pthread_mutex_lock(&g_sub_lock);
     drain(e, UNSUB_STALL_MS);
-    close_entry(e);
+    unsubscribe_entry(e);
     pthread_cond_broadcast(&g_done_cv);   /* a concurrent reset waits for detached entries */
     pthread_mutex_unlock(&g_sub_lock);
     log_flush();
@@ -805,6 +933,43 @@ MOCK_EXPORT aclError aclprofModelSubscribe(uint32_t modelId,
                 ret = ACL_ERROR_INVALID_PROFILING_CONFIG;
         }
     }
+    uint32_t device = mock_model_device(modelId);
+    uint32_t dev = device < MOCK_MAX_DEVICES ? device : MOCK_MAX_DEVICES - 1;
+    sub_entry *kept = ret == ACL_SUCCESS ? find_kept(modelId) : NULL;
+    if (kept != NULL) {
+        /* The model's previous subscription was unsubscribed with its close deferred, so
+         * CANN still has its entry (subscribed=false, the old int*).
+         *   - Its device has subscriptions again: UpdateSubscribeInfo (prof_acl_mgr.cpp
+         *     L1673-1679) re-subscribes that entry with the new int*.
+         *   - It has none: StartDeviceSubscribeTask restarts the device and its
+         *     subscribeInfos_.insert (L1738-1742) keeps the OLD entry. The call succeeds,
+         *     both counts go up, the model's records go to the old int*, and a later
+         *     unsubscribe finds the model "not subscribed" (100011): nothing brings the
+         *     counts down again until aclmockReset. */
+        if (!start_writer()) {
+            ret = ACL_ERROR_PROFILING_FAILURE;
+        } else {
+            bool was_routed = kept->routed;
+            if (g_dev_subs[dev] > 0) {
+                kept->kept = false;
+                kept->routed = false;
+                kept->live = true;
+                kept->fdp = (int *)cfg->fd;
+                kept->time_info = cfg->timeInfo;
+                kept->metrics = (uint32_t)cfg->aicoreMetrics;
+            } else {
+                kept->routed = true;
+            }
+            if (!was_routed)
+                atomic_fetch_add(&g_live_subs, 1);   /* emit must look for it again */
+            g_dev_subs[dev]++;
+            g_host_subs++;
+            pthread_mutex_unlock(&g_sub_lock);
+            mock_set_mode(ACLMOCK_MODE_SUBSCRIBE);
+            mock_unlock();
+            return ACL_SUCCESS;
+        }
+    }
     sub_entry *e = NULL;
     if (ret == ACL_SUCCESS) {
         e = calloc(1, sizeof *e);
@@ -820,12 +985,13 @@ MOCK_EXPORT aclError aclprofModelSubscribe(uint32_t modelId,
         return ret;
     }
     e->model_id = modelId;
-    e->device_id = mock_model_device(modelId);
+    e->device_id = device;
     e->time_info = cfg->timeInfo;
     e->metrics = (uint32_t)cfg->aicoreMetrics;
     e->fdp = (int *)cfg->fd;
-    e->fd = *e->fdp;
     e->live = true;
+    g_dev_subs[dev]++;
+    g_host_subs++;
     atomic_init(&e->progress, 0);
     atomic_init(&e->abort, false);
     e->next = g_entries;
@@ -899,8 +1065,12 @@ void mock_subscribe_reset(void)
     }
     stop_writer();   /* drops what a stalled reader left, since g_abort_all may be set */
     atomic_store(&g_abort_all, false);
+    /* Kept (deferred) entries too: reset ends every subscription, like the last one. */
     while (g_entries != NULL)
         close_entry(g_entries);
+    memset(g_dev_subs, 0, sizeof g_dev_subs);
+    g_host_subs = 0;
+    g_close_n = 0;
     free(g_q);
     g_q = NULL;
     g_qcap = g_qhead = g_qcount = 0;
