@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 # Before aclprof is imported: these would change the defaults the tests expect (aclprof.tx
 # reads ACLPROF_TX_DISABLE at import, the mock reads ACLMOCK_* at load and at reset).
-for _var in ("ACLPROF_TX_DISABLE", "ACLPROF_LIBRARY", "ACLMOCK_NOINIT", "ACLMOCK_TIME_UNIT",
+for _var in ("ACLPROF_TX_DISABLE", "ACLPROF_LIBRARY", "ACLMOCK_TIME_UNIT",
              "ACLMOCK_DEVICE_COUNT", "ACLMOCK_REALTIME"):
     os.environ.pop(_var, None)
 os.environ["ACLPROF_BACKEND"] = "mock"  # inherited by subprocesses unless they override it
