@@ -73,7 +73,7 @@ MOCK_EXPORT aclError aclprofGetStepTimestamp(aclprofStepInfo *stepInfo, aclprofS
     if (step_find(stepInfo)) {
         /* prof_acl_core.cpp:57-69 (audit row 17): every tag but START sets the END flag, but
          * only ACL_STEP_END itself is refused a second time; any other value always passes
-         * and is reported as given. */
+         * (the real one hands the raw tag on; the mock's event log records an END). */
         bool *flag = tag == ACL_STEP_START ? &stepInfo->startFlag : &stepInfo->endFlag;
         bool repeat = *flag && (tag == ACL_STEP_START || tag == ACL_STEP_END);
         if (!repeat) {
