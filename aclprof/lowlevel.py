@@ -23,7 +23,8 @@ start while running, same types        100042 if a device repeats  success, star
 start while running, other types       100042 if a device repeats  100010
 stop                                   stops config's devices      stops every device
 set_config before init                 100001                      accepted
-set_config types 15, 16; HOST_SYS numa  100000; 100010             accepted
+set_config 15, 16 / HOST_SYS numa     100000 / 100010             accepted
+init: result directory                 created at init             created at start
 DataType.API_STATS / AICORE_SHAPE      200007 at start             accepted
 =====================================  ==========================  ========================
 """
@@ -229,7 +230,9 @@ def init(path: str | os.PathLike) -> None:
 
     Every CANN era: a second init gives 100002, init while subscribed 148047. A path whose
     absolute form contains one of :data:`INVALID_PATH_CHARS` is refused here with a
-    ``ValueError`` (the library would return 100003). The directory is created at start.
+    ``ValueError``: CANN 2026 returns 100003 for it (2025 accepted it; the binding follows
+    the newer rule). CANN 2026 creates the directory at start, 2025 here (100003 if it
+    cannot).
     """
     data = _path_bytes(path, "path")
     _check_path_chars(data, "aclprofInit")

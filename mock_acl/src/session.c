@@ -192,8 +192,9 @@ static bool path_has_invalid_char(const char *path)
 }
 
 /* Lexical absolute path: prefixes the cwd, folds "//", "." and "..". No symlink
- * resolution, because the directory need not exist yet (it is created at Start). */
-static int absolute_path(const char *path, char **out)
+ * resolution, because the directory need not exist yet (2026 creates it at Start).
+ * `check_chars`: refuse the invalid characters (2026 only; RT0 has no such check). */
+static int absolute_path(const char *path, bool check_chars, char **out)
 {
     char cwd[PATH_MAX];
     if (path[0] != '/' && getcwd(cwd, sizeof cwd) == NULL)
@@ -224,7 +225,7 @@ static int absolute_path(const char *path, char **out)
         norm[n++] = '/';
     norm[n] = '\0';
     free(joined);
-    if (n >= PATH_MAX || path_has_invalid_char(norm)) {
+    if (n >= PATH_MAX || (check_chars && path_has_invalid_char(norm))) {
         free(norm);
         return ACL_ERROR_INVALID_FILE;
     }
@@ -564,9 +565,18 @@ static int init_with_path(const char *path)
         return ACL_ERROR_PROF_API_CONFLICT;
     }
     char *abs = NULL;
-    int ret = absolute_path(path, &abs);
+    int ret = absolute_path(path, era_2026(), &abs);
     if (ret != ACL_SUCCESS)
         return ret;
+    if (!era_2026()) {
+        /* RT0 ProfAclInit creates the directory at once (100003 if it cannot) and keeps its
+         * canonical path; 2026 defers both to Start (MaterializeResultPath). */
+        char *canon = make_dirs(abs) ? realpath(abs, NULL) : NULL;
+        free(abs);
+        if (!canon)
+            return ACL_ERROR_INVALID_FILE;
+        abs = canon;
+    }
     free(g_init_path);
     g_init_path = abs;
     mock_set_mode(ACLMOCK_MODE_API_CTRL);
@@ -1006,7 +1016,7 @@ MOCK_EXPORT aclError aclprofSetConfig(aclprofConfigType configType, const char *
     if (ret == ACL_SUCCESS && type == ACL_PROF_PATH && configLength > 0 &&
         mock_mode() == ACLMOCK_MODE_API_CTRL) {
         char *abs = NULL;
-        if (absolute_path(config, &abs) != ACL_SUCCESS) {
+        if (absolute_path(config, true, &abs) != ACL_SUCCESS) {
             ret = ACL_ERROR_INVALID_PROFILING_CONFIG;
         } else {
             free(g_init_path);
