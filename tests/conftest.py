@@ -22,7 +22,7 @@ from typing import NamedTuple
 # Before aclprof is imported: these would change the defaults the tests expect (aclprof.tx
 # reads ACLPROF_TX_DISABLE at import, the mock reads ACLMOCK_* at load and at reset).
 for _var in ("ACLPROF_TX_DISABLE", "ACLPROF_LIBRARY", "ACLMOCK_TIME_UNIT",
-             "ACLMOCK_DEVICE_COUNT", "ACLMOCK_REALTIME"):
+             "ACLMOCK_DEVICE_COUNT", "ACLMOCK_REALTIME", "ACLMOCK_CANN"):
     os.environ.pop(_var, None)
 os.environ["ACLPROF_BACKEND"] = "mock"  # inherited by subprocesses unless they override it
 # Subprocesses run `python -m aclprof ...` / `python -m daemon ...`, some from the checkout's
