@@ -8,6 +8,25 @@ owning handle objects, never cffi objects), and raises through the one error fun
 Arguments are checked in Python first (types and integer ranges) so that a wrong argument
 gives a ``TypeError``/``ValueError`` naming the parameter instead of a cffi overflow.
 The library is loaded on the first call (see :mod:`aclprof._loader`).
+
+What differs between CANN releases (hicann/runtime d8beaaf09 "2025" and 681ef7610 "2026";
+the mock follows either, see ``aclprof.mock.set_cann_era``):
+
+=====================================  ==========================  ========================
+call                                   2025                        2026
+=====================================  ==========================  ========================
+finalize / stop without init           100043                      success, no-op
+start without init                     100043                      auto-init (ACL_PROF_PATH
+                                                                   or "./")
+start(None) / stop(None)               100000                      default / running config
+start while running, same types        100042 if a device repeats  success, starts nothing
+start while running, other types       100042 if a device repeats  100010
+stop                                   stops config's devices      stops every device
+set_config before init                 100001                      accepted
+set_config 15, 16 / HOST_SYS numa     100000 / 100010             accepted
+init: result directory                 created at init             created at start
+DataType.API_STATS / AICORE_SHAPE      200007 at start             accepted
+=====================================  ==========================  ========================
 """
 
 from __future__ import annotations
@@ -98,6 +117,99 @@ def _path_bytes(value: Any, name: str) -> bytes:
     return encode_text(os.fsencode(value), name, MAX_PATH_BYTES)
 
 
+# ---- aclprofInit / aclprofSetConfig value rules (fidelity audit rows 7, 8) ---------------
+
+# Utils::CheckPathWithInvalidChar (CANN common/utils/utils.cpp): a result path containing any
+# of these is refused with 100003 (aclprofInit) or 100010 (ACL_PROF_PATH after init). Other
+# control bytes are allowed.
+INVALID_PATH_CHARS = "\n\f\r\b\t\v\x7f\"'\\%><|&$;`"
+
+# ParamValidation::CheckArgRange: digits only, no longer than str(hi), value in [lo, hi].
+SET_CONFIG_RANGES: dict[ConfigType, tuple[int, int]] = {
+    # 1..100 on most chips, 1..10000 on chips with PLATFORM_SYS_DEVICE_US: the binding lets
+    # the widest through and the library decides (the mock is a 1..100 chip).
+    ConfigType.SYS_HARDWARE_MEM_FREQ: (1, 10000),
+    ConfigType.SYS_IO_FREQ: (1, 100),
+    ConfigType.SYS_INTERCONNECTION_FREQ: (1, 50),
+    ConfigType.DVPP_FREQ: (1, 100),
+    ConfigType.HOST_SYS_USAGE_FREQ: (1, 50),
+    ConfigType.LOW_POWER_FREQ: (1, 100),
+    ConfigType.SYS_CPU_FREQ: (1, 50),
+}
+STORAGE_LIMIT_MB = (200, 0xFFFFFFFF)  # "<n>MB", at most 10 digits; "" means no limit
+SET_CONFIG_WORDS: dict[ConfigType, tuple[str, ...]] = {
+    ConfigType.LLC_MODE: ("read", "write"),
+    ConfigType.NTS_METRICS: ("PipeUtilization",),
+}
+# Comma lists (Utils::Split keeps empty items, so "a,,b" and "a," fail; "" is no item at all
+# and passes; duplicates pass). "numa" exists since 2026; older libraries refuse it (100010).
+SET_CONFIG_WORD_LISTS: dict[ConfigType, tuple[str, ...]] = {
+    ConfigType.HOST_SYS: ("cpu", "mem", "disk", "network", "osrt", "numa"),
+    ConfigType.HOST_SYS_USAGE: ("cpu", "mem"),
+}
+
+
+def invalid_path_char(path: bytes) -> str | None:
+    """The first character CANN refuses in a result path, or None."""
+    for ch in INVALID_PATH_CHARS:
+        if ch.encode() in path:
+            return ch
+    return None
+
+
+def _check_path_chars(path: bytes, where: str) -> None:
+    bad = invalid_path_char(os.fsencode(os.path.abspath(path)))
+    if bad is not None:
+        raise ValueError(
+            f"{where}: path {os.fsdecode(path)!r} contains {bad!r}, which CANN refuses in a "
+            f"result path (100003); use a directory whose absolute path has none of "
+            f"{INVALID_PATH_CHARS!r}")
+
+
+def check_set_config_value(config_type: ConfigType, value: bytes) -> None:
+    """Apply the library's ``aclprofSetConfig`` value rule for ``config_type`` in Python.
+
+    Raises:
+        ValueError: naming aclprofSetConfig, the option, the value, the rule and the fix.
+    """
+    text = value.decode("utf-8", "replace")
+    name = config_type.name
+
+    def fail(rule: str) -> None:
+        raise ValueError(f"aclprofSetConfig: {name}={text!r} is refused by CANN (code "
+                         f"{100000 if config_type is ConfigType.NTS_METRICS else 100010}): "
+                         f"{rule}")
+
+    if config_type in SET_CONFIG_RANGES:
+        lo, hi = SET_CONFIG_RANGES[config_type]
+        if not (value.isdigit() and len(value) <= len(str(hi)) and lo <= int(value) <= hi):
+            fail(f"give a decimal integer in [{lo}, {hi}] with at most {len(str(hi))} digits")
+    elif config_type is ConfigType.STORAGE_LIMIT:
+        lo, hi = STORAGE_LIMIT_MB
+        digits = value[:-2]
+        if value and not (value.endswith(b"MB") and digits.isdigit() and len(digits) <= 10
+                          and lo <= int(digits) <= hi):
+            fail(f"give '<n>MB' with n in [{lo}, {hi}] (at most 10 digits), e.g. '500MB', "
+                 "or '' for no limit")
+    elif config_type in SET_CONFIG_WORDS:
+        if text not in SET_CONFIG_WORDS[config_type]:
+            fail(f"give one of {SET_CONFIG_WORDS[config_type]}")
+    elif config_type in SET_CONFIG_WORD_LISTS:
+        words = SET_CONFIG_WORD_LISTS[config_type]
+        if text and any(w not in words for w in text.split(",")):
+            fail(f"give a comma list (no spaces, no empty items) of {words}")
+    elif config_type is ConfigType.OPTYPE:
+        if not text or "" in text.split(","):
+            fail("give a comma list of op types with no empty item, e.g. 'Conv2D,MatMul'")
+    elif config_type is ConfigType.SYS_MEM_SERVICEFLOW:
+        if not text:
+            fail("give a non-empty value")
+    elif config_type is ConfigType.PATH:
+        bad = invalid_path_char(value)
+        if bad is not None:
+            fail(f"the path contains {bad!r}; use one without any of {INVALID_PATH_CHARS!r}")
+
+
 def _buffer(data: Any) -> tuple[Any, int]:
     """A read-only C view of a bytes-like object and its length in bytes."""
     lib = get_library()
@@ -122,13 +234,27 @@ class ProfConfig(Handle):
 
 
 def init(path: str | os.PathLike) -> None:
-    """``aclprofInit``: initialise profiling with ``path`` as the output directory."""
+    """``aclprofInit``: initialise profiling with ``path`` as the output directory.
+
+    Every CANN era: a second init gives 100002, init while subscribed 148047. A path whose
+    absolute form contains one of :data:`INVALID_PATH_CHARS` is refused here with a
+    ``ValueError``: CANN 2026 returns 100003 for it (2025 accepted it; the binding follows
+    the newer rule). CANN 2026 creates the directory at start, 2025 here (100003 if it
+    cannot).
+    """
     data = _path_bytes(path, "path")
+    _check_path_chars(data, "aclprofInit")
     check(_fn("aclprofInit")(data, len(data)), "aclprofInit")
 
 
 def finalize() -> None:
-    """``aclprofFinalize``."""
+    """``aclprofFinalize``: stops every running device and leaves API mode.
+
+    Without a prior :func:`init`: CANN 2026 returns success and does nothing; CANN 2025
+    raises ``ProfNotRunError`` (100043). On 2026 a finalize without :func:`stop` leaves the
+    library's "already started" flag set, so the next :func:`start` succeeds but starts
+    nothing until a :func:`stop`: stop before you finalize.
+    """
     was_running = _state.tx_running
     _state.tx_stopping()
     rc = _fn("aclprofFinalize")()
@@ -138,7 +264,19 @@ def finalize() -> None:
 
 
 def start(config: ProfConfig | None) -> None:
-    """``aclprofStart``; ``None`` means the library's default configuration."""
+    """``aclprofStart``; ``None`` means the library's default configuration (2026 only).
+
+    Differs by CANN era (see the module docstring):
+
+    - without :func:`init`: 2026 initialises with ``ACL_PROF_PATH`` (or the last result
+      path of the process, or ``"./"``); 2025 raises ``ProfNotRunError`` (100043);
+    - ``None``: 2026 starts every active device with the platform defaults; 2025 raises
+      ``InvalidParamError`` (100000);
+    - while a session runs: 2026 compares the data types of the devices that run (the host
+      included) and returns without starting anything new (100010 if they differ); 2025
+      raises ``ProfAlreadyRunError`` (100042) if any device of ``config`` runs and starts
+      the others otherwise.
+    """
     ptr = _config_ptr(config)
     check(_fn("aclprofStart")(ptr), "aclprofStart")
     if config is not None and config.data_types & DataType.MSPROFTX:
@@ -146,7 +284,14 @@ def start(config: ProfConfig | None) -> None:
 
 
 def stop(config: ProfConfig | None) -> None:
-    """``aclprofStop``; pass the config given to :func:`start` (``None``: the running one)."""
+    """``aclprofStop``; pass the config given to :func:`start` (``None``: the running one).
+
+    Both eras compare ``config``'s stored data types with those of its devices that run
+    (the host included) and raise 100010 on a difference; devices that do not run are
+    skipped. Then 2026 stops every running device, 2025 only those of ``config``.
+    Without :func:`init`: 2026 returns success, 2025 raises 100043; ``None`` on 2025
+    raises ``InvalidParamError`` (100000).
+    """
     ptr = _config_ptr(config)
     was_running = _state.tx_running
     _state.tx_stopping()
@@ -217,9 +362,17 @@ def destroy_config(config: ProfConfig) -> None:
 
 
 def set_config(config_type: ConfigType | int, value: str) -> None:
-    """``aclprofSetConfig(type, value, len(value))``; values are strings, as in C."""
+    """``aclprofSetConfig(type, value, len(value))``; values are strings, as in C.
+
+    The value is checked first against the library's rules (:func:`check_set_config_value`).
+    ``ACL_PROF_PATH`` set after :func:`init` moves the output of later starts (2026); ``""``
+    is accepted and changes nothing. CANN 2025 needs :func:`init` first (100001) and has no
+    types 15 and 16 (100000); its type 14 is ``ACL_PROF_SCALE``, not ``OPTYPE``.
+    """
     ctype = ConfigType(_int(config_type, "config_type", 1, 16))
-    data = encode_text(value, "value", MAX_CONFIG_VALUE_BYTES)
+    # "" is a valid value for some types (no limit, no item, no path): the rule decides.
+    data = encode_text(value, "value", MAX_CONFIG_VALUE_BYTES, allow_empty=True)
+    check_set_config_value(ctype, data)
     check(_fn("aclprofSetConfig")(int(ctype), data, len(data)), "aclprofSetConfig",
           f"{ctype.name}={data.decode('utf-8', 'replace')!r}")
 
@@ -438,7 +591,13 @@ def get_step_timestamp(step_info: StepInfoHandle, tag: StepTag | int, stream: "S
     """``aclprofGetStepTimestamp``; each tag may be stamped once per step info."""
     if not isinstance(step_info, StepInfoHandle):
         raise TypeError(f"step_info must be a StepInfoHandle, not {type(step_info).__name__}")
-    tag = StepTag(_u32(tag, "tag"))
+    try:
+        tag = StepTag(_u32(tag, "tag"))
+    except ValueError:
+        # CANN takes any other value as an END (and never refuses it twice) and hands the raw
+        # tag to its step report; refusing it here keeps unknown tags out of the data.
+        raise ValueError(f"aclprofGetStepTimestamp: tag {tag!r} is not a StepTag; use "
+                         "StepTag.START (0) or StepTag.END (1)") from None
     check(_fn("aclprofGetStepTimestamp")(step_info._get(), int(tag), _stream_ptr(stream)),
           "aclprofGetStepTimestamp", f"tag {tag.name}")
 

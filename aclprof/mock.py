@@ -17,7 +17,7 @@ from ._loader import get_library
 
 __all__ = [
     "reset", "mode", "stats", "fail_next", "clear_faults", "set_device_count",
-    "set_noinit_behaviour", "set_op_desc_size", "set_time_unit", "set_realtime",
+    "set_cann_era", "set_op_desc_size", "set_time_unit", "set_realtime",
     "set_write_chunk", "set_corrupt_every", "set_writer_delay_us", "set_emit_log",
     "wait_writer_idle", "model_file", "load_model", "execute", "unload",
     "set_helper_host",
@@ -83,10 +83,11 @@ def set_device_count(count: int) -> None:
     _ok(_call("aclmockSetDeviceCount", count), "aclmockSetDeviceCount")
 
 
-def set_noinit_behaviour(behaviour: str) -> None:
-    """``"classic"`` (Start/Stop/Finalize without Init fail with 100043) or ``"modern"``."""
-    value = _choice(behaviour, {"classic": 0, "modern": 1}, "behaviour")
-    _ok(_call("aclmockSetNoInitBehaviour", value), "aclmockSetNoInitBehaviour")
+def set_cann_era(era: int | str) -> None:
+    """Which CANN release the session calls follow: ``2025`` (hicann/runtime d8beaaf09) or
+    ``2026`` (681ef7610, the default). See the table in :mod:`aclprof.lowlevel`."""
+    value = _choice(str(era), {"2025": 2025, "2026": 2026}, "era")
+    _ok(_call("aclmockSetCannEra", value), "aclmockSetCannEra")
 
 
 def set_op_desc_size(size: int) -> None:

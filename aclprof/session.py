@@ -22,31 +22,14 @@ __all__ = ["Profiler", "validate_option"]
 
 _log = get_logger(__name__)
 
-# What aclprofSetConfig accepts (reference section 1.4): integer ranges, or word sets.
-_INT_RANGES: dict[ConfigType, tuple[int, int]] = {
-    ConfigType.STORAGE_LIMIT: (200, 4294967295),
-    ConfigType.SYS_HARDWARE_MEM_FREQ: (1, 100),
-    ConfigType.SYS_IO_FREQ: (1, 100),
-    ConfigType.SYS_INTERCONNECTION_FREQ: (1, 50),
-    ConfigType.DVPP_FREQ: (1, 100),
-    ConfigType.HOST_SYS_USAGE_FREQ: (1, 50),
-}
-_WORDS: dict[ConfigType, tuple[str, ...]] = {
-    ConfigType.LLC_MODE: ("read", "write"),
-    ConfigType.NTS_METRICS: ("PipeUtilization",),
-}
-_WORD_LISTS: dict[ConfigType, tuple[str, ...]] = {
-    # The reference documents cpu and mem; CANN's own unit tests also pass disk, network, osrt.
-    ConfigType.HOST_SYS: ("cpu", "mem", "disk", "network", "osrt"),
-    ConfigType.HOST_SYS_USAGE: ("cpu", "mem"),
-}
-
-
 def validate_option(config_type: Any, value: Any) -> tuple[ConfigType, str]:
     """Check one ``aclprofSetConfig`` option in Python and return it as (type, string).
 
-    Integers may be given as int or decimal str. ``STORAGE_LIMIT`` is in MB and may carry
-    an ``MB`` suffix. Types without a documented range are passed to the library as given.
+    The rules are the library's (:func:`aclprof.lowlevel.check_set_config_value`), after a
+    little normalisation: integers may be given as int or decimal str (leading zeros and
+    surrounding spaces are dropped), a bare ``STORAGE_LIMIT`` number gets its ``MB`` unit,
+    and spaces around the words of ``HOST_SYS``/``HOST_SYS_USAGE`` lists are dropped.
+    ``PATH`` is passed as given; ``""`` is accepted where the library accepts it.
 
     Raises:
         ValueError / TypeError: naming the option, the value and what is accepted.
@@ -57,25 +40,27 @@ def validate_option(config_type: Any, value: Any) -> tuple[ConfigType, str]:
         raise ValueError(f"unknown ConfigType {config_type!r}; use an aclprof.ConfigType member") from None
     if isinstance(value, bool) or not isinstance(value, (int, str)):
         raise TypeError(f"option {ctype.name} must be an int or str, not {type(value).__name__}")
-    text = str(value).strip()
-    if ctype in _INT_RANGES:
-        lo, hi = _INT_RANGES[ctype]
-        digits = text[:-2] if ctype is ConfigType.STORAGE_LIMIT and text.upper().endswith("MB") else text
-        if not digits.isdecimal() or not lo <= int(digits) <= hi:
+    text = str(value) if ctype is ConfigType.PATH else str(value).strip()
+    if ctype in lowlevel.SET_CONFIG_RANGES:
+        lo, hi = lowlevel.SET_CONFIG_RANGES[ctype]
+        if not text.isascii() or not text.isdecimal() or not lo <= int(text) <= hi:
             raise ValueError(f"option {ctype.name}={value!r} must be an integer in [{lo}, {hi}]")
-        text = f"{int(digits)}MB" if ctype is ConfigType.STORAGE_LIMIT else str(int(digits))
-    elif ctype in _WORDS:
-        if text not in _WORDS[ctype]:
-            raise ValueError(f"option {ctype.name}={value!r} must be one of {_WORDS[ctype]}")
-    elif ctype in _WORD_LISTS:
-        words = [w.strip() for w in text.split(",")]
-        if not words or any(w not in _WORD_LISTS[ctype] for w in words) or len(set(words)) != len(words):
-            raise ValueError(
-                f"option {ctype.name}={value!r} must be a comma list of {_WORD_LISTS[ctype]}")
-        text = ",".join(words)
-    elif not text:
-        raise ValueError(f"option {ctype.name} must not be empty")
-    lowlevel.encode_text(text, f"option {ctype.name}", lowlevel.MAX_CONFIG_VALUE_BYTES)
+        text = str(int(text))
+    elif ctype is ConfigType.STORAGE_LIMIT and text:
+        lo, hi = lowlevel.STORAGE_LIMIT_MB
+        digits = text[:-2] if text.upper().endswith("MB") else text
+        if not digits.isascii() or not digits.isdecimal() or not lo <= int(digits) <= hi:
+            raise ValueError(f"option {ctype.name}={value!r} must be an integer in [{lo}, {hi}] "
+                             "(MB, optionally with an 'MB' suffix), or '' for no limit")
+        text = f"{int(digits)}MB"
+    elif ctype in lowlevel.SET_CONFIG_WORD_LISTS and text:
+        text = ",".join(w.strip() for w in text.split(","))
+    data = lowlevel.encode_text(text, f"option {ctype.name}", lowlevel.MAX_CONFIG_VALUE_BYTES,
+                                allow_empty=True)
+    try:
+        lowlevel.check_set_config_value(ctype, data)
+    except ValueError as exc:
+        raise ValueError(f"option {ctype.name}={value!r}: {exc}") from None
     return ctype, text
 
 
@@ -84,6 +69,10 @@ def _validate_output_dir(output_dir: Any) -> Path:
         raise TypeError(f"output_dir must be a str or os.PathLike, not {type(output_dir).__name__}")
     path = Path(os.path.abspath(os.fspath(output_dir)))
     lowlevel.encode_text(os.fsencode(path), "output_dir", lowlevel.MAX_PATH_BYTES)
+    bad = lowlevel.invalid_path_char(os.fsencode(path))
+    if bad is not None:
+        raise ValueError(f"output_dir {str(path)!r} contains {bad!r}, which aclprofInit refuses "
+                         f"(100003); choose a directory without any of {lowlevel.INVALID_PATH_CHARS!r}")
     if path.exists() and not path.is_dir():
         raise NotADirectoryError(f"output_dir {str(path)!r} exists and is not a directory")
     return path
@@ -185,15 +174,17 @@ class Profiler:
                 self._unwind(stop=True)
             self._output_dir.mkdir(parents=True, exist_ok=True)
             self._before = self._prof_dirs()
+            start_called = False
             try:
                 lowlevel.init(self._output_dir)
                 self._initialised = True
                 self._config = lowlevel.create_config(self._devices, self._metrics, self._data_types)
                 for ctype, text in self._options:
                     lowlevel.set_config(ctype, text)
+                start_called = True
                 lowlevel.start(self._config)
             except BaseException:
-                self._unwind(stop=False)
+                self._unwind(stop=False, after_failed_start=start_called)
                 raise
             self._running = True
             return self
@@ -214,7 +205,14 @@ class Profiler:
         """Stop if running (or retry a failed finalize). Idempotent."""
         self.stop()
 
-    def _unwind(self, stop: bool) -> None:
+    def _unwind(self, stop: bool, after_failed_start: bool = False) -> None:
+        """Stop (if ``stop``), destroy the config, finalize; see :meth:`stop`.
+
+        ``after_failed_start``: aclprofStart itself failed. CANN 2026 may have set its
+        "already started" flag before failing, and only a Stop clears it (Finalize does not),
+        so without this every later start in the process would succeed without starting
+        anything. A Stop of a config that does not run is harmless in every era.
+        """
         errors: list[BaseException] = []
 
         def attempt(step, *args):
@@ -223,7 +221,7 @@ class Profiler:
             except BaseException as exc:  # keep unwinding; report below
                 errors.append(exc)
 
-        if stop and self._config is not None:
+        if (stop or after_failed_start) and self._config is not None:
             attempt(lowlevel.stop, self._config)
         if self._config is not None:
             attempt(self._config.close)

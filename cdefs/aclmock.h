@@ -12,13 +12,6 @@
 #define ACLMOCK_MODE_API_CTRL 1
 #define ACLMOCK_MODE_SUBSCRIBE 2
 
-/* What aclprofStart/Stop/Finalize do when aclprofInit was not called (reference 3.2):
- * CLASSIC returns ACL_ERROR_PROF_NOT_RUN (documented behaviour, the default);
- * MODERN is the 2026 source: Start auto-initialises with ACL_PROF_PATH or "./",
- * Stop and Finalize return ACL_SUCCESS. Env ACLMOCK_NOINIT=classic|modern sets the default. */
-#define ACLMOCK_NOINIT_CLASSIC 0
-#define ACLMOCK_NOINIT_MODERN 1
-
 /* Op timestamp unit (reference 3.4 is UNCERTAIN). Env ACLMOCK_TIME_UNIT=ns|us. */
 #define ACLMOCK_TIME_NS 0
 #define ACLMOCK_TIME_US 1
@@ -55,7 +48,6 @@ void aclmockClearFaults(void);
 
 /* Driver settings. */
 int aclmockSetDeviceCount(uint32_t count);     /* 1..64; default 8 */
-int aclmockSetNoInitBehaviour(int behaviour);  /* ACLMOCK_NOINIT_* */
 
 /* Model runtime and subscription settings (operator subscription). */
 int aclmockSetOpDescSize(uint32_t size);       /* 80 (default, current CANN) or 72 (older) */
@@ -101,3 +93,11 @@ int aclmockSetStepKeypoints(int enabled, uint32_t modelId);
 #define ACLMOCK_OPDESC_STANDARD 0
 #define ACLMOCK_OPDESC_SHUFFLED 1
 int aclmockSetOpDescLayout(int layout);
+/* CANN era the session calls follow (fidelity audit rows 4-8, 19; mock_acl/README.md):
+ * 2025 is hicann/runtime d8beaaf09 (Start/Stop/Finalize need aclprofInit, NULL configs are
+ * rejected, a second Start fails on a running device), 2026 is 681ef7610 (auto-init, NULL
+ * configs, a second Start only checks the config). Env ACLMOCK_CANN=2025|2026 sets the
+ * default (2026). */
+#define ACLMOCK_CANN_2025 2025
+#define ACLMOCK_CANN_2026 2026
+int aclmockSetCannEra(int era);                /* ACLMOCK_CANN_* */

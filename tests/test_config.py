@@ -176,7 +176,8 @@ def test_device_gone_since_create_is_invalid_param(tmp_path):
     assert mock.mode() == "API_CTRL"
 
 
-def test_repeated_device_at_start_is_already_run(tmp_path, list_prof_dirs, session_info):
+def test_repeated_device_at_start_is_already_run_2025(tmp_path, list_prof_dirs, session_info):
+    mock.set_cann_era(2025)  # RT0 CheckDeviceTask (audit row 4)
     first = ll.create_config((0, 1), AicoreMetrics.NONE, DataType.ACL_API)
     second = ll.create_config((1, 2), AicoreMetrics.NONE, DataType.ACL_API)
     ll.init(tmp_path / "p")
@@ -188,9 +189,23 @@ def test_repeated_device_at_start_is_already_run(tmp_path, list_prof_dirs, sessi
     (prof,) = list_prof_dirs(tmp_path / "p")
     assert session_info(prof)["stopMonotonicNs"] is None
     assert session_info(prof)["devices"] == [0, 1]
-    with pytest.raises(aclprof.InvalidProfilingConfigError):
-        ll.stop(second)
+    assert not (prof / "device_2").exists()
     ll.stop(first)
+    assert session_info(prof)["stopMonotonicNs"] is not None
+
+
+def test_repeated_device_at_start_starts_nothing_2026(tmp_path, list_prof_dirs, session_info):
+    # RT CheckConfigConsistency (audit row 4): same types on the running devices -> success,
+    # but device 2 is silently not started; a Stop with the other config stops everything.
+    first = ll.create_config((0, 1), AicoreMetrics.NONE, DataType.ACL_API)
+    second = ll.create_config((1, 2), AicoreMetrics.NONE, DataType.ACL_API)
+    ll.init(tmp_path / "p")
+    ll.start(first)
+    ll.start(second)
+    (prof,) = list_prof_dirs(tmp_path / "p")
+    assert not (prof / "device_2").exists()
+    assert session_info(prof)["stopMonotonicNs"] is None
+    ll.stop(second)
     assert session_info(prof)["stopMonotonicNs"] is not None
 
 
@@ -215,7 +230,9 @@ def test_same_devices_other_types_at_start_is_invalid_config(tmp_path):
     assert info.value.code == 100010
 
 
-@pytest.mark.parametrize("other", [((0,), DataType.ACL_API | DataType.TASK_TIME), ((0, 1), DataType.ACL_API)])
+@pytest.mark.parametrize("other", [((0,), DataType.ACL_API | DataType.TASK_TIME),
+                                   ((0, 1), DataType.ACL_API | DataType.AICPU),
+                                   ((3,), DataType.MSPROFTX)])  # only the host compares
 def test_stop_with_another_config_is_invalid_config(tmp_path, other, list_prof_dirs, session_info):
     config = ll.create_config((0,), AicoreMetrics.NONE, DataType.ACL_API)
     wrong = ll.create_config(other[0], AicoreMetrics.NONE, other[1])
@@ -227,6 +244,28 @@ def test_stop_with_another_config_is_invalid_config(tmp_path, other, list_prof_d
     (prof,) = list_prof_dirs(tmp_path / "p")
     assert session_info(prof)["stopMonotonicNs"] is None  # still running
     ll.stop(config)
+    assert session_info(prof)["stopMonotonicNs"] is not None
+
+
+@pytest.mark.parametrize("era", ["2025", "2026"])
+def test_stop_with_other_devices_same_types_succeeds(tmp_path, era, list_prof_dirs, session_info):
+    # Audit row 5: devices that do not run are skipped, only data types are compared.
+    # 2026 then stops every running device; 2025 only the config's (and one host user).
+    mock.set_cann_era(era)
+    config = ll.create_config((0,), AicoreMetrics.NONE, DataType.ACL_API)
+    other = ll.create_config((0, 1), AicoreMetrics.NONE, DataType.ACL_API)
+    elsewhere = ll.create_config((2,), AicoreMetrics.NONE, DataType.ACL_API)
+    ll.init(tmp_path / "p")
+    ll.start(config)
+    (prof,) = list_prof_dirs(tmp_path / "p")
+    ll.stop(elsewhere)  # device 2 never ran; the host's types match
+    if era == "2026":
+        assert session_info(prof)["stopMonotonicNs"] is not None
+        ll.start(config)
+        (prof,) = set(list_prof_dirs(tmp_path / "p")) - {prof}
+    else:
+        assert session_info(prof)["stopMonotonicNs"] is None  # device 0 still runs
+    ll.stop(other)
     assert session_info(prof)["stopMonotonicNs"] is not None
 
 
@@ -264,121 +303,165 @@ def test_config_reaches_the_device(out_dir, given_types, stored, device_config):
         assert seen["aicoreMetrics"] == int(AicoreMetrics.PIPE_UTILIZATION)
 
 
-# ---- aclprofSetConfig ---------------------------------------------------------------------
+# ---- aclprofSetConfig (audit row 7) --------------------------------------------------------
+# The library's value rules (RT prof_params_adapter.cpp CheckApiConfigIsValid*, and
+# param_validation.cpp), checked twice: lowlevel.set_config refuses a bad value in Python
+# (ValueError, C not called) and the mock's C refuses it too (the mock is the 2026 library
+# on a chip without PLATFORM_SYS_DEVICE_US).
 
-RANGES = {
-    ConfigType.STORAGE_LIMIT: (200, 4294967295),
-    ConfigType.SYS_HARDWARE_MEM_FREQ: (1, 100),
-    ConfigType.SYS_IO_FREQ: (1, 100),
-    ConfigType.SYS_INTERCONNECTION_FREQ: (1, 50),
-    ConfigType.DVPP_FREQ: (1, 100),
-    ConfigType.HOST_SYS_USAGE_FREQ: (1, 50),
-}
+# (type, value, accepted)
+RULE_CASES = [
+    (ConfigType.STORAGE_LIMIT, "200MB", True),
+    (ConfigType.STORAGE_LIMIT, "4294967295MB", True),
+    (ConfigType.STORAGE_LIMIT, "0000000250MB", True),    # 10 digits
+    (ConfigType.STORAGE_LIMIT, "", True),                # no limit
+    (ConfigType.STORAGE_LIMIT, "500", False),            # the unit is required
+    (ConfigType.STORAGE_LIMIT, "199MB", False),
+    (ConfigType.STORAGE_LIMIT, "4294967296MB", False),
+    (ConfigType.STORAGE_LIMIT, "00000000250MB", False),  # 11 digits
+    (ConfigType.STORAGE_LIMIT, "300GB", False),
+    (ConfigType.STORAGE_LIMIT, "300mb", False),
+    (ConfigType.STORAGE_LIMIT, "MB", False),
+    (ConfigType.SYS_CPU_FREQ, "50", True),
+    (ConfigType.SYS_CPU_FREQ, "51", False),
+    (ConfigType.SYS_CPU_FREQ, "80", False),
+    (ConfigType.SYS_CPU_FREQ, "05", True),
+    (ConfigType.SYS_CPU_FREQ, "050", False),             # longer than "50"
+    (ConfigType.SYS_IO_FREQ, "010", True),
+    (ConfigType.SYS_IO_FREQ, "0100", False),
+    (ConfigType.SYS_IO_FREQ, " 5", False),
+    (ConfigType.SYS_IO_FREQ, "", False),
+    (ConfigType.LOW_POWER_FREQ, "0", False),
+    (ConfigType.LOW_POWER_FREQ, "100", True),
+    (ConfigType.LLC_MODE, "read", True),
+    (ConfigType.LLC_MODE, "write", True),
+    (ConfigType.LLC_MODE, "Read", False),
+    (ConfigType.LLC_MODE, "read,write", False),
+    (ConfigType.HOST_SYS, "cpu", True),
+    (ConfigType.HOST_SYS, "cpu,mem,disk,network,osrt,numa", True),
+    (ConfigType.HOST_SYS, "numa", True),
+    (ConfigType.HOST_SYS, "cpu,cpu", True),              # duplicates pass
+    (ConfigType.HOST_SYS, "", True),                     # no item at all
+    (ConfigType.HOST_SYS, "gpu", False),
+    (ConfigType.HOST_SYS, "cpu,", False),
+    (ConfigType.HOST_SYS, "cpu, mem", False),
+    (ConfigType.HOST_SYS_USAGE, "mem,cpu", True),
+    (ConfigType.HOST_SYS_USAGE, "disk", False),
+    (ConfigType.NTS_METRICS, "PipeUtilization", True),
+    (ConfigType.NTS_METRICS, "MemoryBandwidth", False),
+    (ConfigType.OPTYPE, "Conv2D,MatMul", True),
+    (ConfigType.OPTYPE, "Conv 2D", True),                # any characters
+    (ConfigType.OPTYPE, "Conv2D,,MatMul", False),
+    (ConfigType.OPTYPE, "", False),
+    (ConfigType.SYS_MEM_SERVICEFLOW, "a b", True),
+    (ConfigType.SYS_MEM_SERVICEFLOW, "", False),
+    (ConfigType.PATH, "/tmp/some/where", True),
+    (ConfigType.PATH, "", True),
+    (ConfigType.PATH, "/tmp/a|b", True),                 # C: checked only after init
+]
 
 
 def _c_code_for(ctype: ConfigType) -> int:
     return 100000 if ctype is ConfigType.NTS_METRICS else 100010
 
 
-def _check_c(ctype: ConfigType, text: str, accepted: bool) -> None:
-    if accepted:
-        ll.set_config(ctype, text)
+def _raw_set_config(ctype: ConfigType, text: str) -> int:
+    data = text.encode()
+    return get_library().fn("aclprofSetConfig")(int(ctype), data, len(data))
+
+
+@pytest.mark.parametrize("ctype, value, ok", RULE_CASES,
+                         ids=[f"{c.name}={v!r}" for c, v, _ in RULE_CASES])
+def test_set_config_rules_python_and_c_agree(ctype, value, ok):
+    assert _raw_set_config(ctype, value) == (0 if ok else _c_code_for(ctype))
+    python_ok = ok and not (ctype is ConfigType.PATH and "|" in value)
+    if python_ok:
+        ll.set_config(ctype, value)
         return
-    with pytest.raises(aclprof.AclError) as info:
-        ll.set_config(ctype, text)
-    assert info.value.code == _c_code_for(ctype)
-    assert info.value.function == "aclprofSetConfig"
-    assert ctype.name in str(info.value)  # the detail names the option
+    mock.fail_next("aclprofSetConfig", 1, 500001)
+    with pytest.raises(ValueError) as info:
+        ll.set_config(ctype, value)
+    assert not isinstance(info.value, aclprof.AclError), "must be refused before C"
+    assert "aclprofSetConfig" in str(info.value) and ctype.name in str(info.value)
+    with pytest.raises(aclprof.OtherAclError):  # the fault is still armed: C was not called
+        ll.set_config(ConfigType.SYS_IO_FREQ, "1")
 
 
-@pytest.mark.parametrize("ctype", list(RANGES), ids=lambda c: c.name)
-def test_int_option_boundaries(ctype):
-    lo, hi = RANGES[ctype]
-    for value, ok in ((lo - 1, False), (lo, True), (hi, True), (hi + 1, False), (-1, False), (0, lo == 0)):
-        if ok:
-            assert validate_option(ctype, value)[0] is ctype
-            assert validate_option(ctype, str(value))[0] is ctype
-        else:
-            with pytest.raises(ValueError, match=ctype.name):
-                validate_option(ctype, value)
-        _check_c(ctype, str(value), ok)
+def test_path_with_invalid_characters(tmp_path):
+    # ACL_PROF_PATH after init: 100010 from C; Python refuses it up front.
+    ll.init(tmp_path / "p")
+    for ch in lowlevel_invalid_chars():
+        assert _raw_set_config(ConfigType.PATH, f"/tmp/x{ch}y") == 100010, repr(ch)
+        with pytest.raises(ValueError, match="PATH"):
+            ll.set_config(ConfigType.PATH, f"/tmp/x{ch}y")
+    ll.finalize()
 
 
-@given(ctype=st.sampled_from(list(RANGES)), value=st.integers(min_value=-10**3, max_value=2**33))
+def lowlevel_invalid_chars() -> str:
+    return ll.INVALID_PATH_CHARS
+
+
+def test_hardware_mem_freq_depends_on_the_chip():
+    # Python lets 1..10000 through (PLATFORM_SYS_DEVICE_US chips); the mock's chip says 100.
+    ll.set_config(ConfigType.SYS_HARDWARE_MEM_FREQ, "100")
+    with pytest.raises(aclprof.InvalidProfilingConfigError):
+        ll.set_config(ConfigType.SYS_HARDWARE_MEM_FREQ, "10000")
+    with pytest.raises(ValueError, match=r"\[1, 10000\]"):
+        ll.set_config(ConfigType.SYS_HARDWARE_MEM_FREQ, "10001")
+
+
+@given(ctype=st.sampled_from([c for c in ll.SET_CONFIG_RANGES if c is not ConfigType.SYS_HARDWARE_MEM_FREQ]),
+       value=st.integers(min_value=-10**3, max_value=2**33))
 def test_int_options_python_and_c_agree(ctype, value):
-    lo, hi = RANGES[ctype]
+    lo, hi = ll.SET_CONFIG_RANGES[ctype]
     ok = lo <= value <= hi
     if ok:
         _, text = validate_option(ctype, value)
         ll.set_config(ctype, text)  # what Python produces, C accepts
     else:
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=ctype.name):
             validate_option(ctype, value)
-    _check_c(ctype, str(value), ok)
+        with pytest.raises(ValueError, match=ctype.name):
+            ll.set_config(ctype, str(value))
+    assert _raw_set_config(ctype, str(value)) == (0 if ok else 100010)
 
 
 def test_storage_limit_unit():
     assert validate_option(ConfigType.STORAGE_LIMIT, 300) == (ConfigType.STORAGE_LIMIT, "300MB")
     assert validate_option(ConfigType.STORAGE_LIMIT, "300MB") == (ConfigType.STORAGE_LIMIT, "300MB")
     assert validate_option(ConfigType.STORAGE_LIMIT, " 250 ") == (ConfigType.STORAGE_LIMIT, "250MB")
-    with pytest.raises(ValueError):
+    assert validate_option(ConfigType.STORAGE_LIMIT, "") == (ConfigType.STORAGE_LIMIT, "")
+    with pytest.raises(ValueError, match="STORAGE_LIMIT"):
         validate_option(ConfigType.STORAGE_LIMIT, "199MB")
     ll.set_config(ConfigType.STORAGE_LIMIT, "300MB")
-    ll.set_config(ConfigType.STORAGE_LIMIT, "300")
-    _check_c(ConfigType.STORAGE_LIMIT, "300GB", False)
+    with pytest.raises(ValueError, match="MB"):  # the bare number is the library's 100010
+        ll.set_config(ConfigType.STORAGE_LIMIT, "300")
+    assert _raw_set_config(ConfigType.STORAGE_LIMIT, "300") == 100010
 
 
-# (type, value, accepted by Python, accepted by C); C's code on rejection is 100010
-# (100000 for NTS_METRICS).
-WORD_CASES = [
-    (ConfigType.LLC_MODE, "read", True, True),
-    (ConfigType.LLC_MODE, "write", True, True),
-    (ConfigType.LLC_MODE, "Read", False, False),
-    (ConfigType.LLC_MODE, "read,write", False, False),
-    (ConfigType.HOST_SYS, "cpu", True, True),
-    (ConfigType.HOST_SYS, "cpu,mem", True, True),
-    (ConfigType.HOST_SYS, "cpu,cpu", False, False),
-    (ConfigType.HOST_SYS, "gpu", False, False),
-    (ConfigType.HOST_SYS, "cpu,", False, False),
-    (ConfigType.HOST_SYS_USAGE, "mem,cpu", True, True),
-    (ConfigType.HOST_SYS_USAGE, "disk", False, False),
-    (ConfigType.NTS_METRICS, "PipeUtilization", True, True),
-    (ConfigType.NTS_METRICS, "MemoryBandwidth", False, False),
-    (ConfigType.PATH, "/tmp/some/where", True, True),
-    (ConfigType.OPTYPE, "Conv2D,MatMul", True, True),
-    (ConfigType.SYS_MEM_SERVICEFLOW, "a,b", True, True),
-    (ConfigType.LOW_POWER_FREQ, "1", True, True),
-    (ConfigType.LOW_POWER_FREQ, "100", True, True),
-    (ConfigType.SYS_CPU_FREQ, "50", True, True),
-    # msprof's other host-sys words (CANN's own tests use them), beyond the reference's two.
-    (ConfigType.HOST_SYS, "disk", True, True),
-    (ConfigType.HOST_SYS, "cpu,osrt", True, True),
-]
-
-
-@pytest.mark.parametrize("ctype, value, py_ok, c_ok", WORD_CASES,
-                         ids=[f"{c.name}={v}" for c, v, _, _ in WORD_CASES])
-def test_word_options(ctype, value, py_ok, c_ok):
-    if py_ok:
-        assert validate_option(ctype, value) == (ctype, value)
-    else:
-        with pytest.raises(ValueError, match=ctype.name):
-            validate_option(ctype, value)
-    _check_c(ctype, value, c_ok)
+@pytest.mark.parametrize("ctype, value, normalised", [
+    (ConfigType.SYS_CPU_FREQ, "050", "50"),
+    (ConfigType.SYS_IO_FREQ, 7, "7"),
+    (ConfigType.HOST_SYS, "cpu, mem", "cpu,mem"),
+    (ConfigType.HOST_SYS, "cpu,cpu", "cpu,cpu"),
+    (ConfigType.HOST_SYS, "numa", "numa"),
+    (ConfigType.PATH, "", ""),
+    (ConfigType.PATH, " /tmp/with space ", " /tmp/with space "),
+    (ConfigType.OPTYPE, "Conv 2D", "Conv 2D"),
+])
+def test_validate_option_normalises(ctype, value, normalised):
+    assert validate_option(ctype, value) == (ctype, normalised)
+    ll.set_config(ctype, normalised)
 
 
 @pytest.mark.parametrize("ctype, value", [
-    # No documented range: Python passes them on, the library decides.
-    (ConfigType.LOW_POWER_FREQ, "0"),
-    (ConfigType.SYS_CPU_FREQ, "101"),
-    (ConfigType.OPTYPE, "Conv 2D"),
+    (ConfigType.SYS_CPU_FREQ, 80), (ConfigType.LOW_POWER_FREQ, 0), (ConfigType.HOST_SYS, "gpu"),
+    (ConfigType.OPTYPE, "a,,b"), (ConfigType.SYS_MEM_SERVICEFLOW, ""), (ConfigType.PATH, "/x;y"),
 ])
-def test_unranged_options_are_checked_by_the_library(out_dir, ctype, value):
-    assert validate_option(ctype, value) == (ctype, value)
-    _check_c(ctype, value, False)
-    with pytest.raises(aclprof.InvalidProfilingConfigError):
-        aclprof.Profiler(out_dir, options={ctype: value}).start()
-    assert mock.mode() == "OFF"  # the failed start was undone
+def test_profiler_options_refused_before_any_c_call(out_dir, ctype, value):
+    with pytest.raises(ValueError, match=ctype.name):
+        aclprof.Profiler(out_dir, options={ctype: value})
+    assert mock.mode() == "OFF"
 
 
 @pytest.mark.parametrize("ctype, value, exc", [
@@ -389,7 +472,6 @@ def test_unranged_options_are_checked_by_the_library(out_dir, ctype, value):
     (ConfigType.SYS_IO_FREQ, True, TypeError),
     (ConfigType.SYS_IO_FREQ, 1.5, TypeError),
     (ConfigType.SYS_IO_FREQ, None, TypeError),
-    (ConfigType.PATH, "", ValueError),
     (ConfigType.PATH, "a" * 257, ValueError),
     (ConfigType.SYS_IO_FREQ, "\u00b2", ValueError),   # a digit int() does not take
 ])
@@ -407,7 +489,7 @@ def test_bad_int_option_message_names_option_and_range(value):
 
 @pytest.mark.parametrize("ctype, value, exc", [
     (2, "1", ValueError), (0, "1", ValueError), (17, "1", ValueError), (True, "1", TypeError),
-    (ConfigType.PATH, "", ValueError), (ConfigType.PATH, "a" * 257, ValueError),
+    (ConfigType.SYS_IO_FREQ, "", ValueError), (ConfigType.PATH, "a" * 257, ValueError),
     (ConfigType.PATH, "a\0b", ValueError), (ConfigType.SYS_IO_FREQ, 5, TypeError),
 ])
 def test_lowlevel_set_config_checks_arguments_before_c(ctype, value, exc):
@@ -416,6 +498,28 @@ def test_lowlevel_set_config_checks_arguments_before_c(ctype, value, exc):
         ll.set_config(ctype, value)
     with pytest.raises(aclprof.OtherAclError):  # the fault is still armed: C was not called
         ll.set_config(ConfigType.SYS_IO_FREQ, "1")
+
+
+@pytest.mark.parametrize("ch", list(ll.INVALID_PATH_CHARS))
+def test_init_path_characters(tmp_path, ch):
+    # Utils::CheckPathWithInvalidChar (audit row 8): 100003 from C, ValueError from Python.
+    bad = f"{tmp_path}/a{ch}b"
+    data = bad.encode()
+    assert get_library().fn("aclprofInit")(data, len(data)) == 100003
+    mock.fail_next("aclprofInit", 1, 500001)
+    with pytest.raises(ValueError, match="aclprofInit.*CANN refuses"):
+        ll.init(bad)
+    with pytest.raises(ValueError, match="output_dir"):
+        aclprof.Profiler(bad)
+    with pytest.raises(aclprof.OtherAclError):  # still armed: C was not called
+        ll.init(tmp_path)
+    assert mock.mode() == "OFF"
+
+
+def test_init_path_other_control_bytes_are_allowed(tmp_path):
+    odd = tmp_path / "a\x01b c(1)#!"
+    ll.init(odd)
+    ll.finalize()
 
 
 def test_set_config_c_argument_checks():
@@ -438,7 +542,7 @@ def test_option_values_reach_the_device(out_dir, device_config):
         ConfigType.SYS_IO_FREQ: 1,
         ConfigType.SYS_INTERCONNECTION_FREQ: 50,
         ConfigType.DVPP_FREQ: " 7 ",
-        ConfigType.HOST_SYS: "cpu, mem",
+        ConfigType.HOST_SYS: "cpu, numa",
         ConfigType.HOST_SYS_USAGE: "mem",
         ConfigType.HOST_SYS_USAGE_FREQ: 20,
         ConfigType.NTS_METRICS: "PipeUtilization",
@@ -454,7 +558,7 @@ def test_option_values_reach_the_device(out_dir, device_config):
         "ACL_PROF_SYS_IO_FREQ": "1",
         "ACL_PROF_SYS_INTERCONNECTION_FREQ": "50",
         "ACL_PROF_DVPP_FREQ": "7",
-        "ACL_PROF_HOST_SYS": "cpu,mem",
+        "ACL_PROF_HOST_SYS": "cpu,numa",
         "ACL_PROF_HOST_SYS_USAGE": "mem",
         "ACL_PROF_HOST_SYS_USAGE_FREQ": "20",
         "ACL_PROF_NTS_METRICS": "PipeUtilization",

@@ -1,6 +1,6 @@
 """The global mode state machine (reference 3.1) through aclprof.lowlevel: every session call
 and the subscription calls in each mode, with the exact exception class and code, and the
-mode unchanged after a rejected call. Both behaviours of Start/Stop/Finalize without Init."""
+mode unchanged after a rejected call. Every test runs under both CANN eras (2025, 2026)."""
 
 from __future__ import annotations
 
@@ -78,8 +78,8 @@ def setup(tmp_path):
 
 MODES = ["OFF", "API_CTRL", "SUBSCRIBE"]
 
-# (call, mode) -> expected exception class, or None for success (reference 3.1, classic).
-CLASSIC = {
+# (call, mode) -> expected exception class, or None for success (reference 3.1, 2025).
+ERA_2025 = {
     ("init", "OFF"): None,
     ("init", "API_CTRL"): aclprof.RepeatInitializeError,
     ("init", "SUBSCRIBE"): aclprof.ApiConflictError,
@@ -131,20 +131,27 @@ def _do(call: str, s: ModeSetup, mode: str) -> None:
         raise AssertionError(call)
 
 
-# The 2026 behaviour (ACLMOCK_NOINIT=modern) differs only in the OFF column of Start/Stop/
-# Finalize: Start auto-initialises (with ACL_PROF_PATH or "./"), Stop and Finalize do nothing.
-MODERN = {**CLASSIC, ("start", "OFF"): None, ("stop", "OFF"): None, ("finalize", "OFF"): None}
-MODERN_AFTER = {**AFTER_SUCCESS, ("start", "OFF"): "API_CTRL", ("stop", "OFF"): "OFF",
-                ("finalize", "OFF"): "OFF"}
+# The 2026 library (ACLMOCK_CANN=2026, hicann/runtime 681ef7610) differs only in the OFF
+# column of Start/Stop/Finalize: Start auto-initialises (with ACL_PROF_PATH or "./"), Stop
+# and Finalize do nothing (audit row 6).
+ERA_2026 = {**ERA_2025, ("start", "OFF"): None, ("stop", "OFF"): None, ("finalize", "OFF"): None}
+ERA_2026_AFTER = {**AFTER_SUCCESS, ("start", "OFF"): "API_CTRL", ("stop", "OFF"): "OFF",
+                  ("finalize", "OFF"): "OFF"}
 
 
-@pytest.mark.parametrize("noinit", ["classic", "modern"])
+@pytest.fixture(params=["2025", "2026"], autouse=True)
+def era(request, _fresh_mock):
+    """Every test of this module runs under both CANN eras (after the autouse reset)."""
+    mock.set_cann_era(request.param)
+    return request.param
+
+
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("call", ["init", "start", "stop", "finalize", "subscribe", "unsubscribe"])
-def test_precheck_matrix(setup, call, mode, noinit):
-    mock.set_noinit_behaviour(noinit)
-    table, after = (CLASSIC, AFTER_SUCCESS) if noinit == "classic" else (MODERN, MODERN_AFTER)
-    ll.set_config(ConfigType.PATH, str(setup.tmp / "auto"))  # where a modern auto-init writes
+def test_precheck_matrix(setup, call, mode, era):
+    table, after = (ERA_2025, AFTER_SUCCESS) if era == "2025" else (ERA_2026, ERA_2026_AFTER)
+    if era == "2026":
+        ll.set_config(ConfigType.PATH, str(setup.tmp / "auto"))  # where an auto-init writes
     setup.enter(mode)
     expected = table[(call, mode)]
     if expected is None:
@@ -158,25 +165,37 @@ def test_precheck_matrix(setup, call, mode, noinit):
     assert mock.mode() == mode, "a rejected call must not change the mode"
 
 
-def test_classic_noinit_codes_and_names(setup):
-    mock.set_noinit_behaviour("classic")
+def test_2025_noinit_codes_and_names(setup):
+    mock.set_cann_era(2025)
     for call, cname in (("start", "aclprofStart"), ("stop", "aclprofStop"), ("finalize", "aclprofFinalize")):
         with pytest.raises(aclprof.ProfNotRunError) as info:
             _do(call, setup, "OFF")
         assert info.value.code == 100043 and info.value.function == cname
         assert "ACL_ERROR_PROF_NOT_RUN" in str(info.value)
         assert mock.mode() == "OFF"
+    for call in (ll.start, ll.stop):  # preCheckProfConfig: NULL is refused first
+        with pytest.raises(aclprof.InvalidParamError):
+            call(None)
+    with pytest.raises(aclprof.UninitializeError):  # SetConfig needs Init in 2025
+        ll.set_config(ConfigType.SYS_IO_FREQ, "10")
     assert list(Path(setup.tmp).glob("**/PROF_*")) == []
 
 
-def test_classic_is_the_default():
+def test_2026_is_the_default():
     mock.reset()
-    with pytest.raises(aclprof.ProfNotRunError):
-        ll.finalize()
+    ll.finalize()  # would raise ProfNotRunError under 2025
+    ll.stop(None)
+    assert mock.mode() == "OFF"
 
 
-def test_modern_start_without_init_uses_acl_prof_path(setup, tmp_path, list_prof_dirs):
-    mock.set_noinit_behaviour("modern")
+def test_set_cann_era_rejects_unknown_eras():
+    for bad in (2024, "2027", "modern", None):
+        with pytest.raises(ValueError, match="era"):
+            mock.set_cann_era(bad)
+
+
+def test_2026_start_without_init_uses_acl_prof_path(setup, tmp_path, list_prof_dirs):
+    mock.set_cann_era(2026)
     target = tmp_path / "auto"
     ll.set_config(ConfigType.PATH, str(target))
     ll.start(setup.config)
@@ -187,8 +206,8 @@ def test_modern_start_without_init_uses_acl_prof_path(setup, tmp_path, list_prof
     assert mock.mode() == "OFF"
 
 
-def test_modern_start_without_init_or_path_uses_cwd(setup, tmp_path, monkeypatch, list_prof_dirs):
-    mock.set_noinit_behaviour("modern")
+def test_2026_start_without_init_or_path_uses_cwd(setup, tmp_path, monkeypatch, list_prof_dirs):
+    mock.set_cann_era(2026)
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     monkeypatch.chdir(cwd)
@@ -199,8 +218,8 @@ def test_modern_start_without_init_or_path_uses_cwd(setup, tmp_path, monkeypatch
     assert len(list_prof_dirs(cwd)) == 1
 
 
-def test_modern_stop_and_finalize_without_init_are_noops(setup):
-    mock.set_noinit_behaviour("modern")
+def test_2026_stop_and_finalize_without_init_are_noops(setup):
+    mock.set_cann_era(2026)
     ll.stop(setup.config)
     assert mock.mode() == "OFF"
     ll.finalize()
@@ -221,11 +240,13 @@ def test_init_finalize_cycle_repeats(setup, tmp_path, list_prof_dirs):
         assert len(list_prof_dirs(tmp_path / f"p{i}")) == 1
 
 
-def test_start_in_subscribe_mode_with_default_config(setup):
+def test_start_in_subscribe_mode_with_default_config(setup, era):
     setup.enter("SUBSCRIBE")
-    with pytest.raises(aclprof.ApiConflictError):
+    # 2025 refuses NULL before looking at the mode; 2026 reaches the mode check.
+    expected = aclprof.InvalidParamError if era == "2025" else aclprof.ApiConflictError
+    with pytest.raises(expected):
         ll.start(None)
-    with pytest.raises(aclprof.ApiConflictError):
+    with pytest.raises(expected):
         ll.stop(None)
     assert mock.mode() == "SUBSCRIBE"
 
@@ -256,7 +277,8 @@ def test_running_session_blocks_nothing_but_init(setup, tmp_path):
 
 
 def test_default_config_start_stop(setup, tmp_path, list_prof_dirs, device_config):
-    # Start(NULL): every device of the mock driver, the platform's default data types.
+    # Start(NULL) (2026): every device of the mock driver, the platform's default data types.
+    mock.set_cann_era(2026)
     mock.set_device_count(3)
     ll.init(tmp_path / "d")
     ll.start(None)
@@ -267,8 +289,107 @@ def test_default_config_start_stop(setup, tmp_path, list_prof_dirs, device_confi
     assert device_config(prof, 2)["devices"] == [0, 1, 2]
 
 
-@pytest.mark.parametrize("value, finalize_ok", [("modern", True), ("classic", False), ("", False)])
-def test_noinit_default_from_the_environment(run_python, make_env, value, finalize_ok):
+# ---- a second Start while a session runs, and Stop with another config (audit rows 4, 5) --
+
+TYPES = DataType.ACL_API | DataType.TASK_TIME
+
+# Each step's expected exception (None: success) per era.
+SECOND_START = [
+    # (call, devices, types, 2025 result, 2026 result)
+    ("start", (0, 1), TYPES, None, None),
+    ("start", (0, 1), TYPES, aclprof.ProfAlreadyRunError, None),
+    ("start", (0, 1), DataType.ACL_API, aclprof.ProfAlreadyRunError, aclprof.InvalidProfilingConfigError),
+    ("start", (1, 2), TYPES, aclprof.ProfAlreadyRunError, None),        # 2026: 2 stays off
+    ("start", (2, 3), TYPES, None, None),                               # 2025: 2, 3 start
+    ("start", (4,), DataType.ACL_API, None, aclprof.InvalidProfilingConfigError),  # the host
+    ("stop", (0, 1), DataType.ACL_API, aclprof.InvalidProfilingConfigError,
+     aclprof.InvalidProfilingConfigError),
+    # Devices 5, 6 do not run, the host's types match: 2025 drops one host user (3 -> 2),
+    # 2026 stops every running device.
+    ("stop", (5, 6), TYPES, None, None),
+]
+
+
+def test_second_start_and_stop_by_era(tmp_path, era, list_prof_dirs, device_config):
+    ll.init(tmp_path / "p")
+    configs = []
+    for call, devices, types, res_2025, res_2026 in SECOND_START:
+        config = ll.create_config(devices, AicoreMetrics.NONE, types)
+        configs.append(config)
+        expected = res_2025 if era == "2025" else res_2026
+        fn = ll.start if call == "start" else ll.stop
+        if expected is None:
+            fn(config)
+        else:
+            with pytest.raises(expected):
+                fn(config)
+    (prof,) = list_prof_dirs(tmp_path / "p")
+    started = sorted(int(p.name.split("_")[1]) for p in prof.glob("device_*"))
+    if era == "2025":
+        assert started == [0, 1, 2, 3, 4]  # disjoint sets start (in the mock: one PROF dir)
+    else:
+        assert started == [0, 1]          # a repeated Start never starts anything
+        assert (prof / "host" / "mock_session.json").exists()
+        # The last Stop (other devices, same types) stopped everything.
+        assert _session(prof)["stopMonotonicNs"] is not None
+    ll.finalize()
+    for config in configs:
+        config.close()
+
+
+def _session(prof: Path) -> dict:
+    import json
+    return json.loads((prof / "host" / "mock_session.json").read_text())
+
+
+def test_2026_failed_start_or_finalize_without_stop_leaves_start_inert(tmp_path, list_prof_dirs):
+    # g_isRepeatInvoking: set by a Start that passes the mode check, cleared only by Stop.
+    mock.set_cann_era(2026)
+    config = ll.create_config((0,), AicoreMetrics.NONE, DataType.ACL_API)
+    ll.init(tmp_path / "p")
+    ll.start(config)
+    ll.finalize()  # no stop
+    ll.init(tmp_path / "p")
+    ll.start(config)  # succeeds ...
+    assert len(list_prof_dirs(tmp_path / "p")) == 1  # ... but started nothing
+    ll.stop(config)
+    ll.start(config)
+    assert len(list_prof_dirs(tmp_path / "p")) == 2
+    ll.stop(config)
+    ll.finalize()
+    config.close()
+
+
+def test_profiler_clears_the_start_flag_after_a_failed_start(out_dir, monkeypatch, list_prof_dirs):
+    # A Start that fails after 2026 set its flag (here: device 5 went away between
+    # CreateConfig and Start) must not leave every later Profiler inert.
+    real_create = ll.create_config
+
+    def create_then_shrink(*args):
+        config = real_create(*args)
+        mock.set_device_count(2)
+        return config
+
+    monkeypatch.setattr(aclprof.session.lowlevel, "create_config", create_then_shrink)
+    with pytest.raises(aclprof.InvalidParamError):
+        aclprof.Profiler(out_dir, devices=(5,)).start()
+    monkeypatch.setattr(aclprof.session.lowlevel, "create_config", real_create)
+    with aclprof.Profiler(out_dir, devices=(0,)) as prof:
+        pass
+    assert len(prof.result_dirs) == 1
+
+
+def test_profiler_works_in_both_eras(out_dir, era, device_config):
+    with aclprof.Profiler(out_dir, devices=(0, 1), options={ConfigType.SYS_IO_FREQ: 10}) as prof:
+        pass
+    with aclprof.Profiler(out_dir, devices=(1,)) as prof2:
+        pass
+    assert len(prof.result_dirs) == 1 and len(prof2.result_dirs) == 1
+    assert device_config(prof.result_dirs[0], 1)["options"] == {"ACL_PROF_SYS_IO_FREQ": "10"}
+
+
+@pytest.mark.parametrize("value, finalize_ok", [("2026", True), ("2025", False), ("", True)])
+def test_cann_era_default_from_the_environment(run_python, make_env, value, finalize_ok):
     code = (
         "import aclprof, aclprof.mock\n"
         "from aclprof import lowlevel as ll\n"
@@ -276,13 +397,14 @@ def test_noinit_default_from_the_environment(run_python, make_env, value, finali
         "    ll.finalize(); print('ok')\n"
         "except aclprof.ProfNotRunError:\n"
         "    print('not run')\n"
+        "aclprof.mock.set_cann_era(2025 if %r else 2026)\n"
         "aclprof.mock.reset()  # the variable is read again at reset\n"
         "try:\n"
         "    ll.finalize(); print('ok')\n"
         "except aclprof.ProfNotRunError:\n"
         "    print('not run')\n"
-    )
-    proc = run_python(code, env=make_env(ACLPROF_BACKEND="mock", ACLMOCK_NOINIT=value))
+    ) % finalize_ok
+    proc = run_python(code, env=make_env(ACLPROF_BACKEND="mock", ACLMOCK_CANN=value))
     assert proc.returncode == 0, proc.stderr
     expected = "ok" if finalize_ok else "not run"
     assert proc.stdout.splitlines() == [expected, expected]

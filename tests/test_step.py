@@ -117,6 +117,27 @@ def test_lowlevel_step_info_arguments():
     handle.close()
 
 
+def test_other_tags_count_as_end_in_c_but_python_refuses_them(out_dir, tx_events):
+    # prof_acl_core.cpp:57-69 (audit row 17): a tag other than START sets the END flag and is
+    # never refused twice; an END after it is refused. The binding refuses it up front.
+    from aclprof._loader import get_library
+    lib = get_library()
+    with aclprof.Profiler(out_dir, data_types=DataType.ACL_API | DataType.MSPROFTX) as prof:
+        handle = ll.create_step_info()
+        mock.fail_next("aclprofGetStepTimestamp", 1, 500002)
+        with pytest.raises(ValueError, match="aclprofGetStepTimestamp: tag 2 is not a StepTag"):
+            ll.get_step_timestamp(handle, 2)
+        with pytest.raises(aclprof.OtherAclError):  # still armed: C was not called
+            ll.get_step_timestamp(handle, StepTag.START)
+        fn = lib.fn("aclprofGetStepTimestamp")
+        assert fn(handle._get(), 2, lib.ffi.NULL) == 0
+        assert fn(handle._get(), 2, lib.ffi.NULL) == 0
+        assert fn(handle._get(), int(StepTag.END), lib.ffi.NULL) == 100000
+        ll.get_step_timestamp(handle, StepTag.START)
+        handle.close()
+    assert [tag for _, tag in _steps(tx_events(prof.result_dirs[0]))] == ["end", "end", "start"]
+
+
 def test_lowlevel_step_info_faults():
     mock.fail_next("aclprofCreateStepInfo", 2, 0)
     with pytest.raises(MemoryError):

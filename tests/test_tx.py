@@ -423,7 +423,8 @@ def test_markers_keep_working_after_a_rejected_stop(tmp_path, tx_events, list_pr
     from aclprof import lowlevel as ll
 
     config = ll.create_config((0,), AicoreMetrics.NONE, TX)
-    other = ll.create_config((1,), AicoreMetrics.NONE, TX)
+    # Other data types: a Stop is refused only on a data-type mismatch (audit row 5).
+    other = ll.create_config((1,), AicoreMetrics.NONE, TX | aclprof.DataType.AICPU)
     ll.init(tmp_path / "p")
     ll.start(config)
     aclprof.mark("before")

@@ -233,7 +233,7 @@ size_t mock_json_escape(char *dst, size_t cap, const char *src, size_t len)
 
 /* Atomics: the subscription writer thread reads some of them without g_mock_lock. */
 static atomic_uint g_device_count = DEFAULT_DEVICE_COUNT;
-static atomic_int g_noinit = ACLMOCK_NOINIT_CLASSIC;
+static atomic_int g_cann_era = ACLMOCK_CANN_2026;
 static atomic_uint g_op_desc_size = DEFAULT_OP_DESC_SIZE;
 static atomic_int g_time_unit = ACLMOCK_TIME_NS;
 static atomic_int g_realtime;
@@ -243,7 +243,7 @@ static atomic_uint g_writer_delay_us;
 static atomic_int g_opdesc_layout = ACLMOCK_OPDESC_STANDARD;
 
 uint32_t mock_device_count(void) { return atomic_load(&g_device_count); }
-int mock_noinit_behaviour(void) { return atomic_load(&g_noinit); }
+int mock_cann_era(void) { return atomic_load(&g_cann_era); }
 uint32_t mock_op_desc_size(void) { return atomic_load(&g_op_desc_size); }
 int mock_time_unit(void) { return atomic_load(&g_time_unit); }
 int mock_realtime(void) { return atomic_load(&g_realtime); }
@@ -275,7 +275,7 @@ static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
 static void load_env_settings(void)
 {
     atomic_store(&g_device_count, DEFAULT_DEVICE_COUNT);
-    atomic_store(&g_noinit, ACLMOCK_NOINIT_CLASSIC);
+    atomic_store(&g_cann_era, ACLMOCK_CANN_2026);
     atomic_store(&g_op_desc_size, DEFAULT_OP_DESC_SIZE);
     atomic_store(&g_time_unit, ACLMOCK_TIME_NS);
     atomic_store(&g_realtime, 0);
@@ -286,13 +286,13 @@ static void load_env_settings(void)
     atomic_store(&g_opdesc_layout, ACLMOCK_OPDESC_STANDARD);
 
     const char *v;
-    if ((v = getenv("ACLMOCK_NOINIT")) != NULL && *v) {
-        if (strcmp(v, "classic") == 0)
-            atomic_store(&g_noinit, ACLMOCK_NOINIT_CLASSIC);
-        else if (strcmp(v, "modern") == 0)
-            atomic_store(&g_noinit, ACLMOCK_NOINIT_MODERN);
+    if ((v = getenv("ACLMOCK_CANN")) != NULL && *v) {
+        if (strcmp(v, "2025") == 0)
+            atomic_store(&g_cann_era, ACLMOCK_CANN_2025);
+        else if (strcmp(v, "2026") == 0)
+            atomic_store(&g_cann_era, ACLMOCK_CANN_2026);
         else
-            env_warn("ACLMOCK_NOINIT", v);
+            env_warn("ACLMOCK_CANN", v);
     }
     if ((v = getenv("ACLMOCK_TIME_UNIT")) != NULL && *v) {
         if (strcmp(v, "ns") == 0)
@@ -409,11 +409,11 @@ MOCK_EXPORT int aclmockSetDeviceCount(uint32_t count)
     return ACL_SUCCESS;
 }
 
-MOCK_EXPORT int aclmockSetNoInitBehaviour(int behaviour)
+MOCK_EXPORT int aclmockSetCannEra(int era)
 {
-    if (behaviour != ACLMOCK_NOINIT_CLASSIC && behaviour != ACLMOCK_NOINIT_MODERN)
+    if (era != ACLMOCK_CANN_2025 && era != ACLMOCK_CANN_2026)
         return ACL_ERROR_INVALID_PARAM;
-    atomic_store(&g_noinit, behaviour);
+    atomic_store(&g_cann_era, era);
     return ACL_SUCCESS;
 }
 

@@ -70,7 +70,7 @@ size_t mock_json_escape(char *dst, size_t cap, const char *src, size_t len);
 
 /* Settings (read from the environment at load and at aclmockReset, changed by aclmock*). */
 uint32_t mock_device_count(void);
-int mock_noinit_behaviour(void);
+int mock_cann_era(void);           /* ACLMOCK_CANN_2025 or _2026 */
 uint32_t mock_op_desc_size(void);
 int mock_time_unit(void);
 int mock_realtime(void);

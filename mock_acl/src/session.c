@@ -35,11 +35,14 @@
      ACL_PROF_TASK_TIME_L3 | ACL_PROF_GE_API_L1 | ACL_PROF_API_STATS |                     \
      ACL_PROF_AICORE_SHAPE | PROF_AICPU_MODEL)
 
+/* The 2025 library (d8beaaf09 prof_api_common.h) predates these two bits: Start -> 200007. */
+#define BITS_ADDED_2026 (ACL_PROF_API_STATS | ACL_PROF_AICORE_SHAPE)
+
 /* What aclprofStart(NULL) runs: "all active devices, the platform's default metrics and
  * data types"; the mock's platform default is ACL_API|TASK_TIME without AI Core metrics. */
 #define DEFAULT_DATA_TYPES (ACL_PROF_ACL_API | ACL_PROF_TASK_TIME)
 
-#define INIT_PATH_MAX 4096      /* aclprofInit: length must be < 4096 */
+#define INIT_PATH_MAX 4096      /* aclprofInit: length < 4096 (2026), <= 4096 (2025) */
 #define SETCONFIG_MAX_LEN 256
 
 struct aclprofConfig {
@@ -60,6 +63,12 @@ typedef struct running_session {
     char *host_dir;           /* <prof_dir>/host */
     uint64_t start_mono_ns;
     uint64_t start_real_ns;
+    /* The real ProfAclMgr::devTasks_: which devices (index 64: the host) run, and the
+     * dataTypeConfig each was started with. The host task is shared; host_count counts
+     * the Starts that use it (2025 CheckDeviceTask increments it instead of failing). */
+    bool running[MOCK_MAX_DEVICES + 1];
+    uint64_t types[MOCK_MAX_DEVICES + 1];
+    uint32_t host_count;
 } running_session;
 
 static aclprofConfig *g_configs;                 /* live configs, for pointer validation */
@@ -69,6 +78,15 @@ static bool g_option_set[ACL_PROF_ARGS_MAX];
 static uint64_t g_start_index;                   /* PROF_<nnnnnn> counter */
 static uint64_t g_rand_state;
 static running_session g_run;
+/* 2026 g_isRepeatInvoking (msprofiler_acl_api.cpp): set by the first Start that passes the
+ * mode check, cleared only by a Stop that gets through. Not cleared by a failed Start nor by
+ * Finalize, so a later Start only compares configs and starts nothing; the mock copies that. */
+static bool g_repeat_start;
+
+static bool era_2026(void)
+{
+    return mock_cann_era() == ACLMOCK_CANN_2026;
+}
 
 static const char *const k_option_names[ACL_PROF_ARGS_MAX] = {
     [ACL_PROF_STORAGE_LIMIT] = "ACL_PROF_STORAGE_LIMIT",
@@ -140,27 +158,6 @@ static uint32_t config_devices(const aclprofConfig *cfg, uint32_t *ids)
     return n;
 }
 
-static bool config_has_device(const aclprofConfig *cfg, uint32_t id)
-{
-    for (uint32_t i = 0; i < cfg->devNums; i++) {
-        if (cfg->devIdList[i] == id)
-            return true;
-    }
-    return false;
-}
-
-/* Same device set (order-insensitive; both lists are duplicate-free). */
-static bool config_same_devices(const aclprofConfig *a, const aclprofConfig *b)
-{
-    if (a->devNums != b->devNums)
-        return false;
-    for (uint32_t i = 0; i < a->devNums; i++) {
-        if (!config_has_device(b, a->devIdList[i]))
-            return false;
-    }
-    return true;
-}
-
 static void config_fill(aclprofConfig *cfg, const uint32_t *ids, uint32_t n,
                         uint32_t metrics, uint64_t data_types)
 {
@@ -186,15 +183,19 @@ static void default_config(aclprofConfig *cfg)
 
 /* ---- paths and files ------------------------------------------------------------------ */
 
-/* Lexical absolute path: prefixes the cwd, folds "//", "." and "..". No symlink
- * resolution, because the directory need not exist yet (it is created at Start).
- * Control characters are the mock's notion of "invalid characters". */
-static int absolute_path(const char *path, char **out)
+/* Utils::CheckPathWithInvalidChar (utils.cpp:1625-1638, audit row 8): these bytes anywhere
+ * in the absolute path give ACL_ERROR_INVALID_FILE; every other byte (other control bytes
+ * included) is allowed. The real check runs on the absolute path, so the cwd counts too. */
+static bool path_has_invalid_char(const char *path)
 {
-    for (const unsigned char *p = (const unsigned char *)path; *p; p++) {
-        if (*p < 0x20 || *p == 0x7f)
-            return ACL_ERROR_INVALID_FILE;
-    }
+    return strpbrk(path, "\n\f\r\b\t\v\x7f\"'\\%><|&$;`") != NULL;
+}
+
+/* Lexical absolute path: prefixes the cwd, folds "//", "." and "..". No symlink
+ * resolution, because the directory need not exist yet (2026 creates it at Start).
+ * `check_chars`: refuse the invalid characters (2026 only; RT0 has no such check). */
+static int absolute_path(const char *path, bool check_chars, char **out)
+{
     char cwd[PATH_MAX];
     if (path[0] != '/' && getcwd(cwd, sizeof cwd) == NULL)
         return ACL_ERROR_INVALID_FILE;
@@ -224,7 +225,7 @@ static int absolute_path(const char *path, char **out)
         norm[n++] = '/';
     norm[n] = '\0';
     free(joined);
-    if (n >= PATH_MAX) {
+    if (n >= PATH_MAX || (check_chars && path_has_invalid_char(norm))) {
         free(norm);
         return ACL_ERROR_INVALID_FILE;
     }
@@ -372,7 +373,8 @@ static void json_options(FILE *f)
     for (int t = 0; t < ACL_PROF_ARGS_MAX; t++) {
         if (!g_option_set[t])
             continue;
-        fprintf(f, "%s\"%s\": ", first ? "" : ", ", k_option_names[t]);
+        const char *name = t == 14 && !era_2026() ? "ACL_PROF_SCALE" : k_option_names[t];
+        fprintf(f, "%s\"%s\": ", first ? "" : ", ", name);
         json_string(f, g_options[t]);
         first = false;
     }
@@ -438,6 +440,25 @@ static void session_body(FILE *f, const running_session *run, const void *arg)
         fputs(",\n  \"stopMonotonicNs\": null,\n  \"stopRealtimeNs\": null", f);
 }
 
+/* Creates device_<id>/mock_config.json for the devices of run->cfg. */
+static bool populate_devices(const running_session *run)
+{
+    uint32_t ids[MOCK_MAX_DEVICES + 1];
+    uint32_t n = config_devices(&run->cfg, ids);
+    for (uint32_t i = 0; i < n; i++) {
+        char name[32];
+        snprintf(name, sizeof name, "device_%u", ids[i]);
+        char *dev_dir = path_join(run->prof_dir, name);
+        /* EEXIST: a 2025 Start restarting a device that ran earlier in this session. */
+        bool ok = dev_dir && (mkdir(dev_dir, 0750) == 0 || errno == EEXIST) &&
+                  write_json(dev_dir, "mock_config.json", device_config_body, run, &ids[i]);
+        free(dev_dir);
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
 /* Creates <prof_dir>/host and device_<id>/ with their description files. */
 static bool populate_prof_dir(running_session *run)
 {
@@ -445,19 +466,32 @@ static bool populate_prof_dir(running_session *run)
         return false;
     if (!write_json(run->host_dir, "mock_session.json", session_body, run, NULL))
         return false;
-    uint32_t ids[MOCK_MAX_DEVICES + 1];
-    uint32_t n = config_devices(&run->cfg, ids);
-    for (uint32_t i = 0; i < n; i++) {
-        char name[32];
-        snprintf(name, sizeof name, "device_%u", ids[i]);
-        char *dev_dir = path_join(run->prof_dir, name);
-        bool ok = dev_dir && mkdir(dev_dir, 0750) == 0 &&
-                  write_json(dev_dir, "mock_config.json", device_config_body, run, &ids[i]);
-        free(dev_dir);
-        if (!ok)
-            return false;
+    return populate_devices(run);
+}
+
+/* Marks the devices of `cfg` (and the host) as running with its dataTypeConfig. */
+static void run_mark(running_session *run, const aclprofConfig *cfg)
+{
+    for (uint32_t i = 0; i < cfg->devNums; i++) {
+        uint32_t id = cfg->devIdList[i];
+        if (id == MOCK_HOST_DEVICE_ID && run->running[id]) {
+            run->host_count++;
+            continue;
+        }
+        if (id == MOCK_HOST_DEVICE_ID)
+            run->host_count = 1;
+        run->running[id] = true;
+        run->types[id] = cfg->dataTypeConfig;
     }
-    return true;
+}
+
+static bool run_any_running(const running_session *run)
+{
+    for (uint32_t id = 0; id <= MOCK_MAX_DEVICES; id++) {
+        if (run->running[id])
+            return true;
+    }
+    return false;
 }
 
 static void running_clear(void)
@@ -499,6 +533,7 @@ static int session_begin(const aclprofConfig *cfg)
     }
     g_start_index++;
     run.active = true;
+    run_mark(&run, cfg);
     g_run = run;
     mock_msproftx_session((cfg->dataTypeConfig & ACL_PROF_MSPROFTX) != 0, g_run.host_dir);
     return ACL_SUCCESS;
@@ -530,9 +565,18 @@ static int init_with_path(const char *path)
         return ACL_ERROR_PROF_API_CONFLICT;
     }
     char *abs = NULL;
-    int ret = absolute_path(path, &abs);
+    int ret = absolute_path(path, era_2026(), &abs);
     if (ret != ACL_SUCCESS)
         return ret;
+    if (!era_2026()) {
+        /* RT0 ProfAclInit creates the directory at once (100003 if it cannot) and keeps its
+         * canonical path; 2026 defers both to Start (MaterializeResultPath). */
+        char *canon = make_dirs(abs) ? realpath(abs, NULL) : NULL;
+        free(abs);
+        if (!canon)
+            return ACL_ERROR_INVALID_FILE;
+        abs = canon;
+    }
     free(g_init_path);
     g_init_path = abs;
     mock_set_mode(ACLMOCK_MODE_API_CTRL);
@@ -542,7 +586,8 @@ static int init_with_path(const char *path)
 MOCK_EXPORT aclError aclprofInit(const char *profilerResultPath, size_t length)
 {
     MOCK_FAULT_RETURN_CODE();
-    if (profilerResultPath == NULL || length == 0 || length >= INIT_PATH_MAX ||
+    size_t max_len = era_2026() ? INIT_PATH_MAX - 1 : INIT_PATH_MAX;
+    if (profilerResultPath == NULL || length == 0 || length > max_len ||
         strnlen(profilerResultPath, length + 1) != length)
         return ACL_ERROR_INVALID_PARAM;
     mock_lock();
@@ -551,37 +596,34 @@ MOCK_EXPORT aclError aclprofInit(const char *profilerResultPath, size_t length)
     return ret;
 }
 
-/* ProfStartPrecheck for Stop and Finalize. Sets *noop when the call must return SUCCESS
- * without doing anything (MODERN behaviour without aclprofInit). */
-static int stop_precheck(bool *noop)
+/* ProfStartPrecheck (also the Stop and Finalize precheck). */
+static int mode_precheck(void)
 {
-    *noop = false;
     switch (mock_mode()) {
     case ACLMOCK_MODE_API_CTRL:
         return ACL_SUCCESS;
     case ACLMOCK_MODE_OFF:
-        if (mock_noinit_behaviour() == ACLMOCK_NOINIT_MODERN) {
-            *noop = true;
-            return ACL_SUCCESS;
-        }
         return ACL_ERROR_PROF_NOT_RUN;
     default:
         return ACL_ERROR_PROF_API_CONFLICT;
     }
 }
 
+/* 2026: not initialised -> SUCCESS, nothing done (ProfFinalize's IsInited()); 2025: the
+ * precheck's 100043. g_init_path (the real resultPath_) survives: the 2026 auto-init of a
+ * later Start reuses it (ProfAclMgr::GetResultPath prefers it to ACL_PROF_PATH). */
 MOCK_EXPORT aclError aclprofFinalize(void)
 {
     MOCK_FAULT_RETURN_CODE();
     mock_lock();
-    bool noop;
-    int ret = stop_precheck(&noop);
-    if (ret == ACL_SUCCESS && !noop) {
-        session_end();   /* the real one finalises every device task */
-        mock_msproftx_finalize();
-        free(g_init_path);
-        g_init_path = NULL;
-        mock_set_mode(ACLMOCK_MODE_OFF);
+    int ret = ACL_SUCCESS;
+    if (!(era_2026() && mock_mode() == ACLMOCK_MODE_OFF)) {
+        ret = mode_precheck();
+        if (ret == ACL_SUCCESS) {
+            session_end();   /* the real one finalises every device task */
+            mock_msproftx_finalize();
+            mock_set_mode(ACLMOCK_MODE_OFF);
+        }
     }
     mock_unlock();
     return ret;
@@ -651,7 +693,8 @@ static int config_precheck(const aclprofConfig *cfg)
 {
     if (cfg->userDataTypeConfig == 0)
         return ACL_ERROR_INVALID_PARAM;
-    if (cfg->userDataTypeConfig & ~ACCEPTED_BITS)
+    uint64_t accepted = era_2026() ? ACCEPTED_BITS : ACCEPTED_BITS & ~BITS_ADDED_2026;
+    if (cfg->userDataTypeConfig & ~accepted)
         return ACL_ERROR_PROF_MODULES_UNSUPPORTED;
     if (cfg->devNums > MOCK_MAX_DEVICES + 1)
         return ACL_ERROR_INVALID_PARAM;
@@ -677,39 +720,66 @@ static bool devices_online(const aclprofConfig *cfg)
     return true;
 }
 
-/* A Start while a session runs. The real library starts nothing then: the same config
- * again is SUCCESS, the same devices with other data types INVALID_PROFILING_CONFIG, and
- * any other device set ALREADY_RUN: either a device repeats (the documented
- * Start(d0,d1) -> Start(d1,d2) error) or, for disjoint sets, the host (id 64, part of
- * every config) does. */
-static int start_conflict(const aclprofConfig *cfg)
+/* CheckConfigConsistency (RT prof_acl_mgr.cpp:3270-3298; the same loop in RT0's
+ * PrepareStopAclApi): only devices that run (host 64 included) are compared, each with the
+ * dataTypeConfig it was started with; devices that do not run are skipped (audit rows 4, 5). */
+static int config_consistency(const aclprofConfig *cfg)
 {
-    if (!config_same_devices(cfg, &g_run.cfg))
-        return ACL_ERROR_PROF_ALREADY_RUN;
-    if (cfg->dataTypeConfig != g_run.cfg.dataTypeConfig)
-        return ACL_ERROR_INVALID_PROFILING_CONFIG;
+    if (!g_run.active)
+        return ACL_SUCCESS;
+    for (uint32_t i = 0; i < cfg->devNums; i++) {
+        uint32_t id = cfg->devIdList[i];
+        if (g_run.running[id] && g_run.types[id] != cfg->dataTypeConfig)
+            return ACL_ERROR_INVALID_PROFILING_CONFIG;
+    }
     return ACL_SUCCESS;
 }
 
-/* Without aclprofInit: CLASSIC fails, MODERN initialises with ACL_PROF_PATH or "./". */
+/* 2025 CheckDeviceTask (RT0 prof_acl_mgr.cpp:1495-1517): a running device -> ALREADY_RUN;
+ * the host is skipped (its count goes up when the Start goes through, run_mark). */
+static int device_task_check(const aclprofConfig *cfg)
+{
+    for (uint32_t i = 0; i < cfg->devNums; i++) {
+        uint32_t id = cfg->devIdList[i];
+        if (id != MOCK_HOST_DEVICE_ID && g_run.active && g_run.running[id])
+            return ACL_ERROR_PROF_ALREADY_RUN;
+    }
+    return ACL_SUCCESS;
+}
+
+/* 2025: a Start whose devices are all free while a session runs starts them. The real
+ * library creates a second PROF_ directory for them; the mock adds their device_<id>/
+ * directories to the running one (README "Sessions and configs"). */
+static int session_extend(const aclprofConfig *cfg)
+{
+    running_session view = g_run;   /* shares the pointers: only read */
+    view.cfg = *cfg;
+    if (!populate_devices(&view))
+        return ACL_ERROR_INVALID_FILE;
+    run_mark(&g_run, cfg);
+    return ACL_SUCCESS;
+}
+
+/* Without aclprofInit: 2025 fails (100043); 2026 initialises (AutoInitForStartIfNeeded)
+ * with GetResultPath(): the last result path of this process, else ACL_PROF_PATH, else "./". */
 static int start_mode_check(void)
 {
-    switch (mock_mode()) {
-    case ACLMOCK_MODE_API_CTRL:
-        return ACL_SUCCESS;
-    case ACLMOCK_MODE_OFF:
-        if (mock_noinit_behaviour() != ACLMOCK_NOINIT_MODERN)
-            return ACL_ERROR_PROF_NOT_RUN;
-        return init_with_path(g_option_set[ACL_PROF_PATH] ? g_options[ACL_PROF_PATH] : "./");
-    default:
-        return ACL_ERROR_PROF_API_CONFLICT;
-    }
+    if (mock_mode() != ACLMOCK_MODE_OFF || !era_2026())
+        return mode_precheck();
+    const char *path = "./";
+    if (g_init_path)
+        path = g_init_path;
+    else if (g_option_set[ACL_PROF_PATH] && g_options[ACL_PROF_PATH][0] != '\0')
+        path = g_options[ACL_PROF_PATH];
+    return init_with_path(path);
 }
 
 static int start_locked(const aclprofConfig *profilerConfig)
 {
     aclprofConfig cfg;
     if (profilerConfig == NULL) {
+        if (!era_2026())
+            return ACL_ERROR_INVALID_PARAM;   /* RT0 preCheckProfConfig */
         default_config(&cfg);
     } else {
         if (!config_is_live(profilerConfig))
@@ -721,10 +791,20 @@ static int start_locked(const aclprofConfig *profilerConfig)
         ret = start_mode_check();
     if (ret != ACL_SUCCESS)
         return ret;
+    if (era_2026()) {
+        /* A repeated Start never starts anything: 0 or 100010, new devices stay off. */
+        if (g_repeat_start || g_run.active)
+            return config_consistency(&cfg);
+        g_repeat_start = true;
+    } else {
+        ret = device_task_check(&cfg);
+        if (ret != ACL_SUCCESS)
+            return ret;
+    }
     if (!aicore_metrics_valid(&cfg) || !devices_online(&cfg))
         return ACL_ERROR_INVALID_PARAM;
     if (g_run.active)
-        return start_conflict(&cfg);
+        return session_extend(&cfg);
     return session_begin(&cfg);
 }
 
@@ -737,26 +817,56 @@ MOCK_EXPORT aclError aclprofStart(const aclprofConfig *profilerConfig)
     return ret;
 }
 
-static int stop_locked(const aclprofConfig *profilerConfig)
+/* 2026 (ProfStop, PrepareStopAclApi, ProfStopCommon): not initialised -> 0 before anything
+ * else; NULL stops whatever runs (0 if nothing does); after the checks EVERY running device
+ * stops, whatever the config lists. */
+static int stop_2026(const aclprofConfig *profilerConfig)
 {
-    if (profilerConfig != NULL) {
+    if (mock_mode() == ACLMOCK_MODE_OFF)
+        return ACL_SUCCESS;
+    if (profilerConfig == NULL) {
+        /* In SUBSCRIBE mode the subscription's device tasks run: the precheck fails. */
+        if (mock_mode() == ACLMOCK_MODE_API_CTRL && !g_run.active)
+            return ACL_SUCCESS;   /* "No running devices left", flag kept */
+    } else {
         if (!config_is_live(profilerConfig))
             return ACL_ERROR_INVALID_PARAM;
         int ret = config_precheck(profilerConfig);
         if (ret != ACL_SUCCESS)
             return ret;
     }
-    bool noop;
-    int ret = stop_precheck(&noop);
-    if (ret != ACL_SUCCESS || noop || !g_run.active)
+    int ret = mode_precheck();
+    if (ret == ACL_SUCCESS && profilerConfig != NULL)
+        ret = config_consistency(profilerConfig);
+    if (ret != ACL_SUCCESS)
         return ret;
-    /* "pass the same aclprofConfig that was given to aclprofStart": the mock compares
-     * contents (stored data types and devices), so an equal copy is accepted too. */
-    if (profilerConfig != NULL &&
-        (profilerConfig->dataTypeConfig != g_run.cfg.dataTypeConfig ||
-         !config_same_devices(profilerConfig, &g_run.cfg)))
-        return ACL_ERROR_INVALID_PROFILING_CONFIG;
     session_end();
+    g_repeat_start = false;
+    return ACL_SUCCESS;
+}
+
+/* 2025 (RT0 ProfStop, PrepareStopAclApi, ProfStopCommon): NULL -> 100000, not initialised
+ * -> 100043; only the config's devices stop (the shared host when its last user stops). */
+static int stop_2025(const aclprofConfig *profilerConfig)
+{
+    if (profilerConfig == NULL || !config_is_live(profilerConfig))
+        return ACL_ERROR_INVALID_PARAM;
+    int ret = config_precheck(profilerConfig);
+    if (ret == ACL_SUCCESS)
+        ret = mode_precheck();
+    if (ret == ACL_SUCCESS)
+        ret = config_consistency(profilerConfig);
+    if (ret != ACL_SUCCESS || !g_run.active)
+        return ret;
+    for (uint32_t i = 0; i < profilerConfig->devNums; i++) {
+        uint32_t id = profilerConfig->devIdList[i];
+        if (id == MOCK_HOST_DEVICE_ID && g_run.running[id] && g_run.host_count > 1)
+            g_run.host_count--;
+        else
+            g_run.running[id] = false;
+    }
+    if (!run_any_running(&g_run))
+        session_end();
     return ACL_SUCCESS;
 }
 
@@ -764,17 +874,20 @@ MOCK_EXPORT aclError aclprofStop(const aclprofConfig *profilerConfig)
 {
     MOCK_FAULT_RETURN_CODE();
     mock_lock();
-    int ret = stop_locked(profilerConfig);
+    int ret = era_2026() ? stop_2026(profilerConfig) : stop_2025(profilerConfig);
     mock_unlock();
     return ret;
 }
 
 /* ---- aclprofSetConfig --------------------------------------------------------------- */
 
-/* A plain decimal (digits only) in [lo, hi]. */
-static bool parse_decimal(const char *s, size_t len, uint64_t lo, uint64_t hi)
+/* ParamValidation::CheckArgRange (param_validation.cpp:1054-1067): digits only, no longer
+ * than the decimal form of `hi` (so "050" fails for hi = 50), value in [lo, hi]. */
+static bool arg_range(const char *s, size_t len, uint32_t lo, uint32_t hi)
 {
-    if (len == 0 || len > 19)
+    char hi_text[16];
+    size_t hi_len = (size_t)snprintf(hi_text, sizeof hi_text, "%u", hi);
+    if (len == 0 || len > hi_len)
         return false;
     uint64_t v = 0;
     for (size_t i = 0; i < len; i++) {
@@ -785,69 +898,100 @@ static bool parse_decimal(const char *s, size_t len, uint64_t lo, uint64_t hi)
     return v >= lo && v <= hi;
 }
 
-/* A comma-separated list of distinct words from `allowed` (NULL: any non-empty word of
- * printable non-space characters). */
-static bool parse_list(const char *s, const char *const *allowed, size_t n_allowed)
+/* Utils::Split(s, false, "", ","): "" gives no item; otherwise every item, empty ones
+ * included ("a,,b" -> a, "", b). Each item must be one of `allowed` (NULL: any non-empty
+ * item). Duplicates are accepted (the real code keeps or skips them). */
+static bool list_valid(const char *s, const char *const *allowed, size_t n_allowed)
 {
-    char buf[SETCONFIG_MAX_LEN + 1];
-    snprintf(buf, sizeof buf, "%s", s);
-    const char *seen[SETCONFIG_MAX_LEN];
-    size_t n_seen = 0;
-    char *p = buf;
-    for (;;) {
-        char *comma = strchr(p, ',');
-        if (comma)
-            *comma = '\0';
-        if (*p == '\0')
-            return false;   /* empty item, or leading/trailing/double comma */
-        bool ok = allowed == NULL;
+    if (*s == '\0')
+        return true;
+    for (const char *p = s;;) {
+        size_t n = strcspn(p, ",");
+        bool ok = allowed == NULL && n > 0;
         for (size_t i = 0; i < n_allowed && !ok; i++)
-            ok = strcmp(p, allowed[i]) == 0;
-        for (const char *q = p; *q && ok; q++)
-            ok = *q > ' ' && *q < 0x7f;
-        for (size_t i = 0; i < n_seen && ok; i++)
-            ok = strcmp(p, seen[i]) != 0;
+            ok = strlen(allowed[i]) == n && strncmp(p, allowed[i], n) == 0;
         if (!ok)
             return false;
-        seen[n_seen++] = p;
-        if (!comma)
+        if (p[n] == '\0')
             return true;
-        p = comma + 1;
+        p += n + 1;
     }
 }
 
+/* CheckStorageLimitInner (param_validation.cpp:966-1017): "" is accepted; else <digits>MB,
+ * at most 10 digits, in [200, UINT32_MAX]. */
 static bool storage_limit_valid(const char *s, size_t len)
 {
-    if (len >= 2 && strcmp(s + len - 2, "MB") == 0)
-        len -= 2;   /* "250MB" (the real unit tests) as well as "250" */
-    return parse_decimal(s, len, 200, 4294967295u);
+    if (len == 0)
+        return true;
+    if (len <= 2 || strcmp(s + len - 2, "MB") != 0 || len - 2 > 10)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < len - 2; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    return v >= 200 && v <= UINT32_MAX;
 }
 
-/* Returns ACL_SUCCESS, or the code for a bad value of `type`. */
+/* 2025 ACL_PROF_SCALE (= 14; RT0 ParamValidation::CheckScaleIsValid): ';'-separated items
+ * "opType:<a,b>" / "opName:<a,b>", each prefix at most once, each with a non-empty list.
+ * "" is accepted. (Approximation: the real GetScaleInfo drops empty list items.) */
+static bool scale_valid(const char *s)
+{
+    if (*s == '\0')
+        return true;
+    int seen_type = 0, seen_name = 0;
+    for (const char *p = s;;) {
+        size_t n = strcspn(p, ";");
+        size_t pre = 7;   /* strlen("opType:") == strlen("opName:") */
+        if (n < pre + 1)
+            return false;
+        if (strncmp(p, "opType:", pre) == 0)
+            seen_type++;
+        else if (strncmp(p, "opName:", pre) == 0)
+            seen_name++;
+        else
+            return false;
+        if (seen_type > 1 || seen_name > 1 || strspn(p + pre, ",") == n - pre)
+            return false;
+        if (p[n] == '\0')
+            return true;
+        p += n + 1;
+    }
+}
+
+/* The value rules of ProfParamsAdapter::CheckApiConfigIsValid/Two/Three (RT
+ * prof_params_adapter.cpp:294-440) for the mock's platform (README: every type supported,
+ * no PLATFORM_SYS_DEVICE_US). ACL_SUCCESS, or the code for a bad value of `type`. */
 static int option_value_check(int type, const char *s, size_t len)
 {
-    static const char *const llc[] = {"read", "write"};
-    static const char *const host_sys[] = {"cpu", "mem", "disk", "network", "osrt"};
+    static const char *const host_sys[] = {"cpu", "mem", "disk", "network", "osrt", "numa"};
     static const char *const host_usage[] = {"cpu", "mem"};
     bool ok;
     switch (type) {
     case ACL_PROF_STORAGE_LIMIT: ok = storage_limit_valid(s, len); break;
-    case ACL_PROF_SYS_HARDWARE_MEM_FREQ:
+    case ACL_PROF_SYS_HARDWARE_MEM_FREQ:   /* 10000 only on PLATFORM_SYS_DEVICE_US chips */
     case ACL_PROF_SYS_IO_FREQ:
     case ACL_PROF_DVPP_FREQ:
-    case ACL_PROF_LOW_POWER_FREQ:
-    case ACL_PROF_SYS_CPU_FREQ: ok = parse_decimal(s, len, 1, 100); break;
+    case ACL_PROF_LOW_POWER_FREQ: ok = arg_range(s, len, 1, 100); break;
+    case ACL_PROF_SYS_CPU_FREQ:
     case ACL_PROF_SYS_INTERCONNECTION_FREQ:
-    case ACL_PROF_HOST_SYS_USAGE_FREQ: ok = parse_decimal(s, len, 1, 50); break;
-    case ACL_PROF_LLC_MODE: ok = strcmp(s, llc[0]) == 0 || strcmp(s, llc[1]) == 0; break;
-    case ACL_PROF_HOST_SYS: ok = parse_list(s, host_sys, 5); break;
-    case ACL_PROF_HOST_SYS_USAGE: ok = parse_list(s, host_usage, 2); break;
-    case ACL_PROF_SYS_MEM_SERVICEFLOW:
-    case ACL_PROF_OPTYPE: ok = parse_list(s, NULL, 0); break;
-    case ACL_PROF_NTS_METRICS:
+    case ACL_PROF_HOST_SYS_USAGE_FREQ: ok = arg_range(s, len, 1, 50); break;
+    case ACL_PROF_LLC_MODE: ok = strcmp(s, "read") == 0 || strcmp(s, "write") == 0; break;
+    case ACL_PROF_HOST_SYS:   /* "numa" came after RT0 */
+        ok = list_valid(s, host_sys, era_2026() ? 6 : 5);
+        break;
+    case ACL_PROF_HOST_SYS_USAGE: ok = list_valid(s, host_usage, 2); break;
+    case ACL_PROF_SYS_MEM_SERVICEFLOW: ok = len > 0; break;
+    case 14:   /* ACL_PROF_OPTYPE (2026) / ACL_PROF_SCALE (2025) */
+        ok = era_2026() ? len > 0 && list_valid(s, NULL, 0) : scale_valid(s);
+        break;
+    case ACL_PROF_NTS_METRICS:   /* ProfSetConfig maps an NTS failure to INVALID_PARAM */
         return strcmp(s, "PipeUtilization") == 0 ? ACL_SUCCESS : ACL_ERROR_INVALID_PARAM;
-    case ACL_PROF_PATH: ok = len > 0; break;
-    default: ok = false; break;   /* 2: the retired ACL_PROF_AIV_METRICS */
+    case ACL_PROF_PATH: ok = true; break;   /* "" too; applied below */
+    default: ok = false; break;   /* 2: the retired ACL_PROF_AIV_METRICS, not supported */
     }
     return ok ? ACL_SUCCESS : ACL_ERROR_INVALID_PROFILING_CONFIG;
 }
@@ -857,18 +1001,34 @@ MOCK_EXPORT aclError aclprofSetConfig(aclprofConfigType configType, const char *
 {
     MOCK_FAULT_RETURN_CODE();
     int type = (int)configType;
-    if (type <= ACL_PROF_ARGS_MIN || type >= ACL_PROF_ARGS_MAX ||
-        configLength > SETCONFIG_MAX_LEN || config == NULL ||
-        strnlen(config, configLength + 1) != configLength)
+    int args_max = era_2026() ? ACL_PROF_ARGS_MAX : 15;   /* RT0 header: SCALE = 14, MAX = 15 */
+    if (type <= ACL_PROF_ARGS_MIN || type >= args_max || configLength > SETCONFIG_MAX_LEN ||
+        config == NULL || strnlen(config, configLength + 1) != configLength)
         return ACL_ERROR_INVALID_PARAM;
-    int ret = option_value_check(type, config, configLength);
-    if (ret != ACL_SUCCESS)
-        return ret;
     mock_lock();
-    memcpy(g_options[type], config, configLength + 1);
-    g_option_set[type] = true;
+    int ret = ACL_SUCCESS;
+    if (!era_2026() && mock_mode() == ACLMOCK_MODE_OFF)
+        ret = ACL_ERROR_UNINITIALIZE;   /* RT0 ProfSetConfigPrecheck; 2026 inits its params */
+    if (ret == ACL_SUCCESS)
+        ret = option_value_check(type, config, configLength);
+    /* 2026 MsprofSetConfig (prof_acl_mgr.cpp:2879-2887): a non-empty ACL_PROF_PATH after
+     * init replaces the result path of later Starts (a running session keeps its dir). */
+    if (ret == ACL_SUCCESS && type == ACL_PROF_PATH && configLength > 0 &&
+        mock_mode() == ACLMOCK_MODE_API_CTRL) {
+        char *abs = NULL;
+        if (absolute_path(config, true, &abs) != ACL_SUCCESS) {
+            ret = ACL_ERROR_INVALID_PROFILING_CONFIG;
+        } else {
+            free(g_init_path);
+            g_init_path = abs;
+        }
+    }
+    if (ret == ACL_SUCCESS) {
+        memcpy(g_options[type], config, configLength + 1);
+        g_option_set[type] = true;
+    }
     mock_unlock();
-    return ACL_SUCCESS;
+    return ret;
 }
 
 /* ---- reset -------------------------------------------------------------------------- */
@@ -881,6 +1041,7 @@ void mock_session_reset(void)
         g_configs = next;
     }
     running_clear();
+    g_repeat_start = false;
     free(g_init_path);
     g_init_path = NULL;
     memset(g_options, 0, sizeof g_options);

@@ -69,13 +69,17 @@ MOCK_EXPORT aclError aclprofGetStepTimestamp(aclprofStepInfo *stepInfo, aclprofS
 {
     MOCK_FAULT_RETURN_CODE();
     (void)stream;
-    if (stepInfo == NULL || (tag != ACL_STEP_START && tag != ACL_STEP_END))
+    if (stepInfo == NULL)
         return ACL_ERROR_INVALID_PARAM;
     int ret = ACL_ERROR_INVALID_PARAM;
     mock_lock();
     if (step_find(stepInfo)) {
+        /* prof_acl_core.cpp:57-69 (audit row 17): every tag but START sets the END flag, but
+         * only ACL_STEP_END itself is refused a second time; any other value always passes
+         * (the real one hands the raw tag on; the mock's event log records an END). */
         bool *flag = tag == ACL_STEP_START ? &stepInfo->startFlag : &stepInfo->endFlag;
-        if (!*flag) {
+        bool repeat = *flag && (tag == ACL_STEP_START || tag == ACL_STEP_END);
+        if (!repeat) {
             *flag = true;
             uint64_t now = mock_now_ns();
             mock_msproftx_log_step(stepInfo->indexId, (int)tag, now);

@@ -316,6 +316,8 @@ TEST(stamps_across_stop_and_finalize)
     CHECK_EQ(aclprofPush(s), ACL_SUCCESS);
     uint32_t id;
     CHECK_EQ(aclprofRangeStart(s, &id), ACL_SUCCESS);
+    /* Stop first: after a Finalize without Stop, 2026 CANN's next Start starts nothing. */
+    CHECK_EQ(aclprofStop(g_cfg), ACL_SUCCESS);
     /* Finalize drops push stacks and open ranges; in-use stamps survive (the real pool
      * refuses to free itself while stamps are in use). */
     CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);

@@ -10,6 +10,9 @@
 #define PROF_AICPU_MODEL 0x4000000000000000ULL
 
 static char g_tmp[1024];   /* per-test output root, removed by the test's end */
+/* main() runs every test once per CANN era (ACLMOCK_CANN, read by each RUN's reset). */
+static int g_era;
+#define ERA_2026 (g_era == ACLMOCK_CANN_2026)
 
 static bool tmp_begin(void)
 {
@@ -117,11 +120,11 @@ TEST(init_argument_checks)
     CHECK_EQ(aclprofInit(g_tmp, n), ACL_ERROR_REPEAT_INITIALIZE);
     CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
     CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_OFF);
-    /* Init creates nothing: the directory appears when data starts. */
+    /* 2026 Init creates nothing: the directory appears when data starts; RT0 creates it. */
     char sub[PATH_MAX];
     snprintf(sub, sizeof sub, "%s/later/deeper", g_tmp);
     CHECK_EQ(aclprofInit(sub, strlen(sub)), ACL_SUCCESS);
-    CHECK(!is_dir(sub));
+    CHECK(is_dir(sub) == !ERA_2026);
     aclprofConfig *cfg = config1(0, ACL_PROF_ACL_API);
     CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
     CHECK(is_dir(sub));
@@ -132,14 +135,30 @@ TEST(init_argument_checks)
 
 TEST(init_invalid_path)
 {
-    const char bad[] = "/tmp/a\nb";
-    CHECK_EQ(aclprofInit(bad, strlen(bad)), ACL_ERROR_INVALID_FILE);
-    const char del[] = "/tmp/a\x7f";
-    CHECK_EQ(aclprofInit(del, strlen(del)), ACL_ERROR_INVALID_FILE);
-    CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_OFF);
-    /* Bytes >= 0x80 (UTF-8 names) are fine. */
-    const char utf8[] = "/tmp/\xc3\xa9t\xc3\xa9";
-    CHECK_EQ(aclprofInit(utf8, strlen(utf8)), ACL_SUCCESS);
+    REQUIRE(tmp_begin());
+    /* Utils::CheckPathWithInvalidChar's list (audit row 8), and nothing else, in 2026. RT0
+     * (2025) has no such check: it creates the directory at Init. */
+    const char *const invalid[] = {"\n", "\f", "\r", "\b", "\t", "\v", "\x7f", "\"", "'",
+                                   "\\", "%", ">", "<", "|", "&", "$", ";", "`"};
+    for (size_t i = 0; i < sizeof invalid / sizeof invalid[0]; i++) {
+        char path[PATH_MAX];
+        snprintf(path, sizeof path, "%s/x%sy", g_tmp, invalid[i]);
+        if (ERA_2026) {
+            CHECK_EQ(aclprofInit(path, strlen(path)), ACL_ERROR_INVALID_FILE);
+            CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_OFF);
+            CHECK(!is_dir(path));
+        } else {
+            CHECK_EQ(aclprofInit(path, strlen(path)), ACL_SUCCESS);
+            CHECK(is_dir(path));
+            CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+        }
+    }
+    /* Other control bytes, shell characters outside the list and UTF-8 pass. */
+    char ok[PATH_MAX];
+    snprintf(ok, sizeof ok, "%s/\x01\x1b(){}*?#!~=+@^,\xc3\xa9", g_tmp);
+    CHECK_EQ(aclprofInit(ok, strlen(ok)), ACL_SUCCESS);
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    tmp_end();
 }
 
 TEST(init_relative_path_is_made_absolute)
@@ -175,15 +194,22 @@ TEST(init_relative_path_is_made_absolute)
 
 /* ---- the precheck table (reference 3.1) ---------------------------------------------- */
 
-TEST(precheck_off_classic)
+/* The OFF column; 2026 is tested further in noinit_2026. */
+TEST(precheck_off)
 {
     aclprofConfig *cfg = config1(0, ACL_PROF_ACL_API);
     REQUIRE(cfg != NULL);
-    CHECK_EQ(aclprofStart(cfg), ACL_ERROR_PROF_NOT_RUN);
-    CHECK_EQ(aclprofStart(NULL), ACL_ERROR_PROF_NOT_RUN);
-    CHECK_EQ(aclprofStop(cfg), ACL_ERROR_PROF_NOT_RUN);
-    CHECK_EQ(aclprofStop(NULL), ACL_ERROR_PROF_NOT_RUN);
-    CHECK_EQ(aclprofFinalize(), ACL_ERROR_PROF_NOT_RUN);
+    if (!ERA_2026) {
+        CHECK_EQ(aclprofStart(cfg), ACL_ERROR_PROF_NOT_RUN);
+        CHECK_EQ(aclprofStart(NULL), ACL_ERROR_INVALID_PARAM);   /* preCheckProfConfig */
+        CHECK_EQ(aclprofStop(cfg), ACL_ERROR_PROF_NOT_RUN);
+        CHECK_EQ(aclprofStop(NULL), ACL_ERROR_INVALID_PARAM);
+        CHECK_EQ(aclprofFinalize(), ACL_ERROR_PROF_NOT_RUN);
+    } else {
+        CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
+        CHECK_EQ(aclprofStop(NULL), ACL_SUCCESS);
+        CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    }
     CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_OFF);
     /* The config preCheck runs before the mode check. */
     aclprofConfig *zero = config1(0, 0);
@@ -203,7 +229,7 @@ TEST(precheck_api_ctrl)
     CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
     CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
     CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
-    CHECK_EQ(aclprofFinalize(), ACL_ERROR_PROF_NOT_RUN);
+    CHECK_EQ(aclprofFinalize(), ERA_2026 ? ACL_SUCCESS : ACL_ERROR_PROF_NOT_RUN);
     aclprofDestroyConfig(cfg);
     tmp_end();
 }
@@ -228,14 +254,15 @@ TEST(precheck_subscribe)
     CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_SUBSCRIBE);
 
     aclprofConfig *cfg = config1(0, ACL_PROF_ACL_API);
-    for (int behaviour = ACLMOCK_NOINIT_CLASSIC; behaviour <= ACLMOCK_NOINIT_MODERN;
-         behaviour++) {
-        aclmockSetNoInitBehaviour(behaviour);
+    for (int era = ACLMOCK_CANN_2025; era <= ACLMOCK_CANN_2026; era++) {
+        aclmockSetCannEra(era);
+        int null_code = era == ACLMOCK_CANN_2026 ? ACL_ERROR_PROF_API_CONFLICT
+                                                 : ACL_ERROR_INVALID_PARAM;
         CHECK_EQ(init_tmp(), ACL_ERROR_PROF_API_CONFLICT);
         CHECK_EQ(aclprofStart(cfg), ACL_ERROR_PROF_API_CONFLICT);
-        CHECK_EQ(aclprofStart(NULL), ACL_ERROR_PROF_API_CONFLICT);
+        CHECK_EQ(aclprofStart(NULL), null_code);
         CHECK_EQ(aclprofStop(cfg), ACL_ERROR_PROF_API_CONFLICT);
-        CHECK_EQ(aclprofStop(NULL), ACL_ERROR_PROF_API_CONFLICT);
+        CHECK_EQ(aclprofStop(NULL), null_code);
         CHECK_EQ(aclprofFinalize(), ACL_ERROR_PROF_API_CONFLICT);
         CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_SUBSCRIBE);
     }
@@ -250,10 +277,10 @@ TEST(precheck_subscribe)
     tmp_end();
 }
 
-TEST(noinit_modern)
+TEST(noinit_2026)
 {
     REQUIRE(tmp_begin());
-    CHECK_EQ(aclmockSetNoInitBehaviour(ACLMOCK_NOINIT_MODERN), ACL_SUCCESS);
+    CHECK_EQ(aclmockSetCannEra(ACLMOCK_CANN_2026), ACL_SUCCESS);
     aclprofConfig *cfg = config1(2, ACL_PROF_ACL_API);
     CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
     CHECK_EQ(aclprofStop(NULL), ACL_SUCCESS);
@@ -272,13 +299,13 @@ TEST(noinit_modern)
     tmp_end();
 }
 
-TEST(noinit_modern_default_path_is_cwd)
+TEST(noinit_2026_default_path_is_cwd)
 {
     REQUIRE(tmp_begin());
     char cwd[PATH_MAX];
     REQUIRE(getcwd(cwd, sizeof cwd) != NULL);
     REQUIRE(chdir(g_tmp) == 0);
-    aclmockSetNoInitBehaviour(ACLMOCK_NOINIT_MODERN);
+    aclmockSetCannEra(ACLMOCK_CANN_2026);
     CHECK_EQ(aclprofStart(NULL), ACL_SUCCESS);
     CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
     REQUIRE(chdir(cwd) == 0);
@@ -287,18 +314,25 @@ TEST(noinit_modern_default_path_is_cwd)
     tmp_end();
 }
 
-TEST(noinit_from_environment)
+TEST(cann_era_from_environment)
 {
-    setenv("ACLMOCK_NOINIT", "modern", 1);
+    char saved[16];
+    snprintf(saved, sizeof saved, "%s", getenv("ACLMOCK_CANN") ? getenv("ACLMOCK_CANN") : "");
+    setenv("ACLMOCK_CANN", "2026", 1);
     aclmockReset();
     CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
-    setenv("ACLMOCK_NOINIT", "classic", 1);
+    setenv("ACLMOCK_CANN", "2025", 1);
     aclmockReset();
     CHECK_EQ(aclprofFinalize(), ACL_ERROR_PROF_NOT_RUN);
-    unsetenv("ACLMOCK_NOINIT");
+    setenv("ACLMOCK_CANN", "1999", 1);   /* invalid: warning, default (2026) */
     aclmockReset();
-    CHECK_EQ(aclprofFinalize(), ACL_ERROR_PROF_NOT_RUN);
-    CHECK_EQ(aclmockSetNoInitBehaviour(7), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    unsetenv("ACLMOCK_CANN");
+    aclmockReset();
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    CHECK_EQ(aclmockSetCannEra(7), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmockSetCannEra(2024), ACL_ERROR_INVALID_PARAM);
+    setenv("ACLMOCK_CANN", saved, 1);
 }
 
 /* ---- aclprofCreateConfig / DestroyConfig (reference 3.2) ------------------------------ */
@@ -361,7 +395,8 @@ TEST(destroy_config)
     CHECK_EQ(aclprofDestroyConfig((const aclprofConfig *)&garbage), ACL_ERROR_INVALID_PARAM);
     /* A destroyed config is refused by Start and Stop too. */
     CHECK_EQ(aclprofStart(cfg), ACL_ERROR_INVALID_PARAM);
-    CHECK_EQ(aclprofStop(cfg), ACL_ERROR_INVALID_PARAM);
+    /* 2026 Stop returns 0 before looking at the config when not initialised. */
+    CHECK_EQ(aclprofStop(cfg), ERA_2026 ? ACL_SUCCESS : ACL_ERROR_INVALID_PARAM);
 }
 
 /* ---- aclprofStart validation ----------------------------------------------------------- */
@@ -420,8 +455,11 @@ TEST(every_public_bit_is_accepted)
     for (size_t i = 0; i < sizeof bits / sizeof bits[0]; i++) {
         aclprofConfig *cfg = config1(0, bits[i]);
         REQUIRE(cfg != NULL);
-        CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
-        CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
+        /* The last two bits are newer than the 2025 PROF_SWITCH_SUPPORT (audit row 19). */
+        bool newer = bits[i] == ACL_PROF_API_STATS || bits[i] == ACL_PROF_AICORE_SHAPE;
+        int want = newer && !ERA_2026 ? ACL_ERROR_PROF_MODULES_UNSUPPORTED : ACL_SUCCESS;
+        CHECK_EQ(aclprofStart(cfg), want);
+        CHECK_EQ(aclprofStop(cfg), want);
         aclprofDestroyConfig(cfg);
     }
     CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
@@ -430,28 +468,44 @@ TEST(every_public_bit_is_accepted)
 
 /* ---- start / stop device rules --------------------------------------------------------- */
 
-TEST(start_stop_device_rules)
+/* Is <g_tmp>/<prof>/device_<id> there? */
+static bool device_dir(const char *prof, uint32_t id)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s/device_%u", g_tmp, prof, id);
+    return is_dir(path);
+}
+
+/* 2026 (audit rows 4, 5): a second Start only runs CheckConfigConsistency over the devices
+ * that run (host 64 included): same stored types -> 0 and nothing new starts, other types ->
+ * 100010. Stop compares the same way, then stops every running device. */
+TEST(start_stop_device_rules_2026)
 {
     REQUIRE(tmp_begin());
+    aclmockSetCannEra(ACLMOCK_CANN_2026);
     CHECK_EQ(init_tmp(), ACL_SUCCESS);
     aclprofConfig *d01 = config2(0, 1, ACL_PROF_ACL_API | ACL_PROF_TASK_TIME);
     aclprofConfig *d10 = config2(1, 0, ACL_PROF_ACL_API | ACL_PROF_TASK_TIME);
     aclprofConfig *d01_other = config2(0, 1, ACL_PROF_ACL_API);
     aclprofConfig *d12 = config2(1, 2, ACL_PROF_ACL_API | ACL_PROF_TASK_TIME);
     aclprofConfig *d23 = config2(2, 3, ACL_PROF_ACL_API | ACL_PROF_TASK_TIME);
+    aclprofConfig *d23_other = config2(2, 3, ACL_PROF_ACL_API);
     char names[8][256];
 
     CHECK_EQ(aclprofStart(d01), ACL_SUCCESS);
     CHECK_EQ(aclprofStart(d01), ACL_SUCCESS);          /* same config: starts nothing */
-    CHECK_EQ(aclprofStart(d10), ACL_SUCCESS);          /* same set, other order */
-    CHECK_EQ(prof_dirs(g_tmp, names, 8), 1);
+    CHECK_EQ(aclprofStart(d10), ACL_SUCCESS);
     CHECK_EQ(aclprofStart(d01_other), ACL_ERROR_INVALID_PROFILING_CONFIG);
-    CHECK_EQ(aclprofStart(d12), ACL_ERROR_PROF_ALREADY_RUN);   /* documented bad sequence */
-    CHECK_EQ(aclprofStart(d23), ACL_ERROR_PROF_ALREADY_RUN);   /* the host repeats */
-    CHECK_EQ(aclprofStart(NULL), ACL_ERROR_PROF_ALREADY_RUN);
-    CHECK_EQ(aclprofStop(d12), ACL_ERROR_INVALID_PROFILING_CONFIG);
+    CHECK_EQ(aclprofStart(d12), ACL_SUCCESS);          /* device 2 is NOT started */
+    CHECK_EQ(aclprofStart(d23), ACL_SUCCESS);          /* only the host is compared */
+    CHECK_EQ(aclprofStart(d23_other), ACL_ERROR_INVALID_PROFILING_CONFIG);   /* the host */
+    CHECK_EQ(aclprofStart(NULL), ACL_SUCCESS);         /* default types == d01's */
+    REQUIRE(prof_dirs(g_tmp, names, 8) == 1);
+    CHECK(device_dir(names[0], 0) && device_dir(names[0], 1));
+    CHECK(!device_dir(names[0], 2) && !device_dir(names[0], 3));
     CHECK_EQ(aclprofStop(d01_other), ACL_ERROR_INVALID_PROFILING_CONFIG);
-    CHECK_EQ(aclprofStop(d10), ACL_SUCCESS);           /* an equal config stops it */
+    CHECK_EQ(aclprofStop(d23_other), ACL_ERROR_INVALID_PROFILING_CONFIG);   /* the host */
+    CHECK_EQ(aclprofStop(d23), ACL_SUCCESS);           /* other devices, same types: stops all */
     CHECK_EQ(aclprofStop(d01), ACL_SUCCESS);           /* nothing running */
     CHECK_EQ(aclprofStart(d12), ACL_SUCCESS);          /* Start(d0,d1) Stop Start(d1,d2) */
     CHECK_EQ(prof_dirs(g_tmp, names, 8), 2);
@@ -461,11 +515,144 @@ TEST(start_stop_device_rules)
     CHECK_EQ(aclprofStart(d23), ACL_SUCCESS);
     CHECK_EQ(aclprofDestroyConfig(d23), ACL_SUCCESS);
     CHECK_EQ(aclprofStop(NULL), ACL_SUCCESS);
+    CHECK_EQ(prof_dirs(g_tmp, names, 8), 3);
     CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
     aclprofDestroyConfig(d01);
     aclprofDestroyConfig(d10);
     aclprofDestroyConfig(d01_other);
     aclprofDestroyConfig(d12);
+    aclprofDestroyConfig(d23_other);
+    tmp_end();
+}
+
+/* 2025 (RT0 CheckDeviceTask, audit row 4): any running device -> 100042; the host is
+ * skipped, so a disjoint set starts its devices. Stop stops only the config's devices. */
+TEST(start_stop_device_rules_2025)
+{
+    REQUIRE(tmp_begin());
+    aclmockSetCannEra(ACLMOCK_CANN_2025);
+    CHECK_EQ(init_tmp(), ACL_SUCCESS);
+    aclprofConfig *d01 = config2(0, 1, ACL_PROF_ACL_API | ACL_PROF_TASK_TIME);
+    aclprofConfig *d10 = config2(1, 0, ACL_PROF_ACL_API | ACL_PROF_TASK_TIME);
+    aclprofConfig *d01_other = config2(0, 1, ACL_PROF_ACL_API);
+    aclprofConfig *d12 = config2(1, 2, ACL_PROF_ACL_API | ACL_PROF_TASK_TIME);
+    aclprofConfig *d23 = config2(2, 3, ACL_PROF_ACL_API | ACL_PROF_TASK_TIME);
+    aclprofConfig *tx = aclprofCreateConfig(NULL, 0, ACL_AICORE_NONE, NULL, ACL_PROF_MSPROFTX);
+    REQUIRE(tx != NULL);
+    char names[8][256];
+
+    CHECK_EQ(aclprofStart(d01), ACL_SUCCESS);
+    CHECK_EQ(aclprofStart(d01), ACL_ERROR_PROF_ALREADY_RUN);
+    CHECK_EQ(aclprofStart(d10), ACL_ERROR_PROF_ALREADY_RUN);
+    CHECK_EQ(aclprofStart(d01_other), ACL_ERROR_PROF_ALREADY_RUN);
+    CHECK_EQ(aclprofStart(d12), ACL_ERROR_PROF_ALREADY_RUN);   /* device 1 runs */
+    CHECK_EQ(aclprofStart(NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofStart(d23), ACL_SUCCESS);                  /* disjoint: starts 2, 3 */
+    CHECK_EQ(aclprofStart(tx), ACL_SUCCESS);                   /* host only: skipped */
+    REQUIRE(prof_dirs(g_tmp, names, 8) == 1);
+    CHECK(device_dir(names[0], 2) && device_dir(names[0], 3));
+    CHECK_EQ(aclprofStop(NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofStop(d01_other), ACL_ERROR_INVALID_PROFILING_CONFIG);
+    CHECK_EQ(aclprofStop(d01), ACL_SUCCESS);                   /* 0 and 1 stop, 2 and 3 run */
+    CHECK_EQ(aclprofStart(d23), ACL_ERROR_PROF_ALREADY_RUN);
+    CHECK_EQ(aclprofStart(d01), ACL_SUCCESS);                  /* free again */
+    CHECK_EQ(aclprofStop(d23), ACL_SUCCESS);
+    /* The host task runs with d01's types: comparing it refuses the msproftx config. */
+    CHECK_EQ(aclprofStop(tx), ACL_ERROR_INVALID_PROFILING_CONFIG);
+    CHECK_EQ(aclprofStop(d10), ACL_SUCCESS);                   /* host count 2 -> 1 */
+    CHECK_EQ(aclprofStart(d12), ACL_SUCCESS);                  /* same session */
+    CHECK_EQ(prof_dirs(g_tmp, names, 8), 1);
+    CHECK_EQ(aclprofStop(d12), ACL_SUCCESS);
+    CHECK_EQ(aclprofStop(d10), ACL_SUCCESS);                   /* the host stops: it ends */
+    CHECK_EQ(aclprofStart(d12), ACL_SUCCESS);
+    CHECK_EQ(prof_dirs(g_tmp, names, 8), 2);
+    CHECK_EQ(aclprofStop(d12), ACL_SUCCESS);
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    aclprofDestroyConfig(d01);
+    aclprofDestroyConfig(d10);
+    aclprofDestroyConfig(d01_other);
+    aclprofDestroyConfig(d12);
+    aclprofDestroyConfig(d23);
+    aclprofDestroyConfig(tx);
+    tmp_end();
+}
+
+/* 2026 g_isRepeatInvoking: a Start that fails after the mode check, or a Finalize without
+ * Stop, leaves it set; the next Start returns 0 and starts nothing until a Stop. */
+TEST(repeat_flag_survives_failed_start_and_finalize_2026)
+{
+    REQUIRE(tmp_begin());
+    aclmockSetCannEra(ACLMOCK_CANN_2026);
+    CHECK_EQ(init_tmp(), ACL_SUCCESS);
+    aclprofConfig *bad = aclprofCreateConfig((uint32_t[]){0}, 1, (aclprofAicoreMetrics)9, NULL,
+                                             ACL_PROF_AICORE_METRICS);
+    aclprofConfig *cfg = config1(0, ACL_PROF_ACL_API);
+    char names[8][256];
+    CHECK_EQ(aclprofStart(bad), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    CHECK_EQ(prof_dirs(g_tmp, names, 8), 0);   /* nothing started */
+    CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);   /* clears the flag */
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    CHECK_EQ(prof_dirs(g_tmp, names, 8), 1);
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);  /* without Stop */
+    CHECK_EQ(init_tmp(), ACL_SUCCESS);
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    CHECK_EQ(prof_dirs(g_tmp, names, 8), 1);   /* nothing started */
+    CHECK_EQ(aclprofStop(NULL), ACL_SUCCESS);  /* nothing runs: returns early, flag kept */
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    CHECK_EQ(prof_dirs(g_tmp, names, 8), 1);
+    CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    CHECK_EQ(prof_dirs(g_tmp, names, 8), 2);
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    aclprofDestroyConfig(bad);
+    aclprofDestroyConfig(cfg);
+    tmp_end();
+}
+
+/* 2026 auto-init takes ProfAclMgr::GetResultPath(): the last result path of the process
+ * (kept across Finalize) before ACL_PROF_PATH. */
+TEST(noinit_2026_auto_init_path_order)
+{
+    REQUIRE(tmp_begin());
+    aclmockSetCannEra(ACLMOCK_CANN_2026);
+    char a[PATH_MAX], b[PATH_MAX];
+    snprintf(a, sizeof a, "%s/a", g_tmp);
+    snprintf(b, sizeof b, "%s/b", g_tmp);
+    aclprofConfig *cfg = config1(0, ACL_PROF_ACL_API);
+    char names[4][256];
+    CHECK_EQ(aclprofSetConfig(ACL_PROF_PATH, a, strlen(a)), ACL_SUCCESS);
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    CHECK_EQ(aclprofSetConfig(ACL_PROF_PATH, b, strlen(b)), ACL_SUCCESS);   /* OFF: kept aside */
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    CHECK_EQ(prof_dirs(a, names, 4), 2);
+    CHECK(!is_dir(b));
+    aclprofDestroyConfig(cfg);
+    tmp_end();
+}
+
+/* aclprofInit length: RT0 rejects > 4096, RT rejects >= 4096. A 4096-byte path then fails
+ * in the mock's path handling (PATH_MAX) in 2025. Nothing is created at Init. */
+TEST(init_length_limit_by_era)
+{
+    /* aclprofInit length: RT0 rejects > 4096, RT rejects >= 4096. Under g_tmp, in segments
+     * of 127 bytes, so that RT0's mkdir at Init stays inside the test directory. */
+    REQUIRE(tmp_begin());
+    char path[4097];
+    size_t n = (size_t)snprintf(path, sizeof path, "%s", g_tmp);
+    while (n < 4096) {
+        path[n] = (n - strlen(g_tmp)) % 128 == 0 ? '/' : 'a';
+        n++;
+    }
+    path[4096] = '\0';
+    /* 4096 passes RT0's length check, then exceeds the mock's PATH_MAX (100003). */
+    CHECK_EQ(aclprofInit(path, 4096), ERA_2026 ? ACL_ERROR_INVALID_PARAM : ACL_ERROR_INVALID_FILE);
+    CHECK_EQ(aclprofInit(path, 4095), ACL_ERROR_INVALID_PARAM);   /* strlen differs */
+    CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_OFF);
     tmp_end();
 }
 
@@ -477,7 +664,8 @@ TEST(equal_stored_types_count_as_same_config)
     aclprofConfig *a = config1(0, ACL_PROF_TASK_TIME);
     aclprofConfig *b = config1(0, ACL_PROF_TASK_TIME | ACL_PROF_TASK_TIME_L0);
     CHECK_EQ(aclprofStart(a), ACL_SUCCESS);
-    CHECK_EQ(aclprofStart(b), ACL_SUCCESS);
+    /* 2025 refuses any second Start on a running device. */
+    CHECK_EQ(aclprofStart(b), ERA_2026 ? ACL_SUCCESS : ACL_ERROR_PROF_ALREADY_RUN);
     CHECK_EQ(aclprofStop(b), ACL_SUCCESS);
     CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
     aclprofDestroyConfig(a);
@@ -571,6 +759,7 @@ TEST(output_directory_layout)
 TEST(default_config_covers_every_device)
 {
     REQUIRE(tmp_begin());
+    aclmockSetCannEra(ACLMOCK_CANN_2026);   /* Start(NULL) is 2026 only */
     aclmockSetDeviceCount(3);
     CHECK_EQ(init_tmp(), ACL_SUCCESS);
     CHECK_EQ(aclprofStart(NULL), ACL_SUCCESS);
@@ -606,6 +795,7 @@ static uint64_t stored_types(uint64_t types)
 TEST(stored_bits_expansion)
 {
     REQUIRE(tmp_begin());
+    aclmockSetCannEra(ACLMOCK_CANN_2026);   /* API_STATS is 2026 only */
     CHECK_EQ(init_tmp(), ACL_SUCCESS);
     const uint64_t M = PROF_AICPU_MODEL;
     CHECK_EQ_U64(stored_types(ACL_PROF_ACL_API), ACL_PROF_ACL_API | M);
@@ -632,6 +822,12 @@ TEST(uncreatable_directory)
     fclose(f);
     char below[PATH_MAX + 8];
     snprintf(below, sizeof below, "%s/sub", file);
+    if (!ERA_2026) {   /* RT0 creates the directory at Init */
+        CHECK_EQ(aclprofInit(below, strlen(below)), ACL_ERROR_INVALID_FILE);
+        CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_OFF);
+        tmp_end();
+        return;
+    }
     CHECK_EQ(aclprofInit(below, strlen(below)), ACL_SUCCESS);   /* checked at Start */
     aclprofConfig *cfg = config1(0, ACL_PROF_ACL_API);
     CHECK_EQ(aclprofStart(cfg), ACL_ERROR_INVALID_FILE);
@@ -657,47 +853,75 @@ TEST(set_config_arguments)
     CHECK_EQ(aclprofSetConfig(ACL_PROF_PATH, NULL, 0), ACL_ERROR_INVALID_PARAM);
     CHECK_EQ(aclprofSetConfig(ACL_PROF_DVPP_FREQ, "10", 1), ACL_ERROR_INVALID_PARAM);
     CHECK_EQ(aclprofSetConfig(ACL_PROF_DVPP_FREQ, "10", 3), ACL_ERROR_INVALID_PARAM);
-    char longpath[300];
-    memset(longpath, 'a', sizeof longpath);
-    longpath[0] = '/';
-    longpath[256] = '\0';
-    CHECK_EQ(set(ACL_PROF_PATH, longpath), ACL_SUCCESS);      /* 256: the limit */
-    longpath[256] = 'a';
-    longpath[257] = '\0';
-    CHECK_EQ(set(ACL_PROF_PATH, longpath), ACL_ERROR_INVALID_PARAM);
-    /* Works without aclprofInit, any number of times. */
-    CHECK_EQ(set(ACL_PROF_DVPP_FREQ, "10"), ACL_SUCCESS);
-    CHECK_EQ(set(ACL_PROF_DVPP_FREQ, "20"), ACL_SUCCESS);
+    char longv[300];
+    memset(longv, 'a', sizeof longv);
+    longv[257] = '\0';
+    CHECK_EQ(set(ACL_PROF_SYS_MEM_SERVICEFLOW, longv), ACL_ERROR_INVALID_PARAM);   /* 257 */
+    longv[256] = '\0';
+    if (ERA_2026) {
+        /* Without aclprofInit, any number of times; 15 and 16 exist. */
+        CHECK_EQ(set(ACL_PROF_SYS_MEM_SERVICEFLOW, longv), ACL_SUCCESS);   /* 256: the limit */
+        CHECK_EQ(set(ACL_PROF_DVPP_FREQ, "10"), ACL_SUCCESS);
+        CHECK_EQ(set(ACL_PROF_DVPP_FREQ, "20"), ACL_SUCCESS);
+        CHECK_EQ(set(ACL_PROF_PATH, "x"), ACL_SUCCESS);
+    } else {
+        /* RT0: the header ends at ACL_PROF_SCALE = 14, and SetConfig needs aclprofInit
+         * (checked after the arguments). */
+        CHECK_EQ(set(15, "PipeUtilization"), ACL_ERROR_INVALID_PARAM);
+        CHECK_EQ(set(16, "x"), ACL_ERROR_INVALID_PARAM);
+        CHECK_EQ(set(ACL_PROF_DVPP_FREQ, "10"), ACL_ERROR_UNINITIALIZE);
+        CHECK_EQ(set(ACL_PROF_DVPP_FREQ, "0"), ACL_ERROR_UNINITIALIZE);
+        REQUIRE(tmp_begin());
+        CHECK_EQ(init_tmp(), ACL_SUCCESS);
+        CHECK_EQ(set(ACL_PROF_SYS_MEM_SERVICEFLOW, longv), ACL_SUCCESS);
+        CHECK_EQ(set(ACL_PROF_DVPP_FREQ, "10"), ACL_SUCCESS);
+        CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+        CHECK_EQ(set(ACL_PROF_DVPP_FREQ, "10"), ACL_ERROR_UNINITIALIZE);
+        tmp_end();
+    }
 }
 
+/* The rules of ProfParamsAdapter::CheckApiConfigIsValid* and ParamValidation (audit row 7). */
 TEST(set_config_values)
 {
+    REQUIRE(tmp_begin());
+    CHECK_EQ(init_tmp(), ACL_SUCCESS);   /* 2025 needs it */
     const int BAD = ACL_ERROR_INVALID_PROFILING_CONFIG;
-    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "200"), ACL_SUCCESS);
-    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "250MB"), ACL_SUCCESS);
-    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "4294967295"), ACL_SUCCESS);
-    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "199"), BAD);
-    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "4294967296"), BAD);
+    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "200MB"), ACL_SUCCESS);
+    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "4294967295MB"), ACL_SUCCESS);
+    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "0000000250MB"), ACL_SUCCESS);   /* 10 digits */
+    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, ""), ACL_SUCCESS);               /* "no limit" */
+    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "00000000250MB"), BAD);          /* 11 digits */
+    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "250"), BAD);                    /* no unit */
+    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "199MB"), BAD);
+    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "4294967296MB"), BAD);
     CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "300GB"), BAD);
+    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "300mb"), BAD);
     CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "MB"), BAD);
-    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "-300"), BAD);
-    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, ""), BAD);
+    CHECK_EQ(set(ACL_PROF_STORAGE_LIMIT, "-300MB"), BAD);
 
     const int freq100[] = {ACL_PROF_SYS_HARDWARE_MEM_FREQ, ACL_PROF_SYS_IO_FREQ,
-                           ACL_PROF_DVPP_FREQ, ACL_PROF_LOW_POWER_FREQ,
-                           ACL_PROF_SYS_CPU_FREQ};
+                           ACL_PROF_DVPP_FREQ, ACL_PROF_LOW_POWER_FREQ};
     for (size_t i = 0; i < sizeof freq100 / sizeof freq100[0]; i++) {
         CHECK_EQ(set(freq100[i], "1"), ACL_SUCCESS);
         CHECK_EQ(set(freq100[i], "100"), ACL_SUCCESS);
+        CHECK_EQ(set(freq100[i], "010"), ACL_SUCCESS);   /* 3 digits: fits "100" */
+        CHECK_EQ(set(freq100[i], "0100"), BAD);          /* longer than "100" */
         CHECK_EQ(set(freq100[i], "0"), BAD);
         CHECK_EQ(set(freq100[i], "101"), BAD);
         CHECK_EQ(set(freq100[i], "1x"), BAD);
         CHECK_EQ(set(freq100[i], " 5"), BAD);
+        CHECK_EQ(set(freq100[i], ""), BAD);
     }
-    const int freq50[] = {ACL_PROF_SYS_INTERCONNECTION_FREQ, ACL_PROF_HOST_SYS_USAGE_FREQ};
-    for (size_t i = 0; i < 2; i++) {
+    CHECK_EQ(set(ACL_PROF_SYS_HARDWARE_MEM_FREQ, "10000"), BAD);   /* no SYS_DEVICE_US */
+    const int freq50[] = {ACL_PROF_SYS_INTERCONNECTION_FREQ, ACL_PROF_HOST_SYS_USAGE_FREQ,
+                          ACL_PROF_SYS_CPU_FREQ};
+    for (size_t i = 0; i < sizeof freq50 / sizeof freq50[0]; i++) {
         CHECK_EQ(set(freq50[i], "50"), ACL_SUCCESS);
+        CHECK_EQ(set(freq50[i], "05"), ACL_SUCCESS);
+        CHECK_EQ(set(freq50[i], "050"), BAD);
         CHECK_EQ(set(freq50[i], "51"), BAD);
+        CHECK_EQ(set(freq50[i], "80"), BAD);
         CHECK_EQ(set(freq50[i], "0"), BAD);
     }
     CHECK_EQ(set(ACL_PROF_LLC_MODE, "read"), ACL_SUCCESS);
@@ -707,25 +931,77 @@ TEST(set_config_values)
 
     CHECK_EQ(set(ACL_PROF_HOST_SYS, "cpu"), ACL_SUCCESS);
     CHECK_EQ(set(ACL_PROF_HOST_SYS, "cpu,mem"), ACL_SUCCESS);
-    CHECK_EQ(set(ACL_PROF_HOST_SYS, "mem,cpu,network"), ACL_SUCCESS);
+    CHECK_EQ(set(ACL_PROF_HOST_SYS, "mem,cpu,network,disk,osrt"), ACL_SUCCESS);
+    CHECK_EQ(set(ACL_PROF_HOST_SYS, "cpu,cpu"), ACL_SUCCESS);   /* duplicates pass */
+    CHECK_EQ(set(ACL_PROF_HOST_SYS, ""), ACL_SUCCESS);          /* Split("") is empty */
+    CHECK_EQ(set(ACL_PROF_HOST_SYS, "numa"), ERA_2026 ? ACL_SUCCESS : BAD);
     CHECK_EQ(set(ACL_PROF_HOST_SYS, "cpu,,mem"), BAD);
-    CHECK_EQ(set(ACL_PROF_HOST_SYS, "cpu,cpu"), BAD);
     CHECK_EQ(set(ACL_PROF_HOST_SYS, "cpu,"), BAD);
+    CHECK_EQ(set(ACL_PROF_HOST_SYS, ",cpu"), BAD);
     CHECK_EQ(set(ACL_PROF_HOST_SYS, "gpu"), BAD);
-    CHECK_EQ(set(ACL_PROF_HOST_SYS, ""), BAD);
+    CHECK_EQ(set(ACL_PROF_HOST_SYS, "cpu "), BAD);
     CHECK_EQ(set(ACL_PROF_HOST_SYS_USAGE, "mem,cpu"), ACL_SUCCESS);
+    CHECK_EQ(set(ACL_PROF_HOST_SYS_USAGE, ""), ACL_SUCCESS);
     CHECK_EQ(set(ACL_PROF_HOST_SYS_USAGE, "network"), BAD);
 
     CHECK_EQ(set(ACL_PROF_SYS_MEM_SERVICEFLOW, "aaa,bbb"), ACL_SUCCESS);
-    CHECK_EQ(set(ACL_PROF_SYS_MEM_SERVICEFLOW, "a b"), BAD);
-    CHECK_EQ(set(ACL_PROF_OPTYPE, "MatMul,Conv2D"), ACL_SUCCESS);
-    CHECK_EQ(set(ACL_PROF_OPTYPE, ""), BAD);
-
-    CHECK_EQ(set(ACL_PROF_NTS_METRICS, "PipeUtilization"), ACL_SUCCESS);
-    CHECK_EQ(set(ACL_PROF_NTS_METRICS, "Memory"), ACL_ERROR_INVALID_PARAM);
-    CHECK_EQ(set(ACL_PROF_PATH, "relative/dir"), ACL_SUCCESS);
-    CHECK_EQ(set(ACL_PROF_PATH, ""), BAD);
+    CHECK_EQ(set(ACL_PROF_SYS_MEM_SERVICEFLOW, "a b"), ACL_SUCCESS);   /* any non-empty text */
+    CHECK_EQ(set(ACL_PROF_SYS_MEM_SERVICEFLOW, ""), BAD);
+    if (ERA_2026) {
+        CHECK_EQ(set(ACL_PROF_OPTYPE, "MatMul,Conv2D"), ACL_SUCCESS);
+        CHECK_EQ(set(ACL_PROF_OPTYPE, "MatMul,MatMul"), ACL_SUCCESS);   /* skipped */
+        CHECK_EQ(set(ACL_PROF_OPTYPE, ""), BAD);
+        CHECK_EQ(set(ACL_PROF_OPTYPE, "MatMul,,Conv2D"), BAD);
+        CHECK_EQ(set(ACL_PROF_NTS_METRICS, "PipeUtilization"), ACL_SUCCESS);
+        CHECK_EQ(set(ACL_PROF_NTS_METRICS, "Memory"), ACL_ERROR_INVALID_PARAM);
+        CHECK_EQ(set(ACL_PROF_PATH, "relative/dir"), ACL_SUCCESS);
+        CHECK_EQ(set(ACL_PROF_PATH, ""), ACL_SUCCESS);
+    } else {
+        /* 14 is ACL_PROF_SCALE in the 2025 header. */
+        CHECK_EQ(set(14, "opType:MatMul,Conv2D"), ACL_SUCCESS);
+        CHECK_EQ(set(14, "opType:MatMul;opName:conv1"), ACL_SUCCESS);
+        CHECK_EQ(set(14, ""), ACL_SUCCESS);
+        CHECK_EQ(set(14, "MatMul,Conv2D"), BAD);
+        CHECK_EQ(set(14, "opType:"), BAD);
+        CHECK_EQ(set(14, "opType:a;opType:b"), BAD);
+    }
     CHECK_EQ(set(2, "1"), BAD);   /* the retired ACL_PROF_AIV_METRICS slot */
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    tmp_end();
+}
+
+/* 2026 MsprofSetConfig: ACL_PROF_PATH after init moves the output of the next Start; ""
+ * changes nothing; a path with an invalid character is refused (audit row 7). */
+TEST(set_config_path_after_init)
+{
+    REQUIRE(tmp_begin());
+    aclmockSetCannEra(ACLMOCK_CANN_2026);
+    char a[PATH_MAX], b[PATH_MAX];
+    snprintf(a, sizeof a, "%s/a", g_tmp);
+    snprintf(b, sizeof b, "%s/b", g_tmp);
+    CHECK_EQ(aclprofInit(a, strlen(a)), ACL_SUCCESS);
+    aclprofConfig *cfg = config1(0, ACL_PROF_ACL_API);
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    CHECK_EQ(aclprofSetConfig(ACL_PROF_PATH, b, strlen(b)), ACL_SUCCESS);
+    CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);   /* the running session kept its directory */
+    CHECK_EQ(set(ACL_PROF_PATH, ""), ACL_SUCCESS);
+    CHECK_EQ(set(ACL_PROF_PATH, "/tmp/x|y"), ACL_ERROR_INVALID_PROFILING_CONFIG);
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
+    char names[4][256];
+    CHECK_EQ(prof_dirs(a, names, 4), 1);
+    CHECK_EQ(prof_dirs(b, names, 4), 1);
+    char path[PATH_MAX * 2];
+    snprintf(path, sizeof path, "%s/%s/host/mock_session.json", b, names[0]);
+    char *json = tc_read_file(path);
+    REQUIRE(json != NULL);
+    char want[PATH_MAX + 32];
+    snprintf(want, sizeof want, "\"initPath\": \"%s\"", b);
+    CHECK(strstr(json, want) != NULL);
+    free(json);
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    aclprofDestroyConfig(cfg);
+    tmp_end();
 }
 
 /* ---- fault injection and controls -------------------------------------------------------- */
@@ -733,6 +1009,7 @@ TEST(set_config_values)
 TEST(fault_injection)
 {
     REQUIRE(tmp_begin());
+    aclmockSetCannEra(ACLMOCK_CANN_2026);   /* SetConfig before Init is 2026 only */
     CHECK_EQ(aclmockFailNext("aclprofInit", 2, ACL_ERROR_PROFILING_FAILURE), ACL_SUCCESS);
     CHECK_EQ(init_tmp(), ACL_ERROR_PROFILING_FAILURE);
     CHECK_EQ(init_tmp(), ACL_ERROR_PROFILING_FAILURE);
@@ -764,7 +1041,7 @@ TEST(fault_injection)
     /* aclmockReset clears armed faults. */
     CHECK_EQ(aclmockFailNext("aclprofSetConfig", 1, 7), ACL_SUCCESS);
     aclmockReset();
-    CHECK_EQ(set(ACL_PROF_DVPP_FREQ, "5"), ACL_SUCCESS);
+    CHECK_EQ(set(ACL_PROF_DVPP_FREQ, "5"), ERA_2026 ? ACL_SUCCESS : ACL_ERROR_UNINITIALIZE);
     tmp_end();
 }
 
@@ -797,11 +1074,12 @@ TEST(reset_restores_fresh_state)
     aclprofConfig *cfg = config1(0, ACL_PROF_ACL_API);
     CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
     aclmockSetDeviceCount(2);
-    aclmockSetNoInitBehaviour(ACLMOCK_NOINIT_MODERN);
+    aclmockSetCannEra(ERA_2026 ? ACLMOCK_CANN_2025 : ACLMOCK_CANN_2026);
     aclmockReset();
     CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_OFF);
     CHECK_EQ(aclprofDestroyConfig(cfg), ACL_ERROR_INVALID_PARAM);   /* forgotten */
-    CHECK_EQ(aclprofFinalize(), ACL_ERROR_PROF_NOT_RUN);           /* classic again */
+    /* The era is the environment's again. */
+    CHECK_EQ(aclprofFinalize(), ERA_2026 ? ACL_SUCCESS : ACL_ERROR_PROF_NOT_RUN);
     uint32_t count = 0;
     CHECK_EQ(aclrtGetDeviceCount(&count), ACL_SUCCESS);
     CHECK_EQ(count, 8);
@@ -884,28 +1162,37 @@ TEST(concurrent_sessions_do_not_corrupt_state)
         pthread_create(&th[i], NULL, start_stop_worker, (void *)i);
     for (int i = 0; i < 4; i++)
         pthread_join(th[i], NULL);
-    CHECK_EQ(aclprofStop(NULL), ACL_SUCCESS);
+    CHECK_EQ(aclprofStop(NULL), ERA_2026 ? ACL_SUCCESS : ACL_ERROR_INVALID_PARAM);
     CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
     tmp_end();
 }
 
 int main(void)
 {
+    static const int eras[] = {ACLMOCK_CANN_2025, ACLMOCK_CANN_2026};
+    for (size_t e = 0; e < 2; e++) {
+    g_era = eras[e];
+    setenv("ACLMOCK_CANN", g_era == ACLMOCK_CANN_2026 ? "2026" : "2025", 1);
+    fprintf(stderr, "-- CANN era %d\n", g_era);
     RUN(init_argument_checks);
     RUN(init_invalid_path);
     RUN(init_relative_path_is_made_absolute);
-    RUN(precheck_off_classic);
+    RUN(precheck_off);
     RUN(precheck_api_ctrl);
     RUN(precheck_subscribe);
-    RUN(noinit_modern);
-    RUN(noinit_modern_default_path_is_cwd);
-    RUN(noinit_from_environment);
+    RUN(noinit_2026);
+    RUN(noinit_2026_default_path_is_cwd);
+    RUN(noinit_2026_auto_init_path_order);
+    RUN(cann_era_from_environment);
+    RUN(init_length_limit_by_era);
     RUN(create_config_rejections);
     RUN(create_config_accepts);
     RUN(destroy_config);
     RUN(start_validation);
     RUN(every_public_bit_is_accepted);
-    RUN(start_stop_device_rules);
+    RUN(start_stop_device_rules_2026);
+    RUN(start_stop_device_rules_2025);
+    RUN(repeat_flag_survives_failed_start_and_finalize_2026);
     RUN(equal_stored_types_count_as_same_config);
     RUN(device_count_shrinks_after_create);
     RUN(output_directory_layout);
@@ -914,11 +1201,14 @@ int main(void)
     RUN(uncreatable_directory);
     RUN(set_config_arguments);
     RUN(set_config_values);
+    RUN(set_config_path_after_init);
     RUN(fault_injection);
     RUN(fault_table_capacity);
     RUN(reset_restores_fresh_state);
     RUN(device_count_from_environment);
     RUN(controls);
     RUN(concurrent_sessions_do_not_corrupt_state);
+    }
+    unsetenv("ACLMOCK_CANN");
     return test_summary();
 }

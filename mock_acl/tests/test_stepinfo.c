@@ -39,9 +39,18 @@ TEST(each_tag_once)
     aclprofStepInfo *si = aclprofCreateStepInfo();
     REQUIRE(si != NULL);
     CHECK_EQ(aclprofGetStepTimestamp(NULL, ACL_STEP_START, NULL), ACL_ERROR_INVALID_PARAM);
-    CHECK_EQ(aclprofGetStepTimestamp(si, (aclprofStepTag)2, NULL), ACL_ERROR_INVALID_PARAM);
     CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_END, NULL), ACL_SUCCESS);  /* any order */
     CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_END, NULL), ACL_ERROR_INVALID_PARAM);
+    /* prof_acl_core.cpp:57-69 (audit row 17): another tag counts as END but is never
+     * refused; it sets the END flag, so a real END after it is refused. */
+    aclprofStepInfo *odd = aclprofCreateStepInfo();
+    REQUIRE(odd != NULL);
+    CHECK_EQ(aclprofGetStepTimestamp(odd, (aclprofStepTag)2, NULL), ACL_SUCCESS);
+    CHECK_EQ(aclprofGetStepTimestamp(odd, (aclprofStepTag)2, NULL), ACL_SUCCESS);
+    CHECK_EQ(aclprofGetStepTimestamp(odd, (aclprofStepTag)-1, NULL), ACL_SUCCESS);
+    CHECK_EQ(aclprofGetStepTimestamp(odd, ACL_STEP_END, NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofGetStepTimestamp(odd, ACL_STEP_START, NULL), ACL_SUCCESS);
+    aclprofDestroyStepInfo(odd);
     CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_START, NULL), ACL_SUCCESS);
     CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_START, NULL), ACL_ERROR_INVALID_PARAM);
     int stream_token;
