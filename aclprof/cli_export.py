@@ -20,7 +20,7 @@ import csv
 import json
 import os
 import sys
-from typing import Any, Iterable, TextIO
+from typing import Any, BinaryIO, Iterable, TextIO
 
 from .cli import EXIT_OK, CliError, add_filter_args, add_socket_arg, filter_from_args, parse_time
 
@@ -58,11 +58,12 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p.set_defaults(func=cmd_export)
 
 
-def write_jsonl(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
+def write_jsonl(payloads: Iterable[bytes], out: BinaryIO) -> int:
+    """The daemon's JSON Lines payloads, written as they came (no decoding); the count of lines."""
     n = 0
-    for records in batches:
-        out.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
-        n += len(records)
+    for payload in payloads:
+        out.write(payload)
+        n += payload.count(b"\n")
     return n
 
 
@@ -150,18 +151,23 @@ def cmd_export(args: argparse.Namespace) -> int:
     writer = _WRITERS[args.format]
     tmp = None
     try:
-        batches = client.export(args.since, args.until, filter_from_args(args))
+        if args.format == "jsonl":
+            source: Any = client.export_jsonl(args.since, args.until, filter_from_args(args))
+        else:
+            source = client.export(args.since, args.until, filter_from_args(args))
+        binary = args.format == "jsonl"
         if args.output and args.output != "-":
             # Write beside the target and rename: a failed export never leaves half a file.
             tmp = f"{args.output}.tmp-{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8", newline="") as f:
-                n = writer(batches, f)
+            with (open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="")) as f:
+                n = writer(source, f)
             os.replace(tmp, args.output)
             tmp = None
             print(f"exported {n:,} records to {args.output}", file=sys.stderr)
         else:
-            n = writer(batches, sys.stdout)
             sys.stdout.flush()
+            n = writer(source, sys.stdout.buffer if binary else sys.stdout)
+            (sys.stdout.buffer if binary else sys.stdout).flush()
     finally:
         client.close()
         if tmp is not None:
