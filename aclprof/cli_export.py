@@ -20,7 +20,7 @@ import csv
 import json
 import os
 import sys
-from typing import Any, BinaryIO, Iterable, TextIO
+from typing import Any, BinaryIO, Callable, Iterable, TextIO
 
 from .cli import EXIT_OK, CliError, add_filter_args, add_socket_arg, filter_from_args, parse_time
 
@@ -139,7 +139,7 @@ def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
     return n
 
 
-_WRITERS = {"csv": write_csv, "chrome": write_chrome, "jsonl": write_jsonl}
+_WRITERS: dict[str, Callable[[Any, Any], int]] = {"csv": write_csv, "chrome": write_chrome, "jsonl": write_jsonl}
 
 
 def cmd_export(args: argparse.Namespace) -> int:

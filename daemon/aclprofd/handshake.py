@@ -9,7 +9,7 @@ by a change of the control records (protocol 2).
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, TypeGuard
 
 import structlog
 
@@ -26,11 +26,11 @@ PROTOCOL_VERSION = 2
 _log = structlog.get_logger("aclprofd")
 
 
-def is_int(v: Any) -> bool:
+def is_int(v: Any) -> TypeGuard[int]:
     return isinstance(v, int) and not isinstance(v, bool)
 
 
-def is_labels(v: Any) -> bool:
+def is_labels(v: Any) -> TypeGuard[dict[str, str]]:
     return isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
 
 
@@ -42,6 +42,7 @@ def hello(conn: Conn, obj: dict[str, Any], started_ts: float) -> bytes:
         raise ProtocolError(f"HELLO role must be 'agent' or 'control', not {role!r}")
     if not is_int(pid) or not isinstance(host, str):
         raise ProtocolError("HELLO needs an integer pid and a string host")
+    assert isinstance(pid, int)
     if service is not None and not isinstance(service, str) or not is_labels(labels):
         raise ProtocolError("HELLO service must be a string or null, labels an object of strings")
     conn.role, conn.pid, conn.host, conn.service, conn.labels = role, pid, host, service, labels

@@ -178,8 +178,8 @@ class Daemon(Transport):
             self.fanout.end_all()
             self.publish()
             if signals:
-                for sig, h in old_handlers.items():
-                    signal.signal(sig, h)
+                for signum, old in old_handlers.items():
+                    signal.signal(signum, old)
                 signal.set_wakeup_fd(old_wakeup if old_wakeup is not None else -1)
 
     def _turn(self, timeout: float) -> None:
