@@ -221,8 +221,13 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 continue
             if args.json:
                 out.flush()
-                out.buffer.write(payload)
-                out.buffer.flush()
+                raw = getattr(out, "buffer", None)  # a text-only stdout (embedding): decode
+                if raw is None:
+                    out.write(str(payload, "utf-8"))
+                    out.flush()
+                else:
+                    raw.write(payload)
+                    raw.flush()
             else:
                 lines = str(payload, "utf-8").splitlines()
                 out.write("".join(_tail_line(json.loads(line), colour) + "\n" for line in lines))

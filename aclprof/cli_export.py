@@ -139,6 +139,19 @@ def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
     return n
 
 
+class _TextSink:
+    """Bytes to a text-only stdout (embedding, captured output)."""
+
+    def __init__(self, out: TextIO):
+        self._out = out
+
+    def write(self, data: bytes) -> None:
+        self._out.write(str(data, "utf-8"))
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
 _WRITERS: dict[str, Callable[[Any, Any], int]] = {"csv": write_csv, "chrome": write_chrome, "jsonl": write_jsonl}
 
 
@@ -166,8 +179,11 @@ def cmd_export(args: argparse.Namespace) -> int:
             print(f"exported {n:,} records to {args.output}", file=sys.stderr)
         else:
             sys.stdout.flush()
-            n = writer(source, sys.stdout.buffer if binary else sys.stdout)
-            (sys.stdout.buffer if binary else sys.stdout).flush()
+            out: Any = sys.stdout
+            if binary:
+                out = getattr(sys.stdout, "buffer", None) or _TextSink(sys.stdout)
+            n = writer(source, out)
+            out.flush()
     finally:
         client.close()
         if tmp is not None:
