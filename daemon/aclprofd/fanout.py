@@ -33,6 +33,8 @@ EST_RECORD_JSON = 220      # bytes per record in JSON, to decide skipping before
 
 
 class Fanout:
+    """STREAM and EXPORT of one daemon; the per-client state lives on each :class:`Conn`."""
+
     def __init__(self, daemon: "Daemon"):
         self.d = daemon
         self.streaming = 0  # STREAM clients connected (ingest skips the fan-out when 0)

@@ -22,6 +22,8 @@ _log = structlog.get_logger("aclprofd")
 
 
 class Persistence:
+    """Where a daemon's records and aggregates go on disk (the data dir)."""
+
     def __init__(self, daemon: "Daemon"):
         self.d = daemon
 
