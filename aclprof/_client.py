@@ -14,7 +14,10 @@ from typing import Any, Iterator
 from . import wire
 from ._paths import resolve_socket_path
 
-__all__ = ["DaemonError", "DaemonUnreachable", "Client"]
+__all__ = ["DaemonError", "DaemonUnreachable", "Client", "RECORDS_PROTOCOL"]
+
+#: the first protocol version (WELCOME's "protocol") with JSON Lines STREAM/EXPORT records and END
+RECORDS_PROTOCOL = 2
 
 
 class DaemonError(Exception):
@@ -29,7 +32,7 @@ class Client:
     def __init__(self, socket_path: str | os.PathLike[str] | None = None, timeout: float | None = 5.0):
         self.socket_path = resolve_socket_path(socket_path)
         self._reader = wire.FrameReader()
-        self._pending: list[tuple[wire.Kind, bytes]] = []
+        self._pending: list[tuple[wire.Kind, memoryview]] = []
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.settimeout(timeout)
         try:
@@ -81,7 +84,7 @@ class Client:
         except OSError as exc:
             raise DaemonError(f"lost the daemon connection: {exc.strerror or exc}") from None
 
-    def _recv(self) -> tuple[wire.Kind, bytes]:
+    def _recv(self) -> tuple[wire.Kind, memoryview]:
         try:
             frame = wire.recv_frame(self._sock, self._reader, self._pending)
         except socket.timeout:
@@ -116,60 +119,63 @@ class Client:
     def reset(self) -> None:
         self.request(wire.Kind.RESET, {}, wire.Kind.RESET_REPLY)
 
+    def _records_protocol(self, what: str) -> None:
+        if int(self.welcome.get("protocol", 1)) < RECORDS_PROTOCOL:
+            raise DaemonError(f"the daemon speaks protocol {self.welcome.get('protocol', 1)}; {what} needs "
+                              f"protocol {RECORDS_PROTOCOL} (JSON Lines records): upgrade aclprofd")
+
     def stream(self, filt: dict[str, Any]) -> Iterator[tuple[list[dict[str, Any]], int]]:
-        """(records, skipped) per STREAM_RECORDS frame, until the daemon closes."""
-        for payload in self.stream_raw(filt):
-            obj = wire.decode_json(payload)
-            yield obj.get("records", []), int(obj.get("skipped", 0))
+        """(records, skipped) per STREAM_RECORDS or STREAM_SKIPPED frame, until END."""
+        for payload, skipped in self.stream_jsonl(filt):
+            yield [json.loads(line) for line in str(payload, "utf-8").splitlines()], skipped
 
-    def stream_json_lines(self, filt: dict[str, Any]) -> Iterator[tuple[list[str], int]]:
-        """(records as JSON texts, skipped) per STREAM_RECORDS frame: each record's text is
-        cut from the payload as the daemon wrote it, without decoding and re-encoding
-        (``aclprof tail --json`` at 100 k records/s)."""
-        for payload in self.stream_raw(filt):
-            try:
-                yield split_records(payload.decode("utf-8"))
-            except (ValueError, UnicodeDecodeError):
-                obj = wire.decode_json(payload)
-                yield ([json.dumps(r, separators=(",", ":")) for r in obj.get("records", [])],
-                       int(obj.get("skipped", 0)))
-
-    def stream_raw(self, filt: dict[str, Any]) -> Iterator[bytes]:
-        """STREAM_RECORDS payloads, until the daemon closes."""
+    def stream_jsonl(self, filt: dict[str, Any]) -> Iterator[tuple[memoryview, int]]:
+        """(JSON Lines payload, skipped) per frame, until END: the payload as the daemon
+        wrote it (one record a line, each ending in ``\\n``; empty with a skipped count),
+        for ``aclprof tail --json`` to pass through untouched. Returns at END (the daemon
+        stopped); a connection that ends without END is a DaemonError."""
+        self._records_protocol("STREAM")
         self._send(wire.Kind.STREAM, {"filter": filt})
         while True:
-            try:
-                kind, payload = self._recv()
-            except DaemonError as exc:
-                if "closed the connection" in str(exc):
-                    return
-                raise
-            if kind == wire.Kind.ERROR:
+            kind, payload = self._recv()
+            if kind == wire.Kind.STREAM_RECORDS:
+                yield payload, 0
+            elif kind == wire.Kind.STREAM_SKIPPED:
+                yield memoryview(b""), int(wire.decode_json(payload).get("skipped", 0))
+            elif kind == wire.Kind.END:
+                return
+            elif kind == wire.Kind.ERROR:
                 raise DaemonError(f"the daemon rejected STREAM: {_message(payload)}")
-            if kind != wire.Kind.STREAM_RECORDS:
+            else:
                 raise DaemonError(f"unexpected {kind.name} frame in a stream")
-            yield payload
 
-    def export(self, since_ts: float | None, until_ts: float | None,
-               filt: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
-        """Lists of records until EXPORT_END (whose count is checked)."""
+    def export_jsonl(self, since_ts: float | None, until_ts: float | None,
+                     filt: dict[str, Any]) -> Iterator[bytes]:
+        """EXPORT_RECORDS payloads (JSON Lines) until END, whose record count is checked."""
+        self._records_protocol("EXPORT")
         self._send(wire.Kind.EXPORT, {"since_ts": since_ts, "until_ts": until_ts, "filter": filt})
         seen = 0
         while True:
             kind, payload = self._recv()
-            if kind == wire.Kind.ERROR:
-                raise DaemonError(f"the daemon rejected EXPORT: {_message(payload)}")
-            obj = wire.decode_json(payload)
-            if kind == wire.Kind.EXPORT_END:
-                count = obj.get("count")
-                if count is not None and int(count) != seen:
-                    raise DaemonError(f"export ended after {seen} records, the daemon counted {count}")
+            if kind == wire.Kind.EXPORT_RECORDS:
+                data = bytes(payload)  # the one copy on this side: bytes can count and split lines
+                seen += data.count(b"\n")
+                yield data
+            elif kind == wire.Kind.END:
+                n = wire.decode_json(payload).get("records")
+                if n is not None and int(n) != seen:
+                    raise DaemonError(f"export ended after {seen} records, the daemon counted {n}")
                 return
-            if kind != wire.Kind.EXPORT_RECORDS:
+            elif kind == wire.Kind.ERROR:
+                raise DaemonError(f"the daemon rejected EXPORT: {_message(payload)}")
+            else:
                 raise DaemonError(f"unexpected {kind.name} frame in an export")
-            records = obj.get("records", [])
-            seen += len(records)
-            yield records
+
+    def export(self, since_ts: float | None, until_ts: float | None,
+               filt: dict[str, Any]) -> Iterator[list[dict[str, Any]]]:
+        """Lists of records (one per EXPORT_RECORDS frame) until END."""
+        for payload in self.export_jsonl(since_ts, until_ts, filt):
+            yield [json.loads(line) for line in payload.splitlines()]
 
     def close(self) -> None:
         try:
@@ -184,48 +190,8 @@ class Client:
         self.close()
 
 
-_decoder = json.JSONDecoder()
-_WS = " \t\n\r"
-
-
-def split_records(text: str) -> tuple[list[str], int]:
-    """``{"records":[{...},...],"skipped":n}`` -> ([record texts], n), cutting each record
-    out of ``text`` with the JSON scanner (raw_decode) instead of re-encoding it. Raises
-    ValueError on anything unexpected (the caller falls back to a full decode)."""
-    key = text.find('"records"')
-    if key < 0:
-        raise ValueError("no records")
-    i = text.index("[", key) + 1
-    n = len(text)
-    while i < n and text[i] in _WS:
-        i += 1
-    out: list[str] = []
-    raw_decode = _decoder.raw_decode
-    if text[i] == "]":
-        i += 1
-    else:
-        while True:
-            obj, end = raw_decode(text, i)
-            if not isinstance(obj, dict):
-                raise ValueError("a record is not an object")
-            out.append(text[i:end])
-            i = end
-            while text[i] in _WS:
-                i += 1
-            c = text[i]
-            i += 1
-            if c == "]":
-                break
-            if c != ",":
-                raise ValueError("bad separator")
-            while text[i] in _WS:
-                i += 1
-    rest = json.loads(text[:key] + '"records":[]' + text[i:])
-    return out, int(rest.get("skipped", 0))
-
-
-def _message(payload: bytes) -> str:
+def _message(payload: bytes | memoryview) -> str:
     try:
         return str(wire.decode_json(payload).get("message", "?"))
     except wire.ProtocolError:
-        return payload[:200].decode("utf-8", "replace")
+        return bytes(payload[:200]).decode("utf-8", "replace")

@@ -208,27 +208,40 @@ def _tail_line(r: dict[str, Any], colour: bool) -> str:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
+    from ._client import DaemonError
+
     client = connect(args, timeout=5.0)
     client.settimeout(None)
     colour = use_colour()
     out = sys.stdout
     filt = filter_from_args(args)
-    frames = client.stream_json_lines(filt) if args.json else client.stream(filt)
+    ended = "the daemon ended the stream (it stopped)"
     try:
-        for records, skipped in frames:
+        # --json: the daemon's JSON Lines pass through as they came, no decoding
+        for payload, skipped in client.stream_jsonl(filt):
             if skipped:
                 print(f"# {skipped} records skipped: this client is slower than the stream",
                       file=sys.stderr, flush=True)
-            if not records:
+            if not payload:
                 continue
             if args.json:
-                out.write("\n".join(records) + "\n")
+                out.flush()
+                raw = getattr(out, "buffer", None)  # a text-only stdout (embedding): decode
+                if raw is None:
+                    out.write(str(payload, "utf-8"))
+                    out.flush()
+                else:
+                    raw.write(payload)
+                    raw.flush()
             else:
-                out.write("".join(_tail_line(r, colour) + "\n" for r in records))
-            out.flush()
+                lines = str(payload, "utf-8").splitlines()
+                out.write("".join(_tail_line(json.loads(line), colour) + "\n" for line in lines))
+                out.flush()
+    except DaemonError as exc:
+        ended = f"the stream broke: {exc} (the daemon stopped?)"
     finally:
         client.close()
-    raise CliError("the daemon closed the stream (it stopped?)", EXIT_ERROR)
+    raise CliError(ended, EXIT_ERROR)
 
 
 # -- status ----------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import csv
 import json
 import os
 import sys
-from typing import Any, Iterable, TextIO
+from typing import Any, BinaryIO, Callable, Iterable, TextIO
 
 from .cli import EXIT_OK, CliError, add_filter_args, add_socket_arg, filter_from_args, parse_time
 
@@ -58,11 +58,12 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p.set_defaults(func=cmd_export)
 
 
-def write_jsonl(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
+def write_jsonl(payloads: Iterable[bytes], out: BinaryIO) -> int:
+    """The daemon's JSON Lines payloads, written as they came (no decoding); the count of lines."""
     n = 0
-    for records in batches:
-        out.write("".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records))
-        n += len(records)
+    for payload in payloads:
+        out.write(payload)
+        n += payload.count(b"\n")
     return n
 
 
@@ -143,7 +144,20 @@ def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
     return n
 
 
-_WRITERS = {"csv": write_csv, "chrome": write_chrome, "jsonl": write_jsonl}
+class _TextSink:
+    """Bytes to a text-only stdout (embedding, captured output)."""
+
+    def __init__(self, out: TextIO):
+        self._out = out
+
+    def write(self, data: bytes) -> None:
+        self._out.write(str(data, "utf-8"))
+
+    def flush(self) -> None:
+        self._out.flush()
+
+
+_WRITERS: dict[str, Callable[[Any, Any], int]] = {"csv": write_csv, "chrome": write_chrome, "jsonl": write_jsonl}
 
 
 def cmd_export(args: argparse.Namespace) -> int:
@@ -155,18 +169,26 @@ def cmd_export(args: argparse.Namespace) -> int:
     writer = _WRITERS[args.format]
     tmp = None
     try:
-        batches = client.export(args.since, args.until, filter_from_args(args))
+        if args.format == "jsonl":
+            source: Any = client.export_jsonl(args.since, args.until, filter_from_args(args))
+        else:
+            source = client.export(args.since, args.until, filter_from_args(args))
+        binary = args.format == "jsonl"
         if args.output and args.output != "-":
             # Write beside the target and rename: a failed export never leaves half a file.
             tmp = f"{args.output}.tmp-{os.getpid()}"
-            with open(tmp, "w", encoding="utf-8", newline="") as f:
-                n = writer(batches, f)
+            with (open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="")) as f:
+                n = writer(source, f)
             os.replace(tmp, args.output)
             tmp = None
             print(f"exported {n:,} records to {args.output}", file=sys.stderr)
         else:
-            n = writer(batches, sys.stdout)
             sys.stdout.flush()
+            out: Any = sys.stdout
+            if binary:
+                out = getattr(sys.stdout, "buffer", None) or _TextSink(sys.stdout)
+            n = writer(source, out)
+            out.flush()
     finally:
         client.close()
         if tmp is not None:

@@ -10,7 +10,8 @@ Every message is one frame: a 12-byte header, then ``length`` payload bytes.
     8       4     length of the payload, little-endian, at most MAX_PAYLOAD
 
 Payloads are UTF-8 JSON objects, except ``Kind.BATCH`` whose payload is raw records in the
-layout of :data:`RECORD_DTYPE` (little-endian, 56 bytes each). The meaning of each kind and
+layout of :data:`RECORD_DTYPE` (little-endian, 56 bytes each), and ``STREAM_RECORDS`` and
+``EXPORT_RECORDS`` whose payload is JSON Lines (one record object per ``\n``-terminated line). The meaning of each kind and
 its JSON fields are documented in ``daemon/PROTOCOL.md``. A peer that receives a frame with
 a bad magic, an unknown version, a reserved field that is not 0, an oversized length or a
 payload that does not parse must close that connection (it affects no other). The daemon
@@ -30,7 +31,7 @@ import numpy as np
 
 __all__ = [
     "MAGIC", "VERSION", "HEADER", "MAX_PAYLOAD", "RECORD_DTYPE", "Kind", "ProtocolError",
-    "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
+    "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
     "recv_frame", "FLAG_KEYPOINT",
 ]
 
@@ -78,20 +79,29 @@ class Kind(enum.IntEnum):
     SNAPSHOT_REPLY = 25
     EXPORT = 26
     EXPORT_RECORDS = 27
-    EXPORT_END = 28
+    # 28 was EXPORT_END (protocol 1); END replaces it
     RESET = 29
     RESET_REPLY = 30
+    # protocol 2: STREAM and EXPORT end with END; a STREAM reports skipped records apart
+    END = 31
+    STREAM_SKIPPED = 32
 
 
 class ProtocolError(ValueError):
     """A frame that breaks the protocol; the connection that sent it must be closed."""
 
 
+def header(kind: Kind | int, length: int) -> bytes:
+    """The 12-byte header of a frame of ``length`` payload bytes (a sender that appends
+    header and payload to its output buffer separately copies the payload once, not twice)."""
+    if length > MAX_PAYLOAD:
+        raise ProtocolError(f"payload of {length} bytes exceeds {MAX_PAYLOAD}")
+    return HEADER.pack(MAGIC, VERSION, int(kind), 0, length)
+
+
 def encode(kind: Kind | int, payload: bytes = b"") -> bytes:
     """One frame carrying ``payload``."""
-    if len(payload) > MAX_PAYLOAD:
-        raise ProtocolError(f"payload of {len(payload)} bytes exceeds {MAX_PAYLOAD}")
-    return HEADER.pack(MAGIC, VERSION, int(kind), 0, len(payload)) + payload
+    return header(kind, len(payload)) + payload
 
 
 def encode_json(kind: Kind | int, obj: Any) -> bytes:
@@ -105,10 +115,10 @@ def encode_batch(records: np.ndarray) -> bytes:
     return encode(Kind.BATCH, np.ascontiguousarray(data).tobytes())
 
 
-def decode_json(payload: bytes) -> dict[str, Any]:
+def decode_json(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
     """A JSON object payload; raises ProtocolError for anything else."""
     try:
-        obj = json.loads(payload.decode("utf-8"))
+        obj = json.loads(str(payload, "utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ProtocolError(f"payload is not JSON: {exc}") from None
     if not isinstance(obj, dict):
@@ -116,8 +126,9 @@ def decode_json(payload: bytes) -> dict[str, Any]:
     return obj
 
 
-def decode_batch(payload: bytes) -> np.ndarray:
-    """The records of a BATCH payload (a read-only view, no copy)."""
+def decode_batch(payload: bytes | bytearray | memoryview) -> np.ndarray:
+    """The records of a BATCH payload: an array over the payload's memory, no copy
+    (``np.frombuffer`` on the reader's view; ``.copy()`` it to keep it beyond the frame)."""
     if len(payload) % RECORD_DTYPE.itemsize:
         raise ProtocolError(f"batch of {len(payload)} bytes is not a whole number of "
                             f"{RECORD_DTYPE.itemsize}-byte records")
@@ -125,50 +136,88 @@ def decode_batch(payload: bytes) -> np.ndarray:
 
 
 class FrameReader:
-    """Incremental decoder: feed bytes as they arrive, get whole frames out."""
+    """Incremental decoder: feed bytes as they arrive, get whole frames out.
+
+    Payloads are ``memoryview`` slices, not copies: of the ``data`` passed to :meth:`feed`
+    when a frame lies inside it, or of a buffer the reader assembled for a frame that
+    arrived in pieces (that frame's bytes are copied once, into a buffer of its own). The
+    reader never writes to a buffer once it has handed out a view of it, so a payload
+    stays valid as long as it is referenced; ``data`` must not be modified while views of
+    it are alive (``socket.recv`` returns a fresh ``bytes`` each time). Consumers that keep
+    a payload beyond handling it for long (storage, streams) copy it once (``bytes(view)``).
+    """
 
     def __init__(self, max_payload: int = MAX_PAYLOAD, *, ignore_unknown: bool = False):
-        self._buffer = bytearray()
+        self._part = bytearray()  # an incomplete frame (header first); a fresh one per frame
+        self._need = 0            # the whole size of that frame once its header is known, else 0
         self._max = max_payload
         self._ignore_unknown = ignore_unknown
 
-    def feed(self, data: bytes) -> Iterator[tuple[Kind, bytes]]:
+    def _check(self, buf: Any, pos: int) -> tuple[Kind | None, int]:
+        """Validate the header at ``pos``: (kind, or None for an ignored unknown kind, length)."""
+        magic, version, kind, reserved, length = HEADER.unpack_from(buf, pos)
+        if magic != MAGIC:
+            raise ProtocolError(f"bad magic {bytes(magic)!r}")
+        if version != VERSION:
+            raise ProtocolError(f"unsupported protocol version {version} (this side speaks {VERSION})")
+        if reserved != 0:
+            raise ProtocolError("reserved header field is not 0")
+        if length > self._max:
+            raise ProtocolError(f"frame of {length} bytes exceeds the limit of {self._max}")
+        try:
+            return Kind(kind), length
+        except ValueError:
+            if not self._ignore_unknown:
+                raise ProtocolError(f"unknown frame kind {kind}") from None
+            return None, length
+
+    def feed(self, data: bytes | bytearray | memoryview) -> Iterator[tuple[Kind, memoryview]]:
         """Yield every complete ``(kind, payload)`` now buffered; raise ProtocolError on a
         malformed header (the caller closes the connection). With ``ignore_unknown`` a
         well-formed frame of a kind this side does not know is skipped instead of raising
         (agents: the daemon may send kinds added after them)."""
-        self._buffer += data
-        while len(self._buffer) >= HEADER.size:
-            magic, version, kind, reserved, length = HEADER.unpack_from(self._buffer)
-            if magic != MAGIC:
-                raise ProtocolError(f"bad magic {bytes(magic)!r}")
-            if version != VERSION:
-                raise ProtocolError(f"unsupported protocol version {version} (this side speaks {VERSION})")
-            if reserved != 0:
-                raise ProtocolError("reserved header field is not 0")
-            if length > self._max:
-                raise ProtocolError(f"frame of {length} bytes exceeds the limit of {self._max}")
-            try:
-                kind = Kind(kind)
-            except ValueError:
-                if not self._ignore_unknown:
-                    raise ProtocolError(f"unknown frame kind {kind}") from None
-            end = HEADER.size + length
-            if len(self._buffer) < end:
+        mv = memoryview(data).cast("B") if not isinstance(data, bytes) else memoryview(data)
+        n, pos = len(mv), 0
+        part = self._part
+        if part:
+            # finish the frame begun in an earlier feed: header first, then exactly its payload
+            if len(part) < HEADER.size:
+                take = min(HEADER.size - len(part), n)
+                part += mv[:take]
+                pos = take
+                if len(part) < HEADER.size:
+                    return
+                self._need = HEADER.size + self._check(part, 0)[1]
+            take = min(self._need - len(part), n - pos)
+            part += mv[pos:pos + take]
+            pos += take
+            if len(part) < self._need:
                 return
-            if not isinstance(kind, Kind):
-                del self._buffer[:end]
-                continue
-            payload = bytes(self._buffer[HEADER.size:end])
-            del self._buffer[:end]
-            yield kind, payload
+            self._part, self._need = bytearray(), 0
+            kind = self._check(part, 0)[0]
+            if kind is not None:
+                yield kind, memoryview(part)[HEADER.size:]
+        while n - pos >= HEADER.size:
+            kind, length = self._check(mv, pos)
+            end = pos + HEADER.size + length
+            if end > n:
+                break
+            if kind is not None:
+                yield kind, mv[pos + HEADER.size:end]
+            pos = end
+        if pos < n:
+            self._part = part = bytearray(mv[pos:])
+            if len(part) >= HEADER.size:
+                self._need = HEADER.size + self._check(part, 0)[1]
 
     @property
     def buffered(self) -> int:
-        return len(self._buffer)
+        """Bytes of an incomplete frame held back."""
+        return len(self._part)
 
 
-def recv_frame(sock: socket.socket, reader: FrameReader, pending: list[tuple[Kind, bytes]]) -> tuple[Kind, bytes] | None:
+def recv_frame(sock: socket.socket, reader: FrameReader,
+               pending: list[tuple[Kind, memoryview]]) -> tuple[Kind, memoryview] | None:
     """Blocking helper for simple clients: the next frame from ``sock`` (None at EOF).
 
     ``pending`` holds frames already decoded but not yet returned; pass the same list on

@@ -4,6 +4,7 @@ daemon in a thread and a daemon in a subprocess (readiness through sd_notify).""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import socket
@@ -89,12 +90,23 @@ class Client:
         out: list[dict] = []
         while True:
             k, payload = self.recv()
-            obj = decode_json(payload)
-            if k == Kind.EXPORT_END:
-                assert obj["count"] == len(out)
+            if k == Kind.END:
+                assert decode_json(payload) == {"records": len(out), "skipped": 0}
                 return out
             assert k == Kind.EXPORT_RECORDS
-            out += obj["records"]
+            out += [json.loads(line) for line in bytes(payload).splitlines()]
+
+    def stream_frames(self) -> tuple[list[dict], int, Kind]:
+        """The next STREAM frame: (records, skipped, kind); END gives its counts' skipped."""
+        k, payload = self.recv()
+        if k == Kind.STREAM_RECORDS:
+            data = bytes(payload)
+            assert data.endswith(b"\n")
+            return [json.loads(line) for line in data.splitlines()], 0, k
+        if k == Kind.STREAM_SKIPPED:
+            return [], decode_json(payload)["skipped"], k
+        assert k == Kind.END, k
+        return [], 0, k
 
     def closed_by_peer(self, timeout: float = 5.0) -> bool:
         """Read until EOF (True) or timeout (False); frames on the way are discarded."""

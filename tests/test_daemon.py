@@ -25,7 +25,7 @@ def daemon():
 
 def test_handshake_welcome(daemon):
     c = Client(daemon.path)
-    assert c.welcome["protocol"] == 1
+    assert c.welcome["protocol"] == 2  # protocol 2: JSON Lines records, END (PROTOCOL.md)
     assert c.welcome["pid"] == os.getpid()
     assert isinstance(c.welcome["version"], str) and c.welcome["started_ts"] <= time.time()
     c.close()
@@ -104,11 +104,10 @@ def test_stream_with_filters(daemon):
     a.send_batch(make_records(100, durations=np.where(np.arange(100) % 4 < 2, 1000, 3000)))
     got: list[dict] = []
     while len(got) < 25:
-        kind, payload = s.recv()
+        records, skipped, kind = s.stream_frames()
         assert kind == Kind.STREAM_RECORDS
-        obj = decode_json(payload)
-        assert obj["skipped"] == 0
-        got += obj["records"]
+        assert skipped == 0
+        got += records
     assert len(got) == 25
     assert all(r["op_type"] == "MatMul" and r["duration_ns"] == 3000 for r in got)
 
@@ -222,10 +221,9 @@ def test_slow_stream_client_does_not_slow_ingestion():
         received = skipped = 0
         slow.sock.settimeout(5)
         while received + skipped < sent:
-            kind, payload = slow.recv()
-            obj = decode_json(payload)
-            received += len(obj["records"])
-            skipped += obj["skipped"]
+            records, n, kind = slow.stream_frames()
+            received += len(records)
+            skipped += n
         assert received + skipped == sent and skipped == st["stream_skipped"]
 
 

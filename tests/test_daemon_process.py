@@ -58,11 +58,10 @@ def test_requests_then_signal_exit_flushes(tmp, sig):
         wait_until(lambda: c.request(Kind.STATUS)["records_total"] == 3000)
         streamed = 0
         while streamed < 1500:
-            kind, payload = tail.recv()
+            records, skipped, kind = tail.stream_frames()
             assert kind == Kind.STREAM_RECORDS
-            obj = decode_json(payload)
-            assert all(r["op_type"] == "Conv2D" for r in obj["records"]) and obj["skipped"] == 0
-            streamed += len(obj["records"])
+            assert all(r["op_type"] == "Conv2D" for r in records) and skipped == 0
+            streamed += len(records)
         assert streamed == 1500
         snap = c.request(Kind.SNAPSHOT, {"window": "10s", "group_by": "type", "filter": {}})
         assert sum(r["count"] for r in snap["rows"]) == 3000

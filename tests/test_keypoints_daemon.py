@@ -17,7 +17,7 @@ import pytest
 from _daemonlib import Client, InProcess, agent, make_records, wait_until
 from _e2e import Daemon, Worker, env
 from aclprof.cli import _tail_line
-from aclprof.wire import FLAG_KEYPOINT, Kind, decode_json
+from aclprof.wire import FLAG_KEYPOINT, Kind
 from aclprofd.aggregate import Aggregator, KeySource
 
 NAMES = {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "fc1", 5: "na", 6: "keypoint_op"}
@@ -53,9 +53,9 @@ def test_daemon_counts_steps_and_streams_them_marked():
         a.send_batch(_with_keypoints(4, 1))
         got: list[dict] = []
         while len(got) < 5:
-            kind, payload = s.recv()
+            records, _, kind = s.stream_frames()
             assert kind == Kind.STREAM_RECORDS
-            got += decode_json(payload)["records"]
+            got += records
         assert [r["kind"] for r in got] == ["op"] * 4 + ["keypoint"]
         assert got[-1]["flag"] == 0 and got[-1]["op_name"] == "keypoint_op"  # the bit is not shown
         assert "-- step" in _tail_line(got[-1], False) and "-- step" not in _tail_line(got[0], False)

@@ -2,10 +2,38 @@
 processes of a host over a Unix socket (daemon/PROTOCOL.md), aggregates them, keeps the raw
 records in rotating segment files, serves the ``aclprof`` CLI and Prometheus.
 
-Modules: :mod:`aclprofd.config` (settings), :mod:`aclprofd.server` (the event loop),
-:mod:`aclprofd.aggregate` (per-op statistics), :mod:`aclprofd.storage` (segment files),
-:mod:`aclprofd.filters` (request filters), :mod:`aclprofd.sockets` (socket set-up, sd_notify), :mod:`aclprofd.metrics` (Prometheus),
-:mod:`aclprofd.logsetup` (structlog), :mod:`aclprofd.main` (the ``aclprofd`` command).
+Modules, and why the seams are where they are:
+
+- :mod:`aclprofd.server`: the event loop and the lifecycle (start, run, the flush timer,
+  signals and reload, stop: drain, GOODBYE, END). The one place that decides *when* things
+  happen; it composes the parts below and owns no protocol details.
+- :mod:`aclprofd.transport`: sockets and frames (accept, read budgets, non-blocking send,
+  ERROR-then-close for a protocol error). Apart from the loop so that the rules that keep
+  one client from hurting the others are in one small module.
+- :mod:`aclprofd.conn`: one connection's state (socket, frame reader, outgoing buffer, the
+  agent and stream fields). A plain data holder: closing a connection drops everything.
+- :mod:`aclprofd.handshake`: HELLO/WELCOME and ``PROTOCOL_VERSION``: the only frame both
+  roles send, before a role's dispatch table applies.
+- :mod:`aclprofd.ingest`: agent frames (BATCH, NAMES, LOSS, WATCH, UNWATCH), a dispatch
+  table by kind. The hot path; its copy rule (a view for the aggregates, one owned copy
+  for storage and streams) is stated there.
+- :mod:`aclprofd.control`: control requests (STATUS, SNAPSHOT, STREAM, EXPORT, RESET), a
+  dispatch table by kind; a kind not in it closes that connection only.
+- :mod:`aclprofd.fanout`: records out to control clients (STREAM fan-out with bounded
+  buffers and skip counting, EXPORT from storage a frame at a time, END); the part that
+  must never make ingestion wait.
+- :mod:`aclprofd.records`: the record format between daemon and CLI (JSON Lines), in one
+  place for both STREAM and EXPORT.
+- :mod:`aclprofd.persist`: records into segment files, the since-start aggregates file.
+- :mod:`aclprofd.status`: the counters, their one immutable snapshot (which STATUS and
+  /metrics both read), health problems, the STATUS reply.
+- :mod:`aclprofd.aggregate` (per-op statistics), :mod:`aclprofd.storage` (segment files),
+  :mod:`aclprofd.filters` (request filters), :mod:`aclprofd.sockets` (socket set-up,
+  sd_notify), :mod:`aclprofd.metrics` (Prometheus), :mod:`aclprofd.config` (settings),
+  :mod:`aclprofd.logsetup` (structlog), :mod:`aclprofd.main` (the ``aclprofd`` command).
+
+Everything runs on the loop's thread except the Prometheus HTTP thread, which reads only
+the published snapshot and the aggregator (under its lock).
 """
 
 from aclprof._version import __version__

@@ -1,8 +1,10 @@
 """Prometheus metrics of the daemon, served by ``prometheus_client`` on 127.0.0.1 by default.
 
 One custom collector in a dedicated ``CollectorRegistry`` (never the global one: embedding
-or testing two daemons in one process must not collide) reads the daemon's counters at
-scrape time, so ingestion never calls ``observe()`` per record. Series:
+or testing two daemons in one process must not collide) reads, at scrape time, the
+counters snapshot the loop publishes (:mod:`aclprofd.status`; STATUS reports the same
+object), so ingestion never calls ``observe()`` per record and the HTTP thread never walks
+the loop's live connections. Series:
 
 - ``aclprofd_op_duration_seconds`` histogram, labels device, model, op_type (and op_name
   with ``prometheus_op_name``); buckets are powers of two of nanoseconds (128 ns .. ~17 s),
@@ -34,8 +36,9 @@ _LE = [floatToGoString(2.0**k * 1e-9) for k in PROM_EXPONENTS] + ["+Inf"]
 
 
 class DaemonCollector:
-    """Reads a :class:`aclprofd.server.Daemon` at scrape time (on the HTTP server's thread:
-    only reads, copies of containers, and the aggregator's own lock)."""
+    """Reads, at scrape time on the HTTP server's thread, the counters snapshot the daemon's
+    loop last published (one immutable object: the same numbers STATUS reports) and the
+    aggregator's histograms (under the aggregator's own lock)."""
 
     def __init__(self, daemon: "Daemon", by_name: bool = False):
         self.daemon = daemon
@@ -45,37 +48,36 @@ class DaemonCollector:
         return []  # no registration-time collect (the daemon may not be running yet)
 
     def collect(self) -> Iterator[Any]:
-        d = self.daemon
-        yield CounterMetricFamily("aclprofd_records", "Op records received from agents", value=d.records_total)
+        s = self.daemon.published  # one attribute read: a consistent snapshot
+        yield CounterMetricFamily("aclprofd_records", "Op records received from agents", value=s.records_total)
         drops = CounterMetricFamily("aclprofd_agent_dropped_records",
                                     "Records agents reported lost (LOSS frames)", labels=["pid", "service"])
-        for (pid, service), n in list(d.drops_by_agent.items()):
+        for (pid, service), n in s.drops_by_agent:
             drops.add_metric([str(pid), service], n)
         yield drops
-        agents = [c for c in list(d.conns.values()) if c.role == "agent"]
-        yield GaugeMetricFamily("aclprofd_connected_agents", "Connected agent processes", value=len(agents))
+        yield GaugeMetricFamily("aclprofd_connected_agents", "Connected agent processes", value=len(s.agents))
         lag = GaugeMetricFamily("aclprofd_agent_lag_seconds",
                                 "Receive time minus the newest op end time of the agent's last batch",
                                 labels=["pid", "service"])
-        for c in agents:
-            if c.lag_ns is not None:
-                lag.add_metric([str(c.pid), c.service or ""], c.lag_ns / 1e9)
+        for a in s.agents:
+            if a.lag_ns is not None:
+                lag.add_metric([str(a.pid), a.service or ""], a.lag_ns / 1e9)
         yield lag
-        st = d.storage
-        yield GaugeMetricFamily("aclprofd_storage_bytes", "Bytes in segment files", value=st.bytes if st else 0)
+        st = s.storage or {}
+        yield GaugeMetricFamily("aclprofd_storage_bytes", "Bytes in segment files", value=st.get("bytes", 0))
         yield CounterMetricFamily("aclprofd_storage_write_errors", "Failed segment writes",
-                                  value=st.write_errors if st else 0)
+                                  value=st.get("write_errors", 0))
         yield CounterMetricFamily("aclprofd_stream_skipped_records",
-                                  "Records not sent to slow STREAM clients", value=d.stream_skipped_total)
+                                  "Records not sent to slow STREAM clients", value=s.stream_skipped_total)
         yield CounterMetricFamily("aclprofd_protocol_errors", "Connections closed for a protocol error",
-                                  value=d.protocol_errors)
-        agg = d.aggregator
-        yield GaugeMetricFamily("aclprofd_aggregate_keys", "Aggregate keys in use", value=agg.nkeys - 1)
+                                  value=s.protocol_errors)
+        yield GaugeMetricFamily("aclprofd_aggregate_keys", "Aggregate keys in use", value=s.aggregate_keys)
         yield CounterMetricFamily("aclprofd_aggregate_other_records",
-                                  "Records aggregated under '(other)' (key cap reached)", value=agg.other_records)
+                                  "Records aggregated under '(other)' (key cap reached)",
+                                  value=s.aggregate_other_records)
         labels = ["device", "model", "op_type"] + (["op_name"] if self.by_name else [])
         hist = HistogramMetricFamily("aclprofd_op_duration_seconds", "Op durations by op type", labels=labels)
-        for lab, cum, count, sum_ns in agg.prometheus_view(self.by_name):
+        for lab, cum, count, sum_ns in self.daemon.aggregator.prometheus_view(self.by_name):
             buckets = [(le, float(v)) for le, v in zip(_LE[:-1], cum[:-1].tolist())] + [("+Inf", float(count))]
             hist.add_metric(list(lab), buckets, sum_ns / 1e9)
         yield hist

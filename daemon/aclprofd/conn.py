@@ -1,0 +1,90 @@
+"""One client connection of the daemon (agent or control): its socket, frame reader,
+outgoing buffer and the per-connection state the other modules keep on it.
+
+The state lives on the connection rather than in per-module dicts keyed by connection so
+that closing a connection drops all of it at once (nothing to forget to clean up).
+"""
+
+from __future__ import annotations
+
+import collections
+import socket
+import time
+from typing import Any, Iterator
+
+import numpy as np
+
+from aclprof.wire import FrameReader
+
+from .aggregate import KeySource
+from .filters import Filter, NameMatcher
+
+__all__ = ["Conn", "Rate"]
+
+
+class Rate:
+    """Events per second over the last ``span`` whole seconds (one counter per second)."""
+
+    __slots__ = ("span", "_slots")
+
+    def __init__(self, span: int = 10):
+        self.span = span
+        self._slots: collections.deque[list[int]] = collections.deque()
+
+    def add(self, n: int, now: float) -> None:
+        sec = int(now)
+        if self._slots and self._slots[-1][0] == sec:
+            self._slots[-1][1] += n
+        else:
+            self._slots.append([sec, n])
+            while self._slots[0][0] <= sec - self.span - 1:
+                self._slots.popleft()
+
+    def per_s(self, now: float) -> float:
+        sec = int(now)
+        total = sum(n for s, n in self._slots if sec - self.span <= s < sec)
+        return total / self.span
+
+
+class Conn:
+    """One client connection. ``role`` is None until HELLO, then "agent" or "control"."""
+
+    def __init__(self, sock: socket.socket, conn_id: str):
+        self.sock = sock
+        self.id = conn_id
+        self.reader = FrameReader()
+        self.out = bytearray()
+        self.role: str | None = None
+        self.pid: int | None = None
+        self.host = ""
+        self.service: str | None = None
+        self.labels: dict[str, str] = {}
+        self.connected = time.monotonic()
+        self.closed = False
+        self.want_write = False
+        # agents (aclprofd.ingest)
+        self.names: dict[int, str] = {}
+        self.names_order: list[tuple[int, str]] = []
+        self.names_json: dict[int, str] = {}
+        self.models: dict[int, dict[str, Any]] = {}
+        self.records = 0
+        self.dropped = 0
+        self.rate = Rate()
+        self.lag_ns: int | None = None
+        self.clock_offsets: dict[int, int] = {}  # device -> min(receive - op end), ns
+        self.steps = 0  # step keypoint records received
+        self.pending_store: list[tuple[float, bytes]] = []  # owned copies (the one copy per batch)
+        self.pending_bytes = 0
+        self.keysrc: KeySource | None = None
+        # control: STREAM and EXPORT (aclprofd.fanout)
+        self.stream: Filter | None = None
+        self.stream_pending: list[tuple[Conn, float, np.ndarray]] = []
+        self.stream_pending_n = 0
+        self.stream_skipped = 0      # skipped since the last STREAM_SKIPPED frame
+        self.stream_sent = 0         # records sent on this stream in all (for END)
+        self.stream_skipped_all = 0  # records skipped on this stream in all (for END)
+        self.matchers: dict[str, NameMatcher] = {}
+        self.export: Iterator[tuple[int, bytes]] | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"conn": self.id, "role": self.role, "pid": self.pid, "service": self.service}

@@ -1,0 +1,79 @@
+"""Control requests (the ``aclprof`` CLI): STATUS, SNAPSHOT, STREAM, EXPORT and RESET,
+dispatched by frame kind (:attr:`Control.handlers`).
+
+A kind missing from the table is not allowed from a control client: the loop turns that
+into a protocol error that closes this connection only (daemon/PROTOCOL.md).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
+
+import structlog
+
+from aclprof.wire import Kind, ProtocolError, decode_json, encode_json
+
+from .conn import Conn
+from .filters import Filter
+from .status import status_reply
+
+if TYPE_CHECKING:
+    from .server import Daemon
+
+__all__ = ["Control"]
+
+_log = structlog.get_logger("aclprofd")
+
+Handler = Callable[[Conn, dict[str, Any]], None]
+
+
+class Control:
+    """The control request handlers of one daemon; each gets the decoded JSON request."""
+
+    def __init__(self, daemon: "Daemon"):
+        self.d = daemon
+        self.handlers: dict[Kind, Handler] = {
+            Kind.STATUS: self.status, Kind.SNAPSHOT: self.snapshot, Kind.STREAM: self.stream,
+            Kind.EXPORT: self.export, Kind.RESET: self.reset,
+        }
+
+    def handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:
+        handler = self.handlers.get(kind)
+        if handler is None:
+            raise ProtocolError(f"{kind.name} is not allowed from a control client")
+        handler(conn, decode_json(payload))
+
+    def status(self, conn: Conn, req: dict[str, Any]) -> None:
+        snap = self.d.publish()  # STATUS and /metrics read the same snapshot
+        self.d.queue(conn, encode_json(Kind.STATUS_REPLY, status_reply(snap, self.d.settings.socket)))
+
+    def snapshot(self, conn: Conn, req: dict[str, Any]) -> None:
+        window = req.get("window", "all")
+        group_by = req.get("group_by", "type")
+        flt = Filter.parse(req.get("filter"))
+        try:
+            reply = self.d.aggregator.snapshot(window, group_by, flt)
+        except (ValueError, TypeError) as exc:
+            raise ProtocolError(str(exc)) from None
+        self.d.queue(conn, encode_json(Kind.SNAPSHOT_REPLY, reply))
+
+    def stream(self, conn: Conn, req: dict[str, Any]) -> None:
+        self.d.fanout.start_stream(conn, Filter.parse(req.get("filter")))
+        _log.info("stream started", pid=conn.pid)
+
+    def export(self, conn: Conn, req: dict[str, Any]) -> None:
+        since, until = req.get("since_ts"), req.get("until_ts")
+        for v in (since, until):
+            if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool)):
+                raise ProtocolError("since_ts/until_ts must be numbers or null")
+        flt = Filter.parse(req.get("filter"))
+        if conn.export is not None:
+            raise ProtocolError("an EXPORT is already running on this connection")
+        self.d.flush()  # include what was received until now
+        self.d.fanout.start_export(conn, since, until, flt)
+
+    def reset(self, conn: Conn, req: dict[str, Any]) -> None:
+        self.d.aggregator.reset()
+        self.d.persist.save_aggregates()  # a restart must not bring the old figures back
+        _log.info("aggregates reset", by_pid=conn.pid)
+        self.d.queue(conn, encode_json(Kind.RESET_REPLY, {}))

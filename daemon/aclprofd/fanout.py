@@ -1,0 +1,165 @@
+"""Records out to control clients: live STREAM fan-out and EXPORT from the segment files,
+both as JSON Lines frames (:mod:`aclprofd.records`), both ended by an END frame.
+
+Nothing waits on a client. A STREAM client has a bounded outgoing buffer: records beyond
+it are skipped before they are encoded, counted, and reported in a STREAM_SKIPPED frame
+once its buffer has drained. An EXPORT is produced a frame at a time, only while the
+client's buffer is small and for at most ``EXPORT_SLICE_S`` per loop turn, interleaved
+with ingestion.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import TYPE_CHECKING, Iterator
+
+import numpy as np
+
+from aclprof.wire import Kind, encode_json
+
+from .conn import Conn
+from .filters import Filter, NameMatcher
+from .records import FRAME_RECORDS, append_frame, encode_records, jsonl_payload, jsonl_payloads, name_json
+
+if TYPE_CHECKING:
+    from .server import Daemon
+
+__all__ = ["Fanout", "EXPORT_OUT_LOW"]
+
+EXPORT_OUT_LOW = 2 << 20   # produce more EXPORT frames only below this many buffered bytes
+EXPORT_SLICE_S = 0.02      # at most this long per loop turn on EXPORT encoding
+EST_RECORD_JSON = 220      # bytes per record in JSON, to decide skipping before encoding
+
+
+class Fanout:
+    """STREAM and EXPORT of one daemon; the per-client state lives on each :class:`Conn`."""
+
+    def __init__(self, daemon: "Daemon"):
+        self.d = daemon
+        self.streaming = 0  # STREAM clients connected (ingest skips the fan-out when 0)
+
+    # ---- STREAM -------------------------------------------------------------------------
+    def start_stream(self, conn: Conn, flt: Filter) -> None:
+        if conn.stream is None:
+            self.streaming += 1
+        conn.stream = flt
+        conn.matchers = {}
+
+    def closed(self, conn: Conn) -> None:
+        """``conn`` is closing (called by the loop)."""
+        if conn.stream is not None:
+            self.streaming -= 1
+
+    def offer(self, src: Conn, recs: np.ndarray, now: float) -> None:
+        """A batch an agent sent: queue what each STREAM client's filter selects."""
+        limit = self.d.settings.stream_buffer_bytes
+        for client in self.d.conns.values():
+            flt = client.stream
+            if flt is None or client.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
+                continue
+            matcher = client.matchers.setdefault(src.id, NameMatcher())
+            m = flt.mask(recs, matcher, src.names)
+            sel = recs if m is None else recs[m]
+            k = len(sel)
+            if not k:
+                continue
+            if len(client.out) + (client.stream_pending_n + k) * EST_RECORD_JSON > limit:
+                client.stream_skipped += k
+                client.stream_skipped_all += k
+                self.d.counters.stream_skipped_total += k
+                continue
+            client.stream_pending.append((src, now, sel))
+            client.stream_pending_n += k
+
+    def pump_streams(self) -> None:
+        """Encode what each STREAM client has pending (once per loop turn) and send it."""
+        if not self.streaming:
+            return
+        for c in list(self.d.conns.values()):
+            if c.stream is None or c.closed or not (c.stream_pending or (c.stream_skipped and not c.out)):
+                continue
+            if c.stream_skipped:
+                # before the records that follow the gap
+                c.out += encode_json(Kind.STREAM_SKIPPED, {"skipped": c.stream_skipped})
+                c.stream_skipped = 0
+            items: list[str] = []
+            for src, ts, recs in c.stream_pending:
+                items += encode_records(recs, ts, src.host, src.pid or 0, src.service,
+                                        name_json(src.names, src.names_json))
+            c.stream_pending.clear()
+            c.stream_pending_n = 0
+            for n, payload in jsonl_payloads(items):
+                append_frame(c.out, Kind.STREAM_RECORDS, payload)
+                c.stream_sent += n
+            self.d.send(c)
+
+    # ---- EXPORT -------------------------------------------------------------------------
+    def start_export(self, conn: Conn, since: float | None, until: float | None, flt: Filter) -> None:
+        conn.export = self._export(since, until, flt)
+
+    @property
+    def exporting(self) -> bool:
+        """An EXPORT could produce more now (the loop then does not sleep)."""
+        return any(c.export is not None and len(c.out) < EXPORT_OUT_LOW for c in self.d.conns.values())
+
+    def pump_exports(self) -> None:
+        deadline = time.monotonic() + EXPORT_SLICE_S
+        for c in list(self.d.conns.values()):
+            while c.export is not None and not c.closed and len(c.out) < EXPORT_OUT_LOW:
+                frame = next(c.export, None)
+                if frame is None:
+                    c.export = None
+                    break
+                kind, payload = frame
+                append_frame(c.out, Kind(kind), payload)
+                if time.monotonic() > deadline:
+                    break
+            if c.out and not c.closed:
+                self.d.send(c)
+
+    def _export(self, since: float | None, until: float | None, flt: Filter) -> Iterator[tuple[int, bytes]]:
+        """(kind, payload) of the EXPORT_RECORDS frames, then END."""
+        count = 0
+        matchers: dict[int, tuple[dict, NameMatcher]] = {}
+        storage = self.d.storage
+        assert storage is not None
+        for chunk in storage.read(since, until):
+            meta = chunk.meta
+            host, pid, service = meta.get("host", ""), int(meta.get("pid", 0)), meta.get("service")
+            if not flt.source_matches(host, pid, service):
+                continue
+            ent = matchers.get(id(chunk.names))
+            if ent is None or ent[0] is not chunk.names:
+                ent = matchers[id(chunk.names)] = (chunk.names, NameMatcher())
+            m = flt.mask(chunk.records, ent[1], chunk.names)
+            recs, ts = (chunk.records, chunk.ts) if m is None else (chunk.records[m], chunk.ts[m])
+            if not len(recs):
+                continue
+            nj = name_json(chunk.names, {})
+            for i in range(0, len(recs), FRAME_RECORDS):  # encode lazily: a frame per pump step
+                items = encode_records(recs[i:i + FRAME_RECORDS], ts[i:i + FRAME_RECORDS], host, pid, service, nj)
+                count += len(items)
+                yield Kind.EXPORT_RECORDS, jsonl_payload(items)
+        yield Kind.END, json.dumps({"records": count, "skipped": 0}, separators=(",", ":")).encode()
+
+    # ---- stop ---------------------------------------------------------------------------
+    def end_all(self) -> None:
+        """The daemon stops: END to every STREAM client (the stream is over, not broken),
+        ERROR to every unfinished EXPORT (it is incomplete); best effort, never blocking."""
+        self.pump_streams()
+        for c in list(self.d.conns.values()):
+            if c.closed:
+                continue
+            if c.stream is not None:
+                c.out += encode_json(Kind.END, {"records": c.stream_sent, "skipped": c.stream_skipped_all})
+            elif c.export is not None:
+                c.export = None
+                c.out += encode_json(Kind.ERROR, {"message": "the daemon is stopping; the export is incomplete"})
+            else:
+                continue
+            try:
+                c.sock.send(c.out)
+            except OSError:
+                pass
+            c.out.clear()

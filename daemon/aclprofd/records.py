@@ -1,0 +1,75 @@
+"""The record format between the daemon and the CLI (daemon/PROTOCOL.md "record"): JSON
+Lines, one record object per ``\\n``-terminated line, in STREAM_RECORDS and EXPORT_RECORDS.
+
+Encoding is the per-record cost of STREAM and EXPORT, paid only for records a client gets:
+one format string per record, names JSON-escaped once per connection and id. A payload is
+built as one ``str`` and encoded once; the frame header is appended to the client's output
+buffer apart from it (no header+payload concatenation), so each payload byte is copied once
+into the buffer the socket sends from.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Callable, Iterator
+
+import numpy as np
+
+from aclprof.wire import FLAG_KEYPOINT, Kind, header
+
+__all__ = ["FRAME_RECORDS", "encode_records", "name_json", "jsonl_payload", "jsonl_payloads", "append_frame"]
+
+FRAME_RECORDS = 2048  # records per STREAM_RECORDS / EXPORT_RECORDS frame
+
+
+def name_json(names: dict[int, str], cache: dict[int, str]) -> Callable[[int], str]:
+    """A name id -> its JSON string literal, cached in ``cache`` (unknown ids: ``"#<id>"``)."""
+    def get(nid: int) -> str:
+        s = cache.get(nid)
+        if s is None:
+            s = cache[nid] = json.dumps(names.get(nid, f"#{nid}"))
+        return s
+    return get
+
+
+def encode_records(records: np.ndarray, ts: np.ndarray | float, host: str, pid: int,
+                   service: str | None, names_json: Callable[[int], str]) -> list[str]:
+    """Records (RECORD_DTYPE) as JSON object texts, one per record, without newlines."""
+    head = '"host":%s,"pid":%d,"service":%s,' % (json.dumps(host), pid, json.dumps(service))
+    fmt = ('{"ts":%.6f,' + head.replace("%", "%%") + '"device":%d,"model":%d,"op_type":%s,"op_name":%s,'
+           '"start":%d,"end":%d,"duration_ns":%d,"flag":%d,"thread_id":%d,"kind":"%s"}')
+    n = len(records)
+    tsl = [float(ts)] * n if not isinstance(ts, np.ndarray) else ts.tolist()
+    types = [names_json(t) for t in records["op_type"].tolist()]
+    names = [names_json(t) for t in records["op_name"].tolist()]
+    # The agent marks step keypoint records with a bit of `flag` (PROTOCOL.md); the record's
+    # own flag is shown without it, and the mark as "kind".
+    flags = records["flag"]
+    kinds = ["keypoint" if k else "op" for k in ((flags & np.uint32(FLAG_KEYPOINT)) != 0).tolist()]
+    return [fmt % row for row in zip(tsl, records["device_id"].tolist(), records["model_id"].tolist(),
+                                     types, names, records["start"].tolist(), records["end"].tolist(),
+                                     records["duration"].tolist(),
+                                     (flags & np.uint32(~FLAG_KEYPOINT & 0xFFFFFFFF)).tolist(),
+                                     records["thread_id"].tolist(), kinds)]
+
+
+def jsonl_payload(items: list[str]) -> bytes:
+    """Record texts as one JSON Lines payload (every line ends with ``\n``)."""
+    items.append("")  # the last line ends with "\n" too
+    try:
+        return "\n".join(items).encode("utf-8")
+    finally:
+        items.pop()
+
+
+def jsonl_payloads(items: list[str]) -> Iterator[tuple[int, bytes]]:
+    """(record count, JSON Lines payload) per frame of at most FRAME_RECORDS records."""
+    for i in range(0, len(items), FRAME_RECORDS):
+        chunk = items[i:i + FRAME_RECORDS]
+        yield len(chunk), jsonl_payload(chunk)
+
+
+def append_frame(out: bytearray, kind: Kind, payload: bytes) -> None:
+    """Append one frame to an output buffer: header, then the payload (one copy of it)."""
+    out += header(kind, len(payload))
+    out += payload

@@ -1,0 +1,163 @@
+"""The daemon's counters, their one immutable snapshot, its health problems and the
+STATUS reply.
+
+The loop owns :class:`Counters` (mutated on the loop thread only). :func:`take_snapshot`
+copies them, with per-agent figures and storage and aggregate sizes, into one frozen
+:class:`CountersSnapshot`; the loop publishes it (``Daemon.published``) at most every
+``PUBLISH_S`` and whenever it answers STATUS. Both the STATUS reply and the Prometheus
+collector (another thread) read only snapshots, so they show the same consistent numbers
+and the collector never walks the loop's live containers.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from . import __version__
+from .conn import Rate
+
+if TYPE_CHECKING:
+    from .server import Daemon
+
+__all__ = ["Counters", "AgentSnapshot", "CountersSnapshot", "Health", "take_snapshot", "status_reply",
+           "PUBLISH_S"]
+
+PUBLISH_S = 0.1  # the loop publishes a new snapshot at most this often (and on STATUS)
+_MAX_DROP_KEYS = 1000
+
+
+@dataclass
+class Counters:
+    """Daemon-wide totals, mutated by the loop thread only."""
+
+    records_total: int = 0
+    steps_total: int = 0  # step keypoint records (also in records_total)
+    dropped_total: int = 0
+    protocol_errors: int = 0
+    stream_skipped_total: int = 0
+    rate: Rate = field(default_factory=Rate)
+    drops_by_agent: dict[tuple[int, str], int] = field(default_factory=dict)
+
+    def add_drops(self, pid: int, service: str, n: int) -> None:
+        self.dropped_total += n
+        key = (pid, service)
+        self.drops_by_agent[key] = self.drops_by_agent.get(key, 0) + n
+        if len(self.drops_by_agent) > _MAX_DROP_KEYS:  # bounded: forget the oldest agents
+            self.drops_by_agent.pop(next(iter(self.drops_by_agent)))
+
+
+@dataclass(frozen=True)
+class AgentSnapshot:
+    pid: int | None
+    host: str
+    service: str | None
+    labels: dict[str, str]
+    connected_s: float
+    models: tuple[dict[str, Any], ...]
+    records: int
+    records_per_s: float
+    dropped: int
+    lag_ns: int | None
+    steps: int
+
+
+@dataclass(frozen=True)
+class CountersSnapshot:
+    """Everything STATUS and /metrics report, copied at one instant on the loop thread."""
+
+    taken_ts: float
+    uptime_s: float
+    records_total: int
+    steps_total: int
+    records_per_s: float
+    dropped_total: int
+    protocol_errors: int
+    stream_skipped_total: int
+    drops_by_agent: tuple[tuple[tuple[int, str], int], ...]
+    agents: tuple[AgentSnapshot, ...]
+    storage: dict[str, Any] | None
+    aggregate_keys: int
+    aggregate_cap: int
+    aggregate_other_records: int
+    aggregate_windows: tuple[str, ...]
+    aggregate_since_ts: float
+    problems: tuple[str, ...]
+
+
+class Health:
+    """What makes the daemon unhealthy: recent agent losses, storage errors, key-cap overflow."""
+
+    def __init__(self) -> None:
+        self.recent_drops: collections.deque[tuple[float, int, str | None, int]] = collections.deque()
+        self.other_seen = 0
+        self.other_growth_ts = 0.0
+
+    def drops(self, pid: int, service: str | None, n: int, now: float) -> None:
+        self.recent_drops.append((now, pid, service, n))
+
+    def other_records(self, other: int) -> None:
+        """Called at every flush: notes when the '(other)' bucket grew."""
+        if other > self.other_seen:
+            self.other_seen, self.other_growth_ts = other, time.time()
+
+    def problems(self, d: "Daemon", now: float) -> list[str]:
+        out: list[str] = []
+        st = d.storage
+        if st is not None:
+            if st.last_error and st.last_error_ts > now - 60:
+                out.append(f"storage write failing: {st.last_error} ({st.records_lost} records not stored)")
+            # Reaching disk_cap is no problem: a bounded store is meant to sit at its cap
+            # (storage.at_cap in STATUS says so).
+        while self.recent_drops and self.recent_drops[0][0] < now - 60:
+            self.recent_drops.popleft()
+        per: dict[tuple[int, str | None], int] = {}
+        for _, pid, service, n in self.recent_drops:
+            per[(pid, service)] = per.get((pid, service), 0) + n
+        for (pid, service), n in per.items():
+            out.append(f"agent pid {pid} ({service or 'no service'}) reported {n} dropped records in the last minute")
+        if self.other_growth_ts > now - 60:
+            out.append(f"aggregate key cap ({d.aggregator.max_keys}) reached: "
+                       f"{d.aggregator.other_records} records counted under '(other)'")
+        return out
+
+
+def take_snapshot(d: "Daemon") -> CountersSnapshot:
+    """One consistent copy of the daemon's counters (call on the loop thread)."""
+    now, mono = time.time(), time.monotonic()
+    c, agg = d.counters, d.aggregator
+    agents = tuple(AgentSnapshot(a.pid, a.host, a.service, dict(a.labels), round(mono - a.connected, 3),
+                                 tuple(dict(m) for m in a.models.values()), a.records, a.rate.per_s(now),
+                                 a.dropped, a.lag_ns, a.steps)
+                   for a in d.conns.values() if a.role == "agent")
+    return CountersSnapshot(
+        taken_ts=now, uptime_s=round(mono - d.started_mono, 3), records_total=c.records_total,
+        steps_total=c.steps_total,
+        records_per_s=c.rate.per_s(now), dropped_total=c.dropped_total, protocol_errors=c.protocol_errors,
+        stream_skipped_total=c.stream_skipped_total, drops_by_agent=tuple(c.drops_by_agent.items()),
+        agents=agents, storage=d.storage.stats() if d.storage else None, aggregate_keys=agg.nkeys - 1,
+        aggregate_cap=agg.max_keys, aggregate_other_records=agg.other_records,
+        aggregate_windows=tuple(agg.window_names()) + ("all",), aggregate_since_ts=agg.reset_ts,
+        problems=tuple(d.health.problems(d, now)))
+
+
+def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
+    """The STATUS_REPLY object (daemon/PROTOCOL.md) of a snapshot."""
+    return {"version": __version__, "pid": os.getpid(), "uptime_s": s.uptime_s,
+            "healthy": not s.problems, "problems": list(s.problems), "records_total": s.records_total,
+            "records_per_s": s.records_per_s, "dropped_by_agents": s.dropped_total,
+            "agents": [{"pid": a.pid, "host": a.host, "service": a.service, "labels": a.labels,
+                        "connected_s": a.connected_s, "models": list(a.models), "records": a.records,
+                        "records_per_s": a.records_per_s, "dropped": a.dropped, "lag_ns": a.lag_ns,
+                        "steps": a.steps}
+                       for a in s.agents],
+            "storage": s.storage,
+            "aggregates": {"keys": s.aggregate_keys, "cap": s.aggregate_cap,
+                           "other_bucket_records": s.aggregate_other_records,
+                           "windows": list(s.aggregate_windows), "since_ts": s.aggregate_since_ts},
+            "steps_total": s.steps_total,
+            "stream_skipped": s.stream_skipped_total, "protocol_errors": s.protocol_errors,
+            "socket": socket_path}
