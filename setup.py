@@ -1,7 +1,7 @@
 """Build glue that pyproject.toml cannot express: cffi modules and the bundled mock library.
 
-- `aclprof._acl_ffi`: out-of-line ABI-mode cffi module (pure Python; no CANN needed to build).
-- `aclprof._fast`: a small API-mode helper (C) for the hot paths; it calls the loaded
+- `aclprof.binding._acl_ffi`: out-of-line ABI-mode cffi module (pure Python; no CANN needed to build).
+- `aclprof.binding._fast`: a small API-mode helper (C) for the hot paths; it calls the loaded
   library through function pointers handed to it at run time, so it links to nothing.
 - `aclprof/_mock/libascendcl.so`: the mock library from mock_acl/src, so that the demo and
   the tests need no separate build step.
@@ -57,6 +57,6 @@ if sys.platform != "linux":  # the mock uses pthreads, clock_gettime and Linux p
     raise SystemExit("aclprof builds on Linux only (CANN supports Linux only)")
 
 setup(
-    cffi_modules=["aclprof/_build_ffi.py:abi_ffi", "aclprof/_build_ffi.py:fast_ffi"],
+    cffi_modules=["cdefs/build_ffi.py:abi_ffi", "cdefs/build_ffi.py:fast_ffi"],
     cmdclass={"build_ext": BuildExtWithMock},
 )

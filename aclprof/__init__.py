@@ -18,31 +18,30 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ._version import __version__
+from aclprof.protocol.version import __version__
 
 # public name -> the module that defines it (relative to this package)
 _EXPORTS: dict[str, str] = {}
 for _module, _names in {
-    "_loader": ("LibraryInfo", "library_info", "use_mock"),
-    "enums": ("AicoreMetrics", "ConfigType", "DataType", "OpFlag", "StepTag"),
-    "errors": ("AclError", "AclprofError", "ApiConflictError", "FeatureUnsupportedError",
+    "binding.loader": ("LibraryInfo", "library_info", "use_mock"),
+    "binding.enums": ("AicoreMetrics", "ConfigType", "DataType", "OpFlag", "StepTag"),
+    "binding.errors": ("AclError", "AclprofError", "ApiConflictError", "FeatureUnsupportedError",
                "HandleClosedError", "InvalidFileError", "InvalidModelIdError", "InvalidParamError",
                "InvalidProfilingConfigError", "LibraryNotFoundError", "ModulesUnsupportedError",
                "MsproftxError", "OtherAclError", "ProfAlreadyRunError", "ProfilingFailureError",
                "ProfNotRunError", "RepeatInitializeError", "RepeatSubscribeError",
                "UninitializeError", "UnsupportedError"),
-    "session": ("Profiler",),
-    "step": ("StepInfo",),
-    "tx": ("RangeHandle", "annotate", "mark", "pop", "push", "range", "set_strict"),
-    "subscription": ("subscribe", "Subscription", "SubscriptionStats"),
-    "records": ("OpRecord", "OpBatch"),
+    "api.session": ("Profiler",),
+    "api.step": ("StepInfo",),
+    "api.markers": ("RangeHandle", "annotate", "mark", "pop", "push", "range", "set_strict"),
+    "api.subscription": ("subscribe", "Subscription", "SubscriptionStats"),
+    "api.records": ("OpRecord", "OpBatch"),
 }.items():
     _EXPORTS.update(dict.fromkeys(_names, _module))
 del _module, _names
 
 # Public submodules reachable as attributes (``aclprof.mock.reset()`` after ``import aclprof``).
-_SUBMODULES = frozenset({"agent", "compat", "enums", "errors", "lowlevel", "mock", "records", "session",
-                         "step", "subscription", "tx"})
+_SUBMODULES = frozenset({"agent", "api", "binding", "cli", "compat", "demo", "lowlevel", "mock", "protocol"})
 
 
 def __getattr__(name: str) -> Any:
@@ -61,18 +60,13 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the table above applies
-    from ._loader import LibraryInfo, library_info, use_mock
-    from .enums import AicoreMetrics, ConfigType, DataType, OpFlag, StepTag
-    from .errors import (AclError, AclprofError, ApiConflictError, FeatureUnsupportedError,
-                         HandleClosedError, InvalidFileError, InvalidModelIdError, InvalidParamError,
-                         InvalidProfilingConfigError, LibraryNotFoundError, ModulesUnsupportedError,
-                         MsproftxError, OtherAclError, ProfAlreadyRunError, ProfilingFailureError,
-                         ProfNotRunError, RepeatInitializeError, RepeatSubscribeError,
-                         UninitializeError, UnsupportedError)
-    from .records import OpBatch, OpRecord
-    from .session import Profiler
-    from .step import StepInfo
-    from .subscription import Subscription, SubscriptionStats, subscribe
-    from .tx import RangeHandle, annotate, mark, pop, push, range, set_strict
+    from aclprof.binding.loader import LibraryInfo, library_info, use_mock
+    from aclprof.binding.enums import AicoreMetrics, ConfigType, DataType, OpFlag, StepTag
+    from aclprof.binding.errors import AclError, AclprofError, ApiConflictError, FeatureUnsupportedError, HandleClosedError, InvalidFileError, InvalidModelIdError, InvalidParamError, InvalidProfilingConfigError, LibraryNotFoundError, ModulesUnsupportedError, MsproftxError, OtherAclError, ProfAlreadyRunError, ProfilingFailureError, ProfNotRunError, RepeatInitializeError, RepeatSubscribeError, UninitializeError, UnsupportedError
+    from aclprof.api.records import OpBatch, OpRecord
+    from aclprof.api.session import Profiler
+    from aclprof.api.step import StepInfo
+    from aclprof.api.subscription import Subscription, SubscriptionStats, subscribe
+    from aclprof.api.markers import RangeHandle, annotate, mark, pop, push, range, set_strict
 
 __all__ = ["__version__", *_EXPORTS]

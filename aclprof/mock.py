@@ -11,9 +11,9 @@ import os
 import tempfile
 from typing import Any, Iterable, Mapping
 
-from . import _state
-from . import lowlevel
-from ._loader import get_library
+from aclprof.binding import state as _state
+from aclprof.binding import lowlevel
+from aclprof.binding.loader import get_library
 
 __all__ = [
     "reset", "mode", "stats", "fail_next", "clear_faults", "set_device_count",
@@ -85,7 +85,7 @@ def set_device_count(count: int) -> None:
 
 def set_cann_era(era: int | str) -> None:
     """Which CANN release the session calls follow: ``2025`` (hicann/runtime d8beaaf09) or
-    ``2026`` (681ef7610, the default). See the table in :mod:`aclprof.lowlevel`."""
+    ``2026`` (681ef7610, the default). See the table in :mod:`aclprof.binding.lowlevel`."""
     value = _choice(str(era), {"2025": 2025, "2026": 2026}, "era")
     _ok(_call("aclmockSetCannEra", value), "aclmockSetCannEra")
 

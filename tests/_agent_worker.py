@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import aclprof
     from aclprof import agent, mock
-    from aclprof import _models
+    from aclprof.demo import models as _models
 
     aclprof.use_mock()
     ops = {"fixed": FIXED_OPS, "resnet": _models.resnet_like_ops(),

@@ -18,8 +18,8 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from aclprof.wire import RECORD_DTYPE, FrameReader, Kind, decode_json, encode_batch, encode_json, recv_frame
-from aclprof._launch import daemon_argv
+from aclprof.protocol.wire import RECORD_DTYPE, FrameReader, Kind, decode_json, encode_batch, encode_json, recv_frame
+from aclprof.cli.launch import daemon_argv
 
 REPO = Path(__file__).resolve().parent.parent
 

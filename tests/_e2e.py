@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from aclprof._client import Client, DaemonError
-from aclprof._launch import daemon_argv
+from aclprof.cli.client import Client, DaemonError
+from aclprof.cli.launch import daemon_argv
 
 TESTS = Path(__file__).resolve().parent
 WORKER = str(TESTS / "_agent_worker.py")

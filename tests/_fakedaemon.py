@@ -1,4 +1,4 @@
-"""A minimal in-process daemon speaking aclprof.wire (agent side only), for the agent tests.
+"""A minimal in-process daemon speaking aclprof.protocol.wire (agent side only), for the agent tests.
 
 It checks what a real daemon must reject (frames before HELLO, name ids never defined,
 redefined ids) and records, per connection, what the agent sent.
@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from aclprof import wire
+from aclprof.protocol import wire
 
 
 @dataclass

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-# Before aclprof is imported: these would change the defaults the tests expect (aclprof.tx
+# Before aclprof is imported: these would change the defaults the tests expect (aclprof.api.markers
 # reads ACLPROF_TX_DISABLE at import, the mock reads ACLMOCK_* at load and at reset).
 for _var in [v for v in os.environ if v.startswith("ACLMOCK_")] + ["ACLPROF_TX_DISABLE", "ACLPROF_LIBRARY"]:
     os.environ.pop(_var, None)
@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 
 import aclprof  # noqa: E402
 import aclprof.mock  # noqa: E402
-import aclprof.tx  # noqa: E402
+import aclprof.api.markers  # noqa: E402
 
 aclprof.use_mock()
 
@@ -64,7 +64,7 @@ def _reset_all() -> None:
     aclprof.set_strict(False)
     aclprof.mock.reset()  # also tells aclprof's stamp cache that the session is gone
     # This thread's push/range stacks (pushes a test left open, e.g. outside a session).
-    aclprof.tx._clear_thread_state()
+    aclprof.api.markers._clear_thread_state()
 
 
 @pytest.fixture(autouse=True)

@@ -252,7 +252,7 @@ def test_agent_api_errors_and_idempotence(sock_dir, stopped_agent):
 
 
 def test_agent_default_socket_path(monkeypatch):
-    from aclprof._paths import default_socket_path, resolve_socket_path
+    from aclprof.protocol.paths import default_socket_path, resolve_socket_path
 
     monkeypatch.delenv("ACLPROF_SOCKET", raising=False)
     monkeypatch.setenv("XDG_RUNTIME_DIR", "/run/user/1000")
@@ -265,14 +265,14 @@ def test_agent_default_socket_path(monkeypatch):
 
 
 def _exported(daemon: Daemon, pid: int) -> int:
-    from aclprof._client import Client
+    from aclprof.cli.client import Client
 
     with Client(daemon.socket, timeout=10) as c:
         return sum(len(b) for b in c.export(None, None, {"pid": pid}))
 
 
 def _snapshot_count(daemon: Daemon, pid: int) -> int:
-    from aclprof._client import Client
+    from aclprof.cli.client import Client
 
     with Client(daemon.socket, timeout=10) as c:
         snap = c.snapshot("all", "type", {"pid": pid})

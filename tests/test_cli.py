@@ -46,7 +46,7 @@ def fed(daemon):
 
 
 def _count(daemon: Daemon, pid: int) -> int:
-    from aclprof._client import Client
+    from aclprof.cli.client import Client
 
     with Client(daemon.socket) as c:
         snap = c.snapshot("all", "type", {"pid": pid})
@@ -167,7 +167,7 @@ def test_top_once_table(daemon, fed):
 
 
 def test_top_view_keys():
-    from aclprof.cli_top import TopView
+    from aclprof.cli.top import TopView
 
     v = TopView()
     for ch in "c":
@@ -443,7 +443,7 @@ def test_status_unhealthy_exits_1():
     import tempfile
     import threading
 
-    from aclprof import wire
+    from aclprof.protocol import wire
 
     path = os.path.join(tempfile.mkdtemp(prefix="aclp-"), "u.sock")
     srv = so.socket(so.AF_UNIX, so.SOCK_STREAM)

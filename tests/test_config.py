@@ -10,10 +10,10 @@ from hypothesis import strategies as st
 
 import aclprof
 from aclprof import AicoreMetrics, ConfigType, DataType
-from aclprof import lowlevel as ll
+from aclprof.binding import lowlevel as ll
 from aclprof import mock
-from aclprof._loader import get_library
-from aclprof.session import validate_option
+from aclprof.binding.loader import get_library
+from aclprof.api.session import validate_option
 
 PROF_AICPU_MODEL = 1 << 62  # internal bit CreateConfig adds (reference 3.2)
 

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from _daemonlib import Client, InProcess, agent, make_records, status, wait_until
-from aclprof.wire import HEADER, MAGIC, MAX_PAYLOAD, Kind, decode_json, encode, encode_json
+from aclprof.protocol.wire import HEADER, MAGIC, MAX_PAYLOAD, Kind, decode_json, encode, encode_json
 
 
 @pytest.fixture
@@ -325,7 +325,7 @@ def test_protocol_error_of_an_agent_gets_error_then_goodbye(daemon):
 
 
 def test_frame_reader_ignores_unknown_kinds_only_when_asked():
-    from aclprof.wire import FrameReader, ProtocolError
+    from aclprof.protocol.wire import FrameReader, ProtocolError
     data = HEADER.pack(MAGIC, 1, 99, 0, 2) + b"{}" + encode_json(Kind.GOODBYE, {"records": 1})
     assert [k for k, _ in FrameReader(ignore_unknown=True).feed(data)] == [Kind.GOODBYE]
     with pytest.raises(ProtocolError, match="unknown frame kind"):

@@ -17,8 +17,8 @@ import urllib.request
 import pytest
 
 from _daemonlib import REPO, Client, agent, make_records, running, short_tmpdir, status, wait_until
-from aclprof.wire import Kind, decode_json
-from aclprof._launch import daemon_argv
+from aclprof.protocol.wire import Kind, decode_json
+from aclprof.cli.launch import daemon_argv
 
 
 @pytest.fixture

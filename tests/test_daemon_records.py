@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from _daemonlib import Client, InProcess, agent, make_records, status, wait_until
-from aclprof.wire import HEADER, MAGIC, RECORD_DTYPE, FrameReader, Kind, decode_batch, decode_json, encode, encode_batch
+from aclprof.protocol.wire import HEADER, MAGIC, RECORD_DTYPE, FrameReader, Kind, decode_batch, decode_json, encode, encode_batch
 
 # The frame kinds as PROTOCOL.md numbers them (not taken from the project's enum).
 STREAM_RECORDS, EXPORT_RECORDS, END, STREAM_SKIPPED = 23, 27, 31, 32
@@ -128,7 +128,7 @@ def test_stream_skipped_frame_and_end_totals():
 
 
 def test_cli_client_stream_returns_at_end_and_export_checks_count():
-    from aclprof._client import Client as CliClient
+    from aclprof.cli.client import Client as CliClient
     d = InProcess()
     try:
         a = agent(d.path, service="svc")

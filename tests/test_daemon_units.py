@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from _daemonlib import make_records
-from aclprof.wire import RECORD_DTYPE
+from aclprof.protocol.wire import RECORD_DTYPE
 from aclprofd import config
 from aclprofd.aggregate import NBINS, Aggregator, KeySource, bin_index, bin_value
 from aclprofd.filters import Filter

@@ -1,4 +1,4 @@
-"""The subscription's decoder (``aclprof.subscription._Decoder``) on its own, with hypothesis.
+"""The subscription's decoder (``aclprof.api.subscription._Decoder``) on its own, with hypothesis.
 
 (a) Arbitrary byte streams, in arbitrary chunks: decoding never raises, every whole record
     is accounted as decoded or corrupt, and every record whose signature is valid (checked
@@ -20,10 +20,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aclprof import lowlevel, mock
-from aclprof.enums import AicoreMetrics
-from aclprof.records import OP_DTYPE
-from aclprof.subscription import _Decoder
+from aclprof import mock
+from aclprof.binding import lowlevel
+from aclprof.binding.enums import AicoreMetrics
+from aclprof.api.records import OP_DTYPE
+from aclprof.api.subscription import _Decoder
 from conftest import read_emit_log, record_key
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -119,7 +120,7 @@ def feed_in_chunks(decoder: _Decoder, data: bytes, chunks: list[int]) -> list:
 
 
 def test_python_crc_matches_the_compiled_one():
-    from aclprof._fast import ffi, lib
+    from aclprof.binding._fast import ffi, lib
 
     for size in (72, 80, 5, 4, 200):
         for seed in range(20):
@@ -304,7 +305,7 @@ def test_mock_records_through_the_getter_fallback():
 def test_interner_overflow_names_read_as_placeholder(monkeypatch):
     """Past the interner's capacity names read "?"; the library's entries are still
     fetched (and so freed), and the decoder counts the overflow."""
-    import aclprof.subscription as subscription
+    import aclprof.api.subscription as subscription
 
     monkeypatch.setattr(subscription, "_MAX_NAMES", 4)  # "?" + 3 strings
     ops = [{"name": f"op{i}", "type": "T", "duration_ns": 10} for i in range(4)]

@@ -22,7 +22,7 @@ def test_demo_runs_and_prints_the_summary(run_python, make_env, tmp_path):
     # The summary is what the mock wrote.
     events = [json.loads(line) for line in (prof_dir / "host" / "msproftx.jsonl").read_text().splitlines()]
     assert len(events) == 5 + 15 + 5 + 10
-    # Annotations are ranges too (aclprof.tx pairs them per thread by range id); the
+    # Annotations are ranges too (aclprof.api.markers pairs them per thread by range id); the
     # requests are the ones ended on another thread.
     ranges = [e for e in events if e["kind"] == "range" and e["start_tid"] != e["end_tid"]]
     assert sorted(e["message"] for e in ranges) == [f"request {i}" for i in range(5)]

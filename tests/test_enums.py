@@ -11,9 +11,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import aclprof
-from aclprof import AicoreMetrics, ConfigType, DataType, OpFlag, StepTag, errors
-from aclprof._loader import get_library
-from aclprof.enums import validate_data_types
+from aclprof import AicoreMetrics, ConfigType, DataType, OpFlag, StepTag
+from aclprof.binding import errors
+from aclprof.binding.loader import get_library
+from aclprof.binding.enums import validate_data_types
 
 CDEFS = Path(__file__).resolve().parent.parent / "cdefs"
 
@@ -72,7 +73,7 @@ def test_error_code_table_matches_acl_base_h():
     for name, value in defined.items():
         if name == "ACL_ERROR_NONE":  # an alias of ACL_SUCCESS
             continue
-        assert table.get(value) == name, f"{name}={value} missing from aclprof.errors"
+        assert table.get(value) == name, f"{name}={value} missing from aclprof.binding.errors"
         assert getattr(_constants(), name) == value
     # ... and the table has nothing else but msproftx's -1.
     extra = {code: name for code, name in table.items() if name not in defined}

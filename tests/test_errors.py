@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import aclprof
-from aclprof import errors
+from aclprof.binding import errors
 
 # code -> (class, symbolic name) for every code the profiling API returns (reference 1.1).
 DEDICATED = {

@@ -19,7 +19,7 @@ import zlib
 import numpy as np
 import pytest
 
-from aclprof import wire
+from aclprof.protocol import wire
 
 # --- frame header (wire.py docstring) -----------------------------------------------------
 # offset 0: magic "ACLP"; 4: version u8; 5: kind u8; 6: reserved u16 = 0; 8: length u32 LE.

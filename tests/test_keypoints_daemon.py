@@ -17,7 +17,7 @@ import pytest
 from _daemonlib import Client, InProcess, agent, make_records, wait_until
 from _e2e import Daemon, Worker, env
 from aclprof.cli import _tail_line
-from aclprof.wire import FLAG_KEYPOINT, Kind
+from aclprof.protocol.wire import FLAG_KEYPOINT, Kind
 from aclprofd.aggregate import Aggregator, KeySource
 
 NAMES = {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "fc1", 5: "na", 6: "keypoint_op"}
@@ -122,7 +122,7 @@ def test_export_summary_skips_steps_and_trace_names_them():
     import io
     import json
 
-    from aclprof.cli_export import write_chrome, write_csv
+    from aclprof.cli.export import write_chrome, write_csv
 
     base = {"pid": 1, "device": 0, "model": 1, "start": 1000, "flag": 0, "thread_id": 0}
     records = [dict(base, op_type="Conv2D", op_name="conv1", duration_ns=500, end=1500, kind="op"),

@@ -105,7 +105,7 @@ def _json(proc: subprocess.CompletedProcess) -> dict:
 
 
 REPORT_ERROR = r"""
-import json, aclprof, aclprof._loader as loader
+import json, aclprof, aclprof.binding.loader as loader
 assert loader._loaded is None  # importing loaded nothing
 out = {}
 for attempt in range(2):  # a failure is not cached as a success
@@ -229,7 +229,7 @@ OLD_LIBRARY_SCRIPT = r"""
 import json, sys
 import aclprof
 import aclprof.mock
-from aclprof import lowlevel as ll
+from aclprof.binding import lowlevel as ll
 
 info = aclprof.library_info()
 out = {"is_mock": info.is_mock, "missing": list(info.missing_symbols), "size": info.op_desc_size,
@@ -336,7 +336,7 @@ size_t aclmdlGetDatasetNumBuffers(const aclmdlDataset *d) { (void)d; return 0; }
 MDL_SCRIPT = r"""
 import json
 import aclprof
-from aclprof import lowlevel as ll
+from aclprof.binding import lowlevel as ll
 
 info = aclprof.library_info()
 out = {"path": info.path, "model_library": info.model_library,

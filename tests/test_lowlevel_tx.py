@@ -1,4 +1,4 @@
-"""The raw msproftx layer (aclprof.lowlevel): stamps, mark/push/pop, ranges, MarkEx, Str2Id,
+"""The raw msproftx layer (aclprof.binding.lowlevel): stamps, mark/push/pop, ranges, MarkEx, Str2Id,
 RangePushEx/RangePop, with C's return codes (-1 included) and closed-handle checks."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import pytest
 
 import aclprof
 from aclprof import AicoreMetrics, DataType
-from aclprof import lowlevel as ll
+from aclprof.binding import lowlevel as ll
 from aclprof import mock
-from aclprof._loader import get_library
+from aclprof.binding.loader import get_library
 
 
 @pytest.fixture

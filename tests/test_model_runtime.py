@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 import aclprof
-from aclprof import lowlevel as ll
+from aclprof.binding import lowlevel as ll
 from aclprof import mock
 from aclprof.compat import acl
-from aclprof.errors import InvalidModelIdError, InvalidParamError, OtherAclError
+from aclprof.binding.errors import InvalidModelIdError, InvalidParamError, OtherAclError
 
 OPS = [{"name": "conv", "type": "Conv2D", "duration_ns": 1000},
        {"name": "relu", "type": "Relu", "duration_ns": 200}]
@@ -164,7 +164,7 @@ def _capture(model: int) -> bytes:
     """One execution's raw records, read from a pipe of our own (no name fetched)."""
     import os
 
-    from aclprof.enums import AicoreMetrics
+    from aclprof.binding.enums import AicoreMetrics
 
     r, w = os.pipe()
     cell = ll.FdCell(w)
@@ -188,7 +188,7 @@ def test_helper_host_time_values_are_errors_not_timestamps(no_leaks):
     """On a helper host aclprofGetOpStart/End/Duration return 200006 as their value. The
     getter-based decode path must fail with that code instead of delivering 200006 as a
     time; the raw path is unaffected."""
-    from aclprof.subscription import _Decoder
+    from aclprof.api.subscription import _Decoder
 
     model = mock.load_model(OPS)
     raw = _capture(model)

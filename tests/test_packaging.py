@@ -45,14 +45,14 @@ def test_one_version_everywhere():
     assert aclprof.__version__ == aclprofd.__version__ == md.version("aclprof")
 
 
-_BINDING = ("_cffi_backend", "cffi", "aclprof._fast", "aclprof._acl_ffi", "aclprof._loader",
-            "aclprof.lowlevel", "aclprof.tx", "aclprof.session", "aclprof.subscription")
+_BINDING = ("_cffi_backend", "cffi", "aclprof.binding._fast", "aclprof.binding._acl_ffi", "aclprof.binding.loader",
+            "aclprof.binding.lowlevel", "aclprof.api.markers", "aclprof.api.session", "aclprof.api.subscription")
 
 
 @pytest.mark.parametrize("modules", [
     "aclprof",
     "aclprofd.server, aclprofd.main, aclprofd.metrics",
-    "aclprof._client, aclprof.cli",
+    "aclprof.cli.client, aclprof.cli",
 ])
 def test_daemon_and_cli_never_load_the_binding(run_python, modules):
     code = (f"import sys, json\nimport {modules}\n"

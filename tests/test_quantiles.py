@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from aclprof.wire import RECORD_DTYPE
+from aclprof.protocol.wire import RECORD_DTYPE
 
 NBINS = 8 * 40 + 2
 

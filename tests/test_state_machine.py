@@ -1,4 +1,4 @@
-"""The global mode state machine (reference 3.1) through aclprof.lowlevel: every session call
+"""The global mode state machine (reference 3.1) through aclprof.binding.lowlevel: every session call
 and the subscription calls in each mode, with the exact exception class and code, and the
 mode unchanged after a rejected call. Every test runs under both CANN eras (2025, 2026)."""
 
@@ -11,7 +11,7 @@ import pytest
 
 import aclprof
 from aclprof import AicoreMetrics, ConfigType, DataType
-from aclprof import lowlevel as ll
+from aclprof.binding import lowlevel as ll
 from aclprof import mock
 
 MODEL_TEXT = "aclmock-model 1\ndevice 0\nop\tconv1\tConv2D\t1000\nop\trelu1\tRelu\t500\n"
@@ -370,10 +370,10 @@ def test_profiler_clears_the_start_flag_after_a_failed_start(out_dir, monkeypatc
         mock.set_device_count(2)
         return config
 
-    monkeypatch.setattr(aclprof.session.lowlevel, "create_config", create_then_shrink)
+    monkeypatch.setattr(aclprof.api.session.lowlevel, "create_config", create_then_shrink)
     with pytest.raises(aclprof.InvalidParamError):
         aclprof.Profiler(out_dir, devices=(5,)).start()
-    monkeypatch.setattr(aclprof.session.lowlevel, "create_config", real_create)
+    monkeypatch.setattr(aclprof.api.session.lowlevel, "create_config", real_create)
     with aclprof.Profiler(out_dir, devices=(0,)) as prof:
         pass
     assert len(prof.result_dirs) == 1

@@ -7,7 +7,7 @@ import pytest
 
 import aclprof
 from aclprof import DataType, StepTag
-from aclprof import lowlevel as ll
+from aclprof.binding import lowlevel as ll
 from aclprof import mock
 
 
@@ -120,7 +120,7 @@ def test_lowlevel_step_info_arguments():
 def test_other_tags_count_as_end_in_c_but_python_refuses_them(out_dir, tx_events):
     # prof_acl_core.cpp:57-69 (audit row 17): a tag other than START sets the END flag and is
     # never refused twice; an END after it is refused. The binding refuses it up front.
-    from aclprof._loader import get_library
+    from aclprof.binding.loader import get_library
     lib = get_library()
     with aclprof.Profiler(out_dir, data_types=DataType.ACL_API | DataType.MSPROFTX) as prof:
         handle = ll.create_step_info()

@@ -16,8 +16,9 @@ import time
 import pytest
 
 import aclprof
-from aclprof import lowlevel, mock
-from aclprof.records import OP_DTYPE, OpBatch, OpRecord
+from aclprof import mock
+from aclprof.binding import lowlevel
+from aclprof.api.records import OP_DTYPE, OpBatch, OpRecord
 from conftest import Emitted, aclprof_threads, record_key
 
 pytestmark = pytest.mark.usefixtures("no_leaks")

@@ -17,7 +17,8 @@ import pytest
 import structlog
 
 import aclprof
-from aclprof import lowlevel, mock
+from aclprof import mock
+from aclprof.binding import lowlevel
 from conftest import aclprof_threads, open_fds, record_key
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
@@ -640,7 +641,7 @@ aclprof.use_mock()
 fds_at_start = len(os.listdir("/proc/self/fd"))
 got = []
 
-def report():  # registered before aclprof.subscription is imported: runs after its close
+def report():  # registered before aclprof.api.subscription is imported: runs after its close
     s = mock.stats()
     threads = [t.name for t in __import__("threading").enumerate() if t.name != "MainThread"]
     print("REPORT", len(got), s["recordsEmitted"], s["nameTableEntries"],

@@ -18,7 +18,8 @@ import time
 import pytest
 
 import aclprof
-from aclprof import mock, subscription
+from aclprof import mock
+from aclprof.api import subscription
 from aclprof.compat import acl
 from conftest import open_fds, record_key
 
@@ -232,7 +233,7 @@ def test_resubscribe_while_the_close_is_deferred(emit_log):
 def test_mock_reproduces_the_resubscribe_trap():
     """What the guard prevents, straight on the library: the new cell receives nothing,
     the old one gets the records, the unsubscribe fails with 100011."""
-    from aclprof import lowlevel
+    from aclprof.binding import lowlevel
 
     a, b = two_models()
     pipes = [os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC) for _ in range(3)]
@@ -249,7 +250,7 @@ def test_mock_reproduces_the_resubscribe_trap():
         assert len(os.read(pipes[0][0], 1 << 16)) == mock.stats()["bytesWritten"] > 0
         with pytest.raises(BlockingIOError):
             os.read(pipes[2][0], 1)  # ...but fed nothing
-        with pytest.raises(aclprof.errors.InvalidModelIdError):
+        with pytest.raises(aclprof.binding.errors.InvalidModelIdError):
             lowlevel.model_unsubscribe(a)
         lowlevel.model_unsubscribe(b)
         assert cells[1].value == pipes[1][1]  # b's close is now deferred for good

@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 import aclprof
-from aclprof import mock, subscription
+from aclprof import mock
+from aclprof.api import subscription
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

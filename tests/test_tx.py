@@ -277,7 +277,7 @@ def test_range_ended_on_another_thread(tx_session):
 def test_range_end_twice_reports_once(tx_session):
     """The library reports a range again at every RangeStop of its id (audit #9); the
     binding stops each range once, in RangeHandle and in the C helper below it."""
-    from aclprof import tx
+    from aclprof.api import markers as tx
 
     with tx_session:
         handle = aclprof.range("once").start()
@@ -420,7 +420,7 @@ def test_a_push_left_from_an_ended_session_is_not_popped_later(out_dir):
 
 def test_markers_keep_working_after_a_rejected_stop(tmp_path, tx_events, list_prof_dirs):
     from aclprof import AicoreMetrics
-    from aclprof import lowlevel as ll
+    from aclprof.binding import lowlevel as ll
 
     config = ll.create_config((0,), AicoreMetrics.NONE, TX)
     # Other data types: a Stop is refused only on a data-type mismatch (audit row 5).
@@ -635,13 +635,14 @@ def test_many_threads_marks_and_ranges(tx_session):
 DISABLED_SCRIPT = r"""
 import json, sys
 import aclprof
+import aclprof.api.markers
 import aclprof.mock
 from aclprof import DataType
 
 def f():
     return 1
 
-assert aclprof.tx.DISABLED
+assert aclprof.api.markers.DISABLED
 assert aclprof.annotate()(f) is f  # the decorator returns the function unchanged
 with aclprof.Profiler(sys.argv[1], data_types=DataType.ACL_API | DataType.MSPROFTX) as prof:
     aclprof.mark("m")

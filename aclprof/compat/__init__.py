@@ -6,6 +6,6 @@ argument orders and ``(value, ret)`` return conventions, over whichever library 
 loaded (real CANN or the mock). Handles are plain ints, as in pyACL.
 """
 
-from . import acl
+from aclprof.compat import acl
 
 __all__ = ["acl"]

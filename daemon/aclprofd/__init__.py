@@ -36,6 +36,6 @@ Everything runs on the loop's thread except the Prometheus HTTP thread, which re
 the published snapshot and the aggregator (under its lock).
 """
 
-from aclprof._version import __version__
+from aclprof.protocol.version import __version__
 
 __all__ = ["__version__"]

@@ -39,7 +39,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from aclprof.wire import FLAG_KEYPOINT
+from aclprof.protocol.wire import FLAG_KEYPOINT
 
 __all__ = ["Aggregator", "KeySource", "NBINS", "BINS_PER_OCTAVE", "bin_index", "bin_value",
            "PROM_EXPONENTS", "OTHER", "STATE_FORMAT", "STATE_VERSION"]

@@ -21,7 +21,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from aclprof._paths import default_socket_path  # one rule for the daemon, agents and the CLI
+from aclprof.protocol.paths import default_socket_path  # one rule for the daemon, agents and the CLI
 
 __all__ = ["Settings", "Option", "OPTIONS", "ConfigError", "load", "parse_size", "parse_duration",
            "default_data_dir", "add_arguments"]

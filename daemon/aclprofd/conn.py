@@ -14,7 +14,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from aclprof.wire import FrameReader
+from aclprof.protocol.wire import FrameReader
 
 from .aggregate import KeySource
 from .filters import Filter, NameMatcher

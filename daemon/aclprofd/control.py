@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import structlog
 
-from aclprof.wire import Kind, ProtocolError, decode_json, encode_json
+from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
 from .conn import Conn
 from .filters import Filter

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Iterator
 
 import numpy as np
 
-from aclprof.wire import Kind, encode_json
+from aclprof.protocol.wire import Kind, encode_json
 
 from .conn import Conn
 from .filters import Filter, NameMatcher

@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from aclprof.wire import ProtocolError
+from aclprof.protocol.wire import ProtocolError
 
 __all__ = ["Filter", "NameMatcher"]
 

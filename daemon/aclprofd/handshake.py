@@ -13,7 +13,7 @@ from typing import Any, TypeGuard
 
 import structlog
 
-from aclprof.wire import Kind, ProtocolError, encode_json
+from aclprof.protocol.wire import Kind, ProtocolError, encode_json
 
 from . import __version__
 from .aggregate import KeySource

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 import structlog
 
-from aclprof.wire import FLAG_KEYPOINT, RECORD_DTYPE, Kind, ProtocolError, decode_batch, decode_json
+from aclprof.protocol.wire import FLAG_KEYPOINT, RECORD_DTYPE, Kind, ProtocolError, decode_batch, decode_json
 
 from .conn import Conn
 from .handshake import is_int, is_labels

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 import numpy as np
 
-from aclprof.wire import FLAG_KEYPOINT, Kind, header
+from aclprof.protocol.wire import FLAG_KEYPOINT, Kind, header
 
 __all__ = ["FRAME_RECORDS", "encode_records", "name_json", "jsonl_payload", "jsonl_payloads", "append_frame"]
 

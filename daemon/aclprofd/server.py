@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 import structlog
 
-from aclprof.wire import Kind, ProtocolError, decode_json, encode_json
+from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
 from .aggregate import Aggregator
 from .config import Settings, changed

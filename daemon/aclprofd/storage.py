@@ -25,7 +25,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
-from aclprof.wire import RECORD_DTYPE
+from aclprof.protocol.wire import RECORD_DTYPE
 
 __all__ = ["Storage", "Chunk", "SEGMENT_VERSION", "read_segment"]
 

@@ -1,5 +1,5 @@
 """The daemon's connections at the socket level: accept, receive (frames out of each
-connection's :class:`aclprof.wire.FrameReader`), non-blocking send with an outgoing
+connection's :class:`aclprof.protocol.wire.FrameReader`), non-blocking send with an outgoing
 buffer, protocol-error handling (ERROR, then close this connection only) and close.
 
 :class:`Transport` knows sockets and frames, not what frames mean: the daemon
@@ -18,7 +18,7 @@ import time
 
 import structlog
 
-from aclprof.wire import Kind, ProtocolError, encode_json
+from aclprof.protocol.wire import Kind, ProtocolError, encode_json
 
 from .conn import Conn
 

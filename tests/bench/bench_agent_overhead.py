@@ -30,7 +30,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _benchlib as B  # noqa: E402
 from bench_distortion import make_ops, run_steps  # noqa: E402
-from aclprof._launch import daemon_argv  # noqa: E402
+from aclprof.cli.launch import daemon_argv  # noqa: E402
 
 GOAL = 0.05
 
@@ -39,7 +39,7 @@ GOAL = 0.05
 # the agent's own cost from the daemon's CPU use on a 2-core machine).
 _NULL_SINK = r"""
 import os, socket, sys, threading
-from aclprof import wire
+from aclprof.protocol import wire
 srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
 srv.bind(sys.argv[1]); srv.listen(8)
 def serve(c):

@@ -32,9 +32,9 @@ sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
 
-from aclprof.wire import RECORD_DTYPE, FrameReader, Kind, decode_json, encode_batch, encode_json, recv_frame  # noqa: E402
+from aclprof.protocol.wire import RECORD_DTYPE, FrameReader, Kind, decode_json, encode_batch, encode_json, recv_frame  # noqa: E402
 from _benchlib import table  # noqa: E402
-from aclprof._launch import daemon_argv
+from aclprof.cli.launch import daemon_argv
 
 
 def _model(ops: int) -> tuple[dict[int, str], np.ndarray, np.ndarray, np.ndarray]:

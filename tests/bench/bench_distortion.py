@@ -75,7 +75,7 @@ def calibrate_python_work(ms: float) -> int:
 
 def run_steps(mock, model_id: int, steps: int, work: int = 0) -> list[float]:
     """Per-step wall times in us."""
-    from aclprof import lowlevel
+    from aclprof.binding import lowlevel
 
     out = []
     execute = lowlevel.mdl_execute

@@ -39,7 +39,7 @@ t2 = time.perf_counter()
 print(f"{(t1 - t0) * 1e3:.3f} {(t2 - t1) * 1e3:.3f}")
 """
 
-HEAVY = ("numpy", "structlog", "cffi", "aclprof._acl_ffi", "aclprof._fast", "aclprof.subscription")
+HEAVY = ("numpy", "structlog", "cffi", "aclprof.binding._acl_ffi", "aclprof.binding._fast", "aclprof.api.subscription")
 
 
 def importtime_ms(module: str) -> float:

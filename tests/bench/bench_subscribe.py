@@ -212,7 +212,7 @@ def run_pyacl(ctx: Context, name: str, iterations: int, n_per_read: int) -> floa
 
 
 def build_c_reader(tmp: str) -> tuple[str | None, str]:
-    from aclprof._loader import mock_library_path
+    from aclprof.binding.loader import mock_library_path
 
     lib = mock_library_path()
     exe = os.path.join(tmp, "c_reader")
@@ -250,8 +250,8 @@ def run_c(ctx: Context, name: str, exe: str, model_path: str, iterations: int,
 def capture(ctx: Context, iterations: int) -> bytes:
     """Subscribe with a plain pipe, run the model, return the raw bytes (names stay in the
     library's table until a decoder fetches them)."""
-    from aclprof import lowlevel
-    from aclprof.enums import AicoreMetrics
+    from aclprof.binding import lowlevel
+    from aclprof.binding.enums import AicoreMetrics
 
     r, w = os.pipe()
     try:
@@ -281,7 +281,7 @@ def capture(ctx: Context, iterations: int) -> bytes:
 
 
 def decode_aclprof(ctx: Context, name: str, iterations: int, read_records: int) -> float:
-    from aclprof.subscription import _Decoder
+    from aclprof.api.subscription import _Decoder
 
     data = capture(ctx, iterations)
     decoder = _Decoder(80, max_records=read_records)
@@ -363,7 +363,7 @@ def main(argv: list[str] | None = None) -> int:
         aclprof.mock.set_realtime(False)
         model_path = os.path.join(tmp, "model.txt")
         aclprof.mock.model_file(ops, model_path, seed=1)
-        from aclprof import lowlevel
+        from aclprof.binding import lowlevel
         model_id = lowlevel.mdl_load_from_file(model_path)
         ctx = Context(aclprof, model_id, per_run)
         exe, why = build_c_reader(tmp)

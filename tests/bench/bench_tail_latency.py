@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _benchlib as B  # noqa: E402
-from aclprof._launch import daemon_argv  # noqa: E402
+from aclprof.cli.launch import daemon_argv  # noqa: E402
 
 GOAL_P99_MS = 250.0
 
@@ -67,7 +67,7 @@ def _env(socket: str) -> dict[str, str]:
 
 
 def _wait_daemon(socket: str, proc: subprocess.Popen, timeout: float = 20.0) -> None:
-    from aclprof._client import Client, DaemonError
+    from aclprof.cli.client import Client, DaemonError
 
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

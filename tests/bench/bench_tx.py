@@ -163,14 +163,14 @@ class _OldAnnotate:
 
 def measure_session(aclprof, n: int, rounds: int) -> dict[str, list[float]]:
     from aclprof import DataType
-    from aclprof._loader import get_library
+    from aclprof.binding.loader import get_library
 
     lib = get_library()
     ffi = lib.ffi
     c_push, c_pop = lib.fn("aclprofPush"), lib.fn("aclprofPop")
     c_mark = lib.fn("aclprofMark")
     c_rstart, c_rstop = lib.fn("aclprofRangeStart"), lib.fn("aclprofRangeStop")
-    from aclprof._fast import lib as fast
+    from aclprof.binding._fast import lib as fast
     state = {"stamp": ffi.NULL}
 
     def loop_raw_push_pop(n):
@@ -192,18 +192,18 @@ def measure_session(aclprof, n: int, rounds: int) -> dict[str, list[float]]:
             c_mark(stamp)
 
     def loop_fast_push_pop(n):  # aclprof's compiled helper (stamp cache), no Python around it
-        key, push, pop = aclprof.tx._key("m"), fast.aclprof_tx_push, fast.aclprof_tx_pop
+        key, push, pop = aclprof.api.markers._key("m"), fast.aclprof_tx_push, fast.aclprof_tx_pop
         for _ in itertools.repeat(None, n):
             push(*key)
             pop()
 
     def loop_fast_stamp_push_pop(n):  # the same helper on the pre-#3 aclprofPush/Pop path
-        key, push, pop = aclprof.tx._key("m"), fast.aclprof_tx_push_stamp, fast.aclprof_tx_pop_stamp
+        key, push, pop = aclprof.api.markers._key("m"), fast.aclprof_tx_push_stamp, fast.aclprof_tx_pop_stamp
         for _ in itertools.repeat(None, n):
             push(*key)
             pop()
 
-    old_annotate = _OldAnnotate(aclprof.tx, "m")
+    old_annotate = _OldAnnotate(aclprof.api.markers, "m")
 
     def loop_old_annotate(n):
         for _ in itertools.repeat(None, n):
@@ -271,7 +271,7 @@ def measure_disabled(n: int, rounds: int) -> dict[str, list[float]] | str:
 
 def _disabled_child(n: int, rounds: int) -> int:
     aclprof = B.use_mock()
-    if not aclprof.tx.DISABLED:
+    if not aclprof.api.markers.DISABLED:
         print("ACLPROF_TX_DISABLE is not in effect", file=sys.stderr)
         return 1
     def f():
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         return _disabled_child(n, rounds)
 
     aclprof = B.use_mock()
-    if aclprof.tx.DISABLED:  # read at import: measure in a child without it
+    if aclprof.api.markers.DISABLED:  # read at import: measure in a child without it
         env = {k: v for k, v in os.environ.items() if k != "ACLPROF_TX_DISABLE"}
         argv = sys.argv[1:] if argv is None else list(argv)
         return subprocess.run([sys.executable, os.path.abspath(__file__), *argv], env=env).returncode

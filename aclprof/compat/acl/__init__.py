@@ -9,8 +9,8 @@ argument types) raises ``TypeError``.
 
 from __future__ import annotations
 
-from . import mdl, prof, rt, util
-from ._common import call_ret, text
+from aclprof.compat.acl import mdl, prof, rt, util
+from aclprof.compat.acl._common import call_ret, text
 
 __all__ = ["init", "finalize", "prof", "rt", "mdl", "util", "create_data_buffer",
            "destroy_data_buffer"]
@@ -18,7 +18,7 @@ __all__ = ["init", "finalize", "prof", "rt", "mdl", "util", "create_data_buffer"
 
 def init(config_path: str | None = None) -> int:
     """``aclInit``; ``config_path`` is the acl.json path or None/"" for none."""
-    from ._common import ffi
+    from aclprof.compat.acl._common import ffi
 
     return call_ret("aclInit", text(config_path) if config_path else ffi().NULL)
 
@@ -30,7 +30,7 @@ def finalize() -> int:
 
 def create_data_buffer(data: int, size: int) -> int:
     """``aclCreateDataBuffer``: a handle for ``size`` bytes of device memory at ``data``."""
-    from ._common import address, fn, ptr
+    from aclprof.compat.acl._common import address, fn, ptr
 
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise TypeError(f"size must be a non-negative int, not {size!r}")
@@ -39,6 +39,6 @@ def create_data_buffer(data: int, size: int) -> int:
 
 def destroy_data_buffer(data_buffer: int) -> int:
     """``aclDestroyDataBuffer``."""
-    from ._common import ptr
+    from aclprof.compat.acl._common import ptr
 
     return call_ret("aclDestroyDataBuffer", ptr(data_buffer, "aclDataBuffer *"))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..._loader import get_library
+from aclprof.binding.loader import get_library
 
 
 def ffi() -> Any:

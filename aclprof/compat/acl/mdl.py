@@ -7,7 +7,7 @@ empty ones from :func:`create_dataset`.
 
 from __future__ import annotations
 
-from ._common import address, call_ret, fn, ffi, ptr, text
+from aclprof.compat.acl._common import address, call_ret, fn, ffi, ptr, text
 
 __all__ = ["load_from_file", "execute", "unload", "create_dataset", "destroy_dataset",
            "add_dataset_buffer", "get_dataset_num_buffers"]

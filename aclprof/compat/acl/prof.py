@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 
-from ._common import address, call_ret, ffi, fn, ptr, text
+from aclprof.compat.acl._common import address, call_ret, ffi, fn, ptr, text
 
 __all__ = [
     "init", "finalize", "create_config", "destroy_config", "start", "stop", "set_config",
@@ -37,7 +37,7 @@ def init(profiler_result_path: str) -> int:
 
 
 def finalize() -> int:
-    from ... import _state
+    from aclprof.binding import state as _state
 
     _state.tx_stopping()
     return call_ret("aclprofFinalize")

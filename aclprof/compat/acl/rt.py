@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._common import address, call_ret, ffi, fn, ptr
+from aclprof.compat.acl._common import address, call_ret, ffi, fn, ptr
 
 __all__ = ["set_device", "reset_device", "get_device", "get_device_count", "create_context",
            "destroy_context", "set_context", "get_context", "create_stream", "destroy_stream",

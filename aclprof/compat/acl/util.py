@@ -6,7 +6,7 @@ import itertools
 import threading
 from typing import Any, Callable
 
-from ._common import address, ffi
+from aclprof.compat.acl._common import address, ffi
 
 __all__ = ["start_thread", "stop_thread", "bytes_to_ptr", "numpy_to_ptr", "ptr_to_bytes"]
 

@@ -11,8 +11,8 @@ import os
 import socket
 from typing import Any, Iterator
 
-from . import wire
-from ._paths import resolve_socket_path
+from aclprof.protocol import wire
+from aclprof.protocol.paths import resolve_socket_path
 
 __all__ = ["DaemonError", "DaemonUnreachable", "Client", "RECORDS_PROTOCOL"]
 
@@ -53,7 +53,7 @@ class Client:
             sock.close()
             raise DaemonUnreachable(f"cannot connect to {self.socket_path}: {exc.strerror or exc}") from None
         self._sock = sock
-        from . import __version__
+        from aclprof import __version__
 
         try:
             self._send(wire.Kind.HELLO, {"role": "control", "version": __version__, "pid": os.getpid(),

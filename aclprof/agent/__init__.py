@@ -11,7 +11,7 @@ It never slows or breaks the service it runs in:
 - The subscription's ``batch_callback`` only appends the decoded batch to a bounded buffer
   (a lock, a deque append, a counter). When the buffer holds more than ``buffer_records``
   records the *oldest* records are dropped and counted: the newest are kept.
-- One sender thread converts batches to the wire format (``aclprof.wire``), maps the
+- One sender thread converts batches to the wire format (``aclprof.protocol.wire``), maps the
   subscription's interned name ids to connection-scoped ids (NAMES frames carry only new
   ones) and writes with non-blocking sends. A slow daemon fills the buffer, never the
   service's threads.
@@ -45,8 +45,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ._log import get_logger
-from ._paths import resolve_socket_path
+from aclprof._log import get_logger
+from aclprof.protocol.paths import resolve_socket_path
 
 __all__ = ["start", "watch", "unwatch", "stop", "stats", "running", "Agent", "AgentStats"]
 
@@ -179,7 +179,7 @@ class Agent:
     # -- service-facing API --------------------------------------------------------------------
     def watch(self, model_id: int, labels: Mapping[str, str] | None = None,
               device: int | None = None) -> None:
-        from .subscription import resolve_device, subscribe
+        from aclprof.api.subscription import resolve_device, subscribe
 
         model_id = int(model_id)
         device = resolve_device(device)
@@ -412,7 +412,7 @@ class Agent:
     def _receive(self) -> str | None:
         """Read and handle what the daemon sent, without blocking. Returns why the
         connection is over (GOODBYE, EOF, an error), or None while it lasts."""
-        from . import wire
+        from aclprof.protocol import wire
 
         sock = self._sock
         if sock is None:
@@ -475,7 +475,7 @@ class Agent:
                        unread=unread)
 
     def _connect(self) -> bool:
-        from . import wire
+        from aclprof.protocol import wire
 
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
@@ -561,7 +561,7 @@ class Agent:
         lost = self._lost_total() - self._loss_reported - self._out_loss
         if lost <= 0 or self._sock is None:
             return self._sock is not None
-        from . import wire
+        from aclprof.protocol import wire
 
         self._queue_frame(wire.encode_json(wire.Kind.LOSS, {"dropped": lost, "reason": self._loss_reason()}),
                           records=0, loss=lost)
@@ -579,7 +579,7 @@ class Agent:
         return "; ".join(parts) or "unknown"
 
     def _announce(self, w: _Watched) -> None:
-        from . import wire
+        from aclprof.protocol import wire
 
         self._queue_frame(wire.encode_json(wire.Kind.WATCH, {
             "model_id": w.model_id, "device": w.device, "labels": w.labels}))
@@ -646,7 +646,7 @@ class Agent:
             return self._flush_out()
         import numpy as np
 
-        from . import wire
+        from aclprof.protocol import wire
 
         frames: list[bytes] = []
         records = 0
@@ -709,7 +709,7 @@ class Agent:
         step keypoint records marked by ``wire.FLAG_KEYPOINT`` in ``flag``."""
         import numpy as np
 
-        from . import wire
+        from aclprof.protocol import wire
 
         # The wire has no keypoint column: the mark travels as a bit of ``flag``.
         out = data[list(wire.RECORD_DTYPE.names)].astype(wire.RECORD_DTYPE)  # a copy
@@ -768,7 +768,7 @@ class Agent:
 
 
 def _version() -> str:
-    from . import __version__
+    from aclprof import __version__
 
     return __version__
 

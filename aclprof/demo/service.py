@@ -2,7 +2,7 @@
 model in (simulated) real time at a steady request rate, with the aclprof agent streaming
 its op records to the daemon.
 
-    python -m aclprof._demo_service --socket S --model resnet --service resnet50 [--rate 200]
+    python -m aclprof.demo.service --socket S --model resnet --service resnet50 [--rate 200]
 
 It runs until SIGTERM/SIGINT, end of stdin, or ``--duration``; then stops the agent and
 prints one JSON line with its counters (mock emitted, agent sent/dropped).
@@ -23,7 +23,7 @@ os.environ.setdefault("ACLPROF_BACKEND", "mock")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m aclprof._demo_service")
+    parser = argparse.ArgumentParser(prog="python -m aclprof.demo.service")
     parser.add_argument("--socket", required=True)
     parser.add_argument("--model", choices=("resnet", "transformer"), default="resnet")
     parser.add_argument("--service", default=None)
@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, on_signal)
 
     import aclprof
-    from aclprof import _models, agent, mock
+    from aclprof import agent, mock
+    from aclprof.demo import models as _models
 
     aclprof.use_mock()
     model = mock.load_model(_models.MODELS[args.model](), device=args.device, seed=os.getpid())

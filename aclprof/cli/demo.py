@@ -1,7 +1,7 @@
 """``aclprof demo``: the daemon, simulated inference services and ``top``, on the mock.
 
 Starts the installed ``aclprofd`` on a temporary socket and data directory (Prometheus
-off), then N services (``aclprof._demo_service``: a ResNet-like and a
+off), then N services (``aclprof.demo.service``: a ResNet-like and a
 transformer-like mock model in simulated real time, each streaming through
 ``aclprof.agent``), shows ``top`` live (a table every few seconds when stdout is not a
 terminal), and after ``--duration`` prints a summary. Every child process is stopped on
@@ -24,8 +24,8 @@ import tempfile
 import time
 from typing import Any
 
-from ._launch import CommandNotFound, daemon_argv
-from .cli import EXIT_OK, CliError, format_ns
+from aclprof.cli.launch import CommandNotFound, daemon_argv
+from aclprof.cli import EXIT_OK, CliError, format_ns
 
 __all__ = ["add_parser", "cmd_demo"]
 
@@ -80,7 +80,7 @@ def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> None:
 
 
 def _wait_ready(socket_path: str, daemon: subprocess.Popen, log_path: str, timeout: float = 15.0) -> None:
-    from ._client import Client, DaemonError
+    from aclprof.cli.client import Client, DaemonError
 
     deadline = time.monotonic() + timeout
     last = ""
@@ -150,7 +150,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for i in range(args.services):
             kind = kinds[i % 2]
             name = f"{kind}-{i // 2}" if args.services > 2 else kind
-            proc = _spawn([sys.executable, "-m", "aclprof._demo_service", "--socket", socket_path,
+            proc = _spawn([sys.executable, "-m", "aclprof.demo.service", "--socket", socket_path,
                            "--model", kind, "--service", name, "--device", str(i % 8),
                            "--rate", str(args.rate), "--watch-stdin"],
                           env, service_log, tmp, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
@@ -176,8 +176,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _show(socket_path: str, args: argparse.Namespace, stop_at: float, started: float) -> None:
-    from ._client import Client
-    from .cli_top import TopView, print_table, run_live
+    from aclprof.cli.client import Client
+    from aclprof.cli.top import TopView, print_table, run_live
 
     view = TopView("10s", "type", "total")
     with Client(socket_path, timeout=10.0) as client:
@@ -220,8 +220,8 @@ def _stop_services(services: list[subprocess.Popen]) -> list[dict[str, Any]]:
 
 
 def _summary(socket_path: str, results: list[dict[str, Any]], elapsed: float) -> str:
-    from ._client import Client, DaemonError
-    from .cli_top import TopView, render_table
+    from aclprof.cli.client import Client, DaemonError
+    from aclprof.cli.top import TopView, render_table
 
     lines = [f"\naclprof demo: {elapsed:.1f}s, {len(results)} services"]
     emitted = sum(int(r.get("emitted", 0)) for r in results)

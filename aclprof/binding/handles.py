@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .errors import HandleClosedError
+from aclprof.binding.errors import HandleClosedError
 
 __all__ = ["Handle"]
 

@@ -40,7 +40,7 @@ VERSION = 1
 HEADER = struct.Struct("<4sBBHI")
 MAX_PAYLOAD = 16 << 20  # 16 MiB: ~300 k records per batch frame
 
-#: One op record on the wire (the same fields as aclprof.records.OP_DTYPE, fixed
+#: One op record on the wire (the same fields as aclprof.api.records.OP_DTYPE, fixed
 #: little-endian). ``op_name``/``op_type`` are ids into the sending connection's name
 #: table, which NAMES frames extend.
 RECORD_DTYPE = np.dtype([

@@ -2,7 +2,7 @@
 
 The C API wants 2 to 4 calls per marker (create a stamp, set its message, push or
 range-start, destroy) and has a pool of only 100 stamps. aclprof registers each distinct
-message once with its compiled helper (``aclprof._fast``), which keeps idle stamps per
+message once with its compiled helper (``aclprof.binding._fast``), which keeps idle stamps per
 message and the per-thread push stacks in C, so an annotation costs one call to enter and
 one to exit. A stamp is checked out while it is pushed or while its range is open (the
 library stores the start time in the stamp, and a range id *is* the stamp's pool slot, so
@@ -18,8 +18,8 @@ so with two threads ``aclprofPop`` closes whichever push is on top, and both the
 and the durations come out wrong. Ranges pair by id, so each thread's nesting is kept
 here and every region ends with its own start time. In the collected data they are
 therefore start/stop ranges (event kind ``range`` in the mock's log), not push/pop
-events. The raw process-wide calls stay available as :func:`aclprof.lowlevel.push` and
-:func:`aclprof.lowlevel.pop`.
+events. The raw process-wide calls stay available as :func:`aclprof.binding.lowlevel.push` and
+:func:`aclprof.binding.lowlevel.pop`.
 
 Outside a session started through aclprof with ``DataType.MSPROFTX`` every call is a cheap
 no-op (``set_strict(True)`` makes them raise instead). With ``ACLPROF_TX_DISABLE=1`` in the
@@ -37,11 +37,11 @@ import os
 import threading
 from typing import Any, Callable, TypeVar
 
-from . import _state
-from . import lowlevel
-from ._built import import_built
-from ._log import get_logger
-from .errors import MsproftxError, UnsupportedError, check
+from aclprof.binding import state as _state
+from aclprof.binding import lowlevel
+from aclprof.binding.built import import_built
+from aclprof._log import get_logger
+from aclprof.binding.errors import MsproftxError, UnsupportedError, check
 
 __all__ = ["mark", "push", "pop", "range", "annotate", "RangeHandle", "set_strict", "DISABLED"]
 
@@ -101,7 +101,7 @@ def _fail(rc: int, function: str, message: Any) -> None:
     if rc == _NO_MEMORY:
         raise MemoryError(f"{function}: out of memory caching the message {message!r}")
     if rc == _UNBOUND:  # name the symbol the library lacks
-        from ._loader import get_library
+        from aclprof.binding.loader import get_library
 
         needed = ("aclprofCreateStamp", "aclprofDestroyStamp", "aclprofSetStampTraceMessage", function)
         missing = get_library().missing

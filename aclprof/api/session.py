@@ -13,10 +13,10 @@ import threading
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from . import lowlevel
-from ._log import get_logger
-from .enums import AicoreMetrics, ConfigType, DataType, validate_data_types
-from .errors import ProfNotRunError
+from aclprof.binding import lowlevel
+from aclprof._log import get_logger
+from aclprof.binding.enums import AicoreMetrics, ConfigType, DataType, validate_data_types
+from aclprof.binding.errors import ProfNotRunError
 
 __all__ = ["Profiler", "validate_option"]
 
@@ -25,7 +25,7 @@ _log = get_logger(__name__)
 def validate_option(config_type: Any, value: Any) -> tuple[ConfigType, str]:
     """Check one ``aclprofSetConfig`` option in Python and return it as (type, string).
 
-    The rules are the library's (:func:`aclprof.lowlevel.check_set_config_value`), after a
+    The rules are the library's (:func:`aclprof.binding.lowlevel.check_set_config_value`), after a
     little normalisation: integers may be given as int or decimal str (leading zeros and
     surrounding spaces are dropped), a bare ``STORAGE_LIMIT`` number gets its ``MB`` unit,
     and spaces around the words of ``HOST_SYS``/``HOST_SYS_USAGE`` lists are dropped.

@@ -22,7 +22,7 @@ import os
 import sys
 from typing import Any, BinaryIO, Callable, Iterable, TextIO
 
-from .cli import EXIT_OK, CliError, add_filter_args, add_socket_arg, filter_from_args, parse_time
+from aclprof.cli import EXIT_OK, CliError, add_filter_args, add_socket_arg, filter_from_args, parse_time
 
 __all__ = ["add_parser", "cmd_export", "OP_STATISTIC_COLUMNS", "write_csv", "write_chrome", "write_jsonl"]
 
@@ -161,7 +161,7 @@ _WRITERS: dict[str, Callable[[Any, Any], int]] = {"csv": write_csv, "chrome": wr
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from .cli import connect
+    from aclprof.cli import connect
 
     if args.since is not None and args.until is not None and args.since > args.until:
         raise CliError("--since is after --until", 2)

@@ -6,8 +6,8 @@ that in Python so that the mistake is reported before the C call, with the step'
 
 from __future__ import annotations
 
-from . import lowlevel
-from .enums import StepTag
+from aclprof.binding import lowlevel
+from aclprof.binding.enums import StepTag
 
 __all__ = ["StepInfo"]
 

@@ -150,7 +150,7 @@ def filter_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def connect(args: argparse.Namespace, timeout: float | None = 5.0):
     """A control client, or CliError(code 2) if no daemon is reachable."""
-    from ._client import Client, DaemonUnreachable
+    from aclprof.cli.client import Client, DaemonUnreachable
 
     try:
         return Client(getattr(args, "socket", None), timeout=timeout)
@@ -208,7 +208,7 @@ def _tail_line(r: dict[str, Any], colour: bool) -> str:
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
-    from ._client import DaemonError
+    from aclprof.cli.client import DaemonError
 
     client = connect(args, timeout=5.0)
     client.settimeout(None)
@@ -303,7 +303,7 @@ def format_status(st: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from ._client import DaemonError
+    from aclprof.cli.client import DaemonError
 
     try:
         client = connect(args, timeout=args.timeout)
@@ -329,8 +329,8 @@ def cmd_status(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     import stat
 
-    from . import _loader
-    from ._paths import resolve_socket_path
+    from aclprof.binding import loader as _loader
+    from aclprof.protocol.paths import resolve_socket_path
 
     problems: list[str] = []
     print("library:")
@@ -386,7 +386,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
               f"{'read/write allowed' if access else 'NO read/write access for this user'}")
         if not access:
             problems.append(f"no permission on the socket: join group {group!r}")
-    from ._client import DaemonError
+    from aclprof.cli.client import DaemonError
 
     try:
         client = connect(args, timeout=3.0)
@@ -434,7 +434,7 @@ def _configure_logging(level: str) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from . import __version__
+    from aclprof import __version__
 
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
@@ -463,7 +463,7 @@ exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130
     add_socket_arg(p)
     p.set_defaults(func=cmd_tail)
 
-    from . import cli_top
+    from aclprof.cli import top as cli_top
 
     cli_top.add_parser(sub, fmt)
 
@@ -475,11 +475,11 @@ exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130
     add_socket_arg(p)
     p.set_defaults(func=cmd_status)
 
-    from . import cli_export
+    from aclprof.cli import export as cli_export
 
     cli_export.add_parser(sub, fmt)
 
-    from . import cli_demo
+    from aclprof.cli import demo as cli_demo
 
     cli_demo.add_parser(sub, fmt)
 
@@ -507,7 +507,7 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_UNREACHABLE
     _configure_logging(args.log_level)
     func: Callable[[argparse.Namespace], int] = args.func
-    from ._client import DaemonError
+    from aclprof.cli.client import DaemonError
 
     try:
         return func(args)

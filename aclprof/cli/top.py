@@ -19,8 +19,7 @@ import sys
 import time
 from typing import Any
 
-from .cli import (EXIT_OK, CliError, add_filter_args, add_socket_arg, filter_from_args, format_ns,
-                  use_colour)
+from aclprof.cli import EXIT_OK, CliError, add_filter_args, add_socket_arg, filter_from_args, format_ns, use_colour
 
 __all__ = ["add_parser", "cmd_top", "render_table", "sort_rows", "TopView"]
 
@@ -250,7 +249,7 @@ def print_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    from .cli import connect
+    from aclprof.cli import connect
 
     if args.json and not args.once:
         raise CliError("--json needs --once (the live view is a table)", 2)

@@ -17,7 +17,7 @@ __all__ = ["import_built", "not_built_hint"]
 
 def not_built_hint(what: str) -> str:
     """Why ``what`` (a compiled part of aclprof) is missing, and what to do."""
-    package = Path(__file__).resolve().parent
+    package = Path(__file__).resolve().parent.parent  # aclprof/
     if (package.parent / "pyproject.toml").is_file() and (package.parent / "cdefs").is_dir():
         return (f"{what} is not built: this aclprof was imported from the source checkout at "
                 f"{package.parent}, which shadows the installed package because it is the "
@@ -30,6 +30,6 @@ def not_built_hint(what: str) -> str:
 def import_built(name: str) -> ModuleType:
     """``importlib.import_module("aclprof." + name)``, or ImportError naming the fix."""
     try:
-        return importlib.import_module(f"aclprof.{name}")
+        return importlib.import_module(f"aclprof.binding.{name}")
     except ImportError as exc:
-        raise ImportError(not_built_hint(f"aclprof.{name}")) from exc
+        raise ImportError(not_built_hint(f"aclprof.binding.{name}")) from exc

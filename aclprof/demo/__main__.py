@@ -58,7 +58,7 @@ def _summarise(result_dir: Path) -> dict:
 
 
 def _resnet_like_ops() -> list[dict]:
-    from ._models import resnet_like_ops
+    from aclprof.demo.models import resnet_like_ops
 
     return resnet_like_ops()
 

@@ -6,7 +6,7 @@ every record, and at unsubscribe, or later when the close is deferred, closes th
 writes -1 into it), the subscribe config, and one reader thread.
 
 The reader reads large chunks (a multiple of the record size), keeps partial records for
-the next read, and decodes each chunk in two passes: a compiled loop (``aclprof._fast``)
+the next read, and decodes each chunk in two passes: a compiled loop (``aclprof.binding._fast``)
 checks every signature and fetches every name and type exactly once through the library
 (which frees the library's table entry), calling the getters on one-record slices so the
 cost stays linear; numpy then decodes the numeric fields of the whole chunk at once.
@@ -37,12 +37,11 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from . import lowlevel
-from ._log import get_logger
-from .enums import AicoreMetrics
-from .errors import (AclprofError, InvalidModelIdError, InvalidParamError,
-                     InvalidProfilingConfigError, UnsupportedError)
-from .records import KEYPOINT_NAME, KEYPOINT_TYPE, OP_DTYPE, OpBatch, OpRecord, raw_dtype
+from aclprof.binding import lowlevel
+from aclprof._log import get_logger
+from aclprof.binding.enums import AicoreMetrics
+from aclprof.binding.errors import AclprofError, InvalidModelIdError, InvalidParamError, InvalidProfilingConfigError, UnsupportedError
+from aclprof.api.records import KEYPOINT_NAME, KEYPOINT_TYPE, OP_DTYPE, OpBatch, OpRecord, raw_dtype
 
 __all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES", "resolve_device",
            "DeferredResubscribeError"]
@@ -179,7 +178,7 @@ class _Decoder:
 
     def __init__(self, record_size: int, *, validate: bool = True, default_device: int = 0,
                  max_records: int = 4096):
-        from ._fast import ffi, lib
+        from aclprof.binding._fast import ffi, lib
 
         self._ffi, self._lib = ffi, lib
         self.record_size = record_size
