@@ -768,7 +768,7 @@ class Agent:
 
 
 def _version() -> str:
-    from aclprof import __version__
+    from aclprof.protocol.version import __version__
 
     return __version__
 

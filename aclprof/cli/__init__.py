@@ -434,7 +434,7 @@ def _configure_logging(level: str) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from aclprof import __version__
+    from aclprof.protocol.version import __version__
 
     fmt = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(

@@ -53,7 +53,7 @@ class Client:
             sock.close()
             raise DaemonUnreachable(f"cannot connect to {self.socket_path}: {exc.strerror or exc}") from None
         self._sock = sock
-        from aclprof import __version__
+        from aclprof.protocol.version import __version__
 
         try:
             self._send(wire.Kind.HELLO, {"role": "control", "version": __version__, "pid": os.getpid(),
