@@ -60,13 +60,53 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the table above applies
-    from aclprof.binding.loader import LibraryInfo, library_info, use_mock
-    from aclprof.binding.enums import AicoreMetrics, ConfigType, DataType, OpFlag, StepTag
-    from aclprof.binding.errors import AclError, AclprofError, ApiConflictError, FeatureUnsupportedError, HandleClosedError, InvalidFileError, InvalidModelIdError, InvalidParamError, InvalidProfilingConfigError, LibraryNotFoundError, ModulesUnsupportedError, MsproftxError, OtherAclError, ProfAlreadyRunError, ProfilingFailureError, ProfNotRunError, RepeatInitializeError, RepeatSubscribeError, UninitializeError, UnsupportedError
+    from aclprof.api.markers import RangeHandle, annotate, mark, pop, push, range, set_strict
     from aclprof.api.records import OpBatch, OpRecord
     from aclprof.api.session import Profiler
     from aclprof.api.step import StepInfo
     from aclprof.api.subscription import Subscription, SubscriptionStats, subscribe
-    from aclprof.api.markers import RangeHandle, annotate, mark, pop, push, range, set_strict
+    from aclprof.binding.enums import AicoreMetrics, ConfigType, DataType, OpFlag, StepTag
+    from aclprof.binding.errors import (
+        AclError,
+        AclprofError,
+        ApiConflictError,
+        FeatureUnsupportedError,
+        HandleClosedError,
+        InvalidFileError,
+        InvalidModelIdError,
+        InvalidParamError,
+        InvalidProfilingConfigError,
+        LibraryNotFoundError,
+        ModulesUnsupportedError,
+        MsproftxError,
+        OtherAclError,
+        ProfAlreadyRunError,
+        ProfilingFailureError,
+        ProfNotRunError,
+        RepeatInitializeError,
+        RepeatSubscribeError,
+        UninitializeError,
+        UnsupportedError,
+    )
+    from aclprof.binding.loader import LibraryInfo, library_info, use_mock
 
-__all__ = ["__version__", *_EXPORTS]
+# Written out (not derived from _EXPORTS) so that linters and IDEs read it; a test checks
+# that it lists exactly the table's names.
+__all__ = [
+    "__version__",
+    # library
+    "LibraryInfo", "library_info", "use_mock",
+    # enums
+    "AicoreMetrics", "ConfigType", "DataType", "OpFlag", "StepTag",
+    # errors
+    "AclError", "AclprofError", "ApiConflictError", "FeatureUnsupportedError",
+    "HandleClosedError", "InvalidFileError", "InvalidModelIdError", "InvalidParamError",
+    "InvalidProfilingConfigError", "LibraryNotFoundError", "ModulesUnsupportedError",
+    "MsproftxError", "OtherAclError", "ProfAlreadyRunError", "ProfilingFailureError",
+    "ProfNotRunError", "RepeatInitializeError", "RepeatSubscribeError", "UninitializeError",
+    "UnsupportedError",
+    # sessions and markers
+    "Profiler", "StepInfo", "RangeHandle", "annotate", "mark", "pop", "push", "range", "set_strict",
+    # operator subscription
+    "subscribe", "Subscription", "SubscriptionStats", "OpRecord", "OpBatch",
+]

@@ -15,7 +15,8 @@ the daemon). Two facts shape this module:
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["get_logger"]
 

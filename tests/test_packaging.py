@@ -65,6 +65,7 @@ def test_daemon_and_cli_never_load_the_binding(run_python, modules):
 def test_lazy_names_resolve_and_list():
     import aclprof
 
+    assert sorted(aclprof.__all__) == sorted(["__version__", *aclprof._EXPORTS])
     for name in aclprof.__all__:
         assert getattr(aclprof, name) is not None, name
     assert set(aclprof.__all__) <= set(dir(aclprof))

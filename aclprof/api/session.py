@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from types import TracebackType
+from typing import Any
 
-from aclprof.binding import lowlevel
 from aclprof._log import get_logger
+from aclprof.binding import lowlevel
 from aclprof.binding.enums import AicoreMetrics, ConfigType, DataType, validate_data_types
 from aclprof.binding.errors import ProfNotRunError
 
@@ -165,7 +167,7 @@ class Profiler:
         return self._data_types
 
     # -- lifecycle ------------------------------------------------------------------------
-    def start(self) -> "Profiler":
+    def start(self) -> Profiler:
         """Init, create the config, set the options and start. Undone on failure."""
         with self._lock:
             if self._running:
@@ -215,7 +217,7 @@ class Profiler:
         """
         errors: list[BaseException] = []
 
-        def attempt(step, *args):
+        def attempt(step: Callable[..., object], *args: object) -> None:
             try:
                 step(*args)
             except BaseException as exc:  # keep unwinding; report below
@@ -255,10 +257,11 @@ class Profiler:
         for name in sorted(self._prof_dirs() - self._before - known):
             self._result_dirs.append(self._output_dir / name)
 
-    def __enter__(self) -> "Profiler":
+    def __enter__(self) -> Profiler:
         return self.start()
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         if exc is None:
             self.close()
             return

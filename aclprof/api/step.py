@@ -50,8 +50,8 @@ class StepInfo:
         """Destroy the C step info. Idempotent."""
         self._handle.close()
 
-    def __enter__(self) -> "StepInfo":
+    def __enter__(self) -> StepInfo:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -7,6 +7,8 @@ code, its name and the C function that returned it, and its message says what to
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = [
     "AclprofError",
     "AclError",
@@ -107,11 +109,11 @@ class AclError(AclprofError):
             msg += f". {self.hint}"
         return msg
 
-    def __reduce__(self):  # picklable, e.g. across multiprocessing
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:  # picklable, e.g. across multiprocessing
         return (_rebuild, (type(self), self.code, self.function, self.detail, self.hint))
 
 
-def _rebuild(cls: type, code: int, function: str, detail: str | None, hint: str) -> AclError:
+def _rebuild(cls: type[AclError], code: int, function: str, detail: str | None, hint: str) -> AclError:
     error = cls.__new__(cls)
     AclError.__init__(error, code, function, detail, hint=hint)
     return error

@@ -8,7 +8,8 @@ matters (a config must outlive the session that uses it), so the owner decides.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from aclprof.binding.errors import HandleClosedError
 

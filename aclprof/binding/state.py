@@ -7,7 +7,7 @@ objects (the stamp cache) hear about session boundaries without import cycles.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 __all__ = ["on_tx_change", "tx_started", "tx_stopping"]
 

@@ -40,7 +40,11 @@ def _simulated_service(steps: int) -> None:
             step.end()
         aclprof.mark(f"step {i} done")
     # Requests complete on another thread, as in an async server.
-    finisher = threading.Thread(target=lambda: [h.end() for h in pending])
+    def finish() -> None:
+        for h in pending:
+            h.end()
+
+    finisher = threading.Thread(target=finish)
     finisher.start()
     finisher.join()
 
@@ -68,6 +72,7 @@ def _subscription_demo(iterations: int) -> None:
 
     import aclprof
     from aclprof import mock
+    from aclprof.api.records import OP_DTYPE
 
     model_id = mock.load_model(_resnet_like_ops(), seed=7)
     mock.set_realtime(True)
@@ -78,7 +83,7 @@ def _subscription_demo(iterations: int) -> None:
         mock.set_realtime(False)
         mock.unload(model_id)
     batches = list(sub.batches())
-    data = np.concatenate([b.data for b in batches]) if batches else np.empty(0)
+    data = np.concatenate([b.data for b in batches]) if batches else np.empty(0, OP_DTYPE)
     names = sub.names
     stats = sub.stats
     print(f"\nsubscription: model {model_id}, {iterations} inferences, {stats.delivered} op records "

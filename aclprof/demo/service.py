@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
             break
         if args.watch_stdin:
             ready, _, _ = select.select([sys.stdin], [], [], 0)
-            if ready and not sys.stdin.buffer.read1(1):
+            if ready and not sys.stdin.buffer.read(1):  # EOF: the demo closed our stdin
                 break
         mock.execute(model, 1)
         i += 1

@@ -15,7 +15,7 @@ ENV_SOCKET = "ACLPROF_SOCKET"
 SOCKET_NAME = "aclprofd.sock"
 
 
-def default_socket_path(environ: "os._Environ[str] | dict[str, str] | None" = None) -> str:
+def default_socket_path(environ: os._Environ[str] | dict[str, str] | None = None) -> str:
     """The socket path when none is given explicitly (``ACLPROF_SOCKET`` included)."""
     env = os.environ if environ is None else environ
     override = env.get(ENV_SOCKET)
@@ -27,7 +27,7 @@ def default_socket_path(environ: "os._Environ[str] | dict[str, str] | None" = No
     return os.path.join("/run", "aclprof", SOCKET_NAME)
 
 
-def resolve_socket_path(path: "str | os.PathLike[str] | None" = None) -> str:
+def resolve_socket_path(path: str | os.PathLike[str] | None = None) -> str:
     """``path`` if given, else :func:`default_socket_path`."""
     if path is not None and str(path) != "":
         return os.fspath(path)

@@ -11,12 +11,14 @@ Every message is one frame: a 12-byte header, then ``length`` payload bytes.
 
 Payloads are UTF-8 JSON objects, except ``Kind.BATCH`` whose payload is raw records in the
 layout of :data:`RECORD_DTYPE` (little-endian, 56 bytes each), and ``STREAM_RECORDS`` and
-``EXPORT_RECORDS`` whose payload is JSON Lines (one record object per ``\n``-terminated line). The meaning of each kind and
-its JSON fields are documented in ``daemon/PROTOCOL.md``. A peer that receives a frame with
-a bad magic, an unknown version, a reserved field that is not 0, an oversized length or a
-payload that does not parse must close that connection (it affects no other). The daemon
-also rejects unknown kinds; agents must ignore them (``FrameReader(ignore_unknown=True)``),
-so that the daemon may add daemon -> agent frames within version 1 (``GOODBYE`` was).
+``EXPORT_RECORDS`` whose payload is JSON Lines (one record object per ``\n``-terminated
+line). ``daemon/PROTOCOL.md`` documents each kind and its JSON fields.
+
+A peer that receives a frame with a bad magic, an unknown version, a reserved field that is
+not 0, an oversized length or a payload that does not parse must close that connection (it
+affects no other). The daemon also rejects unknown kinds; agents must ignore them
+(``FrameReader(ignore_unknown=True)``), so that the daemon may add daemon -> agent frames
+within version 1 (``GOODBYE`` was).
 """
 
 from __future__ import annotations
@@ -25,7 +27,8 @@ import enum
 import json
 import socket
 import struct
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 

@@ -13,8 +13,9 @@ import dataclasses
 import os
 import re
 import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -67,7 +68,7 @@ def parse_duration(value: Any) -> float:
 
 def _parse_windows(value: Any) -> tuple[int, ...]:
     items = value if isinstance(value, (list, tuple)) else str(value).split(",")
-    out = sorted({int(round(parse_duration(v))) for v in items if str(v).strip()})
+    out = sorted({round(parse_duration(v)) for v in items if str(v).strip()})
     if not out or out[0] < 1:
         raise ValueError(f"bad windows {value!r} (example: 10s,1m)")
     if out[-1] > 3600:
@@ -252,7 +253,8 @@ def _apply(o: Option, raw: Any, where: str) -> Any:
 
 def changed(old: Settings, new: Settings) -> tuple[list[str], list[str]]:
     """(live settings that differ, restart-only settings that differ), by TOML key."""
-    live, restart = [], []
+    live: list[str] = []
+    restart: list[str] = []
     for o in OPTIONS:
         if getattr(old, o.field) != getattr(new, o.field):
             (live if o.live else restart).append(o.toml)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import collections
 import socket
 import time
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 

@@ -7,7 +7,8 @@ into a protocol error that closes this connection only (daemon/PROTOCOL.md).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -30,7 +31,7 @@ Handler = Callable[[Conn, dict[str, Any]], None]
 class Control:
     """The control request handlers of one daemon; each gets the decoded JSON request."""
 
-    def __init__(self, daemon: "Daemon"):
+    def __init__(self, daemon: Daemon):
         self.d = daemon
         self.handlers: dict[Kind, Handler] = {
             Kind.STATUS: self.status, Kind.SNAPSHOT: self.snapshot, Kind.STREAM: self.stream,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -35,7 +36,7 @@ EST_RECORD_JSON = 220      # bytes per record in JSON, to decide skipping before
 class Fanout:
     """STREAM and EXPORT of one daemon; the per-client state lives on each :class:`Conn`."""
 
-    def __init__(self, daemon: "Daemon"):
+    def __init__(self, daemon: Daemon):
         self.d = daemon
         self.streaming = 0  # STREAM clients connected (ingest skips the fan-out when 0)
 

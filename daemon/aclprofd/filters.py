@@ -8,8 +8,9 @@ are evaluated once per distinct name id and cached, then applied with ``np.isin`
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,7 @@ class Filter:
     service: str | None = None
 
     @classmethod
-    def parse(cls, obj: Any) -> "Filter":
+    def parse(cls, obj: Any) -> Filter:
         """A filter from a request's ``filter`` value (None or {} match everything);
         ProtocolError for anything malformed (unknown keys, wrong types, bad regex)."""
         if obj is None:
@@ -74,7 +75,7 @@ class Filter:
         return ((self.host is None or self.host == host) and (self.pid is None or self.pid == pid)
                 and (self.service is None or self.service == service))
 
-    def mask(self, records: np.ndarray, matcher: "NameMatcher | None", names: Mapping[int, str]) -> np.ndarray | None:
+    def mask(self, records: np.ndarray, matcher: NameMatcher | None, names: Mapping[int, str]) -> np.ndarray | None:
         """Boolean mask over ``records`` (RECORD_DTYPE) for the record-level fields, or None
         when every record matches. ``matcher`` caches this filter's regex results per name id."""
         m: np.ndarray | None = None

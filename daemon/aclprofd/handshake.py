@@ -43,7 +43,7 @@ def hello(conn: Conn, obj: dict[str, Any], started_ts: float) -> bytes:
     if not is_int(pid) or not isinstance(host, str):
         raise ProtocolError("HELLO needs an integer pid and a string host")
     assert isinstance(pid, int)
-    if service is not None and not isinstance(service, str) or not is_labels(labels):
+    if (service is not None and not isinstance(service, str)) or not is_labels(labels):
         raise ProtocolError("HELLO service must be a string or null, labels an object of strings")
     conn.role, conn.pid, conn.host, conn.service, conn.labels = role, pid, host, service, labels
     if role == "agent":

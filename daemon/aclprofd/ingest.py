@@ -10,7 +10,8 @@ beyond the reader's buffer; both share that one copy.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import structlog
@@ -56,7 +57,7 @@ def note_lag(conn: Conn, recs: np.ndarray) -> None:
 class Ingest:
     """The agent frame handlers of one daemon; :attr:`handlers` is the dispatch table."""
 
-    def __init__(self, daemon: "Daemon"):
+    def __init__(self, daemon: Daemon):
         self.d = daemon
         self.handlers: dict[Kind, Handler] = {
             Kind.BATCH: self.batch, Kind.NAMES: self.names, Kind.LOSS: self.loss,

@@ -84,7 +84,7 @@ def configure(level: str = "info", fmt: str = "auto", log_file: str | None = Non
         logger_factory=structlog.WriteLoggerFactory(file=_stream),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
-    logging.basicConfig(level=logging.WARNING, stream=_stream, force=True)  # type: ignore[arg-type]
+    logging.basicConfig(level=logging.WARNING, stream=_stream, force=True)
 
 
 def reopen() -> None:

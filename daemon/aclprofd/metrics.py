@@ -19,7 +19,8 @@ the loop's live connections. Series:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -40,7 +41,7 @@ class DaemonCollector:
     loop last published (one immutable object: the same numbers STATUS reports) and the
     aggregator's histograms (under the aggregator's own lock)."""
 
-    def __init__(self, daemon: "Daemon", by_name: bool = False):
+    def __init__(self, daemon: Daemon, by_name: bool = False):
         self.daemon = daemon
         self.by_name = by_name
 
@@ -86,10 +87,10 @@ class DaemonCollector:
 class Metrics:
     """The HTTP endpoint (a daemon thread of prometheus_client); :meth:`close` stops it."""
 
-    def __init__(self, daemon: "Daemon", host: str, port: int, by_name: bool = False):
+    def __init__(self, daemon: Daemon, host: str, port: int, by_name: bool = False):
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = DaemonCollector(daemon, by_name)
-        self.registry.register(self.collector)  # type: ignore[arg-type]
+        self.registry.register(self.collector)
         self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
         self.port = self._server.server_address[1]
 

@@ -6,7 +6,8 @@ them (daemon/README.md); plus handing freed heap back to the kernel.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -24,7 +25,7 @@ _log = structlog.get_logger("aclprofd")
 class Persistence:
     """Where a daemon's records and aggregates go on disk (the data dir)."""
 
-    def __init__(self, daemon: "Daemon"):
+    def __init__(self, daemon: Daemon):
         self.d = daemon
 
     def store(self, conn: Conn) -> None:

@@ -11,7 +11,7 @@ into the buffer the socket sends from.
 from __future__ import annotations
 
 import json
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 

@@ -25,8 +25,9 @@ import signal
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
-from typing import Any, Callable
+from typing import Any
 
 import structlog
 

@@ -45,7 +45,8 @@ def bind_socket(path: str, group: str | None) -> socket.socket:
     """The listening socket at ``path``, mode 0660 (group ``group``). Refuses a live socket
     of another daemon and anything that is not a socket; removes a stale socket file."""
     if len(os.fsencode(path)) >= 108:
-        raise DaemonError(f"socket path is too long for a Unix socket ({len(os.fsencode(path))} bytes, max 107): {path}")
+        raise DaemonError(f"socket path is too long for a Unix socket ({len(os.fsencode(path))} bytes, "
+                          f"max 107): {path}")
     parent = os.path.dirname(path) or "."
     try:
         os.makedirs(parent, mode=0o755, exist_ok=True)

@@ -104,7 +104,7 @@ class Health:
         if other > self.other_seen:
             self.other_seen, self.other_growth_ts = other, time.time()
 
-    def problems(self, d: "Daemon", now: float) -> list[str]:
+    def problems(self, d: Daemon, now: float) -> list[str]:
         out: list[str] = []
         st = d.storage
         if st is not None:
@@ -125,7 +125,7 @@ class Health:
         return out
 
 
-def take_snapshot(d: "Daemon") -> CountersSnapshot:
+def take_snapshot(d: Daemon) -> CountersSnapshot:
     """One consistent copy of the daemon's counters (call on the loop thread)."""
     now, mono = time.time(), time.monotonic()
     c, agg = d.counters, d.aggregator
@@ -140,7 +140,7 @@ def take_snapshot(d: "Daemon") -> CountersSnapshot:
         stream_skipped_total=c.stream_skipped_total, drops_by_agent=tuple(c.drops_by_agent.items()),
         agents=agents, storage=d.storage.stats() if d.storage else None, aggregate_keys=agg.nkeys - 1,
         aggregate_cap=agg.max_keys, aggregate_other_records=agg.other_records,
-        aggregate_windows=tuple(agg.window_names()) + ("all",), aggregate_since_ts=agg.reset_ts,
+        aggregate_windows=(*agg.window_names(), "all"), aggregate_since_ts=agg.reset_ts,
         problems=tuple(d.health.problems(d, now)))
 
 

@@ -20,8 +20,9 @@ import re
 import struct
 import time
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any, BinaryIO
 
 import numpy as np
 
@@ -90,7 +91,7 @@ class Storage:
                     created = min(created, _FILE_HEADER.unpack(head)[4])
                 self._segments.append(_Segment(path, int(m.group(1)), st.st_size, created, st.st_mtime))
         self._segments.sort(key=lambda s: s.seq)
-        self._file = None  # the current segment, opened lazily at the first write
+        self._file: BinaryIO | None = None  # the current segment, opened lazily at the first write
         self._current: _Segment | None = None
         self._conns: dict[str, _ConnState] = {}
         self.write_errors = 0
@@ -148,9 +149,9 @@ class Storage:
                 self._open_segment(now)
                 self.enforce_caps(now)  # at every rotation, not only at the flush tick: the
                 # total stays within the cap plus one segment even at GB/s
+            assert self._current is not None and self._file is not None
             if self._current.size == _FILE_HEADER.size:
                 self._current.first_ts = min(now, batches[0][0])  # the time range this file covers
-            assert self._current is not None and self._file is not None
             st = self._conns.setdefault(conn_id, _ConnState())
             if st.segment_seq != self._current.seq:
                 st.segment_seq, st.names_written = self._current.seq, 0
