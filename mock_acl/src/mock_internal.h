@@ -9,7 +9,8 @@
  *   msproftx.c  stamps, mark, push/pop, ranges, MarkEx, Str2Id, RangePushEx/RangePop
  *   stepinfo.c  aclprofCreateStepInfo/GetStepTimestamp/DestroyStepInfo
  *   runtime.c   aclInit/aclFinalize and the aclrt* device/context/stream calls
- *   model.c     aclmdlLoadFromFile/Execute/Unload and the model description format
+ *   model.c     aclmdlLoadFromFile/Execute/Unload, the model table (model_internal.h:
+ *               model_file.c parses model files, model_dataset.c the dataset handles)
  *   subscribe.c subscribe configs, aclprofModelSubscribe/UnSubscribe, the pipe writer thread
  *   opdesc.c    the ProfOpDesc record, CRC-32C signature, name/type side table, op getters
  */
@@ -152,7 +153,7 @@ uint32_t mock_crc32c_signature(const void *data, size_t len);  /* ~crc over [4, 
 /* Stores name and type in the side table and returns the new opIndex (>= 1). */
 uint64_t mock_opdesc_register(const char *name, const char *type);
 
-/* ---- model.c: datasets (appended) -------------------------------------------------- */
+/* ---- model_dataset.c ------------------------------------------------------------- */
 void mock_model_stats(aclmockStats *out);   /* lock held: datasets and data buffers in use */
 
 /* ---- recordsettings.c: what the op records mean (audit rows 11-13) ----------------- */
