@@ -5,7 +5,8 @@
  *
  * Ownership of files:
  *   common.c    the global lock, fault injection, clock, settings, aclmock* controls, reset
- *   session.c   aclprofInit/Finalize/Start/Stop, configs, aclprofSetConfig, PROF_* dirs
+ *   session.c   aclprofInit/Finalize/Start/Stop and the era rules (session_internal.h:
+ *               session_config.c configs and aclprofSetConfig, session_output.c PROF_* dirs)
  *   msproftx.c  stamps, mark, push/pop, ranges, MarkEx, Str2Id, RangePushEx/RangePop
  *   stepinfo.c  aclprofCreateStepInfo/GetStepTimestamp/DestroyStepInfo
  *   runtime.c   aclInit/aclFinalize and the aclrt* device/context/stream calls
