@@ -12,7 +12,8 @@
  *   runtime.c   aclInit/aclFinalize and the aclrt* device/context/stream calls
  *   model.c     aclmdlLoadFromFile/Execute/Unload, the model table (model_internal.h:
  *               model_file.c parses model files, model_dataset.c the dataset handles)
- *   subscribe.c subscribe configs, aclprofModelSubscribe/UnSubscribe, the pipe writer thread
+ *   subscribe.c aclprofModelSubscribe/UnSubscribe, device counts, deferred close (see
+ *               subscribe_internal.h: subscribe_config.c, _queue.c, _writer.c, _log.c)
  *   opdesc.c    the ProfOpDesc record, CRC-32C signature, name/type side table, op getters
  */
 #ifndef ACLMOCK_INTERNAL_H
