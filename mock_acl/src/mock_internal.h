@@ -15,6 +15,7 @@
  *   subscribe.c aclprofModelSubscribe/UnSubscribe, device counts, deferred close (see
  *               subscribe_internal.h: subscribe_config.c, _queue.c, _writer.c, _log.c)
  *   opdesc.c    the ProfOpDesc record, CRC-32C signature, name/type side table, op getters
+ *   recordsettings.c  device clock offset, devId zero, step keypoint settings
  */
 #ifndef ACLMOCK_INTERNAL_H
 #define ACLMOCK_INTERNAL_H
@@ -114,7 +115,7 @@ void mock_msproftx_finalize(void);
  * event log (host/msproftx.jsonl); does nothing when no session runs. */
 void mock_msproftx_log_step(uint64_t index_id, int tag, uint64_t ts_ns);
 
-/* ---- model.c <-> subscribe.c ------------------------------------------------------ */
+/* ---- model.c <-> subscribe.c, subscribe_queue.c ------------------------------------- */
 typedef struct mock_op {
     char *name;            /* may be empty; bytes, not necessarily UTF-8 */
     char *type;
@@ -167,7 +168,7 @@ void mock_records_reset(void);
 uint64_t mock_device_time(uint64_t host_ns);
 bool mock_devid_zero(void);                  /* op records carry devId 0 */
 bool mock_step_keypoints(uint32_t *model_id);/* keypoints on? and the model id they carry */
-/* stepinfo.c -> subscribe.c (g_mock_lock held): one step ended during a subscription;
+/* stepinfo.c -> subscribe_queue.c (g_mock_lock held): one step ended during a subscription;
  * host CLOCK_MONOTONIC times of its start and end. */
 void mock_subscribe_emit_keypoint(uint64_t start_host_ns, uint64_t end_host_ns);
 
