@@ -5,13 +5,17 @@
  *
  * Ownership of files:
  *   common.c    the global lock, fault injection, clock, settings, aclmock* controls, reset
- *   session.c   aclprofInit/Finalize/Start/Stop, configs, aclprofSetConfig, PROF_* dirs
+ *   session.c   aclprofInit/Finalize/Start/Stop and the era rules (session_internal.h:
+ *               session_config.c configs and aclprofSetConfig, session_output.c PROF_* dirs)
  *   msproftx.c  stamps, mark, push/pop, ranges, MarkEx, Str2Id, RangePushEx/RangePop
  *   stepinfo.c  aclprofCreateStepInfo/GetStepTimestamp/DestroyStepInfo
  *   runtime.c   aclInit/aclFinalize and the aclrt* device/context/stream calls
- *   model.c     aclmdlLoadFromFile/Execute/Unload and the model description format
- *   subscribe.c subscribe configs, aclprofModelSubscribe/UnSubscribe, the pipe writer thread
+ *   model.c     aclmdlLoadFromFile/Execute/Unload, the model table (model_internal.h:
+ *               model_file.c parses model files, model_dataset.c the dataset handles)
+ *   subscribe.c aclprofModelSubscribe/UnSubscribe, device counts, deferred close (see
+ *               subscribe_internal.h: subscribe_config.c, _queue.c, _writer.c, _log.c)
  *   opdesc.c    the ProfOpDesc record, CRC-32C signature, name/type side table, op getters
+ *   recordsettings.c  device clock offset, devId zero, step keypoint settings
  */
 #ifndef ACLMOCK_INTERNAL_H
 #define ACLMOCK_INTERNAL_H
@@ -111,7 +115,7 @@ void mock_msproftx_finalize(void);
  * event log (host/msproftx.jsonl); does nothing when no session runs. */
 void mock_msproftx_log_step(uint64_t index_id, int tag, uint64_t ts_ns);
 
-/* ---- model.c <-> subscribe.c ------------------------------------------------------ */
+/* ---- model.c <-> subscribe.c, subscribe_queue.c ------------------------------------- */
 typedef struct mock_op {
     char *name;            /* may be empty; bytes, not necessarily UTF-8 */
     char *type;
@@ -152,7 +156,7 @@ uint32_t mock_crc32c_signature(const void *data, size_t len);  /* ~crc over [4, 
 /* Stores name and type in the side table and returns the new opIndex (>= 1). */
 uint64_t mock_opdesc_register(const char *name, const char *type);
 
-/* ---- model.c: datasets (appended) -------------------------------------------------- */
+/* ---- model_dataset.c ------------------------------------------------------------- */
 void mock_model_stats(aclmockStats *out);   /* lock held: datasets and data buffers in use */
 
 /* ---- recordsettings.c: what the op records mean (audit rows 11-13) ----------------- */
@@ -164,7 +168,7 @@ void mock_records_reset(void);
 uint64_t mock_device_time(uint64_t host_ns);
 bool mock_devid_zero(void);                  /* op records carry devId 0 */
 bool mock_step_keypoints(uint32_t *model_id);/* keypoints on? and the model id they carry */
-/* stepinfo.c -> subscribe.c (g_mock_lock held): one step ended during a subscription;
+/* stepinfo.c -> subscribe_queue.c (g_mock_lock held): one step ended during a subscription;
  * host CLOCK_MONOTONIC times of its start and end. */
 void mock_subscribe_emit_keypoint(uint64_t start_host_ns, uint64_t end_host_ns);
 

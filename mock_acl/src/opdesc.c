@@ -107,7 +107,7 @@ static uint64_t g_next_index; /* last opIndex handed out; the first one is 1 */
 
 /* fork(): take the table lock across fork() so the child's copy is consistent (a getter
  * in the child would otherwise deadlock on a lock held by a thread that no longer exists).
- * Registered at load, i.e. before subscribe.c's handlers, so its prepare runs after theirs
+ * Registered at load, i.e. before subscribe_writer.c's handlers, so its prepare runs after theirs
  * and the lock order g_sub_lock -> g_names_lock holds. */
 static pthread_mutex_t g_attr_lock = PTHREAD_MUTEX_INITIALIZER;
 

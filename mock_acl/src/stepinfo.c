@@ -4,7 +4,7 @@
  * tag once. A recorded step goes to the running session's event log (host/msproftx.jsonl)
  * as {"kind":"step",...}; without a running session it is accepted and not recorded.
  * A step whose end is recorded after its start, while a model is subscribed, also becomes
- * a keypoint record in the subscription pipe (subscribe.c, mock_subscribe_emit_keypoint).
+ * a keypoint record in the subscription pipe (subscribe_queue.c, mock_subscribe_emit_keypoint).
  */
 #include <stdlib.h>
 
