@@ -165,7 +165,7 @@ def run_python(tmp_path: Path):
 # ---- operator subscription (test_subscription*.py, test_decoder.py) ----------------------
 
 class Emitted(NamedTuple):
-    """One line of the mock's emit log (format: mock_acl/src/subscribe.c ``log_record``)."""
+    """One line of the mock's emit log (format: mock_acl/src/subscribe_log.c ``sub_log_record``)."""
 
     model_id: int
     op_index: int
