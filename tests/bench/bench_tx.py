@@ -271,6 +271,7 @@ def measure_disabled(n: int, rounds: int) -> dict[str, list[float]] | str:
 
 def _disabled_child(n: int, rounds: int) -> int:
     aclprof = B.use_mock()
+    import aclprof.api.markers  # noqa: F401  (aclprof is lazy: load the submodule read below)
     if not aclprof.api.markers.DISABLED:
         print("ACLPROF_TX_DISABLE is not in effect", file=sys.stderr)
         return 1
@@ -315,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         return _disabled_child(n, rounds)
 
     aclprof = B.use_mock()
+    import aclprof.api.markers  # noqa: F401  (aclprof is lazy: load the submodule read below)
     if aclprof.api.markers.DISABLED:  # read at import: measure in a child without it
         env = {k: v for k, v in os.environ.items() if k != "ACLPROF_TX_DISABLE"}
         argv = sys.argv[1:] if argv is None else list(argv)
