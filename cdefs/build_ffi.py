@@ -7,9 +7,16 @@ Two modules come out of this file:
   header has them. No CANN header or library is needed to build it; the library is opened at
   run time by ``aclprof.binding.loader``. The mock's C sources ``#include`` the same files, so the
   compiler checks that mock and declarations agree.
-- ``aclprof.binding._fast`` (API mode, compiled): a few C helpers for the hot paths (msproftx calls,
-  and later the op-record decoding loop). It links to no vendor library: the loader hands it
+- ``aclprof.binding._fast`` (API mode, compiled): a few C helpers for the hot paths (msproftx
+  calls, the op-record name loop, CRC-32C). It links to no vendor library: the loader hands it
   the loaded library's function pointers, so the same binary serves the mock and real CANN.
+  Its sources sit beside the module, one file per seam, compiled into the one extension:
+  ``_fast_tx.c`` (msproftx stamp cache and per-thread stacks), ``_fast_ops.c`` (op-record name
+  loop and interner), ``_fast_crc.c`` (CRC-32C); ``_fast.h`` is both the cdef and the header the
+  C files include, and ``_fast_internal.h`` brings in ``cdefs/`` so the function-pointer types
+  derive from the library's real prototypes. One extension rather than three: the files share
+  the bind step (the CRC is initialised when the op getters are bound) and a single import.
+  No source is named ``_fast.c``: cffi writes its generated wrapper under that name.
 """
 
 from pathlib import Path
@@ -32,12 +39,31 @@ abi_ffi = FFI()
 abi_ffi.cdef(_read_cdefs())
 abi_ffi.set_source("aclprof.binding._acl_ffi", None)
 
+FAST_SOURCES = ("_fast_tx.c", "_fast_ops.c", "_fast_crc.c")
+
+
+def _source_path(path: Path) -> str:
+    """``path`` relative to the working directory when it is inside it.
+
+    setuptools runs this from the project root, where setup() arguments are meant to be
+    relative paths; a manual run from elsewhere gets absolute ones.
+    """
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 fast_ffi = FFI()
 fast_ffi.cdef((_FAST / "_fast.h").read_text(encoding="utf-8"))
 fast_ffi.set_source(
     "aclprof.binding._fast",
-    (_FAST / "_fast.c").read_text(encoding="utf-8"),
-    extra_compile_args=["-O2", "-std=c11"],
+    '#include "_fast_internal.h"\n',
+    sources=[_source_path(_FAST / name) for name in FAST_SOURCES],
+    include_dirs=[_source_path(_CDEFS), _source_path(_FAST)],
+    depends=[_source_path(_FAST / name) for name in ("_fast.h", "_fast_internal.h")]
+    + [_source_path(_CDEFS / name) for name in CDEF_FILES],
+    extra_compile_args=["-O2", "-std=c11", "-Wall", "-Werror=implicit-function-declaration"],
 )
 
 if __name__ == "__main__":  # pragma: no cover - manual regeneration

@@ -9,9 +9,8 @@ import threading
 import pytest
 
 import aclprof
-from aclprof import AicoreMetrics, DataType
+from aclprof import AicoreMetrics, DataType, mock
 from aclprof.binding import lowlevel as ll
-from aclprof import mock
 from aclprof.binding.loader import get_library
 
 
@@ -151,7 +150,7 @@ def test_pool_exhaustion(session):
     stamps[42].close()
     again = ll.create_stamp()
     assert ll.range_start(again) == ids[42]  # the freed slot is reused
-    for s in stamps + [again]:
+    for s in [*stamps, again]:
         s.close()
     assert mock.stats()["stampsInUse"] == 0
     assert sum(e["kind"] == "range" for e in session.events()) == 100
@@ -298,11 +297,11 @@ def test_range_push_ex_buffers_survive_until_pop(session, stream):
 
 def test_range_push_ex_rejected_keeps_the_previous_buffers(session, stream):
     ll.range_push_ex(1, 2, stream=stream)
-    kept = ll._push_ex_buffers
+    kept = ll.msproftx._push_ex_buffers
     mock.fail_next("aclprofRangePushEx", 1, -1)
     with pytest.raises(aclprof.MsproftxError):
         ll.range_push_ex(3, 4, stream=stream)
-    assert ll._push_ex_buffers is kept  # the library still points at them
+    assert ll.msproftx._push_ex_buffers is kept  # the library still points at them
     gc.collect()
     ll.range_pop()
     assert [e["op_name_id"] for e in session.events()] == [1]

@@ -53,7 +53,7 @@ DISABLED = os.environ.get("ACLPROF_TX_DISABLE", "").strip().lower() not in ("", 
 
 _fastlib = import_built("_fast").lib
 
-# Codes of the compiled helper (aclprof/_fast.h).
+# Codes of the compiled helper (aclprof/binding/_fast.h).
 _UNBOUND = _fastlib.ACLPROF_FAST_UNBOUND
 _ONE_OFF = _fastlib.ACLPROF_TX_ONE_OFF
 _POOL_EXHAUSTED = _fastlib.ACLPROF_TX_POOL_EXHAUSTED

@@ -1,4 +1,7 @@
-/* Hot-path helpers compiled in cffi API mode (see aclprof/_build_ffi.py).
+/* Hot-path helpers compiled in cffi API mode (see cdefs/build_ffi.py): this file is the
+ * cdef cffi reads, and the C files (_fast_tx.c, _fast_ops.c, _fast_crc.c) include it, so the
+ * compiler checks them against it. cffi's cdef parser takes plain declarations and integer
+ * #defines only.
  * The loader binds the vendor library's function pointers once with aclprof_fast_bind_*();
  * until then every call returns ACLPROF_FAST_UNBOUND. */
 
@@ -68,6 +71,10 @@ const char *aclprof_interner_entry(const aclprof_interner *in, uint32_t id, size
 
 /* The record signature (CRC-32C, init ~0, no final xor, over bytes [4, rec_size)). */
 uint32_t aclprof_signature(const uint8_t *rec, uint32_t rec_size);
+/* Tests: force (1) or stop forcing (0) the table CRC on a CPU with SSE4.2; returns the
+ * previous setting. aclprof_crc_hardware() is 1 while the SSE4.2 instruction is in use. */
+int aclprof_crc_force_software(int force);
+int aclprof_crc_hardware(void);
 
 /* For each of the n records of rec_size bytes at buf: check its signature (if validate),
  * then fetch its type and name once each through the library, calling the getters on a

@@ -1,0 +1,88 @@
+/* CRC-32C (Castagnoli) of op records: the SSE4.2 instruction when the CPU has it, a table
+ * otherwise. Why both: the instruction is several times faster, and validating signatures is
+ * the larger part of decoding a record; the table keeps non-x86 and old CPUs working.
+ *
+ * aclprof_crc_force_software() switches a machine with SSE4.2 to the table, so the tests can
+ * check both paths against an independent CRC (tests/test_crc.py): otherwise only the path of
+ * the test machine's CPU ever runs, and a fault in the other survives. */
+#include "_fast_internal.h"
+
+#define CRC32C_POLY 0x82F63B78u /* reflected Castagnoli polynomial */
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_CRC_SSE 1
+#else
+#define HAVE_CRC_SSE 0
+#endif
+
+static uint32_t crc_table[256];
+static int crc_hw = -1;      /* -1 unknown, 0 table, 1 hardware */
+static int crc_force_sw;     /* set by tests; read with __atomic so a change is seen at once */
+
+void aclprof_crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ CRC32C_POLY : c >> 1;
+        crc_table[i] = c;
+    }
+#if HAVE_CRC_SSE
+    __builtin_cpu_init();
+    crc_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
+#else
+    crc_hw = 0;
+#endif
+}
+
+static uint32_t crc_sw(uint32_t s, const uint8_t *p, size_t n)
+{
+    while (n--)
+        s = crc_table[(s ^ *p++) & 0xFF] ^ (s >> 8);
+    return s;
+}
+
+#if HAVE_CRC_SSE
+__attribute__((target("sse4.2"))) static uint32_t crc_sse(uint32_t s, const uint8_t *p, size_t n)
+{
+    uint64_t s64 = s;
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        s64 = __builtin_ia32_crc32di(s64, v);
+        p += 8;
+        n -= 8;
+    }
+    s = (uint32_t)s64;
+    while (n--)
+        s = __builtin_ia32_crc32qi(s, *p++);
+    return s;
+}
+#endif
+
+int aclprof_crc_force_software(int force)
+{
+    if (crc_hw < 0)
+        aclprof_crc_init();
+    return __atomic_exchange_n(&crc_force_sw, force != 0, __ATOMIC_RELAXED);
+}
+
+int aclprof_crc_hardware(void)
+{
+    if (crc_hw < 0)
+        aclprof_crc_init();
+    return crc_hw == 1 && !__atomic_load_n(&crc_force_sw, __ATOMIC_RELAXED);
+}
+
+uint32_t aclprof_signature(const uint8_t *rec, uint32_t rec_size)
+{
+    if (crc_hw < 0)
+        aclprof_crc_init();
+    if (rec_size <= 4)
+        return 0xFFFFFFFFu;
+#if HAVE_CRC_SSE
+    if (crc_hw == 1 && !__atomic_load_n(&crc_force_sw, __ATOMIC_RELAXED))
+        return crc_sse(0xFFFFFFFFu, rec + 4, rec_size - 4);
+#endif
+    return crc_sw(0xFFFFFFFFu, rec + 4, rec_size - 4);
+}

@@ -1,0 +1,32 @@
+/* What the helper's C files share: the library's declarations, the module's own API and
+ * the few functions one file provides to another.
+ *
+ * The library's prototypes come from cdefs/ (build_ffi.py passes it as an include dir), the
+ * same files cffi's ABI module and the mock are built from: a function pointer type here is
+ * `__typeof__(aclprofX) *`, so a prototype change in cdefs/ reaches the helper through the
+ * compiler instead of through a hand-kept copy. Nothing is linked: the helper only ever calls
+ * through pointers the loader hands it, so naming a prototype adds no undefined symbol.
+ *
+ * _fast.h (the cdef cffi reads) is included too, so the compiler checks each definition
+ * against the declaration Python calls through. */
+#ifndef ACLPROF_FAST_INTERNAL_H
+#define ACLPROF_FAST_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "acl_base.h"
+#include "acl_prof.h"
+
+#include "_fast.h"
+
+/* Shared between the module's files only, not part of its ABI. */
+#define ACLPROF_FAST_HIDDEN __attribute__((visibility("hidden")))
+
+/* _fast_crc.c: builds the table and picks the hardware or table path; called once when the
+ * loader binds the op getters (under its lock), so later calls never race to initialise. */
+ACLPROF_FAST_HIDDEN void aclprof_crc_init(void);
+
+#endif
