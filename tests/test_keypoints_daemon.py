@@ -16,7 +16,7 @@ import pytest
 
 from _daemonlib import Client, InProcess, agent, make_records, wait_until
 from _e2e import Daemon, Worker, env
-from aclprof.cli import _tail_line
+from aclprof.cli.tail import tail_line
 from aclprof.protocol.wire import FLAG_KEYPOINT, Kind
 from aclprofd.aggregate import Aggregator, KeySource
 
@@ -58,7 +58,7 @@ def test_daemon_counts_steps_and_streams_them_marked():
             got += records
         assert [r["kind"] for r in got] == ["op"] * 4 + ["keypoint"]
         assert got[-1]["flag"] == 0 and got[-1]["op_name"] == "keypoint_op"  # the bit is not shown
-        assert "-- step" in _tail_line(got[-1], False) and "-- step" not in _tail_line(got[0], False)
+        assert "-- step" in tail_line(got[-1], False) and "-- step" not in tail_line(got[0], False)
         c = Client(d.path)
         st = wait_until(lambda: (x := c.request(Kind.STATUS))["records_total"] == 5 and x)
         assert st["steps_total"] == 1 and st["agents"][0]["steps"] == 1
