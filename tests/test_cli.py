@@ -14,9 +14,10 @@ import sys
 import time
 
 import pytest
-
 from _agent_worker import FIXED_OPS
-from _e2e import Daemon, Worker, cli, env, wait_for
+from helpers.daemons import Daemon
+from helpers.procs import Worker, cli, env, wait_for
+
 from aclprof.cli import main, parse_duration_ns, parse_time
 
 pytestmark = pytest.mark.timeout(90)

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _daemonlib import make_records
 from aclprofd import config
 from aclprofd.aggregate import NBINS, Aggregator, KeySource, bin_index, bin_value
 from aclprofd.filters import Filter
 from aclprofd.storage import Storage, read_segment
+from helpers.records import make_records
 
 from aclprof.protocol.wire import RECORD_DTYPE
 
