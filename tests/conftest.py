@@ -1,4 +1,5 @@
 """Shared fixtures: every test runs against the bundled mock through the real cffi binding.
+The helpers the tests import live in the ``helpers`` package; this module holds fixtures only.
 
 - The mock is selected before anything loads a library, and environment variables that
   would change the mock's or aclprof's defaults are removed first.
@@ -12,12 +13,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import NamedTuple
 
 # Before aclprof is imported: these would change the defaults the tests expect (aclprof.api.markers
 # reads ACLPROF_TX_DISABLE at import, the mock reads ACLMOCK_* at load and at reset).
@@ -30,11 +29,14 @@ os.environ["ACLPROF_BACKEND"] = "mock"  # inherited by subprocesses unless they 
 os.environ["PYTHONSAFEPATH"] = "1"
 
 import pytest  # noqa: E402
+from helpers.procs import aclprof_threads, clean_env, open_fds  # noqa: E402
+from helpers.profdirs import prof_dirs, read_device_config, read_session, read_tx_events  # noqa: E402
+from helpers.records import EmitLog  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 import aclprof  # noqa: E402
-import aclprof.mock  # noqa: E402
 import aclprof.api.markers  # noqa: E402
+import aclprof.mock  # noqa: E402
 
 aclprof.use_mock()
 
@@ -45,12 +47,8 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 settings.load_profile("aclprof")
 
-REPO = Path(__file__).resolve().parent.parent
-CDEFS = REPO / "cdefs"
 
-# tests/bench holds scripts, not tests. Ignoring it here also keeps pytest from importing
-# tests/bench/conftest.py, which would otherwise shadow this module as "conftest" for the
-# test modules that do `from conftest import ...`.
+# tests/bench holds scripts, not tests (and its own conftest.py, which pytest must not load).
 collect_ignore = ["bench"]
 
 
@@ -82,29 +80,6 @@ def out_dir(tmp_path: Path) -> Path:
 
 # ---- reading back what the mock wrote ------------------------------------------------------
 
-def read_tx_events(prof_dir: Path) -> list[dict]:
-    """Every event of ``host/msproftx.jsonl`` (marks, push/pop pairs, ranges, steps ...)."""
-    path = Path(prof_dir) / "host" / "msproftx.jsonl"
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
-
-
-def read_device_config(prof_dir: Path, device: int) -> dict:
-    """``device_<id>/mock_config.json``: the configuration the device ran with."""
-    return json.loads((Path(prof_dir) / f"device_{device}" / "mock_config.json").read_text())
-
-
-def read_session(prof_dir: Path) -> dict:
-    """``host/mock_session.json``: the session's start (and stop, once stopped)."""
-    return json.loads((Path(prof_dir) / "host" / "mock_session.json").read_text())
-
-
-def prof_dirs(parent: Path) -> list[Path]:
-    """The PROF_* directories directly under ``parent``, sorted by name."""
-    if not Path(parent).is_dir():
-        return []
-    return sorted(p for p in Path(parent).iterdir() if p.name.startswith("PROF_"))
-
-
 @pytest.fixture
 def tx_events():
     return read_tx_events
@@ -126,19 +101,6 @@ def list_prof_dirs():
 
 
 # ---- subprocesses -----------------------------------------------------------------------
-
-def clean_env(**overrides: str | None) -> dict[str, str]:
-    """os.environ without any variable that steers the loader or the mock, plus overrides
-    (a value of None removes the variable)."""
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("ACLPROF_", "ACLMOCK_", "ASCEND_"))}
-    for key, value in overrides.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    return env
-
 
 @pytest.fixture
 def make_env():
@@ -164,63 +126,6 @@ def run_python(tmp_path: Path):
 
 # ---- operator subscription (test_subscription*.py, test_decoder.py) ----------------------
 
-class Emitted(NamedTuple):
-    """One line of the mock's emit log (format: mock_acl/src/subscribe_log.c ``sub_log_record``)."""
-
-    model_id: int
-    op_index: int
-    name_bytes: bytes
-    type_bytes: bytes
-    start: int
-    end: int
-    duration: int
-    flag: int
-    thread_id: int
-    device_id: int
-    corrupt: bool
-
-    @property
-    def name(self) -> str:
-        return self.name_bytes.decode("utf-8", "backslashreplace")
-
-    @property
-    def type(self) -> str:
-        return self.type_bytes.decode("utf-8", "backslashreplace")
-
-    def key(self) -> tuple:
-        """Comparable with :func:`record_key` of a delivered OpRecord."""
-        return (self.model_id, self.name, self.type, self.start, self.end, self.duration,
-                self.flag, self.thread_id, self.device_id)
-
-
-def record_key(rec) -> tuple:
-    """An OpRecord as the tuple :meth:`Emitted.key` gives (execution_time is not logged)."""
-    return (rec.model_id, rec.op_name, rec.op_type, rec.start, rec.end, rec.duration,
-            rec.flag, rec.thread_id, rec.device_id)
-
-
-def read_emit_log(path: Path) -> list[Emitted]:
-    """Every record the mock emitted while the log was on, in emission order."""
-    out = []
-    for line in Path(path).read_text(encoding="ascii").splitlines():
-        f = line.split("\t")
-        assert len(f) == 11, f"malformed emit log line {line!r}"
-        out.append(Emitted(int(f[0]), int(f[1]), bytes.fromhex(f[2]), bytes.fromhex(f[3]),
-                           int(f[4]), int(f[5]), int(f[6]), int(f[7]), int(f[8]), int(f[9]),
-                           f[10] == "1"))
-    return out
-
-
-def open_fds() -> set[int]:
-    return {int(n) for n in os.listdir("/proc/self/fd")}
-
-
-def aclprof_threads() -> list:
-    import threading
-
-    return [t for t in threading.enumerate() if t.name.startswith("aclprof-")]
-
-
 @pytest.fixture
 def no_leaks():
     """Fails the test if it leaves an fd open or an ``aclprof-*`` thread running."""
@@ -229,17 +134,6 @@ def no_leaks():
     assert aclprof_threads() == [], "a subscription thread is still running"
     leaked = open_fds() - before
     assert not leaked, f"fds leaked: {sorted(leaked)}"
-
-
-class EmitLog:
-    """The mock's own account of the records it emitted (``aclprof.mock.set_emit_log``)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    def read(self, model_id: int | None = None) -> list[Emitted]:
-        lines = read_emit_log(self.path) if self.path.exists() else []
-        return [e for e in lines if model_id is None or e.model_id == model_id]
 
 
 @pytest.fixture

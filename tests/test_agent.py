@@ -13,7 +13,8 @@ import tempfile
 
 import pytest
 
-from _e2e import Daemon, Worker, wait_for
+from helpers.daemons import Daemon
+from helpers.procs import Worker, wait_for
 from _fakedaemon import FakeDaemon
 from _agent_worker import FIXED_OPS
 

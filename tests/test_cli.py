@@ -14,9 +14,10 @@ import sys
 import time
 
 import pytest
-
 from _agent_worker import FIXED_OPS
-from _e2e import Daemon, Worker, cli, env, wait_for
+from helpers.daemons import Daemon
+from helpers.procs import Worker, cli, env, wait_for
+
 from aclprof.cli import main, parse_duration_ns, parse_time
 
 pytestmark = pytest.mark.timeout(90)
@@ -93,6 +94,30 @@ def test_help_and_usage_errors(capsys):
 
 # -- status / doctor -------------------------------------------------------------------------
 
+_COMMANDS = ("tail", "top", "status", "export", "demo", "doctor")
+_SHARED = ("aclprof.cli.common", "aclprof.cli.client", "aclprof.cli.launch", "aclprof.cli.topview")
+
+
+@pytest.mark.parametrize("command", _COMMANDS)
+def test_commands_import_only_the_shared_modules(command):
+    """No cycles: a command module imports common and helpers, never main nor another command."""
+    import ast
+    import importlib
+
+    path = importlib.import_module(f"aclprof.cli.{command}").__file__
+    assert path is not None
+    tree = ast.parse(open(path, encoding="utf-8").read())
+    cli_imports = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                   and (n.module or "").startswith("aclprof.cli")}
+    assert cli_imports <= set(_SHARED), cli_imports
+
+
+def test_every_command_help_shows_examples(capsys):
+    for command in _COMMANDS:
+        assert main([command, "--help"]) == 0
+        assert "examples:" in capsys.readouterr().out, command
+
+
 def test_status_unreachable_exits_2(tmp_path):
     p = cli("status", "--socket", str(tmp_path / "none.sock"))
     assert p.returncode == 2
@@ -167,7 +192,7 @@ def test_top_once_table(daemon, fed):
 
 
 def test_top_view_keys():
-    from aclprof.cli.top import TopView
+    from aclprof.cli.topview import TopView
 
     v = TopView()
     for ch in "c":

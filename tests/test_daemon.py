@@ -12,8 +12,10 @@ import time
 
 import numpy as np
 import pytest
+from helpers.daemons import Client, InProcess, agent, status
+from helpers.procs import wait_for
+from helpers.records import make_records
 
-from _daemonlib import Client, InProcess, agent, make_records, status, wait_until
 from aclprof.protocol.wire import HEADER, MAGIC, MAX_PAYLOAD, Kind, decode_json, encode, encode_json
 
 
@@ -24,7 +26,7 @@ def daemon():
 
 
 def test_handshake_welcome(daemon):
-    c = Client(daemon.path)
+    c = Client(daemon.socket)
     assert c.welcome["protocol"] == 2  # protocol 2: JSON Lines records, END (PROTOCOL.md)
     assert c.welcome["pid"] == os.getpid()
     assert isinstance(c.welcome["version"], str) and c.welcome["started_ts"] <= time.time()
@@ -39,7 +41,7 @@ def test_handshake_welcome(daemon):
     encode(Kind.HELLO, b"[1, 2]"),
 ])
 def test_bad_handshake_gets_error_and_close(daemon, first):
-    c = Client(daemon.path, hello=False)
+    c = Client(daemon.socket, hello=False)
     c.sock.sendall(first)
     kind, payload = c.recv()
     assert kind == Kind.ERROR and decode_json(payload)["message"]
@@ -47,15 +49,15 @@ def test_bad_handshake_gets_error_and_close(daemon, first):
 
 
 def test_control_requests(daemon):
-    a = agent(daemon.path, service="resnet", labels={"team": "vision"})
+    a = agent(daemon.socket, service="resnet", labels={"team": "vision"})
     a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {"m": "resnet50"}})
     a.send_json(Kind.WATCH, {"model_id": 2, "device": 1, "labels": {}})
     a.send_json(Kind.UNWATCH, {"model_id": 2})
     durations = np.arange(1, 1001, dtype=np.uint64) * 1000  # 1..1000 us
     a.send_batch(make_records(1000, durations=durations))
     a.send_json(Kind.LOSS, {"dropped": 7, "reason": "buffer full"})
-    c = Client(daemon.path)
-    st = wait_until(lambda: (s := c.request(Kind.STATUS))["records_total"] == 1000 and s["dropped_by_agents"] == 7 and s)
+    c = Client(daemon.socket)
+    st = wait_for(lambda: (s := c.request(Kind.STATUS))["records_total"] == 1000 and s["dropped_by_agents"] == 7 and s)
     assert st["healthy"] is False and any("dropped" in p for p in st["problems"])
     [ag] = st["agents"]
     assert ag["service"] == "resnet" and ag["labels"] == {"team": "vision"} and ag["records"] == 1000
@@ -93,14 +95,14 @@ def test_control_requests(daemon):
     assert c.request(Kind.RESET) == {}
     assert c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "type"})["rows"] == []
     a.send_batch(make_records(10))
-    wait_until(lambda: c.request(Kind.SNAPSHOT, {"window": "10s", "group_by": "type"})["rows"], what="new rows")
+    wait_for(lambda: c.request(Kind.SNAPSHOT, {"window": "10s", "group_by": "type"})["rows"], what="new rows")
 
 
 def test_stream_with_filters(daemon):
-    a = agent(daemon.path, service="svc")
-    s = Client(daemon.path)
+    a = agent(daemon.socket, service="svc")
+    s = Client(daemon.socket)
     s.send_json(Kind.STREAM, {"filter": {"type": "Mat", "min_duration_ns": 2000}})
-    wait_until(lambda: any(c.stream is not None for c in list(daemon.daemon.conns.values())))
+    wait_for(lambda: any(c.stream is not None for c in list(daemon.daemon.conns.values())))
     a.send_batch(make_records(100, durations=np.where(np.arange(100) % 4 < 2, 1000, 3000)))
     got: list[dict] = []
     while len(got) < 25:
@@ -125,14 +127,15 @@ def _agent_thread(path: str, idx: int, batches: int, size: int, dropped: int) ->
 
 def test_several_agents_accounting(daemon):
     n_agents, batches, size = 6, 40, 1000
-    threads = [threading.Thread(target=_agent_thread, args=(daemon.path, i, batches, size, i)) for i in range(n_agents)]
+    threads = [threading.Thread(target=_agent_thread, args=(daemon.socket, i, batches, size, i))
+               for i in range(n_agents)]
     for t in threads:
         t.start()
     for t in threads:
         t.join(30)
-    c = Client(daemon.path)
+    c = Client(daemon.socket)
     sent = n_agents * batches * size
-    st = wait_until(lambda: (s := c.request(Kind.STATUS))["records_total"] == sent and not s["agents"] and s,
+    st = wait_for(lambda: (s := c.request(Kind.STATUS))["records_total"] == sent and not s["agents"] and s,
                     what="all records")
     assert st["dropped_by_agents"] == sum(range(n_agents))
     snap = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "name"})
@@ -169,7 +172,7 @@ def _garbage_frames() -> list[bytes]:
 
 
 def test_hostile_clients_do_not_affect_a_good_agent(daemon):
-    good = agent(daemon.path, service="good")
+    good = agent(daemon.socket, service="good")
     stop = threading.Event()
     sent = [0]
 
@@ -184,44 +187,44 @@ def test_hostile_clients_do_not_affect_a_good_agent(daemon):
     try:
         frames = _garbage_frames()
         for frame in frames:
-            bad = Client(daemon.path, hello=False)
+            bad = Client(daemon.socket, hello=False)
             bad.sock.sendall(frame)
             assert bad.closed_by_peer(), frame[:40]
             bad.close()
         # a client that sends half a frame and disappears
-        half = Client(daemon.path, hello=False)
+        half = Client(daemon.socket, hello=False)
         half.sock.sendall(encode_json(Kind.HELLO, {"role": "agent", "pid": 1, "host": "h"})[:7])
         half.close()
     finally:
         stop.set()
         t.join(10)
-    st = wait_until(lambda: (s := status(daemon.path))["records_total"] == sent[0] and s, what="good records")
+    st = wait_for(lambda: (s := status(daemon.socket))["records_total"] == sent[0] and s, what="good records")
     assert st["protocol_errors"] >= len(frames) - 1  # HTTP garbage and friends all count
     assert [a["service"] for a in st["agents"]] == ["good"]
 
 
 def test_slow_stream_client_does_not_slow_ingestion():
     with InProcess(stream_buffer_bytes="64KiB") as d:
-        slow = Client(d.path)
+        slow = Client(d.socket)
         slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         slow.send_json(Kind.STREAM, {"filter": {}})
-        wait_until(lambda: any(c.stream is not None for c in list(d.daemon.conns.values())))
-        a = agent(d.path)
+        wait_for(lambda: any(c.stream is not None for c in list(d.daemon.conns.values())))
+        a = agent(d.socket)
         batches, size = 200, 2000
         t0 = time.monotonic()
         for _ in range(batches):
             a.send_batch(make_records(size))
         sent = batches * size
-        wait_until(lambda: status(d.path)["records_total"] == sent, what="ingestion")
+        wait_for(lambda: status(d.socket)["records_total"] == sent, what="ingestion")
         elapsed = time.monotonic() - t0
         assert elapsed < 10
-        st = status(d.path)
+        st = status(d.socket)
         assert st["stream_skipped"] > 0
         # now read everything: records received + skipped == records sent
         received = skipped = 0
         slow.sock.settimeout(5)
         while received + skipped < sent:
-            records, n, kind = slow.stream_frames()
+            records, n, _kind = slow.stream_frames()
             received += len(records)
             skipped += n
         assert received + skipped == sent and skipped == st["stream_skipped"]
@@ -229,14 +232,14 @@ def test_slow_stream_client_does_not_slow_ingestion():
 
 def test_disk_cap_rotates_and_export_still_works():
     with InProcess(segment_bytes="64KiB", disk_bytes="256KiB", flush_interval_s="0.05") as d:
-        a = agent(d.path)
+        a = agent(d.socket)
         batches, size = 40, 500  # 40 x 28 KB = 1.1 MB through a 256 KiB cap
         for i in range(batches):
             a.send_batch(make_records(size, durations=1000 + i))
             if i % 5 == 0:
-                wait_until(lambda: status(d.path)["records_total"] == (i + 1) * size)
-        c = Client(d.path)
-        st = wait_until(lambda: (s := c.request(Kind.STATUS))["records_total"] == batches * size
+                wait_for(lambda n=(i + 1) * size: status(d.socket)["records_total"] == n)
+        c = Client(d.socket)
+        st = wait_for(lambda: (s := c.request(Kind.STATUS))["records_total"] == batches * size
                         and s["storage"]["deleted_for_cap"] > 0 and s)
         assert st["storage"]["bytes"] <= 256 * 1024 + 64 * 1024
         # a bounded store sitting at its cap is normal: informational, not a problem
@@ -248,30 +251,31 @@ def test_disk_cap_rotates_and_export_still_works():
         assert 0 < len(records) < batches * size
         assert max(r["duration_ns"] for r in records) == 1000 + batches - 1  # the newest are kept
         a.send_batch(make_records(size))  # still ingesting after rotation
-        wait_until(lambda: c.request(Kind.STATUS)["records_total"] == (batches + 1) * size)
+        wait_for(lambda: c.request(Kind.STATUS)["records_total"] == (batches + 1) * size)
 
 
 def test_socket_mode_and_stale_and_live_socket(tmp_path):
-    from aclprofd.sockets import DaemonError, bind_socket as _bind
+    from aclprofd.sockets import DaemonError
+    from aclprofd.sockets import bind_socket as _bind
     with InProcess() as d:
-        assert oct(os.stat(d.path).st_mode & 0o777) == "0o660"
+        assert oct(os.stat(d.socket).st_mode & 0o777) == "0o660"
         with pytest.raises(DaemonError, match="another aclprofd is already listening"):
-            _bind(d.path, None)
+            _bind(d.socket, None)
         d.stop()
-        assert not os.path.exists(d.path)
+        assert not os.path.exists(d.socket)
         # a stale socket file (its daemon died) is replaced
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        s.bind(d.path)
+        s.bind(d.socket)
         s.close()
-        assert os.path.exists(d.path)
-        sock = _bind(d.path, None)
+        assert os.path.exists(d.socket)
+        sock = _bind(d.socket, None)
         sock.close()
-        os.unlink(d.path)
+        os.unlink(d.socket)
         # not a socket: refused, left alone
-        open(d.path, "w").close()
+        open(d.socket, "w").close()
         with pytest.raises(DaemonError, match="not a socket"):
-            _bind(d.path, None)
-        assert os.path.isfile(d.path)
+            _bind(d.socket, None)
+        assert os.path.isfile(d.socket)
 
 
 def _goodbye(c: Client) -> dict:
@@ -286,12 +290,12 @@ def _goodbye(c: Client) -> dict:
 
 def test_graceful_stop_drains_agents_and_says_goodbye():
     with InProcess(flush_interval_s="30") as d:  # only the stop can store anything
-        a = agent(d.path, service="bye")
-        c = Client(d.path)
+        a = agent(d.socket, service="bye")
+        c = Client(d.socket)
         for _ in range(5):
             a.send_batch(make_records(1000))
         a.send_json(Kind.LOSS, {"dropped": 3, "reason": "test"})
-        wait_until(lambda: c.request(Kind.STATUS)["records_total"] == 5000, what="ingestion")
+        wait_for(lambda: c.request(Kind.STATUS)["records_total"] == 5000, what="ingestion")
         # From now on the loop reads nothing: what follows is in the socket buffer when
         # the stop begins, and only the stop's drain can count it.
         d.daemon._read = lambda conn: None
@@ -306,7 +310,7 @@ def test_graceful_stop_drains_agents_and_says_goodbye():
 def test_goodbye_count_is_stored(tmp_path):
     data = str(tmp_path / "data")
     with InProcess(data_dir=data, flush_interval_s="30") as d:
-        a = agent(d.path)
+        a = agent(d.socket)
         for _ in range(10):
             a.send_batch(make_records(700))
         d.stop()
@@ -317,7 +321,7 @@ def test_goodbye_count_is_stored(tmp_path):
 
 
 def test_protocol_error_of_an_agent_gets_error_then_goodbye(daemon):
-    a = agent(daemon.path)
+    a = agent(daemon.socket)
     a.send_batch(make_records(300))
     a.sock.sendall(encode(Kind.BATCH, b"\0" * 57))  # not whole records
     assert _goodbye(a) == {"records": 300, "dropped": 0}
@@ -343,20 +347,20 @@ def _count_all(path: str, window: str = "all") -> int:
 def test_aggregates_continue_across_a_restart_and_reset_clears_them(tmp_path):
     data = str(tmp_path / "data")
     with InProcess(data_dir=data) as d:
-        a = agent(d.path)
+        a = agent(d.socket)
         a.send_batch(make_records(1234))
-        wait_until(lambda: _count_all(d.path) == 1234, what="ingestion")
+        wait_for(lambda: _count_all(d.socket) == 1234, what="ingestion")
         a.close()
     assert os.path.exists(os.path.join(data, "aggregates.npz"))
     with InProcess(data_dir=data) as d:
-        assert _count_all(d.path) == 1234 and _count_all(d.path, "10s") == 0
-        st = status(d.path)
+        assert _count_all(d.socket) == 1234 and _count_all(d.socket, "10s") == 0
+        st = status(d.socket)
         assert st["records_total"] == 0 and st["aggregates"]["keys"] == 2
-        c = Client(d.path)
+        c = Client(d.socket)
         assert c.request(Kind.RESET) == {}
         c.close()
     with InProcess(data_dir=data) as d:  # the reset was saved at once
-        assert _count_all(d.path) == 0
+        assert _count_all(d.socket) == 0
 
 
 def test_unreadable_aggregates_file_is_set_aside(tmp_path):
@@ -364,26 +368,26 @@ def test_unreadable_aggregates_file_is_set_aside(tmp_path):
     data.mkdir()
     (data / "aggregates.npz").write_bytes(b"PK\x03\x04 torn")
     with InProcess(data_dir=str(data)) as d:
-        assert status(d.path)["healthy"] and _count_all(d.path) == 0
+        assert status(d.socket)["healthy"] and _count_all(d.socket) == 0
     assert (data / "aggregates.npz.bad").exists()
 
 
 def test_restored_other_bucket_is_no_new_problem(tmp_path):
     data = str(tmp_path / "data")
     with InProcess(data_dir=data, max_keys="1") as d:
-        a = agent(d.path)
+        a = agent(d.socket)
         a.send_batch(make_records(100))  # two keys: one of them goes to "(other)"
-        st = wait_until(lambda: (s := status(d.path))["problems"] and s, what="the key cap problem")
+        st = wait_for(lambda: (s := status(d.socket))["problems"] and s, what="the key cap problem")
         assert "key cap" in st["problems"][0] and st["aggregates"]["other_bucket_records"] == 50
         a.close()
     with InProcess(data_dir=data, max_keys="1") as d:
         # Two records of the key that kept its place under the cap; once the segment files
         # grew, a flush ran, and the flush (same loop turn) is where "(other)" growth is noticed.
-        before = status(d.path)["storage"]["bytes"]
-        a = agent(d.path)
+        before = status(d.socket)["storage"]["bytes"]
+        a = agent(d.socket)
         a.send_batch(make_records(2, types=(1,), names=(3,)))
-        wait_until(lambda: status(d.path)["storage"]["bytes"] > before, what="a flush after the restart")
-        assert _count_all(d.path) == 102
-        st = status(d.path)
+        wait_for(lambda: status(d.socket)["storage"]["bytes"] > before, what="a flush after the restart")
+        assert _count_all(d.socket) == 102
+        st = status(d.socket)
         assert st["aggregates"]["other_bucket_records"] == 50 and st["healthy"], st["problems"]
         a.close()

@@ -11,14 +11,15 @@ import signal
 import socket
 import subprocess
 import tempfile
-import sys
 import urllib.request
 
 import pytest
+from helpers.daemons import Client, agent, running, status
+from helpers.procs import short_tmpdir, wait_for
+from helpers.records import make_records
 
-from _daemonlib import REPO, Client, agent, make_records, running, short_tmpdir, status, wait_until
-from aclprof.protocol.wire import Kind, decode_json
 from aclprof.cli.launch import daemon_argv
+from aclprof.protocol.wire import Kind
 
 
 @pytest.fixture
@@ -48,14 +49,14 @@ def test_help_and_usage_errors(tmp):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_requests_then_signal_exit_flushes(tmp, sig):
     with running(tmp, "--flush-interval", "30") as d:  # only the shutdown flush can store them
-        tail = Client(d.path)
+        tail = Client(d.socket)
         tail.send_json(Kind.STREAM, {"filter": {"type": "Conv"}})
-        c = Client(d.path)
+        c = Client(d.socket)
         assert c.request(Kind.STATUS)["records_total"] == 0  # STREAM was handled before this
-        a = agent(d.path, service="svc")
+        a = agent(d.socket, service="svc")
         a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {}})
         a.send_batch(make_records(3000))
-        wait_until(lambda: c.request(Kind.STATUS)["records_total"] == 3000)
+        wait_for(lambda: c.request(Kind.STATUS)["records_total"] == 3000)
         streamed = 0
         while streamed < 1500:
             records, skipped, kind = tail.stream_frames()
@@ -66,33 +67,33 @@ def test_requests_then_signal_exit_flushes(tmp, sig):
         snap = c.request(Kind.SNAPSHOT, {"window": "10s", "group_by": "type", "filter": {}})
         assert sum(r["count"] for r in snap["rows"]) == 3000
         assert c.request(Kind.RESET) == {}
-        assert d.terminate(sig) == 0
-        assert not os.path.exists(d.path)
+        assert d.stop(sig) == 0
+        assert not os.path.exists(d.socket)
         lines = d.log_lines()
         assert any(line["event"] == "stopped" for line in lines)
     with running(tmp) as d2:
-        c = Client(d2.path)
+        c = Client(d2.socket)
         recs = c.export()
         assert len(recs) == 3000 and recs[0]["service"] == "svc"
-        assert d2.terminate() == 0
+        assert d2.stop() == 0
 
 
 def test_kill_9_then_restart_keeps_flushed_data(tmp):
     with running(tmp) as d:  # flush interval 0.2 s
-        a = agent(d.path)
+        a = agent(d.socket)
         a.send_batch(make_records(2000))
-        wait_until(lambda: status(d.path)["storage"]["bytes"] >= 2000 * 56, what="flush")
+        wait_for(lambda: status(d.socket)["storage"]["bytes"] >= 2000 * 56, what="flush")
         d.proc.kill()
         d.proc.wait(10)
-        assert os.path.exists(d.path)  # left behind: the next daemon must clean it
+        assert os.path.exists(d.socket)  # left behind: the next daemon must clean it
     with running(tmp) as d2:
-        assert len(Client(d2.path).export()) == 2000
-        a = agent(d2.path)
+        assert len(Client(d2.socket).export()) == 2000
+        a = agent(d2.socket)
         a.send_batch(make_records(10))
-        wait_until(lambda: status(d2.path)["records_total"] == 10)
-        assert d2.terminate() == 0
+        wait_for(lambda: status(d2.socket)["records_total"] == 10)
+        assert d2.stop() == 0
     with running(tmp) as d3:
-        assert len(Client(d3.path).export()) == 2010
+        assert len(Client(d3.socket).export()) == 2010
 
 
 def _count_all(path: str) -> int:
@@ -113,31 +114,31 @@ def _saved_count(path: str) -> int:
 def test_aggregates_survive_sigterm_and_kill_9(tmp):
     saved = os.path.join(tmp, "data", "aggregates.npz")
     with running(tmp, "--flush-interval", "30") as d:  # only the clean stop saves them
-        a = agent(d.path)
+        a = agent(d.socket)
         a.send_batch(make_records(1500))
-        wait_until(lambda: _count_all(d.path) == 1500, what="ingestion")
+        wait_for(lambda: _count_all(d.socket) == 1500, what="ingestion")
         assert not os.path.exists(saved)
-        assert d.terminate() == 0
+        assert d.stop() == 0
     with running(tmp) as d2:  # flush interval 0.2 s
-        assert _count_all(d2.path) == 1500
-        a = agent(d2.path)
+        assert _count_all(d2.socket) == 1500
+        a = agent(d2.socket)
         a.send_batch(make_records(500))
-        wait_until(lambda: _count_all(d2.path) == 2000, what="ingestion")
-        wait_until(lambda: _saved_count(saved) == 2000, what="a flush to save the aggregates")
+        wait_for(lambda: _count_all(d2.socket) == 2000, what="ingestion")
+        wait_for(lambda: _saved_count(saved) == 2000, what="a flush to save the aggregates")
         d2.proc.kill()
         d2.proc.wait(10)
     with running(tmp) as d3:
-        assert _count_all(d3.path) == 2000
-        snap = Client(d3.path).request(Kind.SNAPSHOT, {"window": "10s"})
+        assert _count_all(d3.socket) == 2000
+        snap = Client(d3.socket).request(Kind.SNAPSHOT, {"window": "10s"})
         assert snap["rows"] == []  # the sliding windows restart empty
-        assert d3.terminate() == 0
+        assert d3.stop() == 0
 
 
 def test_refuses_a_live_socket(tmp):
     with running(tmp) as d:
-        r = _run("--socket", d.path, "--data-dir", os.path.join(tmp, "other"), "--prometheus-port", "0")
+        r = _run("--socket", d.socket, "--data-dir", os.path.join(tmp, "other"), "--prometheus-port", "0")
         assert r.returncode == 1 and "another aclprofd is already listening" in r.stderr
-        assert status(d.path)["healthy"]  # the first one is unharmed
+        assert status(d.socket)["healthy"]  # the first one is unharmed
 
 
 def test_stale_socket_is_replaced(tmp):
@@ -146,8 +147,8 @@ def test_stale_socket_is_replaced(tmp):
     s.bind(path)
     s.close()
     with running(tmp) as d:
-        assert status(d.path)["pid"] == d.proc.pid
-        assert oct(os.stat(d.path).st_mode & 0o777) == "0o660"
+        assert status(d.socket)["pid"] == d.proc.pid
+        assert oct(os.stat(d.socket).st_mode & 0o777) == "0o660"
 
 
 def test_sighup_reopens_logs_and_reloads_config(tmp):
@@ -155,34 +156,34 @@ def test_sighup_reopens_logs_and_reloads_config(tmp):
     with open(cfg, "w") as f:
         f.write('log_level = "info"\ndisk_cap = "1GiB"\n')
     with running(tmp, "--config", cfg) as d:
-        wait_until(lambda: d.log_lines(), what="first log line")
-        os.rename(d.log, d.log + ".1")  # as logrotate does
+        wait_for(lambda: d.log_lines(), what="first log line")
+        os.rename(d.log_path, d.log_path + ".1")  # as logrotate does
         with open(cfg, "w") as f:
             f.write('log_level = "debug"\ndisk_cap = "2GiB"\nprometheus_port = 1\nmax_keys = 5\n')
         d.proc.send_signal(signal.SIGHUP)
-        line = wait_until(lambda: next((x for x in d.log_lines() if x["event"] == "config reloaded"), None),
+        line = wait_for(lambda: next((x for x in d.log_lines() if x["event"] == "config reloaded"), None),
                           what="reload log line in the new file")
         # prometheus_port is also given as a flag (flags win): unchanged
         assert set(line["changed"]) == {"log_level", "disk_cap"} and line["needs_restart"] == ["max_keys"]
-        st = status(d.path)
+        st = status(d.socket)
         assert st["storage"]["disk_cap_bytes"] == 2 << 30
         # a broken config file keeps the running settings
         with open(cfg, "w") as f:
             f.write("disk_cap = [\n")
         d.proc.send_signal(signal.SIGHUP)
-        wait_until(lambda: any(x["event"].startswith("config reload failed") for x in d.log_lines()))
-        assert status(d.path)["healthy"] and d.terminate() == 0
+        wait_for(lambda: any(x["event"].startswith("config reload failed") for x in d.log_lines()))
+        assert status(d.socket)["healthy"] and d.stop() == 0
 
 
 def test_hostile_frame_logged_with_pid(tmp):
     with running(tmp) as d:
-        good = agent(d.path)
-        bad = Client(d.path, "agent", pid=4242)
+        good = agent(d.socket)
+        bad = Client(d.socket, "agent", pid=4242)
         bad.sock.sendall(b"\xff" * 64)
         assert bad.closed_by_peer()
         good.send_batch(make_records(100))
-        wait_until(lambda: status(d.path)["records_total"] == 100)
-        line = wait_until(lambda: next((x for x in d.log_lines() if x.get("pid") == 4242 and x.get("level") == "warning"),
+        wait_for(lambda: status(d.socket)["records_total"] == 100)
+        line = wait_for(lambda: next((x for x in d.log_lines() if x.get("pid") == 4242 and x.get("level") == "warning"),
                                        None))
         assert "bad magic" in line["reason"]
 
@@ -198,16 +199,17 @@ def _free_port() -> int:
 def test_prometheus_metrics_on_loopback(tmp):
     port = _free_port()
     with running(tmp, prometheus_port=port) as d:
-        a = agent(d.path, service="svc", pid=777)
+        a = agent(d.socket, service="svc", pid=777)
         a.send_batch(make_records(1000, durations=[5000, 2_000_000] * 500))
         a.send_json(Kind.LOSS, {"dropped": 3, "reason": "x"})
-        wait_until(lambda: status(d.path)["records_total"] == 1000)
+        wait_for(lambda: status(d.socket)["records_total"] == 1000)
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         assert "aclprofd_records_total 1000.0" in text
         assert 'aclprofd_agent_dropped_records_total{pid="777",service="svc"} 3.0' in text
         assert "aclprofd_connected_agents 1.0" in text
         assert "aclprofd_storage_bytes" in text and "aclprofd_agent_lag_seconds" in text
-        conv = [x for x in text.splitlines() if x.startswith("aclprofd_op_duration_seconds") and 'op_type="Conv2D"' in x]
+        conv = [x for x in text.splitlines()
+                if x.startswith("aclprofd_op_duration_seconds") and 'op_type="Conv2D"' in x]
         assert conv and all("op_name" not in x for x in conv)
         assert any(x.startswith("aclprofd_op_duration_seconds_count") and x.endswith(" 500.0") for x in conv)
         # every Conv2D record took 5 us: all of them in the le=2**13 ns bucket, none in 2**12

@@ -15,9 +15,21 @@ import urllib.request
 
 import numpy as np
 import pytest
+from helpers.daemons import Client, InProcess, agent, status
+from helpers.procs import wait_for
+from helpers.records import make_records
 
-from _daemonlib import Client, InProcess, agent, make_records, status, wait_until
-from aclprof.protocol.wire import HEADER, MAGIC, RECORD_DTYPE, FrameReader, Kind, decode_batch, decode_json, encode, encode_batch
+from aclprof.protocol.wire import (
+    HEADER,
+    MAGIC,
+    RECORD_DTYPE,
+    FrameReader,
+    Kind,
+    decode_batch,
+    decode_json,
+    encode,
+    encode_batch,
+)
 
 # The frame kinds as PROTOCOL.md numbers them (not taken from the project's enum).
 STREAM_RECORDS, EXPORT_RECORDS, END, STREAM_SKIPPED = 23, 27, 31, 32
@@ -42,11 +54,11 @@ def _expected_lines(ts: list[str], pid: int) -> bytes:
     """The two records of _two_records() as PROTOCOL.md's "record" and JSON Lines say,
     written out by hand; ``ts`` is the daemon's receive time as it wrote it."""
     return (
-        '{"ts":%s,"host":"testhost","pid":%d,"service":"svc","device":0,"model":1,"op_type":"Conv2D",'
+        f'{{"ts":{ts[0]},"host":"testhost","pid":{pid},"service":"svc","device":0,"model":1,"op_type":"Conv2D",'
         '"op_name":"conv1","start":1000,"end":3000,"duration_ns":2000,"flag":0,"thread_id":7,"kind":"op"}\n'
-        '{"ts":%s,"host":"testhost","pid":%d,"service":"svc","device":0,"model":1,"op_type":"MatMul",'
+        f'{{"ts":{ts[1]},"host":"testhost","pid":{pid},"service":"svc","device":0,"model":1,"op_type":"MatMul",'
         '"op_name":"fc1","start":3000,"end":3500,"duration_ns":500,"flag":1,"thread_id":7,"kind":"op"}\n'
-        % (ts[0], pid, ts[1], pid)).encode("utf-8")
+        ).encode()
 
 
 def _receive_times(payload: bytes, t0: float, t1: float) -> list[str]:
@@ -60,11 +72,11 @@ def _receive_times(payload: bytes, t0: float, t1: float) -> list[str]:
 def test_export_payload_is_json_lines_and_ends_with_end():
     with InProcess() as d:
         t0 = time.time()
-        a = agent(d.path, service="svc", pid=4242)
+        a = agent(d.socket, service="svc", pid=4242)
         a.send_batch(_two_records())
-        wait_until(lambda: status(d.path)["records_total"] == 2)
+        wait_for(lambda: status(d.socket)["records_total"] == 2)
         t1 = time.time()
-        c = Client(d.path)
+        c = Client(d.socket)
         c.send_json(Kind.EXPORT, {"since_ts": None, "until_ts": None, "filter": {}})
         kind, payload = c.recv()
         assert int(kind) == EXPORT_RECORDS
@@ -80,11 +92,11 @@ def test_export_payload_is_json_lines_and_ends_with_end():
 def test_stream_payload_is_json_lines_and_stop_sends_end():
     d = InProcess()
     try:
-        s = Client(d.path)
+        s = Client(d.socket)
         s.send_json(Kind.STREAM, {"filter": {}})
-        wait_until(lambda: any(c.stream is not None for c in list(d.daemon.conns.values())))
+        wait_for(lambda: any(c.stream is not None for c in list(d.daemon.conns.values())))
         t0 = time.time()
-        a = agent(d.path, service="svc", pid=4243)
+        a = agent(d.socket, service="svc", pid=4243)
         a.send_batch(_two_records())
         kind, payload = s.recv()
         t1 = time.time()
@@ -101,15 +113,15 @@ def test_stream_payload_is_json_lines_and_stop_sends_end():
 
 def test_stream_skipped_frame_and_end_totals():
     with InProcess(stream_buffer_bytes="64KiB") as d:
-        slow = Client(d.path)
+        slow = Client(d.socket)
         slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         slow.send_json(Kind.STREAM, {"filter": {}})
-        wait_until(lambda: any(c.stream is not None for c in list(d.daemon.conns.values())))
-        a = agent(d.path)
+        wait_for(lambda: any(c.stream is not None for c in list(d.daemon.conns.values())))
+        a = agent(d.socket)
         sent = 100 * 2000
         for _ in range(100):
             a.send_batch(make_records(2000))
-        wait_until(lambda: status(d.path)["records_total"] == sent, what="ingestion")
+        wait_for(lambda: status(d.socket)["records_total"] == sent, what="ingestion")
         received = skipped = 0
         saw_skipped_frame = False
         slow.sock.settimeout(5)
@@ -121,7 +133,7 @@ def test_stream_skipped_frame_and_end_totals():
             else:
                 assert int(kind) == STREAM_RECORDS
                 received += bytes(payload).count(b"\n")
-        assert saw_skipped_frame and skipped == status(d.path)["stream_skipped"]
+        assert saw_skipped_frame and skipped == status(d.socket)["stream_skipped"]
         d.stop()
         kind, payload = slow.recv()
         assert int(kind) == END and json.loads(bytes(payload)) == {"records": received, "skipped": skipped}
@@ -131,19 +143,19 @@ def test_cli_client_stream_returns_at_end_and_export_checks_count():
     from aclprof.cli.client import Client as CliClient
     d = InProcess()
     try:
-        a = agent(d.path, service="svc")
+        a = agent(d.socket, service="svc")
         a.send_batch(make_records(3000))
-        wait_until(lambda: status(d.path)["records_total"] == 3000)
-        c = CliClient(d.path)
+        wait_for(lambda: status(d.socket)["records_total"] == 3000)
+        c = CliClient(d.socket)
         assert sum(len(b) for b in c.export(None, None, {})) == 3000
         lines = b"".join(c.export_jsonl(None, None, {"type": "Conv"})).splitlines()
         assert len(lines) == 1500 and all(json.loads(x)["op_type"] == "Conv2D" for x in lines)
         c.close()
-        s = CliClient(d.path)
+        s = CliClient(d.socket)
         frames = s.stream({})  # STREAM goes out at the first next()
 
         def send_when_streaming() -> None:
-            wait_until(lambda: any(c.stream is not None for c in list(d.daemon.conns.values())))
+            wait_for(lambda: any(c.stream is not None for c in list(d.daemon.conns.values())))
             a.send_batch(make_records(10))
         t = threading.Thread(target=send_when_streaming)
         t.start()
@@ -161,14 +173,14 @@ def test_dispatch_tables_and_forbidden_kinds_close_only_that_connection(daemon):
     d = daemon.daemon
     assert set(d.control.handlers) == {Kind.STATUS, Kind.SNAPSHOT, Kind.STREAM, Kind.EXPORT, Kind.RESET}
     assert set(d.ingest.handlers) == {Kind.BATCH, Kind.NAMES, Kind.LOSS, Kind.WATCH, Kind.UNWATCH}
-    good = agent(daemon.path, service="good")
-    watcher = Client(daemon.path)
+    good = agent(daemon.socket, service="good")
+    watcher = Client(daemon.socket)
     cases = [
-        (Client(daemon.path), encode(Kind.BATCH, b""), "BATCH is not allowed from a control client"),
-        (Client(daemon.path), encode(Kind.GOODBYE, b"{}"), "GOODBYE is not allowed from a control client"),
-        (agent(daemon.path), encode(Kind.STATUS, b"{}"), "STATUS is not allowed from an agent"),
-        (agent(daemon.path), encode(Kind.END, b"{}"), "END is not allowed from an agent"),
-        (Client(daemon.path), HEADER.pack(MAGIC, 1, 28, 0, 2) + b"{}", "unknown frame kind 28"),
+        (Client(daemon.socket), encode(Kind.BATCH, b""), "BATCH is not allowed from a control client"),
+        (Client(daemon.socket), encode(Kind.GOODBYE, b"{}"), "GOODBYE is not allowed from a control client"),
+        (agent(daemon.socket), encode(Kind.STATUS, b"{}"), "STATUS is not allowed from an agent"),
+        (agent(daemon.socket), encode(Kind.END, b"{}"), "END is not allowed from an agent"),
+        (Client(daemon.socket), HEADER.pack(MAGIC, 1, 28, 0, 2) + b"{}", "unknown frame kind 28"),
     ]
     before = watcher.request(Kind.STATUS)["protocol_errors"]
     for c, frame, message in cases:
@@ -177,7 +189,7 @@ def test_dispatch_tables_and_forbidden_kinds_close_only_that_connection(daemon):
         assert kind == Kind.ERROR and decode_json(payload)["message"] == message
         assert c.closed_by_peer()
         good.send_batch(make_records(10))  # the others carry on
-    st = wait_until(lambda: (s := watcher.request(Kind.STATUS))["records_total"] == 50 and s)
+    st = wait_for(lambda: (s := watcher.request(Kind.STATUS))["records_total"] == 50 and s)
     assert st["protocol_errors"] == before + len(cases)
     assert [x["service"] for x in st["agents"]] == ["good"]
 
@@ -199,14 +211,14 @@ def _metric(text: str, line_start: str) -> float:
 def test_status_and_metrics_read_the_same_snapshot():
     port = _free_port()
     with InProcess(prometheus_port=port) as d:
-        a = agent(d.path, service="svc", pid=777)
+        a = agent(d.socket, service="svc", pid=777)
         a.send_batch(make_records(1234))
         a.send_json(Kind.LOSS, {"dropped": 5, "reason": "x"})
-        bad = Client(d.path)
+        bad = Client(d.socket)
         bad.sock.sendall(encode(Kind.BATCH, b""))
         assert bad.closed_by_peer()
-        wait_until(lambda: status(d.path)["records_total"] == 1234 and status(d.path)["dropped_by_agents"] == 5)
-        c = Client(d.path)
+        wait_for(lambda: status(d.socket)["records_total"] == 1234 and status(d.socket)["dropped_by_agents"] == 5)
+        c = Client(d.socket)
         st = c.request(Kind.STATUS)  # publishes the snapshot /metrics reads
         snap = d.daemon.published
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
@@ -223,13 +235,12 @@ def test_status_and_metrics_read_the_same_snapshot():
 
 
 def test_collector_reads_only_the_snapshot_and_the_aggregator():
-    from prometheus_client import CollectorRegistry, generate_latest
-
     from aclprofd.metrics import DaemonCollector
+    from prometheus_client import CollectorRegistry, generate_latest
     with InProcess() as d:
-        a = agent(d.path, service="svc", pid=778)
+        a = agent(d.socket, service="svc", pid=778)
         a.send_batch(make_records(100))
-        wait_until(lambda: status(d.path)["records_total"] == 100)
+        wait_for(lambda: status(d.socket)["records_total"] == 100)
 
         class OnlyTheseTwo:  # any other attribute the collector reached for would raise
             published = d.daemon.published

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
-from _daemonlib import make_records
-from aclprof.protocol.wire import RECORD_DTYPE
 from aclprofd import config
 from aclprofd.aggregate import NBINS, Aggregator, KeySource, bin_index, bin_value
 from aclprofd.filters import Filter
 from aclprofd.storage import Storage, read_segment
+from helpers.records import make_records
+
+from aclprof.protocol.wire import RECORD_DTYPE
 
 NAMES = {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "fc1"}
 
@@ -65,7 +65,7 @@ def test_windows_slide_with_the_clock():
     clock.t += 45
     assert (count("10s"), count("1m"), count("all")) == (0, 10, 110)
     agg.ingest(src, make_records(5), NAMES)  # old slots are dropped as time advances
-    assert len(agg._slots) <= 62
+    assert len(agg.sliding.slots) <= 62
     agg.reset()
     assert (count("10s"), count("all")) == (0, 0)
     with pytest.raises(ValueError):
@@ -203,7 +203,7 @@ def test_sd_notify(tmp_path: Path, monkeypatch):
     from aclprofd.sockets import sd_notify
     monkeypatch.delenv("NOTIFY_SOCKET", raising=False)
     assert sd_notify("READY=1") is False
-    path = "/tmp/acld-notify-%d" % os.getpid()
+    path = f"/tmp/acld-notify-{os.getpid()}"
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(path)
     try:
@@ -221,7 +221,8 @@ def test_socket_group_and_mode():
     import shutil
     import tempfile
 
-    from aclprofd.sockets import DaemonError, bind_socket as _bind
+    from aclprofd.sockets import DaemonError
+    from aclprofd.sockets import bind_socket as _bind
     tmp = tempfile.mkdtemp(prefix="acld-", dir="/tmp")
     try:
         path = os.path.join(tmp, "sub", "d.sock")  # the parent directory is created

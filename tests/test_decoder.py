@@ -25,7 +25,7 @@ from aclprof.binding import lowlevel
 from aclprof.binding.enums import AicoreMetrics
 from aclprof.api.records import OP_DTYPE
 from aclprof.api.subscription import _Decoder
-from conftest import read_emit_log, record_key
+from helpers.records import read_emit_log, record_key
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

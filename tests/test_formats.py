@@ -214,3 +214,53 @@ def test_aggregates_file_built_from_the_document_is_loaded(tmp_path):
     assert rows["MatMul"]["min_ns"] == 1000 and rows["MatMul"]["max_ns"] == 2000
     assert rows["(other)"]["count"] == 4
     assert agg.other_records == 4
+
+
+def _aggregates_file(path, **meta_changes):
+    meta = {"format": "aclprofd-aggregates", "version": 1, "nbins": 322, "bins_per_octave": 8,
+            "since_ts": 500.0, "saved_ts": 900.0, "other_records": 0,
+            "keys": [["", 0, -1, -1, "(other)", "(other)", None], ["h", 3, 0, 7, "MatMul", "mm1", "svc"]],
+            **meta_changes}
+    np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
+             count=np.array([0, 2], np.int64), total=np.array([0, 3000], np.int64),
+             min=np.array([2**63 - 1, 1000], np.int64), max=np.array([0, 2000], np.int64),
+             hist_key=np.array([1, 1], np.int32), hist_bin=np.array([80, 88], np.int16),
+             hist_count=np.array([1, 1], np.int64))
+
+
+@pytest.mark.parametrize("changes,message", [
+    ({"version": 2}, "version 1"),
+    ({"format": "something-else"}, "version 1"),
+    ({"nbins": 321}, "histogram layout"),
+    ({"bins_per_octave": 4}, "histogram layout"),
+    ({"keys": [["", 0, -1, -1, "(other)", "(other)", None]]}, "differ in length"),
+])
+def test_aggregates_file_of_another_layout_is_refused_untouched(tmp_path, changes, message):
+    from aclprofd.aggregate import Aggregator
+
+    path = tmp_path / "aggregates.npz"
+    _aggregates_file(path, **changes)
+    agg = Aggregator(clock=lambda: 1000.0)
+    with pytest.raises(ValueError, match=message):
+        agg.load(str(path))
+    assert agg.snapshot("all", "type")["rows"] == [] and agg.nkeys == 1 and agg.reset_ts == 1000.0
+
+
+def test_aggregates_save_that_fails_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
+    from aclprofd import aggregate_file
+    from aclprofd.aggregate import Aggregator
+
+    path = tmp_path / "aggregates.npz"
+    _aggregates_file(path)
+    before = path.read_bytes()
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(aggregate_file.np, "savez", disk_full)
+    agg = Aggregator(clock=lambda: 1000.0)
+    agg.reset()  # something to save
+    with pytest.raises(OSError, match="No space"):
+        agg.save(str(path))
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["aggregates.npz"]
+    assert agg.dirty  # the failed save is not taken for a saved state

@@ -13,12 +13,13 @@ import time
 
 import numpy as np
 import pytest
-
-from _daemonlib import Client, InProcess, agent, make_records, wait_until
-from _e2e import Daemon, Worker, env
-from aclprof.cli import _tail_line
-from aclprof.protocol.wire import FLAG_KEYPOINT, Kind
 from aclprofd.aggregate import Aggregator, KeySource
+from helpers.daemons import Client, Daemon, InProcess, agent
+from helpers.procs import Worker, env, wait_for
+from helpers.records import make_records
+
+from aclprof.cli.tail import tail_line
+from aclprof.protocol.wire import FLAG_KEYPOINT, Kind
 
 NAMES = {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "fc1", 5: "na", 6: "keypoint_op"}
 
@@ -45,11 +46,11 @@ def test_aggregates_leave_keypoints_out():
 
 def test_daemon_counts_steps_and_streams_them_marked():
     with InProcess() as d:
-        a = agent(d.path, service="svc", names=NAMES)
+        a = agent(d.socket, service="svc", names=NAMES)
         a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {}})
-        s = Client(d.path)
+        s = Client(d.socket)
         s.send_json(Kind.STREAM, {"filter": {}})
-        wait_until(lambda: any(c.stream is not None for c in list(d.daemon.conns.values())))
+        wait_for(lambda: any(c.stream is not None for c in list(d.daemon.conns.values())))
         a.send_batch(_with_keypoints(4, 1))
         got: list[dict] = []
         while len(got) < 5:
@@ -58,9 +59,9 @@ def test_daemon_counts_steps_and_streams_them_marked():
             got += records
         assert [r["kind"] for r in got] == ["op"] * 4 + ["keypoint"]
         assert got[-1]["flag"] == 0 and got[-1]["op_name"] == "keypoint_op"  # the bit is not shown
-        assert "-- step" in _tail_line(got[-1], False) and "-- step" not in _tail_line(got[0], False)
-        c = Client(d.path)
-        st = wait_until(lambda: (x := c.request(Kind.STATUS))["records_total"] == 5 and x)
+        assert "-- step" in tail_line(got[-1], False) and "-- step" not in tail_line(got[0], False)
+        c = Client(d.socket)
+        st = wait_for(lambda: (x := c.request(Kind.STATUS))["records_total"] == 5 and x)
         assert st["steps_total"] == 1 and st["agents"][0]["steps"] == 1
         rows = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "type"})["rows"]
         assert sum(r["count"] for r in rows) == 4
@@ -70,14 +71,14 @@ def test_daemon_lag_is_calibrated_per_device():
     """Device 1's clock is an hour ahead of device 0's: both lags stay small, where the
     old plain difference gave None (or an hour) for device 1."""
     with InProcess() as d:
-        a = agent(d.path, service="svc", names=NAMES)
-        c = Client(d.path)
+        a = agent(d.socket, service="svc", names=NAMES)
+        c = Client(d.socket)
         for _ in range(3):
             now = time.monotonic_ns()
             a.send_batch(np.concatenate([make_records(5, device=0, start=now),
                                          make_records(5, device=1, start=now + 3600 * 10**9)]))
             time.sleep(0.05)
-        st = wait_until(lambda: (x := c.request(Kind.STATUS))["records_total"] == 30 and x)
+        st = wait_for(lambda: (x := c.request(Kind.STATUS))["records_total"] == 30 and x)
         lag = st["agents"][0]["lag_ns"]
         assert lag is not None and 0 <= lag < 2 * 10**9
 
@@ -104,7 +105,7 @@ def test_tail_prints_steps_from_a_real_agent():
         step_lines = [x for x in lines if "-- step" in x]
         assert f"pid {w.pid}" in step_lines[0] and f"model {w.model}" in step_lines[0]
         assert "keypoint_op" not in step_lines[0]
-        st = wait_until(lambda: (x := daemon.status())["steps_total"] >= steps and x, what="steps counted")
+        st = wait_for(lambda: (x := daemon.status())["steps_total"] >= steps and x, what="steps counted")
         assert st["steps_total"] == steps and st["agents"][0]["steps"] == steps
         w.stop()
     finally:

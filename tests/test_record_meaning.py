@@ -19,7 +19,7 @@ import pytest
 
 import aclprof
 from aclprof import mock
-from conftest import record_key
+from helpers.records import record_key
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

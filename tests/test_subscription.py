@@ -19,7 +19,8 @@ import aclprof
 from aclprof import mock
 from aclprof.binding import lowlevel
 from aclprof.api.records import OP_DTYPE, OpBatch, OpRecord
-from conftest import Emitted, aclprof_threads, record_key
+from helpers.procs import aclprof_threads
+from helpers.records import Emitted, record_key
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

@@ -19,7 +19,8 @@ import structlog
 import aclprof
 from aclprof import mock
 from aclprof.binding import lowlevel
-from conftest import aclprof_threads, open_fds, record_key
+from helpers.procs import aclprof_threads, open_fds
+from helpers.records import record_key
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

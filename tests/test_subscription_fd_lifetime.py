@@ -21,7 +21,8 @@ import aclprof
 from aclprof import mock
 from aclprof.api import subscription
 from aclprof.compat import acl
-from conftest import open_fds, record_key
+from helpers.procs import open_fds
+from helpers.records import record_key
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import json
 import os
 import socket
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from aclprof.protocol import wire
 from aclprof.protocol.paths import resolve_socket_path
@@ -79,7 +80,7 @@ class Client:
     def _send(self, kind: wire.Kind, obj: dict[str, Any]) -> None:
         try:
             self._sock.sendall(wire.encode_json(kind, obj))
-        except socket.timeout:
+        except TimeoutError:
             raise DaemonError("the daemon did not accept the request in time") from None
         except OSError as exc:
             raise DaemonError(f"lost the daemon connection: {exc.strerror or exc}") from None
@@ -87,7 +88,7 @@ class Client:
     def _recv(self) -> tuple[wire.Kind, memoryview]:
         try:
             frame = wire.recv_frame(self._sock, self._reader, self._pending)
-        except socket.timeout:
+        except TimeoutError:
             raise DaemonError("the daemon did not answer in time") from None
         except wire.ProtocolError as exc:
             raise DaemonError(f"the daemon sent a malformed frame: {exc}") from None
@@ -183,7 +184,7 @@ class Client:
         except OSError:
             pass
 
-    def __enter__(self) -> "Client":
+    def __enter__(self) -> Client:
         return self
 
     def __exit__(self, *exc: Any) -> None:

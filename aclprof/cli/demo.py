@@ -24,8 +24,8 @@ import tempfile
 import time
 from typing import Any
 
+from aclprof.cli.common import EXIT_OK, CliError, format_ns
 from aclprof.cli.launch import CommandNotFound, daemon_argv
-from aclprof.cli import EXIT_OK, CliError, format_ns
 
 __all__ = ["add_parser", "cmd_demo"]
 
@@ -177,7 +177,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _show(socket_path: str, args: argparse.Namespace, stop_at: float, started: float) -> None:
     from aclprof.cli.client import Client
-    from aclprof.cli.top import TopView, print_table, run_live
+    from aclprof.cli.topview import TopView, print_table, run_live
 
     view = TopView("10s", "type", "total")
     with Client(socket_path, timeout=10.0) as client:
@@ -221,7 +221,7 @@ def _stop_services(services: list[subprocess.Popen]) -> list[dict[str, Any]]:
 
 def _summary(socket_path: str, results: list[dict[str, Any]], elapsed: float) -> str:
     from aclprof.cli.client import Client, DaemonError
-    from aclprof.cli.top import TopView, render_table
+    from aclprof.cli.topview import TopView, render_table
 
     lines = [f"\naclprof demo: {elapsed:.1f}s, {len(results)} services"]
     emitted = sum(int(r.get("emitted", 0)) for r in results)
@@ -229,9 +229,10 @@ def _summary(socket_path: str, results: list[dict[str, Any]], elapsed: float) ->
     for r in results:
         a = r.get("agent") or {}
         lost += int(a.get("loss_reported", 0)) + int(a.get("loss_pending", 0))
+        dropped = sum(int(a.get(k, 0)) for k in ("dropped_buffer", "dropped_subscription", "dropped_unread"))
         lines.append(f"  {r.get('service')} (pid {r.get('pid')}): {r.get('inferences', 0):,} inferences, "
                      f"{int(r.get('emitted', 0)):,} op records emitted, {int(a.get('records_sent', 0)):,} sent, "
-                     f"{int(a.get('dropped_buffer', 0)) + int(a.get('dropped_subscription', 0)) + int(a.get('dropped_unread', 0)):,} dropped")
+                     f"{dropped:,} dropped")
     try:
         with Client(socket_path, timeout=5.0) as c:
             deadline = time.monotonic() + 3.0

@@ -1,6 +1,6 @@
 """``aclprof export``: records the daemon kept on disk, as csv, Chrome trace JSON or JSON lines.
 
-- ``csv``: msprof's ``op_statistic.csv`` columns (reference/peers.md D.2), one row per
+- ``csv``: msprof's ``op_statistic.csv`` columns, one row per
   (device, model, op type): ``Device_id, Model Name, OP Type, Core Type, Count,
   Total Time(us), Min Time(us), Avg Time(us), Max Time(us), Ratio(%)``. ``Model Name`` is
   the model id (the op records carry no model name); ``Core Type`` is ``N/A`` (operator
@@ -20,9 +20,10 @@ import csv
 import json
 import os
 import sys
-from typing import Any, BinaryIO, Callable, Iterable, TextIO
+from collections.abc import Callable, Iterable
+from typing import Any, BinaryIO, TextIO
 
-from aclprof.cli import EXIT_OK, CliError, add_filter_args, add_socket_arg, filter_from_args, parse_time
+from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args, parse_time
 
 __all__ = ["add_parser", "cmd_export", "OP_STATISTIC_COLUMNS", "write_csv", "write_chrome", "write_jsonl"]
 
@@ -161,8 +162,6 @@ _WRITERS: dict[str, Callable[[Any, Any], int]] = {"csv": write_csv, "chrome": wr
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from aclprof.cli import connect
-
     if args.since is not None and args.until is not None and args.since > args.until:
         raise CliError("--since is after --until", 2)
     client = connect(args, timeout=30.0)

@@ -12,20 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import re
-import select
 import sys
 import time
 from typing import Any
 
-from aclprof.cli import EXIT_OK, CliError, add_filter_args, add_socket_arg, filter_from_args, format_ns, use_colour
+from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args
+from aclprof.cli.topview import SORT_KEYS, TopView, learn_windows, print_table, run_live, snapshot, sort_rows
 
-__all__ = ["add_parser", "cmd_top", "render_table", "sort_rows", "TopView"]
-
-SORT_KEYS = {"total": "total_ns", "count": "count", "avg": "mean_ns", "p99": "p99_ns", "max": "max_ns"}
-_KEY_SORT = {"t": "total", "c": "count", "a": "avg", "9": "p99", "m": "max"}
-WINDOWS = ("10s", "1m", "all")
+__all__ = ["add_parser", "cmd_top"]
 
 _EXAMPLES = """examples:
   aclprof top                             live; keys: t c a 9 m sort, g group, w window, / filter, r reset, q quit
@@ -36,6 +30,7 @@ _EXAMPLES = """examples:
 
 
 def add_parser(sub: Any, fmt: Any) -> None:
+    """Register ``aclprof top`` on the subparsers ``sub``."""
     p = sub.add_parser("top", help="live sortable table of op timings", formatter_class=fmt,
                        description="A live table of per-operator timings aggregated by the daemon: "
                                    "count, total, avg, p50, p99, max and share of time, by op type or name.",
@@ -54,203 +49,8 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p.set_defaults(func=cmd_top)
 
 
-def sort_rows(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
-    field = SORT_KEYS[sort]
-    return sorted(rows, key=lambda r: (-(r.get(field) or 0), str(r.get("key"))))
-
-
-class TopView:
-    """What ``top`` shows: the settings the keys change, and the rendering."""
-
-    def __init__(self, window: str = "10s", group: str = "type", sort: str = "total",
-                 base_filter: dict[str, Any] | None = None, regex: str | None = None):
-        self.window, self.group, self.sort = window, group, sort
-        self.windows: tuple[str, ...] = WINDOWS  # what "w" cycles through (the daemon's list)
-        self.base_filter = dict(base_filter or {})
-        self.regex = regex
-        self.editing: str | None = None  # the filter being typed after "/"
-        self.message = ""
-        self.quit = False
-        self.reset_requested = False
-
-    def filter(self) -> dict[str, Any]:
-        f = dict(self.base_filter)
-        if self.regex:
-            f[self.group] = self.regex
-        return f
-
-    def key(self, ch: str) -> None:
-        if self.editing is not None:
-            if ch in ("\r", "\n"):
-                text = self.editing
-                self.editing = None
-                try:
-                    re.compile(text)
-                except re.error as exc:
-                    self.message = f"bad regex: {exc}"
-                    return
-                self.regex = text or None
-                self.message = f"filter: {text}" if text else "filter cleared"
-            elif ch == "\x1b":
-                self.editing = None
-            elif ch in ("\x7f", "\b"):
-                self.editing = self.editing[:-1]
-            elif ch.isprintable():
-                self.editing += ch
-            return
-        if ch in _KEY_SORT:
-            self.sort = _KEY_SORT[ch]
-        elif ch == "g":
-            self.group = "name" if self.group == "type" else "type"
-        elif ch == "w":
-            ws = self.windows
-            self.window = ws[(ws.index(self.window) + 1) % len(ws)] if self.window in ws else ws[0]
-        elif ch == "/":
-            self.editing = ""
-        elif ch == "r":
-            self.reset_requested = True
-        elif ch in ("q", "Q", "\x03"):
-            self.quit = True
-
-
-def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra: str = "",
-                 keys: bool = True):
-    from rich.table import Table
-    from rich.text import Text
-
-    rows = sort_rows(snap.get("rows") or [], view.sort)
-    total_rows = len(rows)
-    if limit and len(rows) > limit:
-        rows = rows[:limit]
-    heading = {"total": "Total", "count": "Count", "avg": "Avg", "p99": "p99", "max": "Max"}
-    filt = view.filter()
-    desc = f"window {snap.get('window', view.window)}, by op {view.group}, sorted by {view.sort}"
-    if filt:
-        desc += ", filter " + " ".join(f"{k}={v}" for k, v in filt.items())
-    table = Table(title=f"aclprof top: {desc}{title_extra}", title_justify="left", expand=False,
-                  caption=(("keys: t c a 9 m sort, g group, w window, / filter, r reset, q quit"
-                            + (f"   [{view.message}]" if view.message else "")) if keys else None),
-                  caption_justify="left")
-    columns = [("Op " + view.group, "left", None), ("Count", "right", "count"), ("Total", "right", "total"),
-               ("Avg", "right", "avg"), ("p50", "right", None), ("p99", "right", "p99"),
-               ("Max", "right", "max"), ("% time", "right", None)]
-    for name, justify, sort in columns:
-        label = name + (" ▼" if sort == view.sort else "")
-        table.add_column(label, justify=justify, no_wrap=True,
-                         style="bold" if sort == view.sort else None, overflow="ellipsis",
-                         max_width=60 if justify == "left" else None)
-    del heading
-    for r in rows:
-        table.add_row(Text(str(r.get("key"))), f"{r.get('count', 0):,}", format_ns(r.get("total_ns")),
-                      format_ns(r.get("mean_ns")), format_ns(r.get("p50_ns")), format_ns(r.get("p99_ns")),
-                      format_ns(r.get("max_ns")), f"{float(r.get('pct_time') or 0):.1f}")
-    if total_rows > len(rows):
-        table.add_row(Text(f"... {total_rows - len(rows)} more", style="dim"), "", "", "", "", "", "", "")
-    if not rows:
-        table.add_row(Text("(no records in this window yet)", style="dim"), "", "", "", "", "", "", "")
-    if view.editing is not None:
-        table.caption = f"filter regex: {view.editing}_   (Enter applies, Esc cancels)"
-    return table
-
-
-def learn_windows(client: Any, view: TopView) -> None:
-    """The windows the daemon offers (STATUS aggregates.windows), for the "w" key."""
-    try:
-        windows = (client.status().get("aggregates") or {}).get("windows")
-    except Exception:
-        return
-    if isinstance(windows, list) and windows and all(isinstance(w, str) for w in windows):
-        view.windows = tuple(windows)
-
-
-def _snapshot(client: Any, view: TopView) -> dict[str, Any]:
-    return client.snapshot(view.window, view.group, view.filter())
-
-
-class _Cbreak:
-    """Put the terminal in cbreak mode (keys without Enter, no echo); restore on exit."""
-
-    def __init__(self, stream: Any):
-        self.fd = stream.fileno() if stream is not None and stream.isatty() else None
-        self.saved = None
-
-    def __enter__(self) -> "_Cbreak":
-        if self.fd is not None:
-            import termios
-            import tty
-
-            try:
-                self.saved = termios.tcgetattr(self.fd)
-                tty.setcbreak(self.fd)
-            except termios.error:
-                self.fd = None
-        return self
-
-    def read_key(self, timeout: float) -> str | None:
-        if self.fd is None:
-            time.sleep(max(0.0, timeout))
-            return None
-        ready, _, _ = select.select([self.fd], [], [], max(0.0, timeout))
-        if not ready:
-            return None
-        data = os.read(self.fd, 1)
-        return data.decode("utf-8", "replace") if data else None
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.fd is not None and self.saved is not None:
-            import termios
-
-            termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
-
-
-def run_live(client: Any, view: TopView, interval: float, limit: int = 0,
-             stop_at: float | None = None, title_extra: Any = None) -> None:
-    """The interactive loop (also used by ``aclprof demo``); returns on q, Ctrl-C (raised)
-    or at ``stop_at`` (time.monotonic())."""
-    from rich.console import Console
-    from rich.live import Live
-
-    console = Console()
-    stdin = sys.stdin if sys.stdin is not None and sys.stdin.isatty() else None
-    with _Cbreak(stdin) as term, Live(console=console, auto_refresh=False, screen=False,
-                                      transient=False) as live:
-        next_refresh = 0.0
-        while not view.quit:
-            now = time.monotonic()
-            if stop_at is not None and now >= stop_at:
-                return
-            if view.reset_requested:
-                view.reset_requested = False
-                client.reset()
-                view.message = "aggregates reset"
-                next_refresh = 0.0
-            if now >= next_refresh:
-                snap = _snapshot(client, view)
-                rows = limit or max(5, console.size.height - 8)
-                extra = title_extra() if callable(title_extra) else ""
-                live.update(render_table(snap, view, rows, extra), refresh=True)
-                next_refresh = now + interval
-            wait = next_refresh - time.monotonic()
-            if stop_at is not None:
-                wait = min(wait, stop_at - time.monotonic())
-            key = term.read_key(min(max(wait, 0.0), 0.25))
-            if key is not None:
-                view.key(key)
-                next_refresh = 0.0  # redraw at once with the new settings
-
-
-def print_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra: str = "") -> None:
-    from rich.console import Console
-
-    console = Console(no_color=not use_colour(), highlight=False,
-                      width=None if sys.stdout.isatty() else 140)
-    console.print(render_table(snap, view, limit, title_extra, keys=False))
-    sys.stdout.flush()
-
-
 def cmd_top(args: argparse.Namespace) -> int:
-    from aclprof.cli import connect
-
+    """One table (``--once``), a table per interval into a pipe, or the live view on a terminal."""
     if args.json and not args.once:
         raise CliError("--json needs --once (the live view is a table)", 2)
     if args.interval <= 0:
@@ -261,7 +61,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     try:
         learn_windows(client, view)
         if args.once:
-            snap = _snapshot(client, view)
+            snap = snapshot(client, view)
             if args.json:
                 snap = dict(snap)
                 snap["rows"] = sort_rows(snap.get("rows") or [], args.sort)
@@ -272,7 +72,7 @@ def cmd_top(args: argparse.Namespace) -> int:
         if not sys.stdout.isatty():
             # In a pipe: a plain table every interval (like `nvtop --snapshot --loop`).
             while True:
-                print_table(_snapshot(client, view), view, args.limit)
+                print_table(snapshot(client, view), view, args.limit)
                 print(flush=True)
                 time.sleep(args.interval)
         run_live(client, view, args.interval, args.limit)

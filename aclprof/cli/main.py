@@ -1,0 +1,115 @@
+"""The ``aclprof`` entry point: the argument parser, logging set-up and dispatch to a command.
+
+Each command module contributes its subparser (``add_parser``) and its function
+(``set_defaults(func=...)``); :func:`main` maps every failure to one line on stderr and an
+exit status (see :mod:`aclprof.cli`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from aclprof.cli import demo, doctor, export, status, tail, top
+from aclprof.cli.client import DaemonError
+from aclprof.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_UNREACHABLE, CliError, print_error, quiet_broken_pipe
+
+__all__ = ["main", "build_parser"]
+
+
+def _configure_logging(level: str) -> None:
+    """structlog to stderr: readable on a terminal, JSON lines otherwise."""
+    import logging
+
+    import structlog
+
+    shared: list[Any] = [structlog.contextvars.merge_contextvars, structlog.processors.add_log_level,
+              structlog.processors.TimeStamper(fmt="iso")]
+    if sys.stderr.isatty():
+        renderer: Any = structlog.dev.ConsoleRenderer()
+    else:
+        renderer = structlog.processors.JSONRenderer()
+        shared.append(structlog.processors.dict_tracebacks)
+    structlog.configure(
+        processors=[*shared, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(getattr(logging, level.upper())),
+        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``aclprof`` parser with every command's subparser."""
+    from aclprof.protocol.version import __version__
+
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="aclprof", formatter_class=fmt,
+        description="Live per-operator timings of Ascend inference processes (via the aclprofd daemon).",
+        epilog="""examples:
+  aclprof demo --duration 20          try everything on the built-in mock
+  aclprof top                          live table of op timings
+                                       (keys: t c a 9 m sort, g group, / filter, r reset, q quit)
+  aclprof tail --type MatMul --json    live op records as JSON lines
+  aclprof status                       is the daemon healthy? who is connected?
+  aclprof export --since -10m --format csv -o op_statistic.csv
+  aclprof doctor                       diagnose the library, the environment and the daemon
+
+exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130 interrupted""")
+    parser.add_argument("--version", action="version", version=f"aclprof {__version__}")
+    parser.add_argument("--log-level", default=os.environ.get("ACLPROF_LOG_LEVEL", "warning"),
+                        choices=["debug", "info", "warning", "error"], help="log level (default warning)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    # The order of `aclprof --help`.
+    for command in (tail, top, status, export, demo, doctor):
+        command.add_parser(sub, fmt)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI with ``argv`` (default ``sys.argv[1:]``); returns the exit status."""
+    parser = build_parser()
+    argv = _join_negative_times(list(sys.argv[1:] if argv is None else argv))
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help, --version, usage errors
+        return int(exc.code or 0) if not isinstance(exc.code, str) else EXIT_UNREACHABLE
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return EXIT_UNREACHABLE
+    _configure_logging(args.log_level)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return quiet_broken_pipe()
+    except CliError as exc:
+        print_error(str(exc))
+        return exc.code
+    except DaemonError as exc:
+        print_error(str(exc))
+        return EXIT_ERROR
+    except OSError as exc:
+        print_error(f"{exc.strerror or exc}" + (f": {exc.filename}" if getattr(exc, "filename", None) else ""))
+        return EXIT_ERROR
+
+
+def _join_negative_times(argv: list[str]) -> list[str]:
+    """``--since -5m`` -> ``--since=-5m`` (argparse would take ``-5m`` for an option)."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("--since", "--until") and i + 1 < len(argv) and re.match(r"^-\s*[\d.]", argv[i + 1]):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out

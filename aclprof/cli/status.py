@@ -1,0 +1,103 @@
+"""``aclprof status``: the daemon's health, connected processes, drops, lag and disk use."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+from aclprof.cli.common import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, CliError, add_socket_arg, connect, format_ns
+
+__all__ = ["add_parser", "cmd_status", "format_status"]
+
+_EXAMPLES = """examples:
+  aclprof status                 human summary; exit 0 healthy, 1 unhealthy, 2 unreachable
+  aclprof status --json | jq '.agents[] | {pid, service, records_per_s, dropped}'
+"""
+
+
+def add_parser(sub: Any, fmt: Any) -> None:
+    """Register ``aclprof status`` on the subparsers ``sub``."""
+    p = sub.add_parser("status", help="daemon health, processes, drops, lag", formatter_class=fmt,
+                       description="The daemon's health, connected processes and their models, "
+                                   "records/s, drops, lag and disk use.", epilog=_EXAMPLES)
+    p.add_argument("--json", action="store_true", help="the raw STATUS reply as JSON")
+    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon (default 5)")
+    add_socket_arg(p)
+    p.set_defaults(func=cmd_status)
+
+
+def _bytes(n: float) -> str:
+    """A byte count with a binary unit: 512 B, 1.5 KiB, 3.2 GiB."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def format_status(st: dict[str, Any]) -> str:
+    """The STATUS reply as the human summary of ``aclprof status``."""
+    lines = []
+    health = "healthy" if st.get("healthy") else "UNHEALTHY"
+    lines.append(f"aclprofd {st.get('version', '?')} (pid {st.get('pid', '?')}): {health}, "
+                 f"up {float(st.get('uptime_s', 0)):.0f}s")
+    for problem in st.get("problems") or []:
+        lines.append(f"  problem: {problem}")
+    extra = ""
+    if st.get("stream_skipped"):
+        extra += f"; skipped for slow stream clients: {st['stream_skipped']:,}"
+    if st.get("protocol_errors"):
+        extra += f"; connections closed for protocol errors: {st['protocol_errors']:,}"
+    lines.append(f"records: {st.get('records_total', 0):,} total, {float(st.get('records_per_s', 0)):,.0f}/s; "
+                 f"dropped by agents: {st.get('dropped_by_agents', 0):,}{extra}")
+    agents = st.get("agents") or []
+    lines.append(f"processes: {len(agents)}")
+    for a in agents:
+        lag = a.get("lag_ns")
+        lag_s = format_ns(lag) if isinstance(lag, (int, float)) else "-"
+        labels = ",".join(f"{k}={v}" for k, v in (a.get("labels") or {}).items())
+        lines.append(f"  pid {a.get('pid')} {a.get('service') or '-'} @{a.get('host', '?')}"
+                     f"{' [' + labels + ']' if labels else ''}: {a.get('records', 0):,} records, "
+                     f"{float(a.get('records_per_s', 0)):,.0f}/s, dropped {a.get('dropped', 0):,}, lag {lag_s}, "
+                     f"{'steps ' + format(a['steps'], ',') + ', ' if a.get('steps') else ''}"
+                     f"connected {float(a.get('connected_s', 0)):.0f}s")
+        for m in a.get("models") or []:
+            ml = ",".join(f"{k}={v}" for k, v in (m.get("labels") or {}).items())
+            lines.append(f"    model {m.get('model_id')} on device {m.get('device')}{' [' + ml + ']' if ml else ''}")
+    storage = st.get("storage") or {}
+    if storage:
+        oldest = storage.get("oldest_ts")
+        age = f", oldest {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(oldest))}" if oldest else ""
+        cap = " (at disk cap: the oldest segments make room)" if storage.get("at_cap") else ""
+        lines.append(f"storage: {storage.get('dir', '?')}: {_bytes(float(storage.get('bytes', 0)))} in "
+                     f"{storage.get('segments', 0)} segments{age}{cap}")
+    agg = st.get("aggregates") or {}
+    if agg:
+        lines.append(f"aggregates: {agg.get('keys', 0):,} keys (cap {agg.get('cap', '?'):,}), "
+                     f"{agg.get('other_bucket_records', 0):,} records in the 'other' bucket")
+    return "\n".join(lines)
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    """Exit 0 when the daemon is healthy, 1 when it reports problems, 2 when unreachable."""
+    from aclprof.cli.client import DaemonError
+
+    try:
+        client = connect(args, timeout=args.timeout)
+    except CliError as exc:
+        if args.json:
+            print(json.dumps({"reachable": False, "error": str(exc)}))
+        raise
+    try:
+        st = client.status()
+    except DaemonError as exc:
+        raise CliError(str(exc), EXIT_UNREACHABLE) from None
+    finally:
+        client.close()
+    if args.json:
+        print(json.dumps(st, indent=2))
+    else:
+        print(format_status(st))
+    return EXIT_OK if st.get("healthy") else EXIT_ERROR

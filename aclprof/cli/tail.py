@@ -1,0 +1,103 @@
+"""``aclprof tail``: a live stream of op records, one line each, or the daemon's JSON Lines."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from aclprof.cli.common import (
+    EXIT_ERROR,
+    CliError,
+    add_filter_args,
+    add_socket_arg,
+    connect,
+    filter_from_args,
+    format_ns,
+    use_colour,
+)
+
+__all__ = ["add_parser", "cmd_tail", "tail_line"]
+
+_EXAMPLES = """examples:
+  aclprof tail                                  every op of every process
+  aclprof tail --type 'Conv|MatMul' --min-duration 100us
+  aclprof tail --pid 4242 --model 1 --json | jq .duration_ns
+  aclprof tail | head -20                       (exits quietly on a closed pipe)
+"""
+
+
+def add_parser(sub: Any, fmt: Any) -> None:
+    """Register ``aclprof tail`` on the subparsers ``sub``."""
+    p = sub.add_parser("tail", help="live stream of op records", formatter_class=fmt,
+                       description="A live stream of op records, one line each (time the daemon "
+                                   "received it, pid, device, model, op type, duration, op name).",
+                       epilog=_EXAMPLES)
+    add_filter_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON object per line (the record of daemon/PROTOCOL.md)")
+    add_socket_arg(p)
+    p.set_defaults(func=cmd_tail)
+
+
+def tail_line(r: dict[str, Any], colour: bool) -> str:
+    """One record (a decoded JSON Lines object) as one human line."""
+    ts = r.get("ts")
+    if isinstance(ts, (int, float)):
+        t = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
+    else:
+        t = "-"
+    dur = format_ns(r.get("duration_ns"))
+    if r.get("kind") == "keypoint":
+        # A step boundary (CANN's keypoint_op record): the step's span, not an op.
+        mark = "\x1b[33m-- step\x1b[0m" if colour else "-- step"
+        return (f"{t}  pid {r.get('pid', '?'):<7} dev {r.get('device', '?'):<2} model {r.get('model', '?'):<4} "
+                f"{mark} {dur} ({r.get('start', '?')} .. {r.get('end', '?')}) --")
+    op_type = str(r.get("op_type", "?"))
+    if colour:
+        op_type = f"\x1b[36m{op_type:<16}\x1b[0m"
+        dur = f"\x1b[1m{dur:>9}\x1b[0m"
+    else:
+        op_type = f"{op_type:<16}"
+        dur = f"{dur:>9}"
+    return (f"{t}  pid {r.get('pid', '?'):<7} dev {r.get('device', '?'):<2} model {r.get('model', '?'):<4} "
+            f"{op_type} {dur}  {r.get('op_name', '?')}")
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    """Stream until the daemon ends the stream (exit 1) or the reader goes (Ctrl-C, closed pipe)."""
+    from aclprof.cli.client import DaemonError
+
+    client = connect(args, timeout=5.0)
+    client.settimeout(None)
+    colour = use_colour()
+    out = sys.stdout
+    filt = filter_from_args(args)
+    ended = "the daemon ended the stream (it stopped)"
+    try:
+        # --json: the daemon's JSON Lines pass through as they came, no decoding
+        for payload, skipped in client.stream_jsonl(filt):
+            if skipped:
+                print(f"# {skipped} records skipped: this client is slower than the stream",
+                      file=sys.stderr, flush=True)
+            if not payload:
+                continue
+            if args.json:
+                out.flush()
+                raw = getattr(out, "buffer", None)  # a text-only stdout (embedding): decode
+                if raw is None:
+                    out.write(str(payload, "utf-8"))
+                    out.flush()
+                else:
+                    raw.write(payload)
+                    raw.flush()
+            else:
+                lines = str(payload, "utf-8").splitlines()
+                out.write("".join(tail_line(json.loads(line), colour) + "\n" for line in lines))
+                out.flush()
+    except DaemonError as exc:
+        ended = f"the stream broke: {exc} (the daemon stopped?)"
+    finally:
+        client.close()
+    raise CliError(ended, EXIT_ERROR)

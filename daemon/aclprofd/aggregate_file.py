@@ -1,0 +1,79 @@
+"""The aggregates file (``aggregates.npz``): the since-start figures kept across restarts.
+
+An uncompressed ``.npz`` with the int64 arrays ``count``, ``total``, ``min``, ``max`` (one
+row per key), the sparse histogram ``hist_key`` (int32), ``hist_bin`` (int16),
+``hist_count``, and ``meta``: UTF-8 JSON with ``format``, ``version``, ``nbins``,
+``bins_per_octave``, ``since_ts``, ``saved_ts``, ``other_records`` and ``keys`` (one
+``[host, pid, device, model, op_type, op_name, service]`` per row), as daemon/README.md
+documents. Written atomically: a reader, or a daemon restarted after ``kill -9``, sees the
+previous file or the new one, never a mix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import numpy as np
+
+from .aggregate_quantiles import BINS_PER_OCTAVE, I64, NBINS
+
+__all__ = ["STATE_FORMAT", "STATE_VERSION", "write_state", "read_state", "ARRAYS"]
+
+STATE_FORMAT = "aclprofd-aggregates"
+STATE_VERSION = 1
+ARRAYS = ("count", "total", "min", "max", "hist_key", "hist_bin", "hist_count")
+
+
+def write_state(path: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+    """Write ``arrays`` and ``meta`` (format, version and histogram layout added) to ``path``:
+    a temporary file in the same directory, fsync, rename, fsync of the directory."""
+    meta = {"format": STATE_FORMAT, "version": STATE_VERSION, "nbins": NBINS,
+            "bins_per_octave": BINS_PER_OCTAVE, **meta}
+    members: dict[str, Any] = {**arrays, "meta": np.frombuffer(json.dumps(meta, separators=(",", ":")).encode(),
+                                                                np.uint8)}
+    tmp = f"{path}.{os.getpid()}.tmp"
+    try:
+        with open(tmp, "wb") as f:
+            np.savez(f, **members)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(os.path.dirname(path) or ".")
+
+
+def read_state(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(meta, arrays)`` of a file :func:`write_state` wrote, arrays as int64. Raises
+    FileNotFoundError, or ValueError/KeyError for a file of another format, version or
+    histogram layout, or whose key arrays and key list differ in length."""
+    with np.load(path, allow_pickle=False) as z:
+        meta = json.loads(bytes(z["meta"]).decode())
+        if meta.get("format") != STATE_FORMAT or meta.get("version") != STATE_VERSION:
+            raise ValueError(f"not {STATE_FORMAT} version {STATE_VERSION}")
+        if meta.get("nbins") != NBINS or meta.get("bins_per_octave") != BINS_PER_OCTAVE:
+            raise ValueError("histogram layout differs")
+        arrays = {k: np.asarray(z[k], dtype=I64) for k in ARRAYS}
+    if not all(len(arrays[k]) == len(meta["keys"]) for k in ("count", "total", "min", "max")):
+        raise ValueError("key arrays and key list differ in length")
+    return meta, arrays
+
+
+def _fsync_dir(directory: str) -> None:
+    """Make a rename durable (best effort: some file systems refuse a directory fsync)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -1,0 +1,132 @@
+"""The aggregates' log-scale histogram and the quantiles read from it.
+
+Bin 0 holds durations of 0; bin ``b >= 1`` holds ``[2**((b-1)/8), 2**(b/8))`` ns, 8 bins per
+power of two, up to 2**40 ns (~18 min; longer durations land in the last bin). A quantile
+is reported as the bin's geometric midpoint, clamped to the group's exact ``[min, max]``,
+so its relative error is at most ``2**(1/16) - 1`` = 4.4 %.
+
+Also the vectorised grouping steps the aggregator and the sliding windows share: rows of
+equal keys combined with ``np.unique``/``reduceat``, never a Python loop over records.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BINS_PER_OCTAVE", "NBINS", "PROM_EXPONENTS", "NPROM", "I64", "BIG", "bin_index", "bin_value",
+           "prom_bucket", "group_stats", "group_sum", "narrow", "grouped_rows"]
+
+BINS_PER_OCTAVE = 8
+_MAX_EXP = 40
+NBINS = BINS_PER_OCTAVE * _MAX_EXP + 2  # bin 0 (zero) + 8 per octave up to 2**40 ns + overflow
+#: Prometheus buckets are whole powers of two of nanoseconds, so that they fall exactly on
+#: histogram bin edges: le = 2**k ns for k in PROM_EXPONENTS (128 ns .. ~17 s), then +Inf.
+PROM_EXPONENTS = tuple(range(7, 35))
+NPROM = len(PROM_EXPONENTS) + 1  # Prometheus buckets per key, +Inf included
+
+I64 = np.int64
+BIG = np.iinfo(np.int64).max  # the "no minimum yet" of an empty key
+
+_QS = (0.5, 0.9, 0.99)
+
+
+def bin_index(durations: np.ndarray) -> np.ndarray:
+    """Histogram bin of each duration (ns), vectorised."""
+    d = durations.astype(np.float64)
+    with np.errstate(divide="ignore"):
+        b = np.floor(np.log2(d) * BINS_PER_OCTAVE) + 1
+    b[d < 1] = 0
+    np.clip(b, 0, NBINS - 1, out=b)
+    return b.astype(I64)
+
+
+def bin_value(bins: np.ndarray) -> np.ndarray:
+    """Representative duration (ns) of each bin: its geometric midpoint (0 for bin 0)."""
+    bins = np.asarray(bins, dtype=np.float64)
+    out = np.exp2((bins - 0.5) / BINS_PER_OCTAVE)
+    out[bins <= 0] = 0.0
+    return out
+
+
+def prom_bucket(bins: np.ndarray) -> np.ndarray:
+    """The Prometheus bucket of each histogram bin: the smallest k with upper bin edge <= 2**k."""
+    return np.clip(-(-bins // BINS_PER_OCTAVE) - PROM_EXPONENTS[0], 0, NPROM - 1)
+
+
+def narrow(a: np.ndarray) -> np.ndarray:
+    """4-byte integers when the values fit (slots are kept for the longest window: 60 of them)."""
+    return a.astype(np.int32) if a.size == 0 or (a.max() < 2**31 and a.min() >= 0) else a
+
+
+def group_sum(codes: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sum the counts of equal codes: (sorted unique codes, their sums)."""
+    u, inv = np.unique(codes, return_inverse=True)
+    return u, np.bincount(inv, weights=counts, minlength=len(u)).astype(I64)
+
+
+def group_stats(keys: np.ndarray, count: np.ndarray, total: np.ndarray, mn: np.ndarray,
+                mx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Combine rows with equal keys: sums of count/total, min of min, max of max."""
+    if len(keys) == 0:
+        return keys, count, total, mn, mx
+    order = np.argsort(keys, kind="stable")
+    keys, count, total, mn, mx = keys[order], count[order], total[order], mn[order], mx[order]
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    return (keys[starts], np.add.reduceat(count, starts), np.add.reduceat(total, starts),
+            np.minimum.reduceat(mn, starts), np.maximum.reduceat(mx, starts))
+
+
+def grouped_rows(names: Sequence[str], mask: np.ndarray, keys: np.ndarray, count: np.ndarray, total: np.ndarray,
+                 mn: np.ndarray, mx: np.ndarray, hk: np.ndarray, hb: np.ndarray,
+                 hc: np.ndarray) -> list[dict[str, Any]]:
+    """Rows of a snapshot: stats and quantiles per group label over the selected keys.
+
+    ``names[k]`` is key k's group label, ``mask[k]`` whether the filter selects it; ``keys``
+    with ``count``..``mx`` are per-key figures, ``(hk, hb, hc)`` sparse histogram counts
+    (key, bin, count). Rows are sorted by total time, largest first.
+    """
+    if len(keys) == 0:
+        return []
+    labels, key_group = (np.unique(np.asarray(names, dtype=object), return_inverse=True) if names
+                         else (np.zeros(0), np.zeros(0, I64)))
+    key_group = np.asarray(key_group, dtype=I64)
+    sel = mask[keys] & (count > 0)
+    keys, count, total, mn, mx = keys[sel], count[sel], total[sel], mn[sel], mx[sel]
+    if len(keys) == 0:
+        return []
+    g = key_group[keys]
+    gs, ginv = np.unique(g, return_inverse=True)
+    m = len(gs)
+    gcount = np.bincount(ginv, weights=count, minlength=m).astype(I64)
+    gtotal = np.bincount(ginv, weights=total, minlength=m).astype(I64)
+    gmin = np.full(m, BIG, I64)
+    np.minimum.at(gmin, ginv, mn)
+    gmax = np.zeros(m, I64)
+    np.maximum.at(gmax, ginv, mx)
+    # histogram per group: rows of keys outside the selection are dropped
+    hsel = mask[hk]
+    hgrp = np.searchsorted(gs, key_group[hk[hsel]])
+    valid = (hgrp < m)
+    valid[valid] = gs[hgrp[valid]] == key_group[hk[hsel]][valid]
+    dense = np.zeros((m, NBINS), I64)
+    np.add.at(dense, (hgrp[valid], hb[hsel][valid]), hc[hsel][valid])
+    cum = np.cumsum(dense, axis=1)
+    hist_total = cum[:, -1]
+    quant = {}
+    for q in _QS:
+        target = np.maximum(np.ceil(q * hist_total), 1)
+        b = (cum >= target[:, None]).argmax(axis=1)
+        v = np.clip(np.rint(bin_value(b)).astype(I64), gmin, gmax)
+        quant[q] = v
+    rows = []
+    for i in np.argsort(-gtotal, kind="stable").tolist():
+        c = int(gcount[i])
+        rows.append({"key": str(labels[gs[i]]), "count": c, "total_ns": int(gtotal[i]),
+                     "mean_ns": int(round(gtotal[i] / c)) if c else 0,  # noqa: RUF046 (a numpy float)
+                     "min_ns": int(gmin[i]), "max_ns": int(gmax[i]),
+                     "p50_ns": int(quant[0.5][i]), "p90_ns": int(quant[0.9][i]),
+                     "p99_ns": int(quant[0.99][i])})
+    return rows

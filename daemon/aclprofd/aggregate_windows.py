@@ -1,0 +1,116 @@
+"""The aggregates' sliding windows (10 s and 1 min by default): one sparse slot per second.
+
+A slot holds, for the keys that saw records in its second, count, total, min and max, and
+the histogram counts of the (key, bin) pairs that occurred: 36 bytes per key and 8 bytes
+per pair (for 10 000 busy keys of ~20 bins each, ~11 MB per slot at most, x 60 slots for
+the 1-minute window). Records count in the second the daemon received them (the agents'
+clocks are not comparable to the daemon's).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Sequence
+
+import numpy as np
+
+from .aggregate_quantiles import I64, NBINS, group_stats, group_sum, narrow
+
+__all__ = ["Slot", "SlidingWindows", "window_name", "WindowFigures"]
+
+#: keys, count, total, min, max, then the sparse histogram: key, bin, count
+WindowFigures = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                      np.ndarray]
+
+_COLUMNS = ("keys", "count", "total", "min", "max", "codes", "hcount")
+
+
+class Slot:
+    """One second of records, sparse: per key (count, total, min, max) and per (key, bin) counts."""
+
+    __slots__ = ("second", "keys", "count", "total", "min", "max", "codes", "hcount", "_parts")
+
+    def __init__(self, second: int) -> None:
+        self.second = second
+        self._parts: list[tuple[np.ndarray, ...]] = []
+        self.keys = self.count = self.total = self.min = self.max = np.zeros(0, I64)
+        self.codes = self.hcount = np.zeros(0, I64)
+
+    def add(self, keys: np.ndarray, count: np.ndarray, total: np.ndarray, mn: np.ndarray, mx: np.ndarray,
+            codes: np.ndarray, hcount: np.ndarray) -> None:
+        """Add one batch's figures (merged lazily, by :meth:`compact`)."""
+        self._parts.append((keys, count, total, mn, mx, codes, hcount))
+
+    def compact(self) -> Slot:
+        """Merge the parts added since the last compaction (duplicate keys combined)."""
+        if not self._parts:
+            return self
+        parts = self._parts
+        self._parts = []
+        cols = [np.concatenate([getattr(self, n)] + [p[i] for p in parts]) for i, n in enumerate(_COLUMNS)]
+        self.keys, self.count, self.total, self.min, self.max = group_stats(*cols[:5])
+        codes, hcount = group_sum(cols[5], cols[6])
+        # kept for the longest window (60 of them): 4-byte codes and counts when they fit
+        self.codes = narrow(codes)
+        self.hcount = narrow(hcount)
+        self.keys = narrow(self.keys)
+        return self
+
+
+class SlidingWindows:
+    """The slots of the last ``max(windows)`` seconds, and the figures of one window."""
+
+    def __init__(self, windows: Sequence[int]) -> None:
+        self.seconds = tuple(sorted(int(w) for w in windows))
+        self.slots: collections.deque[Slot] = collections.deque()
+
+    def clear(self) -> None:
+        self.slots = collections.deque()
+
+    def slot_for(self, second: int) -> Slot:
+        """The slot of ``second``; a new second compacts the previous slot and drops the
+        slots older than the longest window."""
+        slots = self.slots
+        if not slots or slots[-1].second < second:
+            if slots:
+                slots[-1].compact()
+            slots.append(Slot(second))
+            horizon = second - self.seconds[-1]
+            while slots and slots[0].second <= horizon:
+                slots.popleft()
+            return slots[-1]
+        # the same second, or the wall clock stepped back: keep adding to the newest slot
+        return slots[-1]
+
+    def names(self) -> list[str]:
+        """The window names SNAPSHOT accepts besides "all" ("10s", "1m", ...)."""
+        return [window_name(w) for w in self.seconds]
+
+    def seconds_of(self, window: str) -> int:
+        """The length of a named window; ValueError for an unknown name."""
+        for w in self.seconds:
+            if window == window_name(w):
+                return w
+        raise ValueError(f"unknown window {window!r} (one of {', '.join(self.names())}, all)")
+
+    def figures(self, window: str, now: float) -> WindowFigures:
+        """Per-key figures and sparse histogram over the last seconds of ``window`` before ``now``."""
+        seconds = self.seconds_of(window)
+        sel = [s.compact() for s in self.slots if s.second > int(now) - seconds]
+        if not sel:
+            z = np.zeros(0, I64)
+            return z, z, z, z, z, z, z, z
+        keys, count, total, mn, mx = group_stats(*(np.concatenate([getattr(s, a) for s in sel])
+                                                   for a in ("keys", "count", "total", "min", "max")))
+        codes, hc = group_sum(np.concatenate([s.codes for s in sel]), np.concatenate([s.hcount for s in sel]))
+        hk, hb = np.divmod(codes, NBINS)
+        return keys, count, total, mn, mx, hk, hb, hc
+
+
+def window_name(seconds: int) -> str:
+    """10 -> "10s", 60 -> "1m", 3600 -> "1h" (the names SNAPSHOT accepts)."""
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"

@@ -1,0 +1,10 @@
+"""Helpers shared by the test modules (not tests): import them from their modules.
+
+- :mod:`helpers.procs`: environments for child processes, the one wait function, the CLI
+  and agent-worker subprocesses, fd and thread counts;
+- :mod:`helpers.daemons`: a raw wire client, the daemon in a thread and in a subprocess;
+- :mod:`helpers.records`: wire record batches, and the mock's emit log against delivered records;
+- :mod:`helpers.profdirs`: what the mock wrote into a ``PROF_*`` directory.
+
+``conftest.py`` keeps only fixtures (and imports what they need from here).
+"""

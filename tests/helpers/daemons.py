@@ -1,0 +1,271 @@
+"""Daemons for the tests: a raw wire client (agent or control role), the daemon served on a
+thread of the test process (:class:`InProcess`, fast), and the installed ``aclprofd`` as a
+child process (:class:`Daemon`, ready when it says so through sd_notify). Both expose the
+socket path as ``.socket``."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from aclprof.cli.client import Client as ControlClient
+from aclprof.cli.launch import daemon_argv
+from aclprof.protocol.wire import FrameReader, Kind, decode_json, encode_batch, encode_json, recv_frame
+
+from .procs import env, short_tmpdir
+
+__all__ = ["Client", "agent", "status", "InProcess", "Daemon", "running"]
+
+
+class Client:
+    """A blocking wire client (agent or control)."""
+
+    def __init__(self, path: str, role: str = "control", *, pid: int | None = None, host: str = "testhost",
+                 service: str | None = None, labels: dict | None = None, hello: bool = True):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(10)
+        self.sock.connect(path)
+        self.reader = FrameReader()
+        self.pending: list = []
+        self.pid = os.getpid() if pid is None else pid
+        if hello:
+            self.send_json(Kind.HELLO, {"role": role, "version": "0.1.0", "pid": self.pid, "host": host,
+                                        "service": service, "labels": labels or {}})
+            kind, payload = self.recv()
+            assert kind == Kind.WELCOME, (kind, payload)
+            self.welcome = decode_json(payload)
+
+    def send_json(self, kind: Kind, obj: Any) -> None:
+        self.sock.sendall(encode_json(kind, obj))
+
+    def send_batch(self, records: np.ndarray) -> None:
+        self.sock.sendall(encode_batch(records))
+
+    def names(self, mapping: dict[int, str]) -> None:
+        self.send_json(Kind.NAMES, {"names": {str(k): v for k, v in mapping.items()}})
+
+    def recv(self) -> tuple[Kind, bytes]:
+        frame = recv_frame(self.sock, self.reader, self.pending)
+        if frame is None:
+            raise EOFError("daemon closed the connection")
+        return frame
+
+    def request(self, kind: Kind, obj: Any | None = None) -> dict:
+        self.send_json(kind, obj or {})
+        k, payload = self.recv()
+        assert k == Kind(kind + 1), (k, payload)
+        return decode_json(payload)
+
+    def export(self, **req: Any) -> list[dict]:
+        self.send_json(Kind.EXPORT, {"since_ts": None, "until_ts": None, "filter": {}, **req})
+        out: list[dict] = []
+        while True:
+            k, payload = self.recv()
+            if k == Kind.END:
+                assert decode_json(payload) == {"records": len(out), "skipped": 0}
+                return out
+            assert k == Kind.EXPORT_RECORDS
+            out += [json.loads(line) for line in bytes(payload).splitlines()]
+
+    def stream_frames(self) -> tuple[list[dict], int, Kind]:
+        """The next STREAM frame: (records, skipped, kind); END gives its counts' skipped."""
+        k, payload = self.recv()
+        if k == Kind.STREAM_RECORDS:
+            data = bytes(payload)
+            assert data.endswith(b"\n")
+            return [json.loads(line) for line in data.splitlines()], 0, k
+        if k == Kind.STREAM_SKIPPED:
+            return [], decode_json(payload)["skipped"], k
+        assert k == Kind.END, k
+        return [], 0, k
+
+    def closed_by_peer(self, timeout: float = 5.0) -> bool:
+        """Read until EOF (True) or timeout (False); frames on the way are discarded."""
+        self.sock.settimeout(timeout)
+        try:
+            while True:
+                if not self.sock.recv(65536):
+                    return True
+        except TimeoutError:
+            return False
+        except OSError:
+            return True
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def agent(path: str, *, names: dict[int, str] | None = None, **kw: Any) -> Client:
+    """An agent connection that has sent its HELLO and a NAMES table."""
+    c = Client(path, "agent", **kw)
+    c.names(names or {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "fc1"})
+    return c
+
+
+def status(path: str) -> dict:
+    """One STATUS request on a fresh control connection."""
+    c = Client(path)
+    try:
+        return c.request(Kind.STATUS)
+    finally:
+        c.close()
+
+
+class InProcess:
+    """A daemon served on a thread of this process (fast tests)."""
+
+    def __init__(self, **overrides: Any):
+        from aclprofd import config
+        from aclprofd.server import Daemon
+
+        self.tmp = short_tmpdir()
+        self.socket = os.path.join(self.tmp, "d.sock")
+        args = {"socket": self.socket, "data_dir": os.path.join(self.tmp, "data"), "prometheus_port": "0",
+                "flush_interval_s": "0.1"}
+        args.update({k: str(v) for k, v in overrides.items()})
+        self.settings = config.load(args, environ={})
+        self.daemon = Daemon(self.settings)
+        self.daemon.start()
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+        self.daemon.ready.wait(5)
+
+    def _run(self) -> None:
+        try:
+            self.daemon.run(self.stop_event)
+        finally:
+            self.daemon.close()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.daemon.stop()
+        self.thread.join(10)
+        assert not self.thread.is_alive()
+
+    def __enter__(self) -> InProcess:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.thread.is_alive():
+            self.stop()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+class Daemon:
+    """The installed ``aclprofd`` in a child process, on the socket and data directory under
+    ``root`` (a new short temporary directory by default, removed by :meth:`cleanup`).
+
+    ``args`` come after the defaults (``--flush-interval`` included), so they override them.
+    Its log is JSON in ``log_path``; its stdout and stderr go to ``out_path``.
+    """
+
+    def __init__(self, root: str | None = None, *args: str, env: dict[str, str] | None = None,
+                 socket_path: str | None = None, data_dir: str | None = None, prometheus_port: int = 0,
+                 flush_interval: str = "0.1s"):
+        self._own_root = root is None
+        self.root = root or short_tmpdir("aclp-")
+        self.socket = socket_path or os.path.join(self.root, "d.sock")
+        self.data_dir = data_dir or os.path.join(self.root, "data")
+        self.log_path = os.path.join(self.root, "daemon.log")
+        self.out_path = os.path.join(self.root, "daemon.out")
+        self.env = env or {}
+        self.cmd = [*daemon_argv(), "--socket", self.socket, "--data-dir", self.data_dir,
+                    "--prometheus-port", str(prometheus_port), "--log-format", "json", "--log-file", self.log_path,
+                    "--flush-interval", flush_interval, *args]
+        self.proc: subprocess.Popen | None = None
+        self._notify: socket.socket | None = None
+        self._notify_path = ""
+
+    def start(self, timeout: float = 20.0) -> Daemon:
+        """Start it and wait for READY=1; fails the test at once if it exits first."""
+        self._notify_path = os.path.join(self.root, f"n{time.monotonic_ns() % 10**9}")
+        self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._notify.bind(self._notify_path)
+        self._notify.settimeout(0.05)
+        with open(self.out_path, "ab") as out:
+            # cwd: not the checkout, whose unbuilt source tree `-m` would import first.
+            self.proc = subprocess.Popen(self.cmd, env=env(**self.env, NOTIFY_SOCKET=self._notify_path),
+                                         cwd=self.root, stdout=out, stderr=out)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                msg = self._notify.recv(4096).decode()
+            except TimeoutError:
+                if self.proc.poll() is not None:
+                    raise AssertionError(f"daemon exited {self.proc.returncode}: {self.log_tail()}") from None
+                if time.monotonic() > deadline:
+                    self.proc.kill()
+                    self.proc.wait(10)
+                    raise AssertionError(f"daemon not ready after {timeout}s: {self.log_tail()}") from None
+                continue
+            assert "READY=1" in msg, msg
+            return self
+
+    def log_lines(self) -> list[dict]:
+        """Its log so far, one dict per line."""
+        try:
+            with open(self.log_path) as f:
+                return [json.loads(line) for line in f if line.strip()]
+        except FileNotFoundError:
+            return []
+
+    def log_tail(self) -> str:
+        """The end of its log and of its output, for failure messages."""
+        text = ""
+        for path in (self.log_path, self.out_path):
+            with contextlib.suppress(OSError):
+                text += Path(path).read_text(errors="replace")[-3000:]
+        return text
+
+    def status(self) -> dict:
+        """STATUS through the CLI's control client."""
+        with ControlClient(self.socket, timeout=5.0) as c:
+            return c.status()
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 15.0) -> int:
+        """Send ``sig`` (if it still runs) and return its exit status; SIGKILL after ``timeout``.
+        SIGTERM by default: a daemon that exits normally writes its coverage data."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                return self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        return self.proc.wait(10)
+
+    def cleanup(self) -> None:
+        """Stop it, release the readiness socket, remove ``root`` if this object made it."""
+        self.stop()
+        if self._notify is not None:
+            self._notify.close()
+            self._notify = None
+            with contextlib.suppress(OSError):
+                os.unlink(self._notify_path)
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def running(root: str, *args: str, flush_interval: str = "0.2", **kw: Any) -> Iterator[Daemon]:
+    """A started :class:`Daemon` under ``root`` (flush interval 0.2 s), cleaned up on exit."""
+    d = Daemon(root, *args, flush_interval=flush_interval, **kw)
+    try:
+        d.start()
+        yield d
+    finally:
+        d.cleanup()

@@ -1,0 +1,129 @@
+"""Child processes and process state: clean environments, waiting, the ``aclprof`` CLI and
+the agent worker as subprocesses, open fds and ``aclprof-*`` threads."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["REPO", "TESTS", "WORKER", "env", "clean_env", "short_tmpdir", "wait_for", "cli", "Worker",
+           "open_fds", "aclprof_threads"]
+
+TESTS = Path(__file__).resolve().parent.parent
+REPO = TESTS.parent
+WORKER = str(TESTS / "_agent_worker.py")
+
+
+def env(**extra: str) -> dict[str, str]:
+    """The environment of the e2e children: none of our variables, the mock backend, unbuffered."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROF_", "ACLMOCK_", "ACLPROFD_"))}
+    e["ACLPROF_BACKEND"] = "mock"
+    e["PYTHONUNBUFFERED"] = "1"
+    e.update(extra)
+    return e
+
+
+def clean_env(**overrides: str | None) -> dict[str, str]:
+    """os.environ without any variable that steers the loader or the mock, plus overrides
+    (a value of None removes the variable)."""
+    e = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROF_", "ACLMOCK_", "ASCEND_"))}
+    for key, value in overrides.items():
+        if value is None:
+            e.pop(key, None)
+        else:
+            e[key] = value
+    return e
+
+
+def short_tmpdir(prefix: str = "acld-") -> str:
+    """A short directory (Unix socket paths are limited to 107 bytes; pytest's are long)."""
+    return tempfile.mkdtemp(prefix=prefix, dir="/tmp")
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 15.0, interval: float = 0.01, what: str = "") -> Any:
+    """Poll ``predicate`` until it returns something true (returned), or fail the test."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+def cli(*args: str, timeout: float = 30.0, check: bool = False, **kw: Any) -> subprocess.CompletedProcess:
+    """Run ``aclprof ARGS`` (as ``python -m aclprof``) and capture its output."""
+    proc = subprocess.run([sys.executable, "-m", "aclprof", *args], env=env(), capture_output=True,
+                          text=True, timeout=timeout, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"aclprof {' '.join(args)} -> {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+class Worker:
+    """tests/_agent_worker.py: one mock model + aclprof.agent, driven over stdin."""
+
+    def __init__(self, socket: str, *args: str):
+        self.proc = subprocess.Popen([sys.executable, WORKER, "--socket", socket, *args],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env())
+        first = self._read()
+        assert first.get("ready"), first
+        self.pid = first["pid"]
+        self.model = first["model"]
+
+    def _read(self) -> dict:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line:
+            err = self.proc.stderr.read() if self.proc.stderr and self.proc.poll() is not None else ""
+            raise AssertionError(f"worker exited ({self.proc.poll()}): {err[-2000:]}")
+        return json.loads(line)
+
+    def cmd(self, text: str) -> dict:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+        return self._read()
+
+    def run(self, n: int) -> int:
+        return self.cmd(f"run {n}")["emitted"]
+
+    def stats(self) -> dict:
+        return self.cmd("stats")
+
+    def stop(self, timeout: float = 5.0) -> dict:
+        out = self.cmd(f"stop {timeout}")
+        self.proc.wait(15)
+        assert self.proc.returncode == 0, self.proc.stderr.read() if self.proc.stderr else ""
+        return out
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            try:
+                if f is not None:
+                    f.close()
+            except OSError:
+                pass
+
+
+def open_fds() -> set[int]:
+    """The file descriptors this process has open."""
+    return {int(n) for n in os.listdir("/proc/self/fd")}
+
+
+def aclprof_threads() -> list[threading.Thread]:
+    """The threads aclprof started (named ``aclprof-*``) that are still running."""
+    return [t for t in threading.enumerate() if t.name.startswith("aclprof-")]
