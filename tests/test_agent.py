@@ -12,10 +12,9 @@ import signal
 import tempfile
 
 import pytest
-
+from _agent_worker import FIXED_OPS
 from _e2e import Daemon, Worker, wait_for
 from _fakedaemon import FakeDaemon
-from _agent_worker import FIXED_OPS
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -148,6 +147,81 @@ def test_goodbye_counts_what_the_daemon_did_not_read(sock_dir, workers):
         assert final["records_sent"] + final["dropped_unread"] == final["records_in"] == emitted
     finally:
         fake.close()
+
+
+
+def _handshake(sock) -> None:
+    from aclprof.protocol import wire
+
+    reader, pending = wire.FrameReader(), []
+    kind, _ = wire.recv_frame(sock, reader, pending)
+    assert kind == wire.Kind.HELLO
+    sock.sendall(wire.encode_json(wire.Kind.WELCOME, {"version": "0.1.0", "protocol": 1,
+                                                       "pid": os.getpid(), "started_ts": 0.0}))
+
+
+def test_goodbye_counts_the_frame_in_flight(sock_dir, workers):
+    """Issue 13: the daemon stops while the agent is half-way through writing a frame.
+
+    A raw daemon completes the handshake, then reads only 300 kB of a large backlog (the
+    agent's socket fills; a frame is partly written), counts the records of the whole
+    BATCH frames it read and says GOODBYE with that count. Everything else the agent took
+    from its buffer for that connection, the frame in flight included, is unread: it must
+    be counted as lost and reported in the LOSS frame of the next connection, so that
+    read on the first connection + received on the second + LOSS == emitted, exactly."""
+    import socket
+
+    from aclprof.protocol import wire
+
+    path = os.path.join(sock_dir, "inflight.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    srv.settimeout(15)
+    w = Worker(path)
+    workers.append(w)
+    conn, _ = srv.accept()
+    srv.close()
+    os.unlink(path)
+    fake = None
+    try:
+        conn.settimeout(15)
+        _handshake(conn)
+        emitted = w.run(20_000)  # 100 000 records, far more than the socket holds
+        st = wait_for(lambda: (s := w.stats()["agent"])["records_in"] == emitted and s,
+                      what="the records to reach the agent")
+        assert st["connected"] and st["records_sent"] < 10_000 and st["goodbyes"] == 0, st
+        reader = wire.FrameReader()
+        got, read = 0, 0
+        kinds = []
+        while got < 300_000:
+            data = conn.recv(min(65536, 300_000 - got))
+            assert data
+            got += len(data)
+            for kind, payload in reader.feed(data):
+                kinds.append(kind)
+                if kind == wire.Kind.BATCH:
+                    read += len(payload) // wire.RECORD_DTYPE.itemsize
+        assert kinds[0] == wire.Kind.WATCH and read > 0
+        conn.sendall(wire.encode_json(wire.Kind.GOODBYE, {"records": read, "dropped": 0}))
+        conn.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        fake = FakeDaemon(path)
+        wait_for(lambda: len(fake.conns) == 1 and read + fake.received + fake.loss == emitted,
+                 what="the rest, and the LOSS of what the first daemon did not read")
+        final = w.stop()["agent"]
+        wait_for(lambda: all(c.closed for c in fake.conns), what="disconnect")
+        assert fake.errors() == []
+        assert final["goodbyes"] == 1 and final["connections"] == 2
+        assert final["dropped_buffer"] == final["dropped_subscription"] == 0
+        # the unread records: all the first connection carried beyond `read`, in flight too
+        assert fake.loss == final["dropped_unread"] == final["loss_reported"] > 0
+        assert final["records_sent"] == read + fake.received
+        assert read + fake.received + fake.loss == emitted == final["records_in"]
+    finally:
+        conn.close()
+        if fake is not None:
+            fake.close()
 
 
 @pytest.fixture

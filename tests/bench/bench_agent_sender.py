@@ -25,7 +25,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 os.environ.setdefault("ACLPROF_BACKEND", "mock")
 
-from bench_distortion import make_ops  # noqa: E402
+from bench_distortion import make_ops
 
 
 class Sink:
