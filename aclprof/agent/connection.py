@@ -204,7 +204,11 @@ class Connection:
         poller.register(sock, select.POLLOUT)
         poller.register(wake_fd, select.POLLIN)
         for fd, ev in poller.poll(50):
-            if fd == sock.fileno() and ev & (select.POLLERR | select.POLLHUP):
+            if fd == wake_fd:
+                # consumed here, or every later poll returns at once: a busy loop for as
+                # long as the daemon does not read (the sender's loop rechecks its state)
+                self.buffer.drain_wake()
+            elif ev & (select.POLLERR | select.POLLHUP):
                 self.disconnect("the daemon closed the connection")
                 return
         self.flush()
