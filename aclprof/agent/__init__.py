@@ -74,7 +74,8 @@ class AgentStats:
     said it stopped without reading them) or still ``buffered``. ``dropped_subscription``
     is what the subscriptions themselves dropped. ``loss_reported`` is the sum of the
     ``dropped`` fields of LOSS frames written (less those a GOODBYE said were not read);
-    ``loss_pending`` what no LOSS has carried yet. ``goodbyes`` counts GOODBYE frames.
+    ``loss_pending`` what no LOSS has carried yet. ``goodbyes`` counts GOODBYE frames;
+    ``frames_sent`` and ``bytes_sent`` what was written (frames: whole ones).
     """
 
     socket_path: str
