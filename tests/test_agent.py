@@ -12,11 +12,10 @@ import signal
 import tempfile
 
 import pytest
-
+from _agent_worker import FIXED_OPS
 from helpers.daemons import Daemon
 from helpers.procs import Worker, wait_for
 from _fakedaemon import FakeDaemon
-from _agent_worker import FIXED_OPS
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -149,6 +148,81 @@ def test_goodbye_counts_what_the_daemon_did_not_read(sock_dir, workers):
         assert final["records_sent"] + final["dropped_unread"] == final["records_in"] == emitted
     finally:
         fake.close()
+
+
+
+def _handshake(sock) -> None:
+    from aclprof.protocol import wire
+
+    reader, pending = wire.FrameReader(), []
+    kind, _ = wire.recv_frame(sock, reader, pending)
+    assert kind == wire.Kind.HELLO
+    sock.sendall(wire.encode_json(wire.Kind.WELCOME, {"version": "0.1.0", "protocol": 1,
+                                                       "pid": os.getpid(), "started_ts": 0.0}))
+
+
+def test_goodbye_counts_the_frame_in_flight(sock_dir, workers):
+    """Issue 13: the daemon stops while the agent is half-way through writing a frame.
+
+    A raw daemon completes the handshake, then reads only 300 kB of a large backlog (the
+    agent's socket fills; a frame is partly written), counts the records of the whole
+    BATCH frames it read and says GOODBYE with that count. Everything else the agent took
+    from its buffer for that connection, the frame in flight included, is unread: it must
+    be counted as lost and reported in the LOSS frame of the next connection, so that
+    read on the first connection + received on the second + LOSS == emitted, exactly."""
+    import socket
+
+    from aclprof.protocol import wire
+
+    path = os.path.join(sock_dir, "inflight.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    srv.settimeout(15)
+    w = Worker(path)
+    workers.append(w)
+    conn, _ = srv.accept()
+    srv.close()
+    os.unlink(path)
+    fake = None
+    try:
+        conn.settimeout(15)
+        _handshake(conn)
+        emitted = w.run(20_000)  # 100 000 records, far more than the socket holds
+        st = wait_for(lambda: (s := w.stats()["agent"])["records_in"] == emitted and s,
+                      what="the records to reach the agent")
+        assert st["connected"] and st["records_sent"] < 10_000 and st["goodbyes"] == 0, st
+        reader = wire.FrameReader()
+        got, read = 0, 0
+        kinds = []
+        while got < 300_000:
+            data = conn.recv(min(65536, 300_000 - got))
+            assert data
+            got += len(data)
+            for kind, payload in reader.feed(data):
+                kinds.append(kind)
+                if kind == wire.Kind.BATCH:
+                    read += len(payload) // wire.RECORD_DTYPE.itemsize
+        assert kinds[0] == wire.Kind.WATCH and read > 0
+        conn.sendall(wire.encode_json(wire.Kind.GOODBYE, {"records": read, "dropped": 0}))
+        conn.shutdown(socket.SHUT_RDWR)
+        conn.close()
+        fake = FakeDaemon(path)
+        wait_for(lambda: len(fake.conns) == 1 and read + fake.received + fake.loss == emitted,
+                 what="the rest, and the LOSS of what the first daemon did not read")
+        final = w.stop()["agent"]
+        wait_for(lambda: all(c.closed for c in fake.conns), what="disconnect")
+        assert fake.errors() == []
+        assert final["goodbyes"] == 1 and final["connections"] == 2
+        assert final["dropped_buffer"] == final["dropped_subscription"] == 0
+        # the unread records: all the first connection carried beyond `read`, in flight too
+        assert fake.loss == final["dropped_unread"] == final["loss_reported"] > 0
+        assert final["records_sent"] == read + fake.received
+        assert read + fake.received + fake.loss == emitted == final["records_in"]
+    finally:
+        conn.close()
+        if fake is not None:
+            fake.close()
 
 
 @pytest.fixture
@@ -309,3 +383,191 @@ def test_daemon_restart_while_agents_stream(daemon, workers):
         received = _exported(daemon, w.pid)
         assert received + f["loss_reported"] == emitted[w.pid], (received, f)
         assert _snapshot_count(daemon, w.pid) == received
+
+
+# -- the parts, in process ---------------------------------------------------------------------
+
+def _op_records(n: int, keypoint_every: int = 0):
+    import numpy as np
+
+    from aclprof.api.records import OP_DTYPE
+
+    data = np.zeros(n + 1, OP_DTYPE)[1:]  # a slice: not at the start of its buffer
+    data["model_id"] = 7
+    data["op_name"] = np.arange(n) % 5
+    data["op_type"] = np.arange(n) % 3
+    data["flag"] = 2
+    data["start"] = np.arange(n) * 10
+    data["end"] = data["start"] + 4
+    data["duration"] = 4
+    if keypoint_every:
+        data["keypoint"][::keypoint_every] = True
+    return data
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_write_records_converts_in_place(monkeypatch, fast):
+    """Both conversion paths give the wire record: every field, name ids mapped, the
+    keypoint mark in ``flag``."""
+    import numpy as np
+
+    from aclprof.agent import names
+    from aclprof.protocol import wire
+
+    monkeypatch.setattr(names, "_SAME_PREFIX", fast and names._SAME_PREFIX)
+    data = _op_records(50, keypoint_every=7)
+    mapping = np.array([10, 11, 12, 13, 14], np.uint32)
+    out = np.zeros(50, wire.RECORD_DTYPE)
+    names.write_records(out, data, mapping)
+    for field in ("model_id", "thread_id", "device_id", "start", "end", "duration", "execution_time"):
+        assert (out[field] == data[field]).all(), field
+    assert (out["op_name"] == mapping[data["op_name"]]).all()
+    assert (out["op_type"] == mapping[data["op_type"]]).all()
+    assert (out["flag"] == np.where(data["keypoint"], 2 | wire.FLAG_KEYPOINT, 2)).all()
+
+
+def test_name_map_sends_each_name_once_per_connection():
+    from aclprof.agent.names import NameMap
+    from aclprof.agent.watched import Watched
+
+    table = ["conv", "Conv2D", "relu", "Relu", "fc"]
+    a, b = Watched(1, 0, {}), Watched(2, 0, {})
+    m = NameMap()
+    m.reset(1)
+    data = _op_records(3)  # ids 0..2
+    assert m.extend(a, data, table) == {"0": "conv", "1": "Conv2D", "2": "relu"}
+    assert m.extend(a, data, table) == {}
+    # another subscription's table: the same text gets the same connection id
+    assert m.extend(b, _op_records(2), ["relu", "fc"]) == {"3": "fc"}
+    assert b.name_map.tolist() == [2, 3]
+    m.reset(2)  # a new connection: everything again
+    assert m.extend(a, data, table) == {"0": "conv", "1": "Conv2D", "2": "relu"}
+
+
+def test_frame_buffer_grows_with_a_batch_open():
+    """Frames written in place decode as written, also when the buffer must grow in the
+    middle of a BATCH frame and part of it was already sent."""
+    import numpy as np
+
+    from aclprof.agent.frames import FrameBuffer
+    from aclprof.protocol import wire
+
+    out = FrameBuffer(capacity=64)
+    out.append(wire.encode_json(wire.Kind.WATCH, {"model_id": 1}))
+    first = out.add_records(3)
+    first[:] = np.arange(3).astype(wire.RECORD_DTYPE)
+    out.consume(5)  # five bytes were written
+    sent = b"" + wire.encode_json(wire.Kind.WATCH, {"model_id": 1})[:5]
+    more = out.add_records(40)  # grows: the open frame moves
+    more["start"] = np.arange(40) + 100
+    out.append(wire.encode_json(wire.Kind.LOSS, {"dropped": 3}), loss=3)
+    assert out.records == 43 and out.loss == 3 and out.frames == 3
+    stream = sent + bytes(out.pending())
+    frames = list(wire.FrameReader().feed(stream))
+    assert [k for k, _ in frames] == [wire.Kind.WATCH, wire.Kind.BATCH, wire.Kind.LOSS]
+    recs = wire.decode_batch(frames[1][1])
+    assert len(recs) == 43 and recs["start"].tolist()[3:] == list(range(100, 140))
+    out.consume(len(out))
+    assert not out
+    out.clear()
+    assert len(out) == 0 and out.records == out.loss == out.frames == 0
+
+
+def test_buffer_keeps_the_newest_and_its_control_items():
+    from aclprof.agent.buffer import RecordBuffer
+    from aclprof.agent.watched import Watched
+
+    buf = RecordBuffer(10)
+    try:
+        w = Watched(1, 0, {})
+        buf.items.append(["watch", w, None])
+        for _ in range(3):
+            buf.add_batch(w, _op_records(4), [])
+        buf.items.append(["unwatch", w, None])
+        buf.add_batch(w, _op_records(4), [])
+        assert buf.records_in == 16 and buf.buffered == 10 and buf.dropped == 6
+        items, records = buf.take(6)
+        assert records == 6 and [i[0] for i in items] == ["watch", "batch", "batch", "batch"]
+        # the oldest records went first: all of the first batch (its item stays behind the
+        # WATCH, empty), half of the second
+        assert [len(i[2]) for i in items[1:]] == [0, 2, 4]
+        items, records = buf.take(100)
+        assert records == 4 and [i[0] for i in items] == ["unwatch", "batch"]
+        buf.add_batch(w, _op_records(3), [])
+        assert buf.discard_all() == 3 and buf.dropped == 9 and buf.lost_total() == 9
+    finally:
+        buf.close()
+
+
+def test_stop_does_not_hang_on_a_daemon_that_never_reads(sock_dir, stopped_agent):
+    """A daemon that completes the handshake and then reads nothing: the agent's socket
+    fills, a frame stays half written; stop() returns within its timeout and counts every
+    record it could not deliver as dropped."""
+    import socket
+    import threading
+    import time
+
+    from aclprof import mock
+
+    agent = stopped_agent
+    path = os.path.join(sock_dir, "deaf.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    srv.settimeout(10)
+    try:
+        a = agent.start(path)
+        conn, _ = srv.accept()
+        _handshake(conn)
+        wait_for(lambda: a.stats().connected, what="connection")
+        model = mock.load_model(FIXED_OPS)
+        agent.watch(model)
+        mock.execute(model, 20_000)  # 100 000 records, 5.6 MB: far beyond the socket
+        mock.wait_writer_idle()
+        # While it waits for room the sender sleeps, also after a wake-up (a watch() writes
+        # the wake pipe): it must not spin on a pipe that stays readable.
+        other = mock.load_model(FIXED_OPS)
+        agent.watch(other)
+        (sender,) = [t for t in threading.enumerate() if t.name == "aclprof-agent"]
+        clock = time.pthread_getcpuclockid(sender.ident)
+        cpu0 = time.clock_gettime(clock)
+        time.sleep(0.5)
+        assert time.clock_gettime(clock) - cpu0 < 0.1
+        assert a.stats().connected
+        t0 = time.monotonic()
+        final = agent.stop(timeout=0.5)
+        assert time.monotonic() - t0 < 2.0
+        assert final.records_in == 100_000 and final.buffered == 0
+        assert final.records_sent + final.dropped_buffer == final.records_in
+        assert final.records_sent < 10_000 and not final.connected
+        conn.close()
+    finally:
+        srv.close()
+
+
+def test_stop_does_not_hang_on_a_daemon_that_never_answers(sock_dir, stopped_agent):
+    """A listener that never completes the handshake: each attempt times out
+    (``connect_timeout``) and stop() still returns promptly, everything counted."""
+    import socket
+    import time
+
+    from aclprof import mock
+
+    agent = stopped_agent
+    path = os.path.join(sock_dir, "mute.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(16)
+    try:
+        a = agent.start(path)
+        wait_for(lambda: a.stats().connect_failures >= 1, what="a failed handshake")
+        model = mock.load_model(FIXED_OPS)
+        agent.watch(model)
+        mock.execute(model, 10)
+        mock.wait_writer_idle()
+        t0 = time.monotonic()
+        final = agent.stop(timeout=0.2)
+        assert time.monotonic() - t0 < 0.2 + 1.0 + 1.0  # timeout + one handshake + slack
+        assert final.records_in == 50 and final.dropped_buffer == 50 and final.records_sent == 0
+    finally:
+        srv.close()

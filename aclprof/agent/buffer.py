@@ -1,0 +1,155 @@
+"""The agent's bounded record buffer, between the subscriptions' callbacks and the sender.
+
+Producers (the subscriptions' reader threads) only append under a lock; when more than
+``bound`` records are held the *oldest* are dropped and counted, so the newest are kept
+and a slow or absent daemon never blocks the service. The buffer also keeps the agent's
+loss counters under the same lock (``stats()`` reads them as one consistent set) and the
+wake-up pipe through which a producer wakes the sleeping sender.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+from typing import Any
+
+from aclprof.agent.watched import Watched
+
+__all__ = ["RecordBuffer"]
+
+
+class RecordBuffer:
+    """Items ``[kind, watched, data, names]`` in arrival order: ``"batch"`` items carry
+    OP_DTYPE records, ``"watch"``/``"unwatch"`` items are kept in order with them (a WATCH
+    must precede the model's first records on the wire).
+
+    Counters (all under :attr:`lock`): ``records_in`` (delivered by the subscriptions),
+    ``dropped`` (trimmed, never sent, or lost with a broken connection),
+    ``dropped_unread`` (written, but a GOODBYE said unread), ``dropped_subscription``
+    (the subscriptions' own drops)."""
+
+    def __init__(self, bound: int):
+        if bound < 1:
+            raise ValueError("buffer_records must be at least 1")
+        self.bound = int(bound)
+        self.lock = threading.Lock()
+        self.items: collections.deque[list[Any]] = collections.deque()
+        self.buffered = 0
+        self.records_in = 0
+        self.dropped = 0
+        self.dropped_unread = 0
+        self.dropped_subscription = 0
+        self._sleeping = False
+        self._wake_at = 1  # buffered records that wake a sleeping sender
+        self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+
+    # -- producers ---------------------------------------------------------------------------
+    def add_batch(self, w: Watched, data: Any, names: Any) -> None:
+        """The subscriptions' batch_callback: append, trim, wake. Cheap: no copy, no I/O
+        unless the sender sleeps and the wake-up threshold is reached."""
+        n = len(data)
+        if not n:
+            return
+        with self.lock:
+            self.records_in += n
+            self.items.append(["batch", w, data, names])
+            self.buffered += n
+            if self.buffered > self.bound:
+                self._trim_locked()
+            if self._sleeping and self.buffered >= self._wake_at:
+                self._sleeping = False
+                self.wake()
+
+    def _trim_locked(self) -> None:
+        """Drop the oldest buffered records until the bound holds (keeps control items)."""
+        excess = self.buffered - self.bound
+        items = self.items
+        for item in items:
+            if excess <= 0:
+                break
+            if item[0] != "batch":
+                continue
+            n = len(item[2])
+            if n == 0:
+                continue
+            k = min(n, excess)
+            item[2] = item[2][k:]  # a view: the dropped head is freed with the batch
+            excess -= k
+            self.buffered -= k
+            self.dropped += k
+        while items and items[0][0] == "batch" and len(items[0][2]) == 0:
+            items.popleft()
+
+    # -- the sender --------------------------------------------------------------------------
+    def take(self, max_records: int) -> tuple[list[list[Any]], int]:
+        """Remove items from the front: up to ``max_records`` records (at least the first
+        batch, whatever its size), with the control items among them."""
+        taken: list[list[Any]] = []
+        records = 0
+        with self.lock:
+            items = self.items
+            while items and records < max_records:
+                item = items[0]
+                if item[0] == "batch":
+                    n = len(item[2])
+                    if records and records + n > max_records:
+                        break
+                    self.buffered -= n
+                    records += n
+                items.popleft()
+                taken.append(item)
+        return taken, records
+
+    def empty(self) -> bool:
+        with self.lock:
+            return not self.items
+
+    def discard_all(self) -> int:
+        """At the sender's exit: everything still buffered is lost (counted)."""
+        with self.lock:
+            leftover = self.buffered
+            self.dropped += leftover
+            self.buffered = 0
+            self.items.clear()
+        return leftover
+
+    def lost_total(self) -> int:
+        with self.lock:
+            return self.dropped + self.dropped_subscription + self.dropped_unread
+
+    def arm(self, wake_at: int, now_if_items: bool) -> bool:
+        """Before the sender sleeps: False if there is work already (any item when
+        ``now_if_items``, else ``wake_at`` records); otherwise producers wake it once
+        ``wake_at`` records are buffered."""
+        with self.lock:
+            if self.items and (now_if_items or self.buffered >= wake_at):
+                return False
+            self._wake_at = wake_at
+            self._sleeping = True
+            return True
+
+    def disarm(self) -> None:
+        with self.lock:
+            self._sleeping = False
+
+    def wake(self) -> None:
+        try:
+            os.write(self.wake_w, b"x")
+        except OSError:
+            pass  # the pipe is full: a wake-up is pending anyway
+
+    def drain_wake(self) -> None:
+        try:
+            while os.read(self.wake_r, 4096):
+                pass
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        for fd in (self.wake_r, self.wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.wake_r = self.wake_w = -1

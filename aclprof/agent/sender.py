@@ -1,0 +1,209 @@
+"""The agent's sender thread: connect (with backoff), move buffered records to the daemon,
+and stop within a bounded time whatever the daemon does.
+
+Its loop: connect when disconnected (0.1 s doubling to ``backoff_max``); every 0.2 s
+fold the subscriptions' own drop counters in; take a chunk of items from the buffer,
+convert it into frames (WATCH/UNWATCH/NAMES/BATCH) and write it with non-blocking sends;
+wait for room while a chunk is partly written; otherwise sleep until records arrive.
+Stopping: after ``request_stop`` it flushes until the buffer is empty and a final LOSS is
+written, or the deadline passes, or no daemon answers; the thread never blocks longer than
+one poll (50 ms) or one connection attempt (``connect_timeout``) at a time, so
+``stop()`` returns in ``timeout`` + that.
+"""
+
+from __future__ import annotations
+
+import select
+import threading
+import time
+
+from aclprof._log import get_logger
+from aclprof.agent.buffer import RecordBuffer
+from aclprof.agent.connection import Connection
+from aclprof.agent.names import write_records
+from aclprof.agent.watched import Watched
+from aclprof.protocol import wire
+
+__all__ = ["Sender", "MAX_FRAME_RECORDS"]
+
+_log = get_logger("aclprof.agent")
+
+MAX_FRAME_RECORDS = 1 << 15       # records per chunk taken from the buffer (1.8 MiB)
+_BACKOFF_MIN = 0.1
+_CHECK_DROPS_EVERY = 0.2          # s between polls of the subscriptions' own drop counters
+_COALESCE_S = 0.01                # while records flow: at most this long between sends
+_WAKE_RECORDS = 8192              # ... or until this many records are buffered
+
+
+class Sender:
+    """The thread, and the stop request it obeys. ``watched`` is the agent's model table
+    (guarded by the buffer's lock)."""
+
+    def __init__(self, buffer: RecordBuffer, conn: Connection, watched: dict[int, Watched], *,
+                 backoff_max: float):
+        self.buffer = buffer
+        self.conn = conn
+        self.watched = watched
+        self.backoff_max = backoff_max
+        self.stopping = False       # under buffer.lock
+        self._flush_deadline = 0.0  # under buffer.lock; 0 until the stop's flush begins
+        self._pumped = 0            # records moved by the last _pump
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="aclprof-agent", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def request_stop(self, flush_timeout: float) -> None:
+        """Flush for at most ``flush_timeout`` s from now, then exit (``stopping`` must
+        already be set, before the subscriptions were closed)."""
+        with self.buffer.lock:
+            self._flush_deadline = time.monotonic() + flush_timeout
+        self.buffer.wake()
+
+    # -- the thread --------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self._loop()
+        except BaseException:  # never let the thread die silently with records in hand
+            _log.exception("the aclprof agent's sender failed; records are dropped from now on")
+            with self.buffer.lock:
+                self.stopping = True
+        finally:
+            self._finish()
+            self.stopped.set()
+
+    def _loop(self) -> None:
+        conn, buffer = self.conn, self.buffer
+        backoff = _BACKOFF_MIN
+        next_attempt = 0.0
+        next_drop_check = 0.0
+        while True:
+            now = time.monotonic()
+            with buffer.lock:
+                stopping = self.stopping
+                deadline = self._flush_deadline
+            flushing = stopping and deadline > 0
+            if flushing and now >= deadline:
+                return
+            if conn.sock is None:
+                if now >= next_attempt or flushing:
+                    if self._connect():
+                        backoff = _BACKOFF_MIN
+                    else:
+                        next_attempt = time.monotonic() + backoff
+                        backoff = min(backoff * 2, self.backoff_max)
+                        if flushing:
+                            return  # no daemon: nothing more can be flushed
+                if conn.sock is None:
+                    self._sleep(max(0.0, next_attempt - time.monotonic()))
+                    continue
+            if now >= next_drop_check:
+                self.poll_subscription_drops()
+                next_drop_check = now + _CHECK_DROPS_EVERY
+            if not self._pump():
+                continue  # connection lost; loop reconnects
+            if conn.out:
+                conn.wait_writable(buffer.wake_r)
+                continue
+            if flushing and buffer.empty():
+                self.poll_subscription_drops()
+                if conn.send_loss() and not conn.out and buffer.empty():
+                    return
+                continue
+            # While records flow, gather them for _COALESCE_S between sends (fewer, larger
+            # frames and wake-ups: less GIL and CPU taken from the service); when idle,
+            # sleep until the first record arrives.
+            busy = self._pumped > 0
+            if not buffer.arm(_WAKE_RECORDS if busy else 1, now_if_items=stopping or not busy):
+                continue
+            self._sleep(_COALESCE_S if busy else _CHECK_DROPS_EVERY)
+
+    def _connect(self) -> bool:
+        """Connect, then WATCH every live model and LOSS for what was lost meanwhile."""
+        if not self.conn.connect():
+            return False
+        with self.buffer.lock:
+            watched = list(self.watched.values())
+        for w in watched:
+            if w.live:
+                self.conn.announce(w)
+        self.poll_subscription_drops()
+        self.conn.send_loss()
+        return True
+
+    def _sleep(self, timeout: float) -> None:
+        """Until woken (records, stop), the daemon speaks or hangs up, or ``timeout``."""
+        poller = select.poll()
+        poller.register(self.buffer.wake_r, select.POLLIN)
+        sock = self.conn.sock
+        if sock is not None:
+            poller.register(sock, select.POLLIN)  # EOF or ERROR/GOODBYE from the daemon
+        events = poller.poll(int(timeout * 1000) + 1)
+        self.buffer.disarm()
+        for fd, _ in events:
+            if fd == self.buffer.wake_r:
+                self.buffer.drain_wake()
+            elif sock is not None and fd == sock.fileno():
+                self.conn.check_incoming()
+
+    def poll_subscription_drops(self) -> None:
+        with self.buffer.lock:
+            watched = [w for w in self.watched.values() if w.live and w.sub is not None]
+        for w in watched:
+            dropped = w.sub.stats.dropped
+            if dropped != w.sub_dropped_seen:
+                with self.buffer.lock:
+                    self.buffer.dropped_subscription += dropped - w.sub_dropped_seen
+                    w.sub_dropped_seen = dropped
+
+    def _pump(self) -> bool:
+        """Move a chunk of buffered items into frames and write them. False if the
+        connection broke. A partly written chunk is finished before the next is built."""
+        self._pumped = 0
+        conn = self.conn
+        if conn.out:
+            return conn.flush()
+        items, self._pumped = self.buffer.take(MAX_FRAME_RECORDS)
+        if not items:
+            return True
+        out, names, gen = conn.out, conn.names, conn.gen
+        for item in items:
+            kind, w = item[0], item[1]
+            if kind == "watch":
+                if w.announced != gen and w.live:
+                    conn.announce(w)
+            elif kind == "unwatch":
+                if w.announced == gen:
+                    conn.queue_json(wire.Kind.UNWATCH, {"model_id": w.model_id})
+            else:
+                data = item[2]
+                if not len(data):
+                    continue
+                if w.announced != gen:
+                    conn.announce(w)
+                new_names = names.extend(w, data, item[3])
+                if new_names:  # a NAMES frame goes before the first record using them
+                    conn.queue_json(wire.Kind.NAMES, {"names": new_names})
+                # consecutive batches share one BATCH frame, written in place
+                write_records(out.add_records(len(data)), data, w.name_map)
+        out.end_batch()
+        return conn.flush()
+
+    def _finish(self) -> None:
+        """At thread exit: whatever is still buffered or unsent is lost (counted); report
+        it if the daemon is still there, and close."""
+        conn = self.conn
+        self.buffer.discard_all()
+        if conn.sock is not None:
+            if conn.out:
+                # Bytes of a half-written frame cannot be followed by another frame: close.
+                conn.disconnect("stopping with a frame half written")
+            else:
+                conn.send_loss()
+                deadline = time.monotonic() + 0.5
+                while conn.out and conn.sock is not None and time.monotonic() < deadline:
+                    conn.wait_writable(self.buffer.wake_r)
+                if conn.out:
+                    conn.disconnect("stopping")
+        conn.close()

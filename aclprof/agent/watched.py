@@ -1,0 +1,28 @@
+"""One watched model as the agent sees it: its subscription, and what the current
+connection knows of it (whether WATCH was sent, its name-id map)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Watched"]
+
+
+class Watched:
+    """A model the agent streams. ``live`` turns False once it is unwatched (its items may
+    still sit in the buffer). Fields other than ``live`` and ``sub_dropped_seen`` (guarded
+    by the buffer's lock) are the sender thread's."""
+
+    __slots__ = ("model_id", "device", "labels", "sub", "live", "announced", "name_map",
+                 "map_gen", "sub_dropped_seen")
+
+    def __init__(self, model_id: int, device: int, labels: dict[str, str]):
+        self.model_id = model_id
+        self.device = device
+        self.labels = labels
+        self.sub: Any = None
+        self.live = True
+        self.announced = -1        # connection generation on which WATCH was sent
+        self.name_map: Any = None  # numpy uint32: subscription name id -> connection id
+        self.map_gen = -1          # connection generation name_map belongs to
+        self.sub_dropped_seen = 0  # the subscription's drop counter already counted
