@@ -97,12 +97,6 @@ def test_no_import_runs_back_up(module, path):
     assert bad == UPWARD_BEING_MOVED.get(module, []), f"{module} (layer {layer}) imports {bad}"
 
 
-# Modules that still use cffi outside the binding, being moved (issue 8); the test below
-# fails both when a module not listed uses cffi and when a listed one no longer does, so
-# the list can only shrink.
-STILL_TOUCHING_CFFI = {"aclprof.api.subscription"}
-
-
 def _uses_cffi(module: str, path: Path) -> bool:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     uses = sorted({n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(tree)
@@ -115,7 +109,4 @@ def _uses_cffi(module: str, path: Path) -> bool:
 def test_only_the_binding_touches_cffi(module, path):
     if _layer(module) == "aclprof.binding":
         return
-    if module in STILL_TOUCHING_CFFI:
-        assert _uses_cffi(module, path), f"{module} no longer uses cffi: take it off STILL_TOUCHING_CFFI"
-    else:
-        assert not _uses_cffi(module, path), f"{module} uses cffi; move that into aclprof.binding"
+    assert not _uses_cffi(module, path), f"{module} uses cffi; move that into aclprof.binding"
