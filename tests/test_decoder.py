@@ -17,15 +17,15 @@ import os
 import struct
 
 import pytest
+from conftest import read_emit_log, record_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aclprof import mock
-from aclprof.binding import lowlevel
-from aclprof.binding.enums import AicoreMetrics
 from aclprof.api.records import OP_DTYPE
 from aclprof.api.subscription import _Decoder
-from conftest import read_emit_log, record_key
+from aclprof.binding import lowlevel
+from aclprof.binding.enums import AicoreMetrics
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

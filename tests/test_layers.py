@@ -100,7 +100,8 @@ def test_no_import_runs_back_up(module, path):
 def _uses_cffi(module: str, path: Path) -> bool:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     uses = sorted({n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(tree)
-                   if (isinstance(n, ast.Name) and n.id == "ffi") or (isinstance(n, ast.Attribute) and n.attr == "ffi")})
+                   if (isinstance(n, ast.Name) and n.id == "ffi")
+                   or (isinstance(n, ast.Attribute) and n.attr == "ffi")})
     imports = [imp for imp in _imports(module, path) if imp.endswith(("._fast", "._acl_ffi"))]
     return bool(uses or imports)
 

@@ -36,14 +36,13 @@ from typing import Any
 
 from aclprof._log import get_logger
 from aclprof.api.records import OpBatch, OpRecord
-from aclprof.api.subscription.decoder import Decoder, _Decoder
+from aclprof.api.subscription.decoder import Decoder
+from aclprof.api.subscription.decoder import _Decoder as _Decoder  # re-exported: tests, benchmarks
 from aclprof.api.subscription.lifetime import (
     DeferredResubscribeError,
     _check_not_deferred,
     _closing_in_background,
     _defer_cell,
-    _deferred_by_model,
-    _deferred_cells,
     _device_configs,
     _forget_replaced_cell,
     _live,
@@ -60,9 +59,6 @@ from aclprof.binding.errors import InvalidModelIdError
 
 __all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES", "resolve_device",
            "DeferredResubscribeError", "LAG_CLOCKS"]
-
-# Re-exported for the tests that look at the package's bookkeeping (and older imports).
-_REEXPORTED = (Decoder, _Decoder, _deferred_by_model, _deferred_cells, _sweep_deferred_cells)
 
 _log = get_logger(__name__)
 
