@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
+from aclprof.binding import lowlevel, mockctl
 from aclprof.binding import state as _state
-from aclprof.binding import lowlevel
 from aclprof.binding.loader import get_library
 
 __all__ = [
@@ -29,12 +30,7 @@ _MODES = {0: "OFF", 1: "API_CTRL", 2: "SUBSCRIBE"}
 
 
 def _call(name: str, *args: Any) -> Any:
-    lib = get_library()
-    if not lib.is_mock:
-        raise RuntimeError(
-            f"aclprof.mock.{name} needs the mock library, but {lib.path} is loaded; "
-            "set ACLPROF_BACKEND=mock or call aclprof.use_mock() before first use")
-    return lib.fn(name)(*args)
+    return mockctl.call(name, *args)
 
 
 def _ok(rc: int, name: str) -> None:
@@ -62,10 +58,9 @@ def mode() -> str:
 
 def stats() -> dict[str, int]:
     """The mock's counters (records emitted/written/dropped, name table size, stamps...)."""
-    lib = get_library()
-    out = lib.ffi.new("aclmockStats *")
-    _ok(_call("aclmockGetStats", out), "aclmockGetStats")
-    return {field: int(getattr(out, field)) for field, _ in lib.ffi.typeof("aclmockStats").fields}
+    rc, counters = mockctl.stats()
+    _ok(rc, "aclmockGetStats")
+    return counters
 
 
 def fail_next(function: str, times: int = 1, code: int = 500005) -> None:
@@ -122,7 +117,7 @@ def set_writer_delay_us(us: int) -> None:
 
 def set_emit_log(path: str | os.PathLike | None) -> None:
     """Log every emitted record to ``path`` (None stops); see mock_acl/README.md."""
-    arg = get_library().ffi.NULL if path is None else os.fsencode(path)
+    arg = None if path is None else os.fsencode(path)
     _ok(_call("aclmockSetEmitLog", arg), "aclmockSetEmitLog")
 
 

@@ -17,15 +17,15 @@ import os
 import struct
 
 import pytest
+from helpers.records import read_emit_log, record_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from aclprof import mock
-from aclprof.binding import lowlevel
-from aclprof.binding.enums import AicoreMetrics
 from aclprof.api.records import OP_DTYPE
 from aclprof.api.subscription import _Decoder
-from helpers.records import read_emit_log, record_key
+from aclprof.binding import lowlevel
+from aclprof.binding.enums import AicoreMetrics
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -305,9 +305,9 @@ def test_mock_records_through_the_getter_fallback():
 def test_interner_overflow_names_read_as_placeholder(monkeypatch):
     """Past the interner's capacity names read "?"; the library's entries are still
     fetched (and so freed), and the decoder counts the overflow."""
-    import aclprof.api.subscription as subscription
+    from aclprof.api.subscription import decoder as decoder_module
 
-    monkeypatch.setattr(subscription, "_MAX_NAMES", 4)  # "?" + 3 strings
+    monkeypatch.setattr(decoder_module, "_MAX_NAMES", 4)  # "?" + 3 strings
     ops = [{"name": f"op{i}", "type": "T", "duration_ns": 10} for i in range(4)]
     model = mock.load_model(ops)
     raw = capture(model, 1)

@@ -92,18 +92,11 @@ def test_no_import_runs_back_up(module, path):
     assert bad == [], f"{module} (layer {layer}) imports {bad}"
 
 
-# Modules that still use cffi outside the binding, being moved (issue 8); the test below
-# fails both when a module not listed uses cffi and when a listed one no longer does, so
-# the list can only shrink.
-STILL_TOUCHING_CFFI = {"aclprof.api.subscription", "aclprof.compat.acl", "aclprof.compat.acl._common",
-                       "aclprof.compat.acl.mdl", "aclprof.compat.acl.prof", "aclprof.compat.acl.rt",
-                       "aclprof.compat.acl.util", "aclprof.mock"}
-
-
 def _uses_cffi(module: str, path: Path) -> bool:
     tree = ast.parse(path.read_text(encoding="utf-8"))
     uses = sorted({n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(tree)
-                   if (isinstance(n, ast.Name) and n.id == "ffi") or (isinstance(n, ast.Attribute) and n.attr == "ffi")})
+                   if (isinstance(n, ast.Name) and n.id == "ffi")
+                   or (isinstance(n, ast.Attribute) and n.attr == "ffi")})
     imports = [imp for imp in _imports(module, path) if imp.endswith(("._fast", "._acl_ffi"))]
     return bool(uses or imports)
 
@@ -112,7 +105,4 @@ def _uses_cffi(module: str, path: Path) -> bool:
 def test_only_the_binding_touches_cffi(module, path):
     if _layer(module) == "aclprof.binding":
         return
-    if module in STILL_TOUCHING_CFFI:
-        assert _uses_cffi(module, path), f"{module} no longer uses cffi: take it off STILL_TOUCHING_CFFI"
-    else:
-        assert not _uses_cffi(module, path), f"{module} uses cffi; move that into aclprof.binding"
+    assert not _uses_cffi(module, path), f"{module} uses cffi; move that into aclprof.binding"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import json
+from pathlib import Path
 
 import pytest
 
@@ -71,3 +72,21 @@ def test_lazy_names_resolve_and_list():
     assert set(aclprof.__all__) <= set(dir(aclprof))
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         aclprof.nope  # noqa: B018
+
+
+def test_every_package_folder_is_listed_for_the_wheel():
+    """pyproject.toml lists packages by hand (the daemon's lives outside aclprof/): a new
+    subpackage missing from the list would be left out of wheels, while editable installs
+    and these tests would still find it."""
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    repo = Path(__file__).resolve().parent.parent
+    listed = set(tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(p.parent.relative_to(repo).parts) for p in (repo / "aclprof").rglob("__init__.py")}
+    found |= {"aclprofd"} if (repo / "daemon" / "aclprofd" / "__init__.py").is_file() else set()
+    assert listed == found

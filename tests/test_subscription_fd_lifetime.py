@@ -16,13 +16,14 @@ import threading
 import time
 
 import pytest
+from helpers.procs import open_fds
+from helpers.records import record_key
 
 import aclprof
 from aclprof import mock
 from aclprof.api import subscription
+from aclprof.api.subscription import lifetime
 from aclprof.compat import acl
-from helpers.procs import open_fds
-from helpers.records import record_key
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -40,7 +41,7 @@ def two_models() -> tuple[int, int]:
 
 
 def is_deferred(cell) -> bool:
-    return any(c is cell for c in subscription._deferred_cells)
+    return any(c is cell for c in lifetime._deferred_cells)
 
 
 def test_unsubscribe_one_device_while_the_other_streams(emit_log):
@@ -82,7 +83,7 @@ def test_unsubscribe_one_device_while_the_other_streams(emit_log):
         # wrote -1 there; the binding then forgot the cell.
         assert cell_a.value == -1
         assert not is_deferred(cell_a)
-        assert subscription._deferred_cells == []
+        assert lifetime._deferred_cells == []
         fcntl.fcntl(r, fcntl.F_GETFD)
         fcntl.fcntl(w, fcntl.F_GETFD)
         with pytest.raises(BlockingIOError):
@@ -113,7 +114,7 @@ def test_many_cycles_no_fd_leak_and_no_lost_record(emit_log, order):
         assert first._cell.value <= -2 and is_deferred(first._cell)
         second.close()
         assert first._cell.value == second._cell.value == -1
-        assert subscription._deferred_cells == []
+        assert lifetime._deferred_cells == []
         assert open_fds() == baseline, f"cycle {cycle}"
         assert sub_a.stats.records_read == 3 * len(OPS)
         assert sub_b.stats.records_read == 2 * len(OPS)
@@ -144,7 +145,7 @@ def test_long_lived_subscription_on_another_device(emit_log):
     assert all(is_deferred(c) for c in cells)
     sub_b.close()
     assert [c.value for c in cells] == [-1] * 30
-    assert subscription._deferred_cells == []
+    assert lifetime._deferred_cells == []
     assert all(len(emit_log.read(a)) == 2 * len(OPS) for a in models)
 
 
@@ -221,10 +222,10 @@ def test_resubscribe_while_the_close_is_deferred(emit_log):
             mock.execute(a, 2)
     assert again.stats.records_read == 2 * len(OPS)
     # The library replaced the old entry's pointer: it will never write -1 into the old cell.
-    assert a not in subscription._deferred_by_model  # (c, closed last on dev0, is deferred)
+    assert a not in lifetime._deferred_by_model  # (c, closed last on dev0, is deferred)
     assert [record_key(x) for x in again] == [e.key() for e in emit_log.read(a)][len(OPS):]
     sub_b.close()
-    assert subscription._deferred_cells == [] and subscription._deferred_by_model == {}
+    assert lifetime._deferred_cells == [] and lifetime._deferred_by_model == {}
     # Once the last subscription ended, the model can be subscribed alone again.
     with aclprof.subscribe(a, device=0) as alone:
         mock.execute(a, 1)

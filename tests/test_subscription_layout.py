@@ -33,7 +33,7 @@ def emitted_core(e) -> tuple:
 @pytest.mark.parametrize("size", [80, 72])
 def test_shuffled_layout_falls_back_to_the_getters(emit_log, size, monkeypatch):
     warnings = []
-    real_log = subscription._log
+    real_log = subscription.decoder._log
 
     class Recorder:
         def warning(self, event, **fields):
@@ -43,7 +43,7 @@ def test_shuffled_layout_falls_back_to_the_getters(emit_log, size, monkeypatch):
         def __getattr__(self, name):
             return getattr(real_log, name)
 
-    monkeypatch.setattr(subscription, "_log", Recorder())
+    monkeypatch.setattr(subscription.decoder, "_log", Recorder())
     mock.set_op_desc_size(size)
     mock.set_op_desc_layout("shuffled")
     model = mock.load_model(OPS)

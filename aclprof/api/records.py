@@ -23,7 +23,8 @@ What the fields mean, from CANN's sources (``mock_acl/README.md``, audit rows 11
 
 from __future__ import annotations
 
-from typing import Iterator, NamedTuple, Sequence
+from collections.abc import Iterator, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
@@ -46,7 +47,7 @@ _RAW_COMMON = [
     ("cubeFops", "=u8"),
     ("vectorFops", "=u8"),
 ]
-RAW_DTYPE_80 = np.dtype(_RAW_COMMON + [("devId", "=u4"), ("_tail", "=u4")])
+RAW_DTYPE_80 = np.dtype([*_RAW_COMMON, ("devId", "=u4"), ("_tail", "=u4")])
 RAW_DTYPE_72 = np.dtype(_RAW_COMMON)
 assert RAW_DTYPE_80.itemsize == 80 and RAW_DTYPE_72.itemsize == 72
 

@@ -10,7 +10,7 @@ argument types) raises ``TypeError``.
 from __future__ import annotations
 
 from aclprof.compat.acl import mdl, prof, rt, util
-from aclprof.compat.acl._common import call_ret, text
+from aclprof.compat.acl._common import NULL, call_ptr, call_ret, ptr, text
 
 __all__ = ["init", "finalize", "prof", "rt", "mdl", "util", "create_data_buffer",
            "destroy_data_buffer"]
@@ -18,9 +18,7 @@ __all__ = ["init", "finalize", "prof", "rt", "mdl", "util", "create_data_buffer"
 
 def init(config_path: str | None = None) -> int:
     """``aclInit``; ``config_path`` is the acl.json path or None/"" for none."""
-    from aclprof.compat.acl._common import ffi
-
-    return call_ret("aclInit", text(config_path) if config_path else ffi().NULL)
+    return call_ret("aclInit", text(config_path) if config_path else NULL)
 
 
 def finalize() -> int:
@@ -30,15 +28,11 @@ def finalize() -> int:
 
 def create_data_buffer(data: int, size: int) -> int:
     """``aclCreateDataBuffer``: a handle for ``size`` bytes of device memory at ``data``."""
-    from aclprof.compat.acl._common import address, fn, ptr
-
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise TypeError(f"size must be a non-negative int, not {size!r}")
-    return address(fn("aclCreateDataBuffer")(ptr(data), size))
+    return call_ptr("aclCreateDataBuffer", ptr(data), size)
 
 
 def destroy_data_buffer(data_buffer: int) -> int:
     """``aclDestroyDataBuffer``."""
-    from aclprof.compat.acl._common import ptr
-
     return call_ret("aclDestroyDataBuffer", ptr(data_buffer, "aclDataBuffer *"))

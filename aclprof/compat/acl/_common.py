@@ -1,38 +1,31 @@
-"""Shared plumbing of the pyACL-compatible layer: int handles <-> C pointers, calls."""
+"""Shared plumbing of the pyACL-compatible layer: text arguments and the binding's int-handle calls.
+
+Every C call goes through :mod:`aclprof.binding.pointers`, which converts int handles to C
+pointers and back, so this layer holds no cffi object.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from aclprof.binding.pointers import (
+    NULL,
+    Array,
+    IntCell,
+    Out,
+    TextOut,
+    call,
+    call_ptr,
+    call_ret,
+    call_text,
+    call_void,
+    ptr,
+)
 
-from aclprof.binding.loader import get_library
-
-
-def ffi() -> Any:
-    return get_library().ffi
-
-
-def fn(name: str) -> Any:
-    return get_library().fn(name)
-
-
-def call_ret(name: str, *args: Any) -> int:
-    """Call a C function returning aclError and return the code, as pyACL does."""
-    return int(fn(name)(*args))
-
-
-def ptr(address: int, ctype: str = "void *") -> Any:
-    """An int handle as a C pointer (0 is NULL)."""
-    if isinstance(address, bool) or not isinstance(address, int):
-        raise TypeError(f"pointer arguments are ints, not {type(address).__name__}")
-    return ffi().cast(ctype, address)
-
-
-def address(cdata: Any) -> int:
-    """A C pointer as an int handle (NULL is 0)."""
-    return int(ffi().cast("uintptr_t", cdata))
+__all__ = ["NULL", "Array", "IntCell", "Out", "TextOut", "call", "call_ptr", "call_ret", "call_text",
+           "call_void", "ptr", "text"]
 
 
 def text(value: str | bytes) -> bytes:
+    """A str (UTF-8) or bytes argument as bytes; TypeError otherwise."""
     if isinstance(value, str):
         return value.encode("utf-8")
     if isinstance(value, (bytes, bytearray)):

@@ -7,19 +7,18 @@ empty ones from :func:`create_dataset`.
 
 from __future__ import annotations
 
-from aclprof.compat.acl._common import address, call_ret, fn, ffi, ptr, text
+from aclprof.compat.acl._common import Out, call, call_ptr, call_ret, ptr, text
 
 __all__ = ["load_from_file", "execute", "unload", "create_dataset", "destroy_dataset",
            "add_dataset_buffer", "get_dataset_num_buffers"]
 
 
 def load_from_file(model_path: str) -> tuple[int, int]:
-    out = ffi().new("uint32_t *")
-    ret = call_ret("aclmdlLoadFromFile", text(model_path), out)
-    return int(out[0]), ret
+    ret, (model_id,) = call("aclmdlLoadFromFile", text(model_path), Out("uint32_t *"))
+    return model_id, ret
 
 
-def execute(model_id: int, input: int, output: int) -> int:  # noqa: A002 - pyACL's names
+def execute(model_id: int, input: int, output: int) -> int:
     """``aclmdlExecute``; ``input``/``output`` are aclmdlDataset handles (0 is NULL: 100000)."""
     return call_ret("aclmdlExecute", model_id, ptr(input, "aclmdlDataset *"),
                     ptr(output, "aclmdlDataset *"))
@@ -31,7 +30,7 @@ def unload(model_id: int) -> int:
 
 def create_dataset() -> int:
     """``aclmdlCreateDataset``: an empty dataset's handle (0 on failure)."""
-    return address(fn("aclmdlCreateDataset")())
+    return call_ptr("aclmdlCreateDataset")
 
 
 def destroy_dataset(dataset: int) -> int:
@@ -48,4 +47,4 @@ def add_dataset_buffer(dataset: int, data_buffer: int) -> tuple[int, int]:
 
 def get_dataset_num_buffers(dataset: int) -> int:
     """``aclmdlGetDatasetNumBuffers`` (0 for a NULL dataset)."""
-    return int(fn("aclmdlGetDatasetNumBuffers")(ptr(dataset, "aclmdlDataset *")))
+    return call_ret("aclmdlGetDatasetNumBuffers", ptr(dataset, "aclmdlDataset *"))

@@ -13,7 +13,19 @@ from __future__ import annotations
 
 import threading
 
-from aclprof.compat.acl._common import address, call_ret, ffi, fn, ptr, text
+from aclprof.compat.acl._common import (
+    Array,
+    IntCell,
+    Out,
+    TextOut,
+    call,
+    call_ptr,
+    call_ret,
+    call_text,
+    call_void,
+    ptr,
+    text,
+)
 
 __all__ = [
     "init", "finalize", "create_config", "destroy_config", "start", "stop", "set_config",
@@ -47,10 +59,9 @@ def create_config(device_list: list, aicore_metrics: int, aicore_events: int,
                   data_type_config: int) -> int:
     """Returns the config handle, 0 on failure (``aicore_events`` must be 0)."""
     devices = list(device_list)
-    array = ffi().new("uint32_t[]", devices) if devices else ffi().NULL
     events = ptr(aicore_events or 0, "aclprofAicoreEvents *")
-    cfg = fn("aclprofCreateConfig")(array, len(devices), aicore_metrics, events, data_type_config)
-    return address(cfg)
+    return call_ptr("aclprofCreateConfig", Array("uint32_t[]", devices), len(devices), aicore_metrics,
+                    events, data_type_config)
 
 
 def destroy_config(profiler_config: int) -> int:
@@ -73,14 +84,14 @@ def set_config(config_type: int, config: str) -> int:
 # --- subscription ----------------------------------------------------------------------------
 
 _cells_lock = threading.Lock()
-_cells: dict[int, object] = {}  # subscribe config handle -> its C int fd cell
-_retired_cells: list[object] = []  # destroyed configs whose fd the library may still use
+_cells: dict[int, IntCell] = {}  # subscribe config handle -> its C int fd cell
+_retired_cells: list[IntCell] = []  # destroyed configs whose fd the library may still use
 
 
 def create_subscribe_config(time_info_switch: int, aicore_metrics: int, fd: int) -> int:
     """``fd`` is the int write end of ``os.pipe()``; returns the handle, 0 on failure."""
-    cell = ffi().new("int *", fd)
-    cfg = address(fn("aclprofCreateSubscribeConfig")(time_info_switch, aicore_metrics, cell))
+    cell = IntCell(fd)
+    cfg = call_ptr("aclprofCreateSubscribeConfig", time_info_switch, aicore_metrics, cell)
     if cfg:
         with _cells_lock:
             _cells[cfg] = cell
@@ -92,7 +103,7 @@ def destroy_subscribe_config(subscribe_config: int) -> int:
     if ret == 0:
         with _cells_lock:
             cell = _cells.pop(subscribe_config, None)
-            if cell is not None and cell[0] != -1:
+            if cell is not None and cell.value != -1:
                 _retired_cells.append(cell)  # still subscribed: the library writes -1 later
     return ret
 
@@ -110,31 +121,27 @@ model_un_subscribe = model_unsubscribe
 
 
 def get_op_desc_size() -> tuple[int, int]:
-    out = ffi().new("size_t *")
-    ret = call_ret("aclprofGetOpDescSize", out)
-    return int(out[0]), ret
+    ret, (size,) = call("aclprofGetOpDescSize", Out("size_t *"))
+    return size, ret
 
 
 def get_op_num(op_info: int, op_info_len: int) -> tuple[int, int]:
-    out = ffi().new("uint32_t *")
-    ret = call_ret("aclprofGetOpNum", ptr(op_info), op_info_len, out)
-    return int(out[0]), ret
+    ret, (num,) = call("aclprofGetOpNum", ptr(op_info), op_info_len, Out("uint32_t *"))
+    return num, ret
 
 
 def _get_len(cname: str, op_info: int, op_info_len: int, index: int) -> tuple[int, int]:
-    out = ffi().new("size_t *")
-    ret = call_ret(cname, ptr(op_info), op_info_len, index, out)
-    return int(out[0]), ret
+    ret, (length,) = call(cname, ptr(op_info), op_info_len, index, Out("size_t *"))
+    return length, ret
 
 
 def _get_text(cname: str, op_info: int, op_info_len: int, index: int, length: int) -> tuple[str, int]:
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
         return "", _INVALID_PARAM
-    buf = ffi().new("char[]", length)
-    ret = call_ret(cname, ptr(op_info), op_info_len, index, buf, length)
+    ret, (value,) = call(cname, ptr(op_info), op_info_len, index, TextOut(length), length)
     if ret != 0:
         return "", ret
-    return ffi().string(buf).decode("utf-8", "backslashreplace"), ret
+    return value, ret
 
 
 def get_op_type_len(op_info: int, op_info_len: int, index: int) -> tuple[int, int]:
@@ -164,38 +171,37 @@ def get_op_name_v2(op_info: int, op_info_len: int, index: int) -> tuple[str, int
 
 
 def get_op_start(op_info: int, op_info_len: int, index: int) -> int:
-    return int(fn("aclprofGetOpStart")(ptr(op_info), op_info_len, index))
+    return call_ret("aclprofGetOpStart", ptr(op_info), op_info_len, index)
 
 
 def get_op_end(op_info: int, op_info_len: int, index: int) -> int:
-    return int(fn("aclprofGetOpEnd")(ptr(op_info), op_info_len, index))
+    return call_ret("aclprofGetOpEnd", ptr(op_info), op_info_len, index)
 
 
 def get_op_duration(op_info: int, op_info_len: int, index: int) -> int:
-    return int(fn("aclprofGetOpDuration")(ptr(op_info), op_info_len, index))
+    return call_ret("aclprofGetOpDuration", ptr(op_info), op_info_len, index)
 
 
 def get_model_id(op_info: int, op_info_len: int, index: int) -> int:
-    return int(fn("aclprofGetModelId")(ptr(op_info), op_info_len, index))
+    return call_ret("aclprofGetModelId", ptr(op_info), op_info_len, index)
 
 
 def get_op_flag(op_info: int, op_info_len: int, index: int) -> int:
-    return int(fn("aclprofGetOpFlag")(ptr(op_info), op_info_len, index))
+    return call_ret("aclprofGetOpFlag", ptr(op_info), op_info_len, index)
 
 
 def get_op_attri_value(op_info: int, op_info_len: int, index: int, attri: int) -> str | None:
-    value = fn("aclprofGetOpAttriValue")(ptr(op_info), op_info_len, index, attri)
-    return None if value == ffi().NULL else ffi().string(value).decode("utf-8", "replace")
+    return call_text("aclprofGetOpAttriValue", ptr(op_info), op_info_len, index, attri)
 
 
 # --- msproftx --------------------------------------------------------------------------------
 
 def create_stamp() -> int:
-    return address(fn("aclprofCreateStamp")())
+    return call_ptr("aclprofCreateStamp")
 
 
 def destroy_stamp(stamp: int) -> int:
-    fn("aclprofDestroyStamp")(ptr(stamp))
+    call_void("aclprofDestroyStamp", ptr(stamp))
     return 0
 
 
@@ -224,9 +230,8 @@ def pop() -> int:
 
 
 def range_start(stamp: int) -> tuple[int, int]:
-    out = ffi().new("uint32_t *")
-    ret = call_ret("aclprofRangeStart", ptr(stamp), out)
-    return int(out[0]), ret
+    ret, (range_id,) = call("aclprofRangeStart", ptr(stamp), Out("uint32_t *"))
+    return range_id, ret
 
 
 def range_stop(range_id: int) -> int:
@@ -236,7 +241,7 @@ def range_stop(range_id: int) -> int:
 # --- step info -------------------------------------------------------------------------------
 
 def create_step_info() -> int:
-    return address(fn("aclprofCreateStepInfo")())
+    return call_ptr("aclprofCreateStepInfo")
 
 
 def get_step_timestamp(step_info: int, tag: int, stream: int) -> int:
@@ -245,4 +250,4 @@ def get_step_timestamp(step_info: int, tag: int, stream: int) -> int:
 
 
 def destroy_step_info(step_info: int) -> None:
-    fn("aclprofDestroyStepInfo")(ptr(step_info, "aclprofStepInfo *"))
+    call_void("aclprofDestroyStepInfo", ptr(step_info, "aclprofStepInfo *"))

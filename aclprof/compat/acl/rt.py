@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aclprof.compat.acl._common import address, call_ret, ffi, fn, ptr
+from aclprof.compat.acl._common import Out, call, call_ret, ptr
 
 __all__ = ["set_device", "reset_device", "get_device", "get_device_count", "create_context",
            "destroy_context", "set_context", "get_context", "create_stream", "destroy_stream",
@@ -18,21 +18,18 @@ def reset_device(device_id: int) -> int:
 
 
 def get_device() -> tuple[int, int]:
-    out = ffi().new("int32_t *")
-    ret = call_ret("aclrtGetDevice", out)
-    return int(out[0]), ret
+    ret, (value,) = call("aclrtGetDevice", Out("int32_t *"))
+    return value, ret
 
 
 def get_device_count() -> tuple[int, int]:
-    out = ffi().new("uint32_t *")
-    ret = call_ret("aclrtGetDeviceCount", out)
-    return int(out[0]), ret
+    ret, (value,) = call("aclrtGetDeviceCount", Out("uint32_t *"))
+    return value, ret
 
 
 def create_context(device_id: int) -> tuple[int, int]:
-    out = ffi().new("aclrtContext *")
-    ret = call_ret("aclrtCreateContext", out, device_id)
-    return address(out[0]), ret
+    ret, (value,) = call("aclrtCreateContext", Out("aclrtContext *"), device_id)
+    return value, ret
 
 
 def destroy_context(context: int) -> int:
@@ -44,15 +41,13 @@ def set_context(context: int) -> int:
 
 
 def get_context() -> tuple[int, int]:
-    out = ffi().new("aclrtContext *")
-    ret = call_ret("aclrtGetCurrentContext", out)
-    return address(out[0]), ret
+    ret, (value,) = call("aclrtGetCurrentContext", Out("aclrtContext *"))
+    return value, ret
 
 
 def create_stream() -> tuple[int, int]:
-    out = ffi().new("aclrtStream *")
-    ret = call_ret("aclrtCreateStream", out)
-    return address(out[0]), ret
+    ret, (value,) = call("aclrtCreateStream", Out("aclrtStream *"))
+    return value, ret
 
 
 def destroy_stream(stream: int) -> int:
@@ -64,4 +59,4 @@ def synchronize_stream(stream: int) -> int:
 
 
 def synchronize_device() -> int:
-    return int(fn("aclrtSynchronizeDevice")())
+    return call_ret("aclrtSynchronizeDevice")

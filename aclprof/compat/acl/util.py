@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import itertools
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
-from aclprof.compat.acl._common import address, ffi
+from aclprof.binding.pointers import buffer_address, read_bytes
 
 __all__ = ["start_thread", "stop_thread", "bytes_to_ptr", "numpy_to_ptr", "ptr_to_bytes"]
 
@@ -41,7 +42,7 @@ def bytes_to_ptr(data: bytes) -> int:
     """The address of a bytes object's buffer (valid while the object lives)."""
     if not isinstance(data, bytes):
         raise TypeError(f"bytes_to_ptr takes bytes, not {type(data).__name__}")
-    return address(ffi().from_buffer(data))
+    return buffer_address(data)
 
 
 def numpy_to_ptr(array: Any) -> int:
@@ -51,4 +52,4 @@ def numpy_to_ptr(array: Any) -> int:
 
 def ptr_to_bytes(pointer: int, size: int) -> bytes:
     """Copy ``size`` bytes from ``pointer``."""
-    return bytes(ffi().buffer(ffi().cast("char *", pointer), size))
+    return read_bytes(pointer, size)

@@ -1,0 +1,442 @@
+"""Operator subscription: ``aclprof.subscribe(model_id)`` and its background reader.
+
+A :class:`Subscription` owns everything one ``aclprofModelSubscribe`` needs: a pipe, a
+stable C ``int`` holding the write end (the library keeps a pointer to it, reads it for
+every record, and at unsubscribe, or later when the close is deferred, closes the fd and
+writes -1 into it), the subscribe config, and one reader thread.
+
+The package, by seam:
+
+- :mod:`.decoder`: pipe bytes -> :class:`OpBatch` (layout check, getter fallback, names);
+- :mod:`.reader`: the reader thread (read loop, EOF, discard-until-EOF, callbacks);
+- :mod:`.queue`: the bounded queue with its drop policies and exact counts;
+- :mod:`.stats`: :class:`SubscriptionStats` and the reader-lag clock;
+- :mod:`.lifetime`: fd cells the library may still hold, the per-device config rule;
+- here: :class:`Subscription` (subscribe, consume, close) and :func:`subscribe`.
+
+Delivery is either to callbacks (run on the reader thread; an exception is logged and
+counted and never stops the reader) or to a bounded queue read by iterating the
+subscription (records) or :meth:`Subscription.batches` (numpy batches). Nothing is lost
+uncounted: at any moment ``records_read == delivered + dropped + queued``.
+
+Closing unsubscribes (the library flushes and closes the write end, or the binding closes
+it when the library defers that), drains the pipe to EOF, joins the thread and releases
+the pipe and config, from any thread, a callback included, at interpreter exit, and after
+a library failure.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import os
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from aclprof._log import get_logger
+from aclprof.api.records import OpBatch, OpRecord
+from aclprof.api.subscription.decoder import Decoder
+from aclprof.api.subscription.decoder import _Decoder as _Decoder  # re-exported: tests, benchmarks
+from aclprof.api.subscription.lifetime import (
+    DeferredResubscribeError,
+    _check_not_deferred,
+    _closing_in_background,
+    _defer_cell,
+    _device_configs,
+    _forget_replaced_cell,
+    _live,
+    _orphaned_cells,
+    _sweep_deferred_cells,
+    _unsubscribe_threads,
+)
+from aclprof.api.subscription.queue import ON_FULL_POLICIES, BatchQueue
+from aclprof.api.subscription.reader import Reader
+from aclprof.api.subscription.stats import LAG_CLOCKS, TIME_UNITS, LagClock, SubscriptionStats
+from aclprof.binding import lowlevel
+from aclprof.binding.enums import AicoreMetrics
+from aclprof.binding.errors import InvalidModelIdError
+
+__all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES", "resolve_device",
+           "DeferredResubscribeError", "LAG_CLOCKS"]
+
+_log = get_logger(__name__)
+
+_F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
+_PIPE_BYTES = 1 << 20  # a larger pipe lets the library's writer run ahead of the reader
+
+
+def resolve_device(device: int | None) -> int:
+    """The device a subscription is keyed on: ``device``, else this thread's current
+    device (``aclrtGetDevice``), else 0 (CANN's default device)."""
+    if device is not None:
+        return lowlevel._int(device, "device", 0, lowlevel.MAX_DEVICES - 1)
+    try:
+        return lowlevel.rt_get_device()
+    except Exception:  # no device set on this thread
+        return 0
+
+
+class Subscription:
+    """A subscribed model and its reader thread. Create with :func:`aclprof.subscribe`."""
+
+    def __init__(self, model_id: int, *, callback: Callable[[OpRecord], Any] | None = None,
+                 batch_callback: Callable[[OpBatch], Any] | None = None,
+                 queue_size: int = 65536, on_full: str = "drop_oldest", time_info: bool = True,
+                 device: int | None = None, read_records: int = 4096, validate: bool = True,
+                 time_unit: str = "ns", lag_clock: str = "calibrated"):
+        lowlevel._u32(model_id, "model_id")
+        if callback is not None and not callable(callback):
+            raise TypeError("callback must be callable")
+        if batch_callback is not None and not callable(batch_callback):
+            raise TypeError("batch_callback must be callable")
+        if on_full not in ON_FULL_POLICIES:
+            raise ValueError(f"on_full must be one of {ON_FULL_POLICIES}, got {on_full!r}")
+        lowlevel._int(queue_size, "queue_size", 1, 1 << 31)
+        lowlevel._int(read_records, "read_records", 1, 1 << 20)
+        if time_unit not in TIME_UNITS:
+            raise ValueError(f"time_unit must be 'ns' or 'us', got {time_unit!r}")
+        if lag_clock not in LAG_CLOCKS:
+            raise ValueError(f"lag_clock must be one of {LAG_CLOCKS}, got {lag_clock!r}")
+        if not isinstance(time_info, bool):
+            raise TypeError("time_info must be a bool")
+        self.model_id = int(model_id)
+        self.device = resolve_device(device)
+        self._queue = BatchQueue(int(queue_size), on_full)
+        self._closed = False
+        self._close_lock = threading.Lock()
+        self._release_on_reader_exit = False
+        self._unsub_thread: threading.Thread | None = None
+        self._background_close: threading.Event | None = None  # set once released
+        self._released = False
+
+        _check_not_deferred(self.model_id, self.device)
+        record_size = lowlevel.get_op_desc_size()
+        self._decoder = Decoder(record_size, validate=validate, default_device=self.device,
+                                max_records=read_records)
+        self._read_fd, write_fd = os.pipe2(os.O_CLOEXEC)
+        self._wake_r, self._wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        try:
+            fcntl.fcntl(write_fd, _F_SETPIPE_SZ, _PIPE_BYTES)
+        except OSError:
+            pass  # capped by /proc/sys/fs/pipe-max-size: the default size still works
+        self._cell = lowlevel.FdCell(write_fd)
+        self._config: lowlevel.SubscribeConfig | None = None
+        self._claimed = False
+        try:
+            _device_configs.claim(self.device, time_info, int(AicoreMetrics.NONE))
+            self._claimed = True
+            self._config = lowlevel.create_subscribe_config(time_info, AicoreMetrics.NONE, self._cell)
+            lowlevel.model_subscribe(self.model_id, self._config)
+            _forget_replaced_cell(self.model_id)
+        except BaseException:
+            self._close_write_end()
+            self._release()
+            raise
+        self._reader = Reader(self.model_id, self._read_fd, self._wake_r, self._decoder, self._queue,
+                              LagClock(time_unit, lag_clock), callback=callback,
+                              batch_callback=batch_callback, on_exit=self._on_reader_exit)
+        self._thread = self._reader.thread
+        self._reader.start()
+        _live.add(self)
+
+    def _on_reader_exit(self) -> None:
+        """On the reader thread, at its end: finish a close started from a callback."""
+        if self._release_on_reader_exit:
+            self._release()
+            _closing_in_background.discard(self)
+            assert self._background_close is not None
+            self._background_close.set()
+
+    # -- consumer side ----------------------------------------------------------------------
+    def get_batch(self, timeout: float | None = None) -> OpBatch | None:
+        """The next queued batch; None after ``timeout`` or once closed and drained."""
+        if self._reader.has_callbacks:
+            raise RuntimeError("this subscription delivers to callbacks; it has no queue to read")
+        return self._queue.get(timeout)
+
+    def batches(self, timeout: float | None = None) -> Iterator[OpBatch]:
+        """Yield queued batches until the subscription is closed and drained (or a wait
+        for the next batch exceeds ``timeout``)."""
+        while True:
+            batch = self.get_batch(timeout)
+            if batch is None:
+                return
+            yield batch
+
+    def __iter__(self) -> Iterator[OpRecord]:
+        """Yield records until the subscription is closed and drained."""
+        for batch in self.batches():
+            yield from batch.records()
+
+    # -- stats -------------------------------------------------------------------------------
+    @property
+    def stats(self) -> SubscriptionStats:
+        """A snapshot of the counters (see :class:`SubscriptionStats`)."""
+        d, r, q = self._decoder, self._reader, self._queue
+        lag, lag_clock = r.lag.lag()
+        return SubscriptionStats(
+            bytes_read=r.bytes_read,
+            records_read=d.records_read,
+            records_decoded=d.records_decoded,
+            delivered=r.delivered + q.delivered,
+            queued=q.queued,
+            dropped_queue_full=q.dropped_full,
+            dropped_corrupt=d.corrupt,
+            dropped_callback_error=r.dropped_callback,
+            dropped_decode_error=d.failed,
+            callback_errors=r.callback_errors,
+            names_missing=d.names_missing,
+            names_overflowed=d.names_overflowed,
+            truncated_bytes=r.truncated,
+            reader_lag_ns=lag,
+            lag_clock=lag_clock,
+            keypoints=d.keypoints,
+            layout_mismatch=d.layout_mismatch,
+            records_decoded_by_getters=d.by_getters,
+        )
+
+    @property
+    def names(self) -> list[str]:
+        """The interned op name/type table that batches index into."""
+        return self._decoder.names
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    # -- shutdown ---------------------------------------------------------------------------
+    def close(self, timeout: float = 5.0) -> None:
+        """Unsubscribe, drain the pipe to EOF, join the reader and release everything.
+
+        Idempotent and callable from any thread, a callback of this subscription included
+        (then the reader finishes the release itself once it reaches EOF; a later close()
+        from another thread, and interpreter exit, wait for that). Every record the
+        library emitted before the unsubscribe is delivered (or counted as dropped).
+
+        Raises:
+            AclError: the unsubscribe failed; the subscription is released all the same.
+        """
+        in_reader = threading.current_thread() is self._thread
+        with self._close_lock:
+            already = self._closed
+            self._closed = True
+            if not already and in_reader:
+                self._background_close = threading.Event()
+        if already:
+            # A close started from a callback finishes in the background: wait for it
+            # (unless this is the reader itself, which must go on draining).
+            self._await_background_close(timeout)
+            return
+        self._queue.closing()
+        _live.discard(self)
+        if in_reader:
+            # From a callback: the reader must keep draining while the library flushes
+            # (a full pipe would block the flush), so unsubscribe on a helper thread and
+            # let the reader release everything when it reaches EOF.
+            self._release_on_reader_exit = True
+            self._unsub_thread = threading.Thread(target=self._unsubscribe,
+                                                  name="aclprof-unsubscribe", daemon=True)
+            _closing_in_background.add(self)
+            # Kept until exit joins them: the reader may finish (and leave
+            # _closing_in_background) a moment before this thread does.
+            _unsubscribe_threads[:] = [t for t in _unsubscribe_threads if t.is_alive()]
+            _unsubscribe_threads.append(self._unsub_thread)
+            self._unsub_thread.start()
+            return
+        error = self._unsubscribe()
+        self._join(timeout)
+        self._release()
+        if error is not None:
+            raise error
+
+    def _await_background_close(self, timeout: float) -> None:
+        done = self._background_close
+        if done is None or threading.current_thread() in (self._thread, self._unsub_thread):
+            return
+        done.wait(timeout)  # the reader reached EOF and released everything
+        self._thread.join(timeout)
+        helper = self._unsub_thread
+        if helper is not None and helper.ident is not None:  # started
+            helper.join(timeout)
+
+    def _unsubscribe(self) -> BaseException | None:
+        """Unsubscribe; returns the failure, if any.
+
+        On success the library either closed the write end and wrote -1 into the cell, or
+        deferred that (the model's device lost its last subscription while other devices
+        still have some): see :meth:`_take_over_deferred_fd`. On failure the library may
+        still own the subscription and write to that fd, so it is *not* closed (a reused fd
+        number would receive the library's records): the reader is woken instead, and the
+        cell and the config are kept alive for as long as the process lives.
+        """
+        try:
+            lowlevel.model_unsubscribe(self.model_id)
+        except InvalidModelIdError as exc:
+            if self._cell.value == -1:
+                # The library had already unsubscribed the model (unloaded, or reset) and
+                # closed the pipe: nothing was lost, the reader sees EOF.
+                return None
+            return self._unsubscribe_failed(exc)
+        except BaseException as exc:
+            return self._unsubscribe_failed(exc)
+        self._take_over_deferred_fd()
+        return None
+
+    def _take_over_deferred_fd(self) -> None:
+        """After a successful unsubscribe: end the stream now even if the library deferred
+        the close, and keep the cell alive for as long as the library holds its pointer.
+
+        Why closing here is safe. CANN's ProfStopAclSubscribe (prof_acl_mgr.cpp L3415-3462)
+        returns only after stopping the device whose count reached 0 (CommandHandleProfStop,
+        StopReporters, the task stop) and, in its own one-device path, closes the fd right
+        after that same stop (CloseSubscribeFd(devId), L2759-2786): the library itself
+        treats "unsubscribe returned" as "every record of the model is in the pipe". So
+        the records are already in the pipe and the reader still gets them before EOF.
+        Should the library write anything later for this model, PipeTransport::SendBuffer
+        reads the fd through our cell for every buffer (GetSubscribeFdForModel) and drops
+        it on a negative value, so it cannot land in a reused fd number. The mark goes in
+        before close() so that window stays shut. The library's deferred close then calls
+        close(mark), which fails harmlessly with EBADF (it logs an error), and writes -1,
+        after which the cell is released (see _deferred_cells). The alternative, leaving
+        the fd to the library, would make every reader wait until the process's last
+        unsubscribe and hold one open fd per deferred subscription.
+        """
+        fd = self._cell.value
+        if fd < 0:
+            # Closed by the library, -1 written: it no longer holds this pointer. If this
+            # was the process's last subscription, earlier deferred cells got -1 too.
+            _sweep_deferred_cells()
+            return
+        _defer_cell(self._cell, self.model_id)
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+    def _unsubscribe_failed(self, exc: BaseException) -> BaseException:
+        _orphaned_cells.append(self._cell)
+        _log.warning("unsubscribe failed; the pipe stays with the library", model_id=self.model_id,
+                     error=str(exc))
+        self._wake_reader()
+        return exc
+
+    def _wake_reader(self) -> None:
+        """Make the reader stop once the pipe holds nothing more (no EOF will come)."""
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass  # already woken (the pipe is non-blocking) or released
+
+    def _close_write_end(self) -> None:
+        """Subscribe failed (the library kept no pointer): close the write end ourselves."""
+        fd = self._cell.value
+        if fd >= 0:
+            self._cell._set(-1)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def _join(self, timeout: float) -> None:
+        thread = self._thread
+        thread.join(timeout)
+        if thread.is_alive():
+            # EOF did not come (a forked child holding the write end?): wake the reader.
+            self._wake_reader()
+            thread.join(1.0)
+            if thread.is_alive():
+                _log.error("subscription reader did not stop (blocked in a callback?)",
+                           model_id=self.model_id)
+
+    def _release(self) -> None:
+        if self._released:
+            return
+        self._released = True
+        for fd in (self._read_fd, self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        if self._config is not None and not any(c is self._cell for c in _orphaned_cells):
+            try:
+                self._config.close()
+            except Exception as exc:
+                _log.warning("destroying the subscribe config failed", error=str(exc))
+        if self._claimed:
+            _device_configs.release(self.device)
+            self._claimed = False
+
+    def __enter__(self) -> Subscription:
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except Exception as close_error:
+            _log.warning("closing the subscription failed after an exception", error=str(close_error))
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"<aclprof.Subscription model={self.model_id} device={self.device} {state}>"
+
+
+def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = None,
+              batch_callback: Callable[[OpBatch], Any] | None = None, queue_size: int = 65536,
+              on_full: str = "drop_oldest", time_info: bool = True, device: int | None = None,
+              read_records: int = 4096, validate: bool = True, time_unit: str = "ns",
+              lag_clock: str = "calibrated") -> Subscription:
+    """Subscribe to the op records of a loaded model and start reading them.
+
+    Args:
+        model_id: from ``aclmdlLoadFromFile`` (or :func:`aclprof.mock.load_model`).
+        callback: called with each :class:`OpRecord` on the reader thread.
+        batch_callback: called with each :class:`OpBatch` on the reader thread.
+            With either callback the records go to the callbacks and there is no queue.
+        queue_size: the most records kept for iteration (bounded memory).
+        on_full: ``"drop_oldest"``, ``"drop_newest"`` (both count what they drop) or
+            ``"block"`` (the reader waits; the library's own queue then fills up).
+        time_info: the ``timeInfoSwitch`` of the subscribe config.
+        device: the model's device (default: the thread's current device, else 0); all
+            models on one device must share one config. Records whose ``devId`` the
+            library left 0 ("unknown", CANN's main path) and 72-byte records (no
+            ``devId``) report this device.
+        read_records: records per read (the read size is this times the record size).
+        validate: check each record's CRC-32C signature (cheap; corrupt ones are counted).
+        time_unit: the unit of the library's timestamps (``"ns"`` or ``"us"``), for lag.
+        lag_clock: ``"calibrated"`` (default: record times are the device's clock, the
+            offset to the host's is estimated) or ``"host"`` (the caller knows the record
+            times are the host's ``CLOCK_MONOTONIC``); see :class:`SubscriptionStats`.
+
+    Besides ops, the pipe can carry CANN's step keypoint records (``kind == "keypoint"``);
+    filter them with ``batch.data[~batch.data["keypoint"]]`` or ``record.kind == "op"``.
+
+    Closing a subscription whose device has no other subscription while other devices
+    still have some makes the library defer its fd close until the process's last
+    unsubscribe (the binding still ends the stream at once). Until then that model cannot
+    be subscribed again on an otherwise idle device.
+
+    Raises:
+        DeferredResubscribeError: that case; nothing was changed.
+        AclError: the library refused the subscription.
+    """
+    return Subscription(model_id, callback=callback, batch_callback=batch_callback,
+                        queue_size=queue_size, on_full=on_full, time_info=time_info,
+                        device=device, read_records=read_records, validate=validate,
+                        time_unit=time_unit, lag_clock=lag_clock)
+
+
+@atexit.register
+def _close_all_at_exit() -> None:
+    for sub in list(_live):
+        try:
+            sub.close(timeout=1.0)
+        except Exception as exc:
+            _log.warning("closing a subscription at exit failed", error=str(exc))
+    for sub in list(_closing_in_background):  # closed from a callback: let them finish
+        sub._await_background_close(timeout=5.0)
+    for thread in list(_unsubscribe_threads):
+        thread.join(timeout=5.0)

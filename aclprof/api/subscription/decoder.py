@@ -1,0 +1,231 @@
+"""Pipe bytes -> :class:`~aclprof.api.records.OpBatch`: the subscription's record decoder.
+
+Two passes per chunk of whole records: the binding's compiled loop
+(:class:`aclprof.binding.opdecode.NameTable`) checks every signature and fetches every
+name and type exactly once through the library (which frees the library's table entry),
+interning them; numpy then decodes the numeric fields of the whole chunk at once. Once
+per subscription the offsets are checked against the library's own getters (audit row
+14); an unknown layout or record size falls back to the getters for every field.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from aclprof._log import get_logger
+from aclprof.api.records import KEYPOINT_NAME, KEYPOINT_TYPE, OP_DTYPE, OpBatch, raw_dtype
+from aclprof.binding import lowlevel
+from aclprof.binding.errors import InvalidParamError, UnsupportedError
+from aclprof.binding.opdecode import STATUS_CORRUPT, STATUS_NO_NAME, STATUS_NO_TYPE, NameTable, signature
+
+__all__ = ["Decoder"]
+
+_log = get_logger("aclprof.api.subscription")
+_MAX_NAMES = 1 << 20  # interned names per subscription; beyond it names read "?" (counted)
+
+
+class Decoder:
+    """Turns pipe bytes into :class:`OpBatch` objects. Owned by one thread at a time.
+
+    Feed it chunks of any size; it keeps a partial record for the next chunk. It never
+    raises on bad bytes: corrupt records are counted and skipped. Should decoding itself
+    fail (a bug), the records of that chunk are counted in ``failed`` and the exception
+    propagates.
+    """
+
+    def __init__(self, record_size: int, *, validate: bool = True, default_device: int = 0,
+                 max_records: int = 4096):
+        self.record_size = record_size
+        self.validate = validate
+        self.default_device = default_device
+        self._raw = raw_dtype(record_size)
+        self.capacity = max_records
+        self.buffer = bytearray(record_size * (max_records + 1))
+        self.filled = 0
+        self._type_ids = np.empty(max_records, np.uint32)
+        self._name_ids = np.empty(max_records, np.uint32)
+        self._status = np.empty(max_records, np.uint8)
+        self._table = NameTable(_MAX_NAMES)
+        self.names: list[str] = []
+        self._kp_name = self._kp_type = -1  # interned ids of "keypoint_op" / "na", once seen
+        self._sync_names()
+        self.records_read = 0
+        self.records_decoded = 0
+        self.corrupt = 0
+        self.failed = 0
+        self.names_missing = 0
+        self.keypoints = 0
+        self.by_getters = 0
+        self.layout_mismatch = False
+        self._layout_checked = self._raw is None
+
+    def free_space(self) -> memoryview:
+        """Where the next read should go (a multiple of the record size, minus leftovers)."""
+        return memoryview(self.buffer)[self.filled:self.record_size * self.capacity]
+
+    def commit(self, nbytes: int) -> OpBatch | None:
+        """Account ``nbytes`` just read into :meth:`free_space`; decode whole records."""
+        self.filled += nbytes
+        whole = self.filled // self.record_size
+        if whole == 0:
+            return None
+        used = whole * self.record_size
+        try:
+            batch = self._decode(whole)
+        except BaseException:
+            self.failed += whole  # counted, never silently lost
+            raise
+        finally:
+            rest = self.filled - used
+            if rest:
+                self.buffer[:rest] = self.buffer[used:self.filled]
+            self.filled = rest
+        return batch
+
+    def feed(self, data: bytes) -> list[OpBatch]:
+        """Decode ``data`` (any length); for tests and tools that read pipes themselves."""
+        batches = []
+        view = memoryview(data)
+        while view:
+            space = self.free_space()
+            n = min(len(space), len(view))
+            space[:n] = view[:n]
+            view = view[n:]
+            batch = self.commit(n)
+            if batch is not None and len(batch):
+                batches.append(batch)
+        return batches
+
+    def _decode(self, count: int) -> OpBatch:
+        self.records_read += count
+        if not self._layout_checked and self._raw is not None:
+            self._check_layout(count)
+        if self._raw is None:
+            return self._decode_with_getters(count)
+        status = self._status[:count]
+        good = self._table.decode_names(self.buffer, count, self.record_size, self.validate,
+                                        self._type_ids, self._name_ids, self._status)
+        self._sync_names()
+        raw = np.frombuffer(self.buffer, dtype=self._raw, count=count)
+        out = np.empty(good, OP_DTYPE)
+        if good == count:
+            keep: slice | np.ndarray = slice(None)
+        else:
+            keep = (status & STATUS_CORRUPT) == 0
+            self.corrupt += count - good
+        kept_status = status[keep]
+        self.names_missing += int(np.count_nonzero(kept_status & (STATUS_NO_TYPE | STATUS_NO_NAME)))
+        out["model_id"] = raw["modelId"][keep]
+        out["op_name"] = self._name_ids[:count][keep]
+        out["op_type"] = self._type_ids[:count][keep]
+        out["flag"] = raw["flag"][keep]
+        out["thread_id"] = raw["threadId"][keep]
+        if "devId" in (raw.dtype.names or ()):
+            # 0 is CANN's "not filled" (ConstructAndUploadData never sets it): use ours.
+            dev = raw["devId"][keep]
+            out["device_id"] = np.where(dev == 0, self.default_device, dev)
+        else:
+            out["device_id"] = self.default_device
+        out["start"] = raw["start"][keep]
+        out["end"] = raw["end"][keep]
+        out["duration"] = raw["duration"][keep]
+        out["execution_time"] = raw["executionTime"][keep]
+        self._mark_keypoints(out)
+        self.records_decoded += good
+        return OpBatch(out, self.names)
+
+    def _mark_keypoints(self, out: np.ndarray) -> None:
+        """Sets the ``keypoint`` column: name AND type are CANN's keypoint pair."""
+        if self._kp_name < 0 or self._kp_type < 0:
+            out["keypoint"] = False
+            return
+        np.logical_and(out["op_name"] == self._kp_name, out["op_type"] == self._kp_type,
+                       out=out["keypoint"])
+        self.keypoints += int(np.count_nonzero(out["keypoint"]))
+
+    def _check_layout(self, count: int) -> None:
+        """Audit row 14: ``ProfOpDesc`` is internal to CANN and the layout is chosen by size
+        alone, so a same-size change would mis-decode silently (the CRC covers the bytes,
+        not their meaning). Once per subscription, before anything consumes the records'
+        names (the name getters are one-shot), compare the first valid record's offsets
+        with the library's own getters (the time and model-id getters can be called again).
+        """
+        size = self.record_size
+        raw = np.frombuffer(self.buffer, dtype=self._raw, count=count)
+        for i in range(count):
+            rec = bytes(self.buffer[i * size:(i + 1) * size])
+            if signature(rec, size) != raw["signature"][i]:
+                continue  # corrupt: the getters would reject it; try the next one
+            self._layout_checked = True
+            ours = {"start": int(raw["start"][i]), "end": int(raw["end"][i]),
+                    "duration": int(raw["duration"][i]), "model_id": int(raw["modelId"][i])}
+            theirs = {"start": lowlevel.get_op_start(rec, 0), "end": lowlevel.get_op_end(rec, 0),
+                      "duration": lowlevel.get_op_duration(rec, 0),
+                      "model_id": lowlevel.get_model_id(rec, 0)}
+            differ = sorted(k for k in ours if ours[k] != theirs[k])
+            if differ:
+                self.layout_mismatch = True
+                self._raw = None
+                _log.warning("op record layout differs from the library's getters; decoding "
+                             "through the getters (slower) for the rest of this subscription",
+                             record_size=size, fields=differ,
+                             by_offset={k: ours[k] for k in differ},
+                             by_getter={k: theirs[k] for k in differ})
+            return
+        # Every record of this batch was corrupt: check the next batch.
+
+    def _decode_with_getters(self, count: int) -> OpBatch:
+        """Unknown record size: every field through the library's getters (slow, exact)."""
+        size = self.record_size
+        rows = []
+        for i in range(count):
+            rec = bytes(self.buffer[i * size:(i + 1) * size])
+            try:
+                type_name = lowlevel.get_op_type(rec, 0, lowlevel.get_op_type_len(rec, 0))
+                op_name = lowlevel.get_op_name(rec, 0, lowlevel.get_op_name_len(rec, 0))
+            except InvalidParamError:
+                self.corrupt += 1
+                continue
+            rows.append((lowlevel.get_model_id(rec, 0), self._intern_py(op_name),
+                         self._intern_py(type_name), self._flag(rec), 0, self.default_device,
+                         *lowlevel.get_op_times(rec, 0), 0, False))
+        self.records_decoded += len(rows)
+        self.by_getters += len(rows)
+        out = np.array(rows, dtype=OP_DTYPE)
+        self._mark_keypoints(out)
+        return OpBatch(out, self.names)
+
+    @staticmethod
+    def _flag(rec: bytes) -> int:
+        try:
+            return lowlevel.get_op_flag(rec, 0)
+        except UnsupportedError:  # older CANN: no aclprofGetOpFlag
+            return 0
+
+    def _intern_py(self, data: bytes) -> int:
+        text = data.decode("utf-8", "backslashreplace")
+        try:
+            return self.names.index(text)
+        except ValueError:
+            self._append_name(text)
+            return len(self.names) - 1
+
+    def _append_name(self, text: str) -> None:
+        if text == KEYPOINT_NAME:
+            self._kp_name = len(self.names)
+        elif text == KEYPOINT_TYPE:
+            self._kp_type = len(self.names)
+        self.names.append(text)
+
+    def _sync_names(self) -> None:
+        """Copy the names the C table interned since the last call (ids stay aligned)."""
+        if len(self._table) > len(self.names):
+            for data in self._table.entries(len(self.names)):
+                self._append_name(data.decode("utf-8", "backslashreplace"))
+
+    @property
+    def names_overflowed(self) -> int:
+        return self._table.overflows
+
+
+_Decoder = Decoder  # the name tests and benchmarks have used

@@ -1,0 +1,172 @@
+"""The reader thread of a subscription: pipe -> decoder -> callbacks or queue, until EOF.
+
+Reads large chunks (a multiple of the record size) into the decoder's buffer, decodes
+them and delivers each batch to the callbacks (on this thread; an exception is logged and
+counted and never stops the reader) or to the :class:`~.queue.BatchQueue`. It stops at
+EOF (the library, or the binding, closed the write end) or when woken with the pipe
+empty (an unsubscribe that failed: no EOF will come).
+
+Failure paths, each counted so that ``records_read == delivered + dropped + queued``:
+
+- the decoder raises on a chunk: that chunk's records are ``dropped_decode_error`` and
+  reading goes on with the next chunk (a bug must not lose the rest of the stream);
+- anything else raises (delivery, the lag clock): the batch in hand is counted as
+  ``dropped_decode_error``, and so is everything read after it, as the reader drains the
+  pipe to EOF without decoding (:meth:`Reader._discard_until_eof`): the library's flush at
+  unsubscribe needs the pipe to keep flowing.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from aclprof._log import get_logger
+from aclprof.api.records import OpBatch, OpRecord
+from aclprof.api.subscription.decoder import Decoder
+from aclprof.api.subscription.queue import BatchQueue
+from aclprof.api.subscription.stats import LagClock
+
+__all__ = ["Reader"]
+
+_log = get_logger("aclprof.api.subscription")
+
+
+class Reader:
+    """One subscription's reader thread and the counters only it writes.
+
+    Counters are plain ints written by the reader thread only and read by anyone (an int
+    read is atomic). ``on_exit`` runs on the reader thread after the queue is told the
+    reader finished (the release of a subscription closed from its own callback).
+    """
+
+    def __init__(self, model_id: int, read_fd: int, wake_fd: int, decoder: Decoder,
+                 queue: BatchQueue, lag: LagClock, *,
+                 callback: Callable[[OpRecord], Any] | None = None,
+                 batch_callback: Callable[[OpBatch], Any] | None = None,
+                 on_exit: Callable[[], None] | None = None):
+        self.model_id = model_id
+        self._read_fd = read_fd
+        self._wake_fd = wake_fd
+        self.decoder = decoder
+        self.queue = queue
+        self.lag = lag
+        self._callback = callback
+        self._batch_callback = batch_callback
+        self.on_exit = on_exit
+        self.bytes_read = 0
+        self.truncated = 0
+        self.delivered = 0  # to callbacks; the queue counts its own
+        self.dropped_callback = 0
+        self.callback_errors = 0
+        self.thread = threading.Thread(target=self._run, name=f"aclprof-reader-{model_id}",
+                                       daemon=True)
+
+    @property
+    def has_callbacks(self) -> bool:
+        return self._callback is not None or self._batch_callback is not None
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def _run(self) -> None:
+        decoder = self.decoder
+        poller = select.poll()
+        poller.register(self._read_fd, select.POLLIN)
+        poller.register(self._wake_fd, select.POLLIN)
+        batch: OpBatch | None = None  # decoded and not yet delivered
+        try:
+            while True:
+                ready = dict(poller.poll())
+                if self._wake_fd in ready and self._read_fd not in ready:
+                    _log.warning("subscription reader stopped before EOF", model_id=self.model_id)
+                    break
+                try:
+                    n = os.readv(self._read_fd, [decoder.free_space()])
+                except InterruptedError:
+                    continue
+                arrival = time.monotonic_ns()
+                if n == 0:
+                    self.truncated += decoder.filled
+                    decoder.filled = 0
+                    break
+                self.bytes_read += n
+                try:
+                    batch = decoder.commit(n)
+                except Exception:  # counted by the decoder; go on with the next chunk
+                    _log.exception("op record decoding failed", model_id=self.model_id)
+                    continue
+                if batch is not None and len(batch):
+                    self.lag.note(batch.data["end"], arrival)
+                    self._deliver(batch)
+                batch = None
+        except Exception:
+            _log.exception("subscription reader failed; discarding the rest (counted)",
+                           model_id=self.model_id)
+            if batch is not None:
+                decoder.failed += len(batch)  # decoded, never delivered: not lost uncounted
+            self._discard_until_eof()
+        finally:
+            self.queue.reader_finished()
+            if self.on_exit is not None:
+                self.on_exit()
+
+    def _discard_until_eof(self) -> None:
+        """After a reader failure, keep the pipe flowing (the library's flush at unsubscribe
+        waits for it) and count what is thrown away as dropped by decode error."""
+        decoder = self.decoder
+        size = decoder.record_size
+        pending = decoder.filled
+        decoder.filled = 0
+        buffer = bytearray(1 << 16)
+        while True:
+            try:
+                n = os.readv(self._read_fd, [buffer])
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+            if n == 0:
+                break
+            self.bytes_read += n
+            pending += n
+            whole, pending = divmod(pending, size)
+            decoder.records_read += whole
+            decoder.failed += whole
+        self.truncated += pending
+
+    def _deliver(self, batch: OpBatch) -> None:
+        if self.has_callbacks:
+            self._run_callbacks(batch)
+        else:
+            self.queue.put(batch)
+
+    def _run_callbacks(self, batch: OpBatch) -> None:
+        if self._batch_callback is not None:
+            try:
+                self._batch_callback(batch)
+            except BaseException:  # SystemExit too: it must not end the reader thread
+                self.callback_errors += 1
+                self.dropped_callback += len(batch)
+                _log.exception("batch_callback raised; records counted as dropped",
+                               model_id=self.model_id, records=len(batch))
+                return
+            if self._callback is None:
+                self.delivered += len(batch)
+                return
+        callback = self._callback
+        assert callback is not None
+        delivered = 0
+        for record in batch.records():
+            try:
+                callback(record)
+                delivered += 1
+            except BaseException:  # SystemExit too: it must not end the reader thread
+                self.callback_errors += 1
+                self.dropped_callback += 1
+                _log.exception("callback raised; record counted as dropped", model_id=self.model_id)
+        self.delivered += delivered
