@@ -13,9 +13,9 @@ import tempfile
 
 import pytest
 from _agent_worker import FIXED_OPS
+from _fakedaemon import FakeDaemon
 from helpers.daemons import Daemon
 from helpers.procs import Worker, wait_for
-from _fakedaemon import FakeDaemon
 
 pytestmark = pytest.mark.timeout(90)
 

@@ -9,11 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aclprof
-from aclprof import AicoreMetrics, ConfigType, DataType
-from aclprof.binding import lowlevel as ll
-from aclprof import mock
-from aclprof.binding.loader import get_library
+from aclprof import AicoreMetrics, ConfigType, DataType, mock
 from aclprof.api.session import validate_option
+from aclprof.binding import lowlevel as ll
+from aclprof.binding.loader import get_library
 
 PROF_AICPU_MODEL = 1 << 62  # internal bit CreateConfig adds (reference 3.2)
 
@@ -507,7 +506,7 @@ def test_init_path_characters(tmp_path, ch):
     data = bad.encode()
     assert get_library().fn("aclprofInit")(data, len(data)) == 100003
     mock.fail_next("aclprofInit", 1, 500001)
-    with pytest.raises(ValueError, match="aclprofInit.*CANN refuses"):
+    with pytest.raises(ValueError, match=r"aclprofInit.*CANN refuses"):
         ll.init(bad)
     with pytest.raises(ValueError, match="output_dir"):
         aclprof.Profiler(bad)

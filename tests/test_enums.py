@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 import aclprof
 from aclprof import AicoreMetrics, ConfigType, DataType, OpFlag, StepTag
 from aclprof.binding import errors
-from aclprof.binding.loader import get_library
 from aclprof.binding.enums import validate_data_types
+from aclprof.binding.loader import get_library
 
 CDEFS = Path(__file__).resolve().parent.parent / "cdefs"
 

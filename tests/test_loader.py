@@ -66,8 +66,8 @@ aclError aclprofRangeStop(uint32_t id) { (void)id; return 0; }
 
 NEW_SYMBOLS = ("aclprofMarkEx", "aclprofGetOpFlag", "aclprofGetOpAttriValue", "aclprofStr2Id",
                "aclprofRangePushEx")
-HDR_OLD_LACKS = NEW_SYMBOLS + ("aclprofSetConfig", "aclprofSetStampTraceMessage", "aclprofMark",
-                               "aclprofRangePop")
+HDR_OLD_LACKS = (*NEW_SYMBOLS, "aclprofSetConfig", "aclprofSetStampTraceMessage", "aclprofMark",
+                 "aclprofRangePop")
 
 
 def _compiler() -> str:

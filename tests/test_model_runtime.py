@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 import aclprof
-from aclprof.binding import lowlevel as ll
 from aclprof import mock
-from aclprof.compat import acl
+from aclprof.binding import lowlevel as ll
 from aclprof.binding.errors import InvalidModelIdError, InvalidParamError, OtherAclError
+from aclprof.compat import acl
 
 OPS = [{"name": "conv", "type": "Conv2D", "duration_ns": 1000},
        {"name": "relu", "type": "Relu", "duration_ns": 200}]
@@ -94,7 +94,7 @@ def test_dataset_buffers_and_their_lifetime(emit_log):
     assert emit_log.read() == []
     # The dataset keeps the buffer's pointer: closing the buffer first is refused, and
     # nothing changes in the library.
-    with pytest.raises(RuntimeError, match="aclDestroyDataBuffer: .*still in 1 open dataset"):
+    with pytest.raises(RuntimeError, match=r"aclDestroyDataBuffer: .*still in 1 open dataset"):
         buffer.close()
     assert not buffer.closed and in_use() == (2, 1)
     inputs.close()

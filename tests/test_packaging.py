@@ -40,8 +40,9 @@ def test_python_daemon_and_aclprofd_import_side_by_side(run_python):
 
 
 def test_one_version_everywhere():
-    import aclprof
     import aclprofd
+
+    import aclprof
 
     assert aclprof.__version__ == aclprofd.__version__ == md.version("aclprof")
 

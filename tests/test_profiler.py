@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 import aclprof
-from aclprof import AicoreMetrics, ConfigType, DataType
+from aclprof import AicoreMetrics, ConfigType, DataType, mock
 from aclprof.binding import lowlevel as ll
-from aclprof import mock
 from aclprof.binding.loader import get_library
 
 PROF_RE = re.compile(r"PROF_(\d{6})_(\d{17})_(\d{8})([A-R]{8})")

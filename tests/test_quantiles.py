@@ -25,7 +25,7 @@ NBINS = 8 * 40 + 2
 def ref_bin(d: int) -> int:
     if d < 1:
         return 0
-    return min(int(math.floor(math.log2(d) * 8)) + 1, NBINS - 1)
+    return min(math.floor(math.log2(d) * 8) + 1, NBINS - 1)
 
 
 def ref_quantile(durations: list[int], q: float) -> int:

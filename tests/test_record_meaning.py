@@ -16,10 +16,10 @@ from __future__ import annotations
 import time
 
 import pytest
+from helpers.records import record_key
 
 import aclprof
 from aclprof import mock
-from helpers.records import record_key
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 import aclprof
-from aclprof import AicoreMetrics, ConfigType, DataType
+from aclprof import AicoreMetrics, ConfigType, DataType, mock
 from aclprof.binding import lowlevel as ll
-from aclprof import mock
 
 MODEL_TEXT = "aclmock-model 1\ndevice 0\nop\tconv1\tConv2D\t1000\nop\trelu1\tRelu\t500\n"
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 
 import aclprof
-from aclprof import DataType, StepTag
+from aclprof import DataType, StepTag, mock
 from aclprof.binding import lowlevel as ll
-from aclprof import mock
 
 
 def _steps(events):

@@ -14,13 +14,13 @@ import threading
 import time
 
 import pytest
+from helpers.procs import aclprof_threads
+from helpers.records import Emitted, record_key
 
 import aclprof
 from aclprof import mock
-from aclprof.binding import lowlevel
 from aclprof.api.records import OP_DTYPE, OpBatch, OpRecord
-from helpers.procs import aclprof_threads
-from helpers.records import Emitted, record_key
+from aclprof.binding import lowlevel
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 

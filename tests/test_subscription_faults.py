@@ -15,12 +15,12 @@ import time
 
 import pytest
 import structlog
+from helpers.procs import aclprof_threads, open_fds
+from helpers.records import record_key
 
 import aclprof
 from aclprof import mock
 from aclprof.binding import lowlevel
-from helpers.procs import aclprof_threads, open_fds
-from helpers.records import record_key
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -336,7 +336,7 @@ def test_with_block_raising_closes_and_keeps_the_exception(emit_log):
     with pytest.raises(ZeroDivisionError):
         with aclprof.subscribe(model) as sub:
             mock.execute(model, 4)
-            1 / 0
+            raise ZeroDivisionError
     assert sub.closed
     assert [record_key(r) for r in sub] == [e.key() for e in emit_log.read()]
     assert_released(sub)

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 import aclprof
-from aclprof import DataType
-from aclprof import mock
+from aclprof import DataType, mock
 
 TX = DataType.ACL_API | DataType.MSPROFTX
 
@@ -320,7 +319,7 @@ def test_stamps_are_reused_for_one_message(tx_session):
 def test_more_than_100_distinct_messages(tx_session):
     messages = [f"message {i}" for i in range(350)]
     with tx_session:
-        for round_ in range(2):
+        for _round in range(2):
             for m in messages:
                 aclprof.mark(m)
                 with aclprof.annotate(m):
@@ -611,7 +610,7 @@ def test_many_threads_marks_and_ranges(tx_session):
     def worker(i):
         try:
             barrier.wait()
-            for k in range(per_thread):
+            for _ in range(per_thread):
                 aclprof.mark(f"t{i}")
                 with aclprof.range(f"t{i} range"):
                     pass

@@ -35,12 +35,13 @@ from __future__ import annotations
 import functools
 import os
 import threading
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-from aclprof.binding import state as _state
-from aclprof.binding import lowlevel
-from aclprof.binding.built import import_built
 from aclprof._log import get_logger
+from aclprof.binding import lowlevel
+from aclprof.binding import state as _state
+from aclprof.binding.built import import_built
 from aclprof.binding.errors import MsproftxError, UnsupportedError, check
 
 __all__ = ["mark", "push", "pop", "range", "annotate", "RangeHandle", "set_strict", "DISABLED"]
@@ -205,7 +206,7 @@ def _pop_after(message: Any, raising: bool) -> None:
         _log.warning("aclprofRangeStop failed while an exception was propagating", code=rc)
 
 
-_annotations: dict[Any, "annotate"] = {}
+_annotations: dict[Any, annotate] = {}
 
 
 class annotate:
@@ -219,8 +220,10 @@ class annotate:
     """
 
     __slots__ = ("message", "_key")
+    message: str | None
+    _key: tuple[int, bytes, int]
 
-    def __new__(cls, message: str | None = None) -> "annotate":
+    def __new__(cls, message: str | None = None) -> annotate:
         # `with annotate("m"):` builds an object per use; the objects are immutable and
         # shareable, so one per cached message is reused (a dict hit instead of ~150 ns).
         try:
@@ -235,7 +238,7 @@ class annotate:
                 _annotations[message] = self
         return self
 
-    def __enter__(self) -> "annotate":
+    def __enter__(self) -> annotate:
         if _active:
             try:
                 rc = _push(*self._key)
@@ -260,9 +263,11 @@ class annotate:
                 _log.warning("aclprofRangeStop failed while an exception was propagating", code=rc)
 
     def __call__(self, func: F) -> F:
-        message = self.message
-        if message is None:
-            message = getattr(func, "__qualname__", None) or getattr(func, "__name__", "function")
+        message: str
+        if self.message is not None:
+            message = self.message
+        else:
+            message = str(getattr(func, "__qualname__", None) or getattr(func, "__name__", "function"))
             while len(message.encode("utf-8")) > lowlevel.MAX_TRACE_MESSAGE_BYTES:
                 message = message[:-1]
         key = _key(message)
@@ -333,7 +338,7 @@ class RangeHandle:
         if rc and rc != _EMPTY and rc != _STALE:
             _fail(rc, "aclprofRangeStop", self.message)
 
-    def __enter__(self) -> "RangeHandle":
+    def __enter__(self) -> RangeHandle:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -352,7 +357,7 @@ class _ThreadRanges(threading.local):
 _tls = _ThreadRanges()
 
 
-class range:  # noqa: A001 - mirrors nvtx.start_range/end_range under a Pythonic name
+class range:
     """A start/stop range (``aclprofRangeStart``/``aclprofRangeStop``), valid across threads.
 
     ``with aclprof.range("load"):`` brackets a block; ``h = aclprof.range("req").start()``
@@ -401,16 +406,16 @@ class range:  # noqa: A001 - mirrors nvtx.start_range/end_range under a Pythonic
 # --- ACLPROF_TX_DISABLE: near-zero-cost no-ops ------------------------------------------
 
 if DISABLED:
-    def mark(message: str) -> None:  # type: ignore[no-redef]  # noqa: F811
+    def mark(message: str) -> None:
         """No-op: ACLPROF_TX_DISABLE is set."""
 
-    def push(message: str) -> None:  # type: ignore[no-redef]  # noqa: F811
+    def push(message: str) -> None:
         """No-op: ACLPROF_TX_DISABLE is set."""
 
-    def pop() -> None:  # type: ignore[no-redef]  # noqa: F811
+    def pop() -> None:
         """No-op: ACLPROF_TX_DISABLE is set."""
 
-    class annotate:  # type: ignore[no-redef]  # noqa: F811
+    class annotate:  # type: ignore[no-redef]
         """No-op: ACLPROF_TX_DISABLE is set (decorating returns the function unchanged)."""
 
         __slots__ = ("message",)
@@ -429,7 +434,7 @@ if DISABLED:
 
     _NOOP_HANDLE = RangeHandle("", -1)
 
-    class range:  # type: ignore[no-redef]  # noqa: F811, A001
+    class range:  # type: ignore[no-redef]
         """No-op: ACLPROF_TX_DISABLE is set."""
 
         __slots__ = ("message",)

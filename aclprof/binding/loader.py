@@ -204,7 +204,7 @@ def _open(path: str, ffi: Any) -> tuple[list[Any], str | None, str | None]:
         return handles, None, f"{_MDL_LIBNAME}: {exc}"
     if _symbol(mdl, _MDL_PROBE, ffi) is None:
         return handles, None, f"{mdl_path} does not export {_MDL_PROBE}"
-    return handles + [mdl], mdl_path, None
+    return [*handles, mdl], mdl_path, None
 
 
 def _load() -> _Library:

@@ -13,7 +13,7 @@ import platform
 import statistics
 import sys
 import time
-from typing import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -47,7 +47,7 @@ def pct(values: Sequence[float], q: float) -> float:
     values = sorted(values)
     if not values:
         return float("nan")
-    rank = max(1, min(len(values), int(round(q / 100 * len(values) + 0.4999))))
+    rank = max(1, min(len(values), round(q / 100 * len(values) + 0.4999)))
     return values[rank - 1]
 
 

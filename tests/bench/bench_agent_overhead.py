@@ -28,9 +28,10 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _benchlib as B  # noqa: E402
-from bench_distortion import make_ops, run_steps  # noqa: E402
-from aclprof.cli.launch import daemon_argv  # noqa: E402
+import _benchlib as B
+from bench_distortion import make_ops, run_steps
+
+from aclprof.cli.launch import daemon_argv
 
 GOAL = 0.05
 

@@ -30,11 +30,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 
-import numpy as np  # noqa: E402
+import numpy as np
+from _benchlib import table
 
-from aclprof.protocol.wire import RECORD_DTYPE, FrameReader, Kind, decode_json, encode_batch, encode_json, recv_frame  # noqa: E402
-from _benchlib import table  # noqa: E402
 from aclprof.cli.launch import daemon_argv
+from aclprof.protocol.wire import RECORD_DTYPE, FrameReader, Kind, decode_json, encode_batch, encode_json, recv_frame
 
 
 def _model(ops: int) -> tuple[dict[int, str], np.ndarray, np.ndarray, np.ndarray]:

@@ -35,7 +35,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _benchlib as B  # noqa: E402
+import _benchlib as B
 
 GOAL_SLOWDOWN = 0.05
 
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     rate = args.ops / (step_ms / 1e3)
 
     aclprof = B.use_mock()
-    import aclprof.mock  # noqa: F401
+    import aclprof.mock
 
     B.header(f"step-time distortion by a background subscription ({rounds} interleaved rounds "
              f"per model)", args.quick)

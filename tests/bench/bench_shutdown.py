@@ -29,7 +29,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _benchlib as B  # noqa: E402
+import _benchlib as B
 
 GOAL_IDLE_MS = 20.0
 
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     closes = args.closes or (50 if args.quick else 200)
 
     aclprof = B.use_mock()
-    import aclprof.mock  # noqa: F401
+    import aclprof.mock
 
     ops = make_ops()
     aclprof.mock.set_realtime(False)
@@ -156,8 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         aclprof.mock.unload(model_id)
 
     rows = []
-    for name, values in list(samples.items()) + [("aclprof.subscribe() itself",
-                                                  extra.get("subscribe", []))]:
+    for name, values in [*samples.items(), ("aclprof.subscribe() itself", extra.get("subscribe", []))]:
         rows.append((name, B.med(values), B.pct(values, 99), max(values), min(values),
                      len(values)))
     B.table(("close() latency, ms", "median", "p99", "max", "min", "n"), rows)

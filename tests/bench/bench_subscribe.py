@@ -46,7 +46,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _benchlib as B  # noqa: E402
+import _benchlib as B
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 READ_SIZES = (10, 64, 512, 4096)
@@ -147,6 +147,7 @@ def run_aclprof(ctx: Context, name: str, iterations: int, read_records: int, mod
 def run_pyacl(ctx: Context, name: str, iterations: int, n_per_read: int) -> float:
     """The official pyACL sample's reader, through aclprof.compat (whole-buffer getters)."""
     import numpy as np
+
     from aclprof.compat import acl
 
     mock = ctx.mock
@@ -299,6 +300,7 @@ def decode_aclprof(ctx: Context, name: str, iterations: int, read_records: int) 
 def decode_pyacl(ctx: Context, name: str, iterations: int, n_per_read: int) -> float:
     """The sample's get_model_info() on chunks of N records (one os.read's worth each)."""
     import numpy as np
+
     from aclprof.compat import acl
 
     data = capture(ctx, iterations)
@@ -344,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
     records = min(args.records or (40_000 if args.quick else 100_000), 150_000)
 
     aclprof = B.use_mock()
-    import aclprof.mock  # noqa: F401
+    import aclprof.mock
 
     ops = model_ops()
     per_run = len(ops)

@@ -29,8 +29,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import _benchlib as B  # noqa: E402
-from aclprof.cli.launch import daemon_argv  # noqa: E402
+import _benchlib as B
+
+from aclprof.cli.launch import daemon_argv
 
 GOAL_P99_MS = 250.0
 
