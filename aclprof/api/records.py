@@ -1,6 +1,6 @@
 """Op records from operator subscription: the raw pipe layouts, the decoded batch, one record.
 
-The library writes fixed-size ``ProfOpDesc`` records (reference section 4): 80 bytes in
+The library writes fixed-size ``ProfOpDesc`` records: 80 bytes in
 current CANN, 72 in older releases (no ``devId``). Numeric fields are decoded in bulk with
 numpy structured dtypes over the raw bytes; names and types are not in the record (the
 library keeps them in a side table) and arrive as ids into the subscription's interned

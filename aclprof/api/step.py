@@ -1,6 +1,6 @@
 """``aclprof.StepInfo``: step start/end timestamps (``aclprofGetStepTimestamp``).
 
-Each step info object may stamp START once and END once (reference 3.5); aclprof checks
+Each step info object may stamp START once and END once; aclprof checks
 that in Python so that the mistake is reported before the C call, with the step's state.
 """
 

@@ -4,7 +4,7 @@ CANN keeps a pointer to each subscription's fd cell (a C ``int``) and may write 
 and close the fd it holds, long after the unsubscribe returned (audit row 1): this module
 keeps those cells alive exactly as long as needed, refuses the one re-subscription CANN
 would accept but never feed (:class:`DeferredResubscribeError`), and enforces that all
-models on one device share one subscribe config (reference 3.3).
+models on one device share one subscribe config (the library checks it across devices too).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class DeferredResubscribeError(AclprofError, RuntimeError):
 
 
 class _DeviceConfigs:
-    """All models on one device must share one subscribe config (reference 3.3)."""
+    """All models on one device must share one subscribe config (the library checks it across devices too)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

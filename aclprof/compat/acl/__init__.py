@@ -1,6 +1,6 @@
 """pyACL-compatible ``acl`` module (the subset the profiling samples use).
 
-Conventions (reference section 5): handles and pointers are ints (0 is NULL); functions
+Conventions (those of pyACL): handles and pointers are ints (0 is NULL); functions
 with C out-parameters return ``(value, ret)``; functions returning ``aclError`` return
 ``ret``; functions returning a value return it. Nothing here raises for a C error code:
 like pyACL, the code is returned for the caller to check. Python-level misuse (wrong
