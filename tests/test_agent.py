@@ -405,25 +405,46 @@ def _op_records(n: int, keypoint_every: int = 0):
     return data
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_write_records_converts_in_place(monkeypatch, fast):
-    """Both conversion paths give the wire record: every field, name ids mapped, the
-    keypoint mark in ``flag``."""
+def test_convert_writes_wire_records_in_place():
+    """The compiled conversion gives the wire record: every field, name ids mapped, the
+    keypoint mark in ``flag``, at the offset asked, nothing written around it."""
     import numpy as np
 
-    from aclprof.agent import names
+    from aclprof.binding.agentpath import convert
     from aclprof.protocol import wire
 
-    monkeypatch.setattr(names, "_SAME_PREFIX", fast and names._SAME_PREFIX)
     data = _op_records(50, keypoint_every=7)
+    data["start"] += 1 << 40  # the u64 fields keep their high bytes
     mapping = np.array([10, 11, 12, 13, 14], np.uint32)
-    out = np.zeros(50, wire.RECORD_DTYPE)
-    names.write_records(out, data, mapping)
+    buf = np.full(12 + 50 * 56 + 8, 0xAB, np.uint8)
+    assert convert(buf, 12, data, mapping) == -1
+    assert (buf[:12] == 0xAB).all() and (buf[-8:] == 0xAB).all()
+    out = wire.decode_batch(bytes(buf[12:12 + 50 * 56]))
     for field in ("model_id", "thread_id", "device_id", "start", "end", "duration", "execution_time"):
         assert (out[field] == data[field]).all(), field
     assert (out["op_name"] == mapping[data["op_name"]]).all()
     assert (out["op_type"] == mapping[data["op_type"]]).all()
     assert (out["flag"] == np.where(data["keypoint"], 2 | wire.FLAG_KEYPOINT, 2)).all()
+
+
+def test_convert_reports_the_largest_unmapped_name_id():
+    """A batch using ids the map does not cover yet: the largest id of the whole batch is
+    returned (the caller maps up to it), also when a smaller unmapped id comes first."""
+    import numpy as np
+
+    from aclprof.binding.agentpath import convert
+
+    data = _op_records(6)
+    data["op_name"] = [0, 3, 1, 9, 2, 1]
+    data["op_type"] = [0, 1, 1, 1, 7, 1]
+    buf = np.zeros(6 * 56, np.uint8)
+    assert convert(buf, 0, data, None) == 9
+    assert convert(buf, 0, data, np.arange(4, dtype=np.uint32)) == 9
+    assert convert(buf, 0, data, np.arange(10, dtype=np.uint32)) == -1
+    with pytest.raises(ValueError, match="no room"):
+        convert(buf, 8, data, np.arange(10, dtype=np.uint32))
+    with pytest.raises(TypeError, match="layout"):
+        convert(buf, 0, data[["op_name", "op_type"]], np.arange(10, dtype=np.uint32))
 
 
 def test_name_map_sends_each_name_once_per_connection():
@@ -434,14 +455,14 @@ def test_name_map_sends_each_name_once_per_connection():
     a, b = Watched(1, 0, {}), Watched(2, 0, {})
     m = NameMap()
     m.reset(1)
-    data = _op_records(3)  # ids 0..2
-    assert m.extend(a, data, table) == {"0": "conv", "1": "Conv2D", "2": "relu"}
-    assert m.extend(a, data, table) == {}
+    assert m.extend(a, 2, table) == {"0": "conv", "1": "Conv2D", "2": "relu"}  # ids 0..2
+    assert m.extend(a, 2, table) == {}
     # another subscription's table: the same text gets the same connection id
-    assert m.extend(b, _op_records(2), ["relu", "fc"]) == {"3": "fc"}
+    assert m.extend(b, 1, ["relu", "fc"]) == {"3": "fc"}
     assert b.name_map.tolist() == [2, 3]
     m.reset(2)  # a new connection: everything again
-    assert m.extend(a, data, table) == {"0": "conv", "1": "Conv2D", "2": "relu"}
+    assert m.mapping(a) is None
+    assert m.extend(a, 2, table) == {"0": "conv", "1": "Conv2D", "2": "relu"}
 
 
 def test_frame_buffer_grows_with_a_batch_open():

@@ -20,8 +20,8 @@ import time
 from aclprof._log import get_logger
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
-from aclprof.agent.names import write_records
 from aclprof.agent.watched import Watched
+from aclprof.binding.agentpath import convert
 from aclprof.protocol import wire
 
 __all__ = ["Sender", "MAX_FRAME_RECORDS"]
@@ -182,11 +182,21 @@ class Sender:
                     continue
                 if w.announced != gen:
                     conn.announce(w)
-                new_names = names.extend(w, data, item[3])
-                if new_names:  # a NAMES frame goes before the first record using them
-                    conn.queue_json(wire.Kind.NAMES, {"names": new_names})
-                # consecutive batches share one BATCH frame, written in place
-                write_records(out.add_records(len(data)), data, w.name_map)
+                # Consecutive batches share one BATCH frame, converted in place by one C
+                # call per batch that runs without the GIL (issue 12: the service's step
+                # thread must not wait behind the sender's numpy work to return).
+                n = len(data)
+                at = out.reserve_records(n)
+                top = convert(out.buf, at, data, names.mapping(w))
+                if top >= 0:  # names this connection has no id for yet
+                    new_names = names.extend(w, top, item[3])
+                    if new_names:  # a NAMES frame goes before the first record using them
+                        conn.queue_json(wire.Kind.NAMES, {"names": new_names})
+                    at = out.reserve_records(n)
+                    if convert(out.buf, at, data, names.mapping(w)) >= 0:
+                        raise RuntimeError("aclprof agent: a name id is still unmapped after "
+                                           "NameMap.extend (a bug)")
+                out.commit_records(n)
         out.end_batch()
         return conn.flush()
 
