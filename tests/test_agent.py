@@ -592,3 +592,34 @@ def test_stop_does_not_hang_on_a_daemon_that_never_answers(sock_dir, stopped_age
         assert final.records_in == 50 and final.dropped_buffer == 50 and final.records_sent == 0
     finally:
         srv.close()
+
+
+def test_frame_buffer_reserve_commit_with_names_in_between():
+    """The sender's order: records reserved, then (names missing) a NAMES frame appended
+    and the records reserved again, then committed: the stream is BATCH, NAMES, BATCH with
+    every record after the NAMES that its ids need, none duplicated or lost."""
+    import numpy as np
+
+    from aclprof.agent.frames import FrameBuffer
+    from aclprof.binding.agentpath import convert
+    from aclprof.protocol import wire
+
+    out = FrameBuffer(capacity=32)  # grows on the way
+    first = _op_records(4)
+    at = out.reserve_records(4)
+    assert convert(out.buf, at, first, np.arange(5, dtype=np.uint32)) == -1
+    out.commit_records(4)
+    second = _op_records(3)
+    second["op_name"] = [5, 6, 5]
+    at = out.reserve_records(3)
+    assert convert(out.buf, at, second, np.arange(5, dtype=np.uint32)) == 6
+    out.append(wire.encode_json(wire.Kind.NAMES, {"names": {"5": "a", "6": "b"}}))
+    at = out.reserve_records(3)
+    assert convert(out.buf, at, second, np.arange(7, dtype=np.uint32)) == -1
+    out.commit_records(3)
+    out.end_batch()
+    assert out.records == 7 and out.frames == 3
+    frames = list(wire.FrameReader().feed(bytes(out.pending())))
+    assert [k for k, _ in frames] == [wire.Kind.BATCH, wire.Kind.NAMES, wire.Kind.BATCH]
+    assert wire.decode_batch(frames[0][1])["op_name"].tolist() == first["op_name"].tolist()
+    assert wire.decode_batch(frames[2][1])["op_name"].tolist() == [5, 6, 5]

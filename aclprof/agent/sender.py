@@ -31,7 +31,8 @@ _log = get_logger("aclprof.agent")
 MAX_FRAME_RECORDS = 1 << 15       # records per chunk taken from the buffer (1.8 MiB)
 _BACKOFF_MIN = 0.1
 _CHECK_DROPS_EVERY = 0.2          # s between polls of the subscriptions' own drop counters
-_COALESCE_S = 0.01                # while records flow: at most this long between sends
+_COALESCE_S = 0.05                # while records flow: at most this long between sends (each
+                                  # wake-up takes the GIL; 50 ms: ~20 a second, not 100)
 _WAKE_RECORDS = 8192              # ... or until this many records are buffered
 
 

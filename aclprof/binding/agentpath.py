@@ -25,6 +25,7 @@ _ffi, _lib = _fast.ffi, _fast.lib
 WIRE_RECORD_SIZE: int = _lib.ACLPROF_WIRE_RECORD_SIZE
 FLAG_KEYPOINT: int = _lib.ACLPROF_WIRE_FLAG_KEYPOINT
 _U32 = np.dtype(np.uint32)
+_checked: set[np.dtype] = set()  # dtypes whose layout was checked (the check costs ~3 us)
 
 
 def _check_op_layout(dtype: np.dtype) -> None:
@@ -54,7 +55,9 @@ def convert(out: np.ndarray, at: int, data: np.ndarray, mapping: np.ndarray | No
                          f"in a buffer of {len(out)} bytes")
     if not data.flags.c_contiguous:
         data = np.ascontiguousarray(data)
-    _check_op_layout(data.dtype)
+    if data.dtype not in _checked:
+        _check_op_layout(data.dtype)
+        _checked.add(data.dtype)
     if mapping is None or len(mapping) == 0:
         map_ptr, map_len = _ffi.NULL, 0
     else:

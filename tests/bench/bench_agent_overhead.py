@@ -71,6 +71,28 @@ while True:
 """
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's aclprof threads (``aclprof-agent``: the sender,
+    ``aclprof-reader-*``: the subscriptions' readers), from /proc (Linux). A figure the
+    machine's load does not distort the way it does step-time tails: the Python part of it
+    is time the thread held the GIL."""
+    import threading
+
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for t in threading.enumerate():
+        if not t.name.startswith("aclprof-") or t.native_id is None:
+            continue
+        try:
+            with open(f"/proc/self/task/{t.native_id}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        key = "reader" if t.name.startswith("aclprof-reader") else "sender"
+        out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def start_daemon(root: str, sink: str = "daemon") -> tuple[subprocess.Popen, str]:
     socket = os.path.join(root, "d.sock")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROF_", "ACLMOCK_", "ACLPROFD_"))}
@@ -133,9 +155,17 @@ def main(argv: list[str] | None = None) -> int:
     gil: dict[str, list[int]] = {}
     totals = {"emitted": 0, "sent": 0, "lost": 0}
 
+    cpu: dict[str, dict[str, float]] = {}
+
     def timed(name: str, w: int) -> list[float]:
+        c0, t0 = _thread_cpu(), time.perf_counter()
         with B.GilProbe() as probe:
             t = run_steps(mock, model, steps, w)
+        c1, wall = _thread_cpu(), time.perf_counter() - t0
+        acc = cpu.setdefault(name, {"wall": 0.0})
+        acc["wall"] += wall
+        for k in c1:
+            acc[k] = acc.get(k, 0.0) + c1[k] - c0.get(k, c1[k])
         per_step.setdefault(name, []).extend(t)
         gil.setdefault(name, []).extend(probe.late_ns)
         return t
@@ -197,9 +227,11 @@ def main(argv: list[str] | None = None) -> int:
             m = B.med(t)
             ratio = B.med(B.per_round_ratio(samples, name, f"off{sfx}")) - 1
             late = [x / 1e3 for x in gil[name]]
+            c = cpu[name]
             rows.append((name, m, f"{(m / base - 1) * 100:+.1f}%", f"{ratio * 100:+.1f}%",
                          B.pct(t, 90), B.pct(t, 99), B.pct(t, 99.9), max(t),
-                         f"{B.pct(late, 99):.0f}/{max(late):.0f}"))
+                         f"{B.pct(late, 99):.0f}/{max(late):.0f}",
+                         f"{c.get('sender', 0) / c['wall'] * 100:.1f}/{c.get('reader', 0) / c['wall'] * 100:.1f}"))
         a = per_step[f"agent{sfx}"]
         if not suffix:
             slow = B.med(a) / base - 1
@@ -209,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         dmax = max(a) - max(off_t)
         goals.append((f"agent{sfx} max within +1 ms of off's max", dmax <= MAX_GOAL_US, f"{dmax:+.0f} us"))
     B.table(("variant", "median us", "vs off", "per-round", "p90 us", "p99 us", "p99.9 us", "max us",
-             "GIL wait p99/max us"), rows)
+             "GIL wait p99/max us", "CPU % sender/reader"), rows)
     print(f"\nrecords: {totals['emitted']:,} emitted in agent rounds, {totals['sent']:,} sent, "
           f"{totals['lost']:,} lost (sent + lost = emitted: {totals['sent'] + totals['lost'] == totals['emitted']})")
     print(f"goal: agent overhead <= 5% at {args.ops / (args.ops * op_ns / 1e9) / 1e3:.0f} k ops/s: "
