@@ -623,3 +623,78 @@ def test_frame_buffer_reserve_commit_with_names_in_between():
     assert [k for k, _ in frames] == [wire.Kind.BATCH, wire.Kind.NAMES, wire.Kind.BATCH]
     assert wire.decode_batch(frames[0][1])["op_name"].tolist() == first["op_name"].tolist()
     assert wire.decode_batch(frames[2][1])["op_name"].tolist() == [5, 6, 5]
+
+
+def test_sender_joins_runs_of_small_batches_in_order():
+    """Runs of consecutive batches of one model go out as one conversion: every record
+    arrives once, in order, each name id resolving (through the NAMES frames sent before
+    it) to its own text, also when a later batch of the run brought new names, and a
+    WATCH of another model between two runs keeps its place."""
+    import socket
+
+    import numpy as np
+
+    from aclprof.agent.buffer import RecordBuffer
+    from aclprof.agent.connection import Connection
+    from aclprof.agent.sender import Sender
+    from aclprof.agent.watched import Watched
+    from aclprof.protocol import wire
+
+    buf = RecordBuffer(1 << 16)
+    conn = Connection("/nonexistent", buf, service=None, labels={}, connect_timeout=0.1)
+    ours, theirs = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        conn.sock, conn.gen = ours, 1
+        conn.names.reset(1)
+        a, b = Watched(1, 0, {}), Watched(2, 0, {})
+        a.announced = 1
+        sender = Sender(buf, conn, {1: a, 2: b}, backoff_max=1)
+        table_a: list[str] = ["a0", "a1"]
+        table_b = ["b0"]
+        sent = []
+
+        def batch(w, table, ids):
+            d = _op_records(len(ids))
+            d["model_id"] = w.model_id
+            d["op_name"] = ids
+            d["op_type"] = 0
+            d["start"] = np.arange(len(ids)) + 1000 * len(sent)
+            sent.append((w.model_id, [table[i] for i in ids], d["start"].tolist()))
+            buf.add_batch(w, d, table)
+
+        batch(a, table_a, [0, 1, 1])
+        table_a += ["a2", "a3"]  # the subscription's table grows between two batches
+        batch(a, table_a, [3, 2])
+        batch(a, table_a, [0])
+        buf.items.append(["watch", b, None])
+        batch(b, table_b, [0, 0])
+        batch(a, table_a, [2])
+        assert sender._pump()
+        assert not conn.out
+        data = b""
+        theirs.setblocking(False)
+        try:
+            while chunk := theirs.recv(1 << 16):
+                data += chunk
+        except BlockingIOError:
+            pass
+        names: dict[int, str] = {}
+        got = []
+        kinds = []
+        for kind, payload in wire.FrameReader().feed(data):
+            kinds.append(kind)
+            if kind == wire.Kind.NAMES:
+                names.update({int(k): v for k, v in wire.decode_json(payload)["names"].items()})
+            elif kind == wire.Kind.BATCH:
+                recs = wire.decode_batch(payload)
+                got += [(int(r["model_id"]), names[int(r["op_name"])], int(r["start"])) for r in recs]
+        want = [(m, n, s) for m, ns, ss in sent for n, s in zip(ns, ss)]
+        assert got == want
+        assert kinds.index(wire.Kind.WATCH) > kinds.index(wire.Kind.BATCH)  # b's WATCH after a's run
+        assert conn.records_sent == len(want) and buf.buffered == 0
+    finally:
+        conn.sock = None
+        ours.close()
+        theirs.close()
+        buf.close()
