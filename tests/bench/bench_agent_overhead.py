@@ -93,6 +93,49 @@ def _thread_cpu() -> dict[str, float]:
     return out
 
 
+def sender_pump_us(records_per_batch: int, batches: int, reps: int = 50) -> float:
+    """GIL-held time of one sender pump (take, convert, frame; no socket): best-of-5 mean
+    us per pump of ``batches`` batches. Python and numpy hold the GIL throughout; the
+    compiled conversion does not, but it is a few us per pump, so this is close to the
+    time the sender keeps the service's threads from the GIL per wake-up."""
+    import numpy as np
+
+    from aclprof.agent.buffer import RecordBuffer
+    from aclprof.agent.connection import Connection
+    from aclprof.agent.sender import Sender
+    from aclprof.agent.watched import Watched
+    from aclprof.api.records import OP_DTYPE
+
+    buf = RecordBuffer(1 << 20)
+    conn = Connection("/nonexistent", buf, service=None, labels={}, connect_timeout=0.1)
+    conn.gen = 1
+    conn.names.reset(1)
+    w = Watched(1, 0, {})
+    w.announced = 1
+    sender = Sender(buf, conn, {1: w}, backoff_max=1)
+    names = [f"op{i}" for i in range(50)]
+    data = []
+    for _ in range(batches):
+        d = np.zeros(records_per_batch, OP_DTYPE)
+        d["op_name"] = np.arange(records_per_batch) % 50
+        data.append(d)
+    best = float("inf")
+    try:
+        for _ in range(5):
+            total = 0.0
+            for _ in range(reps):
+                for d in data:
+                    buf.add_batch(w, d, names)
+                t0 = time.perf_counter()
+                sender._pump()  # no socket: the frames stay in conn.out
+                total += time.perf_counter() - t0
+                conn.out.clear()
+            best = min(best, total / reps)
+    finally:
+        buf.close()
+    return best * 1e6
+
+
 def start_daemon(root: str, sink: str = "daemon") -> tuple[subprocess.Popen, str]:
     socket = os.path.join(root, "d.sock")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROF_", "ACLMOCK_", "ACLPROFD_"))}
@@ -248,6 +291,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{B.verdict(slow <= GOAL)} ({slow * 100:+.1f}%)")
     for label, ok, value in goals:
         print(f"goal (issue 12): {label}: {B.verdict(ok)} ({value})")
+    pump = [(f"{per} x {n}", sender_pump_us(per, n)) for per, n in ((35, 57), (1000, 2))]
+    print("sender pump, GIL-held us per ~2000 records (records per batch x batches): "
+          + ", ".join(f"{k}: {v:.0f} us" for k, v in pump))
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
     return 0
 
