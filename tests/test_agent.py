@@ -405,25 +405,46 @@ def _op_records(n: int, keypoint_every: int = 0):
     return data
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_write_records_converts_in_place(monkeypatch, fast):
-    """Both conversion paths give the wire record: every field, name ids mapped, the
-    keypoint mark in ``flag``."""
+def test_convert_writes_wire_records_in_place():
+    """The compiled conversion gives the wire record: every field, name ids mapped, the
+    keypoint mark in ``flag``, at the offset asked, nothing written around it."""
     import numpy as np
 
-    from aclprof.agent import names
+    from aclprof.binding.agentpath import convert
     from aclprof.protocol import wire
 
-    monkeypatch.setattr(names, "_SAME_PREFIX", fast and names._SAME_PREFIX)
     data = _op_records(50, keypoint_every=7)
+    data["start"] += 1 << 40  # the u64 fields keep their high bytes
     mapping = np.array([10, 11, 12, 13, 14], np.uint32)
-    out = np.zeros(50, wire.RECORD_DTYPE)
-    names.write_records(out, data, mapping)
+    buf = np.full(12 + 50 * 56 + 8, 0xAB, np.uint8)
+    assert convert(buf, 12, data, mapping) == -1
+    assert (buf[:12] == 0xAB).all() and (buf[-8:] == 0xAB).all()
+    out = wire.decode_batch(bytes(buf[12:12 + 50 * 56]))
     for field in ("model_id", "thread_id", "device_id", "start", "end", "duration", "execution_time"):
         assert (out[field] == data[field]).all(), field
     assert (out["op_name"] == mapping[data["op_name"]]).all()
     assert (out["op_type"] == mapping[data["op_type"]]).all()
     assert (out["flag"] == np.where(data["keypoint"], 2 | wire.FLAG_KEYPOINT, 2)).all()
+
+
+def test_convert_reports_the_largest_unmapped_name_id():
+    """A batch using ids the map does not cover yet: the largest id of the whole batch is
+    returned (the caller maps up to it), also when a smaller unmapped id comes first."""
+    import numpy as np
+
+    from aclprof.binding.agentpath import convert
+
+    data = _op_records(6)
+    data["op_name"] = [0, 3, 1, 9, 2, 1]
+    data["op_type"] = [0, 1, 1, 1, 7, 1]
+    buf = np.zeros(6 * 56, np.uint8)
+    assert convert(buf, 0, data, None) == 9
+    assert convert(buf, 0, data, np.arange(4, dtype=np.uint32)) == 9
+    assert convert(buf, 0, data, np.arange(10, dtype=np.uint32)) == -1
+    with pytest.raises(ValueError, match="no room"):
+        convert(buf, 8, data, np.arange(10, dtype=np.uint32))
+    with pytest.raises(TypeError, match="layout"):
+        convert(buf, 0, data[["op_name", "op_type"]], np.arange(10, dtype=np.uint32))
 
 
 def test_name_map_sends_each_name_once_per_connection():
@@ -434,14 +455,14 @@ def test_name_map_sends_each_name_once_per_connection():
     a, b = Watched(1, 0, {}), Watched(2, 0, {})
     m = NameMap()
     m.reset(1)
-    data = _op_records(3)  # ids 0..2
-    assert m.extend(a, data, table) == {"0": "conv", "1": "Conv2D", "2": "relu"}
-    assert m.extend(a, data, table) == {}
+    assert m.extend(a, 2, table) == {"0": "conv", "1": "Conv2D", "2": "relu"}  # ids 0..2
+    assert m.extend(a, 2, table) == {}
     # another subscription's table: the same text gets the same connection id
-    assert m.extend(b, _op_records(2), ["relu", "fc"]) == {"3": "fc"}
+    assert m.extend(b, 1, ["relu", "fc"]) == {"3": "fc"}
     assert b.name_map.tolist() == [2, 3]
     m.reset(2)  # a new connection: everything again
-    assert m.extend(a, data, table) == {"0": "conv", "1": "Conv2D", "2": "relu"}
+    assert m.mapping(a) is None
+    assert m.extend(a, 2, table) == {"0": "conv", "1": "Conv2D", "2": "relu"}
 
 
 def test_frame_buffer_grows_with_a_batch_open():
@@ -571,3 +592,109 @@ def test_stop_does_not_hang_on_a_daemon_that_never_answers(sock_dir, stopped_age
         assert final.records_in == 50 and final.dropped_buffer == 50 and final.records_sent == 0
     finally:
         srv.close()
+
+
+def test_frame_buffer_reserve_commit_with_names_in_between():
+    """The sender's order: records reserved, then (names missing) a NAMES frame appended
+    and the records reserved again, then committed: the stream is BATCH, NAMES, BATCH with
+    every record after the NAMES that its ids need, none duplicated or lost."""
+    import numpy as np
+
+    from aclprof.agent.frames import FrameBuffer
+    from aclprof.binding.agentpath import convert
+    from aclprof.protocol import wire
+
+    out = FrameBuffer(capacity=32)  # grows on the way
+    first = _op_records(4)
+    at = out.reserve_records(4)
+    assert convert(out.buf, at, first, np.arange(5, dtype=np.uint32)) == -1
+    out.commit_records(4)
+    second = _op_records(3)
+    second["op_name"] = [5, 6, 5]
+    at = out.reserve_records(3)
+    assert convert(out.buf, at, second, np.arange(5, dtype=np.uint32)) == 6
+    out.append(wire.encode_json(wire.Kind.NAMES, {"names": {"5": "a", "6": "b"}}))
+    at = out.reserve_records(3)
+    assert convert(out.buf, at, second, np.arange(7, dtype=np.uint32)) == -1
+    out.commit_records(3)
+    out.end_batch()
+    assert out.records == 7 and out.frames == 3
+    frames = list(wire.FrameReader().feed(bytes(out.pending())))
+    assert [k for k, _ in frames] == [wire.Kind.BATCH, wire.Kind.NAMES, wire.Kind.BATCH]
+    assert wire.decode_batch(frames[0][1])["op_name"].tolist() == first["op_name"].tolist()
+    assert wire.decode_batch(frames[2][1])["op_name"].tolist() == [5, 6, 5]
+
+
+def test_sender_joins_runs_of_small_batches_in_order():
+    """Runs of consecutive batches of one model go out as one conversion: every record
+    arrives once, in order, each name id resolving (through the NAMES frames sent before
+    it) to its own text, also when a later batch of the run brought new names, and a
+    WATCH of another model between two runs keeps its place."""
+    import socket
+
+    import numpy as np
+
+    from aclprof.agent.buffer import RecordBuffer
+    from aclprof.agent.connection import Connection
+    from aclprof.agent.sender import Sender
+    from aclprof.agent.watched import Watched
+    from aclprof.protocol import wire
+
+    buf = RecordBuffer(1 << 16)
+    conn = Connection("/nonexistent", buf, service=None, labels={}, connect_timeout=0.1)
+    ours, theirs = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        conn.sock, conn.gen = ours, 1
+        conn.names.reset(1)
+        a, b = Watched(1, 0, {}), Watched(2, 0, {})
+        a.announced = 1
+        sender = Sender(buf, conn, {1: a, 2: b}, backoff_max=1)
+        table_a: list[str] = ["a0", "a1"]
+        table_b = ["b0"]
+        sent = []
+
+        def batch(w, table, ids):
+            d = _op_records(len(ids))
+            d["model_id"] = w.model_id
+            d["op_name"] = ids
+            d["op_type"] = 0
+            d["start"] = np.arange(len(ids)) + 1000 * len(sent)
+            sent.append((w.model_id, [table[i] for i in ids], d["start"].tolist()))
+            buf.add_batch(w, d, table)
+
+        batch(a, table_a, [0, 1, 1])
+        table_a += ["a2", "a3"]  # the subscription's table grows between two batches
+        batch(a, table_a, [3, 2])
+        batch(a, table_a, [0])
+        buf.items.append(["watch", b, None])
+        batch(b, table_b, [0, 0])
+        batch(a, table_a, [2])
+        assert sender._pump()
+        assert not conn.out
+        data = b""
+        theirs.setblocking(False)
+        try:
+            while chunk := theirs.recv(1 << 16):
+                data += chunk
+        except BlockingIOError:
+            pass
+        names: dict[int, str] = {}
+        got = []
+        kinds = []
+        for kind, payload in wire.FrameReader().feed(data):
+            kinds.append(kind)
+            if kind == wire.Kind.NAMES:
+                names.update({int(k): v for k, v in wire.decode_json(payload)["names"].items()})
+            elif kind == wire.Kind.BATCH:
+                recs = wire.decode_batch(payload)
+                got += [(int(r["model_id"]), names[int(r["op_name"])], int(r["start"])) for r in recs]
+        want = [(m, n, s) for m, ns, ss in sent for n, s in zip(ns, ss)]
+        assert got == want
+        assert kinds.index(wire.Kind.WATCH) > kinds.index(wire.Kind.BATCH)  # b's WATCH after a's run
+        assert conn.records_sent == len(want) and buf.buffered == 0
+    finally:
+        conn.sock = None
+        ours.close()
+        theirs.close()
+        buf.close()

@@ -65,6 +65,29 @@ class FrameBuffer:
         self.loss += loss
         self.frames += 1
 
+    @property
+    def buf(self) -> np.ndarray:
+        """The whole byte array (replaced when it grows: take it after :meth:`reserve_records`)."""
+        return self._buf
+
+    def reserve_records(self, n: int) -> int:
+        """Room for ``n`` more records of the open BATCH frame (and for its header if none
+        is open); returns the byte offset of :attr:`buf` where they go. Nothing is added
+        until :meth:`commit_records`: a caller that must first append another frame (the
+        NAMES the records need) reserves again afterwards."""
+        hdr = _HDR if self._batch_at < 0 else 0
+        at = self._reserve(hdr + n * _REC)
+        return at + hdr
+
+    def commit_records(self, n: int) -> None:
+        """The ``n`` records at the offset :meth:`reserve_records` returned are written."""
+        if self._batch_at < 0:
+            self._batch_at = self.end
+            self.end += _HDR
+            self._batch_n = 0
+        self.end += n * _REC
+        self._batch_n += n
+
     def add_records(self, n: int) -> np.ndarray:
         """``n`` uninitialised wire records at the end of the open BATCH frame (opened if
         none is): the caller writes them in place."""

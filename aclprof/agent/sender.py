@@ -16,12 +16,16 @@ from __future__ import annotations
 import select
 import threading
 import time
+from typing import Any
+
+import numpy as np
 
 from aclprof._log import get_logger
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
-from aclprof.agent.names import write_records
 from aclprof.agent.watched import Watched
+from aclprof.api.records import OP_DTYPE
+from aclprof.binding.agentpath import convert
 from aclprof.protocol import wire
 
 __all__ = ["Sender", "MAX_FRAME_RECORDS"]
@@ -31,7 +35,8 @@ _log = get_logger("aclprof.agent")
 MAX_FRAME_RECORDS = 1 << 15       # records per chunk taken from the buffer (1.8 MiB)
 _BACKOFF_MIN = 0.1
 _CHECK_DROPS_EVERY = 0.2          # s between polls of the subscriptions' own drop counters
-_COALESCE_S = 0.01                # while records flow: at most this long between sends
+_COALESCE_S = 0.05                # while records flow: at most this long between sends (each
+                                  # wake-up takes the GIL; 50 ms: ~20 a second, not 100)
 _WAKE_RECORDS = 8192              # ... or until this many records are buffered
 
 
@@ -167,9 +172,12 @@ class Sender:
         items, self._pumped = self.buffer.take(MAX_FRAME_RECORDS)
         if not items:
             return True
-        out, names, gen = conn.out, conn.names, conn.gen
-        for item in items:
+        out, gen = conn.out, conn.gen
+        i, count = 0, len(items)
+        while i < count:
+            item = items[i]
             kind, w = item[0], item[1]
+            i += 1
             if kind == "watch":
                 if w.announced != gen and w.live:
                     conn.announce(w)
@@ -177,18 +185,50 @@ class Sender:
                 if w.announced == gen:
                     conn.queue_json(wire.Kind.UNWATCH, {"model_id": w.model_id})
             else:
-                data = item[2]
-                if not len(data):
-                    continue
-                if w.announced != gen:
-                    conn.announce(w)
-                new_names = names.extend(w, data, item[3])
-                if new_names:  # a NAMES frame goes before the first record using them
-                    conn.queue_json(wire.Kind.NAMES, {"names": new_names})
-                # consecutive batches share one BATCH frame, written in place
-                write_records(out.add_records(len(data)), data, w.name_map)
+                # The subscription delivers many small batches (a few dozen records per
+                # pipe read): the run of consecutive batches of one model is converted
+                # as one, so the GIL-holding work per wake-up does not grow with them.
+                parts = [item[2]]
+                while i < count and items[i][0] == "batch" and items[i][1] is w:
+                    parts.append(items[i][2])
+                    i += 1
+                # the subscription's name table only grows: its newest state maps them all
+                self._send_records(w, parts, items[i - 1][3])
         out.end_batch()
         return conn.flush()
+
+    def _send_records(self, w: Watched, parts: list[Any], table: Any) -> None:
+        """Append ``w``'s batches ``parts`` to the open BATCH frame (WATCH and NAMES first
+        if this connection needs them)."""
+        conn = self.conn
+        out, names = conn.out, conn.names
+        parts = [p for p in parts if len(p)]
+        if not parts:
+            return
+        if len(parts) == 1:
+            data = parts[0]
+        else:
+            if any(p.dtype != OP_DTYPE for p in parts):
+                raise TypeError("aclprof agent: a batch is not of aclprof.api.records.OP_DTYPE")
+            # joined as bytes: numpy copies a structured dtype field by field (~20x slower)
+            data = np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in parts]).view(OP_DTYPE)
+        if w.announced != conn.gen:
+            conn.announce(w)
+        # Consecutive batches share one BATCH frame, converted in place by one C call that
+        # runs without the GIL (issue 12: the service's step thread must not wait behind
+        # the sender's numpy work to return from its step).
+        n = len(data)
+        at = out.reserve_records(n)
+        top = convert(out.buf, at, data, names.mapping(w))
+        if top >= 0:  # names this connection has no id for yet
+            new_names = names.extend(w, top, table)
+            if new_names:  # a NAMES frame goes before the first record using them
+                conn.queue_json(wire.Kind.NAMES, {"names": new_names})
+            at = out.reserve_records(n)
+            if convert(out.buf, at, data, names.mapping(w)) >= 0:
+                raise RuntimeError("aclprof agent: a name id is still unmapped after "
+                                   "NameMap.extend (a bug)")
+        out.commit_records(n)
 
     def _finish(self) -> None:
         """At thread exit: whatever is still buffered or unsent is lost (counted); report

@@ -84,3 +84,19 @@ int aclprof_crc_hardware(void);
 uint32_t aclprof_decode_names(aclprof_interner *in, const uint8_t *buf, uint32_t n,
                               uint32_t rec_size, int validate, uint32_t *type_ids,
                               uint32_t *name_ids, uint8_t *status);
+
+/* ---- the agent's record path (_fast_agent.c) ----
+ * Library op records (aclprof.api.records.OP_DTYPE: ten native-endian u32/u64 fields, 56
+ * bytes, then a keypoint byte; in_size bytes apart) -> wire records (aclprof.protocol.wire
+ * RECORD_DTYPE: the same ten fields, little-endian, 56 bytes), written at out. op_name and
+ * op_type go through map (the subscription's name id -> the connection's id); a keypoint
+ * record gets ACLPROF_WIRE_FLAG_KEYPOINT in flag. One call per batch, without the GIL (cffi
+ * API mode releases it), instead of a numpy copy, two takes and a masked or, each taking the
+ * GIL from the service's threads.
+ * Returns -1 when all n records were converted; when some name id is >= map_len returns the
+ * largest id in the batch instead (out then holds garbage: the caller extends map to it and
+ * calls again). */
+#define ACLPROF_WIRE_FLAG_KEYPOINT 2147483648
+#define ACLPROF_WIRE_RECORD_SIZE 56
+int64_t aclprof_agent_convert(uint8_t *out, const uint8_t *data, uint32_t n, uint32_t in_size,
+                              const uint32_t *map, uint32_t map_len);
