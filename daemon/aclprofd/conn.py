@@ -63,6 +63,7 @@ class Conn:
         self.connected = time.monotonic()
         self.closed = False
         self.want_write = False
+        self.unread_replies = 0  # reply bytes queued while the socket was full (aclprofd.server)
         # agents (aclprofd.ingest)
         self.names: dict[int, str] = {}
         self.names_order: list[tuple[int, str]] = []

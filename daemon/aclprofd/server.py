@@ -55,6 +55,7 @@ _HELLO_TIMEOUT_S = 10.0         # a connection that has not said HELLO by then i
 _TRIM_EVERY_S = 10.0            # hand freed heap pages back to the kernel this often
 DRAIN_S = 1.0                   # at a graceful stop, read what agents wrote for at most this long
 _REPLY_CAP = 64 << 20           # queued bytes per connection, at most (and at most a quarter of the budget)
+_UNREAD_REPLIES = 1 << 20       # reply bytes queued while the socket is full: the client does not read
 _TRIM_AFTER = 1 << 20           # a connection that held more than this: trim the heap at the next flush
 
 
@@ -343,15 +344,29 @@ class Daemon(Transport):
         """Queue a reply and send what the socket takes. A client that does not read its
         replies (any role: STREAM and EXPORT connections too) is closed once its queue passes
         its share of the memory budget, or once the budget as a whole is spent; counted."""
+        if conn.out:
+            # The socket is full and another reply comes: a CLI reads each reply before its
+            # next request, so these bytes count as unread. Without this limit a client
+            # pipelining tiny requests makes the loop compute thousands of replies per turn
+            # (a stall for everyone), and its stream buffer would hide them from the cap.
+            conn.unread_replies += len(frame)
         conn.out += frame
         n = len(conn.out)
-        if n > self.memory.reply_cap() or (n > len(frame) and not self.memory.fits(0)):
+        cap = self.memory.reply_cap()
+        if n > len(frame) and (n > cap or conn.unread_replies > _UNREAD_REPLIES
+                               or not self.memory.fits(0)):  # one reply alone always goes
             self.memory.refuse("replies")
             conn.out.clear()
-            self._close(conn, f"client does not read its replies ({n} bytes queued; its share of memory_budget "
-                              f"is {self.memory.reply_cap()} bytes)", level="warning")
+            self._close(conn, f"client does not read its replies ({n} bytes queued, {conn.unread_replies} of them "
+                              f"replies; at most {_UNREAD_REPLIES} bytes of unread replies and {cap} bytes in all, "
+                              f"memory_budget {self.memory.budget} bytes)", level="warning")
             return
         self.send(conn)
+
+    def send(self, conn: Conn) -> None:
+        super().send(conn)
+        if not conn.out:
+            conn.unread_replies = 0
 
     def _on_close(self, conn: Conn) -> None:
         self.fanout.closed(conn)
