@@ -192,3 +192,27 @@ def test_huge_repeated_loss_reasons_do_not_flood_the_log(tmp):
         assert all(len(str(v)) <= 2000 for line in lines for v in line.values())
         assert any("suppressed" in line for line in lines), lines[-5:]
         assert _alive(d)
+
+
+def test_safe_escapes_what_drives_a_terminal():
+    from aclprof.protocol.safetext import safe, scrub
+    assert safe("a\x1b]0;t\x07b\r\nc\u202ed\ud800") == "a\\x1b]0;t\\x07b\\x0d\\x0ac\\u202ed\\ud800"
+    assert safe("MatMul/层") == "MatMul/层"
+    assert scrub("x\ud800y") == "x\ufffdy" and scrub("ok") == "ok"
+
+
+def test_log_guard_limits_repeats_and_reports_what_it_suppressed():
+    import structlog
+    from aclprofd.logsetup import BURST, LineGuard
+    now = [0.0]
+    g = LineGuard(clock=lambda: now[0])
+    for _ in range(BURST):
+        g(None, "info", {"event": "agent reported loss", "reason": "r" * 5000})
+    with pytest.raises(structlog.DropEvent):
+        g(None, "info", {"event": "agent reported loss"})
+    out = g(None, "info", {"event": "connection closed", "service": "s\x1b[2J"})
+    assert out["suppressed"] == {"agent reported loss": 1}
+    assert out["service"] == "s\\x1b[2J"
+    now[0] = 11.0
+    line = g(None, "info", {"event": "agent reported loss", "reason": "r" * 5000})
+    assert len(line["reason"]) < 1100 and "more characters" in line["reason"]

@@ -133,10 +133,16 @@ class Ingest:
             d.fanout.offer(conn, np.frombuffer(owned, dtype=RECORD_DTYPE), now)
 
     def names(self, conn: Conn, payload: memoryview) -> None:
+        d = self.d
+        if conn.names_bytes + len(payload) > d.memory.names_share():
+            # each name costs more than its JSON: refused before the (slow) decode
+            d.memory.refuse("names")
+            raise ProtocolError(f"NAMES refused: a {len(payload)}-byte table on top of ~{conn.names_bytes} bytes of "
+                                f"names passes this connection's share ({d.memory.names_share()} bytes) of the "
+                                f"daemon's memory_budget; define only the names your records use")
         names = decode_json(payload).get("names")
         if not isinstance(names, dict):
             raise ProtocolError("NAMES needs an object of names")
-        d = self.d
         cost = sum(len(v) + NAME_OVERHEAD for v in names.values() if isinstance(v, str))
         share = d.memory.names_share()
         if conn.names_bytes + cost > share or not d.memory.fits(cost):
