@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO, TextIO
 
 from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args, parse_time
+from aclprof.protocol.safetext import safe
 
 __all__ = ["add_parser", "cmd_export", "OP_STATISTIC_COLUMNS", "write_csv", "write_chrome", "write_jsonl"]
 
@@ -76,7 +77,8 @@ def write_csv(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
             if r.get("kind") == "keypoint":
                 continue  # a step boundary, not an op: it would swamp the op statistics
             d = int(r.get("duration_ns", 0))
-            key = (int(r.get("device", 0)), int(r.get("model", 0)), str(r.get("op_type", "?")))
+            # a peer's string, and csv usually lands on a terminal: escaped (also lone surrogates)
+            key = (int(r.get("device", 0)), int(r.get("model", 0)), safe(r.get("op_type", "?")))
             g = groups.get(key)
             if g is None:
                 groups[key] = [1, d, d, d]

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, CliError, add_socket_arg, connect, format_ns
+from aclprof.protocol.safetext import safe
 
 __all__ = ["add_parser", "cmd_status", "format_status"]
 
@@ -77,7 +78,19 @@ def format_status(st: dict[str, Any]) -> str:
     if agg:
         lines.append(f"aggregates: {agg.get('keys', 0):,} keys (cap {agg.get('cap', '?'):,}), "
                      f"{agg.get('other_bucket_records', 0):,} records in the 'other' bucket")
-    return "\n".join(lines)
+    rejected = st.get("records_rejected") or {}
+    if rejected:
+        lines.append("records refused for impossible values: "
+                     + ", ".join(f"{k} {v:,}" for k, v in sorted(rejected.items())))
+    mem = st.get("memory") or {}
+    if mem:
+        refused = mem.get("refused") or {}
+        lines.append(f"memory: {_bytes(float(mem.get('used_bytes', 0)))} of {_bytes(float(mem.get('budget_bytes', 0)))}"
+                     f" budget held for clients"
+                     + ("; refused: " + ", ".join(f"{k} {v:,}" for k, v in sorted(refused.items())) if refused else ""))
+    # Service, host, labels and problems carry peers' strings: each line is escaped as a
+    # whole, so none can drive the terminal or forge another line.
+    return "\n".join(safe(line) for line in lines)
 
 
 def cmd_status(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ from aclprof.cli.common import (
     format_ns,
     use_colour,
 )
+from aclprof.protocol.safetext import safe
 
 __all__ = ["add_parser", "cmd_tail", "tail_line"]
 
@@ -52,17 +53,18 @@ def tail_line(r: dict[str, Any], colour: bool) -> str:
     if r.get("kind") == "keypoint":
         # A step boundary (CANN's keypoint_op record): the step's span, not an op.
         mark = "\x1b[33m-- step\x1b[0m" if colour else "-- step"
-        return (f"{t}  pid {r.get('pid', '?'):<7} dev {r.get('device', '?'):<2} model {r.get('model', '?'):<4} "
-                f"{mark} {dur} ({r.get('start', '?')} .. {r.get('end', '?')}) --")
-    op_type = str(r.get("op_type", "?"))
+        return (f"{t}  pid {safe(r.get('pid', '?')):<7} dev {safe(r.get('device', '?')):<2} "
+                f"model {safe(r.get('model', '?')):<4} {mark} {dur} ({r.get('start', '?')} .. {r.get('end', '?')}) --")
+    # op type and name are a peer's strings: escaped (no terminal control, no forged line)
+    op_type = safe(r.get("op_type", "?"))
     if colour:
         op_type = f"\x1b[36m{op_type:<16}\x1b[0m"
         dur = f"\x1b[1m{dur:>9}\x1b[0m"
     else:
         op_type = f"{op_type:<16}"
         dur = f"{dur:>9}"
-    return (f"{t}  pid {r.get('pid', '?'):<7} dev {r.get('device', '?'):<2} model {r.get('model', '?'):<4} "
-            f"{op_type} {dur}  {r.get('op_name', '?')}")
+    return (f"{t}  pid {safe(r.get('pid', '?')):<7} dev {safe(r.get('device', '?')):<2} "
+            f"model {safe(r.get('model', '?')):<4} {op_type} {dur}  {safe(r.get('op_name', '?'))}")
 
 
 def cmd_tail(args: argparse.Namespace) -> int:

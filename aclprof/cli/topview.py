@@ -13,6 +13,7 @@ import time
 from typing import Any, Literal
 
 from aclprof.cli.common import format_ns, use_colour
+from aclprof.protocol.safetext import safe
 
 __all__ = ["SORT_KEYS", "WINDOWS", "TopView", "sort_rows", "render_table", "learn_windows", "snapshot",
            "run_live", "print_table"]
@@ -94,8 +95,8 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
     filt = view.filter()
     desc = f"window {snap.get('window', view.window)}, by op {view.group}, sorted by {view.sort}"
     if filt:
-        desc += ", filter " + " ".join(f"{k}={v}" for k, v in filt.items())
-    table = Table(title=f"aclprof top: {desc}{title_extra}", title_justify="left", expand=False,
+        desc += ", filter " + " ".join(f"{k}={safe(v)}" for k, v in filt.items())
+    table = Table(title=Text(safe(f"aclprof top: {desc}{title_extra}")), title_justify="left", expand=False,
                   caption=(("keys: t c a 9 m sort, g group, w window, / filter, r reset, q quit"
                             + (f"   [{view.message}]" if view.message else "")) if keys else None),
                   caption_justify="left")
@@ -111,7 +112,8 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
                          max_width=60 if justify == "left" else None)
     del heading
     for r in rows:
-        table.add_row(Text(str(r.get("key"))), f"{r.get('count', 0):,}", format_ns(r.get("total_ns")),
+        # the key is a peer's op name or type: escaped, never markup or terminal control
+        table.add_row(Text(safe(r.get("key"))), f"{r.get('count', 0):,}", format_ns(r.get("total_ns")),
                       format_ns(r.get("mean_ns")), format_ns(r.get("p50_ns")), format_ns(r.get("p99_ns")),
                       format_ns(r.get("max_ns")), f"{float(r.get('pct_time') or 0):.1f}")
     if total_rows > len(rows):

@@ -142,6 +142,7 @@ class Settings:
     windows: tuple[int, ...] = (10, 60)
     stream_buffer_bytes: int = 8 << 20
     config_file: str | None = None
+    memory_budget_bytes: int = 512 << 20
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,9 @@ OPTIONS: tuple[Option, ...] = (
            "sliding windows of the aggregates, comma separated (default 10s,1m)"),
     Option("stream_buffer_bytes", "stream_buffer", "ACLPROFD_STREAM_BUFFER", "--stream-buffer", parse_size, True,
            "outgoing buffer per STREAM client; when full its records are skipped and counted (default 8MiB)"),
+    Option("memory_budget_bytes", "memory_budget", "ACLPROFD_MEMORY_BUDGET", "--memory-budget", parse_size, True,
+           "what all clients together may make the daemon hold (queued replies, name tables, unstored "
+           "records); a client past its share is refused and counted (default 512MiB)"),
 )
 _BY_FIELD = {o.field: o for o in OPTIONS}
 

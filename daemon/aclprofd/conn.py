@@ -63,10 +63,13 @@ class Conn:
         self.connected = time.monotonic()
         self.closed = False
         self.want_write = False
+        self.unread_replies = 0  # reply bytes queued while the socket was full (aclprofd.server)
         # agents (aclprofd.ingest)
         self.names: dict[int, str] = {}
         self.names_order: list[tuple[int, str]] = []
         self.names_json: dict[int, str] = {}
+        self.names_bytes = 0  # what the name table is charged against the memory budget
+        self.rejected = 0  # records refused for impossible values (aclprofd.ingest)
         self.models: dict[int, dict[str, Any]] = {}
         self.records = 0
         self.dropped = 0

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import structlog
 
+from aclprof.protocol.safetext import scrub, truncate
 from aclprof.protocol.wire import FLAG_KEYPOINT, RECORD_DTYPE, Kind, ProtocolError, decode_batch, decode_json
 
 from .conn import Conn
@@ -28,6 +29,15 @@ __all__ = ["Ingest", "note_lag"]
 
 _log = structlog.get_logger("aclprofd")
 STORE_PENDING_MAX = 4 << 20  # write a connection's records before the tick beyond this many bytes
+#: An op longer than this (~13 days) is a corrupt value, not an op: durations are u64 on the
+#: wire but summed as int64, so one 2**64-1 would wrap every aggregate it joins.
+MAX_DURATION_NS = 1 << 50
+_BAD_ID = 0xFFFFFFFF  # the C API's "no id" (-1 as u32): never a real model or device
+#: What a name table entry costs beyond its characters (dict slot, str header, the
+#: definition-order tuple, the JSON cache): charged against the memory budget.
+NAME_OVERHEAD = 200
+_MAX_MODELS = 4096  # watched models per connection (WATCH without UNWATCH must not grow the daemon)
+_LOSS_REASON_MAX = 200  # characters of a LOSS reason kept for the log
 
 Handler = Callable[[Conn, memoryview], None]
 
@@ -64,6 +74,24 @@ class Ingest:
             Kind.WATCH: self.watch, Kind.UNWATCH: self.unwatch,
         }
 
+    def rejects(self, recs: np.ndarray) -> np.ndarray | None:
+        """Refuse records whose values no op can have (counted per reason in
+        ``counters.records_rejected``): the good records, or None if all are good. One
+        service's corrupt values must not reach the aggregates it shares with others."""
+        too_long = recs["duration"] > np.uint64(MAX_DURATION_NS)
+        backwards = recs["end"] < recs["start"]
+        bad_id = (recs["model_id"] == np.uint32(_BAD_ID)) | (recs["device_id"] == np.uint32(_BAD_ID))
+        bad = too_long | backwards | bad_id
+        if not bad.any():
+            return None
+        rej = self.d.counters.records_rejected
+        for reason, m in (("duration_too_large", too_long), ("end_before_start", backwards & ~too_long),
+                          ("bad_id", bad_id & ~too_long & ~backwards)):
+            k = int(np.count_nonzero(m))
+            if k:
+                rej[reason] = rej.get(reason, 0) + k
+        return recs[~bad]
+
     def batch(self, conn: Conn, payload: memoryview) -> None:
         recs = decode_batch(payload)  # a view of the reader's buffer
         n = len(recs)
@@ -71,14 +99,25 @@ class Ingest:
             return
         d = self.d
         now = time.time()
+        read = n
+        good = self.rejects(recs)
+        if good is not None:
+            # Refused records were read (records_total and GOODBYE count them) and are
+            # counted per reason; they are neither aggregated nor stored nor streamed.
+            conn.rejected += n - len(good)
+            recs, payload, n = good, memoryview(good.tobytes()), len(good)
+            if not n:
+                conn.records += read
+                d.counters.records_total += read
+                return
         assert conn.keysrc is not None
         try:
             d.aggregator.ingest(conn.keysrc, recs, conn.names, now)
         except KeyError as exc:
             raise ProtocolError(f"batch uses name id {exc.args[0]} that was never defined") from None
-        conn.records += n
+        conn.records += read
+        d.counters.records_total += read
         conn.rate.add(n, now)
-        d.counters.records_total += n
         d.counters.rate.add(n, now)
         steps = int(np.count_nonzero(recs["flag"] & np.uint32(FLAG_KEYPOINT)))
         conn.steps += steps
@@ -94,9 +133,26 @@ class Ingest:
             d.fanout.offer(conn, np.frombuffer(owned, dtype=RECORD_DTYPE), now)
 
     def names(self, conn: Conn, payload: memoryview) -> None:
+        d = self.d
+        if conn.names_bytes + len(payload) > d.memory.names_share():
+            # each name costs more than its JSON: refused before the (slow) decode
+            d.memory.refuse("names")
+            raise ProtocolError(f"NAMES refused: a {len(payload)}-byte table on top of ~{conn.names_bytes} bytes of "
+                                f"names passes this connection's share ({d.memory.names_share()} bytes) of the "
+                                f"daemon's memory_budget; define only the names your records use")
         names = decode_json(payload).get("names")
         if not isinstance(names, dict):
             raise ProtocolError("NAMES needs an object of names")
+        cost = sum(len(v) + NAME_OVERHEAD for v in names.values() if isinstance(v, str))
+        share = d.memory.names_share()
+        if conn.names_bytes + cost > share or not d.memory.fits(cost):
+            d.memory.refuse("names")
+            raise ProtocolError(
+                f"NAMES refused: this connection's name table would hold ~{conn.names_bytes + cost} bytes, "
+                f"over its share ({share} bytes) of the daemon's memory_budget "
+                f"({d.settings.memory_budget_bytes} bytes) or over the budget itself; "
+                f"define only the names your records use")
+        conn.names_bytes += cost
         for k, v in names.items():
             try:
                 nid = int(k)
@@ -104,6 +160,7 @@ class Ingest:
                 raise ProtocolError(f"name id {k!r} is not an integer") from None
             if not isinstance(v, str) or not 0 <= nid <= 0xFFFFFFFF:
                 raise ProtocolError(f"name id {k!r} must be a u32 and name a string")
+            v = scrub(v)  # a lone surrogate would make every UTF-8 writer (CLI, csv, /metrics) raise
             old = conn.names.get(nid)
             if old is None:
                 conn.names[nid] = v
@@ -121,7 +178,9 @@ class Ingest:
         conn.dropped += n
         self.d.counters.add_drops(conn.pid or 0, conn.service or "", n)
         self.d.health.drops(conn.pid or 0, conn.service, n, time.time())
-        _log.info("agent reported loss", pid=conn.pid, service=conn.service, dropped=n, reason=obj.get("reason"))
+        reason = obj.get("reason")
+        _log.info("agent reported loss", pid=conn.pid, service=conn.service, dropped=n,
+                  reason=truncate(reason, _LOSS_REASON_MAX) if isinstance(reason, str) else None)
 
     def watch(self, conn: Conn, payload: memoryview) -> None:
         obj = decode_json(payload)
@@ -129,6 +188,10 @@ class Ingest:
         labels = obj.get("labels") or {}
         if not is_int(mid) or not is_int(dev) or not is_labels(labels):
             raise ProtocolError("WATCH needs an integer model_id and device and string labels")
+        labels = {scrub(k): scrub(v) for k, v in labels.items()}
+        if len(conn.models) >= _MAX_MODELS and mid not in conn.models:
+            self.d.memory.refuse("models")
+            raise ProtocolError(f"WATCH refused: more than {_MAX_MODELS} watched models on one connection")
         conn.models[mid] = {"model_id": mid, "device": dev, "labels": labels}
         _log.info("model watched", pid=conn.pid, service=conn.service, model_id=mid, device=dev)
 

@@ -5,6 +5,15 @@ overrides); level filtering with ``make_filtering_bound_logger``. Logs go to std
 with ``log_file``, to a file that :func:`reopen` reopens (SIGHUP, after logrotate moved it).
 Loggers are not cached on first use, so a reconfiguration (new level) applies at once; the
 daemon logs per connection, never per record, so the cost does not matter.
+
+Peers choose much of what is logged (service, host, loss reasons, error messages), so
+every line goes through :class:`LineGuard` first: each value is made safe for a terminal
+(:func:`aclprof.protocol.safetext.safe`: no escape sequence, no forged line) and cut to
+``VALUE_MAX`` characters, and each event (its message and level) is limited to ``BURST``
+lines per ``PERIOD_S``; the lines left out are counted and reported, per event, as
+``suppressed`` on the next line that is written. So a line is at most ~``LINE_MAX`` bytes
+and the log grows by at most ``BURST`` such lines per event per period, whatever peers send
+(daemon/README.md "Logs").
 """
 
 from __future__ import annotations
@@ -12,11 +21,62 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+import time
 from typing import IO, Any
 
 import structlog
 
-__all__ = ["configure", "reopen"]
+from aclprof.protocol.safetext import safe, truncate
+
+__all__ = ["configure", "reopen", "LineGuard", "VALUE_MAX", "LINE_MAX", "BURST", "PERIOD_S"]
+
+VALUE_MAX = 1000   # characters of one logged value
+LINE_MAX = 16_000  # bytes of one line, at most (the values are cut to fit)
+BURST = 20         # lines of one event per period
+PERIOD_S = 10.0
+
+
+class LineGuard:
+    """A structlog processor: safe, bounded values and a rate limit per event."""
+
+    def __init__(self, burst: int = BURST, period_s: float = PERIOD_S, clock: Any = time.monotonic):
+        self.burst, self.period_s, self._clock = burst, period_s, clock
+        self._lock = threading.Lock()
+        self._windows: dict[tuple[str, str], list[float]] = {}  # event -> [window start, lines]
+        self._suppressed: dict[str, int] = {}
+
+    def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
+        key = (method, str(event.get("event", "")))
+        now = self._clock()
+        with self._lock:
+            w = self._windows.get(key)
+            if w is None or now - w[0] >= self.period_s:
+                if len(self._windows) > 10_000:  # events are our own messages; bounded anyway
+                    self._windows.clear()
+                w = self._windows[key] = [now, 0]
+            w[1] += 1
+            if w[1] > self.burst:
+                self._suppressed[key[1]] = self._suppressed.get(key[1], 0) + 1
+                raise structlog.DropEvent
+            suppressed, self._suppressed = self._suppressed, {}
+        budget = LINE_MAX // max(1, len(event) + 1)
+        out = {k: self._value(v, min(VALUE_MAX, budget)) for k, v in event.items()}
+        if suppressed:
+            out["suppressed"] = {safe(truncate(k, 200)): n for k, n in suppressed.items()}
+        return out
+
+    @staticmethod
+    def _value(v: Any, limit: int) -> Any:
+        if v is None or isinstance(v, (bool, int, float)):
+            return v
+        if isinstance(v, BaseException):  # exc_info is rendered by structlog itself
+            return v
+        if isinstance(v, (list, tuple)) and len(v) <= 50:
+            return [LineGuard._value(x, limit // max(1, len(v))) for x in v]
+        if isinstance(v, dict) and len(v) <= 50:
+            each = limit // max(1, 2 * len(v))
+            return {safe(truncate(str(k), each)): LineGuard._value(x, each) for k, x in v.items()}
+        return safe(truncate(v if isinstance(v, str) else repr(v), limit))
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
 
@@ -71,6 +131,7 @@ def configure(level: str = "info", fmt: str = "auto", log_file: str | None = Non
     console = fmt == "console" or (fmt == "auto" and _stream.isatty())
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
+        LineGuard(),
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]

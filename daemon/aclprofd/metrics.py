@@ -14,7 +14,10 @@ the loop's live connections. Series:
   ``aclprofd_connected_agents``, ``aclprofd_agent_lag_seconds{pid,service}``,
   ``aclprofd_storage_bytes``, ``aclprofd_stream_skipped_records_total``,
   ``aclprofd_protocol_errors_total``, ``aclprofd_aggregate_keys``,
-  ``aclprofd_aggregate_other_records_total``, ``aclprofd_storage_write_errors_total``.
+  ``aclprofd_aggregate_other_records_total``, ``aclprofd_storage_write_errors_total``,
+  ``aclprofd_records_rejected_total{reason}`` (impossible values refused at ingest),
+  ``aclprofd_memory_budget_bytes``, ``aclprofd_memory_used_bytes``,
+  ``aclprofd_memory_refused_total{what}`` (requests refused by the memory budget).
 """
 
 from __future__ import annotations
@@ -76,6 +79,21 @@ class DaemonCollector:
         yield CounterMetricFamily("aclprofd_aggregate_other_records",
                                   "Records aggregated under '(other)' (key cap reached)",
                                   value=s.aggregate_other_records)
+        rejected = CounterMetricFamily("aclprofd_records_rejected",
+                                       "Records refused at ingest for impossible values", labels=["reason"])
+        for reason, n in s.records_rejected:
+            rejected.add_metric([reason], n)
+        yield rejected
+        yield GaugeMetricFamily("aclprofd_memory_budget_bytes", "The memory_budget setting", value=s.memory_budget)
+        yield GaugeMetricFamily("aclprofd_memory_used_bytes",
+                                "Bytes held for clients (queued replies, name tables, unstored records)",
+                                value=s.memory_used)
+        refused = CounterMetricFamily("aclprofd_memory_refused",
+                                      "Requests refused by the memory budget, by what they would have grown",
+                                      labels=["what"])
+        for what, n in s.memory_refused:
+            refused.add_metric([what], n)
+        yield refused
         labels = ["device", "model", "op_type"] + (["op_name"] if self.by_name else [])
         hist = HistogramMetricFamily("aclprofd_op_duration_seconds", "Op durations by op type", labels=labels)
         for lab, cum, count, sum_ns in self.daemon.aggregator.prometheus_view(self.by_name):

@@ -31,6 +31,7 @@ from typing import Any
 
 import structlog
 
+from aclprof.protocol.safetext import scrub
 from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
 from .aggregate import Aggregator
@@ -53,6 +54,44 @@ _log = structlog.get_logger("aclprofd")
 _HELLO_TIMEOUT_S = 10.0         # a connection that has not said HELLO by then is closed
 _TRIM_EVERY_S = 10.0            # hand freed heap pages back to the kernel this often
 DRAIN_S = 1.0                   # at a graceful stop, read what agents wrote for at most this long
+_REPLY_CAP = 64 << 20           # queued bytes per connection, at most (and at most a quarter of the budget)
+_UNREAD_REPLIES = 1 << 20       # reply bytes queued while the socket is full: the client does not read
+_TRIM_AFTER = 1 << 20           # a connection that held more than this: trim the heap at the next flush
+
+
+class Memory:
+    """The daemon's one memory budget (``memory_budget``, daemon/README.md "Memory budget"):
+    what clients make it hold — queued outgoing bytes of every connection (replies, stream
+    and export frames), name tables, received records not yet stored, partial frames —
+    is summed on demand from the connections (at most 4096), never tracked incrementally
+    (nothing to get out of step). A request that would pass the budget, or one client's
+    share of it, is refused and counted by what it would have grown (``refused``)."""
+
+    def __init__(self, daemon: Daemon):
+        self.d = daemon
+
+    @property
+    def budget(self) -> int:
+        return self.d.settings.memory_budget_bytes
+
+    def used(self) -> int:
+        return sum(len(c.out) + c.names_bytes + c.pending_bytes + c.reader.buffered
+                   for c in self.d.conns.values())
+
+    def fits(self, more: int) -> bool:
+        return self.used() + more <= self.budget
+
+    def reply_cap(self) -> int:
+        """Bytes one connection may have queued (replies, stream and export frames)."""
+        return min(_REPLY_CAP, self.budget // 4)
+
+    def names_share(self) -> int:
+        """Bytes one connection's name table may be charged."""
+        return self.budget // 8
+
+    def refuse(self, what: str) -> None:
+        r = self.d.counters.memory_refused
+        r[what] = r.get(what, 0) + 1
 
 
 class Daemon(Transport):
@@ -74,6 +113,7 @@ class Daemon(Transport):
         self.metrics: Any = None
         self.counters = Counters()
         self.health = Health()
+        self.memory = Memory(self)
         self.persist = Persistence(self)
         self.fanout = Fanout(self)
         self.ingest = Ingest(self)
@@ -284,7 +324,14 @@ class Daemon(Transport):
         if conn.role is None:
             if kind != Kind.HELLO:
                 raise ProtocolError(f"expected HELLO, got {kind.name}")
-            self.queue(conn, hello(conn, decode_json(payload), self.started_ts))
+            welcome = hello(conn, decode_json(payload), self.started_ts)
+            # lone surrogates would make every UTF-8 writer of these (CLI, /metrics) raise
+            conn.host = scrub(conn.host)
+            conn.service = None if conn.service is None else scrub(conn.service)
+            conn.labels = {scrub(k): scrub(v) for k, v in conn.labels.items()}
+            if conn.keysrc is not None:
+                conn.keysrc.host, conn.keysrc.service = conn.host, conn.service
+            self.queue(conn, welcome)
         elif conn.role == "agent":
             handler = self.ingest.handlers.get(kind)
             if handler is None:
@@ -293,10 +340,44 @@ class Daemon(Transport):
         else:
             self.control.handle(conn, kind, payload)
 
+    def queue(self, conn: Conn, frame: bytes) -> None:
+        """Queue a reply and send what the socket takes. A client that does not read its
+        replies (any role: STREAM and EXPORT connections too) is closed once its queue passes
+        its share of the memory budget, or once the budget as a whole is spent; counted."""
+        if conn.out:
+            # The socket is full and another reply comes: a CLI reads each reply before its
+            # next request, so these bytes count as unread. Without this limit a client
+            # pipelining tiny requests makes the loop compute thousands of replies per turn
+            # (a stall for everyone), and its stream buffer would hide them from the cap.
+            conn.unread_replies += len(frame)
+        conn.out += frame
+        n = len(conn.out)
+        cap = self.memory.reply_cap()
+        if n > len(frame) and (n > cap or conn.unread_replies > _UNREAD_REPLIES
+                               or not self.memory.fits(0)):  # one reply alone always goes
+            self.memory.refuse("replies")
+            conn.out.clear()
+            self._close(conn, f"client does not read its replies ({n} bytes queued, {conn.unread_replies} of them "
+                              f"replies; at most {_UNREAD_REPLIES} bytes of unread replies and {cap} bytes in all, "
+                              f"memory_budget {self.memory.budget} bytes)", level="warning")
+            return
+        self.send(conn)
+
+    def send(self, conn: Conn) -> None:
+        super().send(conn)
+        if not conn.out:
+            conn.unread_replies = 0
+
     def _on_close(self, conn: Conn) -> None:
         self.fanout.closed(conn)
         if conn.role == "agent":
             self.persist.store(conn)
+        if conn.names_bytes + len(conn.out) > _TRIM_AFTER:
+            # what it held is garbage now: give the pages back at the next flush, not in 10 s
+            self._next_trim = 0.0
+        # drop what the closed connection holds now, whoever still refers to the object
+        conn.names, conn.names_order, conn.names_json, conn.names_bytes = {}, [], {}, 0
+        conn.out = bytearray()
 
     def _on_protocol_error(self, conn: Conn) -> None:
         self.counters.protocol_errors += 1

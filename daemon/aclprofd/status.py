@@ -41,6 +41,10 @@ class Counters:
     stream_skipped_total: int = 0
     rate: Rate = field(default_factory=Rate)
     drops_by_agent: dict[tuple[int, str], int] = field(default_factory=dict)
+    #: records refused at ingest for impossible values, by reason (aclprofd.ingest)
+    records_rejected: dict[str, int] = field(default_factory=dict)
+    #: requests refused by the memory budget, by what they would have grown (aclprofd.server)
+    memory_refused: dict[str, int] = field(default_factory=dict)
 
     def add_drops(self, pid: int, service: str, n: int) -> None:
         self.dropped_total += n
@@ -86,6 +90,10 @@ class CountersSnapshot:
     aggregate_windows: tuple[str, ...]
     aggregate_since_ts: float
     problems: tuple[str, ...]
+    records_rejected: tuple[tuple[str, int], ...] = ()
+    memory_budget: int = 0
+    memory_used: int = 0
+    memory_refused: tuple[tuple[str, int], ...] = ()
 
 
 class Health:
@@ -141,7 +149,10 @@ def take_snapshot(d: Daemon) -> CountersSnapshot:
         agents=agents, storage=d.storage.stats() if d.storage else None, aggregate_keys=agg.nkeys - 1,
         aggregate_cap=agg.max_keys, aggregate_other_records=agg.other_records,
         aggregate_windows=(*agg.window_names(), "all"), aggregate_since_ts=agg.reset_ts,
-        problems=tuple(d.health.problems(d, now)))
+        problems=tuple(d.health.problems(d, now)),
+        records_rejected=tuple(sorted(c.records_rejected.items())),
+        memory_budget=d.settings.memory_budget_bytes, memory_used=d.memory.used(),
+        memory_refused=tuple(sorted(c.memory_refused.items())))
 
 
 def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
@@ -160,4 +171,7 @@ def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
                            "windows": list(s.aggregate_windows), "since_ts": s.aggregate_since_ts},
             "steps_total": s.steps_total,
             "stream_skipped": s.stream_skipped_total, "protocol_errors": s.protocol_errors,
+            "records_rejected": dict(s.records_rejected),
+            "memory": {"budget_bytes": s.memory_budget, "used_bytes": s.memory_used,
+                       "refused": dict(s.memory_refused)},
             "socket": socket_path}

@@ -1,0 +1,292 @@
+"""Soak: well-behaved agents streaming while hostile clients attack the daemon (issue 9).
+
+    python tests/bench/bench_daemon_soak.py [--duration 300] [--rate 500000] [--agents 4]
+                                            [--budget 256MiB] [--quick]
+
+Starts the installed ``aclprofd`` (``--memory-budget``, Prometheus off, temporary data dir)
+and ``--agents`` agent processes pacing ``--rate`` records/s in total (blocking sends: an
+agent loses nothing itself). One hostile process runs these attacks in a loop until the
+end: a STREAM client sending STATUS requests without reading replies; an agent defining
+millions of unused names; an agent sending impossible values (durations 2^64-1 and 2^63,
+end < start, ids 2^32-1); an agent with escape sequences and lone surrogates in its strings
+sending 40 loss reasons of 1 MiB. A probe thread measures STATUS round trips every 20 ms
+(the worst one bounds the event loop's longest stall). Reports:
+
+- whether the daemon ever exited (it must not);
+- each well-behaved agent's accounting: records emitted = records the daemon read from it
+  (STATUS) + counted loss (its LOSS drops, storage records_lost), exact;
+- the worst and p99 STATUS round trip (event-loop stall);
+- peak RSS (VmHWM) against the budget, and RSS idle / after the attacks stopped.
+
+``--quick``: 60 s. Default 5 minutes. Say the machine's load (uptime) with the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np
+from _benchlib import pct, table
+from aclprofd.config import parse_size
+from bench_daemon_ingest import _model, _proc_stats, _status
+
+from aclprof.cli.launch import daemon_argv
+from aclprof.protocol.wire import RECORD_DTYPE, FrameReader, Kind, encode_batch, encode_json, recv_frame
+
+
+def _connect(path: str, role: str, service: str = "svc", names: dict | None = None) -> socket.socket:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(path)
+    s.sendall(encode_json(Kind.HELLO, {"role": role, "version": "0.1.0", "pid": os.getpid(), "host": "soak",
+                                       "service": service, "labels": {}}))
+    assert recv_frame(s, FrameReader(), [])[0] == Kind.WELCOME
+    if names is not None:
+        s.sendall(encode_json(Kind.NAMES, {"names": {str(k): v for k, v in names.items()}}))
+    return s
+
+
+def _agent(path: str, idx: int, batch: int, stop_at: float, rate: float, out: mp.Queue) -> None:
+    names, types, op_names, means = _model(200)
+    rng = np.random.default_rng(idx)
+    s = _connect(path, "agent", f"good{idx}", names)
+    frames = []
+    for _ in range(8):
+        r = np.zeros(batch, RECORD_DTYPE)
+        k = np.arange(batch) % len(types)
+        r["model_id"], r["device_id"], r["thread_id"] = 1, idx % 2, 1
+        r["op_type"], r["op_name"] = types[k], op_names[k]
+        r["duration"] = (means[k] * rng.lognormal(0, 0.3, batch)).astype(np.uint64)
+        frames.append(r)
+    emitted = i = 0
+    t0 = time.monotonic()
+    while time.time() < stop_at:
+        delay = t0 + i * batch / rate - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        r = frames[i % len(frames)]
+        now = time.monotonic_ns()
+        r["end"] = now
+        r["start"] = now - r["duration"]
+        s.sendall(encode_batch(r))
+        emitted += batch
+        i += 1
+    # wait until the daemon has read everything (STATUS), then leave
+    read = -1
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ours = [a for a in _status(path)["agents"] if a["pid"] == os.getpid()]
+        read = ours[0]["records"] if ours else -1
+        if read >= emitted:
+            break
+        time.sleep(0.2)
+    s.close()
+    out.put((idx, os.getpid(), emitted, read))
+
+
+ESC = "\x1b]0;pwned\x07\x1b[2J\r\nFAKE"
+
+
+def _attack_status_flood(path: str) -> str:
+    s = _connect(path, "control")
+    s.sendall(encode_json(Kind.STREAM, {"filter": {}}))
+    s.settimeout(2)
+    req = encode_json(Kind.STATUS, {}) * 500
+    try:
+        for _ in range(400):
+            s.sendall(req)
+        return "not closed"
+    except OSError:
+        return "closed"
+    finally:
+        s.close()
+
+
+def _attack_names(path: str) -> str:
+    s = _connect(path, "agent", "names")
+    try:
+        for base in range(0, 4_000_000, 100_000):
+            s.sendall(encode_json(Kind.NAMES, {"names": {str(base + i + 1): f"unused/{base + i:09d}/" + "x" * 40
+                                                         for i in range(100_000)}}))
+        return "not refused"
+    except OSError:
+        return "refused"
+    finally:
+        s.close()
+
+
+def _attack_values(path: str) -> str:
+    s = _connect(path, "agent", "values", {1: "MatMul", 2: "m"})
+    r = np.zeros(4096, RECORD_DTYPE)
+    r["op_type"], r["op_name"], r["model_id"] = 1, 2, 1
+    r["end"] = time.monotonic_ns()
+    r["start"] = r["end"] - 1000
+    r["duration"] = 1000
+    r["duration"][::4] = 2**64 - 1
+    r["duration"][1::4] = 2**63
+    r["start"][2::4] = r["end"][2::4] + 5
+    r["model_id"][3::4] = 2**32 - 1
+    s.sendall(encode_batch(r))
+    s.close()
+    return "sent"
+
+
+def _attack_strings(path: str) -> str:
+    s = _connect(path, "agent", "svc" + ESC, {1: "Mat\ud800Mul" + ESC, 2: "n\udfff" + ESC})
+    r = np.zeros(100, RECORD_DTYPE)
+    r["op_type"], r["op_name"], r["model_id"], r["duration"] = 1, 2, 1, 1000
+    r["end"] = time.monotonic_ns()
+    r["start"] = r["end"] - 1000
+    s.sendall(encode_batch(r))
+    reason = "z" * (1 << 20) + ESC
+    for _ in range(40):
+        s.sendall(encode_json(Kind.LOSS, {"dropped": 1, "reason": reason}))
+    s.close()
+    return "sent"
+
+
+ATTACKS = {"stream+STATUS flood": _attack_status_flood, "4M unused names": _attack_names,
+           "impossible values": _attack_values, "escapes + surrogates + 40 x 1 MiB reasons": _attack_strings}
+
+
+def _hostile(path: str, stop_at: float, out: mp.Queue) -> None:
+    results: dict[str, dict[str, int]] = {}
+    while time.time() < stop_at:
+        for name, fn in ATTACKS.items():
+            try:
+                res = fn(path)
+            except OSError as exc:
+                res = f"error {type(exc).__name__}"
+            results.setdefault(name, {})[res] = results.setdefault(name, {}).get(res, 0) + 1
+            if time.time() >= stop_at:
+                break
+    out.put(results)
+
+
+def _rss(pid: int) -> tuple[int, int]:
+    with open(f"/proc/{pid}/status") as f:
+        d = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in f if line.startswith(("VmRSS", "VmHWM"))}
+    return d["VmRSS"], d["VmHWM"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--duration", type=float, default=300.0, help="seconds of load (default 300)")
+    ap.add_argument("--rate", type=float, default=500_000, help="records/s of all good agents together")
+    ap.add_argument("--agents", type=int, default=4)
+    ap.add_argument("--batch", type=int, default=4096)
+    ap.add_argument("--budget", default="256MiB", help="the daemon's --memory-budget")
+    ap.add_argument("--quick", action="store_true", help="60 s")
+    args = ap.parse_args(argv)
+    duration = 60.0 if args.quick else args.duration
+    budget = parse_size(args.budget)
+    tmp = tempfile.mkdtemp(prefix="acls-", dir="/tmp")
+    path = os.path.join(tmp, "d.sock")
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(os.path.join(tmp, "notify"))
+    notify.settimeout(20)
+    env = dict(os.environ, NOTIFY_SOCKET=os.path.join(tmp, "notify"))
+    log = os.path.join(tmp, "log")
+    daemon = subprocess.Popen([*daemon_argv(), "--socket", path, "--data-dir", os.path.join(tmp, "data"),
+                               "--prometheus-port", "0", "--disk-cap", "1GiB", "--memory-budget", str(budget),
+                               "--log-format", "json", "--log-file", log], env=env, cwd=tmp)
+    rtts: list[float] = []
+    exited_during = None
+    try:
+        assert b"READY=1" in notify.recv(100)
+        rss_idle = _rss(daemon.pid)[0]
+        cpu0 = _proc_stats(daemon.pid)[0]
+        stop_at = time.time() + duration
+        ctx = mp.get_context("fork")
+        q: mp.Queue = ctx.Queue()
+        hq: mp.Queue = ctx.Queue()
+        agents = [ctx.Process(target=_agent, args=(path, i, args.batch, stop_at, args.rate / args.agents, q))
+                  for i in range(args.agents)]
+        hostile = ctx.Process(target=_hostile, args=(path, stop_at, hq))
+        for p in (*agents, hostile):
+            p.start()
+        stop_probe = threading.Event()
+
+        def probe() -> None:
+            s = _connect(path, "control")
+            r, pend = FrameReader(), []
+            while not stop_probe.is_set():
+                t = time.perf_counter()
+                s.sendall(encode_json(Kind.STATUS, {}))
+                recv_frame(s, r, pend)
+                rtts.append(time.perf_counter() - t)
+                time.sleep(0.02)
+            s.close()
+
+        th = threading.Thread(target=probe, daemon=True)
+        th.start()
+        peak_seen = 0
+        while time.time() < stop_at:
+            time.sleep(0.5)
+            if daemon.poll() is not None:
+                exited_during = daemon.returncode
+                break
+            peak_seen = max(peak_seen, _rss(daemon.pid)[0])
+        attacks = hq.get(timeout=120)
+        hostile.join(30)
+        accounts = [q.get(timeout=120) for _ in agents]
+        for p in agents:
+            p.join(30)
+        stop_probe.set()
+        th.join(10)
+        time.sleep(12)  # a flush trims the heap after a large connection closed
+        rss_after, hwm = _rss(daemon.pid)
+        cpu = _proc_stats(daemon.pid)[0] - cpu0
+        st = _status(path)
+    finally:
+        daemon.terminate()
+        rc = daemon.wait(30)
+        notify.close()
+    log_bytes = os.path.getsize(log) if os.path.exists(log) else 0
+    rows = []
+    exact = True
+    for idx, pid, emitted, read in sorted(accounts):
+        dropped = 0  # the good agents use blocking sends and send no LOSS: nothing to count
+        ok = emitted == read + dropped
+        exact &= ok
+        rows.append((f"good{idx} (pid {pid})", f"{emitted:,}", f"{read:,}", dropped, "exact" if ok else "MISMATCH"))
+    table(["agent", "emitted", "read by daemon", "counted loss", "accounting"], rows)
+    print()
+    storage = st.get("storage") or {}
+    table(["summary", "value"], [
+        ("load (uptime)", open("/proc/loadavg").read().split()[:3]),
+        ("duration s / target records/s", f"{duration:.0f} / {args.rate:,.0f}"),
+        ("daemon exited during the run", "no" if exited_during is None else f"YES ({exited_during})"),
+        ("daemon exit code at SIGTERM", rc),
+        ("good agents' accounting", "exact" if exact else "MISMATCH"),
+        ("storage records_lost / write_errors", f"{storage.get('records_lost', 0)} / {storage.get('write_errors', 0)}"),
+        ("records refused (impossible values)", st.get("records_rejected")),
+        ("memory refusals", (st.get("memory") or {}).get("refused")),
+        ("attack outcomes", attacks),
+        ("STATUS round trips", len(rtts)),
+        ("worst / p99 / median round trip ms (loop stall)",
+         f"{max(rtts) * 1e3:.1f} / {pct(rtts, 99) * 1e3:.1f} / {pct(rtts, 50) * 1e3:.2f}" if rtts else "-"),
+        ("budget MiB", f"{budget / 2**20:.0f}"),
+        ("RSS MiB idle / peak (VmHWM) / peak sampled / 12 s after", f"{rss_idle / 2**20:.0f} / {hwm / 2**20:.0f} / "
+         f"{peak_seen / 2**20:.0f} / {rss_after / 2**20:.0f}"),
+        ("daemon CPU s", f"{cpu:.1f}"),
+        ("log bytes", f"{log_bytes:,}"),
+    ])
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0 if exited_during is None and exact else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
