@@ -118,3 +118,15 @@ int64_t aclprof_read_pipe(int fd, int wake_fd, uint8_t *buf, uint64_t cap, int64
 uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n,
                             uint32_t rec_size, int validate, uint32_t default_device,
                             uint8_t *out, uint64_t *counts);
+
+/* aclprof_read_pipe then aclprof_decode_ops in one call, so the reader takes the GIL once
+ * per batch. buf holds `filled` leftover bytes (a partial record) and room for cap bytes in
+ * all; the whole records after the read are decoded into out (rows for cap / rec_size
+ * records) and the partial rest is moved to the start of buf. counts as for
+ * aclprof_decode_ops, plus counts[4] = whole records decoded, counts[5] = rows written,
+ * counts[6] = bytes left in buf. Returns the bytes read (>= 0) with *flags, or -errno
+ * (nothing decoded, buf unchanged), or -EINVAL for an unsupported record size. */
+int64_t aclprof_read_ops(aclprof_interner *in, int fd, int wake_fd, uint8_t *buf,
+                         uint64_t filled, uint64_t cap, uint32_t rec_size, int64_t coalesce_ns,
+                         int validate, uint32_t default_device, uint8_t *out, uint64_t *counts,
+                         int *flags);

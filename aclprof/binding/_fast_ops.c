@@ -363,3 +363,28 @@ uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n
     counts[3] = max_end;
     return good;
 }
+
+int64_t aclprof_read_ops(aclprof_interner *in, int fd, int wake_fd, uint8_t *buf,
+                         uint64_t filled, uint64_t cap, uint32_t rec_size, int64_t coalesce_ns,
+                         int validate, uint32_t default_device, uint8_t *out, uint64_t *counts,
+                         int *flags)
+{
+    *flags = 0;
+    if ((rec_size != 80 && rec_size != 72) || filled >= cap)
+        return -EINVAL;
+    int64_t got = aclprof_read_pipe(fd, wake_fd, buf + filled, cap - filled, coalesce_ns, flags);
+    counts[4] = counts[5] = 0;
+    counts[6] = filled;
+    if (got <= 0)
+        return got;
+    uint64_t total = filled + (uint64_t)got;
+    uint32_t whole = (uint32_t)(total / rec_size);
+    uint64_t used = (uint64_t)whole * rec_size;
+    counts[4] = whole;
+    counts[5] = whole ? aclprof_decode_ops(in, buf, whole, rec_size, validate, default_device,
+                                           out, counts) : 0;
+    if (used && total > used)
+        memmove(buf, buf + used, total - used);
+    counts[6] = total - used;
+    return got;
+}

@@ -83,6 +83,33 @@ class NameTable:
                              "decode it through the library's getters")
         return good
 
+    def read_ops(self, fd: int, wake_fd: int, buffer: bytearray, filled: int, room: int,
+                 record_size: int, coalesce_ns: int, validate: bool, default_device: int,
+                 out: Any, counts: Any) -> tuple[int, int]:
+        """:func:`read_pipe` then :meth:`decode_ops` in one C call (one GIL release per
+        batch). ``buffer[:filled]`` is a leftover partial record; reads go up to ``room``.
+        ``counts`` (uint64[7]) as for :meth:`decode_ops`, plus [4] whole records decoded,
+        [5] rows written into ``out``, [6] bytes now left at the start of ``buffer``.
+        Returns ``(bytes read, READ_* flags)``.
+
+        Raises:
+            OSError: the poll or read failed (nothing was decoded).
+            ValueError: a record size other than 80 or 72, or a bad ``filled``/``room``.
+        """
+        if record_size not in (80, 72) or not 0 <= filled < room <= len(buffer):
+            raise ValueError(f"read_ops: record size {record_size} (80 or 72 only), filled "
+                             f"{filled}, room {room} of a {len(buffer)}-byte buffer")
+        ffi = self._ffi
+        flags = ffi.new("int *")
+        n = int(self._lib.aclprof_read_ops(
+            self._table, fd, wake_fd, ffi.from_buffer("uint8_t[]", buffer, require_writable=True),
+            filled, room, record_size, coalesce_ns, int(validate), default_device,
+            ffi.from_buffer("uint8_t[]", out, require_writable=True),
+            ffi.from_buffer("uint64_t[]", counts, require_writable=True), flags))
+        if n < 0:
+            raise OSError(-n, f"aclprof_read_ops(fd={fd}): {os.strerror(-n)}")
+        return n, int(flags[0])
+
     def __len__(self) -> int:
         return int(self._lib.aclprof_interner_size(self._table))
 

@@ -17,7 +17,7 @@ from aclprof._log import get_logger
 from aclprof.api.records import KEYPOINT_NAME, KEYPOINT_TYPE, OP_DTYPE, OpBatch, raw_dtype
 from aclprof.binding import lowlevel
 from aclprof.binding.errors import InvalidParamError, UnsupportedError
-from aclprof.binding.opdecode import OP_ROW_OFFSETS, OP_ROW_SIZE, NameTable, signature
+from aclprof.binding.opdecode import OP_ROW_OFFSETS, OP_ROW_SIZE, NameTable, read_pipe, signature
 
 __all__ = ["Decoder"]
 
@@ -49,7 +49,12 @@ class Decoder:
         self.capacity = max_records
         self.buffer = bytearray(record_size * (max_records + 1))
         self.filled = 0
-        self._counts = np.zeros(4, np.uint64)  # decode_ops: corrupt, missing, keypoints, max end
+        # The C calls' counts: corrupt, names missing, keypoints, max end (decode_ops), and
+        # whole records, rows, bytes left (read_ops); and the rows they decode into.
+        self._counts = np.zeros(7, np.uint64)
+        self._rows = np.empty(max_records, OP_DTYPE)
+        self._unread = 0  # bytes read() left for finish() to decode (before the layout check)
+        self._decoded = (0, 0)  # (whole records, rows) read() decoded for finish() to wrap
         self.max_end = 0  # the largest record end decoded so far (library units)
         self._table = NameTable(_MAX_NAMES)
         self.names: list[str] = []
@@ -102,6 +107,49 @@ class Decoder:
                 batches.append(batch)
         return batches
 
+    def read(self, fd: int, wake_fd: int, coalesce_ns: int) -> tuple[int, int]:
+        """Wait for and read the pipe ``fd`` into :meth:`free_space` with the GIL released
+        (see :func:`aclprof.binding.opdecode.read_pipe`); once the layout is checked the
+        same C call also decodes the whole records. :meth:`finish` then wraps them (or
+        decodes them, before the check). Returns ``(bytes read, READ_* flags)``.
+
+        Raises:
+            OSError: the poll or the read failed.
+        """
+        room = self.record_size * self.capacity
+        if self._layout_checked and self._raw is not None:
+            counts = self._counts
+            counts[:3] = 0
+            n, flags = self._table.read_ops(fd, wake_fd, self.buffer, self.filled, room,
+                                            self.record_size, coalesce_ns, self.validate,
+                                            self.default_device, self._rows, counts)
+            self.filled = int(counts[6])
+            self._decoded = (int(counts[4]), int(counts[5]))
+        else:
+            n, flags = read_pipe(fd, wake_fd, self.buffer, self.filled, room, coalesce_ns)
+            self._unread = n
+        return n, flags
+
+    def finish(self) -> OpBatch | None:
+        """The batch of what the last :meth:`read` brought, None if not one whole record.
+
+        Never raises on bad bytes (counted); should wrapping or decoding itself fail (a
+        bug), that chunk's records are counted in ``failed`` and the exception propagates.
+        """
+        if self._unread:
+            n, self._unread = self._unread, 0
+            return self.commit(n)
+        whole, rows = self._decoded
+        self._decoded = (0, 0)
+        if whole == 0:
+            return None
+        self.records_read += whole
+        try:
+            return self._batch(rows)
+        except BaseException:
+            self.failed += whole  # counted, never silently lost
+            raise
+
     def _decode(self, count: int) -> OpBatch:
         self.records_read += count
         if not self._layout_checked and self._raw is not None:
@@ -111,18 +159,23 @@ class Decoder:
         # One C call, GIL released, whatever the chunk size: signatures, names, every
         # numeric field, device ids and keypoint marks (issue 12: the reader thread must not
         # hold the GIL for per-record or per-field work while the inference thread waits).
-        out = np.empty(count, OP_DTYPE)
-        counts = self._counts
-        counts[:3] = 0
-        good = self._table.decode_ops(self.buffer, count, self.record_size, self.validate,
-                                      self.default_device, out, counts)
+        self._counts[:3] = 0
+        rows = self._table.decode_ops(self.buffer, count, self.record_size, self.validate,
+                                      self.default_device, self._rows, self._counts)
+        return self._batch(rows)
+
+    def _batch(self, rows: int) -> OpBatch:
+        """Wrap the first ``rows`` decoded rows and take the C call's counts: O(1) Python,
+        one copy of ``rows`` x 57 bytes (the scratch rows are reused; a batch of 200
+        records keeps 11 KB, not the whole scratch)."""
         self._sync_names()
+        counts = self._counts
         self.corrupt += int(counts[0])
         self.names_missing += int(counts[1])
         self.keypoints += int(counts[2])
         self.max_end = int(counts[3])
-        self.records_decoded += good
-        return OpBatch(out if good == count else out[:good], self.names)
+        self.records_decoded += rows
+        return OpBatch(self._rows[:rows].copy(), self.names)
 
     def _mark_keypoints(self, out: np.ndarray) -> None:
         """Sets the ``keypoint`` column: name AND type are CANN's keypoint pair."""

@@ -30,7 +30,7 @@ from aclprof.api.records import OpBatch, OpRecord
 from aclprof.api.subscription.decoder import Decoder
 from aclprof.api.subscription.queue import BatchQueue
 from aclprof.api.subscription.stats import LagClock
-from aclprof.binding.opdecode import READ_EOF, READ_WOKEN, read_pipe
+from aclprof.binding.opdecode import READ_EOF, READ_WOKEN
 
 __all__ = ["Reader", "COALESCE_NS"]
 
@@ -85,13 +85,11 @@ class Reader:
     def _run(self) -> None:
         decoder = self.decoder
         batch: OpBatch | None = None  # decoded and not yet delivered
-        room = decoder.record_size * decoder.capacity
         try:
             while True:
-                # Waiting, reading and (in commit) decoding all run in C with the GIL
-                # released; Python holds it only to wrap and deliver a finished batch.
-                n, flags = read_pipe(self._read_fd, self._wake_fd, decoder.buffer,
-                                     decoder.filled, room, self.coalesce_ns)
+                # Waiting, reading and decoding run in C with the GIL released, in one call
+                # (read); Python holds the GIL only to wrap and deliver the batch (finish).
+                n, flags = decoder.read(self._read_fd, self._wake_fd, self.coalesce_ns)
                 if flags & READ_WOKEN:
                     _log.warning("subscription reader stopped before EOF", model_id=self.model_id)
                     break
@@ -99,7 +97,7 @@ class Reader:
                 if n:
                     self.bytes_read += n
                     try:
-                        batch = decoder.commit(n)
+                        batch = decoder.finish()
                     except Exception:  # counted by the decoder; go on with the next chunk
                         _log.exception("op record decoding failed", model_id=self.model_id)
                         batch = None
