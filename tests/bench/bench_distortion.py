@@ -102,9 +102,11 @@ def measure(aclprof, model_id: int, *, realtime: bool, steps: int, rounds: int, 
     gil: dict[str, list[float]] = {"off": [], "on": []}  # GilProbe lateness, us
     received = [0]
     lost = [0]
+    batches = [0]  # callbacks: how often the reader took the GIL to deliver
 
     def on_batch(batch):
         received[0] += len(batch)
+        batches[0] += 1
 
     def off() -> float:
         mock.set_realtime(realtime)
@@ -132,7 +134,7 @@ def measure(aclprof, model_id: int, *, realtime: bool, steps: int, rounds: int, 
 
     run_steps(mock, model_id, 2)  # warm-up
     rounds_samples = B.interleaved({"off": off, "on": on}, rounds)
-    return rounds_samples, per_step, gil, received[0], lost[0]
+    return rounds_samples, per_step, gil, received[0], lost[0], batches[0]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -167,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         aclprof.mock.unload(emission_id)
 
     rows, dist, goals = [], [], []
-    for label, ops, (samples, per_step, gil, received, lost) in (
+    for label, ops, (samples, per_step, gil, received, lost, nbatch) in (
             (f"realtime: {args.ops} ops x {args.op_us:g} us = {step_ms:g} ms step "
              f"({rate / 1e3:.0f} k ops/s)", args.ops, rt),
             ("realtime + ~5 ms pure-Python work per step", args.ops, rtpy),
@@ -176,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         slow = on_ms / off_ms - 1
         slow_rounds = B.med(B.per_round_ratio(samples, "on", "off")) - 1
         rows.append((label, off_ms, on_ms, f"{slow * 100:+.1f}%", f"{slow_rounds * 100:+.1f}%",
-                     ops * 1e6 / on_ms, received, lost))
+                     ops * 1e6 / on_ms, received, lost, received / max(1, nbatch)))
         kind = label.split(":")[0].split(" (")[0]
         for variant in ("off", "on"):
             t, g = per_step[variant], gil[variant]
@@ -196,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
             goals.append((f"{kind}: median slowdown <= 5%", f"{slow * 100:+.1f}% "
                           f"(rounds: {slow_rounds * 100:+.1f}%)", B.verdict(slow <= GOAL_SLOWDOWN)))
     B.table(("step", "off us/step", "on us/step", "slowdown", "per-round", "ops/s on",
-             "records read", "lost"), rows)
+             "records read", "lost", "records/batch"), rows)
     print()
     B.table(("variant (us per step)", "median", "p90", "p99", "p99.9", "max",
              "GIL wait p99/max us"), dist)
