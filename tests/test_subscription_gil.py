@@ -122,3 +122,28 @@ def test_subscribing_leaves_the_switch_interval_alone():
     sub.close()
     mock.unload(model)
     assert sys.getswitchinterval() == before
+
+
+def test_read_ops_rejects_a_bad_size_or_range_before_reading():
+    table = NameTable(16)
+    out = np.empty(4, OP_DTYPE)
+    counts = np.zeros(7, np.uint64)
+    with pytest.raises(ValueError, match="read_ops: record size 96"):
+        table.read_ops(0, -1, bytearray(384), 0, 384, 96, 0, True, 0, out, counts)
+    with pytest.raises(ValueError, match="filled 80, room 80"):
+        table.read_ops(0, -1, bytearray(320), 80, 80, 80, 0, True, 0, out, counts)
+
+
+def test_batches_own_their_rows():
+    """A batch's rows are copied out of the decoder's reused scratch: a later batch does not
+    overwrite an earlier one a consumer still holds."""
+    model = mock.load_model([{"name": f"op{i}", "type": "Add", "duration_ns": 100} for i in range(3)])
+    sub = aclprof.subscribe(model, read_records=2)
+    mock.execute(model, 4)
+    sub.close()
+    batches = list(sub.batches())
+    mock.unload(model)
+    assert sum(len(b) for b in batches) == 12
+    names = [n for b in batches for n in b.op_names()]
+    assert names == [f"op{i}" for _ in range(4) for i in range(3)]
+    assert all(b.data.base is None or b.data.base.nbytes == b.data.nbytes for b in batches)
