@@ -58,19 +58,20 @@ def test_decoder_failure_on_one_chunk_counts_it_and_the_reader_goes_on(emit_log,
     """The decoder raises on its 3rd chunk: those records, and only those, are dropped by
     decode error; the chunks before and after are delivered in order."""
     failed: list[int] = []
-    real = Decoder._decode
+    real = Decoder._batch
     calls = 0
 
-    def flaky(self, count):
+    def flaky(self, rows):
+        # The last step of every chunk, whether read() decoded it in C or finish() did.
         nonlocal calls
         calls += 1
-        batch = real(self, count)  # names fetched (the library's entries freed), then a bug
+        batch = real(self, rows)  # names fetched (the library's entries freed), then a bug
         if calls == 3:
-            failed.append(count)
+            failed.append(rows)
             raise Boom("injected decoder failure")
         return batch
 
-    monkeypatch.setattr(Decoder, "_decode", flaky)
+    monkeypatch.setattr(Decoder, "_batch", flaky)
     model = mock.load_model(OPS)
     sub = aclprof.subscribe(model, read_records=4)
     mock.execute(model, 20)

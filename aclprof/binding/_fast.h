@@ -100,3 +100,49 @@ uint32_t aclprof_decode_names(aclprof_interner *in, const uint8_t *buf, uint32_t
 #define ACLPROF_WIRE_RECORD_SIZE 56
 int64_t aclprof_agent_convert(uint8_t *out, const uint8_t *data, uint32_t n, uint32_t in_size,
                               const uint32_t *map, uint32_t map_len);
+
+/* ---- the subscription reader's GIL-free half (issue 12) ----
+ * The reader thread takes the GIL only to hand a finished batch to Python: waiting for and
+ * reading the pipe (aclprof_read_pipe) and turning records into rows (aclprof_decode_ops)
+ * both run here with the GIL released, so no per-record work and no wait holds it. */
+#define ACLPROF_READ_EOF 1    /* the write end is closed (the bytes before it were read) */
+#define ACLPROF_READ_WOKEN 2  /* wake_fd became readable with the pipe empty */
+
+/* Waits until fd is readable (or wake_fd is, with fd empty), reads what is there into
+ * buf[0, cap), then, if that is under cap / 2 and coalesce_ns > 0, waits until
+ * coalesce_ns after the first byte and reads what has arrived since (never more than
+ * cap): at 100 k records/s that makes ~one batch per coalesce interval instead of one per
+ * write of the library. Returns the bytes read (>= 0) with *flags = ACLPROF_READ_* bits,
+ * or -errno (EINTR is retried). Releases the GIL (cffi API mode does). */
+int64_t aclprof_read_pipe(int fd, int wake_fd, uint8_t *buf, uint64_t cap, int64_t coalesce_ns,
+                          int *flags);
+
+/* The numeric OP_DTYPE row layout aclprof_decode_ops writes (packed, 57 bytes: model_id,
+ * op_name, op_type, flag, thread_id, device_id as uint32, then start, end, duration,
+ * execution_time as uint64, then keypoint as one byte); the Python side checks its dtype
+ * against these before using it. */
+#define ACLPROF_OP_ROW_SIZE 57
+#define ACLPROF_OP_ROW_KEYPOINT 56
+
+/* aclprof_decode_names plus the numeric fields, for record sizes 80 and 72 only: each
+ * valid record of buf becomes one row of out (rows are packed: out gets the valid records
+ * only, in order). device_id 0 (CANN's "not filled") and 72-byte records read
+ * default_device. keypoint is set where name and type are "keypoint_op" / "na".
+ * counts[0] += corrupt records, counts[1] += valid records missing a name or a type,
+ * counts[2] += keypoints, counts[3] = max(counts[3], largest end). Returns the number of
+ * rows written, or UINT32_MAX for an unsupported record size. Releases the GIL. */
+uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n,
+                            uint32_t rec_size, int validate, uint32_t default_device,
+                            uint8_t *out, uint64_t *counts);
+
+/* aclprof_read_pipe then aclprof_decode_ops in one call, so the reader takes the GIL once
+ * per batch. buf holds `filled` leftover bytes (a partial record) and room for cap bytes in
+ * all; the whole records after the read are decoded into out (rows for cap / rec_size
+ * records) and the partial rest is moved to the start of buf. counts as for
+ * aclprof_decode_ops, plus counts[4] = whole records decoded, counts[5] = rows written,
+ * counts[6] = bytes left in buf. Returns the bytes read (>= 0) with *flags, or -errno
+ * (nothing decoded, buf unchanged), or -EINVAL for an unsupported record size. */
+int64_t aclprof_read_ops(aclprof_interner *in, int fd, int wake_fd, uint8_t *buf,
+                         uint64_t filled, uint64_t cap, uint32_t rec_size, int64_t coalesce_ns,
+                         int validate, uint32_t default_device, uint8_t *out, uint64_t *counts,
+                         int *flags);

@@ -6,7 +6,13 @@
  * NameLen, Name). Doing them here instead of in Python is what makes the reader fast; calling
  * them on one-record slices keeps each call O(1), because the library re-checks the signature
  * of every record in the buffer it is given. Signatures are checked by _fast_crc.c. */
+#define _POSIX_C_SOURCE 200809L /* poll, nanosleep, clock_gettime under -std=c11 */
 #include "_fast_internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <time.h>
+#include <unistd.h>
 
 /* Pointer types from the library's own prototypes (cdefs/acl_prof.h); the name getters
  * have the same types as the type getters. */
@@ -201,4 +207,184 @@ uint32_t aclprof_decode_names(aclprof_interner *in, const uint8_t *buf, uint32_t
         good++;
     }
     return good;
+}
+
+/* --- the reader's GIL-free half (issue 12; see _fast.h) --- */
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* One read of what is there; 0 with *flags |= EOF at end of stream. */
+static int64_t read_some(int fd, uint8_t *buf, uint64_t room, int *flags)
+{
+    for (;;) {
+        ssize_t n = read(fd, buf, room);
+        if (n > 0)
+            return n;
+        if (n == 0) {
+            *flags |= ACLPROF_READ_EOF;
+            return 0;
+        }
+        if (errno != EINTR)
+            return -errno;
+    }
+}
+
+int64_t aclprof_read_pipe(int fd, int wake_fd, uint8_t *buf, uint64_t cap, int64_t coalesce_ns,
+                          int *flags)
+{
+    *flags = 0;
+    if (cap == 0)
+        return -EINVAL;
+    struct pollfd fds[2] = {{.fd = fd, .events = POLLIN}, {.fd = wake_fd, .events = POLLIN}};
+    for (;;) {
+        int r = poll(fds, wake_fd >= 0 ? 2 : 1, -1);
+        if (r < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        if (fds[0].revents)
+            break; /* data, EOF (POLLHUP) or an error: read() tells which */
+        if (wake_fd >= 0 && fds[1].revents) {
+            *flags |= ACLPROF_READ_WOKEN;
+            return 0;
+        }
+    }
+    int64_t first = now_ns();
+    int64_t got = read_some(fd, buf, cap, flags);
+    if (got <= 0 || (uint64_t)got >= cap / 2 || coalesce_ns <= 0)
+        return got;
+    /* A small read: let more records arrive before Python is woken for them. */
+    int64_t deadline = first + coalesce_ns;
+    while ((uint64_t)got < cap && !(*flags & ACLPROF_READ_EOF)) {
+        int64_t left = deadline - now_ns();
+        if (left > 0) {
+            struct timespec ts = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
+            while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+                ;
+        }
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r;
+        while ((r = poll(&p, 1, 0)) < 0 && errno == EINTR)
+            ;
+        if (r <= 0)
+            break; /* nothing more yet (or poll failed: the next call reports it) */
+        int64_t n = read_some(fd, buf + got, cap - (uint64_t)got, flags);
+        if (n < 0)
+            break; /* the next call reports it; what was read is returned */
+        got += n;
+        if (now_ns() >= deadline)
+            break;
+    }
+    return got;
+}
+
+/* The id of an interned string, or UINT32_MAX if it was never interned. */
+static uint32_t interner_find(const aclprof_interner *in, const char *s, size_t len)
+{
+    uint32_t h = fnv1a(s, len);
+    uint32_t mask = in->nslots - 1;
+    for (uint32_t i = h & mask, id1; (id1 = in->slots[i]) != 0; i = (i + 1) & mask) {
+        const entry_t *e = &in->entries[id1 - 1];
+        if (e->hash == h && e->len == len && memcmp(e->bytes, s, len) == 0)
+            return id1 - 1;
+    }
+    return UINT32_MAX;
+}
+
+static void put32(uint8_t *row, size_t off, uint32_t v) { memcpy(row + off, &v, 4); }
+
+uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n,
+                            uint32_t rec_size, int validate, uint32_t default_device,
+                            uint8_t *out, uint64_t *counts)
+{
+    if (rec_size != 80 && rec_size != 72)
+        return UINT32_MAX;
+    uint32_t good = 0;
+    uint64_t missing = 0, max_end = counts[3];
+    for (uint32_t i = 0; i < n; i++) {
+        const uint8_t *rec = buf + (size_t)i * rec_size;
+        if (validate) {
+            uint32_t sig;
+            memcpy(&sig, rec, sizeof sig);
+            if (sig != aclprof_signature(rec, rec_size))
+                continue;
+        }
+        /* Both are fetched even if one fails: each fetch frees its own table entry. */
+        uint32_t t = fetch(in, p_type_len, p_type, rec, rec_size);
+        uint32_t m = fetch(in, p_name_len, p_name, rec, rec_size);
+        if (t == UINT32_MAX || m == UINT32_MAX)
+            missing++;
+        uint8_t *row = out + (size_t)good * ACLPROF_OP_ROW_SIZE;
+        uint32_t dev = default_device;
+        if (rec_size == 80) {
+            memcpy(&dev, rec + 72, 4);
+            if (dev == 0)
+                dev = default_device;
+        }
+        memcpy(row + 0, rec + 4, 4);                       /* model_id <- modelId */
+        put32(row, 4, m == UINT32_MAX ? 0 : m);            /* op_name */
+        put32(row, 8, t == UINT32_MAX ? 0 : t);            /* op_type */
+        memcpy(row + 12, rec + 8, 8);                      /* flag, thread_id */
+        put32(row, 20, dev);                               /* device_id */
+        memcpy(row + 24, rec + 32, 16);                    /* start, end */
+        memcpy(row + 40, rec + 24, 8);                     /* duration */
+        memcpy(row + 48, rec + 48, 8);                     /* execution_time */
+        row[ACLPROF_OP_ROW_KEYPOINT] = 0;
+        uint64_t end;
+        memcpy(&end, rec + 40, 8);
+        if (end > max_end)
+            max_end = end;
+        good++;
+    }
+    /* Keypoints: looked up after the loop, so a batch that brings the pair's first
+     * occurrence is marked too. */
+    uint32_t kp_name = interner_find(in, "keypoint_op", 11), kp_type = interner_find(in, "na", 2);
+    uint64_t keypoints = 0;
+    if (kp_name != UINT32_MAX && kp_type != UINT32_MAX) {
+        for (uint32_t i = 0; i < good; i++) {
+            uint8_t *row = out + (size_t)i * ACLPROF_OP_ROW_SIZE;
+            uint32_t nm, ty;
+            memcpy(&nm, row + 4, 4);
+            memcpy(&ty, row + 8, 4);
+            if (nm == kp_name && ty == kp_type) {
+                row[ACLPROF_OP_ROW_KEYPOINT] = 1;
+                keypoints++;
+            }
+        }
+    }
+    counts[0] += n - good;
+    counts[1] += missing;
+    counts[2] += keypoints;
+    counts[3] = max_end;
+    return good;
+}
+
+int64_t aclprof_read_ops(aclprof_interner *in, int fd, int wake_fd, uint8_t *buf,
+                         uint64_t filled, uint64_t cap, uint32_t rec_size, int64_t coalesce_ns,
+                         int validate, uint32_t default_device, uint8_t *out, uint64_t *counts,
+                         int *flags)
+{
+    *flags = 0;
+    if ((rec_size != 80 && rec_size != 72) || filled >= cap)
+        return -EINVAL;
+    int64_t got = aclprof_read_pipe(fd, wake_fd, buf + filled, cap - filled, coalesce_ns, flags);
+    counts[4] = counts[5] = 0;
+    counts[6] = filled;
+    if (got <= 0)
+        return got;
+    uint64_t total = filled + (uint64_t)got;
+    uint32_t whole = (uint32_t)(total / rec_size);
+    uint64_t used = (uint64_t)whole * rec_size;
+    counts[4] = whole;
+    counts[5] = whole ? aclprof_decode_ops(in, buf, whole, rec_size, validate, default_device,
+                                           out, counts) : 0;
+    if (used && total > used)
+        memmove(buf, buf + used, total - used);
+    counts[6] = total - used;
+    return got;
 }

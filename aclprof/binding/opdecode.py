@@ -9,14 +9,24 @@ once (the fetch frees the library's table entry), interning them into :class:`Na
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from aclprof.binding.built import import_built
 
-__all__ = ["NameTable", "signature", "STATUS_CORRUPT", "STATUS_NO_TYPE", "STATUS_NO_NAME"]
+__all__ = ["NameTable", "signature", "read_pipe", "STATUS_CORRUPT", "STATUS_NO_TYPE",
+           "STATUS_NO_NAME", "READ_EOF", "READ_WOKEN", "OP_ROW_SIZE", "OP_ROW_OFFSETS"]
 
 #: Bits of the per-record status :meth:`NameTable.decode_names` writes (``_fast.h``).
 STATUS_CORRUPT, STATUS_NO_TYPE, STATUS_NO_NAME = 1, 2, 4
+#: Flags :func:`read_pipe` returns (``_fast.h`` ACLPROF_READ_*).
+READ_EOF, READ_WOKEN = 1, 2
+#: The packed row :meth:`NameTable.decode_ops` writes: its size and each field's offset
+#: (``_fast.h`` ACLPROF_OP_ROW_*); the decoder checks its dtype against these.
+OP_ROW_SIZE = 57
+OP_ROW_OFFSETS = {"model_id": 0, "op_name": 4, "op_type": 8, "flag": 12, "thread_id": 16,
+                  "device_id": 20, "start": 24, "end": 32, "duration": 40,
+                  "execution_time": 48, "keypoint": 56}
 
 
 def _fast() -> Any:
@@ -52,6 +62,54 @@ class NameTable:
             ffi.from_buffer("uint32_t[]", type_ids), ffi.from_buffer("uint32_t[]", name_ids),
             ffi.from_buffer("uint8_t[]", status)))
 
+    def decode_ops(self, buffer: bytearray, count: int, record_size: int, validate: bool,
+                   default_device: int, out: Any, counts: Any) -> int:
+        """Check, name and decode ``count`` records at the start of ``buffer`` into the
+        packed rows of ``out`` (a writable array of at least ``count`` rows laid out as
+        :data:`OP_ROW_OFFSETS`), all in C with the GIL released; returns the rows written
+        (the valid records, in order). ``counts`` (uint64[4]) gets corrupt, names missing
+        and keypoints added, and the largest ``end`` seen kept in ``counts[3]``.
+
+        Raises:
+            ValueError: a record size other than 80 or 72 (decode those with the getters).
+        """
+        ffi = self._ffi
+        good = int(self._lib.aclprof_decode_ops(
+            self._table, ffi.from_buffer("uint8_t[]", buffer), count, record_size, int(validate),
+            default_device, ffi.from_buffer("uint8_t[]", out, require_writable=True),
+            ffi.from_buffer("uint64_t[]", counts, require_writable=True)))
+        if good == 0xFFFFFFFF:
+            raise ValueError(f"aclprof_decode_ops: record size {record_size} is not 80 or 72; "
+                             "decode it through the library's getters")
+        return good
+
+    def read_ops(self, fd: int, wake_fd: int, buffer: bytearray, filled: int, room: int,
+                 record_size: int, coalesce_ns: int, validate: bool, default_device: int,
+                 out: Any, counts: Any) -> tuple[int, int]:
+        """:func:`read_pipe` then :meth:`decode_ops` in one C call (one GIL release per
+        batch). ``buffer[:filled]`` is a leftover partial record; reads go up to ``room``.
+        ``counts`` (uint64[7]) as for :meth:`decode_ops`, plus [4] whole records decoded,
+        [5] rows written into ``out``, [6] bytes now left at the start of ``buffer``.
+        Returns ``(bytes read, READ_* flags)``.
+
+        Raises:
+            OSError: the poll or read failed (nothing was decoded).
+            ValueError: a record size other than 80 or 72, or a bad ``filled``/``room``.
+        """
+        if record_size not in (80, 72) or not 0 <= filled < room <= len(buffer):
+            raise ValueError(f"read_ops: record size {record_size} (80 or 72 only), filled "
+                             f"{filled}, room {room} of a {len(buffer)}-byte buffer")
+        ffi = self._ffi
+        flags = ffi.new("int *")
+        n = int(self._lib.aclprof_read_ops(
+            self._table, fd, wake_fd, ffi.from_buffer("uint8_t[]", buffer, require_writable=True),
+            filled, room, record_size, coalesce_ns, int(validate), default_device,
+            ffi.from_buffer("uint8_t[]", out, require_writable=True),
+            ffi.from_buffer("uint64_t[]", counts, require_writable=True), flags))
+        if n < 0:
+            raise OSError(-n, f"aclprof_read_ops(fd={fd}): {os.strerror(-n)}")
+        return n, int(flags[0])
+
     def __len__(self) -> int:
         return int(self._lib.aclprof_interner_size(self._table))
 
@@ -75,3 +133,25 @@ def signature(record: bytes, record_size: int) -> int:
     """The CRC-32C signature a record of ``record_size`` bytes should carry."""
     fast = _fast()
     return int(fast.lib.aclprof_signature(fast.ffi.from_buffer("uint8_t[]", record), record_size))
+
+
+def read_pipe(fd: int, wake_fd: int, buffer: bytearray, start: int, end: int,
+              coalesce_ns: int) -> tuple[int, int]:
+    """Wait for ``fd`` and read into ``buffer[start:end]`` with the GIL released; a read of
+    under half that room waits until ``coalesce_ns`` after the first byte and reads what
+    came since. Returns ``(bytes read, READ_* flags)``: ``READ_EOF`` once the write end is
+    closed, ``READ_WOKEN`` when ``wake_fd`` became readable with ``fd`` empty.
+
+    Raises:
+        OSError: the poll or read failed (errno from the C call).
+    """
+    fast = _fast()
+    ffi = fast.ffi
+    if not 0 <= start < end <= len(buffer):
+        raise ValueError(f"read_pipe: bad range [{start}, {end}) of a {len(buffer)}-byte buffer")
+    flags = ffi.new("int *")
+    base = ffi.from_buffer("uint8_t[]", buffer, require_writable=True)
+    n = int(fast.lib.aclprof_read_pipe(fd, wake_fd, base + start, end - start, coalesce_ns, flags))
+    if n < 0:
+        raise OSError(-n, f"aclprof_read_pipe(fd={fd}): {os.strerror(-n)}")
+    return n, int(flags[0])

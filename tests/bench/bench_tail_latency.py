@@ -1,4 +1,4 @@
-"""Latency from an op's end to its line in ``aclprof tail --json``, at ~100 k records/s.
+"""Latency from an op's end to its line in ``aclprof tail --json``, at 250 k records/s.
 
     python tests/bench/bench_tail_latency.py [--quick] [--seconds S] [--rate R] [--procs P]
 
@@ -12,8 +12,12 @@ chunks; every line is counted, and every 20th line of a chunk, plus its first an
 is parsed for latency (the first line of a chunk waited longest: the sample keeps the
 tail of the distribution). The first second is a warm-up and is not measured.
 
-Reported: records/s seen by tail, the sampled latency p50/p90/p99/max, and how many records
-tail reported as skipped (a slow client) and the agents as lost.
+Reported: records/s seen by tail, the sampled latency p50/p90/p99/max, how many records
+tail reported as skipped (a slow client) and the agents as lost, and the CPU each process
+spent per record (daemon and tail from /proc over the measured window, agents from their
+own os.times()): on a machine shared with other work those, not the wall-clock figures,
+say where the limit is (cores needed = rate x sum of CPU per record).
+Goals (issue 12): no records skipped and p99 <= 100 ms at 250 k records/s.
 """
 
 from __future__ import annotations
@@ -33,7 +37,8 @@ import _benchlib as B
 
 from aclprof.cli.launch import daemon_argv
 
-GOAL_P99_MS = 250.0
+GOAL_P99_MS = 100.0
+GOAL_RATE = 250_000.0
 
 _LOAD = r"""
 import json, os, sys, time
@@ -57,8 +62,17 @@ while time.monotonic() - start < seconds:
     if delay > 0:
         time.sleep(delay)
 st = agent.stop()
-print(json.dumps({"emitted": mock.stats()["recordsEmitted"], "lost": st.loss_reported + st.loss_pending}))
+t = os.times()
+print(json.dumps({"emitted": mock.stats()["recordsEmitted"], "lost": st.loss_reported + st.loss_pending,
+                  "cpu_s": t.user + t.system}))
 """
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process so far (/proc/<pid>/stat)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _env(socket: str) -> dict[str, str]:
@@ -147,15 +161,19 @@ def run(seconds: float, rate: float, procs: int) -> dict:
         time.sleep(1.0)
         measure_from[0] = time.monotonic_ns()
         lines_before = counts["lines"]
+        cpu0 = {"daemon": _cpu_s(daemon.pid), "tail": _cpu_s(tail.pid)}
         t0 = time.monotonic()
         results = [json.loads(p.communicate(timeout=seconds + 60)[0].decode().strip().splitlines()[-1])
                    for p in loads]
         elapsed = time.monotonic() - t0
         time.sleep(0.5)
+        cpu = {k: _cpu_s(p.pid) - cpu0[k] for k, p in (("daemon", daemon), ("tail", tail))}
+        cpu["agents"] = sum(r["cpu_s"] for r in results)
         load_avg = os.getloadavg()[0]
         return {"seen_per_s": (counts["lines"] - lines_before) / elapsed, "samples": samples,
                 "skipped": sum(skipped), "emitted": sum(r["emitted"] for r in results),
-                "lost": sum(r["lost"] for r in results), "lines": counts["lines"], "load": load_avg}
+                "lost": sum(r["lost"] for r in results), "lines": counts["lines"], "load": load_avg,
+                "measured_lines": counts["lines"] - lines_before, "cpu": cpu}
     finally:
         for p in reversed(children):
             if p.poll() is None:
@@ -171,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--seconds", type=float, default=None, help="measured seconds (default 20, quick 5)")
-    parser.add_argument("--rate", type=float, default=100_000, help="records/s in total (default 100000)")
+    parser.add_argument("--rate", type=float, default=GOAL_RATE, help="records/s in total (default 250000)")
     parser.add_argument("--procs", type=int, default=2, help="agent processes (default 2)")
     args = parser.parse_args(argv)
     seconds = args.seconds or (5.0 if args.quick else 20.0)
@@ -189,10 +207,14 @@ def main(argv: list[str] | None = None) -> int:
         ["latency p99 (ms)", B.pct(s, 99)],
         ["latency max (ms)", max(s) if s else float("nan")],
         ["load average (1 min)", r["load"]],
+        ["daemon CPU us per record emitted (window)", r["cpu"]["daemon"] * 1e6 / max(1, r["emitted"])],
+        ["tail CPU us per line read (window)", r["cpu"]["tail"] * 1e6 / max(1, r["measured_lines"])],
+        ["agents CPU us per record (whole run)", r["cpu"]["agents"] * 1e6 / max(1, r["emitted"])],
     ])
     p99 = B.pct(s, 99)
-    print(f"\ngoal p99 <= {GOAL_P99_MS:.0f} ms at ~100 k records/s: {B.verdict(p99 <= GOAL_P99_MS)} "
-          f"(p99 {p99:.1f} ms at {r['seen_per_s']:,.0f} records/s)")
+    print(f"\ngoal p99 <= {GOAL_P99_MS:.0f} ms at {args.rate / 1e3:.0f} k records/s: "
+          f"{B.verdict(p99 <= GOAL_P99_MS)} (p99 {p99:.1f} ms at {r['seen_per_s']:,.0f} records/s)")
+    print(f"goal no records skipped: {B.verdict(r['skipped'] == 0)} ({r['skipped']:,} skipped)")
     return 0
 
 

@@ -99,7 +99,11 @@ class LagClock:
 
     def note(self, ends: np.ndarray, arrival: int) -> None:
         """Account a batch's record ``ends`` (library units) that arrived at ``arrival``."""
-        end = int(ends.max()) * self._factor
+        self.note_end(int(ends.max()), arrival)
+
+    def note_end(self, newest: int, arrival: int) -> None:
+        """:meth:`note` with the batch's largest end already known (library units)."""
+        end = newest * self._factor
         if end == 0:
             return  # time_info off: no times to compare
         state = self._state
