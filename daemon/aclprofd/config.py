@@ -142,6 +142,8 @@ class Settings:
     windows: tuple[int, ...] = (10, 60)
     stream_buffer_bytes: int = 8 << 20
     config_file: str | None = None
+    control_idle_timeout_s: float = 60.0
+    max_control_connections: int = 64
 
 
 @dataclass(frozen=True)
@@ -189,6 +191,12 @@ OPTIONS: tuple[Option, ...] = (
            "sliding windows of the aggregates, comma separated (default 10s,1m)"),
     Option("stream_buffer_bytes", "stream_buffer", "ACLPROFD_STREAM_BUFFER", "--stream-buffer", parse_size, True,
            "outgoing buffer per STREAM client; when full its records are skipped and counted (default 8MiB)"),
+    Option("control_idle_timeout_s", "control_idle_timeout", "ACLPROFD_CONTROL_IDLE_TIMEOUT",
+           "--control-idle-timeout", parse_duration, True,
+           "close a control client that sends no request this long and neither streams nor exports (default 60s)"),
+    Option("max_control_connections", "max_control_connections", "ACLPROFD_MAX_CONTROL_CONNECTIONS",
+           "--max-control-connections", _parse_positive_int, True,
+           "control clients at once; a new one evicts the longest idle one (default 64)"),
 )
 _BY_FIELD = {o.field: o for o in OPTIONS}
 

@@ -16,7 +16,16 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import structlog
 
-from aclprof.protocol.wire import FLAG_KEYPOINT, RECORD_DTYPE, Kind, ProtocolError, decode_batch, decode_json
+from aclprof.protocol.wire import (
+    FLAG_KEYPOINT,
+    MAX_NAME_BYTES,
+    RECORD_DTYPE,
+    Kind,
+    ProtocolError,
+    check_identity,
+    decode_batch,
+    decode_json,
+)
 
 from .conn import Conn
 from .handshake import is_int, is_labels
@@ -63,6 +72,7 @@ class Ingest:
             Kind.BATCH: self.batch, Kind.NAMES: self.names, Kind.LOSS: self.loss,
             Kind.WATCH: self.watch, Kind.UNWATCH: self.unwatch,
         }
+        self.names_truncated = 0  # op names/types cut to MAX_NAME_BYTES
 
     def batch(self, conn: Conn, payload: memoryview) -> None:
         recs = decode_batch(payload)  # a view of the reader's buffer
@@ -104,6 +114,12 @@ class Ingest:
                 raise ProtocolError(f"name id {k!r} is not an integer") from None
             if not isinstance(v, str) or not 0 <= nid <= 0xFFFFFFFF:
                 raise ProtocolError(f"name id {k!r} must be a u32 and name a string")
+            if len(v) > MAX_NAME_BYTES and len(b := v.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+                # a real (if odd) name: kept, cut to the limit (wire.py), counted and logged
+                v = b[:MAX_NAME_BYTES].decode("utf-8", "ignore")
+                self.names_truncated += 1
+                self.d.limiter.log("warning", "op name truncated", pid=conn.pid, limit=MAX_NAME_BYTES,
+                                   names_truncated=self.names_truncated)
             old = conn.names.get(nid)
             if old is None:
                 conn.names[nid] = v
@@ -129,6 +145,7 @@ class Ingest:
         labels = obj.get("labels") or {}
         if not is_int(mid) or not is_int(dev) or not is_labels(labels):
             raise ProtocolError("WATCH needs an integer model_id and device and string labels")
+        check_identity("WATCH", labels=labels)
         conn.models[mid] = {"model_id": mid, "device": dev, "labels": labels}
         _log.info("model watched", pid=conn.pid, service=conn.service, model_id=mid, device=dev)
 

@@ -65,6 +65,7 @@ class Daemon(Transport):
     def __init__(self, settings: Settings, *, reload: Callable[[], Settings] | None = None):
         super().__init__()
         self.settings = settings
+        self.max_control, self.control_idle_s = settings.max_control_connections, settings.control_idle_timeout_s
         self._reload = reload
         self.started_ts = time.time()
         self.started_mono = time.monotonic()
@@ -185,7 +186,7 @@ class Daemon(Transport):
 
     def _turn(self, timeout: float) -> None:
         """One select and everything it makes ready, then the stream and export pumps."""
-        for key, mask in self.sel.select(timeout):
+        for key, mask in self.sel.select(self.accept_timeout(timeout)):
             data = key.data
             if data == "listen":
                 self._accept()
@@ -276,6 +277,7 @@ class Daemon(Transport):
             self.storage.max_age_s = applied.max_age_s
         if self.metrics is not None:
             self.metrics.by_name = applied.prometheus_op_name
+        self.max_control, self.control_idle_s = applied.max_control_connections, applied.control_idle_timeout_s
         logsetup.configure(applied.log_level, applied.log_format, applied.log_file)
         _log.info("config reloaded", changed=live, needs_restart=restart)
 
@@ -285,6 +287,7 @@ class Daemon(Transport):
             if kind != Kind.HELLO:
                 raise ProtocolError(f"expected HELLO, got {kind.name}")
             self.queue(conn, hello(conn, decode_json(payload), self.started_ts))
+            self.admitted(conn)  # the connection limits per role (aclprofd.transport)
         elif conn.role == "agent":
             handler = self.ingest.handlers.get(kind)
             if handler is None:
@@ -312,6 +315,7 @@ class Daemon(Transport):
                 self.persist.store(conn)
             elif conn.role is None and mono - conn.connected > _HELLO_TIMEOUT_S:
                 self._fail(conn, f"no HELLO within {_HELLO_TIMEOUT_S:g} s")
+        self.reap_idle(mono)
         self.storage.flush()
         self.persist.save_aggregates()
         if mono >= self._next_trim:
