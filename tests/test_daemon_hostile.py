@@ -6,10 +6,13 @@ Every test here failed on the code before the fix (see the commit messages)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
+import struct
 import time
+import zlib
 
 import pytest
 from helpers.daemons import Client, Daemon, agent, running
@@ -100,6 +103,55 @@ def test_identity_strings_beyond_the_limits_are_refused(tmp, hello):
         k, payload = c.recv()
         assert k == Kind.ERROR and b"HELLO" in bytes(payload)
         assert c.closed_by_peer()
+        _alive(d)
+
+
+# ---- stored data is verified before it is trusted ------------------------------------------
+def _segments(data_dir: str) -> list[str]:
+    return sorted(os.path.join(data_dir, n) for n in os.listdir(data_dir) if n.endswith(".acps"))
+
+
+def _store_some(root: str) -> str:
+    with running(root) as d:
+        a = agent(d.socket)
+        a.send_batch(make_records(100))
+        wait_for(lambda: _alive(d)["records_total"] == 100)
+        a.close()
+    (seg,) = _segments(os.path.join(root, "data"))
+    return seg
+
+
+def _chunk(meta_bytes: bytes, data: bytes, crc: int | None = None) -> bytes:
+    if crc is None:
+        crc = zlib.crc32(data, zlib.crc32(meta_bytes))
+    return struct.pack("<4sIII", b"ACK1", len(meta_bytes), len(data), crc) + meta_bytes + data
+
+
+@pytest.mark.parametrize("damage", ["name_id_letter", "meta_list_bad_crc", "meta_list_good_crc",
+                                    "batches_wrong_types_good_crc"])
+def test_corrupt_segment_metadata_does_not_kill_export(tmp, damage):
+    seg = _store_some(tmp)
+    blob = bytearray(open(seg, "rb").read())
+    recs = make_records(10).tobytes()
+    if damage == "name_id_letter":
+        i = blob.find(b'"names":{"1"')
+        assert i > 0
+        blob[i + len('"names":{"')] = ord("a")  # still valid JSON; the CRC no longer matches
+    elif damage == "meta_list_bad_crc":
+        blob += _chunk(b"[1,2,3]", recs, crc=1234)
+    elif damage == "meta_list_good_crc":
+        blob += _chunk(b"[1,2,3]", recs)
+    else:
+        meta = {"conn": "x", "names": {"1": 5}, "batches": [["ten", "now"]], "ts_first": "a", "ts_last": None,
+                "host": 3, "pid": "p"}
+        blob += _chunk(json.dumps(meta).encode(), recs)
+    open(seg, "wb").write(bytes(blob))
+    with running(tmp) as d:
+        c = Client(d.socket)
+        c.sock.settimeout(10)
+        out = c.export()
+        # the damaged chunk is left out; an intact chunk before it is still exported
+        assert len(out) == (0 if damage == "name_id_letter" else 100)
         _alive(d)
 
 
