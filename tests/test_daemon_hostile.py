@@ -155,6 +155,25 @@ def test_corrupt_segment_metadata_does_not_kill_export(tmp, damage):
         _alive(d)
 
 
+# ---- filters run in bounded time -----------------------------------------------------------
+def test_catastrophic_regex_filter_does_not_stall_the_loop(tmp):
+    with running(tmp) as d:
+        tail = Client(d.socket)
+        tail.send_json(Kind.STREAM, {"filter": {"name": "^(a+)+$"}})
+        _alive(d)
+        a = agent(d.socket, names={1: "T", 2: "a" * 30 + "!"})
+        a.send_batch(make_records(1, types=(1,), names=(2,)))
+        t0 = time.monotonic()
+        wait_for(lambda: _alive(d, timeout=30)["records_total"] == 1, timeout=30)
+        took = time.monotonic() - t0
+        assert took < 2.0, f"the loop was held {took:.1f} s"
+        # a pattern the linear-time engine cannot run is refused with a reason, not run
+        c = Client(d.socket)
+        c.send_json(Kind.STREAM, {"filter": {"name": r"(a)\1"}})
+        k, payload = c.recv()
+        assert k == Kind.ERROR and b"filter name" in bytes(payload)
+
+
 # ---- connections: idle control clients, fd exhaustion ---------------------------------------
 def test_idle_control_clients_do_not_lock_out_agents_and_status(tmp):
     with running(tmp) as d:
