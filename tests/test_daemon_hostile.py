@@ -14,12 +14,13 @@ import struct
 import time
 import zlib
 
+import numpy as np
 import pytest
 from helpers.daemons import Client, Daemon, agent, running
 from helpers.procs import short_tmpdir, wait_for
 from helpers.records import make_records
 
-from aclprof.protocol.wire import MAX_IDENT_BYTES, MAX_LABELS, MAX_NAME_BYTES, Kind
+from aclprof.protocol.wire import MAX_IDENT_BYTES, MAX_LABELS, MAX_NAME_BYTES, MAX_PAYLOAD, RECORD_DTYPE, Kind
 
 
 @pytest.fixture
@@ -172,6 +173,24 @@ def test_catastrophic_regex_filter_does_not_stall_the_loop(tmp):
         c.send_json(Kind.STREAM, {"filter": {"name": r"(a)\1"}})
         k, payload = c.recv()
         assert k == Kind.ERROR and b"filter name" in bytes(payload)
+
+
+# ---- ingest cost is O(n log n) in every field ----------------------------------------------
+def test_batch_of_distinct_model_ids_is_cheap(tmp):
+    n = MAX_PAYLOAD // RECORD_DTYPE.itemsize  # ~299 k records in one frame
+    recs = make_records(n)
+    recs["model_id"] = np.arange(n, dtype=np.uint32)
+    with running(tmp, "--max-keys", "10000") as d:
+        assert d.proc is not None
+        base_rss = _peak_rss_mb(d.proc.pid)
+        a = agent(d.socket)
+        t0 = time.monotonic()
+        a.send_batch(recs)
+        wait_for(lambda: _alive(d, timeout=30)["records_total"] == n, timeout=40)
+        took = time.monotonic() - t0
+        assert took < 8.0, f"one batch held the loop {took:.1f} s"
+        growth = _peak_rss_mb(d.proc.pid) - base_rss
+        assert growth < 250, f"peak RSS grew {growth:.0f} MB for one 16 MiB batch"
 
 
 # ---- connections: idle control clients, fd exhaustion ---------------------------------------
