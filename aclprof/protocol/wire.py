@@ -35,13 +35,27 @@ import numpy as np
 __all__ = [
     "MAGIC", "VERSION", "HEADER", "MAX_PAYLOAD", "RECORD_DTYPE", "Kind", "ProtocolError",
     "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
-    "recv_frame", "FLAG_KEYPOINT",
+    "recv_frame", "FLAG_KEYPOINT", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS", "MAX_REGEX_BYTES",
+    "FRAME_TARGET", "check_identity",
 ]
 
 MAGIC = b"ACLP"
 VERSION = 1
 HEADER = struct.Struct("<4sBBHI")
 MAX_PAYLOAD = 16 << 20  # 16 MiB: ~300 k records per batch frame
+
+# String limits (daemon/README.md "Limits"), in UTF-8 bytes. A record's JSON line holds its
+# op name and type, so these bound every STREAM/EXPORT line far below MAX_PAYLOAD (even with
+# every character escaped as \uXXXX), which is what lets the daemon split any reply into
+# frames within the limit. The daemon truncates longer op names/types (counted) at ingest
+# and refuses longer hosts, services and labels (check_identity).
+MAX_NAME_BYTES = 4096   # one op name or op type (NAMES)
+MAX_IDENT_BYTES = 256   # host, service, one label key or value (HELLO, WATCH)
+MAX_LABELS = 64         # labels per HELLO or WATCH
+MAX_REGEX_BYTES = 1024  # a filter's type/name pattern
+#: the daemon ends a JSON Lines frame (STREAM_RECORDS, EXPORT_RECORDS) once it holds this
+#: many bytes, well within MAX_PAYLOAD: frames of a bounded size whatever the names
+FRAME_TARGET = 1 << 20
 
 #: One op record on the wire (the same fields as aclprof.api.records.OP_DTYPE, fixed
 #: little-endian). ``op_name``/``op_type`` are ids into the sending connection's name
@@ -116,6 +130,26 @@ def encode_batch(records: np.ndarray) -> bytes:
     """A BATCH frame from an array with the fields of :data:`RECORD_DTYPE`."""
     data = np.ascontiguousarray(records, dtype=RECORD_DTYPE) if records.dtype != RECORD_DTYPE else records
     return encode(Kind.BATCH, np.ascontiguousarray(data).tobytes())
+
+
+def check_identity(what: str, *, host: Any = "", service: Any = None, labels: Any = None) -> None:
+    """ProtocolError naming ``what`` (e.g. "HELLO") and the field when a host, service or
+    label is longer than MAX_IDENT_BYTES or there are more than MAX_LABELS labels. They
+    are refused, not truncated: they make up aggregate keys, and a cut one would merge
+    senders silently. (Types are the caller's check; only strings are measured.)"""
+    def long(s: Any) -> bool:
+        return isinstance(s, str) and (len(s) > MAX_IDENT_BYTES
+                                       and len(s.encode("utf-8", "surrogatepass")) > MAX_IDENT_BYTES)
+    for field, v in (("host", host), ("service", service)):
+        if long(v):
+            raise ProtocolError(f"{what} {field} is longer than {MAX_IDENT_BYTES} bytes")
+    if isinstance(labels, dict):
+        if len(labels) > MAX_LABELS:
+            raise ProtocolError(f"{what} has {len(labels)} labels; at most {MAX_LABELS}")
+        for k, v in labels.items():
+            if long(k) or long(v):
+                raise ProtocolError(f"{what} label {str(k)[:40]!r}...: key and value are at most "
+                                    f"{MAX_IDENT_BYTES} bytes each")
 
 
 def decode_json(payload: bytes | bytearray | memoryview) -> dict[str, Any]:

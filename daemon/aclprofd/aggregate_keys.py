@@ -19,6 +19,11 @@ from .aggregate_quantiles import I64
 __all__ = ["KeySource", "KeyRegistry", "OTHER", "OTHER_IDENTITY", "Key"]
 
 OTHER = "(other)"
+CACHE_MAX = 1 << 16  # (device, model, name, type) pairs cached per sender (24 bytes each)
+#: while the registry is full, at most this many uncached pairs per batch are looked up in it
+#: (the rest count as "other" for that batch): bounds the Python work per batch
+FULL_LOOKUPS = 4096
+PAIR = np.dtype([("dm", "<u8"), ("code", "<u8")])
 #: (host, pid, device, model, op_type, op_name)
 Key = tuple[str, int, int, int, str, str]
 OTHER_IDENTITY: Key = ("", 0, -1, -1, OTHER, OTHER)
@@ -31,8 +36,20 @@ class KeySource:
     host: str
     pid: int
     service: str | None
-    #: (device, model) -> (sorted codes, global key per code); code = name << 32 | type
-    cache: dict[int, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    #: sorted PAIR array (dm = model << 32 | device, code = name << 32 | type) and the global
+    #: key of each; only a cache (the registry decides), cleared beyond CACHE_MAX entries so
+    #: that a sender of ever new ids cannot grow it
+    pairs: np.ndarray = field(default_factory=lambda: np.zeros(0, PAIR))
+    keys: np.ndarray = field(default_factory=lambda: np.zeros(0, I64))
+    #: the sorted ids of the sender's name table and its size when they were taken
+    name_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    names_seen: int = -1
+
+    def defined(self, names: dict[int, str]) -> np.ndarray:
+        if self.names_seen != len(names):  # tables only grow
+            self.name_ids = np.sort(np.fromiter(names.keys(), np.int64, len(names)))
+            self.names_seen = len(names)
+        return self.name_ids
 
 
 class KeyRegistry:
@@ -89,33 +106,47 @@ class KeyRegistry:
             idx = self._add(key, service) if len(self) <= self.max_keys else self.other
         return idx
 
-    def resolve(self, src: KeySource, device: int, model: int, codes: np.ndarray,
-                names: dict[int, str]) -> np.ndarray:
-        """Global key of each (name << 32 | type) code of one (device, model); new codes
-        go through the registry (the only per-key Python loop). Raises KeyError(id) for a
-        name id that ``names`` does not define."""
-        dm = (model << 32) | device
-        known_codes, known_keys = src.cache.get(dm, (np.zeros(0, np.uint64), np.zeros(0, I64)))
-        pos = np.searchsorted(known_codes, codes)
-        pos_c = np.minimum(pos, max(len(known_codes) - 1, 0))
-        hit = ((pos < len(known_codes)) & (known_codes[pos_c] == codes) if len(known_codes)
-               else np.zeros(len(codes), bool))
+    def resolve(self, src: KeySource, dm: np.ndarray, codes: np.ndarray, names: dict[int, str]) -> np.ndarray:
+        """Global key of each distinct (``dm`` = model << 32 | device, ``codes`` = name << 32
+        | type) pair of one batch (sorted, as the caller's runs are). Cached pairs are found
+        with one vectorised search; the others go through the registry, a Python step each,
+        bounded: at most ``max_keys`` registrations in the registry's life, and at most
+        FULL_LOOKUPS per batch once it is full (the rest are "other"). Raises KeyError(id) for
+        a name id that ``names`` does not define."""
+        q = np.empty(len(codes), PAIR)
+        q["dm"], q["code"] = dm, codes
         out = np.empty(len(codes), I64)
-        out[hit] = known_keys[pos_c[hit]]
-        miss = np.flatnonzero(~hit)
-        if len(miss):
-            new_keys = np.empty(len(miss), I64)
-            for j, code in enumerate(codes[miss].tolist()):
-                name = names.get(code >> 32)
-                op_type = names.get(code & 0xFFFFFFFF)
-                if name is None or op_type is None:
-                    raise KeyError(code >> 32 if name is None else code & 0xFFFFFFFF)
-                new_keys[j] = self.get((src.host, src.pid, device, model, op_type, name), src.service)
-            out[miss] = new_keys
-            all_codes = np.concatenate([known_codes, codes[miss]])
-            all_keys = np.concatenate([known_keys, new_keys])
-            order = np.argsort(all_codes)
-            src.cache[dm] = (all_codes[order], all_keys[order])
+        known = src.pairs
+        if len(known):
+            pos = np.searchsorted(known, q)
+            pos_c = np.minimum(pos, len(known) - 1)
+            hit = (pos < len(known)) & (known[pos_c] == q)
+            out[hit] = src.keys[pos_c[hit]]
+            miss = np.flatnonzero(~hit)
+        else:
+            miss = np.arange(len(codes))
+        if not len(miss):
+            return out
+        mc = codes[miss]
+        ids = src.defined(names)
+        for part in ((mc >> np.uint64(32)).astype(np.int64), (mc & np.uint64(0xFFFFFFFF)).astype(np.int64)):
+            bad = ~np.isin(part, ids)
+            if bad.any():
+                raise KeyError(int(part[bad][0]))
+        new_keys = np.full(len(miss), self.other, I64)
+        # room left in the registry, plus FULL_LOOKUPS lookups of keys it may already hold
+        todo = min(len(miss), max(0, self.max_keys + 1 - len(self)) + FULL_LOOKUPS)
+        for j, (d, code) in enumerate(zip(dm[miss[:todo]].tolist(), mc[:todo].tolist())):
+            new_keys[j] = self.get((src.host, src.pid, d & 0xFFFFFFFF, d >> 32, names[code & 0xFFFFFFFF],
+                                    names[code >> 32]), src.service)
+        out[miss] = new_keys
+        cached = q[miss[:todo]]
+        if len(src.pairs) + todo > CACHE_MAX:
+            src.pairs, src.keys = np.zeros(0, PAIR), np.zeros(0, I64)
+        all_pairs = np.concatenate([src.pairs, cached])
+        all_keys = np.concatenate([src.keys, new_keys[:todo]])
+        order = np.argsort(all_pairs, kind="stable")
+        src.pairs, src.keys = all_pairs[order], all_keys[order]
         return out
 
     def mask(self, flt: Any) -> np.ndarray:

@@ -143,6 +143,8 @@ class Settings:
     stream_buffer_bytes: int = 8 << 20
     config_file: str | None = None
     memory_budget_bytes: int = 512 << 20
+    control_idle_timeout_s: float = 60.0
+    max_control_connections: int = 64
 
 
 @dataclass(frozen=True)
@@ -193,6 +195,12 @@ OPTIONS: tuple[Option, ...] = (
     Option("memory_budget_bytes", "memory_budget", "ACLPROFD_MEMORY_BUDGET", "--memory-budget", parse_size, True,
            "what all clients together may make the daemon hold (queued replies, name tables, unstored "
            "records); a client past its share is refused and counted (default 512MiB)"),
+    Option("control_idle_timeout_s", "control_idle_timeout", "ACLPROFD_CONTROL_IDLE_TIMEOUT",
+           "--control-idle-timeout", parse_duration, True,
+           "close a control client that sends no request this long and neither streams nor exports (default 60s)"),
+    Option("max_control_connections", "max_control_connections", "ACLPROFD_MAX_CONTROL_CONNECTIONS",
+           "--max-control-connections", _parse_positive_int, True,
+           "control clients at once; a new one evicts the longest idle one (default 64)"),
 )
 _BY_FIELD = {o.field: o for o in OPTIONS}
 

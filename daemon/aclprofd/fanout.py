@@ -6,6 +6,11 @@ it are skipped before they are encoded, counted, and reported in a STREAM_SKIPPE
 once its buffer has drained. An EXPORT is produced a frame at a time, only while the
 client's buffer is small and for at most ``EXPORT_SLICE_S`` per loop turn, interleaved
 with ingestion.
+
+Whatever goes wrong while producing one client's frames (a bug, stored data that is not
+what it should be) costs that client its connection (:meth:`Transport.internal_error`:
+logged rate-limited and counted), never the daemon: these pumps run in the loop itself,
+outside any frame handler.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from aclprof.protocol.wire import Kind, encode_json
 
 from .conn import Conn
 from .filters import Filter, NameMatcher
-from .records import FRAME_RECORDS, append_frame, encode_records, jsonl_payload, jsonl_payloads, name_json
+from .records import FRAME_RECORDS, append_frame, encode_records, jsonl_payloads, name_json
 
 if TYPE_CHECKING:
     from .server import Daemon
@@ -80,20 +85,39 @@ class Fanout:
         for c in list(self.d.conns.values()):
             if c.stream is None or c.closed or not (c.stream_pending or (c.stream_skipped and not c.out)):
                 continue
-            if c.stream_skipped:
-                # before the records that follow the gap
-                c.out += encode_json(Kind.STREAM_SKIPPED, {"skipped": c.stream_skipped})
-                c.stream_skipped = 0
-            items: list[str] = []
-            for src, ts, recs in c.stream_pending:
-                items += encode_records(recs, ts, src.host, src.pid or 0, src.service,
-                                        name_json(src.names, src.names_json))
-            c.stream_pending.clear()
-            c.stream_pending_n = 0
-            for n, payload in jsonl_payloads(items):
-                append_frame(c.out, Kind.STREAM_RECORDS, payload)
-                c.stream_sent += n
-            self.d.send(c)
+            try:
+                self._pump_stream(c)
+            except Exception as exc:
+                self.d.internal_error(c, "STREAM", exc)
+
+    def _pump_stream(self, c: Conn) -> None:
+        if c.stream_skipped:
+            # before the records that follow the gap
+            c.out += encode_json(Kind.STREAM_SKIPPED, {"skipped": c.stream_skipped})
+            c.stream_skipped = 0
+        # Encoded a frame's worth at a time, and only while the client's buffer is within its
+        # limit: the estimate that admitted these records (EST_RECORD_JSON) is wrong for long
+        # names, and 150 k records with 4 KB names would be a GB of JSON. The rest is skipped
+        # and counted like any record a slow client misses.
+        limit = self.d.settings.stream_buffer_bytes
+        skipped = 0
+        for src, ts, recs in c.stream_pending:
+            nj = name_json(src.names, src.names_json)
+            for i in range(0, len(recs), FRAME_RECORDS):
+                if len(c.out) > limit:
+                    skipped += len(recs) - i
+                    break
+                items = encode_records(recs[i:i + FRAME_RECORDS], ts, src.host, src.pid or 0, src.service, nj)
+                for n, payload in jsonl_payloads(items):
+                    append_frame(c.out, Kind.STREAM_RECORDS, payload)
+                    c.stream_sent += n
+        c.stream_pending.clear()
+        c.stream_pending_n = 0
+        if skipped:
+            c.stream_skipped += skipped
+            c.stream_skipped_all += skipped
+            self.d.counters.stream_skipped_total += skipped
+        self.d.send(c)
 
     # ---- EXPORT -------------------------------------------------------------------------
     def start_export(self, conn: Conn, since: float | None, until: float | None, flt: Filter) -> None:
@@ -107,15 +131,22 @@ class Fanout:
     def pump_exports(self) -> None:
         deadline = time.monotonic() + EXPORT_SLICE_S
         for c in list(self.d.conns.values()):
-            while c.export is not None and not c.closed and len(c.out) < EXPORT_OUT_LOW:
-                frame = next(c.export, None)
-                if frame is None:
-                    c.export = None
-                    break
-                kind, payload = frame
-                append_frame(c.out, Kind(kind), payload)
-                if time.monotonic() > deadline:
-                    break
+            if c.export is None or c.closed:
+                continue
+            try:
+                while c.export is not None and not c.closed and len(c.out) < EXPORT_OUT_LOW:
+                    frame = next(c.export, None)
+                    if frame is None:
+                        c.export = None
+                        break
+                    kind, payload = frame
+                    append_frame(c.out, Kind(kind), payload)
+                    if time.monotonic() > deadline:
+                        break
+            except Exception as exc:
+                c.export = None
+                self.d.internal_error(c, "EXPORT", exc)
+                continue
             if c.out and not c.closed:
                 self.d.send(c)
 
@@ -140,8 +171,9 @@ class Fanout:
             nj = name_json(chunk.names, {})
             for i in range(0, len(recs), FRAME_RECORDS):  # encode lazily: a frame per pump step
                 items = encode_records(recs[i:i + FRAME_RECORDS], ts[i:i + FRAME_RECORDS], host, pid, service, nj)
-                count += len(items)
-                yield Kind.EXPORT_RECORDS, jsonl_payload(items)
+                for n, payload in jsonl_payloads(items):  # long names: several frames
+                    count += n
+                    yield Kind.EXPORT_RECORDS, payload
         yield Kind.END, json.dumps({"records": count, "skipped": 0}, separators=(",", ":")).encode()
 
     # ---- stop ---------------------------------------------------------------------------

@@ -3,30 +3,52 @@ to record arrays without a per-record Python loop.
 
 Connection-level fields (model aside) are decided once per batch; ``type``/``name`` regexes
 are evaluated once per distinct name id and cached, then applied with ``np.isin``.
+
+Regexes run on RE2 (``google-re2``), whose time is linear in the text: a pattern such as
+``^(a+)+$`` held the loop for 9-36 s per op name on Python's backtracking ``re`` (issue 9).
+RE2 has no backreferences or lookaround; such a pattern is refused with a reason.
+Patterns are at most MAX_REGEX_BYTES long, names at most MAX_NAME_BYTES, so one match costs
+microseconds and each name id is matched once per filter.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import re2  # type: ignore[import-untyped]  # google-re2: linear-time matching (see above)
 
-from aclprof.protocol.wire import ProtocolError
+from aclprof.protocol.wire import MAX_REGEX_BYTES, ProtocolError
 
-__all__ = ["Filter", "NameMatcher"]
+__all__ = ["Filter", "NameMatcher", "compile_regex"]
 
 _KEYS = {"model", "pid", "type", "name", "min_duration_ns", "host", "service"}
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # a bad pattern is the client's ProtocolError, not a line on stderr
+_RE2_OPTIONS.max_mem = 8 << 20   # per compiled pattern
+
+
+def compile_regex(pattern: str, what: str) -> Any:
+    """A pattern compiled for RE2 (``.search`` like ``re``); ProtocolError naming ``what``
+    for one that is too long or that RE2 does not support."""
+    if len(pattern.encode("utf-8", "surrogatepass")) > MAX_REGEX_BYTES:
+        raise ProtocolError(f"{what}: regex longer than {MAX_REGEX_BYTES} bytes")
+    try:
+        return re2.compile(pattern, _RE2_OPTIONS)
+    except re2.error as exc:
+        msg = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        raise ProtocolError(f"{what}: bad regex {pattern!r}: {msg} (RE2 syntax: no backreferences "
+                            "or lookaround)") from None
 
 
 @dataclass(frozen=True)
 class Filter:
     model: int | None = None
     pid: int | None = None
-    type_re: re.Pattern[str] | None = None
-    name_re: re.Pattern[str] | None = None
+    type_re: Any = None  # compiled by compile_regex (RE2)
+    name_re: Any = None
     min_duration_ns: int | None = None
     host: str | None = None
     service: str | None = None
@@ -60,10 +82,7 @@ class Filter:
             if v is not None:
                 if not isinstance(v, str):
                     raise ProtocolError(f"filter {k} must be a regex string")
-                try:
-                    kw[f"{k}_re"] = re.compile(v)
-                except re.error as exc:
-                    raise ProtocolError(f"filter {k}: bad regex {v!r}: {exc}") from None
+                kw[f"{k}_re"] = compile_regex(v, f"filter {k}")
         return cls(**kw)
 
     @property
@@ -102,7 +121,7 @@ class NameMatcher:
     matching: dict[str, list[int]] = field(default_factory=dict)
     arrays: dict[str, np.ndarray] = field(default_factory=dict)
 
-    def ids(self, rx: re.Pattern[str], which: str, names: Mapping[int, str]) -> np.ndarray:
+    def ids(self, rx: Any, which: str, names: Mapping[int, str]) -> np.ndarray:
         n = len(names)
         if self.seen.get(which, -1) != n:
             done = self.seen.get(which, 0)

@@ -13,7 +13,7 @@ from typing import Any, TypeGuard
 
 import structlog
 
-from aclprof.protocol.wire import Kind, ProtocolError, encode_json
+from aclprof.protocol.wire import Kind, ProtocolError, check_identity, encode_json
 
 from . import __version__
 from .aggregate import KeySource
@@ -45,6 +45,7 @@ def hello(conn: Conn, obj: dict[str, Any], started_ts: float) -> bytes:
     assert isinstance(pid, int)
     if (service is not None and not isinstance(service, str)) or not is_labels(labels):
         raise ProtocolError("HELLO service must be a string or null, labels an object of strings")
+    check_identity("HELLO", host=host, service=service, labels=labels)  # limits: wire.py
     conn.role, conn.pid, conn.host, conn.service, conn.labels = role, pid, host, service, labels
     if role == "agent":
         conn.keysrc = KeySource(host, pid, service)

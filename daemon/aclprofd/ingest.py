@@ -17,7 +17,16 @@ import numpy as np
 import structlog
 
 from aclprof.protocol.safetext import scrub, truncate
-from aclprof.protocol.wire import FLAG_KEYPOINT, RECORD_DTYPE, Kind, ProtocolError, decode_batch, decode_json
+from aclprof.protocol.wire import (
+    FLAG_KEYPOINT,
+    MAX_NAME_BYTES,
+    RECORD_DTYPE,
+    Kind,
+    ProtocolError,
+    check_identity,
+    decode_batch,
+    decode_json,
+)
 
 from .conn import Conn
 from .handshake import is_int, is_labels
@@ -73,6 +82,7 @@ class Ingest:
             Kind.BATCH: self.batch, Kind.NAMES: self.names, Kind.LOSS: self.loss,
             Kind.WATCH: self.watch, Kind.UNWATCH: self.unwatch,
         }
+        self.names_truncated = 0  # op names/types cut to MAX_NAME_BYTES
 
     def rejects(self, recs: np.ndarray) -> np.ndarray | None:
         """Refuse records whose values no op can have (counted per reason in
@@ -161,6 +171,12 @@ class Ingest:
             if not isinstance(v, str) or not 0 <= nid <= 0xFFFFFFFF:
                 raise ProtocolError(f"name id {k!r} must be a u32 and name a string")
             v = scrub(v)  # a lone surrogate would make every UTF-8 writer (CLI, csv, /metrics) raise
+            if len(v) > MAX_NAME_BYTES and len(b := v.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+                # a real (if odd) name: kept, cut to the limit (wire.py), counted and logged
+                v = b[:MAX_NAME_BYTES].decode("utf-8", "ignore")
+                self.names_truncated += 1
+                self.d.limiter.log("warning", "op name truncated", pid=conn.pid, limit=MAX_NAME_BYTES,
+                                   names_truncated=self.names_truncated)
             old = conn.names.get(nid)
             if old is None:
                 conn.names[nid] = v
@@ -188,6 +204,7 @@ class Ingest:
         labels = obj.get("labels") or {}
         if not is_int(mid) or not is_int(dev) or not is_labels(labels):
             raise ProtocolError("WATCH needs an integer model_id and device and string labels")
+        check_identity("WATCH", labels=labels)
         labels = {scrub(k): scrub(v) for k, v in labels.items()}
         if len(conn.models) >= _MAX_MODELS and mid not in conn.models:
             self.d.memory.refuse("models")

@@ -15,11 +15,13 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from aclprof.protocol.wire import FLAG_KEYPOINT, Kind, header
+from aclprof.protocol.wire import FLAG_KEYPOINT, FRAME_TARGET, MAX_NAME_BYTES, Kind, header
 
 __all__ = ["FRAME_RECORDS", "encode_records", "name_json", "jsonl_payload", "jsonl_payloads", "append_frame"]
 
-FRAME_RECORDS = 2048  # records per STREAM_RECORDS / EXPORT_RECORDS frame
+FRAME_RECORDS = 2048  # at most this many records per STREAM_RECORDS / EXPORT_RECORDS frame ...
+# ... and at most FRAME_TARGET bytes (plus one line): long names make long lines, and 2048 of
+# them once made a frame beyond MAX_PAYLOAD whose encoder raised in the loop (issue 9)
 
 
 def name_json(names: dict[int, str], cache: dict[int, str]) -> Callable[[int], str]:
@@ -27,7 +29,10 @@ def name_json(names: dict[int, str], cache: dict[int, str]) -> Callable[[int], s
     def get(nid: int) -> str:
         s = cache.get(nid)
         if s is None:
-            s = cache[nid] = json.dumps(names.get(nid, f"#{nid}"))
+            name = names.get(nid, f"#{nid}")
+            if len(name) > MAX_NAME_BYTES:  # stored before the ingest limit: never a line beyond it
+                name = name.encode()[:MAX_NAME_BYTES].decode("utf-8", "ignore")
+            s = cache[nid] = json.dumps(name)  # ASCII (ensure_ascii): len() is the byte count
         return s
     return get
 
@@ -97,10 +102,17 @@ def jsonl_payload(items: list[str]) -> bytes:
 
 
 def jsonl_payloads(items: list[str]) -> Iterator[tuple[int, bytes]]:
-    """(record count, JSON Lines payload) per frame of at most FRAME_RECORDS records."""
-    for i in range(0, len(items), FRAME_RECORDS):
-        chunk = items[i:i + FRAME_RECORDS]
-        yield len(chunk), jsonl_payload(chunk)
+    """(record count, JSON Lines payload) per frame of at most FRAME_RECORDS records and
+    about FRAME_TARGET bytes (a frame ends after the line that crosses it). Lines are ASCII
+    (``json.dumps``) and bounded by the name limits, so every frame is far below MAX_PAYLOAD."""
+    start, size = 0, 0
+    for i, item in enumerate(items):
+        size += len(item) + 1
+        if size >= FRAME_TARGET or i + 1 - start >= FRAME_RECORDS:
+            yield i + 1 - start, jsonl_payload(items[start:i + 1])
+            start, size = i + 1, 0
+    if start < len(items):
+        yield len(items) - start, jsonl_payload(items[start:])
 
 
 def append_frame(out: bytearray, kind: Kind, payload: bytes) -> None:

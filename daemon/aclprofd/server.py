@@ -104,6 +104,7 @@ class Daemon(Transport):
     def __init__(self, settings: Settings, *, reload: Callable[[], Settings] | None = None):
         super().__init__()
         self.settings = settings
+        self.max_control, self.control_idle_s = settings.max_control_connections, settings.control_idle_timeout_s
         self._reload = reload
         self.started_ts = time.time()
         self.started_mono = time.monotonic()
@@ -225,7 +226,7 @@ class Daemon(Transport):
 
     def _turn(self, timeout: float) -> None:
         """One select and everything it makes ready, then the stream and export pumps."""
-        for key, mask in self.sel.select(timeout):
+        for key, mask in self.sel.select(self.accept_timeout(timeout)):
             data = key.data
             if data == "listen":
                 self._accept()
@@ -316,6 +317,7 @@ class Daemon(Transport):
             self.storage.max_age_s = applied.max_age_s
         if self.metrics is not None:
             self.metrics.by_name = applied.prometheus_op_name
+        self.max_control, self.control_idle_s = applied.max_control_connections, applied.control_idle_timeout_s
         logsetup.configure(applied.log_level, applied.log_format, applied.log_file)
         _log.info("config reloaded", changed=live, needs_restart=restart)
 
@@ -332,6 +334,7 @@ class Daemon(Transport):
             if conn.keysrc is not None:
                 conn.keysrc.host, conn.keysrc.service = conn.host, conn.service
             self.queue(conn, welcome)
+            self.admitted(conn)  # the connection limits per role (aclprofd.transport)
         elif conn.role == "agent":
             handler = self.ingest.handlers.get(kind)
             if handler is None:
@@ -393,6 +396,7 @@ class Daemon(Transport):
                 self.persist.store(conn)
             elif conn.role is None and mono - conn.connected > _HELLO_TIMEOUT_S:
                 self._fail(conn, f"no HELLO within {_HELLO_TIMEOUT_S:g} s")
+        self.reap_idle(mono)
         self.storage.flush()
         self.persist.save_aggregates()
         if mono >= self._next_trim:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import numpy as np
+import structlog
 
 from aclprof.protocol.wire import RECORD_DTYPE
 
@@ -36,6 +37,7 @@ _FILE_HEADER = struct.Struct("<8sHHIdII")  # magic, version, reserved, header si
 _CHUNK_MAGIC = b"ACK1"
 _CHUNK_HEADER = struct.Struct("<4sIII")  # magic, meta length, data length, crc32(meta + data)
 _NAME_RE = re.compile(r"^seg-(\d{8,})\.acps$")
+_log = structlog.get_logger("aclprofd")
 _AT_CAP_S = 600.0  # a deletion for the cap keeps at_cap true this long (segments may be smaller)
 
 
@@ -100,6 +102,8 @@ class Storage:
         self.deleted_for_cap = 0
         self.last_cap_delete_ts = 0.0
         self.records_lost = 0  # records not written because a write failed
+        self.corrupt_chunks = 0  # damaged chunks met while reading (the rest of that file is skipped)
+        self.last_read_problem: str | None = None
 
     # ---- writing ------------------------------------------------------------------------
     def _open_segment(self, now: float) -> None:
@@ -254,16 +258,58 @@ class Storage:
                 continue
             if since_ts is not None and seg.last_ts < since_ts and seg is not self._current:
                 continue
+            problems: list[str] = []
             try:
-                yield from read_segment(seg.path, since_ts, until_ts, limit=seg.size)
+                yield from read_segment(seg.path, since_ts, until_ts, limit=seg.size, problems=problems)
             except FileNotFoundError:
                 continue  # deleted by a cap while we were reading
+            except OSError as exc:
+                problems.append(f"{os.path.basename(seg.path)}: {exc.strerror or exc}")
+            if problems:
+                # the rest of that file is left out of this read: counted, and the log says where
+                self.corrupt_chunks += len(problems)
+                self.last_read_problem = problems[-1]
+                _log.warning("segment damaged; the rest of it is skipped", problem=problems[-1],
+                             corrupt_chunks=self.corrupt_chunks)
+
+
+def _valid_meta(meta: Any) -> str | None:
+    """Why a chunk's metadata (whose CRC matched) cannot be used, or None. Written by this
+    daemon, so anything else is a bug or a file from elsewhere: refused, never trusted."""
+    if not isinstance(meta, dict):
+        return f"metadata is a JSON {type(meta).__name__}, not an object"
+    names = meta.get("names", {})
+    if not isinstance(names, dict) or not all(isinstance(k, str) and k.isdigit() and isinstance(v, str)
+                                              for k, v in names.items()):
+        return "names is not an object of id -> string"
+    batches = meta.get("batches")
+    if not isinstance(batches, list) or not all(
+            isinstance(b, list) and len(b) == 2 and type(b[0]) is int and b[0] >= 0
+            and type(b[1]) in (int, float) for b in batches):
+        return "batches is not a list of [count, time]"
+    for k in ("ts_first", "ts_last"):
+        if type(meta.get(k)) not in (int, float):
+            return f"{k} is not a number"
+    if not isinstance(meta.get("host", ""), str) or type(meta.get("pid", 0)) is not int \
+            or not isinstance(meta.get("service"), (str, type(None))) or not isinstance(meta.get("conn", ""), str):
+        return "host/pid/service/conn have the wrong types"
+    return None
 
 
 def read_segment(path: str, since_ts: float | None = None, until_ts: float | None = None,
-                 limit: int | None = None) -> Iterator[Chunk]:
-    """The chunks of one segment file; stops quietly at a torn or corrupt tail."""
+                 limit: int | None = None, problems: list[str] | None = None) -> Iterator[Chunk]:
+    """The chunks of one segment file; stops at a torn or corrupt chunk (the reason is
+    appended to ``problems``; a torn tail at the very end, the normal result of a kill -9
+    during a write, is no problem). A chunk's CRC is checked before its metadata is parsed,
+    and the parsed metadata is checked before it is used (issue 9: a flipped bit that kept
+    the JSON valid killed the daemon)."""
+    def bad(reason: str) -> None:
+        if problems is not None:
+            problems.append(f"{os.path.basename(path)}@{pos}: {reason}")
+
     with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        end = size if limit is None else min(limit, size)
         head = f.read(_FILE_HEADER.size)
         if len(head) < _FILE_HEADER.size:
             return
@@ -273,35 +319,38 @@ def read_segment(path: str, since_ts: float | None = None, until_ts: float | Non
         f.seek(hsize)
         pos = hsize
         names: dict[str, dict[int, str]] = {}
-        while limit is None or pos < limit:
+        while pos < end:
             h = f.read(_CHUNK_HEADER.size)
             if len(h) < _CHUNK_HEADER.size:
-                return
+                return  # torn tail
             magic, mlen, dlen, crc = _CHUNK_HEADER.unpack(h)
             if magic != _CHUNK_MAGIC:
-                return
+                return bad("bad chunk magic")
+            nxt = pos + _CHUNK_HEADER.size + mlen + dlen
+            if nxt > size:
+                return  # torn tail (or lengths that point past the file: never read them)
             mb = f.read(mlen)
-            if len(mb) < mlen:
-                return
+            data = f.read(dlen)
+            if zlib.crc32(data, zlib.crc32(mb)) != crc:
+                return bad("CRC mismatch")
             try:
                 meta = json.loads(mb)
             except ValueError:
-                return
+                return bad("metadata is not JSON")
+            why = _valid_meta(meta)
+            if why is not None:
+                return bad(why)
+            if dlen % RECORD_DTYPE.itemsize or sum(c for c, _ in meta["batches"]) * RECORD_DTYPE.itemsize != dlen:
+                return bad("record count does not match the data")
             conn_names = names.setdefault(meta.get("conn", ""), {})
             conn_names.update((int(k), v) for k, v in meta.get("names", {}).items())
-            pos += _CHUNK_HEADER.size + mlen + dlen
+            pos = nxt
             if ((since_ts is not None and meta["ts_last"] < since_ts)
                     or (until_ts is not None and meta["ts_first"] > until_ts)):
-                f.seek(pos)
                 continue
-            data = f.read(dlen)
-            if len(data) < dlen or zlib.crc32(data, zlib.crc32(mb)) != crc:
-                return
             records = np.frombuffer(data, dtype=RECORD_DTYPE)
-            counts = [int(c) for c, _ in meta["batches"]]
+            counts = [c for c, _ in meta["batches"]]
             ts = np.repeat(np.asarray([t for _, t in meta["batches"]], dtype=np.float64), counts)
-            if len(ts) != len(records):
-                return
             sel = None
             if since_ts is not None:
                 sel = ts >= since_ts

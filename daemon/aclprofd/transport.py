@@ -7,14 +7,30 @@ buffer, protocol-error handling (ERROR, then close this connection only) and clo
 (HELLO, then the dispatch table of the connection's role) and the close and
 protocol-error hooks. Kept apart so that the I/O rules (read budgets, HELLO limits, never
 blocking on a client) are in one place and the event loop reads as a loop.
+
+Connection limits (daemon/README.md "Limits"): at most ``_MAX_CONNECTIONS`` in all, of
+which at most ``_MAX_ANONYMOUS`` have not said HELLO yet (a new one evicts the oldest: a
+real client says HELLO at once) and at most ``max_control_connections`` are control
+clients (a new one evicts the longest idle one that neither streams nor exports); the
+rest is the agents' share, so idle control clients cannot lock agents or ``aclprof
+status`` out. A control client that sends no request for ``control_idle_timeout_s`` while
+not streaming or exporting is closed. When accept() fails (EMFILE, ENFILE, ...) the
+listener is left alone for a growing pause (50 ms to 1 s) instead of being retried in a
+busy loop, and the failure is logged rate-limited.
+
+No exception from one connection's frame, request or reply leaves the loop: it closes that
+connection (:meth:`Transport.internal_error`), counted in ``internal_errors`` and logged
+rate-limited.
 """
 
 from __future__ import annotations
 
+import collections
 import os
 import selectors
 import socket
 import time
+from typing import Any
 
 import structlog
 
@@ -30,11 +46,51 @@ _RECV = 1 << 20                 # bytes per recv()
 READ_BUDGET = 8 << 20           # bytes read from one connection before serving the others
 _CONTROL_OUT_CAP = 64 << 20     # a control client that stops reading its replies is closed
 _MAX_CONNECTIONS = 4096
+_MAX_ANONYMOUS = 256            # connections that have not said HELLO yet
 _HELLO_MAX = 64 << 10           # bytes buffered before HELLO
+_ACCEPT_PAUSE_MIN = 0.05        # after a failed accept(), leave the listener alone this long ...
+_ACCEPT_PAUSE_MAX = 1.0         # ... doubling up to this
+
+
+class LogLimiter:
+    """At most ``burst`` log lines per ``every`` seconds for one kind of event; the next
+    line after a quiet spell says how many were suppressed. A flood of bad clients (or of
+    accept errors) must not become a flood of log lines."""
+
+    def __init__(self, burst: int = 5, every: float = 10.0) -> None:
+        self.burst, self.every = burst, every
+        self._state: dict[str, list[float]] = {}  # event -> [window start, lines, suppressed]
+
+    def allow(self, event: str) -> int | None:
+        """None if a line for ``event`` is suppressed now, else how many were suppressed
+        since the last line that was written."""
+        now = time.monotonic()
+        st = self._state.get(event)
+        suppressed = 0
+        if st is None or now - st[0] >= self.every:
+            suppressed = int(st[2]) if st is not None else 0
+            st = self._state[event] = [now, 0, 0]
+        if st[1] >= self.burst:
+            st[2] += 1
+            return None
+        st[1] += 1
+        return suppressed
+
+    def log(self, level: str, event: str, **kw: Any) -> None:
+        suppressed = self.allow(event)
+        if suppressed is None:
+            return
+        if suppressed:
+            kw["suppressed"] = suppressed
+        getattr(_log, level)(event, **kw)
 
 
 class Transport:
     """Connections by file descriptor, one selector; subclasses handle the frames."""
+
+    #: limits the daemon may change (from its settings)
+    max_control = 64
+    control_idle_s = 60.0
 
     def __init__(self) -> None:
         self.sel = selectors.DefaultSelector()
@@ -42,6 +98,18 @@ class Transport:
         self.conns: dict[int, Conn] = {}
         self._id_base = f"{time.time_ns():x}-{os.getpid()}"
         self._seq = 0
+        # oldest first: connections without HELLO (by connect time), control clients (by
+        # their last request)
+        self._anon: collections.OrderedDict[Conn, None] = collections.OrderedDict()
+        self._controls: collections.OrderedDict[Conn, float] = collections.OrderedDict()
+        self._accept_paused_until = 0.0  # listener unregistered until then (0: registered)
+        self._accept_pause = 0.0
+        self.limiter = LogLimiter()
+        self.close_limiter = LogLimiter(burst=50)  # protocol errors: one line each, short of a flood
+        self.internal_errors = 0     # connections closed for an exception while serving them
+        self.refused = 0             # connections refused or evicted by the limits above
+        self.idle_closed = 0         # control clients closed for idling
+        self.accept_errors = 0
 
     # hooks
     def _handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:
@@ -60,17 +128,101 @@ class Transport:
                 sock, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:  # EMFILE and friends: log, keep serving the others
-                _log.error("accept failed", error=str(exc))
+            except OSError as exc:  # EMFILE and friends: pause accepting, keep serving the others
+                self._pause_accept(exc)
                 return
+            self._accept_pause = 0.0
             if len(self.conns) >= _MAX_CONNECTIONS:
                 sock.close()
+                self.refused += 1
+                self.limiter.log("warning", "connection refused", reason=f"{_MAX_CONNECTIONS} connections open")
                 continue
+            if len(self._anon) >= _MAX_ANONYMOUS:
+                oldest = next(iter(self._anon))
+                self.refused += 1
+                self._close(oldest, None)
+                self.limiter.log("warning", "connection evicted",
+                                 reason=f"more than {_MAX_ANONYMOUS} connections without HELLO")
             sock.setblocking(False)
             self._seq += 1
             conn = Conn(sock, f"{self._id_base}-{self._seq}")
             self.conns[sock.fileno()] = conn
+            self._anon[conn] = None
             self.sel.register(sock, selectors.EVENT_READ, conn)
+
+    def _pause_accept(self, exc: OSError) -> None:
+        """accept() failed: the listener stays readable, so retrying at once would spin at
+        100 % CPU (and log each time) until a descriptor frees up. Unregister it for a pause
+        that doubles while the failures go on."""
+        self.accept_errors += 1
+        self._accept_pause = min(_ACCEPT_PAUSE_MAX, max(_ACCEPT_PAUSE_MIN, 2 * self._accept_pause))
+        self._accept_paused_until = time.monotonic() + self._accept_pause
+        if self.listener is not None:
+            try:
+                self.sel.unregister(self.listener)
+            except (KeyError, ValueError):
+                pass
+        self.limiter.log("error", "accept failed; pausing accepts", error=str(exc), pause_s=self._accept_pause,
+                         connections=len(self.conns))
+
+    def accept_timeout(self, timeout: float) -> float:
+        """Before each select: listen again once an accept pause is over; ``timeout``
+        shortened so that the pause ends on time."""
+        until = self._accept_paused_until
+        if not until:
+            return timeout
+        now = time.monotonic()
+        if now < until:
+            return min(timeout, until - now)
+        self._accept_paused_until = 0.0
+        if self.listener is not None:
+            self.sel.register(self.listener, selectors.EVENT_READ, "listen")
+        return timeout
+
+    def admitted(self, conn: Conn) -> None:
+        """``conn`` said HELLO (its role is set): it leaves the anonymous share; a control
+        client joins the control share, evicting the longest idle one when it is full."""
+        self._anon.pop(conn, None)
+        if conn.role != "control":
+            return
+        self._controls[conn] = time.monotonic()
+        if len(self._controls) <= self.max_control:
+            return
+        for other in self._controls:
+            if other is not conn and self._idle(other):
+                self.refused += 1
+                self._fail(other, f"evicted: more than {self.max_control} control connections "
+                                  "and this one was the longest idle", quiet=True)
+                self.limiter.log("warning", "control connection evicted", pid=other.pid,
+                                 limit=self.max_control)
+                return
+        self.refused += 1
+        self._fail(conn, f"too many control connections (limit {self.max_control}, all busy)")
+
+    @staticmethod
+    def _idle(conn: Conn) -> bool:
+        return conn.stream is None and conn.export is None and not conn.out
+
+    def reap_idle(self, now: float) -> None:
+        """Close control clients without a request for ``control_idle_s`` that neither
+        stream nor export (called with the flush tick)."""
+        cutoff = now - self.control_idle_s
+        for conn, last in list(self._controls.items()):
+            if last > cutoff:
+                break  # ordered by last request
+            if self._idle(conn):
+                self.idle_closed += 1
+                self._fail(conn, f"idle control connection: no request in {self.control_idle_s:g} s", quiet=True)
+                self.limiter.log("info", "connection closed", reason="idle control connection", pid=conn.pid)
+
+    def internal_error(self, conn: Conn, where: str, exc: BaseException) -> None:
+        """An exception while serving ``conn`` outside a frame handler (STREAM/EXPORT
+        pumps): close that connection, count it, log it rate-limited."""
+        self.internal_errors += 1
+        self.limiter.log("error", "internal error serving a connection; closing it", where=where,
+                         pid=conn.pid, error=f"{type(exc).__name__}: {exc}")
+        if not conn.closed:
+            self._fail(conn, f"internal error in {where}: {type(exc).__name__}", quiet=True)
 
     def _read(self, conn: Conn) -> None:
         """The selector says ``conn`` is readable."""
@@ -103,11 +255,16 @@ class Transport:
                 self._handle(conn, kind, payload)
                 if conn.closed:
                     return False
+                if conn.role == "control":  # a request: not idle
+                    self._controls[conn] = time.monotonic()
+                    self._controls.move_to_end(conn)
         except ProtocolError as exc:
             self._fail(conn, str(exc))
             return False
         except Exception as exc:  # a bug must cost one connection, never the daemon
-            _log.exception("internal error handling a frame", pid=conn.pid)
+            self.internal_errors += 1
+            if self.limiter.allow("internal error handling a frame") is not None:
+                _log.exception("internal error handling a frame", pid=conn.pid)
             self._fail(conn, f"internal error: {type(exc).__name__}")
             return False
         if conn.role is None and conn.reader.buffered > _HELLO_MAX:
@@ -148,7 +305,7 @@ class Transport:
             pass
         conn.out.clear()
 
-    def _fail(self, conn: Conn, reason: str) -> None:
+    def _fail(self, conn: Conn, reason: str, *, quiet: bool = False) -> None:
         """A protocol error: ERROR frame (best effort), close, log with the peer's pid.
         An agent also gets GOODBYE: what it sent after the bad frame is counted as lost."""
         self._on_protocol_error(conn)
@@ -156,12 +313,15 @@ class Transport:
         if conn.role == "agent":
             frames += encode_json(Kind.GOODBYE, {"records": conn.records, "dropped": conn.dropped})
         self._send_last(conn, frames)
-        self._close(conn, reason, level="warning")
+        # quiet: the caller logs (rate-limited); a flood of bad clients is not a flood of lines
+        self._close(conn, reason, level="warning", log=not quiet)
 
-    def _close(self, conn: Conn, reason: str | None, level: str = "info") -> None:
+    def _close(self, conn: Conn, reason: str | None, level: str = "info", *, log: bool = True) -> None:
         if conn.closed:
             return
         conn.closed = True
+        self._anon.pop(conn, None)
+        self._controls.pop(conn, None)
         try:
             self.sel.unregister(conn.sock)
         except (KeyError, ValueError):
@@ -169,7 +329,10 @@ class Transport:
         self.conns.pop(conn.sock.fileno(), None)
         conn.sock.close()
         self._on_close(conn)
-        if conn.role is not None or reason:
-            getattr(_log, level)("connection closed", reason=reason or "peer closed",
-                                 role=conn.role, pid=conn.pid, service=conn.service,
-                                 records=conn.records if conn.role == "agent" else None)
+        if log and (conn.role is not None or reason):
+            kw = dict(reason=reason or "peer closed", role=conn.role, pid=conn.pid, service=conn.service,
+                      records=conn.records if conn.role == "agent" else None)
+            if level == "warning":
+                self.close_limiter.log(level, "connection closed", **kw)
+            else:
+                getattr(_log, level)("connection closed", **kw)
