@@ -41,7 +41,7 @@ from .fanout import Fanout
 from .handshake import PROTOCOL_VERSION, hello
 from .ingest import Ingest
 from .persist import AGGREGATES_FILE, Persistence, malloc_trim
-from .sockets import DaemonError, bind_socket, sd_notify
+from .sockets import DaemonError, bind_socket, sd_notify, socket_is_ours
 from .status import PUBLISH_S, Counters, CountersSnapshot, Health, take_snapshot
 from .storage import Storage
 from .transport import Transport
@@ -237,6 +237,25 @@ class Daemon(Transport):
         except OSError:
             pass
 
+    def _check_socket(self) -> None:
+        """At every flush: if our socket file was removed or replaced, listen again on a new
+        one (new agents and the CLI could not reach us otherwise); connected clients keep
+        their connections. A failure is logged and tried again at the next flush."""
+        if self.listener is None or socket_is_ours(self.settings.socket, self._socket_ino):
+            return
+        try:
+            new = bind_socket(self.settings.socket, self.settings.socket_group)
+        except DaemonError as exc:
+            _log.error("socket file was removed or replaced and cannot be recreated", socket=self.settings.socket,
+                       error=str(exc))
+            return
+        self.sel.unregister(self.listener)
+        self.listener.close()
+        self.listener = new
+        self._socket_ino = os.stat(self.settings.socket).st_ino
+        self.sel.register(new, selectors.EVENT_READ, "listen")
+        _log.warning("socket file was removed; listening again", socket=self.settings.socket)
+
     def _goodbye_agents(self) -> None:
         """Graceful stop: read what every agent already wrote (until EAGAIN; at most
         ``DRAIN_S`` in all, an agent writing faster than we read stops the drain, not the
@@ -314,6 +333,7 @@ class Daemon(Transport):
                 self._fail(conn, f"no HELLO within {_HELLO_TIMEOUT_S:g} s")
         self.storage.flush()
         self.persist.save_aggregates()
+        self._check_socket()
         if mono >= self._next_trim:
             self._next_trim = mono + _TRIM_EVERY_S
             malloc_trim()
