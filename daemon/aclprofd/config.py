@@ -142,6 +142,7 @@ class Settings:
     windows: tuple[int, ...] = (10, 60)
     stream_buffer_bytes: int = 8 << 20
     config_file: str | None = None
+    admin_group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,9 @@ OPTIONS: tuple[Option, ...] = (
            "sliding windows of the aggregates, comma separated (default 10s,1m)"),
     Option("stream_buffer_bytes", "stream_buffer", "ACLPROFD_STREAM_BUFFER", "--stream-buffer", parse_size, True,
            "outgoing buffer per STREAM client; when full its records are skipped and counted (default 8MiB)"),
+    Option("admin_group", "admin_group", "ACLPROFD_ADMIN_GROUP", "--admin-group", _opt_str, True,
+           "members may send control requests besides STATUS (export, reset, snapshot, stream), as may "
+           "root and the daemon's user"),
 )
 _BY_FIELD = {o.field: o for o in OPTIONS}
 
