@@ -179,7 +179,13 @@ def exporting():
 
 
 def _export(sock: str, out: str) -> int:
-    return cli_main(["export", "--socket", sock, "--format", "jsonl", "-o", out])
+    """``aclprof export`` in this process (its pid is known: the planted-name test needs it)."""
+    import structlog
+    saved = structlog.get_config()  # the CLI configures structlog onto this test's captured stderr
+    try:
+        return cli_main(["export", "--socket", sock, "--format", "jsonl", "-o", out])
+    finally:
+        structlog.configure(**saved)
 
 
 def test_export_into_a_fifo_writes_into_it(exporting, tmp_path):
