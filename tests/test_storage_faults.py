@@ -132,3 +132,19 @@ def test_removed_socket_file_is_recreated():
         assert status(d.socket)["records_total"] == 0
         _send(d.socket, 2 * BATCH)
         assert any(line.get("event") == "socket file was removed; listening again" for line in d.log_lines())
+
+
+def test_a_daemon_that_cannot_bind_releases_the_data_dir():
+    from aclprofd import config
+    from aclprofd.server import Daemon as InProcessDaemon
+    from aclprofd.sockets import DaemonError
+
+    root = short_tmpdir()
+    data = os.path.join(root, "data")
+    Path(root, "not-a-socket").write_text("")
+    bad = config.load({"socket": os.path.join(root, "not-a-socket"), "data_dir": data, "prometheus_port": "0"},
+                      environ={})
+    with pytest.raises(DaemonError, match="is not a socket"):
+        InProcessDaemon(bad).start()
+    with running(root, data_dir=data) as d:  # the lock was released
+        assert status(d.socket)["storage"]["write_errors"] == 0

@@ -107,7 +107,12 @@ class Daemon(Transport):
         except OSError as exc:
             raise DaemonError(f"cannot use data dir {s.data_dir}: {exc.strerror or exc}") from None
         self.persist.load_aggregates()
-        self.listener = bind_socket(s.socket, s.socket_group)
+        try:
+            self.listener = bind_socket(s.socket, s.socket_group)
+        except DaemonError:
+            self.storage.close()  # releases the data dir's lock: a retry in this process may take it
+            self.storage = None
+            raise
         self._socket_ino = os.stat(s.socket).st_ino
         self.sel.register(self.listener, selectors.EVENT_READ, "listen")
         self.sel.register(self._wake_r, selectors.EVENT_READ, "wake")
