@@ -115,7 +115,7 @@ def test_stream_with_filters(daemon):
 
 
 def _agent_thread(path: str, idx: int, batches: int, size: int, dropped: int) -> None:
-    a = agent(path, service=f"svc{idx}", pid=10_000 + idx,
+    a = agent(path, service=f"svc{idx}",  # one real pid for all (SO_PEERCRED): told apart by service
               names={1: "Conv2D", 2: "MatMul", 3: f"conv{idx}", 4: f"fc{idx}"})
     a.send_json(Kind.WATCH, {"model_id": idx, "device": idx % 2, "labels": {}})
     for i in range(batches):
@@ -141,7 +141,7 @@ def test_several_agents_accounting(daemon):
     snap = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "name"})
     assert sum(r["count"] for r in snap["rows"]) == sent
     assert len(snap["rows"]) == 2 * n_agents
-    per_pid = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "type", "filter": {"pid": 10_003, "model": 3}})
+    per_pid = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "type", "filter": {"service": "svc3", "model": 3}})
     assert sum(r["count"] for r in per_pid["rows"]) == batches * size
     assert len(c.export()) == sent
 

@@ -178,13 +178,14 @@ def test_sighup_reopens_logs_and_reloads_config(tmp):
 def test_hostile_frame_logged_with_pid(tmp):
     with running(tmp) as d:
         good = agent(d.socket)
-        bad = Client(d.socket, "agent", pid=4242)
+        bad = Client(d.socket, "agent")  # its pid: the real one (SO_PEERCRED)
         bad.sock.sendall(b"\xff" * 64)
         assert bad.closed_by_peer()
         good.send_batch(make_records(100))
         wait_for(lambda: status(d.socket)["records_total"] == 100)
-        line = wait_for(lambda: next((x for x in d.log_lines() if x.get("pid") == 4242 and x.get("level") == "warning"),
-                                       None))
+        me = os.getpid()
+        line = wait_for(lambda: next((x for x in d.log_lines() if x.get("pid") == me and x.get("level") == "warning"),
+                                     None))
         assert "bad magic" in line["reason"]
 
 
@@ -199,13 +200,13 @@ def _free_port() -> int:
 def test_prometheus_metrics_on_loopback(tmp):
     port = _free_port()
     with running(tmp, prometheus_port=port) as d:
-        a = agent(d.socket, service="svc", pid=777)
+        a = agent(d.socket, service="svc")
         a.send_batch(make_records(1000, durations=[5000, 2_000_000] * 500))
         a.send_json(Kind.LOSS, {"dropped": 3, "reason": "x"})
         wait_for(lambda: status(d.socket)["records_total"] == 1000)
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         assert "aclprofd_records_total 1000.0" in text
-        assert 'aclprofd_agent_dropped_records_total{pid="777",service="svc"} 3.0' in text
+        assert f'aclprofd_agent_dropped_records_total{{pid="{os.getpid()}",service="svc"}} 3.0' in text
         assert "aclprofd_connected_agents 1.0" in text
         assert "aclprofd_storage_bytes" in text and "aclprofd_agent_lag_seconds" in text
         conv = [x for x in text.splitlines()

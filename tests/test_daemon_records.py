@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import socket
 import threading
@@ -72,7 +73,7 @@ def _receive_times(payload: bytes, t0: float, t1: float) -> list[str]:
 def test_export_payload_is_json_lines_and_ends_with_end():
     with InProcess() as d:
         t0 = time.time()
-        a = agent(d.socket, service="svc", pid=4242)
+        a = agent(d.socket, service="svc")  # pid: the real one (SO_PEERCRED)
         a.send_batch(_two_records())
         wait_for(lambda: status(d.socket)["records_total"] == 2)
         t1 = time.time()
@@ -81,7 +82,7 @@ def test_export_payload_is_json_lines_and_ends_with_end():
         kind, payload = c.recv()
         assert int(kind) == EXPORT_RECORDS
         data = bytes(payload)
-        assert data == _expected_lines(_receive_times(data, t0, t1), 4242)
+        assert data == _expected_lines(_receive_times(data, t0, t1), os.getpid())
         assert [json.loads(line)["op_name"] for line in data.splitlines()] == ["conv1", "fc1"]
         kind, payload = c.recv()
         assert int(kind) == END and json.loads(bytes(payload)) == {"records": 2, "skipped": 0}
@@ -96,13 +97,13 @@ def test_stream_payload_is_json_lines_and_stop_sends_end():
         s.send_json(Kind.STREAM, {"filter": {}})
         wait_for(lambda: any(c.stream is not None for c in list(d.daemon.conns.values())))
         t0 = time.time()
-        a = agent(d.socket, service="svc", pid=4243)
+        a = agent(d.socket, service="svc")
         a.send_batch(_two_records())
         kind, payload = s.recv()
         t1 = time.time()
         assert int(kind) == STREAM_RECORDS
         data = bytes(payload)
-        assert data == _expected_lines(_receive_times(data, t0, t1), 4243)
+        assert data == _expected_lines(_receive_times(data, t0, t1), os.getpid())
         d.stop()
         kind, payload = s.recv()
         assert int(kind) == END and json.loads(bytes(payload)) == {"records": 2, "skipped": 0}
@@ -211,7 +212,7 @@ def _metric(text: str, line_start: str) -> float:
 def test_status_and_metrics_read_the_same_snapshot():
     port = _free_port()
     with InProcess(prometheus_port=port) as d:
-        a = agent(d.socket, service="svc", pid=777)
+        a = agent(d.socket, service="svc")
         a.send_batch(make_records(1234))
         a.send_json(Kind.LOSS, {"dropped": 5, "reason": "x"})
         bad = Client(d.socket)
@@ -223,7 +224,7 @@ def test_status_and_metrics_read_the_same_snapshot():
         snap = d.daemon.published
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         assert _metric(text, "aclprofd_records_total") == st["records_total"] == snap.records_total == 1234
-        assert _metric(text, 'aclprofd_agent_dropped_records_total{pid="777",service="svc"}') == 5
+        assert _metric(text, f'aclprofd_agent_dropped_records_total{{pid="{os.getpid()}",service="svc"}}') == 5
         assert st["dropped_by_agents"] == snap.dropped_total == 5
         assert _metric(text, "aclprofd_connected_agents") == len(st["agents"]) == len(snap.agents) == 1
         assert _metric(text, "aclprofd_protocol_errors_total") == st["protocol_errors"] == snap.protocol_errors
@@ -238,7 +239,7 @@ def test_collector_reads_only_the_snapshot_and_the_aggregator():
     from aclprofd.metrics import DaemonCollector
     from prometheus_client import CollectorRegistry, generate_latest
     with InProcess() as d:
-        a = agent(d.socket, service="svc", pid=778)
+        a = agent(d.socket, service="svc")
         a.send_batch(make_records(100))
         wait_for(lambda: status(d.socket)["records_total"] == 100)
 

@@ -176,26 +176,27 @@ def test_storage_round_trip_torn_tail_and_restart(tmp_path: Path):
     assert st2.stats()["segments"] == 2
 
 
-def test_storage_write_failure_is_counted_not_raised(tmp_path: Path):
+def test_storage_write_failure_is_counted_not_raised(tmp_path: Path, monkeypatch):
+    import aclprofd.storage as storage_mod
+
     st = Storage(str(tmp_path))
     t0 = time.time()  # receive times: older than max_age would be deleted at the flush
     r = make_records(10)
+    real_writev = os.writev
 
-    class Broken:
-        def write(self, b):
-            raise OSError(28, "No space left on device")
-
-        def close(self):
-            pass
+    def half_then_enospc(fd, bufs):  # part of the chunk reaches the file, then the disk is full
+        real_writev(fd, [bytes(bufs[0])[:10]])
+        raise OSError(28, "No space left on device")
 
     st.write("c", {"host": "h"}, [], [(t0 + 1, r.tobytes())])
     st.flush()
-    st._file.close()
-    st._file = Broken()
+    monkeypatch.setattr(storage_mod.os, "writev", half_then_enospc)
     st.write("c", {"host": "h"}, [], [(t0 + 2, r.tobytes())])
     assert st.write_errors == 1 and st.records_lost == 10 and "No space" in st.last_error
-    st.write("c", {"host": "h"}, [], [(t0 + 3, r.tobytes())])  # a fresh segment
+    monkeypatch.setattr(storage_mod.os, "writev", real_writev)
+    st.write("c", {"host": "h"}, [], [(t0 + 3, r.tobytes())])  # the same segment goes on
     st.flush()
+    assert st.stats()["segments"] == 1
     assert sum(len(c.records) for c in st.read()) == 20
 
 

@@ -19,6 +19,8 @@ import argparse
 import csv
 import json
 import os
+import secrets
+import stat
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO, TextIO
@@ -54,7 +56,9 @@ def add_parser(sub: Any, fmt: Any) -> None:
                    help="first receive time (default: the oldest kept record)")
     p.add_argument("--until", type=_time_arg, metavar="T", default=None, help="last receive time (default: now)")
     p.add_argument("--format", choices=("csv", "chrome", "jsonl"), required=True, help="output format")
-    p.add_argument("-o", "--output", metavar="FILE", default=None, help="output file (default: stdout)")
+    p.add_argument("-o", "--output", metavar="FILE", default=None,
+                   help="output file, '-' for stdout (default: stdout); a symlink is followed, a FIFO or "
+                        "device is written into, a regular file is replaced only once the export is complete")
     add_filter_args(p)
     add_socket_arg(p)
     p.set_defaults(func=cmd_export)
@@ -163,25 +167,103 @@ class _TextSink:
 _WRITERS: dict[str, Callable[[Any, Any], int]] = {"csv": write_csv, "chrome": write_chrome, "jsonl": write_jsonl}
 
 
+class _Output:
+    """Where ``-o PATH`` writes, opened as a user expects of ``> PATH``, without its risks.
+
+    - PATH is followed if it is a symlink (the link stays, its target gets the export).
+    - A FIFO, device or other non-regular file (``/dev/null``, ``/dev/stdout``, a named
+      pipe) is opened and written into: never replaced by a regular file.
+    - A regular or missing file is written to a new temporary file in the same directory,
+      created with ``O_CREAT|O_EXCL|O_NOFOLLOW`` under a random name (a planted file or
+      symlink there is refused, never followed or overwritten), then renamed over the
+      target: a failed export leaves the old file and no half file. The new file keeps
+      the old file's mode (else 0666 less the umask).
+    """
+
+    def __init__(self, path: str):
+        self.path = path
+        self.tmp: str | None = None
+        self.final = path
+        try:
+            st: os.stat_result | None = os.stat(path)  # follows a symlink, like a shell redirect
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise CliError(f"cannot write {path}: {exc.strerror or exc}", 2) from None
+        try:
+            if st is not None and stat.S_ISDIR(st.st_mode):
+                raise CliError(f"cannot write {path}: it is a directory", 2)
+            if st is not None and not stat.S_ISREG(st.st_mode):
+                self.fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)  # FIFO, device: write into it
+                return
+            self.final = os.path.realpath(path)
+            mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
+            directory, base = os.path.split(self.final)
+            for _ in range(100):
+                tmp = os.path.join(directory, f".{base}.{secrets.token_hex(8)}.tmp")
+                try:
+                    self.fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                except FileExistsError:
+                    continue
+                self.tmp = tmp
+                os.fchmod(self.fd, mode)
+                return
+            raise CliError(f"cannot create a temporary file beside {self.final}: 100 random names were taken", 1)
+        except OSError as exc:
+            raise CliError(f"cannot write {path}: {exc.strerror or exc}", 2) from None
+
+    def commit(self) -> None:
+        """The export is complete: put the temporary file in place."""
+        if self.tmp is None:
+            return
+        try:
+            st = os.lstat(self.final)
+        except FileNotFoundError:
+            st = None
+        if st is not None and not stat.S_ISREG(st.st_mode):
+            # replaced by something else while we exported: never rename over it
+            raise CliError(f"{self.final} is no longer a regular file; the export was not written there", 1)
+        os.replace(self.tmp, self.final)
+        self.tmp = None
+
+    def discard(self) -> None:
+        if self.tmp is not None:
+            try:
+                os.unlink(self.tmp)
+            except OSError:
+                pass
+            self.tmp = None
+
+
+def _umask() -> int:
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     if args.since is not None and args.until is not None and args.since > args.until:
         raise CliError("--since is after --until", 2)
-    client = connect(args, timeout=30.0)
+    output = _Output(args.output) if args.output and args.output != "-" else None
     writer = _WRITERS[args.format]
-    tmp = None
+    try:
+        client = connect(args, timeout=30.0)
+    except BaseException:
+        if output is not None:
+            os.close(output.fd)
+            output.discard()
+        raise
     try:
         if args.format == "jsonl":
             source: Any = client.export_jsonl(args.since, args.until, filter_from_args(args))
         else:
             source = client.export(args.since, args.until, filter_from_args(args))
         binary = args.format == "jsonl"
-        if args.output and args.output != "-":
-            # Write beside the target and rename: a failed export never leaves half a file.
-            tmp = f"{args.output}.tmp-{os.getpid()}"
-            with (open(tmp, "wb") if binary else open(tmp, "w", encoding="utf-8", newline="")) as f:
+        if output is not None:
+            fd, output.fd = output.fd, -1
+            with (open(fd, "wb") if binary else open(fd, "w", encoding="utf-8", newline="")) as f:
                 n = writer(source, f)
-            os.replace(tmp, args.output)
-            tmp = None
+            output.commit()
             print(f"exported {n:,} records to {args.output}", file=sys.stderr)
         else:
             sys.stdout.flush()
@@ -192,14 +274,10 @@ def cmd_export(args: argparse.Namespace) -> int:
             out.flush()
     finally:
         client.close()
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
+        if output is not None:
+            if output.fd >= 0:
+                os.close(output.fd)
+            output.discard()
     if n == 0:
         print("no records matched (check --since/--until and the filters)", file=sys.stderr)
     return EXIT_OK
-
-
-

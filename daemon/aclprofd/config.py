@@ -145,6 +145,7 @@ class Settings:
     memory_budget_bytes: int = 512 << 20
     control_idle_timeout_s: float = 60.0
     max_control_connections: int = 64
+    admin_group: str | None = None
 
 
 @dataclass(frozen=True)
@@ -201,6 +202,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_control_connections", "max_control_connections", "ACLPROFD_MAX_CONTROL_CONNECTIONS",
            "--max-control-connections", _parse_positive_int, True,
            "control clients at once; a new one evicts the longest idle one (default 64)"),
+    Option("admin_group", "admin_group", "ACLPROFD_ADMIN_GROUP", "--admin-group", _opt_str, True,
+           "members may send control requests besides STATUS (export, reset, snapshot, stream), as may "
+           "root and the daemon's user"),
 )
 _BY_FIELD = {o.field: o for o in OPTIONS}
 

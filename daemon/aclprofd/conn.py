@@ -57,6 +57,7 @@ class Conn:
         self.out = bytearray()
         self.role: str | None = None
         self.pid: int | None = None
+        self.peer: tuple[int, int, int] | None = None  # SO_PEERCRED (pid, uid, gid), set at HELLO
         self.host = ""
         self.service: str | None = None
         self.labels: dict[str, str] = {}

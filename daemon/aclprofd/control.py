@@ -16,6 +16,7 @@ from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
 from .conn import Conn
 from .filters import Filter
+from .handshake import authorize
 from .status import status_reply
 
 if TYPE_CHECKING:
@@ -39,6 +40,7 @@ class Control:
         }
 
     def handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:
+        authorize(self.d.settings, conn, kind)  # who may send what: daemon/README.md "Security model"
         handler = self.handlers.get(kind)
         if handler is None:
             raise ProtocolError(f"{kind.name} is not allowed from a control client")

@@ -1,5 +1,10 @@
 """HELLO: a connection says who it is (role, pid, host, service, labels) and gets WELCOME;
-plus the payload checks the agent and control handlers share.
+plus the payload checks the agent and control handlers share, and who may send which
+control request (:func:`authorize`; daemon/README.md "Security model").
+
+The peer's real pid, uid and gid come from the Unix socket (``SO_PEERCRED``), not from
+HELLO: a HELLO pid that is not the peer's (in the daemon's pid namespace) is replaced by
+the real one and logged.
 
 PROTOCOL_VERSION is what WELCOME announces (daemon/PROTOCOL.md). It is not the frame
 header's version: the framing is unchanged since protocol 1, so agents are unaffected
@@ -8,8 +13,12 @@ by a change of the control records (protocol 2).
 
 from __future__ import annotations
 
+import grp
 import os
-from typing import Any, TypeGuard
+import pwd
+import socket
+import struct
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import structlog
 
@@ -19,11 +28,17 @@ from . import __version__
 from .aggregate import KeySource
 from .conn import Conn
 
-__all__ = ["PROTOCOL_VERSION", "hello", "is_int", "is_labels"]
+if TYPE_CHECKING:
+    from .config import Settings
+
+__all__ = ["PROTOCOL_VERSION", "hello", "is_int", "is_labels", "authorize", "peer_credentials"]
 
 #: 2: STREAM/EXPORT payloads are JSON Lines; both end with END; STREAM_SKIPPED (PROTOCOL.md)
 PROTOCOL_VERSION = 2
 _log = structlog.get_logger("aclprofd")
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
+#: control requests any peer that can connect may send (counters and health, no records)
+OPEN_REQUESTS = frozenset({Kind.STATUS})
 
 
 def is_int(v: Any) -> TypeGuard[int]:
@@ -32,6 +47,24 @@ def is_int(v: Any) -> TypeGuard[int]:
 
 def is_labels(v: Any) -> TypeGuard[dict[str, str]]:
     return isinstance(v, dict) and all(isinstance(k, str) and isinstance(x, str) for k, x in v.items())
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
+    """(pid, uid, gid) of the process that connected ``sock``, from the kernel; None if
+    the socket cannot say (not a Unix socket)."""
+    try:
+        return _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    except (OSError, AttributeError, struct.error):
+        return None
+
+
+def _same_pid_namespace(pid: int) -> bool:
+    """Whether ``pid`` lives in our pid namespace (then its HELLO pid must be its pid;
+    in a container's namespace the agent sees another number for itself)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return True  # no /proc: assume one namespace (the strict choice)
 
 
 def hello(conn: Conn, obj: dict[str, Any], started_ts: float) -> bytes:
@@ -46,9 +79,52 @@ def hello(conn: Conn, obj: dict[str, Any], started_ts: float) -> bytes:
     if (service is not None and not isinstance(service, str)) or not is_labels(labels):
         raise ProtocolError("HELLO service must be a string or null, labels an object of strings")
     check_identity("HELLO", host=host, service=service, labels=labels)  # limits: wire.py
+    conn.peer = peer = peer_credentials(conn.sock)
+    if peer is not None and pid != peer[0] and _same_pid_namespace(peer[0]):
+        _log.warning("HELLO pid is not the peer's pid; using the peer's", hello_pid=pid, peer_pid=peer[0],
+                     peer_uid=peer[1], service=service)
+        pid = peer[0]
     conn.role, conn.pid, conn.host, conn.service, conn.labels = role, pid, host, service, labels
     if role == "agent":
         conn.keysrc = KeySource(host, pid, service)
-    _log.info("connected", role=role, pid=pid, host=host, service=service)
+    _log.info("connected", role=role, pid=pid, host=host, service=service,
+              peer_pid=peer[0] if peer else None, peer_uid=peer[1] if peer else None)
     return encode_json(Kind.WELCOME, {"version": __version__, "protocol": PROTOCOL_VERSION,
                                       "pid": os.getpid(), "started_ts": started_ts})
+
+
+def is_admin(settings: Settings, peer: tuple[int, int, int] | None) -> bool:
+    """Root, the daemon's own user, or a member of ``settings.admin_group`` (the peer's
+    primary group or, by the group database, one of its user's supplementary groups)."""
+    if peer is None:
+        return False
+    _, uid, gid = peer
+    if uid == 0 or uid == os.geteuid():
+        return True
+    if not settings.admin_group:
+        return False
+    try:
+        admin = grp.getgrnam(settings.admin_group)
+    except KeyError:
+        return False
+    if gid == admin.gr_gid:
+        return True
+    try:
+        user = pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return user.pw_name in admin.gr_mem or admin.gr_gid in os.getgrouplist(user.pw_name, user.pw_gid)
+
+
+def authorize(settings: Settings, conn: Conn, kind: Kind) -> None:
+    """ProtocolError (closing this connection) unless ``conn``'s peer may send ``kind``:
+    STATUS is open to every peer that can connect; every other control request (EXPORT,
+    RESET, SNAPSHOT, STREAM, ...) needs :func:`is_admin`."""
+    if kind in OPEN_REQUESTS or is_admin(settings, conn.peer):
+        return
+    uid = conn.peer[1] if conn.peer else "unknown"
+    group = f" or a member of the admin group {settings.admin_group!r}" if settings.admin_group else \
+        " (no --admin-group is set)"
+    _log.warning("control request refused", request=kind.name, pid=conn.pid, uid=uid)
+    raise ProtocolError(f"{kind.name} refused: control requests other than STATUS need root, the daemon's "
+                        f"user (uid {os.geteuid()}){group}; this peer is uid {uid}")

@@ -42,7 +42,7 @@ from .fanout import Fanout
 from .handshake import PROTOCOL_VERSION, hello
 from .ingest import Ingest
 from .persist import AGGREGATES_FILE, Persistence, malloc_trim
-from .sockets import DaemonError, bind_socket, sd_notify
+from .sockets import DaemonError, bind_socket, sd_notify, socket_is_ours
 from .status import PUBLISH_S, Counters, CountersSnapshot, Health, take_snapshot
 from .storage import Storage
 from .transport import Transport
@@ -148,7 +148,12 @@ class Daemon(Transport):
         except OSError as exc:
             raise DaemonError(f"cannot use data dir {s.data_dir}: {exc.strerror or exc}") from None
         self.persist.load_aggregates()
-        self.listener = bind_socket(s.socket, s.socket_group)
+        try:
+            self.listener = bind_socket(s.socket, s.socket_group)
+        except DaemonError:
+            self.storage.close()  # releases the data dir's lock: a retry in this process may take it
+            self.storage = None
+            raise
         self._socket_ino = os.stat(s.socket).st_ino
         self.sel.register(self.listener, selectors.EVENT_READ, "listen")
         self.sel.register(self._wake_r, selectors.EVENT_READ, "wake")
@@ -278,6 +283,25 @@ class Daemon(Transport):
         except OSError:
             pass
 
+    def _check_socket(self) -> None:
+        """At every flush: if our socket file was removed or replaced, listen again on a new
+        one (new agents and the CLI could not reach us otherwise); connected clients keep
+        their connections. A failure is logged and tried again at the next flush."""
+        if self.listener is None or socket_is_ours(self.settings.socket, self._socket_ino):
+            return
+        try:
+            new = bind_socket(self.settings.socket, self.settings.socket_group)
+        except DaemonError as exc:
+            _log.error("socket file was removed or replaced and cannot be recreated", socket=self.settings.socket,
+                       error=str(exc))
+            return
+        self.sel.unregister(self.listener)
+        self.listener.close()
+        self.listener = new
+        self._socket_ino = os.stat(self.settings.socket).st_ino
+        self.sel.register(new, selectors.EVENT_READ, "listen")
+        _log.warning("socket file was removed; listening again", socket=self.settings.socket)
+
     def _goodbye_agents(self) -> None:
         """Graceful stop: read what every agent already wrote (until EAGAIN; at most
         ``DRAIN_S`` in all, an agent writing faster than we read stops the drain, not the
@@ -399,6 +423,7 @@ class Daemon(Transport):
         self.reap_idle(mono)
         self.storage.flush()
         self.persist.save_aggregates()
+        self._check_socket()
         if mono >= self._next_trim:
             self._next_trim = mono + _TRIM_EVERY_S
             malloc_trim()

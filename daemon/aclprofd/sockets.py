@@ -15,7 +15,7 @@ import stat
 
 import structlog
 
-__all__ = ["DaemonError", "bind_socket", "sd_notify"]
+__all__ = ["DaemonError", "bind_socket", "sd_notify", "socket_is_ours"]
 
 _log = structlog.get_logger("aclprofd")
 
@@ -101,3 +101,14 @@ def bind_socket(path: str, group: str | None) -> socket.socket:
     sock.listen(128)
     sock.setblocking(False)
     return sock
+
+
+def socket_is_ours(path: str, ino: int | None) -> bool:
+    """Whether ``path`` is still the socket file we bound (inode ``ino``). False when it was
+    removed (a cleanup of /run or /tmp, a careless ``rm``) or replaced: the daemon would go
+    on running, unreachable, with nothing in its counters saying so."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISSOCK(st.st_mode) and st.st_ino == ino

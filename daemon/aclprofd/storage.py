@@ -10,10 +10,18 @@ ends the reading of that file cleanly.
 Caps: a segment is closed once it reaches ``segment_bytes``; the oldest segments are
 deleted while the total exceeds ``disk_bytes`` or they are older than ``max_age_s``. A
 failing write (ENOSPC, EIO) is counted and reported, never raised into the daemon's loop.
+
+Writing: one daemon per directory (an exclusive ``flock`` on ``.lock``, held until
+:meth:`Storage.close`). Each chunk is written unbuffered with ``writev`` straight from the
+received batches: a chunk is either wholly in the file or, after a failed write, cut off
+again (``ftruncate`` to where it began) and its records counted in ``records_lost``; the
+same file goes on when space returns, so a full disk creates no new files.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import json
 import os
 import re
@@ -22,14 +30,14 @@ import time
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import structlog
 
 from aclprof.protocol.wire import RECORD_DTYPE
 
-__all__ = ["Storage", "Chunk", "SEGMENT_VERSION", "read_segment"]
+__all__ = ["Storage", "Chunk", "SEGMENT_VERSION", "read_segment", "DataDirLocked", "LOCK_FILE"]
 
 SEGMENT_MAGIC = b"ACLPSEG\x00"
 SEGMENT_VERSION = 1
@@ -39,6 +47,13 @@ _CHUNK_HEADER = struct.Struct("<4sIII")  # magic, meta length, data length, crc3
 _NAME_RE = re.compile(r"^seg-(\d{8,})\.acps$")
 _log = structlog.get_logger("aclprofd")
 _AT_CAP_S = 600.0  # a deletion for the cap keeps at_cap true this long (segments may be smaller)
+LOCK_FILE = ".lock"
+_IOV_MAX = 1024  # buffers per writev (Linux's IOV_MAX; more is EINVAL)
+_NAME_TRIES = 1000  # names in the way of a new segment skipped before giving up for this write
+
+
+class DataDirLocked(OSError):
+    """Another process (another aclprofd) holds the data directory's lock."""
 
 
 @dataclass
@@ -77,6 +92,7 @@ class Storage:
         self.disk_bytes = int(disk_bytes)
         self.max_age_s = float(max_age_s)
         os.makedirs(directory, mode=0o750, exist_ok=True)
+        self._lock_fd: int | None = _lock_dir(directory)  # before reading the directory: it is ours from here
         self._segments: list[_Segment] = []
         for name in sorted(os.listdir(directory)):
             m = _NAME_RE.match(name)
@@ -93,7 +109,7 @@ class Storage:
                     created = min(created, _FILE_HEADER.unpack(head)[4])
                 self._segments.append(_Segment(path, int(m.group(1)), st.st_size, created, st.st_mtime))
         self._segments.sort(key=lambda s: s.seq)
-        self._file: BinaryIO | None = None  # the current segment, opened lazily at the first write
+        self._fd: int | None = None  # the current segment (unbuffered), opened lazily at the first write
         self._current: _Segment | None = None
         self._conns: dict[str, _ConnState] = {}
         self.write_errors = 0
@@ -104,24 +120,46 @@ class Storage:
         self.records_lost = 0  # records not written because a write failed
         self.corrupt_chunks = 0  # damaged chunks met while reading (the rest of that file is skipped)
         self.last_read_problem: str | None = None
+        self.names_skipped = 0  # segment names that something else already had
 
     # ---- writing ------------------------------------------------------------------------
     def _open_segment(self, now: float) -> None:
+        """A new segment after the newest one. A name that is taken (a file or directory
+        put there by someone else) is skipped, not retried: retrying the same name would
+        fail every write from then on."""
         seq = self._segments[-1].seq + 1 if self._segments else 1
-        path = os.path.join(self.dir, f"seg-{seq:08d}.acps")
-        f = open(path, "xb", buffering=1 << 20)
-        f.write(_FILE_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, _FILE_HEADER.size, now, os.getpid(), 0))
-        self._file = f
+        for _ in range(_NAME_TRIES):
+            path = os.path.join(self.dir, f"seg-{seq:08d}.acps")
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+                break
+            except FileExistsError:
+                self.names_skipped += 1
+                seq += 1
+        else:
+            raise FileExistsError(errno.EEXIST, f"{_NAME_TRIES} segment names in a row are taken", path)
+        head = _FILE_HEADER.pack(SEGMENT_MAGIC, SEGMENT_VERSION, 0, _FILE_HEADER.size, now, os.getpid(), 0)
+        try:
+            _write_all(fd, [head])
+        except OSError:
+            # no empty or headless file per failed attempt (a full disk must not churn files)
+            os.close(fd)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            raise
+        self._fd = fd
         self._current = _Segment(path, seq, _FILE_HEADER.size, now, now)
         self._segments.append(self._current)
 
     def _close_segment(self) -> None:
-        if self._file is not None:
+        if self._fd is not None:
             try:
-                self._file.close()
+                os.close(self._fd)
             except OSError as exc:
                 self.failed(exc)
-            self._file = None
+            self._fd = None
             self._current = None
 
     def write(self, conn_id: str, identity: dict[str, Any], names: list[tuple[int, str]],
@@ -147,13 +185,13 @@ class Storage:
         data_len = sum(len(b) for _, b in batches)
         try:
             cur = self._current
-            if self._file is None or (cur is not None and cur.size > _FILE_HEADER.size
-                                      and cur.size + data_len > self.segment_bytes):
+            if self._fd is None or (cur is not None and cur.size > _FILE_HEADER.size
+                                    and cur.size + data_len > self.segment_bytes):
                 self._close_segment()
                 self._open_segment(now)
                 self.enforce_caps(now)  # at every rotation, not only at the flush tick: the
                 # total stays within the cap plus one segment even at GB/s
-            assert self._current is not None and self._file is not None
+            assert self._current is not None and self._fd is not None
             if self._current.size == _FILE_HEADER.size:
                 self._current.first_ts = min(now, batches[0][0])  # the time range this file covers
             st = self._conns.setdefault(conn_id, _ConnState())
@@ -167,28 +205,33 @@ class Storage:
             crc = zlib.crc32(mb)
             for _, b in batches:
                 crc = zlib.crc32(b, crc)
-            f = self._file
-            f.write(_CHUNK_HEADER.pack(_CHUNK_MAGIC, len(mb), data_len, crc))
-            f.write(mb)
-            for _, b in batches:
-                f.write(b)
+            self._append([_CHUNK_HEADER.pack(_CHUNK_MAGIC, len(mb), data_len, crc), mb, *(b for _, b in batches)])
             st.names_written = len(names)
             self._current.size += _CHUNK_HEADER.size + len(mb) + data_len
             self._current.last_ts = batches[-1][0]
         except OSError as exc:
             self.records_lost += data_len // RECORD_DTYPE.itemsize
             self.failed(exc)
-            # the file may now hold a partial chunk: start a fresh segment next time
-            self._close_segment()
+
+    def _append(self, parts: list[bytes]) -> None:
+        """Write one whole chunk at the end of the current segment, or nothing: after a
+        failed or short write the file is cut back to where the chunk began, so the same
+        file goes on (no new file per failure) and the reader never meets half a chunk.
+        If even that fails, the segment is closed and the next write starts a new one."""
+        assert self._fd is not None and self._current is not None
+        try:
+            _write_all(self._fd, parts)
+        except OSError:
+            try:
+                os.ftruncate(self._fd, self._current.size)
+                os.lseek(self._fd, self._current.size, os.SEEK_SET)
+            except OSError:
+                self._close_segment()
+            raise
 
     def flush(self) -> None:
-        """Push buffered chunks to the kernel (survives kill -9; not fsync: see README)."""
-        if self._file is not None:
-            try:
-                self._file.flush()
-            except OSError as exc:
-                self.failed(exc)
-                self._close_segment()
+        """Apply the caps. Chunks are already in the kernel when :meth:`write` returns (they
+        survive kill -9; not fsync: see README)."""
         self.enforce_caps()
 
     def failed(self, exc: OSError) -> None:
@@ -225,8 +268,12 @@ class Storage:
         return deleted
 
     def close(self) -> None:
+        """Close the current segment and release the directory's lock."""
         self.flush()
         self._close_segment()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # releases the flock
+            self._lock_fd = None
 
     # ---- status -------------------------------------------------------------------------
     @property
@@ -247,6 +294,7 @@ class Storage:
                 "oldest_ts": self._segments[0].first_ts if self._segments else None,
                 "disk_cap_bytes": self.disk_bytes, "write_errors": self.write_errors,
                 "deleted_for_cap": self.deleted_for_cap, "at_cap": self.at_cap,
+                "records_lost": self.records_lost, "names_skipped": self.names_skipped,
                 "last_cap_delete_ts": self.last_cap_delete_ts or None}
 
     # ---- reading ------------------------------------------------------------------------
@@ -294,6 +342,44 @@ def _valid_meta(meta: Any) -> str | None:
             or not isinstance(meta.get("service"), (str, type(None))) or not isinstance(meta.get("conn", ""), str):
         return "host/pid/service/conn have the wrong types"
     return None
+
+
+def _lock_dir(directory: str) -> int:
+    """Take the directory's exclusive lock (non-blocking) and write our pid into the lock
+    file; DataDirLocked naming the holder if another process has it. Two daemons on one
+    directory would give out the same segment numbers and delete each other's segments."""
+    path = os.path.join(directory, LOCK_FILE)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        try:
+            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "?"
+        except OSError:
+            holder = "?"
+        os.close(fd)
+        raise DataDirLocked(errno.EWOULDBLOCK, f"in use by another aclprofd (pid {holder}); give each daemon "
+                            f"its own --data-dir", directory) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _write_all(fd: int, parts: list[bytes]) -> None:
+    """``writev`` until every byte of ``parts`` is written (a short write continues)."""
+    views = [memoryview(p).cast("B") for p in parts if len(p)]
+    while views:
+        n = os.writev(fd, views[:_IOV_MAX])
+        while n and views:
+            if n >= len(views[0]):
+                n -= len(views[0])
+                views.pop(0)
+            else:
+                views[0] = views[0][n:]
+                n = 0
 
 
 def read_segment(path: str, since_ts: float | None = None, until_ts: float | None = None,
