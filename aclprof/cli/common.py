@@ -14,12 +14,16 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
+import re2  # type: ignore[import-untyped]  # google-re2: the daemon's regex engine (aclprofd.filters)
+
+from aclprof.protocol.wire import MAX_REGEX_BYTES
+
 if TYPE_CHECKING:
     from aclprof.cli.client import Client
 
 __all__ = ["EXIT_OK", "EXIT_ERROR", "EXIT_UNREACHABLE", "EXIT_INTERRUPTED", "CliError",
            "parse_duration_ns", "parse_time", "format_ns", "add_socket_arg", "add_filter_args",
-           "filter_from_args", "connect", "use_colour", "quiet_broken_pipe", "print_error"]
+           "filter_from_args", "regex_problem", "connect", "use_colour", "quiet_broken_pipe", "print_error"]
 
 EXIT_OK, EXIT_ERROR, EXIT_UNREACHABLE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -91,11 +95,31 @@ def parse_time(text: str, now: float | None = None) -> float:
             f"{text!r} is not a time (examples: 2026-11-29T10:00:00, 1764410000, -5m, '10s ago', now)") from None
 
 
-def _regex_arg(text: str) -> str:
+_RE2_OPTIONS = re2.Options()
+_RE2_OPTIONS.log_errors = False  # the error is reported once, as the CLI's message, not on stderr by RE2
+_RE2_OPTIONS.max_mem = 8 << 20   # the daemon's limit per compiled pattern (aclprofd.filters)
+
+
+def regex_problem(text: str) -> str | None:
+    """Why the daemon would refuse ``text`` as a type/name filter, or None. The daemon
+    matches with RE2 (linear time; no backreferences or lookaround) and a length limit:
+    the same engine here, so a pattern Python's ``re`` accepts but RE2 does not is caught
+    before connecting, with the flag named, not as a protocol error from the daemon."""
+    n = len(text.encode("utf-8", "surrogatepass"))
+    if n > MAX_REGEX_BYTES:
+        return f"regex is {n} bytes; at most {MAX_REGEX_BYTES}"
     try:
-        re.compile(text)
-    except re.error as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a valid regular expression: {exc}") from None
+        re2.compile(text, _RE2_OPTIONS)
+    except re2.error as exc:
+        msg = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        return f"RE2 rejects {text!r}: {msg} (RE2 syntax: no backreferences or lookaround)"
+    return None
+
+
+def _regex_arg(text: str) -> str:
+    problem = regex_problem(text)
+    if problem is not None:  # argparse prefixes the flag: "argument --type: ..." and exits 2
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -125,8 +149,8 @@ def add_filter_args(p: argparse.ArgumentParser, min_duration: bool = True) -> No
     g = p.add_argument_group("filters (all must match)")
     g.add_argument("--model", type=int, metavar="ID", help="model id")
     g.add_argument("--pid", type=int, metavar="PID", help="process id of the inference service")
-    g.add_argument("--type", type=_regex_arg, metavar="REGEX", help="op type regex (re.search)")
-    g.add_argument("--name", type=_regex_arg, metavar="REGEX", help="op name regex (re.search)")
+    g.add_argument("--type", type=_regex_arg, metavar="REGEX", help="op type regex (RE2 syntax, searched)")
+    g.add_argument("--name", type=_regex_arg, metavar="REGEX", help="op name regex (RE2 syntax, searched)")
     if min_duration:
         g.add_argument("--min-duration", type=_duration_arg, metavar="DUR",
                        help="only ops at least this long (100us, 1.5ms, ...)")

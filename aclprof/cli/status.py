@@ -74,6 +74,21 @@ def format_status(st: dict[str, Any]) -> str:
         cap = " (at disk cap: the oldest segments make room)" if storage.get("at_cap") else ""
         lines.append(f"storage: {storage.get('dir', '?')}: {_bytes(float(storage.get('bytes', 0)))} in "
                      f"{storage.get('segments', 0)} segments{age}{cap}")
+    if storage:
+        trouble = [f"{storage[k]:,} {what}" for k, what in (
+            ("records_lost", "records lost (failed writes)"), ("corrupt_chunks", "corrupt chunks met reading"),
+            ("names_skipped", "segment names skipped (taken by something else)"))
+            if storage.get(k)]
+        if trouble:
+            lines.append("storage trouble: " + ", ".join(trouble))
+    conns = st.get("connections") or {}
+    shown = [f"{what} {conns[k]:,}" for k, what in (
+        ("refused", "refused"), ("idle_closed", "idle closed"), ("accept_errors", "accept errors"),
+        ("internal_errors", "internal errors")) if conns.get(k)]
+    if shown:
+        lines.append("connections: " + ", ".join(shown))
+    if st.get("names_truncated"):
+        lines.append(f"op names truncated at ingest: names truncated {st['names_truncated']:,}")
     agg = st.get("aggregates") or {}
     if agg:
         lines.append(f"aggregates: {agg.get('keys', 0):,} keys (cap {agg.get('cap', '?'):,}), "

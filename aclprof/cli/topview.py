@@ -6,13 +6,12 @@ SNAPSHOT reply as a rich table, and the live loop that reads keys in cbreak mode
 from __future__ import annotations
 
 import os
-import re
 import select
 import sys
 import time
 from typing import Any, Literal
 
-from aclprof.cli.common import format_ns, use_colour
+from aclprof.cli.common import format_ns, regex_problem, use_colour
 from aclprof.protocol.safetext import safe
 
 __all__ = ["SORT_KEYS", "WINDOWS", "TopView", "sort_rows", "render_table", "learn_windows", "snapshot",
@@ -53,10 +52,9 @@ class TopView:
             if ch in ("\r", "\n"):
                 text = self.editing
                 self.editing = None
-                try:
-                    re.compile(text)
-                except re.error as exc:
-                    self.message = f"bad regex: {exc}"
+                problem = regex_problem(text) if text else None
+                if problem is not None:  # the daemon's engine (RE2): it would refuse the SNAPSHOT
+                    self.message = f"bad regex: {problem}"
                     return
                 self.regex = text or None
                 self.message = f"filter: {text}" if text else "filter cleared"

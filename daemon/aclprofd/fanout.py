@@ -57,9 +57,33 @@ class Fanout:
         if conn.stream is not None:
             self.streaming -= 1
 
+    def _stream_room(self) -> tuple[int, int]:
+        """(bytes the memory budget has left, bytes all STREAM buffers together may still
+        grow): each client's ``stream_buffer`` alone does not bound them (4096 clients x
+        8 MiB is 32 GiB), so they are charged to ``memory_budget`` too, and together may
+        take at most half of it: agents' name tables and unstored records keep room.
+        One pass over the connections per call (per batch, per pump), not per client."""
+        budget = self.d.memory.budget
+        used = streams = 0
+        for c in self.d.conns.values():
+            used += len(c.out) + c.names_bytes + c.pending_bytes + c.reader.buffered
+            if c.stream is not None:
+                n = len(c.out) + c.stream_pending_n * EST_RECORD_JSON
+                used += c.stream_pending_n * EST_RECORD_JSON
+                streams += n
+        return budget - used, budget // 2 - streams
+
+    def _over_budget(self, client: Conn, k: int) -> None:
+        """``k`` records not queued for ``client``: the memory budget is spent."""
+        client.stream_skipped += k
+        client.stream_skipped_all += k
+        self.d.counters.stream_skipped_total += k
+        self.d.memory.refuse("stream")
+
     def offer(self, src: Conn, recs: np.ndarray, now: float) -> None:
         """A batch an agent sent: queue what each STREAM client's filter selects."""
         limit = self.d.settings.stream_buffer_bytes
+        room, stream_room = self._stream_room()
         for client in self.d.conns.values():
             flt = client.stream
             if flt is None or client.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
@@ -75,6 +99,12 @@ class Fanout:
                 client.stream_skipped_all += k
                 self.d.counters.stream_skipped_total += k
                 continue
+            cost = k * EST_RECORD_JSON
+            if cost > room or cost > stream_room:
+                self._over_budget(client, k)
+                continue
+            room -= cost
+            stream_room -= cost
             client.stream_pending.append((src, now, sel))
             client.stream_pending_n += k
 
@@ -82,15 +112,21 @@ class Fanout:
         """Encode what each STREAM client has pending (once per loop turn) and send it."""
         if not self.streaming:
             return
+        room: list[int] = []  # computed once per pump, when a client has something to encode
         for c in list(self.d.conns.values()):
             if c.stream is None or c.closed or not (c.stream_pending or (c.stream_skipped and not c.out)):
                 continue
+            if not room:
+                room.extend(self._stream_room())
             try:
-                self._pump_stream(c)
+                self._pump_stream(c, room)
             except Exception as exc:
                 self.d.internal_error(c, "STREAM", exc)
 
-    def _pump_stream(self, c: Conn) -> None:
+    def _pump_stream(self, c: Conn, room: list[int]) -> None:
+        """``room``: [budget left, stream share left] in bytes, as :meth:`_stream_room`
+        says, minus what this pump encoded already (the pending records it encodes were
+        charged at their estimate)."""
         if c.stream_skipped:
             # before the records that follow the gap
             c.out += encode_json(Kind.STREAM_SKIPPED, {"skipped": c.stream_skipped})
@@ -99,6 +135,8 @@ class Fanout:
         # limit: the estimate that admitted these records (EST_RECORD_JSON) is wrong for long
         # names, and 150 k records with 4 KB names would be a GB of JSON. The rest is skipped
         # and counted like any record a slow client misses.
+        # The budget is checked the same way: encoding may exceed the estimate that charged
+        # these records, so what no longer fits is skipped and counted (memory refused "stream").
         limit = self.d.settings.stream_buffer_bytes
         skipped = 0
         for src, ts, recs in c.stream_pending:
@@ -107,10 +145,19 @@ class Fanout:
                 if len(c.out) > limit:
                     skipped += len(recs) - i
                     break
-                items = encode_records(recs[i:i + FRAME_RECORDS], ts, src.host, src.pid or 0, src.service, nj)
+                if room[0] < 0 or room[1] < 0:
+                    skipped += len(recs) - i
+                    self.d.memory.refuse("stream")
+                    break
+                before = len(c.out)
+                chunk = recs[i:i + FRAME_RECORDS]
+                items = encode_records(chunk, ts, src.host, src.pid or 0, src.service, nj)
                 for n, payload in jsonl_payloads(items):
                     append_frame(c.out, Kind.STREAM_RECORDS, payload)
                     c.stream_sent += n
+                extra = (len(c.out) - before) - len(chunk) * EST_RECORD_JSON  # beyond the charged estimate
+                room[0] -= extra
+                room[1] -= extra
         c.stream_pending.clear()
         c.stream_pending_n = 0
         if skipped:

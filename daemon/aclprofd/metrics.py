@@ -17,7 +17,12 @@ the loop's live connections. Series:
   ``aclprofd_aggregate_other_records_total``, ``aclprofd_storage_write_errors_total``,
   ``aclprofd_records_rejected_total{reason}`` (impossible values refused at ingest),
   ``aclprofd_memory_budget_bytes``, ``aclprofd_memory_used_bytes``,
-  ``aclprofd_memory_refused_total{what}`` (requests refused by the memory budget).
+  ``aclprofd_memory_refused_total{what}`` (requests refused by the memory budget),
+  ``aclprofd_internal_errors_total``, ``aclprofd_connections_refused_total``,
+  ``aclprofd_control_idle_closed_total``, ``aclprofd_accept_errors_total``,
+  ``aclprofd_names_truncated_total``, ``aclprofd_storage_corrupt_chunks_total``,
+  ``aclprofd_storage_records_lost_total``, ``aclprofd_storage_names_skipped_total``
+  (the hardening counters of issue 9; STATUS reports the same numbers).
 """
 
 from __future__ import annotations
@@ -94,6 +99,22 @@ class DaemonCollector:
         for what, n in s.memory_refused:
             refused.add_metric([what], n)
         yield refused
+        for name, doc, value in (
+                ("aclprofd_internal_errors", "Connections closed for an exception while serving them (a bug)",
+                 s.internal_errors),
+                ("aclprofd_connections_refused", "Connections refused or evicted by the connection limits",
+                 s.connections_refused),
+                ("aclprofd_control_idle_closed", "Control connections closed for idling", s.idle_closed),
+                ("aclprofd_accept_errors", "Failed accept() calls (accepting paused)", s.accept_errors),
+                ("aclprofd_names_truncated", "Op names/types cut to the name length limit at ingest",
+                 s.names_truncated),
+                ("aclprofd_storage_corrupt_chunks", "Damaged segment chunks met while reading (rest of file skipped)",
+                 st.get("corrupt_chunks", 0)),
+                ("aclprofd_storage_records_lost", "Records not stored because a segment write failed",
+                 st.get("records_lost", 0)),
+                ("aclprofd_storage_names_skipped", "Segment file names skipped because something else had them",
+                 st.get("names_skipped", 0))):
+            yield CounterMetricFamily(name, doc, value=value)
         labels = ["device", "model", "op_type"] + (["op_name"] if self.by_name else [])
         hist = HistogramMetricFamily("aclprofd_op_duration_seconds", "Op durations by op type", labels=labels)
         for lab, cum, count, sum_ns in self.daemon.aggregator.prometheus_view(self.by_name):

@@ -109,6 +109,8 @@ class Daemon(Transport):
         self.started_ts = time.time()
         self.started_mono = time.monotonic()
         self._socket_ino: int | None = None
+        #: why our socket file is gone and not recreated (a STATUS problem until it is back)
+        self.socket_problem: str | None = None
         self.aggregator = Aggregator(settings.max_keys, settings.windows)
         self.storage: Storage | None = None
         self.metrics: Any = None
@@ -292,9 +294,14 @@ class Daemon(Transport):
         try:
             new = bind_socket(self.settings.socket, self.settings.socket_group)
         except DaemonError as exc:
-            _log.error("socket file was removed or replaced and cannot be recreated", socket=self.settings.socket,
-                       error=str(exc))
+            if self.socket_problem is None:  # logged once; STATUS says so until it is back
+                _log.error("socket file was removed or replaced and cannot be recreated",
+                           socket=self.settings.socket, error=str(exc))
+            # new agents and CLI commands cannot connect: unhealthy for whoever is still connected
+            self.socket_problem = (f"socket file {self.settings.socket} was removed or replaced and cannot be "
+                                   f"recreated: {exc}; new clients cannot connect (retried every flush)")
             return
+        self.socket_problem = None
         self.sel.unregister(self.listener)
         self.listener.close()
         self.listener = new

@@ -94,6 +94,14 @@ class CountersSnapshot:
     memory_budget: int = 0
     memory_used: int = 0
     memory_refused: tuple[tuple[str, int], ...] = ()
+    #: connections (aclprofd.transport): closed for a bug while serving them, refused or
+    #: evicted by the connection limits, control clients closed for idling, failed accepts
+    internal_errors: int = 0
+    connections_refused: int = 0
+    idle_closed: int = 0
+    accept_errors: int = 0
+    #: op names/types cut to MAX_NAME_BYTES at ingest (aclprofd.ingest)
+    names_truncated: int = 0
 
 
 class Health:
@@ -114,6 +122,8 @@ class Health:
 
     def problems(self, d: Daemon, now: float) -> list[str]:
         out: list[str] = []
+        if d.socket_problem:
+            out.append(d.socket_problem)
         st = d.storage
         if st is not None:
             if st.last_error and st.last_error_ts > now - 60:
@@ -137,6 +147,10 @@ def take_snapshot(d: Daemon) -> CountersSnapshot:
     """One consistent copy of the daemon's counters (call on the loop thread)."""
     now, mono = time.time(), time.monotonic()
     c, agg = d.counters, d.aggregator
+    storage: dict[str, Any] | None = None
+    if d.storage is not None:
+        storage = d.storage.stats()
+        storage["corrupt_chunks"] = d.storage.corrupt_chunks
     agents = tuple(AgentSnapshot(a.pid, a.host, a.service, dict(a.labels), round(mono - a.connected, 3),
                                  tuple(dict(m) for m in a.models.values()), a.records, a.rate.per_s(now),
                                  a.dropped, a.lag_ns, a.steps)
@@ -146,13 +160,15 @@ def take_snapshot(d: Daemon) -> CountersSnapshot:
         steps_total=c.steps_total,
         records_per_s=c.rate.per_s(now), dropped_total=c.dropped_total, protocol_errors=c.protocol_errors,
         stream_skipped_total=c.stream_skipped_total, drops_by_agent=tuple(c.drops_by_agent.items()),
-        agents=agents, storage=d.storage.stats() if d.storage else None, aggregate_keys=agg.nkeys - 1,
+        agents=agents, storage=storage, aggregate_keys=agg.nkeys - 1,
         aggregate_cap=agg.max_keys, aggregate_other_records=agg.other_records,
         aggregate_windows=(*agg.window_names(), "all"), aggregate_since_ts=agg.reset_ts,
         problems=tuple(d.health.problems(d, now)),
         records_rejected=tuple(sorted(c.records_rejected.items())),
         memory_budget=d.settings.memory_budget_bytes, memory_used=d.memory.used(),
-        memory_refused=tuple(sorted(c.memory_refused.items())))
+        memory_refused=tuple(sorted(c.memory_refused.items())),
+        internal_errors=d.internal_errors, connections_refused=d.refused, idle_closed=d.idle_closed,
+        accept_errors=d.accept_errors, names_truncated=d.ingest.names_truncated)
 
 
 def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
@@ -174,4 +190,7 @@ def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
             "records_rejected": dict(s.records_rejected),
             "memory": {"budget_bytes": s.memory_budget, "used_bytes": s.memory_used,
                        "refused": dict(s.memory_refused)},
+            "connections": {"refused": s.connections_refused, "idle_closed": s.idle_closed,
+                            "accept_errors": s.accept_errors, "internal_errors": s.internal_errors},
+            "names_truncated": s.names_truncated,
             "socket": socket_path}
