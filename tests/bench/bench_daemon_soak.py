@@ -6,11 +6,16 @@
 Starts the installed ``aclprofd`` (``--memory-budget``, Prometheus off, temporary data dir)
 and ``--agents`` agent processes pacing ``--rate`` records/s in total (blocking sends: an
 agent loses nothing itself). One hostile process runs these attacks in a loop until the
-end: a STREAM client sending STATUS requests without reading replies; an agent defining
-millions of unused names; an agent sending impossible values (durations 2^64-1 and 2^63,
-end < start, ids 2^32-1); an agent with escape sequences and lone surrogates in its strings
-sending 40 loss reasons of 1 MiB. A probe thread measures STATUS round trips every 20 ms
-(the worst one bounds the event loop's longest stall). Reports:
+end, every attack of issue 9: a STREAM client sending STATUS requests without reading
+replies; an agent defining millions of unused names; an agent sending impossible values
+(durations 2^64-1 and 2^63, end < start, ids 2^32-1); an agent with escape sequences and
+lone surrogates in its strings sending 40 loss reasons of 1 MiB; an agent with 4-6 KiB op
+names while a tail client streams them; ``^(a+)+$`` as SNAPSHOT, EXPORT and STREAM filters;
+65 k distinct model ids; 100 idle control clients held open; a hostile agent's chunk
+metadata rewritten (valid JSON and CRC, wrong shape) followed by an EXPORT of the store;
+the socket file removed; a second aclprofd started on the same data directory. A probe
+thread measures STATUS round trips every 20 ms on one kept connection (the worst one
+bounds the event loop's longest stall). Reports:
 
 - whether the daemon ever exited (it must not);
 - each well-behaved agent's accounting: records emitted = records the daemon read from it
@@ -33,6 +38,8 @@ import sys
 import tempfile
 import threading
 import time
+import zlib
+from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -87,7 +94,12 @@ def _agent(path: str, idx: int, batch: int, stop_at: float, rate: float, out: mp
     read = -1
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        ours = [a for a in _status(path)["agents"] if a["pid"] == os.getpid()]
+        try:
+            st = _status(path)
+        except OSError:  # the socket file is being removed and recreated by an attack
+            time.sleep(0.2)
+            continue
+        ours = [a for a in st["agents"] if a["pid"] == os.getpid()]
         read = ours[0]["records"] if ours else -1
         if read >= emitted:
             break
@@ -157,22 +169,191 @@ def _attack_strings(path: str) -> str:
     return "sent"
 
 
-ATTACKS = {"stream+STATUS flood": _attack_status_flood, "4M unused names": _attack_names,
-           "impossible values": _attack_values, "escapes + surrogates + 40 x 1 MiB reasons": _attack_strings}
+def _read_until_end(s: socket.socket, timeout: float = 60.0) -> tuple[int, Kind]:
+    """Read EXPORT/STREAM frames until END or ERROR; (records in JSON Lines frames, last kind)."""
+    s.settimeout(timeout)
+    r, pend = FrameReader(), []
+    n = 0
+    while True:
+        kind, payload = recv_frame(s, r, pend)
+        if kind in (Kind.EXPORT_RECORDS, Kind.STREAM_RECORDS):
+            n += bytes(payload).count(b"\n")
+        elif kind in (Kind.END, Kind.ERROR):
+            return n, kind
 
 
-def _hostile(path: str, stop_at: float, out: mp.Queue) -> None:
+def _attack_long_names_tail(path: str) -> str:
+    """An agent whose op names are 4 KiB and more (cut to 4096 bytes, counted) while a tail
+    client (STREAM, reading) receives them: the stream's JSON is ~20 x the estimate per record."""
+    tail = _connect(path, "control")
+    tail.sendall(encode_json(Kind.STREAM, {"filter": {"service": "longnames"}}))
+    got = [0]
+
+    def read() -> None:
+        tail.settimeout(1.0)
+        r, pend = FrameReader(), []
+        try:
+            while True:
+                kind, payload = recv_frame(tail, r, pend)
+                if kind == Kind.STREAM_RECORDS:
+                    got[0] += bytes(payload).count(b"\n")
+        except OSError:
+            pass
+
+    th = threading.Thread(target=read, daemon=True)
+    th.start()
+    s = _connect(path, "agent", "longnames", {1: "a" * 4000 + "!", 2: "n" * 6000 + ESC, 3: "T" * 4096})
+    r = np.zeros(2048, RECORD_DTYPE)
+    r["op_type"], r["op_name"], r["model_id"], r["duration"] = 1 + np.arange(2048) % 3, 2, 1, 1000
+    for _ in range(20):
+        r["end"] = time.monotonic_ns()
+        r["start"] = r["end"] - 1000
+        s.sendall(encode_batch(r))
+    s.close()
+    th.join(3)
+    tail.close()
+    return "tail got records" if got[0] else "tail got none"
+
+
+def _attack_backtracking_filter(path: str) -> str:
+    """``^(a+)+$`` (exponential on a backtracking engine) against 4000-character names, as
+    SNAPSHOT, STREAM and EXPORT (the last 5 s) filters."""
+    c = _connect(path, "control")
+    r, pend = FrameReader(), []
+    flt = {"name": "^(a+)+$", "type": "^(a+)+$"}
+    c.sendall(encode_json(Kind.SNAPSHOT, {"window": "all", "group_by": "name", "filter": flt}))
+    kind, _ = recv_frame(c, r, pend)
+    c.sendall(encode_json(Kind.EXPORT, {"since_ts": time.time() - 5, "filter": flt}))
+    n, end = _read_until_end(c)
+    c.close()
+    st = _connect(path, "control")
+    st.sendall(encode_json(Kind.STREAM, {"filter": flt}))
+    time.sleep(0.5)
+    st.close()
+    return f"{kind.name}, export {end.name}"
+
+
+def _attack_model_ids(path: str) -> str:
+    """Batches of 4096 records with 4096 distinct model ids each (the aggregate key cap)."""
+    s = _connect(path, "agent", "models", {1: "Conv", 2: "c"})
+    r = np.zeros(4096, RECORD_DTYPE)
+    r["op_type"], r["op_name"], r["duration"] = 1, 2, 1000
+    base = int(time.monotonic_ns()) % (1 << 30)
+    for j in range(16):
+        r["model_id"] = base + j * 4096 + np.arange(4096)
+        r["end"] = time.monotonic_ns()
+        r["start"] = r["end"] - 1000
+        s.sendall(encode_batch(r))
+    s.close()
+    return "sent"
+
+
+_IDLE: list[socket.socket] = []
+
+
+def _attack_idle_controls(path: str) -> str:
+    """100 control connections that say HELLO and nothing more, held until the next round
+    (more than max_control_connections: the longest idle are evicted; the daemon runs with
+    control_idle_timeout 5 s here, so the rest are closed for idling)."""
+    for s in _IDLE:
+        s.close()
+    _IDLE.clear()
+    for _ in range(100):
+        try:
+            _IDLE.append(_connect(path, "control"))
+        except (OSError, AssertionError):
+            return f"{len(_IDLE)} connected"
+    return "100 connected"
+
+
+def _segments(data_dir: str) -> list[str]:
+    return sorted(os.path.join(data_dir, f) for f in os.listdir(data_dir) if f.endswith(".acps"))
+
+
+def _attack_corrupt_metadata(path: str, data_dir: str) -> str:
+    """In a closed segment, rewrite one hostile agent's chunk metadata to a JSON list of the
+    same length with a matching CRC (valid JSON, valid CRC, wrong shape), then EXPORT all."""
+    from aclprofd.storage import _CHUNK_HEADER, _FILE_HEADER
+    done = "no hostile chunk found"
+    for seg in _segments(data_dir)[:-1]:
+        try:
+            with open(seg, "r+b") as f:
+                buf = f.read()
+                pos = _FILE_HEADER.unpack(buf[:_FILE_HEADER.size])[3]
+                while pos + _CHUNK_HEADER.size <= len(buf):
+                    magic, mlen, dlen, _ = _CHUNK_HEADER.unpack(buf[pos:pos + _CHUNK_HEADER.size])
+                    mb = buf[pos + _CHUNK_HEADER.size:pos + _CHUNK_HEADER.size + mlen]
+                    data = buf[pos + _CHUNK_HEADER.size + mlen:pos + _CHUNK_HEADER.size + mlen + dlen]
+                    if magic != b"ACK1" or len(data) < dlen:
+                        break
+                    if b'"service":"good' not in mb and b'"service": "good' not in mb:
+                        bad = b"[" + b" " * (mlen - 2) + b"]"
+                        crc = zlib.crc32(data, zlib.crc32(bad))
+                        f.seek(pos)
+                        f.write(_CHUNK_HEADER.pack(magic, mlen, dlen, crc) + bad)
+                        done = "corrupted"
+                        break
+                    pos += _CHUNK_HEADER.size + mlen + dlen
+        except (OSError, ValueError):
+            continue  # deleted by the disk cap meanwhile
+        if done == "corrupted":
+            break
+    c = _connect(path, "control")
+    c.sendall(encode_json(Kind.EXPORT, {"filter": {"service": "values"}}))
+    n, end = _read_until_end(c, 120)
+    c.close()
+    return f"{done}, export {end.name}"
+
+
+def _attack_remove_socket(path: str) -> str:
+    """Remove the socket file; the daemon must listen again at its next flush."""
+    os.unlink(path)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if os.path.exists(path):
+            return "recreated"
+        time.sleep(0.05)
+    return "NOT recreated in 10 s"
+
+
+def _attack_second_daemon(path: str, data_dir: str) -> str:
+    """Start a second aclprofd on the same data directory (another socket): it must refuse."""
+    other = path + ".2"
+    p = subprocess.run([*daemon_argv(), "--socket", other, "--data-dir", data_dir, "--prometheus-port", "0"],
+                       capture_output=True, text=True, timeout=60)
+    if p.returncode != 0 and "in use by another aclprofd" in p.stderr:
+        return "refused"
+    return f"rc {p.returncode}: {p.stderr.strip()[-80:]}"
+
+
+def _attacks(data_dir: str) -> dict[str, Callable[[str], str]]:
+    return {"stream+STATUS never reading": _attack_status_flood, "4M unused names": _attack_names,
+            "impossible values": _attack_values, "escapes + surrogates + 40 x 1 MiB reasons": _attack_strings,
+            "4 KiB+ names with a tail client": _attack_long_names_tail,
+            "^(a+)+$ filters (SNAPSHOT, EXPORT, STREAM)": _attack_backtracking_filter,
+            "65 k distinct model ids": _attack_model_ids, "100 idle control clients": _attack_idle_controls,
+            "corrupt segment metadata + EXPORT": lambda p: _attack_corrupt_metadata(p, data_dir),
+            "socket file removed": _attack_remove_socket,
+            "second daemon on the data dir": lambda p: _attack_second_daemon(p, data_dir)}
+
+
+def _hostile(path: str, data_dir: str, stop_at: float, out: mp.Queue) -> None:
     results: dict[str, dict[str, int]] = {}
+    spans: list[tuple[str, float, float]] = []  # (attack, start, end): which one a stall fell in
     while time.time() < stop_at:
-        for name, fn in ATTACKS.items():
+        for name, fn in _attacks(data_dir).items():
+            t0 = time.time()
             try:
                 res = fn(path)
-            except OSError as exc:
+            except (OSError, AssertionError, subprocess.SubprocessError) as exc:
                 res = f"error {type(exc).__name__}"
+            spans.append((name, t0, time.time()))
             results.setdefault(name, {})[res] = results.setdefault(name, {}).get(res, 0) + 1
             if time.time() >= stop_at:
                 break
-    out.put(results)
+    for s in _IDLE:
+        s.close()
+    out.put((results, spans))
 
 
 def _rss(pid: int) -> tuple[int, int]:
@@ -199,10 +380,14 @@ def main(argv: list[str] | None = None) -> int:
     notify.settimeout(20)
     env = dict(os.environ, NOTIFY_SOCKET=os.path.join(tmp, "notify"))
     log = os.path.join(tmp, "log")
-    daemon = subprocess.Popen([*daemon_argv(), "--socket", path, "--data-dir", os.path.join(tmp, "data"),
-                               "--prometheus-port", "0", "--disk-cap", "1GiB", "--memory-budget", str(budget),
+    data_dir = os.path.join(tmp, "data")
+    daemon = subprocess.Popen([*daemon_argv(), "--socket", path, "--data-dir", data_dir,
+                               "--prometheus-port", "0", "--disk-cap", "512MiB", "--segment-size", "32MiB",
+                               "--memory-budget", str(budget), "--control-idle-timeout", "5s",
                                "--log-format", "json", "--log-file", log], env=env, cwd=tmp)
     rtts: list[float] = []
+    probe_failures: list[str] = []
+    rtt_at: list[float] = []
     exited_during = None
     try:
         assert b"READY=1" in notify.recv(100)
@@ -214,21 +399,35 @@ def main(argv: list[str] | None = None) -> int:
         hq: mp.Queue = ctx.Queue()
         agents = [ctx.Process(target=_agent, args=(path, i, args.batch, stop_at, args.rate / args.agents, q))
                   for i in range(args.agents)]
-        hostile = ctx.Process(target=_hostile, args=(path, stop_at, hq))
+        hostile = ctx.Process(target=_hostile, args=(path, data_dir, stop_at, hq))
         for p in (*agents, hostile):
             p.start()
         stop_probe = threading.Event()
 
         def probe() -> None:
-            s = _connect(path, "control")
-            r, pend = FrameReader(), []
+            # one connection, kept (reconnecting only if the daemon closed it): a connect
+            # would also measure the socket-removal attack, not the loop
+            s = None
             while not stop_probe.is_set():
-                t = time.perf_counter()
-                s.sendall(encode_json(Kind.STATUS, {}))
-                recv_frame(s, r, pend)
-                rtts.append(time.perf_counter() - t)
+                try:
+                    if s is None:
+                        s = _connect(path, "control")
+                        r, pend = FrameReader(), []
+                    t, wall = time.perf_counter(), time.time()
+                    s.sendall(encode_json(Kind.STATUS, {}))
+                    kind, payload = recv_frame(s, r, pend)
+                    if kind != Kind.STATUS_REPLY:  # ERROR: the daemon closed us (eviction, ...)
+                        raise OSError(bytes(payload).decode(errors="replace")[:120])
+                    rtts.append(time.perf_counter() - t)
+                    rtt_at.append(wall)
+                except (OSError, AssertionError) as exc:
+                    probe_failures.append(str(exc)[:120])
+                    if s is not None:
+                        s.close()
+                    s = None
                 time.sleep(0.02)
-            s.close()
+            if s is not None:
+                s.close()
 
         th = threading.Thread(target=probe, daemon=True)
         th.start()
@@ -239,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
                 exited_during = daemon.returncode
                 break
             peak_seen = max(peak_seen, _rss(daemon.pid)[0])
-        attacks = hq.get(timeout=120)
+        attacks, spans = hq.get(timeout=120)
         hostile.join(30)
         accounts = [q.get(timeout=120) for _ in agents]
         for p in agents:
@@ -274,8 +473,16 @@ def main(argv: list[str] | None = None) -> int:
         ("storage records_lost / write_errors", f"{storage.get('records_lost', 0)} / {storage.get('write_errors', 0)}"),
         ("records refused (impossible values)", st.get("records_rejected")),
         ("memory refusals", (st.get("memory") or {}).get("refused")),
-        ("attack outcomes", attacks),
-        ("STATUS round trips", len(rtts)),
+        ("stream records skipped", st.get("stream_skipped")),
+        ("connections refused / idle closed / accept errors / internal errors",
+         " / ".join(str((st.get("connections") or {}).get(k)) for k in
+                    ("refused", "idle_closed", "accept_errors", "internal_errors"))),
+        ("names truncated / corrupt chunks met / protocol errors",
+         f"{st.get('names_truncated')} / {storage.get('corrupt_chunks')} / {st.get('protocol_errors')}"),
+        ("aggregate keys / cap / records in (other)",
+         f"{(st.get('aggregates') or {}).get('keys')} / {(st.get('aggregates') or {}).get('cap')} / "
+         f"{(st.get('aggregates') or {}).get('other_bucket_records')}"),
+        ("STATUS round trips / probe reconnects", f"{len(rtts)} / {len(probe_failures)}"),
         ("worst / p99 / median round trip ms (loop stall)",
          f"{max(rtts) * 1e3:.1f} / {pct(rtts, 99) * 1e3:.1f} / {pct(rtts, 50) * 1e3:.2f}" if rtts else "-"),
         ("budget MiB", f"{budget / 2**20:.0f}"),
@@ -284,6 +491,16 @@ def main(argv: list[str] | None = None) -> int:
         ("daemon CPU s", f"{cpu:.1f}"),
         ("log bytes", f"{log_bytes:,}"),
     ])
+    print()
+    table(["attack (rounds in the loop)", "outcomes"], [(k, ", ".join(f"{r} x{n}" for r, n in v.items()))
+                                                        for k, v in attacks.items()])
+    print("problems at the end:", [p[:100] for p in st.get("problems") or []])
+    worst = sorted(range(len(rtts)), key=lambda i: -rtts[i])[:5]
+    table(["worst STATUS round trips ms", "attacks running then"], [
+        (f"{rtts[i] * 1e3:.0f}", ", ".join(sorted({n for n, a, b in spans if a <= rtt_at[i] + rtts[i] and b >= rtt_at[i]}))
+         or "none") for i in worst])
+    if probe_failures:
+        print("probe connection lost:", sorted(set(probe_failures)))
     shutil.rmtree(tmp, ignore_errors=True)
     return 0 if exited_during is None and exact else 1
 
