@@ -175,10 +175,18 @@ FORK_SCRIPT = textwrap.dedent("""
                 mock.execute(m2, 10)
                 st = agent.stop(timeout=1)
                 assert st.records_in == 20, st
+                # The parent's subscription is the parent's: no reader here, not ours to
+                # unsubscribe at exit, and nothing waits for it.
+                assert sub.closed
                 code = 0
             except BaseException as exc:
                 print("child failed:", repr(exc), flush=True)
-            os._exit(code)
+            t0 = time.monotonic()
+            try:
+                sys.exit(code)  # a normal exit: atexit handlers run in the child too
+            finally:
+                if time.monotonic() - t0 > 0.5:
+                    print("child exit slow", flush=True)
         children.append(pid)
     deadline = time.monotonic() + 20
     codes = []
@@ -218,3 +226,4 @@ def test_forked_children_subscribe_and_start_their_own_agent(run_python, tmp_pat
     result = run_python("", args=[str(script), sock, "6"], timeout=90)
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "codes [0, 0, 0, 0, 0, 0]" in result.stdout
+    assert "child failed" not in result.stdout and "child exit slow" not in result.stdout

@@ -427,6 +427,22 @@ class Subscription:
             _device_configs.release(self.device)
             self._claimed = False
 
+    def _forget_in_child(self) -> None:
+        """See :func:`_forget_after_fork` (the only thread of the child runs this)."""
+        # Locks copied from the parent may be held by a thread the child does not have.
+        self._close_lock = threading.Lock()
+        self._queue.cond = self._reader.stats_lock = threading.Condition()
+        self._closed = True
+        self._queue.reader_finished()  # no reader here: iteration ends once drained
+        if not self._released:
+            self._released = True
+            for fd in (self._read_fd, self._wake_r, self._wake_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._released_event.set()
+
     def __enter__(self) -> Subscription:
         return self
 
@@ -487,6 +503,23 @@ def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = Non
                         queue_size=queue_size, on_full=on_full, time_info=time_info,
                         device=device, read_records=read_records, validate=validate,
                         time_unit=time_unit, lag_clock=lag_clock)
+
+
+def _forget_after_fork() -> None:
+    """In a forked child the parent's subscriptions have no reader (threads do not survive
+    fork) and are the parent's: the child must not unsubscribe them at exit nor wait for
+    their readers. Their objects read as closed and released; the child's copies of their
+    read end and wake pipe are closed (the parent's stay open). The library's own state in
+    the child is its business (the mock forgets its writer; see mock_acl/src/common.c)."""
+    for sub in list(_live) + list(_closing_in_background):
+        sub._forget_in_child()
+    _live.clear()
+    _closing_in_background.clear()
+    _unsubscribe_threads.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 @atexit.register
