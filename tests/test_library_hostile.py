@@ -58,8 +58,9 @@ def test_close_with_a_stuck_callback_is_bounded_and_never_touches_a_reused_fd():
         assert not taken, f"the stuck reader's fds {sorted(taken)} were reused"
         before = sub.stats.bytes_read
         release.set()
-        sub._thread.join(15)
-        assert not sub._thread.is_alive()
+        for thread in (sub._thread, sub._unsub_thread):  # the reader, the unsubscribe helper
+            thread.join(15)
+            assert not thread.is_alive()
         for r, _ in spare:
             os.set_blocking(r, False)
             assert os.read(r, 1000) == b"u" * 120  # nothing was stolen

@@ -22,7 +22,12 @@ uncounted: at any moment ``records_read == delivered + dropped + queued``.
 Closing unsubscribes (the library flushes and closes the write end, or the binding closes
 it when the library defers that), drains the pipe to EOF, joins the thread and releases
 the pipe and config, from any thread, a callback included, at interpreter exit, and after
-a library failure.
+a library failure. The unsubscribe runs on a helper thread and close() keeps its timeout;
+the pipe's fds are released only once the reader has exited (a reader stuck in a callback
+keeps them, so it can never read a file that reused their numbers).
+
+In a forked child the parent's subscriptions read as closed (no reader, not the child's
+to unsubscribe); the child subscribes anew.
 """
 
 from __future__ import annotations
