@@ -15,10 +15,35 @@ the daemon). Two facts shape this module:
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from collections.abc import Callable
 from typing import Any
 
 __all__ = ["get_logger"]
+
+# The lazy import of structlog runs on whichever thread logs first, often a background one
+# (the agent's sender, a subscription reader). A fork() in the middle of it leaves the
+# child a partially initialised module and its import lock held by a thread the child does
+# not have: the child's first log message then hangs or fails (issue 9: children that
+# started an agent hung). The import therefore runs under a lock that fork() waits for.
+_import_lock = threading.Lock()
+_structlog_module: Any = None
+
+
+def _structlog() -> Any:
+    global _structlog_module
+    if _structlog_module is None:
+        with _import_lock:
+            import structlog
+
+            _structlog_module = structlog
+    return _structlog_module
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(before=_import_lock.acquire, after_in_parent=_import_lock.release,
+                        after_in_child=_import_lock.release)
 
 
 class _LazyLogger:
@@ -29,8 +54,7 @@ class _LazyLogger:
         self._structlog: Any = None
 
     def __getattr__(self, level: str) -> Callable[..., None]:
-        import structlog
-
+        structlog = _structlog()
         if structlog.is_configured():
             if self._structlog is None:
                 self._structlog = structlog.get_logger(self._name)

@@ -306,10 +306,26 @@ def stop(timeout: float = 5.0) -> AgentStats | None:
 
 def _forget_after_fork() -> None:
     """In a forked child the sender thread and the subscriptions do not exist: forget the
-    parent's agent (the child may start its own) instead of waiting on it at exit."""
+    parent's agent (the child may start its own, with a fresh buffer, locks, wake pipe and
+    sender: :func:`start`) instead of waiting on it at exit.
+
+    The child's copies of the parent's connection and wake pipe are closed, never shut
+    down (that would end the parent's connection): a child must not keep the parent's
+    daemon connection open after the parent closes it, nor hold fds it will never use.
+    """
     global _agent, _agent_lock
-    _agent = None
+    parent, _agent = _agent, None
     _agent_lock = threading.Lock()
+    if parent is None:
+        return
+    parent._sender.stopping = True  # its thread does not exist here; nothing may wait on it
+    sock, parent._conn.sock = parent._conn.sock, None
+    if sock is not None:
+        try:
+            sock.close()  # this process's copy only; no shutdown()
+        except OSError:
+            pass
+    parent._buffer.close()
 
 
 if hasattr(os, "register_at_fork"):

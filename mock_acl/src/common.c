@@ -190,10 +190,43 @@ uint32_t mock_tid(void)
     return t_tid;
 }
 
-/* The child's only thread is the one that forked: its cached tid is the parent's. */
-static void tid_after_fork(void)
+/* ---- fork ------------------------------------------------------------------------- */
+
+/* Every lock of the mock is held across fork() (prepare, in the lock order), so that the
+ * child's copy of what it guards is consistent; the child then re-initialises locks and
+ * condition variables rather than unlocking them: a recursive mutex still names the
+ * parent's thread as its owner (the child's thread has a new tid, so unlock fails with
+ * EPERM), and a condition variable copied while another thread waited on it keeps that
+ * phantom waiter, so signals to it are lost (issue 9: children that subscribed and
+ * executed hung). */
+static void fork_prepare(void)
 {
-    t_tid = 0;
+    pthread_mutex_lock(&g_mock_lock);
+    sub_fork_prepare();
+    names_fork_prepare();
+    pthread_mutex_lock(&g_fault_lock);
+}
+
+static void fork_parent(void)
+{
+    pthread_mutex_unlock(&g_fault_lock);
+    names_fork_release();
+    sub_fork_parent();
+    pthread_mutex_unlock(&g_mock_lock);
+}
+
+static void fork_child(void)
+{
+    t_tid = 0;   /* the child's only thread is the one that forked: the cached tid is the parent's */
+    pthread_mutex_init(&g_fault_lock, NULL);
+    names_fork_release();
+    models_fork_child();
+    sub_fork_child();
+    pthread_mutexattr_t a;
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&g_mock_lock, &a);
+    pthread_mutexattr_destroy(&a);
 }
 
 /* ---- JSON ------------------------------------------------------------------------- */
@@ -336,7 +369,7 @@ static void load_env_settings(void)
 __attribute__((constructor)) static void common_init(void)
 {
     load_env_settings();
-    pthread_atfork(NULL, NULL, tid_after_fork);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 /* ---- mode ------------------------------------------------------------------------- */

@@ -67,6 +67,17 @@ uint64_t mock_now_ns(void);
 /* The kernel thread id of the caller (gettid), cached per thread; fork-safe. */
 uint32_t mock_tid(void);
 
+/* fork(): common.c registers the mock's only pthread_atfork handlers, at load, and they
+ * call these in the lock order (g_mock_lock -> g_sub_lock -> g_log_lock -> g_names_lock ->
+ * g_attr_lock; g_fault_lock is a leaf). One registration, because the order in which
+ * separate registrations' prepare handlers run depends on when each file registered. */
+void sub_fork_prepare(void);     /* subscribe_writer.c: takes g_sub_lock, g_log_lock */
+void sub_fork_parent(void);
+void sub_fork_child(void);       /* forgets the writer, re-initialises locks and condvars */
+void names_fork_prepare(void);   /* opdesc.c: takes g_names_lock, g_attr_lock */
+void names_fork_release(void);
+void models_fork_child(void);    /* model.c: re-initialises every model's exec_lock */
+
 /* Writes `src[0..len)` as a JSON string literal (with the quotes) into dst, NUL-terminated.
  * Escapes '"', '\\' and control bytes (\u00XX); bytes >= 0x80 are copied raw. Needs
  * cap >= 6 * len + 3; returns the length written (without the NUL), or 0 if cap is short. */

@@ -46,6 +46,15 @@ static mock_model **g_models;
 static size_t g_nmodels, g_modelcap;
 static uint32_t g_next_id = 1;
 
+/* fork(), in the child, with g_mock_lock held by the prepare handler (so g_models is
+ * consistent): another thread of the parent may have been executing a model, holding its
+ * exec_lock; that thread does not exist in the child, so the lock is made free again. */
+void models_fork_child(void)
+{
+    for (size_t i = 0; i < g_nmodels; i++)
+        pthread_mutex_init(&g_models[i]->exec_lock, NULL);
+}
+
 static void model_free(mock_model *m)
 {
     for (size_t i = 0; i < m->nops; i++) {

@@ -105,27 +105,22 @@ static size_t g_cap;          /* power of two, or 0 before the first insert */
 static size_t g_count;
 static uint64_t g_next_index; /* last opIndex handed out; the first one is 1 */
 
-/* fork(): take the table lock across fork() so the child's copy is consistent (a getter
+/* fork(): take the table locks across fork() so the child's copy is consistent (a getter
  * in the child would otherwise deadlock on a lock held by a thread that no longer exists).
- * Registered at load, i.e. before subscribe_writer.c's handlers, so its prepare runs after theirs
- * and the lock order g_sub_lock -> g_names_lock holds. */
+ * Called by common.c's handlers, after g_sub_lock (the lock order g_sub_lock ->
+ * g_names_lock). Plain mutexes: the child may unlock them (no owner check). */
 static pthread_mutex_t g_attr_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void names_fork_prepare(void)
+void names_fork_prepare(void)
 {
     pthread_mutex_lock(&g_names_lock);
     pthread_mutex_lock(&g_attr_lock);
 }
 
-static void names_fork_release(void)
+void names_fork_release(void)
 {
     pthread_mutex_unlock(&g_attr_lock);
     pthread_mutex_unlock(&g_names_lock);
-}
-
-__attribute__((constructor)) static void opdesc_init(void)
-{
-    pthread_atfork(names_fork_prepare, names_fork_release, names_fork_release);
 }
 
 static size_t slot_home(uint64_t key, size_t cap)

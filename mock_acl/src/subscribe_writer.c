@@ -40,24 +40,47 @@ atomic_bool g_abort_all;
 atomic_uint g_fd_epoch;
 atomic_uint_fast64_t g_progress;
 
-/* fork(): the child has no writer thread. Holding both locks across fork() keeps the
- * child's copies consistent; the child then forgets the writer, so nothing waits for it
- * (its queued records are never written, as CANN's uploader threads do not survive fork
- * either). Registered after opdesc.c's handlers (those run at load), so these prepare
- * handlers run first and take g_sub_lock before g_names_lock, the usual order. */
-static void fork_prepare(void)
+static void cv_init_now(void)
+{
+    /* CLOCK_MONOTONIC: timed waits must not jump with the wall clock. */
+    pthread_condattr_t a;
+    pthread_condattr_init(&a);
+    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
+    pthread_cond_init(&g_work_cv, &a);
+    pthread_cond_init(&g_done_cv, &a);
+    pthread_condattr_destroy(&a);
+}
+
+void sub_ensure_cv(void)
+{
+    pthread_once(&g_cv_once, cv_init_now);
+}
+
+/* At load, so that no fork() can copy a pthread_once still in progress. */
+__attribute__((constructor)) static void cv_ctor(void)
+{
+    sub_ensure_cv();
+}
+
+/* fork() (called by common.c's handlers): the child has no writer thread. Holding both
+ * locks across fork() keeps the child's copies consistent; the child then forgets the
+ * writer, so nothing waits for it (its queued records are never written, as CANN's
+ * uploader threads do not survive fork either), and re-initialises the condition
+ * variables: copied while the parent's writer (or a drain) waited on them, they would keep
+ * those phantom waiters and the child's signals would be lost (issue 9). */
+void sub_fork_prepare(void)
 {
     pthread_mutex_lock(&g_sub_lock);
     pthread_mutex_lock(&g_log_lock);
 }
 
-static void fork_parent(void)
+void sub_fork_parent(void)
 {
     pthread_mutex_unlock(&g_log_lock);
     pthread_mutex_unlock(&g_sub_lock);
 }
 
-static void fork_child(void)
+void sub_fork_child(void)
 {
     /* Records queued in the parent are the parent's to write. */
     for (sub_entry *e = g_entries; e; e = e->next)
@@ -68,25 +91,9 @@ static void fork_child(void)
     g_writer_waiting = false;
     g_writer_joining = 0;
     g_writer_stop = false;
-    pthread_mutex_unlock(&g_log_lock);
-    pthread_mutex_unlock(&g_sub_lock);
-}
-
-static void cv_init(void)
-{
-    /* CLOCK_MONOTONIC: timed waits must not jump with the wall clock. */
-    pthread_condattr_t a;
-    pthread_condattr_init(&a);
-    pthread_condattr_setclock(&a, CLOCK_MONOTONIC);
-    pthread_cond_init(&g_work_cv, &a);
-    pthread_cond_init(&g_done_cv, &a);
-    pthread_condattr_destroy(&a);
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
-
-void sub_ensure_cv(void)
-{
-    pthread_once(&g_cv_once, cv_init);
+    cv_init_now();
+    pthread_mutex_init(&g_log_lock, NULL);
+    pthread_mutex_init(&g_sub_lock, NULL);
 }
 
 static struct timespec deadline_after_ns(uint64_t ns)

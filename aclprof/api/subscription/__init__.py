@@ -22,7 +22,12 @@ uncounted: at any moment ``records_read == delivered + dropped + queued``.
 Closing unsubscribes (the library flushes and closes the write end, or the binding closes
 it when the library defers that), drains the pipe to EOF, joins the thread and releases
 the pipe and config, from any thread, a callback included, at interpreter exit, and after
-a library failure.
+a library failure. The unsubscribe runs on a helper thread and close() keeps its timeout;
+the pipe's fds are released only once the reader has exited (a reader stuck in a callback
+keeps them, so it can never read a file that reused their numbers).
+
+In a forked child the parent's subscriptions read as closed (no reader, not the child's
+to unsubscribe); the child subscribes anew.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import atexit
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -64,6 +70,9 @@ _log = get_logger(__name__)
 
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 _PIPE_BYTES = 1 << 20  # a larger pipe lets the library's writer run ahead of the reader
+#: How long close() waits beyond its timeout for a reader it has just woken (it only has
+#: to find the pipe empty and return).
+_WAKE_GRACE = 0.05
 
 
 def resolve_device(device: int | None) -> int:
@@ -105,9 +114,14 @@ class Subscription:
         self._queue = BatchQueue(int(queue_size), on_full)
         self._closed = False
         self._close_lock = threading.Lock()
-        self._release_on_reader_exit = False
+        # Threads that must end before the release (the reader, then the unsubscribe
+        # helper once close() starts it); the last one to end releases (see _exited).
+        self._exits_pending = 0
         self._unsub_thread: threading.Thread | None = None
-        self._background_close: threading.Event | None = None  # set once released
+        self._unsub_done = threading.Event()
+        self._unsub_error: BaseException | None = None
+        self._released_event = threading.Event()  # set once released
+        self._gave_up = False  # close() returned with the reader still running
         self._released = False
 
         _check_not_deferred(self.model_id, self.device)
@@ -137,16 +151,35 @@ class Subscription:
                               LagClock(time_unit, lag_clock), callback=callback,
                               batch_callback=batch_callback, on_exit=self._on_reader_exit)
         self._thread = self._reader.thread
+        self._exits_pending = 1
         self._reader.start()
         _live.add(self)
 
     def _on_reader_exit(self) -> None:
-        """On the reader thread, at its end: finish a close started from a callback."""
-        if self._release_on_reader_exit:
-            self._release()
-            _closing_in_background.discard(self)
-            assert self._background_close is not None
-            self._background_close.set()
+        """On the reader thread, at its end (it never touches its fds after this)."""
+        self._exited()
+
+    def _exited(self) -> None:
+        """The reader or the unsubscribe helper ended: the last one after close() releases.
+
+        The pipe's fds are closed only here, once the reader has exited: a reader that
+        outlives close() (a callback that does not return) must never find its fd numbers
+        reused by someone else's file (issue 9: it read 120 bytes of an unrelated pipe).
+        """
+        with self._close_lock:
+            self._exits_pending -= 1
+            last = self._exits_pending == 0 and self._closed
+        if not last:
+            return
+        self._release()
+        _closing_in_background.discard(self)
+        self._released_event.set()
+        if self._gave_up:
+            _log.warning("the stuck subscription reader ended; subscription released",
+                         model_id=self.model_id, callback=self._reader.callback_name)
+
+    def _reader_stuck(self) -> bool:
+        return self._gave_up and self._thread.is_alive()
 
     # -- consumer side ----------------------------------------------------------------------
     def get_batch(self, timeout: float | None = None) -> OpBatch | None:
@@ -172,28 +205,33 @@ class Subscription:
     # -- stats -------------------------------------------------------------------------------
     @property
     def stats(self) -> SubscriptionStats:
-        """A snapshot of the counters (see :class:`SubscriptionStats`)."""
-        d, r, q = self._decoder, self._reader, self._queue
+        """An atomic snapshot of the counters (see :class:`SubscriptionStats`): taken under
+        the one lock the reader publishes its counts and the queue moves records under."""
+        r, q = self._reader, self._queue
+        with r.stats_lock:
+            c = r.counts()
+            delivered, queued, dropped_full = q.delivered, q.queued, q.dropped_full
         lag, lag_clock = r.lag.lag()
         return SubscriptionStats(
-            bytes_read=r.bytes_read,
-            records_read=d.records_read,
-            records_decoded=d.records_decoded,
-            delivered=r.delivered + q.delivered,
-            queued=q.queued,
-            dropped_queue_full=q.dropped_full,
-            dropped_corrupt=d.corrupt,
-            dropped_callback_error=r.dropped_callback,
-            dropped_decode_error=d.failed,
-            callback_errors=r.callback_errors,
-            names_missing=d.names_missing,
-            names_overflowed=d.names_overflowed,
-            truncated_bytes=r.truncated,
+            bytes_read=r.bytes_read,  # live: progress, outside the identity
+            records_read=c.records_read,
+            records_decoded=c.records_decoded,
+            delivered=c.delivered + delivered,
+            queued=queued,
+            dropped_queue_full=dropped_full,
+            dropped_corrupt=c.corrupt,
+            dropped_callback_error=c.dropped_callback,
+            dropped_decode_error=c.failed,
+            callback_errors=c.callback_errors,
+            names_missing=c.names_missing,
+            names_overflowed=c.names_overflowed,
+            truncated_bytes=c.truncated,
             reader_lag_ns=lag,
             lag_clock=lag_clock,
-            keypoints=d.keypoints,
-            layout_mismatch=d.layout_mismatch,
-            records_decoded_by_getters=d.by_getters,
+            keypoints=c.keypoints,
+            layout_mismatch=c.layout_mismatch,
+            records_decoded_by_getters=c.by_getters,
+            reader_stuck=self._reader_stuck(),
         )
 
     @property
@@ -210,55 +248,89 @@ class Subscription:
         """Unsubscribe, drain the pipe to EOF, join the reader and release everything.
 
         Idempotent and callable from any thread, a callback of this subscription included
-        (then the reader finishes the release itself once it reaches EOF; a later close()
-        from another thread, and interpreter exit, wait for that). Every record the
-        library emitted before the unsubscribe is delivered (or counted as dropped).
+        (then it returns at once and the release happens when the reader reaches EOF; a
+        later close() from another thread, and interpreter exit, wait for that). Every
+        record the library emitted before the unsubscribe is delivered (or counted as
+        dropped).
+
+        Returns within ``timeout`` seconds (plus at most :data:`_WAKE_GRACE`): the
+        unsubscribe runs on a helper thread. If the reader has not finished by then (a
+        callback that does not return, or a flush the library has not finished) a warning
+        names the callback, ``stats.reader_stuck`` says so, and the reader keeps the pipe's
+        fds, releasing them and the subscription when it ends.
 
         Raises:
-            AclError: the unsubscribe failed; the subscription is released all the same.
+            AclError: the unsubscribe failed (within ``timeout``); the subscription is
+                released all the same.
         """
+        deadline = time.monotonic() + timeout
         in_reader = threading.current_thread() is self._thread
         with self._close_lock:
             already = self._closed
             self._closed = True
-            if not already and in_reader:
-                self._background_close = threading.Event()
+            if not already:
+                self._exits_pending += 1  # the unsubscribe helper, started below
         if already:
-            # A close started from a callback finishes in the background: wait for it
-            # (unless this is the reader itself, which must go on draining).
-            self._await_background_close(timeout)
+            # A close started elsewhere (a callback, or one that timed out): wait for its
+            # release (unless this is the reader itself, which must go on draining).
+            self._await_release(timeout)
             return
         self._queue.closing()
         _live.discard(self)
+        # The unsubscribe runs on a helper thread so that close() keeps its timeout even
+        # when the library's flush blocks on a pipe that a stuck callback stopped draining,
+        # and so that the reader keeps draining when close() is called from a callback.
+        self._unsub_thread = threading.Thread(target=self._run_unsubscribe,
+                                              name="aclprof-unsubscribe", daemon=True)
+        # Kept until exit joins them: the library's flush should finish before exit.
+        _unsubscribe_threads[:] = [t for t in _unsubscribe_threads if t.is_alive()]
+        _unsubscribe_threads.append(self._unsub_thread)
         if in_reader:
-            # From a callback: the reader must keep draining while the library flushes
-            # (a full pipe would block the flush), so unsubscribe on a helper thread and
-            # let the reader release everything when it reaches EOF.
-            self._release_on_reader_exit = True
-            self._unsub_thread = threading.Thread(target=self._unsubscribe,
-                                                  name="aclprof-unsubscribe", daemon=True)
             _closing_in_background.add(self)
-            # Kept until exit joins them: the reader may finish (and leave
-            # _closing_in_background) a moment before this thread does.
-            _unsubscribe_threads[:] = [t for t in _unsubscribe_threads if t.is_alive()]
-            _unsubscribe_threads.append(self._unsub_thread)
             self._unsub_thread.start()
             return
-        error = self._unsubscribe()
-        self._join(timeout)
-        self._release()
-        if error is not None:
-            raise error
+        self._unsub_thread.start()
+        released = self._released_event.wait(max(0.0, deadline - time.monotonic()))
+        if not released and self._unsub_done.is_set():
+            # Unsubscribed, yet no EOF (a forked child holding the write end?): wake the
+            # reader, which stops once the pipe is drained.
+            self._wake_reader()
+            released = self._released_event.wait(_WAKE_GRACE)
+        if released:
+            self._join_threads(deadline + _WAKE_GRACE)
+        else:
+            self._gave_up = True
+            if self._thread.is_alive():
+                _log.warning("subscription reader is stuck (in its callback?); close() returns "
+                             "without it; it keeps the pipe's fds and releases the subscription "
+                             "when it returns", model_id=self.model_id,
+                             callback=self._reader.callback_name, timeout=timeout)
+            else:
+                _log.warning("the unsubscribe did not return in time; the subscription is "
+                             "released when it does", model_id=self.model_id, timeout=timeout)
+        if self._unsub_done.is_set() and self._unsub_error is not None:
+            raise self._unsub_error
 
-    def _await_background_close(self, timeout: float) -> None:
-        done = self._background_close
-        if done is None or threading.current_thread() in (self._thread, self._unsub_thread):
+    def _run_unsubscribe(self) -> None:
+        """The unsubscribe helper thread."""
+        try:
+            self._unsub_error = self._unsubscribe()
+        finally:
+            self._unsub_done.set()
+            self._exited()
+
+    def _join_threads(self, deadline: float) -> None:
+        """After the release: the threads have only their last steps left."""
+        for thread in (self._thread, self._unsub_thread):
+            if thread is not None and thread.ident is not None and thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - time.monotonic()))
+
+    def _await_release(self, timeout: float) -> None:
+        if threading.current_thread() in (self._thread, self._unsub_thread):
             return
-        done.wait(timeout)  # the reader reached EOF and released everything
-        self._thread.join(timeout)
-        helper = self._unsub_thread
-        if helper is not None and helper.ident is not None:  # started
-            helper.join(timeout)
+        deadline = time.monotonic() + timeout
+        if self._released_event.wait(timeout):
+            self._join_threads(deadline)
 
     def _unsubscribe(self) -> BaseException | None:
         """Unsubscribe; returns the failure, if any.
@@ -323,10 +395,13 @@ class Subscription:
 
     def _wake_reader(self) -> None:
         """Make the reader stop once the pipe holds nothing more (no EOF will come)."""
-        try:
-            os.write(self._wake_w, b"x")
-        except OSError:
-            pass  # already woken (the pipe is non-blocking) or released
+        with self._close_lock:  # never write to the number of a released (reused) fd
+            if self._released:
+                return
+            try:
+                os.write(self._wake_w, b"x")
+            except OSError:
+                pass  # already woken (the pipe is non-blocking)
 
     def _close_write_end(self) -> None:
         """Subscribe failed (the library kept no pointer): close the write end ourselves."""
@@ -338,21 +413,11 @@ class Subscription:
             except OSError:
                 pass
 
-    def _join(self, timeout: float) -> None:
-        thread = self._thread
-        thread.join(timeout)
-        if thread.is_alive():
-            # EOF did not come (a forked child holding the write end?): wake the reader.
-            self._wake_reader()
-            thread.join(1.0)
-            if thread.is_alive():
-                _log.error("subscription reader did not stop (blocked in a callback?)",
-                           model_id=self.model_id)
-
     def _release(self) -> None:
-        if self._released:
-            return
-        self._released = True
+        with self._close_lock:
+            if self._released:
+                return
+            self._released = True
         for fd in (self._read_fd, self._wake_r, self._wake_w):
             try:
                 os.close(fd)
@@ -366,6 +431,22 @@ class Subscription:
         if self._claimed:
             _device_configs.release(self.device)
             self._claimed = False
+
+    def _forget_in_child(self) -> None:
+        """See :func:`_forget_after_fork` (the only thread of the child runs this)."""
+        # Locks copied from the parent may be held by a thread the child does not have.
+        self._close_lock = threading.Lock()
+        self._queue.cond = self._reader.stats_lock = threading.Condition()
+        self._closed = True
+        self._queue.reader_finished()  # no reader here: iteration ends once drained
+        if not self._released:
+            self._released = True
+            for fd in (self._read_fd, self._wake_r, self._wake_w):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self._released_event.set()
 
     def __enter__(self) -> Subscription:
         return self
@@ -429,6 +510,23 @@ def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = Non
                         time_unit=time_unit, lag_clock=lag_clock)
 
 
+def _forget_after_fork() -> None:
+    """In a forked child the parent's subscriptions have no reader (threads do not survive
+    fork) and are the parent's: the child must not unsubscribe them at exit nor wait for
+    their readers. Their objects read as closed and released; the child's copies of their
+    read end and wake pipe are closed (the parent's stay open). The library's own state in
+    the child is its business (the mock forgets its writer; see mock_acl/src/common.c)."""
+    for sub in list(_live) + list(_closing_in_background):
+        sub._forget_in_child()
+    _live.clear()
+    _closing_in_background.clear()
+    _unsubscribe_threads.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
+
+
 @atexit.register
 def _close_all_at_exit() -> None:
     for sub in list(_live):
@@ -437,6 +535,6 @@ def _close_all_at_exit() -> None:
         except Exception as exc:
             _log.warning("closing a subscription at exit failed", error=str(exc))
     for sub in list(_closing_in_background):  # closed from a callback: let them finish
-        sub._await_background_close(timeout=5.0)
+        sub._await_release(timeout=5.0)
     for thread in list(_unsubscribe_threads):
         thread.join(timeout=5.0)

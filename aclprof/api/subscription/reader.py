@@ -7,6 +7,13 @@ counted and never stops the reader) or to the :class:`~.queue.BatchQueue`. It st
 EOF (the library, or the binding, closed the write end) or when woken with the pipe
 empty (an unsubscribe that failed: no EOF will come).
 
+The counters are published as one snapshot (:meth:`Reader.counts`) under the queue's lock,
+the lock the consumer's :meth:`~.queue.BatchQueue.get` also holds: a batch's records enter
+``records_read`` in the same step as they enter ``delivered``, ``dropped`` or ``queued``, so
+the identity holds in every :attr:`~aclprof.Subscription.stats` snapshot (issue 9: read
+field by field, 40 % of samples taken while records flowed broke it). A batch the reader
+holds (being decoded, or in a callback) is in none of the counts until it is delivered.
+
 Failure paths, each counted so that ``records_read == delivered + dropped + queued``:
 
 - the decoder raises on a chunk: that chunk's records are ``dropped_decode_error`` and
@@ -23,7 +30,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from aclprof._log import get_logger
 from aclprof.api.records import OpBatch, OpRecord
@@ -44,12 +51,32 @@ COALESCE_NS = 2_000_000
 _log = get_logger("aclprof.api.subscription")
 
 
+class ReaderCounts(NamedTuple):
+    """The reader's and the decoder's counters at one moment (see :meth:`Reader.counts`)."""
+
+    bytes_read: int = 0
+    records_read: int = 0
+    records_decoded: int = 0
+    delivered: int = 0  # to callbacks
+    dropped_callback: int = 0
+    callback_errors: int = 0
+    corrupt: int = 0
+    failed: int = 0
+    names_missing: int = 0
+    names_overflowed: int = 0
+    truncated: int = 0
+    keypoints: int = 0
+    layout_mismatch: bool = False
+    by_getters: int = 0
+
+
 class Reader:
     """One subscription's reader thread and the counters only it writes.
 
-    Counters are plain ints written by the reader thread only and read by anyone (an int
-    read is atomic). ``on_exit`` runs on the reader thread after the queue is told the
-    reader finished (the release of a subscription closed from its own callback).
+    Counters are plain ints written by the reader thread only; others read them through
+    :meth:`counts`, a snapshot the reader publishes under ``stats_lock`` (the queue's lock)
+    each time its counts are consistent. ``on_exit`` runs on the reader thread after the
+    queue is told the reader finished (the subscription's release, if it was closed).
     """
 
     def __init__(self, model_id: int, read_fd: int, wake_fd: int, decoder: Decoder,
@@ -72,6 +99,9 @@ class Reader:
         self.delivered = 0  # to callbacks; the queue counts its own
         self.dropped_callback = 0
         self.callback_errors = 0
+        # One lock for the reader's and the queue's counters (an RLock: put() runs under it).
+        self.stats_lock = queue.cond
+        self._published = ReaderCounts()
         self.thread = threading.Thread(target=self._run, name=f"aclprof-reader-{model_id}",
                                        daemon=True)
 
@@ -79,8 +109,32 @@ class Reader:
     def has_callbacks(self) -> bool:
         return self._callback is not None or self._batch_callback is not None
 
+    @property
+    def callback_name(self) -> str:
+        """The callback's name, for messages about it."""
+        cb: Any = self._batch_callback if self._batch_callback is not None else self._callback
+        if cb is None:
+            return "(no callback: queue)"
+        return f"{getattr(cb, '__module__', '?')}.{getattr(cb, '__qualname__', repr(cb))}"
+
     def start(self) -> None:
         self.thread.start()
+
+    def counts(self) -> ReaderCounts:
+        """The last published counters; call with ``stats_lock`` held to pair them with
+        the queue's."""
+        return self._published
+
+    def _publish_locked(self) -> None:
+        d = self.decoder
+        self._published = ReaderCounts(
+            self.bytes_read, d.records_read, d.records_decoded, self.delivered,
+            self.dropped_callback, self.callback_errors, d.corrupt, d.failed, d.names_missing,
+            d.names_overflowed, self.truncated, d.keypoints, d.layout_mismatch, d.by_getters)
+
+    def _publish(self) -> None:
+        with self.stats_lock:
+            self._publish_locked()
 
     def _run(self) -> None:
         decoder = self.decoder
@@ -109,6 +163,7 @@ class Reader:
                     self.truncated += decoder.filled
                     decoder.filled = 0
                     break
+                self._publish()
         except Exception:
             _log.exception("subscription reader failed; discarding the rest (counted)",
                            model_id=self.model_id)
@@ -116,6 +171,7 @@ class Reader:
                 decoder.failed += len(batch)  # decoded, never delivered: not lost uncounted
             self._discard_until_eof()
         finally:
+            self._publish()
             self.queue.reader_finished()
             if self.on_exit is not None:
                 self.on_exit()
@@ -142,13 +198,16 @@ class Reader:
             whole, pending = divmod(pending, size)
             decoder.records_read += whole
             decoder.failed += whole
+            self._publish()
         self.truncated += pending
 
     def _deliver(self, batch: OpBatch) -> None:
         if self.has_callbacks:
             self._run_callbacks(batch)
         else:
-            self.queue.put(batch)
+            with self.stats_lock:  # queued and counted read in one step
+                self.queue.put(batch)
+                self._publish_locked()
 
     def _run_callbacks(self, batch: OpBatch) -> None:
         if self._batch_callback is not None:

@@ -22,9 +22,11 @@ TIME_UNITS = {"ns": 1, "us": 1000}  # unit of the library's record times -> host
 class SubscriptionStats:
     """Counters of one subscription; read at any time without waiting on the reader.
 
-    ``records_read == delivered + dropped + queued`` holds whenever the reader is between
-    batches (always once the subscription is closed); a snapshot taken while it handles a
-    batch may lag by that batch. ``names_missing`` counts delivered records whose name or
+    ``records_read == delivered + dropped + queued`` holds in every snapshot: the reader
+    publishes its counts under the lock the queue moves records under, and the snapshot
+    is read under it. A batch the reader holds (being decoded, or in a callback) is in
+    none of these counts until it is delivered or dropped, so ``records_read`` can trail
+    ``bytes_read`` by that batch. ``names_missing`` counts delivered records whose name or
     type the library could not return, ``names_overflowed`` those whose name did not fit the
     subscription's interned table (1 M distinct strings); both read ``"?"``.
 
@@ -52,6 +54,10 @@ class SubscriptionStats:
     library's getters (an unknown ``ProfOpDesc`` layout of the same size); the rest of the
     subscription is then decoded through the getters, counted in
     ``records_decoded_by_getters`` (also used for a record size the binding does not know).
+
+    ``reader_stuck`` is true while the reader thread outlives a ``close()`` that gave up
+    waiting for it (a callback that does not return): it still owns the pipe's fds and
+    releases them, and the subscription, when it ends.
     """
 
     bytes_read: int
@@ -72,6 +78,7 @@ class SubscriptionStats:
     keypoints: int = 0
     layout_mismatch: bool = False
     records_decoded_by_getters: int = 0
+    reader_stuck: bool = False
 
     @property
     def dropped(self) -> int:
