@@ -1,0 +1,188 @@
+"""Mutation score of the modules whose tests must bite (issue 13), with mutmut 3.
+
+Usage (from the checkout, with the ``mutation`` extra and an editable install built)::
+
+    python tests/bench/mutation.py                    # every module of [tool.aclprof.mutation.modules]
+    python tests/bench/mutation.py wire stats         # some of them
+    python tests/bench/mutation.py --ci               # the fixed small sample .ci/run runs
+    python tests/bench/mutation.py --max-children 1   # on a busy machine
+
+Why a staging copy: mutmut 3 names a mutant after its file's path (``daemon/aclprofd/x.py``
+would be ``daemon.aclprofd.x``, but the tests import ``aclprofd.x``) and imports the mutated
+tree from ``mutants/`` first on sys.path. So the script lays out a flat copy (``aclprof/``
+with its compiled ``_fast`` and bundled mock ``.so`` as built by the editable install,
+``daemon/aclprofd`` as ``aclprofd/``, ``tests/``) in a temporary directory, writes its
+pyproject.toml from this one's ``[tool.mutmut]`` plus, per module, ``only_mutate`` and the
+module's focused test files, and runs ``mutmut run`` there, once per module.
+
+Each mutant runs only the focused tests of its module (and of those, mutmut runs only the
+ones that called the mutated function). Tests that start a daemon or worker in a subprocess
+import the installed, unmutated package, so only in-process tests can kill a mutant.
+
+Output: per module, the mutants, killed, survived (excluding the ones judged equivalent in
+tests/bench/MUTATION.md), the kill rate of the non-equivalent ones, and each survivor's diff.
+Exit status 1 if a module is below ``min_kill_rate`` (or, with --ci, the sample is).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
+MUTATION_MD = ROOT / "tests" / "bench" / "MUTATION.md"
+
+KILLED = {1, 3}
+SURVIVED = {0}
+NO_TESTS = {5, 33}
+TIMEOUT = {36, -24, 24, 152, 255}
+
+
+def load_config() -> tuple[dict, dict]:
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    tool = data["tool"]
+    return tool["mutmut"], tool["aclprof"]["mutation"]
+
+
+def equivalent_mutants() -> dict[str, str]:
+    """``| `name` | reason |`` rows of MUTATION.md: mutants judged equivalent, with why."""
+    if not MUTATION_MD.exists():
+        return {}
+    out = {}
+    for line in MUTATION_MD.read_text(encoding="utf-8").splitlines():
+        m = re.match(r"\|\s*`([^`]+__mutmut_\d+)`\s*\|\s*(.*?)\s*\|\s*$", line)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def staged_path(path: str) -> str:
+    """Where a repository path lives in the flat staging copy."""
+    return path.removeprefix("daemon/")
+
+
+def stage(workdir: Path) -> None:
+    def ignore(_dir: str, names: list[str]) -> set[str]:
+        return {n for n in names if n in ("__pycache__", "mutants") or n.endswith(".pyc")}
+
+    for src, dst in (("aclprof", "aclprof"), ("daemon/aclprofd", "aclprofd"), ("tests", "tests")):
+        shutil.copytree(ROOT / src, workdir / dst, ignore=ignore, dirs_exist_ok=True)
+    built = list((workdir / "aclprof" / "binding").glob("_fast*.so")) + list((workdir / "aclprof" / "_mock").glob("*.so"))
+    if len(built) < 2:
+        sys.exit("mutation.py: aclprof/binding/_fast*.so or aclprof/_mock/*.so missing: "
+                 "run `pip install -e .` in the checkout first (the staging copy reuses the build)")
+
+
+def write_pyproject(workdir: Path, base: dict, pytest_opts: dict, module: str, tests: list[str]) -> None:
+    conf = dict(base)
+    conf["source_paths"] = ["aclprof", "aclprofd"]
+    conf["only_mutate"] = [staged_path(module)]
+    conf["also_copy"] = ["tests"]
+    conf["pytest_add_cli_args_test_selection"] = list(tests)
+
+    def toml_value(v: object) -> str:
+        return json.dumps(v)  # lists of strings, numbers and booleans: JSON is valid TOML here
+
+    lines = ["[tool.mutmut]"] + [f"{k} = {toml_value(v)}" for k, v in conf.items()]
+    lines += ["", "[tool.pytest.ini_options]"] + [f"{k} = {toml_value(v)}" for k, v in pytest_opts.items()]
+    (workdir / "pyproject.toml").write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+
+def run_module(name: str, spec: dict, base: dict, pytest_opts: dict, max_children: int,
+               keep: Path | None, only: list[str] | None = None) -> dict:
+    workdir = Path(tempfile.mkdtemp(prefix=f"aclprof-mut-{name}-")) if keep is None else keep / name
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        stage(workdir)
+        write_pyproject(workdir, base, pytest_opts, spec["path"], spec["tests"])
+        env = dict(os.environ, ACLPROF_BACKEND="mock", PYTHONDONTWRITEBYTECODE="1")
+        cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)] + (only or [])
+        t0 = time.monotonic()
+        proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
+        elapsed = time.monotonic() - t0
+        metas = sorted((workdir / "mutants").glob(staged_path(spec["path"]) + ".meta"))
+        if not metas:
+            sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+            raise SystemExit(f"mutation.py: mutmut produced no results for {name} (exit {proc.returncode})")
+        codes = {}
+        for meta in metas:
+            codes.update(json.loads(meta.read_text())["exit_code_by_key"])
+        if None in codes.values():  # mutmut stopped before checking every mutant
+            sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
+            raise SystemExit(f"mutation.py: mutmut left mutants of {name} unchecked (exit {proc.returncode})")
+        if only:
+            codes = {k: v for k, v in codes.items() if k in only}
+        diffs = {}
+        for key, code in codes.items():
+            if code not in KILLED:
+                shown = subprocess.run([sys.executable, "-m", "mutmut", "show", key], cwd=workdir, env=env,
+                                       capture_output=True, text=True)
+                diffs[key] = shown.stdout.strip()
+        return {"codes": codes, "diffs": diffs, "elapsed": elapsed}
+    finally:
+        if keep is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+def report(name: str, result: dict, equivalent: dict[str, str], min_rate: float) -> bool:
+    codes = result["codes"]
+    killed = [k for k, c in codes.items() if c in KILLED]
+    equiv = [k for k, c in codes.items() if c not in KILLED and k in equivalent]
+    live = [k for k, c in codes.items() if c not in KILLED and k not in equivalent]
+    counted = len(codes) - len(equiv)
+    rate = len(killed) / counted if counted else 1.0
+    ok = rate >= min_rate
+    print(f"{name:12s} mutants {len(codes):4d}  killed {len(killed):4d}  equivalent {len(equiv):3d}  "
+          f"not killed {len(live):3d}  kill rate {100 * rate:5.1f} %  ({result['elapsed']:.0f} s)"
+          f"{'' if ok else f'  BELOW {100 * min_rate:.0f} %'}")
+    for key in live:
+        code = codes[key]
+        status = ("survived" if code in SURVIVED else "no tests" if code in NO_TESTS
+                  else "timeout" if code in TIMEOUT else f"exit {code}")
+        print(f"  -- {key}: {status}")
+        diff = [ln for ln in result["diffs"].get(key, "").splitlines() if ln.startswith(("-", "+"))
+                and not ln.startswith(("---", "+++"))]
+        for ln in diff[:6]:
+            print(f"     {ln}")
+    return ok
+
+
+def main() -> int:
+    base, conf = load_config()
+    modules: dict = conf["modules"]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help=f"of: {', '.join(modules)} (default: all)")
+    parser.add_argument("--ci", action="store_true", help="the fixed sample .ci/run runs (tool.aclprof.mutation.ci)")
+    parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
+    parser.add_argument("--keep", type=Path, help="stage into this directory and keep it (for `mutmut browse`)")
+    args = parser.parse_args()
+    unknown = [m for m in args.modules if m not in modules]
+    if unknown:
+        parser.error(f"unknown module(s) {unknown}; known: {list(modules)}")
+    min_rate = float(conf.get("min_kill_rate", 0.9))
+    pytest_opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
+    equivalent = equivalent_mutants()
+    names = [conf["ci"]["module"]] if args.ci else (args.modules or list(modules))
+    print(f"mutmut on {len(names)} module(s), {args.max_children} worker(s); load {os.getloadavg()[0]:.2f}")
+    ok = True
+    for name in names:
+        result = run_module(name, modules[name], base, pytest_opts, args.max_children, args.keep)
+        ok = report(name, result, equivalent, min_rate) and ok
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
