@@ -51,6 +51,14 @@ NO_TESTS = {5, 33}
 TIMEOUT = {36, -24, 24, 152, 255}
 
 
+SHOW_DIFFS = """
+import json, sys
+from mutmut.mutation.diff_apply import find_mutant, get_diff_for_mutant
+keys = json.loads(sys.stdin.read())
+print(json.dumps({k: get_diff_for_mutant(k, path=find_mutant(k).path) for k in keys}))
+"""
+
+
 def load_config() -> tuple[dict, dict]:
     data = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     tool = data["tool"]
@@ -74,23 +82,35 @@ def staged_path(path: str) -> str:
     return path.removeprefix("daemon/")
 
 
-def stage(workdir: Path) -> None:
-    def ignore(_dir: str, names: list[str]) -> set[str]:
-        return {n for n in names if n in ("__pycache__", "mutants") or n.endswith(".pyc")}
-
-    for src, dst in (("aclprof", "aclprof"), ("daemon/aclprofd", "aclprofd"), ("tests", "tests")):
-        shutil.copytree(ROOT / src, workdir / dst, ignore=ignore, dirs_exist_ok=True)
+def stage(workdir: Path) -> list[str]:
+    """Copies the checkout's tracked files (tests read READMEs, headers, ...), aclprof's built
+    extensions, and daemon/aclprofd as aclprofd/; returns what mutmut must copy beside the
+    mutated packages (everything else at the top level)."""
+    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True,
+                             text=True).stdout.split("\0")
+    for rel in filter(None, tracked):
+        src = ROOT / rel
+        if not src.is_file() or rel.startswith(".ci/"):
+            continue
+        dst = workdir / (staged_path(rel) if rel.startswith("daemon/aclprofd/") else rel)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst)
+    for pattern in ("aclprof/binding/_fast*.so", "aclprof/binding/_acl_ffi.py", "aclprof/_mock/*.so"):
+        for src in ROOT.glob(pattern):
+            shutil.copy2(src, workdir / src.relative_to(ROOT))
     built = list((workdir / "aclprof" / "binding").glob("_fast*.so")) + list((workdir / "aclprof" / "_mock").glob("*.so"))
-    if len(built) < 2:
-        sys.exit("mutation.py: aclprof/binding/_fast*.so or aclprof/_mock/*.so missing: "
+    if len(built) < 2 or not (workdir / "aclprof" / "binding" / "_acl_ffi.py").exists():
+        sys.exit("mutation.py: aclprof/binding/_fast*.so, _acl_ffi.py or aclprof/_mock/*.so missing: "
                  "run `pip install -e .` in the checkout first (the staging copy reuses the build)")
+    return sorted(p.name for p in workdir.iterdir() if p.name not in ("aclprof", "aclprofd", "pyproject.toml"))
 
 
-def write_pyproject(workdir: Path, base: dict, pytest_opts: dict, module: str, tests: list[str]) -> None:
+def write_pyproject(workdir: Path, base: dict, pytest_opts: dict, module: str, tests: list[str],
+                    also_copy: list[str]) -> None:
     conf = dict(base)
     conf["source_paths"] = ["aclprof", "aclprofd"]
     conf["only_mutate"] = [staged_path(module)]
-    conf["also_copy"] = ["tests"]
+    conf["also_copy"] = also_copy
     conf["pytest_add_cli_args_test_selection"] = list(tests)
 
     def toml_value(v: object) -> str:
@@ -106,8 +126,8 @@ def run_module(name: str, spec: dict, base: dict, pytest_opts: dict, max_childre
     workdir = Path(tempfile.mkdtemp(prefix=f"aclprof-mut-{name}-")) if keep is None else keep / name
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        stage(workdir)
-        write_pyproject(workdir, base, pytest_opts, spec["path"], spec["tests"])
+        also_copy = stage(workdir)
+        write_pyproject(workdir, base, pytest_opts, spec["path"], spec["tests"], also_copy)
         env = dict(os.environ, ACLPROF_BACKEND="mock", PYTHONDONTWRITEBYTECODE="1")
         cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)] + (only or [])
         t0 = time.monotonic()
@@ -125,12 +145,11 @@ def run_module(name: str, spec: dict, base: dict, pytest_opts: dict, max_childre
             raise SystemExit(f"mutation.py: mutmut left mutants of {name} unchecked (exit {proc.returncode})")
         if only:
             codes = {k: v for k, v in codes.items() if k in only}
-        diffs = {}
-        for key, code in codes.items():
-            if code not in KILLED:
-                shown = subprocess.run([sys.executable, "-m", "mutmut", "show", key], cwd=workdir, env=env,
-                                       capture_output=True, text=True)
-                diffs[key] = shown.stdout.strip()
+        # Every survivor's diff in one process (`mutmut show` per mutant costs a second each).
+        shown = subprocess.run([sys.executable, "-c", SHOW_DIFFS], cwd=workdir, env=env, check=True,
+                               input=json.dumps([k for k, c in codes.items() if c not in KILLED]),
+                               capture_output=True, text=True)
+        diffs = json.loads(shown.stdout)
         return {"codes": codes, "diffs": diffs, "elapsed": elapsed}
     finally:
         if keep is None:
@@ -160,7 +179,7 @@ def report(name: str, result: dict, equivalent: dict[str, str], min_rate: float)
     return ok
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     base, conf = load_config()
     modules: dict = conf["modules"]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -168,7 +187,7 @@ def main() -> int:
     parser.add_argument("--ci", action="store_true", help="the fixed sample .ci/run runs (tool.aclprof.mutation.ci)")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--keep", type=Path, help="stage into this directory and keep it (for `mutmut browse`)")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in modules]
     if unknown:
         parser.error(f"unknown module(s) {unknown}; known: {list(modules)}")
