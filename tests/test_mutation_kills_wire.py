@@ -193,3 +193,20 @@ def test_recv_frame_returns_frames_in_order_then_none():
         assert got is not None and bytes(got[1]) == b"3"
         a.close()
         assert wire.recv_frame(b, reader, pending) is None
+
+
+def test_memoryview_of_wider_items_is_read_as_bytes():
+    # A memoryview whose items are not bytes (here uint16) is cast: lengths are in bytes.
+    data = wire.encode(Kind.NAMES, b"abcd") + wire.encode(Kind.STATUS, b"xy")
+    view = memoryview(np.frombuffer(data, dtype="<u2"))
+    assert view.format != "B"
+    got = [(k, bytes(p)) for k, p in FrameReader().feed(view)]
+    assert got == [(Kind.NAMES, b"abcd"), (Kind.STATUS, b"xy")]
+
+
+def test_empty_payload_frame_at_the_end_of_a_feed_is_yielded_at_once():
+    reader = FrameReader()
+    assert [(k, bytes(p)) for k, p in reader.feed(wire.encode(Kind.STATUS))] == [(Kind.STATUS, b"")]
+    assert reader.buffered == 0
+    got = list(reader.feed(wire.encode(Kind.NAMES, b"q") + wire.encode(Kind.END)))
+    assert [k for k, _ in got] == [Kind.NAMES, Kind.END]
