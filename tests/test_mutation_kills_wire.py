@@ -138,7 +138,9 @@ def test_any_split_gives_the_same_frames(cuts, kind_of_input):
     for a, b in itertools.pairwise(bounds):
         chunk = STREAM[a:b]
         chunk = {"bytes": chunk, "bytearray": bytearray(chunk), "memoryview": memoryview(chunk)}[kind_of_input]
-        got += [(k, bytes(p)) for k, p in reader.feed(chunk)]
+        frames = list(reader.feed(chunk))
+        assert all(p.format == "B" for _, p in frames)
+        got += [(k, bytes(p)) for k, p in frames]
     assert got == FRAMES
     assert reader.buffered == 0
 
@@ -200,8 +202,10 @@ def test_memoryview_of_wider_items_is_read_as_bytes():
     data = wire.encode(Kind.NAMES, b"abcd") + wire.encode(Kind.STATUS, b"xy")
     view = memoryview(np.frombuffer(data, dtype="<u2"))
     assert view.format != "B"
-    got = [(k, bytes(p)) for k, p in FrameReader().feed(view)]
-    assert got == [(Kind.NAMES, b"abcd"), (Kind.STATUS, b"xy")]
+    frames = list(FrameReader().feed(view))
+    assert [(k, bytes(p)) for k, p in frames] == [(Kind.NAMES, b"abcd"), (Kind.STATUS, b"xy")]
+    assert all(p.format == "B" for _, p in frames)  # payloads index as unsigned bytes
+    assert frames[0][1][0] == ord("a")
 
 
 def test_empty_payload_frame_at_the_end_of_a_feed_is_yielded_at_once():
