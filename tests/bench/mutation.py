@@ -83,11 +83,12 @@ def staged_path(path: str) -> str:
 
 
 def stage(workdir: Path) -> list[str]:
-    """Copies the checkout's tracked files (tests read READMEs, headers, ...), aclprof's built
+    """Copies the checkout's files that git tracks or would (not ignored; tests read READMEs,
+    headers, ...; a new test file counts before it is committed), aclprof's built
     extensions, and daemon/aclprofd as aclprofd/; returns what mutmut must copy beside the
     mutated packages (everything else at the top level)."""
-    tracked = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True,
-                             text=True).stdout.split("\0")
+    tracked = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
+                             check=True, capture_output=True, text=True).stdout.split("\0")
     for rel in filter(None, tracked):
         src = ROOT / rel
         if not src.is_file() or rel.startswith(".ci/"):
