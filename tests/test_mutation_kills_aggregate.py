@@ -1,0 +1,152 @@
+"""The daemon's aggregate modules piece by piece (issue 13: mutants of aggregate_windows.py,
+aggregate_file.py, aggregate_quantiles.py and aggregate.py that the daemon unit, quantile and
+format tests let survive: window boundaries, slot bookkeeping, dtypes, state-file checks)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from aclprofd import aggregate_file
+from aclprofd.aggregate_quantiles import I64, NBINS, group_stats, group_sum, narrow
+from aclprofd.aggregate_windows import SlidingWindows, Slot, window_name
+
+
+def add(slot: Slot, keys, count, total, mn, mx, codes=(), hcount=()) -> None:
+    a = [np.asarray(x, dtype=I64) for x in (keys, count, total, mn, mx, codes, hcount)]
+    slot.add(*a)
+
+
+# ---- window names and lookup ---------------------------------------------------------------
+
+@pytest.mark.parametrize("seconds, name", [(10, "10s"), (60, "1m"), (120, "2m"), (90, "90s"), (3600, "1h"),
+                                           (7200, "2h"), (3601, "3601s"), (5400, "90m")])
+def test_window_name(seconds, name):
+    assert window_name(seconds) == name
+
+
+def test_seconds_of_and_unknown_window():
+    w = SlidingWindows([60, 10])
+    assert w.seconds == (10, 60) and w.names() == ["10s", "1m"]
+    assert w.seconds_of("1m") == 60
+    with pytest.raises(ValueError, match=r"^unknown window '5s' \(one of 10s, 1m, all\)$"):
+        w.seconds_of("5s")
+
+
+# ---- slots ---------------------------------------------------------------------------------
+
+def test_new_slot_is_empty_and_integer():
+    s = Slot(5)
+    for col in ("keys", "count", "total", "min", "max", "codes", "hcount"):
+        arr = getattr(s, col)
+        assert len(arr) == 0 and arr.dtype.kind == "i", col
+    assert s.compact() is s
+
+
+def test_compact_merges_parts_and_accepts_more():
+    s = Slot(1)
+    add(s, [2, 1], [1, 1], [10, 5], [10, 5], [10, 5], [2 * NBINS + 3, NBINS + 1], [1, 1])
+    add(s, [2], [2], [30], [7], [20], [2 * NBINS + 3], [2])
+    s.compact()
+    assert s.keys.tolist() == [1, 2] and s.count.tolist() == [1, 3] and s.total.tolist() == [5, 40]
+    assert s.min.tolist() == [5, 7] and s.max.tolist() == [5, 20]
+    assert s.codes.tolist() == [NBINS + 1, 2 * NBINS + 3] and s.hcount.tolist() == [1, 3]
+    assert s.keys.dtype.kind == "i" and s.codes.dtype == np.int32
+    add(s, [1], [1], [1], [1], [1], [NBINS + 1], [1])  # after a compaction, parts are taken again
+    s.compact()
+    assert s.count.tolist() == [2, 3] and s.hcount.tolist() == [2, 3]
+
+
+def test_slot_for_the_same_second_is_the_same_slot():
+    w = SlidingWindows([10, 60])
+    a = w.slot_for(100)
+    assert w.slot_for(100) is a and len(w.slots) == 1
+    assert w.slot_for(99) is a  # the clock stepped back
+    b = w.slot_for(101)
+    assert b is not a and len(w.slots) == 2
+
+
+def test_slots_older_than_the_longest_window_are_dropped():
+    w = SlidingWindows([10, 60, 3600])
+    for second in (0, 1, 2):
+        w.slot_for(second)
+    w.slot_for(3600)  # horizon 0: slot 0 goes, 1 and 2 stay
+    assert [s.second for s in w.slots] == [1, 2, 3600]
+    w.slot_for(3602)  # horizon 2: 1 and 2 go
+    assert [s.second for s in w.slots] == [3600, 3602]
+
+
+def test_figures_window_boundary():
+    w = SlidingWindows([10, 60])
+    for second, key in ((90, 1), (91, 2), (100, 3)):
+        add(w.slot_for(second), [key], [1], [5], [5], [5], [key * NBINS], [1])
+    keys = w.figures("10s", now=100.5)[0]
+    assert keys.tolist() == [2, 3]  # 91..100: the second 90 is exactly 10 s old, out
+    keys, count, total, mn, mx, hk, hb, hc = w.figures("1m", now=100.0)
+    assert keys.tolist() == [1, 2, 3] and hk.tolist() == [1, 2, 3] and hb.tolist() == [0, 0, 0]
+    assert hc.tolist() == [1, 1, 1] and count.tolist() == [1, 1, 1] and total.tolist() == [5, 5, 5]
+    assert mn.tolist() == mx.tolist() == [5, 5, 5]
+
+
+def test_figures_of_an_empty_window_are_empty_integers():
+    w = SlidingWindows([10])
+    figures = w.figures("10s", now=50)
+    assert len(figures) == 8
+    assert all(len(f) == 0 and f.dtype == I64 for f in figures)
+
+
+# ---- quantile helpers ------------------------------------------------------------------------
+
+def test_narrow_only_when_values_fit():
+    assert narrow(np.array([0, 2**31 - 1], dtype=I64)).dtype == np.int32
+    assert narrow(np.array([2**31], dtype=I64)).dtype == I64
+    assert narrow(np.array([-1], dtype=I64)).dtype == I64
+    assert narrow(np.zeros(0, I64)).dtype == np.int32
+
+
+def test_group_helpers():
+    u, s = group_sum(np.array([5, 3, 5]), np.array([1, 2, 4]))
+    assert u.tolist() == [3, 5] and s.tolist() == [2, 5] and s.dtype == I64
+    keys, count, total, mn, mx = group_stats(*(np.array(x) for x in ([2, 1, 2], [1, 1, 1], [4, 5, 6],
+                                                                    [4, 5, 3], [4, 5, 6])))
+    assert keys.tolist() == [1, 2] and count.tolist() == [1, 2] and total.tolist() == [5, 10]
+    assert mn.tolist() == [5, 3] and mx.tolist() == [5, 6]
+
+
+# ---- the state file --------------------------------------------------------------------------
+
+def arrays(n: int, dtype=I64) -> dict[str, np.ndarray]:
+    return {k: np.arange(n, dtype=dtype) for k in aggregate_file.ARRAYS}
+
+
+def test_state_round_trip_as_int64(tmp_path):
+    path = str(tmp_path / "agg.npz")
+    aggregate_file.write_state(path, arrays(2, np.int32), {"keys": [["a"], ["b"]]})
+    meta, got = aggregate_file.read_state(path)
+    assert meta["keys"] == [["a"], ["b"]] and meta["version"] == aggregate_file.STATE_VERSION
+    assert all(v.dtype == I64 for v in got.values()) and got["total"].tolist() == [0, 1]
+
+
+def test_state_file_is_synced_in_its_directory(tmp_path, monkeypatch):
+    synced = []
+    monkeypatch.setattr(aggregate_file, "_fsync_dir", synced.append)
+    aggregate_file.write_state(str(tmp_path / "a.npz"), arrays(0), {"keys": []})
+    monkeypatch.chdir(tmp_path)
+    aggregate_file.write_state("b.npz", arrays(0), {"keys": []})
+    assert synced == [str(tmp_path), "."]
+
+
+def test_state_file_checks(tmp_path):
+    path = str(tmp_path / "agg.npz")
+    aggregate_file.write_state(path, arrays(2), {"keys": [["a"]]})
+    with pytest.raises(ValueError, match=r"^key arrays and key list differ in length$"):
+        aggregate_file.read_state(path)
+    aggregate_file.write_state(path, arrays(0), {"keys": [], "nbins": NBINS + 1})
+    with pytest.raises(ValueError, match=r"^histogram layout differs$"):
+        aggregate_file.read_state(path)
+    aggregate_file.write_state(path, arrays(0), {"keys": [], "version": 99})
+    with pytest.raises(ValueError, match=f"^not {aggregate_file.STATE_FORMAT} version 1$"):
+        aggregate_file.read_state(path)
+    with np.load(path) as z:
+        json.loads(bytes(z["meta"]).decode())  # the meta member is plain JSON
