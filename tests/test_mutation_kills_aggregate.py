@@ -150,3 +150,100 @@ def test_state_file_checks(tmp_path):
         aggregate_file.read_state(path)
     with np.load(path) as z:
         json.loads(bytes(z["meta"]).decode())  # the meta member is plain JSON
+
+
+# ---- the Aggregator ----------------------------------------------------------------------------
+
+from helpers.records import make_records  # noqa: E402
+
+from aclprof.protocol.wire import FLAG_KEYPOINT  # noqa: E402
+from aclprofd.aggregate import Aggregator, KeySource  # noqa: E402
+from aclprofd.aggregate_quantiles import BINS_PER_OCTAVE, NPROM, PROM_EXPONENTS, prom_bucket  # noqa: E402
+
+NAMES = {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "mm1"}
+
+
+def per_key(agg: Aggregator) -> dict[tuple, tuple[int, int, int, int]]:
+    """(device, model, type, name) -> (count, total, min, max) of every key with records."""
+    k = agg.keys
+    return {(int(k.device[i]), int(k.model[i]), k.type[i], k.name[i]):
+            (int(agg.count[i]), int(agg.total[i]), int(agg.min[i]), int(agg.max[i]))
+            for i in range(agg.nkeys) if agg.count[i]}
+
+
+def test_keypoint_records_are_left_out():
+    agg = Aggregator(clock=lambda: 1000.0)
+    recs = make_records(3, types=(1,), names=(3,), durations=[10, 20, 30])
+    recs["flag"][1] = FLAG_KEYPOINT
+    agg.ingest(KeySource("h", 1, None), recs, NAMES)
+    assert per_key(agg) == {(0, 1, "Conv2D", "conv1"): (2, 40, 10, 30)}
+    only_kp = make_records(1, types=(1,), names=(3,))
+    only_kp["flag"] = FLAG_KEYPOINT | 1
+    agg.ingest(KeySource("h", 1, None), only_kp, NAMES)
+    assert per_key(agg)[(0, 1, "Conv2D", "conv1")][0] == 2
+
+
+@pytest.mark.parametrize("devices, models", [((0, 0, 1, 1), (5, 5, 5, 5)), ((2, 2, 2, 2), (5, 6, 5, 6)),
+                                             ((0, 1, 0, 1), (5, 6, 6, 5)), ((3, 3, 3, 3), (7, 7, 7, 7))])
+def test_records_of_several_devices_and_models_go_to_their_keys(devices, models):
+    agg = Aggregator(clock=lambda: 1000.0)
+    recs = make_records(4, types=(1,), names=(3,), durations=[1, 2, 4, 8])
+    recs["device_id"] = devices
+    recs["model_id"] = models
+    agg.ingest(KeySource("h", 1, None), recs, NAMES)
+    expected: dict[tuple, list[int]] = {}
+    for d, m, dur in zip(devices, models, [1, 2, 4, 8]):
+        expected.setdefault((d, m, "Conv2D", "conv1"), []).append(dur)
+    assert per_key(agg) == {k: (len(v), sum(v), min(v), max(v)) for k, v in expected.items()}
+
+
+def test_many_keys_grow_every_array():
+    agg = Aggregator(clock=lambda: 1000.0)
+    names = {i: f"n{i}" for i in range(1, 302)}
+    recs = make_records(300, types=(1,) * 300, names=tuple(range(2, 302)), durations=np.arange(1, 301) * 1000)
+    agg.ingest(KeySource("h", 1, None), recs, {**names, 1: "T"})
+    got = per_key(agg)
+    assert len(got) == 300 and agg.keys.capacity >= 301
+    assert got[(0, 1, "T", "n301")] == (1, 300_000, 300_000, 300_000)
+    assert got[(0, 1, "T", "n2")] == (1, 1000, 1000, 1000)
+    n = agg.nkeys
+    for arr in (agg.count, agg.total, agg.min, agg.max, agg.prom_sum):
+        assert len(arr) == agg.keys.capacity
+    assert agg.hist.shape == (agg.keys.capacity, NBINS) and agg.prom.shape == (agg.keys.capacity, NPROM)
+    assert int(agg.hist[:n].sum()) == 300 and int(agg.prom[:n].sum()) == 300
+    assert int(agg.prom_sum[:n].sum()) == sum(range(1, 301)) * 1000
+    assert (agg.min[n:] == np.iinfo(np.int64).max).all() and not agg.count[n:].any()
+
+
+def test_dirty_counts_each_ingest_and_save(tmp_path):
+    agg = Aggregator(clock=lambda: 1000.0)
+    assert not agg.dirty
+    agg.ingest(KeySource("h", 1, None), make_records(2), NAMES)
+    assert agg.dirty
+    agg.save(str(tmp_path / "a.npz"))
+    assert not agg.dirty
+    agg.ingest(KeySource("h", 1, None), make_records(1), NAMES)
+    assert agg.dirty
+
+
+def test_prom_bucket_edges():
+    # bucket k holds bins whose upper edge is <= 2**PROM_EXPONENTS[k]; bins below the first
+    # edge go to bucket 0, beyond the last to +Inf (NPROM - 1).
+    first = PROM_EXPONENTS[0] * BINS_PER_OCTAVE
+    bins = np.array([0, 1, first, first + 1, first + BINS_PER_OCTAVE, first + BINS_PER_OCTAVE + 1, NBINS - 1])
+    assert prom_bucket(bins).tolist() == [0, 0, 0, 1, 1, 2, NPROM - 1]
+
+
+def test_prometheus_view_by_type_then_by_name():
+    agg = Aggregator(clock=lambda: 1000.0)
+    recs = make_records(4, types=(1, 1), names=(3, 4), durations=[100, 200, 300, 400])
+    recs["device_id"] = 2
+    recs["model_id"] = 9
+    agg.ingest(KeySource("h", 1, None), recs, NAMES)
+    (series,) = agg.prometheus_view()
+    labels, buckets, count, total = series
+    assert labels == ("2", "9", "Conv2D") and count == 4 and total == 1000
+    # cumulative: 100 ns <= 128, 200 ns <= 256, 300 and 400 ns <= 512, then all 4 up to +Inf
+    assert len(buckets) == NPROM and buckets.tolist() == [1, 2] + [4] * (NPROM - 2)
+    by_name = {lab: (c, t) for lab, _, c, t in agg.prometheus_view(by_name=True)}
+    assert by_name == {("2", "9", "Conv2D", "conv1"): (2, 400), ("2", "9", "Conv2D", "mm1"): (2, 600)}
