@@ -9,8 +9,22 @@ import json
 import numpy as np
 import pytest
 from aclprofd import aggregate_file
-from aclprofd.aggregate_quantiles import I64, NBINS, group_stats, group_sum, narrow
+from aclprofd.aggregate import Aggregator, KeySource
+from aclprofd.aggregate_quantiles import (
+    BINS_PER_OCTAVE,
+    I64,
+    NBINS,
+    NPROM,
+    PROM_EXPONENTS,
+    group_stats,
+    group_sum,
+    narrow,
+    prom_bucket,
+)
 from aclprofd.aggregate_windows import SlidingWindows, Slot, window_name
+from helpers.records import make_records
+
+from aclprof.protocol.wire import FLAG_KEYPOINT
 
 
 def add(slot: Slot, keys, count, total, mn, mx, codes=(), hcount=()) -> None:
@@ -153,12 +167,6 @@ def test_state_file_checks(tmp_path):
 
 
 # ---- the Aggregator ----------------------------------------------------------------------------
-
-from helpers.records import make_records  # noqa: E402
-
-from aclprof.protocol.wire import FLAG_KEYPOINT  # noqa: E402
-from aclprofd.aggregate import Aggregator, KeySource  # noqa: E402
-from aclprofd.aggregate_quantiles import BINS_PER_OCTAVE, NPROM, PROM_EXPONENTS, prom_bucket  # noqa: E402
 
 NAMES = {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "mm1"}
 
