@@ -9,7 +9,7 @@ import time
 
 import numpy as np
 import pytest
-from aclprofd.storage import Storage, read_segment
+from aclprofd.storage import _FILE_HEADER, Storage, read_segment
 from helpers.records import make_records
 
 from aclprof.protocol.wire import RECORD_DTYPE
@@ -179,3 +179,130 @@ def test_write_failure_counts_lost_records(tmp_path, monkeypatch):
     st.write("c1", ID, [], [(T0 + 2, batch(1))])  # a fresh segment
     st.close()
     assert len(segments(tmp_path)) == 2
+
+
+# ---- second round: the survivors of the first mutation run ---------------------------------------
+
+def test_fresh_storage_state_and_directory_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        st = Storage(str(tmp_path / "new"))
+    finally:
+        os.umask(old)
+    assert os.stat(tmp_path / "new").st_mode & 0o777 == 0o750
+    assert (st.last_error, st.last_error_ts, st.write_errors, st.records_lost) == (None, 0.0, 0, 0)
+    s = st.stats()
+    assert s["oldest_ts"] is None and s["segments"] == 0 and s["bytes"] == 0
+    assert s["disk_cap_bytes"] == 1 << 30
+
+
+def test_batch_counts_in_the_meta_are_integers(tmp_path):
+    st = Storage(str(tmp_path))
+    st.write("c1", ID, [], [(T0, batch(2))])
+    st.flush()
+    (chunk,) = st.read()
+    assert chunk.meta["batches"] == [[2, T0]] and isinstance(chunk.meta["batches"][0][0], int)
+    st.close()
+
+
+def test_reopen_takes_the_creation_time_from_the_header(tmp_path):
+    st = Storage(str(tmp_path))
+    st.write("c1", ID, [], [(T0, batch(1))])
+    st.close()
+    path = tmp_path / "seg-00000001.acps"
+    created = _FILE_HEADER.unpack(path.read_bytes()[:_FILE_HEADER.size])[4]
+    os.utime(path, (T0 + 5000, T0 + 5000))  # mtime later than the header's creation time
+    again = Storage(str(tmp_path))
+    assert again.stats()["oldest_ts"] == pytest.approx(created, abs=1e-6)
+    # a file of header size that is not a segment: its mtime is all there is
+    (tmp_path / "seg-00000002.acps").write_bytes(b"\0" * _FILE_HEADER.size)
+    os.utime(tmp_path / "seg-00000002.acps", (T0 + 7000, T0 + 7000))
+    third = Storage(str(tmp_path))
+    assert [s.first_ts for s in third._segments][1] == pytest.approx(T0 + 7000)
+
+
+def test_an_unreadable_entry_is_skipped_not_the_rest(tmp_path):
+    st = Storage(str(tmp_path))
+    st.write("c1", ID, [], [(T0, batch(1))])
+    st.close()
+    (tmp_path / "seg-00000000.acps").mkdir()  # sorts first; open() fails on a directory
+    again = Storage(str(tmp_path))
+    assert again.stats()["segments"] == 1 and sum(len(c.records) for c in again.read()) == 1
+
+
+def test_two_connections_keep_their_own_names_in_one_segment(tmp_path):
+    st = Storage(str(tmp_path))
+    st.write("c1", ID, [(1, "a")], [(T0, batch(1))])
+    st.write("c2", ID, [(1, "b")], [(T0, batch(1))])
+    st.write("c1", ID, [(1, "a")], [(T0, batch(1))])
+    st.flush()
+    assert [(c.meta["conn"], c.names) for c in st.read()] == [("c1", {1: "a"}), ("c2", {1: "b"}), ("c1", {1: "a"})]
+    st.close()
+
+
+def several_segments(tmp_path, n: int = 4, **kw) -> Storage:
+    st = Storage(str(tmp_path), segment_bytes=1024, **kw)
+    for i in range(n):
+        st.write("c1", ID, [], [(T0 + i, batch(10))])  # 560 bytes: one segment each
+    st.flush()
+    assert len(st._segments) == n
+    return st
+
+
+def test_read_since_skips_only_older_segments(tmp_path):
+    st = several_segments(tmp_path)
+    assert [float(t) for c in st.read(since_ts=T0 + 1) for t in c.ts[:1]] == [T0 + 1, T0 + 2, T0 + 3]
+    assert [float(t) for c in st.read(since_ts=T0 + 3) for t in c.ts[:1]] == [T0 + 3]
+    assert [float(t) for c in st.read(until_ts=T0 + 1) for t in c.ts[:1]] == [T0, T0 + 1]
+    st.close()
+
+
+def test_caps_at_the_exact_boundary_delete_nothing(tmp_path):
+    st = several_segments(tmp_path)
+    st.disk_bytes = st.bytes
+    assert st.enforce_caps(now=T0) == 0
+    oldest_last = st._segments[0].last_ts
+    assert st.enforce_caps(now=oldest_last + st.max_age_s) == 0  # exactly max_age old: kept
+    assert st.enforce_caps(now=oldest_last + st.max_age_s + 1) == 1
+    assert st.deleted_for_cap == 0  # deleted for age, not for the disk cap
+    st.close()
+
+
+def test_disk_cap_deletes_exactly_enough_and_counts_each(tmp_path):
+    st = several_segments(tmp_path, n=5)
+    sizes = [s.size for s in st._segments]
+    st.disk_bytes = sum(sizes[2:])  # the two oldest must go
+    assert st.enforce_caps(now=T0) == 2
+    assert st.deleted_for_cap == 2 and len(st._segments) == 3 and st.bytes == sum(sizes[2:])
+    assert st.last_cap_delete_ts == T0
+    st.close()
+
+
+def test_failures_are_counted_each_with_their_message(tmp_path):
+    st = Storage(str(tmp_path))
+    st.write("c1", ID, [], [(T0, batch(1))])
+
+    class Broken:
+        def write(self, _b):
+            raise OSError(28, "No space left on device")
+
+        def flush(self):
+            raise OSError(5, "Input/output error")
+
+        def close(self):
+            pass
+
+    st._file = Broken()
+    st.write("c1", ID, [], [(T0, batch(2))])
+    st.write("c1", ID, [], [(T0, batch(1))])  # a fresh segment
+    st._file = Broken()
+    st.write("c1", ID, [], [(T0, batch(3))])
+    st.write("c1", ID, [], [(T0, batch(1))])
+    assert st.write_errors == 2 and st.records_lost == 5 and isinstance(st.records_lost, int)
+    assert st.last_error == "OSError: [Errno 28] No space left on device"
+    assert st.last_error_ts >= T0
+    st._file = Broken()
+    st.flush()
+    assert st.write_errors == 3 and st.last_error == "OSError: [Errno 5] Input/output error"
+    assert st._file is None
+    st.close()
