@@ -137,13 +137,13 @@ def run_module(name: str, spec: dict, base: dict, pytest_opts: dict, max_childre
         metas = sorted((workdir / "mutants").glob(staged_path(spec["path"]) + ".meta"))
         if not metas:
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-            raise SystemExit(f"mutation.py: mutmut produced no results for {name} (exit {proc.returncode})")
+            return {"error": f"mutmut produced no results (exit {proc.returncode})", "elapsed": elapsed}
         codes = {}
         for meta in metas:
             codes.update(json.loads(meta.read_text())["exit_code_by_key"])
-        if None in codes.values():  # mutmut stopped before checking every mutant
+        if None in codes.values():  # mutmut stopped before checking every mutant (e.g. a red clean run)
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
-            raise SystemExit(f"mutation.py: mutmut left mutants of {name} unchecked (exit {proc.returncode})")
+            return {"error": f"mutmut left mutants unchecked (exit {proc.returncode})", "elapsed": elapsed}
         if only:
             codes = {k: v for k, v in codes.items() if k in only}
         # Every survivor's diff in one process (`mutmut show` per mutant costs a second each).
@@ -158,6 +158,9 @@ def run_module(name: str, spec: dict, base: dict, pytest_opts: dict, max_childre
 
 
 def report(name: str, result: dict, equivalent: dict[str, str], min_rate: float) -> bool:
+    if "error" in result:  # counts as a failure of the run, the other modules still run
+        print(f"{name:12s} FAILED: {result['error']} ({result['elapsed']:.0f} s)")
+        return False
     codes = result["codes"]
     killed = [k for k, c in codes.items() if c in KILLED]
     equiv = [k for k, c in codes.items() if c not in KILLED and k in equivalent]
