@@ -220,3 +220,173 @@ def test_close_half_closes_so_the_daemon_reads_to_eof(make):
     conn.close()
     assert conn.sock is None
     assert peer.conn.recv(10) == b""
+
+
+# ---- second round: the survivors of the first mutation run ---------------------------------------
+
+class MultiPeer:
+    """Accepts connections one after another on ``path``, answering each HELLO with WELCOME."""
+
+    def __init__(self, path: str, count: int):
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(path)
+        self.server.listen(count)
+        self.conns: list[socket.socket] = []
+        self.thread = threading.Thread(target=self._run, args=(count,), daemon=True)
+        self.thread.start()
+
+    def _run(self, count: int) -> None:
+        for _ in range(count):
+            conn, _ = self.server.accept()
+            reader, pending = wire.FrameReader(), []
+            wire.recv_frame(conn, reader, pending)
+            conn.sendall(wire.encode_json(Kind.WELCOME, {}))
+            self.conns.append(conn)
+
+    def close(self) -> None:
+        self.thread.join(5)
+        for c in self.conns:
+            c.close()
+        self.server.close()
+
+
+def test_counters_accumulate_over_connections_and_flushes(tmp_path):
+    path = str(tmp_path / "m.sock")
+    peer = MultiPeer(path, 2)
+    buf = RecordBuffer(100)
+    conn = Connection(path, buf, service=None, labels={}, connect_timeout=5)
+    try:
+        assert conn.connect()
+        for records, loss in ((3, 1), (4, 2)):
+            conn.out.append(b"r" * 10, records=records, loss=loss)
+            assert conn.flush()
+        assert (conn.records_sent, conn.loss_reported, conn.frames_sent, conn.bytes_sent) == (7, 3, 2, 20)
+        conn._goodbye({"records": 5, "dropped": 3})  # 7 written, 5 read: 2 unread; all loss read
+        assert (conn.goodbyes, buf.dropped_unread, conn.records_sent, conn.loss_reported) == (1, 2, 5, 3)
+        conn.disconnect("test")
+        assert conn.connect()
+        assert (conn.gen, conn.connections) == (2, 2)
+        conn.out.append(b"r" * 10, records=6, loss=4)
+        conn.flush()
+        conn._goodbye({"records": 5, "dropped": 0})  # this connection: 6 written, 5 read
+        assert (conn.goodbyes, buf.dropped_unread) == (2, 3)
+        assert conn.loss_reported == 3  # the 4 flushed were not read: taken back, reported again
+    finally:
+        conn.close()
+        peer.close()
+        buf.close()
+
+
+def test_hello_carries_the_version(make):
+    from aclprof.protocol.version import __version__
+
+    peer, conn, _ = make()
+    assert conn.connect()
+    peer.thread.join(5)
+    assert peer.hello["version"] == __version__
+
+
+def test_handshake_ignores_kinds_it_does_not_know(make):
+    _, conn, _ = make(wire.encode_json(Kind.WELCOME, {}) + struct_frame(99, b"{}"))
+    assert conn.connect() is True
+
+
+def struct_frame(kind: int, payload: bytes) -> bytes:
+    return wire.HEADER.pack(wire.MAGIC, wire.VERSION, kind, 0, len(payload)) + payload
+
+
+def test_disconnect_reads_a_queued_goodbye_first(make):
+    peer, conn, buf = make(wire.encode_json(Kind.WELCOME, {}) + wire.encode_json(Kind.GOODBYE, {"records": 0}))
+    assert conn.connect()
+    peer.thread.join(5)
+    conn.out.append(b"x", records=2)
+    conn.disconnect("send failed")
+    assert conn.goodbyes == 1 and buf.dropped_unread == 2 and buf.dropped == 0
+
+
+def test_queue_json_and_announce(make):
+    peer, conn, _ = make()
+    assert conn.connect()
+    peer.thread.join(5)
+
+    class W:
+        model_id, device, labels, announced = 7, 2, {"k": "v"}, 0
+
+    w = W()
+    conn.announce(w)
+    assert w.announced == conn.gen == 1 and conn.out.loss == 0
+    assert conn.flush()
+    kind, payload = wire.recv_frame(peer.conn, wire.FrameReader(), [])
+    assert kind is Kind.WATCH and wire.decode_json(payload) == {"model_id": 7, "device": 2, "labels": {"k": "v"}}
+
+
+def test_send_loss_leaves_out_what_is_already_queued(make):
+    peer, conn, buf = make()
+    assert conn.connect()
+    peer.thread.join(5)
+    conn.out.append(b"", loss=2)  # a LOSS of 2 queued, not yet written
+    buf.dropped = 5
+    conn.send_loss()
+    reader, pending = wire.FrameReader(), []
+    wire.recv_frame(peer.conn, reader, pending)  # the b"" frame's bytes are nothing: LOSS is first
+    assert conn.loss_reported == 5
+
+
+def test_flush_to_a_closed_peer_fails_and_disconnects(make):
+    peer, conn, buf = make()
+    assert conn.connect()
+    peer.thread.join(5)
+    peer.conn.close()
+    peer.conn = None
+    conn.out.append(b"x" * 1000, records=3)
+    results = [conn.flush() for _ in range(3)]
+    assert False in results and conn.sock is None and buf.dropped == 3
+
+
+def test_wait_writable_keeps_a_healthy_connection_and_drains_wakes(make):
+    peer, conn, buf = make()
+    assert conn.connect()
+    peer.thread.join(5)
+    buf.wake()
+    conn.wait_writable(buf.wake_r)
+    assert conn.sock is not None
+    conn.wait_writable(buf.wake_r)
+    assert conn.sock is not None
+
+
+def test_wait_writable_notices_a_hang_up(make):
+    peer, conn, buf = make()
+    assert conn.connect()
+    peer.thread.join(5)
+    peer.conn.close()
+    peer.conn = None
+    conn.wait_writable(buf.wake_r)
+    assert conn.sock is None
+
+
+def test_other_kinds_from_the_daemon_are_ignored(make):
+    peer, conn, _ = make()
+    assert conn.connect()
+    peer.thread.join(5)
+    peer.conn.sendall(wire.encode_json(Kind.STATUS_REPLY, {"records": 1}) + wire.encode(Kind.ERROR, b"not json"))
+    assert conn.receive() is None and conn.goodbyes == 0
+
+
+def test_a_second_goodbye_is_not_counted_again(make):
+    peer, conn, buf = make()
+    assert conn.connect()
+    peer.thread.join(5)
+    conn.out.append(b"x", records=4)
+    peer.conn.sendall(wire.encode_json(Kind.GOODBYE, {"records": 1}) * 2)
+    assert conn.receive() == "the daemon is stopping (GOODBYE)"
+    assert conn.goodbyes == 1 and buf.dropped_unread == 3
+
+
+def test_goodbye_adds_to_earlier_counts(make):
+    _, conn, buf = make()
+    assert conn.connect()
+    buf.dropped_unread = 10
+    conn.loss_reported = 100
+    conn.out.append(b"x", records=4, loss=5)
+    conn._goodbye({"records": 1, "dropped": 5})  # all 5 loss read
+    assert buf.dropped_unread == 13 and conn.loss_reported == 105
