@@ -169,3 +169,18 @@ def test_closing_releases_a_blocked_put():
     assert done.wait(10)  # woken by closing (the spy made the poll 30 s)
     t.join(5)
     assert contents(q) == [0, 1]  # put after closing: queued over capacity, not dropped
+
+
+def test_drop_oldest_counts_accumulate_over_pops_slices_and_oversized_batches():
+    q = BatchQueue(6, "drop_oldest")
+    q.put(batch(0, 1))    # a
+    q.put(batch(1, 4))    # b
+    q.put(batch(5, 3))    # 8 > 6: a popped (1), then 1 sliced off b
+    assert contents(q) == [2, 3, 4, 5, 6, 7] and (q.queued, q.dropped_full) == (6, 2)
+    q.put(batch(8, 2))    # 2 more sliced off b
+    assert (q.queued, q.dropped_full) == (6, 4)
+    q.put(batch(10, 1))   # the last record of b popped
+    assert contents(q) == [5, 6, 7, 8, 9, 10] and (q.queued, q.dropped_full) == (6, 5)
+    q.put(batch(20, 7))   # alone over capacity: 6 queued + 1 of its head dropped
+    assert contents(q) == [21, 22, 23, 24, 25, 26] and q.dropped_full == 12
+    check_invariant(q, 18)

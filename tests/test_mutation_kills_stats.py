@@ -50,6 +50,13 @@ def test_microsecond_ends_are_scaled(now):
     assert lag.lag() == (20_000 - 3_000 - 7_000, "calibrated")
 
 
+def test_host_mode_scales_microseconds(now):
+    lag = LagClock("us", "host")
+    lag.note(np.array([2], dtype=np.uint64), arrival=0)
+    now["ns"] = 5_000
+    assert lag.lag() == (3_000, "host")
+
+
 def test_host_mode_is_now_minus_end(now):
     lag = LagClock("ns", "host")
     assert lag.mode == "host"
