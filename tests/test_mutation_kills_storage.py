@@ -306,3 +306,34 @@ def test_failures_are_counted_each_with_their_message(tmp_path):
     assert st.write_errors == 3 and st.last_error == "OSError: [Errno 5] Input/output error"
     assert st._file is None
     st.close()
+
+
+def test_split_chunks_keep_their_connection(tmp_path):
+    st = Storage(str(tmp_path), segment_bytes=2048)
+    st.write("c1", ID, [(1, "a")], [(T0 + i, batch(10)) for i in range(8)])
+    st.close()
+    chunks = list(Storage(str(tmp_path)).read())
+    assert len(chunks) >= 3 and {c.meta["conn"] for c in chunks} == {"c1"}
+
+
+def test_too_old_and_over_the_cap_counts_as_age(tmp_path):
+    st = several_segments(tmp_path)
+    st.disk_bytes = 1
+    assert st.enforce_caps(now=T0 + st.max_age_s + 1000) == 3  # all but the current one
+    assert st.deleted_for_cap == 0
+    st.close()
+
+
+def test_a_segment_that_cannot_be_deleted_stops_the_caps(tmp_path, monkeypatch):
+    st = several_segments(tmp_path)
+    st.disk_bytes = 1
+
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr("aclprofd.storage.os.unlink", refuse)
+    assert st.enforce_caps(now=T0) == 0
+    assert st.write_errors == 1 and st.last_error.startswith("PermissionError: [Errno 13] Permission denied")
+    assert len(st._segments) == 4
+    monkeypatch.undo()
+    st.close()
