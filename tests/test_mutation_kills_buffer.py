@@ -179,3 +179,8 @@ def test_close_closes_both_fds_once():
         with pytest.raises(OSError):
             os.fstat(fd)
     b.close()  # again: harmless
+
+
+def test_a_sender_that_never_armed_is_never_woken(buf):
+    buf.add_batch(W, recs(5), None)
+    assert not woken(buf)
