@@ -133,8 +133,9 @@ def test_disk_cap_deletes_oldest_and_counts(tmp_path):
 
 def test_age_cap_deletes_without_counting_as_cap(tmp_path):
     st = Storage(str(tmp_path), segment_bytes=1024, max_age_s=100)
-    st.write("c1", ID, [], [(T0, batch(10))])
-    st.write("c1", ID, [], [(T0 + 1, batch(10))])  # a second segment
+    now = time.time()  # not T0: the suite may have run for more than max_age_s since import
+    st.write("c1", ID, [], [(now, batch(10))])
+    st.write("c1", ID, [], [(now + 1, batch(10))])  # a second segment
     st.flush()
     n = len(segments(tmp_path))
     assert n >= 2
