@@ -137,7 +137,7 @@ def test_unknown_bit_at_start_is_modules_unsupported(tmp_path, bit, list_prof_di
     assert list_prof_dirs(tmp_path / "p") == []
 
 
-def test_internal_aicpu_model_bit_is_accepted_by_c_but_not_by_python(tmp_path):
+def test_internal_aicpu_model_bit_is_accepted_by_c_but_not_by_python(tmp_path, list_prof_dirs, device_config):
     # PROF_AICPU_MODEL is in PROF_SWITCH_SUPPORT but not in the public header: aclprof
     # rejects it (it validates against acl_prof.h), the library accepts it.
     with pytest.raises(ValueError):
@@ -147,6 +147,10 @@ def test_internal_aicpu_model_bit_is_accepted_by_c_but_not_by_python(tmp_path):
     ll.start(config)
     ll.stop(config)
     ll.finalize()
+    (prof,) = list_prof_dirs(tmp_path / "p")
+    seen = device_config(prof, 0)
+    assert seen["dataTypeConfig"] == int(DataType.ACL_API | PROF_AICPU_MODEL)
+    assert seen["dataTypeConfigStored"] == int(DataType.ACL_API | PROF_AICPU_MODEL)
 
 
 def test_zero_data_types_at_start_is_invalid_param(tmp_path):
@@ -157,13 +161,21 @@ def test_zero_data_types_at_start_is_invalid_param(tmp_path):
     assert info.value.function == "aclprofStart"
 
 
-def test_bad_aicore_metrics_at_start_is_invalid_param(tmp_path):
+def test_bad_aicore_metrics_at_start_is_invalid_param(tmp_path, list_prof_dirs, device_config):
     config = _raw_config((0,), DataType.AICORE_METRICS, metrics=9)
     ll.init(tmp_path / "p")
     with pytest.raises(aclprof.InvalidParamError):
         ll.start(config)
-    # The same value without the AICORE_METRICS bit is not looked at.
+    assert list_prof_dirs(tmp_path / "p") == []
+    # The same value without the AICORE_METRICS bit is not looked at. (On a fresh library:
+    # after the failed Start above, 2026 would succeed but start nothing, see
+    # test_state_machine's g_isRepeatInvoking tests.)
+    mock.reset()
+    ll.init(tmp_path / "p")
     ll.start(_raw_config((0,), DataType.ACL_API, metrics=9))
+    (prof,) = list_prof_dirs(tmp_path / "p")
+    assert device_config(prof, 0)["dataTypeConfig"] == int(DataType.ACL_API)
+    assert device_config(prof, 0)["aicoreMetrics"] == 9
 
 
 def test_device_gone_since_create_is_invalid_param(tmp_path):
@@ -208,15 +220,20 @@ def test_repeated_device_at_start_starts_nothing_2026(tmp_path, list_prof_dirs, 
     assert session_info(prof)["stopMonotonicNs"] is not None
 
 
-def test_second_start_with_the_same_config_is_ok(tmp_path, list_prof_dirs):
+def test_second_start_with_the_same_config_is_ok(tmp_path, list_prof_dirs, device_config, session_info):
     config = ll.create_config((0, 1), AicoreMetrics.NONE, DataType.ACL_API | DataType.TASK_TIME)
     twin = ll.create_config((1, 0), AicoreMetrics.NONE, DataType.ACL_API | DataType.TASK_TIME)
     ll.init(tmp_path / "p")
     ll.start(config)
     ll.start(config)  # starts nothing, succeeds
     ll.start(twin)    # same devices and data types: the same
-    assert len(list_prof_dirs(tmp_path / "p")) == 1
+    (prof,) = list_prof_dirs(tmp_path / "p")
+    for device in (0, 1):
+        assert sorted(device_config(prof, device)["devices"]) == [0, 1]
+        assert device_config(prof, device)["dataTypeConfig"] == int(DataType.ACL_API | DataType.TASK_TIME)
+    assert session_info(prof)["stopMonotonicNs"] is None
     ll.stop(config)
+    assert session_info(prof)["stopMonotonicNs"] is not None
 
 
 def test_same_devices_other_types_at_start_is_invalid_config(tmp_path):
@@ -268,17 +285,21 @@ def test_stop_with_other_devices_same_types_succeeds(tmp_path, era, list_prof_di
     assert session_info(prof)["stopMonotonicNs"] is not None
 
 
-def test_stop_with_destroyed_config_object(tmp_path):
+def test_stop_with_destroyed_config_object(tmp_path, list_prof_dirs, session_info):
     # The running session keeps its own copy: the caller's object may go away, and Stop
     # with NULL ("the running config") still works.
     config = ll.create_config((0,), AicoreMetrics.NONE, DataType.ACL_API)
     ll.init(tmp_path / "p")
     ll.start(config)
     config.close()
+    (prof,) = list_prof_dirs(tmp_path / "p")
     with pytest.raises(aclprof.HandleClosedError):
         ll.stop(config)
+    assert session_info(prof)["stopMonotonicNs"] is None
     ll.stop(None)
+    assert session_info(prof)["stopMonotonicNs"] is not None
     ll.finalize()
+    assert mock.mode() == "OFF"
 
 
 @pytest.mark.parametrize("given_types, stored", [
@@ -448,9 +469,15 @@ def test_storage_limit_unit():
     (ConfigType.PATH, " /tmp/with space ", " /tmp/with space "),
     (ConfigType.OPTYPE, "Conv 2D", "Conv 2D"),
 ])
-def test_validate_option_normalises(ctype, value, normalised):
+def test_validate_option_normalises(ctype, value, normalised, out_dir, device_config):
     assert validate_option(ctype, value) == (ctype, normalised)
-    ll.set_config(ctype, normalised)
+    if ctype is ConfigType.PATH:  # a session would write there: C accepting it is the check
+        assert _raw_set_config(ctype, normalised) == 0
+        return
+    # What the device runs with is the normalised text.
+    with aclprof.Profiler(out_dir, options={ctype: value}) as prof:
+        pass
+    assert device_config(prof.result_dirs[0], 0)["options"] == {f"ACL_PROF_{ctype.name}": normalised}
 
 
 @pytest.mark.parametrize("ctype, value", [
@@ -515,10 +542,15 @@ def test_init_path_characters(tmp_path, ch):
     assert mock.mode() == "OFF"
 
 
-def test_init_path_other_control_bytes_are_allowed(tmp_path):
+def test_init_path_other_control_bytes_are_allowed(tmp_path, list_prof_dirs, session_info):
     odd = tmp_path / "a\x01b c(1)#!"
+    config = ll.create_config((0,), AicoreMetrics.NONE, DataType.ACL_API)
     ll.init(odd)
+    ll.start(config)
+    ll.stop(config)
     ll.finalize()
+    (prof,) = list_prof_dirs(odd)  # the session's output went exactly there
+    assert session_info(prof)["stopMonotonicNs"] is not None
 
 
 def test_set_config_c_argument_checks():

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import aclprof
+import aclprof.api.session  # monkeypatched below; not imported by `import aclprof` alone
 from aclprof import AicoreMetrics, ConfigType, DataType, mock
 from aclprof.binding import lowlevel as ll
 
@@ -193,13 +194,15 @@ def test_set_cann_era_rejects_unknown_eras():
             mock.set_cann_era(bad)
 
 
-def test_2026_start_without_init_uses_acl_prof_path(setup, tmp_path, list_prof_dirs):
+def test_2026_start_without_init_uses_acl_prof_path(setup, tmp_path, list_prof_dirs, device_config):
     mock.set_cann_era(2026)
     target = tmp_path / "auto"
     ll.set_config(ConfigType.PATH, str(target))
     ll.start(setup.config)
     assert mock.mode() == "API_CTRL"  # auto-initialised
-    assert len(list_prof_dirs(target)) == 1
+    (prof,) = list_prof_dirs(target)
+    assert device_config(prof, 0)["devices"] == [0]
+    assert device_config(prof, 0)["options"]["ACL_PROF_PATH"] == str(target)
     ll.stop(setup.config)
     ll.finalize()
     assert mock.mode() == "OFF"
@@ -228,7 +231,7 @@ def test_2026_stop_and_finalize_without_init_are_noops(setup):
     assert list(Path(setup.tmp).glob("**/PROF_*")) == []
 
 
-def test_init_finalize_cycle_repeats(setup, tmp_path, list_prof_dirs):
+def test_init_finalize_cycle_repeats(setup, tmp_path, list_prof_dirs, session_info):
     # DOC: the Init/Finalize pair may be repeated, e.g. to change the output path.
     for i in range(3):
         ll.init(tmp_path / f"p{i}")
@@ -236,7 +239,9 @@ def test_init_finalize_cycle_repeats(setup, tmp_path, list_prof_dirs):
         ll.stop(setup.config)
         ll.finalize()
         assert mock.mode() == "OFF"
-        assert len(list_prof_dirs(tmp_path / f"p{i}")) == 1
+        (prof,) = list_prof_dirs(tmp_path / f"p{i}")
+        assert session_info(prof)["devices"] == [0]
+        assert session_info(prof)["stopMonotonicNs"] is not None
 
 
 def test_start_in_subscribe_mode_with_default_config(setup, era):
@@ -261,9 +266,10 @@ def test_subscribe_rows_check_model_before_mode(setup):
     assert mock.mode() == "API_CTRL"
 
 
-def test_running_session_blocks_nothing_but_init(setup, tmp_path):
+def test_running_session_blocks_nothing_but_init(setup, tmp_path, session_info):
     setup.enter("API_CTRL")
     ll.start(setup.config)
+    (prof,) = [p for p in Path(setup.tmp).glob("**/PROF_*")]
     with pytest.raises(aclprof.RepeatInitializeError):
         ll.init(tmp_path / "other")
     model_id = setup.load_model()
@@ -271,8 +277,10 @@ def test_running_session_blocks_nothing_but_init(setup, tmp_path):
         ll.model_subscribe(model_id, setup.subscribe_config())
     assert mock.mode() == "API_CTRL"
     # Finalize with a session still running ends it (the real one finalises every task).
+    assert session_info(prof)["stopMonotonicNs"] is None
     ll.finalize()
     assert mock.mode() == "OFF"
+    assert session_info(prof)["stopMonotonicNs"] is not None
 
 
 def test_default_config_start_stop(setup, tmp_path, list_prof_dirs, device_config):
@@ -359,7 +367,7 @@ def test_2026_failed_start_or_finalize_without_stop_leaves_start_inert(tmp_path,
     config.close()
 
 
-def test_profiler_clears_the_start_flag_after_a_failed_start(out_dir, monkeypatch, list_prof_dirs):
+def test_profiler_clears_the_start_flag_after_a_failed_start(out_dir, monkeypatch, device_config):
     # A Start that fails after 2026 set its flag (here: device 5 went away between
     # CreateConfig and Start) must not leave every later Profiler inert.
     real_create = ll.create_config
@@ -375,7 +383,8 @@ def test_profiler_clears_the_start_flag_after_a_failed_start(out_dir, monkeypatc
     monkeypatch.setattr(aclprof.api.session.lowlevel, "create_config", real_create)
     with aclprof.Profiler(out_dir, devices=(0,)) as prof:
         pass
-    assert len(prof.result_dirs) == 1
+    (result,) = prof.result_dirs
+    assert device_config(result, 0)["devices"] == [0]  # this Profiler's session really ran
 
 
 def test_profiler_works_in_both_eras(out_dir, era, device_config):

@@ -1,0 +1,186 @@
+"""aclprof.agent.buffer.RecordBuffer's accounting, exactly (issue 13: the agent suites run it
+through processes and daemons, where off-by-one trims and wake-up thresholds go unseen)."""
+
+from __future__ import annotations
+
+import os
+import select
+
+import numpy as np
+import pytest
+
+from aclprof.agent.buffer import RecordBuffer
+
+W = object()  # stands in for a Watched: the buffer only carries it
+
+
+def recs(n: int, start: int = 0) -> np.ndarray:
+    return np.arange(start, start + n)
+
+
+@pytest.fixture
+def buf():
+    b = RecordBuffer(10)
+    yield b
+    b.close()
+
+
+def woken(b: RecordBuffer) -> bool:
+    return bool(select.select([b.wake_r], [], [], 0)[0])
+
+
+def test_bound_must_be_positive():
+    with pytest.raises(ValueError, match=r"^buffer_records must be at least 1$"):
+        RecordBuffer(0)
+    b = RecordBuffer(1)
+    assert b.bound == 1
+    b.close()
+
+
+def test_empty_batch_is_ignored(buf):
+    buf.add_batch(W, recs(0), None)
+    assert buf.empty() and buf.records_in == 0 and buf.buffered == 0
+
+
+def test_up_to_the_bound_nothing_is_dropped(buf):
+    buf.add_batch(W, recs(6), "n1")
+    buf.add_batch(W, recs(4, 6), "n2")
+    assert (buf.buffered, buf.records_in, buf.dropped) == (10, 10, 0)
+    assert [it[0] for it in buf.items] == ["batch", "batch"]
+    assert buf.items[0][1] is W and buf.items[0][3] == "n1"
+
+
+def test_trim_drops_the_oldest_exactly(buf):
+    buf.add_batch(W, recs(6), None)
+    buf.items.append(["watch", W, None, None])
+    buf.add_batch(W, recs(3, 6), None)
+    buf.add_batch(W, recs(4, 9), None)  # 13 > 10: drop 3 of the first batch
+    assert (buf.buffered, buf.records_in, buf.dropped) == (10, 13, 3)
+    assert list(buf.items[0][2]) == [3, 4, 5]
+    buf.add_batch(W, recs(5, 13), None)  # 15 > 10: the rest of the first (3), 2 of the next
+    assert (buf.buffered, buf.dropped) == (10, 8)
+    assert [it[0] for it in buf.items] == ["watch", "batch", "batch", "batch"]  # control item kept
+    assert list(buf.items[1][2]) == [8]
+    assert lost(buf) == 8
+
+
+def lost(b: RecordBuffer) -> int:
+    return b.lost_total()
+
+
+def test_trim_skips_control_items_and_empty_batches():
+    b = RecordBuffer(2)
+    b.items.append(["watch", W, None, None])
+    b.items.append(["batch", W, recs(0), None])
+    b.add_batch(W, recs(3), None)
+    assert (b.buffered, b.dropped) == (2, 1)
+    assert list(b.items[-1][2]) == [1, 2]
+    b.close()
+
+
+def test_fully_trimmed_head_batches_are_removed():
+    b = RecordBuffer(3)
+    b.add_batch(W, recs(2), None)
+    b.add_batch(W, recs(2, 2), None)
+    b.add_batch(W, recs(3, 4), None)  # 7 > 3: the first two batches go entirely
+    assert len(b.items) == 1 and list(b.items[0][2]) == [4, 5, 6]
+    assert (b.buffered, b.dropped) == (3, 4)
+    b.close()
+
+
+def test_take_respects_max_but_always_gives_the_first_batch(buf):
+    buf.add_batch(W, recs(4), None)
+    buf.items.append(["watch", W, None, None])
+    buf.add_batch(W, recs(3, 4), None)
+    buf.add_batch(W, recs(2, 7), None)
+    taken, n = buf.take(7)
+    assert n == 7 and [it[0] for it in taken] == ["batch", "watch", "batch"]
+    assert buf.buffered == 2
+    taken, n = buf.take(1)  # first batch (2 records) even though it exceeds 1
+    assert n == 2 and len(taken) == 1 and buf.buffered == 0 and buf.empty()
+    assert buf.take(5) == ([], 0)
+
+
+def test_take_stops_before_a_batch_that_would_exceed(buf):
+    buf.add_batch(W, recs(3), None)
+    buf.add_batch(W, recs(3, 3), None)
+    taken, n = buf.take(5)
+    assert n == 3 and len(taken) == 1 and buf.buffered == 3
+    taken, n = buf.take(3)  # exactly max: taken
+    assert n == 3 and len(taken) == 1
+
+
+def test_take_zero_takes_nothing(buf):
+    buf.add_batch(W, recs(3), None)
+    assert buf.take(0) == ([], 0)
+    assert buf.buffered == 3
+
+
+def test_discard_all_counts_the_leftover(buf):
+    buf.add_batch(W, recs(7), None)
+    buf.items.append(["unwatch", W, None, None])
+    assert buf.discard_all() == 7
+    assert (buf.buffered, buf.dropped) == (0, 7) and buf.empty()
+
+
+def test_lost_total_sums_the_three_counters(buf):
+    buf.dropped, buf.dropped_subscription, buf.dropped_unread = 1, 20, 300
+    assert buf.lost_total() == 321
+
+
+def test_arm_and_wake_threshold(buf):
+    assert buf.arm(wake_at=3, now_if_items=False) is True
+    buf.add_batch(W, recs(2), None)
+    assert not woken(buf)  # 2 < 3
+    buf.add_batch(W, recs(1), None)
+    assert woken(buf)      # 3 >= 3: exactly at the threshold
+    buf.drain_wake()
+    assert not woken(buf)
+    buf.add_batch(W, recs(1), None)
+    assert not woken(buf)  # woken once: no longer sleeping
+
+
+def test_arm_refuses_when_work_is_there(buf):
+    buf.add_batch(W, recs(2), None)
+    assert buf.arm(wake_at=5, now_if_items=True) is False
+    assert buf.arm(wake_at=2, now_if_items=False) is False  # 2 buffered >= 2
+    assert buf.arm(wake_at=3, now_if_items=False) is True   # 2 < 3: sleep
+    buf.add_batch(W, recs(1), None)
+    assert woken(buf)
+
+
+def test_arm_on_empty_buffer_sleeps_even_if_now_if_items(buf):
+    assert buf.arm(wake_at=1, now_if_items=True) is True
+    buf.add_batch(W, recs(1), None)
+    assert woken(buf)
+
+
+def test_disarm_stops_wake_ups(buf):
+    buf.arm(wake_at=1, now_if_items=False)
+    buf.disarm()
+    buf.add_batch(W, recs(5), None)
+    assert not woken(buf)
+
+
+def test_wake_survives_a_full_pipe_and_drain_empties_it(buf):
+    for _ in range(70000):  # more than a pipe holds
+        buf.wake()
+    buf.drain_wake()
+    assert not woken(buf)
+    buf.drain_wake()  # nothing to read: no error
+
+
+def test_close_closes_both_fds_once():
+    b = RecordBuffer(1)
+    r, w = b.wake_r, b.wake_w
+    b.close()
+    assert (b.wake_r, b.wake_w) == (-1, -1)
+    for fd in (r, w):
+        with pytest.raises(OSError):
+            os.fstat(fd)
+    b.close()  # again: harmless
+
+
+def test_a_sender_that_never_armed_is_never_woken(buf):
+    buf.add_batch(W, recs(5), None)
+    assert not woken(buf)
