@@ -172,9 +172,40 @@ def test_bogus_backend(run_python, make_env):
 
 
 def test_mock_backend_rejects_a_non_mock_library(run_python, make_env, old_library):
-    out = _json(_run(run_python, make_env(ACLPROF_BACKEND="mock", ACLPROF_LIBRARY=str(old_library)),
+    out = _json(_run(run_python, make_env(ACLPROF_BACKEND="mock", ACLPROF_MOCK_LIBRARY=str(old_library)),
                      REPORT_ERROR))
     assert out["not_found"] and "not the aclprof mock" in out["msg"] and str(old_library) in out["msg"]
+    assert "ACLPROF_MOCK_LIBRARY" in out["msg"]
+
+
+def test_mock_backend_ignores_aclprof_library(run_python, make_env, old_library):
+    # ACLPROF_BACKEND=mock means the bundled mock, even with a (real) ACLPROF_LIBRARY set.
+    out = _json(_run(run_python, make_env(ACLPROF_BACKEND="mock", ACLPROF_LIBRARY=str(old_library)), INFO))
+    assert out["is_mock"] and out["path"] == aclprof.library_info().path
+    assert out["path"] != str(old_library.resolve())
+
+
+def test_mock_library_variable_names_another_mock_build(run_python, make_env, tmp_path):
+    copy = tmp_path / "sanitize" / "libascendcl.so"
+    copy.parent.mkdir()
+    shutil.copy(aclprof.library_info().path, copy)
+    out = _json(_run(run_python, make_env(ACLPROF_BACKEND="mock", ACLPROF_MOCK_LIBRARY=str(copy)), INFO))
+    assert out["is_mock"] and out["path"] == str(copy.resolve())
+    # Without the mock backend the variable is not read: the real search runs.
+    out = _json(_run(run_python, make_env(ACLPROF_MOCK_LIBRARY=str(copy)), REPORT_ERROR))
+    assert out["not_found"] and str(copy) not in out["msg"]
+
+
+def test_library_without_profiling_symbols_says_so(run_python, make_env, tmp_path):
+    # A library that loads but exports no aclprof* (and has no libmsprofiler.so beside it)
+    # is reported as lacking them, not only as "libmsprofiler.so could not be loaded".
+    lib64 = tmp_path / "wrong" / "lib64"
+    lib64.mkdir(parents=True)
+    _build("int aclDummyRuntimeSymbol(void) { return 0; }\n", lib64 / "libascendcl.so")
+    out = _json(_run(run_python, make_env(ACLPROF_LIBRARY=str(lib64 / "libascendcl.so")), REPORT_ERROR))
+    assert out["not_found"]
+    assert "exports no aclprof* profiling functions" in out["msg"] and "aclprofInit" in out["msg"]
+    assert str(lib64 / "libmsprofiler.so") in out["msg"]
 
 
 # ---- what gets loaded --------------------------------------------------------------------------

@@ -3,7 +3,10 @@
 Search order (first hit wins, nothing falls back to the mock silently):
 
 1. ``ACLPROF_BACKEND=mock`` or :func:`use_mock` selects the bundled mock
-   (``aclprof/_mock/libascendcl.so``; ``ACLPROF_LIBRARY`` may point at another mock build).
+   (``aclprof/_mock/libascendcl.so``), always: ``ACLPROF_LIBRARY`` is ignored then (it names
+   the real library a deployment uses, and a test run must not pick it up by accident).
+   ``ACLPROF_MOCK_LIBRARY`` names another mock build (a sanitizer build, say); a library
+   named there that is not the aclprof mock is an error.
 2. ``ACLPROF_LIBRARY``: an explicit path. If it cannot be opened, that is the error: an
    explicit choice is never replaced by another library.
 3. ``$ASCEND_HOME_PATH/lib64/libascendcl.so``, then ``$ASCEND_TOOLKIT_HOME/lib64/libascendcl.so``.
@@ -37,6 +40,7 @@ __all__ = ["LibraryInfo", "library_info", "use_mock", "mock_library_path"]
 
 ENV_BACKEND = "ACLPROF_BACKEND"
 ENV_LIBRARY = "ACLPROF_LIBRARY"
+ENV_MOCK_LIBRARY = "ACLPROF_MOCK_LIBRARY"
 _ASCEND_ENV = ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME")
 _LIBNAME = "libascendcl.so"
 _MDL_LIBNAME = "libacl_mdl.so"
@@ -143,9 +147,11 @@ def _candidates() -> tuple[list[tuple[str, str]], bool]:
     """(list of (origin, path-or-name), is_exclusive) in search order."""
     env = os.environ
     if _backend() == "mock":
-        explicit = env.get(ENV_LIBRARY)
+        # ACLPROF_LIBRARY is deliberately not read here: the mock backend means the mock,
+        # whatever real library the environment names; another mock build has its own variable.
+        explicit = env.get(ENV_MOCK_LIBRARY)
         if explicit:
-            return [(f"{ENV_LIBRARY} (mock backend)", explicit)], True
+            return [(f"{ENV_MOCK_LIBRARY} (mock backend)", explicit)], True
         bundled = mock_library_path()
         if not bundled.is_file():
             from aclprof.binding.built import not_built_hint
@@ -188,8 +194,18 @@ def _open(path: str, ffi: Any) -> tuple[list[Any], str | None, str | None]:
     handle = ffi.dlopen(path)
     handles = [handle]
     if _symbol(handle, "aclprofInit", ffi) is None:
-        # Profiling symbols may live in libmsprofiler.so next to libascendcl.so.
-        handles.append(ffi.dlopen(_beside(path, "libmsprofiler.so")))
+        # Profiling symbols may live in libmsprofiler.so next to libascendcl.so. When that is
+        # absent too, say first that this library lacks them: the missing libmsprofiler.so
+        # alone reads as a broken install when the path may simply name the wrong file.
+        profiler = _beside(path, "libmsprofiler.so")
+        try:
+            handles.append(ffi.dlopen(profiler))
+        except OSError as exc:
+            raise OSError(
+                "opened, but it exports no aclprof* profiling functions (aclprofInit is "
+                f"missing), and {profiler}, where some CANN installs keep them, could not be "
+                f"loaded ({exc}): not an ACL library, or a CANN install without libmsprofiler.so"
+            ) from exc
     for name in _REQUIRED:
         if all(_symbol(h, name, ffi) is None for h in handles):
             raise OSError(f"opened, but it does not export {name}: not an ACL library")
@@ -222,7 +238,8 @@ def _load() -> _Library:
             continue
         library = _Library(path, handles, ffi, model_library, model_error)
         if _backend() == "mock" and not library.is_mock:
-            tried.append(f"  {path} ({origin}): loaded, but it is not the aclprof mock")
+            tried.append(f"  {path} ({origin}): loaded, but it is not the aclprof mock "
+                         "(it lacks aclmockVersion); point it at a mock_acl build")
             continue
         _bind_fast_paths(library)
         return library
