@@ -25,7 +25,10 @@ It never slows or breaks the service it runs in:
   up to the bound, counts what it drops, and reconnects with exponential backoff
   (0.1 s doubling to 5 s). Each (re)connection sends HELLO, WATCH for every live model,
   then a LOSS frame with everything lost since the last LOSS that got through, then the
-  buffered batches (with the NAMES they need). Starting with no daemon is not an error.
+  buffered batches (with the NAMES they need). Starting with no daemon is not an error,
+  but a daemon that stays away is a WARNING (after 10 s, or at once when records are being
+  dropped; then at most once a minute with the records dropped meanwhile), and its return
+  after one is another.
 
 Accounting: every record the library delivered for a watched model is either written to
 the daemon's socket or counted in a LOSS frame (the subscription's own drops included), so
@@ -119,6 +122,7 @@ class Agent:
         self.service = service
         self.labels = {str(k): str(v) for k, v in (labels or {}).items()}
         self.buffer_records = int(buffer_records)
+        self.backoff_max = float(backoff_max)
         self._buffer = RecordBuffer(buffer_records)
         self._lock = self._buffer.lock  # one lock: the buffer, the counters, the models
         self._watched: dict[int, Watched] = {}
@@ -152,6 +156,11 @@ class Agent:
 
         try:
             w.sub = subscribe(model_id, device=device, batch_callback=deliver)
+            # A service's own aclprof.subscribe() of this model then names the agent.
+            w.sub.holder = (
+                f"The aclprof agent holds this model's subscription (aclprof.agent.watch({model_id})); "
+                f"read its records from the daemon (aclprof tail), or call "
+                f"aclprof.agent.unwatch({model_id}) first")
         except BaseException:
             with self._lock:
                 w.live = False
@@ -235,28 +244,56 @@ _agent_lock = threading.Lock()
 
 
 def start(socket_path: str | os.PathLike[str] | None = None, *, service: str | None = None,
-          labels: Mapping[str, str] | None = None, buffer_records: int = DEFAULT_BUFFER_RECORDS,
-          backoff_max: float = _BACKOFF_MAX) -> Agent:
-    """Start the agent (idempotent: a running agent is returned as is).
+          labels: Mapping[str, str] | None = None, buffer_records: int | None = None,
+          backoff_max: float | None = None) -> Agent:
+    """Start the agent, or return the running one.
+
+    A second ``start()`` returns the running agent when every argument it passes (those
+    not None) matches it; one that differs raises ValueError naming the differing
+    arguments: they would otherwise be silently ignored (stop() first to change them).
 
     Args:
         socket_path: the daemon's socket (default: ``ACLPROF_SOCKET``, else
             ``$XDG_RUNTIME_DIR/aclprof/aclprofd.sock``, else ``/run/aclprof/aclprofd.sock``).
         service: a service name shown by ``aclprof status`` and used in filters.
         labels: free-form ``str -> str`` labels of this process.
-        buffer_records: the most records kept while the daemon is slow or absent.
+        buffer_records: the most records kept while the daemon is slow or absent
+            (default :data:`DEFAULT_BUFFER_RECORDS`).
         backoff_max: the longest wait between two connection attempts (they start at
-            0.1 s and double).
+            0.1 s and double; default 5 s).
 
     The daemon does not need to be running: the agent connects when it appears.
     """
     global _agent
     with _agent_lock:
         if _agent is not None:
+            _check_same(_agent, socket_path, service, labels, buffer_records, backoff_max)
             return _agent
-        _agent = Agent(socket_path, service=service, labels=labels, buffer_records=buffer_records,
-                       backoff_max=backoff_max)
+        _agent = Agent(socket_path, service=service, labels=labels,
+                       buffer_records=DEFAULT_BUFFER_RECORDS if buffer_records is None else buffer_records,
+                       backoff_max=_BACKOFF_MAX if backoff_max is None else backoff_max)
         return _agent
+
+
+def _check_same(agent: Agent, socket_path: str | os.PathLike[str] | None, service: str | None,
+                labels: Mapping[str, str] | None, buffer_records: int | None,
+                backoff_max: float | None) -> None:
+    """Raise ValueError naming each given argument that differs from the running agent's."""
+    differ = []
+    if socket_path is not None and resolve_socket_path(socket_path) != agent.socket_path:
+        differ.append(f"socket_path={resolve_socket_path(socket_path)!r} (running: {agent.socket_path!r})")
+    if service is not None and service != agent.service:
+        differ.append(f"service={service!r} (running: {agent.service!r})")
+    if labels is not None and {str(k): str(v) for k, v in labels.items()} != agent.labels:
+        differ.append(f"labels={dict(labels)!r} (running: {agent.labels!r})")
+    if buffer_records is not None and int(buffer_records) != agent.buffer_records:
+        differ.append(f"buffer_records={buffer_records!r} (running: {agent.buffer_records!r})")
+    if backoff_max is not None and float(backoff_max) != agent.backoff_max:
+        differ.append(f"backoff_max={backoff_max!r} (running: {agent.backoff_max!r})")
+    if differ:
+        raise ValueError(
+            "aclprof.agent.start(): an agent is already running with other arguments: "
+            + "; ".join(differ) + ". Call aclprof.agent.stop() first to restart it with these")
 
 
 def _require() -> Agent:

@@ -55,6 +55,7 @@ class Connection:
         self.connections = 0
         self.connect_failures = 0
         self.goodbyes = 0
+        self.last_error = ""  # why the last connection attempt failed (for the warnings)
         # What whole chunks of frames carried on the current connection: a GOODBYE
         # compares them (plus the chunk in flight) to what the daemon read.
         self._conn_records = 0
@@ -86,6 +87,7 @@ class Connection:
         except (OSError, wire.ProtocolError) as exc:
             sock.close()
             self.connect_failures += 1
+            self.last_error = str(exc)
             if self.connect_failures == 1 or self.connect_failures % 100 == 0:
                 _log.info("aclprof daemon not reachable; buffering", socket=self.socket_path,
                           error=str(exc), failures=self.connect_failures)

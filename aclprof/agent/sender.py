@@ -38,6 +38,12 @@ _CHECK_DROPS_EVERY = 0.2          # s between polls of the subscriptions' own dr
 _COALESCE_S = 0.05                # while records flow: at most this long between sends (each
                                   # wake-up takes the GIL; 50 ms: ~20 a second, not 100)
 _WAKE_RECORDS = 8192              # ... or until this many records are buffered
+# An unreachable daemon is a WARNING (ops must learn that records are being lost; at INFO
+# it went unseen while 29,200 records were dropped), but rate-limited: the first after
+# _WARN_AFTER s without a daemon (a restart takes ~1 s), or at once when records are being
+# dropped; then at most one each _WARN_EVERY s, with the records dropped meanwhile.
+_WARN_AFTER = 10.0
+_WARN_EVERY = 60.0
 
 
 class Sender:
@@ -53,6 +59,13 @@ class Sender:
         self.stopping = False       # under buffer.lock
         self._flush_deadline = 0.0  # under buffer.lock; 0 until the stop's flush begins
         self._pumped = 0            # records moved by the last _pump
+        # The unreachable-daemon warnings (sender thread only): since when no daemon, the
+        # loss total then, and when the last warning went out with the loss total then.
+        self._down_since: float | None = None
+        self._down_lost = 0
+        self._warned_at: float | None = None
+        self._warned_lost = 0
+        self.unreachable_warnings = 0
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="aclprof-agent", daemon=True)
 
@@ -95,7 +108,9 @@ class Sender:
                 if now >= next_attempt or flushing:
                     if self._connect():
                         backoff = _BACKOFF_MIN
+                        self._note_reachable()
                     else:
+                        self._note_unreachable()
                         next_attempt = time.monotonic() + backoff
                         backoff = min(backoff * 2, self.backoff_max)
                         if flushing:
@@ -136,6 +151,41 @@ class Sender:
         self.poll_subscription_drops()
         self.conn.send_loss()
         return True
+
+    def _note_unreachable(self) -> None:
+        """After a failed attempt: warn when the daemon has stayed away (rate-limited)."""
+        now = time.monotonic()
+        self.poll_subscription_drops()
+        lost = self.buffer.lost_total()
+        if self._down_since is None:
+            self._down_since, self._down_lost = now, lost
+        if self._warned_at is None:
+            if now - self._down_since < _WARN_AFTER and lost == self._down_lost:
+                return
+            dropped = lost - self._down_lost
+        elif now - self._warned_at >= _WARN_EVERY:
+            dropped = lost - self._warned_lost
+        else:
+            return
+        with self.buffer.lock:
+            buffered = self.buffer.buffered
+        _log.warning(
+            "aclprof daemon unreachable; records are buffered, the oldest dropped when the "
+            "buffer is full (start aclprofd, or check ACLPROF_SOCKET)",
+            socket=self.conn.socket_path, error=self.conn.last_error,
+            unreachable_s=round(now - self._down_since, 1), dropped_since_last_warning=dropped,
+            dropped_total=lost, buffered=buffered, attempts=self.conn.connect_failures)
+        self._warned_at, self._warned_lost = now, lost
+        self.unreachable_warnings += 1
+
+    def _note_reachable(self) -> None:
+        """Connected: if the absence was warned about, say that it ended and what it cost."""
+        if self._warned_at is not None and self._down_since is not None:
+            _log.warning("aclprof daemon reachable again; the loss is reported to it (LOSS)",
+                         socket=self.conn.socket_path,
+                         unreachable_s=round(time.monotonic() - self._down_since, 1),
+                         dropped_while_unreachable=self.buffer.lost_total() - self._down_lost)
+        self._down_since = self._warned_at = None
 
     def _sleep(self, timeout: float) -> None:
         """Until woken (records, stop), the daemon speaks or hangs up, or ``timeout``."""

@@ -61,7 +61,7 @@ from aclprof.api.subscription.reader import Reader
 from aclprof.api.subscription.stats import LAG_CLOCKS, TIME_UNITS, LagClock, SubscriptionStats
 from aclprof.binding import lowlevel
 from aclprof.binding.enums import AicoreMetrics
-from aclprof.binding.errors import InvalidModelIdError
+from aclprof.binding.errors import InvalidModelIdError, RepeatSubscribeError
 
 __all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES", "resolve_device",
            "DeferredResubscribeError", "LAG_CLOCKS"]
@@ -143,9 +143,13 @@ class Subscription:
             self._config = lowlevel.create_subscribe_config(time_info, AicoreMetrics.NONE, self._cell)
             lowlevel.model_subscribe(self.model_id, self._config)
             _forget_replaced_cell(self.model_id)
-        except BaseException:
+        except BaseException as exc:
             self._close_write_end()
             self._release()
+            if isinstance(exc, RepeatSubscribeError):
+                holder = _holder_of(self.model_id)
+                if holder is not None:
+                    raise RepeatSubscribeError(exc.code, exc.function, exc.detail, hint=holder) from exc
             raise
         self._reader = Reader(self.model_id, self._read_fd, self._wake_r, self._decoder, self._queue,
                               LagClock(time_unit, lag_clock), callback=callback,
@@ -154,6 +158,10 @@ class Subscription:
         self._exits_pending = 1
         self._reader.start()
         _live.add(self)
+
+    #: Who holds this subscription, when not the caller's own code (the agent sets it): a
+    #: repeated subscribe of the model says so instead of only "already subscribed".
+    holder: str | None = None
 
     def _on_reader_exit(self) -> None:
         """On the reader thread, at its end (it never touches its fds after this)."""
@@ -508,6 +516,14 @@ def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = Non
                         queue_size=queue_size, on_full=on_full, time_info=time_info,
                         device=device, read_records=read_records, validate=validate,
                         time_unit=time_unit, lag_clock=lag_clock)
+
+
+def _holder_of(model_id: int) -> str | None:
+    """The ``holder`` note of a live subscription of ``model_id``, if one has one."""
+    for sub in list(_live):
+        if sub.model_id == model_id and sub.holder is not None:
+            return sub.holder
+    return None
 
 
 def _forget_after_fork() -> None:
