@@ -587,7 +587,9 @@ def test_callback_exceptions_are_counted_and_the_reader_goes_on(emit_log):
     assert st.delivered == 40
     assert st.delivered + st.dropped == len(emitted)
     errors = [e for e in logs if e["log_level"] == "error"]
-    assert len(errors) == 20 and all(e.get("exc_info") for e in errors)
+    # The traceback once, then one summary with the exact count (issue 10: not one each).
+    assert len(errors) == 2 and errors[0].get("exc_info") and not errors[1].get("exc_info")
+    assert errors[1]["errors_total"] == 20 and errors[1]["errors_since_last"] == 19
     assert_released(sub)
 
 

@@ -50,6 +50,12 @@ COALESCE_NS = 2_000_000
 
 _log = get_logger("aclprof.api.subscription")
 
+#: A callback that raises is logged with its traceback the first time only; after that at
+#: most one line per this many seconds with the count since the last one (and one more when
+#: the reader ends). A callback failing on every record must not flood the service's stderr
+#: (issue 10: 5,000 failing records wrote 40,000 lines); the counters stay exact.
+CALLBACK_ERROR_LOG_EVERY = 60.0
+
 
 class ReaderCounts(NamedTuple):
     """The reader's and the decoder's counters at one moment (see :meth:`Reader.counts`)."""
@@ -99,6 +105,11 @@ class Reader:
         self.delivered = 0  # to callbacks; the queue counts its own
         self.dropped_callback = 0
         self.callback_errors = 0
+        # The callback-error log's rate limit (reader thread only): errors already logged
+        # (or summarised), when the last line went out, the latest exception.
+        self._errors_logged = 0
+        self._errors_logged_at = 0.0
+        self._last_error = ""
         # One lock for the reader's and the queue's counters (an RLock: put() runs under it).
         self.stats_lock = queue.cond
         self._published = ReaderCounts()
@@ -171,6 +182,7 @@ class Reader:
                 decoder.failed += len(batch)  # decoded, never delivered: not lost uncounted
             self._discard_until_eof()
         finally:
+            self._summarise_callback_errors()
             self._publish()
             self.queue.reader_finished()
             if self.on_exit is not None:
@@ -213,11 +225,10 @@ class Reader:
         if self._batch_callback is not None:
             try:
                 self._batch_callback(batch)
-            except BaseException:  # SystemExit too: it must not end the reader thread
+            except BaseException as exc:  # SystemExit too: it must not end the reader thread
                 self.callback_errors += 1
                 self.dropped_callback += len(batch)
-                _log.exception("batch_callback raised; records counted as dropped",
-                               model_id=self.model_id, records=len(batch))
+                self._callback_failed(exc, "batch_callback", len(batch))
                 return
             if self._callback is None:
                 self.delivered += len(batch)
@@ -229,8 +240,32 @@ class Reader:
             try:
                 callback(record)
                 delivered += 1
-            except BaseException:  # SystemExit too: it must not end the reader thread
+            except BaseException as exc:  # SystemExit too: it must not end the reader thread
                 self.callback_errors += 1
                 self.dropped_callback += 1
-                _log.exception("callback raised; record counted as dropped", model_id=self.model_id)
+                self._callback_failed(exc, "callback", 1)
         self.delivered += delivered
+
+    def _callback_failed(self, exc: BaseException, which: str, records: int) -> None:
+        """Log a callback's exception: the first with its traceback, then rate-limited
+        counts (``callback_errors`` and ``dropped_callback`` are already counted)."""
+        self._last_error = f"{type(exc).__name__}: {exc}"
+        if self.callback_errors == 1:
+            self._errors_logged, self._errors_logged_at = 1, time.monotonic()
+            _log.exception(
+                f"{which} raised; records counted as dropped (later errors: one summary line "
+                f"each {CALLBACK_ERROR_LOG_EVERY:g} s, totals in Subscription.stats)",
+                model_id=self.model_id, callback=self.callback_name, records=records)
+        elif time.monotonic() - self._errors_logged_at >= CALLBACK_ERROR_LOG_EVERY:
+            self._summarise_callback_errors()
+
+    def _summarise_callback_errors(self) -> None:
+        """One line for the callback errors not logged yet (none: nothing)."""
+        new = self.callback_errors - self._errors_logged
+        if new <= 0:
+            return
+        self._errors_logged, self._errors_logged_at = self.callback_errors, time.monotonic()
+        _log.error("subscription callback kept raising; records counted as dropped",
+                   model_id=self.model_id, callback=self.callback_name, errors_since_last=new,
+                   errors_total=self.callback_errors, dropped_total=self.dropped_callback,
+                   last_error=self._last_error)
