@@ -95,8 +95,8 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
     if filt:
         desc += ", filter " + " ".join(f"{k}={safe(v)}" for k, v in filt.items())
     table = Table(title=Text(safe(f"aclprof top: {desc}{title_extra}")), title_justify="left", expand=False,
-                  caption=(("keys: t c a 9 m sort, g group, w window, / filter, r reset, q quit"
-                            + (f"   [{view.message}]" if view.message else "")) if keys else None),
+                  caption=(_plain("keys: t c a 9 m sort, g group, w window, / filter, r reset, q quit"
+                                  + (f"   [{view.message}]" if view.message else "")) if keys else None),
                   caption_justify="left")
     # (heading, alignment, the sort key it shows)
     columns: list[tuple[str, Literal["left", "right"], str | None]] = [
@@ -119,8 +119,17 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
     if not rows:
         table.add_row(Text("(no records in this window yet)", style="dim"), "", "", "", "", "", "", "")
     if view.editing is not None:
-        table.caption = f"filter regex: {view.editing}_   (Enter applies, Esc cancels)"
+        table.caption = _plain(f"filter regex: {view.editing}_   (Enter applies, Esc cancels)")
     return table
+
+
+def _plain(text: str) -> Any:
+    """``text`` shown as written: a rich Text (never parsed as markup, so the ``[...]`` of a
+    message or a typed regex such as ``[a-z]`` or ``[/dim]`` is neither dropped nor a
+    MarkupError), with terminal control characters escaped (messages quote the user's regex)."""
+    from rich.text import Text
+
+    return Text(safe(text))
 
 
 def learn_windows(client: Any, view: TopView) -> None:
