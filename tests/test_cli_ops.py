@@ -65,3 +65,59 @@ def test_top_shows_the_regex_being_typed_verbatim():
     v = TopView()
     _typed(v, "/[a-z]+ [/dim]")
     assert "filter regex: [a-z]+ [/dim]_" in _screen(v)
+
+
+# -- 2. top's options are checked before any request ------------------------------------------
+
+@pytest.fixture(scope="module")
+def daemon():
+    from helpers.daemons import InProcess
+
+    with InProcess() as d:
+        yield d
+
+
+def _protocol_errors(d) -> int:
+    from helpers.daemons import status
+
+    return status(d.socket)["protocol_errors"]
+
+
+def test_top_window_the_daemon_lacks_is_a_usage_error(daemon):
+    from helpers.procs import cli
+
+    before = _protocol_errors(daemon)
+    p = cli("top", "--once", "--window", "5m", "--socket", daemon.socket)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip().splitlines() == [
+        "aclprof: error: --window '5m': this daemon aggregates over 10s, 1m, all "
+        "(valid values; see its --windows setting)"]
+    assert _protocol_errors(daemon) == before
+
+
+@pytest.mark.parametrize("args, named", [
+    (("--window", "5x"), ("argument --window: '5x' is not a window", "10s, 1m, all")),
+    (("--window", "10 s"), ("argument --window: '10 s' is not a window",)),
+    (("--sort", "p95"), ("argument --sort: invalid choice: 'p95'", "'total', 'count', 'avg', 'p99', 'max'")),
+    (("--group", "op"), ("argument --group: invalid choice: 'op'", "'type', 'name'")),
+])
+def test_top_bad_options_exit_2_naming_the_valid_values(daemon, args, named):
+    from helpers.procs import cli
+
+    before = _protocol_errors(daemon)
+    p = cli("top", "--once", *args, "--socket", daemon.socket)
+    assert p.returncode == 2, p.stderr
+    for text in named:
+        assert text in p.stderr
+    assert _protocol_errors(daemon) == before
+
+
+def test_top_window_a_configured_daemon_offers_is_accepted():
+    from helpers.daemons import InProcess
+    from helpers.procs import cli
+
+    with InProcess(windows="10s,5m") as d:
+        p = cli("top", "--once", "--json", "--window", "5m", "--socket", d.socket)
+        assert p.returncode == 0, p.stderr
+        assert '"window": "5m"' in p.stdout
+        assert _protocol_errors(d) == 0

@@ -132,14 +132,17 @@ def _plain(text: str) -> Any:
     return Text(safe(text))
 
 
-def learn_windows(client: Any, view: TopView) -> None:
-    """The windows the daemon offers (STATUS aggregates.windows), for the "w" key."""
+def learn_windows(client: Any, view: TopView) -> bool:
+    """The windows the daemon offers (STATUS aggregates.windows), for the "w" key; False if
+    the daemon did not say (a STATUS without them: the daemon alone then judges a window)."""
     try:
         windows = (client.status().get("aggregates") or {}).get("windows")
     except Exception:
-        return
+        return False
     if isinstance(windows, list) and windows and all(isinstance(w, str) for w in windows):
         view.windows = tuple(windows)
+        return True
+    return False
 
 
 def snapshot(client: Any, view: TopView) -> dict[str, Any]:
