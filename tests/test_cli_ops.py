@@ -121,3 +121,49 @@ def test_top_window_a_configured_daemon_offers_is_accepted():
         assert p.returncode == 0, p.stderr
         assert '"window": "5m"' in p.stdout
         assert _protocol_errors(d) == 0
+
+
+# -- 3. top into a closed pipe -----------------------------------------------------------------
+
+def _into_head(*args: str, lines: int = 2) -> tuple[int, str, str]:
+    """``aclprof ARGS | head -LINES`` in bash (a real pipe that head closes): aclprof's exit
+    status, what head printed and aclprof's stderr."""
+    import subprocess
+    import sys
+
+    from helpers.procs import env
+
+    cmd = (f"'{sys.executable}' -m aclprof {' '.join(args)} 2>stderr.txt | head -{lines}; "
+           "echo \"rc=${PIPESTATUS[0]}\"; cat stderr.txt >&2")
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        p = subprocess.run(["bash", "-c", cmd], cwd=tmp, env=env(), capture_output=True, text=True, timeout=30)
+    out, _, rc = p.stdout.rpartition("rc=")
+    return int(rc), out, p.stderr
+
+
+def test_top_into_head_exits_0_quietly(daemon):
+    rc, out, err = _into_head("top", "--interval", "0.05", "--socket", daemon.socket)
+    assert out.startswith("aclprof top: window 10s")
+    assert (rc, err) == (0, "")
+
+
+def test_top_once_into_head_exits_0_quietly(daemon):
+    # a table longer than the pipe's buffer: the write fails while head is gone
+    from helpers.daemons import agent
+    from helpers.records import make_records
+
+    a = agent(daemon.socket, names={i: f"op{i:05d}" for i in range(1, 4001)})
+    try:
+        a.send_batch(make_records(4000, types=tuple(range(1, 4001)), names=tuple(range(1, 4001))))
+    finally:
+        a.close()
+    from helpers.daemons import status
+    from helpers.procs import wait_for
+
+    wait_for(lambda: status(daemon.socket)["records_total"] >= 4000, what="4000 records aggregated")
+    rc, out, err = _into_head("top", "--once", "--window", "all", "--group", "name", "--limit", "4000",
+                              "--socket", daemon.socket, lines=1)
+    assert out.startswith("aclprof top:")
+    assert (rc, err) == (0, "")

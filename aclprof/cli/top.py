@@ -37,6 +37,7 @@ _EXAMPLES = """examples:
   aclprof top --group name --sort p99 --window 1m
   aclprof top --once                      one table, then exit
   aclprof top --once --json | jq '.rows[0]'
+  aclprof top | head -20                  a table per interval; exits 0 quietly on a closed pipe
 """
 
 

@@ -221,10 +221,24 @@ def run_live(client: Any, view: TopView, interval: float, limit: int = 0,
                 next_refresh = 0.0  # redraw at once with the new settings
 
 
-def print_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra: str = "") -> None:
+def _pipe_console(**kw: Any) -> Any:
+    """A rich Console whose closed stdout raises BrokenPipeError like a plain ``print``: rich's
+    own answer is SystemExit(1), but a reader that has seen enough (``aclprof top | head``) is
+    not a failure; ``aclprof.cli.main`` turns BrokenPipeError into a quiet exit 0 (as for tail)."""
+    import errno
+
     from rich.console import Console
 
-    console = Console(no_color=not use_colour(), highlight=False,
-                      width=None if sys.stdout.isatty() else 140)
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True  # nothing more to write: rich drops its buffer, not retried at exit
+            raise BrokenPipeError(errno.EPIPE, "stdout closed by its reader")
+
+    return PipeConsole(**kw)
+
+
+def print_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra: str = "") -> None:
+    console = _pipe_console(no_color=not use_colour(), highlight=False,
+                            width=None if sys.stdout.isatty() else 140)
     console.print(render_table(snap, view, limit, title_extra, keys=False))
     sys.stdout.flush()
