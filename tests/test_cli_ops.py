@@ -167,3 +167,70 @@ def test_top_once_into_head_exits_0_quietly(daemon):
                               "--socket", daemon.socket, lines=1)
     assert out.startswith("aclprof top:")
     assert (rc, err) == (0, "")
+
+
+# -- 4. status --loop ---------------------------------------------------------------------------
+
+def _sigint_default() -> None:
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_status_loop_repeats_until_ctrl_c_and_reports_an_outage():
+    import signal
+    import subprocess
+    import sys
+
+    from helpers.daemons import InProcess
+    from helpers.procs import env, wait_for
+
+    with InProcess() as d:
+        proc = subprocess.Popen([sys.executable, "-m", "aclprof", "status", "-l", "0.1", "--socket", d.socket],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env(),
+                                preexec_fn=_sigint_default)
+        try:
+            seen: list[str] = []
+
+            def reports(n: int, text: str) -> bool:
+                seen.append(proc.stdout.readline())
+                return sum(text in line for line in seen) >= n
+
+            wait_for(lambda: reports(2, "): healthy"), timeout=20, what="two reports")
+            assert sum(line.startswith("--- ") for line in seen) >= 2
+            d.stop()  # the daemon goes away: reported, and the loop goes on
+            wait_for(lambda: reports(2, "aclprofd unreachable: no daemon socket at"), timeout=30,
+                     what="two 'unreachable' reports")
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(20) == 130
+            assert "Traceback" not in proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.stdout.close()
+            proc.stderr.close()
+
+
+def test_status_loop_json_is_one_object_per_line(daemon):
+    import json
+
+    rc, out, err = _into_head("status", "-l", "0.05", "--json", "--socket", daemon.socket, lines=3)
+    reports = [json.loads(line) for line in out.splitlines()]
+    assert len(reports) == 3 and all(r["healthy"] for r in reports)
+    assert (rc, err) == (0, "")
+
+
+def test_status_loop_into_head_exits_0_quietly(daemon):
+    rc, out, err = _into_head("status", "--loop", "0.05", "--socket", daemon.socket, lines=12)
+    assert out.count("): healthy") >= 2
+    assert (rc, err) == (0, "")
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "soon"])
+def test_status_loop_needs_positive_seconds(value):
+    from helpers.procs import cli
+
+    p = cli("status", f"--loop={value}", "--socket", "/nonexistent/d.sock")
+    assert p.returncode == 2
+    assert f"argument -l/--loop: {value!r} is not a positive number of seconds" in p.stderr
