@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from typing import Any
 
@@ -15,6 +16,8 @@ __all__ = ["add_parser", "cmd_status", "format_status"]
 _EXAMPLES = """examples:
   aclprof status                 human summary; exit 0 healthy, 1 unhealthy, 2 unreachable
   aclprof status --json | jq '.agents[] | {pid, service, records_per_s, dropped}'
+  aclprof status -l 5            again every 5 s until Ctrl-C (like nvidia-smi -l)
+  aclprof status -l 1 --json     one compact JSON object per line, every second
 """
 
 
@@ -25,8 +28,21 @@ def add_parser(sub: Any, fmt: Any) -> None:
                                    "records/s, drops, lag and disk use.", epilog=_EXAMPLES)
     p.add_argument("--json", action="store_true", help="the raw STATUS reply as JSON")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon (default 5)")
+    p.add_argument("-l", "--loop", type=_loop_arg, metavar="SECONDS", default=None,
+                   help="repeat every SECONDS until Ctrl-C (exit 130; 0 when the reader of a pipe goes); "
+                        "an unreachable daemon is reported and the loop goes on")
     add_socket_arg(p)
     p.set_defaults(func=cmd_status)
+
+
+def _loop_arg(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0 or seconds == float("inf"):  # also NaN
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds (example: -l 5)")
+    return seconds
 
 
 def _bytes(n: float) -> str:
@@ -109,14 +125,35 @@ def format_status(st: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    """Exit 0 when the daemon is healthy, 1 when it reports problems, 2 when unreachable."""
+    """Exit 0 when the daemon is healthy, 1 when it reports problems, 2 when unreachable;
+    with ``--loop`` the report is repeated until Ctrl-C (KeyboardInterrupt: exit 130) or a
+    closed pipe (BrokenPipeError: exit 0), both mapped by :func:`aclprof.cli.main`."""
+    if args.loop is None:
+        return _status_once(args)
+    while True:
+        started = time.monotonic()
+        if not args.json:
+            print(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} ---")
+        try:
+            _status_once(args, loop=True)
+        except CliError as exc:  # unreachable now; a daemon being restarted comes back
+            if not args.json:  # (--json already printed {"reachable": false, ...})
+                print(f"aclprofd unreachable: {exc}")
+        if not args.json:
+            print()  # a blank line between reports
+        sys.stdout.flush()
+        time.sleep(max(0.0, args.loop - (time.monotonic() - started)))
+
+
+def _status_once(args: argparse.Namespace, loop: bool = False) -> int:
     from aclprof.cli.client import DaemonError
 
+    indent = None if loop else 2  # in a loop: one JSON object per line (JSON Lines)
     try:
         client = connect(args, timeout=args.timeout)
     except CliError as exc:
         if args.json:
-            print(json.dumps({"reachable": False, "error": str(exc)}))
+            print(json.dumps({"reachable": False, "error": str(exc)}, indent=None))
         raise
     try:
         st = client.status()
@@ -125,7 +162,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     finally:
         client.close()
     if args.json:
-        print(json.dumps(st, indent=2))
+        print(json.dumps(st, indent=indent))
     else:
         print(format_status(st))
     return EXIT_OK if st.get("healthy") else EXIT_ERROR

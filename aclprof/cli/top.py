@@ -12,20 +12,32 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from typing import Any
 
-from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args
-from aclprof.cli.topview import SORT_KEYS, TopView, learn_windows, print_table, run_live, snapshot, sort_rows
+from aclprof.cli.common import (
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    CliError,
+    add_filter_args,
+    add_socket_arg,
+    connect,
+    filter_from_args,
+)
+from aclprof.cli.topview import SORT_KEYS, WINDOWS, TopView, learn_windows, print_table, run_live, snapshot, sort_rows
 
 __all__ = ["add_parser", "cmd_top"]
+
+EXIT_USAGE = EXIT_UNREACHABLE  # 2: a usage error, as argparse's (see aclprof.cli's exit codes)
 
 _EXAMPLES = """examples:
   aclprof top                             live; keys: t c a 9 m sort, g group, w window, / filter, r reset, q quit
   aclprof top --group name --sort p99 --window 1m
   aclprof top --once                      one table, then exit
   aclprof top --once --json | jq '.rows[0]'
+  aclprof top | head -20                  a table per interval; exits 0 quietly on a closed pipe
 """
 
 
@@ -35,11 +47,15 @@ def add_parser(sub: Any, fmt: Any) -> None:
                        description="A live table of per-operator timings aggregated by the daemon: "
                                    "count, total, avg, p50, p99, max and share of time, by op type or name.",
                        epilog=_EXAMPLES)
-    p.add_argument("--window", default="10s", metavar="W",
+    # Options are checked here (exit 2, the valid values named), never left for the daemon to
+    # refuse: a refused SNAPSHOT costs the connection and counts as a protocol error there.
+    p.add_argument("--window", type=_window_arg, default="10s", metavar="W",
                    help="aggregation window: 10s, 1m or all with the daemon's default windows "
                         "(`aclprof status --json` lists them under aggregates.windows; default 10s)")
-    p.add_argument("--group", choices=("type", "name"), default="type", help="group by op type or op name")
-    p.add_argument("--sort", choices=tuple(SORT_KEYS), default="total", help="sort column (default total)")
+    p.add_argument("--group", choices=("type", "name"), default="type",
+                   help="group by op type or op name (default type)")
+    p.add_argument("--sort", choices=tuple(SORT_KEYS), default="total",
+                   help="sort column: " + ", ".join(SORT_KEYS) + " (default total)")
     p.add_argument("--once", action="store_true", help="print one snapshot and exit")
     p.add_argument("--json", action="store_true", help="with --once: the SNAPSHOT reply as JSON")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
@@ -47,6 +63,25 @@ def add_parser(sub: Any, fmt: Any) -> None:
     add_filter_args(p, min_duration=False)  # aggregates keep no single records
     add_socket_arg(p)
     p.set_defaults(func=cmd_top)
+
+
+_WINDOW = re.compile(r"^(all|[1-9][0-9]*[smh])$")
+
+
+def _window_arg(text: str) -> str:
+    """A window name as the daemon spells them (aclprofd.aggregate_windows.window_name)."""
+    if not _WINDOW.match(text):  # argparse prefixes "argument --window:" and exits 2
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a window: one of {', '.join(WINDOWS)} with the daemon's default windows "
+            "(a daemon started with --windows may offer others, such as 5m or 1h)")
+    return text
+
+
+def _check_window(view: TopView) -> None:
+    """``--window`` against the windows this daemon offers (learnt from STATUS)."""
+    if view.window not in view.windows:
+        raise CliError(f"--window {view.window!r}: this daemon aggregates over "
+                       f"{', '.join(view.windows)} (valid values; see its --windows setting)", EXIT_USAGE)
 
 
 def cmd_top(args: argparse.Namespace) -> int:
@@ -59,7 +94,8 @@ def cmd_top(args: argparse.Namespace) -> int:
     view = TopView(args.window, args.group, args.sort, base_filter=base)
     client = connect(args)
     try:
-        learn_windows(client, view)
+        if learn_windows(client, view):
+            _check_window(view)
         if args.once:
             snap = snapshot(client, view)
             if args.json:

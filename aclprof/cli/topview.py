@@ -95,8 +95,8 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
     if filt:
         desc += ", filter " + " ".join(f"{k}={safe(v)}" for k, v in filt.items())
     table = Table(title=Text(safe(f"aclprof top: {desc}{title_extra}")), title_justify="left", expand=False,
-                  caption=(("keys: t c a 9 m sort, g group, w window, / filter, r reset, q quit"
-                            + (f"   [{view.message}]" if view.message else "")) if keys else None),
+                  caption=(_plain("keys: t c a 9 m sort, g group, w window, / filter, r reset, q quit"
+                                  + (f"   [{view.message}]" if view.message else "")) if keys else None),
                   caption_justify="left")
     # (heading, alignment, the sort key it shows)
     columns: list[tuple[str, Literal["left", "right"], str | None]] = [
@@ -119,18 +119,30 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
     if not rows:
         table.add_row(Text("(no records in this window yet)", style="dim"), "", "", "", "", "", "", "")
     if view.editing is not None:
-        table.caption = f"filter regex: {view.editing}_   (Enter applies, Esc cancels)"
+        table.caption = _plain(f"filter regex: {view.editing}_   (Enter applies, Esc cancels)")
     return table
 
 
-def learn_windows(client: Any, view: TopView) -> None:
-    """The windows the daemon offers (STATUS aggregates.windows), for the "w" key."""
+def _plain(text: str) -> Any:
+    """``text`` shown as written: a rich Text (never parsed as markup, so the ``[...]`` of a
+    message or a typed regex such as ``[a-z]`` or ``[/dim]`` is neither dropped nor a
+    MarkupError), with terminal control characters escaped (messages quote the user's regex)."""
+    from rich.text import Text
+
+    return Text(safe(text))
+
+
+def learn_windows(client: Any, view: TopView) -> bool:
+    """The windows the daemon offers (STATUS aggregates.windows), for the "w" key; False if
+    the daemon did not say (a STATUS without them: the daemon alone then judges a window)."""
     try:
         windows = (client.status().get("aggregates") or {}).get("windows")
     except Exception:
-        return
+        return False
     if isinstance(windows, list) and windows and all(isinstance(w, str) for w in windows):
         view.windows = tuple(windows)
+        return True
+    return False
 
 
 def snapshot(client: Any, view: TopView) -> dict[str, Any]:
@@ -209,10 +221,24 @@ def run_live(client: Any, view: TopView, interval: float, limit: int = 0,
                 next_refresh = 0.0  # redraw at once with the new settings
 
 
-def print_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra: str = "") -> None:
+def _pipe_console(**kw: Any) -> Any:
+    """A rich Console whose closed stdout raises BrokenPipeError like a plain ``print``: rich's
+    own answer is SystemExit(1), but a reader that has seen enough (``aclprof top | head``) is
+    not a failure; ``aclprof.cli.main`` turns BrokenPipeError into a quiet exit 0 (as for tail)."""
+    import errno
+
     from rich.console import Console
 
-    console = Console(no_color=not use_colour(), highlight=False,
-                      width=None if sys.stdout.isatty() else 140)
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True  # nothing more to write: rich drops its buffer, not retried at exit
+            raise BrokenPipeError(errno.EPIPE, "stdout closed by its reader")
+
+    return PipeConsole(**kw)
+
+
+def print_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra: str = "") -> None:
+    console = _pipe_console(no_color=not use_colour(), highlight=False,
+                            width=None if sys.stdout.isatty() else 140)
     console.print(render_table(snap, view, limit, title_extra, keys=False))
     sys.stdout.flush()
