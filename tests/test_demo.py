@@ -31,3 +31,16 @@ def test_demo_runs_and_prints_the_summary(run_python, make_env, tmp_path):
 def test_demo_help(run_python, make_env):
     proc = run_python("", env=make_env(), args=["-m", "aclprof.demo", "--help"])
     assert proc.returncode == 0 and "--steps" in proc.stdout
+
+
+def test_demo_into_head_exits_0_quietly(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, ACLPROF_BACKEND="mock")
+    proc = subprocess.run(["bash", "-c", f'"{sys.executable}" -m aclprof.demo --steps 2 --output "{tmp_path}/o" '
+                           '| head -1; echo "rc=${PIPESTATUS[0]}"'],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    assert proc.stdout.splitlines()[-1] == "rc=0", proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr
