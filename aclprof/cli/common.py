@@ -14,8 +14,7 @@ import sys
 import time
 from typing import IO, TYPE_CHECKING, Any
 
-import re2  # type: ignore[import-untyped]  # google-re2: the daemon's regex engine (aclprofd.filters)
-
+from aclprof.protocol.filterregex import RE2_SYNTAX, BadFilterRegex, compile_filter_regex
 from aclprof.protocol.wire import MAX_REGEX_BYTES
 
 if TYPE_CHECKING:
@@ -95,24 +94,17 @@ def parse_time(text: str, now: float | None = None) -> float:
             f"{text!r} is not a time (examples: 2026-11-29T10:00:00, 1764410000, -5m, '10s ago', now)") from None
 
 
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False  # the error is reported once, as the CLI's message, not on stderr by RE2
-_RE2_OPTIONS.max_mem = 8 << 20   # the daemon's limit per compiled pattern (aclprofd.filters)
-
-
 def regex_problem(text: str) -> str | None:
     """Why the daemon would refuse ``text`` as a type/name filter, or None. The daemon
     matches with RE2 (linear time; no backreferences or lookaround) and a length limit:
     the same engine here, so a pattern Python's ``re`` accepts but RE2 does not is caught
     before connecting, with the flag named, not as a protocol error from the daemon."""
-    n = len(text.encode("utf-8", "surrogatepass"))
-    if n > MAX_REGEX_BYTES:
-        return f"regex is {n} bytes; at most {MAX_REGEX_BYTES}"
     try:
-        re2.compile(text, _RE2_OPTIONS)
-    except re2.error as exc:
-        msg = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        return f"RE2 rejects {text!r}: {msg} (RE2 syntax: no backreferences or lookaround)"
+        compile_filter_regex(text)
+    except BadFilterRegex as exc:
+        if exc.size is not None:
+            return f"regex is {exc.size} bytes; at most {MAX_REGEX_BYTES}"
+        return f"RE2 rejects {text!r}: {exc.detail} ({RE2_SYNTAX})"
     return None
 
 

@@ -18,29 +18,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import re2  # type: ignore[import-untyped]  # google-re2: linear-time matching (see above)
 
+from aclprof.protocol.filterregex import RE2_SYNTAX, BadFilterRegex, compile_filter_regex
 from aclprof.protocol.wire import MAX_REGEX_BYTES, ProtocolError
 
 __all__ = ["Filter", "NameMatcher", "compile_regex"]
 
 _KEYS = {"model", "pid", "type", "name", "min_duration_ns", "host", "service"}
-_RE2_OPTIONS = re2.Options()
-_RE2_OPTIONS.log_errors = False  # a bad pattern is the client's ProtocolError, not a line on stderr
-_RE2_OPTIONS.max_mem = 8 << 20   # per compiled pattern
 
 
 def compile_regex(pattern: str, what: str) -> Any:
     """A pattern compiled for RE2 (``.search`` like ``re``); ProtocolError naming ``what``
     for one that is too long or that RE2 does not support."""
-    if len(pattern.encode("utf-8", "surrogatepass")) > MAX_REGEX_BYTES:
-        raise ProtocolError(f"{what}: regex longer than {MAX_REGEX_BYTES} bytes")
     try:
-        return re2.compile(pattern, _RE2_OPTIONS)
-    except re2.error as exc:
-        msg = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        raise ProtocolError(f"{what}: bad regex {pattern!r}: {msg} (RE2 syntax: no backreferences "
-                            "or lookaround)") from None
+        return compile_filter_regex(pattern)
+    except BadFilterRegex as exc:
+        if exc.size is not None:
+            raise ProtocolError(f"{what}: regex longer than {MAX_REGEX_BYTES} bytes") from None
+        raise ProtocolError(f"{what}: bad regex {pattern!r}: {exc.detail} ({RE2_SYNTAX})") from None
 
 
 @dataclass(frozen=True)
