@@ -10,10 +10,9 @@ holds; the pipe keeps flowing to EOF (the library's flush at unsubscribe needs t
 from __future__ import annotations
 
 import dataclasses
-import time
 
 import pytest
-from helpers.procs import aclprof_threads
+from helpers.procs import aclprof_threads, wait_for
 from helpers.records import record_key
 
 import aclprof
@@ -35,13 +34,6 @@ class Boom(RuntimeError):
 
 def assert_balanced(st: SubscriptionStats) -> None:
     assert st.records_read == st.delivered + st.dropped + st.queued
-
-
-def wait_until(predicate, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_dropped_counts_decode_errors():
@@ -113,12 +105,12 @@ def test_delivery_failure_discards_until_eof_and_counts_it(emit_log, monkeypatch
     model = mock.load_model(OPS)
     sub = aclprof.subscribe(model, read_records=4)
     mock.execute(model, 10)
-    wait_until(lambda: len(puts) >= fail_on)
+    wait_for(lambda: len(puts) >= fail_on, timeout=10, what="the failing put")
     # The reader is still draining: records emitted after the failure are read (and
     # discarded), so the library's writer never blocks on a full pipe.
     mock.execute(model, 10)
     mock.wait_writer_idle()
-    wait_until(lambda: sub.stats.records_read == 60)
+    wait_for(lambda: sub.stats.records_read == 60, timeout=10, what="all 60 records read")
     assert sub._thread.is_alive()  # it stops at EOF, not at the failure
     assert len(puts) == fail_on  # nothing was delivered after the failure
 
