@@ -1,4 +1,5 @@
-"""``aclprof export``: records the daemon kept on disk, as csv, Chrome trace JSON or JSON lines.
+"""``aclprof export``: records the daemon kept on disk, as csv, Chrome trace JSON, JSON lines or
+the directories torch_npu's profiler writes (``ascend``).
 
 - ``csv``: msprof's ``op_statistic.csv`` columns, one row per
   (device, model, op type): ``Device_id, Model Name, OP Type, Core Type, Count,
@@ -11,6 +12,9 @@
   record; one process per inference process (``pid``), one thread per device and model
   (``tid = device * 100000 + model``), named by metadata events.
 - ``jsonl``: one record per line, as in ``daemon/PROTOCOL.md``.
+- ``ascend``: ``-o DIR`` (missing or empty) gets one ``<host>_<pid>_<time>_ascend_pt``
+  directory per process, which MindStudio Insight and ``msprof-analyze compare`` open
+  (``aclprof.cli.export_ascend``; README "Exporting for the Ascend tools").
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO, TextIO
 
 from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args, parse_time
+from aclprof.cli.export_ascend import cmd_export_ascend
 from aclprof.protocol.safetext import safe
 
 __all__ = ["add_parser", "cmd_export", "OP_STATISTIC_COLUMNS", "write_csv", "write_chrome", "write_jsonl"]
@@ -39,6 +44,7 @@ _EXAMPLES = """examples:
   aclprof export --since '1h ago' --until '30m ago' --format chrome -o trace.json   # open in ui.perfetto.dev
   aclprof export --since 2026-11-29T10:00:00 --until 2026-11-29T10:05:00 --format jsonl --type Conv
   aclprof export --since 1764410000 --format jsonl | wc -l
+  aclprof export --since -10m --format ascend -o prof-after/   # msprof-analyze compare -d prof-after/...
 
 times: ISO 8601 (local time unless it has an offset or Z), Unix seconds, now, or relative
 (-5m, '10s ago'); they select records by the daemon's receive time.
@@ -50,15 +56,16 @@ def _time_arg(text: str) -> float:
 
 
 def add_parser(sub: Any, fmt: Any) -> None:
-    p = sub.add_parser("export", help="export kept records (csv, chrome trace, jsonl)", formatter_class=fmt,
+    p = sub.add_parser("export", help="export kept records (csv, chrome trace, jsonl, ascend)", formatter_class=fmt,
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None, epilog=_EXAMPLES)
     p.add_argument("--since", type=_time_arg, metavar="T", default=None,
                    help="first receive time (default: the oldest kept record)")
     p.add_argument("--until", type=_time_arg, metavar="T", default=None, help="last receive time (default: now)")
-    p.add_argument("--format", choices=("csv", "chrome", "jsonl"), required=True, help="output format")
-    p.add_argument("-o", "--output", metavar="FILE", default=None,
+    p.add_argument("--format", choices=("csv", "chrome", "jsonl", "ascend"), required=True, help="output format")
+    p.add_argument("-o", "--output", metavar="PATH", default=None,
                    help="output file, '-' for stdout (default: stdout); a symlink is followed, a FIFO or "
-                        "device is written into, a regular file is replaced only once the export is complete")
+                        "device is written into, a regular file is replaced only once the export is complete. "
+                        "ascend: a directory, required, missing or empty; it appears once complete")
     add_filter_args(p)
     add_socket_arg(p)
     p.set_defaults(func=cmd_export)
@@ -244,6 +251,8 @@ def _umask() -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     if args.since is not None and args.until is not None and args.since > args.until:
         raise CliError("--since is after --until", 2)
+    if args.format == "ascend":
+        return cmd_export_ascend(args)
     output = _Output(args.output) if args.output and args.output != "-" else None
     writer = _WRITERS[args.format]
     try:

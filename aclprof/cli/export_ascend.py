@@ -1,0 +1,506 @@
+"""``aclprof export --format ascend -o DIR``: the daemon's records as the directories that
+torch_npu's profiler writes, so that MindStudio Insight and ``msprof-analyze`` open them.
+
+One directory per profiled process (torch_npu writes one per rank)::
+
+    DIR/<host>_<pid>_<YYYYmmddHHMMSS>_ascend_pt/
+        profiler_info.json            collection level (Level0) and what aclprof filled in
+        profiler_metadata.json        service, host and pid (torch_npu's add_metadata file)
+        ASCEND_PROFILER_OUTPUT/
+            kernel_details.csv        one row per op record
+            op_statistic.csv          one row per op type
+            trace_view.json           Chrome trace: "Ascend Hardware", "Overlap Analysis", "Step Trace"
+
+The columns are torch_npu's at profiler level 0 (``Device_id, Name, Type, Accelerator Core,
+Start Time(us), Duration(us), Wait Time(us), Block Num`` and ``OP Type, Core Type, Count,
+Total Time(us), Min Time(us), Avg Time(us), Max Time(us), Ratio(%)``). What the operator
+subscription does not report is written the way msprof writes a field it did not collect:
+``Accelerator Core``/``Core Type`` ``N/A`` (msprof's value for Task Type at task_time l0; the
+real values are AI_CORE, AI_VECTOR_CORE, AI_CPU, MIX_AIC, MIX_AIV, ...), ``Block Num`` 0.
+README.md "Exporting for the Ascend tools" lists every field and where it comes from.
+
+The pure formatting functions are public (and tested directly); :class:`AscendWriter`
+builds the directories inside a staging directory, :class:`StagedDir` makes the whole
+export appear at once, and :func:`cmd_export_ascend` is the command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import re
+import secrets
+import stat
+import sys
+import time
+from array import array
+from collections import OrderedDict
+from collections.abc import Iterable
+from typing import Any, TextIO
+
+import numpy as np
+
+from aclprof.cli.common import EXIT_OK, CliError, connect, filter_from_args
+from aclprof.protocol.safetext import safe
+
+__all__ = ["KERNEL_DETAILS_COLUMNS", "OP_STATISTIC_COLUMNS", "NOT_COLLECTED", "OUTPUT_DIR",
+           "format_us", "path_component", "process_dir_name", "kernel_row", "op_statistic_rows",
+           "busy_intervals", "AscendWriter", "StagedDir", "cmd_export_ascend"]
+
+#: torch_npu's kernel_details.csv at profiler level 0 (CsvHeaders.OP_SUMMARY_KERNEL_BASE_HEADERS).
+KERNEL_DETAILS_COLUMNS = ["Device_id", "Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)",
+                          "Wait Time(us)", "Block Num"]
+#: torch_npu's op_statistic.csv (msprof's op_statistic without Device_id and Model Name).
+OP_STATISTIC_COLUMNS = ["OP Type", "Core Type", "Count", "Total Time(us)", "Min Time(us)", "Avg Time(us)",
+                        "Max Time(us)", "Ratio(%)"]
+#: What msprof writes for a Task Type it did not collect (task_time l0).
+NOT_COLLECTED = "N/A"
+OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
+
+# Chrome trace processes inside one trace_view.json (each file is one inference process).
+HARDWARE_PID, OVERLAP_PID, STEP_PID = 1, 2, 3
+_COMPUTING_TID, _FREE_TID = 1, 4  # torch_npu's Overlap Analysis threads (2, 3: communication)
+TID_STRIDE = 100000  # thread of device d, model m: d * TID_STRIDE + m (as `--format chrome`)
+_MAX_OPEN_PROCESSES = 32  # open file pairs; more processes are reopened for append
+_DIR_MODE, _FILE_MODE = 0o777, 0o666  # less the umask, as mkdir and open would create them
+
+
+# -- pure formatting -------------------------------------------------------------------------
+
+def format_us(ns: int) -> str:
+    """Nanoseconds as exact microseconds with three decimals (``1234567`` -> ``"1234.567"``),
+    as torch_npu writes times: no float rounding of large device timestamps."""
+    sign = "-" if ns < 0 else ""
+    whole, frac = divmod(abs(int(ns)), 1000)
+    return f"{sign}{whole}.{frac:03d}"
+
+
+def _number(value: float) -> str:
+    """A statistic as torch_npu prints it: at most three decimals (``12.674``, ``100.0``)."""
+    return repr(round(float(value), 3))
+
+
+_NOT_PORTABLE = re.compile(r"[^A-Za-z0-9.-]")
+
+
+def path_component(text: str, limit: int = 64) -> str:
+    """A peer string (the host name) made one safe file name part: only ``[A-Za-z0-9.-]``
+    (``_`` separates the name's fields, so it is replaced too), at most ``limit``
+    characters, never empty and never starting with a dot."""
+    s = _NOT_PORTABLE.sub("-", text)[:limit]
+    if not s or s.startswith("."):
+        s = "h" + s[: limit - 1]
+    return s
+
+
+def process_dir_name(host: str, pid: int, first_ts: float) -> str:
+    """``<host>_<pid>_<YYYYmmddHHMMSS>_ascend_pt``, torch_npu's ``{hostname}_{pid}_{time}``
+    worker name; the time is the first exported record's receive time (local, like torch_npu)."""
+    stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(first_ts))
+    return f"{path_component(host)}_{int(pid)}_{stamp}_ascend_pt"
+
+
+def kernel_row(r: dict[str, Any], wait_ns: int) -> list[Any]:
+    """One kernel_details.csv row of an op record (``wait_ns``: the gap after the previous op
+    of the same model on the same device, see :class:`_Process`)."""
+    start = int(r.get("start", 0))
+    dur = int(r.get("duration_ns", max(0, int(r.get("end", start)) - start)))
+    return [int(r.get("device", 0)), safe(r.get("op_name", "?")), safe(r.get("op_type", "?")), NOT_COLLECTED,
+            format_us(start), format_us(dur), format_us(wait_ns), 0]
+
+
+def op_statistic_rows(stats: dict[str, list[int]]) -> list[list[Any]]:
+    """op_statistic.csv rows of ``{op_type: [count, total_ns, min_ns, max_ns]}``, by total
+    time descending; ``Ratio(%)`` is the type's share of all op time in the file."""
+    grand = sum(g[1] for g in stats.values()) or 1
+    rows = []
+    for op_type, (count, total, lo, hi) in sorted(stats.items(), key=lambda kv: (-kv[1][1], kv[0])):
+        rows.append([op_type, NOT_COLLECTED, count, _number(total / 1e3), _number(lo / 1e3),
+                     _number(total / count / 1e3), _number(hi / 1e3), _number(100.0 * total / grand)])
+    return rows
+
+
+def busy_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals ``[starts[i], ends[i])`` as sorted disjoint intervals
+    (touching intervals are merged): what the "Computing" row of Overlap Analysis shows."""
+    if len(starts) == 0:
+        return starts[:0], ends[:0]
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], np.maximum(ends[order], starts[order])
+    reach = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > reach[:-1]
+    last = np.empty(len(s), dtype=bool)
+    last[-1] = True
+    last[:-1] = new[1:]
+    return s[new], reach[last]
+
+
+def _event(obj: dict[str, Any]) -> str:
+    # ensure_ascii: the file is plain ASCII whatever the names (safe() already escaped the
+    # characters that no encoder or viewer should meet)
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def _meta(kind: str, pid: int, tid: int, args: dict[str, Any]) -> str:
+    return _event({"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": args})
+
+
+# -- one process -----------------------------------------------------------------------------
+
+class _Process:
+    """What one inference process's directory needs beyond the rows already written."""
+
+    def __init__(self, name: str, r: dict[str, Any]):
+        self.name = name
+        self.host, self.pid = safe(r.get("host", "?")), int(r.get("pid", 0))
+        self.service = None if r.get("service") is None else safe(r["service"])
+        self.first_ts = self.last_ts = float(r.get("ts", 0.0))
+        self.stats: dict[str, list[int]] = {}
+        self.threads: set[tuple[int, int]] = set()
+        self.starts, self.ends = array("q"), array("q")
+        self.prev_end: dict[tuple[int, int], int] = {}
+        self.steps = 0
+        self.ops = 0
+        self.trace_events = 0
+
+    def op(self, r: dict[str, Any]) -> tuple[list[Any], str]:
+        """Account for an op record; its kernel_details row and trace event."""
+        device, model = int(r.get("device", 0)), int(r.get("model", 0))
+        start = int(r.get("start", 0))
+        dur = int(r.get("duration_ns", max(0, int(r.get("end", start)) - start)))
+        # Wait Time is the gap since the previous task on the stream; the stream is not
+        # reported, and a model's ops run in order on its device: the previous op of the
+        # same (device, model) in arrival order stands in for it (0 for the first, or when
+        # they overlap).
+        prev = self.prev_end.get((device, model))
+        wait = start - prev if prev is not None and start > prev else 0
+        self.prev_end[(device, model)] = start + dur
+        op_type = safe(r.get("op_type", "?"))
+        g = self.stats.get(op_type)
+        if g is None:
+            self.stats[op_type] = [1, dur, dur, dur]
+        else:
+            g[0] += 1
+            g[1] += dur
+            g[2] = min(g[2], dur)
+            g[3] = max(g[3], dur)
+        self.starts.append(start)
+        self.ends.append(start + dur)
+        self.threads.add((device, model))
+        self.ops += 1
+        event = _event({"ph": "X", "name": safe(r.get("op_name", "?")), "pid": HARDWARE_PID,
+                        "tid": device * TID_STRIDE + model, "ts": format_us(start), "dur": dur / 1e3,
+                        "args": {"Model Id": model, "Device Id": device, "Type": op_type,
+                                 "Task Type": NOT_COLLECTED, "Thread Id": r.get("thread_id")}})
+        return kernel_row(r, wait), event
+
+    def step(self, r: dict[str, Any]) -> str:
+        """A step keypoint record as a "Step Trace" event (not a kernel, not in the csv files)."""
+        self.steps += 1
+        start = int(r.get("start", 0))
+        dur = int(r.get("duration_ns", max(0, int(r.get("end", start)) - start)))
+        return _event({"ph": "X", "name": f"Step {self.steps}", "pid": STEP_PID, "tid": 0, "ts": format_us(start),
+                       "dur": dur / 1e3, "args": {"Model Id": int(r.get("model", 0)),
+                                                  "Device Id": int(r.get("device", 0))}})
+
+    def closing_events(self) -> list[str]:
+        """Process/thread names and the Overlap Analysis rows, written after the records."""
+        out = [_meta("process_name", HARDWARE_PID, 0, {"name": "Ascend Hardware"}),
+               _meta("process_labels", HARDWARE_PID, 0, {"labels": "NPU"}),
+               _meta("process_sort_index", HARDWARE_PID, 0, {"sort_index": HARDWARE_PID})]
+        for device, model in sorted(self.threads):
+            tid = device * TID_STRIDE + model
+            out.append(_meta("thread_name", HARDWARE_PID, tid, {"name": f"Device {device} Model {model}"}))
+            out.append(_meta("thread_sort_index", HARDWARE_PID, tid, {"sort_index": tid}))
+        out += [_meta("process_name", OVERLAP_PID, 0, {"name": "Overlap Analysis"}),
+                _meta("process_sort_index", OVERLAP_PID, 0, {"sort_index": OVERLAP_PID}),
+                _meta("thread_name", OVERLAP_PID, _COMPUTING_TID, {"name": "Computing"}),
+                _meta("thread_sort_index", OVERLAP_PID, _COMPUTING_TID, {"sort_index": _COMPUTING_TID}),
+                _meta("thread_name", OVERLAP_PID, _FREE_TID, {"name": "Free"}),
+                _meta("thread_sort_index", OVERLAP_PID, _FREE_TID, {"sort_index": _FREE_TID})]
+        if self.steps:
+            out += [_meta("process_name", STEP_PID, 0, {"name": "Step Trace"}),
+                    _meta("process_sort_index", STEP_PID, 0, {"sort_index": STEP_PID}),
+                    _meta("thread_name", STEP_PID, 0, {"name": "Steps"})]
+        s, e = busy_intervals(np.frombuffer(self.starts, dtype=np.int64), np.frombuffer(self.ends, dtype=np.int64))
+        for i in range(len(s)):
+            out.append(_event({"ph": "X", "name": "Computing", "pid": OVERLAP_PID, "tid": _COMPUTING_TID,
+                               "ts": format_us(int(s[i])), "dur": int(e[i] - s[i]) / 1e3}))
+            if i + 1 < len(s):  # the device(s) idle between two busy spans of this process
+                out.append(_event({"ph": "X", "name": "Free", "pid": OVERLAP_PID, "tid": _FREE_TID,
+                                   "ts": format_us(int(e[i])), "dur": int(s[i + 1] - e[i]) / 1e3}))
+        return out
+
+    def info(self, window: dict[str, Any]) -> dict[str, Any]:
+        """profiler_info.json: the level the tools check, and what aclprof wrote."""
+        return {"config": {"common_config": {"activities": ["ProfilerActivity.NPU"], "record_shapes": False,
+                                             "profile_memory": False, "with_stack": False, "with_flops": False,
+                                             "with_modules": False},
+                           "experimental_config": {"_profiler_level": "Level0", "_aic_metrics": "ACL_AICORE_NONE",
+                                                   "_l2_cache": False, "_data_simplification": True}},
+                "aclprof": {"generator": "aclprof export --format ascend", "source": "operator subscription",
+                            "host": self.host, "pid": self.pid, "service": self.service,
+                            "window": window, "first_received_ts": self.first_ts, "last_received_ts": self.last_ts,
+                            "op_records": self.ops, "step_records": self.steps,
+                            "not_collected": ["Accelerator Core", "Core Type", "Block Num", "Input Shapes",
+                                              "PMU metrics", "framework (torch) ops", "memory", "communication"]}}
+
+    def metadata(self) -> dict[str, str]:
+        """profiler_metadata.json: torch_npu's ``add_metadata`` file (string values)."""
+        return {"aclprof_service": self.service or "", "aclprof_host": self.host, "aclprof_pid": str(self.pid)}
+
+
+# -- the directory writer --------------------------------------------------------------------
+
+class AscendWriter:
+    """Writes the per-process directories into ``root_fd`` (an open directory that only we
+    use: the staging directory). Rows are appended as records arrive; what needs all of a
+    process's records (op_statistic.csv, Overlap Analysis, the JSON files) is written by
+    :meth:`finish`. Every file is created with ``O_EXCL|O_NOFOLLOW`` relative to ``root_fd``."""
+
+    def __init__(self, root_fd: int, window: dict[str, Any] | None = None):
+        self._root = root_fd
+        self._window = window or {}
+        self._procs: dict[tuple[str, int], _Process] = {}
+        self._names: set[str] = set()
+        self._open: OrderedDict[tuple[str, int], tuple[TextIO, Any, TextIO]] = OrderedDict()
+        self.records = 0
+
+    @property
+    def processes(self) -> int:
+        return len(self._procs)
+
+    def add(self, records: Iterable[dict[str, Any]]) -> None:
+        """Write the rows and events of a batch of export records."""
+        for r in records:
+            key = (str(r.get("host", "?")), int(r.get("pid", 0)))
+            p = self._procs.get(key)
+            if p is None:
+                p = self._new_process(key, r)
+            p.last_ts = max(p.last_ts, float(r.get("ts", p.last_ts)))
+            _, kd_csv, tv = self._files(key, p)
+            if r.get("kind") == "keypoint":
+                event = p.step(r)
+            else:
+                row, event = p.op(r)
+                kd_csv.writerow(row)
+            tv.write(("[\n" if p.trace_events == 0 else ",\n") + event)
+            p.trace_events += 1
+            self.records += 1
+
+    def _new_process(self, key: tuple[str, int], r: dict[str, Any]) -> _Process:
+        name = process_dir_name(key[0], key[1], float(r.get("ts", 0.0)))
+        if name in self._names:  # two hosts whose names differ only in unsafe characters
+            base, n = name[: -len("_ascend_pt")], 2
+            while f"{base}-{n}_ascend_pt" in self._names:
+                n += 1
+            name = f"{base}-{n}_ascend_pt"
+        self._names.add(name)
+        os.mkdir(name, _DIR_MODE, dir_fd=self._root)
+        os.mkdir(f"{name}/{OUTPUT_DIR}", _DIR_MODE, dir_fd=self._root)
+        p = self._procs[key] = _Process(name, r)
+        with self._create(f"{name}/{OUTPUT_DIR}/kernel_details.csv") as f:
+            csv.writer(f, lineterminator="\n").writerow(KERNEL_DETAILS_COLUMNS)
+        self._create(f"{name}/{OUTPUT_DIR}/trace_view.json").close()
+        return p
+
+    def _files(self, key: tuple[str, int], p: _Process) -> tuple[TextIO, Any, TextIO]:
+        files = self._open.get(key)
+        if files is not None:
+            self._open.move_to_end(key)
+            return files
+        if len(self._open) >= _MAX_OPEN_PROCESSES:  # many processes: bound the open fds
+            _, (kd, _, tv) = self._open.popitem(last=False)
+            kd.close()
+            tv.close()
+        kd = self._append(f"{p.name}/{OUTPUT_DIR}/kernel_details.csv")
+        tv = self._append(f"{p.name}/{OUTPUT_DIR}/trace_view.json")
+        files = self._open[key] = (kd, csv.writer(kd, lineterminator="\n"), tv)
+        return files
+
+    def _create(self, path: str) -> TextIO:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _FILE_MODE,
+                     dir_fd=self._root)
+        return open(fd, "w", encoding="utf-8", newline="")
+
+    def _append(self, path: str) -> TextIO:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=self._root)
+        return open(fd, "a", encoding="utf-8", newline="", buffering=1 << 16)
+
+    def finish(self) -> None:
+        """Close the trace lists and write the per-process summary files."""
+        self.close()
+        for p in self._procs.values():
+            with self._append(f"{p.name}/{OUTPUT_DIR}/trace_view.json") as tv:
+                closing = p.closing_events()
+                if closing:
+                    tv.write(("[\n" if p.trace_events == 0 else ",\n") + ",\n".join(closing))
+                    p.trace_events += len(closing)
+                tv.write("\n]\n" if p.trace_events else "[]\n")
+            with self._create(f"{p.name}/{OUTPUT_DIR}/op_statistic.csv") as f:
+                w = csv.writer(f, lineterminator="\n")
+                w.writerow(OP_STATISTIC_COLUMNS)
+                w.writerows(op_statistic_rows(p.stats))
+            with self._create(f"{p.name}/profiler_info.json") as f:
+                json.dump(p.info(self._window), f, indent=1)
+                f.write("\n")
+            with self._create(f"{p.name}/profiler_metadata.json") as f:
+                json.dump(p.metadata(), f, indent=1)
+                f.write("\n")
+
+    def close(self) -> None:
+        """Close the open files (also on failure; idempotent)."""
+        while self._open:
+            _, (kd, _, tv) = self._open.popitem()
+            for f in (kd, tv):
+                try:
+                    f.close()
+                except OSError:
+                    pass
+
+
+# -- the target directory --------------------------------------------------------------------
+
+class StagedDir:
+    """``-o DIR`` for a directory export: DIR must be missing or empty (an export is never
+    mixed into other files, and nothing is deleted to make room). Everything is written into
+    a new private directory beside it (``.DIR.<random>.tmp``, mode 0700, opened by fd with
+    ``O_NOFOLLOW``), which is renamed to DIR once complete: a failed or interrupted export
+    leaves no partial DIR, and a symlink planted anywhere is refused, never followed. DIR
+    itself may be a symlink given by the user (it is resolved, like a shell's ``cd``)."""
+
+    def __init__(self, path: str | None):
+        if not path or path == "-":
+            raise CliError("--format ascend writes a directory: give it with -o DIR", 2)
+        self.path = path
+        self.final = os.path.realpath(path)
+        self.parent, self.base = os.path.split(self.final)
+        self.fd = self._parent_fd = -1
+        self.staging: str | None = None
+        try:
+            st: os.stat_result | None = os.lstat(self.final)
+        except FileNotFoundError:
+            st = None
+        except OSError as exc:
+            raise CliError(f"cannot write {path}: {exc.strerror or exc}", 2) from None
+        if st is not None and not stat.S_ISDIR(st.st_mode):
+            raise CliError(f"cannot write {path}: it exists and is not a directory", 2)
+        if st is not None and _has_entries(self.final, path):
+            raise CliError(f"{path} is not empty: give a new or empty directory (an export is never mixed "
+                           "with other files)", 2)
+        try:
+            self._parent_fd = os.open(self.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            for _ in range(100):
+                name = f".{self.base}.{secrets.token_hex(8)}.tmp"
+                try:
+                    os.mkdir(name, 0o700, dir_fd=self._parent_fd)
+                except FileExistsError:
+                    continue
+                self.staging = name
+                break
+            else:
+                raise CliError(f"cannot create a staging directory beside {self.final}: 100 random names "
+                               "were taken", 1)
+            self.fd = os.open(self.staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                              dir_fd=self._parent_fd)
+            own = os.fstat(self.fd)
+            if own.st_uid != os.geteuid() or stat.S_IMODE(own.st_mode) != 0o700:
+                raise CliError(f"the staging directory beside {self.final} was replaced; nothing was written", 1)
+        except OSError as exc:
+            self.close()
+            raise CliError(f"cannot write {path}: {exc.strerror or exc}", 2) from None
+        except BaseException:
+            self.close()
+            raise
+
+    def commit(self) -> None:
+        """The export is complete: give it the usual directory mode and put it in place."""
+        assert self.staging is not None
+        os.fchmod(self.fd, _DIR_MODE & ~_umask())
+        here = os.stat(self.staging, dir_fd=self._parent_fd, follow_symlinks=False)
+        own = os.fstat(self.fd)
+        if (here.st_dev, here.st_ino) != (own.st_dev, own.st_ino):
+            raise CliError(f"the staging directory beside {self.final} was replaced; nothing was written", 1)
+        try:
+            # replaces DIR only if it is (still) an empty directory; a file, a symlink or a
+            # directory that something filled meanwhile makes the rename fail
+            os.rename(self.staging, self.base, src_dir_fd=self._parent_fd, dst_dir_fd=self._parent_fd)
+        except OSError as exc:
+            raise CliError(f"{self.path} changed during the export ({exc.strerror or exc}); nothing was "
+                           "written there", 1) from None
+        self.staging = None
+
+    def close(self) -> None:
+        """Remove the staging directory unless committed; release the fds (idempotent)."""
+        if self.staging is not None and self.fd >= 0:
+            try:
+                _remove_tree(self.fd)
+                os.rmdir(self.staging, dir_fd=self._parent_fd)
+            except OSError as exc:
+                print(f"aclprof: warning: could not remove {os.path.join(self.parent, self.staging)}: "
+                      f"{exc.strerror or exc}", file=sys.stderr)
+            self.staging = None
+        for fd in (self.fd, self._parent_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self._parent_fd = -1
+
+
+def _has_entries(directory: str, shown: str) -> bool:
+    try:
+        with os.scandir(directory) as it:
+            return any(True for _ in it)
+    except OSError as exc:
+        raise CliError(f"cannot write {shown}: {exc.strerror or exc}", 2) from None
+
+
+def _remove_tree(dir_fd: int) -> None:
+    """Delete everything below ``dir_fd`` without following a symlink."""
+    for _, dirs, files, fd in os.fwalk(dir_fd=dir_fd, topdown=False):
+        for name in files:
+            os.unlink(name, dir_fd=fd)
+        for name in dirs:
+            try:
+                os.rmdir(name, dir_fd=fd)
+            except NotADirectoryError:  # a symlink to a directory: the link goes, not its target
+                os.unlink(name, dir_fd=fd)
+
+
+def _umask() -> int:
+    old = os.umask(0o022)
+    os.umask(old)
+    return old
+
+
+# -- the command -----------------------------------------------------------------------------
+
+def cmd_export_ascend(args: argparse.Namespace) -> int:
+    """``aclprof export --format ascend -o DIR`` (called by :mod:`aclprof.cli.export`)."""
+    target = StagedDir(args.output)
+    try:
+        filt = filter_from_args(args)
+        client = connect(args, timeout=30.0)
+        try:
+            writer = AscendWriter(target.fd, window={"since_ts": args.since, "until_ts": args.until, "filter": filt})
+            try:
+                for records in client.export(args.since, args.until, filt):
+                    writer.add(records)
+                writer.finish()
+            finally:
+                writer.close()
+        finally:
+            client.close()
+        target.commit()
+    finally:
+        target.close()
+    if writer.records == 0:
+        print(f"no records matched (check --since/--until and the filters); {args.output} is empty",
+              file=sys.stderr)
+    else:
+        print(f"exported {writer.records:,} records of {writer.processes} process(es) to {args.output}",
+              file=sys.stderr)
+    return EXIT_OK
