@@ -443,3 +443,8 @@ def test_help_lists_the_format(capsys):
     assert main(["export", "--help"]) == 0
     out = capsys.readouterr().out
     assert "ascend" in out and "--format ascend -o" in out
+
+
+def test_kernel_row_is_torch_npus_level0_row():
+    assert ea.kernel_row(3, "fc1", "MatMul", 1_234_567_891, 10_500, 0) == [
+        3, "fc1", "MatMul", "N/A", "1234567.891", "10.500", "0.000", 0]

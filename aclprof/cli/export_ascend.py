@@ -72,9 +72,9 @@ _DIR_MODE, _FILE_MODE = 0o777, 0o666  # less the umask, as mkdir and open would 
 def format_us(ns: int) -> str:
     """Nanoseconds as exact microseconds with three decimals (``1234567`` -> ``"1234.567"``),
     as torch_npu writes times: no float rounding of large device timestamps."""
-    sign = "-" if ns < 0 else ""
-    whole, frac = divmod(abs(int(ns)), 1000)
-    return f"{sign}{whole}.{frac:03d}"
+    if ns >= 0:
+        return f"{ns // 1000}.{ns % 1000:03d}"
+    return "-" + format_us(-ns)
 
 
 def _number(value: float) -> str:
@@ -102,13 +102,10 @@ def process_dir_name(host: str, pid: int, first_ts: float) -> str:
     return f"{path_component(host)}_{int(pid)}_{stamp}_ascend_pt"
 
 
-def kernel_row(r: dict[str, Any], wait_ns: int) -> list[Any]:
-    """One kernel_details.csv row of an op record (``wait_ns``: the gap after the previous op
-    of the same model on the same device, see :class:`_Process`)."""
-    start = int(r.get("start", 0))
-    dur = int(r.get("duration_ns", max(0, int(r.get("end", start)) - start)))
-    return [int(r.get("device", 0)), safe(r.get("op_name", "?")), safe(r.get("op_type", "?")), NOT_COLLECTED,
-            format_us(start), format_us(dur), format_us(wait_ns), 0]
+def kernel_row(device: int, name: str, op_type: str, start_ns: int, dur_ns: int, wait_ns: int) -> list[Any]:
+    """One kernel_details.csv row (names already made safe; ``wait_ns``: the gap after the
+    previous op of the same model on the same device, see :class:`_Process`)."""
+    return [device, name, op_type, NOT_COLLECTED, format_us(start_ns), format_us(dur_ns), format_us(wait_ns), 0]
 
 
 def op_statistic_rows(stats: dict[str, list[int]]) -> list[list[Any]]:
@@ -149,6 +146,34 @@ def _meta(kind: str, pid: int, tid: int, args: dict[str, Any]) -> str:
     return _event({"name": kind, "ph": "M", "pid": pid, "tid": tid, "args": args})
 
 
+class _Names:
+    """Peer strings as written: ``safe()`` text and its JSON string, computed once per
+    distinct string (op names repeat every inference). Bounded: a flood of distinct names
+    only costs the recomputation."""
+
+    LIMIT = 1 << 16
+
+    def __init__(self) -> None:
+        self._cache: dict[str, tuple[str, str]] = {}
+
+    def get(self, raw: Any) -> tuple[str, str]:
+        hit = self._cache.get(raw)
+        if hit is None:
+            text = safe(raw)
+            hit = (text, json.dumps(text))
+            if len(self._cache) >= self.LIMIT:
+                self._cache.clear()
+            self._cache[raw] = hit
+        return hit
+
+
+# an op on the "Ascend Hardware" process, and a span of "Overlap Analysis": templates, as
+# json.dumps per record would be most of the export's time (the names come JSON-quoted)
+_KERNEL = ('{"ph":"X","name":%s,"pid":' + str(HARDWARE_PID) + ',"tid":%d,"ts":"%s","dur":%r,'
+           '"args":{"Model Id":%d,"Device Id":%d,"Type":%s,"Task Type":"' + NOT_COLLECTED + '","Thread Id":%s}}')
+_SPAN = '{"ph":"X","name":"%s","pid":' + str(OVERLAP_PID) + ',"tid":%d,"ts":"%s","dur":%r}'
+
+
 # -- one process -----------------------------------------------------------------------------
 
 class _Process:
@@ -167,7 +192,7 @@ class _Process:
         self.ops = 0
         self.trace_events = 0
 
-    def op(self, r: dict[str, Any]) -> tuple[list[Any], str]:
+    def op(self, r: dict[str, Any], names: _Names) -> tuple[list[Any], str]:
         """Account for an op record; its kernel_details row and trace event."""
         device, model = int(r.get("device", 0)), int(r.get("model", 0))
         start = int(r.get("start", 0))
@@ -179,24 +204,26 @@ class _Process:
         prev = self.prev_end.get((device, model))
         wait = start - prev if prev is not None and start > prev else 0
         self.prev_end[(device, model)] = start + dur
-        op_type = safe(r.get("op_type", "?"))
+        op_type, type_json = names.get(r.get("op_type", "?"))
+        op_name, name_json = names.get(r.get("op_name", "?"))
         g = self.stats.get(op_type)
         if g is None:
             self.stats[op_type] = [1, dur, dur, dur]
         else:
             g[0] += 1
             g[1] += dur
-            g[2] = min(g[2], dur)
-            g[3] = max(g[3], dur)
+            if dur < g[2]:
+                g[2] = dur
+            if dur > g[3]:
+                g[3] = dur
         self.starts.append(start)
         self.ends.append(start + dur)
         self.threads.add((device, model))
         self.ops += 1
-        event = _event({"ph": "X", "name": safe(r.get("op_name", "?")), "pid": HARDWARE_PID,
-                        "tid": device * TID_STRIDE + model, "ts": format_us(start), "dur": dur / 1e3,
-                        "args": {"Model Id": model, "Device Id": device, "Type": op_type,
-                                 "Task Type": NOT_COLLECTED, "Thread Id": r.get("thread_id")}})
-        return kernel_row(r, wait), event
+        thread_id = r.get("thread_id")
+        event = _KERNEL % (name_json, device * TID_STRIDE + model, format_us(start), dur / 1e3, model, device,
+                           type_json, thread_id if type(thread_id) is int else json.dumps(thread_id))
+        return kernel_row(device, op_name, op_type, start, dur, wait), event
 
     def step(self, r: dict[str, Any]) -> str:
         """A step keypoint record as a "Step Trace" event (not a kernel, not in the csv files)."""
@@ -227,12 +254,11 @@ class _Process:
                     _meta("process_sort_index", STEP_PID, 0, {"sort_index": STEP_PID}),
                     _meta("thread_name", STEP_PID, 0, {"name": "Steps"})]
         s, e = busy_intervals(np.frombuffer(self.starts, dtype=np.int64), np.frombuffer(self.ends, dtype=np.int64))
-        for i in range(len(s)):
-            out.append(_event({"ph": "X", "name": "Computing", "pid": OVERLAP_PID, "tid": _COMPUTING_TID,
-                               "ts": format_us(int(s[i])), "dur": int(e[i] - s[i]) / 1e3}))
-            if i + 1 < len(s):  # the device(s) idle between two busy spans of this process
-                out.append(_event({"ph": "X", "name": "Free", "pid": OVERLAP_PID, "tid": _FREE_TID,
-                                   "ts": format_us(int(e[i])), "dur": int(s[i + 1] - e[i]) / 1e3}))
+        starts, ends = s.tolist(), e.tolist()
+        for i, (b, f) in enumerate(zip(starts, ends)):
+            out.append(_SPAN % ("Computing", _COMPUTING_TID, format_us(b), (f - b) / 1e3))
+            if i + 1 < len(starts):  # the device(s) idle between two busy spans of this process
+                out.append(_SPAN % ("Free", _FREE_TID, format_us(f), (starts[i + 1] - f) / 1e3))
         return out
 
     def info(self, window: dict[str, Any]) -> dict[str, Any]:
@@ -266,8 +292,9 @@ class AscendWriter:
         self._root = root_fd
         self._window = window or {}
         self._procs: dict[tuple[str, int], _Process] = {}
-        self._names: set[str] = set()
+        self._dirnames: set[str] = set()
         self._open: OrderedDict[tuple[str, int], tuple[TextIO, Any, TextIO]] = OrderedDict()
+        self._names = _Names()
         self.records = 0
 
     @property
@@ -286,7 +313,7 @@ class AscendWriter:
             if r.get("kind") == "keypoint":
                 event = p.step(r)
             else:
-                row, event = p.op(r)
+                row, event = p.op(r, self._names)
                 kd_csv.writerow(row)
             tv.write(("[\n" if p.trace_events == 0 else ",\n") + event)
             p.trace_events += 1
@@ -294,12 +321,12 @@ class AscendWriter:
 
     def _new_process(self, key: tuple[str, int], r: dict[str, Any]) -> _Process:
         name = process_dir_name(key[0], key[1], float(r.get("ts", 0.0)))
-        if name in self._names:  # two hosts whose names differ only in unsafe characters
+        if name in self._dirnames:  # two hosts whose names differ only in unsafe characters
             base, n = name[: -len("_ascend_pt")], 2
-            while f"{base}-{n}_ascend_pt" in self._names:
+            while f"{base}-{n}_ascend_pt" in self._dirnames:
                 n += 1
             name = f"{base}-{n}_ascend_pt"
-        self._names.add(name)
+        self._dirnames.add(name)
         os.mkdir(name, _DIR_MODE, dir_fd=self._root)
         os.mkdir(f"{name}/{OUTPUT_DIR}", _DIR_MODE, dir_fd=self._root)
         p = self._procs[key] = _Process(name, r)
