@@ -282,7 +282,9 @@ def test_staged_dir_accepts_an_empty_directory_and_a_symlink_to_one(tmp_path):
     ("nonempty", "is not empty"),
     ("planted_symlink", "is not empty"),
     ("no_parent", "cannot write"),
+    ("parent_is_a_file", "cannot write"),
     ("proc", "cannot write"),
+    ("sysfs", "cannot write"),  # refuses mkdir even to root: an unwritable directory for any user
 ])
 def test_staged_dir_refuses_with_exit_2_and_touches_nothing(tmp_path, setup, message):
     target = tmp_path / "out"
@@ -298,8 +300,15 @@ def test_staged_dir_refuses_with_exit_2_and_touches_nothing(tmp_path, setup, mes
         (target / "node1_1_20260101000000_ascend_pt").symlink_to(victim)
     elif setup == "no_parent":
         target = tmp_path / "missing" / "out"
+    elif setup == "parent_is_a_file":
+        (tmp_path / "plain").write_text("keep")
+        target = tmp_path / "plain" / "out"
     elif setup == "proc":
         target = "/proc/aclprof-export-test"
+    elif setup == "sysfs":
+        if not os.path.isdir("/sys/kernel"):
+            pytest.skip("no sysfs")
+        target = "/sys/aclprof-export-test"
     with pytest.raises(CliError) as exc:
         ea.StagedDir(str(target))
     assert exc.value.code == 2 and message in str(exc.value)
