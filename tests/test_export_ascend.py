@@ -383,14 +383,20 @@ def test_a_target_filled_during_the_export_is_not_replaced(tmp_path, monkeypatch
     assert os.listdir(target) == ["theirs"] and _leftovers(tmp_path) == []
 
 
-def test_usage_errors_exit_2(tmp_path, capsys):
-    assert main(["export", "--format", "ascend", "--socket", str(tmp_path / "none.sock")]) == 2
-    assert "give it with -o DIR" in capsys.readouterr().err
-    assert main(["export", "--format", "ascend", "-o", "-", "--socket", str(tmp_path / "none.sock")]) == 2
+def test_usage_errors_exit_2(tmp_path):
+    # as subprocesses: main() configures structlog onto the stderr it was given
+    none = str(tmp_path / "none.sock")
+    p = cli("export", "--format", "ascend", "--socket", none)
+    assert p.returncode == 2 and "give it with -o DIR" in p.stderr
+    p = cli("export", "--format", "ascend", "-o", "-", "--socket", none)
+    assert p.returncode == 2 and "give it with -o DIR" in p.stderr
     (tmp_path / "f").write_text("x")
-    assert main(["export", "--format", "ascend", "-o", str(tmp_path / "f")]) == 2
-    assert "not a directory" in capsys.readouterr().err
+    p = cli("export", "--format", "ascend", "-o", str(tmp_path / "f"), "--socket", none)
+    assert p.returncode == 2 and "not a directory" in p.stderr
     assert (tmp_path / "f").read_text() == "x"
+    p = cli("export", "--format", "ascend", "-o", str(tmp_path / "d"), "--since", "now", "--until", "-5m")
+    assert p.returncode == 2 and "--since is after --until" in p.stderr
+    assert sorted(os.listdir(tmp_path)) == ["f"]
 
 
 def test_unreachable_daemon_leaves_nothing(tmp_path):
