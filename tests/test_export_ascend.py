@@ -98,6 +98,20 @@ def test_process_dir_name_is_torch_npus_worker_name():
     assert name.split("_")[2] == time.strftime("%Y%m%d%H%M%S", time.localtime(1764400000.5))
 
 
+def test_process_dir_name_survives_a_time_that_is_not_one():
+    for ts in (1e300, float("nan"), -1e300):
+        assert ea.process_dir_name("h", 1, ts) == "h_1_00000000000000_ascend_pt"
+
+
+def test_name_cache_stays_bounded_and_correct(monkeypatch):
+    monkeypatch.setattr(ea._Names, "LIMIT", 4)
+    names = ea._Names()
+    for i in range(20):
+        assert names.get(f"op\n{i}") == (f"op\\x0a{i}", json.dumps(f"op\\x0a{i}"))
+        assert len(names._cache) <= 4
+    assert names.get("say \"hi\"")[1] == '"say \\"hi\\""'
+
+
 def test_op_statistic_rows_sorted_with_ratios_like_torch_npu():
     rows = ea.op_statistic_rows({"Relu": [2, 4_000, 2_000, 2_000], "MatMul": [3, 36_000, 10_000, 14_000]})
     assert rows == [["MatMul", "N/A", 3, "36.0", "10.0", "12.0", "14.0", "90.0"],

@@ -98,7 +98,10 @@ def path_component(text: str, limit: int = 64) -> str:
 def process_dir_name(host: str, pid: int, first_ts: float) -> str:
     """``<host>_<pid>_<YYYYmmddHHMMSS>_ascend_pt``, torch_npu's ``{hostname}_{pid}_{time}``
     worker name; the time is the first exported record's receive time (local, like torch_npu)."""
-    stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(first_ts))
+    try:
+        stamp = time.strftime("%Y%m%d%H%M%S", time.localtime(first_ts))
+    except (OverflowError, OSError, ValueError):  # not a time: still a valid, sortable name
+        stamp = "0" * 14
     return f"{path_component(host)}_{int(pid)}_{stamp}_ascend_pt"
 
 
