@@ -152,6 +152,7 @@ def _by_first_text(rows: list[list], key_col: int) -> dict[str, list]:
     return {r[key_col]: r for r in rows if len(r) > key_col and isinstance(r[key_col], str)}
 
 
+@pytest.mark.slow  # ~7 s: a daemon, two services, three compares
 @pytest.mark.skipif(MSPROF_ANALYZE is None, reason="the msprof-analyze command is not on PATH")
 def test_msprof_analyze_names_the_op_type_that_got_slower(tmp_path):
     daemon = Daemon().start()
