@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from aclprof.cli import main
 from aclprof.cli.common import filter_from_args
-from aclprof.protocol.wire import Kind, decode_json
+from aclprof.protocol.wire import Kind, decode_json, encode_batch, encode_json
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -359,3 +359,24 @@ def test_prometheus_host_label_setting():
     for bad in (" ", "x" * 257):
         with pytest.raises(config.ConfigError, match="--prometheus-host-label"):
             config.load({"socket": "/x", "prometheus_host_label": bad}, environ={})
+
+
+def test_a_flood_of_relabelling_watches_stays_within_the_key_cap():
+    """An agent that gives model 1 a new label before every batch: new keys until the cap,
+    then "(other)"; every record is still counted and the daemon keeps answering."""
+    with InProcess(max_keys=20) as d:
+        a = agent(d.socket, service="flood", names=NAMES)
+        frames = bytearray()
+        for i in range(2000):
+            frames += encode_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {"model": f"m{i}"}})
+            frames += encode_batch(make_records(2))
+        a.sock.sendall(bytes(frames))
+        st = wait_for(lambda: (s := status(d.socket))["records_total"] == 4000 and s, what="4000 records")
+        assert st["aggregates"]["keys"] == 20 and st["protocol_errors"] == 0  # 10 labels x 2 op types
+        c = Client(d.socket)
+        snap = c.request(Kind.SNAPSHOT, {"group_by": "model"})
+        rows = {r["key"]: r["count"] for r in snap["rows"]}
+        assert sum(rows.values()) == 4000 and rows["(other)"] == 4000 - 20 and len(rows) == 11
+        assert st["aggregates"]["other_bucket_records"] == 4000 - 20
+        c.close()
+        a.close()
