@@ -380,3 +380,22 @@ def test_a_flood_of_relabelling_watches_stays_within_the_key_cap():
         assert st["aggregates"]["other_bucket_records"] == 4000 - 20
         c.close()
         a.close()
+
+
+def test_stream_device_filter(inproc):
+    a = agent(inproc.socket, service="svc", names=NAMES)
+    s = Client(inproc.socket)
+    s.send_json(Kind.STREAM, {"filter": {"device": 2}})
+    wait_for(lambda: any(c.stream is not None for c in list(inproc.daemon.conns.values())))
+    a.send_batch(make_records(10, device=0))
+    a.send_batch(make_records(7, device=2))
+    a.send_batch(make_records(10, device=1))
+    a.send_batch(make_records(3, device=2))
+    got: list[dict] = []
+    while len(got) < 10:
+        records, skipped, kind = s.stream_frames()
+        assert kind == Kind.STREAM_RECORDS and skipped == 0
+        got += records
+    assert len(got) == 10 and {r["device"] for r in got} == {2}
+    s.close()
+    a.close()
