@@ -22,9 +22,9 @@ sys.path.insert(0, HERE)
 
 import numpy as np
 from _benchlib import interleaved, med, per_round_ratio, table
+from aclprofd.aggregate import GROUP_BY, Aggregator, KeySource
 
 from aclprof.protocol.wire import RECORD_DTYPE
-from aclprofd.aggregate import GROUP_BY, Aggregator, KeySource
 
 
 def _fill(keys: int, services: int) -> Aggregator:
