@@ -325,10 +325,11 @@ def test_groupings_take_one_python_step_per_new_key_only():
 # ---- the CLI's --device ------------------------------------------------------------------------
 
 @pytest.mark.parametrize("cmd", [["tail"], ["top", "--once"], ["export", "--format", "csv"]])
-@pytest.mark.parametrize("value, message", [("-1", "a device id is at least 0"), ("x", "is not a device id")])
-def test_device_option_is_checked_before_connecting(cmd, value, message, capsys):
+@pytest.mark.parametrize("value", ["-1", "x", "1.5"])
+def test_device_option_is_checked_before_connecting(cmd, value, capsys):
     assert main([*cmd, "--device", value, "--socket", "/nonexistent/aclprof.sock"]) == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "--device" in err and "device id" in err
 
 
 def test_device_option_reaches_the_daemon_filter(inproc):
