@@ -108,6 +108,16 @@ def regex_problem(text: str) -> str | None:
     return None
 
 
+def _nonneg_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:  # argparse prefixes the flag and exits 2
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device id (0, 1, ...)")
+    return value
+
+
 def _regex_arg(text: str) -> str:
     problem = regex_problem(text)
     if problem is not None:  # argparse prefixes the flag: "argument --type: ..." and exits 2
@@ -146,6 +156,7 @@ def add_filter_args(p: argparse.ArgumentParser, min_duration: bool = True) -> No
     if min_duration:
         g.add_argument("--min-duration", type=_duration_arg, metavar="DUR",
                        help="only ops at least this long (100us, 1.5ms, ...)")
+    g.add_argument("--device", type=_nonneg_int, metavar="N", help="device id")
     g.add_argument("--service", metavar="NAME", help="service name given to aclprof.agent.start")
     g.add_argument("--host", metavar="HOST", help="host name")
 
@@ -153,7 +164,7 @@ def add_filter_args(p: argparse.ArgumentParser, min_duration: bool = True) -> No
 def filter_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The daemon-side filter (a JSON object) of the options :func:`add_filter_args` added."""
     f: dict[str, Any] = {}
-    for key in ("model", "pid", "type", "name", "service", "host"):
+    for key in ("model", "pid", "type", "name", "device", "service", "host"):
         value = getattr(args, key, None)
         if value is not None:
             f[key] = value
