@@ -238,7 +238,7 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
         cap = _plain(f"filter regex on op {view.regex_field}: {view.editing}_   (Enter applies, Esc cancels)")
     elif keys:
         cap = _plain(caption() + (f"   [{view.message}]" if view.message else ""))
-    table = Table(expand=False, caption=cap, caption_justify="left")
+    table = Table(expand=False)
     ident = _identity_columns(view.group, rows)
     stats: list[tuple[str, str | None]] = [("Count", "count"), ("Total", "total"), ("Avg", "avg"), ("p50", None),
                                            ("p99", "p99"), ("Max", "max"), ("% time", None)]
@@ -257,12 +257,14 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
     pad = [""] * (len(columns) - 1)
     if total_rows > len(rows):
         table.add_row(Text(f"... {total_rows - len(rows)} more", style="dim"), *pad)
-    if not rows:
-        table.add_row(Text(safe(f"({view.empty_note or 'no records in this window yet'})"), style="dim"), *pad)
     parts: list[Any] = [title]
     if header is not None:
         parts.append(header)
     parts.append(table)
+    if not rows:  # below the table, whole (a cell would cut the filter's text)
+        parts.append(Text(safe(f"({view.empty_note or 'no records in this window yet'})"), style="yellow"))
+    if cap is not None:
+        parts.append(cap)
     return Group(*parts)
 
 

@@ -1,0 +1,305 @@
+"""``aclprof top``'s screens (issue 10): the header, the groupings and their columns, the
+notes of an empty table, the view-local reset ``r`` (the daemon's aggregates untouched) and
+the one key table behind the caption, ``--help`` and the README."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import string
+import subprocess
+import sys
+import time
+
+import pytest
+from helpers.daemons import InProcess, agent, status
+from helpers.procs import REPO, cli, env, wait_for
+from helpers.records import make_records
+
+from aclprof.protocol.wire import Kind
+
+pytestmark = pytest.mark.timeout(90)
+
+
+def _screen(renderable, width: int = 200) -> str:
+    from rich.console import Console
+
+    console = Console(record=True, width=width, color_system=None, force_terminal=False)
+    console.print(renderable)
+    return console.export_text()
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+# -- the key table -----------------------------------------------------------------------------
+
+def test_every_key_the_handler_accepts_is_in_help_caption_and_readme(capsys):
+    from aclprof.cli import main
+    from aclprof.cli.topkeys import KEYS, accepted_keys, caption, key_name
+    from aclprof.cli.topview import TopView
+
+    assert main(["top", "--help"]) == 0
+    helptext = capsys.readouterr().out
+    keys_part = helptext.split("keys (live view):", 1)[1].split("examples:", 1)[0]
+    key_column = {w for line in keys_part.splitlines() if line.startswith("  ") and not line.startswith("   ")
+                  for w in line[:13].split()}
+    readme = (REPO / "README.md").read_text()
+    readme_keys = set(re.findall(r"^\| `([^`]+)` \|", readme, re.M))
+    for ch in accepted_keys():
+        name = key_name(ch)
+        if ch.isprintable():
+            assert name in key_column, f"key {name!r} missing from top --help"
+            assert any(name in k.split() for k in readme_keys), f"key {name!r} missing from README"
+        else:
+            assert name in keys_part, f"{name} missing from top --help"
+    for b in KEYS:
+        assert f"{b.keys[0]}" in caption() and b.label in caption()
+    assert "w window" in caption()
+    # and no other key changes the view: the table is the whole truth
+    for ch in set(string.printable) - accepted_keys():
+        v = TopView()
+        before = dict(vars(v))
+        v.key(ch)
+        assert vars(v) == before, f"key {ch!r} changed the view but is not in the key table"
+
+
+# -- the header --------------------------------------------------------------------------------
+
+def _st(dropped=0, skipped=0, protocol=0, healthy=True, problems=(), agents=(), write_errors=0, refused=0):
+    return {"version": "0.1.0", "pid": 7, "uptime_s": 3725, "healthy": healthy, "problems": list(problems),
+            "records_per_s": 12345.0, "dropped_by_agents": dropped, "stream_skipped": skipped,
+            "protocol_errors": protocol, "agents": list(agents),
+            "storage": {"write_errors": write_errors}, "memory": {"refused": {"stream": refused}}}
+
+
+def test_header_counts_drops_in_the_window_and_names_what_degrades_health():
+    from aclprof.cli.topheader import Header
+
+    agents = [{"pid": 1, "service": "alpha", "models": [{"model_id": 1, "device": 0}]},
+              {"pid": 2, "service": "beta", "models": [{"model_id": 1, "device": 1}]},
+              {"pid": 3, "service": "beta", "models": []}]
+    h = Header()
+    h.add(_st(dropped=100, skipped=5, agents=agents), now=1000.0)
+    first = _flat(_screen(h.render({}, 10.0, "10s")))
+    assert "in 12,345 rec/s · 3 processes, 2 services connected · devices 0,1" in first
+    assert "drops since daemon start: 105 (agents 100, slow streams 5)" in first  # one sample: totals
+    assert "aclprofd 0.1.0 pid 7, up 1h02m: ok" in first
+    h.add(_st(dropped=130, skipped=5, agents=agents), now=1005.0)
+    h.add(_st(dropped=160, skipped=9, protocol=2, agents=agents), now=1012.0)
+    text = _flat(_screen(h.render({}, 10.0, "10s")))
+    # the window's growth: 1005 -> 1012 (1000 is older than 10 s)
+    assert "drops in 10s: 34 (agents 30, slow streams 4)" in text
+    assert "degraded: protocol errors +2" in text
+    h.add(_st(dropped=160, skipped=9, protocol=2, write_errors=3, refused=4, agents=agents), now=1013.0)
+    assert "degraded: protocol errors +2, storage write errors +3, memory refusals +4" in \
+        _flat(_screen(h.render({}, 10.0, "10s")))
+    h.add(_st(healthy=False, problems=["storage write failing: ENOSPC", "agent pid 1 dropped"]), now=1014.0)
+    assert "UNHEALTHY: storage write failing: ENOSPC (+1 more: aclprof status)" in \
+        _flat(_screen(h.render({}, 10, "10s")))
+    # a daemon with per-service keys: the window's own figures from SNAPSHOT's summary
+    snap = {"summary": {"records": 500, "records_per_s": 50.0, "processes": 4, "services": 3, "devices": [2, 3]}}
+    assert "in 50 rec/s · 4 processes, 3 services in 10s · devices 2,3" in _flat(_screen(h.render(snap, 10, "10s")))
+
+
+def test_header_escapes_peer_strings():
+    from aclprof.cli.topheader import Header
+
+    h = Header()
+    h.add(_st(healthy=False, problems=["[bold]x[/bold] \x1b[2J"]), now=1.0)
+    text = _screen(h.render({}, None, "all"))
+    assert "[bold]x[/bold] \\x1b[2J" in text and "\x1b" not in text
+
+
+# -- groupings and columns ---------------------------------------------------------------------
+
+def test_g_cycles_the_groupings_the_daemon_offers():
+    from aclprof.cli.topview import TopView, note_snapshot
+
+    v = TopView()
+    seen = []
+    for _ in range(3):
+        v.key("g")
+        seen.append(v.group)
+    assert seen == ["name", "type", "name"]  # a daemon without per-service keys
+    note_snapshot(v, {"rows": [], "summary": {}})
+    seen = []
+    for _ in range(6):
+        v.key("g")
+        seen.append(v.group)
+    assert seen == ["service", "process", "device", "model", "type", "name"]
+
+
+def test_columns_adapt_to_the_grouping_and_every_string_is_escaped():
+    from aclprof.cli.topview import TopView, render_table
+
+    row = {"count": 10, "total_ns": 5000, "mean_ns": 500, "p50_ns": 500, "p99_ns": 600, "max_ns": 700, "pct_time": 100}
+    v = TopView(group="process")
+    text = _screen(render_table({"rows": [{**row, "key": "alpha/42", "pid": 42, "service": "[red]alpha\x1b[0m"}]}, v))
+    header = next(line for line in text.splitlines() if "Count" in line)
+    assert re.search(r"PID\s.*Service\s.*Count", header)
+    assert "[red]alpha\\x1b[0m" in text and "\x1b" not in text
+    v = TopView(group="model")
+    text = _screen(render_table({"rows": [{**row, "key": "alpha/resnet50@v3", "service": "alpha", "model_id": 1}]}, v))
+    header = next(line for line in text.splitlines() if "Count" in line)
+    assert re.search(r"Model\s.*Service\s.*Id\s.*Count", header) and "alpha/resnet50@v3" in text
+    v = TopView(group="device")
+    text = _screen(render_table({"rows": [{**row, "key": "3"}]}, v))  # rows without the device field
+    assert re.search(r"Device\s.*Count", text) and "│ 3 " in text
+
+
+def test_baseline_subtracts_counts_and_totals_and_hides_what_it_cannot_know():
+    from aclprof.cli.topbaseline import Baseline
+    from aclprof.cli.topview import TopView, render_table
+
+    def row(key, count, total):
+        return {"key": key, "count": count, "total_ns": total, "mean_ns": total / count, "p50_ns": 1, "p99_ns": 2,
+                "max_ns": 3, "min_ns": 1}
+
+    b = Baseline({}, {"type": {"Conv2D": row("Conv2D", 10, 1000), "MatMul": row("MatMul", 5, 500)}}, time.time(), 0)
+    since = b.subtract({"rows": [row("Conv2D", 14, 1800), row("MatMul", 5, 500), row("Relu", 2, 200)]}, "type")
+    assert since is not None
+    got = {r["key"]: r for r in since["rows"]}
+    assert set(got) == {"Conv2D", "Relu"}  # MatMul: nothing since
+    assert (got["Conv2D"]["count"], got["Conv2D"]["total_ns"], got["Conv2D"]["mean_ns"]) == (4, 800, 200)
+    assert got["Conv2D"]["pct_time"] == pytest.approx(80.0) and got["Conv2D"]["p99_ns"] is None
+    assert since["window"].startswith("since r at ")
+    v = TopView()
+    v.baseline = b
+    text = _screen(render_table(since, v))
+    assert "—" in text and "since r at" in text
+    # the daemon's aggregates went back (an admin reset them): nothing is derivable
+    assert b.subtract({"rows": [row("Conv2D", 3, 300)]}, "type") is None
+
+
+# -- against a daemon --------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def daemon():
+    with InProcess() as d:
+        yield d
+
+
+def _feed(d, service: str, n: int, device: int = 0, types=(1, 2)):
+    a = agent(d.socket, service=service)
+    try:
+        a.send_json(Kind.WATCH, {"model_id": 1, "device": device, "labels": {}})
+        a.send_batch(make_records(n, device=device, types=types))
+    finally:
+        a.close()
+
+
+def _supports_groups(d) -> bool:
+    from aclprof.cli.client import Client
+
+    with Client(d.socket) as c:
+        return isinstance(c.snapshot("all", "type", {}).get("summary"), dict)
+
+
+def test_top_once_header_and_empty_notes_from_a_real_daemon():
+    with InProcess() as d:
+        p = cli("top", "--once", "--socket", d.socket)
+        assert p.returncode == 0, p.stderr
+        assert "(no records yet in window 10s)" in p.stdout and "0 processes" in p.stdout
+        assert p.stdout.startswith("aclprof top: window 10s")
+        a = agent(d.socket, service="alpha")
+        b = agent(d.socket, service="beta")
+        try:
+            a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {}})
+            b.send_json(Kind.WATCH, {"model_id": 1, "device": 1, "labels": {}})
+            a.send_batch(make_records(100))
+            b.send_batch(make_records(100, device=1))
+            wait_for(lambda: status(d.socket)["records_total"] >= 200, what="200 records")
+            p = cli("top", "--once", "--socket", d.socket)
+            out = _flat(p.stdout)
+            assert "2 processes, 2 services" in out and "devices 0,1" in out, p.stdout
+            assert ": ok" in out and "Conv2D" in out
+            p = cli("top", "--once", "--type", "^Nothing$", "--socket", d.socket)
+            assert p.returncode == 0, p.stderr
+            assert "(no rows match filter type=^Nothing$ (2 op type rows in 10s without it))" in _flat(p.stdout)
+        finally:
+            a.close()
+            b.close()
+
+
+def test_top_group_beyond_type_and_name_needs_a_daemon_that_offers_it(daemon):
+    _feed(daemon, "alpha", 50)
+    before = status(daemon.socket)["protocol_errors"]
+    p = cli("top", "--once", "--group", "service", "--window", "all", "--socket", daemon.socket)
+    if _supports_groups(daemon):  # aclprofd with per-service keys (h-keys)
+        assert p.returncode == 0, p.stderr
+        assert "by service" in p.stdout and "alpha" in p.stdout
+    else:
+        assert p.returncode == 2
+        assert p.stderr.strip() == ("aclprof: error: --group service: this daemon groups by type, name only "
+                                    "(grouping by service, process, device or model needs an aclprofd with "
+                                    "per-service keys: upgrade it)")
+    assert status(daemon.socket)["protocol_errors"] == before
+
+
+@pytest.mark.parametrize("value", ["-1", "x"])
+def test_device_filter_is_a_non_negative_int(value):
+    p = cli("top", "--once", f"--device={value}", "--socket", "/nonexistent/d.sock")
+    assert p.returncode == 2 and f"argument --device: {value!r} is not a device id" in p.stderr
+
+
+def _all_counts(d) -> dict[str, int]:
+    from aclprof.cli.client import Client
+
+    with Client(d.socket) as c:
+        return {r["key"]: r["count"] for r in c.snapshot("all", "type", {})["rows"]}
+
+
+def test_r_in_top_is_view_local_and_never_resets_the_daemon(daemon):
+    import pty
+    import select
+
+    _feed(daemon, "rsvc", 400)
+    wait_for(lambda: sum(_all_counts(daemon).values()) >= 400, what="400 records")
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([sys.executable, "-m", "aclprof", "top", "--interval", "0.2", "--window", "all",
+                             "--socket", daemon.socket],
+                            stdin=slave, stdout=slave, stderr=slave, env=env(TERM="xterm", COLUMNS="160", LINES="40"),
+                            start_new_session=True)
+    os.close(slave)
+    seen = b""
+
+    def read_until(pattern: bytes, timeout: float = 15.0) -> None:
+        nonlocal seen
+        start = len(seen)
+        deadline = time.monotonic() + timeout
+        while not re.search(pattern, seen[start:]):
+            assert time.monotonic() < deadline, f"{pattern!r} not shown; got {seen[-2000:]!r}"
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:
+                    break
+
+    try:
+        read_until(rb"Conv2D")
+        before = _all_counts(daemon)
+        os.write(master, b"r")
+        read_until(rb"since r at")
+        read_until(rb"the daemon's aggregates are untouched")
+        time.sleep(0.5)  # a few refreshes
+        assert _all_counts(daemon) == before  # a second client sees the same counts: no RESET
+        _feed(daemon, "rsvc", 6)  # 3 Conv2D, 3 MatMul since r
+        read_until(rb"Conv2D\s*\xe2\x94\x82\s*3\s*\xe2\x94\x82")  # "Conv2D │ 3 │"
+        after = _all_counts(daemon)
+        assert after["Conv2D"] == before["Conv2D"] + 3
+        os.write(master, b"q")
+        assert proc.wait(10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+
+
+def test_top_once_json_is_the_daemon_reply(daemon):
+    _feed(daemon, "jsonsvc", 10)
+    p = cli("top", "--once", "--json", "--window", "all", "--socket", daemon.socket)
+    assert p.returncode == 0 and json.loads(p.stdout)["rows"]
