@@ -303,3 +303,49 @@ def test_top_once_json_is_the_daemon_reply(daemon):
     _feed(daemon, "jsonsvc", 10)
     p = cli("top", "--once", "--json", "--window", "all", "--socket", daemon.socket)
     assert p.returncode == 0 and json.loads(p.stdout)["rows"]
+
+
+# -- aclprof reset (the admin's explicit command) ----------------------------------------------
+
+def test_reset_refuses_without_yes_when_stdin_is_not_a_terminal_and_wipes_with_it():
+    with InProcess() as d:
+        _feed(d, "alpha", 200)
+        wait_for(lambda: sum(_all_counts(d).values()) == 200, what="200 records")
+        p = cli("reset", "--socket", d.socket, stdin=subprocess.DEVNULL)
+        assert p.returncode == 2
+        assert p.stderr.strip() == ("aclprof: error: reset wipes the daemon's aggregates for every user: stdin is "
+                                    "not a terminal to confirm on; pass --yes to reset without asking")
+        assert sum(_all_counts(d).values()) == 200  # state intact
+        p = cli("reset", "--yes", "--socket", d.socket, stdin=subprocess.DEVNULL)
+        assert p.returncode == 0, p.stderr
+        assert p.stdout.startswith("reset: wiped 200 op records in 2 aggregate keys since ")
+        assert "the stored records are kept" in p.stdout
+        assert _all_counts(d) == {}
+
+
+def test_reset_asks_on_a_terminal():
+    import pty
+
+    with InProcess() as d:
+        _feed(d, "alpha", 20)
+        wait_for(lambda: sum(_all_counts(d).values()) == 20, what="20 records")
+        for answer, code, left in ((b"n\n", 1, 20), (b"y\n", 0, 0)):
+            master, slave = pty.openpty()
+            proc = subprocess.Popen([sys.executable, "-m", "aclprof", "reset", "--socket", d.socket],
+                                    stdin=slave, stdout=slave, stderr=slave, env=env(), start_new_session=True)
+            os.close(slave)
+            try:
+                out = b""
+                deadline = time.monotonic() + 15
+                while b"[y/N]" not in out:
+                    assert time.monotonic() < deadline, out
+                    out += os.read(master, 4096)
+                assert b"Wipe 20 op records" in out and b"for every user?" in out
+                os.write(master, answer)
+                assert proc.wait(10) == code
+                assert sum(_all_counts(d).values()) == left
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+                os.close(master)
