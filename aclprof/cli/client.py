@@ -15,7 +15,7 @@ from typing import Any
 from aclprof.protocol import wire
 from aclprof.protocol.paths import resolve_socket_path
 
-__all__ = ["DaemonError", "DaemonUnreachable", "Client", "RECORDS_PROTOCOL"]
+__all__ = ["DaemonError", "DaemonUnreachable", "DaemonRejected", "Client", "RECORDS_PROTOCOL"]
 
 #: the first protocol version (WELCOME's "protocol") with JSON Lines STREAM/EXPORT records and END
 RECORDS_PROTOCOL = 2
@@ -27,6 +27,11 @@ class DaemonError(Exception):
 
 class DaemonUnreachable(DaemonError):
     """No daemon listens on the socket (or it cannot be opened)."""
+
+
+class DaemonRejected(DaemonError):
+    """The daemon refused a STREAM (an ERROR frame) or speaks too old a protocol for it:
+    reconnecting would not help (``aclprof tail -F`` stops on it)."""
 
 
 class Client:
@@ -122,7 +127,7 @@ class Client:
 
     def _records_protocol(self, what: str) -> None:
         if int(self.welcome.get("protocol", 1)) < RECORDS_PROTOCOL:
-            raise DaemonError(f"the daemon speaks protocol {self.welcome.get('protocol', 1)}; {what} needs "
+            raise DaemonRejected(f"the daemon speaks protocol {self.welcome.get('protocol', 1)}; {what} needs "
                               f"protocol {RECORDS_PROTOCOL} (JSON Lines records): upgrade aclprofd")
 
     def stream(self, filt: dict[str, Any]) -> Iterator[tuple[list[dict[str, Any]], int]]:
@@ -146,7 +151,7 @@ class Client:
             elif kind == wire.Kind.END:
                 return
             elif kind == wire.Kind.ERROR:
-                raise DaemonError(f"the daemon rejected STREAM: {_message(payload)}")
+                raise DaemonRejected(f"the daemon rejected STREAM: {_message(payload)}")
             else:
                 raise DaemonError(f"unexpected {kind.name} frame in a stream")
 
