@@ -349,3 +349,50 @@ def test_reset_asks_on_a_terminal():
                     proc.kill()
                     proc.wait()
                 os.close(master)
+
+
+# -- status: the per-device section ------------------------------------------------------------
+
+def test_status_device_lines_from_the_aggregates_and_from_status():
+    from aclprof.cli.status import device_lines
+
+    rows = [{"key": "1", "device": 1, "count": 200, "pct_time": 28.7}, {"key": "0", "device": 0, "count": 500,
+                                                                         "pct_time": 71.3}]
+    assert device_lines({}, {"window": "10s", "seconds": 10.0, "rows": rows}) == [
+        "devices (window 10s, from the daemon's aggregates):",
+        "  device 0: 50 records/s, 71.3% of op time",
+        "  device 1: 20 records/s, 28.7% of op time"]
+    st = {"agents": [{"records_per_s": 300.0, "models": [{"device": 0}]},
+                     {"records_per_s": 100.0, "models": [{"device": 0}, {"device": 1}]},
+                     {"records_per_s": 100.0, "models": [{"device": 0}]},
+                     {"records_per_s": 5.0, "models": []}]}
+    lines = device_lines(st)
+    assert lines[0].startswith("devices (from the connected processes; op time per device needs")
+    assert lines[1:] == ["  device 0: 400 records/s, 80.0% of records (2 processes)",
+                         "  devices 0+1: 100 records/s, 20.0% of records (1 process)"]
+
+
+def test_status_shows_a_device_section_without_protocol_errors():
+    with InProcess() as d:
+        a = agent(d.socket, service="alpha")
+        b = agent(d.socket, service="beta")
+        try:
+            a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {}})
+            b.send_json(Kind.WATCH, {"model_id": 1, "device": 1, "labels": {}})
+            a.send_batch(make_records(300))
+            b.send_batch(make_records(100, device=1))
+            wait_for(lambda: status(d.socket)["records_total"] >= 400, what="400 records")
+            p = cli("status", "--socket", d.socket)
+            assert p.returncode == 0, p.stderr
+            lines = p.stdout.splitlines()
+            if _supports_groups(d):
+                assert "devices (window 10s, from the daemon's aggregates):" in lines
+                assert any(line.startswith("  device 0: ") and line.endswith("% of op time") for line in lines)
+            else:
+                assert any(line.startswith("devices (from the connected processes") for line in lines)
+                assert any(line.startswith("  device 0: ") and "(1 process)" in line for line in lines)
+                assert any(line.startswith("  device 1: ") and "(1 process)" in line for line in lines)
+            assert status(d.socket)["protocol_errors"] == 0
+        finally:
+            a.close()
+            b.close()

@@ -1,4 +1,5 @@
-"""``aclprof status``: the daemon's health, connected processes, drops, lag and disk use."""
+"""``aclprof status``: the daemon's health, connected processes, drops, lag and disk use, and
+a per-device section (records/s and share of op time per device)."""
 
 from __future__ import annotations
 
@@ -54,8 +55,72 @@ def _bytes(n: float) -> str:
     return f"{n} B"
 
 
-def format_status(st: dict[str, Any]) -> str:
-    """The STATUS reply as the human summary of ``aclprof status``."""
+def device_lines(st: dict[str, Any], devices: dict[str, Any] | None = None) -> list[str]:
+    """The per-device section. ``devices`` is what :func:`device_snapshot` got from the daemon
+    (SNAPSHOT grouped by device: records/s and share of op time over a window); without it,
+    records/s per device come from STATUS (the processes' rates, by the devices of the models
+    they watch; a process watching models on several devices cannot be split, and STATUS has
+    no op time)."""
+    if devices is not None:
+        seconds = devices["seconds"]
+        lines = [f"devices (window {devices['window']}, from the daemon's aggregates):"]
+        for r in sorted(devices["rows"], key=lambda r: str(r.get("device", r.get("key")))):
+            rate = float(r.get("count") or 0) / seconds if seconds else 0.0
+            lines.append(f"  device {r.get('device', r.get('key'))}: {rate:,.0f} records/s, "
+                         f"{float(r.get('pct_time') or 0):.1f}% of op time")
+        if len(lines) == 1:
+            lines.append(f"  (no op records in window {devices['window']})")
+        return lines
+    per: dict[str, list[float]] = {}  # devices -> [records/s, processes]
+    for a in st.get("agents") or []:
+        devs = sorted({m.get("device") for m in a.get("models") or [] if isinstance(m.get("device"), int)})
+        if not devs:
+            continue
+        name = f"device {devs[0]}" if len(devs) == 1 else "devices " + "+".join(str(d) for d in devs)
+        acc = per.setdefault(name, [0.0, 0])
+        acc[0] += float(a.get("records_per_s") or 0)
+        acc[1] += 1
+    if not per:
+        return []
+    total = sum(v[0] for v in per.values())
+    lines = ["devices (from the connected processes; op time per device needs an aclprofd with per-service "
+             "keys, and the daemon's user or root):"]
+    for name, (rate, procs) in sorted(per.items()):
+        share = f", {100 * rate / total:.1f}% of records" if total else ""
+        lines.append(f"  {name}: {rate:,.0f} records/s{share} ({procs:.0f} process{'es' if procs != 1 else ''})")
+    return lines
+
+
+def device_snapshot(client: Any, st: dict[str, Any]) -> dict[str, Any] | None:
+    """SNAPSHOT grouped by device over the daemon's shortest window, or None when the daemon
+    would refuse it: one without per-service keys (its SNAPSHOT has no ``summary``; an unknown
+    grouping would be a protocol error there) or a user who may not send SNAPSHOT (only
+    STATUS is open to all: try only as root or as the daemon's user)."""
+    import os
+
+    from aclprof.cli.client import DaemonError
+
+    try:
+        owner = os.stat(client.socket_path).st_uid
+    except OSError:
+        return None
+    if os.geteuid() not in (0, owner):
+        return None
+    windows = [w for w in (st.get("aggregates") or {}).get("windows") or [] if isinstance(w, str) and w != "all"]
+    window = "10s" if "10s" in windows else (windows[0] if windows else "10s")
+    from aclprof.cli.topheader import window_seconds
+
+    try:
+        if not isinstance(client.snapshot(window, "type", {}).get("summary"), dict):
+            return None
+        rows = client.snapshot(window, "device", {}).get("rows") or []
+    except DaemonError:
+        return None
+    return {"window": window, "seconds": window_seconds(window) or 0.0, "rows": rows}
+
+
+def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None) -> str:
+    """The STATUS reply as the human summary of ``aclprof status`` (with :func:`device_lines`)."""
     lines = []
     health = "healthy" if st.get("healthy") else "UNHEALTHY"
     lines.append(f"aclprofd {st.get('version', '?')} (pid {st.get('pid', '?')}): {health}, "
@@ -83,6 +148,7 @@ def format_status(st: dict[str, Any]) -> str:
         for m in a.get("models") or []:
             ml = ",".join(f"{k}={v}" for k, v in (m.get("labels") or {}).items())
             lines.append(f"    model {m.get('model_id')} on device {m.get('device')}{' [' + ml + ']' if ml else ''}")
+    lines += device_lines(st, devices)
     storage = st.get("storage") or {}
     if storage:
         oldest = storage.get("oldest_ts")
@@ -157,6 +223,7 @@ def _status_once(args: argparse.Namespace, loop: bool = False) -> int:
         raise
     try:
         st = client.status()
+        devices = None if args.json else device_snapshot(client, st)
     except DaemonError as exc:
         raise CliError(str(exc), EXIT_UNREACHABLE) from None
     finally:
@@ -164,5 +231,5 @@ def _status_once(args: argparse.Namespace, loop: bool = False) -> int:
     if args.json:
         print(json.dumps(st, indent=indent))
     else:
-        print(format_status(st))
+        print(format_status(st, devices))
     return EXIT_OK if st.get("healthy") else EXIT_ERROR
