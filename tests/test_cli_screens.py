@@ -174,6 +174,27 @@ def test_baseline_subtracts_counts_and_totals_and_hides_what_it_cannot_know():
     assert b.subtract({"rows": [row("Conv2D", 3, 300)]}, "type") is None
 
 
+def test_w_offers_since_r_after_a_baseline_and_a_new_filter_ends_it():
+    from aclprof.cli.topbaseline import SINCE_RESET, Baseline
+    from aclprof.cli.topview import TopView
+
+    v = TopView(window="all")
+    v.key("w")
+    assert v.window == "10s"  # no baseline: the daemon's windows only
+    v.baseline, v.window = Baseline({}, {"type": {}, "name": {}}, time.time(), 0), "all"
+    v.key("w")
+    assert v.window == SINCE_RESET
+    v.key("w")
+    assert v.window == "10s"
+    v.window = SINCE_RESET
+    v.key("g")  # by name: the baseline has it, the filter is the same
+    assert (v.window, v.baseline is not None) == (SINCE_RESET, True)
+    for ch in "/conv\r":
+        v.key(ch)
+    assert v.baseline is None and v.window == "10s"
+    assert "'since r' ended" in v.message
+
+
 # -- against a daemon --------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -396,3 +417,26 @@ def test_status_shows_a_device_section_without_protocol_errors():
         finally:
             a.close()
             b.close()
+
+
+def test_top_header_turns_degraded_when_protocol_errors_rise(daemon):
+    """top in a pipe (a table per interval): after a malformed frame from another client, the
+    header names the rising fault; the window's drops and the health come from STATUS."""
+    from helpers.daemons import Client
+
+    proc = subprocess.Popen([sys.executable, "-m", "aclprof", "top", "--interval", "0.3", "--socket", daemon.socket],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    got: list[str] = []
+    import threading
+
+    threading.Thread(target=lambda: [got.append(x) for x in proc.stdout], daemon=True).start()
+    try:
+        wait_for(lambda: sum(": ok" in line for line in got) >= 2, what="two healthy headers")
+        bad = Client(daemon.socket)
+        bad.sock.sendall(b"XXXX" * 4)  # bad magic: the daemon closes it and counts a protocol error
+        assert bad.closed_by_peer()
+        bad.close()
+        wait_for(lambda: any("degraded: protocol errors +1" in line for line in got), what="a degraded header")
+    finally:
+        proc.kill()
+        proc.wait()

@@ -129,10 +129,9 @@ class Header:
         grown, span = self.growth(window_s)
         drops = grown["dropped_by_agents"] + grown["stream_skipped"]
         when = f"in {window_label}" if span is not None else "since daemon start"
-        text.append(f" · drops {when}: ")
+        text.append(f"\ndrops {when}: ")
         text.append(f"{drops:,}", style="bold red" if drops else None)
-        text.append(f" (agents {grown['dropped_by_agents']:,}, slow streams {grown['stream_skipped']:,})")
-        text.append("\n")
+        text.append(f" (agents {grown['dropped_by_agents']:,}, slow streams {grown['stream_skipped']:,}) · ")
         text.append_text(self._health(st, *self.growth(HEALTH_S)))
         return text
 
