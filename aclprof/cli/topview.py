@@ -154,8 +154,7 @@ def learn_groups(client: Any, view: TopView, status: dict[str, Any] | None = Non
     if isinstance(listed, list) and listed and all(g in GROUPS for g in listed):
         view.groups = tuple(g for g in GROUPS if g in listed)
         return
-    note_snapshot(view, client.snapshot(view.windows[-1] if view.window == SINCE_RESET else view.window,
-                                        "type", {}))
+    note_snapshot(view, client.snapshot(view.window, "type", {}))
 
 
 def snapshot(client: Any, view: TopView) -> dict[str, Any]:
@@ -179,19 +178,16 @@ def snapshot(client: Any, view: TopView) -> dict[str, Any]:
     view.empty_note = ""
     if not snap.get("rows"):
         window = snap.get("window", view.window)
-        nothing = f"no records {window}" if view.window == SINCE_RESET else f"no records yet in window {window}"
         filt = view.filter()
+        if view.window == SINCE_RESET:  # the baseline holds only this filter's rows: no comparison
+            view.empty_note = f"no records {window}" + (f" matching filter {_describe(filt)}" if filt else "")
+            return snap
+        view.empty_note = f"no records yet in window {window}"
         if filt:
-            unfiltered = client.snapshot("all" if view.window == SINCE_RESET else view.window, view.group, {})
-            rows = unfiltered.get("rows") or []
-            if view.window == SINCE_RESET and view.baseline is not None:
-                rows = [r for r in rows if int(r.get("count") or 0) >
-                        int(view.baseline.rows.get(view.group, {}).get(str(r.get("key")), {}).get("count") or 0)]
+            rows = client.snapshot(view.window, view.group, {}).get("rows") or []
             if rows:
                 view.empty_note = (f"no rows match filter {_describe(filt)} "
                                    f"({len(rows)} {GROUP_LABELS[view.group]} rows in {window} without it)")
-                return snap
-        view.empty_note = nothing
     return snap
 
 
