@@ -260,6 +260,22 @@ def test_top_group_beyond_type_and_name_needs_a_daemon_that_offers_it(daemon):
     assert status(daemon.socket)["protocol_errors"] == before
 
 
+@pytest.mark.parametrize("command", ["top", "tail"])
+def test_device_filter_on_a_daemon_without_it_is_a_usage_error(daemon, command):
+    before = status(daemon.socket)["protocol_errors"]
+    args = ("--once",) if command == "top" else ()
+    if _supports_groups(daemon):  # aclprofd with per-service keys (h-keys): --device is a filter there
+        if command == "top":
+            p = cli("top", "--once", "--device", "0", "--socket", daemon.socket)
+            assert p.returncode == 0, p.stderr
+        return
+    p = cli(command, *args, "--device", "0", "--socket", daemon.socket, timeout=20)
+    assert p.returncode == 2
+    assert p.stderr.strip() == ("aclprof: error: --device: this daemon has no device filter (it predates "
+                                "per-service keys: upgrade aclprofd)")
+    assert status(daemon.socket)["protocol_errors"] == before
+
+
 @pytest.mark.parametrize("value", ["-1", "x"])
 def test_device_filter_is_a_non_negative_int(value):
     p = cli("top", "--once", f"--device={value}", "--socket", "/nonexistent/d.sock")

@@ -119,7 +119,7 @@ def test_tail_follow_stops_on_a_refused_stream(tmp_path):
                 c.sendall(wire.encode_json(wire.Kind.WELCOME, {"version": "0.1.0", "protocol": 2, "pid": 1,
                                                                 "started_ts": 0.0}))
                 wire.recv_frame(c, reader, pending)  # STREAM
-                c.sendall(wire.encode_json(wire.Kind.ERROR, {"message": "filter: unknown key 'device'"}))
+                c.sendall(wire.encode_json(wire.Kind.ERROR, {"message": "STREAM refused: not an admin"}))
                 c.close()
         except OSError:
             pass
@@ -127,10 +127,10 @@ def test_tail_follow_stops_on_a_refused_stream(tmp_path):
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     try:
-        p = subprocess.run([sys.executable, "-m", "aclprof", "tail", "-F", "--device", "0", "--socket", path],
+        p = subprocess.run([sys.executable, "-m", "aclprof", "tail", "-F", "--type", "Conv", "--socket", path],
                            capture_output=True, text=True, env=env(), timeout=30)
         assert p.returncode == 1
-        assert p.stderr.strip() == "aclprof: error: the daemon rejected STREAM: filter: unknown key 'device'"
+        assert p.stderr.strip() == "aclprof: error: the daemon rejected STREAM: STREAM refused: not an admin"
         assert len(accepted) == 1
     finally:
         srv.close()

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aclprof.cli.common import (
     EXIT_ERROR,
+    EXIT_UNREACHABLE,
     CliError,
     add_filter_args,
     add_socket_arg,
@@ -34,6 +35,8 @@ _EXAMPLES = """examples:
   aclprof tail | head -20                       (exits quietly on a closed pipe)
   aclprof tail -F --device 0                    follow the daemon across restarts
 """
+
+EXIT_USAGE = EXIT_UNREACHABLE  # 2: a usage error, as argparse's
 
 #: what -F says on stderr each time it is back on a (restarted) daemon
 RECONNECTED = "daemon restarted; reconnected (records of the gap are not replayed)"
@@ -88,12 +91,29 @@ def cmd_tail(args: argparse.Namespace) -> int:
     reader goes (Ctrl-C, closed pipe)."""
     filt = filter_from_args(args)
     client = connect(args, timeout=5.0)  # unreachable at the start: exit 2, even with -F
+    if "device" in filt:
+        _check_device_filter(client)
     while True:
         ended = _stream(client, args, filt)
         if not args.follow_restarts:
             raise CliError(ended, EXIT_ERROR)
         client = _reconnect(args)
         print(RECONNECTED, file=sys.stderr, flush=True)
+
+
+def _check_device_filter(client: Client) -> None:
+    """``--device`` on a daemon without the device filter: a usage error (exit 2) here, not a
+    STREAM the daemon would refuse as malformed (closing it, counting a protocol error)."""
+    from aclprof.cli.client import DEVICE_NEEDS_KEYS, DaemonError
+
+    try:
+        supported = client.has_per_service_keys()
+    except DaemonError:
+        client.close()
+        raise
+    if not supported:
+        client.close()
+        raise CliError(DEVICE_NEEDS_KEYS, EXIT_USAGE)
 
 
 def _reconnect(args: argparse.Namespace) -> Client:

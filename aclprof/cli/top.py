@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+from aclprof.cli.client import DEVICE_NEEDS_KEYS
 from aclprof.cli.common import (
     EXIT_OK,
     EXIT_UNREACHABLE,
@@ -104,14 +105,17 @@ def _check_window(view: TopView) -> None:
 
 
 def _check_group(client: Any, view: TopView, status: dict[str, Any] | None) -> None:
-    """``--group`` against the groupings this daemon offers (before any SNAPSHOT by it)."""
-    if view.group in BASIC_GROUPS:
+    """``--group`` and ``--device`` against what this daemon offers (before any SNAPSHOT
+    with them: an older daemon would refuse it as malformed)."""
+    if view.group in BASIC_GROUPS and "device" not in view.base_filter:
         return
     learn_groups(client, view, status)
     if view.group not in view.groups:
         raise CliError(f"--group {view.group}: this daemon groups by {', '.join(view.groups)} only "
                        "(grouping by service, process, device or model needs an aclprofd with per-service "
                        "keys: upgrade it)", EXIT_USAGE)
+    if "device" in view.base_filter and view.groups == BASIC_GROUPS:
+        raise CliError(DEVICE_NEEDS_KEYS, EXIT_USAGE)
 
 
 def cmd_top(args: argparse.Namespace) -> int:

@@ -154,7 +154,8 @@ def learn_groups(client: Any, view: TopView, status: dict[str, Any] | None = Non
     if isinstance(listed, list) and listed and all(g in GROUPS for g in listed):
         view.groups = tuple(g for g in GROUPS if g in listed)
         return
-    note_snapshot(view, client.snapshot(view.window, "type", {}))
+    if client.has_per_service_keys():
+        view.groups = GROUPS
 
 
 def snapshot(client: Any, view: TopView) -> dict[str, Any]:
