@@ -170,11 +170,12 @@ def _daemon_log(request, _daemon_log_dir):
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
-    # Before the call's report is made, so a failure shows the daemon log like captured output.
-    if call.when == "call":
+    # A failing call's report shows the test's daemon log (and the end of each running child
+    # daemon's) like captured output; passing tests' reports stay small.
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "call" and report.failed:
         from helpers.daemons import DAEMON_LOGS
 
-        text = DAEMON_LOGS.text()
-        if text:
-            item.add_report_section("call", f"daemon log ({DAEMON_LOGS.path})", text[-20_000:])
-    yield
+        for title, text in DAEMON_LOGS.sections():
+            report.sections.append((f"Captured {title}", text))

@@ -32,5 +32,14 @@ def test_a_failing_test_shows_its_daemon_log():
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     assert "planned failure" in p.stdout
     section = p.stdout.split("Captured daemon log (", 1)
+    assert "test_fails_after_the_daemon_logged.log)" in section[-1]
     assert len(section) == 2, p.stdout[-3000:]
     assert '"event": "connection closed"' in section[1] and '"service": "quiet-case"' in section[1]
+
+
+def test_a_failing_test_shows_the_end_of_a_running_child_daemons_log():
+    p = _pytest(str(TESTS / "_daemon_log_case.py") + "::test_fails_with_a_child_daemon_running")
+    assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
+    section = p.stdout.split("Captured child daemon log (", 1)
+    assert len(section) == 2, p.stdout[-3000:]
+    assert '"event": "listening"' in section[1] or '"event":"listening"' in section[1]

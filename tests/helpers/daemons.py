@@ -144,6 +144,7 @@ class DaemonLogs:
         self._path: str | None = None
         self._file: Any = None
         self.lines = 0  # written since the last route(): a test's log is shown only if it has lines
+        self.children: list[Daemon] = []  # child daemons running now (their own log files)
 
     def route(self, path: str | os.PathLike[str] | None) -> None:
         with self._lock:
@@ -170,6 +171,19 @@ class DaemonLogs:
 
     def flush(self) -> None:
         pass  # every write is flushed
+
+    def sections(self) -> list[tuple[str, str]]:
+        """(title, text) of every log a failing test's report shows: this test's in-process
+        daemon lines, and the end of each running child daemon's log."""
+        out = []
+        text = self.text()
+        if text:
+            out.append((f"daemon log ({self._path})", text[-20_000:]))
+        for d in list(self.children):
+            tail = d.log_tail()
+            if tail:
+                out.append((f"child daemon log ({d.log_path}, end)", tail))
+        return out
 
     def text(self) -> str:
         """This route's lines so far ("" if none)."""
@@ -283,6 +297,8 @@ class Daemon:
             # cwd: not the checkout, whose unbuilt source tree `-m` would import first.
             self.proc = subprocess.Popen(self.cmd, env=env(**self.env, NOTIFY_SOCKET=self._notify_path),
                                          cwd=self.root, stdout=out, stderr=out)
+        if self not in DAEMON_LOGS.children:
+            DAEMON_LOGS.children.append(self)  # a failing test shows the end of its log
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -335,6 +351,8 @@ class Daemon:
     def cleanup(self) -> None:
         """Stop it, release the readiness socket, remove ``root`` if this object made it."""
         self.stop()
+        if self in DAEMON_LOGS.children:
+            DAEMON_LOGS.children.remove(self)
         if self._notify is not None:
             self._notify.close()
             self._notify = None
