@@ -260,6 +260,50 @@ def test_top_group_beyond_type_and_name_needs_a_daemon_that_offers_it(daemon):
     assert status(daemon.socket)["protocol_errors"] == before
 
 
+def test_top_groupings_and_device_filter_on_a_daemon_with_per_service_keys():
+    """Runs where aclprofd has per-service keys (h-keys, on main from its merge on); skipped
+    on a daemon without them (the test above covers that one)."""
+    with InProcess() as d:
+        if not _supports_groups(d):
+            pytest.skip("this aclprofd has no per-service keys (SNAPSHOT without summary)")
+        a = agent(d.socket, service="alpha")
+        b = agent(d.socket, service="beta")
+        try:
+            a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {"model": "resnet50", "version": "v3"}})
+            b.send_json(Kind.WATCH, {"model_id": 1, "device": 1, "labels": {}})
+            a.send_batch(make_records(300))
+            b.send_batch(make_records(100, device=1))
+            wait_for(lambda: status(d.socket)["records_total"] >= 400, what="400 records")
+
+            def table(*args: str) -> list[str]:
+                p = cli("top", "--once", "--window", "all", *args, "--socket", d.socket)
+                assert p.returncode == 0, p.stderr
+                return p.stdout.splitlines()
+
+            def row(lines: list[str], first: str) -> list[str]:
+                return next([c.strip() for c in line.split("│")[1:-1]] for line in lines
+                            if line.startswith("│ " + first))
+
+            lines = table("--group", "service")
+            assert row(lines, "alpha")[:2] == ["alpha", "300"] and row(lines, "beta")[:2] == ["beta", "100"]
+            assert "2 processes, 2 services in all · devices 0,1" in " ".join(lines)
+            lines = table("--group", "process")
+            assert re.search(r"PID\s*┃\s*Service\s*┃\s*Count", " ".join(lines))
+            assert row(lines, str(os.getpid()))[1:3] in (["alpha", "300"], ["beta", "100"])
+            lines = table("--group", "device")
+            assert row(lines, "0")[:2] == ["0", "300"] and row(lines, "1")[:2] == ["1", "100"]
+            lines = table("--group", "model")
+            assert row(lines, "alpha/resnet50@v3")[:3] == ["alpha/resnet50@v3", "alpha", "1"]
+            lines = table("--device", "1")
+            assert "filter device=1" in lines[0] and sum(int(row(lines, t)[1]) for t in ("Conv2D", "MatMul")) == 100
+            p = cli("status", "--socket", d.socket)
+            assert "devices (window 10s, from the daemon's aggregates):" in p.stdout
+            assert status(d.socket)["protocol_errors"] == 0
+        finally:
+            a.close()
+            b.close()
+
+
 @pytest.mark.parametrize("command", ["top", "tail"])
 def test_device_filter_on_a_daemon_without_it_is_a_usage_error(daemon, command):
     before = status(daemon.socket)["protocol_errors"]

@@ -64,10 +64,11 @@ def device_lines(st: dict[str, Any], devices: dict[str, Any] | None = None) -> l
     if devices is not None:
         seconds = devices["seconds"]
         lines = [f"devices (window {devices['window']}, from the daemon's aggregates):"]
-        for r in sorted(devices["rows"], key=lambda r: str(r.get("device", r.get("key")))):
+        for r in sorted(devices["rows"], key=lambda r: (not isinstance(r.get("device"), int), r.get("device") or 0)):
             rate = float(r.get("count") or 0) / seconds if seconds else 0.0
-            lines.append(f"  device {r.get('device', r.get('key'))}: {rate:,.0f} records/s, "
-                         f"{float(r.get('pct_time') or 0):.1f}% of op time")
+            # rows carry "device"; the "(other)" row of records beyond the key cap has none
+            name = f"device {r['device']}" if isinstance(r.get("device"), int) else str(r.get("key"))
+            lines.append(f"  {name}: {rate:,.0f} records/s, {float(r.get('pct_time') or 0):.1f}% of op time")
         if len(lines) == 1:
             lines.append(f"  (no op records in window {devices['window']})")
         return lines

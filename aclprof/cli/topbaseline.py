@@ -18,7 +18,7 @@ __all__ = ["Baseline", "SINCE_RESET", "IDENTITY_FIELDS"]
 #: the pseudo-window of a view showing what came since its baseline
 SINCE_RESET = "since r"
 #: row fields that name a group (copied as they are; the figures are subtracted)
-IDENTITY_FIELDS = ("key", "service", "pid", "device", "model", "model_id", "op_type", "host")
+IDENTITY_FIELDS = ("key", "service", "pid", "device", "model", "model_id", "op_type", "op_name", "host")
 
 
 class Baseline:

@@ -113,7 +113,7 @@ class TopView:
             self.baseline = None
             if self.window == SINCE_RESET:
                 self.window = self.windows[0]
-            self.message += ("; " if self.message else "") + "the filter changed: 'since r' ended (r starts it again)"
+            self.message = f"filter now {_describe(self.filter()) or 'none'}: 'since r' ended (r starts it again)"
 
     def take_baseline(self, client: Any) -> None:
         """``r``: the view shows what comes from now on; the daemon is not asked to reset."""
@@ -203,7 +203,8 @@ def _describe(filt: dict[str, Any]) -> str:
 _GROUP_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "type": (("Op type", "key"),), "name": (("Op name", "key"), ("Op type", "op_type")),
     "service": (("Service", "key"),), "process": (("PID", "pid"), ("Service", "service")),
-    "device": (("Device", "device"),), "model": (("Model", "key"), ("Service", "service"), ("Id", "model_id")),
+    "device": (("Device", "device"),),
+    "model": (("Model", "key"), ("Service", "service"), ("Id", "model_id"), ("PID", "pid")),
 }
 
 
@@ -247,7 +248,9 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
                          max_width=60 if justify == "left" else None)
     for r in rows:
         # keys, services and names are peers' strings: escaped, never markup or terminal control
-        cells = [Text(safe(r.get(f) if r.get(f) is not None else "-")) for _, f in ident]
+        # the first column falls back to the key where the row lacks the field ("(other)")
+        cells = [Text(safe(r.get(f) if r.get(f) is not None else (r.get("key") if i == 0 else "-")))
+                 for i, (_, f) in enumerate(ident)]
         table.add_row(*cells, f"{r.get('count', 0):,}", format_ns(r.get("total_ns")), format_ns(r.get("mean_ns")),
                       _q(r.get("p50_ns")), _q(r.get("p99_ns")), _q(r.get("max_ns")),
                       f"{float(r.get('pct_time') or 0):.1f}")
