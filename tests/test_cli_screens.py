@@ -323,7 +323,7 @@ def test_device_filter_on_a_daemon_without_it_is_a_usage_error(daemon, command):
 @pytest.mark.parametrize("value", ["-1", "x"])
 def test_device_filter_is_a_non_negative_int(value):
     p = cli("top", "--once", f"--device={value}", "--socket", "/nonexistent/d.sock")
-    assert p.returncode == 2 and f"argument --device: {value!r} is not a device id" in p.stderr
+    assert p.returncode == 2 and f"argument --device: {value!r}" in p.stderr and "device id" in p.stderr
 
 
 def _all_counts(d) -> dict[str, int]:

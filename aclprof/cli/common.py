@@ -59,6 +59,16 @@ def _duration_arg(text: str) -> int:
     return parse_duration_ns(text)
 
 
+def _device_arg(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device id (0, 1, ...)") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a device id is at least 0")
+    return n
+
+
 def _seconds_arg(text: str) -> float:
     return parse_duration_ns(text, default_unit="s") / 1e9
 
@@ -108,16 +118,6 @@ def regex_problem(text: str) -> str | None:
     return None
 
 
-def _nonneg_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:  # argparse prefixes the flag and exits 2
-        raise argparse.ArgumentTypeError(f"{text!r} is not a device id (0, 1, ...)")
-    return value
-
-
 def _regex_arg(text: str) -> str:
     problem = regex_problem(text)
     if problem is not None:  # argparse prefixes the flag: "argument --type: ..." and exits 2
@@ -151,12 +151,12 @@ def add_filter_args(p: argparse.ArgumentParser, min_duration: bool = True) -> No
     g = p.add_argument_group("filters (all must match)")
     g.add_argument("--model", type=int, metavar="ID", help="model id")
     g.add_argument("--pid", type=int, metavar="PID", help="process id of the inference service")
+    g.add_argument("--device", type=_device_arg, metavar="N", help="device id (0, 1, ...)")
     g.add_argument("--type", type=_regex_arg, metavar="REGEX", help="op type regex (RE2 syntax, searched)")
     g.add_argument("--name", type=_regex_arg, metavar="REGEX", help="op name regex (RE2 syntax, searched)")
     if min_duration:
         g.add_argument("--min-duration", type=_duration_arg, metavar="DUR",
                        help="only ops at least this long (100us, 1.5ms, ...)")
-    g.add_argument("--device", type=_nonneg_int, metavar="N", help="device id")
     g.add_argument("--service", metavar="NAME", help="service name given to aclprof.agent.start")
     g.add_argument("--host", metavar="HOST", help="host name")
 
@@ -164,7 +164,7 @@ def add_filter_args(p: argparse.ArgumentParser, min_duration: bool = True) -> No
 def filter_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The daemon-side filter (a JSON object) of the options :func:`add_filter_args` added."""
     f: dict[str, Any] = {}
-    for key in ("model", "pid", "type", "name", "device", "service", "host"):
+    for key in ("model", "pid", "device", "type", "name", "service", "host"):
         value = getattr(args, key, None)
         if value is not None:
             f[key] = value
