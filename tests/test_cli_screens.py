@@ -500,3 +500,85 @@ def test_top_header_turns_degraded_when_protocol_errors_rise(daemon):
     finally:
         proc.kill()
         proc.wait()
+
+
+# -- hostile replies: something else on the socket, or a daemon of another version -------------
+
+def _fake_daemon(replies: dict):
+    """A control 'daemon' answering each request kind with ``replies[kind]`` (a JSON object),
+    for any number of connections; returns (socket path, stop)."""
+    import socket
+    import threading
+
+    from helpers.procs import short_tmpdir
+
+    from aclprof.protocol import wire
+
+    path = os.path.join(short_tmpdir("aclp-"), "fake.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(8)
+
+    def serve_one(c):
+        reader, pending = wire.FrameReader(), []
+        try:
+            wire.recv_frame(c, reader, pending)  # HELLO
+            c.sendall(wire.encode_json(Kind.WELCOME, {"version": "9", "protocol": 2, "pid": 1, "started_ts": 0.0}))
+            while (frame := wire.recv_frame(c, reader, pending)) is not None:
+                kind = frame[0]
+                c.sendall(wire.encode_json(Kind(kind + 1), replies[kind]))
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def serve():
+        try:
+            while True:
+                c, _ = srv.accept()
+                threading.Thread(target=serve_one, args=(c,), daemon=True).start()
+        except OSError:
+            pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return path, srv.close
+
+
+_GARBAGE_STATUS = {"version": ["x"], "pid": "p", "uptime_s": "long", "healthy": "maybe", "problems": "disk",
+                   "records_per_s": "fast", "dropped_by_agents": None, "agents": 5, "stream_skipped": float("nan"),
+                   "storage": [], "memory": {"refused": "all"}, "aggregates": {"windows": "10s", "group_by": 3}}
+
+
+def test_top_and_status_survive_replies_of_the_wrong_types():
+    big = "[red]" + "x" * 100_000 + "\x1b[2J"
+    snap = {"window": 10, "rows": [{"key": big, "count": "many", "total_ns": None, "pct_time": "NaN",
+                                    "p99_ns": [1]}, 7, "row", {"key": None, "count": 1e300}],
+            "summary": {"devices": "all", "processes": "two", "records_per_s": {}}}
+    path, stop = _fake_daemon({Kind.STATUS: _GARBAGE_STATUS, Kind.SNAPSHOT: snap})
+    try:
+        p = cli("top", "--once", "--socket", path)
+        assert p.returncode == 0, p.stderr
+        assert "Traceback" not in p.stderr and "\x1b" not in p.stdout
+        assert "[red]xxx" in p.stdout  # shown as text, cut to the column
+        assert len(max(p.stdout.splitlines(), key=len)) <= 140
+        p = cli("status", "--socket", path)
+        assert p.returncode == 1 and "Traceback" not in p.stderr
+        assert p.stderr.startswith("aclprof: error: the daemon's STATUS reply is not as daemon/PROTOCOL.md says (")
+        assert len(p.stderr.strip().splitlines()) == 1
+    finally:
+        stop()
+
+
+def test_top_once_with_a_flood_of_rows_shows_the_limit():
+    rows = [{"key": f"op{i:06d}", "count": i, "total_ns": i * 1000, "mean_ns": 1000, "p50_ns": 1000, "p99_ns": 1000,
+             "max_ns": 1000, "pct_time": 0.001} for i in range(60_000)]
+    path, stop = _fake_daemon({Kind.STATUS: {"healthy": True, "agents": []},
+                               Kind.SNAPSHOT: {"window": "10s", "rows": rows}})
+    try:
+        started = time.monotonic()
+        p = cli("top", "--once", "--limit", "10", "--socket", path)
+        assert p.returncode == 0, p.stderr
+        assert "op059999" in p.stdout and "... 59990 more" in p.stdout
+        assert time.monotonic() - started < 20
+    finally:
+        stop()

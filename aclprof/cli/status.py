@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, CliError, add_socket_arg, connect, format_ns
+from aclprof.cli.topheader import as_list, num, window_seconds
 from aclprof.protocol.safetext import safe
 
 __all__ = ["add_parser", "cmd_status", "format_status"]
@@ -64,22 +65,26 @@ def device_lines(st: dict[str, Any], devices: dict[str, Any] | None = None) -> l
     if devices is not None:
         seconds = devices["seconds"]
         lines = [f"devices (window {devices['window']}, from the daemon's aggregates):"]
-        for r in sorted(devices["rows"], key=lambda r: (not isinstance(r.get("device"), int), r.get("device") or 0)):
-            rate = float(r.get("count") or 0) / seconds if seconds else 0.0
+        rows = [r for r in as_list(devices["rows"]) if isinstance(r, dict)]
+        for r in sorted(rows, key=lambda r: (not isinstance(r.get("device"), int), num(r.get("device")))):
+            rate = num(r.get("count")) / seconds if seconds else 0.0
             # rows carry "device"; the "(other)" row of records beyond the key cap has none
             name = f"device {r['device']}" if isinstance(r.get("device"), int) else str(r.get("key"))
-            lines.append(f"  {name}: {rate:,.0f} records/s, {float(r.get('pct_time') or 0):.1f}% of op time")
+            lines.append(f"  {name}: {rate:,.0f} records/s, {num(r.get('pct_time')):.1f}% of op time")
         if len(lines) == 1:
             lines.append(f"  (no op records in window {devices['window']})")
         return lines
     per: dict[str, list[float]] = {}  # devices -> [records/s, processes]
-    for a in st.get("agents") or []:
-        devs = sorted({m.get("device") for m in a.get("models") or [] if isinstance(m.get("device"), int)})
+    for a in as_list(st.get("agents")):
+        if not isinstance(a, dict):
+            continue
+        devs = sorted({m["device"] for m in as_list(a.get("models")) if isinstance(m, dict)
+                       and isinstance(m.get("device"), int)})
         if not devs:
             continue
         name = f"device {devs[0]}" if len(devs) == 1 else "devices " + "+".join(str(d) for d in devs)
         acc = per.setdefault(name, [0.0, 0])
-        acc[0] += float(a.get("records_per_s") or 0)
+        acc[0] += num(a.get("records_per_s"))
         acc[1] += 1
     if not per:
         return []
@@ -107,14 +112,14 @@ def device_snapshot(client: Any, st: dict[str, Any]) -> dict[str, Any] | None:
         return None
     if os.geteuid() not in (0, owner):
         return None
-    windows = [w for w in (st.get("aggregates") or {}).get("windows") or [] if isinstance(w, str) and w != "all"]
+    agg: dict[str, Any] = st["aggregates"] if isinstance(st.get("aggregates"), dict) else {}
+    windows = [w for w in as_list(agg.get("windows")) if isinstance(w, str) and window_seconds(w)]
     window = "10s" if "10s" in windows else (windows[0] if windows else "10s")
-    from aclprof.cli.topheader import window_seconds
 
     try:
         if not isinstance(client.snapshot(window, "type", {}).get("summary"), dict):
             return None
-        rows = client.snapshot(window, "device", {}).get("rows") or []
+        rows = as_list(client.snapshot(window, "device", {}).get("rows"))
     except DaemonError:
         return None
     return {"window": window, "seconds": window_seconds(window) or 0.0, "rows": rows}
@@ -204,7 +209,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         try:
             _status_once(args, loop=True)
         except CliError as exc:  # unreachable now; a daemon being restarted comes back
-            if not args.json:  # (--json already printed {"reachable": false, ...})
+            if exc.code != EXIT_UNREACHABLE:
+                print(f"aclprof status: {exc}")
+            elif not args.json:  # (--json already printed {"reachable": false, ...})
                 print(f"aclprofd unreachable: {exc}")
         if not args.json:
             print()  # a blank line between reports
@@ -232,5 +239,10 @@ def _status_once(args: argparse.Namespace, loop: bool = False) -> int:
     if args.json:
         print(json.dumps(st, indent=indent))
     else:
-        print(format_status(st, devices))
+        try:
+            text = format_status(st, devices)
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:  # not the documented reply
+            raise CliError(f"the daemon's STATUS reply is not as daemon/PROTOCOL.md says ({type(exc).__name__}: "
+                           f"{safe(str(exc))[:200]}): an aclprofd of another version? (--json shows it)") from None
+        print(text)
     return EXIT_OK if st.get("healthy") else EXIT_ERROR

@@ -13,6 +13,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from aclprof.cli.topheader import as_list, num
+
 __all__ = ["Baseline", "SINCE_RESET", "IDENTITY_FIELDS"]
 
 #: the pseudo-window of a view showing what came since its baseline
@@ -36,7 +38,7 @@ class Baseline:
         rows: dict[str, dict[str, dict[str, Any]]] = {}
         for group in groups:
             snap = client.snapshot("all", group, filt)
-            rows[group] = {str(r.get("key")): r for r in snap.get("rows") or [] if isinstance(r, dict)}
+            rows[group] = {str(r.get("key")): r for r in as_list(snap.get("rows")) if isinstance(r, dict)}
         return cls(filt, rows, time.time(), time.monotonic())
 
     def covers(self, group: str, filt: dict[str, Any]) -> bool:
@@ -54,10 +56,12 @@ class Baseline:
         the daemon's aggregates went back (an admin reset them), when nothing is derivable."""
         base = self.rows.get(group, {})
         out: list[dict[str, Any]] = []
-        for r in snap.get("rows") or []:
+        for r in as_list(snap.get("rows")):
+            if not isinstance(r, dict):
+                continue
             b = base.get(str(r.get("key")), {})
-            count = int(r.get("count") or 0) - int(b.get("count") or 0)
-            total = int(r.get("total_ns") or 0) - int(b.get("total_ns") or 0)
+            count = int(num(r.get("count"))) - int(num(b.get("count")))
+            total = int(num(r.get("total_ns"))) - int(num(b.get("total_ns")))
             if count < 0 or total < 0:
                 return None
             if count == 0:

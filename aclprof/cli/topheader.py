@@ -17,7 +17,7 @@ from typing import Any
 
 from aclprof.protocol.safetext import safe
 
-__all__ = ["Header", "STATUS_EVERY_S", "HEALTH_S", "window_seconds", "counters_of"]
+__all__ = ["Header", "STATUS_EVERY_S", "HEALTH_S", "window_seconds", "counters_of", "num", "as_list"]
 
 #: the live view asks STATUS at most this often (seconds), however short its interval
 STATUS_EVERY_S = 1.0
@@ -41,12 +41,25 @@ def window_seconds(window: str) -> float | None:
     return float(m.group(1)) * {"s": 1, "m": 60, "h": 3600}[m.group(2)]
 
 
+# A reply's fields are read through these: a daemon of another version (or something else
+# on the socket) that sends other types gets 0/empty figures, never a traceback.
+def num(v: Any) -> float:
+    """A JSON number as a float (finite); 0.0 for anything else."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf"):
+        return float(v)
+    return 0.0
+
+
 def _int(v: Any) -> int:
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else 0
+    return int(num(v))
 
 
 def _dict(v: Any) -> dict[str, Any]:
     return v if isinstance(v, dict) else {}
+
+
+def as_list(v: Any) -> list[Any]:
+    return v if isinstance(v, list) else []
 
 
 def counters_of(st: dict[str, Any]) -> dict[str, int]:
@@ -109,18 +122,18 @@ class Header:
         text = Text()
         st = self.status or {}
         summary = snap.get("summary") if isinstance(snap.get("summary"), dict) else None
-        agents = [a for a in (st.get("agents") or []) if isinstance(a, dict)]
+        agents = [a for a in as_list(st.get("agents")) if isinstance(a, dict)]
         if summary is not None:  # the daemon's figures over the window
-            rate = float(summary.get("records_per_s") or 0)
+            rate = num(summary.get("records_per_s"))
             procs, services = _int(summary.get("processes")), _int(summary.get("services"))
-            devices = [d for d in (summary.get("devices") or []) if isinstance(d, int)]
+            devices = [d for d in as_list(summary.get("devices")) if isinstance(d, int)][:64]
             where = f"in {window_label}"
         else:  # STATUS: who is connected now
-            rate = float(st.get("records_per_s") or 0)
+            rate = num(st.get("records_per_s"))
             procs = len(agents)
-            services = len({a.get("service") for a in agents if a.get("service")})
-            devices = sorted({int(m["device"]) for a in agents for m in (a.get("models") or [])
-                              if isinstance(m, dict) and isinstance(m.get("device"), int)})
+            services = len({str(a.get("service")) for a in agents if a.get("service")})
+            devices = sorted({int(m["device"]) for a in agents for m in as_list(a.get("models"))
+                              if isinstance(m, dict) and isinstance(m.get("device"), int)})[:64]
             where = "connected"
         text.append(f"in {rate:,.0f} rec/s", style="bold")
         text.append(f" · {procs} process{'es' if procs != 1 else ''}, {services} service"
@@ -141,8 +154,8 @@ class Header:
         if self.error is not None and self.status is None:
             return Text(safe(f"daemon: no STATUS ({self.error})"), style="red")
         version = safe(f"aclprofd {st.get('version', '?')} pid {st.get('pid', '?')}, "
-                       f"up {_uptime(float(st.get('uptime_s') or 0))}: ")
-        problems = [str(p) for p in (st.get("problems") or [])]
+                       f"up {_uptime(num(st.get('uptime_s')))}: ")
+        problems = [str(p)[:500] for p in as_list(st.get("problems"))]
         if not st.get("healthy", True):
             more = f" (+{len(problems) - 1} more: aclprof status)" if len(problems) > 1 else ""
             return Text(version) + Text(safe(f"UNHEALTHY: {problems[0] if problems else '?'}{more}"),

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from aclprof.cli.common import format_ns, regex_problem, use_colour
 from aclprof.cli.topbaseline import SINCE_RESET, Baseline
+from aclprof.cli.topheader import as_list, num
 from aclprof.cli.topkeys import BASIC_GROUPS, GROUP_LABELS, GROUPS, KEYS, caption
 from aclprof.protocol.safetext import safe
 
@@ -25,7 +26,8 @@ WINDOWS = ("10s", "1m", "all")
 
 def sort_rows(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
     field = SORT_KEYS[sort]
-    return sorted(rows, key=lambda r: (-(r.get(field) or 0), str(r.get("key"))))
+    rows = [r for r in as_list(rows) if isinstance(r, dict)]  # a reply's rows, whatever came
+    return sorted(rows, key=lambda r: (-num(r.get(field)), str(r.get("key"))))
 
 
 class TopView:
@@ -251,9 +253,9 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
         # the first column falls back to the key where the row lacks the field ("(other)")
         cells = [Text(safe(r.get(f) if r.get(f) is not None else (r.get("key") if i == 0 else "-")))
                  for i, (_, f) in enumerate(ident)]
-        table.add_row(*cells, f"{r.get('count', 0):,}", format_ns(r.get("total_ns")), format_ns(r.get("mean_ns")),
-                      _q(r.get("p50_ns")), _q(r.get("p99_ns")), _q(r.get("max_ns")),
-                      f"{float(r.get('pct_time') or 0):.1f}")
+        table.add_row(*cells, f"{int(num(r.get('count'))):,}", format_ns(num(r.get("total_ns"))),
+                      format_ns(num(r.get("mean_ns"))), _q(r.get("p50_ns")), _q(r.get("p99_ns")), _q(r.get("max_ns")),
+                      f"{num(r.get('pct_time')):.1f}")
     pad = [""] * (len(columns) - 1)
     if total_rows > len(rows):
         table.add_row(Text(f"... {total_rows - len(rows)} more", style="dim"), *pad)
@@ -270,7 +272,7 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
 
 def _q(ns: Any) -> str:
     """A min/max/quantile cell: "—" where the view cannot know it (since r)."""
-    return "—" if ns is None else format_ns(ns)
+    return "—" if ns is None else format_ns(num(ns))
 
 
 def _plain(text: str) -> Any:
