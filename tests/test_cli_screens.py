@@ -102,6 +102,7 @@ def test_header_counts_drops_in_the_window_and_names_what_degrades_health():
     # a daemon with per-service keys: the window's own figures from SNAPSHOT's summary
     snap = {"summary": {"records": 500, "records_per_s": 50.0, "processes": 4, "services": 3, "devices": [2, 3]}}
     assert "in 50 rec/s · 4 processes, 3 services in 10s · devices 2,3" in _flat(_screen(h.render(snap, 10, "10s")))
+    assert "drops since r at 10:00:00: 0 (agents 0" in _flat(_screen(h.render({}, 30.0, "since r at 10:00:00")))
 
 
 def test_header_escapes_peer_strings():
@@ -582,3 +583,24 @@ def test_top_once_with_a_flood_of_rows_shows_the_limit():
         assert time.monotonic() - started < 20
     finally:
         stop()
+
+
+def test_live_view_asks_status_at_most_once_a_second_whatever_the_rows():
+    from aclprof.cli.topview import TopView, run_live
+
+    class Counting:
+        def __init__(self):
+            self.calls = {"status": 0, "snapshot": 0}
+
+        def status(self):
+            self.calls["status"] += 1
+            return {"healthy": True, "agents": [], "records_per_s": 1.0}
+
+        def snapshot(self, window, group, filt):
+            self.calls["snapshot"] += 1
+            return {"window": window, "rows": [{"key": f"op{i}", "count": 1, "total_ns": i} for i in range(500)]}
+
+    c = Counting()
+    run_live(c, TopView(), interval=0.05, stop_at=time.monotonic() + 1.5)
+    assert c.calls["snapshot"] >= 10  # one per refresh
+    assert 1 <= c.calls["status"] <= 2  # at start, then at most once a second: never per row or refresh

@@ -141,7 +141,8 @@ class Header:
         text.append(" · devices " + (",".join(str(d) for d in devices) if devices else "-"))
         grown, span = self.growth(window_s)
         drops = grown["dropped_by_agents"] + grown["stream_skipped"]
-        when = f"in {window_label}" if span is not None else "since daemon start"
+        when = "since daemon start" if span is None else (
+            window_label if window_label.startswith("since") else f"in {window_label}")
         text.append(f"\ndrops {when}: ")
         text.append(f"{drops:,}", style="bold red" if drops else None)
         text.append(f" (agents {grown['dropped_by_agents']:,}, slow streams {grown['stream_skipped']:,}) · ")
