@@ -131,6 +131,11 @@ def test_g_cycles_the_groupings_the_daemon_offers():
         v.key("g")
         seen.append(v.group)
     assert seen == ["service", "process", "device", "model", "type", "name"]
+    for ch in "/conv\r":  # grouped by name: the regex is on the op name
+        v.key(ch)
+    assert v.filter() == {"name": "conv"}
+    v.key("g")  # by service: on the op type, and the screen says so
+    assert v.filter() == {"type": "conv"} and v.message == "filter now type=conv"
 
 
 def test_columns_adapt_to_the_grouping_and_every_string_is_escaped():

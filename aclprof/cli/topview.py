@@ -75,6 +75,8 @@ class TopView:
         gs = self.groups
         before = self.filter()
         self.group = gs[(gs.index(self.group) + 1) % len(gs)] if self.group in gs else gs[0]
+        if self.regex and self.filter() != before:  # the regex moved between op name and op type
+            self.message = f"filter now {_describe(self.filter())}"
         self._filter_changed(before)
 
     def _next_window(self, ch: str) -> None:
