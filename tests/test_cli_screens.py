@@ -406,7 +406,7 @@ def test_reset_refuses_without_yes_when_stdin_is_not_a_terminal_and_wipes_with_i
         p = cli("reset", "--yes", "--socket", d.socket, stdin=subprocess.DEVNULL)
         assert p.returncode == 0, p.stderr
         assert p.stdout.startswith("reset: wiped 200 op records in 2 aggregate keys since ")
-        assert "the stored records are kept" in p.stdout
+        assert "the stored records and Prometheus' series are kept" in p.stdout
         assert _all_counts(d) == {}
 
 

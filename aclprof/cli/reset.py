@@ -22,8 +22,8 @@ _EXAMPLES = """examples:
   aclprof reset                  shows what would be wiped and asks (y/N)
   aclprof reset --yes            no question (scripts; needed when stdin is not a terminal)
 
-The stored records (segments on disk: export, tail) are kept; only the aggregates that top,
-status and Prometheus' since-start view read start again. Needs the daemon's admin rights.
+The stored records (segments on disk: export, tail) are kept, and Prometheus' series go on;
+only the aggregates that top and status read start again. Needs the daemon's admin rights.
 """
 
 
@@ -76,5 +76,5 @@ def cmd_reset(args: argparse.Namespace) -> int:
         client.reset()
     finally:
         client.close()
-    print(safe(f"reset: wiped {what}; the stored records are kept"))
+    print(safe(f"reset: wiped {what}; the stored records and Prometheus' series are kept"))
     return EXIT_OK
