@@ -142,3 +142,40 @@ def emit_log(tmp_path: Path, no_leaks) -> EmitLog:
     aclprof.mock.set_emit_log(path)
     yield EmitLog(path)
     aclprof.mock.set_emit_log(None)  # closes the log's fd before no_leaks counts
+
+
+# ---- daemon logs: a file per test, shown with a failure, never between the dots -------------
+
+@pytest.fixture(scope="session", autouse=True)
+def _daemon_log_dir(tmp_path_factory):
+    from helpers.daemons import DAEMON_LOGS
+
+    path = tmp_path_factory.mktemp("daemon-logs")
+    DAEMON_LOGS.route(path / "session.log")  # module fixtures set up before the first test
+    yield path
+    DAEMON_LOGS.route(None)
+
+
+@pytest.fixture(autouse=True)
+def _daemon_log(request, _daemon_log_dir):
+    """In-process daemons (helpers.daemons.InProcess) log into this test's file; lines that
+    come after the test ended (a connection closed late) stay in it."""
+    import re
+
+    from helpers.daemons import DAEMON_LOGS
+
+    DAEMON_LOGS.route(_daemon_log_dir / (re.sub(r"[^\w.-]+", "_", request.node.nodeid)[-150:] + ".log"))
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # A failing call's report shows the test's daemon log (and the end of each running child
+    # daemon's) like captured output; passing tests' reports stay small.
+    outcome = yield
+    report = outcome.get_result()
+    if call.when == "call" and report.failed:
+        from helpers.daemons import DAEMON_LOGS
+
+        for title, text in DAEMON_LOGS.sections():
+            report.sections.append((f"Captured {title}", text))

@@ -94,8 +94,9 @@ def test_help_and_usage_errors(capsys):
 
 # -- status / doctor -------------------------------------------------------------------------
 
-_COMMANDS = ("tail", "top", "status", "export", "demo", "doctor")
+_COMMANDS = ("tail", "top", "status", "export", "demo", "doctor", "reset")
 _SHARED = ("aclprof.cli.common", "aclprof.cli.client", "aclprof.cli.launch", "aclprof.cli.topview",
+           "aclprof.cli.topkeys", "aclprof.cli.topheader", "aclprof.cli.toplive", "aclprof.cli.topbaseline",
            "aclprof.cli.export_ascend")
 
 

@@ -33,7 +33,7 @@ def test_top_shows_filter_applied_message():
 
     v = TopView()
     _typed(v, "/conv\r")
-    assert "[filter: conv]" in _screen(v)
+    assert "[filter: type=conv]" in _screen(v)
     _typed(v, "/\r")
     assert "[filter cleared]" in _screen(v)
 
@@ -64,7 +64,7 @@ def test_top_shows_the_regex_being_typed_verbatim():
 
     v = TopView()
     _typed(v, "/[a-z]+ [/dim]")
-    assert "filter regex: [a-z]+ [/dim]_" in _screen(v)
+    assert "filter regex on op type: [a-z]+ [/dim]_" in _screen(v)
 
 
 # -- 2. top's options are checked before any request ------------------------------------------

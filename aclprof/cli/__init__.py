@@ -6,14 +6,17 @@
     aclprof status                # daemon health, connected processes, drops, lag
     aclprof export --since -5m --format chrome -o trace.json
     aclprof doctor                # which libascendcl, CANN variables, daemon reachability
+    aclprof reset                 # admin: wipe the daemon's shared aggregates (asks first)
 
 Exit codes: 0 success; 1 an error (or, for ``status``, an unhealthy daemon); 2 a usage
 error or no daemon reachable; 130 interrupted (Ctrl-C). Errors are one line on stderr.
 
 Layout: :mod:`aclprof.cli.main` (parser, logging, dispatch), :mod:`aclprof.cli.common`
 (what the commands share), one module per command (``tail``, ``top``, ``status``,
-``export``, ``demo``, ``doctor``), :mod:`aclprof.cli.client` (the daemon's control
-protocol) and :mod:`aclprof.cli.launch` (where the installed commands are).
+``export``, ``demo``, ``doctor``, ``reset``), ``top``'s screen in ``topview`` (state and
+table), ``topkeys`` (the key table), ``topheader``, ``topbaseline`` (the ``r`` baseline) and
+``toplive`` (the terminal loop), :mod:`aclprof.cli.client` (the daemon's control protocol)
+and :mod:`aclprof.cli.launch` (where the installed commands are).
 """
 
 from __future__ import annotations

@@ -15,10 +15,13 @@ from typing import Any
 from aclprof.protocol import wire
 from aclprof.protocol.paths import resolve_socket_path
 
-__all__ = ["DaemonError", "DaemonUnreachable", "Client", "RECORDS_PROTOCOL"]
+__all__ = ["DaemonError", "DaemonUnreachable", "DaemonRejected", "Client", "RECORDS_PROTOCOL", "DEVICE_NEEDS_KEYS"]
 
 #: the first protocol version (WELCOME's "protocol") with JSON Lines STREAM/EXPORT records and END
 RECORDS_PROTOCOL = 2
+#: the usage error of ``--device`` with a daemon that has no device filter (Client.has_per_service_keys)
+DEVICE_NEEDS_KEYS = ("--device: this daemon has no device filter (it predates per-service keys: "
+                     "upgrade aclprofd)")
 
 
 class DaemonError(Exception):
@@ -27,6 +30,11 @@ class DaemonError(Exception):
 
 class DaemonUnreachable(DaemonError):
     """No daemon listens on the socket (or it cannot be opened)."""
+
+
+class DaemonRejected(DaemonError):
+    """The daemon refused a STREAM (an ERROR frame) or speaks too old a protocol for it:
+    reconnecting would not help (``aclprof tail -F`` stops on it)."""
 
 
 class Client:
@@ -120,9 +128,17 @@ class Client:
     def reset(self) -> None:
         self.request(wire.Kind.RESET, {}, wire.Kind.RESET_REPLY)
 
+    def has_per_service_keys(self) -> bool:
+        """Whether the daemon keys its aggregates per service (SNAPSHOT replies carry
+        ``summary``), and so also groups by service/process/device/model and filters by
+        ``device``: one cheap SNAPSHOT that every daemon accepts, asked before a request an
+        older daemon would refuse as malformed (closing the connection, counting a protocol
+        error)."""
+        return isinstance(self.snapshot("all", "type", {}).get("summary"), dict)
+
     def _records_protocol(self, what: str) -> None:
         if int(self.welcome.get("protocol", 1)) < RECORDS_PROTOCOL:
-            raise DaemonError(f"the daemon speaks protocol {self.welcome.get('protocol', 1)}; {what} needs "
+            raise DaemonRejected(f"the daemon speaks protocol {self.welcome.get('protocol', 1)}; {what} needs "
                               f"protocol {RECORDS_PROTOCOL} (JSON Lines records): upgrade aclprofd")
 
     def stream(self, filt: dict[str, Any]) -> Iterator[tuple[list[dict[str, Any]], int]]:
@@ -146,7 +162,7 @@ class Client:
             elif kind == wire.Kind.END:
                 return
             elif kind == wire.Kind.ERROR:
-                raise DaemonError(f"the daemon rejected STREAM: {_message(payload)}")
+                raise DaemonRejected(f"the daemon rejected STREAM: {_message(payload)}")
             else:
                 raise DaemonError(f"unexpected {kind.name} frame in a stream")
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from aclprof.cli import demo, doctor, export, status, tail, top
+from aclprof.cli import demo, doctor, export, reset, status, tail, top
 from aclprof.cli.client import DaemonError
 from aclprof.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_UNREACHABLE, CliError, print_error, quiet_broken_pipe
 
@@ -52,12 +52,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Live per-operator timings of Ascend inference processes (via the aclprofd daemon).",
         epilog="""examples:
   aclprof demo --duration 20          try everything on the built-in mock
-  aclprof top                          live table of op timings
-                                       (keys: t c a 9 m sort, g group, / filter, r reset, q quit)
+  aclprof top                          live table of op timings (aclprof top --help: keys)
+  aclprof top --group service          by service (also type, name, process, device, model)
   aclprof tail --type MatMul --json    live op records as JSON lines
+  aclprof tail -F --device 0           every op of device 0; reconnects when the daemon restarts
   aclprof status                       is the daemon healthy? who is connected?
   aclprof export --since -10m --format csv -o op_statistic.csv
   aclprof doctor                       diagnose the library, the environment and the daemon
+  aclprof reset                        admin: wipe the daemon's shared aggregates (asks first)
 
 exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130 interrupted""")
     parser.add_argument("--version", action="version", version=f"aclprof {__version__}")
@@ -65,7 +67,7 @@ exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130
                         choices=["debug", "info", "warning", "error"], help="log level (default warning)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # The order of `aclprof --help`.
-    for command in (tail, top, status, export, demo, doctor):
+    for command in (tail, top, status, export, demo, doctor, reset):
         command.add_parser(sub, fmt)
     return parser
 

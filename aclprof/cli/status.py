@@ -1,4 +1,5 @@
-"""``aclprof status``: the daemon's health, connected processes, drops, lag and disk use."""
+"""``aclprof status``: the daemon's health, connected processes, drops, lag and disk use, and
+a per-device section (records/s and share of op time per device)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 from typing import Any
 
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, CliError, add_socket_arg, connect, format_ns
+from aclprof.cli.topheader import as_list, num, window_seconds
 from aclprof.protocol.safetext import safe
 
 __all__ = ["add_parser", "cmd_status", "format_status"]
@@ -54,8 +56,77 @@ def _bytes(n: float) -> str:
     return f"{n} B"
 
 
-def format_status(st: dict[str, Any]) -> str:
-    """The STATUS reply as the human summary of ``aclprof status``."""
+def device_lines(st: dict[str, Any], devices: dict[str, Any] | None = None) -> list[str]:
+    """The per-device section. ``devices`` is what :func:`device_snapshot` got from the daemon
+    (SNAPSHOT grouped by device: records/s and share of op time over a window); without it,
+    records/s per device come from STATUS (the processes' rates, by the devices of the models
+    they watch; a process watching models on several devices cannot be split, and STATUS has
+    no op time)."""
+    if devices is not None:
+        seconds = devices["seconds"]
+        lines = [f"devices (window {devices['window']}, from the daemon's aggregates):"]
+        rows = [r for r in as_list(devices["rows"]) if isinstance(r, dict)]
+        for r in sorted(rows, key=lambda r: (not isinstance(r.get("device"), int), num(r.get("device")))):
+            rate = num(r.get("count")) / seconds if seconds else 0.0
+            # rows carry "device"; the "(other)" row of records beyond the key cap has none
+            name = f"device {r['device']}" if isinstance(r.get("device"), int) else str(r.get("key"))
+            lines.append(f"  {name}: {rate:,.0f} records/s, {num(r.get('pct_time')):.1f}% of op time")
+        if len(lines) == 1:
+            lines.append(f"  (no op records in window {devices['window']})")
+        return lines
+    per: dict[str, list[float]] = {}  # devices -> [records/s, processes]
+    for a in as_list(st.get("agents")):
+        if not isinstance(a, dict):
+            continue
+        devs = sorted({m["device"] for m in as_list(a.get("models")) if isinstance(m, dict)
+                       and isinstance(m.get("device"), int)})
+        if not devs:
+            continue
+        name = f"device {devs[0]}" if len(devs) == 1 else "devices " + "+".join(str(d) for d in devs)
+        acc = per.setdefault(name, [0.0, 0])
+        acc[0] += num(a.get("records_per_s"))
+        acc[1] += 1
+    if not per:
+        return []
+    total = sum(v[0] for v in per.values())
+    lines = ["devices (from the connected processes; op time per device needs an aclprofd with per-service "
+             "keys, and the daemon's user or root):"]
+    for name, (rate, procs) in sorted(per.items()):
+        share = f", {100 * rate / total:.1f}% of records" if total else ""
+        lines.append(f"  {name}: {rate:,.0f} records/s{share} ({procs:.0f} process{'es' if procs != 1 else ''})")
+    return lines
+
+
+def device_snapshot(client: Any, st: dict[str, Any]) -> dict[str, Any] | None:
+    """SNAPSHOT grouped by device over the daemon's shortest window, or None when the daemon
+    would refuse it: one without per-service keys (its SNAPSHOT has no ``summary``; an unknown
+    grouping would be a protocol error there) or a user who may not send SNAPSHOT (only
+    STATUS is open to all: try only as root or as the daemon's user)."""
+    import os
+
+    from aclprof.cli.client import DaemonError
+
+    try:
+        owner = os.stat(client.socket_path).st_uid
+    except OSError:
+        return None
+    if os.geteuid() not in (0, owner):
+        return None
+    agg: dict[str, Any] = st["aggregates"] if isinstance(st.get("aggregates"), dict) else {}
+    windows = [w for w in as_list(agg.get("windows")) if isinstance(w, str) and window_seconds(w)]
+    window = "10s" if "10s" in windows else (windows[0] if windows else "10s")
+
+    try:
+        if not isinstance(client.snapshot(window, "type", {}).get("summary"), dict):
+            return None
+        rows = as_list(client.snapshot(window, "device", {}).get("rows"))
+    except DaemonError:
+        return None
+    return {"window": window, "seconds": window_seconds(window) or 0.0, "rows": rows}
+
+
+def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None) -> str:
+    """The STATUS reply as the human summary of ``aclprof status`` (with :func:`device_lines`)."""
     lines = []
     health = "healthy" if st.get("healthy") else "UNHEALTHY"
     lines.append(f"aclprofd {st.get('version', '?')} (pid {st.get('pid', '?')}): {health}, "
@@ -83,6 +154,7 @@ def format_status(st: dict[str, Any]) -> str:
         for m in a.get("models") or []:
             ml = ",".join(f"{k}={v}" for k, v in (m.get("labels") or {}).items())
             lines.append(f"    model {m.get('model_id')} on device {m.get('device')}{' [' + ml + ']' if ml else ''}")
+    lines += device_lines(st, devices)
     storage = st.get("storage") or {}
     if storage:
         oldest = storage.get("oldest_ts")
@@ -137,7 +209,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         try:
             _status_once(args, loop=True)
         except CliError as exc:  # unreachable now; a daemon being restarted comes back
-            if not args.json:  # (--json already printed {"reachable": false, ...})
+            if exc.code != EXIT_UNREACHABLE:
+                print(f"aclprof status: {exc}")
+            elif not args.json:  # (--json already printed {"reachable": false, ...})
                 print(f"aclprofd unreachable: {exc}")
         if not args.json:
             print()  # a blank line between reports
@@ -157,6 +231,7 @@ def _status_once(args: argparse.Namespace, loop: bool = False) -> int:
         raise
     try:
         st = client.status()
+        devices = None if args.json else device_snapshot(client, st)
     except DaemonError as exc:
         raise CliError(str(exc), EXIT_UNREACHABLE) from None
     finally:
@@ -164,5 +239,10 @@ def _status_once(args: argparse.Namespace, loop: bool = False) -> int:
     if args.json:
         print(json.dumps(st, indent=indent))
     else:
-        print(format_status(st))
+        try:
+            text = format_status(st, devices)
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:  # not the documented reply
+            raise CliError(f"the daemon's STATUS reply is not as daemon/PROTOCOL.md says ({type(exc).__name__}: "
+                           f"{safe(str(exc))[:200]}): an aclprofd of another version? (--json shows it)") from None
+        print(text)
     return EXIT_OK if st.get("healthy") else EXIT_ERROR

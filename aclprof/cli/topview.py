@@ -1,21 +1,23 @@
 """The table behind ``aclprof top`` (also shown by ``aclprof demo``): the view state
-(:class:`TopView`: window, grouping, sort, filter, changed by keys), the rendering of a
-SNAPSHOT reply as a rich table, and the live loop that reads keys in cbreak mode.
+(:class:`TopView`: window, grouping, sort, filter and the view-local reset baseline, changed
+by the keys of :mod:`aclprof.cli.topkeys`), fetching a view's snapshot from the daemon, and
+the rendering of a SNAPSHOT reply as a rich table under a title and a header. The live
+loop is :mod:`aclprof.cli.toplive` (:func:`run_live` here starts it).
 """
 
 from __future__ import annotations
 
-import os
-import select
 import sys
-import time
 from typing import Any, Literal
 
 from aclprof.cli.common import format_ns, regex_problem, use_colour
+from aclprof.cli.topbaseline import SINCE_RESET, Baseline
+from aclprof.cli.topheader import as_list, num
+from aclprof.cli.topkeys import BASIC_GROUPS, GROUP_LABELS, GROUPS, KEYS, caption
 from aclprof.protocol.safetext import safe
 
-__all__ = ["SORT_KEYS", "WINDOWS", "TopView", "sort_rows", "render_table", "learn_windows", "snapshot",
-           "run_live", "print_table"]
+__all__ = ["SORT_KEYS", "WINDOWS", "GROUPS", "TopView", "sort_rows", "render_table", "learn_windows",
+           "learn_groups", "note_snapshot", "snapshot", "run_live", "print_table"]
 
 SORT_KEYS = {"total": "total_ns", "count": "count", "avg": "mean_ns", "p99": "p99_ns", "max": "max_ns"}
 _KEY_SORT = {"t": "total", "c": "count", "a": "avg", "9": "p99", "m": "max"}
@@ -24,64 +26,202 @@ WINDOWS = ("10s", "1m", "all")
 
 def sort_rows(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
     field = SORT_KEYS[sort]
-    return sorted(rows, key=lambda r: (-(r.get(field) or 0), str(r.get("key"))))
+    rows = [r for r in as_list(rows) if isinstance(r, dict)]  # a reply's rows, whatever came
+    return sorted(rows, key=lambda r: (-num(r.get(field)), str(r.get("key"))))
 
 
 class TopView:
-    """What ``top`` shows: the settings the keys change, and the rendering."""
+    """What ``top`` shows: the settings the keys change (:data:`aclprof.cli.topkeys.KEYS`)."""
 
     def __init__(self, window: str = "10s", group: str = "type", sort: str = "total",
                  base_filter: dict[str, Any] | None = None, regex: str | None = None):
         self.window, self.group, self.sort = window, group, sort
         self.windows: tuple[str, ...] = WINDOWS  # what "w" cycles through (the daemon's list)
+        self.groups: tuple[str, ...] = BASIC_GROUPS  # what "g" cycles through (the daemon's)
         self.base_filter = dict(base_filter or {})
         self.regex = regex
         self.editing: str | None = None  # the filter being typed after "/"
         self.message = ""
         self.quit = False
         self.reset_requested = False
+        self.baseline: Baseline | None = None  # the view-local reset ("r")
+        self.empty_note = ""  # why the table is empty (set by snapshot())
+
+    @property
+    def regex_field(self) -> str:
+        """The filter key "/" sets: the op name when grouped by name, else the op type."""
+        return "name" if self.group == "name" else "type"
 
     def filter(self) -> dict[str, Any]:
         f = dict(self.base_filter)
         if self.regex:
-            f[self.group] = self.regex
+            f[self.regex_field] = self.regex
         return f
 
     def key(self, ch: str) -> None:
         if self.editing is not None:
-            if ch in ("\r", "\n"):
-                text = self.editing
-                self.editing = None
-                problem = regex_problem(text) if text else None
-                if problem is not None:  # the daemon's engine (RE2): it would refuse the SNAPSHOT
-                    self.message = f"bad regex: {problem}"
-                    return
-                self.regex = text or None
-                self.message = f"filter: {text}" if text else "filter cleared"
-            elif ch == "\x1b":
-                self.editing = None
-            elif ch in ("\x7f", "\b"):
-                self.editing = self.editing[:-1]
-            elif ch.isprintable():
-                self.editing += ch
+            self._edit(ch)
             return
-        if ch in _KEY_SORT:
-            self.sort = _KEY_SORT[ch]
-        elif ch == "g":
-            self.group = "name" if self.group == "type" else "type"
-        elif ch == "w":
-            ws = self.windows
-            self.window = ws[(ws.index(self.window) + 1) % len(ws)] if self.window in ws else ws[0]
-        elif ch == "/":
-            self.editing = ""
-        elif ch == "r":
-            self.reset_requested = True
-        elif ch in ("q", "Q", "\x03"):
-            self.quit = True
+        for binding in KEYS:
+            if ch in binding.keys:
+                getattr(self, binding.action)(ch)
+                return
+
+    # -- the actions of KEYS ----------------------------------------------------------------
+    def _sort(self, ch: str) -> None:
+        self.sort = _KEY_SORT[ch]
+
+    def _next_group(self, ch: str) -> None:
+        gs = self.groups
+        before = self.filter()
+        self.group = gs[(gs.index(self.group) + 1) % len(gs)] if self.group in gs else gs[0]
+        if self.regex and self.filter() != before:  # the regex moved between op name and op type
+            self.message = f"filter now {_describe(self.filter())}"
+        self._filter_changed(before)
+
+    def _next_window(self, ch: str) -> None:
+        ws = self.windows + ((SINCE_RESET,) if self.baseline is not None else ())
+        self.window = ws[(ws.index(self.window) + 1) % len(ws)] if self.window in ws else ws[0]
+
+    def _start_filter(self, ch: str) -> None:
+        self.editing = ""
+
+    def _reset(self, ch: str) -> None:
+        self.reset_requested = True  # the loop takes the baseline (it holds the client)
+
+    def _quit(self, ch: str) -> None:
+        self.quit = True
+
+    def _edit(self, ch: str) -> None:
+        assert self.editing is not None
+        if ch in ("\r", "\n"):
+            text, self.editing = self.editing, None
+            problem = regex_problem(text) if text else None
+            if problem is not None:  # the daemon's engine (RE2): it would refuse the SNAPSHOT
+                self.message = f"bad regex: {problem}"
+                return
+            before = self.filter()
+            self.regex = text or None
+            self.message = f"filter: {self.regex_field}={text}" if text else "filter cleared"
+            self._filter_changed(before)
+        elif ch == "\x1b":
+            self.editing = None
+        elif ch in ("\x7f", "\b"):
+            self.editing = self.editing[:-1]
+        elif ch.isprintable():
+            self.editing += ch
+
+    def _filter_changed(self, before: dict[str, Any]) -> None:
+        """A baseline holds one filter's rows: another filter ends the since-r view."""
+        if self.baseline is not None and self.filter() != before:
+            self.baseline = None
+            if self.window == SINCE_RESET:
+                self.window = self.windows[0]
+            self.message = f"filter now {_describe(self.filter()) or 'none'}: 'since r' ended (r starts it again)"
+
+    def take_baseline(self, client: Any) -> None:
+        """``r``: the view shows what comes from now on; the daemon is not asked to reset."""
+        self.reset_requested = False
+        self.baseline = Baseline.take(client, self.groups, self.filter())
+        self.window = SINCE_RESET
+        self.message = (f"reset (this view only): counts since {self.baseline.at()}; "
+                        "the daemon's aggregates are untouched")
+
+
+# -- the daemon's offer and a view's snapshot -------------------------------------------------
+
+def learn_windows(client: Any, view: TopView, status: dict[str, Any] | None = None) -> bool:
+    """The windows the daemon offers (STATUS aggregates.windows), for the "w" key; False if
+    the daemon did not say (a STATUS without them: the daemon alone then judges a window)."""
+    try:
+        st = client.status() if status is None else status
+    except Exception:
+        return False
+    windows = (st.get("aggregates") or {}).get("windows")
+    if isinstance(windows, list) and windows and all(isinstance(w, str) for w in windows):
+        view.windows = tuple(windows)
+        return True
+    return False
+
+
+def note_snapshot(view: TopView, snap: dict[str, Any]) -> None:
+    """A SNAPSHOT reply with ``summary`` comes from a daemon with per-service keys, which
+    groups by every grouping of :data:`GROUPS` (PROTOCOL.md); one without offers type and name."""
+    if isinstance(snap.get("summary"), dict):
+        view.groups = GROUPS
+
+
+def learn_groups(client: Any, view: TopView, status: dict[str, Any] | None = None) -> None:
+    """The groupings the daemon offers: STATUS ``aggregates.group_by`` if it lists them, else
+    one probing SNAPSHOT (grouped by type, which every daemon accepts)."""
+    listed = ((status or {}).get("aggregates") or {}).get("group_by")
+    if isinstance(listed, list) and listed and all(g in GROUPS for g in listed):
+        view.groups = tuple(g for g in GROUPS if g in listed)
+        return
+    if client.has_per_service_keys():
+        view.groups = GROUPS
+
+
+def snapshot(client: Any, view: TopView) -> dict[str, Any]:
+    """The view's rows: the daemon's window, or since the view's baseline (window ``all``
+    minus it); sets ``view.empty_note`` when there is no row, naming the filter that emptied
+    the table (one more SNAPSHOT without it, only then) or saying nothing came yet."""
+    if view.window == SINCE_RESET and view.baseline is not None:
+        base = view.baseline
+        covered = base.covers(view.group, view.filter())
+        snap = base.subtract(client.snapshot("all", view.group, view.filter()), view.group) if covered else None
+        if snap is None:
+            view.message = ("the daemon's aggregates were reset (aclprof reset)" if covered
+                            else f"no baseline by {view.group}") + ": 'since r' ended (r starts it again)"
+            view.baseline, view.window = None, view.windows[0]
+            return snapshot(client, view)
+    else:
+        if view.window == SINCE_RESET:
+            view.window = view.windows[0]
+        snap = client.snapshot(view.window, view.group, view.filter())
+    note_snapshot(view, snap)
+    view.empty_note = ""
+    if not snap.get("rows"):
+        window = snap.get("window", view.window)
+        filt = view.filter()
+        if view.window == SINCE_RESET:  # the baseline holds only this filter's rows: no comparison
+            view.empty_note = f"no records {window}" + (f" matching filter {_describe(filt)}" if filt else "")
+            return snap
+        view.empty_note = f"no records yet in window {window}"
+        if filt:
+            rows = client.snapshot(view.window, view.group, {}).get("rows") or []
+            if rows:
+                view.empty_note = (f"no rows match filter {_describe(filt)} "
+                                   f"({len(rows)} {GROUP_LABELS[view.group]} rows in {window} without it)")
+    return snap
+
+
+def _describe(filt: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in filt.items())
+
+
+# -- rendering ---------------------------------------------------------------------------------
+
+#: per grouping, the columns naming a row: (heading, the row's field; "key" is always there).
+#: A column whose field no row has is left out, except the first, which then shows the key.
+_GROUP_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "type": (("Op type", "key"),), "name": (("Op name", "key"), ("Op type", "op_type")),
+    "service": (("Service", "key"),), "process": (("PID", "pid"), ("Service", "service")),
+    "device": (("Device", "device"),),
+    "model": (("Model", "key"), ("Service", "service"), ("Id", "model_id"), ("PID", "pid")),
+}
+
+
+def _identity_columns(group: str, rows: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    spec = _GROUP_COLUMNS.get(group, (("Key", "key"),))
+    first = spec[0] if spec[0][1] == "key" or any(spec[0][1] in r for r in rows) else (spec[0][0], "key")
+    return [first] + [c for c in spec[1:] if any(r.get(c[1]) not in (None, "") for r in rows)]
 
 
 def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra: str = "",
-                 keys: bool = True):
+                 keys: bool = True, header: Any = None) -> Any:
+    """The title, the ``header`` (a rich renderable, if given) and the table of ``snap``."""
+    from rich.console import Group
     from rich.table import Table
     from rich.text import Text
 
@@ -89,38 +229,52 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
     total_rows = len(rows)
     if limit and len(rows) > limit:
         rows = rows[:limit]
-    heading = {"total": "Total", "count": "Count", "avg": "Avg", "p99": "p99", "max": "Max"}
     filt = view.filter()
-    desc = f"window {snap.get('window', view.window)}, by op {view.group}, sorted by {view.sort}"
+    desc = f"window {snap.get('window', view.window)}, by {GROUP_LABELS.get(view.group, view.group)}, " \
+           f"sorted by {view.sort}"
     if filt:
-        desc += ", filter " + " ".join(f"{k}={safe(v)}" for k, v in filt.items())
-    table = Table(title=Text(safe(f"aclprof top: {desc}{title_extra}")), title_justify="left", expand=False,
-                  caption=(_plain("keys: t c a 9 m sort, g group, w window, / filter, r reset, q quit"
-                                  + (f"   [{view.message}]" if view.message else "")) if keys else None),
-                  caption_justify="left")
-    # (heading, alignment, the sort key it shows)
-    columns: list[tuple[str, Literal["left", "right"], str | None]] = [
-        ("Op " + view.group, "left", None), ("Count", "right", "count"), ("Total", "right", "total"),
-        ("Avg", "right", "avg"), ("p50", "right", None), ("p99", "right", "p99"),
-        ("Max", "right", "max"), ("% time", "right", None)]
+        desc += ", filter " + _describe(filt)
+    title = Text(safe(f"aclprof top: {desc}{title_extra}"), style="bold")
+    cap = None
+    if view.editing is not None:
+        cap = _plain(f"filter regex on op {view.regex_field}: {view.editing}_   (Enter applies, Esc cancels)")
+    elif keys:
+        cap = _plain(caption() + (f"   [{view.message}]" if view.message else ""))
+    table = Table(expand=False)
+    ident = _identity_columns(view.group, rows)
+    stats: list[tuple[str, str | None]] = [("Count", "count"), ("Total", "total"), ("Avg", "avg"), ("p50", None),
+                                           ("p99", "p99"), ("Max", "max"), ("% time", None)]
+    columns: list[tuple[str, Literal["left", "right"], str | None]] = (
+        [(h, "left", None) for h, _ in ident] + [(h, "right", s) for h, s in stats])
     for name, justify, sort in columns:
-        label = name + (" ▼" if sort == view.sort else "")
-        table.add_column(label, justify=justify, no_wrap=True,
+        table.add_column(name + (" ▼" if sort == view.sort else ""), justify=justify, no_wrap=True,
                          style="bold" if sort == view.sort else None, overflow="ellipsis",
                          max_width=60 if justify == "left" else None)
-    del heading
     for r in rows:
-        # the key is a peer's op name or type: escaped, never markup or terminal control
-        table.add_row(Text(safe(r.get("key"))), f"{r.get('count', 0):,}", format_ns(r.get("total_ns")),
-                      format_ns(r.get("mean_ns")), format_ns(r.get("p50_ns")), format_ns(r.get("p99_ns")),
-                      format_ns(r.get("max_ns")), f"{float(r.get('pct_time') or 0):.1f}")
+        # keys, services and names are peers' strings: escaped, never markup or terminal control
+        # the first column falls back to the key where the row lacks the field ("(other)")
+        cells = [Text(safe(r.get(f) if r.get(f) is not None else (r.get("key") if i == 0 else "-")))
+                 for i, (_, f) in enumerate(ident)]
+        table.add_row(*cells, f"{int(num(r.get('count'))):,}", format_ns(num(r.get("total_ns"))),
+                      format_ns(num(r.get("mean_ns"))), _q(r.get("p50_ns")), _q(r.get("p99_ns")), _q(r.get("max_ns")),
+                      f"{num(r.get('pct_time')):.1f}")
+    pad = [""] * (len(columns) - 1)
     if total_rows > len(rows):
-        table.add_row(Text(f"... {total_rows - len(rows)} more", style="dim"), "", "", "", "", "", "", "")
-    if not rows:
-        table.add_row(Text("(no records in this window yet)", style="dim"), "", "", "", "", "", "", "")
-    if view.editing is not None:
-        table.caption = _plain(f"filter regex: {view.editing}_   (Enter applies, Esc cancels)")
-    return table
+        table.add_row(Text(f"... {total_rows - len(rows)} more", style="dim"), *pad)
+    parts: list[Any] = [title]
+    if header is not None:
+        parts.append(header)
+    parts.append(table)
+    if not rows:  # below the table, whole (a cell would cut the filter's text)
+        parts.append(Text(safe(f"({view.empty_note or 'no records in this window yet'})"), style="yellow"))
+    if cap is not None:
+        parts.append(cap)
+    return Group(*parts)
+
+
+def _q(ns: Any) -> str:
+    """A min/max/quantile cell: "—" where the view cannot know it (since r)."""
+    return "—" if ns is None else format_ns(num(ns))
 
 
 def _plain(text: str) -> Any:
@@ -132,93 +286,12 @@ def _plain(text: str) -> Any:
     return Text(safe(text))
 
 
-def learn_windows(client: Any, view: TopView) -> bool:
-    """The windows the daemon offers (STATUS aggregates.windows), for the "w" key; False if
-    the daemon did not say (a STATUS without them: the daemon alone then judges a window)."""
-    try:
-        windows = (client.status().get("aggregates") or {}).get("windows")
-    except Exception:
-        return False
-    if isinstance(windows, list) and windows and all(isinstance(w, str) for w in windows):
-        view.windows = tuple(windows)
-        return True
-    return False
-
-
-def snapshot(client: Any, view: TopView) -> dict[str, Any]:
-    return client.snapshot(view.window, view.group, view.filter())
-
-
-class _Cbreak:
-    """Put the terminal in cbreak mode (keys without Enter, no echo); restore on exit."""
-
-    def __init__(self, stream: Any):
-        self.fd = stream.fileno() if stream is not None and stream.isatty() else None
-        self.saved: list[Any] | None = None
-
-    def __enter__(self) -> _Cbreak:
-        if self.fd is not None:
-            import termios
-            import tty
-
-            try:
-                self.saved = termios.tcgetattr(self.fd)
-                tty.setcbreak(self.fd)
-            except termios.error:
-                self.fd = None
-        return self
-
-    def read_key(self, timeout: float) -> str | None:
-        if self.fd is None:
-            time.sleep(max(0.0, timeout))
-            return None
-        ready, _, _ = select.select([self.fd], [], [], max(0.0, timeout))
-        if not ready:
-            return None
-        data = os.read(self.fd, 1)
-        return data.decode("utf-8", "replace") if data else None
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.fd is not None and self.saved is not None:
-            import termios
-
-            termios.tcsetattr(self.fd, termios.TCSADRAIN, self.saved)
-
-
 def run_live(client: Any, view: TopView, interval: float, limit: int = 0,
              stop_at: float | None = None, title_extra: Any = None) -> None:
-    """The interactive loop (also used by ``aclprof demo``); returns on q, Ctrl-C (raised)
-    or at ``stop_at`` (time.monotonic())."""
-    from rich.console import Console
-    from rich.live import Live
+    """The interactive loop (:func:`aclprof.cli.toplive.run_live`)."""
+    from aclprof.cli.toplive import run_live as live
 
-    console = Console()
-    stdin = sys.stdin if sys.stdin is not None and sys.stdin.isatty() else None
-    with _Cbreak(stdin) as term, Live(console=console, auto_refresh=False, screen=False,
-                                      transient=False) as live:
-        next_refresh = 0.0
-        while not view.quit:
-            now = time.monotonic()
-            if stop_at is not None and now >= stop_at:
-                return
-            if view.reset_requested:
-                view.reset_requested = False
-                client.reset()
-                view.message = "aggregates reset"
-                next_refresh = 0.0
-            if now >= next_refresh:
-                snap = snapshot(client, view)
-                rows = limit or max(5, console.size.height - 8)
-                extra = title_extra() if callable(title_extra) else ""
-                live.update(render_table(snap, view, rows, extra), refresh=True)
-                next_refresh = now + interval
-            wait = next_refresh - time.monotonic()
-            if stop_at is not None:
-                wait = min(wait, stop_at - time.monotonic())
-            key = term.read_key(min(max(wait, 0.0), 0.25))
-            if key is not None:
-                view.key(key)
-                next_refresh = 0.0  # redraw at once with the new settings
+    live(client, view, interval, limit, stop_at, title_extra)
 
 
 def _pipe_console(**kw: Any) -> Any:
@@ -237,8 +310,9 @@ def _pipe_console(**kw: Any) -> Any:
     return PipeConsole(**kw)
 
 
-def print_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra: str = "") -> None:
+def print_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra: str = "",
+                header: Any = None) -> None:
     console = _pipe_console(no_color=not use_colour(), highlight=False,
                             width=None if sys.stdout.isatty() else 140)
-    console.print(render_table(snap, view, limit, title_extra, keys=False))
+    console.print(render_table(snap, view, limit, title_extra, keys=False, header=header))
     sys.stdout.flush()

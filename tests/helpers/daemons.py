@@ -1,17 +1,26 @@
 """Daemons for the tests: a raw wire client (agent or control role), the daemon served on a
 thread of the test process (:class:`InProcess`, fast), and the installed ``aclprofd`` as a
 child process (:class:`Daemon`, ready when it says so through sd_notify). Both expose the
-socket path as ``.socket``."""
+socket path as ``.socket``.
+
+Logs never reach pytest's output: a child daemon logs into its own files (``log_path``,
+``out_path``); an in-process daemon's loggers are pointed at :data:`DAEMON_LOGS`, which
+writes them into the running test's log file (``tests/conftest.py`` names it per test and
+shows it with a failure). Before, an in-process daemon logged through structlog's default
+configuration to whatever ``sys.stdout`` was, and between two tests (pytest's capture
+suspended) that was the terminal: ``connection closed`` lines appeared between the dots."""
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -26,7 +35,7 @@ from aclprof.protocol.wire import FrameReader, Kind, decode_json, encode_batch, 
 
 from .procs import env, short_tmpdir
 
-__all__ = ["Client", "agent", "status", "InProcess", "Daemon", "running"]
+__all__ = ["Client", "agent", "status", "InProcess", "Daemon", "running", "DaemonLogs", "DAEMON_LOGS"]
 
 
 class Client:
@@ -123,13 +132,102 @@ def status(path: str) -> dict:
         c.close()
 
 
+class DaemonLogs:
+    """Where in-process daemons log: one file at a time (:meth:`route`), opened on the first
+    line, appended to; a file-like object for structlog's ``WriteLogger``. Lines logged
+    after a test ended (a connection closed late) land in that test's file, never on the
+    terminal; with no route (outside pytest) they go to the process's stderr, as the real
+    daemon's do."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._path: str | None = None
+        self._file: Any = None
+        self.lines = 0  # written since the last route(): a test's log is shown only if it has lines
+        self.children: list[Daemon] = []  # child daemons running now (their own log files)
+
+    def route(self, path: str | os.PathLike[str] | None) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+            self._path = None if path is None else os.fspath(path)
+            self.lines = 0
+
+    @property
+    def path(self) -> str | None:
+        return self._path
+
+    def write(self, text: str) -> None:
+        with self._lock:
+            if self._path is None:
+                sys.__stderr__.write(text)
+                return
+            if self._file is None:
+                self._file = open(self._path, "a", encoding="utf-8")  # kept open: one file per test
+            self._file.write(text)
+            self._file.flush()  # read back by a failing test's report at once
+            self.lines += text.count("\n")
+
+    def flush(self) -> None:
+        pass  # every write is flushed
+
+    def sections(self) -> list[tuple[str, str]]:
+        """(title, text) of every log a failing test's report shows: this test's in-process
+        daemon lines, and the end of each running child daemon's log."""
+        out = []
+        text = self.text()
+        if text:
+            out.append((f"daemon log ({self._path})", text[-20_000:]))
+        for d in list(self.children):
+            tail = d.log_tail()
+            if tail:
+                out.append((f"child daemon log ({d.log_path}, end)", tail))
+        return out
+
+    def text(self) -> str:
+        """This route's lines so far ("" if none)."""
+        with self._lock:
+            path, lines = self._path, self.lines
+        if path is None or not lines:
+            return ""
+        with contextlib.suppress(OSError):
+            return Path(path).read_text(errors="replace")
+        return ""
+
+
+DAEMON_LOGS = DaemonLogs()
+_routed_modules: set[str] = set()
+
+
+def _route_inprocess_daemon_logs() -> None:
+    """Point the ``_log`` of every loaded ``aclprofd`` module at :data:`DAEMON_LOGS` (JSON
+    lines). Module attributes, not ``structlog.configure``: configuring structlog would also
+    switch aclprof's own (library) loggers from stdlib logging to structlog for the rest of
+    the session, which other tests observe."""
+    import structlog
+
+    logger = structlog.wrap_logger(
+        structlog.WriteLogger(DAEMON_LOGS),  # type: ignore[arg-type]
+        processors=[structlog.processors.add_log_level, structlog.processors.TimeStamper(fmt="iso", utc=True),
+                    structlog.processors.dict_tracebacks, structlog.processors.JSONRenderer()],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.INFO),
+        cache_logger_on_first_use=True)
+    for name, module in list(sys.modules.items()):
+        if name.startswith("aclprofd.") and name not in _routed_modules and hasattr(module, "_log"):
+            module._log = logger  # type: ignore[attr-defined]
+            _routed_modules.add(name)
+
+
 class InProcess:
-    """A daemon served on a thread of this process (fast tests)."""
+    """A daemon served on a thread of this process (fast tests); it logs into
+    :data:`DAEMON_LOGS` (the running test's log file)."""
 
     def __init__(self, **overrides: Any):
         from aclprofd import config
         from aclprofd.server import Daemon
 
+        _route_inprocess_daemon_logs()
         self.tmp = short_tmpdir()
         self.socket = os.path.join(self.tmp, "d.sock")
         args = {"socket": self.socket, "data_dir": os.path.join(self.tmp, "data"), "prometheus_port": "0",
@@ -199,6 +297,8 @@ class Daemon:
             # cwd: not the checkout, whose unbuilt source tree `-m` would import first.
             self.proc = subprocess.Popen(self.cmd, env=env(**self.env, NOTIFY_SOCKET=self._notify_path),
                                          cwd=self.root, stdout=out, stderr=out)
+        if self not in DAEMON_LOGS.children:
+            DAEMON_LOGS.children.append(self)  # a failing test shows the end of its log
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -251,6 +351,8 @@ class Daemon:
     def cleanup(self) -> None:
         """Stop it, release the readiness socket, remove ``root`` if this object made it."""
         self.stop()
+        if self in DAEMON_LOGS.children:
+            DAEMON_LOGS.children.remove(self)
         if self._notify is not None:
             self._notify.close()
             self._notify = None
