@@ -27,8 +27,8 @@ from statistics import median
 from typing import Any
 
 __all__ = ["METRIC", "Thresholds", "HostStat", "FleetRow", "FleetDataError", "valid_window", "valid_label",
-           "promql_string", "selector", "queries", "parse_vector", "robust_z", "build_rows", "outliers", "to_json", "SORTS",
-           "sort_rows"]
+           "promql_string", "selector", "queries", "parse_vector", "robust_z", "build_rows", "outliers", "to_json",
+           "SORTS", "sort_rows"]
 
 METRIC = "aclprofd_op_duration_seconds"
 #: Iglewicz and Hoaglin: 0.6745 = the 0.75 quantile of the standard normal, so that z is on
