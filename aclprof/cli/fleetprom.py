@@ -76,7 +76,7 @@ class PromClient:
             head = truncate(safe(body[:200].decode("utf-8", "replace")), 120)
             what = f"HTTP {status}, " if status != 200 else ""
             raise PrometheusError(f"Prometheus at {self.url}: {what}reply is not JSON ({exc.__class__.__name__}): "
-                                  f"{head!r}") from None
+                                  f"'{head}'") from None
         if status != 200:
             err = reply.get("error") if isinstance(reply, dict) else None
             kind = reply.get("errorType") if isinstance(reply, dict) else None
@@ -125,6 +125,11 @@ class PromClient:
                 if time.monotonic() > deadline:
                     aborted.set()
                     raise TimeoutError
+            if aborted.is_set():  # the watchdog's shutdown reads as an end of file
+                raise TimeoutError
+            if declared is not None and declared.isdigit() and size < int(declared):
+                raise PrometheusError(f"Prometheus at {self.url}: reply cut short ({size:,} of {int(declared):,} "
+                                      "bytes)")
             return resp.status, b"".join(chunks)
         except PrometheusError:
             raise
