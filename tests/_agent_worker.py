@@ -1,6 +1,7 @@
 """A simulated inference process for the agent/CLI tests (not a test module).
 
     python tests/_agent_worker.py --socket PATH [--service S] [--ops fixed|resnet] [--realtime]
+                                  [--model-label NAME] [--model-version V]
 
 Loads one mock model, starts ``aclprof.agent`` and watches it, then obeys commands read
 line by line from stdin and answers each with one JSON line on stdout:
@@ -49,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--buffer", type=int, default=1 << 17)
     parser.add_argument("--realtime", action="store_true")
     parser.add_argument("--backoff-max", type=float, default=0.3)
+    parser.add_argument("--model-label", default=None,
+                        help='WATCH label "model" (default: the --ops name; "" sends none)')
+    parser.add_argument("--model-version", default=None, help='WATCH label "version"')
     args = parser.parse_args(argv)
 
     import structlog
@@ -66,7 +70,12 @@ def main(argv: list[str] | None = None) -> int:
     mock.set_realtime(args.realtime)
     agent.start(args.socket, service=args.service, labels={"test": "1"}, buffer_records=args.buffer,
                 backoff_max=args.backoff_max)
-    agent.watch(model, labels={"model": args.ops}, device=args.device)
+    labels = {"model": args.ops if args.model_label is None else args.model_label}
+    if not labels["model"]:
+        del labels["model"]
+    if args.model_version is not None:
+        labels["version"] = args.model_version
+    agent.watch(model, labels=labels, device=args.device)
     print(json.dumps({"ready": True, "model": model, "pid": os.getpid()}), flush=True)
     for line in sys.stdin:
         cmd = line.split()

@@ -232,8 +232,9 @@ def test_export_jsonl_csv_chrome(daemon, fed, tmp_path):
     assert all(r["pid"] == fed.pid and r["service"] == "fed" for r in recs)
 
     rows = list(csv.DictReader(io.StringIO(_export(daemon, fed.pid, "csv", tmp_path))))
-    assert list(rows[0]) == ["Device_id", "Model Name", "OP Type", "Core Type", "Count", "Total Time(us)",
-                             "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)"]
+    assert list(rows[0]) == ["Service", "PID", "Device_id", "Model Name", "OP Type", "Core Type", "Count",
+                             "Total Time(us)", "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)"]
+    assert {(r["Service"], r["PID"]) for r in rows} == {("fed", str(fed.pid))}
     by_type = {r["OP Type"]: r for r in rows}
     assert by_type["Conv2D"]["Count"] == "400" and float(by_type["Conv2D"]["Total Time(us)"]) == 12_000
     assert float(by_type["Conv2D"]["Min Time(us)"]) == 20 and float(by_type["Conv2D"]["Max Time(us)"]) == 40

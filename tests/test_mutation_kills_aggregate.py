@@ -160,7 +160,7 @@ def test_state_file_checks(tmp_path):
     with pytest.raises(ValueError, match=r"^histogram layout differs$"):
         aggregate_file.read_state(path)
     aggregate_file.write_state(path, arrays(0), {"keys": [], "version": 99})
-    with pytest.raises(ValueError, match=f"^not {aggregate_file.STATE_FORMAT} version 1$"):
+    with pytest.raises(ValueError, match=f"^not {aggregate_file.STATE_FORMAT} version 1 or 2$"):
         aggregate_file.read_state(path)
     with np.load(path) as z:
         json.loads(bytes(z["meta"]).decode())  # the meta member is plain JSON
@@ -250,8 +250,8 @@ def test_prometheus_view_by_type_then_by_name():
     agg.ingest(KeySource("h", 1, None), recs, NAMES)
     (series,) = agg.prometheus_view()
     labels, buckets, count, total = series
-    assert labels == ("2", "9", "Conv2D") and count == 4 and total == 1000
+    assert labels == ("", "2", "9", "Conv2D") and count == 4 and total == 1000
     # cumulative: 100 ns <= 128, 200 ns <= 256, 300 and 400 ns <= 512, then all 4 up to +Inf
     assert len(buckets) == NPROM and buckets.tolist() == [1, 2] + [4] * (NPROM - 2)
     by_name = {lab: (c, t) for lab, _, c, t in agg.prometheus_view(by_name=True)}
-    assert by_name == {("2", "9", "Conv2D", "conv1"): (2, 400), ("2", "9", "Conv2D", "mm1"): (2, 600)}
+    assert by_name == {("", "2", "9", "Conv2D", "conv1"): (2, 400), ("", "2", "9", "Conv2D", "mm1"): (2, 600)}

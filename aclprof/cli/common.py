@@ -59,6 +59,16 @@ def _duration_arg(text: str) -> int:
     return parse_duration_ns(text)
 
 
+def _device_arg(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a device id (0, 1, ...)") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a device id is at least 0")
+    return n
+
+
 def _seconds_arg(text: str) -> float:
     return parse_duration_ns(text, default_unit="s") / 1e9
 
@@ -141,6 +151,7 @@ def add_filter_args(p: argparse.ArgumentParser, min_duration: bool = True) -> No
     g = p.add_argument_group("filters (all must match)")
     g.add_argument("--model", type=int, metavar="ID", help="model id")
     g.add_argument("--pid", type=int, metavar="PID", help="process id of the inference service")
+    g.add_argument("--device", type=_device_arg, metavar="N", help="device id (0, 1, ...)")
     g.add_argument("--type", type=_regex_arg, metavar="REGEX", help="op type regex (RE2 syntax, searched)")
     g.add_argument("--name", type=_regex_arg, metavar="REGEX", help="op name regex (RE2 syntax, searched)")
     if min_duration:
@@ -153,7 +164,7 @@ def add_filter_args(p: argparse.ArgumentParser, min_duration: bool = True) -> No
 def filter_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The daemon-side filter (a JSON object) of the options :func:`add_filter_args` added."""
     f: dict[str, Any] = {}
-    for key in ("model", "pid", "type", "name", "service", "host"):
+    for key in ("model", "pid", "device", "type", "name", "service", "host"):
         value = getattr(args, key, None)
         if value is not None:
             f[key] = value

@@ -1,11 +1,11 @@
 """``aclprof export``: records the daemon kept on disk, as csv, Chrome trace JSON or JSON lines.
 
-- ``csv``: msprof's ``op_statistic.csv`` columns, one row per
-  (device, model, op type): ``Device_id, Model Name, OP Type, Core Type, Count,
-  Total Time(us), Min Time(us), Avg Time(us), Max Time(us), Ratio(%)``. ``Model Name`` is
-  the model id (the op records carry no model name); ``Core Type`` is ``N/A`` (operator
-  subscription does not report the core); ``Ratio(%)`` is the share of the device's
-  total op time.
+- ``csv``: op statistics, one row per (service, process, device, model, op type):
+  ``Service, PID, Device_id, Model Name, OP Type, Core Type, Count, Total Time(us),
+  Min Time(us), Avg Time(us), Max Time(us), Ratio(%)``. Model ids are per process, so two
+  services' "model 1" are two rows. ``Model Name`` is the model id (the op records carry
+  no model name); ``Core Type`` is ``N/A`` (operator subscription does not report the
+  core); ``Ratio(%)`` is the share of the device's total op time.
 - ``chrome``: the Trace Event Format (opens in Perfetto and chrome://tracing): one
   complete event (``ph: "X"``, ``ts``/``dur`` in microseconds of the library's clock) per
   record; one process per inference process (``pid``), one thread per device and model
@@ -28,10 +28,14 @@ from typing import Any, BinaryIO, TextIO
 from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args, parse_time
 from aclprof.protocol.safetext import safe
 
-__all__ = ["add_parser", "cmd_export", "OP_STATISTIC_COLUMNS", "write_csv", "write_chrome", "write_jsonl"]
+__all__ = ["add_parser", "cmd_export", "OP_STATISTIC_COLUMNS", "CSV_COLUMNS", "write_csv", "write_chrome",
+           "write_jsonl"]
 
 OP_STATISTIC_COLUMNS = ["Device_id", "Model Name", "OP Type", "Core Type", "Count", "Total Time(us)",
                         "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)"]
+#: ``--format csv``: our own op statistics, per service and process (not msprof's file)
+CSV_COLUMNS = ["Service", "PID", "Device_id", "Model Name", "OP Type", "Core Type", "Count", "Total Time(us)",
+               "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)"]
 TID_STRIDE = 100000
 
 _EXAMPLES = """examples:
@@ -74,15 +78,18 @@ def write_jsonl(payloads: Iterable[bytes], out: BinaryIO) -> int:
 
 
 def write_csv(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
-    groups: dict[tuple[int, int, str], list[int]] = {}  # -> [count, total, min, max]
+    """Op statistics per (service, pid, device, model, op type) as CSV_COLUMNS; the count
+    of records read (step keypoints are read but not counted in any row)."""
+    groups: dict[tuple[str, int, int, int, str], list[int]] = {}  # -> [count, total, min, max]
     n = 0
     for records in batches:
         for r in records:
             if r.get("kind") == "keypoint":
                 continue  # a step boundary, not an op: it would swamp the op statistics
             d = int(r.get("duration_ns", 0))
-            # a peer's string, and csv usually lands on a terminal: escaped (also lone surrogates)
-            key = (int(r.get("device", 0)), int(r.get("model", 0)), safe(r.get("op_type", "?")))
+            # peers' strings, and csv usually lands on a terminal: escaped (also lone surrogates)
+            key = (safe(r.get("service") or ""), int(r.get("pid", 0)), int(r.get("device", 0)),
+                   int(r.get("model", 0)), safe(r.get("op_type", "?")))
             g = groups.get(key)
             if g is None:
                 groups[key] = [1, d, d, d]
@@ -95,13 +102,14 @@ def write_csv(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
                     g[3] = d
         n += len(records)
     device_total: dict[int, int] = {}
-    for (device, _, _), g in groups.items():
+    for (_, _, device, _, _), g in groups.items():
         device_total[device] = device_total.get(device, 0) + g[1]
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(OP_STATISTIC_COLUMNS)
-    for (device, model, op_type), g in sorted(groups.items(), key=lambda kv: (kv[0][0], -kv[1][1], kv[0][1:])):
+    w.writerow(CSV_COLUMNS)
+    for (service, pid, device, model, op_type), g in sorted(
+            groups.items(), key=lambda kv: (kv[0][2], -kv[1][1], kv[0])):
         count, total, lo, hi = g
-        w.writerow([device, model, op_type, "N/A", count, f"{total / 1e3:.3f}", f"{lo / 1e3:.3f}",
+        w.writerow([service, pid, device, model, op_type, "N/A", count, f"{total / 1e3:.3f}", f"{lo / 1e3:.3f}",
                     f"{total / count / 1e3:.3f}", f"{hi / 1e3:.3f}",
                     f"{100.0 * total / (device_total[device] or 1):.2f}"])
     return n

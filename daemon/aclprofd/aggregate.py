@@ -1,6 +1,7 @@
 """Per-operator aggregates: counts, totals, extremes and latency quantiles, vectorised.
 
-A *key* is ``(host, pid, device, model, op_type, op_name)``. For every key the aggregator
+A *key* is ``(host, pid, device, model, op_type, op_name, model_label)`` (the model label
+is what the service called the model in WATCH, "" if it did not). For every key the aggregator
 keeps, since start (or since the last :meth:`Aggregator.reset`): count, total, min, max and
 a fixed log-scale histogram of durations; and, for the sliding windows (10 s and 1 min by
 default), per-second slots holding the same figures sparsely. Records are attributed to the
@@ -10,6 +11,7 @@ The parts, one module each:
 
 - :mod:`aclprofd.aggregate_keys`: the key registry (at most ``max_keys`` keys, then one
   "other" key whose records are counted) and the connections' name-id caches;
+- :mod:`aclprofd.aggregate_groups`: SNAPSHOT's groupings and the Prometheus series;
 - :mod:`aclprofd.aggregate_windows`: the per-second slots of the sliding windows;
 - :mod:`aclprofd.aggregate_quantiles`: the histogram (8 bins per power of two; quantiles
   within 4.4 %) and the rows of a snapshot;
@@ -29,13 +31,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
 from aclprof.protocol.wire import FLAG_KEYPOINT
 
 from .aggregate_file import STATE_FORMAT, STATE_VERSION, read_state, write_state
+from .aggregate_groups import FIELDS, GROUP_BY, Groupings
 from .aggregate_keys import OTHER, OTHER_IDENTITY, KeyRegistry, KeySource, grow
 from .aggregate_quantiles import (
     BIG,
@@ -52,9 +55,10 @@ from .aggregate_quantiles import (
 from .aggregate_windows import SlidingWindows, window_name
 
 __all__ = ["Aggregator", "KeySource", "NBINS", "BINS_PER_OCTAVE", "bin_index", "bin_value",
-           "PROM_EXPONENTS", "OTHER", "STATE_FORMAT", "STATE_VERSION", "window_name"]
+           "PROM_EXPONENTS", "OTHER", "STATE_FORMAT", "STATE_VERSION", "window_name", "GROUP_BY"]
 
-#: one Prometheus series: labels (device, model, op_type[, op_name]), cumulative buckets, count, sum
+#: one Prometheus series: labels (service, device, model, op_type[, op_name]), cumulative
+#: buckets, count, sum
 PromSeries = tuple[tuple[str, ...], np.ndarray, int, int]
 
 
@@ -77,6 +81,7 @@ class Aggregator:
         # never shrinks; keys survive a reset so the connections' caches stay valid
         self.keys = KeyRegistry(self.max_keys, self._grow_stats)
         self.other_key = self.keys.other
+        self.groupings = Groupings()  # used under the lock
         self.other_records = 0
         self._changes = 0   # ingestions and resets; save() remembers the count it wrote
         self._saved_changes = 0
@@ -205,15 +210,17 @@ class Aggregator:
         with self._lock:
             # one Python step per saved key (at most max_keys + 1), at start only
             index = np.empty(len(keys), I64)
-            for i, (host, pid, device, model, op_type, op_name, service) in enumerate(keys):
-                index[i] = self.keys.get((host, int(pid), int(device), int(model), op_type, op_name), service)
+            for i, (host, pid, device, model, op_type, op_name, service, *label) in enumerate(keys):
+                # version 1 files have no model label: "" (unknown)
+                ident = (host, int(pid), int(device), int(model), op_type, op_name, label[0] if label else "")
+                index[i] = self.keys.get(ident, service)
             np.add.at(self.count, index, a["count"])
             np.add.at(self.total, index, a["total"])
             np.minimum.at(self.min, index, a["min"])
             np.maximum.at(self.max, index, a["max"])
             np.add.at(self.hist, (index[a["hist_key"]], a["hist_bin"]), a["hist_count"])
             # records of keys folded into "other" now (not the saved "other" key itself)
-            folded = (index == self.other_key) & (np.asarray([tuple(k[:6]) != OTHER_IDENTITY for k in keys], bool)
+            folded = (index == self.other_key) & (np.asarray([(*k[:6], "") != OTHER_IDENTITY for k in keys], bool)
                                                   if keys else np.zeros(0, bool))
             self.other_records = int(meta.get("other_records", 0)) + int(a["count"][folded].sum())
             self.reset_ts = float(meta["since_ts"])
@@ -227,10 +234,12 @@ class Aggregator:
 
     def snapshot(self, window: str = "all", group_by: str = "type", flt: Any = None,
                  now: float | None = None) -> dict[str, Any]:
-        """The SNAPSHOT_REPLY payload (see daemon/PROTOCOL.md)."""
+        """The SNAPSHOT_REPLY payload (see daemon/PROTOCOL.md): rows grouped by ``group_by``
+        (one of GROUP_BY), each with the identity fields constant in its group, and the
+        ``summary`` of the window and filter."""
         now = self._clock() if now is None else now
-        if group_by not in ("type", "name"):
-            raise ValueError(f"group_by must be 'type' or 'name', not {group_by!r}")
+        if group_by not in GROUP_BY:
+            raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}, not {group_by!r}")
         with self._lock:
             n = self.nkeys
             if window == "all":
@@ -238,17 +247,38 @@ class Aggregator:
                 count, total, mn, mx = self.count[:n], self.total[:n], self.min[:n], self.max[:n]
                 hk, hb = np.nonzero(self.hist[:n])
                 hc = self.hist[:n][hk, hb]
+                span = now - self.reset_ts
             else:
                 keys, count, total, mn, mx, hk, hb, hc = self.sliding.figures(window, now)
+                span = min(self.sliding.seconds_of(window), now - self.reset_ts)
             mask = self.keys.mask(flt)
-            labels = self.keys.type if group_by == "type" else self.keys.name
-            names = labels[:n]
-        rows = grouped_rows(names, mask, keys, count, total, mn, mx, hk, hb, hc)
+            grouping = self.groupings.get(self.keys, group_by)
+            key_group, labels = grouping.of, grouping.labels
+            rows = grouped_rows(key_group, labels, mask, keys, count, total, mn, mx, hk, hb, hc)
+            fields = FIELDS[group_by]
+            for r in rows:
+                have = grouping.fields[r.pop("group")]
+                r.update({f: have.get(f) for f in fields})
+            sel = mask[keys] & (count > 0)
+            summary = self._summary(keys[sel], count[sel], span)
         total_ns = int(sum(r["total_ns"] for r in rows))
         for r in rows:
             r["pct_time"] = round(100.0 * r["total_ns"] / total_ns, 3) if total_ns else 0.0
         return {"window": window, "group_by": group_by, "generated_ts": now, "total_ns": total_ns,
-                "rows": rows}
+                "rows": rows, "summary": summary}
+
+    def _summary(self, keys: np.ndarray, count: np.ndarray, span: float) -> dict[str, Any]:
+        """SNAPSHOT's ``summary`` of the selected keys with records (called under the lock):
+        records, records/s over the window (at least 1 s, at most since the last reset),
+        and the processes, services and devices they came from ("other" has none)."""
+        records = int(count.sum())
+        own = keys[keys != self.other_key]
+        procs = np.unique(self.groupings.get(self.keys, "process").of[own])
+        svc = self.groupings.get(self.keys, "service")
+        services = sum(1 for g in np.unique(svc.of[own]).tolist() if svc.fields[g].get("service") is not None)
+        return {"records": records, "records_per_s": round(records / max(1.0, span), 3),
+                "processes": len(procs), "services": services,
+                "devices": np.unique(self.keys.device[own]).tolist()}
 
     def window_seconds(self, window: str) -> int:
         """The length of a named window ("10s", "1m", ...); ValueError for an unknown one."""
@@ -259,22 +289,20 @@ class Aggregator:
         return self.sliding.names()
 
     def prometheus_view(self, by_name: bool = False) -> list[PromSeries]:
-        """Per (device, model, op_type[, op_name]): cumulative bucket counts (len(PROM_EXPONENTS)
-        + 1, the last is +Inf), count and sum in ns. Never reset."""
+        """Per (service, device, model, op_type[, op_name]), ``model`` being the model label
+        or else the model id as text: cumulative bucket counts (len(PROM_EXPONENTS) + 1, the
+        last is +Inf), count and sum in ns. pid is no label: a process's keys join its
+        service's series. Never reset."""
         with self._lock:
             n = self.nkeys
-            prom = self.prom[:n].copy()
-            psum = self.prom_sum[:n].copy()
-            k = self.keys
-            labels = [(str(k.device[i]), str(k.model[i]), k.type[i]) + ((k.name[i],) if by_name else ())
-                      for i in range(n)]
-        groups: dict[tuple[str, ...], list[int]] = {}
-        for i, lab in enumerate(labels):
-            groups.setdefault(lab, []).append(i)
-        out = []
-        for lab, ks in groups.items():
-            b = prom[ks].sum(axis=0)
-            if b.sum() == 0:
-                continue
-            out.append((lab, np.cumsum(b), int(b.sum()), int(psum[ks].sum())))
-        return out
+            grouping = self.groupings.get(self.keys, "prom_name" if by_name else "prom")
+            key_group = grouping.of[:n]
+            m = len(grouping.idents)
+            buckets = np.zeros((m, NPROM), I64)
+            np.add.at(buckets, key_group, self.prom[:n])
+            sums = np.zeros(m, I64)
+            np.add.at(sums, key_group, self.prom_sum[:n])
+            idents = cast("list[tuple[str, ...]]", list(grouping.idents))
+        counts = buckets.sum(axis=1)
+        cum = np.cumsum(buckets, axis=1)
+        return [(idents[g], cum[g], int(counts[g]), int(sums[g])) for g in np.flatnonzero(counts).tolist()]

@@ -4,9 +4,10 @@ An uncompressed ``.npz`` with the int64 arrays ``count``, ``total``, ``min``, ``
 row per key), the sparse histogram ``hist_key`` (int32), ``hist_bin`` (int16),
 ``hist_count``, and ``meta``: UTF-8 JSON with ``format``, ``version``, ``nbins``,
 ``bins_per_octave``, ``since_ts``, ``saved_ts``, ``other_records`` and ``keys`` (one
-``[host, pid, device, model, op_type, op_name, service]`` per row), as daemon/README.md
-documents. Written atomically: a reader, or a daemon restarted after ``kill -9``, sees the
-previous file or the new one, never a mix.
+``[host, pid, device, model, op_type, op_name, service, model_label]`` per row), as
+daemon/README.md documents. Version 1 files (keys without ``model_label``) still load,
+their keys with the model label ``""`` (unknown). Written atomically: a reader, or a
+daemon restarted after ``kill -9``, sees the previous file or the new one, never a mix.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ import numpy as np
 
 from .aggregate_quantiles import BINS_PER_OCTAVE, I64, NBINS
 
-__all__ = ["STATE_FORMAT", "STATE_VERSION", "write_state", "read_state", "ARRAYS"]
+__all__ = ["STATE_FORMAT", "STATE_VERSION", "READABLE_VERSIONS", "write_state", "read_state", "ARRAYS"]
 
 STATE_FORMAT = "aclprofd-aggregates"
-STATE_VERSION = 1
+STATE_VERSION = 2
+#: versions :func:`read_state` accepts (1: keys had no model label)
+READABLE_VERSIONS = (1, 2)
 ARRAYS = ("count", "total", "min", "max", "hist_key", "hist_bin", "hist_count")
 
 
@@ -50,13 +53,14 @@ def write_state(path: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) 
 
 
 def read_state(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``(meta, arrays)`` of a file :func:`write_state` wrote, arrays as int64. Raises
-    FileNotFoundError, or ValueError/KeyError for a file of another format, version or
-    histogram layout, or whose key arrays and key list differ in length."""
+    """``(meta, arrays)`` of a file :func:`write_state` wrote, arrays as int64 (the keys as
+    written: 7 fields in version 1, 8 in version 2). Raises FileNotFoundError,
+    or ValueError/KeyError for a file of another format, version or histogram layout, or
+    whose key arrays and key list differ in length."""
     with np.load(path, allow_pickle=False) as z:
         meta = json.loads(bytes(z["meta"]).decode())
-        if meta.get("format") != STATE_FORMAT or meta.get("version") != STATE_VERSION:
-            raise ValueError(f"not {STATE_FORMAT} version {STATE_VERSION}")
+        if meta.get("format") != STATE_FORMAT or meta.get("version") not in READABLE_VERSIONS:
+            raise ValueError(f"not {STATE_FORMAT} version {' or '.join(map(str, READABLE_VERSIONS))}")
         if meta.get("nbins") != NBINS or meta.get("bins_per_octave") != BINS_PER_OCTAVE:
             raise ValueError("histogram layout differs")
         arrays = {k: np.asarray(z[k], dtype=I64) for k in ARRAYS}

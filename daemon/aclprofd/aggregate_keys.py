@@ -1,5 +1,11 @@
 """The aggregates' key registry: one integer per ``(host, pid, device, model, op_type,
-op_name)``, and the mapping of a connection's name ids to those integers.
+op_name, model_label)``, and the mapping of a connection's name ids to those integers.
+
+The *model label* is what the service called the model in WATCH (``labels["model"]``, plus
+``"@" + labels["version"]`` when a version is given), ``""`` when it gave no "model" label.
+It is part of the key, so a model id that a process unloads and reuses for another
+(relabelled) model starts new rows instead of adding to the old model's; the ``service``
+is kept beside the key (first registration wins: it is constant per connection).
 
 Keys never go away (a reset keeps them, so the connections' caches stay valid). At most
 ``max_keys`` keys are registered; later ones share the one "other" key, so memory stays
@@ -16,7 +22,7 @@ import numpy as np
 
 from .aggregate_quantiles import I64
 
-__all__ = ["KeySource", "KeyRegistry", "OTHER", "OTHER_IDENTITY", "Key"]
+__all__ = ["KeySource", "KeyRegistry", "OTHER", "OTHER_IDENTITY", "Key", "model_label_of"]
 
 OTHER = "(other)"
 CACHE_MAX = 1 << 16  # (device, model, name, type) pairs cached per sender (24 bytes each)
@@ -24,9 +30,19 @@ CACHE_MAX = 1 << 16  # (device, model, name, type) pairs cached per sender (24 b
 #: (the rest count as "other" for that batch): bounds the Python work per batch
 FULL_LOOKUPS = 4096
 PAIR = np.dtype([("dm", "<u8"), ("code", "<u8")])
-#: (host, pid, device, model, op_type, op_name)
-Key = tuple[str, int, int, int, str, str]
-OTHER_IDENTITY: Key = ("", 0, -1, -1, OTHER, OTHER)
+#: (host, pid, device, model, op_type, op_name, model_label)
+Key = tuple[str, int, int, int, str, str, str]
+OTHER_IDENTITY: Key = ("", 0, -1, -1, OTHER, OTHER, "")
+
+
+def model_label_of(labels: dict[str, str]) -> str:
+    """The model label of a WATCH's labels: ``model`` (+ ``@version``), or ``""`` without a
+    "model" label (a version alone names nothing)."""
+    name = labels.get("model")
+    if not name:
+        return ""
+    version = labels.get("version")
+    return f"{name}@{version}" if version else name
 
 
 @dataclass
@@ -44,6 +60,21 @@ class KeySource:
     #: the sorted ids of the sender's name table and its size when they were taken
     name_ids: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     names_seen: int = -1
+    #: model id -> model label, from the sender's WATCH frames (see :meth:`set_label`)
+    model_labels: dict[int, str] = field(default_factory=dict)
+
+    def set_label(self, model: int, label: str) -> None:
+        """The sender's model ``model`` is now called ``label`` ("" for none): its cached
+        pairs are forgotten, so its next records resolve to keys with the new label."""
+        if not 0 <= model <= 0xFFFFFFFF or self.model_labels.get(model, "") == label:
+            return  # records carry u32 model ids: another id labels nothing
+        if label:
+            self.model_labels[model] = label
+        else:
+            self.model_labels.pop(model, None)
+        if len(self.pairs):
+            keep = (self.pairs["dm"] >> np.uint64(32)) != np.uint64(model & 0xFFFFFFFF)
+            self.pairs, self.keys = self.pairs[keep], self.keys[keep]
 
     def defined(self, names: dict[int, str]) -> np.ndarray:
         if self.names_seen != len(names):  # tables only grow
@@ -67,6 +98,7 @@ class KeyRegistry:
         self.service: list[str | None] = []
         self.type: list[str] = []
         self.name: list[str] = []
+        self.model_label: list[str] = []
         self.capacity = 0
         self.pid = np.zeros(0, I64)
         self.device = np.zeros(0, I64)
@@ -90,11 +122,12 @@ class KeyRegistry:
         idx = len(self.host)
         if idx >= self.capacity:
             self._grow(min(max(64, 2 * self.capacity), self.max_keys + 1))
-        host, pid, device, model, op_type, op_name = key
+        host, pid, device, model, op_type, op_name, label = key
         self.host.append(host)
         self.service.append(service)
         self.type.append(op_type)
         self.name.append(op_name)
+        self.model_label.append(label)
         self.pid[idx], self.device[idx], self.model[idx] = pid, device, model
         self._index[key] = idx
         return idx
@@ -136,9 +169,10 @@ class KeyRegistry:
         new_keys = np.full(len(miss), self.other, I64)
         # room left in the registry, plus FULL_LOOKUPS lookups of keys it may already hold
         todo = min(len(miss), max(0, self.max_keys + 1 - len(self)) + FULL_LOOKUPS)
+        labels = src.model_labels
         for j, (d, code) in enumerate(zip(dm[miss[:todo]].tolist(), mc[:todo].tolist())):
             new_keys[j] = self.get((src.host, src.pid, d & 0xFFFFFFFF, d >> 32, names[code & 0xFFFFFFFF],
-                                    names[code >> 32]), src.service)
+                                    names[code >> 32], labels.get(d >> 32, "")), src.service)
         out[miss] = new_keys
         cached = q[miss[:todo]]
         if len(src.pairs) + todo > CACHE_MAX:
@@ -160,6 +194,8 @@ class KeyRegistry:
             mask &= self.model[:n] == flt.model
         if flt.pid is not None:
             mask &= self.pid[:n] == flt.pid
+        if flt.device is not None:
+            mask &= self.device[:n] == flt.device
         for attr, values in (("host", self.host), ("service", self.service)):
             want = getattr(flt, attr)
             if want is not None:
@@ -172,9 +208,10 @@ class KeyRegistry:
         return mask
 
     def identity(self, k: int) -> list[Any]:
-        """Key k as saved in the aggregates file: host, pid, device, model, type, name, service."""
+        """Key k as saved in the aggregates file: host, pid, device, model, type, name,
+        service, model label."""
         return [self.host[k], int(self.pid[k]), int(self.device[k]), int(self.model[k]),
-                self.type[k], self.name[k], self.service[k]]
+                self.type[k], self.name[k], self.service[k], self.model_label[k]]
 
 
 def grow(arr: np.ndarray, old: int, cap: int | tuple[int, ...], fill: int = 0) -> np.ndarray:

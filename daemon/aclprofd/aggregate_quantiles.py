@@ -79,19 +79,18 @@ def group_stats(keys: np.ndarray, count: np.ndarray, total: np.ndarray, mn: np.n
             np.minimum.reduceat(mn, starts), np.maximum.reduceat(mx, starts))
 
 
-def grouped_rows(names: Sequence[str], mask: np.ndarray, keys: np.ndarray, count: np.ndarray, total: np.ndarray,
-                 mn: np.ndarray, mx: np.ndarray, hk: np.ndarray, hb: np.ndarray,
-                 hc: np.ndarray) -> list[dict[str, Any]]:
-    """Rows of a snapshot: stats and quantiles per group label over the selected keys.
+def grouped_rows(key_group: np.ndarray, labels: Sequence[str], mask: np.ndarray, keys: np.ndarray,
+                 count: np.ndarray, total: np.ndarray, mn: np.ndarray, mx: np.ndarray, hk: np.ndarray,
+                 hb: np.ndarray, hc: np.ndarray) -> list[dict[str, Any]]:
+    """Rows of a snapshot: stats and quantiles per group over the selected keys.
 
-    ``names[k]`` is key k's group label, ``mask[k]`` whether the filter selects it; ``keys``
-    with ``count``..``mx`` are per-key figures, ``(hk, hb, hc)`` sparse histogram counts
-    (key, bin, count). Rows are sorted by total time, largest first.
+    ``key_group[k]`` is key k's group number, ``labels[g]`` group g's label (the row's
+    ``key``), ``mask[k]`` whether the filter selects key k; ``keys`` with ``count``..``mx``
+    are per-key figures, ``(hk, hb, hc)`` sparse histogram counts (key, bin, count). Each
+    row also has ``group``: its group number. Rows are sorted by total time, largest first.
     """
     if len(keys) == 0:
         return []
-    labels, key_group = (np.unique(np.asarray(names, dtype=object), return_inverse=True) if names
-                         else (np.zeros(0), np.zeros(0, I64)))
     key_group = np.asarray(key_group, dtype=I64)
     sel = mask[keys] & (count > 0)
     keys, count, total, mn, mx = keys[sel], count[sel], total[sel], mn[sel], mx[sel]
@@ -124,7 +123,7 @@ def grouped_rows(names: Sequence[str], mask: np.ndarray, keys: np.ndarray, count
     rows = []
     for i in np.argsort(-gtotal, kind="stable").tolist():
         c = int(gcount[i])
-        rows.append({"key": str(labels[gs[i]]), "count": c, "total_ns": int(gtotal[i]),
+        rows.append({"key": labels[gs[i]], "group": int(gs[i]), "count": c, "total_ns": int(gtotal[i]),
                      "mean_ns": int(round(gtotal[i] / c)) if c else 0,  # noqa: RUF046 (a numpy float)
                      "min_ns": int(gmin[i]), "max_ns": int(gmax[i]),
                      "p50_ns": int(quant[0.5][i]), "p90_ns": int(quant[0.9][i]),

@@ -12,9 +12,10 @@ import argparse
 import dataclasses
 import os
 import re
+import socket as _socket
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 if sys.version_info >= (3, 11):
@@ -110,6 +111,14 @@ def _parse_positive_int(value: Any) -> int:
     return n
 
 
+def _parse_host_label(value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{value!r} must be a non-empty string (the host's name in Prometheus labels)")
+    if len(value.encode("utf-8", "surrogatepass")) > 256:
+        raise ValueError("must be at most 256 bytes")
+    return value
+
+
 def _opt_str(value: Any) -> str | None:
     return str(value) if value not in (None, "") else None
 
@@ -135,6 +144,8 @@ class Settings:
     prometheus_host: str = "127.0.0.1"
     prometheus_port: int = 9464
     prometheus_op_name: bool = False
+    #: the ``host`` label of the op histograms (one daemon is one host)
+    prometheus_host_label: str = field(default_factory=_socket.gethostname)
     log_level: str = "info"
     log_format: str = "auto"
     log_file: str | None = None
@@ -180,6 +191,9 @@ OPTIONS: tuple[Option, ...] = (
            "port of the Prometheus endpoint, 0 disables it (default 9464)"),
     Option("prometheus_op_name", "prometheus_op_name", "ACLPROFD_PROMETHEUS_OP_NAME", "--prometheus-op-name",
            _parse_bool, True, "add an op_name label to the duration histograms (high cardinality; default false)"),
+    Option("prometheus_host_label", "prometheus_host_label", "ACLPROFD_PROMETHEUS_HOST_LABEL",
+           "--prometheus-host-label", _parse_host_label, False,
+           "the host label of the op duration histograms (default: this host's name)"),
     Option("log_level", "log_level", "ACLPROFD_LOG_LEVEL", "--log-level",
            _parse_choice("debug", "info", "warning", "error"), True, "debug, info, warning or error (default info)"),
     Option("log_format", "log_format", "ACLPROFD_LOG_FORMAT", "--log-format",
@@ -282,6 +296,7 @@ def markdown_table() -> str:
     defaults = {
         "socket": "`$XDG_RUNTIME_DIR/aclprof/aclprofd.sock`, else `/run/aclprof/aclprofd.sock`",
         "data_dir": "`$XDG_STATE_HOME/aclprof` (`~/.local/state/aclprof`); `/var/lib/aclprof` as root",
+        "prometheus_host_label": "the host name (`socket.gethostname()`)",
     }
     base = Settings(socket="")
     rows = ["| TOML key | environment | flag | default | SIGHUP | meaning |", "|---|---|---|---|---|---|"]

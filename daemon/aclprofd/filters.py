@@ -24,7 +24,7 @@ from aclprof.protocol.wire import MAX_REGEX_BYTES, ProtocolError
 
 __all__ = ["Filter", "NameMatcher", "compile_regex"]
 
-_KEYS = {"model", "pid", "type", "name", "min_duration_ns", "host", "service"}
+_KEYS = {"model", "pid", "device", "type", "name", "min_duration_ns", "host", "service"}
 
 
 def compile_regex(pattern: str, what: str) -> Any:
@@ -42,6 +42,7 @@ def compile_regex(pattern: str, what: str) -> Any:
 class Filter:
     model: int | None = None
     pid: int | None = None
+    device: int | None = None
     type_re: Any = None  # compiled by compile_regex (RE2)
     name_re: Any = None
     min_duration_ns: int | None = None
@@ -60,7 +61,7 @@ class Filter:
         if unknown:
             raise ProtocolError(f"unknown filter keys: {', '.join(sorted(unknown))}")
         kw: dict[str, Any] = {}
-        for k in ("model", "pid", "min_duration_ns"):
+        for k in ("model", "pid", "device", "min_duration_ns"):
             v = obj.get(k)
             if v is not None:
                 if not isinstance(v, int) or isinstance(v, bool):
@@ -97,6 +98,8 @@ class Filter:
             return x if m is None else (m & x)
         if self.model is not None:
             m = both(records["model_id"] == self.model)
+        if self.device is not None:
+            m = both(records["device_id"] == self.device)
         if self.min_duration_ns is not None:
             m = both(records["duration"] >= self.min_duration_ns)
         if matcher is not None:

@@ -28,6 +28,7 @@ from aclprof.protocol.wire import (
     decode_json,
 )
 
+from .aggregate_keys import model_label_of
 from .conn import Conn
 from .handshake import is_int, is_labels
 
@@ -210,6 +211,9 @@ class Ingest:
             self.d.memory.refuse("models")
             raise ProtocolError(f"WATCH refused: more than {_MAX_MODELS} watched models on one connection")
         conn.models[mid] = {"model_id": mid, "device": dev, "labels": labels}
+        if conn.keysrc is not None:
+            # the model's next records count under its label (a new label: new keys)
+            conn.keysrc.set_label(mid, model_label_of(labels))
         _log.info("model watched", pid=conn.pid, service=conn.service, model_id=mid, device=dev)
 
     def unwatch(self, conn: Conn, payload: memoryview) -> None:
@@ -217,3 +221,6 @@ class Ingest:
         if not is_int(mid):
             raise ProtocolError("UNWATCH needs an integer model_id")
         conn.models.pop(mid, None)
+        if conn.keysrc is not None:
+            # the agent sends UNWATCH after the model's last records: a reused id starts afresh
+            conn.keysrc.set_label(mid, "")

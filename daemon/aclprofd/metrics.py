@@ -6,10 +6,13 @@ counters snapshot the loop publishes (:mod:`aclprofd.status`; STATUS reports the
 object), so ingestion never calls ``observe()`` per record and the HTTP thread never walks
 the loop's live connections. Series:
 
-- ``aclprofd_op_duration_seconds`` histogram, labels device, model, op_type (and op_name
-  with ``prometheus_op_name``); buckets are powers of two of nanoseconds (128 ns .. ~17 s),
-  exact bin edges of the aggregator's histograms. Never reset (``RESET`` only resets the
-  aggregates that ``aclprof top`` shows).
+- ``aclprofd_op_duration_seconds`` histogram, labels host (the daemon's
+  ``prometheus_host_label``: one daemon is one host), service (the agent's, "" if none),
+  device, model (the model label the service gave in WATCH, else the model id as text),
+  op_type (and op_name with ``prometheus_op_name``); pid is no label (label budget:
+  daemon/README.md). Buckets are powers of two of nanoseconds (128 ns .. ~17 s), exact bin
+  edges of the aggregator's histograms, the same on every host. Never reset (``RESET``
+  only resets the aggregates that ``aclprof top`` shows).
 - ``aclprofd_records_total``, ``aclprofd_agent_dropped_records_total{pid,service}``,
   ``aclprofd_connected_agents``, ``aclprofd_agent_lag_seconds{pid,service}``,
   ``aclprofd_storage_bytes``, ``aclprofd_stream_skipped_records_total``,
@@ -49,9 +52,10 @@ class DaemonCollector:
     loop last published (one immutable object: the same numbers STATUS reports) and the
     aggregator's histograms (under the aggregator's own lock)."""
 
-    def __init__(self, daemon: Daemon, by_name: bool = False):
+    def __init__(self, daemon: Daemon, by_name: bool = False, host_label: str = ""):
         self.daemon = daemon
         self.by_name = by_name
+        self.host_label = host_label
 
     def describe(self) -> list[Any]:
         return []  # no registration-time collect (the daemon may not be running yet)
@@ -115,20 +119,22 @@ class DaemonCollector:
                 ("aclprofd_storage_names_skipped", "Segment file names skipped because something else had them",
                  st.get("names_skipped", 0))):
             yield CounterMetricFamily(name, doc, value=value)
-        labels = ["device", "model", "op_type"] + (["op_name"] if self.by_name else [])
-        hist = HistogramMetricFamily("aclprofd_op_duration_seconds", "Op durations by op type", labels=labels)
-        for lab, cum, count, sum_ns in self.daemon.aggregator.prometheus_view(self.by_name):
+        by_name = self.by_name  # one read: SIGHUP may change it meanwhile
+        labels = ["host", "service", "device", "model", "op_type"] + (["op_name"] if by_name else [])
+        hist = HistogramMetricFamily("aclprofd_op_duration_seconds",
+                                     "Op durations by service, device, model and op type", labels=labels)
+        for lab, cum, count, sum_ns in self.daemon.aggregator.prometheus_view(by_name):
             buckets = [(le, float(v)) for le, v in zip(_LE[:-1], cum[:-1].tolist())] + [("+Inf", float(count))]
-            hist.add_metric(list(lab), buckets, sum_ns / 1e9)
+            hist.add_metric([self.host_label, *lab], buckets, sum_ns / 1e9)
         yield hist
 
 
 class Metrics:
     """The HTTP endpoint (a daemon thread of prometheus_client); :meth:`close` stops it."""
 
-    def __init__(self, daemon: Daemon, host: str, port: int, by_name: bool = False):
+    def __init__(self, daemon: Daemon, host: str, port: int, by_name: bool = False, host_label: str = ""):
         self.registry = CollectorRegistry(auto_describe=False)
-        self.collector = DaemonCollector(daemon, by_name)
+        self.collector = DaemonCollector(daemon, by_name, host_label)
         self.registry.register(self.collector)
         self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
         self.port = self._server.server_address[1]

@@ -163,7 +163,8 @@ class Daemon(Transport):
         if s.prometheus_port:
             from .metrics import Metrics
             try:
-                self.metrics = Metrics(self, s.prometheus_host, s.prometheus_port, s.prometheus_op_name)
+                self.metrics = Metrics(self, s.prometheus_host, s.prometheus_port, s.prometheus_op_name,
+                                       s.prometheus_host_label)
             except OSError as exc:
                 self.close()
                 raise DaemonError(f"cannot serve Prometheus metrics on {s.prometheus_host}:{s.prometheus_port}: "
