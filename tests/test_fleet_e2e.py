@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -113,3 +114,17 @@ def test_three_hosts_one_slow_op_type():
         assert float(share[0]["value"][1]) == pytest.approx(1.0)
         # every daemon is up: the down alert has nothing to say
         assert prom.query('ALERTS{alertname="AclprofdDown"}') == []
+
+        # the Grafana dashboard's queries run on this server, and its fleet panels have data
+        dash = json.loads((RULES_DIR / "grafana.json").read_text())
+        panels = [p for row in dash["panels"] for p in [row, *row.get("panels", [])]]
+        empty = []
+        for panel in panels:
+            for target in panel.get("targets", []):
+                expr = re.sub(r"\$\{?\w+\}?", ".*", target["expr"])
+                if not prom.query(expr):  # a query Prometheus refuses fails in prom.query
+                    empty.append(panel["title"])
+        # what has no data here: the detector (not in these daemons), yesterday, drops and errors
+        assert set(empty) <= {"Latency shift vs baseline (aclprofd detector)", "p99 today / yesterday (10m)",
+                              "Records dropped by agents / s"}, empty
+        assert "p99 by op type (1m)" not in empty and "p99 of each host / fleet p99 (1m)" not in empty
