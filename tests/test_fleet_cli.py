@@ -196,6 +196,8 @@ def test_labels_with_escape_sequences_are_shown_escaped(capsys):
     (["--prometheus", "http://h", "--once", "--mad-floor", "inf"], "--mad-floor must be"),
     (["--prometheus", "http://h", "--once", "--limit", "-1"], "--limit"),
     (["--prometheus", "http://h", "--sort", "nope"], "invalid choice"),
+    (["--prometheus", "http://h", "--once", "--rules", "--window", "5m"], "--rules: the recording rules have"),
+    (["--prometheus", "http://h", "--once", "--rules", "--host-label", "instance"], "--rules"),
 ])
 def test_usage_errors_exit_2(capsys, args, message):
     rc, out, err = run(capsys, *args)

@@ -116,6 +116,17 @@ def test_queries_group_by_the_host_label_and_merge_buckets_for_the_fleet() -> No
     assert set(q) == {"calls", "count", "device", "p50", "p99", "fleet_p50", "fleet_p99"}
 
 
+def test_rule_queries_read_the_recorded_series() -> None:
+    q = queries("10m", sel='{service="llm"}', rules=True)
+    assert q["p99"] == 'host_service_op_type:aclprofd_op_duration_seconds:p99_10m{service="llm"}'
+    assert q["count"] == 'host_service_op_type:aclprofd_op_calls:rate10m{service="llm"} * 600'
+    assert q["fleet_p50"] == 'service_op_type:aclprofd_op_duration_seconds:p50_10m{service="llm"}'
+    assert set(q) == set(queries("1m"))
+    for window, label in (("5m", "host"), ("1m", "instance")):
+        with pytest.raises(ValueError, match="recording rules have windows 1m and 10m"):
+            queries(window, label, rules=True)
+
+
 @pytest.mark.parametrize("window", ["", "1", "0m", "1d", "5m)) or vector(1", "1m ", "-1m", "1.5m"])
 def test_queries_refuse_a_bad_window(window: str) -> None:
     with pytest.raises(ValueError, match="window"):

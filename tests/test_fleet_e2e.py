@@ -65,7 +65,7 @@ def fleet_hosts() -> Iterator[list[tuple[Daemon, int]]]:
 
 
 def _fleet(url: str, *args: str) -> dict:
-    p = cli("fleet", "--prometheus", url, "--window", "10s", "--once", "--json", *args, timeout=30)
+    p = cli("fleet", "--prometheus", url, "--once", "--json", *(args or ("--window", "10s")), timeout=30)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout)
 
@@ -96,6 +96,15 @@ def test_three_hosts_one_slow_op_type():
         # MatMul takes most device time: 90us (x4 on one host) against 40, 20 and 3us
         assert max(rows.values(), key=lambda r: r["share"])["op_type"] == "MatMul"
         assert sum(r["share"] for r in rows.values()) == pytest.approx(1.0)
+
+        # the same answer from the recording rules (what a large fleet uses)
+        def from_rules() -> dict | None:
+            d = _fleet(prom.url, "--rules", "--window", "1m")
+            rows = {r["op_type"]: r for r in d["rows"]}
+            return d if len(rows) == 4 and all(r["scored_hosts"] == 3 for r in rows.values()) else None
+        by_rules = wait_for(from_rules, timeout=20, interval=0.5, what="recording rules for 3 hosts")
+        assert by_rules["source"] == "recording rules" and by_rules["hosts"] == list(HOSTS)
+        assert [(o["host"], o["op_type"]) for o in by_rules["outliers"]] == [("host-c", "MatMul")]
 
         # the drill-down table of the slow host
         p = cli("fleet", "--prometheus", prom.url, "--window", "10s", "--once", "--host", "host-c", timeout=30)

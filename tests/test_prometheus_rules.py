@@ -184,6 +184,14 @@ def test_dashboard_and_rules_name_only_defined_series():
     assert "aclprofd_op_duration_seconds_bucket" not in dash_used  # the rules did that work
 
 
+def test_fleet_rules_mode_reads_recorded_series():
+    from aclprof.cli.fleetdata import RULE_WINDOWS, queries
+
+    for window in RULE_WINDOWS:
+        names = {n for e in queries(window, rules=True).values() for n in _METRIC_TOKEN.findall(e)}
+        assert names and names <= _recorded(), names - _recorded()
+
+
 def test_the_name_check_sees_a_dead_name():
     # the check above must not pass vacuously: a misspelt rule is found by the token pattern
     expr = _concrete('service_op_type:aclprofd_op_call:rate1m{service=~"$service"} / on () aclprofd_recods_total')

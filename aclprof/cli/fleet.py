@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 from aclprof.cli.common import EXIT_OK, CliError, format_ns, use_colour
 from aclprof.cli.fleetdata import (
+    RULE_WINDOWS,
     SORTS,
     FleetDataError,
     FleetRow,
@@ -49,6 +50,7 @@ _EXAMPLES = """examples:
   aclprof fleet --prometheus http://prom:9090 --host npu-07  that host's rows beside the fleet's
   aclprof fleet --prometheus http://prom:9090 --once --json | jq '.outliers'
   aclprof fleet --prometheus http://prom:9090 --service llm --type 'MatMul.*' --window 5m
+  aclprof fleet --prometheus http://prom:9090 --rules --window 10m   large fleets: the recording rules
 
 outliers: a host's p99 of an op type is scored against the other hosts' (robust z-score:
 0.6745 * (p99 - median) / max(MAD, mad-floor * median)) among the hosts with at least
@@ -74,6 +76,9 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p.add_argument("--host-label", default="host", type=_label_arg, metavar="LABEL",
                    help="the label that names a host (default host, aclprofd's; `instance` "
                         "for daemons without it)")
+    p.add_argument("--rules", action="store_true",
+                   help="read the recording rules of daemon/prometheus (window 1m or 10m) instead of the raw "
+                        "histograms: far cheaper for Prometheus on a large fleet")
     p.add_argument("--service", metavar="NAME", help="only this service")
     p.add_argument("--type", metavar="REGEX", help="only op types matching this regex (Prometheus RE2, anchored)")
     p.add_argument("--sort", choices=tuple(SORTS), default="share", help="row order (default share of device time)")
@@ -125,6 +130,9 @@ def _check(args: argparse.Namespace) -> Thresholds:
         raise CliError("--max-bytes must be at least 1024", EXIT_USAGE)
     if args.limit < 0:
         raise CliError("--limit must be 0 (fit the screen) or positive", EXIT_USAGE)
+    if args.rules and (args.window not in RULE_WINDOWS or args.host_label != "host"):
+        raise CliError(f"--rules: the recording rules have --window {' or '.join(RULE_WINDOWS)} and the host "
+                       "label 'host'", EXIT_USAGE)
     if args.min_hosts < 2:
         raise CliError("--min-hosts must be at least 2 (one host has nothing to depart from)", EXIT_USAGE)
     for name in ("min_count", "z", "mad_floor"):
@@ -138,11 +146,12 @@ class Fleet:
     """One refresh: the queries, the rows and their rendering."""
 
     def __init__(self, client: PromClient, window: str, host_label: str = "host", sel: str = "",
-                 thresholds: Thresholds | None = None):
+                 thresholds: Thresholds | None = None, rules: bool = False):
         self.client = client
         self.window = window
         self.host_label = host_label
-        self.queries = queries(window, host_label, sel)
+        self.rules = rules
+        self.queries = queries(window, host_label, sel, rules)
         self.thresholds = thresholds or Thresholds()
         self.time = 0.0
 
@@ -164,7 +173,8 @@ class Fleet:
         if host is not None:
             rows = [r for r in rows if any(h.host == host for h in r.hosts)]
         return to_json(rows, prometheus=self.client.url, window=self.window, host_label=self.host_label,
-                       time=round(self.time, 3), drill_down_host=host, thresholds=self.thresholds.as_dict())
+                       source="recording rules" if self.rules else "histograms", time=round(self.time, 3),
+                       drill_down_host=host, thresholds=self.thresholds.as_dict())
 
 
 def _dur(seconds: float | None) -> str:
@@ -238,7 +248,7 @@ def cmd_fleet(args: argparse.Namespace) -> int:
     """One table or JSON document (``--once``), a table per interval into a pipe, or the live view."""
     th = _check(args)
     client = PromClient(args.prometheus, timeout=args.timeout, max_bytes=args.max_bytes)
-    fleet = Fleet(client, args.window, args.host_label, selector(args.service, args.type), th)
+    fleet = Fleet(client, args.window, args.host_label, selector(args.service, args.type), th, args.rules)
     try:
         if args.once:
             rows = fleet.fetch()

@@ -27,8 +27,8 @@ from statistics import median
 from typing import Any
 
 __all__ = ["METRIC", "Thresholds", "HostStat", "FleetRow", "FleetDataError", "valid_window", "valid_label",
-           "promql_string", "selector", "queries", "parse_vector", "robust_z", "build_rows", "outliers", "to_json",
-           "SORTS", "sort_rows"]
+           "promql_string", "selector", "RULE_WINDOWS", "queries", "parse_vector", "robust_z", "build_rows",
+           "outliers", "to_json", "SORTS", "sort_rows"]
 
 METRIC = "aclprofd_op_duration_seconds"
 #: Iglewicz and Hoaglin: 0.6745 = the 0.75 quantile of the standard normal, so that z is on
@@ -125,15 +125,39 @@ def selector(service: str | None = None, op_type_regex: str | None = None) -> st
     return "{" + ",".join(parts) + "}" if parts else ""
 
 
-def queries(window: str, host_label: str = "host", sel: str = "") -> dict[str, str]:
+#: the windows of daemon/prometheus/recording.rules.yml
+RULE_WINDOWS = ("1m", "10m")
+
+
+def queries(window: str, host_label: str = "host", sel: str = "", rules: bool = False) -> dict[str, str]:
     """The instant queries of one refresh: per host (calls/s, calls in the window, device
     seconds/s, p50, p99) and for the fleet (p50, p99 over the summed buckets: exact to the
     bucket, since every aclprofd has the same ones). Calls/s and device time of the fleet
-    are the sums of the per-host values, so they need no query of their own."""
+    are the sums of the per-host values, so they need no query of their own.
+
+    With ``rules``, the same numbers are read from the recording rules of
+    daemon/prometheus/recording.rules.yml (windows 1m and 10m, host label ``host``): one
+    precomputed series per host, service and op type instead of every raw bucket series,
+    which is what a large fleet needs (see daemon/README.md, the series budget)."""
     if not valid_window(window):
         raise ValueError(f"window {window!r}: a whole number of s, m or h (30s, 1m, 10m)")
     if not valid_label(host_label):
         raise ValueError(f"host label {host_label!r} is not a Prometheus label name")
+    if rules:
+        if window not in RULE_WINDOWS or host_label != "host":
+            raise ValueError(f"the recording rules have windows {' and '.join(RULE_WINDOWS)} and the host label "
+                             f"'host' (asked: window {window!r}, host label {host_label!r})")
+        seconds = {"1m": 60, "10m": 600}[window]
+        hst, fl = "host_service_op_type", "service_op_type"
+        return {
+            "calls": f"{hst}:aclprofd_op_calls:rate{window}{sel}",
+            "count": f"{hst}:aclprofd_op_calls:rate{window}{sel} * {seconds}",
+            "device": f"{hst}:aclprofd_op_device_seconds:rate{window}{sel}",
+            "p50": f"{hst}:aclprofd_op_duration_seconds:p50_{window}{sel}",
+            "p99": f"{hst}:aclprofd_op_duration_seconds:p99_{window}{sel}",
+            "fleet_p50": f"{fl}:aclprofd_op_duration_seconds:p50_{window}{sel}",
+            "fleet_p99": f"{fl}:aclprofd_op_duration_seconds:p99_{window}{sel}",
+        }
     h = f"{host_label}, service, op_type"
     f = "service, op_type"
     bucket = f"rate({METRIC}_bucket{sel}[{window}])"
