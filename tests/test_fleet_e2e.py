@@ -12,12 +12,18 @@ import json
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from helpers.daemons import Daemon
 from helpers.procs import TESTS, cli, env, wait_for
-from helpers.prometheus import RULES_DIR, free_port, needs_prometheus, prometheus_server
+from helpers.prometheus import (
+    RULES_DIR,
+    Prometheus,
+    free_port,
+    needs_prometheus,
+    prometheus_factory,  # noqa: F401  (a fixture)
+)
 
 pytestmark = [needs_prometheus, pytest.mark.slow]
 
@@ -70,10 +76,10 @@ def _fleet(url: str, *args: str) -> dict:
     return json.loads(p.stdout)
 
 
-def test_three_hosts_one_slow_op_type():
-    with fleet_hosts() as daemons, prometheus_server(
-            [f"127.0.0.1:{port}" for _, port in daemons],
-            rule_files=[RULES_DIR / "recording.rules.yml", RULES_DIR / "alerts.rules.yml"]) as prom:
+def test_three_hosts_one_slow_op_type(prometheus_factory: Callable[..., Prometheus]):  # noqa: F811
+    with fleet_hosts() as daemons:
+        prom = prometheus_factory([f"127.0.0.1:{port}" for _, port in daemons],
+                                  rule_files=[RULES_DIR / "recording.rules.yml", RULES_DIR / "alerts.rules.yml"])
         wait_for(lambda: prom.targets_up() == 3, timeout=20, interval=0.2, what="3 targets up")
 
         def ready() -> dict | None:

@@ -2,7 +2,8 @@
 installs it when missing): a config file with the targets and rule files, a temporary
 TSDB directory, a free port on 127.0.0.1, 1 s scrape and evaluation intervals. Ready when
 ``/-/ready`` answers 200; stopped (SIGTERM, then SIGKILL) and its directory removed on
-every path by :func:`prometheus_server`.
+every path by the :func:`prometheus_factory` fixture or the :func:`prometheus_server`
+context manager.
 
 Tests that need it skip only when the binary is absent (:data:`SKIP_REASON`)."""
 
@@ -17,7 +18,7 @@ import tempfile
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ import pytest
 from .procs import REPO
 
 __all__ = ["PROMETHEUS", "PROMTOOL", "RULES_DIR", "SKIP_REASON", "needs_prometheus", "needs_promtool",
-           "free_port", "Prometheus", "prometheus_server"]
+           "free_port", "Prometheus", "prometheus_server", "prometheus_factory"]
 
 PROMETHEUS = shutil.which("prometheus")
 PROMTOOL = shutil.which("promtool")
@@ -127,3 +128,22 @@ def prometheus_server(targets: Sequence[str], rule_files: Sequence[str | Path] =
         yield server.start()
     finally:
         server.cleanup()
+
+
+@pytest.fixture
+def prometheus_factory() -> Iterator[Callable[..., Prometheus]]:
+    """A fixture: ``prometheus_factory(targets, rule_files=(), interval="1s")`` starts a
+    server; every server it started is stopped and removed at teardown, whatever the test
+    did. Import it into a test module to use it."""
+    started: list[Prometheus] = []
+
+    def start(targets: Sequence[str], rule_files: Sequence[str | Path] = (), interval: str = "1s") -> Prometheus:
+        server = Prometheus(targets, rule_files, interval)
+        started.append(server)
+        return server.start()
+
+    try:
+        yield start
+    finally:
+        for server in started:
+            server.cleanup()
