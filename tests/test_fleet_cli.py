@@ -329,3 +329,62 @@ def test_reply_cut_short(capsys):
         rc, _, err = run(capsys, "--prometheus", prom.url, "--once")
     assert rc == 1 and "Prometheus at" in err and err.count("\n") == 1
     assert "reply cut short (10 of 100 bytes)" in err
+
+
+# -- the live view on a terminal --------------------------------------------------------------
+
+def test_live_keys_on_a_pty_errors_in_the_caption_and_terminal_restored():
+    import os
+    import pty
+    import select
+    import termios
+
+    failing = threading.Event()
+    good = canned(fleet_samples(SLOW))
+
+    def handler(req):
+        if failing.is_set():
+            send(req, json.dumps({"status": "error", "errorType": "unavailable", "error": "tsdb busy"}).encode(), 503)
+        else:
+            good(req)
+
+    master, slave = pty.openpty()
+    before = termios.tcgetattr(slave)
+    with fake(handler) as prom:
+        proc = subprocess.Popen([sys.executable, "-m", "aclprof", "fleet", "--prometheus", prom.url, "--interval",
+                                 "0.3"], stdin=slave, stdout=slave, stderr=slave,
+                                env=env(TERM="xterm", COLUMNS="160", LINES="40"), start_new_session=True)
+        os.close(slave)
+        seen = b""
+
+        def read_until(text: bytes, timeout: float = 15.0) -> None:
+            nonlocal seen
+            deadline = time.monotonic() + timeout
+            while text not in seen:
+                assert time.monotonic() < deadline, f"{text!r} not shown; got {seen[-1500:]!r}"
+                if select.select([master], [], [], 0.1)[0]:
+                    try:
+                        seen += os.read(master, 65536)
+                    except OSError:
+                        break
+
+        try:
+            read_until(b"sorted by share")
+            read_until(b"MatMul")
+            os.write(master, b"9")
+            read_until(b"sorted by p99")
+            failing.set()
+            read_until(b"refresh failed: Prometheus at")  # the last table stays, the error is shown
+            read_until(b"HTTP 503: unavailable: tsdb busy")
+            failing.clear()
+            os.write(master, b"o")
+            read_until(b"sorted by outlier")
+            os.write(master, b"q")
+            assert proc.wait(10) == 0
+            after = termios.tcgetattr(master)
+            assert after[3] == before[3]  # cbreak undone
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            os.close(master)

@@ -199,7 +199,7 @@ def _outlier_cell(r: FleetRow, th: Thresholds) -> str:
 def render(fleet: Fleet, rows: list[FleetRow], sort: str, host: str | None, limit: int = 0,
            caption: str | None = None) -> Any:
     """A rich Table of the rows; every peer-supplied string is escaped (labels are any bytes
-    a service or a host sent)."""
+    a service or a host sent). ``caption``: lines under the table (keys, the last error)."""
     from rich.table import Table
     from rich.text import Text
 
@@ -214,7 +214,8 @@ def render(fleet: Fleet, rows: list[FleetRow], sort: str, host: str | None, limi
     title = (f"aclprof fleet: {len(hosts)} hosts, window {fleet.window}{where}, sorted by {sort}  "
              f"({fleet.client.url})")
     table = Table(title=Text(safe(title)), title_justify="left", expand=False,
-                  caption=Text(safe(caption)) if caption else None, caption_justify="left")
+                  caption=Text("\n".join(safe(line) for line in caption.split("\n"))) if caption else None,
+                  caption_justify="left")
     columns: list[tuple[str, Literal["left", "right"]]] = [("Service", "left"), ("Op type", "left")]
     if host is None:
         columns += [("Calls/s", "right"), ("p50", "right"), ("p99", "right"), ("% device", "right"),
