@@ -196,6 +196,7 @@ def test_labels_with_escape_sequences_are_shown_escaped(capsys):
     (["--prometheus", "http://h", "--once", "--mad-floor", "inf"], "--mad-floor must be"),
     (["--prometheus", "http://h", "--once", "--limit", "-1"], "--limit"),
     (["--prometheus", "http://h", "--sort", "nope"], "invalid choice"),
+    (["--prometheus", "http://h", "--type", "(?=lookahead)"], "RE2 rejects"),
     (["--prometheus", "http://h", "--once", "--rules", "--window", "5m"], "--rules: the recording rules have"),
     (["--prometheus", "http://h", "--once", "--rules", "--host-label", "instance"], "--rules"),
 ])
@@ -388,3 +389,38 @@ def test_live_keys_on_a_pty_errors_in_the_caption_and_terminal_restored():
                 proc.kill()
                 proc.wait()
             os.close(master)
+
+
+def test_one_refresh_is_bounded_by_timeout_as_a_whole(capsys):
+    good = canned(fleet_samples(SLOW))
+
+    def handler(req):
+        time.sleep(0.4)  # each query is in time, the seven of them are not
+        good(req)
+    with fake(handler) as prom:
+        t0 = time.monotonic()
+        rc, _, err = run(capsys, "--prometheus", prom.url, "--once", "--timeout", "1")
+        took = time.monotonic() - t0
+    assert rc == 1 and "no complete reply within 1s" in err
+    assert took < 2, took
+
+
+def test_prometheus_warnings_and_a_missing_host_label_are_reported(capsys):
+    s = fleet_samples({"a": 1e-4})
+    for name in ("calls", "count", "device", "p50", "p99"):
+        s[name] = [({k: v for k, v in m.items() if k != "host"}, x) for m, x in s[name]]
+    names = {expr: name for name, expr in queries("1m").items()}
+
+    def handler(req):
+        q = urllib.parse.parse_qs(urllib.parse.urlsplit(req.path).query)["query"][0]
+        result = [{"metric": m, "value": [0, repr(v)]} for m, v in s.get(names.get(q, ""), [])]
+        send(req, json.dumps({"status": "success", "warnings": ["partial data\x1b[2J", 7] if "0.99" in q else "x",
+                              "data": {"resultType": "vector", "result": result}}).encode())
+    with fake(handler) as prom:
+        rc, out, _ = run(capsys, "--prometheus", prom.url, "--once", "--json")
+        assert rc == 0
+        warnings = json.loads(out)["warnings"]
+        assert warnings[0] == "Prometheus warns: partial data\\x1b[2J" and warnings[1] == "Prometheus warns: 7"
+        assert "no series has the label 'host'" in warnings[-1] and "--host-label instance" in warnings[-1]
+        rc, out, _ = run(capsys, "--prometheus", prom.url, "--once")
+        assert rc == 0 and "Prometheus warns: partial data\\x1b[2J" in out and "\x1b" not in out

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any, Literal
 
-from aclprof.cli.common import EXIT_OK, CliError, format_ns, use_colour
+from aclprof.cli.common import EXIT_OK, CliError, format_ns, regex_problem, use_colour
 from aclprof.cli.fleetdata import (
     RULE_WINDOWS,
     SORTS,
@@ -80,7 +80,8 @@ def add_parser(sub: Any, fmt: Any) -> None:
                    help="read the recording rules of daemon/prometheus (window 1m or 10m) instead of the raw "
                         "histograms: far cheaper for Prometheus on a large fleet")
     p.add_argument("--service", metavar="NAME", help="only this service")
-    p.add_argument("--type", metavar="REGEX", help="only op types matching this regex (Prometheus RE2, anchored)")
+    p.add_argument("--type", metavar="REGEX", type=_regex_arg,
+                   help="only op types matching this regex (RE2, anchored by Prometheus)")
     p.add_argument("--sort", choices=tuple(SORTS), default="share", help="row order (default share of device time)")
     p.add_argument("--once", action="store_true", help="print one table and exit")
     p.add_argument("--json", action="store_true", help="with --once: the rows, hosts and outliers as JSON")
@@ -110,6 +111,13 @@ def _url_arg(text: str) -> str:
 def _window_arg(text: str) -> str:
     if not valid_window(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a window: a whole number of s, m or h (30s, 1m, 10m)")
+    return text
+
+
+def _regex_arg(text: str) -> str:
+    problem = regex_problem(text)  # RE2, as Prometheus (Go's regexp has RE2's syntax)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 
@@ -154,18 +162,34 @@ class Fleet:
         self.queries = queries(window, host_label, sel, rules)
         self.thresholds = thresholds or Thresholds()
         self.time = 0.0
+        self.warnings: list[str] = []
 
     def fetch(self) -> list[FleetRow]:
-        """Every query at one evaluation time (so the columns agree), parsed into rows."""
+        """Every query at one evaluation time (so the columns agree), parsed into rows, all
+        within one ``--timeout`` (so a refresh, and a ``q`` pressed during it, waits at most
+        that long). Prometheus' own warnings and a missing host label end up in
+        :attr:`warnings`."""
         self.time = time.time()
+        deadline = time.monotonic() + self.client.timeout
         samples = {}
+        warnings: list[str] = []
         for name, expr in self.queries.items():
-            reply = self.client.query(expr, at=self.time)
+            reply = self.client.query(expr, at=self.time, deadline=deadline)
             try:
                 samples[name] = parse_vector(reply)
             except FleetDataError as exc:
                 raise PrometheusError(f"Prometheus at {self.client.url}: unexpected reply to the {name} query: "
                                       f"{safe(exc)}") from None
+            extra = reply.get("warnings")
+            for w in extra if isinstance(extra, list) else []:
+                text = f"Prometheus warns: {safe(str(w))[:300]}"
+                if text not in warnings:
+                    warnings.append(text)
+        per_host = [m for name in ("calls", "p99") for m, _ in samples[name]]
+        if per_host and not any(self.host_label in m for m in per_host):
+            warnings.append(f"no series has the label {self.host_label!r}: all hosts show as one; "
+                            "try --host-label instance (daemons without a host label)")
+        self.warnings = warnings[:10]
         return build_rows(samples, self.host_label, self.thresholds)
 
     def document(self, rows: list[FleetRow], sort: str, host: str | None) -> dict[str, Any]:
@@ -174,7 +198,7 @@ class Fleet:
             rows = [r for r in rows if any(h.host == host for h in r.hosts)]
         return to_json(rows, prometheus=self.client.url, window=self.window, host_label=self.host_label,
                        source="recording rules" if self.rules else "histograms", time=round(self.time, 3),
-                       drill_down_host=host, thresholds=self.thresholds.as_dict())
+                       drill_down_host=host, thresholds=self.thresholds.as_dict(), warnings=self.warnings)
 
 
 def _dur(seconds: float | None) -> str:
@@ -256,11 +280,12 @@ def cmd_fleet(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(fleet.document(rows, args.sort, args.host), indent=2))
             else:
-                _print(render(fleet, rows, args.sort, args.host, args.limit))
+                _print(render(fleet, rows, args.sort, args.host, args.limit, "\n".join(fleet.warnings)))
             return EXIT_OK
         if not sys.stdout.isatty():
             while True:  # a pipe: a plain table every interval; `| head` ends it quietly (EPIPE)
-                _print(render(fleet, fleet.fetch(), args.sort, args.host, args.limit))
+                rows = fleet.fetch()
+                _print(render(fleet, rows, args.sort, args.host, args.limit, "\n".join(fleet.warnings)))
                 print(flush=True)
                 time.sleep(args.interval)
         _live(fleet, args)
@@ -307,7 +332,7 @@ def _live(fleet: Fleet, args: argparse.Namespace) -> None:
                 redraw = True
             if redraw:
                 limit = args.limit or max(5, console.size.height - 8)
-                caption = keys + (f"\n{error}" if error else "")
+                caption = "\n".join([keys, *fleet.warnings] + ([error] if error else []))
                 live.update(render(fleet, rows, sort, args.host, limit, caption), refresh=True)
                 redraw = False
             key = term.read_key(min(max(next_refresh - time.monotonic(), 0.0), 0.25))

@@ -1,10 +1,11 @@
 """A small client of Prometheus' HTTP API (``GET /api/v1/query``) for ``aclprof fleet``:
 standard library only, and safe against a server that misbehaves.
 
-- Time: every request has one deadline (``timeout`` seconds) for connecting, sending and
-  reading the whole reply. A socket timeout alone would not do: a server that drips a byte
-  every few seconds never trips it. A watchdog timer shuts the socket down at the deadline,
-  which ends any blocked read; the timer is cancelled and joined on every path.
+- Time: every request has one deadline (``timeout`` seconds, or a deadline shared by the
+  queries of one refresh) for connecting, sending and reading the whole reply. A socket
+  timeout alone would not do: a server that drips a byte every few seconds never trips it.
+  A watchdog timer shuts the socket down at the deadline, which ends any blocked read; the
+  timer is cancelled and joined on every path.
 - Size: at most ``max_bytes`` of body are read (a declared Content-Length above it is refused
   before reading); a larger reply is an error, never truncated JSON.
 - Content: a reply that is not JSON, or an error status, is a :class:`PrometheusError` that
@@ -63,13 +64,14 @@ class PromClient:
         self.timeout = timeout
         self.max_bytes = max_bytes
 
-    def query(self, expr: str, at: float | None = None) -> Any:
+    def query(self, expr: str, at: float | None = None, deadline: float | None = None) -> Any:
         """The decoded JSON reply to the instant query ``expr`` (evaluated at ``at``, Unix
-        seconds, or now). HTTP errors carry Prometheus' error text."""
+        seconds, or now), within ``timeout`` seconds or by ``deadline`` (time.monotonic(),
+        shared by several queries) if that is sooner. HTTP errors carry Prometheus' error text."""
         params = {"query": expr}
         if at is not None:
             params["time"] = f"{at:.3f}"
-        status, body = self._get(f"{self._prefix}/api/v1/query?{urllib.parse.urlencode(params)}")
+        status, body = self._get(f"{self._prefix}/api/v1/query?{urllib.parse.urlencode(params)}", deadline)
         try:
             reply = json.loads(body)
         except (ValueError, RecursionError) as exc:  # deeply nested arrays exhaust the recursion limit
@@ -84,10 +86,15 @@ class PromClient:
             raise PrometheusError(f"Prometheus at {self.url}: HTTP {status}: {truncate(safe(detail), 300)}")
         return reply
 
-    def _get(self, path: str) -> tuple[int, bytes]:
+    def _get(self, path: str, shared_deadline: float | None = None) -> tuple[int, bytes]:
         deadline = time.monotonic() + self.timeout
+        if shared_deadline is not None:
+            deadline = min(deadline, shared_deadline)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise PrometheusError(f"Prometheus at {self.url}: no complete reply within {self.timeout:g}s (--timeout)")
         cls = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
-        conn = cls(self._host, self._port, timeout=self.timeout)
+        conn = cls(self._host, self._port, timeout=left)
         aborted = threading.Event()
 
         def abort() -> None:
@@ -99,7 +106,7 @@ class PromClient:
                 except OSError:
                     pass
 
-        watchdog = threading.Timer(self.timeout, abort)
+        watchdog = threading.Timer(left, abort)
         watchdog.name = "aclprof-fleet-deadline"
         watchdog.daemon = True
         watchdog.start()
