@@ -162,7 +162,7 @@ def test_segment_reader_stops_at_a_bad_crc(tmp_path):
     assert [len(c.records) for c in read_segment(str(path))] == [1]
 
 
-# --- aggregates file (daemon/README.md "aggregates.npz (format version 1)") -----------------
+# --- aggregates file (daemon/README.md "aggregates.npz (format version 2)") -----------------
 
 def test_aggregates_file_matches_the_document(tmp_path):
     from aclprofd.aggregate import Aggregator, KeySource
@@ -171,18 +171,20 @@ def test_aggregates_file_matches_the_document(tmp_path):
     recs = np.zeros(3, wire.RECORD_DTYPE)
     recs["model_id"], recs["device_id"], recs["op_name"], recs["op_type"] = 1, 2, 5, 6
     recs["duration"] = [100, 200, 1024]
-    agg.ingest(KeySource("h", 9, "svc"), recs, {5: "conv", 6: "Conv2D"})
+    src = KeySource("h", 9, "svc")
+    src.set_label(1, "resnet50@v3")
+    agg.ingest(src, recs, {5: "conv", 6: "Conv2D"})
     path = tmp_path / "aggregates.npz"
     agg.save(str(path))
     with np.load(path, allow_pickle=False) as z:
         meta = json.loads(bytes(z["meta"]).decode())
         arrays = {k: z[k] for k in z.files}
-    assert meta["format"] == "aclprofd-aggregates" and meta["version"] == 1
+    assert meta["format"] == "aclprofd-aggregates" and meta["version"] == 2
     assert meta["nbins"] == 322 and meta["bins_per_octave"] == 8
     assert arrays["meta"].dtype == np.uint8
     keys = [tuple(k) for k in meta["keys"]]
-    row = keys.index(("h", 9, 2, 1, "Conv2D", "conv", "svc"))
-    assert keys[0] == ("", 0, -1, -1, "(other)", "(other)", None)
+    row = keys.index(("h", 9, 2, 1, "Conv2D", "conv", "svc", "resnet50@v3"))
+    assert keys[0] == ("", 0, -1, -1, "(other)", "(other)", None, "")
     for name in ("count", "total", "min", "max"):
         assert arrays[name].dtype == np.int64 and arrays[name].shape == (len(keys),)
     assert (arrays["count"][row], arrays["total"][row]) == (3, 1324)
@@ -195,12 +197,15 @@ def test_aggregates_file_matches_the_document(tmp_path):
     assert got == [(row, 54, 1), (row, 62, 1), (row, 81, 1)]
 
 
-def test_aggregates_file_built_from_the_document_is_loaded(tmp_path):
+@pytest.mark.parametrize("version, label", [(1, None), (2, "bert@v1"), (2, "")])
+def test_aggregates_file_built_from_the_document_is_loaded(tmp_path, version, label):
     from aclprofd.aggregate import Aggregator
 
-    meta = {"format": "aclprofd-aggregates", "version": 1, "nbins": 322, "bins_per_octave": 8,
-            "since_ts": 500.0, "saved_ts": 900.0, "other_records": 4,
-            "keys": [["", 0, -1, -1, "(other)", "(other)", None], ["h", 3, 0, 7, "MatMul", "mm1", "svc"]]}
+    keys = [["", 0, -1, -1, "(other)", "(other)", None], ["h", 3, 0, 7, "MatMul", "mm1", "svc"]]
+    if version == 2:
+        keys = [keys[0] + [""], keys[1] + [label]]
+    meta = {"format": "aclprofd-aggregates", "version": version, "nbins": 322, "bins_per_octave": 8,
+            "since_ts": 500.0, "saved_ts": 900.0, "other_records": 4, "keys": keys}
     path = tmp_path / "aggregates.npz"
     np.savez(path, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8),
              count=np.array([4, 2], np.int64), total=np.array([40, 3000], np.int64),
@@ -214,6 +219,8 @@ def test_aggregates_file_built_from_the_document_is_loaded(tmp_path):
     assert rows["MatMul"]["min_ns"] == 1000 and rows["MatMul"]["max_ns"] == 2000
     assert rows["(other)"]["count"] == 4
     assert agg.other_records == 4
+    models = {r["key"]: r["model"] for r in agg.snapshot("all", "model")["rows"]}
+    assert models == ({"svc/bert@v1": "bert@v1"} if label else {"svc/3/7": None}) | {"(other)": None}
 
 
 def _aggregates_file(path, **meta_changes):
@@ -229,8 +236,8 @@ def _aggregates_file(path, **meta_changes):
 
 
 @pytest.mark.parametrize("changes,message", [
-    ({"version": 2}, "version 1"),
-    ({"format": "something-else"}, "version 1"),
+    ({"version": 3}, "version 1 or 2"),
+    ({"format": "something-else"}, "version 1 or 2"),
     ({"nbins": 321}, "histogram layout"),
     ({"bins_per_octave": 4}, "histogram layout"),
     ({"keys": [["", 0, -1, -1, "(other)", "(other)", None]]}, "differ in length"),

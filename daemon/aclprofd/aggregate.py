@@ -212,7 +212,8 @@ class Aggregator:
             index = np.empty(len(keys), I64)
             for i, (host, pid, device, model, op_type, op_name, service, *label) in enumerate(keys):
                 # version 1 files have no model label: "" (unknown)
-                ident = (host, int(pid), int(device), int(model), op_type, op_name, label[0] if label else "")
+                mlabel = label[0] if label and isinstance(label[0], str) else ""
+                ident = (host, int(pid), int(device), int(model), op_type, op_name, mlabel)
                 index[i] = self.keys.get(ident, service)
             np.add.at(self.count, index, a["count"])
             np.add.at(self.total, index, a["total"])

@@ -1,7 +1,8 @@
 """The ``filter`` object of control requests (daemon/PROTOCOL.md), parsed once and applied
 to record arrays without a per-record Python loop.
 
-Connection-level fields (model aside) are decided once per batch; ``type``/``name`` regexes
+Connection-level fields (host, pid, service) are decided once per batch; model, device
+and duration are compared per record with one vectorised test each; ``type``/``name`` regexes
 are evaluated once per distinct name id and cached, then applied with ``np.isin``.
 
 Regexes run on RE2 (``google-re2``), whose time is linear in the text: a pattern such as
