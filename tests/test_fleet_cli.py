@@ -103,7 +103,14 @@ def fleet_samples(p99: dict[str, float], op_type: str = "MatMul", service: str =
 
 
 def run(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    rc = main(["fleet", *args])
+    """``aclprof fleet ARGS`` in this process: exit status, stdout, stderr."""
+    import structlog
+
+    saved = structlog.get_config()  # the CLI configures structlog onto this test's captured stderr
+    try:
+        rc = main(["fleet", *args])
+    finally:
+        structlog.configure(**saved)
     out, err = capsys.readouterr()
     return rc, out, err
 
