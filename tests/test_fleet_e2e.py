@@ -127,6 +127,11 @@ def test_three_hosts_one_slow_op_type(prometheus_factory: Callable[..., Promethe
         assert max(p99, key=lambda h: p99[h]) == "host-c" and p99["host-c"] > 3 * p99["host-a"]
         share = prom.query("sum(service_op_type:aclprofd_op_device_time:share1m)")
         assert float(share[0]["value"][1]) == pytest.approx(1.0)
+        # every rule evaluates on real daemon data without an error (label matching included)
+        groups = prom.api("rules")["groups"]
+        rules = [r for g in groups for r in g["rules"]]
+        assert {g["name"] for g in groups} == {"aclprof-ops", "aclprof-alerts"} and len(rules) == 31
+        assert [(r["name"], r.get("lastError")) for r in rules if r["health"] != "ok"] == []
         # every daemon is up: the down alert has nothing to say
         assert prom.query('ALERTS{alertname="AclprofdDown"}') == []
 
