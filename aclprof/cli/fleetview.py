@@ -32,7 +32,8 @@ KEY_SORT = {"d": "share", "c": "calls", "5": "p50", "9": "p99", "o": "outlier"}
 
 
 class Fleet:
-    """One refresh: the queries, the rows and their rendering."""
+    """What ``aclprof fleet`` asks Prometheus on each refresh, and the answer as rows and as
+    the ``--json`` document."""
 
     def __init__(self, client: PromClient, window: str, host_label: str = "host", sel: str = "",
                  thresholds: Thresholds | None = None, rules: bool = False):
@@ -74,6 +75,7 @@ class Fleet:
         return build_rows(samples, self.host_label, self.thresholds)
 
     def document(self, rows: list[FleetRow], sort: str, host: str | None) -> dict[str, Any]:
+        """The ``--once --json`` document of ``rows`` (only host ``host``'s with ``--host``)."""
         rows = sort_rows(rows, sort)
         if host is not None:
             rows = [r for r in rows if any(h.host == host for h in r.hosts)]
