@@ -168,14 +168,14 @@ def run_live(fleet: Fleet, sort: str, host: str | None, interval: float, limit: 
     from rich.console import Console
     from rich.live import Live
 
-    from aclprof.cli.topview import _Cbreak
+    from aclprof.cli.toplive import Cbreak
 
     console = Console()
     stdin = sys.stdin if sys.stdin is not None and sys.stdin.isatty() else None
     rows: list[FleetRow] = []
     error = ""
     keys = "keys: d c 5 9 o sort (device share, calls, p50, p99, outlier), q quit"
-    with _Cbreak(stdin) as term, Live(console=console, auto_refresh=False) as live:
+    with Cbreak(stdin) as term, Live(console=console, auto_refresh=False) as live:
         next_refresh = 0.0
         redraw = True
         while True:

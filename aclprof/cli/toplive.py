@@ -14,17 +14,17 @@ from typing import Any
 from aclprof.cli.topheader import Header, window_seconds
 from aclprof.cli.topview import TopView, render_table, snapshot
 
-__all__ = ["run_live", "refresh_header", "header_for"]
+__all__ = ["Cbreak", "run_live", "refresh_header", "header_for"]
 
 
-class _Cbreak:
+class Cbreak:
     """Put the terminal in cbreak mode (keys without Enter, no echo); restore on exit."""
 
     def __init__(self, stream: Any):
         self.fd = stream.fileno() if stream is not None and stream.isatty() else None
         self.saved: list[Any] | None = None
 
-    def __enter__(self) -> _Cbreak:
+    def __enter__(self) -> Cbreak:
         if self.fd is not None:
             import termios
             import tty
@@ -86,7 +86,7 @@ def run_live(client: Any, view: TopView, interval: float, limit: int = 0,
     console = Console()
     header = Header()
     stdin = sys.stdin if sys.stdin is not None and sys.stdin.isatty() else None
-    with _Cbreak(stdin) as term, Live(console=console, auto_refresh=False, screen=False,
+    with Cbreak(stdin) as term, Live(console=console, auto_refresh=False, screen=False,
                                       transient=False) as live:
         next_refresh = 0.0
         while not view.quit:
