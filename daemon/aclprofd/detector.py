@@ -191,7 +191,7 @@ class Detector:
     def status(self) -> dict[str, Any]:
         """The STATUS reply's ``detector`` object."""
         v, cfg = self.published, self.config
-        return {"baseline": v.baseline or "trailing", "window_s": cfg.window_s, "trailing_s": cfg.trailing_s,
+        return {"baseline": self.pinned_name or "trailing", "window_s": cfg.window_s, "trailing_s": cfg.trailing_s,
                 "min_effect": cfg.min_effect, "min_count": cfg.min_count, "persistence": cfg.persistence,
                 "z": cfg.z, "groups": v.groups, "evaluated": len(v.rows), "flagged_total": v.flagged_total,
                 "untracked_records": v.untracked, "flags": list(v.flags[:_MAX_STATUS_FLAGS]),
