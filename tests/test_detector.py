@@ -232,6 +232,7 @@ def _wait(pred, timeout=15.0):
     raise AssertionError("condition not met in time")
 
 
+@pytest.mark.slow
 def test_daemon_flags_a_slowed_op_and_exports_it():
     from aclprofd.metrics import DaemonCollector
     from prometheus_client import CollectorRegistry, generate_latest
@@ -269,6 +270,7 @@ def test_daemon_flags_a_slowed_op_and_exports_it():
         c.close()
 
 
+@pytest.mark.slow
 def test_baseline_save_list_get_and_pin_across_restart(tmp_path):
     with InProcess(**FAST, data_dir=tmp_path / "data") as d:
         a = agent(d.socket, service="svc")

@@ -112,6 +112,7 @@ def test_diff_usage_errors_exit_2(tmp_path, capsys):
     assert rc == 2 and "no daemon socket" in err
 
 
+@pytest.mark.slow
 def test_baseline_save_list_and_diff_against_the_live_window(tmp_path, capsys):
     fast = {"detector_window_s": "2s", "detector_trailing_s": "4s", "detector_min_count": "200",
             "detector_persistence": "2", "data_dir": tmp_path / "data"}

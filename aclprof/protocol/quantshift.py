@@ -48,14 +48,14 @@ def bin_index(durations: np.ndarray) -> np.ndarray:
 
 
 def _inverse_cdf(hist: np.ndarray, cum: np.ndarray, rank: np.ndarray) -> np.ndarray:
-    """The value (ns) at ``rank`` (0 < rank <= n, one per row), log-linear inside the bin."""
-    b = (cum >= rank[:, None]).argmax(axis=1)
-    rows = np.arange(len(rank))
+    """The values (ns) at ``rank`` (rows x k, 0 < rank <= n of the row), log-linear inside the bin."""
+    b = (cum[:, None, :] >= rank[:, :, None]).argmax(axis=2)
+    rows = np.arange(len(rank))[:, None]
     in_bin = hist[rows, b]
     before = cum[rows, b] - in_bin
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(in_bin > 0, (rank - before) / in_bin, 0.0)
-    frac = np.clip(frac, 0.0, 1.0)
+    frac = np.minimum(np.maximum(frac, 0.0), 1.0)
     value = np.exp2((b - 1 + frac) / BINS_PER_OCTAVE)
     return np.where(b == 0, 0.0, value)
 
@@ -68,14 +68,13 @@ def quantile_ci(hist: np.ndarray, q: float, z: float) -> tuple[np.ndarray, np.nd
     hist = np.atleast_2d(np.asarray(hist, dtype=np.float64))
     cum = np.cumsum(hist, axis=1)
     n = cum[:, -1]
-    empty = n <= 0
     half = z * np.sqrt(np.maximum(n * q * (1.0 - q), 0.0))
     tiny = np.maximum(n * 1e-12, 1e-12)
-    out = []
-    for rank in (n * q - half, n * q, n * q + half):
-        v = _inverse_cdf(hist, cum, np.clip(rank, tiny, np.maximum(n, tiny)))
-        out.append(np.where(empty, np.nan, v))
-    return out[0], out[1], out[2], n
+    ranks = np.stack([n * q - half, n * q, n * q + half], axis=1)
+    ranks = np.minimum(np.maximum(ranks, tiny[:, None]), np.maximum(n, tiny)[:, None])
+    v = _inverse_cdf(hist, cum, ranks)
+    v[n <= 0] = np.nan
+    return v[:, 0], v[:, 1], v[:, 2], n
 
 
 @dataclass(frozen=True)

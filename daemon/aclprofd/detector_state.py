@@ -64,6 +64,9 @@ class CellStore:
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
         self._ring: collections.deque[tuple[float, np.ndarray, np.ndarray]] = collections.deque()
         self._last_roll: float | None = None
+        self._order_for = -1
+        self._order = np.zeros(0, np.int64)
+        self._starts = np.zeros(0, np.int64)
         self.untracked = 0  # records of the "(other)" key or beyond max_cells: not judged
 
     # ---- ingestion (per batch) -----------------------------------------------------------
@@ -155,12 +158,16 @@ class CellStore:
     # ---- views -------------------------------------------------------------------------
     def group_hists(self) -> tuple[np.ndarray, np.ndarray]:
         """(current, trailing baseline) histograms per group, rows in ``groups`` order."""
-        n, g = len(self.cells), len(self.groups)
-        cur = np.zeros((g, NBINS), np.float64)
-        base = np.zeros((g, NBINS), np.float64)
-        if n:
-            np.add.at(cur, self.cell_group[:n], self.cur[:n])
-            np.add.at(base, self.cell_group[:n], self.base[:n])
+        n = len(self.cells)
+        if not n:
+            return np.zeros((0, NBINS)), np.zeros((0, NBINS))
+        if self._order_for != n:  # cells sorted by group, cut where the group changes (cached)
+            self._order = np.argsort(self.cell_group[:n], kind="stable")
+            sg = self.cell_group[:n][self._order]
+            self._starts = np.flatnonzero(np.r_[True, sg[1:] != sg[:-1]])
+            self._order_for = n
+        cur = np.add.reduceat(self.cur[:n][self._order], self._starts, axis=0).astype(np.float64)
+        base = np.add.reduceat(self.base[:n][self._order], self._starts, axis=0)
         return cur, base
 
     def cell_hists(self, which: str) -> tuple[list[Cell], np.ndarray]:
