@@ -135,6 +135,22 @@ def test_cell_store_window_and_decayed_baseline():
         st.cell_hists("bogus")
 
 
+def test_lazy_decay_survives_renormalisation():
+    """Decay is one shared factor folded into the rows when it gets small: over 200 time
+    constants (14 folds) the baseline equals a directly decayed sum."""
+    st = CellStore(lambda k: ("s", "1", "T", "n"), window_s=1, tau_s=2)
+    direct = 0.0
+    for t in range(1, 401):
+        st.observe(np.array([50]), np.array([t]))
+        st.roll(float(t))
+        # second t-1 (count t-1) left the window at t; earlier ones decayed by 1 s more
+        direct = direct * math.exp(-1 / 2) + (t - 1)
+    cur, base = st.group_hists()
+    assert cur[0, 50] == 400
+    assert base[0, 50] == pytest.approx(direct, rel=1e-9)
+    assert st.cell_hists("trailing")[1][0, 50] == pytest.approx(direct, rel=1e-9)
+
+
 def test_cells_beyond_the_cap_are_counted():
     st = CellStore(lambda k: ("s", "1", f"T{k}", "n"), window_s=5, tau_s=10, max_cells=2)
     st.observe(np.array([0 * NBINS + 1, 1 * NBINS + 1, 2 * NBINS + 1]), np.array([1, 2, 4]))

@@ -60,13 +60,15 @@ def _inverse_cdf(hist: np.ndarray, cum: np.ndarray, rank: np.ndarray) -> np.ndar
     return np.where(b == 0, 0.0, value)
 
 
-def quantile_ci(hist: np.ndarray, q: float, z: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def quantile_ci(hist: np.ndarray, q: float, z: float,
+                cum: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(low, estimate, high, n)`` of quantile ``q`` for each row of ``hist`` (rows x NBINS
-    counts or weights); values in ns, NaN for an empty row."""
+    counts or weights); values in ns, NaN for an empty row. ``cum``: the rows' cumulative
+    sums when the caller has them (several quantiles of one histogram)."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"quantile_ci: q must be in (0, 1), not {q}")
     hist = np.atleast_2d(np.asarray(hist, dtype=np.float64))
-    cum = np.cumsum(hist, axis=1)
+    cum = np.cumsum(hist, axis=1) if cum is None else cum
     n = cum[:, -1]
     half = z * np.sqrt(np.maximum(n * q * (1.0 - q), 0.0))
     tiny = np.maximum(n * 1e-12, 1e-12)
@@ -95,11 +97,13 @@ class Shift:
     upper: np.ndarray
 
 
-def shift(base: np.ndarray, cur: np.ndarray, q: float, z: float) -> Shift:
+def shift(base: np.ndarray, cur: np.ndarray, q: float, z: float,
+          cums: tuple[np.ndarray, np.ndarray] | None = None) -> Shift:
     """The shift of quantile ``q`` from ``base`` to ``cur`` (two histograms of equal shape),
-    row by row. A ratio whose denominator is 0 (or a row that is empty) is NaN."""
-    b_lo, b, b_hi, nb = quantile_ci(base, q, z)
-    c_lo, c, c_hi, nc = quantile_ci(cur, q, z)
+    row by row. A ratio whose denominator is 0 (or a row that is empty) is NaN. ``cums``:
+    both histograms' cumulative sums along the bins, when already computed."""
+    b_lo, b, b_hi, nb = quantile_ci(base, q, z, None if cums is None else cums[0])
+    c_lo, c, c_hi, nc = quantile_ci(cur, q, z, None if cums is None else cums[1])
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = np.where(b > 0, c / b, np.nan)
         lower = np.where(b_hi > 0, c_lo / b_hi, np.nan)

@@ -127,12 +127,11 @@ class Detector:
         if self.pinned_name is not None:
             base = self._pinned_base(groups)
         rows: list[dict[str, Any]] = [{} for _ in range(g)]
-        valid_any = np.zeros(g, bool)
+        cums = (np.cumsum(base, axis=1), np.cumsum(cur, axis=1))  # shared by both quantiles
         for j, q in enumerate(QUANTILES):
-            s = shift(base, cur, q, cfg.z)
+            s = shift(base, cur, q, cfg.z, cums)
             verdict = judge(s, cfg.min_effect, cfg.min_count)
             valid = (np.isfinite(s.ratio) & (s.n_cur >= cfg.min_count) & (s.n_base >= cfg.min_count))
-            valid_any |= valid
             self._advance(j, q, verdict == REGRESSION, now, groups)
             for i in np.flatnonzero(valid | self.flagged[:g, j]).tolist():
                 rows[i][QNAMES[q]] = {

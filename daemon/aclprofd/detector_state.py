@@ -12,7 +12,12 @@ Per cell, dense rows of ``NBINS`` bins:
   sparse deltas: a second that leaves the window is subtracted from ``cur``;
 - ``base``: the trailing baseline, what left the window, decayed by ``exp(-dt/tau_s)``, so
   it weighs the minutes before the window (mean age ``tau_s`` beyond it) and never
-  overlaps the window it is compared with.
+  overlaps the window it is compared with. Decay is lazy: rows hold ``value / f`` with one
+  shared factor ``f = exp(-(now - t0)/tau_s)`` (renormalised when it gets small), so a
+  second costs O(new bins), not O(cells x bins).
+
+The same two histograms are kept per group too, updated with the same sparse deltas, so a
+judgement reads them without summing cells.
 
 Ingestion only appends the batch's sparse ``(key*NBINS + bin, count)`` pairs (the arrays
 the aggregator already computed) to a pending list; :meth:`CellStore.roll`, once a second
@@ -61,12 +66,14 @@ class CellStore:
         self.cap = 0
         self.cur = np.zeros((0, NBINS), np.int64)
         self.base = np.zeros((0, NBINS), np.float64)
+        self.gcap = 0
+        self.gcur = np.zeros((0, NBINS), np.int64)
+        self.gbase = np.zeros((0, NBINS), np.float64)
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
-        self._ring: collections.deque[tuple[float, np.ndarray, np.ndarray]] = collections.deque()
-        self._last_roll: float | None = None
-        self._order_for = -1
-        self._order = np.zeros(0, np.int64)
-        self._starts = np.zeros(0, np.int64)
+        #: (second, cell codes, group codes, counts) of the seconds in the window
+        self._ring: collections.deque[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = collections.deque()
+        self._t0: float | None = None  # base rows hold value / exp(-(now - t0) / tau_s)
+        self._f = 1.0
         self.untracked = 0  # records of the "(other)" key or beyond max_cells: not judged
 
     # ---- ingestion (per batch) -----------------------------------------------------------
@@ -120,17 +127,18 @@ class CellStore:
         if gi is None:
             gi = self._group_index[g] = len(self.groups)
             self.groups.append(g)
+            if gi >= self.gcap:
+                self.gcap = max(64, 2 * self.gcap)
+                self.gcur = _grown(self.gcur, self.gcap)
+                self.gbase = _grown(self.gbase, self.gcap)
         self.cell_group[idx] = gi
         return idx
 
     def _grow(self, cap: int) -> None:
-        old = self.cap
-        for name, dtype in (("cur", np.int64), ("base", np.float64)):
-            arr = np.zeros((cap, NBINS), dtype)
-            arr[:old] = getattr(self, name)[:old]
-            setattr(self, name, arr)
+        self.cur = _grown(self.cur, cap)
+        self.base = _grown(self.base, cap)
         cg = np.zeros(cap, np.int64)
-        cg[:old] = self.cell_group[:old]
+        cg[:self.cap] = self.cell_group[:self.cap]
         self.cell_group = cg
         self.cap = cap
 
@@ -138,37 +146,35 @@ class CellStore:
     def roll(self, now: float) -> None:
         """Fold the pending deltas in as the second ending at ``now``; move the seconds that
         left the window into the decayed baseline."""
+        if self._t0 is None:
+            self._t0 = now
         if self._pending:
             codes = np.concatenate([c for c, _ in self._pending])
             counts = np.concatenate([n for _, n in self._pending])
             self._pending = []
             codes, inv = np.unique(codes, return_inverse=True)
             counts = np.bincount(inv, weights=counts, minlength=len(codes)).astype(np.int64)
+            gcodes = self.cell_group[codes // NBINS] * NBINS + codes % NBINS
             np.add.at(self.cur.reshape(-1), codes, counts)
-            self._ring.append((now, codes, counts))
-        if self._last_roll is not None and now > self._last_roll:
-            self.base[:len(self.cells)] *= math.exp(-(now - self._last_roll) / self.tau_s)
-        self._last_roll = now if self._last_roll is None else max(now, self._last_roll)
-        flat_cur, flat_base = self.cur.reshape(-1), self.base.reshape(-1)
+            np.add.at(self.gcur.reshape(-1), gcodes, counts)
+            self._ring.append((now, codes, gcodes, counts))
+        self._f = math.exp(-max(0.0, now - self._t0) / self.tau_s)
         while self._ring and self._ring[0][0] <= now - self.window_s:
-            _, codes, counts = self._ring.popleft()
-            np.subtract.at(flat_cur, codes, counts)
-            np.add.at(flat_base, codes, counts)
+            _, codes, gcodes, counts = self._ring.popleft()
+            np.subtract.at(self.cur.reshape(-1), codes, counts)
+            np.subtract.at(self.gcur.reshape(-1), gcodes, counts)
+            np.add.at(self.base.reshape(-1), codes, counts / self._f)
+            np.add.at(self.gbase.reshape(-1), gcodes, counts / self._f)
+        if self._f < 1e-6:  # every ~14 tau: fold the factor into the rows (O(cells x bins))
+            self.base *= self._f
+            self.gbase *= self._f
+            self._t0, self._f = now, 1.0
 
     # ---- views -------------------------------------------------------------------------
     def group_hists(self) -> tuple[np.ndarray, np.ndarray]:
         """(current, trailing baseline) histograms per group, rows in ``groups`` order."""
-        n = len(self.cells)
-        if not n:
-            return np.zeros((0, NBINS)), np.zeros((0, NBINS))
-        if self._order_for != n:  # cells sorted by group, cut where the group changes (cached)
-            self._order = np.argsort(self.cell_group[:n], kind="stable")
-            sg = self.cell_group[:n][self._order]
-            self._starts = np.flatnonzero(np.r_[True, sg[1:] != sg[:-1]])
-            self._order_for = n
-        cur = np.add.reduceat(self.cur[:n][self._order], self._starts, axis=0).astype(np.float64)
-        base = np.add.reduceat(self.base[:n][self._order], self._starts, axis=0)
-        return cur, base
+        g = len(self.groups)
+        return self.gcur[:g].astype(np.float64), self.gbase[:g] * self._f
 
     def cell_hists(self, which: str) -> tuple[list[Cell], np.ndarray]:
         """Cells and their histograms: ``"current"`` (the window), ``"trailing"`` (the decayed
@@ -177,9 +183,16 @@ class CellStore:
         if which == "current":
             h = self.cur[:n].astype(np.float64)
         elif which == "trailing":
-            h = self.base[:n].copy()
+            h = self.base[:n] * self._f
         elif which == "recent":
-            h = self.base[:n] + self.cur[:n]
+            h = self.base[:n] * self._f + self.cur[:n]
         else:
             raise ValueError(f"cell_hists: which must be current, trailing or recent, not {which!r}")
         return list(self.cells), h
+
+
+def _grown(arr: np.ndarray, rows: int) -> np.ndarray:
+    """``arr`` with ``rows`` rows (the new ones zero)."""
+    out = np.zeros((rows, *arr.shape[1:]), arr.dtype)
+    out[:len(arr)] = arr
+    return out

@@ -37,10 +37,9 @@ for _p in (HERE, os.path.dirname(HERE)):  # _benchlib, and tests/helpers (the st
     if _p not in sys.path:
         sys.path.insert(0, _p)
 
-from _benchlib import table  # noqa: E402
-from helpers.streams import Z99, Op, Replay  # noqa: E402
-
-from aclprofd.detector import Detector, DetectorConfig  # noqa: E402
+from _benchlib import table
+from aclprofd.detector import Detector, DetectorConfig
+from helpers.streams import Z99, Op, Replay
 
 OPS = (Op("MatMul", 10_000, 200_000, 0.5), Op("Conv2D", 2_000, 80_000, 0.4), Op("Add", 500, 5_000, 0.6),
        Op("Softmax", 100, 20_000, 0.3))
