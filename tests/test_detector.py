@@ -356,3 +356,22 @@ def test_detector_decode_of_a_damaged_file_is_refused_at_start(tmp_path):
         f.write('{"format": "aclprofd-baseline", "version": 1, "rows": "')
     with pytest.raises(DaemonError, match=r"broken.*not JSON"):
         InProcess(data_dir=data_dir, detector_baseline="broken")
+
+
+def test_sighup_pins_a_saved_baseline_and_keeps_the_running_one_on_error(tmp_path):
+    import dataclasses
+    with InProcess(**FAST, data_dir=tmp_path / "data") as d:
+        a = agent(d.socket, service="svc")
+        _feed(a, 2.5)
+        c = Client(d.socket)
+        c.request(Kind.BASELINE_SAVE, {"name": "good"})
+        # each reload also sets another min_effect: seeing it proves that reload was applied
+        for name, effect, expect in (("good", 0.2, "good"), ("missing", 0.3, "good"), (None, 0.4, "trailing")):
+            d.daemon._reload = lambda name=name, effect=effect: dataclasses.replace(
+                d.settings, detector_baseline=name, detector_min_effect=effect)
+            d.daemon.request_reload()
+            _wait(lambda expect=expect, effect=effect: (
+                (st := c.request(Kind.STATUS)["detector"])["baseline"] == expect and st["min_effect"] == effect))
+        assert c.request(Kind.STATUS)["healthy"]
+        a.close()
+        c.close()
