@@ -76,6 +76,27 @@ def _parse_windows(value: Any) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _parse_fraction(value: Any) -> float:
+    f = float(value)
+    if not 0.0 < f < 10.0:
+        raise ValueError(f"{value!r} must be a fraction above 0 (0.05 = 5 %)")
+    return f
+
+
+def _parse_z(value: Any) -> float:
+    z = float(value)
+    if not 0.5 <= z <= 10.0:
+        raise ValueError(f"{value!r} must be between 0.5 and 10 (standard errors)")
+    return z
+
+
+def _parse_baseline_name(value: Any) -> str | None:
+    if value in (None, ""):
+        return None
+    from aclprof.protocol.baselinefmt import check_name
+    return check_name(str(value))
+
+
 def _parse_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -108,27 +129,6 @@ def _parse_positive_int(value: Any) -> int:
     if n < 1:
         raise ValueError(f"{value!r} must be at least 1")
     return n
-
-
-def _parse_fraction(value: Any) -> float:
-    f = float(value)
-    if not 0.0 < f < 10.0:
-        raise ValueError(f"{value!r} must be a fraction above 0 (0.05 = 5 %)")
-    return f
-
-
-def _parse_z(value: Any) -> float:
-    z = float(value)
-    if not 0.5 <= z <= 10.0:
-        raise ValueError(f"{value!r} must be between 0.5 and 10 (standard errors)")
-    return z
-
-
-def _parse_baseline_name(value: Any) -> str | None:
-    if value in (None, ""):
-        return None
-    from aclprof.protocol.baselinefmt import check_name
-    return check_name(str(value))
 
 
 def _opt_str(value: Any) -> str | None:
