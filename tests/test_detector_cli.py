@@ -7,11 +7,14 @@ import json
 import math
 import os
 import re
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
 from helpers.daemons import InProcess, agent
+from helpers.procs import env
 from helpers.records import make_records
 
 from aclprof.cli.main import main
@@ -30,7 +33,12 @@ def _jsonl(path, ops: dict[tuple[str, str], tuple[float, int]], seed: int, servi
 
 
 def _run(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(argv))
+    import structlog
+    saved = structlog.get_config()  # the CLI configures structlog onto this test's captured stderr
+    try:
+        rc = main(list(argv))
+    finally:
+        structlog.configure(**saved)
     out, err = capsys.readouterr()
     return rc, out, err
 
@@ -113,7 +121,15 @@ def test_diff_usage_errors_exit_2(tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_baseline_save_list_and_diff_against_the_live_window(tmp_path, capsys):
+def _cli(*argv: str) -> tuple[int, str, str]:
+    """The CLI in a child process: in this one, its logging set-up would capture the log
+    lines of the in-process daemon's thread (structlog caches loggers on first use)."""
+    p = subprocess.run([sys.executable, "-m", "aclprof", *argv], env=env(), capture_output=True, text=True,
+                       timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return p.returncode, p.stdout, p.stderr
+
+
+def test_baseline_save_list_and_diff_against_the_live_window(tmp_path):
     fast = {"detector_window_s": "2s", "detector_trailing_s": "4s", "detector_min_count": "200",
             "detector_persistence": "2", "data_dir": tmp_path / "data"}
     with InProcess(**fast) as d:
@@ -128,18 +144,18 @@ def test_baseline_save_list_and_diff_against_the_live_window(tmp_path, capsys):
                 a.send_batch(make_records(400, types=(2, 1), names=(4, 3), durations=dur.astype(np.int64)))
                 time.sleep(0.1)
         feed(3.0, 1.0)
-        rc, out, _ = _run(capsys, "baseline", "save", "good", "--socket", d.socket)
+        rc, out, _ = _cli("baseline", "save", "good", "--socket", d.socket)
         assert rc == 0 and out.startswith("saved baseline good: 2 ops (recent)")
         assert os.path.exists(os.path.join(d.settings.data_dir, "baselines", "good.json"))
-        rc, out, _ = _run(capsys, "baseline", "list", "--socket", d.socket)
+        rc, out, _ = _cli("baseline", "list", "--socket", d.socket)
         assert rc == 0 and "in use: trailing" in out and "  good " in out
         feed(3.0, 1.3)
-        rc, out, _ = _run(capsys, "diff", "baseline:good", "live:current", "--json", "--socket", d.socket)
+        rc, out, _ = _cli("diff", "baseline:good", "live:current", "--json", "--socket", d.socket)
         assert rc == 0
         rows = {r["key"]: r for r in json.loads(out)["rows"]}
         # the current window may still hold a little of the time before the slowdown
         assert rows["MatMul"]["verdict"] == "slower" and 1.15 < rows["MatMul"]["p50"]["shift"] < 1.35
         assert rows["Conv2D"]["verdict"] == ""
-        rc, _, err = _run(capsys, "diff", "baseline:missing", "live:current", "--socket", d.socket)
+        rc, _, err = _cli("diff", "baseline:missing", "live:current", "--socket", d.socket)
         assert rc == 1 and "no baseline named 'missing'" in err
         a.close()
