@@ -109,6 +109,7 @@ def test_diff_usage_errors_exit_2(tmp_path, capsys):
     empty = tmp_path / "empty"
     empty.mkdir()
     for argv in (["diff", good], ["diff", good, "baseline:../x"], ["diff", good, "live:yesterday"],
+                 ["diff", good, "window:-1h"], ["diff", good, "window:now..-1h"], ["diff", good, "window:x..now"],
                  ["diff", good, good, "--min-effect", "0"], ["diff", good, good, "--z", "nan"],
                  ["diff", good, good, "--limit", "-1"], ["diff", "-", "-"], ["diff", good, good, "--by", "pid"],
                  ["baseline", "save", ".hidden"], ["baseline"]):
@@ -143,7 +144,9 @@ def test_baseline_save_list_and_diff_against_the_live_window(tmp_path):
                 dur[0::2] *= slow  # even records: type id 2 (MatMul)
                 a.send_batch(make_records(400, types=(2, 1), names=(4, 3), durations=dur.astype(np.int64)))
                 time.sleep(0.1)
+        t_start = time.time()
         feed(3.0, 1.0)
+        t_mid = time.time()
         rc, out, _ = _cli("baseline", "save", "good", "--socket", d.socket)
         assert rc == 0 and out.startswith("saved baseline good: 2 ops (recent)")
         assert os.path.exists(os.path.join(d.settings.data_dir, "baselines", "good.json"))
@@ -156,6 +159,14 @@ def test_baseline_save_list_and_diff_against_the_live_window(tmp_path):
         # the current window may still hold a little of the time before the slowdown
         assert rows["MatMul"]["verdict"] == "slower" and 1.15 < rows["MatMul"]["p50"]["shift"] < 1.35
         assert rows["Conv2D"]["verdict"] == ""
+        # two windows of the records the daemon kept (EXPORT), before and after the slowdown
+        rc, out, err = _cli("diff", f"window:{t_start}..{t_mid}", f"window:{t_mid}..now", "--json",
+                            "--socket", d.socket)
+        assert rc == 0, err
+        res = json.loads(out)
+        rows = {r["key"]: r for r in res["rows"]}
+        assert rows["MatMul"]["verdict"] == "slower" and rows["Conv2D"]["verdict"] == ""
+        assert rows["MatMul"]["n_a"] > 5000 and res["a"] == f"window:{t_start}..{t_mid}"
         rc, _, err = _cli("diff", "baseline:missing", "live:current", "--socket", d.socket)
         assert rc == 1 and "no baseline named 'missing'" in err
         a.close()

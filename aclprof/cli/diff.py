@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from aclprof.cli.common import EXIT_OK, CliError, add_socket_arg, connect, format_ns
-from aclprof.cli.diff_sources import Histograms, check_spec, load_source
+from aclprof.cli.diff_sources import Histograms, check_spec, load_source, needs_daemon
 from aclprof.protocol.quantshift import IMPROVEMENT, NBINS, REGRESSION, judge, shift
 from aclprof.protocol.safetext import safe
 
@@ -27,6 +27,7 @@ __all__ = ["add_parser", "cmd_diff", "compare"]
 _EXAMPLES = """sources (A is the reference, B is compared with it):
   baseline:NAME          a baseline the daemon saved (aclprof baseline save NAME)
   live:current           the daemon's detector now: current (30 s), trailing or recent window
+  window:SINCE..UNTIL    records the daemon kept (times as in export: -2h, '10m ago', ISO, now)
   FILE.jsonl | -         an `aclprof export --format jsonl` file (- for stdin)
   FILE.json              a saved baseline file
   DIR                    kernel_details.csv files below DIR (ascend export, torch_npu profiler)
@@ -34,6 +35,7 @@ _EXAMPLES = """sources (A is the reference, B is compared with it):
 examples:
   aclprof diff baseline:good-v42 live:current
   aclprof diff before.jsonl after.jsonl --by name --limit 20
+  aclprof diff window:-1d..-23h window:-1h..now
   aclprof diff baseline:good baseline:canary --json | jq '.rows[] | select(.verdict=="slower")'
 
 exit codes: 0 done (whatever it found), 1 error, 2 usage error or daemon unreachable
@@ -167,12 +169,12 @@ def _table(result: dict[str, Any], limit: int | None) -> str:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
-    needs_daemon = any(s.partition(":")[0] in ("baseline", "live") and ":" in s for s in (args.a, args.b))
     if args.a == "-" and args.b == "-":
         raise CliError("A and B cannot both be stdin", 2)
-    if needs_daemon:
+    if needs_daemon(args.a) or needs_daemon(args.b):
         with connect(args) as client:
-            a, b = load_source(args.a, client), load_source(args.b, client)
+            client.settimeout(60.0)  # an export of a long window streams for a while
+            a, b = (load_source(s, client, service=args.service) for s in (args.a, args.b))
     else:
         a, b = load_source(args.a, None), load_source(args.b, None)
     result = compare(a, b, by=args.by, service=args.service, min_effect=args.min_effect,

@@ -5,6 +5,9 @@ A source spec is one of:
 - ``baseline:NAME``: a baseline the daemon saved (``aclprof baseline save NAME``);
 - ``live:current``, ``live:trailing``, ``live:recent``: the daemon's regression detector
   now (its current window, its trailing baseline, or both);
+- ``window:SINCE..UNTIL``: the records the daemon kept between two times (``aclprof
+  export``'s times: ``-2h``, ``'10m ago'``, ISO 8601, Unix seconds, ``now``), read
+  through EXPORT;
 - a path to an ``aclprof export --format jsonl`` file (``-`` is stdin);
 - a path to a saved baseline ``.json`` file (as in the daemon's ``baselines/`` directory);
 - a directory holding ``kernel_details.csv`` files (an ``ascend`` export or a torch_npu
@@ -17,6 +20,7 @@ the file and line; nothing is skipped silently.
 
 from __future__ import annotations
 
+import argparse
 import csv
 import json
 import os
@@ -27,14 +31,14 @@ from typing import IO, TYPE_CHECKING, Any
 
 import numpy as np
 
-from aclprof.cli.common import EXIT_UNREACHABLE, CliError
+from aclprof.cli.common import EXIT_UNREACHABLE, CliError, parse_time
 from aclprof.protocol import baselinefmt
 from aclprof.protocol.quantshift import NBINS, bin_index
 
 if TYPE_CHECKING:
     from aclprof.cli.client import Client
 
-__all__ = ["Histograms", "load_source", "check_spec", "LIVE"]
+__all__ = ["Histograms", "load_source", "check_spec", "needs_daemon", "window_times", "LIVE"]
 
 LIVE = {"current": "@current", "trailing": "@trailing", "recent": "@recent"}
 _MAX_LINE = 1 << 20
@@ -50,10 +54,26 @@ class Histograms:
     hists: np.ndarray
 
 
+def window_times(rest: str) -> tuple[float, float]:
+    """``SINCE..UNTIL`` as Unix times; ValueError naming the problem."""
+    since, sep, until = rest.partition("..")
+    if not sep or not since.strip() or not until.strip():
+        raise ValueError(f"window:{rest}: use window:SINCE..UNTIL (example: window:-2h..-1h)")
+    try:
+        t0, t1 = parse_time(since), parse_time(until)
+    except argparse.ArgumentTypeError as exc:
+        raise ValueError(f"window:{rest}: {exc}") from None
+    if not t0 < t1:
+        raise ValueError(f"window:{rest}: SINCE must be before UNTIL")
+    return t0, t1
+
+
 def check_spec(text: str) -> str:
     """ValueError (argparse turns it into exit 2) for a spec that cannot be right."""
     kind, _, rest = text.partition(":")
-    if kind == "baseline" and rest:
+    if kind == "window" and rest:
+        window_times(rest)
+    elif kind == "baseline" and rest:
         baselinefmt.check_name(rest)
     elif kind == "live" and rest:
         if rest not in LIVE:
@@ -63,9 +83,21 @@ def check_spec(text: str) -> str:
     return text
 
 
-def load_source(spec: str, client: Client | None, stdin: IO[bytes] | None = None) -> Histograms:
-    """The histograms of one spec; ``client`` is needed for ``baseline:``/``live:`` specs."""
+def needs_daemon(spec: str) -> bool:
     kind, _, rest = spec.partition(":")
+    return kind in ("baseline", "live", "window") and bool(rest)
+
+
+def load_source(spec: str, client: Client | None, stdin: IO[bytes] | None = None,
+                service: str | None = None) -> Histograms:
+    """The histograms of one spec; ``client`` is needed when :func:`needs_daemon`."""
+    kind, _, rest = spec.partition(":")
+    if kind == "window" and rest:
+        if client is None:
+            raise CliError(f"{spec}: needs the daemon", EXIT_UNREACHABLE)
+        since, until = window_times(rest)
+        filt = {"service": service} if service is not None else {}
+        return _from_jsonl(spec, _Chunks(client.export_jsonl(since, until, filt)))
     if kind in ("baseline", "live") and rest:
         if client is None:
             raise CliError(f"{spec}: needs the daemon", EXIT_UNREACHABLE)
@@ -133,14 +165,30 @@ class _Accumulator:
         return Histograms(self.spec, list(self.index), hists)
 
 
-def _lines(spec: str, f: IO[bytes]) -> Iterator[tuple[int, bytes]]:
+class _Chunks:
+    """EXPORT_RECORDS payloads (whole lines each) read like a file, line by line."""
+
+    def __init__(self, payloads: Iterable[bytes]) -> None:
+        self._it = iter(payloads)
+        self._lines: list[bytes] = []
+
+    def readline(self, limit: int = -1) -> bytes:
+        while not self._lines:
+            payload = next(self._it, None)
+            if payload is None:
+                return b""
+            self._lines = payload.splitlines(keepends=True)[::-1]
+        return self._lines.pop()
+
+
+def _lines(spec: str, f: Any) -> Iterator[tuple[int, bytes]]:
     for n, line in enumerate(iter(lambda: f.readline(_MAX_LINE + 1), b""), 1):
         if len(line) > _MAX_LINE:
             raise CliError(f"{spec}: line {n} is longer than {_MAX_LINE} bytes")
         yield n, line
 
 
-def _from_jsonl(spec: str, f: IO[bytes]) -> Histograms:
+def _from_jsonl(spec: str, f: Any) -> Histograms:
     acc = _Accumulator(spec)
     for n, line in _lines(spec, f):
         if not line.strip():
