@@ -375,3 +375,36 @@ def test_sighup_pins_a_saved_baseline_and_keeps_the_running_one_on_error(tmp_pat
         assert c.request(Kind.STATUS)["healthy"]
         a.close()
         c.close()
+
+
+def test_baseline_store_is_bounded_and_lists_unreadable_files(tmp_path, monkeypatch):
+    from aclprofd import baselines
+    monkeypatch.setattr(baselines, "MAX_BASELINES", 2)
+    store = baselines.BaselineStore(str(tmp_path))
+    doc = baselinefmt.encode("a", [], np.zeros((0, NBINS)), {"saved_ts": 1.0, "source": "recent"})
+    store.save("a", doc)
+    store.save("b", doc)
+    with pytest.raises(ValueError, match="2 baselines are saved already"):
+        store.save("c", doc)
+    store.save("a", doc)  # replacing one is always allowed
+    (tmp_path / "baselines" / "b.json").write_text("{not json")
+    (tmp_path / "baselines" / "..json").write_text("{}")  # not a valid name: not listed
+    listing = store.listing()
+    assert [x["name"] for x in listing] == ["a", "b"]
+    assert listing[0]["rows"] == 0 and "not JSON" in listing[1]["error"]
+    assert not [f for f in os.listdir(tmp_path / "baselines") if f.endswith(".tmp")]
+    monkeypatch.setattr(baselines, "MAX_BYTES", 10)
+    with pytest.raises(ValueError, match="at most 10"):
+        store.save("a", doc)
+
+
+def test_a_failed_baseline_write_is_an_error_reply_not_a_closed_connection(tmp_path):
+    data = tmp_path / "data"
+    with InProcess(**FAST, data_dir=data) as d:
+        (data / "baselines").write_text("in the way")  # the directory cannot be created
+        c = Client(d.socket)
+        c.send_json(Kind.BASELINE_SAVE, {"name": "x"})
+        k, payload = c.recv()
+        assert k == Kind.ERROR and b"cannot write" in bytes(payload)
+        assert c.request(Kind.STATUS)["detector"]["baseline"] == "trailing"  # same connection
+        c.close()
