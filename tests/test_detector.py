@@ -408,3 +408,21 @@ def test_a_failed_baseline_write_is_an_error_reply_not_a_closed_connection(tmp_p
         assert k == Kind.ERROR and b"cannot write" in bytes(payload)
         assert c.request(Kind.STATUS)["detector"]["baseline"] == "trailing"  # same connection
         c.close()
+
+
+def test_a_detector_exception_is_counted_and_the_daemon_goes_on(monkeypatch):
+    with InProcess(**FAST) as d:
+        det = d.daemon.detection.detector
+
+        def broken(*a, **k):
+            raise RuntimeError("boom")
+        monkeypatch.setattr(det, "observe", broken)
+        monkeypatch.setattr(det, "tick", broken)
+        a = agent(d.socket, service="svc")
+        a.send_batch(make_records(100))
+        c = Client(d.socket)
+        st = _wait(lambda: (s := c.request(Kind.STATUS))["records_total"] == 100 and s["detector"]["errors"] >= 2
+                   and s)
+        assert st["agents"] and st["agents"][0]["records"] == 100  # the agent's connection stayed
+        a.close()
+        c.close()

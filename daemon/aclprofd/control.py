@@ -50,7 +50,7 @@ class Control:
     def status(self, conn: Conn, req: dict[str, Any]) -> None:
         snap = self.d.publish()  # STATUS and /metrics read the same snapshot
         reply = status_reply(snap, self.d.settings.socket)
-        reply["detector"] = self.d.detection.detector.status()
+        reply["detector"] = self.d.detection.status()
         self.d.queue(conn, encode_json(Kind.STATUS_REPLY, reply))
 
     def snapshot(self, conn: Conn, req: dict[str, Any]) -> None:

@@ -55,8 +55,11 @@ class DetectorService:
         self.d = daemon
         self.detector = Detector(self._identity(), detector_config(daemon.settings))
         self.baselines = BaselineStore(daemon.settings.data_dir)
-        daemon.aggregator.observer = self.detector.observe
+        daemon.aggregator.observer = self.observe
         self.next_tick = 0.0
+        #: exceptions in the detector (a bug): logged with the traceback, counted in STATUS;
+        #: ingestion and the loop go on without the detector's view of that batch or second
+        self.errors = 0
         self.handlers: dict[Kind, Callable[[Conn, dict[str, Any]], None]] = {
             Kind.BASELINE_SAVE: self.save, Kind.BASELINE_LIST: self.listing, Kind.BASELINE_GET: self.get}
 
@@ -89,12 +92,31 @@ class DetectorService:
         """Seconds until the next evaluation (0 when due)."""
         return max(0.0, self.next_tick - mono)
 
+    def observe(self, hcodes: Any, hcount: Any) -> None:
+        """The aggregator's observer: one batch's histogram deltas."""
+        try:
+            self.detector.observe(hcodes, hcount)
+        except Exception:
+            self._failed("observe")
+
     def tick(self, mono: float) -> None:
         """Evaluate when due (once per TICK_S on the loop)."""
         if mono < self.next_tick:
             return
         self.next_tick = mono + TICK_S
-        self.detector.tick(time.time())
+        try:
+            self.detector.tick(time.time())
+        except Exception:
+            self._failed("tick")
+
+    def _failed(self, where: str) -> None:
+        self.errors += 1
+        if self.errors <= 10 or self.errors % 1000 == 0:  # a bug that repeats must not flood the log
+            _log.exception("regression detector failed (a bug)", where=where, errors=self.errors)
+
+    def status(self) -> dict[str, Any]:
+        """The STATUS reply's ``detector`` object."""
+        return {**self.detector.status(), "errors": self.errors}
 
     def reload(self, s: Settings) -> None:
         """SIGHUP: thresholds change in place; a new ``detector_baseline`` is pinned (or the
