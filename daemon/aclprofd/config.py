@@ -79,7 +79,7 @@ def _parse_windows(value: Any) -> tuple[int, ...]:
 def _parse_fraction(value: Any) -> float:
     f = float(value)
     if not 0.0 < f < 10.0:
-        raise ValueError(f"{value!r} must be a fraction above 0 (0.05 = 5 %)")
+        raise ValueError(f"{value!r} must be a fraction above 0 (0.05 = 5 percent)")
     return f
 
 
@@ -239,7 +239,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("detector_trailing_s", "detector_trailing", "ACLPROFD_DETECTOR_TRAILING", "--detector-trailing",
            parse_duration, False, "regression detector: time constant of the decayed trailing baseline (default 10m)"),
     Option("detector_min_effect", "detector_min_effect", "ACLPROFD_DETECTOR_MIN_EFFECT", "--detector-min-effect",
-           _parse_fraction, True, "regression detector: smallest quantile shift flagged, 0.05 = 5 % (default 0.05)"),
+           _parse_fraction, True, "regression detector: smallest quantile shift flagged, 0.05 = 5 percent (default 0.05)"),
     Option("detector_min_count", "detector_min_count", "ACLPROFD_DETECTOR_MIN_COUNT", "--detector-min-count",
            _parse_positive_int, True, "regression detector: samples needed in each window (default 1000)"),
     Option("detector_persistence", "detector_persistence", "ACLPROFD_DETECTOR_PERSISTENCE",
