@@ -54,6 +54,7 @@ class DetectorView:
     """What the detector reported at its last tick (rows: evaluated groups only)."""
 
     ts: float = 0.0
+    host: str = ""  # the daemon's host label (the Prometheus series carry it)
     baseline: str | None = None
     groups: int = 0
     rows: tuple[dict[str, Any], ...] = ()
@@ -77,6 +78,7 @@ class Detector:
         self.flagged = np.zeros((0, nq), bool)
         self.since = np.zeros((0, nq), np.float64)
         self.flagged_total = 0
+        self.host = ""
         self.published = DetectorView()
 
     def observe(self, hcodes: np.ndarray, hcount: np.ndarray) -> None:
@@ -149,7 +151,7 @@ class Detector:
             {"service": r["service"], "model": r["model"], "op_type": r["op_type"], "quantile": qn,
              **{k: r[qn][k] for k in ("shift", "lower", "upper", "since_ts")}}
             for r in out for qn in QNAMES.values() if qn in r and r[qn]["flagged"])
-        self.published = DetectorView(now, self.pinned_name, g, tuple(out), self.flagged_total,
+        self.published = DetectorView(now, self.host, self.pinned_name, g, tuple(out), self.flagged_total,
                                       self.store.untracked, flags)
         return self.published
 

@@ -22,7 +22,7 @@ from aclprof.protocol.wire import Kind, ProtocolError, encode_json
 from .baselines import BaselineStore
 from .config import Settings
 from .conn import Conn
-from .detector import Detector, DetectorConfig
+from .detector import Detector, DetectorConfig, DetectorView
 from .detector_state import Cell
 from .sockets import DaemonError
 
@@ -54,6 +54,7 @@ class DetectorService:
     def __init__(self, daemon: Daemon) -> None:
         self.d = daemon
         self.detector = Detector(self._identity(), detector_config(daemon.settings))
+        self.detector.host = host_label(daemon.settings)
         self.baselines = BaselineStore(daemon.settings.data_dir)
         daemon.aggregator.observer = self.observe
         self.next_tick = 0.0
@@ -92,6 +93,11 @@ class DetectorService:
         """Seconds until the next evaluation (0 when due)."""
         return max(0.0, self.next_tick - mono)
 
+    @property
+    def published(self) -> DetectorView:
+        """The detector's last view (any thread: one immutable object)."""
+        return self.detector.published
+
     def observe(self, hcodes: Any, hcount: Any) -> None:
         """The aggregator's observer: one batch's histogram deltas."""
         try:
@@ -122,6 +128,7 @@ class DetectorService:
         """SIGHUP: thresholds change in place; a new ``detector_baseline`` is pinned (or the
         trailing one restored). A baseline that cannot be loaded keeps the running one."""
         cfg = detector_config(s)
+        self.detector.host = host_label(s)
         old = self.detector.config
         # window and trailing need a restart (their histograms are built with them)
         self.detector.config = DetectorConfig(old.window_s, old.trailing_s, cfg.z, cfg.min_effect,

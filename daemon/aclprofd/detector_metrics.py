@@ -1,8 +1,9 @@
 """The regression detector's Prometheus series (a part of ``aclprofd.metrics``' collector).
 
-Read at scrape time from the detector's last published view (one immutable object), so
-the HTTP thread never touches the loop's arrays. One series per evaluated (service, model,
-op_type) group and quantile (``p50``, ``p99``); ``host`` is the daemon's host label:
+Read at scrape time from the detector's last published view (one immutable object, host
+label included), so the HTTP thread never touches the loop's arrays or settings. One
+series per evaluated (service, model, op_type) group and quantile (``p50``, ``p99``);
+``host`` is the daemon's host label:
 
 - ``aclprofd_op_latency_shift``: current / baseline quantile ratio (1.10 = 10 % slower);
 - ``aclprofd_op_latency_shift_lower`` / ``_upper``: its confidence bounds;
@@ -18,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from .detector import QNAMES
-from .detector_control import host_label
 
 if TYPE_CHECKING:
     from .server import Daemon
@@ -30,8 +30,8 @@ _LABELS = ["host", "service", "model", "op_type", "quantile"]
 
 def detector_families(daemon: Daemon) -> Iterator[Any]:
     """The detector's metric families, from ``daemon.detection.detector.published``."""
-    view = daemon.detection.detector.published
-    host = host_label(daemon.settings)
+    view = daemon.detection.published  # one attribute read: a consistent view
+    host = view.host
     fams = {
         "shift": GaugeMetricFamily("aclprofd_op_latency_shift",
                                    "Op latency quantile, current window / baseline (regression detector)",
