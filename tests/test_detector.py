@@ -426,3 +426,21 @@ def test_a_detector_exception_is_counted_and_the_daemon_goes_on(monkeypatch):
         assert st["agents"] and st["agents"][0]["records"] == 100  # the agent's connection stayed
         a.close()
         c.close()
+
+
+def test_groups_use_the_model_label_when_the_registry_keeps_one():
+    """With per-service keys (issue 10: ``KeyRegistry.model_label``) a group's model is the
+    label "name@version" the service gave in WATCH; without it, the model id."""
+    with InProcess(**FAST) as d:
+        a = agent(d.socket, service="svc")
+        a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {"model": "resnet50", "version": "v3"}})
+        c = Client(d.socket)
+
+        def rows():
+            _feed(a, 0.5)
+            return c.request(Kind.BASELINE_GET, {"name": "@recent"})["rows"]
+        got = _wait(rows)
+        labelled = hasattr(d.daemon.aggregator.keys, "model_label")
+        assert {r["model"] for r in got} == {"resnet50@v3" if labelled else "1"}
+        a.close()
+        c.close()
