@@ -214,6 +214,9 @@ def test_annotate_gives_type_rows_their_worst_p99_shift():
     det.annotate(reply)
     assert reply["rows"][0]["shift_p99"] == pytest.approx(1.0, abs=0.05)
     assert reply["rows"][1]["shift_p99"] is None
+    only = {"group_by": "type", "rows": [{"key": "MatMul"}]}
+    det.annotate(only, service="another")
+    assert only["rows"][0]["shift_p99"] is None
     other = {"group_by": "name", "rows": [{"key": "fc1"}]}
     det.annotate(other)
     assert "shift_p99" not in other["rows"][0]
