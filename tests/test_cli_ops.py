@@ -234,3 +234,22 @@ def test_status_loop_needs_positive_seconds(value):
     p = cli("status", f"--loop={value}", "--socket", "/nonexistent/d.sock")
     assert p.returncode == 2
     assert f"argument -l/--loop: {value!r} is not a positive number of seconds" in p.stderr
+
+
+# -- the detector's p99 shift column ----------------------------------------------------------
+
+def test_top_shows_the_detectors_p99_shift_and_flags_regressions():
+    from aclprof.cli.topview import TopView
+
+    row = {"count": 10, "total_ns": 1000, "mean_ns": 100, "p50_ns": 90, "p99_ns": 200, "max_ns": 300,
+           "pct_time": 50.0}
+    rows = [{**row, "key": "MatMul", "shift_p99": 1.234, "regression": True},
+            {**row, "key": "Relu", "shift_p99": 0.98, "regression": False},
+            {**row, "key": "Add", "shift_p99": None, "regression": False}]
+    text = _screen(TopView(), {"rows": rows})
+    assert "p99 shift" in text
+    assert "+23.4% REGRESSION" in text and "-2.0%" in text
+    assert text.count("REGRESSION") == 1
+    assert "Add" in text and "—" in text  # not judged yet
+    plain = _screen(TopView(), {"rows": [{**row, "key": "MatMul"}]})  # a daemon without the detector
+    assert "p99 shift" not in plain

@@ -220,6 +220,22 @@ def test_annotate_gives_type_rows_their_worst_p99_shift():
     other = {"group_by": "name", "rows": [{"key": "fc1"}]}
     det.annotate(other)
     assert "shift_p99" not in other["rows"][0]
+    assert reply["rows"][0]["regression"] is False  # nothing flagged yet
+
+
+def test_annotate_marks_flagged_op_types_as_regressions():
+    replay, det = _detector()
+    _run(replay, det, 1000, 60)
+    replay.set_op(0, median_ns=230_000)
+    views = _run(replay, det, 1060, 20)
+    assert {f["op_type"] for f in views[-1].flags} == {"MatMul"}
+    reply = {"group_by": "type", "rows": [{"key": "MatMul"}, {"key": "Nope"}]}
+    det.annotate(reply)
+    assert reply["rows"][0]["regression"] is True and reply["rows"][0]["shift_p99"] > 1.05
+    assert reply["rows"][1]["regression"] is False
+    only = {"group_by": "type", "rows": [{"key": "MatMul"}]}
+    det.annotate(only, service="another")  # the flag belongs to another service
+    assert only["rows"][0]["regression"] is False
 
 
 # ---- inside a real daemon -----------------------------------------------------------------

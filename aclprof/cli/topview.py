@@ -244,6 +244,10 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
     ident = _identity_columns(view.group, rows)
     stats: list[tuple[str, str | None]] = [("Count", "count"), ("Total", "total"), ("Avg", "avg"), ("p50", None),
                                            ("p99", "p99"), ("Max", "max"), ("% time", None)]
+    # the detector's p99 shift per op type (daemons with regression detection, grouped by type)
+    shift = any("shift_p99" in r for r in rows)
+    if shift:
+        stats.append(("p99 shift", None))
     columns: list[tuple[str, Literal["left", "right"], str | None]] = (
         [(h, "left", None) for h, _ in ident] + [(h, "right", s) for h, s in stats])
     for name, justify, sort in columns:
@@ -257,7 +261,7 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
                  for i, (_, f) in enumerate(ident)]
         table.add_row(*cells, f"{int(num(r.get('count'))):,}", format_ns(num(r.get("total_ns"))),
                       format_ns(num(r.get("mean_ns"))), _q(r.get("p50_ns")), _q(r.get("p99_ns")), _q(r.get("max_ns")),
-                      f"{num(r.get('pct_time')):.1f}")
+                      f"{num(r.get('pct_time')):.1f}", *([shift_cell(r)] if shift else []))
     pad = [""] * (len(columns) - 1)
     if total_rows > len(rows):
         table.add_row(Text(f"... {total_rows - len(rows)} more", style="dim"), *pad)
@@ -270,6 +274,20 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
     if cap is not None:
         parts.append(cap)
     return Group(*parts)
+
+
+def shift_cell(row: dict[str, Any]) -> Any:
+    """The p99 shift cell: the current p99 against the detector's baseline in percent, red
+    with "REGRESSION" when the detector flags the op type, "—" before it can judge."""
+    from rich.text import Text
+
+    ratio = row.get("shift_p99")
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool):
+        return Text("—")
+    text = f"{100.0 * (ratio - 1.0):+.1f}%"
+    if row.get("regression") is True:
+        return Text(text + " REGRESSION", style="bold red")
+    return Text(text)
 
 
 def _q(ns: Any) -> str:

@@ -201,7 +201,8 @@ class Detector:
     def annotate(self, reply: dict[str, Any], service: str | None = None) -> None:
         """Give SNAPSHOT rows grouped by type a ``shift_p99``: the largest current p99 ratio
         among the op type's groups (of ``service`` only, when the SNAPSHOT filtered by one;
-        null when none was evaluated)."""
+        null when none was evaluated), and ``regression``: whether one of them is flagged
+        (p50 or p99)."""
         if reply.get("group_by") != "type":
             return
         worst: dict[str, float] = {}
@@ -211,8 +212,11 @@ class Detector:
             s = r.get("p99", {}).get("shift")
             if s is not None and s > worst.get(r["op_type"], -1.0):
                 worst[r["op_type"]] = s
+        flagged = {f["op_type"] for f in self.published.flags
+                   if service is None or f.get("service") == service}
         for row in reply.get("rows", ()):
             row["shift_p99"] = worst.get(row.get("key"))
+            row["regression"] = row.get("key") in flagged
 
 
 def _num(x: Any, digits: int = 4) -> float | None:
