@@ -253,3 +253,26 @@ def test_top_shows_the_detectors_p99_shift_and_flags_regressions():
     assert "Add" in text and "—" in text  # not judged yet
     plain = _screen(TopView(), {"rows": [{**row, "key": "MatMul"}]})  # a daemon without the detector
     assert "p99 shift" not in plain
+
+
+def test_status_lists_the_detectors_flags_worst_first_and_escaped():
+    from aclprof.cli.status import format_status
+
+    flags = [{"service": "bert", "model": "bert-base", "op_type": "Add", "quantile": "p50", "shift": 1.08,
+              "lower": 1.06, "upper": 1.10, "since_ts": 1_700_000_000.0},
+             {"service": "resnet\x1b[2J", "model": "resnet50@v3", "op_type": "MatMul", "quantile": "p99",
+              "shift": 1.25, "lower": 1.2, "upper": 1.3, "since_ts": None}]
+    flags += [{"service": "s", "model": "m", "op_type": f"Op{i}", "quantile": "p99", "shift": 1.06,
+               "lower": 1.055, "upper": 1.07} for i in range(12)]
+    text = format_status({"healthy": True, "detector": {"baseline": "trailing", "flags": flags,
+                                                          "flags_count": 20, "errors": 2}})
+    lines = text.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("regressions:"))
+    assert lines[head] == "regressions: 20 flagged against the trailing baseline; detector errors 2"
+    assert "MatMul p99 +25.0% [+20.0%, +30.0%]" in lines[head + 1]  # the worst first
+    assert "\x1b" not in text and "resnet\\x1b[2J/resnet50@v3" in lines[head + 1]
+    assert "bert/bert-base Add p50 +8.0% [+6.0%, +10.0%] since" in lines[head + 2]
+    assert lines[head + 11] == "  ... 10 more (aclprof status --json)"
+    assert "regressions" not in format_status({"healthy": True})  # a daemon without the detector
+    quiet = {"baseline": "trailing", "flags": [], "flags_count": 0, "errors": 0}
+    assert "regressions" not in format_status({"healthy": True, "detector": quiet})

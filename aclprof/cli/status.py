@@ -191,9 +191,41 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None) -> 
         lines.append(f"memory: {_bytes(float(mem.get('used_bytes', 0)))} of {_bytes(float(mem.get('budget_bytes', 0)))}"
                      f" budget held for clients"
                      + ("; refused: " + ", ".join(f"{k} {v:,}" for k, v in sorted(refused.items())) if refused else ""))
+    lines += detector_lines(st)
     # Service, host, labels and problems carry peers' strings: each line is escaped as a
     # whole, so none can drive the terminal or forge another line.
     return "\n".join(safe(line) for line in lines)
+
+
+_MAX_FLAG_LINES = 10
+
+
+def detector_lines(st: dict[str, Any]) -> list[str]:
+    """The regression detector's flags (STATUS ``detector``; daemon/PROTOCOL.md): one line
+    per flagged (service, model, op type, quantile), the first ten, worst shift first."""
+    det = st.get("detector")
+    if not isinstance(det, dict):
+        return []
+    flags = [f for f in det.get("flags") or [] if isinstance(f, dict)]
+    count = det.get("flags_count", len(flags))
+    if not count and not det.get("errors"):
+        return []  # like the other trouble lines: said only when there is something to say
+    lines = [f"regressions: {count:,} flagged against the {det.get('baseline', '?')} baseline"
+             + (f"; detector errors {det['errors']:,}" if det.get("errors") else "")]
+    flags.sort(key=lambda f: -f["shift"] if isinstance(f.get("shift"), (int, float)) else 0.0)
+    for f in flags[:_MAX_FLAG_LINES]:
+        since = f.get("since_ts")
+        when = time.strftime(" since %H:%M:%S", time.localtime(since)) if isinstance(since, (int, float)) else ""
+        lines.append(f"  {f.get('service') or '-'}/{f.get('model', '?')} {f.get('op_type', '?')} "
+                     f"{f.get('quantile', '?')} {_pct(f.get('shift'))} "
+                     f"[{_pct(f.get('lower'))}, {_pct(f.get('upper'))}]{when}")
+    if isinstance(count, int) and count > min(len(flags), _MAX_FLAG_LINES):
+        lines.append(f"  ... {count - min(len(flags), _MAX_FLAG_LINES):,} more (aclprof status --json)")
+    return lines
+
+
+def _pct(ratio: Any) -> str:
+    return f"{100.0 * (ratio - 1.0):+.1f}%" if isinstance(ratio, (int, float)) else "?"
 
 
 def cmd_status(args: argparse.Namespace) -> int:
