@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from aclprof._log import get_logger
@@ -63,6 +64,8 @@ class Connection:
         self._in_reader: Any = None   # frames from the daemon (WELCOME, ERROR, GOODBYE)
         self._in_pending: list[Any] = []
         self._goodbye_seen = False
+        #: TRACE_START handler (aclprof.agent.trace.Tracer.on_start; cheap, never blocks)
+        self.on_trace_start: Callable[[dict[str, Any]], None] | None = None
 
     # -- connect / disconnect ----------------------------------------------------------------
     def connect(self) -> bool:
@@ -257,6 +260,8 @@ class Connection:
             elif kind == wire.Kind.GOODBYE and not self._goodbye_seen:
                 self._goodbye(obj)
                 ended = "the daemon is stopping (GOODBYE)"
+            elif kind == wire.Kind.TRACE_START and self.on_trace_start is not None:
+                self.on_trace_start(obj)
             # any other kind: ignored (added to the protocol after this agent)
         return ended
 

@@ -50,6 +50,11 @@ def tail_line(r: dict[str, Any], colour: bool) -> str:
     else:
         t = "-"
     dur = format_ns(r.get("duration_ns"))
+    if r.get("kind") == "gap":  # aclprof trace paused this process's subscriptions (PROTOCOL.md)
+        n = r.get("gap_records")
+        mark = "\x1b[31m-- gap\x1b[0m" if colour else "-- gap"
+        return (f"{t}  pid {safe(r.get('pid', '?')):<7} {mark}: subscriptions paused {format_ns(r.get('pause_ns'))} "
+                f"for aclprof trace, {'an unknown number of' if n is None else safe(n)} ops not streamed --")
     if r.get("kind") == "keypoint":
         # A step boundary (CANN's keypoint_op record): the step's span, not an op.
         mark = "\x1b[33m-- step\x1b[0m" if colour else "-- step"

@@ -87,6 +87,10 @@ class Kind(enum.IntEnum):
     LOSS = 14
     # daemon -> agent (an addition to version 1: agents ignore kinds they do not know)
     GOODBYE = 15
+    # on-demand traces (aclprof trace): daemon -> agent, agent -> daemon (an old agent
+    # ignores TRACE_START and never answers; the daemon times it out)
+    TRACE_START = 16
+    TRACE_DONE = 17
     # CLI -> daemon (requests) and daemon -> CLI (replies)
     STATUS = 20
     STATUS_REPLY = 21
@@ -102,6 +106,9 @@ class Kind(enum.IntEnum):
     # protocol 2: STREAM and EXPORT end with END; a STREAM reports skipped records apart
     END = 31
     STREAM_SKIPPED = 32
+    # on-demand traces: CLI -> daemon and its one reply
+    TRACE = 40
+    TRACE_REPLY = 41
 
 
 class ProtocolError(ValueError):

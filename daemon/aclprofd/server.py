@@ -45,6 +45,7 @@ from .persist import AGGREGATES_FILE, Persistence, malloc_trim
 from .sockets import DaemonError, bind_socket, sd_notify, socket_is_ours
 from .status import PUBLISH_S, Counters, CountersSnapshot, Health, take_snapshot
 from .storage import Storage
+from .trace import Traces
 from .transport import Transport
 
 __all__ = ["Daemon", "DaemonError", "serve", "sd_notify", "PROTOCOL_VERSION", "AGGREGATES_FILE"]
@@ -121,6 +122,7 @@ class Daemon(Transport):
         self.fanout = Fanout(self)
         self.ingest = Ingest(self)
         self.control = Control(self)
+        self.traces = Traces(self)  # registers TRACE and TRACE_DONE in the two tables above
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._published_mono = 0.0
         self._next_trim = 0.0
@@ -221,6 +223,7 @@ class Daemon(Transport):
                     next_flush = time.monotonic() + flush_every
                 if now >= self._published_mono + PUBLISH_S:
                     self.publish()
+                self.traces.tick(now)
         finally:
             sd_notify("STOPPING=1")
             self._stop_listening()
@@ -405,6 +408,7 @@ class Daemon(Transport):
 
     def _on_close(self, conn: Conn) -> None:
         self.fanout.closed(conn)
+        self.traces.closed(conn)
         if conn.role == "agent":
             self.persist.store(conn)
         if conn.names_bytes + len(conn.out) > _TRIM_AFTER:
