@@ -54,8 +54,12 @@ def daemon():
     d.cleanup()
 
 
-def test_trace_returns_the_prof_directory_resumes_and_counts_the_gap(daemon):
-    w = Worker(daemon.socket, "--service", "tracesvc")
+def _session_running(trace_dir: Path) -> bool:
+    return any(trace_dir.glob("aclprof-trace-*/PROF_*/host/mock_session.json"))
+
+
+def test_trace_returns_the_prof_directory_resumes_and_counts_the_gap(daemon, tmp_path):
+    w = Worker(daemon.socket, "--service", "tracesvc", "--trace-dir", str(tmp_path))
     stream = Client(daemon.socket)
     try:
         stream.send_json(Kind.STREAM, {"filter": {"service": "tracesvc"}})
@@ -64,8 +68,9 @@ def test_trace_returns_the_prof_directory_resumes_and_counts_the_gap(daemon):
         before = status(daemon.socket)["records_total"]
         proc = _cli_popen("trace", "--service", "tracesvc", "--duration", "1.5s", "--json",
                           "--socket", daemon.socket)
-        # the agent paused its subscription (UNWATCH): ops run now are the gap
+        # the agent paused its subscription (UNWATCH) and runs the session: ops run now are the gap
         wait_for(lambda: _models(daemon.socket, w.pid) == [], what="the subscription to pause")
+        wait_for(lambda: _session_running(tmp_path), what="the session to start")
         w.run(20)  # 100 ops nobody streams
         out, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
@@ -75,12 +80,17 @@ def test_trace_returns_the_prof_directory_resumes_and_counts_the_gap(daemon):
         assert p["pid"] == w.pid and p["service"] == "tracesvc" and p["error"] is None
         [prof] = p["dirs"]
         prof_dir = Path(prof)
-        assert prof_dir.name.startswith("PROF_") and prof_dir.is_dir()
+        assert prof_dir.name.startswith("PROF_") and prof_dir.is_dir() and prof_dir.parent.parent == tmp_path
+        assert prof_dir.parent.stat().st_mode & 0o777 == 0o700  # mkdtemp: private to the service's user
         session = json.loads((prof_dir / "host" / "mock_session.json").read_text())
         assert session["pid"] == w.pid and session["dataTypeConfig"] == 3 and session["stopMonotonicNs"]
         cfg = json.loads((prof_dir / "device_0" / "mock_config.json").read_text())
         assert cfg["deviceId"] == 0
-        assert p["models"] == [w.model] and p["pause_ns"] >= 1.5e9 and p["resumed_ts"] > p["paused_ts"]
+        assert p["models"] == [w.model] and p["pause_ns"] >= p["session_ns"] >= 1.5e9
+        assert p["resumed_ts"] > p["paused_ts"]
+        # the gap: every op run while the session ran, counted from what the session collected
+        assert p["gap_records"] == 100
+        assert json.loads((prof_dir / "device_0" / "mock_ops.json").read_text())["opsByModel"] == {str(w.model): 100}
         # the subscription resumed: records flow again, counted exactly
         wait_for(lambda: _models(daemon.socket, w.pid) == [w.model], what="the subscription to resume")
         w.run(10)
@@ -88,10 +98,10 @@ def test_trace_returns_the_prof_directory_resumes_and_counts_the_gap(daemon):
         # the gap is counted on the connection and in all
         a = _agent_of(daemon.socket, w.pid)
         assert a["trace_pauses"] == 1 and a["trace_paused_seconds"] >= 1.5
+        assert (a["trace_gap_records"], a["trace_gap_unknown"]) == (100, 0)
         st = status(daemon.socket)
         assert st["traces"]["requested"] >= 1 and st["traces"]["trace_pauses"] >= 1
         assert st["traces"]["running"] == 0
-        assert a["trace_gap_records"] + a["trace_gap_unknown"] >= 1
         # ... and the stream got a line marking it, between the records before and after
         kinds: list[str] = []
         while kinds.count("op") < 100:
@@ -100,6 +110,7 @@ def test_trace_returns_the_prof_directory_resumes_and_counts_the_gap(daemon):
             gap = next((r for r in recs if r["kind"] == "gap"), None)
             if gap:
                 assert gap["pid"] == w.pid and gap["pause_ns"] == p["pause_ns"] and gap["models"] == [w.model]
+                assert gap["gap_records"] == 100
         assert kinds.count("gap") == 1 and kinds.index("gap") == 50
         # the human output and tail's line
         from aclprof.cli.tail import tail_line
@@ -258,7 +269,7 @@ def test_unrequested_trace_done_is_counted_not_fatal(inproc):
         a.send_json(Kind.TRACE_DONE, {"trace_id": 99, "pause_ns": 2_000_000_000, "gap_records": None,
                                       "paused_ts": float("inf")})
         st = wait_for(lambda: (s := status(inproc.socket))["traces"]["trace_pauses"] and s)
-        assert st["agents"][0]["trace_unknown" if False else "trace_gap_unknown"] == 1
+        assert st["agents"][0]["trace_gap_unknown"] == 1
         assert st["agents"][0]["trace_paused_seconds"] == 2.0
     finally:
         a.close()

@@ -12,8 +12,10 @@ same models on the same devices again (WATCH). Every path resumes them, a failed
 included. The ops executed meanwhile never reach the daemon: TRACE_DONE reports the pause
 (``pause_ns``, wall-clock ``paused_ts``/``resumed_ts``, the paused ``models``) and, where it
 can be known, ``gap_records``: the ops of those models the session collected (the mock
-writes them into its session files; on CANN the session's data files are binary and
-the count is reported as unknown, null).
+writes them into its session files, ``device_*/mock_ops.json``; on CANN the session's data
+files are binary and the count is reported as unknown, null). It is a lower bound: the
+ops run in the ``pause_ns - session_ns`` outside the session (closing the subscriptions
+before aclprofInit, subscribing again after aclprofFinalize: milliseconds) are not in it.
 
 One trace at a time: a TRACE_START while one runs is answered at once with an error.
 ``watch()`` calls during a trace are carried out when it ends; ``unwatch()`` of a paused
@@ -103,7 +105,7 @@ class Tracer:
     def reply(self, obj: dict[str, Any]) -> None:
         """Queue TRACE_DONE behind the records already buffered (in order, on whichever
         connection is up when the sender gets to it)."""
-        full = {"dirs": [], "pause_ns": 0, "paused_ts": None, "resumed_ts": None, "models": [],
+        full = {"dirs": [], "pause_ns": 0, "session_ns": 0, "paused_ts": None, "resumed_ts": None, "models": [],
                 "gap_records": None, "error": None, **obj}
         buffer = self.agent._buffer
         with buffer.lock:
@@ -119,7 +121,7 @@ class Tracer:
         errors: list[str] = []
         models: dict[int, tuple[int, dict[str, str]]] = {}
         dirs: list[Path] = []
-        paused_at = resumed_at = 0
+        paused_at = resumed_at = session_ns = 0
         try:
             mask = DataType(0)
             for name in types:
@@ -132,7 +134,9 @@ class Tracer:
             prof = Profiler(out, devices=devices, data_types=mask)
             try:
                 prof.start()
+                started = time.monotonic_ns()
                 self._cancel.wait(duration)
+                session_ns = time.monotonic_ns() - started
             finally:
                 try:
                     prof.stop()
@@ -148,6 +152,7 @@ class Tracer:
             result["pause_ns"] = max(0, resumed_at - paused_at) if paused_at else 0
             result["resumed_ts"] = time.time()
             result["models"] = sorted(models)
+            result["session_ns"] = session_ns
             result["gap_records"] = gap_records_of(dirs, set(models)) if paused_at else None
         result["dirs"] = [str(d) for d in dirs]
         if self._cancel.is_set() and not errors:

@@ -228,6 +228,7 @@ class Daemon(Transport):
             sd_notify("STOPPING=1")
             self._stop_listening()
             self._goodbye_agents()  # flushes
+            self.traces.end_all()
             self.fanout.end_all()
             self.publish()
             if signals:

@@ -157,10 +157,12 @@ class Traces:
     def done(self, conn: Conn, payload: memoryview) -> None:
         obj = decode_json(payload)
         tid, pause_ns, gap = obj.get("trace_id"), obj.get("pause_ns", 0), obj.get("gap_records")
+        session_ns = obj.get("session_ns", 0)
         dirs, error, models = obj.get("dirs", []), obj.get("error"), obj.get("models", [])
-        if not is_int(tid) or not is_int(pause_ns) or pause_ns < 0 or not (gap is None or (is_int(gap) and gap >= 0)):
-            raise ProtocolError("TRACE_DONE needs an integer trace_id, a non-negative pause_ns and gap_records "
-                                "(an integer or null)")
+        if not is_int(tid) or not is_int(pause_ns) or pause_ns < 0 or not is_int(session_ns) or session_ns < 0 \
+                or not (gap is None or (is_int(gap) and gap >= 0)):
+            raise ProtocolError("TRACE_DONE needs an integer trace_id, non-negative pause_ns and session_ns, and "
+                                "gap_records (a non-negative integer or null)")
         if not isinstance(dirs, list) or len(dirs) > _MAX_DIRS or not all(isinstance(x, str) for x in dirs):
             raise ProtocolError(f"TRACE_DONE dirs must be a list of at most {_MAX_DIRS} strings")
         if error is not None and not isinstance(error, str):
@@ -168,7 +170,7 @@ class Traces:
         if not isinstance(models, list) or not all(is_int(m) for m in models[:_MAX_DIRS]):
             raise ProtocolError("TRACE_DONE models must be a list of integers")
         result = {"pid": conn.pid, "host": conn.host, "service": conn.service,
-                  "dirs": [truncate(scrub(x), _MAX_TEXT) for x in dirs], "pause_ns": pause_ns,
+                  "dirs": [truncate(scrub(x), _MAX_TEXT) for x in dirs], "pause_ns": pause_ns, "session_ns": session_ns,
                   "paused_ts": _num(obj.get("paused_ts")), "resumed_ts": _num(obj.get("resumed_ts")),
                   "models": models[:_MAX_DIRS], "gap_records": gap,
                   "error": None if error is None else truncate(scrub(error), _MAX_TEXT)}
@@ -194,6 +196,7 @@ class Traces:
         fan.pump_streams()
         line = json.dumps({"ts": round(time.time(), 6), "host": src.host, "pid": src.pid or 0, "service": src.service,
                            "kind": "gap", "reason": "trace", "pause_ns": result["pause_ns"],
+                           "session_ns": result["session_ns"],
                            "paused_ts": result["paused_ts"], "resumed_ts": result["resumed_ts"],
                            "models": result["models"], "gap_records": result["gap_records"]},
                           separators=(",", ":")).encode() + b"\n"
@@ -243,6 +246,14 @@ class Traces:
             if t.client is conn:
                 t.client = None
 
+    def end_all(self) -> None:
+        """The daemon stops: every waiting client gets its reply now, the unanswered
+        processes with that error (their agents still resume their subscriptions)."""
+        for t in list(self.active.values()):
+            for part in t.parts.values():
+                if part.result is None:
+                    self._settle(t, part, self._failed(part.agent, "the daemon stopped before this process answered"))
+
     def tick(self, now: float) -> None:
         """From the loop: time out agents that did not answer; keep waiting clients from
         being closed as idle (they wait for the reply, not idling)."""
@@ -264,6 +275,7 @@ class Traces:
     @staticmethod
     def _failed(agent: Conn, error: str) -> dict[str, Any]:
         return {"pid": agent.pid, "host": agent.host, "service": agent.service, "dirs": [], "pause_ns": None,
+                "session_ns": None,
                 "paused_ts": None, "resumed_ts": None, "models": [], "gap_records": None, "error": error}
 
     # ---- status ---------------------------------------------------------------------------
