@@ -132,16 +132,19 @@ def test_the_mock_refuses_api_profiling_next_to_a_subscription(tmp_path):
 
     aclprof.use_mock()
     model = mock.load_model([{"name": "a", "type": "Relu", "duration_ns": 1000}])
-    sub = aclprof.subscribe(model)
     try:
-        with pytest.raises(AclError) as exc:
-            aclprof.Profiler(tmp_path).start()
-        assert exc.value.code == 148047
+        sub = aclprof.subscribe(model)
+        try:
+            with pytest.raises(AclError) as exc:
+                aclprof.Profiler(tmp_path).start()
+            assert exc.value.code == 148047
+        finally:
+            sub.close()
+        with aclprof.Profiler(tmp_path) as prof:
+            pass
+        assert len(prof.result_dirs) == 1
     finally:
-        sub.close()
-    with aclprof.Profiler(tmp_path) as prof:
-        pass
-    assert len(prof.result_dirs) == 1
+        mock.reset()
 
 
 def test_data_type_names_are_aclprofs():
@@ -232,8 +235,8 @@ def test_two_traces_at_once_the_second_is_refused(inproc):
         old.close()
 
 
-def test_agent_that_dies_mid_trace_is_answered_with_its_error(daemon):
-    w = Worker(daemon.socket, "--service", "dies")
+def test_agent_that_dies_mid_trace_is_answered_with_its_error(daemon, tmp_path):
+    w = Worker(daemon.socket, "--service", "dies", "--trace-dir", str(tmp_path))
     try:
         proc = _cli_popen("trace", "--service", "dies", "--duration", "20s", "--json", "--socket", daemon.socket)
         wait_for(lambda: _models(daemon.socket, w.pid) == [], what="the trace to start")

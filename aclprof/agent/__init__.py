@@ -137,7 +137,9 @@ class Agent:
     # -- service-facing API --------------------------------------------------------------------
     def watch(self, model_id: int, labels: Mapping[str, str] | None = None,
               device: int | None = None) -> None:
-        """Subscribe ``model_id`` and stream its records (see :func:`watch`)."""
+        """Subscribe ``model_id`` and stream its records (see :func:`watch`). During an
+        ``aclprof trace`` session (no subscription may start then: 148047) the model is
+        subscribed when the trace ends."""
         from aclprof.api.subscription import resolve_device, subscribe
 
         model_id = int(model_id)
