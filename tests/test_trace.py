@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -17,7 +18,7 @@ from helpers.daemons import Client, Daemon, InProcess, agent, status
 from helpers.procs import Worker, cli, env, wait_for
 
 from aclprof.protocol import trace as proto
-from aclprof.protocol.wire import Kind, decode_json
+from aclprof.protocol.wire import Kind, decode_json, encode_json
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -278,6 +279,24 @@ def test_unrequested_trace_done_is_counted_not_fatal(inproc):
         assert st["agents"][0]["trace_paused_seconds"] == 2.0
     finally:
         a.close()
+
+
+def test_a_flood_of_trace_done_does_not_grow_a_stalled_stream_client():
+    with InProcess(stream_buffer_bytes=65536) as d:
+        reader = Client(d.socket)
+        reader.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        reader.send_json(Kind.STREAM, {"filter": {}})  # ... and never reads
+        a = agent(d.socket, service="evil")
+        try:
+            frame = encode_json(Kind.TRACE_DONE, {"trace_id": 7, "pause_ns": 1, "gap_records": 1})
+            for _ in range(20):
+                a.sock.sendall(frame * 1000)
+            st = wait_for(lambda: (s := status(d.socket))["traces"]["trace_pauses"] == 20_000 and s)
+            assert st["traces"]["gap_lines_skipped"] > 10_000
+            assert st["memory"]["used_bytes"] < 64 * 1024 + 64 * 1024, st["memory"]
+        finally:
+            a.close()
+            reader.close()
 
 
 def test_trace_from_a_control_client_that_leaves_early_still_ends(inproc):

@@ -105,6 +105,7 @@ class Traces:
         self.requested = 0
         self.refused = 0
         self.failed = 0     # processes that answered with an error, died or did not answer
+        self.gap_lines_skipped = 0  # gap lines not queued for a STREAM client that does not read
         daemon.ingest.handlers[Kind.TRACE_DONE] = self.done
         daemon.control.handlers[Kind.TRACE] = self.request
 
@@ -150,7 +151,7 @@ class Traces:
 
     def _refuse(self, conn: Conn, message: str) -> None:
         self.refused += 1
-        _log.info("trace refused", reason=message, by_pid=conn.pid)
+        self.d.limiter.log("info", "trace refused", reason=message, by_pid=conn.pid)
         self.d.queue(conn, encode_json(Kind.TRACE_REPLY, {"ok": False, "error": message, "processes": []}))
 
     # ---- TRACE_DONE (agent) ---------------------------------------------------------------
@@ -183,7 +184,7 @@ class Traces:
         t = self.active.get(tid)
         part = t.parts.get(conn.id) if t is not None else None
         if t is None or part is None or part.result is not None:
-            _log.info("late or unknown TRACE_DONE", trace=tid, pid=conn.pid, pause_ns=pause_ns)
+            self.d.limiter.log("info", "late or unknown TRACE_DONE", trace=tid, pid=conn.pid, pause_ns=pause_ns)
             return
         self._settle(t, part, result)
 
@@ -200,9 +201,15 @@ class Traces:
                            "paused_ts": result["paused_ts"], "resumed_ts": result["resumed_ts"],
                            "models": result["models"], "gap_records": result["gap_records"]},
                           separators=(",", ":")).encode() + b"\n"
+        limit = self.d.settings.stream_buffer_bytes
         for c in list(self.d.conns.values()):
             flt = c.stream
             if flt is None or c.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
+                continue
+            if len(c.out) > limit:
+                # a client that does not read: no line (STATUS still counts the pause), so
+                # an agent flooding TRACE_DONE cannot grow its buffer past the stream's bound
+                self.gap_lines_skipped += 1
                 continue
             append_frame(c.out, Kind.STREAM_RECORDS, line)
             self.d.send(c)
@@ -284,7 +291,8 @@ class Traces:
 
     def summary(self) -> dict[str, Any]:
         return {"requested": self.requested, "refused": self.refused, "running": len(self.active),
-                "failed_processes": self.failed, **self.total.as_dict()}
+                "failed_processes": self.failed, "gap_lines_skipped": self.gap_lines_skipped,
+                **self.total.as_dict()}
 
 
 def _num(v: Any) -> float | None:
