@@ -299,6 +299,21 @@ def test_a_flood_of_trace_done_does_not_grow_a_stalled_stream_client():
             reader.close()
 
 
+def test_a_daemon_that_stops_answers_the_waiting_client_first(inproc):
+    old = agent(inproc.socket, service="old")
+    c = Client(inproc.socket)
+    try:
+        c.send_json(Kind.TRACE, {"service": "old", "duration_s": 30.0})
+        wait_for(lambda: status(inproc.socket)["traces"]["running"] == 1)
+        inproc.stop()
+        k, payload = c.recv()
+        [p] = decode_json(payload)["processes"]
+        assert k == Kind.TRACE_REPLY and "the daemon stopped before this process answered" in p["error"]
+    finally:
+        c.close()
+        old.close()
+
+
 def test_trace_from_a_control_client_that_leaves_early_still_ends(inproc):
     old = agent(inproc.socket, service="old")
     c = Client(inproc.socket)

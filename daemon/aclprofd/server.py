@@ -227,8 +227,8 @@ class Daemon(Transport):
         finally:
             sd_notify("STOPPING=1")
             self._stop_listening()
+            self.traces.stopping()  # the agents' closes below answer waiting TRACE clients
             self._goodbye_agents()  # flushes
-            self.traces.end_all()
             self.fanout.end_all()
             self.publish()
             if signals:

@@ -106,6 +106,7 @@ class Traces:
         self.refused = 0
         self.failed = 0     # processes that answered with an error, died or did not answer
         self.gap_lines_skipped = 0  # gap lines not queued for a STREAM client that does not read
+        self._stopping = False
         daemon.ingest.handlers[Kind.TRACE_DONE] = self.done
         daemon.control.handlers[Kind.TRACE] = self.request
 
@@ -246,20 +247,21 @@ class Traces:
             t = self.active[tid]
             part = t.parts.get(conn.id)
             if part is not None and part.result is None:
-                self._settle(t, part, self._failed(conn, "the process's connection closed during the trace "
-                                                         "(it exited or was killed?); its PROF_* directory, "
-                                                         "if any, is incomplete"))
+                why = ("the daemon stopped before this process answered (its session ends as planned; "
+                       "look for its PROF_* directory under the agent's trace_dir)") if self._stopping else (
+                    "the process's connection closed during the trace (it exited or was killed?); its PROF_* "
+                    "directory, if any, is incomplete")
+                self._settle(t, part, self._failed(conn, why))
         for t in self.active.values():
             if t.client is conn:
                 t.client = None
 
-    def end_all(self) -> None:
-        """The daemon stops: every waiting client gets its reply now, the unanswered
-        processes with that error (their agents still resume their subscriptions)."""
-        for t in list(self.active.values()):
-            for part in t.parts.values():
-                if part.result is None:
-                    self._settle(t, part, self._failed(part.agent, "the daemon stopped before this process answered"))
+    def stopping(self) -> None:
+        """The daemon stops (before it reads its agents' last frames and closes them): a
+        TRACE_DONE among those frames still counts; a process that has not answered by
+        its close is reported as cut off by the stop (its agent resumes its subscriptions
+        all the same), and every waiting client gets its reply before the daemon exits."""
+        self._stopping = True
 
     def tick(self, now: float) -> None:
         """From the loop: time out agents that did not answer; keep waiting clients from
