@@ -15,7 +15,6 @@ from collections.abc import Callable
 from typing import Any
 
 from aclprof.cli import demo, doctor, export, status, tail, top
-from aclprof.cli import trace as trace_cmd
 from aclprof.cli.client import DaemonError
 from aclprof.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_UNREACHABLE, CliError, print_error, quiet_broken_pipe
 
@@ -66,8 +65,11 @@ exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130
                         choices=["debug", "info", "warning", "error"], help="log level (default warning)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # The order of `aclprof --help`.
-    for command in (tail, top, status, export, trace_cmd, demo, doctor):
+    for command in (tail, top, status, export, demo, doctor):
         command.add_parser(sub, fmt)
+    from aclprof.cli import trace as trace_cmd  # here, not above: a line of its own (no merge conflict)
+
+    trace_cmd.add_parser(sub, fmt)
     return parser
 
 

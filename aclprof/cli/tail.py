@@ -42,19 +42,27 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p.set_defaults(func=cmd_tail)
 
 
+def _gap_line(r: dict[str, Any], colour: bool) -> str:
+    """A ``{"kind": "gap"}`` line (PROTOCOL.md): aclprof trace paused a process's subscriptions."""
+    ts = r.get("ts")
+    t = time.strftime("%H:%M:%S", time.localtime(ts)) if isinstance(ts, (int, float)) else "-"
+    n = r.get("gap_records")
+    mark = "\x1b[31m-- gap\x1b[0m" if colour else "-- gap"
+    return (f"{t}  {safe(r.get('service') or '-')} pid {safe(r.get('pid', '?'))} {mark}: subscriptions paused "
+            f"{format_ns(r.get('pause_ns'))} for aclprof trace, "
+            f"{'an unknown number of' if n is None else safe(n)} ops not streamed --")
+
+
 def tail_line(r: dict[str, Any], colour: bool) -> str:
     """One record (a decoded JSON Lines object) as one human line."""
+    if r.get("kind") == "gap":
+        return _gap_line(r, colour)
     ts = r.get("ts")
     if isinstance(ts, (int, float)):
         t = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
     else:
         t = "-"
     dur = format_ns(r.get("duration_ns"))
-    if r.get("kind") == "gap":  # aclprof trace paused this process's subscriptions (PROTOCOL.md)
-        n = r.get("gap_records")
-        mark = "\x1b[31m-- gap\x1b[0m" if colour else "-- gap"
-        return (f"{t}  pid {safe(r.get('pid', '?')):<7} {mark}: subscriptions paused {format_ns(r.get('pause_ns'))} "
-                f"for aclprof trace, {'an unknown number of' if n is None else safe(n)} ops not streamed --")
     if r.get("kind") == "keypoint":
         # A step boundary (CANN's keypoint_op record): the step's span, not an op.
         mark = "\x1b[33m-- step\x1b[0m" if colour else "-- step"
