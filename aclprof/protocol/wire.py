@@ -88,9 +88,9 @@ class Kind(enum.IntEnum):
     # daemon -> agent (an addition to version 1: agents ignore kinds they do not know)
     GOODBYE = 15
     # on-demand traces (aclprof trace): daemon -> agent, agent -> daemon (an old agent
-    # ignores TRACE_START and never answers; the daemon times it out)
-    TRACE_START = 16
-    TRACE_DONE = 17
+    # ignores TRACE_START and never answers; the daemon times it out). 16-17: kept free
+    TRACE_START = 18
+    TRACE_DONE = 19
     # CLI -> daemon (requests) and daemon -> CLI (replies)
     STATUS = 20
     STATUS_REPLY = 21
@@ -106,9 +106,9 @@ class Kind(enum.IntEnum):
     # protocol 2: STREAM and EXPORT end with END; a STREAM reports skipped records apart
     END = 31
     STREAM_SKIPPED = 32
-    # on-demand traces: CLI -> daemon and its one reply
-    TRACE = 40
-    TRACE_REPLY = 41
+    # on-demand traces: CLI -> daemon and its one reply (40-49: kept free)
+    TRACE = 50
+    TRACE_REPLY = 51
 
 
 class ProtocolError(ValueError):
