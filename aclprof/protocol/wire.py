@@ -87,10 +87,6 @@ class Kind(enum.IntEnum):
     LOSS = 14
     # daemon -> agent (an addition to version 1: agents ignore kinds they do not know)
     GOODBYE = 15
-    # on-demand traces (aclprof trace): daemon -> agent, agent -> daemon (an old agent
-    # ignores TRACE_START and never answers; the daemon times it out). 16-17: kept free
-    TRACE_START = 18
-    TRACE_DONE = 19
     # CLI -> daemon (requests) and daemon -> CLI (replies)
     STATUS = 20
     STATUS_REPLY = 21
@@ -103,12 +99,16 @@ class Kind(enum.IntEnum):
     # 28 was EXPORT_END (protocol 1); END replaces it
     RESET = 29
     RESET_REPLY = 30
+    # on-demand traces (aclprof trace; daemon/PROTOCOL.md): TRACE_START daemon -> agent (an
+    # old agent ignores it and never answers: the daemon times it out), TRACE_DONE agent ->
+    # daemon, TRACE from the CLI and its one TRACE_REPLY
+    TRACE_START = 18
+    TRACE_DONE = 19
+    TRACE = 50
+    TRACE_REPLY = 51
     # protocol 2: STREAM and EXPORT end with END; a STREAM reports skipped records apart
     END = 31
     STREAM_SKIPPED = 32
-    # on-demand traces: CLI -> daemon and its one reply (40-49: kept free)
-    TRACE = 50
-    TRACE_REPLY = 51
 
 
 class ProtocolError(ValueError):
