@@ -218,12 +218,12 @@ class Daemon(Transport):
                     self._do_reload()
                     flush_every = self.settings.flush_interval_s
                 now = time.monotonic()
+                self.traces.tick(now)  # trace replies that timed out
                 if now >= next_flush:
                     self.flush()
                     next_flush = time.monotonic() + flush_every
                 if now >= self._published_mono + PUBLISH_S:
                     self.publish()
-                self.traces.tick(now)
         finally:
             sd_notify("STOPPING=1")
             self._stop_listening()
