@@ -195,7 +195,9 @@ def test_cli_usage_errors_exit_2(daemon):
         r = cli("trace", "--service", "s", *args, "--socket", daemon.socket)
         assert r.returncode == 2, (args, r.stderr)
     r = cli("trace", "--service", "nobody", "--duration", "1s", "--socket", daemon.socket)
-    assert r.returncode == 1 and "no connected agent matches service 'nobody'" in r.stderr + r.stdout
+    assert r.returncode == 1 and "error: trace refused: no connected agent matches service 'nobody'" in r.stderr
+    r = cli("trace", "--service", "nobody", "--duration", "1s", "--json", "--socket", daemon.socket)
+    assert r.returncode == 1 and json.loads(r.stdout)["ok"] is False
 
 
 def test_old_agent_never_answers_and_is_reported(inproc):

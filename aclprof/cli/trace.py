@@ -111,6 +111,8 @@ def cmd_trace(args: argparse.Namespace) -> int:
         client.close()
     if args.json:
         print(json.dumps(reply, indent=2))
+    elif not reply.get("processes"):  # refused before anything ran: one line on stderr
+        raise CliError(format_trace(reply), EXIT_ERROR)
     else:
         print(format_trace(reply))
     return EXIT_OK if reply.get("ok") else EXIT_ERROR
