@@ -258,6 +258,8 @@ def test_agent_that_dies_mid_trace_is_answered_with_its_error(daemon, tmp_path):
 @pytest.mark.parametrize("bad", [
     {"trace_id": "1"}, {"trace_id": 1, "pause_ns": -1}, {"trace_id": 1, "dirs": "x"},
     {"trace_id": 1, "dirs": ["a"] * 100}, {"trace_id": 1, "gap_records": 1.5}, {"trace_id": 1, "error": 3},
+    {"trace_id": 1, "pause_ns": 10**400}, {"trace_id": 1, "pause_ns": 1, "gap_records": 2**63},
+    {"trace_id": 1, "session_ns": True}, {"trace_id": 1, "models": ["x"]},
 ])
 def test_malformed_trace_done_closes_that_agent_only(inproc, bad):
     good = agent(inproc.socket, service="good")

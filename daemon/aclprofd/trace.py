@@ -48,6 +48,10 @@ REPLY_GRACE_S = proto.REPLY_GRACE_S
 _MAX_DIRS = 64          # PROF_* directories one TRACE_DONE may list
 _MAX_TEXT = 4096        # characters of a path or an error kept
 _MAX_ACTIVE = 256       # traces running at once (each holds its client until it ends)
+#: a bound on every count a TRACE_DONE carries: sums of them stay exact int64s (Prometheus,
+#: other readers) and convertible to float (a JSON integer of 400 digits would otherwise
+#: make every STATUS raise)
+_MAX_COUNT = (1 << 62) - 1
 
 
 @dataclass
@@ -161,10 +165,9 @@ class Traces:
         tid, pause_ns, gap = obj.get("trace_id"), obj.get("pause_ns", 0), obj.get("gap_records")
         session_ns = obj.get("session_ns", 0)
         dirs, error, models = obj.get("dirs", []), obj.get("error"), obj.get("models", [])
-        if not is_int(tid) or not is_int(pause_ns) or pause_ns < 0 or not is_int(session_ns) or session_ns < 0 \
-                or not (gap is None or (is_int(gap) and gap >= 0)):
-            raise ProtocolError("TRACE_DONE needs an integer trace_id, non-negative pause_ns and session_ns, and "
-                                "gap_records (a non-negative integer or null)")
+        if not is_int(tid) or not _count(pause_ns) or not _count(session_ns) or not (gap is None or _count(gap)):
+            raise ProtocolError(f"TRACE_DONE needs an integer trace_id, pause_ns and session_ns in [0, {_MAX_COUNT}], "
+                                "and gap_records in that range or null")
         if not isinstance(dirs, list) or len(dirs) > _MAX_DIRS or not all(isinstance(x, str) for x in dirs):
             raise ProtocolError(f"TRACE_DONE dirs must be a list of at most {_MAX_DIRS} strings")
         if error is not None and not isinstance(error, str):
@@ -295,6 +298,10 @@ class Traces:
         return {"requested": self.requested, "refused": self.refused, "running": len(self.active),
                 "failed_processes": self.failed, "gap_lines_skipped": self.gap_lines_skipped,
                 **self.total.as_dict()}
+
+
+def _count(v: Any) -> bool:
+    return is_int(v) and 0 <= v <= _MAX_COUNT
 
 
 def _num(v: Any) -> float | None:
