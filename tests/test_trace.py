@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -55,6 +56,15 @@ def daemon():
     d.cleanup()
 
 
+def stream_kinds(c: Client, want: int) -> list[str]:
+    """The kinds of the records a raw STREAM client gets until it has ``want`` of them."""
+    out: list[str] = []
+    while len(out) < want:
+        recs, _, _ = c.stream_frames()
+        out += [r["kind"] for r in recs]
+    return out
+
+
 def _session_running(trace_dir: Path) -> bool:
     return any(trace_dir.glob("aclprof-trace-*/PROF_*/host/mock_session.json"))
 
@@ -62,10 +72,27 @@ def _session_running(trace_dir: Path) -> bool:
 def test_trace_returns_the_prof_directory_resumes_and_counts_the_gap(daemon, tmp_path):
     w = Worker(daemon.socket, "--service", "tracesvc", "--trace-dir", str(tmp_path))
     stream = Client(daemon.socket)
+    tail = _cli_popen("tail", "--service", "tracesvc", "--socket", daemon.socket)
+    tail_lines: list[str] = []
+    reader = threading.Thread(target=lambda: tail_lines.extend(iter(tail.stdout.readline, "")), daemon=True)
+    reader.start()
     try:
         stream.send_json(Kind.STREAM, {"filter": {"service": "tracesvc"}})
         assert w.run(10) == 50
         wait_for(lambda: (_agent_of(daemon.socket, w.pid) or {}).get("records") == 50)
+        # the tail process's STREAM has no reply to wait for: one op at a time until it shows them
+        emitted = [50]
+
+        def warm() -> list[str]:
+            emitted[0] = w.run(1)
+            return tail_lines
+
+        wait_for(warm, what="tail to connect")
+        sent = emitted[0]
+        wait_for(lambda: (_agent_of(daemon.socket, w.pid) or {}).get("records") == sent)
+        wait_for(lambda: len(stream_kinds(stream, sent)) == sent, what="the raw stream to catch up")
+        time.sleep(0.2)
+        tail_before = len(tail_lines)
         before = status(daemon.socket)["records_total"]
         proc = _cli_popen("trace", "--service", "tracesvc", "--duration", "1.5s", "--json",
                           "--socket", daemon.socket)
@@ -107,21 +134,26 @@ def test_trace_returns_the_prof_directory_resumes_and_counts_the_gap(daemon, tmp
         assert st["traces"]["running"] == 0
         # ... and the stream got a line marking it, between the records before and after
         kinds: list[str] = []
-        while kinds.count("op") < 100:
+        while kinds.count("op") < 50:
             recs, _, _ = stream.stream_frames()
             kinds += [r["kind"] for r in recs]
             gap = next((r for r in recs if r["kind"] == "gap"), None)
             if gap:
                 assert gap["pid"] == w.pid and gap["pause_ns"] == p["pause_ns"] and gap["models"] == [w.model]
                 assert gap["gap_records"] == 100
-        assert kinds.count("gap") == 1 and kinds.index("gap") == 50
-        # the human output and tail's line
-        from aclprof.cli.tail import tail_line
+        assert kinds.count("gap") == 1 and kinds.index("gap") == 0
+        # the human output; tail's line marks the gap where it was
         from aclprof.cli.trace import format_trace
         assert prof in format_trace(reply) and "ops not streamed" in format_trace(reply)
-        assert "gap" in tail_line({"kind": "gap", "pid": 1, "pause_ns": 10**9, "gap_records": 5, "ts": 1.0}, False)
+        wait_for(lambda: len(tail_lines) >= tail_before + 51, what="tail's lines after the trace")
+        gap_at = [i for i, line in enumerate(tail_lines) if "-- gap" in line]
+        assert gap_at == [tail_before], tail_lines[tail_before - 2:tail_before + 3]
+        line = tail_lines[tail_before]
+        assert f"pid {w.pid}" in line and "100 ops not streamed" in line and "for aclprof trace" in line
     finally:
         stream.close()
+        tail.kill()
+        tail.communicate(timeout=10)
         w.kill()
 
 
