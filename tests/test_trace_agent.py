@@ -66,6 +66,7 @@ def test_a_failed_session_still_resumes_the_subscription(daemon, agent, tmp_path
     [p] = reply["processes"]
     assert reply["ok"] is False and "profiling session failed" in p["error"] and "500005" in p["error"]
     assert p["models"] == [model] and p["dirs"] == []
+    assert list(tmp_path.iterdir()) == []  # the failed session's empty directory is gone
     # resumed: records flow again, and the library is back to a subscription only
     wait_for(lambda: _models(daemon.socket) == [model], what="the subscription to resume")
     assert mock.mode() == "SUBSCRIBE"

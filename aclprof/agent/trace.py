@@ -121,13 +121,15 @@ class Tracer:
         errors: list[str] = []
         models: dict[int, tuple[int, dict[str, str]]] = {}
         dirs: list[Path] = []
-        paused_at = resumed_at = session_ns = 0
+        paused_at = session_ns = 0
+        paused_ts = 0.0
+        out = None
         try:
             mask = DataType(0)
             for name in types:
                 mask |= DataType[name]
             # the gap begins as the first subscription closes (what came before is streamed)
-            paused_at, result["paused_ts"] = time.monotonic_ns(), time.time()
+            paused_at, paused_ts = time.monotonic_ns(), time.time()
             models = self.agent._pause_for_trace(self)
             devices = sorted({dev for dev, _ in models.values()}) or [0]
             out = tempfile.mkdtemp(prefix=f"aclprof-trace-{tid}-", dir=self.trace_dir)
@@ -145,12 +147,18 @@ class Tracer:
         except Exception as exc:
             errors.append(f"profiling session failed: {type(exc).__name__}: {exc}")
         finally:
-            # every path resumes what was paused (and the watch() calls made meanwhile)
-            resumed_at = time.monotonic_ns()
+            # every path resumes what was paused (and the watch() calls made meanwhile); the
+            # gap ends once the subscriptions are back
             errors += self.agent._resume_after_trace(self)
+            resumed_at = time.monotonic_ns()
+        if out is not None and not dirs:
+            try:
+                os.rmdir(out)  # a session that wrote nothing leaves no empty directory behind
+            except OSError:
+                pass
         if models:
             result["pause_ns"] = max(0, resumed_at - paused_at) if paused_at else 0
-            result["resumed_ts"] = time.time()
+            result["paused_ts"], result["resumed_ts"] = paused_ts, time.time()
             result["models"] = sorted(models)
             result["session_ns"] = session_ns
             result["gap_records"] = gap_records_of(dirs, set(models)) if paused_at else None
