@@ -1,7 +1,7 @@
 """A simulated inference process for the agent/CLI tests (not a test module).
 
     python tests/_agent_worker.py --socket PATH [--service S] [--ops fixed|resnet] [--realtime]
-                                  [--model-label NAME] [--model-version V]
+                                  [--model-label NAME] [--model-version V] [--trace-dir DIR]
 
 Loads one mock model, starts ``aclprof.agent`` and watches it, then obeys commands read
 line by line from stdin and answers each with one JSON line on stdout:
@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model-label", default=None,
                         help='WATCH label "model" (default: the --ops name; "" sends none)')
     parser.add_argument("--model-version", default=None, help='WATCH label "version"')
+    parser.add_argument("--trace-dir", default=None, help="agent.start(trace_dir=...) (aclprof trace)")
     args = parser.parse_args(argv)
 
     import structlog
@@ -69,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     model = mock.load_model(ops, device=args.device, seed=1)
     mock.set_realtime(args.realtime)
     agent.start(args.socket, service=args.service, labels={"test": "1"}, buffer_records=args.buffer,
-                backoff_max=args.backoff_max)
+                backoff_max=args.backoff_max, trace_dir=args.trace_dir)
     labels = {"model": args.ops if args.model_label is None else args.model_label}
     if not labels["model"]:
         del labels["model"]

@@ -172,9 +172,9 @@ def test_cli_client_stream_returns_at_end_and_export_checks_count():
 
 def test_dispatch_tables_and_forbidden_kinds_close_only_that_connection(daemon):
     d = daemon.daemon
-    assert set(d.control.handlers) == {Kind.STATUS, Kind.SNAPSHOT, Kind.STREAM, Kind.EXPORT, Kind.RESET,
+    assert set(d.control.handlers) == {Kind.STATUS, Kind.SNAPSHOT, Kind.STREAM, Kind.EXPORT, Kind.RESET, Kind.TRACE,
                                        Kind.BASELINE_SAVE, Kind.BASELINE_LIST, Kind.BASELINE_GET}
-    assert set(d.ingest.handlers) == {Kind.BATCH, Kind.NAMES, Kind.LOSS, Kind.WATCH, Kind.UNWATCH}
+    assert set(d.ingest.handlers) == {Kind.BATCH, Kind.NAMES, Kind.LOSS, Kind.WATCH, Kind.UNWATCH, Kind.TRACE_DONE}
     good = agent(daemon.socket, service="good")
     watcher = Client(daemon.socket)
     cases = [
@@ -182,6 +182,8 @@ def test_dispatch_tables_and_forbidden_kinds_close_only_that_connection(daemon):
         (Client(daemon.socket), encode(Kind.GOODBYE, b"{}"), "GOODBYE is not allowed from a control client"),
         (agent(daemon.socket), encode(Kind.STATUS, b"{}"), "STATUS is not allowed from an agent"),
         (agent(daemon.socket), encode(Kind.END, b"{}"), "END is not allowed from an agent"),
+        (agent(daemon.socket), encode(Kind.TRACE, b"{}"), "TRACE is not allowed from an agent"),
+        (Client(daemon.socket), encode(Kind.TRACE_DONE, b"{}"), "TRACE_DONE is not allowed from a control client"),
         (Client(daemon.socket), HEADER.pack(MAGIC, 1, 28, 0, 2) + b"{}", "unknown frame kind 28"),
     ]
     before = watcher.request(Kind.STATUS)["protocol_errors"]
@@ -191,7 +193,7 @@ def test_dispatch_tables_and_forbidden_kinds_close_only_that_connection(daemon):
         assert kind == Kind.ERROR and decode_json(payload)["message"] == message
         assert c.closed_by_peer()
         good.send_batch(make_records(10))  # the others carry on
-    st = wait_for(lambda: (s := watcher.request(Kind.STATUS))["records_total"] == 50 and s)
+    st = wait_for(lambda: (s := watcher.request(Kind.STATUS))["records_total"] == 10 * len(cases) and s)
     assert st["protocol_errors"] == before + len(cases)
     assert [x["service"] for x in st["agents"]] == ["good"]
 

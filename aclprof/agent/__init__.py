@@ -61,6 +61,7 @@ from aclprof._log import get_logger
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
 from aclprof.agent.sender import Sender
+from aclprof.agent.trace import Tracer
 from aclprof.agent.watched import Watched
 from aclprof.protocol.paths import resolve_socket_path
 
@@ -115,7 +116,7 @@ class Agent:
     def __init__(self, socket_path: str | os.PathLike[str] | None = None, *,
                  service: str | None = None, labels: Mapping[str, str] | None = None,
                  buffer_records: int = DEFAULT_BUFFER_RECORDS, connect_timeout: float = 1.0,
-                 backoff_max: float = _BACKOFF_MAX):
+                 backoff_max: float = _BACKOFF_MAX, trace_dir: str | os.PathLike[str] | None = None):
         import numpy as np  # noqa: F401  (the agent needs it; fail here, not on the thread)
 
         self.socket_path = resolve_socket_path(socket_path)
@@ -129,12 +130,16 @@ class Agent:
         self._conn = Connection(self.socket_path, self._buffer, service=service, labels=self.labels,
                                 connect_timeout=connect_timeout)
         self._sender = Sender(self._buffer, self._conn, self._watched, backoff_max=backoff_max)
+        self._tracer = Tracer(self, trace_dir)  # aclprof trace: TRACE_START from the daemon
+        self._conn.on_trace_start = self._tracer.on_start
         self._sender.start()
 
     # -- service-facing API --------------------------------------------------------------------
     def watch(self, model_id: int, labels: Mapping[str, str] | None = None,
               device: int | None = None) -> None:
-        """Subscribe ``model_id`` and stream its records (see :func:`watch`)."""
+        """Subscribe ``model_id`` and stream its records (see :func:`watch`). During an
+        ``aclprof trace`` session (no subscription may start then: 148047) the model is
+        subscribed when the trace ends."""
         from aclprof.api.subscription import resolve_device, subscribe
 
         model_id = int(model_id)
@@ -148,6 +153,13 @@ class Agent:
                 raise RuntimeError("the aclprof agent is stopping")
             if model_id in self._watched and self._watched[model_id].live:
                 raise ValueError(f"model {model_id} is already watched")
+            tracer = self._tracer
+            if tracer.pausing:
+                # a trace's session runs (no subscription may start: 148047): done at its end
+                if model_id in tracer.paused or model_id in tracer.deferred:
+                    raise ValueError(f"model {model_id} is already watched (paused for a trace)")
+                tracer.deferred[model_id] = (device, dict(w.labels))
+                return
             self._watched[model_id] = w
             buffer.items.append(item)
 
@@ -177,6 +189,9 @@ class Agent:
         with self._lock:
             w = self._watched.get(int(model_id))
             if w is None or not w.live:
+                tracer = self._tracer
+                if tracer.paused.pop(int(model_id), None) or tracer.deferred.pop(int(model_id), None):
+                    return  # paused for a trace: it is not resumed
                 raise ValueError(f"model {model_id} is not watched")
         self._close_watched(w, timeout)
         self._buffer.wake()
@@ -194,6 +209,41 @@ class Agent:
             buffer.items.append(["unwatch", w, None])
             if self._watched.get(w.model_id) is w:
                 del self._watched[w.model_id]
+
+    # -- traces (aclprof.agent.trace) ----------------------------------------------------------
+    def _pause_for_trace(self, tracer: Tracer) -> dict[int, tuple[int, dict[str, str]]]:
+        """Close every subscription (their records are streamed) for a trace's session;
+        the models to resume, ``{model_id: (device, labels)}``."""
+        with self._lock:
+            if self._sender.stopping:
+                raise RuntimeError("the aclprof agent is stopping")
+            tracer.pausing = True
+            watched = [w for w in self._watched.values() if w.live]
+            tracer.paused = {w.model_id: (w.device, dict(w.labels)) for w in watched}
+            tracer.deferred = {}
+        for w in watched:
+            self._close_watched(w, 5.0)
+        with self._lock:
+            return dict(tracer.paused)
+
+    def _resume_after_trace(self, tracer: Tracer) -> list[str]:
+        """Subscribe again the paused models (less those unwatched meanwhile) and the
+        ones watch()ed during the trace; one error text per model that failed."""
+        with self._lock:
+            todo = {**tracer.paused, **tracer.deferred}
+            tracer.pausing = False
+            tracer.paused, tracer.deferred = {}, {}
+            stopping = self._sender.stopping
+        if stopping:
+            return []  # stop() closes everything anyway
+        errors = []
+        for model_id, (device, labels) in todo.items():
+            try:
+                self.watch(model_id, labels=labels, device=device)
+            except Exception as exc:
+                _log.warning("resubscribing after a trace failed", model_id=model_id, error=str(exc))
+                errors.append(f"model {model_id} could not be subscribed again: {exc}")
+        return errors
 
     # -- stats ------------------------------------------------------------------------------
     def stats(self) -> AgentStats:
@@ -225,6 +275,8 @@ class Agent:
         with self._lock:
             already = sender.stopping
             sender.stopping = True
+        self._tracer.cancel(min(timeout, 5.0) + 5.0)  # its session stops; nothing is resumed
+        with self._lock:
             watched = [w for w in self._watched.values() if w.live]
         if not already:
             for w in watched:
@@ -245,7 +297,7 @@ _agent_lock = threading.Lock()
 
 def start(socket_path: str | os.PathLike[str] | None = None, *, service: str | None = None,
           labels: Mapping[str, str] | None = None, buffer_records: int | None = None,
-          backoff_max: float | None = None) -> Agent:
+          backoff_max: float | None = None, trace_dir: str | os.PathLike[str] | None = None) -> Agent:
     """Start the agent, or return the running one.
 
     A second ``start()`` returns the running agent when every argument it passes (those
@@ -261,6 +313,8 @@ def start(socket_path: str | os.PathLike[str] | None = None, *, service: str | N
             (default :data:`DEFAULT_BUFFER_RECORDS`).
         backoff_max: the longest wait between two connection attempts (they start at
             0.1 s and double; default 5 s).
+        trace_dir: where ``aclprof trace`` sessions write (a fresh private directory
+            per trace in it; default the temporary directory, ``$TMPDIR`` or ``/tmp``).
 
     The daemon does not need to be running: the agent connects when it appears.
     """
@@ -268,10 +322,13 @@ def start(socket_path: str | os.PathLike[str] | None = None, *, service: str | N
     with _agent_lock:
         if _agent is not None:
             _check_same(_agent, socket_path, service, labels, buffer_records, backoff_max)
+            if trace_dir is not None and os.fspath(trace_dir) != _agent._tracer.trace_dir:
+                raise ValueError(f"aclprof.agent.start(): an agent is already running with trace_dir="
+                                 f"{_agent._tracer.trace_dir!r}; call aclprof.agent.stop() first to change it")
             return _agent
         _agent = Agent(socket_path, service=service, labels=labels,
                        buffer_records=DEFAULT_BUFFER_RECORDS if buffer_records is None else buffer_records,
-                       backoff_max=_BACKOFF_MAX if backoff_max is None else backoff_max)
+                       backoff_max=_BACKOFF_MAX if backoff_max is None else backoff_max, trace_dir=trace_dir)
         return _agent
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import select
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from aclprof._log import get_logger
@@ -56,6 +57,8 @@ class Connection:
         self.connect_failures = 0
         self.goodbyes = 0
         self.last_error = ""  # why the last connection attempt failed (for the warnings)
+        #: TRACE_START handler (aclprof.agent.trace.Tracer.on_start; cheap, never blocks)
+        self.on_trace_start: Callable[[dict[str, Any]], None] | None = None
         # What whole chunks of frames carried on the current connection: a GOODBYE
         # compares them (plus the chunk in flight) to what the daemon read.
         self._conn_records = 0
@@ -254,6 +257,8 @@ class Connection:
                 continue
             if kind == wire.Kind.ERROR:
                 _log.warning("the daemon reported an error", message=obj.get("message"))
+            elif kind == wire.Kind.TRACE_START and self.on_trace_start is not None:
+                self.on_trace_start(obj)  # aclprof trace: the session runs on its own thread
             elif kind == wire.Kind.GOODBYE and not self._goodbye_seen:
                 self._goodbye(obj)
                 ended = "the daemon is stopping (GOODBYE)"

@@ -234,6 +234,8 @@ class Sender:
             elif kind == "unwatch":
                 if w.announced == gen:
                     conn.queue_json(wire.Kind.UNWATCH, {"model_id": w.model_id})
+            elif kind == "json":  # a control frame in order with the records (TRACE_DONE)
+                conn.queue_json(item[2], item[3])
             else:
                 # The subscription delivers many small batches (a few dozen records per
                 # pipe read): the run of consecutive batches of one model is converted

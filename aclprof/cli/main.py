@@ -69,6 +69,9 @@ exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130
     # The order of `aclprof --help`.
     for command in (tail, top, status, export, diff, baseline, demo, doctor, reset, fleet):
         command.add_parser(sub, fmt)
+    from aclprof.cli import trace as trace_cmd  # here, not above: a line of its own (no merge conflict)
+
+    trace_cmd.add_parser(sub, fmt)
     return parser
 
 

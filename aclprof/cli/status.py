@@ -151,6 +151,12 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None) -> 
                      f"{float(a.get('records_per_s', 0)):,.0f}/s, dropped {a.get('dropped', 0):,}, lag {lag_s}, "
                      f"{'steps ' + format(a['steps'], ',') + ', ' if a.get('steps') else ''}"
                      f"connected {float(a.get('connected_s', 0)):.0f}s")
+        if a.get("trace_pauses"):  # aclprof trace paused its subscriptions: ops not streamed
+            gap = f"{a.get('trace_gap_records', 0):,} ops not streamed"
+            if a.get("trace_gap_unknown"):
+                gap += f" (+ unknown in {a['trace_gap_unknown']} pauses)"
+            paused = float(a.get("trace_paused_seconds", 0))
+            lines.append(f"    traced: {a['trace_pauses']} pauses, {paused:.1f}s, {gap}")
         for m in a.get("models") or []:
             ml = ",".join(f"{k}={v}" for k, v in (m.get("labels") or {}).items())
             lines.append(f"    model {m.get('model_id')} on device {m.get('device')}{' [' + ml + ']' if ml else ''}")

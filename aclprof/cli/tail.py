@@ -58,8 +58,21 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p.set_defaults(func=cmd_tail)
 
 
+def _gap_line(r: dict[str, Any], colour: bool) -> str:
+    """A ``{"kind": "gap"}`` line (PROTOCOL.md): aclprof trace paused a process's subscriptions."""
+    ts = r.get("ts")
+    t = time.strftime("%H:%M:%S", time.localtime(ts)) if isinstance(ts, (int, float)) else "-"
+    n = r.get("gap_records")
+    mark = "\x1b[31m-- gap\x1b[0m" if colour else "-- gap"
+    return (f"{t}  {safe(r.get('service') or '-')} pid {safe(r.get('pid', '?'))} {mark}: subscriptions paused "
+            f"{format_ns(r.get('pause_ns'))} for aclprof trace, "
+            f"{'an unknown number of' if n is None else safe(n)} ops not streamed --")
+
+
 def tail_line(r: dict[str, Any], colour: bool) -> str:
     """One record (a decoded JSON Lines object) as one human line."""
+    if r.get("kind") == "gap":
+        return _gap_line(r, colour)
     ts = r.get("ts")
     if isinstance(ts, (int, float)):
         t = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"

@@ -99,6 +99,13 @@ class Kind(enum.IntEnum):
     # 28 was EXPORT_END (protocol 1); END replaces it
     RESET = 29
     RESET_REPLY = 30
+    # on-demand traces (aclprof trace; daemon/PROTOCOL.md): TRACE_START daemon -> agent (an
+    # old agent ignores it and never answers: the daemon times it out), TRACE_DONE agent ->
+    # daemon, TRACE from the CLI and its one TRACE_REPLY
+    TRACE_START = 18
+    TRACE_DONE = 19
+    TRACE = 50
+    TRACE_REPLY = 51
     # protocol 2: STREAM and EXPORT end with END; a STREAM reports skipped records apart
     END = 31
     STREAM_SKIPPED = 32

@@ -46,6 +46,7 @@ from .persist import AGGREGATES_FILE, Persistence, malloc_trim
 from .sockets import DaemonError, bind_socket, sd_notify, socket_is_ours
 from .status import PUBLISH_S, Counters, CountersSnapshot, Health, take_snapshot
 from .storage import Storage
+from .trace import Traces
 from .transport import Transport
 
 __all__ = ["Daemon", "DaemonError", "serve", "sd_notify", "PROTOCOL_VERSION", "AGGREGATES_FILE"]
@@ -123,6 +124,7 @@ class Daemon(Transport):
         self.ingest = Ingest(self)
         self.detection = DetectorService(self)  # observes the aggregator; Control serves its requests
         self.control = Control(self)
+        self.traces = Traces(self)  # registers TRACE and TRACE_DONE in the two tables above
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._published_mono = 0.0
         self._next_trim = 0.0
@@ -224,6 +226,7 @@ class Daemon(Transport):
                     self._do_reload()
                     flush_every = self.settings.flush_interval_s
                 now = time.monotonic()
+                self.traces.tick(now)  # trace replies that timed out
                 if now >= next_flush:
                     self.flush()
                     next_flush = time.monotonic() + flush_every
@@ -233,6 +236,7 @@ class Daemon(Transport):
         finally:
             sd_notify("STOPPING=1")
             self._stop_listening()
+            self.traces.stopping()  # the agents' closes below answer waiting TRACE clients
             self._goodbye_agents()  # flushes
             self.fanout.end_all()
             self.publish()
@@ -415,6 +419,7 @@ class Daemon(Transport):
 
     def _on_close(self, conn: Conn) -> None:
         self.fanout.closed(conn)
+        self.traces.closed(conn)
         if conn.role == "agent":
             self.persist.store(conn)
         if conn.names_bytes + len(conn.out) > _TRIM_AFTER:

@@ -67,6 +67,8 @@ class AgentSnapshot:
     dropped: int
     lag_ns: int | None
     steps: int
+    #: trace pauses on this connection (aclprofd.trace.Gap.as_dict)
+    trace: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -102,6 +104,8 @@ class CountersSnapshot:
     accept_errors: int = 0
     #: op names/types cut to MAX_NAME_BYTES at ingest (aclprofd.ingest)
     names_truncated: int = 0
+    #: on-demand traces (aclprofd.trace.Traces.summary)
+    traces: dict[str, Any] = field(default_factory=dict)
 
 
 class Health:
@@ -153,7 +157,7 @@ def take_snapshot(d: Daemon) -> CountersSnapshot:
         storage["corrupt_chunks"] = d.storage.corrupt_chunks
     agents = tuple(AgentSnapshot(a.pid, a.host, a.service, dict(a.labels), round(mono - a.connected, 3),
                                  tuple(dict(m) for m in a.models.values()), a.records, a.rate.per_s(now),
-                                 a.dropped, a.lag_ns, a.steps)
+                                 a.dropped, a.lag_ns, a.steps, d.traces.gap_of(a.id))
                    for a in d.conns.values() if a.role == "agent")
     return CountersSnapshot(
         taken_ts=now, uptime_s=round(mono - d.started_mono, 3), records_total=c.records_total,
@@ -168,7 +172,7 @@ def take_snapshot(d: Daemon) -> CountersSnapshot:
         memory_budget=d.settings.memory_budget_bytes, memory_used=d.memory.used(),
         memory_refused=tuple(sorted(c.memory_refused.items())),
         internal_errors=d.internal_errors, connections_refused=d.refused, idle_closed=d.idle_closed,
-        accept_errors=d.accept_errors, names_truncated=d.ingest.names_truncated)
+        accept_errors=d.accept_errors, names_truncated=d.ingest.names_truncated, traces=d.traces.summary())
 
 
 def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
@@ -179,7 +183,7 @@ def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
             "agents": [{"pid": a.pid, "host": a.host, "service": a.service, "labels": a.labels,
                         "connected_s": a.connected_s, "models": list(a.models), "records": a.records,
                         "records_per_s": a.records_per_s, "dropped": a.dropped, "lag_ns": a.lag_ns,
-                        "steps": a.steps}
+                        "steps": a.steps, **a.trace}
                        for a in s.agents],
             "storage": s.storage,
             "aggregates": {"keys": s.aggregate_keys, "cap": s.aggregate_cap,
@@ -193,4 +197,5 @@ def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
             "connections": {"refused": s.connections_refused, "idle_closed": s.idle_closed,
                             "accept_errors": s.accept_errors, "internal_errors": s.internal_errors},
             "names_truncated": s.names_truncated,
+            "traces": dict(s.traces),
             "socket": socket_path}

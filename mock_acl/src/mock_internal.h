@@ -113,6 +113,10 @@ void mock_msproftx_stats(aclmockStats *out);
 void mock_subscribe_stats(aclmockStats *out);
 void mock_opdesc_stats(aclmockStats *out);
 
+/* model.c -> session_output.c (lock held): aclmdlExecute ran `n` ops of `model_id` on
+ * `device`; a running session that collects task time there counts them (mock_ops.json). */
+void mock_session_note_ops(uint32_t device, uint32_t model_id, uint64_t n);
+
 /* ---- session.c -> msproftx.c ------------------------------------------------------ */
 /* Called by aclprofStart/aclprofStop (lock held) so msproftx knows whether it may record,
  * and where its events go: `host_dir` is the host/ subdirectory of the running PROF_ directory,

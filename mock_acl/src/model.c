@@ -231,6 +231,9 @@ MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
     }
     m->cursor_ns = t;
     pthread_mutex_unlock(&m->exec_lock);
+    mock_lock();
+    mock_session_note_ops(m->device, m->id, m->nops);   /* what an API session collects */
+    mock_unlock();
     model_release(m);
     return ACL_SUCCESS;
 }

@@ -29,6 +29,15 @@ struct aclprofConfig {
 
 /* ---- state ------------------------------------------------------------------------ */
 
+/* Ops a session collected per (device, model): written at its end as
+ * device_<id>/mock_ops.json (the real library writes binary task data instead). */
+#define SESSION_OP_KEYS 256
+typedef struct session_op_count {
+    uint32_t device;
+    uint32_t model;
+    uint64_t ops;
+} session_op_count;
+
 typedef struct running_session {
     bool active;
     aclprofConfig cfg;        /* a copy: the caller may destroy its object while running */
@@ -42,6 +51,9 @@ typedef struct running_session {
     bool running[MOCK_MAX_DEVICES + 1];
     uint64_t types[MOCK_MAX_DEVICES + 1];
     uint32_t host_count;
+    session_op_count op_counts[SESSION_OP_KEYS];
+    uint32_t n_op_counts;
+    uint64_t ops_unkeyed[MOCK_MAX_DEVICES];   /* beyond SESSION_OP_KEYS pairs: by device only */
 } running_session;
 
 static inline bool era_2026(void)

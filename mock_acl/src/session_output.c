@@ -395,12 +395,67 @@ int session_begin(const aclprofConfig *cfg)
     return ACL_SUCCESS;
 }
 
+#define TASK_TIME_BITS (ACL_PROF_TASK_TIME | ACL_PROF_TASK_TIME_L0 | ACL_PROF_TASK_TIME_L2 | \
+                        ACL_PROF_TASK_TIME_L3)
+
+void mock_session_note_ops(uint32_t device, uint32_t model_id, uint64_t n)
+{
+    if (!g_run.active || device >= MOCK_MAX_DEVICES || !g_run.running[device] ||
+        !(g_run.types[device] & TASK_TIME_BITS) || n == 0)
+        return;
+    for (uint32_t i = 0; i < g_run.n_op_counts; i++) {
+        session_op_count *c = &g_run.op_counts[i];
+        if (c->device == device && c->model == model_id) {
+            c->ops += n;
+            return;
+        }
+    }
+    if (g_run.n_op_counts < SESSION_OP_KEYS)
+        g_run.op_counts[g_run.n_op_counts++] = (session_op_count){device, model_id, n};
+    else
+        g_run.ops_unkeyed[device] += n;
+}
+
+static void ops_body(FILE *f, const running_session *run, const void *arg)
+{
+    uint32_t dev = *(const uint32_t *)arg;
+    uint64_t total = run->ops_unkeyed[dev];
+    fprintf(f, "  \"deviceId\": %u,\n  \"opsByModel\": {", dev);
+    const char *sep = "";
+    for (uint32_t i = 0; i < run->n_op_counts; i++) {
+        if (run->op_counts[i].device != dev)
+            continue;
+        fprintf(f, "%s\"%u\": %llu", sep, run->op_counts[i].model,
+                (unsigned long long)run->op_counts[i].ops);
+        total += run->op_counts[i].ops;
+        sep = ", ";
+    }
+    fprintf(f, "},\n  \"opsUnattributed\": %llu,\n  \"ops\": %llu",
+            (unsigned long long)run->ops_unkeyed[dev], (unsigned long long)total);
+}
+
+/* device_<id>/mock_ops.json for each device that collected task time in this session. */
+static void write_op_counts(const running_session *run)
+{
+    for (uint32_t id = 0; id < MOCK_MAX_DEVICES; id++) {
+        if (!(run->types[id] & TASK_TIME_BITS))
+            continue;
+        char name[32];
+        snprintf(name, sizeof name, "device_%u", id);
+        char *dev_dir = path_join(run->prof_dir, name);
+        if (!dev_dir || !write_json(dev_dir, "mock_ops.json", ops_body, run, &id))
+            fprintf(stderr, "aclmock: cannot write %s/mock_ops.json\n", dev_dir ? dev_dir : name);
+        free(dev_dir);
+    }
+}
+
 /* Stops the running session: records the stop time in host/mock_session.json. */
 void session_end(void)
 {
     if (!g_run.active)
         return;
     mock_msproftx_session(false, NULL);
+    write_op_counts(&g_run);
     uint64_t stop[2] = {mock_now_ns(), realtime_ns()};
     if (!write_json(g_run.host_dir, "mock_session.json", session_body, &g_run, stop))
         fprintf(stderr, "aclmock: cannot update %s/mock_session.json\n", g_run.host_dir);

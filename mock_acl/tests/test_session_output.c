@@ -116,11 +116,79 @@ TEST(uncreatable_directory)
     tmp_end();
 }
 
+/* A model file of `nops` ops on `device` in g_tmp; its id. */
+static uint32_t load_ops_model(uint32_t device, int nops)
+{
+    char path[PATH_MAX * 2], text[512];
+    static int n;
+    snprintf(path, sizeof path, "%s/m%d.txt", g_tmp, n++);
+    int len = snprintf(text, sizeof text, "aclmock-model 1\ndevice %u\n", device);
+    for (int i = 0; i < nops; i++)
+        len += snprintf(text + len, sizeof text - (size_t)len, "op\top%d\tRelu\t1000\t0\n", i);
+    FILE *f = fopen(path, "w");
+    if (f == NULL) {
+        perror(path);
+        exit(2);
+    }
+    fputs(text, f);
+    fclose(f);
+    uint32_t id = UINT32_MAX;
+    CHECK_EQ(aclmdlLoadFromFile(path, &id), ACL_SUCCESS);
+    return id;
+}
+
+/* What a session collected: the ops executed on its task-time devices while it ran, per
+ * model, in device_<id>/mock_ops.json at its end (nothing before, after, or elsewhere). */
+TEST(ops_collected_are_counted)
+{
+    REQUIRE(tmp_begin());
+    uint32_t a = load_ops_model(0, 3), b = load_ops_model(0, 2), c = load_ops_model(1, 4);
+    CHECK_EQ(execute_empty(a), ACL_SUCCESS);   /* before the session: not collected */
+    CHECK_EQ(init_tmp(), ACL_SUCCESS);
+    aclprofConfig *cfg = config1(0, ACL_PROF_ACL_API | ACL_PROF_TASK_TIME);
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    for (int i = 0; i < 5; i++)
+        CHECK_EQ(execute_empty(a), ACL_SUCCESS);
+    CHECK_EQ(execute_empty(b), ACL_SUCCESS);
+    CHECK_EQ(execute_empty(c), ACL_SUCCESS);   /* device 1 is not profiled */
+    char names[4][256];
+    REQUIRE(prof_dirs(g_tmp, names, 4) == 1);
+    CHECK(read_prof_file(names[0], "device_0", "mock_ops.json") == NULL);   /* written at the end */
+    CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
+    CHECK_EQ(execute_empty(a), ACL_SUCCESS);   /* after: not collected */
+    char *ops = read_prof_file(names[0], "device_0", "mock_ops.json");
+    REQUIRE(ops != NULL);
+    CHECK_EQ(tc_json_u64(ops, "deviceId", 99), 0);
+    CHECK_EQ(tc_json_u64(ops, "ops", 0), 17);
+    char want[64];
+    snprintf(want, sizeof want, "\"%u\": 15", a);
+    CHECK(strstr(ops, want) != NULL);
+    snprintf(want, sizeof want, "\"%u\": 2", b);
+    CHECK(strstr(ops, want) != NULL);
+    free(ops);
+    CHECK(read_prof_file(names[0], "device_1", "mock_ops.json") == NULL);
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    aclprofDestroyConfig(cfg);
+
+    /* without task time nothing is collected, and no file claims otherwise */
+    CHECK_EQ(init_tmp(), ACL_SUCCESS);
+    cfg = config1(0, ACL_PROF_ACL_API);
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    CHECK_EQ(execute_empty(a), ACL_SUCCESS);
+    CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
+    REQUIRE(prof_dirs(g_tmp, names, 4) == 2);
+    CHECK(read_prof_file(names[1], "device_0", "mock_ops.json") == NULL);
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    aclprofDestroyConfig(cfg);
+    tmp_end();
+}
+
 static void all_tests(void)
 {
     RUN(output_directory_layout);
     RUN(default_config_covers_every_device);
     RUN(uncreatable_directory);
+    RUN(ops_collected_are_counted);
 }
 
 int main(void)

@@ -1,0 +1,309 @@
+"""On-demand traces (``aclprof trace``, daemon/PROTOCOL.md "TRACE"): the daemon's side.
+
+A control client sends TRACE; the daemon picks the connected agents of that service (or
+pid), sends each a TRACE_START, gathers their TRACE_DONE replies and answers with one
+TRACE_REPLY listing, per process, the ``PROF_*`` directories it produced, how long its
+subscriptions were paused and what that pause cost (the gap), or its error. It never waits
+on anyone: an agent that does not answer within ``duration + REPLY_GRACE_S`` (an agent too
+old to know TRACE_START ignores it) or whose connection closes (the process died) is
+reported with that error, and the reply goes out as soon as every process is accounted for.
+
+The gap: while an agent's subscriptions are paused, its ops never reach the daemon. Each
+TRACE_DONE reports the pause; the daemon counts it per connection and in all
+(``trace_pauses``, ``trace_paused_seconds``, ``trace_gap_records`` where the agent knows the
+number, else ``trace_gap_unknown``), STATUS shows it, and STREAM clients get a
+``{"kind": "gap", ...}`` line in their record stream so ``tail`` marks it.
+
+The handlers register themselves in the ingest and control dispatch tables (TRACE_DONE
+from agents, TRACE from control clients); TRACE needs an admin peer like every control
+request but STATUS (:func:`aclprofd.handshake.authorize`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from aclprof.protocol import trace as proto
+from aclprof.protocol.safetext import scrub, truncate
+from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
+
+from .conn import Conn
+from .handshake import is_int
+from .records import append_frame
+
+if TYPE_CHECKING:
+    from .server import Daemon
+
+__all__ = ["Traces", "Gap"]
+
+_log = structlog.get_logger("aclprofd")
+#: read at each request (not imported by value): tests shorten it to test "no reply"
+REPLY_GRACE_S = proto.REPLY_GRACE_S
+_MAX_DIRS = 64          # PROF_* directories one TRACE_DONE may list
+_MAX_TEXT = 4096        # characters of a path or an error kept
+_MAX_ACTIVE = 256       # traces running at once (each holds its client until it ends)
+#: a bound on every count a TRACE_DONE carries: sums of them stay exact int64s (Prometheus,
+#: other readers) and convertible to float (a JSON integer of 400 digits would otherwise
+#: make every STATUS raise)
+_MAX_COUNT = (1 << 62) - 1
+
+
+@dataclass
+class Gap:
+    """What trace pauses cost on one agent connection (or in all)."""
+
+    pauses: int = 0
+    paused_ns: int = 0
+    records: int = 0   # ops the agents counted in their pauses
+    unknown: int = 0   # pauses whose op count the agent could not know
+
+    def add(self, pause_ns: int, records: int | None) -> None:
+        self.pauses += 1
+        self.paused_ns += pause_ns
+        if records is None:
+            self.unknown += 1
+        else:
+            self.records += records
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"trace_pauses": self.pauses, "trace_paused_seconds": round(self.paused_ns / 1e9, 6),
+                "trace_gap_records": self.records, "trace_gap_unknown": self.unknown}
+
+
+@dataclass
+class _Part:
+    """One process's share of a trace."""
+
+    agent: Conn
+    result: dict[str, Any] | None = None
+
+
+@dataclass
+class _Trace:
+    id: int
+    client: Conn | None
+    service: str | None
+    pid: int | None
+    duration_s: float
+    data_types: tuple[str, ...]
+    deadline: float
+    parts: dict[str, _Part] = field(default_factory=dict)
+
+
+class Traces:
+    """The traces of one daemon (loop thread only)."""
+
+    def __init__(self, daemon: Daemon):
+        self.d = daemon
+        self._next_id = 1
+        self.active: dict[int, _Trace] = {}
+        self._by_agent: dict[str, int] = {}  # agent conn id -> the trace it runs
+        self._gaps: dict[str, Gap] = {}      # agent conn id -> its pauses so far
+        self.total = Gap()
+        self.requested = 0
+        self.refused = 0
+        self.failed = 0     # processes that answered with an error, died or did not answer
+        self.gap_lines_skipped = 0  # gap lines not queued for a STREAM client that does not read
+        self._stopping = False
+        daemon.ingest.handlers[Kind.TRACE_DONE] = self.done
+        daemon.control.handlers[Kind.TRACE] = self.request
+
+    # ---- TRACE (control) ------------------------------------------------------------------
+    def request(self, conn: Conn, req: dict[str, Any]) -> None:
+        try:
+            service, pid, duration, types = proto.check_request(req)
+        except proto.TraceRequestError as exc:
+            self._refuse(conn, str(exc))
+            return
+        agents = [c for c in self.d.conns.values() if c.role == "agent" and not c.closed
+                  and (service is None or c.service == service) and (pid is None or c.pid == pid)]
+        if not agents:
+            connected = sorted({f"{c.service or '-'} (pid {c.pid})" for c in self.d.conns.values()
+                                if c.role == "agent" and not c.closed})
+            what = " ".join(x for x in (f"service {service!r}" if service is not None else "",
+                                        f"pid {pid}" if pid is not None else "") if x)
+            self._refuse(conn, f"no connected agent matches {what}; connected: "
+                               f"{', '.join(connected[:20]) if connected else 'none'}")
+            return
+        busy = [c for c in agents if c.id in self._by_agent]
+        if busy:
+            b = busy[0]
+            running = self.active[self._by_agent[b.id]]
+            left = max(0.0, running.deadline - REPLY_GRACE_S - time.monotonic())
+            self._refuse(conn, f"pid {b.pid} ({b.service or '-'}) is already tracing (trace {running.id}, "
+                               f"about {left:.1f} s left); one trace per process at a time")
+            return
+        if len(self.active) >= _MAX_ACTIVE:
+            self._refuse(conn, f"{_MAX_ACTIVE} traces are running; retry when one ends")
+            return
+        tid, self._next_id = self._next_id, self._next_id + 1
+        t = _Trace(tid, conn, service, pid, duration, types, time.monotonic() + duration + REPLY_GRACE_S)
+        self.active[tid] = t
+        self.requested += 1
+        start = encode_json(Kind.TRACE_START, {"trace_id": tid, "duration_s": duration, "data_types": list(types)})
+        for a in agents:
+            t.parts[a.id] = _Part(a)
+            self._by_agent[a.id] = tid
+            self.d.queue(a, start)
+        _log.info("trace started", trace=tid, service=service, pid=pid, duration_s=duration,
+                  data_types=list(types), processes=[a.pid for a in agents], by_pid=conn.pid)
+
+    def _refuse(self, conn: Conn, message: str) -> None:
+        self.refused += 1
+        self.d.limiter.log("info", "trace refused", reason=message, by_pid=conn.pid)
+        self.d.queue(conn, encode_json(Kind.TRACE_REPLY, {"ok": False, "error": message, "processes": []}))
+
+    # ---- TRACE_DONE (agent) ---------------------------------------------------------------
+    def done(self, conn: Conn, payload: memoryview) -> None:
+        obj = decode_json(payload)
+        tid, pause_ns, gap = obj.get("trace_id"), obj.get("pause_ns", 0), obj.get("gap_records")
+        session_ns = obj.get("session_ns", 0)
+        dirs, error, models = obj.get("dirs", []), obj.get("error"), obj.get("models", [])
+        if not is_int(tid) or not _count(pause_ns) or not _count(session_ns) or not (gap is None or _count(gap)):
+            raise ProtocolError(f"TRACE_DONE needs an integer trace_id, pause_ns and session_ns in [0, {_MAX_COUNT}], "
+                                "and gap_records in that range or null")
+        if not isinstance(dirs, list) or len(dirs) > _MAX_DIRS or not all(isinstance(x, str) for x in dirs):
+            raise ProtocolError(f"TRACE_DONE dirs must be a list of at most {_MAX_DIRS} strings")
+        if error is not None and not isinstance(error, str):
+            raise ProtocolError("TRACE_DONE error must be a string or null")
+        if not isinstance(models, list) or not all(is_int(m) for m in models[:_MAX_DIRS]):
+            raise ProtocolError("TRACE_DONE models must be a list of integers")
+        result = {"pid": conn.pid, "host": conn.host, "service": conn.service,
+                  "dirs": [truncate(scrub(x), _MAX_TEXT) for x in dirs], "pause_ns": pause_ns, "session_ns": session_ns,
+                  "paused_ts": _num(obj.get("paused_ts")), "resumed_ts": _num(obj.get("resumed_ts")),
+                  "models": models[:_MAX_DIRS], "gap_records": gap,
+                  "error": None if error is None else truncate(scrub(error), _MAX_TEXT)}
+        if pause_ns:
+            # counted whether or not the trace is still waiting (a reply after a timeout or
+            # on a new connection after a reconnect still describes a real pause)
+            self._gaps.setdefault(conn.id, Gap()).add(pause_ns, gap)
+            self.total.add(pause_ns, gap)
+            self._mark_gap(conn, result)
+        t = self.active.get(tid)
+        part = t.parts.get(conn.id) if t is not None else None
+        if t is None or part is None or part.result is not None:
+            self.d.limiter.log("info", "late or unknown TRACE_DONE", trace=tid, pid=conn.pid, pause_ns=pause_ns)
+            return
+        self._settle(t, part, result)
+
+    def _mark_gap(self, src: Conn, result: dict[str, Any]) -> None:
+        """A ``{"kind": "gap"}`` line for every STREAM client whose filter takes ``src``,
+        after the records it already has pending (they came before the pause ended)."""
+        fan = self.d.fanout
+        if not fan.streaming:
+            return
+        fan.pump_streams()
+        line = json.dumps({"ts": round(time.time(), 6), "host": src.host, "pid": src.pid or 0, "service": src.service,
+                           "kind": "gap", "reason": "trace", "pause_ns": result["pause_ns"],
+                           "session_ns": result["session_ns"],
+                           "paused_ts": result["paused_ts"], "resumed_ts": result["resumed_ts"],
+                           "models": result["models"], "gap_records": result["gap_records"]},
+                          separators=(",", ":")).encode() + b"\n"
+        limit = self.d.settings.stream_buffer_bytes
+        for c in list(self.d.conns.values()):
+            flt = c.stream
+            if flt is None or c.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
+                continue
+            if len(c.out) > limit:
+                # a client that does not read: no line (STATUS still counts the pause), so
+                # an agent flooding TRACE_DONE cannot grow its buffer past the stream's bound
+                self.gap_lines_skipped += 1
+                continue
+            append_frame(c.out, Kind.STREAM_RECORDS, line)
+            self.d.send(c)
+
+    # ---- endings --------------------------------------------------------------------------
+    def _settle(self, t: _Trace, part: _Part, result: dict[str, Any]) -> None:
+        part.result = result
+        if result.get("error"):
+            self.failed += 1
+        if self._by_agent.get(part.agent.id) == t.id:
+            del self._by_agent[part.agent.id]
+        if all(p.result is not None for p in t.parts.values()):
+            self._finish(t)
+
+    def _finish(self, t: _Trace) -> None:
+        self.active.pop(t.id, None)
+        processes = sorted((p.result for p in t.parts.values() if p.result is not None),
+                           key=lambda r: (str(r.get("service")), r.get("pid") or 0))
+        ok = all(not r.get("error") for r in processes)
+        _log.info("trace finished", trace=t.id, ok=ok, processes=len(processes),
+                  errors=[r["error"] for r in processes if r.get("error")])
+        if t.client is not None and not t.client.closed:
+            self.d.queue(t.client, encode_json(Kind.TRACE_REPLY, {
+                "ok": ok, "error": None if ok else "some processes did not trace (see processes[].error)",
+                "trace_id": t.id, "service": t.service, "pid": t.pid, "duration_s": t.duration_s,
+                "data_types": list(t.data_types), "processes": processes}))
+
+    def closed(self, conn: Conn) -> None:
+        """``conn`` is closing (the loop's close hook): an agent's part ends with an error
+        now (its process died or hung up), a client's traces run on without a reader."""
+        self._gaps.pop(conn.id, None)
+        tid = self._by_agent.pop(conn.id, None)
+        if tid is not None and tid in self.active:
+            t = self.active[tid]
+            part = t.parts.get(conn.id)
+            if part is not None and part.result is None:
+                why = ("the daemon stopped before this process answered (its session ends as planned; "
+                       "look for its PROF_* directory under the agent's trace_dir)") if self._stopping else (
+                    "the process's connection closed during the trace (it exited or was killed?); its PROF_* "
+                    "directory, if any, is incomplete")
+                self._settle(t, part, self._failed(conn, why))
+        for t in self.active.values():
+            if t.client is conn:
+                t.client = None
+
+    def stopping(self) -> None:
+        """The daemon stops (before it reads its agents' last frames and closes them): a
+        TRACE_DONE among those frames still counts; a process that has not answered by
+        its close is reported as cut off by the stop (its agent resumes its subscriptions
+        all the same), and every waiting client gets its reply before the daemon exits."""
+        self._stopping = True
+
+    def tick(self, now: float) -> None:
+        """From the loop: time out agents that did not answer; keep waiting clients from
+        being closed as idle (they wait for the reply, not idling)."""
+        if not self.active:
+            return
+        controls = self.d._controls  # the transport's idle clock of control clients
+        for t in list(self.active.values()):
+            if t.client is not None and t.client in controls:
+                controls[t.client] = now
+                controls.move_to_end(t.client)
+            if now < t.deadline:
+                continue
+            for part in t.parts.values():
+                if part.result is None:
+                    self._settle(t, part, self._failed(
+                        part.agent, f"no reply within {t.duration_s + REPLY_GRACE_S:g} s (agent too old to know "
+                                    f"TRACE_START, or hung?)"))
+
+    @staticmethod
+    def _failed(agent: Conn, error: str) -> dict[str, Any]:
+        return {"pid": agent.pid, "host": agent.host, "service": agent.service, "dirs": [], "pause_ns": None,
+                "session_ns": None,
+                "paused_ts": None, "resumed_ts": None, "models": [], "gap_records": None, "error": error}
+
+    # ---- status ---------------------------------------------------------------------------
+    def gap_of(self, conn_id: str) -> dict[str, Any]:
+        return (self._gaps.get(conn_id) or Gap()).as_dict()
+
+    def summary(self) -> dict[str, Any]:
+        return {"requested": self.requested, "refused": self.refused, "running": len(self.active),
+                "failed_processes": self.failed, "gap_lines_skipped": self.gap_lines_skipped,
+                **self.total.as_dict()}
+
+
+def _count(v: Any) -> bool:
+    return is_int(v) and 0 <= v <= _MAX_COUNT
+
+
+def _num(v: Any) -> float | None:
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    return float(v) if ok else None
