@@ -172,7 +172,8 @@ def test_cli_client_stream_returns_at_end_and_export_checks_count():
 
 def test_dispatch_tables_and_forbidden_kinds_close_only_that_connection(daemon):
     d = daemon.daemon
-    assert set(d.control.handlers) == {Kind.STATUS, Kind.SNAPSHOT, Kind.STREAM, Kind.EXPORT, Kind.RESET}
+    assert set(d.control.handlers) == {Kind.STATUS, Kind.SNAPSHOT, Kind.STREAM, Kind.EXPORT, Kind.RESET,
+                                       Kind.BASELINE_SAVE, Kind.BASELINE_LIST, Kind.BASELINE_GET}
     assert set(d.ingest.handlers) == {Kind.BATCH, Kind.NAMES, Kind.LOSS, Kind.WATCH, Kind.UNWATCH}
     good = agent(daemon.socket, service="good")
     watcher = Client(daemon.socket)
@@ -246,6 +247,8 @@ def test_collector_reads_only_the_snapshot_and_the_aggregator():
         class OnlyTheseTwo:  # any other attribute the collector reached for would raise
             published = d.daemon.published
             aggregator = d.daemon.aggregator
+            # (and the detector's published view: one immutable object, replaced every second)
+            detection = type("View", (), {"published": d.daemon.detection.published})
 
         reg = CollectorRegistry(auto_describe=False)
         reg.register(DaemonCollector(OnlyTheseTwo()))  # type: ignore[arg-type]

@@ -102,6 +102,13 @@ class Kind(enum.IntEnum):
     # protocol 2: STREAM and EXPORT end with END; a STREAM reports skipped records apart
     END = 31
     STREAM_SKIPPED = 32
+    # regression detector baselines (daemon/PROTOCOL.md "Baselines")
+    BASELINE_SAVE = 40
+    BASELINE_SAVE_REPLY = 41
+    BASELINE_LIST = 42
+    BASELINE_LIST_REPLY = 43
+    BASELINE_GET = 44
+    BASELINE_GET_REPLY = 45
 
 
 class ProtocolError(ValueError):

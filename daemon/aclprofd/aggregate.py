@@ -91,6 +91,8 @@ class Aggregator:
         self.prom_sum = np.zeros(cap, I64)
         self._zero_since_start()
         self._saved_changes = self._changes  # nothing to save until something happens
+        #: called (loop thread) with each batch's (key * NBINS + bin, count) deltas: the detector
+        self.observer: Callable[[np.ndarray, np.ndarray], None] | None = None
 
     @property
     def nkeys(self) -> int:
@@ -172,6 +174,8 @@ class Aggregator:
                 self.other_records += int(count[other].sum())
             slot.add(gkeys, count, total, mn, mx, hcodes, hcount)
             self._changes += 1
+        if self.observer is not None:
+            self.observer(hcodes, hcount)
 
     def reset(self) -> None:
         """Start the aggregates again (since-start and windows; Prometheus series continue)."""

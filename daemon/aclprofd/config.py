@@ -77,6 +77,27 @@ def _parse_windows(value: Any) -> tuple[int, ...]:
     return tuple(out)
 
 
+def _parse_fraction(value: Any) -> float:
+    f = float(value)
+    if not 0.0 < f < 10.0:
+        raise ValueError(f"{value!r} must be a fraction above 0 (0.05 = 5 percent)")
+    return f
+
+
+def _parse_z(value: Any) -> float:
+    z = float(value)
+    if not 0.5 <= z <= 10.0:
+        raise ValueError(f"{value!r} must be between 0.5 and 10 (standard errors)")
+    return z
+
+
+def _parse_baseline_name(value: Any) -> str | None:
+    if value in (None, ""):
+        return None
+    from aclprof.protocol.baselinefmt import check_name
+    return check_name(str(value))
+
+
 def _parse_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return value
@@ -157,6 +178,14 @@ class Settings:
     control_idle_timeout_s: float = 60.0
     max_control_connections: int = 64
     admin_group: str | None = None
+    # regression detector (aclprofd.detector; daemon/README.md "Regression detection")
+    detector_window_s: float = 30.0
+    detector_trailing_s: float = 600.0
+    detector_min_effect: float = 0.05
+    detector_min_count: int = 1000
+    detector_persistence: int = 5
+    detector_z: float = 4.0
+    detector_baseline: str | None = None
 
 
 @dataclass(frozen=True)
@@ -219,6 +248,24 @@ OPTIONS: tuple[Option, ...] = (
     Option("admin_group", "admin_group", "ACLPROFD_ADMIN_GROUP", "--admin-group", _opt_str, True,
            "members may send control requests besides STATUS (export, reset, snapshot, stream), as may "
            "root and the daemon's user"),
+    Option("detector_window_s", "detector_window", "ACLPROFD_DETECTOR_WINDOW", "--detector-window",
+           parse_duration, False, "regression detector: the current window compared with the baseline (default 30s)"),
+    Option("detector_trailing_s", "detector_trailing", "ACLPROFD_DETECTOR_TRAILING", "--detector-trailing",
+           parse_duration, False, "regression detector: time constant of the decayed trailing baseline (default 10m)"),
+    Option("detector_min_effect", "detector_min_effect", "ACLPROFD_DETECTOR_MIN_EFFECT", "--detector-min-effect",
+           _parse_fraction, True,
+           "regression detector: smallest quantile shift flagged, 0.05 = 5 percent (default 0.05)"),
+    Option("detector_min_count", "detector_min_count", "ACLPROFD_DETECTOR_MIN_COUNT", "--detector-min-count",
+           _parse_positive_int, True, "regression detector: samples needed in each window (default 1000)"),
+    Option("detector_persistence", "detector_persistence", "ACLPROFD_DETECTOR_PERSISTENCE",
+           "--detector-persistence", _parse_positive_int, True,
+           "regression detector: consecutive 1 s evaluations to flag and to clear (default 5)"),
+    Option("detector_z", "detector_z", "ACLPROFD_DETECTOR_Z", "--detector-z", _parse_z, True,
+           "regression detector: half-width of the quantile intervals in standard errors (default 4.0)"),
+    Option("detector_baseline", "detector_baseline", "ACLPROFD_DETECTOR_BASELINE", "--detector-baseline",
+           _parse_baseline_name, True,
+           "regression detector: judge against this saved baseline (aclprof baseline save NAME) instead of "
+           "the trailing one"),
 )
 _BY_FIELD = {o.field: o for o in OPTIONS}
 

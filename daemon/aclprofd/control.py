@@ -37,6 +37,7 @@ class Control:
         self.handlers: dict[Kind, Handler] = {
             Kind.STATUS: self.status, Kind.SNAPSHOT: self.snapshot, Kind.STREAM: self.stream,
             Kind.EXPORT: self.export, Kind.RESET: self.reset,
+            **daemon.detection.handlers,  # BASELINE_* (aclprofd.detector_control)
         }
 
     def handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:
@@ -48,7 +49,9 @@ class Control:
 
     def status(self, conn: Conn, req: dict[str, Any]) -> None:
         snap = self.d.publish()  # STATUS and /metrics read the same snapshot
-        self.d.queue(conn, encode_json(Kind.STATUS_REPLY, status_reply(snap, self.d.settings.socket)))
+        reply = status_reply(snap, self.d.settings.socket)
+        reply["detector"] = self.d.detection.status()
+        self.d.queue(conn, encode_json(Kind.STATUS_REPLY, reply))
 
     def snapshot(self, conn: Conn, req: dict[str, Any]) -> None:
         window = req.get("window", "all")
@@ -58,6 +61,7 @@ class Control:
             reply = self.d.aggregator.snapshot(window, group_by, flt)
         except (ValueError, TypeError) as exc:
             raise ProtocolError(str(exc)) from None
+        self.d.detection.detector.annotate(reply)  # shift_p99 per op type
         self.d.queue(conn, encode_json(Kind.SNAPSHOT_REPLY, reply))
 
     def stream(self, conn: Conn, req: dict[str, Any]) -> None:

@@ -38,6 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from .aggregate import PROM_EXPONENTS
+from .detector_metrics import detector_families
 
 if TYPE_CHECKING:
     from .server import Daemon
@@ -127,6 +128,7 @@ class DaemonCollector:
             buckets = [(le, float(v)) for le, v in zip(_LE[:-1], cum[:-1].tolist())] + [("+Inf", float(count))]
             hist.add_metric([self.host_label, *lab], buckets, sum_ns / 1e9)
         yield hist
+        yield from detector_families(self.daemon)
 
 
 class Metrics:

@@ -38,6 +38,7 @@ from .aggregate import Aggregator
 from .config import Settings, changed
 from .conn import Conn
 from .control import Control
+from .detector_control import DetectorService
 from .fanout import Fanout
 from .handshake import PROTOCOL_VERSION, hello
 from .ingest import Ingest
@@ -120,6 +121,7 @@ class Daemon(Transport):
         self.persist = Persistence(self)
         self.fanout = Fanout(self)
         self.ingest = Ingest(self)
+        self.detection = DetectorService(self)  # observes the aggregator; Control serves its requests
         self.control = Control(self)
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._published_mono = 0.0
@@ -150,6 +152,12 @@ class Daemon(Transport):
         except OSError as exc:
             raise DaemonError(f"cannot use data dir {s.data_dir}: {exc.strerror or exc}") from None
         self.persist.load_aggregates()
+        try:
+            self.detection.start()
+        except DaemonError:
+            self.storage.close()
+            self.storage = None
+            raise
         try:
             self.listener = bind_socket(s.socket, s.socket_group)
         except DaemonError:
@@ -209,7 +217,7 @@ class Daemon(Transport):
                 now = time.monotonic()
                 timeout = 0.0 if self.fanout.exporting else max(
                     0.0, min(next_flush - now, 0.1 if stop_event is not None else 1.0,
-                             self._published_mono + PUBLISH_S - now))
+                             self._published_mono + PUBLISH_S - now, self.detection.due(now)))
                 self._turn(timeout)
                 if self._reload_requested:
                     self._reload_requested = False
@@ -221,6 +229,7 @@ class Daemon(Transport):
                     next_flush = time.monotonic() + flush_every
                 if now >= self._published_mono + PUBLISH_S:
                     self.publish()
+                self.detection.tick(now)
         finally:
             sd_notify("STOPPING=1")
             self._stop_listening()
@@ -350,6 +359,7 @@ class Daemon(Transport):
         if self.metrics is not None:
             self.metrics.by_name = applied.prometheus_op_name
         self.max_control, self.control_idle_s = applied.max_control_connections, applied.control_idle_timeout_s
+        self.detection.reload(applied)
         logsetup.configure(applied.log_level, applied.log_format, applied.log_file)
         _log.info("config reloaded", changed=live, needs_restart=restart)
 

@@ -1,0 +1,125 @@
+"""Quantile shifts between two log histograms, with distribution-free confidence intervals.
+
+Shared by the daemon's live regression detector (``aclprofd.detector``) and ``aclprof diff``,
+so both judge a shift the same way. Pure numpy; no state.
+
+The histogram is the aggregator's (``aclprofd.aggregate_quantiles``, asserted equal by a
+test): bin 0 holds durations of 0, bin ``b >= 1`` holds ``[2**((b-1)/8), 2**(b/8))`` ns.
+
+Method, per histogram row and quantile q:
+
+- the quantile is read from the histogram's CDF, interpolated log-linearly inside the bin
+  (a bin is 9 % wide; smooth latency distributions make the interpolated value far more
+  precise than the bin, and the same interpolation on both sides cancels in a ratio);
+- its confidence interval is the order-statistic (binomial) one: the ranks
+  ``n*q -/+ z*sqrt(n*q*(1-q))`` read through the same CDF. It assumes independent samples
+  and needs no distribution shape; ``n`` of a decayed (weighted) histogram is its weight sum,
+  which is conservative (the Kish effective size of an exponentially decayed stream is ~2x);
+- the shift ratio is ``cur/base`` with the conservative bounds ``cur_lo/base_hi`` and
+  ``cur_hi/base_lo`` (the intervals must be disjoint for a bound to exclude 1).
+
+With millions of samples such intervals get very narrow, so :func:`judge` also requires a
+minimum effect size and the caller a minimum count and persistence.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["BINS_PER_OCTAVE", "NBINS", "QUANTILES", "bin_index", "quantile_ci", "Shift", "shift",
+           "judge", "REGRESSION", "IMPROVEMENT", "NONE"]
+
+BINS_PER_OCTAVE = 8
+NBINS = BINS_PER_OCTAVE * 40 + 2  # as aclprofd.aggregate_quantiles.NBINS (a test keeps them equal)
+QUANTILES = (0.5, 0.99)
+REGRESSION, IMPROVEMENT, NONE = 1, -1, 0
+
+
+def bin_index(durations: np.ndarray) -> np.ndarray:
+    """Histogram bin of each duration (ns): the aggregator's rule, for files read by the CLI."""
+    d = np.asarray(durations, dtype=np.float64)
+    with np.errstate(divide="ignore"):
+        b = np.floor(np.log2(d) * BINS_PER_OCTAVE) + 1
+    b[d < 1] = 0
+    np.clip(b, 0, NBINS - 1, out=b)
+    return b.astype(np.int64)
+
+
+def _inverse_cdf(hist: np.ndarray, cum: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """The values (ns) at ``rank`` (rows x k, 0 < rank <= n of the row), log-linear inside the bin."""
+    b = (cum[:, None, :] >= rank[:, :, None]).argmax(axis=2)
+    rows = np.arange(len(rank))[:, None]
+    in_bin = hist[rows, b]
+    before = cum[rows, b] - in_bin
+    with np.errstate(divide="ignore", invalid="ignore"):
+        frac = np.where(in_bin > 0, (rank - before) / in_bin, 0.0)
+    frac = np.minimum(np.maximum(frac, 0.0), 1.0)
+    value = np.exp2((b - 1 + frac) / BINS_PER_OCTAVE)
+    return np.where(b == 0, 0.0, value)
+
+
+def quantile_ci(hist: np.ndarray, q: float, z: float,
+                cum: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(low, estimate, high, n)`` of quantile ``q`` for each row of ``hist`` (rows x NBINS
+    counts or weights); values in ns, NaN for an empty row. ``cum``: the rows' cumulative
+    sums when the caller has them (several quantiles of one histogram)."""
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"quantile_ci: q must be in (0, 1), not {q}")
+    hist = np.atleast_2d(np.asarray(hist, dtype=np.float64))
+    cum = np.cumsum(hist, axis=1) if cum is None else cum
+    n = cum[:, -1]
+    half = z * np.sqrt(np.maximum(n * q * (1.0 - q), 0.0))
+    tiny = np.maximum(n * 1e-12, 1e-12)
+    ranks = np.stack([n * q - half, n * q, n * q + half], axis=1)
+    ranks = np.minimum(np.maximum(ranks, tiny[:, None]), np.maximum(n, tiny)[:, None])
+    v = _inverse_cdf(hist, cum, ranks)
+    v[n <= 0] = np.nan
+    return v[:, 0], v[:, 1], v[:, 2], n
+
+
+@dataclass(frozen=True)
+class Shift:
+    """Per row: the quantile in each histogram with its interval, and the ratio cur/base."""
+
+    q: float
+    base: np.ndarray
+    base_lo: np.ndarray
+    base_hi: np.ndarray
+    n_base: np.ndarray
+    cur: np.ndarray
+    cur_lo: np.ndarray
+    cur_hi: np.ndarray
+    n_cur: np.ndarray
+    ratio: np.ndarray
+    lower: np.ndarray
+    upper: np.ndarray
+
+
+def shift(base: np.ndarray, cur: np.ndarray, q: float, z: float,
+          cums: tuple[np.ndarray, np.ndarray] | None = None) -> Shift:
+    """The shift of quantile ``q`` from ``base`` to ``cur`` (two histograms of equal shape),
+    row by row. A ratio whose denominator is 0 (or a row that is empty) is NaN. ``cums``:
+    both histograms' cumulative sums along the bins, when already computed."""
+    b_lo, b, b_hi, nb = quantile_ci(base, q, z, None if cums is None else cums[0])
+    c_lo, c, c_hi, nc = quantile_ci(cur, q, z, None if cums is None else cums[1])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(b > 0, c / b, np.nan)
+        lower = np.where(b_hi > 0, c_lo / b_hi, np.nan)
+        upper = np.where(b_lo > 0, c_hi / b_lo, np.nan)
+    return Shift(q, b, b_lo, b_hi, nb, c, c_lo, c_hi, nc, ratio, lower, upper)
+
+
+def judge(s: Shift, min_effect: float, min_count: float) -> np.ndarray:
+    """Per row REGRESSION (slower), IMPROVEMENT (faster) or NONE: the interval excludes 1,
+    the estimate moved by at least ``min_effect`` (0.05 = 5 %), and both sides hold at least
+    ``min_count`` samples and at least 20 beyond the quantile (a p99 on 100 samples is its
+    maximum: no interval can be read from it)."""
+    tail = min(s.q, 1.0 - s.q)
+    enough = ((s.n_base >= min_count) & (s.n_cur >= min_count)
+              & (s.n_base * tail >= 20) & (s.n_cur * tail >= 20))
+    with np.errstate(invalid="ignore"):
+        up = enough & (s.lower > 1.0) & (s.ratio >= 1.0 + min_effect)
+        down = enough & (s.upper < 1.0) & (s.ratio <= 1.0 / (1.0 + min_effect))
+    return np.where(up, REGRESSION, np.where(down, IMPROVEMENT, NONE)).astype(np.int8)

@@ -1,0 +1,197 @@
+"""The regression detector inside the daemon: wiring, the 1 s timer, settings, and the
+BASELINE_SAVE / BASELINE_LIST / BASELINE_GET control requests (daemon/PROTOCOL.md).
+
+Kept apart from :mod:`aclprofd.server` and :mod:`aclprofd.control` so that those gain a few
+lines only: the aggregator calls :meth:`aclprofd.detector.Detector.observe` per batch with
+the histogram deltas it computed anyway; the loop calls :meth:`DetectorService.due` and
+:meth:`DetectorService.tick`.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from aclprof.protocol.baselinefmt import check_name
+from aclprof.protocol.wire import Kind, ProtocolError, encode_json
+
+from .baselines import BaselineStore
+from .config import Settings
+from .conn import Conn
+from .detector import Detector, DetectorConfig, DetectorView
+from .detector_state import Cell
+from .sockets import DaemonError
+
+if TYPE_CHECKING:
+    from .server import Daemon
+
+__all__ = ["DetectorService", "detector_config", "TICK_S", "LIVE_SOURCES"]
+
+_log = structlog.get_logger("aclprofd")
+TICK_S = 1.0
+#: BASELINE_GET names that read the live detector instead of a saved file
+LIVE_SOURCES = {"@current": "current", "@trailing": "trailing", "@recent": "recent"}
+
+
+def detector_config(s: Settings) -> DetectorConfig:
+    return DetectorConfig(window_s=s.detector_window_s, trailing_s=s.detector_trailing_s, z=s.detector_z,
+                          min_effect=s.detector_min_effect, min_count=s.detector_min_count,
+                          persistence=s.detector_persistence)
+
+
+def host_label(s: Settings) -> str:
+    """The daemon's ``host`` label (h-keys' ``prometheus_host_label`` once it exists)."""
+    return str(getattr(s, "prometheus_host_label", None) or socket.gethostname())
+
+
+class DetectorService:
+    """One daemon's detector and baseline store."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.d = daemon
+        self.detector = Detector(self._identity(), detector_config(daemon.settings))
+        self.detector.host = host_label(daemon.settings)
+        self.baselines = BaselineStore(daemon.settings.data_dir)
+        daemon.aggregator.observer = self.observe
+        self.next_tick = 0.0
+        #: exceptions in the detector (a bug): logged with the traceback, counted in STATUS;
+        #: ingestion and the loop go on without the detector's view of that batch or second
+        self.errors = 0
+        self.handlers: dict[Kind, Callable[[Conn, dict[str, Any]], None]] = {
+            Kind.BASELINE_SAVE: self.save, Kind.BASELINE_LIST: self.listing, Kind.BASELINE_GET: self.get}
+
+    def _identity(self) -> Callable[[int], Cell | None]:
+        agg = self.d.aggregator
+
+        def identity(key: int) -> Cell | None:
+            reg = agg.keys
+            if key == reg.other:
+                return None  # mixes every op beyond the key cap: nothing to judge
+            labels = getattr(reg, "model_label", None)  # h-keys: "name@version" when the service gave one
+            model = labels[key] if labels is not None and labels[key] else str(int(reg.model[key]))
+            return (reg.service[key] or "", model, reg.type[key], reg.name[key])
+        return identity
+
+    # ---- lifecycle ----------------------------------------------------------------------
+    def start(self) -> None:
+        """Pin the configured baseline; DaemonError naming the file when it cannot be used."""
+        name = self.d.settings.detector_baseline
+        if name:
+            try:
+                self.detector.pin(name, self.baselines.load(name))
+            except FileNotFoundError:
+                raise DaemonError(f"detector_baseline {name!r}: no file {self.baselines.path(name)} (save it with "
+                                  f"`aclprof baseline save {name}` on a daemon without this setting)") from None
+            except (OSError, ValueError) as exc:
+                raise DaemonError(f"detector_baseline {name!r}: {exc}") from None
+
+    def due(self, mono: float) -> float:
+        """Seconds until the next evaluation (0 when due)."""
+        return max(0.0, self.next_tick - mono)
+
+    @property
+    def published(self) -> DetectorView:
+        """The detector's last view (any thread: one immutable object)."""
+        return self.detector.published
+
+    def observe(self, hcodes: Any, hcount: Any) -> None:
+        """The aggregator's observer: one batch's histogram deltas."""
+        try:
+            self.detector.observe(hcodes, hcount)
+        except Exception:
+            self._failed("observe")
+
+    def tick(self, mono: float) -> None:
+        """Evaluate when due (once per TICK_S on the loop)."""
+        if mono < self.next_tick:
+            return
+        self.next_tick = mono + TICK_S
+        try:
+            self.detector.tick(time.time())
+        except Exception:
+            self._failed("tick")
+
+    def _failed(self, where: str) -> None:
+        self.errors += 1
+        if self.errors <= 10 or self.errors % 1000 == 0:  # a bug that repeats must not flood the log
+            _log.exception("regression detector failed (a bug)", where=where, errors=self.errors)
+
+    def status(self) -> dict[str, Any]:
+        """The STATUS reply's ``detector`` object."""
+        return {**self.detector.status(), "errors": self.errors}
+
+    def reload(self, s: Settings) -> None:
+        """SIGHUP: thresholds change in place; a new ``detector_baseline`` is pinned (or the
+        trailing one restored). A baseline that cannot be loaded keeps the running one."""
+        cfg = detector_config(s)
+        self.detector.host = host_label(s)
+        old = self.detector.config
+        # window and trailing need a restart (their histograms are built with them)
+        self.detector.config = DetectorConfig(old.window_s, old.trailing_s, cfg.z, cfg.min_effect,
+                                              cfg.min_count, cfg.persistence)
+        name = s.detector_baseline
+        if name == self.detector.pinned_name:
+            return
+        if name is None:
+            self.detector.unpin()
+            _log.info("detector baseline", baseline="trailing")
+            return
+        try:
+            self.detector.pin(name, self.baselines.load(name))
+        except (OSError, ValueError) as exc:
+            _log.error("cannot pin the detector baseline; keeping the running one", baseline=name,
+                       error=str(exc), running=self.detector.pinned_name or "trailing")
+            return
+        _log.info("detector baseline", baseline=name)
+
+    # ---- control requests ---------------------------------------------------------------
+    def save(self, conn: Conn, req: dict[str, Any]) -> None:
+        """BASELINE_SAVE ``{"name", "source"?}``: the detector's histograms to a file."""
+        name, source = req.get("name"), req.get("source", "recent")
+        if source not in ("recent", "current", "trailing"):
+            raise ProtocolError("BASELINE_SAVE: source must be recent, current or trailing")
+        try:
+            check_name(name)
+            now = time.time()
+            doc = self.detector.document(str(name), source, {"saved_ts": now, "host": host_label(self.d.settings),
+                                                             "window_s": self.detector.config.window_s,
+                                                             "trailing_s": self.detector.config.trailing_s})
+            size = self.baselines.save(str(name), doc)
+        except ValueError as exc:
+            raise ProtocolError(f"BASELINE_SAVE: {exc}") from None
+        except OSError as exc:
+            # the disk's fault, not the client's: an ERROR reply, the connection stays
+            self.d.queue(conn, encode_json(Kind.ERROR, {"message": f"BASELINE_SAVE: cannot write "
+                                                        f"{self.baselines.path(str(name))}: {exc.strerror or exc}"}))
+            return
+        _log.info("baseline saved", name=name, source=source, rows=len(doc["rows"]), bytes=size, by_pid=conn.pid)
+        self.d.queue(conn, encode_json(Kind.BASELINE_SAVE_REPLY, {
+            "name": name, "source": source, "saved_ts": now, "rows": len(doc["rows"]), "bytes": size,
+            "path": self.baselines.path(str(name))}))
+
+    def listing(self, conn: Conn, req: dict[str, Any]) -> None:
+        """BASELINE_LIST ``{}``: the saved baselines and the one in use."""
+        self.d.queue(conn, encode_json(Kind.BASELINE_LIST_REPLY, {
+            "baselines": self.baselines.listing(), "active": self.detector.pinned_name or "trailing",
+            "dir": self.baselines.dir}))
+
+    def get(self, conn: Conn, req: dict[str, Any]) -> None:
+        """BASELINE_GET ``{"name"}``: a saved baseline's document, or the live histograms
+        (``@current``, ``@trailing``, ``@recent``)."""
+        name = req.get("name")
+        live = LIVE_SOURCES.get(name) if isinstance(name, str) else None
+        if live is not None:
+            doc = self.detector.document("live", live, {"saved_ts": time.time(),
+                                                        "host": host_label(self.d.settings)})
+        else:
+            try:
+                doc = self.baselines.load(check_name(name))
+            except FileNotFoundError:
+                raise ProtocolError(f"BASELINE_GET: no baseline named {name!r} (see BASELINE_LIST)") from None
+            except (OSError, ValueError) as exc:
+                raise ProtocolError(f"BASELINE_GET: {exc}") from None
+        self.d.queue(conn, encode_json(Kind.BASELINE_GET_REPLY, doc))

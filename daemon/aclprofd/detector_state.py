@@ -1,0 +1,198 @@
+"""The regression detector's histograms: a current window and a decayed trailing baseline.
+
+Cells are ``(service, model, op_type, op_name)``: the aggregator's keys with host and pid
+merged (one daemon is one host; the processes of a service are replicas of the same work,
+so merging them gives more samples and one alert instead of one per pid). The detector
+judges groups of cells (:meth:`CellStore.groups`); cells keep op names so that a saved
+baseline can be compared by name (``aclprof diff --by name``).
+
+Per cell, dense rows of ``NBINS`` bins:
+
+- ``cur``: counts of the last ``window_s`` seconds, kept exact by a ring of per-second
+  sparse deltas: a second that leaves the window is subtracted from ``cur``;
+- ``base``: the trailing baseline, what left the window, decayed by ``exp(-dt/tau_s)``, so
+  it weighs the minutes before the window (mean age ``tau_s`` beyond it) and never
+  overlaps the window it is compared with. Decay is lazy: rows hold ``value / f`` with one
+  shared factor ``f = exp(-(now - t0)/tau_s)`` (renormalised when it gets small), so a
+  second costs O(new bins), not O(cells x bins).
+
+The same two histograms are kept per group too, updated with the same sparse deltas, so a
+judgement reads them without summing cells.
+
+Ingestion only appends the batch's sparse ``(key*NBINS + bin, count)`` pairs (the arrays
+the aggregator already computed) to a pending list; :meth:`CellStore.roll`, once a second
+on the loop timer, folds them in. Memory is bounded by ``max_cells`` (beyond it records
+are counted in ``untracked``, never silently dropped).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from aclprof.protocol.quantshift import NBINS
+
+__all__ = ["CellStore", "Cell", "Group", "MAX_CELLS"]
+
+#: (service, model, op_type, op_name); service "" when the agent gave none
+Cell = tuple[str, str, str, str]
+#: (service, model, op_type)
+Group = tuple[str, str, str]
+MAX_CELLS = 4096
+_UNKNOWN, _UNTRACKED = -1, -2
+
+
+class CellStore:
+    """Cells' current-window and trailing-baseline histograms (loop thread only).
+
+    ``identity(key)`` names an aggregator key as a Cell, or None for a key the detector
+    must not judge (the aggregator's "(other)" key, which mixes many ops)."""
+
+    def __init__(self, identity: Callable[[int], Cell | None], window_s: float, tau_s: float,
+                 max_cells: int = MAX_CELLS) -> None:
+        self.identity = identity
+        self.window_s = float(window_s)
+        self.tau_s = float(tau_s)
+        self.max_cells = max_cells
+        self.cells: list[Cell] = []
+        self._cell_index: dict[Cell, int] = {}
+        self.groups: list[Group] = []
+        self._group_index: dict[Group, int] = {}
+        self.cell_group = np.zeros(0, np.int64)
+        self.key_cell = np.full(0, _UNKNOWN, np.int64)
+        self.cap = 0
+        self.cur = np.zeros((0, NBINS), np.int64)
+        self.base = np.zeros((0, NBINS), np.float64)
+        self.gcap = 0
+        self.gcur = np.zeros((0, NBINS), np.int64)
+        self.gbase = np.zeros((0, NBINS), np.float64)
+        self._pending: list[tuple[np.ndarray, np.ndarray]] = []
+        #: (second, cell codes, group codes, counts) of the seconds in the window
+        self._ring: collections.deque[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = collections.deque()
+        self._t0: float | None = None  # base rows hold value / exp(-(now - t0) / tau_s)
+        self._f = 1.0
+        self.untracked = 0  # records of the "(other)" key or beyond max_cells: not judged
+
+    # ---- ingestion (per batch) -----------------------------------------------------------
+    def observe(self, hcodes: np.ndarray, hcount: np.ndarray) -> None:
+        """One batch's histogram deltas: ``hcodes = key * NBINS + bin`` with their counts."""
+        if len(hcodes) == 0:
+            return
+        keys = hcodes // NBINS
+        top = int(keys.max())
+        if top >= len(self.key_cell):
+            grown = np.full(max(top + 1, 2 * len(self.key_cell), 64), _UNKNOWN, np.int64)
+            grown[:len(self.key_cell)] = self.key_cell
+            self.key_cell = grown
+        cells = self.key_cell[keys]
+        unknown = cells == _UNKNOWN
+        if unknown.any():
+            for k in np.unique(keys[unknown]).tolist():  # once per key in the daemon's life
+                self.key_cell[k] = self._cell_of(k)
+            cells = self.key_cell[keys]
+        ok = cells >= 0
+        if not ok.all():
+            self.untracked += int(hcount[~ok].sum())
+            cells, hcodes, hcount = cells[ok], hcodes[ok], hcount[ok]
+        self._pending.append((cells * NBINS + hcodes % NBINS, hcount.astype(np.int64)))
+
+    def _cell_of(self, key: int) -> int:
+        ident = self.identity(key)
+        if ident is None:
+            return _UNTRACKED
+        idx = self._cell_index.get(ident)
+        if idx is not None:
+            return idx
+        if len(self.cells) >= self.max_cells:
+            return _UNTRACKED
+        return self.add_cell(ident)
+
+    def add_cell(self, ident: Cell) -> int:
+        """The cell's index, registering it (and its group) if new; -2 when full."""
+        idx = self._cell_index.get(ident)
+        if idx is not None:
+            return idx
+        if len(self.cells) >= self.max_cells:
+            return _UNTRACKED
+        idx = len(self.cells)
+        if idx >= self.cap:
+            self._grow(min(max(64, 2 * self.cap), self.max_cells))
+        self.cells.append(ident)
+        self._cell_index[ident] = idx
+        g = ident[:3]
+        gi = self._group_index.get(g)
+        if gi is None:
+            gi = self._group_index[g] = len(self.groups)
+            self.groups.append(g)
+            if gi >= self.gcap:
+                self.gcap = max(64, 2 * self.gcap)
+                self.gcur = _grown(self.gcur, self.gcap)
+                self.gbase = _grown(self.gbase, self.gcap)
+        self.cell_group[idx] = gi
+        return idx
+
+    def _grow(self, cap: int) -> None:
+        self.cur = _grown(self.cur, cap)
+        self.base = _grown(self.base, cap)
+        cg = np.zeros(cap, np.int64)
+        cg[:self.cap] = self.cell_group[:self.cap]
+        self.cell_group = cg
+        self.cap = cap
+
+    # ---- the timer (once a second) --------------------------------------------------------
+    def roll(self, now: float) -> None:
+        """Fold the pending deltas in as the second ending at ``now``; move the seconds that
+        left the window into the decayed baseline."""
+        if self._t0 is None:
+            self._t0 = now
+        if self._pending:
+            codes = np.concatenate([c for c, _ in self._pending])
+            counts = np.concatenate([n for _, n in self._pending])
+            self._pending = []
+            codes, inv = np.unique(codes, return_inverse=True)
+            counts = np.bincount(inv, weights=counts, minlength=len(codes)).astype(np.int64)
+            gcodes = self.cell_group[codes // NBINS] * NBINS + codes % NBINS
+            np.add.at(self.cur.reshape(-1), codes, counts)
+            np.add.at(self.gcur.reshape(-1), gcodes, counts)
+            self._ring.append((now, codes, gcodes, counts))
+        self._f = math.exp(-max(0.0, now - self._t0) / self.tau_s)
+        while self._ring and self._ring[0][0] <= now - self.window_s:
+            _, codes, gcodes, counts = self._ring.popleft()
+            np.subtract.at(self.cur.reshape(-1), codes, counts)
+            np.subtract.at(self.gcur.reshape(-1), gcodes, counts)
+            np.add.at(self.base.reshape(-1), codes, counts / self._f)
+            np.add.at(self.gbase.reshape(-1), gcodes, counts / self._f)
+        if self._f < 1e-6:  # every ~14 tau: fold the factor into the rows (O(cells x bins))
+            self.base *= self._f
+            self.gbase *= self._f
+            self._t0, self._f = now, 1.0
+
+    # ---- views -------------------------------------------------------------------------
+    def group_hists(self) -> tuple[np.ndarray, np.ndarray]:
+        """(current, trailing baseline) histograms per group, rows in ``groups`` order."""
+        g = len(self.groups)
+        return self.gcur[:g].astype(np.float64), self.gbase[:g] * self._f
+
+    def cell_hists(self, which: str) -> tuple[list[Cell], np.ndarray]:
+        """Cells and their histograms: ``"current"`` (the window), ``"trailing"`` (the decayed
+        baseline) or ``"recent"`` (both: what a saved baseline holds)."""
+        n = len(self.cells)
+        if which == "current":
+            h = self.cur[:n].astype(np.float64)
+        elif which == "trailing":
+            h = self.base[:n] * self._f
+        elif which == "recent":
+            h = self.base[:n] * self._f + self.cur[:n]
+        else:
+            raise ValueError(f"cell_hists: which must be current, trailing or recent, not {which!r}")
+        return list(self.cells), h
+
+
+def _grown(arr: np.ndarray, rows: int) -> np.ndarray:
+    """``arr`` with ``rows`` rows (the new ones zero)."""
+    out = np.zeros((rows, *arr.shape[1:]), arr.dtype)
+    out[:len(arr)] = arr
+    return out

@@ -1,0 +1,70 @@
+"""Synthetic op-duration streams replayed through the regression detector faster than real
+time (tests/test_detector_replay.py and tests/bench/bench_detector.py share them).
+
+Each op type has lognormal durations (``mu`` = ln of the median in ns, ``sigma``) and a
+Poisson number of calls per second. Because the detector only sees per-second histogram
+counts, a second is drawn directly as ``multinomial(Poisson(rate), bin probabilities)``: the
+exact distribution of binning that many independent lognormal samples, at a cost
+independent of the rate (24 h at 10k calls/s replay in seconds).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from aclprof.protocol.quantshift import BINS_PER_OCTAVE, NBINS
+
+__all__ = ["Op", "bin_probabilities", "Replay", "Z99"]
+
+Z99 = 2.3263478740408408  # the standard normal's 99th percentile
+
+
+@dataclass(frozen=True)
+class Op:
+    op_type: str
+    rate: float          # calls per second
+    median_ns: float
+    sigma: float         # of ln(duration)
+
+
+def bin_probabilities(median_ns: float, sigma: float) -> np.ndarray:
+    """P(duration falls in each histogram bin) for a lognormal."""
+    mu = math.log(median_ns)
+    edges = [2.0 ** (b / BINS_PER_OCTAVE) for b in range(NBINS)]  # upper edge of bin b (b >= 0)
+    cdf = np.array([0.5 * (1 + math.erf((math.log(e) - mu) / (sigma * math.sqrt(2)))) for e in edges])
+    p = np.diff(np.concatenate([[0.0], cdf]))
+    p[-1] += 1.0 - p.sum()  # the overflow bin takes the rest
+    return np.clip(p, 0.0, None) / np.clip(p, 0.0, None).sum()
+
+
+class Replay:
+    """Feeds a detector second by second: key i is op type ``ops[i]`` of one service."""
+
+    def __init__(self, ops: list[Op], seed: int, service: str = "svc", model: str = "m") -> None:
+        self.ops = ops
+        self.rng = np.random.default_rng(seed)
+        self.probs = [bin_probabilities(o.median_ns, o.sigma) for o in ops]
+        self.cells = [(service, model, o.op_type, o.op_type.lower() + "_0") for o in ops]
+
+    def identity(self, key: int) -> tuple[str, str, str, str]:
+        return self.cells[key]
+
+    def set_op(self, i: int, median_ns: float | None = None, sigma: float | None = None) -> None:
+        """Change op i's distribution from the next second on (a regression)."""
+        o = self.ops[i]
+        self.ops[i] = Op(o.op_type, o.rate, median_ns or o.median_ns, sigma or o.sigma)
+        self.probs[i] = bin_probabilities(self.ops[i].median_ns, self.ops[i].sigma)
+
+    def second(self, rate_factor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """One second of every op: ``(key * NBINS + bin, count)`` like the aggregator's."""
+        codes, counts = [], []
+        for k, (o, p) in enumerate(zip(self.ops, self.probs)):
+            n = self.rng.poisson(o.rate * rate_factor)
+            c = self.rng.multinomial(n, p)
+            nz = np.flatnonzero(c)
+            codes.append(k * NBINS + nz)
+            counts.append(c[nz])
+        return np.concatenate(codes).astype(np.int64), np.concatenate(counts).astype(np.int64)
