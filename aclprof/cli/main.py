@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from aclprof.cli import baseline, demo, diff, doctor, export, reset, status, tail, top
+from aclprof.cli import baseline, captures, demo, diff, doctor, export, reset, status, tail, top
 from aclprof.cli.client import DaemonError
 from aclprof.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_UNREACHABLE, CliError, print_error, quiet_broken_pipe
 
@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
   aclprof tail --type MatMul --json    live op records as JSON lines
   aclprof tail -F --device 0           every op of device 0; reconnects when the daemon restarts
   aclprof status                       is the daemon healthy? who is connected?
+  aclprof captures                     records kept around each latency regression flag
   aclprof export --since -10m --format csv -o op_statistic.csv
   aclprof doctor                       diagnose the library, the environment and the daemon
   aclprof reset                        admin: wipe the daemon's shared aggregates (asks first)
@@ -67,7 +68,7 @@ exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130
                         choices=["debug", "info", "warning", "error"], help="log level (default warning)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # The order of `aclprof --help`.
-    for command in (tail, top, status, export, diff, baseline, demo, doctor, reset):
+    for command in (tail, top, status, export, diff, baseline, captures, demo, doctor, reset):
         command.add_parser(sub, fmt)
     return parser
 

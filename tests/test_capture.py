@@ -1,0 +1,127 @@
+"""The flight recorder (daemon/README.md "Flight recorder"): a real daemon, real agents in
+mock inference processes, one op type slowed; the detector flags it and a capture of the
+records around the flag appears, listed by ``aclprof captures`` and ``aclprof status``."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+from helpers.daemons import Client, running
+from helpers.procs import Worker, cli, short_tmpdir, wait_for
+
+from aclprof.protocol.wire import Kind
+
+DETECT_FAST = ("--detector-window", "2s", "--detector-trailing", "4s", "--detector-min-count", "200",
+               "--detector-persistence", "2")
+
+
+def _drive(workers: list[Worker], seconds: float, n: int = 40) -> None:
+    """``n`` iterations of each worker's model (5 ops, one MatMulV2) every 0.1 s."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        for w in workers:
+            w.run(n)
+        time.sleep(0.1)
+
+
+def _trace(path: Path) -> list[dict]:
+    return json.loads(path.read_text())["traceEvents"]
+
+
+@pytest.mark.slow
+def test_a_slowed_op_is_flagged_and_captured_with_the_records_around_it():
+    root = short_tmpdir("aclp-")
+    with running(root, *DETECT_FAST, "--capture-before", "5s", "--capture-after", "1s") as d:
+        slow, other = Worker(d.socket, "--service", "svc"), Worker(d.socket, "--service", "bystander")
+        try:
+            _drive([slow, other], 5.0)
+            assert d.status()["captures"]["count"] == 0
+            slow.cmd("slow MatMulV2 2")
+
+            def captured():
+                _drive([slow, other], 0.3)
+                return d.status()["captures"]["count"]
+            wait_for(captured, timeout=30, what="a capture")
+            st = d.status()["captures"]
+        finally:
+            for w in (slow, other):
+                w.kill()
+        assert st["made_total"] == 1 and st["errors_total"] == 0 and st["count"] == 1
+        item = st["newest"]
+        assert (item["service"], item["op_type"]) == ("svc", "MatMulV2")
+        assert item["shift"] > 1.3 and item["lower"] > 1.0 and item["truncated"] is False
+        cap = Path(item["path"])
+        assert cap.parent == Path(d.data_dir) / "captures" and cap.name.endswith("_svc_MatMulV2")
+        doc = json.loads((cap / "capture.json").read_text())
+        t = doc["flag"]["since_ts"]
+        assert doc["window"]["since_ts"] == pytest.approx(t - 5) and doc["window"]["until_ts"] == pytest.approx(t + 1)
+        assert doc["records"]["written"] == doc["records"]["found"] == item["records"] > 0
+
+        # the Chrome trace: every record of the service in the window, the bystander's none
+        events = [e for e in _trace(cap / "trace.json") if e["ph"] == "X"]
+        assert len(events) == doc["records"]["written"]
+        assert {e["pid"] for e in events} == {slow.pid}
+        received = [e["args"]["received_ts"] for e in events]
+        assert min(received) >= t - 5 and max(received) <= t + 1
+        matmul = [e for e in events if e["cat"] == "MatMulV2"]
+        # before the flag both durations (the slowdown began before it was flagged), after it slow only
+        assert {e["dur"] for e in matmul if e["args"]["received_ts"] > t} == {20.0}
+        assert 10.0 in {e["dur"] for e in matmul if e["args"]["received_ts"] < t - 4}
+
+        # the same records as `aclprof export` of that window and service gives
+        c = Client(d.socket)
+        exported = c.export(since_ts=doc["window"]["since_ts"], until_ts=doc["window"]["until_ts"],
+                            filter={"service": "svc"})
+        c.close()
+        assert len(exported) == len(events)
+
+        # the ascend export: one process directory, every record a kernel_details row
+        (proc_dir,) = (cap / "ascend").iterdir()
+        assert proc_dir.name.split("_")[1] == str(slow.pid)
+        out = proc_dir / "ASCEND_PROFILER_OUTPUT"
+        with open(out / "kernel_details.csv", newline="") as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == len(events)
+        stat_types = {r["OP Type"] for r in csv.DictReader(open(out / "op_statistic.csv", newline=""))}
+        assert "MatMulV2" in stat_types and "Conv2D" in stat_types
+        assert json.loads((proc_dir / "profiler_metadata.json").read_text())["aclprof_service"] == "svc"
+        assert any(e.get("name") == "Computing" for e in _trace_list(out / "trace_view.json"))
+
+        # listed by `aclprof captures` and shown by `aclprof status`
+        listed = json.loads(cli("captures", "--json", "--socket", d.socket, check=True).stdout)
+        assert [x["name"] for x in listed["items"]] == [cap.name]
+        text = cli("captures", "--socket", d.socket, check=True).stdout
+        assert cap.name in text and "MatMulV2" in text and "svc" in text
+        status_text = cli("status", "--socket", d.socket).stdout
+        assert "captures: 1" in status_text and cap.name in status_text
+
+
+def _trace_list(path: Path) -> list[dict]:
+    return json.loads(path.read_text())
+
+
+def test_captures_lists_nothing_yet_and_says_so():
+    root = short_tmpdir("aclp-")
+    with running(root) as d:
+        out = cli("captures", "--socket", d.socket)
+        assert out.returncode == 0 and "no captures" in out.stdout
+        doc = json.loads(cli("captures", "--json", "--socket", d.socket, check=True).stdout)
+        assert doc["count"] == 0 and doc["items"] == [] and doc["dir"] == os.path.join(d.data_dir, "captures")
+
+
+def test_captures_usage_errors_exit_2():
+    assert cli("captures", "--bogus").returncode == 2
+
+
+def test_status_reply_has_captures():
+    root = short_tmpdir("aclp-")
+    with running(root, "--capture-max-count", "3", "--no-capture") as d:
+        c = Client(d.socket)
+        st = c.request(Kind.STATUS)["captures"]
+        c.close()
+        assert st["enabled"] is False and st["max_count"] == 3 and st["count"] == 0 and st["newest"] is None
