@@ -38,7 +38,7 @@ class CaptureEntry:
 
     name: str
     bytes: int
-    summary: dict[str, Any] = field(default_factory=dict)  # from capture.json (empty: unreadable)
+    summary: dict[str, Any] = field(default_factory=dict)  # from capture.json (summary_of)
 
     def listing(self, root: str) -> dict[str, Any]:
         return {"name": self.name, "path": os.path.join(root, self.name), "bytes": self.bytes, **self.summary}
@@ -63,15 +63,16 @@ def tree_bytes(path: str) -> int:
 
 
 def summary_of(doc: Any) -> dict[str, Any]:
-    """What STATUS lists of a capture.json document (tolerant: a missing field is None)."""
-    if not isinstance(doc, dict):
-        return {}
+    """What STATUS lists of a capture.json document (tolerant: a missing field is None;
+    ``readable`` false when it is not a JSON object: damaged or not ours)."""
+    readable = isinstance(doc, dict)
+    doc = _obj(doc)
     flag, window, records = (_obj(doc.get(k)) for k in ("flag", "window", "records"))
     return {"flag_ts": flag.get("since_ts"), "service": flag.get("service"), "model": flag.get("model"),
             "op_type": flag.get("op_type"), "quantile": flag.get("quantile"), "shift": flag.get("shift"),
             "lower": flag.get("lower"), "upper": flag.get("upper"),
             "since_ts": window.get("since_ts"), "until_ts": window.get("until_ts"),
-            "records": records.get("written"), "truncated": doc.get("truncated")}
+            "records": records.get("written"), "truncated": doc.get("truncated"), "readable": readable}
 
 
 def _obj(value: Any) -> dict[str, Any]:
@@ -158,7 +159,7 @@ def _read_summary(path: str) -> dict[str, Any]:
         with open(os.path.join(path, CAPTURE_FILE), "rb") as f:
             data = f.read(_MAX_CAPTURE_FILE + 1)
         if len(data) > _MAX_CAPTURE_FILE:
-            return {}
+            return summary_of(None)
         return summary_of(json.loads(data))
     except (OSError, ValueError):
-        return {}
+        return summary_of(None)

@@ -150,13 +150,14 @@ def _keep_nearest(parts: list[_Part], t: float, n: int, out: Outcome) -> int:
     if len(dist) <= n:
         return len(dist)
     cut = np.partition(dist, n - 1)[n - 1]
+    ties = n - int((dist < cut).sum())  # records at exactly the cut distance that fit: the first ones
     kept = 0
     for p in parts:
-        m = np.abs(p.ts - t) <= cut
-        if kept + int(m.sum()) > n:  # ties at the cut: take what fits
-            idx = np.flatnonzero(m)[: max(0, n - kept)]
-            m = np.zeros(len(p.ts), bool)
-            m[idx] = True
+        d = np.abs(p.ts - t)
+        m = d < cut
+        at = np.flatnonzero(d == cut)[:max(0, ties)]
+        m[at] = True
+        ties -= len(at)
         out.truncated += int(len(m) - m.sum())
         p.records, p.ts, p.cost = p.records[m], p.ts[m], p.cost[m]
         kept += int(m.sum())

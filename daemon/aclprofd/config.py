@@ -147,6 +147,20 @@ def _parse_capture_count(value: Any) -> int:
     return n
 
 
+def _parse_capture_span(value: Any) -> float:
+    s = parse_duration(value)
+    if s > 3600:
+        raise ValueError(f"{value!r} must be at most 1h (the records are read back from the segment files)")
+    return s
+
+
+def _parse_capture_interval(value: Any) -> float:
+    """A duration, or 0 (no rate limit)."""
+    if str(value).strip() in ("0", "0s", "0.0"):
+        return 0.0
+    return parse_duration(value)
+
+
 def _parse_capture_bytes(value: Any) -> int:
     n = parse_size(value)
     if n < 1 << 20:
@@ -289,9 +303,9 @@ OPTIONS: tuple[Option, ...] = (
            "the trailing one"),
     Option("capture_enabled", "capture_enabled", "ACLPROFD_CAPTURE", "--capture", _parse_bool, True,
            "flight recorder: keep the records around each new regression flag in captures/ (default True)"),
-    Option("capture_before_s", "capture_before", "ACLPROFD_CAPTURE_BEFORE", "--capture-before", parse_duration,
+    Option("capture_before_s", "capture_before", "ACLPROFD_CAPTURE_BEFORE", "--capture-before", _parse_capture_span,
            True, "flight recorder: seconds of records before the flag (default 10s)"),
-    Option("capture_after_s", "capture_after", "ACLPROFD_CAPTURE_AFTER", "--capture-after", parse_duration,
+    Option("capture_after_s", "capture_after", "ACLPROFD_CAPTURE_AFTER", "--capture-after", _parse_capture_span,
            True, "flight recorder: seconds of records after the flag (default 10s)"),
     Option("capture_max_count", "capture_max_count", "ACLPROFD_CAPTURE_MAX_COUNT", "--capture-max-count",
            _parse_capture_count, True, "flight recorder: captures kept, the oldest deleted first (default 20)"),
@@ -299,7 +313,7 @@ OPTIONS: tuple[Option, ...] = (
            _parse_capture_bytes, True,
            "flight recorder: bytes of all captures; one larger alone is truncated to fit (default 256MiB)"),
     Option("capture_min_interval_s", "capture_min_interval", "ACLPROFD_CAPTURE_MIN_INTERVAL",
-           "--capture-min-interval", parse_duration, True,
+           "--capture-min-interval", _parse_capture_interval, True,
            "flight recorder: at most one capture per service, model and op type this often (default 10m)"),
 )
 _BY_FIELD = {o.field: o for o in OPTIONS}
