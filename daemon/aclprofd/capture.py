@@ -8,13 +8,14 @@ per ``capture_min_interval``), and a capture is scheduled for ``[t - before, t +
 Once ``t + after`` has passed, the loop flushes (what was received until then is in the
 segment files), lists the segment files of that window and queues a :class:`Job`.
 
-On the worker thread: jobs are written by :func:`aclprofd.capture_writer.write_capture`
-into ``<data_dir>/captures/`` (:class:`aclprofd.capture_store.CaptureStore` keeps the
-bounds). The queue is bounded (a job that does not fit is dropped and counted); a failed
+On the worker thread: each job is written into ``<data_dir>/captures/`` by a child process
+(:mod:`aclprofd.capture_proc`, :mod:`aclprofd.capture_writer`: formatting is CPU work that
+would take the GIL from the loop), while :class:`aclprofd.capture_store.CaptureStore` keeps
+the bounds. The queue is bounded (a job that does not fit is dropped and counted); a failed
 write (full disk, unwritable directory) is counted, logged, and removes its unfinished
 directory; nothing here stops the daemon. The worker stops at :meth:`CaptureService.close`:
 it finishes no further capture (what is pending or queued is counted as abandoned), and a
-capture being written is abandoned at its next batch.
+child writing one is killed.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from .capture_proc import CaptureFailed, ChildWriter
 from .capture_store import CaptureStore, capture_name, summary_of
-from .capture_writer import Aborted, Job, Outcome, write_capture
+from .capture_writer import Aborted, Job
 
 if TYPE_CHECKING:
     from .detector import DetectorView
@@ -67,6 +69,7 @@ class CaptureService:
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.busy = False  # the worker is writing one now
+        self.child = ChildWriter()  # the process that formats and writes (off the loop's GIL)
         # counters (the worker and the loop write different ones; STATUS reads them)
         self.made = 0
         self.errors = 0
@@ -84,8 +87,10 @@ class CaptureService:
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the worker (bounded wait): pending and queued captures are abandoned."""
+        """Stop the worker (bounded wait): pending and queued captures are abandoned, a
+        capture being written is killed (its unfinished directory removed)."""
         self._stopping.set()
+        self.child.kill()
         self.abandoned += len(self.pending)
         self.pending.clear()
         while True:
@@ -182,7 +187,6 @@ class CaptureService:
                 self.busy = False
 
     def _write(self, job: Job) -> None:
-        out = Outcome()
         store = self.store
 
         def room(need: int) -> tuple[str, int]:
@@ -191,13 +195,16 @@ class CaptureService:
 
         started = time.monotonic()
         try:
-            doc = write_capture(job, store.root, room, self._stopping, out)
+            doc, out = self.child.run(job, store.root, room)
         except Aborted:
             self.abandoned += 1
             return
-        except OSError as exc:
-            where = exc.filename or store.root
-            self._failed(f"{where}: {exc.strerror or exc}", service=job.key[0], op_type=job.key[2])
+        except CaptureFailed as exc:
+            self._failed(str(exc), service=job.key[0], op_type=job.key[2])
+            return
+        except OSError as exc:  # starting the child (no memory, no processes left)
+            self._failed(f"cannot start the capture writer: {exc.strerror or exc}", service=job.key[0],
+                         op_type=job.key[2])
             return
         except Exception as exc:  # a bug: counted and logged with its traceback, never fatal
             self._failed(f"{type(exc).__name__}: {exc}", service=job.key[0], op_type=job.key[2], exc_info=True)

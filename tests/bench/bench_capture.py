@@ -24,10 +24,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from helpers.daemons import Client, InProcess, agent  # noqa: E402
-from helpers.records import make_records  # noqa: E402
+from helpers.daemons import Client, InProcess, agent
+from helpers.records import make_records
 
-from aclprof.protocol.wire import Kind  # noqa: E402
+from aclprof.protocol.wire import Kind
 
 
 def _status_latencies(c: Client, until: callable, min_n: int = 50) -> np.ndarray:  # type: ignore[valid-type]
