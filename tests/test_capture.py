@@ -125,3 +125,41 @@ def test_status_reply_has_captures():
         st = c.request(Kind.STATUS)["captures"]
         c.close()
         assert st["enabled"] is False and st["max_count"] == 3 and st["count"] == 0 and st["newest"] is None
+
+
+def test_captures_text_escapes_peer_strings_and_survives_odd_replies():
+    from aclprof.cli.captures import format_captures, status_lines
+
+    evil = "svc\x1b[2J\nforged line"
+    item = {"name": "n", "path": "/p", "bytes": 2048, "flag_ts": 1.0, "service": evil, "op_type": "Mat\x07Mul",
+            "quantile": "p99", "shift": 1.5, "lower": 1.2, "upper": 1.8, "records": 10, "truncated": True}
+    text = format_captures({"items": [item, "junk", {"shift": "x", "bytes": None}], "max_count": 20, "bytes": 2048,
+                            "max_bytes": 1 << 20, "dir": "/d", "errors_total": 2, "last_error": "disk\x1b full"})
+    assert "\x1b" not in text and "\x07" not in text and "\nforged" not in text
+    assert "TRUNCATED" in text and "x1.50 [1.20, 1.80]" in text and "2 failed" in text
+    assert "unreadable capture.json" in text  # the item without records
+    lines = status_lines({"count": 1, "bytes": 2048, "newest": item})
+    assert lines[0].startswith("captures: 1, 2.0 KiB") and "newest" in lines[1]
+    assert status_lines(None) == [] and status_lines("x") == []
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("capture_max_count", "0", "1..1000"), ("capture_max_count", "1001", "1..1000"),
+    ("capture_max_bytes", "1KiB", "at least 1MiB"), ("capture_before_s", "2h", "at most 1h"),
+    ("capture_after_s", "-1", "bad duration"), ("capture_min_interval_s", "soon", "bad duration"),
+    ("capture_enabled", "maybe", "bad boolean"),
+])
+def test_bad_capture_settings_are_refused(key, value, message):
+    from aclprofd import config
+
+    with pytest.raises(config.ConfigError, match=message):
+        config.load({"socket": "/tmp/x.sock", key: value}, environ={})
+
+
+def test_capture_settings_parse_and_reload_live():
+    from aclprofd import config
+
+    s = config.load({"socket": "/tmp/x.sock", "capture_min_interval_s": "0", "capture_max_bytes": "64MiB",
+                     "capture_before_s": "30s"}, environ={})
+    assert (s.capture_min_interval_s, s.capture_max_bytes, s.capture_before_s) == (0.0, 64 << 20, 30.0)
+    assert all(o.live for o in config.OPTIONS if o.field.startswith("capture_"))

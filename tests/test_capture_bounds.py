@@ -7,6 +7,7 @@ sent by agent connections and read back from the daemon's segment files."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -171,6 +172,10 @@ def test_leftovers_of_a_crash_are_removed_and_old_captures_counted(tmp_path):
                                                   "records": {"written": 3}}))
     (old / "trace.json").write_text("x" * 1000)
     Path(data, "captures", ".20260101T000001Z_svc_Conv2D.tmp").mkdir()
+    outside = Path(tmp, "outside")
+    outside.mkdir()
+    (outside / "keep.txt").write_text("not the daemon's")
+    Path(data, "captures", "20260101T000003Z_svc_Link").symlink_to(outside)  # never followed nor counted
     broken = Path(data, "captures", "20260101T000002Z_svc_Relu")
     broken.mkdir()
     (broken / "capture.json").write_text("{not json")
@@ -183,6 +188,7 @@ def test_leftovers_of_a_crash_are_removed_and_old_captures_counted(tmp_path):
             assert byname[broken.name]["records"] is None and byname[broken.name]["readable"] is False
             assert byname[old.name]["readable"] is True
             assert not Path(data, "captures", ".20260101T000001Z_svc_Conv2D.tmp").exists()
+        assert (outside / "keep.txt").read_text() == "not the daemon's"
     finally:
         import shutil
         shutil.rmtree(tmp, ignore_errors=True)
@@ -231,3 +237,53 @@ def test_a_full_disk_fails_the_capture_counted_and_the_daemon_goes_on():
         wait_for(lambda: d.status()["records_total"] > before, timeout=5)
         a.close()
         assert d.stop() == 0
+
+
+# ---- the stop path and the writer child ------------------------------------------------------
+
+def test_a_stop_kills_the_capture_being_written_and_abandons_the_waiting_ones():
+    d = InProcess(capture_before_s="1h", capture_after_s="0.1s", capture_min_interval_s="0s")
+    try:
+        _quiet_detector(d)
+        a = agent(d.socket, service="svc")
+        _send(a, 100_000, batch=2000)  # several seconds of formatting for the child
+        c = Client(d.socket)
+        wait_for(lambda: c.request(Kind.STATUS)["records_total"] == 100_000, timeout=20)
+        c.close()
+        caps = d.daemon.captures
+        _flag(d, "MatMul")
+        wait_for(lambda: caps.child._proc is not None, timeout=10, what="the writer child")
+        child = caps.child._proc
+        d.daemon.settings = dataclasses.replace(d.daemon.settings, capture_after_s=3600.0)
+        time.sleep(1.05)
+        _flag(d, "Conv2D")  # waits an hour for its window
+        wait_for(lambda: len(caps.pending) == 1, timeout=5)
+        t0 = time.monotonic()
+        d.stop()
+        assert time.monotonic() - t0 < 5
+        assert child.poll() is not None  # killed, not left running
+        assert caps.abandoned == 2 and caps.made == 0 and caps.errors == 0
+        assert os.listdir(os.path.join(d.settings.data_dir, "captures")) == []  # no unfinished directory
+        a.close()
+    finally:
+        d.__exit__(None, None, None)
+
+
+def test_a_writer_that_takes_too_long_is_killed_and_counted():
+    with InProcess(capture_before_s="1s", capture_after_s="0.1s", capture_min_interval_s="0s") as d:
+        _quiet_detector(d)
+        d.daemon.captures.child.timeout_s = 0.05  # less than the child's start-up
+        a = agent(d.socket, service="svc")
+        _send(a, 1000)
+        _flag(d, "MatMul")
+        cap = _wait_made(d, 1)
+        assert cap["errors_total"] == 1 and cap["made_total"] == 0
+        assert "took more than" in cap["last_error"]
+        assert not os.path.isdir(cap["dir"]) or os.listdir(cap["dir"]) == []  # nothing unfinished left
+        d.daemon.captures.child.timeout_s = 600.0
+        time.sleep(1.05)
+        _send(a, 1000)
+        _flag(d, "Conv2D")
+        cap = _wait_made(d, 2)
+        assert cap["made_total"] == 1 and cap["newest"]["records"] > 0
+        a.close()
