@@ -59,6 +59,7 @@ def test_a_slowed_op_is_flagged_and_captured_with_the_records_around_it():
         assert cap.parent == Path(d.data_dir) / "captures" and cap.name.endswith("_svc_MatMulV2")
         doc = json.loads((cap / "capture.json").read_text())
         t = doc["flag"]["since_ts"]
+        assert 0 < doc["created_ts"] - doc["window"]["until_ts"] < 10  # written once the window had passed
         assert doc["window"]["since_ts"] == pytest.approx(t - 5) and doc["window"]["until_ts"] == pytest.approx(t + 1)
         assert doc["records"]["written"] == doc["records"]["found"] == item["records"] > 0
 
