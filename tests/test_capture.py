@@ -58,6 +58,8 @@ def test_a_slowed_op_is_flagged_and_captured_with_the_records_around_it():
         cap = Path(item["path"])
         assert cap.parent == Path(d.data_dir) / "captures" and cap.name.endswith("_svc_MatMulV2")
         doc = json.loads((cap / "capture.json").read_text())
+        assert {oct(p.stat().st_mode & 0o777) for p in (cap / "trace.json", cap / "capture.json")} == {"0o640"}
+        assert oct(cap.stat().st_mode & 0o777) == "0o750"
         t = doc["flag"]["since_ts"]
         assert 0 < doc["created_ts"] - doc["window"]["until_ts"] < 10  # written once the window had passed
         assert doc["window"]["since_ts"] == pytest.approx(t - 5) and doc["window"]["until_ts"] == pytest.approx(t + 1)

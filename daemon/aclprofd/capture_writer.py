@@ -283,6 +283,7 @@ def main() -> int:
         os.nice(10)  # the daemon's loop first when both want a core
     except OSError:
         pass
+    os.umask(0o027)  # records are as private as the segment files (0640): group-readable at most
     job = job_from_json(sys.stdin.readline())
     out = Outcome()
 
