@@ -131,7 +131,7 @@ def test_status_reply_has_captures():
 
 
 def test_captures_text_escapes_peer_strings_and_survives_odd_replies():
-    from aclprof.cli.captures import format_captures, status_lines
+    from aclprof.cli.capturefmt import format_captures, status_lines
 
     evil = "svc\x1b[2J\nforged line"
     item = {"name": "n", "path": "/p", "bytes": 2048, "flag_ts": 1.0, "service": evil, "op_type": "Mat\x07Mul",
@@ -143,7 +143,8 @@ def test_captures_text_escapes_peer_strings_and_survives_odd_replies():
     assert "unreadable capture.json" in text  # the item without records
     lines = status_lines({"count": 1, "bytes": 2048, "newest": item})
     assert lines[0].startswith("captures: 1, 2.0 KiB") and "newest" in lines[1]
-    assert status_lines(None) == [] and status_lines("x") == []
+    assert status_lines(None) == [] and status_lines("x") == [] and status_lines({"count": 0}) == []
+    assert "2 failed" in status_lines({"count": 0, "errors_total": 2, "last_error": "e"})[0]
 
 
 @pytest.mark.parametrize("key,value,message", [

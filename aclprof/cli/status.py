@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from aclprof.cli.captures import status_lines
+from aclprof.cli.capturefmt import status_lines
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, CliError, add_socket_arg, connect, format_ns
 from aclprof.cli.topheader import as_list, num, window_seconds
 from aclprof.protocol.safetext import safe
