@@ -214,6 +214,9 @@ def test_annotate_gives_type_rows_their_worst_p99_shift():
     det.annotate(reply)
     assert reply["rows"][0]["shift_p99"] == pytest.approx(1.0, abs=0.05)
     assert reply["rows"][1]["shift_p99"] is None
+    only = {"group_by": "type", "rows": [{"key": "MatMul"}]}
+    det.annotate(only, service="another")
+    assert only["rows"][0]["shift_p99"] is None
     other = {"group_by": "name", "rows": [{"key": "fc1"}]}
     det.annotate(other)
     assert "shift_p99" not in other["rows"][0]
@@ -424,5 +427,23 @@ def test_a_detector_exception_is_counted_and_the_daemon_goes_on(monkeypatch):
         st = _wait(lambda: (s := c.request(Kind.STATUS))["records_total"] == 100 and s["detector"]["errors"] >= 2
                    and s)
         assert st["agents"] and st["agents"][0]["records"] == 100  # the agent's connection stayed
+        a.close()
+        c.close()
+
+
+def test_groups_use_the_model_label_when_the_registry_keeps_one():
+    """With per-service keys (issue 10: ``KeyRegistry.model_label``) a group's model is the
+    label "name@version" the service gave in WATCH; without it, the model id."""
+    with InProcess(**FAST) as d:
+        a = agent(d.socket, service="svc")
+        a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {"model": "resnet50", "version": "v3"}})
+        c = Client(d.socket)
+
+        def rows():
+            _feed(a, 0.5)
+            return c.request(Kind.BASELINE_GET, {"name": "@recent"})["rows"]
+        got = _wait(rows)
+        labelled = hasattr(d.daemon.aggregator.keys, "model_label")
+        assert {r["model"] for r in got} == {"resnet50@v3" if labelled else "1"}
         a.close()
         c.close()

@@ -104,6 +104,14 @@ def test_diff_refuses_malformed_files(tmp_path, capsys, content, message):
     assert str(bad) in err
 
 
+def test_diff_bounds_the_distinct_ops_it_holds(tmp_path, capsys, monkeypatch):
+    from aclprof.cli import diff_sources
+    monkeypatch.setattr(diff_sources, "_MAX_CELLS", 3)
+    many = _jsonl(tmp_path / "many.jsonl", {("A", f"a{i}"): (1000, 2) for i in range(4)}, 1)
+    rc, _, err = _run(capsys, "diff", many, many)
+    assert rc == 1 and "more than 3 distinct" in err
+
+
 def test_diff_usage_errors_exit_2(tmp_path, capsys):
     good = _jsonl(tmp_path / "good.jsonl", {("A", "a"): (1000, 10)}, 1)
     empty = tmp_path / "empty"

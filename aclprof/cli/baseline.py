@@ -1,6 +1,6 @@
-"""``aclprof baseline``: save the daemon's recent op-latency histograms under a name, and
-list the saved ones. A saved baseline can be pinned for the regression detector
-(``detector_baseline = "NAME"`` in the daemon's config) and compared with ``aclprof diff``.
+"""aclprof baseline: save the daemon's recent op-latency histograms under a name, and list
+the saved ones. A saved baseline can be pinned for the regression detector
+(detector_baseline = "NAME" in the daemon's config) and compared with aclprof diff.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
 """``aclprof diff A B``: which op types (or names) got slower or faster from A to B.
 
-For every op type (``--by name``: op name) present in both, the p50 and p99 of A and B with
+For every op type (--by name: op name) present in both, the p50 and p99 of A and B with
 their order-statistic confidence intervals, and the shift B/A with its bounds, judged as
-the daemon's regression detector judges (:mod:`aclprof.protocol.quantshift`): "slower"
-when a ratio's interval lies above 1 and the ratio is at least ``--min-effect`` above it,
-"faster" in the other direction, "too few" below ``--min-count`` samples. Rows are ranked
-by the p99 shift, largest first. Services and models are merged (filter with ``--service``).
+the daemon's regression detector judges (aclprof/protocol/quantshift.py): "slower" when
+a ratio's interval lies above 1 and the ratio is at least --min-effect above it, "faster"
+in the other direction, "too few" below --min-count samples. Rows are ranked by the p99
+shift, largest first. Services and models are merged (filter with --service).
 """
 
 from __future__ import annotations

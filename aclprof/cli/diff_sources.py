@@ -44,6 +44,7 @@ LIVE = {"current": "@current", "trailing": "@trailing", "recent": "@recent"}
 _MAX_LINE = 1 << 20
 _CHUNK = 200_000
 _MAX_CSV_FILES = 1000
+_MAX_CELLS = baselinefmt.MAX_ROWS  # distinct (service, model, type, name): 2.6 KB of histogram each
 Cell = tuple[str, str, str, str]
 
 
@@ -143,6 +144,8 @@ class _Accumulator:
     def add(self, cell: Cell, ns: float) -> None:
         i = self.index.get(cell)
         if i is None:
+            if len(self.rows) >= _MAX_CELLS:
+                raise CliError(f"{self.spec}: more than {_MAX_CELLS} distinct (service, model, op type, op name)")
             i = self.index[cell] = len(self.rows)
             self.rows.append(np.zeros(NBINS, np.float64))
         self.pending_cells.append(i)

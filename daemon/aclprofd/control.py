@@ -62,7 +62,7 @@ class Control:
             reply = self.d.aggregator.snapshot(window, group_by, flt)
         except (ValueError, TypeError) as exc:
             raise ProtocolError(str(exc)) from None
-        self.d.detection.detector.annotate(reply)  # shift_p99 per op type
+        self.d.detection.detector.annotate(reply, getattr(flt, "service", None))  # shift_p99 per op type
         self.d.queue(conn, encode_json(Kind.SNAPSHOT_REPLY, reply))
 
     def stream(self, conn: Conn, req: dict[str, Any]) -> None:

@@ -198,13 +198,16 @@ class Detector:
                 "untracked_records": v.untracked, "flags": list(v.flags[:_MAX_STATUS_FLAGS]),
                 "flags_count": len(v.flags)}
 
-    def annotate(self, reply: dict[str, Any]) -> None:
+    def annotate(self, reply: dict[str, Any], service: str | None = None) -> None:
         """Give SNAPSHOT rows grouped by type a ``shift_p99``: the largest current p99 ratio
-        among the op type's groups (null when none was evaluated)."""
+        among the op type's groups (of ``service`` only, when the SNAPSHOT filtered by one;
+        null when none was evaluated)."""
         if reply.get("group_by") != "type":
             return
         worst: dict[str, float] = {}
         for r in self.published.rows:
+            if service is not None and r["service"] != service:
+                continue
             s = r.get("p99", {}).get("shift")
             if s is not None and s > worst.get(r["op_type"], -1.0):
                 worst[r["op_type"]] = s
