@@ -65,7 +65,8 @@ class ChildWriter:
                 # cwd "/": `-m` puts the cwd first on sys.path; the daemon's cwd may hold anything
                 proc = self._proc = subprocess.Popen(
                     [sys.executable, "-m", "aclprofd.capture_writer", root], stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE, stderr=err, cwd="/", close_fds=True, text=True, encoding="utf-8")
+                    stdout=subprocess.PIPE, stderr=err, cwd="/", close_fds=True, text=True, encoding="utf-8",
+                    start_new_session=True)  # a Ctrl-C to the daemon's terminal is the daemon's to handle
             timer = threading.Timer(self.timeout_s, self._expire)
             timer.daemon = True
             timer.start()

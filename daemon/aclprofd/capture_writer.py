@@ -75,7 +75,6 @@ class Job:
     max_count: int
     max_bytes: int
     host: str
-    created_mono: float = field(default_factory=time.monotonic)
 
 
 @dataclass
@@ -264,9 +263,7 @@ def write_capture(job: Job, root: str, room: Callable[[int], tuple[str, int]], s
 # ({"ok": true, "doc", "outcome"} or {"ok": false, "error"}). Exit status 0 or 1.
 
 def job_to_json(job: Job) -> str:
-    d = dataclasses.asdict(job)
-    d.pop("created_mono", None)
-    return json.dumps(d, separators=(",", ":"))
+    return json.dumps(dataclasses.asdict(job), separators=(",", ":"))
 
 
 def job_from_json(text: str) -> Job:
