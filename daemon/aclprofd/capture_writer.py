@@ -7,7 +7,7 @@ the other core costs the loop nothing.
 
 A :class:`Job` names the flagged key, the window ``[since_ts, until_ts]`` of receive
 times, and the segment files that may hold it (taken on the loop, after a flush). The
-worker reads those files itself (``read_segment``; the loop's :class:`Storage` object is
+child reads those files itself (``read_segment``; the loop's :class:`Storage` object is
 never touched), keeps the records of the flagged service (every process and op type of it:
 what ran around the slow op is what explains it; other services are left out, so the
 byte budget is spent on the one that regressed), and writes into the capture directory:
@@ -54,6 +54,7 @@ RECORD_BYTES = 1024
 #: per process: profiler_info/metadata json, op_statistic header, metadata events
 PROCESS_BYTES = 16 << 10
 _TYPE_BYTES = 512  # per op type and process: an op_statistic row
+_THREAD_BYTES = 1024  # per (device, model) of a process: thread name and sort events in both traces
 _FIXED_BYTES = 16 << 10  # capture.json and the trace's header
 _BATCH = 2048  # records per formatting batch (the stop flag is checked between batches)
 
@@ -180,7 +181,10 @@ def estimate(parts: list[_Part]) -> int:
 def _overhead(parts: list[_Part]) -> int:
     procs = {(p.host, p.pid) for p in parts}
     types = {(p.host, p.pid, int(x)) for p in parts for x in np.unique(p.records["op_type"]).tolist()}
-    return _FIXED_BYTES + PROCESS_BYTES * len(procs) + _TYPE_BYTES * len(types)
+    threads = {(p.host, p.pid, int(x)) for p in parts  # (device, model): named by metadata events
+               for x in np.unique(p.records["device_id"].astype(np.int64) << 32 | p.records["model_id"]).tolist()}
+    return (_FIXED_BYTES + PROCESS_BYTES * len(procs) + _TYPE_BYTES * len(types)
+            + _THREAD_BYTES * len(threads))
 
 
 def _fit(parts: list[_Part], t: float, allowance: int, out: Outcome) -> None:
