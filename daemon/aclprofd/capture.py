@@ -154,7 +154,8 @@ class CaptureService:
 
     def _submit(self, p: _Pending) -> None:
         storage = self.d.storage
-        if storage is None:
+        if storage is None:  # the daemon is closing: nothing to read from
+            self.abandoned += 1
             return
         s = self.d.settings
         job = Job(p.key, p.flags, p.flag_ts, p.since_ts, p.until_ts,
