@@ -79,7 +79,20 @@ def test_count_bound_deletes_the_oldest_and_a_key_is_rate_limited():
         assert [i["name"] for i in cap["items"]] == [names[2], names[1]]  # newest first; the oldest went
         assert sorted(os.listdir(cap["dir"])) == sorted(names[1:])
         assert [i["op_type"] for i in cap["items"]] == ["Relu", "Conv2D"]
+        text = _scrape(d)
+        assert "aclprofd_captures_total 3.0" in text and "aclprofd_capture_errors_total 0.0" in text
+        assert 'aclprofd_captures_not_taken_total{reason="rate_limited"} 1.0' in text
+        assert "aclprofd_captures_kept 2.0" in text and f"aclprofd_captures_bytes {float(cap['bytes'])}" in text
         a.close()
+
+
+def _scrape(d: InProcess) -> str:
+    from aclprofd.metrics import DaemonCollector
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    reg = CollectorRegistry(auto_describe=False)
+    reg.register(DaemonCollector(d.daemon))
+    return generate_latest(reg).decode()
 
 
 def test_a_capture_larger_than_the_byte_bound_is_truncated_around_the_flag():
@@ -144,6 +157,7 @@ def test_an_unusable_captures_directory_is_counted_and_the_daemon_goes_on():
             _flag(d, "MatMul")
             cap = _wait_made(d, 2)  # the scan's error, then this capture's
             assert cap["errors_total"] == 2 and cap["made_total"] == 0 and cap["count"] == 0
+            assert "aclprofd_capture_errors_total 2.0" in _scrape(d)
             assert "captures" in cap["last_error"]
             c = Client(d.socket)
             before = c.request(Kind.STATUS)["records_total"]
