@@ -216,7 +216,7 @@ class Settings:
     detector_baseline: str | None = None
     # flight recorder (aclprofd.capture; daemon/README.md "Flight recorder")
     capture_enabled: bool = True
-    capture_before_s: float = 10.0
+    capture_before_s: float = 30.0
     capture_after_s: float = 10.0
     capture_max_count: int = 20
     capture_max_bytes: int = 256 << 20
@@ -304,7 +304,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("capture_enabled", "capture_enabled", "ACLPROFD_CAPTURE", "--capture", _parse_bool, True,
            "flight recorder: keep the records around each new regression flag in captures/ (default True)"),
     Option("capture_before_s", "capture_before", "ACLPROFD_CAPTURE_BEFORE", "--capture-before", _parse_capture_span,
-           True, "flight recorder: seconds of records before the flag (default 10s)"),
+           True, "flight recorder: seconds of records before the flag (default 30s)"),
     Option("capture_after_s", "capture_after", "ACLPROFD_CAPTURE_AFTER", "--capture-after", _parse_capture_span,
            True, "flight recorder: seconds of records after the flag (default 10s)"),
     Option("capture_max_count", "capture_max_count", "ACLPROFD_CAPTURE_MAX_COUNT", "--capture-max-count",
