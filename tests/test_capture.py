@@ -119,8 +119,11 @@ def test_captures_lists_nothing_yet_and_says_so():
         assert doc["count"] == 0 and doc["items"] == [] and doc["dir"] == os.path.join(d.data_dir, "captures")
 
 
-def test_captures_usage_errors_exit_2():
+def test_captures_usage_errors_and_no_daemon_exit_2(tmp_path):
     assert cli("captures", "--bogus").returncode == 2
+    out = cli("captures", "--socket", str(tmp_path / "none.sock"))
+    assert out.returncode == 2 and "no daemon socket" in out.stderr and "Traceback" not in out.stderr
+    assert "examples:" in cli("captures", "--help").stdout
 
 
 def test_status_reply_has_captures():

@@ -15,6 +15,12 @@ from aclprof.cli.common import EXIT_OK, CliError, add_socket_arg, connect
 
 __all__ = ["add_parser", "cmd_captures"]
 
+_DESCRIPTION = """The flight recorder's captures, newest first. For each new regression flag the daemon
+keeps the flagged service's records from capture_before before to capture_after after it, in
+<data_dir>/captures/<time>_<service>_<op_type>/: capture.json (what was flagged), trace.json
+(Chrome trace) and ascend/ (torch_npu's directories). Bounded in count and bytes; see
+daemon/README.md "Flight recorder"."""
+
 _EXAMPLES = """examples:
   aclprof captures                      newest first: when, what was flagged, records, size, where
   aclprof captures --json | jq -r '.items[0].path'
@@ -25,8 +31,7 @@ _EXAMPLES = """examples:
 def add_parser(sub: Any, fmt: Any) -> None:
     """Register ``aclprof captures`` on the subparsers ``sub``."""
     p = sub.add_parser("captures", help="flight recorder: records kept around each regression flag",
-                       formatter_class=fmt, description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
-                       epilog=_EXAMPLES)
+                       formatter_class=fmt, description=_DESCRIPTION, epilog=_EXAMPLES)
     p.add_argument("--json", action="store_true", help="the STATUS reply's captures object as JSON")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon (default 5)")
     add_socket_arg(p)
