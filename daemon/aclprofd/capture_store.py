@@ -141,8 +141,7 @@ class CaptureStore:
 
     def add(self, name: str, summary: dict[str, Any]) -> CaptureEntry:
         entry = CaptureEntry(name, tree_bytes(os.path.join(self.root, name)), summary)
-        self.entries.append(entry)
-        self.entries.sort(key=lambda e: e.name)
+        self.entries.append(entry)  # the newest: after the others (names sort by second only)
         self.publish()
         return entry
 
