@@ -300,3 +300,39 @@ def test_a_writer_that_takes_too_long_is_killed_and_counted():
         cap = _wait_made(d, 2)
         assert cap["made_total"] == 1 and cap["newest"]["records"] > 0
         a.close()
+
+
+def _view(d: InProcess, *op_types: str) -> None:
+    """Publish a new detector view in which ``op_types`` of service svc are flagged."""
+    from aclprofd.detector import DetectorView
+
+    t = time.time()
+    flags = tuple({"service": "svc", "model": "1", "op_type": op, "quantile": "p99", "shift": 1.5, "lower": 1.3,
+                   "upper": 1.7, "since_ts": t - 5} for op in op_types)  # raised earlier, still flagged
+    d.daemon.detection.detector.published = DetectorView(ts=t, flags=flags)
+    time.sleep(0.3)  # several loop turns: the recorder has seen it
+
+
+def test_only_newly_raised_flags_are_captured_and_disabling_skips_them():
+    with InProcess(capture_before_s="1s", capture_after_s="0.1s", capture_min_interval_s="0s") as d:
+        _quiet_detector(d)
+        a = agent(d.socket, service="svc")
+        _send(a, 500)
+        _view(d, "MatMul")
+        _wait_made(d, 1)
+        _view(d, "MatMul")  # the same flag in the next evaluation: not a new one
+        _view(d, "MatMul", "Conv2D")  # Conv2D is new
+        cap = _wait_made(d, 2)
+        time.sleep(0.5)
+        cap = _captures(d)
+        assert cap["made_total"] == 2 and [i["op_type"] for i in cap["items"]] == ["Conv2D", "MatMul"]
+        d.daemon.settings = dataclasses.replace(d.daemon.settings, capture_enabled=False)
+        _view(d, "Relu")  # raised while disabled: never captured
+        d.daemon.settings = dataclasses.replace(d.daemon.settings, capture_enabled=True)
+        _view(d, "Relu")
+        _view(d, "Relu", "Add")
+        cap = _wait_made(d, 3)
+        time.sleep(0.5)
+        cap = _captures(d)
+        assert cap["made_total"] == 3 and cap["newest"]["op_type"] == "Add" and cap["pending"] == 0
+        a.close()

@@ -2,8 +2,8 @@
 of the seconds around it as a capture (daemon/README.md "Flight recorder").
 
 On the loop thread (:meth:`CaptureService.tick`, every turn, cheap): the detector's newest
-view is compared with the last one seen; a flag whose ``since_ts`` is the view's time was
-raised at that evaluation. Its key (service, model, op type) is rate-limited (one capture
+view is compared with the last one seen; a flag (key and quantile) that the previous view
+did not have was raised at that evaluation. Its key (service, model, op type) is rate-limited (one capture
 per ``capture_min_interval``), and a capture is scheduled for ``[t - before, t + after]``.
 Once ``t + after`` has passed, the loop flushes (what was received until then is in the
 segment files), lists the segment files of that window and queues a :class:`Job`.
@@ -66,6 +66,7 @@ class CaptureService:
         self.pending: list[_Pending] = []
         self._last: dict[Key, float] = {}  # wall time of each key's last scheduled capture
         self._seen: DetectorView | None = None
+        self._flagged: set[tuple[Any, ...]] = set()  # (service, model, op_type, quantile) flagged in _seen
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self.busy = False  # the worker is writing one now
@@ -117,8 +118,7 @@ class CaptureService:
         view = self.d.detection.published
         if view is not self._seen:
             self._seen = view
-            if self.d.settings.capture_enabled:
-                self._new_flags(view)
+            self._new_flags(view)
         if self.pending:
             now = time.time()
             due = [p for p in self.pending if now >= p.until_ts]
@@ -131,11 +131,17 @@ class CaptureService:
     def _new_flags(self, view: DetectorView) -> None:
         s = self.d.settings
         raised: dict[Key, list[dict[str, Any]]] = {}
+        now_flagged = set()
         for f in view.flags:
-            if f.get("since_ts") == view.ts:  # raised at this evaluation
-                raised.setdefault((f["service"], f["model"], f["op_type"]), []).append(f)
+            fid = (f["service"], f["model"], f["op_type"], f.get("quantile"))
+            now_flagged.add(fid)
+            if fid not in self._flagged:  # not flagged in the previous view: raised now
+                raised.setdefault(fid[:3], []).append(f)
+        self._flagged = now_flagged
+        if not s.capture_enabled:
+            return  # (the set above stays current: enabling later captures only flags raised after)
         for key, flags in raised.items():
-            t = view.ts
+            t = float(view.ts)
             last = self._last.get(key)
             if last is not None and t - last < s.capture_min_interval_s:
                 self.rate_limited += 1
