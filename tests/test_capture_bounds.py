@@ -190,10 +190,18 @@ def test_leftovers_of_a_crash_are_removed_and_old_captures_counted(tmp_path):
     broken = Path(data, "captures", "20260101T000002Z_svc_Relu")
     broken.mkdir()
     (broken / "capture.json").write_text("{not json")
+    odd = Path(data, "captures", "20260101T000004Z_svc_Odd")
+    odd.mkdir()
+    (odd / "capture.json").write_text(json.dumps({"flag": {"service": "s" * 500_000, "shift": "1.5",
+                                                           "op_type": ["x"], "since_ts": float("nan")},
+                                                  "records": {"written": True}, "truncated": "no"}))
     try:
         with InProcess(data_dir=data) as d:
             cap = wait_for(lambda: (lambda c: c if c["count"] else None)(_captures(d)), timeout=5)
-            assert cap["count"] == 2 and cap["errors_total"] == 0
+            assert cap["count"] == 3 and cap["errors_total"] == 0
+            o = next(i for i in cap["items"] if i["name"] == odd.name)  # foreign values: bounded, typed
+            assert o["service"] == "s" * 256 and o["shift"] is None and o["op_type"] is None
+            assert o["flag_ts"] is None and o["records"] is None and o["truncated"] is None and o["readable"]
             byname = {i["name"]: i for i in cap["items"]}
             assert byname[old.name]["records"] == 3 and byname[old.name]["bytes"] >= 1000
             assert byname[broken.name]["records"] is None and byname[broken.name]["readable"] is False

@@ -14,6 +14,7 @@ Sizes are the files' lengths (``st_size``), summed per capture when it is made o
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import time
@@ -30,6 +31,7 @@ _log = structlog.get_logger("aclprofd")
 DIR_NAME = "captures"
 CAPTURE_FILE = "capture.json"
 _MAX_CAPTURE_FILE = 1 << 20  # a capture.json larger than this is not ours: listed as unreadable
+_MAX_TEXT = 256  # characters of a string field listed in STATUS
 
 
 @dataclass(frozen=True)
@@ -63,16 +65,31 @@ def tree_bytes(path: str) -> int:
 
 
 def summary_of(doc: Any) -> dict[str, Any]:
-    """What STATUS lists of a capture.json document (tolerant: a missing field is None;
-    ``readable`` false when it is not a JSON object: damaged or not ours)."""
+    """What STATUS lists of a capture.json document. Tolerant and bounded: a missing or
+    mistyped field is None, strings are cut to 256 characters (a damaged or foreign file
+    must not make STATUS large), ``readable`` is false when it is not a JSON object."""
     readable = isinstance(doc, dict)
     doc = _obj(doc)
     flag, window, records = (_obj(doc.get(k)) for k in ("flag", "window", "records"))
-    return {"flag_ts": flag.get("since_ts"), "service": flag.get("service"), "model": flag.get("model"),
-            "op_type": flag.get("op_type"), "quantile": flag.get("quantile"), "shift": flag.get("shift"),
-            "lower": flag.get("lower"), "upper": flag.get("upper"),
-            "since_ts": window.get("since_ts"), "until_ts": window.get("until_ts"),
-            "records": records.get("written"), "truncated": doc.get("truncated"), "readable": readable}
+    written = records.get("written")
+    return {"flag_ts": _number(flag.get("since_ts")), "service": _text(flag.get("service")),
+            "model": _text(flag.get("model")), "op_type": _text(flag.get("op_type")),
+            "quantile": _text(flag.get("quantile")), "shift": _number(flag.get("shift")),
+            "lower": _number(flag.get("lower")), "upper": _number(flag.get("upper")),
+            "since_ts": _number(window.get("since_ts")), "until_ts": _number(window.get("until_ts")),
+            "records": written if type(written) is int else None,
+            "truncated": doc.get("truncated") if isinstance(doc.get("truncated"), bool) else None,
+            "readable": readable}
+
+
+def _text(value: Any) -> str | None:
+    return value[:_MAX_TEXT] if isinstance(value, str) else None
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def _obj(value: Any) -> dict[str, Any]:
