@@ -10,6 +10,9 @@ line by line from stdin and answers each with one JSON line on stdout:
     step N      one step (aclprofGetStepTimestamp) around N executions; its keypoint
                 record is routed to this model (as if CANN had stamped its id)
                                                     -> {"emitted": total}
+    slow T F    from now on run a copy of the model (same names and labels) whose ops of
+                type T take F times as long (the regression detector's and flight
+                recorder's tests)               -> {"model": id}
     stats       the agent's and the mock's counters -> {...}
     stop        agent.stop(); final counters; exit  -> {...}
 """
@@ -94,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
             step.end()
             mock.wait_writer_idle()
             print(json.dumps({"emitted": mock.stats()["recordsEmitted"]}), flush=True)
+        elif cmd[0] == "slow":
+            slowed = [dict(op, duration_ns=int(op["duration_ns"] * float(cmd[2])) if op["type"] == cmd[1]
+                           else op["duration_ns"]) for op in ops]
+            model = mock.load_model(slowed, device=args.device, seed=1)
+            agent.watch(model, labels=labels, device=args.device)
+            print(json.dumps({"model": model}), flush=True)
         elif cmd[0] == "stats":
             print(json.dumps(_report(agent, mock)), flush=True)
         elif cmd[0] == "stop":

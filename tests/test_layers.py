@@ -1,8 +1,9 @@
 """The import rules of the package layout (README "Layout"), checked on the source.
 
 Layers, bottom to top: protocol and binding (independent of each other) <- api <- compat,
-mock, agent <- cli, demo; the daemon (aclprofd) sits on protocol alone. A module may import
-its own layer and the layers below it, never one above (an import that runs back up makes
+mock, agent <- cli, demo; the daemon (aclprofd) sits on protocol and exportfmt (export file
+formats, on protocol alone; the CLI uses it too). A module may import its own layer and the
+layers below it, never one above (an import that runs back up makes
 the daemon or the CLI drag in the binding, or creates cycles). ``aclprof._log`` (the logging
 policy) and ``aclprof.protocol.version`` may be imported from anywhere.
 
@@ -28,13 +29,15 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "aclprof.mock": ("aclprof.binding", "aclprof.api"),
     "aclprof.lowlevel": ("aclprof.binding",),
     "aclprof.agent": ("aclprof.binding", "aclprof.api", "aclprof.protocol"),
-    "aclprof.cli": ("aclprof.protocol",),
+    # export file formats, shared by the CLI and the daemon's flight recorder
+    "aclprof.exportfmt": ("aclprof.protocol",),
+    "aclprof.cli": ("aclprof.protocol", "aclprof.exportfmt"),
     # `aclprof doctor` reports which library loads: the one command that opens the binding
     # (imported inside the command, so importing the CLI still loads none of it).
-    "aclprof.cli.doctor": ("aclprof.cli", "aclprof.protocol", "aclprof.binding"),
+    "aclprof.cli.doctor": ("aclprof.cli", "aclprof.protocol", "aclprof.exportfmt", "aclprof.binding"),
     "aclprof.demo": ("aclprof", "aclprof.binding", "aclprof.api", "aclprof.mock", "aclprof.agent",
                      "aclprof.protocol"),
-    "aclprofd": ("aclprof.protocol",),
+    "aclprofd": ("aclprof.protocol", "aclprof.exportfmt"),
 }
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import secrets
 import stat
@@ -31,17 +30,17 @@ from typing import Any, BinaryIO, TextIO
 
 from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args, parse_time
 from aclprof.cli.export_ascend import cmd_export_ascend
+from aclprof.exportfmt.chrome import TID_STRIDE, write_chrome
 from aclprof.protocol.safetext import safe
 
 __all__ = ["add_parser", "cmd_export", "OP_STATISTIC_COLUMNS", "CSV_COLUMNS", "write_csv", "write_chrome",
-           "write_jsonl"]
+           "write_jsonl", "TID_STRIDE"]
 
 OP_STATISTIC_COLUMNS = ["Device_id", "Model Name", "OP Type", "Core Type", "Count", "Total Time(us)",
                         "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)"]
 #: ``--format csv``: our own op statistics, per service and process (not msprof's file)
 CSV_COLUMNS = ["Service", "PID", "Device_id", "Model Name", "OP Type", "Core Type", "Count", "Total Time(us)",
                "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)"]
-TID_STRIDE = 100000
 
 _EXAMPLES = """examples:
   aclprof export --since -5m --format csv -o op_statistic.csv
@@ -119,50 +118,6 @@ def write_csv(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
         w.writerow([service, pid, device, model, op_type, "N/A", count, f"{total / 1e3:.3f}", f"{lo / 1e3:.3f}",
                     f"{total / count / 1e3:.3f}", f"{hi / 1e3:.3f}",
                     f"{100.0 * total / (device_total[device] or 1):.2f}"])
-    return n
-
-
-def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
-    out.write('{"displayTimeUnit":"ns","otherData":{"generator":"aclprof export",'
-              '"clock":"the ACL library\'s op timestamps (the device clock; CLOCK_MONOTONIC on the mock)"},'
-              '"traceEvents":[\n')
-    processes: dict[int, str] = {}
-    threads: dict[tuple[int, int], str] = {}
-    first = True
-    n = 0
-    for records in batches:
-        parts = []
-        for r in records:
-            pid = int(r.get("pid", 0))
-            device, model = int(r.get("device", 0)), int(r.get("model", 0))
-            tid = device * TID_STRIDE + model
-            if pid not in processes:
-                service = r.get("service") or "process"
-                processes[pid] = f"{service} (pid {pid}) @{r.get('host', '?')}"
-            if (pid, tid) not in threads:
-                threads[(pid, tid)] = f"device {device} / model {model}"
-            start = int(r.get("start", 0))
-            dur = int(r.get("duration_ns", max(0, int(r.get("end", start)) - start)))
-            step = r.get("kind") == "keypoint"  # CANN's step keypoint record: show the step
-            parts.append(json.dumps({
-                "name": "step" if step else r.get("op_name", "?"),
-                "cat": "step" if step else r.get("op_type", "?"), "ph": "X",
-                "ts": start / 1e3, "dur": dur / 1e3, "pid": pid, "tid": tid,
-                "args": {"op_type": r.get("op_type"), "flag": r.get("flag"), "thread_id": r.get("thread_id"),
-                         "received_ts": r.get("ts")}}, separators=(",", ":")))
-        if parts:
-            out.write(("" if first else ",\n") + ",\n".join(parts))
-            first = False
-        n += len(records)
-    meta = []
-    for pid, name in processes.items():
-        meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
-    for (pid, tid), name in threads.items():
-        meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
-        meta.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
-    if meta:
-        out.write(("" if first else ",\n") + ",\n".join(json.dumps(m, separators=(",", ":")) for m in meta))
-    out.write("\n]}\n")
     return n
 
 

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from aclprof.cli import baseline, demo, diff, doctor, export, fleet, reset, status, tail, top
+from aclprof.cli import baseline, captures, demo, diff, doctor, export, fleet, reset, status, tail, top, trace
 from aclprof.cli.client import DaemonError
 from aclprof.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_UNREACHABLE, CliError, print_error, quiet_broken_pipe
 
@@ -57,7 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
   aclprof tail --type MatMul --json    live op records as JSON lines
   aclprof tail -F --device 0           every op of device 0; reconnects when the daemon restarts
   aclprof status                       is the daemon healthy? who is connected?
-  aclprof export --since -10m --format csv -o op_statistic.csv
+  aclprof captures                     records kept around each latency regression flag
+  aclprof export --since -10m --format ascend -o prof/   for MindStudio Insight, msprof-analyze
+  aclprof diff baseline:good live:current   p50/p99 shifts per op type, with intervals
+  aclprof trace --service bert --duration 5s   a Profiler session in that service's processes
+  aclprof fleet --prometheus http://prom:9090   every host's ops, outliers flagged
   aclprof doctor                       diagnose the library, the environment and the daemon
   aclprof reset                        admin: wipe the daemon's shared aggregates (asks first)
 
@@ -67,11 +71,8 @@ exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130
                         choices=["debug", "info", "warning", "error"], help="log level (default warning)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # The order of `aclprof --help`.
-    for command in (tail, top, status, export, diff, baseline, demo, doctor, reset, fleet):
+    for command in (tail, top, status, export, diff, baseline, captures, trace, demo, doctor, reset, fleet):
         command.add_parser(sub, fmt)
-    from aclprof.cli import trace as trace_cmd  # here, not above: a line of its own (no merge conflict)
-
-    trace_cmd.add_parser(sub, fmt)
     return parser
 
 

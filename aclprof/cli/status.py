@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from aclprof.cli.capturefmt import status_lines
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, CliError, add_socket_arg, connect, format_ns
 from aclprof.cli.topheader import as_list, num, window_seconds
 from aclprof.protocol.safetext import safe
@@ -175,6 +176,7 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None) -> 
             if storage.get(k)]
         if trouble:
             lines.append("storage trouble: " + ", ".join(trouble))
+    lines += status_lines(st.get("captures"))  # the flight recorder
     conns = st.get("connections") or {}
     shown = [f"{what} {conns[k]:,}" for k, what in (
         ("refused", "refused"), ("idle_closed", "idle closed"), ("accept_errors", "accept errors"),

@@ -32,8 +32,14 @@ Modules, and why the seams are where they are:
   sd_notify), :mod:`aclprofd.metrics` (Prometheus), :mod:`aclprofd.config` (settings),
   :mod:`aclprofd.logsetup` (structlog), :mod:`aclprofd.main` (the ``aclprofd`` command).
 
+- :mod:`aclprofd.capture` (the flight recorder: captures around new regression flags),
+  with :mod:`aclprofd.capture_store` (the captures directory and its bounds),
+  :mod:`aclprofd.capture_proc` and :mod:`aclprofd.capture_writer` (the child process that
+  formats and writes one capture).
+
 Everything runs on the loop's thread except the Prometheus HTTP thread, which reads only
-the published snapshot and the aggregator (under its lock).
+the published snapshot and the aggregator (under its lock), and the capture worker thread,
+which waits for a capture writer child and keeps the captures directory.
 """
 
 from aclprof.protocol.version import __version__

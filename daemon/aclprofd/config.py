@@ -140,6 +140,34 @@ def _parse_host_label(value: Any) -> str:
     return value
 
 
+def _parse_capture_count(value: Any) -> int:
+    n = int(value)
+    if not 1 <= n <= 1000:
+        raise ValueError(f"{value!r} must be in 1..1000 (STATUS lists every capture)")
+    return n
+
+
+def _parse_capture_span(value: Any) -> float:
+    s = parse_duration(value)
+    if s > 3600:
+        raise ValueError(f"{value!r} must be at most 1h (the records are read back from the segment files)")
+    return s
+
+
+def _parse_capture_interval(value: Any) -> float:
+    """A duration, or 0 (no rate limit)."""
+    if str(value).strip() in ("0", "0s", "0.0"):
+        return 0.0
+    return parse_duration(value)
+
+
+def _parse_capture_bytes(value: Any) -> int:
+    n = parse_size(value)
+    if n < 1 << 20:
+        raise ValueError(f"{value!r} must be at least 1MiB")
+    return n
+
+
 def _opt_str(value: Any) -> str | None:
     return str(value) if value not in (None, "") else None
 
@@ -186,6 +214,13 @@ class Settings:
     detector_persistence: int = 5
     detector_z: float = 4.0
     detector_baseline: str | None = None
+    # flight recorder (aclprofd.capture; daemon/README.md "Flight recorder")
+    capture_enabled: bool = True
+    capture_before_s: float = 30.0
+    capture_after_s: float = 10.0
+    capture_max_count: int = 20
+    capture_max_bytes: int = 256 << 20
+    capture_min_interval_s: float = 600.0
 
 
 @dataclass(frozen=True)
@@ -266,6 +301,20 @@ OPTIONS: tuple[Option, ...] = (
            _parse_baseline_name, True,
            "regression detector: judge against this saved baseline (aclprof baseline save NAME) instead of "
            "the trailing one"),
+    Option("capture_enabled", "capture_enabled", "ACLPROFD_CAPTURE", "--capture", _parse_bool, True,
+           "flight recorder: keep the records around each new regression flag in captures/ (default True)"),
+    Option("capture_before_s", "capture_before", "ACLPROFD_CAPTURE_BEFORE", "--capture-before", _parse_capture_span,
+           True, "flight recorder: seconds of records before the flag (default 30s)"),
+    Option("capture_after_s", "capture_after", "ACLPROFD_CAPTURE_AFTER", "--capture-after", _parse_capture_span,
+           True, "flight recorder: seconds of records after the flag (default 10s)"),
+    Option("capture_max_count", "capture_max_count", "ACLPROFD_CAPTURE_MAX_COUNT", "--capture-max-count",
+           _parse_capture_count, True, "flight recorder: captures kept, the oldest deleted first (default 20)"),
+    Option("capture_max_bytes", "capture_max_size", "ACLPROFD_CAPTURE_MAX_SIZE", "--capture-max-size",
+           _parse_capture_bytes, True,
+           "flight recorder: bytes of all captures; one larger alone is truncated to fit (default 256MiB)"),
+    Option("capture_min_interval_s", "capture_min_interval", "ACLPROFD_CAPTURE_MIN_INTERVAL",
+           "--capture-min-interval", _parse_capture_interval, True,
+           "flight recorder: at most one capture per service, model and op type this often (default 10m)"),
 )
 _BY_FIELD = {o.field: o for o in OPTIONS}
 
@@ -344,6 +393,7 @@ def markdown_table() -> str:
         "socket": "`$XDG_RUNTIME_DIR/aclprof/aclprofd.sock`, else `/run/aclprof/aclprofd.sock`",
         "data_dir": "`$XDG_STATE_HOME/aclprof` (`~/.local/state/aclprof`); `/var/lib/aclprof` as root",
         "prometheus_host_label": "the host name (`socket.gethostname()`)",
+        "capture_max_bytes": "`256MiB`",
     }
     base = Settings(socket="")
     rows = ["| TOML key | environment | flag | default | SIGHUP | meaning |", "|---|---|---|---|---|---|"]

@@ -51,6 +51,7 @@ class Control:
         snap = self.d.publish()  # STATUS and /metrics read the same snapshot
         reply = status_reply(snap, self.d.settings.socket)
         reply["detector"] = self.d.detection.status()
+        reply["captures"] = self.d.captures.status()  # the flight recorder (aclprofd.capture)
         self.d.queue(conn, encode_json(Kind.STATUS_REPLY, reply))
 
     def snapshot(self, conn: Conn, req: dict[str, Any]) -> None:

@@ -38,6 +38,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.utils import floatToGoString
 
 from .aggregate import PROM_EXPONENTS
+from .capture_metrics import capture_families
 from .detector_metrics import detector_families
 
 if TYPE_CHECKING:
@@ -129,6 +130,7 @@ class DaemonCollector:
             hist.add_metric([self.host_label, *lab], buckets, sum_ns / 1e9)
         yield hist
         yield from detector_families(self.daemon)
+        yield from capture_families(self.daemon)
 
 
 class Metrics:

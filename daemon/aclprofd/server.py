@@ -35,6 +35,7 @@ from aclprof.protocol.safetext import scrub
 from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
 from .aggregate import Aggregator
+from .capture import CaptureService
 from .config import Settings, changed
 from .conn import Conn
 from .control import Control
@@ -123,6 +124,7 @@ class Daemon(Transport):
         self.fanout = Fanout(self)
         self.ingest = Ingest(self)
         self.detection = DetectorService(self)  # observes the aggregator; Control serves its requests
+        self.captures = CaptureService(self)  # the flight recorder: captures around new flags
         self.control = Control(self)
         self.traces = Traces(self)  # registers TRACE and TRACE_DONE in the two tables above
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
@@ -179,6 +181,7 @@ class Daemon(Transport):
                 self.close()
                 raise DaemonError(f"cannot serve Prometheus metrics on {s.prometheus_host}:{s.prometheus_port}: "
                                   f"{exc.strerror or exc}") from None
+        self.captures.start()  # last: a failed start leaves no worker thread behind
         _log.info("listening", socket=s.socket, data_dir=s.data_dir, pid=os.getpid(),
                   prometheus=f"{s.prometheus_host}:{s.prometheus_port}" if s.prometheus_port else None)
 
@@ -233,6 +236,7 @@ class Daemon(Transport):
                 if now >= self._published_mono + PUBLISH_S:
                     self.publish()
                 self.detection.tick(now)
+                self.captures.tick()
         finally:
             sd_notify("STOPPING=1")
             self._stop_listening()
@@ -268,6 +272,7 @@ class Daemon(Transport):
 
     def close(self) -> None:
         """Close every connection, the storage, metrics, and remove our socket file."""
+        self.captures.close()
         self._stop_listening()
         for conn in list(self.conns.values()):
             self._close(conn, "daemon stopping")

@@ -298,6 +298,15 @@ class Storage:
                 "last_cap_delete_ts": self.last_cap_delete_ts or None}
 
     # ---- reading ------------------------------------------------------------------------
+    def files(self, since_ts: float | None = None, until_ts: float | None = None) -> list[tuple[str, int]]:
+        """(path, size now) of the segments that may hold records received in [since_ts,
+        until_ts], oldest first: for a reader on another thread (the flight recorder), which
+        reads each with ``read_segment(path, since_ts, until_ts, limit=size)`` and never
+        touches this object. A segment deleted meanwhile raises FileNotFoundError there."""
+        return [(seg.path, seg.size) for seg in self._segments
+                if not (until_ts is not None and seg.first_ts > until_ts)
+                and not (since_ts is not None and seg.last_ts < since_ts and seg is not self._current)]
+
     def read(self, since_ts: float | None = None, until_ts: float | None = None) -> Iterator[Chunk]:
         """Chunks overlapping [since_ts, until_ts], oldest first; call :meth:`flush` first
         to include what the writer still buffers. Records outside the range are dropped."""

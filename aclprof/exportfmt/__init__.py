@@ -1,0 +1,10 @@
+"""Export file formats written from export records (daemon/PROTOCOL.md "record" objects):
+the Chrome trace (:mod:`aclprof.exportfmt.chrome`) and torch_npu's ``ascend`` directories
+(:mod:`aclprof.exportfmt.ascend`).
+
+A layer of its own between the protocol and its users: the CLI's ``aclprof export`` and the
+daemon's flight recorder (which may not import the CLI) write the same files with it. It
+imports ``aclprof.protocol`` only.
+"""
+
+__all__ = ["ascend", "chrome"]

@@ -1,0 +1,332 @@
+"""Writing one flight-recorder capture, in a child process (``python -m
+aclprofd.capture_writer``, started by :mod:`aclprofd.capture_proc` from the capture worker
+thread): formatting a capture is seconds of pure Python for 100k+ records, which in a
+thread of the daemon would take the GIL from the event loop (measured: STATUS p99 20 ms,
+max 190 ms while a 200k-record capture was written); a child at a lower CPU priority on
+the other core costs the loop nothing.
+
+A :class:`Job` names the flagged key, the window ``[since_ts, until_ts]`` of receive
+times, and the segment files that may hold it (taken on the loop, after a flush). The
+child reads those files itself (``read_segment``; the loop's :class:`Storage` object is
+never touched), keeps the records of the flagged service (every process and op type of it:
+what ran around the slow op is what explains it; other services are left out, so the
+byte budget is spent on the one that regressed), and writes into the capture directory:
+
+- ``ascend/``: torch_npu's directories, one per process (:mod:`aclprof.exportfmt.ascend`);
+- ``trace.json``: the Chrome trace (:mod:`aclprof.exportfmt.chrome`);
+- ``capture.json``: the flag (key, shift and its interval), the window, record counts.
+
+Bounds: each record's bytes in the three outputs are estimated from above (a constant for
+the numbers plus the lengths of its escaped names); when the estimate passes what the
+capture may take, the records farthest in time from the flag are left out (the capture
+stays centred on it) and ``capture.json`` says how many (``truncated``). Records held in
+memory while reading are bounded the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from aclprof.exportfmt.ascend import AscendWriter
+from aclprof.exportfmt.chrome import write_chrome
+from aclprof.protocol.safetext import safe
+
+from .records import encode_records, name_json
+from .storage import read_segment
+
+__all__ = ["Job", "Outcome", "Aborted", "write_capture", "estimate", "job_to_json", "job_from_json", "main",
+           "RECORD_BYTES", "PROCESS_BYTES"]
+
+#: upper bound of one record's bytes in the three outputs, names apart: kernel_details row
+#: (~90), trace_view event (~220), Overlap Analysis spans (<= 2 x 110), Chrome event (~260)
+RECORD_BYTES = 1024
+#: per process: profiler_info/metadata json, op_statistic header, metadata events
+PROCESS_BYTES = 16 << 10
+_TYPE_BYTES = 512  # per op type and process: an op_statistic row
+_THREAD_BYTES = 1024  # per (device, model) of a process: thread name and sort events in both traces
+_FIXED_BYTES = 16 << 10  # capture.json and the trace's header
+_BATCH = 2048  # records per formatting batch (the stop flag is checked between batches)
+
+
+class Aborted(Exception):
+    """The daemon is stopping: the capture is left unfinished (and removed)."""
+
+
+@dataclass(frozen=True)
+class Job:
+    """One capture to write (built on the loop thread)."""
+
+    key: tuple[str, str, str]  # service, model, op_type
+    flags: tuple[dict[str, Any], ...]  # the detector's flags of that key raised at one tick
+    flag_ts: float
+    since_ts: float
+    until_ts: float
+    files: tuple[tuple[str, int], ...]  # (segment path, size) to read
+    max_count: int
+    max_bytes: int
+    host: str
+
+
+@dataclass
+class Outcome:
+    """What writing a capture did (for the counters and the log)."""
+
+    name: str = ""
+    found: int = 0  # records of the service in the window
+    written: int = 0
+    truncated: int = 0  # left out to fit the byte bound
+    processes: int = 0
+    segments_gone: int = 0  # deleted by the storage caps before they were read
+    read_problems: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Part:
+    """Records of one stored chunk that belong to the capture."""
+
+    host: str
+    pid: int
+    service: str | None
+    names: dict[int, str]
+    records: np.ndarray
+    ts: np.ndarray
+    cost: np.ndarray  # estimated bytes per record
+
+
+def _name_cost(names: dict[int, str], cache: dict[int, int]) -> Any:
+    def cost(nid: int) -> int:
+        c = cache.get(nid)
+        if c is None:
+            text = names.get(nid, f"#{nid}")
+            c = cache[nid] = max(len(json.dumps(text)), len(json.dumps(safe(text)))) + 2
+        return c
+    return cost
+
+
+def _collect(job: Job, stop: threading.Event, cap_records: int, out: Outcome) -> list[_Part]:
+    """The service's records in the window, at most ``cap_records`` of them in memory (the
+    farthest from the flag dropped first, counted in ``out.truncated``)."""
+    service = job.key[0]
+    parts: list[_Part] = []
+    held = 0
+    for path, size in job.files:
+        if stop.is_set():
+            raise Aborted
+        problems: list[str] = []
+        try:
+            for ch in read_segment(path, job.since_ts, job.until_ts, limit=size, problems=problems):
+                if stop.is_set():
+                    raise Aborted
+                if (ch.meta.get("service") or "") == service:
+                    held += _take(parts, ch, out)
+                    if held > 2 * cap_records:  # bound memory: keep the cap_records nearest the flag
+                        held = _keep_nearest(parts, job.flag_ts, cap_records, out)
+        except FileNotFoundError:
+            out.segments_gone += 1  # deleted by the storage caps meanwhile
+        out.read_problems += problems
+    return parts
+
+
+def _take(parts: list[_Part], ch: Any, out: Outcome) -> int:
+    """Append a chunk's records with their estimated bytes; how many."""
+    nc = _name_cost(ch.names, {})
+    types, names = ch.records["op_type"], ch.records["op_name"]
+    ids = np.unique(np.concatenate([types, names]))  # sorted: a lookup table by searchsorted
+    lut = np.fromiter((nc(int(i)) for i in ids.tolist()), np.int64, len(ids))
+    cost = RECORD_BYTES + 3 * lut[np.searchsorted(ids, names)] + 4 * lut[np.searchsorted(ids, types)]
+    meta = ch.meta
+    parts.append(_Part(str(meta.get("host", "")), int(meta.get("pid", 0)), meta.get("service"),
+                       ch.names, ch.records, ch.ts, cost))
+    out.found += len(ch.records)
+    return len(ch.records)
+
+
+def _keep_nearest(parts: list[_Part], t: float, n: int, out: Outcome) -> int:
+    """Keep the ``n`` records received nearest ``t`` (order within each part kept)."""
+    dist = np.concatenate([np.abs(p.ts - t) for p in parts])
+    if len(dist) <= n:
+        return len(dist)
+    cut = np.partition(dist, n - 1)[n - 1]
+    ties = n - int((dist < cut).sum())  # records at exactly the cut distance that fit: the first ones
+    kept = 0
+    for p in parts:
+        d = np.abs(p.ts - t)
+        m = d < cut
+        at = np.flatnonzero(d == cut)[:max(0, ties)]
+        m[at] = True
+        ties -= len(at)
+        out.truncated += int(len(m) - m.sum())
+        p.records, p.ts, p.cost = p.records[m], p.ts[m], p.cost[m]
+        kept += int(m.sum())
+    parts[:] = [p for p in parts if len(p.records)]
+    return kept
+
+
+def estimate(parts: list[_Part]) -> int:
+    """Bytes the capture of ``parts`` takes at most (records, processes, op types, fixed)."""
+    return _overhead(parts) + sum(int(p.cost.sum()) for p in parts)
+
+
+def _overhead(parts: list[_Part]) -> int:
+    procs = {(p.host, p.pid) for p in parts}
+    types = {(p.host, p.pid, int(x)) for p in parts for x in np.unique(p.records["op_type"]).tolist()}
+    threads = {(p.host, p.pid, int(x)) for p in parts  # (device, model): named by metadata events
+               for x in np.unique(p.records["device_id"].astype(np.int64) << 32 | p.records["model_id"]).tolist()}
+    return (_FIXED_BYTES + PROCESS_BYTES * len(procs) + _TYPE_BYTES * len(types)
+            + _THREAD_BYTES * len(threads))
+
+
+def _fit(parts: list[_Part], t: float, allowance: int, out: Outcome) -> None:
+    """Leave out the records farthest from ``t`` until the estimate fits ``allowance``."""
+    room = allowance - _overhead(parts)
+    if sum(int(p.cost.sum()) for p in parts) <= room:
+        return
+    dist = np.concatenate([np.abs(p.ts - t) for p in parts])
+    cost = np.concatenate([p.cost for p in parts])
+    order = np.argsort(dist, kind="stable")
+    fits = np.cumsum(cost[order]) <= max(0, room)
+    keep = np.zeros(len(dist), bool)
+    keep[order[fits]] = True
+    start = 0
+    for p in parts:
+        m = keep[start:start + len(p.records)]
+        start += len(p.records)
+        out.truncated += int(len(m) - m.sum())
+        p.records, p.ts, p.cost = p.records[m], p.ts[m], p.cost[m]
+    parts[:] = [p for p in parts if len(p.records)]
+
+
+def _batches(parts: list[_Part], stop: threading.Event) -> Iterator[list[dict[str, Any]]]:
+    """The kept records as export records (daemon/PROTOCOL.md "record"), in batches."""
+    for p in parts:
+        nj = name_json(p.names, {})
+        for i in range(0, len(p.records), _BATCH):
+            if stop.is_set():
+                raise Aborted
+            texts = encode_records(p.records[i:i + _BATCH], p.ts[i:i + _BATCH], p.host, p.pid, p.service, nj)
+            yield [json.loads(x) for x in texts]
+
+
+def write_capture(job: Job, root: str, room: Callable[[int], tuple[str, int]], stop: threading.Event,
+                  out: Outcome) -> dict[str, Any]:
+    """Read the job's records, ask ``room(estimated bytes)`` for the capture's name and the
+    bytes it may take (the store deletes old captures to make room), write ``root/name``
+    (built as ``root/.name.tmp``, renamed when complete); returns its capture.json document.
+    OSError and :class:`Aborted` propagate after the unfinished directory is removed."""
+    parts = _collect(job, stop, max(1, job.max_bytes // RECORD_BYTES), out)
+    name, allowance = room(estimate(parts))
+    out.name = name
+    _fit(parts, job.flag_ts, allowance, out)
+    os.makedirs(root, mode=0o750, exist_ok=True)
+    staging = os.path.join(root, f".{name}.tmp")
+    os.mkdir(staging, 0o750)
+    try:
+        os.mkdir(os.path.join(staging, "ascend"), 0o750)
+        fd = os.open(os.path.join(staging, "ascend"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            window = {"since_ts": job.since_ts, "until_ts": job.until_ts, "filter": {"service": job.key[0]}}
+            ascend = AscendWriter(fd, window=window)
+            try:
+                def both() -> Iterator[list[dict[str, Any]]]:
+                    for batch in _batches(parts, stop):
+                        ascend.add(batch)
+                        yield batch
+                with open(os.path.join(staging, "trace.json"), "x", encoding="utf-8", newline="") as f:
+                    out.written = write_chrome(both(), f, generator="aclprofd flight recorder")
+                ascend.finish()
+            finally:
+                ascend.close()
+            out.processes = ascend.processes
+        finally:
+            os.close(fd)
+        doc = _document(job, name, out)
+        with open(os.path.join(staging, "capture.json"), "x", encoding="utf-8") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+        os.rename(staging, os.path.join(root, name))
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return doc
+
+
+# ---- the child process --------------------------------------------------------------------
+# stdin: the job (one JSON line), later the room ({"name", "allowance"} or {"abort": true});
+# stdout: {"need": bytes} once the records are read, then the result
+# ({"ok": true, "doc", "outcome"} or {"ok": false, "error"}). Exit status 0 or 1.
+
+def job_to_json(job: Job) -> str:
+    return json.dumps(dataclasses.asdict(job), separators=(",", ":"))
+
+
+def job_from_json(text: str) -> Job:
+    d = json.loads(text)
+    return Job(key=tuple(d["key"]), flags=tuple(d["flags"]), flag_ts=float(d["flag_ts"]),
+               since_ts=float(d["since_ts"]), until_ts=float(d["until_ts"]),
+               files=tuple((str(p), int(n)) for p, n in d["files"]), max_count=int(d["max_count"]),
+               max_bytes=int(d["max_bytes"]), host=str(d["host"]))
+
+
+def main() -> int:
+    """The child: one capture, as the module docstring's exchange says."""
+    try:
+        os.nice(10)  # the daemon's loop first when both want a core
+    except OSError:
+        pass
+    os.umask(0o027)  # records are as private as the segment files (0640): group-readable at most
+    job = job_from_json(sys.stdin.readline())
+    out = Outcome()
+
+    def room(need: int) -> tuple[str, int]:
+        print(json.dumps({"need": need}), flush=True)
+        answer = json.loads(sys.stdin.readline() or '{"abort": true}')
+        if answer.get("abort"):
+            raise Aborted
+        return str(answer["name"]), int(answer["allowance"])
+
+    try:
+        doc = write_capture(job, sys.argv[1], room, threading.Event(), out)
+    except Aborted:
+        return 1
+    except OSError as exc:
+        print(json.dumps({"ok": False, "error": f"{exc.filename or sys.argv[1]}: {exc.strerror or exc}",
+                          "name": out.name}), flush=True)
+        return 1
+    print(json.dumps({"ok": True, "doc": doc, "outcome": dataclasses.asdict(out)}), flush=True)
+    return 0
+
+
+def _document(job: Job, name: str, out: Outcome) -> dict[str, Any]:
+    """capture.json: what was flagged, the window, the counts."""
+    first = job.flags[0]
+    return {
+        "name": name, "generator": "aclprofd flight recorder", "host": job.host, "created_ts": time.time(),
+        "flag": {"service": job.key[0], "model": job.key[1], "op_type": job.key[2],
+                 "quantile": first.get("quantile"), "shift": first.get("shift"), "lower": first.get("lower"),
+                 "upper": first.get("upper"), "since_ts": job.flag_ts},
+        "flags": [dict(f) for f in job.flags],  # every quantile of the key flagged at that evaluation
+        "window": {"since_ts": job.since_ts, "until_ts": job.until_ts, "before_s": job.flag_ts - job.since_ts,
+                   "after_s": job.until_ts - job.flag_ts, "clock": "the daemon's receive time (Unix seconds)",
+                   "selection": "every process and op type of the flagged service"},
+        "records": {"found": out.found, "written": out.written, "truncated": out.truncated,
+                    "processes": out.processes, "segments_gone": out.segments_gone,
+                    "read_problems": out.read_problems[:10]},
+        "truncated": out.truncated > 0,
+        "files": {"ascend": "ascend/ (one <host>_<pid>_<time>_ascend_pt directory per process)",
+                  "chrome": "trace.json"},
+    }
+
+
+if __name__ == "__main__":
+    sys.exit(main())
