@@ -68,7 +68,7 @@ class Conn:
         # agents (aclprofd.ingest)
         self.names: dict[int, str] = {}
         self.names_order: list[tuple[int, str]] = []
-        self.names_json: dict[int, str] = {}
+        self.names_json: dict[int, bytes] = {}  # name id -> JSON literal (aclprofd.records.NameJson)
         self.names_bytes = 0  # what the name table is charged against the memory budget
         self.rejected = 0  # records refused for impossible values (aclprofd.ingest)
         self.models: dict[int, dict[str, Any]] = {}
@@ -89,7 +89,7 @@ class Conn:
         self.stream_sent = 0         # records sent on this stream in all (for END)
         self.stream_skipped_all = 0  # records skipped on this stream in all (for END)
         self.matchers: dict[str, NameMatcher] = {}
-        self.export: Iterator[tuple[int, bytes]] | None = None
+        self.export: Iterator[bytes] | None = None  # whole frames (aclprofd.fanout)
 
     def describe(self) -> dict[str, Any]:
         return {"conn": self.id, "role": self.role, "pid": self.pid, "service": self.service}

@@ -15,7 +15,6 @@ outside any frame handler.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -26,7 +25,7 @@ from aclprof.protocol.wire import Kind, encode_json
 
 from .conn import Conn
 from .filters import Filter, NameMatcher
-from .records import FRAME_RECORDS, append_frame, encode_records, jsonl_payloads, name_json
+from .records import FRAME_RECORDS, NameJson, encode_frames, identity_head
 
 if TYPE_CHECKING:
     from .server import Daemon
@@ -81,16 +80,22 @@ class Fanout:
         self.d.memory.refuse("stream")
 
     def offer(self, src: Conn, recs: np.ndarray, now: float) -> None:
-        """A batch an agent sent: queue what each STREAM client's filter selects."""
+        """A batch an agent sent: queue what each STREAM client's filter selects. Clients
+        whose filters select the same records queue the same array object, so the pump
+        encodes it once for all of them (:meth:`pump_streams`)."""
         limit = self.d.settings.stream_buffer_bytes
         room, stream_room = self._stream_room()
+        same: dict[bytes, np.ndarray] = {}  # mask bytes -> the selection (b"": everything)
         for client in self.d.conns.values():
             flt = client.stream
             if flt is None or client.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
                 continue
             matcher = client.matchers.setdefault(src.id, NameMatcher())
             m = flt.mask(recs, matcher, src.names)
-            sel = recs if m is None else recs[m]
+            key = b"" if m is None else m.tobytes()
+            sel = same.get(key)
+            if sel is None:
+                sel = same[key] = recs if m is None else recs[m]
             k = len(sel)
             if not k:
                 continue
@@ -113,20 +118,24 @@ class Fanout:
         if not self.streaming:
             return
         room: list[int] = []  # computed once per pump, when a client has something to encode
+        # (selection, first record) -> (the selection, its frames): a batch queued for several
+        # clients (the same array object, see offer) is encoded once in this pump
+        encoded: dict[tuple[int, int], tuple[np.ndarray, bytes]] = {}
         for c in list(self.d.conns.values()):
             if c.stream is None or c.closed or not (c.stream_pending or (c.stream_skipped and not c.out)):
                 continue
             if not room:
                 room.extend(self._stream_room())
             try:
-                self._pump_stream(c, room)
+                self._pump_stream(c, room, encoded)
             except Exception as exc:
                 self.d.internal_error(c, "STREAM", exc)
 
-    def _pump_stream(self, c: Conn, room: list[int]) -> None:
+    def _pump_stream(self, c: Conn, room: list[int],
+                     encoded: dict[tuple[int, int], tuple[np.ndarray, bytes]]) -> None:
         """``room``: [budget left, stream share left] in bytes, as :meth:`_stream_room`
         says, minus what this pump encoded already (the pending records it encodes were
-        charged at their estimate)."""
+        charged at their estimate). ``encoded``: frames this pump made already, shared."""
         if c.stream_skipped:
             # before the records that follow the gap
             c.out += encode_json(Kind.STREAM_SKIPPED, {"skipped": c.stream_skipped})
@@ -140,7 +149,7 @@ class Fanout:
         limit = self.d.settings.stream_buffer_bytes
         skipped = 0
         for src, ts, recs in c.stream_pending:
-            nj = name_json(src.names, src.names_json)
+            nj = head = None
             for i in range(0, len(recs), FRAME_RECORDS):
                 if len(c.out) > limit:
                     skipped += len(recs) - i
@@ -150,12 +159,19 @@ class Fanout:
                     self.d.memory.refuse("stream")
                     break
                 before = len(c.out)
-                chunk = recs[i:i + FRAME_RECORDS]
-                items = encode_records(chunk, ts, src.host, src.pid or 0, src.service, nj)
-                for n, payload in jsonl_payloads(items):
-                    append_frame(c.out, Kind.STREAM_RECORDS, payload)
-                    c.stream_sent += n
-                extra = (len(c.out) - before) - len(chunk) * EST_RECORD_JSON  # beyond the charged estimate
+                k = min(FRAME_RECORDS, len(recs) - i)
+                hit = encoded.get((id(recs), i))
+                if hit is not None and hit[0] is recs:  # the array is kept alive in `encoded`: ids stay unique
+                    frames = hit[1]
+                else:
+                    if nj is None or head is None:
+                        nj = NameJson(src.names, src.names_json)
+                        head = identity_head(src.host, src.pid or 0, src.service)
+                    frames = encode_frames(recs[i:i + k], ts, head, nj, Kind.STREAM_RECORDS)
+                    encoded[(id(recs), i)] = (recs, frames)
+                c.out += frames
+                c.stream_sent += k
+                extra = (len(c.out) - before) - k * EST_RECORD_JSON  # beyond the charged estimate
                 room[0] -= extra
                 room[1] -= extra
         c.stream_pending.clear()
@@ -182,12 +198,11 @@ class Fanout:
                 continue
             try:
                 while c.export is not None and not c.closed and len(c.out) < EXPORT_OUT_LOW:
-                    frame = next(c.export, None)
-                    if frame is None:
+                    frames = next(c.export, None)
+                    if frames is None:
                         c.export = None
                         break
-                    kind, payload = frame
-                    append_frame(c.out, Kind(kind), payload)
+                    c.out += frames
                     if time.monotonic() > deadline:
                         break
             except Exception as exc:
@@ -197,8 +212,8 @@ class Fanout:
             if c.out and not c.closed:
                 self.d.send(c)
 
-    def _export(self, since: float | None, until: float | None, flt: Filter) -> Iterator[tuple[int, bytes]]:
-        """(kind, payload) of the EXPORT_RECORDS frames, then END."""
+    def _export(self, since: float | None, until: float | None, flt: Filter) -> Iterator[bytes]:
+        """The EXPORT_RECORDS frames (whole frames, up to FRAME_RECORDS records a step), then END."""
         count = 0
         matchers: dict[int, tuple[dict, NameMatcher]] = {}
         storage = self.d.storage
@@ -215,13 +230,13 @@ class Fanout:
             recs, ts = (chunk.records, chunk.ts) if m is None else (chunk.records[m], chunk.ts[m])
             if not len(recs):
                 continue
-            nj = name_json(chunk.names, {})
-            for i in range(0, len(recs), FRAME_RECORDS):  # encode lazily: a frame per pump step
-                items = encode_records(recs[i:i + FRAME_RECORDS], ts[i:i + FRAME_RECORDS], host, pid, service, nj)
-                for n, payload in jsonl_payloads(items):  # long names: several frames
-                    count += n
-                    yield Kind.EXPORT_RECORDS, payload
-        yield Kind.END, json.dumps({"records": count, "skipped": 0}, separators=(",", ":")).encode()
+            nj = NameJson(chunk.names)
+            head = identity_head(host, pid, service)
+            for i in range(0, len(recs), FRAME_RECORDS):  # encode lazily: a step per pump turn
+                part = recs[i:i + FRAME_RECORDS]
+                count += len(part)
+                yield encode_frames(part, ts[i:i + FRAME_RECORDS], head, nj, Kind.EXPORT_RECORDS)
+        yield encode_json(Kind.END, {"records": count, "skipped": 0})
 
     # ---- stop ---------------------------------------------------------------------------
     def end_all(self) -> None:
