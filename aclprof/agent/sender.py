@@ -36,7 +36,9 @@ MAX_FRAME_RECORDS = 1 << 15       # records per chunk taken from the buffer (1.8
 _BACKOFF_MIN = 0.1
 _CHECK_DROPS_EVERY = 0.2          # s between polls of the subscriptions' own drop counters
 _COALESCE_S = 0.05                # while records flow: at most this long between sends (each
-                                  # wake-up takes the GIL; 50 ms: ~20 a second, not 100)
+                                  # wake-up takes the GIL; 50 ms: ~20 a second, not 100) ...
+_LIVE_COALESCE_S = 0.01           # ... or this while the daemon says someone watches (LIVE:
+                                  # `aclprof tail` shows records within ~10 ms, not ~50)
 _WAKE_RECORDS = 8192              # ... or until this many records are buffered
 # An unreachable daemon is a WARNING (ops must learn that records are being lost; at INFO
 # it went unseen while 29,200 records were dropped), but rate-limited: the first after
@@ -132,12 +134,13 @@ class Sender:
                     return
                 continue
             # While records flow, gather them for _COALESCE_S between sends (fewer, larger
-            # frames and wake-ups: less GIL and CPU taken from the service); when idle,
-            # sleep until the first record arrives.
+            # frames and wake-ups: less GIL and CPU taken from the service), for
+            # _LIVE_COALESCE_S while a STREAM client watches; when idle, sleep until the
+            # first record arrives.
             busy = self._pumped > 0
             if not buffer.arm(_WAKE_RECORDS if busy else 1, now_if_items=stopping or not busy):
                 continue
-            self._sleep(_COALESCE_S if busy else _CHECK_DROPS_EVERY)
+            self._sleep((_LIVE_COALESCE_S if conn.live else _COALESCE_S) if busy else _CHECK_DROPS_EVERY)
 
     def _connect(self) -> bool:
         """Connect, then WATCH every live model and LOSS for what was lost meanwhile."""

@@ -35,6 +35,10 @@ __all__ = ["Fanout", "EXPORT_OUT_LOW"]
 EXPORT_OUT_LOW = 2 << 20   # produce more EXPORT frames only below this many buffered bytes
 EXPORT_SLICE_S = 0.02      # at most this long per loop turn on EXPORT encoding
 EST_RECORD_JSON = 220      # bytes per record in JSON, to decide skipping before encoding
+#: after the last STREAM client left, agents are told (LIVE false) only this much later: a
+#: client that reconnects at once (or one that connects and leaves in a loop) toggles
+#: nothing, so agents' sender threads are not woken by a flood of LIVE frames
+LIVE_LINGER_S = 5.0
 
 
 class Fanout:
@@ -43,6 +47,27 @@ class Fanout:
     def __init__(self, daemon: Daemon):
         self.d = daemon
         self.streaming = 0  # STREAM clients connected (ingest skips the fan-out when 0)
+        self.live = False   # what agents were last told (LIVE frames)
+        self._unlive_at = 0.0  # monotonic time to tell agents LIVE false (0: not due)
+
+    # ---- LIVE: agents send more often while someone watches -------------------------------
+    def agent_admitted(self, conn: Conn) -> None:
+        """A new agent connection (after WELCOME): LIVE true if a STREAM client watches."""
+        if self.live:
+            self.d.queue(conn, encode_json(Kind.LIVE, {"live": True}))
+
+    def _tell_agents(self, live: bool) -> None:
+        self.live = live
+        frame = encode_json(Kind.LIVE, {"live": live})
+        for c in list(self.d.conns.values()):
+            if c.role == "agent" and not c.closed:
+                self.d.queue(c, frame)
+
+    def _check_live(self) -> None:
+        """LIVE false once no STREAM client has been connected for LIVE_LINGER_S."""
+        if self._unlive_at and not self.streaming and time.monotonic() >= self._unlive_at:
+            self._unlive_at = 0.0
+            self._tell_agents(False)
 
     # ---- STREAM -------------------------------------------------------------------------
     def start_stream(self, conn: Conn, flt: Filter) -> None:
@@ -50,11 +75,16 @@ class Fanout:
             self.streaming += 1
         conn.stream = flt
         conn.matchers = {}
+        self._unlive_at = 0.0
+        if not self.live:
+            self._tell_agents(True)
 
     def closed(self, conn: Conn) -> None:
         """``conn`` is closing (called by the loop)."""
         if conn.stream is not None:
             self.streaming -= 1
+            if not self.streaming:
+                self._unlive_at = time.monotonic() + LIVE_LINGER_S
 
     def _stream_room(self) -> tuple[int, int]:
         """(bytes the memory budget has left, bytes all STREAM buffers together may still
@@ -116,6 +146,7 @@ class Fanout:
     def pump_streams(self) -> None:
         """Encode what each STREAM client has pending (once per loop turn) and send it."""
         if not self.streaming:
+            self._check_live()
             return
         room: list[int] = []  # computed once per pump, when a client has something to encode
         # (selection, first record) -> (the selection, its frames): a batch queued for several

@@ -366,6 +366,8 @@ class Daemon(Transport):
                 conn.keysrc.host, conn.keysrc.service = conn.host, conn.service
             self.queue(conn, welcome)
             self.admitted(conn)  # the connection limits per role (aclprofd.transport)
+            if conn.role == "agent" and not conn.closed:
+                self.fanout.agent_admitted(conn)  # LIVE, if a STREAM client watches
         elif conn.role == "agent":
             handler = self.ingest.handlers.get(kind)
             if handler is None:

@@ -1,0 +1,143 @@
+"""LIVE (daemon -> agent, PROTOCOL.md): while a STREAM client (``aclprof tail``) watches,
+agents send every ~10 ms instead of ~50 ms, so tail shows records sooner; without one they
+keep the larger interval (less of the service's CPU and GIL).
+
+The daemon says LIVE true to every agent when the first STREAM client starts and to every
+agent that connects meanwhile, LIVE false only LIVE_LINGER_S after the last one left, so a
+client that comes and goes in a loop cannot flood agents with frames."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.daemons import Client, InProcess, agent
+from helpers.procs import wait_for
+
+from aclprof.protocol.wire import Kind, decode_json
+
+
+def _frames_within(c: Client, seconds: float) -> list[tuple[Kind, dict]]:
+    """What the daemon sends ``c`` within ``seconds`` (an agent gets nothing unasked)."""
+    c.sock.settimeout(seconds)
+    out = []
+    try:
+        while True:
+            k, payload = c.recv()
+            out.append((k, decode_json(payload)))
+    except TimeoutError:
+        return out
+    finally:
+        c.sock.settimeout(10)
+
+
+def _expect(c: Client, frames: list[tuple[Kind, dict]], quiet: float = 0.2) -> None:
+    """``c`` gets exactly ``frames`` (each within 5 s), then nothing for ``quiet`` s."""
+    c.sock.settimeout(5)
+    try:
+        got = [(k, decode_json(p)) for k, p in (c.recv() for _ in frames)]
+    finally:
+        c.sock.settimeout(10)
+    assert got == frames
+    assert _frames_within(c, quiet) == []
+
+
+@pytest.fixture
+def daemon(monkeypatch):
+    import aclprofd.fanout
+
+    monkeypatch.setattr(aclprofd.fanout, "LIVE_LINGER_S", 0.4)
+    with InProcess() as d:
+        yield d
+
+
+def test_agents_hear_live_while_a_stream_client_watches(daemon):
+    a = agent(daemon.socket)
+    assert _frames_within(a, 0.3) == []  # nobody watches: nothing
+    s1 = Client(daemon.socket)
+    s1.send_json(Kind.STREAM, {"filter": {}})
+    _expect(a, [(Kind.LIVE, {"live": True})])
+    b = agent(daemon.socket)  # connects while someone watches: told at once (after WELCOME)
+    _expect(b, [(Kind.LIVE, {"live": True})])
+    s2 = Client(daemon.socket)
+    s2.send_json(Kind.STREAM, {"filter": {"type": "Conv"}})
+    wait_for(lambda: daemon.daemon.fanout.streaming == 2)
+    s1.close()
+    wait_for(lambda: daemon.daemon.fanout.streaming == 1)
+    assert _frames_within(a, 0.6) == []  # one client still watches (0.6 s > the linger)
+    s2.close()
+    wait_for(lambda: daemon.daemon.fanout.streaming == 0)
+    for c in (a, b):
+        _expect(c, [(Kind.LIVE, {"live": False})])
+    # records still flow and are counted after the LIVE frames
+    import numpy as np
+
+    from aclprof.protocol.wire import RECORD_DTYPE
+    recs = np.zeros(10, RECORD_DTYPE)
+    recs["op_name"], recs["op_type"], recs["end"] = 3, 1, 1
+    a.send_batch(recs)
+    wait_for(lambda: daemon.daemon.counters.records_total == 10)
+
+
+def test_a_stream_client_that_comes_and_goes_does_not_flood_agents(daemon, monkeypatch):
+    import aclprofd.fanout
+
+    monkeypatch.setattr(aclprofd.fanout, "LIVE_LINGER_S", 1.5)  # > one cycle on a loaded machine
+    a = agent(daemon.socket)
+    for _ in range(50):
+        s = Client(daemon.socket)
+        s.send_json(Kind.STREAM, {"filter": {}})
+        wait_for(lambda: daemon.daemon.fanout.streaming == 1)
+        s.close()
+        wait_for(lambda: daemon.daemon.fanout.streaming == 0)
+    # 50 connect/leave cycles within the linger time: one LIVE true, then one false
+    _expect(a, [(Kind.LIVE, {"live": True}), (Kind.LIVE, {"live": False})], quiet=0.5)
+
+
+def test_the_agents_sender_sends_more_often_while_live(daemon, monkeypatch, tmp_path):
+    """The real agent (mock model, realtime) against the real daemon: its sender sleeps
+    _COALESCE_S between sends while records flow, _LIVE_COALESCE_S once a STREAM client
+    watches, and _COALESCE_S again after the daemon says LIVE false."""
+    import threading
+    import time
+
+    from aclprof import agent as agent_mod
+    from aclprof import mock
+    from aclprof.agent import sender
+
+    sleeps: list[float] = []
+    orig = sender.Sender._sleep
+
+    def record(self, timeout):
+        sleeps.append(timeout)
+        orig(self, timeout)
+
+    monkeypatch.setattr(sender.Sender, "_sleep", record)
+    a = agent_mod.start(daemon.socket, service="live")
+    stop = threading.Event()
+    try:
+        model = mock.load_model([{"name": f"op{i}", "type": "Add", "duration_ns": 20_000} for i in range(50)])
+        agent_mod.watch(model)
+
+        def run():
+            while not stop.is_set():
+                mock.execute(model, 1)
+                time.sleep(0.002)
+
+        runner = threading.Thread(target=run, daemon=True)
+        runner.start()
+        wait_for(lambda: sender._COALESCE_S in sleeps, what="a coalescing sleep while records flow")
+        assert sender._LIVE_COALESCE_S not in sleeps
+        s = Client(daemon.socket)
+        s.send_json(Kind.STREAM, {"filter": {}})
+        wait_for(lambda: a._conn.live, what="LIVE reached the agent")
+        n = len(sleeps)
+        wait_for(lambda: sender._LIVE_COALESCE_S in sleeps[n:], what="a live sleep")
+        recs, _, kind = s.stream_frames()  # the stream carries the agent's records
+        assert kind == Kind.STREAM_RECORDS and recs and recs[0]["service"] == "live"
+        s.close()
+        wait_for(lambda: not a._conn.live, timeout=10, what="LIVE false reached the agent")
+        n = len(sleeps)
+        wait_for(lambda: sender._COALESCE_S in sleeps[n:], what="back to the larger interval")
+    finally:
+        stop.set()
+        final = agent_mod.stop(timeout=5.0)
+    assert final is not None and final.records_sent + final.dropped_buffer == final.records_in
