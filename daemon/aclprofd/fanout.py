@@ -285,7 +285,7 @@ class Fanout:
             else:
                 continue
             try:
-                c.sock.send(c.out)
+                c.sock.send(bytes(c.out))
             except OSError:
                 pass
             c.out.clear()

@@ -36,7 +36,7 @@ from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
 from .aggregate import Aggregator
 from .config import Settings, changed
-from .conn import Conn
+from .conn import Conn, OutQueue
 from .control import Control
 from .fanout import Fanout
 from .handshake import PROTOCOL_VERSION, hello
@@ -413,7 +413,7 @@ class Daemon(Transport):
             self._next_trim = 0.0
         # drop what the closed connection holds now, whoever still refers to the object
         conn.names, conn.names_order, conn.names_json, conn.names_bytes = {}, [], {}, 0
-        conn.out = bytearray()
+        conn.out = OutQueue()
 
     def _on_protocol_error(self, conn: Conn) -> None:
         self.counters.protocol_errors += 1

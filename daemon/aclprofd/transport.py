@@ -277,8 +277,7 @@ class Transport:
         """Send what the socket takes now; watch for writability while more is queued."""
         if conn.out:
             try:
-                n = conn.sock.send(conn.out)
-                del conn.out[:n]
+                conn.out.send(conn.sock)
             except (BlockingIOError, InterruptedError):
                 pass
             except OSError as exc:
