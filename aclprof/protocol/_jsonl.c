@@ -147,8 +147,17 @@ static Py_ssize_t format_ts(char *buf, size_t size, double t)
     return n < 0 || (size_t)n >= size ? -1 : n;
 }
 
+/* The text is formatted into one scratch buffer kept between calls (the GIL serialises the
+ * callers), then copied once into the result: a fresh ~0.5 MB output buffer per call was
+ * mmap'd, page-faulted and unmapped every time (glibc's dynamic mmap threshold never
+ * settled, the estimate being larger than any result), which cost more than the
+ * formatting. A scratch buffer grown beyond SCRATCH_KEEP (very long names) is freed after
+ * the call. */
+#define SCRATCH_KEEP (8 << 20)
+static char *g_scratch;
+static Py_ssize_t g_scratch_cap;
+
 typedef struct {
-    PyObject *out; /* bytes being filled; resized as it grows */
     char *base;
     Py_ssize_t pos, cap;
 } Out;
@@ -160,10 +169,13 @@ static int out_reserve(Out *o, Py_ssize_t more)
     Py_ssize_t cap = o->cap * 2;
     if (cap < o->pos + more)
         cap = o->pos + more;
-    if (_PyBytes_Resize(&o->out, cap) < 0)
+    char *p = PyMem_RawRealloc(o->base, (size_t)cap);
+    if (p == NULL) {
+        PyErr_NoMemory();
         return -1;
-    o->base = PyBytes_AS_STRING(o->out);
-    o->cap = cap;
+    }
+    g_scratch = o->base = p;
+    g_scratch_cap = o->cap = cap;
     return 0;
 }
 
@@ -196,7 +208,7 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
     Names *nm = NULL;
     Py_buffer rv = {0}, tv = {0};
     int have_rv = 0, have_tv = 0;
-    Out o = {NULL, NULL, 0, 0};
+    Out o = {NULL, 0, 0};
     PyObject *result = NULL;
 
     long kind = PyLong_AsLong(args[5]);
@@ -265,11 +277,8 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
         }
     }
 
-    o.cap = n * 240 + HEADER_SIZE + 64;
-    o.out = PyBytes_FromStringAndSize(NULL, o.cap);
-    if (o.out == NULL)
-        goto done;
-    o.base = PyBytes_AS_STRING(o.out);
+    o.base = g_scratch;
+    o.cap = g_scratch_cap;
 
     Py_ssize_t frame_at = -1, in_frame = 0; /* the open frame's header offset, its lines */
     const char *rec = rv.buf;
@@ -353,12 +362,13 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
             frame_at = -1;
         }
     }
-    if (_PyBytes_Resize(&o.out, o.pos) < 0)
-        goto done;
-    result = o.out;
-    o.out = NULL;
+    result = PyBytes_FromStringAndSize(o.base, o.pos);
 done:
-    Py_XDECREF(o.out);
+    if (g_scratch_cap > SCRATCH_KEEP) {
+        PyMem_RawFree(g_scratch);
+        g_scratch = NULL;
+        g_scratch_cap = 0;
+    }
     if (nm != NULL) {
         names_clear(nm);
         PyMem_Free(nm);
