@@ -141,3 +141,44 @@ def test_the_agents_sender_sends_more_often_while_live(daemon, monkeypatch, tmp_
         stop.set()
         final = agent_mod.stop(timeout=5.0)
     assert final is not None and final.records_sent + final.dropped_buffer == final.records_in
+
+
+def test_clients_with_the_same_selection_share_one_encoding(daemon, monkeypatch):
+    """Two tail clients without a filter and one with a filter that selects the same
+    records get the batch encoded once; a client with another selection gets its own. All
+    receive exactly their records."""
+    import aclprofd.fanout
+    import numpy as np
+
+    from aclprof.protocol.wire import RECORD_DTYPE
+
+    calls = []
+    real = aclprofd.fanout.encode_frames
+
+    def counting(records, *a, **kw):
+        calls.append(len(records))
+        return real(records, *a, **kw)
+
+    monkeypatch.setattr(aclprofd.fanout, "encode_frames", counting)
+    a = agent(daemon.socket)  # names: 1 Conv2D, 2 MatMul, 3 conv1, 4 fc1
+    clients = [Client(daemon.socket) for _ in range(4)]
+    for c, flt in zip(clients, ({}, {}, {"type": "Conv|MatMul"}, {"type": "MatMul"})):
+        c.send_json(Kind.STREAM, {"filter": flt})
+    wait_for(lambda: daemon.daemon.fanout.streaming == 4)
+    _expect(a, [(Kind.LIVE, {"live": True})])
+    recs = np.zeros(3000, RECORD_DTYPE)
+    recs["op_type"] = np.where(np.arange(3000) % 3 == 0, 2, 1)  # 1000 MatMul, 2000 Conv2D
+    recs["op_name"], recs["end"] = 3, 1
+    a.send_batch(recs)
+    got = []
+    for c in clients:
+        lines: list = []
+        while len(lines) < (1000 if c is clients[3] else 3000):
+            more, skipped, kind = c.stream_frames()
+            assert kind == Kind.STREAM_RECORDS and not skipped
+            lines += more
+        got.append(lines)
+    assert got[0] == got[1] == got[2] and len(got[0]) == 3000
+    assert [r["op_type"] for r in got[3]] == ["MatMul"] * 1000
+    # 3000 records in 2048-record chunks: 2 calls for the three alike, 1 for the MatMul client
+    assert sorted(calls) == [952, 1000, 2048]

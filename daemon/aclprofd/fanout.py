@@ -122,6 +122,8 @@ class Fanout:
                 continue
             matcher = client.matchers.setdefault(src.id, NameMatcher())
             m = flt.mask(recs, matcher, src.names)
+            if m is not None and m.all():
+                m = None  # selects everything: the same array (and encoding) as no filter
             key = b"" if m is None else m.tobytes()
             sel = same.get(key)
             if sel is None:
