@@ -97,6 +97,17 @@ def _thread_cpu() -> dict[str, float]:
     return out
 
 
+def _proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of a process so far (/proc/<pid>/stat): the daemon's share of
+    the 2 cores while the steps run is what competes with the service's threads."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def sender_pump_us(records_per_batch: int, batches: int, reps: int = 50) -> float:
     """GIL-held time of one sender pump (take, convert, frame; no socket): best-of-5 mean
     us per pump of ``batches`` batches. Python and numpy hold the GIL throughout; the
@@ -201,9 +212,12 @@ def main(argv: list[str] | None = None) -> int:
     daemon, socket = start_daemon(root, args.sink)
     daemons = [daemon]
     sockets = {"agent": socket}
+    pids = {"agent": daemon.pid}
     if args.nice_daemon:
-        niced, sockets[f"agent nice{args.nice_daemon}"] = start_daemon(root, args.sink, args.nice_daemon)
+        name = f"agent nice{args.nice_daemon}"
+        niced, sockets[name] = start_daemon(root, args.sink, args.nice_daemon)
         daemons.append(niced)
+        pids[name] = niced.pid
     model = mock.load_model(make_ops(args.ops, op_ns))
     mock.set_realtime(True)
     work = calibrate_python_work(args.work_ms) if args.work_ms > 0 else 0
@@ -215,10 +229,14 @@ def main(argv: list[str] | None = None) -> int:
     cpu: dict[str, dict[str, float]] = {}
 
     def timed(name: str, w: int) -> list[float]:
+        dpid = pids.get(name.split(" +")[0])
         c0, t0 = _thread_cpu(), time.perf_counter()
+        d0 = _proc_cpu(dpid) if dpid else 0.0
         with B.GilProbe() as probe:
             t = run_steps(mock, model, steps, w)
         c1, wall = _thread_cpu(), time.perf_counter() - t0
+        if dpid:
+            c0["daemon"], c1["daemon"] = 0.0, _proc_cpu(dpid) - d0
         acc = cpu.setdefault(name, {"wall": 0.0})
         acc["wall"] += wall
         for k in c1:
@@ -290,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
             rows.append((name, m, f"{(m / base - 1) * 100:+.1f}%", f"{ratio * 100:+.1f}%",
                          B.pct(t, 90), B.pct(t, 99), B.pct(t, 99.9), max(t),
                          f"{B.pct(late, 99):.0f}/{max(late):.0f}",
-                         f"{c.get('sender', 0) / c['wall'] * 100:.1f}/{c.get('reader', 0) / c['wall'] * 100:.1f}"))
+                         f"{c.get('sender', 0) / c['wall'] * 100:.1f}/{c.get('reader', 0) / c['wall'] * 100:.1f}"
+                         f"/{c.get('daemon', 0) / c['wall'] * 100:.1f}"))
         for an in agents:
             a = per_step[f"{an}{sfx}"]
             if not suffix and an == "agent":
@@ -301,7 +320,7 @@ def main(argv: list[str] | None = None) -> int:
             dmax = max(a) - max(off_t)
             goals.append((f"{an}{sfx} max within +1 ms of off's max", dmax <= MAX_GOAL_US, f"{dmax:+.0f} us"))
     B.table(("variant", "median us", "vs off", "per-round", "p90 us", "p99 us", "p99.9 us", "max us",
-             "GIL wait p99/max us", "CPU % sender/reader"), rows)
+             "GIL wait p99/max us", "CPU % sender/reader/daemon"), rows)
     print(f"\nrecords: {totals['emitted']:,} emitted in agent rounds, {totals['sent']:,} sent, "
           f"{totals['lost']:,} lost (sent + lost = emitted: {totals['sent'] + totals['lost'] == totals['emitted']})")
     print(f"goal: agent overhead <= 5% at {args.ops / (args.ops * op_ns / 1e9) / 1e3:.0f} k ops/s: "
