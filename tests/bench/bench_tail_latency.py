@@ -162,13 +162,14 @@ def run(seconds: float, rate: float, procs: int) -> dict:
         time.sleep(1.0)
         measure_from[0] = time.monotonic_ns()
         lines_before = counts["lines"]
-        cpu0 = {"daemon": _cpu_s(daemon.pid), "tail": _cpu_s(tail.pid)}
+        cpu0 = {"daemon": _cpu_s(daemon.pid), "tail": _cpu_s(tail.pid), "reader": _cpu_s(os.getpid())}
         t0 = time.monotonic()
         results = [json.loads(p.communicate(timeout=seconds + 60)[0].decode().strip().splitlines()[-1])
                    for p in loads]
         elapsed = time.monotonic() - t0
         time.sleep(0.5)
         cpu = {k: _cpu_s(p.pid) - cpu0[k] for k, p in (("daemon", daemon), ("tail", tail))}
+        cpu["reader"] = _cpu_s(os.getpid()) - cpu0["reader"]  # this script reading tail's stdout
         cpu["agents"] = sum(r["cpu_s"] for r in results)
         load_avg = os.getloadavg()[0]
         return {"seen_per_s": (counts["lines"] - lines_before) / elapsed, "samples": samples,
@@ -222,8 +223,11 @@ def main(argv: list[str] | None = None) -> int:
         row("daemon CPU us per record emitted (window)", lambda r, s: r["cpu"]["daemon"] * 1e6 / max(1, r["emitted"])),
         row("daemon CPU % of one core (window)", lambda r, s: 100 * r["cpu"]["daemon"] / r["elapsed"]),
         row("tail CPU us per line read (window)", lambda r, s: r["cpu"]["tail"] * 1e6 / max(1, r["measured_lines"])),
+        row("this script's reader CPU us per line (window)",
+            lambda r, s: r["cpu"]["reader"] * 1e6 / max(1, r["measured_lines"])),
         row("agents CPU us per record (whole run)", lambda r, s: r["cpu"]["agents"] * 1e6 / max(1, r["emitted"])),
-        row("cores busy in all (approx.)", lambda r, s: (r["cpu"]["daemon"] + r["cpu"]["tail"]) / r["elapsed"]
+        row("cores busy in all (approx.)", lambda r, s: (r["cpu"]["daemon"] + r["cpu"]["tail"]
+                                                          + r["cpu"]["reader"]) / r["elapsed"]
             + r["cpu"]["agents"] / (r["elapsed"] + 1.0)),
     ])
     print()
