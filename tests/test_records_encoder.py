@@ -211,6 +211,11 @@ def test_name_cache_is_filled_once_per_id():
     assert out.count(b"\n") == 10_000
 
 
+def test_records_must_be_wire_records():
+    with pytest.raises(TypeError, match="RECORD_DTYPE"):
+        encode_frames(np.zeros(3, np.dtype([("a", "<u8")] * 1 + [("b", "S48")])), 1.0, b"", NameJson({}))
+
+
 def test_records_must_be_contiguous_and_wire_sized():
     recs = make(10)
     assert encode_frames(recs[::2], 1.0, b"", NameJson({})) == encode_frames(recs[::2].copy(), 1.0, b"", NameJson({}))

@@ -20,7 +20,15 @@ from collections.abc import Iterator
 import numpy as np
 
 from aclprof.protocol._jsonl import encode_frames as _encode_frames
-from aclprof.protocol.wire import FLAG_KEYPOINT, FRAME_TARGET, MAX_NAME_BYTES, MAX_PAYLOAD, Kind, header
+from aclprof.protocol.wire import (
+    FLAG_KEYPOINT,
+    FRAME_TARGET,
+    MAX_NAME_BYTES,
+    MAX_PAYLOAD,
+    RECORD_DTYPE,
+    Kind,
+    header,
+)
 
 __all__ = ["FRAME_RECORDS", "NameJson", "encode_frames", "identity_head", "encode_records_py",
            "jsonl_payload", "jsonl_payloads", "append_frame"]
@@ -62,6 +70,8 @@ def encode_frames(records: np.ndarray, ts: np.ndarray | float, head: bytes, name
     """Records (RECORD_DTYPE) as whole ``kind`` frames, concatenated: a frame ends after
     FRAME_RECORDS lines or after the line that takes its payload to FRAME_TARGET bytes.
     ``ts``: the receive time of all of them, or one float64 per record. C, one pass."""
+    if records.dtype != RECORD_DTYPE:  # the C side reads the wire layout in place
+        raise TypeError(f"encode_frames needs RECORD_DTYPE records, not {records.dtype}")
     recs = records if records.flags.c_contiguous else np.ascontiguousarray(records)
     if isinstance(ts, np.ndarray):
         ts = np.ascontiguousarray(ts, dtype=np.float64)
