@@ -136,7 +136,11 @@ def test_empty_input_is_empty_output():
     assert encode_frames(np.zeros(0, RECORD_DTYPE), 1.0, b"", NameJson({})) == b""
 
 
-name_text = st.text(alphabet=st.characters(codec=None, exclude_categories=()), max_size=40)
+# any code point (lone surrogates included), and the hostile ones often
+HOSTILE_CHARS = ['"', "\\", "/", "\x00", "\x1f", "\x7f", "\x80", "\u2028", "\u00e9", "\u540d", "\ud800",
+                 "\udfff", "\U0001f600", "\ufffd", "a"]
+name_text = st.text(alphabet=st.sampled_from(HOSTILE_CHARS) | st.characters(codec=None, exclude_categories=()),
+                    max_size=40)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
