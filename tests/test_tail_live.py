@@ -8,6 +8,9 @@ client that comes and goes in a loop cannot flood agents with frames."""
 
 from __future__ import annotations
 
+import socket
+import time
+
 import pytest
 from helpers.daemons import Client, InProcess, agent
 from helpers.procs import wait_for
@@ -182,3 +185,41 @@ def test_clients_with_the_same_selection_share_one_encoding(daemon, monkeypatch)
     assert [r["op_type"] for r in got[3]] == ["MatMul"] * 1000
     # 3000 records in 2048-record chunks: 2 calls for the three alike, 1 for the MatMul client
     assert sorted(calls) == [952, 1000, 2048]
+
+
+def test_the_agent_survives_malformed_and_flooded_live_frames(tmp_path):
+    """A daemon's LIVE frames are a hint: malformed ones (not JSON, not an object, a
+    non-bool value) leave the agent connected and not live; a flood of them is read without
+    the agent losing its connection or records; only {"live": true} makes it live."""
+    from aclprof import agent as agent_mod
+    from aclprof.protocol import wire
+
+    path = str(tmp_path / "fake.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(4)
+    srv.settimeout(10)
+    a = agent_mod.start(path)
+    try:
+        conn, _ = srv.accept()
+        conn.settimeout(10)
+        reader, pending = wire.FrameReader(), []
+        kind, _ = wire.recv_frame(conn, reader, pending)
+        assert kind == wire.Kind.HELLO
+        bad = [wire.encode(wire.Kind.LIVE, b"not json"), wire.encode(wire.Kind.LIVE, b"[true]"),
+               wire.encode_json(wire.Kind.LIVE, {"live": "yes"}), wire.encode_json(wire.Kind.LIVE, {"live": 1}),
+               wire.encode_json(wire.Kind.LIVE, {})]
+        # WELCOME, then the malformed ones in the same write (read with the handshake)
+        conn.sendall(wire.encode_json(wire.Kind.WELCOME, {"version": "0.1.0", "protocol": 1, "pid": 1,
+                                                           "started_ts": 0.0}) + b"".join(bad))
+        wait_for(lambda: a.stats().connected, what="connection")
+        conn.sendall(b"".join(bad) * 2000)  # a flood: 10,000 frames
+        time.sleep(0.5)
+        assert a.stats().connected and not a._conn.live
+        conn.sendall(wire.encode_json(wire.Kind.LIVE, {"live": True}))
+        wait_for(lambda: a._conn.live, what="a well-formed LIVE")
+        assert a.stats().connected and a.stats().connections == 1
+        conn.close()
+    finally:
+        agent_mod.stop(timeout=1.0)
+        srv.close()
