@@ -7,6 +7,11 @@ once its buffer has drained. An EXPORT is produced a frame at a time, only while
 client's buffer is small and for at most ``EXPORT_SLICE_S`` per loop turn, interleaved
 with ingestion.
 
+Records are encoded in C into whole frames (:func:`aclprofd.records.encode_frames`), once
+per batch for every STREAM client whose filter selects the same records, and the one
+``bytes`` is queued for each of them. While a STREAM client is connected, agents are told so
+(``LIVE``) and send more often, so ``aclprof tail`` shows records sooner.
+
 Whatever goes wrong while producing one client's frames (a bug, stored data that is not
 what it should be) costs that client its connection (:meth:`Transport.internal_error`:
 logged rate-limited and counted), never the daemon: these pumps run in the loop itself,
