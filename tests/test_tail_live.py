@@ -223,3 +223,26 @@ def test_the_agent_survives_malformed_and_flooded_live_frames(tmp_path):
     finally:
         agent_mod.stop(timeout=1.0)
         srv.close()
+
+
+def test_live_goes_only_to_agents_a_stream_filter_admits(daemon):
+    """`aclprof tail --pid P` (or --service, --host) makes only the matching agents send
+    more often; the others keep their larger interval."""
+    # (the daemon takes each agent's pid from the socket: all are this process here)
+    a = agent(daemon.socket, host="alpha-host", service="alpha")
+    b = agent(daemon.socket, service="beta")
+    s = Client(daemon.socket)
+    s.send_json(Kind.STREAM, {"filter": {"service": "beta"}})
+    _expect(b, [(Kind.LIVE, {"live": True})])
+    assert _frames_within(a, 0.3) == []
+    c = agent(daemon.socket, service="beta")  # a new matching agent: told at once
+    _expect(c, [(Kind.LIVE, {"live": True})])
+    s2 = Client(daemon.socket)
+    s2.send_json(Kind.STREAM, {"filter": {"host": "alpha-host"}})
+    _expect(a, [(Kind.LIVE, {"live": True})])
+    s.close()  # beta is no longer watched; alpha still is
+    _expect(b, [(Kind.LIVE, {"live": False})])
+    _expect(c, [(Kind.LIVE, {"live": False})])
+    assert _frames_within(a, 0.2) == []
+    s2.close()
+    _expect(a, [(Kind.LIVE, {"live": False})])

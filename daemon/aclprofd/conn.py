@@ -136,6 +136,8 @@ class Conn:
         self.lag_ns: int | None = None
         self.clock_offsets: dict[int, int] = {}  # device -> min(receive - op end), ns
         self.steps = 0  # step keypoint records received
+        self.live = False  # told LIVE true (aclprofd.fanout)
+        self.unlive_at = 0.0  # monotonic time LIVE false falls due (0: not due)
         self.pending_store: list[tuple[float, bytes]] = []  # owned copies (the one copy per batch)
         self.pending_bytes = 0
         self.keysrc: KeySource | None = None

@@ -9,8 +9,9 @@ with ingestion.
 
 Records are encoded in C into whole frames (:func:`aclprofd.records.encode_frames`), once
 per batch for every STREAM client whose filter selects the same records, and the one
-``bytes`` is queued for each of them. While a STREAM client is connected, agents are told so
-(``LIVE``) and send more often, so ``aclprof tail`` shows records sooner.
+``bytes`` is queued for each of them. While a STREAM client's filter admits an agent's records
+(by host, pid, service), that agent is told so (``LIVE``) and sends more often, so
+``aclprof tail`` shows records sooner.
 
 Whatever goes wrong while producing one client's frames (a bug, stored data that is not
 what it should be) costs that client its connection (:meth:`Transport.internal_error`:
@@ -52,27 +53,44 @@ class Fanout:
     def __init__(self, daemon: Daemon):
         self.d = daemon
         self.streaming = 0  # STREAM clients connected (ingest skips the fan-out when 0)
-        self.live = False   # what agents were last told (LIVE frames)
-        self._unlive_at = 0.0  # monotonic time to tell agents LIVE false (0: not due)
+        self._live_check_at = 0.0  # monotonic time an agent's LIVE false falls due (0: none)
 
-    # ---- LIVE: agents send more often while someone watches -------------------------------
+    # ---- LIVE: an agent sends more often while a STREAM client may get its records --------
+    def _wants_live(self, agent: Conn, filters: list[Filter]) -> bool:
+        return any(f.source_matches(agent.host, agent.pid or 0, agent.service) for f in filters)
+
+    def _update_live(self, agents: list[Conn] | None = None) -> None:
+        """Tell each agent (all, or ``agents``) LIVE true at once when a STREAM client's
+        filter admits its records, LIVE false LIVE_LINGER_S after none does any more."""
+        now = time.monotonic()
+        conns = list(self.d.conns.values())
+        filters = [c.stream for c in conns if c.stream is not None and not c.closed]
+        due = 0.0
+        for a in conns if agents is None else agents:
+            if a.role != "agent" or a.closed:
+                continue
+            if self._wants_live(a, filters):
+                a.unlive_at = 0.0
+                if not a.live:
+                    a.live = True
+                    self.d.queue(a, encode_json(Kind.LIVE, {"live": True}))
+            elif a.live:
+                if not a.unlive_at:
+                    a.unlive_at = now + LIVE_LINGER_S
+                if now >= a.unlive_at:
+                    a.live, a.unlive_at = False, 0.0
+                    self.d.queue(a, encode_json(Kind.LIVE, {"live": False}))
+                else:
+                    due = a.unlive_at if not due else min(due, a.unlive_at)
+        if agents is None:
+            self._live_check_at = due
+        elif due:
+            self._live_check_at = due if not self._live_check_at else min(due, self._live_check_at)
+
     def agent_admitted(self, conn: Conn) -> None:
-        """A new agent connection (after WELCOME): LIVE true if a STREAM client watches."""
-        if self.live:
-            self.d.queue(conn, encode_json(Kind.LIVE, {"live": True}))
-
-    def _tell_agents(self, live: bool) -> None:
-        self.live = live
-        frame = encode_json(Kind.LIVE, {"live": live})
-        for c in list(self.d.conns.values()):
-            if c.role == "agent" and not c.closed:
-                self.d.queue(c, frame)
-
-    def _check_live(self) -> None:
-        """LIVE false once no STREAM client has been connected for LIVE_LINGER_S."""
-        if self._unlive_at and not self.streaming and time.monotonic() >= self._unlive_at:
-            self._unlive_at = 0.0
-            self._tell_agents(False)
+        """A new agent connection (after WELCOME): LIVE true if a STREAM client watches it."""
+        if self.streaming:
+            self._update_live([conn])
 
     # ---- STREAM -------------------------------------------------------------------------
     def start_stream(self, conn: Conn, flt: Filter) -> None:
@@ -80,16 +98,15 @@ class Fanout:
             self.streaming += 1
         conn.stream = flt
         conn.matchers = {}
-        self._unlive_at = 0.0
-        if not self.live:
-            self._tell_agents(True)
+        self._update_live()
 
     def closed(self, conn: Conn) -> None:
         """``conn`` is closing (called by the loop)."""
         if conn.stream is not None:
             self.streaming -= 1
-            if not self.streaming:
-                self._unlive_at = time.monotonic() + LIVE_LINGER_S
+            # ``conn`` is closed already, so its filter no longer counts: LIVE false falls due
+            # for the agents no other stream watches
+            self._update_live()
 
     def _stream_room(self) -> tuple[int, int]:
         """(bytes the memory budget has left, bytes all STREAM buffers together may still
@@ -152,8 +169,9 @@ class Fanout:
 
     def pump_streams(self) -> None:
         """Encode what each STREAM client has pending (once per loop turn) and send it."""
+        if self._live_check_at and time.monotonic() >= self._live_check_at:
+            self._update_live()
         if not self.streaming:
-            self._check_live()
             return
         room: list[int] = []  # computed once per pump, when a client has something to encode
         # (selection, first record) -> (the selection, its frames): a batch queued for several
