@@ -225,3 +225,24 @@ def test_records_must_be_contiguous_and_wire_sized():
     assert encode_frames(recs[::2], 1.0, b"", NameJson({})) == encode_frames(recs[::2].copy(), 1.0, b"", NameJson({}))
     with pytest.raises((ValueError, BufferError), match="contiguous"):
         _jsonl.encode_frames(recs[::2], 1.0, b"", {}, lambda n: b'""', 23, 2048, FRAME_TARGET, MAX_PAYLOAD)
+
+
+def test_a_name_callback_that_encodes_too_gets_its_own_buffer():
+    """The name callback is Python, which may switch threads or encode itself: the inner
+    call must not write into the buffer the outer call is filling (both outputs exact)."""
+    inner_recs = make(3000, names=2, seed=8)  # big enough to grow a buffer
+    inner_out = []
+    nj = NameJson(HOSTILE_NAMES)
+
+    def miss(nid):
+        inner_out.append(encode_frames(inner_recs, 2.0, b'"host":"i",', NameJson({0: "x" * 300, 1: "y"})))
+        return nj(nid)
+
+    recs = make(4000, names=8, seed=9)
+    outer = _jsonl.encode_frames(recs, 1.0, identity_head("h", 1, "s"), nj.cache, miss, 23, FRAME_RECORDS * 2,
+                                 FRAME_TARGET, MAX_PAYLOAD)
+    assert inner_out and all(x == inner_out[0] for x in inner_out)
+    assert b"".join(p for _, p in frames_of(outer)) == b"".join(
+        p for _, p in frames_of(reference(recs, 1.0, "h", 1, "s", HOSTILE_NAMES)))
+    want_inner = encode_frames(inner_recs, 2.0, b'"host":"i",', NameJson({0: "x" * 300, 1: "y"}))
+    assert inner_out[0] == want_inner

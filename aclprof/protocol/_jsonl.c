@@ -147,19 +147,22 @@ static Py_ssize_t format_ts(char *buf, size_t size, double t)
     return n < 0 || (size_t)n >= size ? -1 : n;
 }
 
-/* The text is formatted into one scratch buffer kept between calls (the GIL serialises the
- * callers), then copied once into the result: a fresh ~0.5 MB output buffer per call was
- * mmap'd, page-faulted and unmapped every time (glibc's dynamic mmap threshold never
- * settled, the estimate being larger than any result), which cost more than the
- * formatting. A scratch buffer grown beyond SCRATCH_KEEP (very long names) is freed after
- * the call. */
+/* The text is formatted into one scratch buffer kept between calls, then copied once into
+ * the result: a fresh ~0.5 MB output buffer per call was mmap'd, page-faulted and unmapped
+ * every time (glibc's dynamic mmap threshold never settled, the estimate being larger than
+ * any result), which cost more than the formatting. The name callback runs Python, which
+ * may switch threads: a call that finds the scratch buffer taken (another thread, or a
+ * callback that encodes) formats into a buffer of its own. A scratch buffer grown beyond
+ * SCRATCH_KEEP (very long names) is freed after the call. */
 #define SCRATCH_KEEP (8 << 20)
 static char *g_scratch;
 static Py_ssize_t g_scratch_cap;
+static int g_scratch_busy;
 
 typedef struct {
     char *base;
     Py_ssize_t pos, cap;
+    int shared; /* base is the scratch buffer */
 } Out;
 
 static int out_reserve(Out *o, Py_ssize_t more)
@@ -174,9 +177,39 @@ static int out_reserve(Out *o, Py_ssize_t more)
         PyErr_NoMemory();
         return -1;
     }
-    g_scratch = o->base = p;
-    g_scratch_cap = o->cap = cap;
+    o->base = p;
+    o->cap = cap;
     return 0;
+}
+
+static void out_take(Out *o)
+{
+    o->pos = 0;
+    o->shared = !g_scratch_busy;
+    if (o->shared) {
+        g_scratch_busy = 1;
+        o->base = g_scratch;
+        o->cap = g_scratch_cap;
+    } else {
+        o->base = NULL;
+        o->cap = 0;
+    }
+}
+
+static void out_release(Out *o)
+{
+    if (!o->shared) {
+        PyMem_RawFree(o->base);
+        return;
+    }
+    if (o->cap > SCRATCH_KEEP) {
+        PyMem_RawFree(o->base);
+        o->base = NULL;
+        o->cap = 0;
+    }
+    g_scratch = o->base;
+    g_scratch_cap = o->cap;
+    g_scratch_busy = 0;
 }
 
 static void put_header(char *p, int kind, uint32_t length)
@@ -208,7 +241,8 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
     Names *nm = NULL;
     Py_buffer rv = {0}, tv = {0};
     int have_rv = 0, have_tv = 0;
-    Out o = {NULL, 0, 0};
+    Out o = {NULL, 0, 0, 0};
+    int have_out = 0;
     PyObject *result = NULL;
 
     long kind = PyLong_AsLong(args[5]);
@@ -277,8 +311,8 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
         }
     }
 
-    o.base = g_scratch;
-    o.cap = g_scratch_cap;
+    out_take(&o);
+    have_out = 1;
 
     Py_ssize_t frame_at = -1, in_frame = 0; /* the open frame's header offset, its lines */
     const char *rec = rv.buf;
@@ -364,11 +398,8 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     result = PyBytes_FromStringAndSize(o.base, o.pos);
 done:
-    if (g_scratch_cap > SCRATCH_KEEP) {
-        PyMem_RawFree(g_scratch);
-        g_scratch = NULL;
-        g_scratch_cap = 0;
-    }
+    if (have_out)
+        out_release(&o);
     if (nm != NULL) {
         names_clear(nm);
         PyMem_Free(nm);
