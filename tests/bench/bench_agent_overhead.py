@@ -1,6 +1,6 @@
 """Agent overhead: mock inference step time with ``aclprof.agent`` streaming vs without.
 
-    python tests/bench/bench_agent_overhead.py [--quick] [--rounds R] [--steps S] [--nice-daemon N]
+    python tests/bench/bench_agent_overhead.py [--quick] [--rounds R] [--steps S] [--nice-daemon N] [--with-tail]
 
 A step is one ``aclmdlExecute`` of a realtime mock model (1000 ops x 10 us = 10 ms, 100 k
 ops/s), timed from Python. Rounds rotate between
@@ -15,7 +15,8 @@ ops/s), timed from Python. Rounds rotate between
 
 With ``--nice-daemon N`` an ``agent niceN`` variant streams to a second daemon started with
 nice N (the deployment recommendation of daemon/aclprofd.service), interleaved with the
-others, so the two daemons are compared in one run.
+others, so the two daemons are compared in one run. With ``--with-tail`` an ``aclprof tail
+--json`` streams from the daemon(s) throughout: the agent is LIVE and sends every ~10 ms.
 
 The overhead is median(agent) / median(off) - 1, and the median of per-round ratios. The
 goal of issue 4 is at most 5 %. Every record is accounted for (sent + lost = emitted).
@@ -192,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run an 'agent nice N' variant streaming to a second daemon started "
                              "with nice N (the deployment recommendation, daemon/aclprofd.service), "
                              "interleaved with the others in the same run")
+    parser.add_argument("--with-tail", action="store_true",
+                        help="keep `aclprof tail --json > /dev/null` streaming from the daemon(s) the whole run: "
+                             "agents are then LIVE and send every ~10 ms instead of ~50 ms")
     parser.add_argument("--work-ms", type=float, default=5.0,
                         help="pure-Python work per step in the second half of the variants (0: none)")
     args = parser.parse_args(argv)
@@ -204,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     import aclprof.mock as mock
 
     B.header(f"agent overhead on a realtime mock model ({rounds} interleaved rounds x {steps} steps, "
-             f"streaming to: {args.sink})", args.quick)
+             f"streaming to: {args.sink}{', with aclprof tail attached' if args.with_tail else ''})", args.quick)
     import structlog
 
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
@@ -218,6 +222,13 @@ def main(argv: list[str] | None = None) -> int:
         niced, sockets[name] = start_daemon(root, args.sink, args.nice_daemon)
         daemons.append(niced)
         pids[name] = niced.pid
+    if args.with_tail:
+        if args.sink != "daemon":
+            raise SystemExit("--with-tail needs --sink daemon")
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROF_", "ACLMOCK_", "ACLPROFD_"))}
+        for sock in sockets.values():  # after the daemons: they stop first at the end, tail follows
+            daemons.append(subprocess.Popen([sys.executable, "-m", "aclprof", "tail", "--json", "--socket", sock],
+                                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     model = mock.load_model(make_ops(args.ops, op_ns))
     mock.set_realtime(True)
     work = calibrate_python_work(args.work_ms) if args.work_ms > 0 else 0
