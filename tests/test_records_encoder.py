@@ -10,9 +10,12 @@ returns the wrong type, non-finite times: a clear exception, never a crash or a 
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import os
 
+import aclprofd.records
 import numpy as np
 import pytest
 from aclprofd.records import (
@@ -27,6 +30,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from aclprof.protocol import _jsonl
+
+if os.environ.get("ACLPROF_JSONL_SANITIZED"):
+    # .ci/sanitize_jsonl.sh: the same tests on a build with ASan/UBSan
+    _spec = importlib.util.spec_from_file_location("aclprof.protocol._jsonl", os.environ["ACLPROF_JSONL_SANITIZED"])
+    assert _spec is not None and _spec.loader is not None
+    _jsonl = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_jsonl)
+    aclprofd.records._encode_frames = _jsonl.encode_frames
 from aclprof.protocol.wire import FLAG_KEYPOINT, FRAME_TARGET, HEADER, MAX_PAYLOAD, RECORD_DTYPE, FrameReader, Kind
 
 
@@ -246,3 +257,11 @@ def test_a_name_callback_that_encodes_too_gets_its_own_buffer():
         p for _, p in frames_of(reference(recs, 1.0, "h", 1, "s", HOSTILE_NAMES)))
     want_inner = encode_frames(inner_recs, 2.0, b'"host":"i",', NameJson({0: "x" * 300, 1: "y"}))
     assert inner_out[0] == want_inner
+
+
+def test_the_encoder_under_test_is_the_one_asked_for():
+    """Under .ci/sanitize_jsonl.sh every test above ran on the sanitized build."""
+    path = os.environ.get("ACLPROF_JSONL_SANITIZED")
+    assert aclprofd.records._encode_frames is _jsonl.encode_frames
+    if path:
+        assert _jsonl.__file__ == path
