@@ -261,10 +261,13 @@ class Sender:
         if len(parts) == 1:
             data = parts[0]
         else:
-            if any(p.dtype != OP_DTYPE for p in parts):
+            if any(p.dtype is not OP_DTYPE and p.dtype != OP_DTYPE for p in parts):
                 raise TypeError("aclprof agent: a batch is not of aclprof.api.records.OP_DTYPE")
-            # joined as bytes: numpy copies a structured dtype field by field (~20x slower)
-            data = np.concatenate([np.ascontiguousarray(p).view(np.uint8) for p in parts]).view(OP_DTYPE)
+            # joined as bytes, by bytes.join over the arrays' buffers: numpy's concatenate
+            # copies a structured dtype field by field (~20x slower), and a uint8 view per
+            # part cost ~0.5 us each (143 parts of 35 records: 72 us of GIL, now 6 us)
+            bufs: list[Any] = [p if p.flags.c_contiguous else np.ascontiguousarray(p) for p in parts]
+            data = np.frombuffer(b"".join(bufs), OP_DTYPE)
         if w.announced != conn.gen:
             conn.announce(w)
         # Consecutive batches share one BATCH frame, converted in place by one C call that
