@@ -74,3 +74,22 @@ def test_a_batch_of_another_dtype_is_refused_by_name():
     other = np.zeros(3, np.dtype([("x", "<u8")] * 1 + [("pad", "V72")]))
     with pytest.raises(TypeError, match="OP_DTYPE"):
         _sent_starts([_records(2, 0), other])
+
+
+def test_take_of_everything_keeps_the_order_and_the_control_items():
+    buf = RecordBuffer(100)
+    w = Watched(1, 0, {})
+    try:
+        buf.add_batch(w, _records(3, 0), None)
+        buf.items.append(["watch", w, None, None])
+        buf.add_batch(w, _records(2, 10), None)
+        buf.items.append(["unwatch", w, None, None])
+        taken, n = buf.take(1 << 15)
+        assert n == 5 and [it[0] for it in taken] == ["batch", "watch", "batch", "unwatch"]
+        assert buf.buffered == 0 and buf.empty() and buf.take(1 << 15) == ([], 0)
+        buf.add_batch(w, _records(4, 0), None)
+        buf.items.append(["watch", w, None, None])
+        taken, n = buf.take(4)  # exactly the limit: the item after it waits, as before
+        assert n == 4 and [it[0] for it in taken] == ["batch"] and len(buf.items) == 1
+    finally:
+        buf.close()
