@@ -3,6 +3,8 @@
 - `aclprof.binding._acl_ffi`: out-of-line ABI-mode cffi module (pure Python; no CANN needed to build).
 - `aclprof.binding._fast`: a small API-mode helper (C) for the hot paths; it calls the loaded
   library through function pointers handed to it at run time, so it links to nothing.
+- `aclprof.protocol._jsonl`: the daemon's JSON Lines record encoder, a plain CPython extension
+  (the daemon imports aclprof.protocol and must not load cffi).
 - `aclprof/_mock/libascendcl.so`: the mock library from mock_acl/src, so that the demo and
   the tests need no separate build step.
 """
@@ -13,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
 HERE = Path(__file__).resolve().parent
@@ -57,6 +59,8 @@ if sys.platform != "linux":  # the mock uses pthreads, clock_gettime and Linux p
     raise SystemExit("aclprof builds on Linux only (CANN supports Linux only)")
 
 setup(
+    ext_modules=[Extension("aclprof.protocol._jsonl", ["aclprof/protocol/_jsonl.c"],
+                           extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])],
     cffi_modules=["cdefs/build_ffi.py:abi_ffi", "cdefs/build_ffi.py:fast_ffi"],
     cmdclass={"build_ext": BuildExtWithMock},
 )

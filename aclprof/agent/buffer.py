@@ -89,6 +89,14 @@ class RecordBuffer:
         records = 0
         with self.lock:
             items = self.items
+            if self.buffered < max_records:
+                # everything fits (the usual case), so the loop below would take every item:
+                # no Python step per item under the lock the subscriptions' readers also
+                # take (issue 12: the GIL per wake-up)
+                taken, records = list(items), self.buffered
+                items.clear()
+                self.buffered = 0
+                return taken, records
             while items and records < max_records:
                 item = items[0]
                 if item[0] == "batch":

@@ -66,6 +66,8 @@ class Connection:
         self._in_reader: Any = None   # frames from the daemon (WELCOME, ERROR, GOODBYE)
         self._in_pending: list[Any] = []
         self._goodbye_seen = False
+        #: the daemon said a STREAM client watches (LIVE): the sender sends more often
+        self.live = False
 
     # -- connect / disconnect ----------------------------------------------------------------
     def connect(self) -> bool:
@@ -103,6 +105,13 @@ class Connection:
         self._in_reader, self._in_pending = reader, pending
         self._conn_records = self._conn_loss = 0
         self._goodbye_seen = False
+        self.live = False  # until this daemon says otherwise (LIVE may follow WELCOME at once)
+        for kind, payload in pending:
+            if kind == wire.Kind.LIVE:
+                try:
+                    self.live = wire.decode_json(payload).get("live") is True
+                except wire.ProtocolError:
+                    pass
         _log.info("connected to the aclprof daemon", socket=self.socket_path,
                   connection=self.connections)
         return True
@@ -262,6 +271,8 @@ class Connection:
             elif kind == wire.Kind.GOODBYE and not self._goodbye_seen:
                 self._goodbye(obj)
                 ended = "the daemon is stopping (GOODBYE)"
+            elif kind == wire.Kind.LIVE:
+                self.live = obj.get("live") is True
             # any other kind: ignored (added to the protocol after this agent)
         return ended
 

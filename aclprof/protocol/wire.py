@@ -85,8 +85,9 @@ class Kind(enum.IntEnum):
     NAMES = 12
     BATCH = 13
     LOSS = 14
-    # daemon -> agent (an addition to version 1: agents ignore kinds they do not know)
+    # daemon -> agent (additions to version 1: agents ignore kinds they do not know)
     GOODBYE = 15
+    LIVE = 16  # {"live": bool}: whether a STREAM client watches (agents send more often)
     # CLI -> daemon (requests) and daemon -> CLI (replies)
     STATUS = 20
     STATUS_REPLY = 21

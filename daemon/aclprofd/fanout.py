@@ -7,6 +7,12 @@ once its buffer has drained. An EXPORT is produced a frame at a time, only while
 client's buffer is small and for at most ``EXPORT_SLICE_S`` per loop turn, interleaved
 with ingestion.
 
+Records are encoded in C into whole frames (:func:`aclprofd.records.encode_frames`), once
+per batch for every STREAM client whose filter selects the same records, and the one
+``bytes`` is queued for each of them. While a STREAM client's filter admits an agent's records
+(by host, pid, service), that agent is told so (``LIVE``) and sends more often, so
+``aclprof tail`` shows records sooner.
+
 Whatever goes wrong while producing one client's frames (a bug, stored data that is not
 what it should be) costs that client its connection (:meth:`Transport.internal_error`:
 logged rate-limited and counted), never the daemon: these pumps run in the loop itself,
@@ -15,7 +21,6 @@ outside any frame handler.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
@@ -26,7 +31,7 @@ from aclprof.protocol.wire import Kind, encode_json
 
 from .conn import Conn
 from .filters import Filter, NameMatcher
-from .records import FRAME_RECORDS, append_frame, encode_records, jsonl_payloads, name_json
+from .records import FRAME_RECORDS, NameJson, encode_frames, identity_head
 
 if TYPE_CHECKING:
     from .server import Daemon
@@ -36,6 +41,10 @@ __all__ = ["Fanout", "EXPORT_OUT_LOW"]
 EXPORT_OUT_LOW = 2 << 20   # produce more EXPORT frames only below this many buffered bytes
 EXPORT_SLICE_S = 0.02      # at most this long per loop turn on EXPORT encoding
 EST_RECORD_JSON = 220      # bytes per record in JSON, to decide skipping before encoding
+#: after the last STREAM client left, agents are told (LIVE false) only this much later: a
+#: client that reconnects at once (or one that connects and leaves in a loop) toggles
+#: nothing, so agents' sender threads are not woken by a flood of LIVE frames
+LIVE_LINGER_S = 5.0
 
 
 class Fanout:
@@ -44,6 +53,44 @@ class Fanout:
     def __init__(self, daemon: Daemon):
         self.d = daemon
         self.streaming = 0  # STREAM clients connected (ingest skips the fan-out when 0)
+        self._live_check_at = 0.0  # monotonic time an agent's LIVE false falls due (0: none)
+
+    # ---- LIVE: an agent sends more often while a STREAM client may get its records --------
+    def _wants_live(self, agent: Conn, filters: list[Filter]) -> bool:
+        return any(f.source_matches(agent.host, agent.pid or 0, agent.service) for f in filters)
+
+    def _update_live(self, agents: list[Conn] | None = None) -> None:
+        """Tell each agent (all, or ``agents``) LIVE true at once when a STREAM client's
+        filter admits its records, LIVE false LIVE_LINGER_S after none does any more."""
+        now = time.monotonic()
+        conns = list(self.d.conns.values())
+        filters = [c.stream for c in conns if c.stream is not None and not c.closed]
+        due = 0.0
+        for a in conns if agents is None else agents:
+            if a.role != "agent" or a.closed:
+                continue
+            if self._wants_live(a, filters):
+                a.unlive_at = 0.0
+                if not a.live:
+                    a.live = True
+                    self.d.queue(a, encode_json(Kind.LIVE, {"live": True}))
+            elif a.live:
+                if not a.unlive_at:
+                    a.unlive_at = now + LIVE_LINGER_S
+                if now >= a.unlive_at:
+                    a.live, a.unlive_at = False, 0.0
+                    self.d.queue(a, encode_json(Kind.LIVE, {"live": False}))
+                else:
+                    due = a.unlive_at if not due else min(due, a.unlive_at)
+        if agents is None:
+            self._live_check_at = due
+        elif due:
+            self._live_check_at = due if not self._live_check_at else min(due, self._live_check_at)
+
+    def agent_admitted(self, conn: Conn) -> None:
+        """A new agent connection (after WELCOME): LIVE true if a STREAM client watches it."""
+        if self.streaming:
+            self._update_live([conn])
 
     # ---- STREAM -------------------------------------------------------------------------
     def start_stream(self, conn: Conn, flt: Filter) -> None:
@@ -51,11 +98,15 @@ class Fanout:
             self.streaming += 1
         conn.stream = flt
         conn.matchers = {}
+        self._update_live()
 
     def closed(self, conn: Conn) -> None:
         """``conn`` is closing (called by the loop)."""
         if conn.stream is not None:
             self.streaming -= 1
+            # ``conn`` is closed already, so its filter no longer counts: LIVE false falls due
+            # for the agents no other stream watches
+            self._update_live()
 
     def _stream_room(self) -> tuple[int, int]:
         """(bytes the memory budget has left, bytes all STREAM buffers together may still
@@ -81,16 +132,24 @@ class Fanout:
         self.d.memory.refuse("stream")
 
     def offer(self, src: Conn, recs: np.ndarray, now: float) -> None:
-        """A batch an agent sent: queue what each STREAM client's filter selects."""
+        """A batch an agent sent: queue what each STREAM client's filter selects. Clients
+        whose filters select the same records queue the same array object, so the pump
+        encodes it once for all of them (:meth:`pump_streams`)."""
         limit = self.d.settings.stream_buffer_bytes
         room, stream_room = self._stream_room()
+        same: dict[bytes, np.ndarray] = {}  # mask bytes -> the selection (b"": everything)
         for client in self.d.conns.values():
             flt = client.stream
             if flt is None or client.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
                 continue
             matcher = client.matchers.setdefault(src.id, NameMatcher())
             m = flt.mask(recs, matcher, src.names)
-            sel = recs if m is None else recs[m]
+            if m is not None and m.all():
+                m = None  # selects everything: the same array (and encoding) as no filter
+            key = b"" if m is None else m.tobytes()
+            sel = same.get(key)
+            if sel is None:
+                sel = same[key] = recs if m is None else recs[m]
             k = len(sel)
             if not k:
                 continue
@@ -110,23 +169,29 @@ class Fanout:
 
     def pump_streams(self) -> None:
         """Encode what each STREAM client has pending (once per loop turn) and send it."""
+        if self._live_check_at and time.monotonic() >= self._live_check_at:
+            self._update_live()
         if not self.streaming:
             return
         room: list[int] = []  # computed once per pump, when a client has something to encode
+        # (selection, first record) -> (the selection, its frames): a batch queued for several
+        # clients (the same array object, see offer) is encoded once in this pump
+        encoded: dict[tuple[int, int], tuple[np.ndarray, bytes]] = {}
         for c in list(self.d.conns.values()):
             if c.stream is None or c.closed or not (c.stream_pending or (c.stream_skipped and not c.out)):
                 continue
             if not room:
                 room.extend(self._stream_room())
             try:
-                self._pump_stream(c, room)
+                self._pump_stream(c, room, encoded)
             except Exception as exc:
                 self.d.internal_error(c, "STREAM", exc)
 
-    def _pump_stream(self, c: Conn, room: list[int]) -> None:
+    def _pump_stream(self, c: Conn, room: list[int],
+                     encoded: dict[tuple[int, int], tuple[np.ndarray, bytes]]) -> None:
         """``room``: [budget left, stream share left] in bytes, as :meth:`_stream_room`
         says, minus what this pump encoded already (the pending records it encodes were
-        charged at their estimate)."""
+        charged at their estimate). ``encoded``: frames this pump made already, shared."""
         if c.stream_skipped:
             # before the records that follow the gap
             c.out += encode_json(Kind.STREAM_SKIPPED, {"skipped": c.stream_skipped})
@@ -140,7 +205,7 @@ class Fanout:
         limit = self.d.settings.stream_buffer_bytes
         skipped = 0
         for src, ts, recs in c.stream_pending:
-            nj = name_json(src.names, src.names_json)
+            nj = head = None
             for i in range(0, len(recs), FRAME_RECORDS):
                 if len(c.out) > limit:
                     skipped += len(recs) - i
@@ -150,12 +215,19 @@ class Fanout:
                     self.d.memory.refuse("stream")
                     break
                 before = len(c.out)
-                chunk = recs[i:i + FRAME_RECORDS]
-                items = encode_records(chunk, ts, src.host, src.pid or 0, src.service, nj)
-                for n, payload in jsonl_payloads(items):
-                    append_frame(c.out, Kind.STREAM_RECORDS, payload)
-                    c.stream_sent += n
-                extra = (len(c.out) - before) - len(chunk) * EST_RECORD_JSON  # beyond the charged estimate
+                k = min(FRAME_RECORDS, len(recs) - i)
+                hit = encoded.get((id(recs), i))
+                if hit is not None and hit[0] is recs:  # the array is kept alive in `encoded`: ids stay unique
+                    frames = hit[1]
+                else:
+                    if nj is None or head is None:
+                        nj = NameJson(src.names, src.names_json)
+                        head = identity_head(src.host, src.pid or 0, src.service)
+                    frames = encode_frames(recs[i:i + k], ts, head, nj, Kind.STREAM_RECORDS)
+                    encoded[(id(recs), i)] = (recs, frames)
+                c.out += frames
+                c.stream_sent += k
+                extra = (len(c.out) - before) - k * EST_RECORD_JSON  # beyond the charged estimate
                 room[0] -= extra
                 room[1] -= extra
         c.stream_pending.clear()
@@ -182,12 +254,11 @@ class Fanout:
                 continue
             try:
                 while c.export is not None and not c.closed and len(c.out) < EXPORT_OUT_LOW:
-                    frame = next(c.export, None)
-                    if frame is None:
+                    frames = next(c.export, None)
+                    if frames is None:
                         c.export = None
                         break
-                    kind, payload = frame
-                    append_frame(c.out, Kind(kind), payload)
+                    c.out += frames
                     if time.monotonic() > deadline:
                         break
             except Exception as exc:
@@ -197,8 +268,8 @@ class Fanout:
             if c.out and not c.closed:
                 self.d.send(c)
 
-    def _export(self, since: float | None, until: float | None, flt: Filter) -> Iterator[tuple[int, bytes]]:
-        """(kind, payload) of the EXPORT_RECORDS frames, then END."""
+    def _export(self, since: float | None, until: float | None, flt: Filter) -> Iterator[bytes]:
+        """The EXPORT_RECORDS frames (whole frames, up to FRAME_RECORDS records a step), then END."""
         count = 0
         matchers: dict[int, tuple[dict, NameMatcher]] = {}
         storage = self.d.storage
@@ -215,13 +286,13 @@ class Fanout:
             recs, ts = (chunk.records, chunk.ts) if m is None else (chunk.records[m], chunk.ts[m])
             if not len(recs):
                 continue
-            nj = name_json(chunk.names, {})
-            for i in range(0, len(recs), FRAME_RECORDS):  # encode lazily: a frame per pump step
-                items = encode_records(recs[i:i + FRAME_RECORDS], ts[i:i + FRAME_RECORDS], host, pid, service, nj)
-                for n, payload in jsonl_payloads(items):  # long names: several frames
-                    count += n
-                    yield Kind.EXPORT_RECORDS, payload
-        yield Kind.END, json.dumps({"records": count, "skipped": 0}, separators=(",", ":")).encode()
+            nj = NameJson(chunk.names)
+            head = identity_head(host, pid, service)
+            for i in range(0, len(recs), FRAME_RECORDS):  # encode lazily: a step per pump turn
+                part = recs[i:i + FRAME_RECORDS]
+                count += len(part)
+                yield encode_frames(part, ts[i:i + FRAME_RECORDS], head, nj, Kind.EXPORT_RECORDS)
+        yield encode_json(Kind.END, {"records": count, "skipped": 0})
 
     # ---- stop ---------------------------------------------------------------------------
     def end_all(self) -> None:
@@ -239,7 +310,7 @@ class Fanout:
             else:
                 continue
             try:
-                c.sock.send(c.out)
+                c.sock.send(bytes(c.out))
             except OSError:
                 pass
             c.out.clear()

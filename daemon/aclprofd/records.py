@@ -1,45 +1,94 @@
 """The record format between the daemon and the CLI (daemon/PROTOCOL.md "record"): JSON
 Lines, one record object per ``\\n``-terminated line, in STREAM_RECORDS and EXPORT_RECORDS.
 
-Encoding is the per-record cost of STREAM and EXPORT, paid only for records a client gets:
-one format string per record, names JSON-escaped once per connection and id. A payload is
-built as one ``str`` and encoded once; the frame header is appended to the client's output
-buffer apart from it (no header+payload concatenation), so each payload byte is copied once
-into the buffer the socket sends from.
+Encoding is the per-record cost of STREAM and EXPORT, paid only for records a client gets.
+:func:`encode_frames` does it in C (:mod:`aclprof.protocol._jsonl`): wire records in, whole
+frames (header + JSON Lines payload) out, in one buffer, ~12x faster than Python (issue
+12: at 250 k records/s the Python encoder was most of the daemon's CPU). Names are
+JSON-escaped once per connection and id (:class:`NameJson`), in Python, so the escaping
+rules are ``json.dumps``'s. :func:`encode_records_py` is the same text in Python: the
+specification the C encoder is tested against byte for byte (tests/test_records_encoder.py)
+and the baseline of ``tests/bench/bench_tail_encode.py``; the daemon does not use it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import math
+from collections.abc import Iterator
 
 import numpy as np
 
-from aclprof.protocol.wire import FLAG_KEYPOINT, FRAME_TARGET, MAX_NAME_BYTES, Kind, header
+from aclprof.protocol._jsonl import encode_frames as _encode_frames
+from aclprof.protocol.wire import (
+    FLAG_KEYPOINT,
+    FRAME_TARGET,
+    MAX_NAME_BYTES,
+    MAX_PAYLOAD,
+    RECORD_DTYPE,
+    Kind,
+    header,
+)
 
-__all__ = ["FRAME_RECORDS", "encode_records", "name_json", "jsonl_payload", "jsonl_payloads", "append_frame"]
+__all__ = ["FRAME_RECORDS", "NameJson", "encode_frames", "identity_head", "encode_records_py",
+           "jsonl_payload", "jsonl_payloads", "append_frame"]
 
 FRAME_RECORDS = 2048  # at most this many records per STREAM_RECORDS / EXPORT_RECORDS frame ...
 # ... and at most FRAME_TARGET bytes (plus one line): long names make long lines, and 2048 of
 # them once made a frame beyond MAX_PAYLOAD whose encoder raised in the loop (issue 9)
 
 
-def name_json(names: dict[int, str], cache: dict[int, str]) -> Callable[[int], str]:
-    """A name id -> its JSON string literal, cached in ``cache`` (unknown ids: ``"#<id>"``)."""
-    def get(nid: int) -> str:
-        s = cache.get(nid)
-        if s is None:
-            name = names.get(nid, f"#{nid}")
-            if len(name) > MAX_NAME_BYTES:  # stored before the ingest limit: never a line beyond it
-                name = name.encode()[:MAX_NAME_BYTES].decode("utf-8", "ignore")
-            s = cache[nid] = json.dumps(name)  # ASCII (ensure_ascii): len() is the byte count
-        return s
-    return get
+class NameJson:
+    """Name id -> its JSON string literal (UTF-8 bytes), cached in :attr:`cache` (unknown
+    ids: ``"#<id>"``); names stored before the ingest limit are cut to MAX_NAME_BYTES, so
+    no line passes it. The C encoder looks ids up in ``cache`` and calls this on a miss."""
+
+    __slots__ = ("names", "cache")
+
+    def __init__(self, names: dict[int, str], cache: dict[int, bytes] | None = None):
+        self.names = names
+        self.cache: dict[int, bytes] = {} if cache is None else cache
+
+    def __call__(self, nid: int) -> bytes:
+        lit = self.cache.get(nid)
+        if lit is None:
+            name = self.names.get(nid, f"#{nid}")
+            if len(name) > MAX_NAME_BYTES:
+                name = name.encode("utf-8", "surrogatepass")[:MAX_NAME_BYTES].decode("utf-8", "ignore")
+            # ensure_ascii: any character (a lone surrogate too) becomes an ASCII escape
+            lit = self.cache[nid] = json.dumps(name).encode("ascii")
+        return lit
 
 
-def encode_records(records: np.ndarray, ts: np.ndarray | float, host: str, pid: int,
-                   service: str | None, names_json: Callable[[int], str]) -> list[str]:
-    """Records (RECORD_DTYPE) as JSON object texts, one per record, without newlines.
+def identity_head(host: str, pid: int, service: str | None) -> bytes:
+    """The fields a sender's records share: ``"host":...,"pid":...,"service":...,``."""
+    return ('"host":%s,"pid":%d,"service":%s,' % (json.dumps(host), pid, json.dumps(service))).encode("ascii")
+
+
+def encode_frames(records: np.ndarray, ts: np.ndarray | float, head: bytes, names: NameJson,
+                  kind: Kind = Kind.STREAM_RECORDS) -> bytes:
+    """Records (RECORD_DTYPE) as whole ``kind`` frames, concatenated: a frame ends after
+    FRAME_RECORDS lines or after the line that takes its payload to FRAME_TARGET bytes.
+    ``ts``: the receive time of all of them, or one float64 per record. C, one pass."""
+    if records.dtype != RECORD_DTYPE:  # the C side reads the wire layout in place
+        raise TypeError(f"encode_frames needs RECORD_DTYPE records, not {records.dtype}")
+    recs = records if records.flags.c_contiguous else np.ascontiguousarray(records)
+    if isinstance(ts, np.ndarray):
+        ts = np.ascontiguousarray(ts, dtype=np.float64)
+    else:
+        ts = float(ts)
+    return _encode_frames(recs, ts, head, names.cache, names, int(kind), FRAME_RECORDS, FRAME_TARGET,
+                          MAX_PAYLOAD)
+
+
+def _ts_text(t: float) -> str:
+    return "%.6f" % t if math.isfinite(t) else "null"
+
+
+def encode_records_py(records: np.ndarray, ts: np.ndarray | float, host: str, pid: int,
+                      service: str | None, names_json: NameJson) -> list[str]:
+    """Records (RECORD_DTYPE) as JSON object texts, one per record, without newlines: the
+    reference for :func:`encode_frames` (joined by :func:`jsonl_payloads`, the same bytes).
 
     A record's text is three parts: what it shares with the records of its frame and op
     (ts, source, device, model, type, name), its own numbers (start, end, duration), and
@@ -55,7 +104,7 @@ def encode_records(records: np.ndarray, ts: np.ndarray | float, host: str, pid: 
     ts_text: dict[float, str] = {}
 
     def ts_head(t: float) -> str:
-        text = ts_text[t] = '{"ts":%.6f,' % t + head
+        text = ts_text[t] = '{"ts":%s,' % _ts_text(t) + head
         return text
 
     if isinstance(ts, np.ndarray):
@@ -68,7 +117,7 @@ def encode_records(records: np.ndarray, ts: np.ndarray | float, host: str, pid: 
     def prefix(key: tuple[str, int, int, int, int]) -> str:
         t, dev, model, op_type, op_name = key
         text = shared[key] = '%s"device":%d,"model":%d,"op_type":%s,"op_name":%s,"start":' % (
-            t, dev, model, names_json(op_type), names_json(op_name))
+            t, dev, model, names_json(op_type).decode("ascii"), names_json(op_name).decode("ascii"))
         return text
 
     per_thread: dict[tuple[int, int], str] = {}

@@ -37,7 +37,7 @@ from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 from .aggregate import Aggregator
 from .capture import CaptureService
 from .config import Settings, changed
-from .conn import Conn
+from .conn import Conn, OutQueue
 from .control import Control
 from .detector_control import DetectorService
 from .fanout import Fanout
@@ -386,6 +386,8 @@ class Daemon(Transport):
                 conn.keysrc.host, conn.keysrc.service = conn.host, conn.service
             self.queue(conn, welcome)
             self.admitted(conn)  # the connection limits per role (aclprofd.transport)
+            if conn.role == "agent" and not conn.closed:
+                self.fanout.agent_admitted(conn)  # LIVE, if a STREAM client watches
         elif conn.role == "agent":
             handler = self.ingest.handlers.get(kind)
             if handler is None:
@@ -432,7 +434,7 @@ class Daemon(Transport):
             self._next_trim = 0.0
         # drop what the closed connection holds now, whoever still refers to the object
         conn.names, conn.names_order, conn.names_json, conn.names_bytes = {}, [], {}, 0
-        conn.out = bytearray()
+        conn.out = OutQueue()
 
     def _on_protocol_error(self, conn: Conn) -> None:
         self.counters.protocol_errors += 1

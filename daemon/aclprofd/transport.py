@@ -42,7 +42,7 @@ __all__ = ["Transport"]
 
 _log = structlog.get_logger("aclprofd")
 
-_RECV = 1 << 20                 # bytes per recv()
+_RECV = 1 << 20                 # bytes per recv() at most
 READ_BUDGET = 8 << 20           # bytes read from one connection before serving the others
 _CONTROL_OUT_CAP = 64 << 20     # a control client that stops reading its replies is closed
 _MAX_CONNECTIONS = 4096
@@ -110,6 +110,12 @@ class Transport:
         self.refused = 0             # connections refused or evicted by the limits above
         self.idle_closed = 0         # control clients closed for idling
         self.accept_errors = 0
+        # recv_into one buffer, then an exact-size copy: recv(1 MiB) allocated a fresh 1 MiB
+        # object per call that glibc mmap'd and page-faulted each time (~120 us per 100-400 KB
+        # read, ~14 us this way); the copy is a fresh bytes, so the frame reader's views of
+        # it stay valid as long as they are referenced
+        self._rbuf = bytearray(_RECV)
+        self._rview = memoryview(self._rbuf)
 
     # hooks
     def _handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:
@@ -234,17 +240,18 @@ class Transport:
         while not conn.closed and (budget is None or budget > 0) and (
                 deadline is None or time.monotonic() < deadline):
             try:
-                data = conn.sock.recv(_RECV)
+                n = conn.sock.recv_into(self._rbuf)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
                 self._close(conn, f"receive failed: {exc}", level="info")
                 return
-            if not data:
+            if not n:
                 self._close(conn, None)
                 return
+            data = bytes(self._rview[:n])
             if budget is not None:
-                budget -= len(data)
+                budget -= n
             if not self._feed(conn, data):
                 return
 
@@ -277,8 +284,7 @@ class Transport:
         """Send what the socket takes now; watch for writability while more is queued."""
         if conn.out:
             try:
-                n = conn.sock.send(conn.out)
-                del conn.out[:n]
+                conn.out.send(conn.sock)
             except (BlockingIOError, InterruptedError):
                 pass
             except OSError as exc:

@@ -98,12 +98,15 @@ def stage(workdir: Path) -> list[str]:
         dst = workdir / (staged_path(rel) if rel.startswith("daemon/aclprofd/") else rel)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
-    for pattern in ("aclprof/binding/_fast*.so", "aclprof/binding/_acl_ffi.py", "aclprof/_mock/*.so"):
+    for pattern in ("aclprof/binding/_fast*.so", "aclprof/binding/_acl_ffi.py", "aclprof/_mock/*.so",
+                    "aclprof/protocol/_jsonl*.so"):
         for src in ROOT.glob(pattern):
             shutil.copy2(src, workdir / src.relative_to(ROOT))
-    built = list((workdir / "aclprof" / "binding").glob("_fast*.so")) + list((workdir / "aclprof" / "_mock").glob("*.so"))
-    if len(built) < 2 or not (workdir / "aclprof" / "binding" / "_acl_ffi.py").exists():
-        sys.exit("mutation.py: aclprof/binding/_fast*.so, _acl_ffi.py or aclprof/_mock/*.so missing: "
+    built = (list((workdir / "aclprof" / "binding").glob("_fast*.so")) + list((workdir / "aclprof" / "_mock").glob("*.so"))
+             + list((workdir / "aclprof" / "protocol").glob("_jsonl*.so")))
+    if len(built) < 3 or not (workdir / "aclprof" / "binding" / "_acl_ffi.py").exists():
+        sys.exit("mutation.py: aclprof/binding/_fast*.so, _acl_ffi.py, aclprof/_mock/*.so or "
+                 "aclprof/protocol/_jsonl*.so missing: "
                  "run `pip install -e .` in the checkout first (the staging copy reuses the build)")
     return sorted(p.name for p in workdir.iterdir() if p.name not in ("aclprof", "aclprofd", "pyproject.toml"))
 
