@@ -41,8 +41,9 @@ import numpy as np
 from aclprof.exportfmt.ascend import AscendWriter
 from aclprof.exportfmt.chrome import write_chrome
 from aclprof.protocol.safetext import safe
+from aclprof.protocol.wire import HEADER, Kind
 
-from .records import encode_records, name_json
+from .records import NameJson, encode_frames, identity_head
 from .storage import read_segment
 
 __all__ = ["Job", "Outcome", "Aborted", "write_capture", "estimate", "job_to_json", "job_from_json", "main",
@@ -210,12 +211,25 @@ def _fit(parts: list[_Part], t: float, allowance: int, out: Outcome) -> None:
 def _batches(parts: list[_Part], stop: threading.Event) -> Iterator[list[dict[str, Any]]]:
     """The kept records as export records (daemon/PROTOCOL.md "record"), in batches."""
     for p in parts:
-        nj = name_json(p.names, {})
+        nj, head = NameJson(p.names), identity_head(p.host, p.pid, p.service)
         for i in range(0, len(p.records), _BATCH):
             if stop.is_set():
                 raise Aborted
-            texts = encode_records(p.records[i:i + _BATCH], p.ts[i:i + _BATCH], p.host, p.pid, p.service, nj)
-            yield [json.loads(x) for x in texts]
+            # the daemon's own record encoder (the text EXPORT sends), then back to objects
+            frames = encode_frames(p.records[i:i + _BATCH], p.ts[i:i + _BATCH], head, nj, Kind.EXPORT_RECORDS)
+            yield _frame_records(frames)
+
+
+def _frame_records(frames: bytes) -> list[dict[str, Any]]:
+    """The record objects of concatenated JSON Lines frames (header, then the lines)."""
+    out: list[dict[str, Any]] = []
+    pos = 0
+    while pos < len(frames):
+        length = HEADER.unpack_from(frames, pos)[-1]
+        pos += HEADER.size
+        out.extend(json.loads(line) for line in frames[pos:pos + length].splitlines())
+        pos += length
+    return out
 
 
 def write_capture(job: Job, root: str, room: Callable[[int], tuple[str, int]], stop: threading.Event,

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -164,7 +165,8 @@ def jsonl_payloads(items: list[str]) -> Iterator[tuple[int, bytes]]:
         yield len(items) - start, jsonl_payload(items[start:])
 
 
-def append_frame(out: bytearray, kind: Kind, payload: bytes) -> None:
-    """Append one frame to an output buffer: header, then the payload (one copy of it)."""
+def append_frame(out: Any, kind: Kind, payload: bytes) -> None:
+    """Append one frame to an output buffer (a bytearray or a connection's OutQueue: anything
+    with ``+=``): header, then the payload."""
     out += header(kind, len(payload))
     out += payload
