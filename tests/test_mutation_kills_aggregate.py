@@ -144,7 +144,9 @@ def test_state_round_trip_as_int64(tmp_path):
 
 def test_state_file_is_synced_in_its_directory(tmp_path, monkeypatch):
     synced = []
-    monkeypatch.setattr(aggregate_file, "_fsync_dir", synced.append)
+    from aclprofd import atomicfile
+
+    monkeypatch.setattr(atomicfile, "fsync_dir", synced.append)
     aggregate_file.write_state(str(tmp_path / "a.npz"), arrays(0), {"keys": []})
     monkeypatch.chdir(tmp_path)
     aggregate_file.write_state("b.npz", arrays(0), {"keys": []})

@@ -13,12 +13,12 @@ daemon restarted after ``kill -9``, sees the previous file or the new one, never
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import numpy as np
 
 from .aggregate_quantiles import BINS_PER_OCTAVE, I64, NBINS
+from .atomicfile import replace_file
 
 __all__ = ["STATE_FORMAT", "STATE_VERSION", "READABLE_VERSIONS", "write_state", "read_state", "ARRAYS"]
 
@@ -36,20 +36,7 @@ def write_state(path: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) 
             "bins_per_octave": BINS_PER_OCTAVE, **meta}
     members: dict[str, Any] = {**arrays, "meta": np.frombuffer(json.dumps(meta, separators=(",", ":")).encode(),
                                                                 np.uint8)}
-    tmp = f"{path}.{os.getpid()}.tmp"
-    try:
-        with open(tmp, "wb") as f:
-            np.savez(f, **members)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    _fsync_dir(os.path.dirname(path) or ".")
+    replace_file(path, lambda f: np.savez(f, **members))
 
 
 def read_state(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
@@ -67,17 +54,3 @@ def read_state(path: str) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     if not all(len(arrays[k]) == len(meta["keys"]) for k in ("count", "total", "min", "max")):
         raise ValueError("key arrays and key list differ in length")
     return meta, arrays
-
-
-def _fsync_dir(directory: str) -> None:
-    """Make a rename durable (best effort: some file systems refuse a directory fsync)."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

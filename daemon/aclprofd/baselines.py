@@ -14,7 +14,7 @@ from typing import Any
 
 from aclprof.protocol.baselinefmt import check_name
 
-from .aggregate_file import _fsync_dir
+from .atomicfile import replace_file
 
 __all__ = ["BaselineStore", "MAX_BASELINES", "MAX_BYTES"]
 
@@ -41,20 +41,7 @@ class BaselineStore:
         if not os.path.exists(path) and len(self.names()) >= MAX_BASELINES:
             raise ValueError(f"{MAX_BASELINES} baselines are saved already: delete one from {self.dir}")
         os.makedirs(self.dir, mode=0o750, exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        try:
-            with open(tmp, "wb") as f:
-                f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
-        _fsync_dir(self.dir)
+        replace_file(path, lambda f: f.write(data))
         return len(data)
 
     def load(self, name: str) -> dict[str, Any]:
