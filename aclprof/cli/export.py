@@ -31,6 +31,7 @@ from typing import Any, BinaryIO, TextIO
 from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args, parse_time
 from aclprof.cli.export_ascend import cmd_export_ascend
 from aclprof.exportfmt.chrome import TID_STRIDE, write_chrome
+from aclprof.exportfmt.tally import tally
 from aclprof.protocol.safetext import safe
 
 __all__ = ["add_parser", "cmd_export", "OP_STATISTIC_COLUMNS", "CSV_COLUMNS", "write_csv", "write_chrome",
@@ -96,16 +97,7 @@ def write_csv(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
             # peers' strings, and csv usually lands on a terminal: escaped (also lone surrogates)
             key = (safe(r.get("service") or ""), int(r.get("pid", 0)), int(r.get("device", 0)),
                    int(r.get("model", 0)), safe(r.get("op_type", "?")))
-            g = groups.get(key)
-            if g is None:
-                groups[key] = [1, d, d, d]
-            else:
-                g[0] += 1
-                g[1] += d
-                if d < g[2]:
-                    g[2] = d
-                if d > g[3]:
-                    g[3] = d
+            tally(groups, key, d)
         n += len(records)
     device_total: dict[int, int] = {}
     for (_, _, device, _, _), g in groups.items():

@@ -1,28 +1,11 @@
 """``aclprof export --format ascend -o DIR``: the daemon's records as the directories that
 torch_npu's profiler writes, so that MindStudio Insight and ``msprof-analyze`` open them.
 
-One directory per profiled process (torch_npu writes one per rank)::
-
-    DIR/<host>_<pid>_<YYYYmmddHHMMSS>_ascend_pt/
-        profiler_info.json            collection level (Level0) and what aclprof filled in
-        profiler_metadata.json        service, host and pid (torch_npu's add_metadata file)
-        ASCEND_PROFILER_OUTPUT/
-            kernel_details.csv        one row per op record
-            op_statistic.csv          one row per op type
-            trace_view.json           Chrome trace: "Ascend Hardware", "Overlap Analysis", "Step Trace"
-
-The columns are torch_npu's at profiler level 0 (``Device_id, Name, Type, Accelerator Core,
-Start Time(us), Duration(us), Wait Time(us), Block Num`` and ``OP Type, Core Type, Count,
-Total Time(us), Min Time(us), Avg Time(us), Max Time(us), Ratio(%)``). What the operator
-subscription does not report is written the way msprof writes a field it did not collect:
-``Accelerator Core``/``Core Type`` ``N/A`` (msprof's value for Task Type at task_time l0; the
-real values are AI_CORE, AI_VECTOR_CORE, AI_CPU, MIX_AIC, MIX_AIV, ...), ``Block Num`` 0.
-README.md "Exporting for the Ascend tools" lists every field and where it comes from.
-
-The formatting and :class:`AscendWriter` (which builds the directories inside a staging
-directory) live in :mod:`aclprof.exportfmt.ascend`, shared with the daemon's flight
-recorder, and are re-exported here; :class:`StagedDir` makes the whole export appear at
-once, and :func:`cmd_export_ascend` is the command.
+The files, their columns and what the subscription cannot fill are described in
+:mod:`aclprof.exportfmt.ascend` (which formats and writes them, shared with the daemon's
+flight recorder; re-exported here) and in README.md "Exporting for the Ascend tools".
+:class:`StagedDir` makes the whole export appear at once, and :func:`cmd_export_ascend`
+is the command.
 """
 
 from __future__ import annotations

@@ -7,4 +7,4 @@ daemon's flight recorder (which may not import the CLI) write the same files wit
 imports ``aclprof.protocol`` only.
 """
 
-__all__ = ["ascend", "chrome"]
+__all__ = ["ascend", "chrome", "tally"]

@@ -38,6 +38,8 @@ import numpy as np
 
 from aclprof.protocol.safetext import safe
 
+from .tally import tally
+
 __all__ = ["KERNEL_DETAILS_COLUMNS", "OP_STATISTIC_COLUMNS", "NOT_COLLECTED", "OUTPUT_DIR", "HARDWARE_PID",
            "OVERLAP_PID", "STEP_PID", "TID_STRIDE", "format_us", "path_component", "process_dir_name",
            "kernel_row", "op_statistic_rows", "busy_intervals", "AscendWriter"]
@@ -202,16 +204,7 @@ class _Process:
         self.prev_end[(device, model)] = start + dur
         op_type, type_json = names.get(r.get("op_type", "?"))
         op_name, name_json = names.get(r.get("op_name", "?"))
-        g = self.stats.get(op_type)
-        if g is None:
-            self.stats[op_type] = [1, dur, dur, dur]
-        else:
-            g[0] += 1
-            g[1] += dur
-            if dur < g[2]:
-                g[2] = dur
-            if dur > g[3]:
-                g[3] = dur
+        tally(self.stats, op_type, dur)
         self.starts.append(start)
         self.ends.append(start + dur)
         self.threads.add((device, model))
