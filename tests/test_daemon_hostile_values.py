@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import urllib.request
 
 import numpy as np
 import pytest
 from helpers.daemons import Client, agent, running, status
-from helpers.procs import cli, short_tmpdir, wait_for
+from helpers.procs import cli, free_port, short_tmpdir, wait_for
 from helpers.records import make_records
 
 from aclprof.protocol.wire import Kind, encode_json
@@ -24,13 +23,6 @@ def tmp():
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _alive(d) -> bool:
@@ -131,7 +123,7 @@ def test_bad_values_are_refused_per_reason_and_do_not_corrupt_aggregates(tmp):
 
 
 def test_lone_surrogates_in_names_crash_nothing(tmp):
-    port = _free_port()
+    port = free_port()
     with running(tmp, "--prometheus-op-name", prometheus_port=port) as d:
         a = agent(d.socket, names={1: "Mat\ud800Mul", 2: "T\udfff", 3: "n\ud800", 4: "m"})
         a.send_batch(make_records(10))

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 from helpers.daemons import Client, agent, running, status
-from helpers.procs import short_tmpdir, wait_for
+from helpers.procs import free_port, short_tmpdir, wait_for
 from helpers.records import make_records
 
 from aclprof.cli.launch import daemon_argv
@@ -189,16 +189,9 @@ def test_hostile_frame_logged_with_pid(tmp):
         assert "bad magic" in line["reason"]
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
 
 def test_prometheus_metrics_on_loopback(tmp):
-    port = _free_port()
+    port = free_port()
     with running(tmp, prometheus_port=port) as d:
         a = agent(d.socket, service="svc")
         a.send_batch(make_records(1000, durations=[5000, 2_000_000] * 500))

@@ -17,7 +17,7 @@ import urllib.request
 import numpy as np
 import pytest
 from helpers.daemons import Client, InProcess, agent, status
-from helpers.procs import wait_for
+from helpers.procs import free_port, wait_for
 from helpers.records import make_records
 
 from aclprof.protocol.wire import (
@@ -198,13 +198,6 @@ def test_dispatch_tables_and_forbidden_kinds_close_only_that_connection(daemon):
     assert [x["service"] for x in st["agents"]] == ["good"]
 
 
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
 
 def _metric(text: str, line_start: str) -> float:
     vals = [float(x.rsplit(" ", 1)[1]) for x in text.splitlines() if x.startswith(line_start + " ")]
@@ -213,7 +206,7 @@ def _metric(text: str, line_start: str) -> float:
 
 
 def test_status_and_metrics_read_the_same_snapshot():
-    port = _free_port()
+    port = free_port()
     with InProcess(prometheus_port=port) as d:
         a = agent(d.socket, service="svc")
         a.send_batch(make_records(1234))

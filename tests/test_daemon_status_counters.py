@@ -12,18 +12,10 @@ import time
 import urllib.request
 
 from helpers.daemons import Client, InProcess, agent, status
-from helpers.procs import cli, wait_for
+from helpers.procs import cli, free_port, wait_for
 from helpers.records import make_records
 
 from aclprof.protocol.wire import MAX_NAME_BYTES, Kind
-
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _metric(text: str, name: str) -> float:
@@ -52,7 +44,7 @@ def _get(st: dict, path: str) -> int:
 
 
 def test_hardening_counters_agree_in_status_and_metrics():
-    port = _free_port()
+    port = free_port()
     with InProcess(prometheus_port=port, control_idle_timeout_s="0.3", max_control_connections=2) as d:
         # names_truncated: a name longer than MAX_NAME_BYTES
         a = agent(d.socket, names={1: "Conv2D", 2: "M" * (MAX_NAME_BYTES + 10), 3: "conv1", 4: "fc1"})

@@ -18,7 +18,7 @@ from aclprofd.aggregate_groups import FIELDS
 from aclprofd.aggregate_keys import model_label_of
 from aclprofd.filters import Filter
 from helpers.daemons import Client, Daemon, InProcess, agent, status
-from helpers.procs import Worker, cli, wait_for
+from helpers.procs import Worker, cli, free_port, wait_for
 from helpers.records import make_records
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -28,13 +28,6 @@ from aclprof.protocol.wire import Kind, decode_json, encode_batch, encode_json
 
 pytestmark = pytest.mark.timeout(90)
 
-
-def _free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def _durations(port: int) -> dict[tuple, float]:
@@ -52,7 +45,7 @@ def test_two_services_with_the_same_model_id_stay_apart_in_prometheus_and_csv():
     """Two inference processes, services "alpha" (model labelled resnet50 v3) and "beta"
     (no label), both with model id 1 and a MatMulV2 op: two series told apart by service,
     and two csv rows; the old keys merged them into one of each (count 500)."""
-    port = _free_port()
+    port = free_port()
     d = Daemon(None, "--prometheus-host-label", "node-a", prometheus_port=port)
     d.start()
     workers = []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -127,3 +128,10 @@ def open_fds() -> set[int]:
 def aclprof_threads() -> list[threading.Thread]:
     """The threads aclprof started (named ``aclprof-*``) that are still running."""
     return [t for t in threading.enumerate() if t.name.startswith("aclprof-")]
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (the caller binds it soon after)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -24,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from .procs import REPO
+from .procs import REPO, free_port
 
 __all__ = ["PROMETHEUS", "PROMTOOL", "RULES_DIR", "SKIP_REASON", "needs_prometheus", "needs_promtool",
            "free_port", "Prometheus", "prometheus_server", "prometheus_factory"]
@@ -36,13 +35,6 @@ SKIP_REASON = ("the `prometheus`/`promtool` binaries are not installed (Debian p
                ".ci/run installs it)")
 needs_prometheus = pytest.mark.skipif(PROMETHEUS is None, reason=SKIP_REASON)
 needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason=SKIP_REASON)
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (the caller binds it soon after)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Prometheus:
