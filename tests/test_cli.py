@@ -16,7 +16,7 @@ import time
 import pytest
 from _agent_worker import FIXED_OPS
 from helpers.daemons import Daemon
-from helpers.procs import Worker, cli, env, wait_for
+from helpers.procs import PtyOutput, Worker, cli, env, wait_for
 
 from aclprof.cli import main, parse_duration_ns, parse_time
 
@@ -394,20 +394,8 @@ def test_top_live_keys_on_a_pty_and_terminal_restored(daemon, fed):
                                                                              LINES="40"),
                             start_new_session=True)
     os.close(slave)
-    seen = b""
-
-    def read_until(text: bytes, timeout: float = 15.0) -> None:
-        nonlocal seen
-        import select
-
-        deadline = time.monotonic() + timeout
-        while text not in seen:
-            assert time.monotonic() < deadline, f"{text!r} not shown; got {seen[-1500:]!r}"
-            if select.select([master], [], [], 0.1)[0]:
-                try:
-                    seen += os.read(master, 65536)
-                except OSError:
-                    break
+    out = PtyOutput(master)
+    read_until = out.read_until
 
     try:
         read_until(b"sorted by total")

@@ -14,7 +14,7 @@ import time
 
 import pytest
 from helpers.daemons import InProcess, agent, status
-from helpers.procs import REPO, cli, env, wait_for
+from helpers.procs import REPO, PtyOutput, cli, env, wait_for
 from helpers.records import make_records
 
 from aclprof.protocol.wire import Kind
@@ -341,7 +341,6 @@ def _all_counts(d) -> dict[str, int]:
 
 def test_r_in_top_is_view_local_and_never_resets_the_daemon(daemon):
     import pty
-    import select
 
     _feed(daemon, "rsvc", 400)
     wait_for(lambda: sum(_all_counts(daemon).values()) >= 400, what="400 records")
@@ -351,19 +350,10 @@ def test_r_in_top_is_view_local_and_never_resets_the_daemon(daemon):
                             stdin=slave, stdout=slave, stderr=slave, env=env(TERM="xterm", COLUMNS="160", LINES="40"),
                             start_new_session=True)
     os.close(slave)
-    seen = b""
+    out = PtyOutput(master)
 
-    def read_until(pattern: bytes, timeout: float = 15.0) -> None:
-        nonlocal seen
-        start = len(seen)
-        deadline = time.monotonic() + timeout
-        while not re.search(pattern, seen[start:]):
-            assert time.monotonic() < deadline, f"{pattern!r} not shown; got {seen[-2000:]!r}"
-            if select.select([master], [], [], 0.1)[0]:
-                try:
-                    seen += os.read(master, 65536)
-                except OSError:
-                    break
+    def read_until(pattern: bytes) -> None:
+        out.read_until(pattern, regex=True, new_only=True)
 
     try:
         read_until(rb"Conv2D")

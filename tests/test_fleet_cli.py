@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from helpers.procs import env
+from helpers.procs import PtyOutput, env
 
 from aclprof.cli import main
 from aclprof.cli.fleetdata import queries
@@ -344,7 +344,6 @@ def test_reply_cut_short(capsys):
 def test_live_keys_on_a_pty_errors_in_the_caption_and_terminal_restored():
     import os
     import pty
-    import select
     import termios
 
     failing = threading.Event()
@@ -363,18 +362,7 @@ def test_live_keys_on_a_pty_errors_in_the_caption_and_terminal_restored():
                                  "0.3"], stdin=slave, stdout=slave, stderr=slave,
                                 env=env(TERM="xterm", COLUMNS="160", LINES="40"), start_new_session=True)
         os.close(slave)
-        seen = b""
-
-        def read_until(text: bytes, timeout: float = 15.0) -> None:
-            nonlocal seen
-            deadline = time.monotonic() + timeout
-            while text not in seen:
-                assert time.monotonic() < deadline, f"{text!r} not shown; got {seen[-1500:]!r}"
-                if select.select([master], [], [], 0.1)[0]:
-                    try:
-                        seen += os.read(master, 65536)
-                    except OSError:
-                        break
+        read_until = PtyOutput(master).read_until
 
         try:
             read_until(b"sorted by share")

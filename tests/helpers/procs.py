@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import select
 import socket
 import subprocess
 import sys
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = ["REPO", "TESTS", "WORKER", "env", "clean_env", "short_tmpdir", "wait_for", "cli", "Worker",
-           "open_fds", "aclprof_threads"]
+           "open_fds", "aclprof_threads", "free_port", "PtyOutput"]
 
 TESTS = Path(__file__).resolve().parent.parent
 REPO = TESTS.parent
@@ -135,3 +137,31 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+class PtyOutput:
+    """What a program on a pseudo-terminal wrote, read as the test waits for it."""
+
+    def __init__(self, master: int):
+        self.master = master
+        self.seen = b""
+
+    def read_until(self, pattern: bytes, timeout: float = 15.0, *, regex: bool = False,
+                   new_only: bool = False) -> None:
+        """Read until ``pattern`` (a substring, or a regex with ``regex``) is in the output (in
+        what arrives from now on, with ``new_only``); AssertionError with the tail of the
+        output after ``timeout`` seconds."""
+        start = len(self.seen) if new_only else 0
+        deadline = time.monotonic() + timeout
+
+        def found() -> bool:
+            tail = self.seen[start:]
+            return re.search(pattern, tail) is not None if regex else pattern in tail
+
+        while not found():
+            assert time.monotonic() < deadline, f"{pattern!r} not shown; got {self.seen[-2000:]!r}"
+            if select.select([self.master], [], [], 0.1)[0]:
+                try:
+                    self.seen += os.read(self.master, 65536)
+                except OSError:
+                    break
