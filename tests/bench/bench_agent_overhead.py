@@ -289,7 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     variants: dict[str, Any] = {}
     agents = list(sockets)
     for suffix, w in halves:
-        for base_name, fn in (("off", off), ("subscribe", subscribe), *((a, with_agent) for a in agents)):
+        # "off again" is off once more (an A/A pair): how far two identical variants differ in
+        # p99.9 and max in this run, the resolution of the tail goals on this machine
+        for base_name, fn in (("off", off), ("off again", off), ("subscribe", subscribe),
+                              *((a, with_agent) for a in agents)):
             name = f"{base_name}{' ' + suffix if suffix else ''}"
             variants[name] = (lambda fn=fn, name=name, w=w: fn(name, w))
     try:
@@ -305,12 +308,13 @@ def main(argv: list[str] | None = None) -> int:
 
     rows = []
     goals: list[tuple[str, bool, str]] = []
+    noise: list[str] = []
     slow = 0.0
     for suffix, _ in halves:
         sfx = f" {suffix}" if suffix else ""
         off_t = per_step[f"off{sfx}"]
         base = B.med(off_t)
-        for name in (f"off{sfx}", f"subscribe{sfx}", *(f"{a}{sfx}" for a in agents)):
+        for name in (f"off{sfx}", f"off again{sfx}", f"subscribe{sfx}", *(f"{a}{sfx}" for a in agents)):
             t = per_step[name]
             m = B.med(t)
             ratio = B.med(B.per_round_ratio(samples, name, f"off{sfx}")) - 1
@@ -321,6 +325,10 @@ def main(argv: list[str] | None = None) -> int:
                          f"{B.pct(late, 99):.0f}/{max(late):.0f}",
                          f"{c.get('sender', 0) / c['wall'] * 100:.1f}/{c.get('reader', 0) / c['wall'] * 100:.1f}"
                          f"/{c.get('daemon', 0) / c['wall'] * 100:.1f}"))
+        aa = per_step[f"off again{sfx}"]
+        noise.append(f"off again{sfx} vs off{sfx}: p99 {(B.pct(aa, 99) / B.pct(off_t, 99) - 1) * 100:+.1f}%, "
+                     f"p99.9 {(B.pct(aa, 99.9) / B.pct(off_t, 99.9) - 1) * 100:+.1f}%, "
+                     f"max {max(aa) - max(off_t):+.0f} us")
         for an in agents:
             a = per_step[f"{an}{sfx}"]
             if not suffix and an == "agent":
@@ -338,6 +346,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{B.verdict(slow <= GOAL)} ({slow * 100:+.1f}%)")
     for label, ok, value in goals:
         print(f"goal (issue 12): {label}: {B.verdict(ok)} ({value})")
+    for line in noise:
+        print(f"resolution (A/A, the same variant twice): {line}")
     pump = [(f"{per} x {n}", sender_pump_us(per, n)) for per, n in ((35, 57), (1000, 2))]
     print("sender pump, GIL-held us per ~2000 records (records per batch x batches): "
           + ", ".join(f"{k}: {v:.0f} us" for k, v in pump))
