@@ -351,6 +351,8 @@ def test_demo_runs_and_cleans_up(tmp_path):
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "aclprof demo:" in p.stdout and "emitted - received - lost = 0" in p.stdout
     assert "Conv2D" in p.stdout and "MatMulV2" in p.stdout
+    summary = p.stdout[p.stdout.index("aclprof demo:"):]
+    assert "by service" in summary and "resnet" in summary and "transformer" in summary  # per-service truth
     kept = re.search(r"kept (\S+) ", p.stdout).group(1)
     try:
         out = subprocess.run(["pgrep", "-f", kept], capture_output=True, text=True)

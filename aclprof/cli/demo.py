@@ -241,6 +241,7 @@ def _summary(socket_path: str, results: list[dict[str, Any]], elapsed: float) ->
                 time.sleep(0.05)
                 st = c.status()
             snap = c.snapshot("all", "type", {})
+            by_service = c.snapshot("all", "service", {})
     except DaemonError as exc:
         lines.append(f"  (daemon unreachable at the end: {exc})")
         return "\n".join(lines)
@@ -255,6 +256,7 @@ def _summary(socket_path: str, results: list[dict[str, Any]], elapsed: float) ->
     from rich.console import Console
 
     buf = StringIO()
-    Console(file=buf, width=120, no_color=True, highlight=False).print(
-        render_table(snap, TopView("all", "type", "total"), 10, keys=False))
+    console = Console(file=buf, width=120, no_color=True, highlight=False)
+    console.print(render_table(by_service, TopView("all", "service", "total"), 10, keys=False))
+    console.print(render_table(snap, TopView("all", "type", "total"), 10, keys=False))
     return "\n".join(lines) + "\n" + buf.getvalue()
