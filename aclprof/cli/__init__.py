@@ -4,7 +4,12 @@
     aclprof tail --type Conv      # a live stream of op records
     aclprof top                   # a live, sortable table of op timings
     aclprof status                # daemon health, connected processes, drops, lag
-    aclprof export --since -5m --format chrome -o trace.json
+    aclprof export --since -5m --format chrome -o trace.json   # also csv, jsonl, ascend
+    aclprof diff A B              # p50/p99 shifts per op type: baselines, windows, exports
+    aclprof baseline save NAME    # pin the daemon's current latencies as a baseline
+    aclprof captures              # the flight recorder's captures around regression flags
+    aclprof trace --service S     # an on-demand Profiler session in a service's processes
+    aclprof fleet --prometheus URL   # every host's op latencies from Prometheus, outliers flagged
     aclprof doctor                # which libascendcl, CANN variables, daemon reachability
     aclprof reset                 # admin: wipe the daemon's shared aggregates (asks first)
 
@@ -13,7 +18,9 @@ error or no daemon reachable; 130 interrupted (Ctrl-C). Errors are one line on s
 
 Layout: :mod:`aclprof.cli.main` (parser, logging, dispatch), :mod:`aclprof.cli.common`
 (what the commands share), one module per command (``tail``, ``top``, ``status``,
-``export``, ``demo``, ``doctor``, ``reset``), ``top``'s screen in ``topview`` (state and
+``export``, ``diff``, ``baseline``, ``captures``, ``trace``, ``fleet``, ``demo``, ``doctor``,
+``reset``) with its helpers beside it (``export_ascend``; ``diff_sources``; ``capturefmt``;
+``fleetdata``, ``fleetprom``, ``fleetview``), ``top``'s screen in ``topview`` (state and
 table), ``topkeys`` (the key table), ``topheader``, ``topbaseline`` (the ``r`` baseline) and
 ``toplive`` (the terminal loop), :mod:`aclprof.cli.client` (the daemon's control protocol)
 and :mod:`aclprof.cli.launch` (where the installed commands are).
