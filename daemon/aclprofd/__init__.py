@@ -7,6 +7,10 @@ Modules, and why the seams are where they are:
 - :mod:`aclprofd.server`: the event loop and the lifecycle (start, run, the flush timer,
   signals and reload, stop: drain, GOODBYE, END). The one place that decides *when* things
   happen; it composes the parts below and owns no protocol details.
+- :mod:`aclprofd.memory` (the memory budget, heap trimming), :mod:`aclprofd.socketfile`
+  (the socket file: listen, recreate when removed, remove only if ours) and
+  :mod:`aclprofd.reload` (SIGHUP: logs and live config; the signal handlers): the loop's
+  own concerns, apart so that the loop reads as the composition it is.
 - :mod:`aclprofd.transport`: sockets and frames (accept, read budgets, non-blocking send,
   ERROR-then-close for a protocol error). Apart from the loop so that the rules that keep
   one client from hurting the others are in one small module.

@@ -2,8 +2,9 @@
 
 :class:`Daemon` owns the sockets and the lifecycle: accept, read (frames to the dispatch
 tables of :mod:`aclprofd.ingest` and :mod:`aclprofd.control`), write, the flush timer,
-signals and reload, and the graceful stop. The rest lives in the modules it composes
-(see the package docstring).
+when to reload, and the graceful stop. The rest lives in the modules it composes (see the
+package docstring): among them the memory budget (:mod:`aclprofd.memory`), the socket
+file (:mod:`aclprofd.socketfile`), SIGHUP and signal handlers (:mod:`aclprofd.reload`).
 
 - A frame that breaks daemon/PROTOCOL.md closes that connection only, after an ERROR
   frame when the socket accepts it, with a log line naming the reason and the peer's pid.
@@ -21,12 +22,11 @@ from __future__ import annotations
 
 import os
 import selectors
-import signal
 import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
+from contextlib import nullcontext
 from typing import Any
 
 import structlog
@@ -36,15 +36,18 @@ from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
 from .aggregate import Aggregator
 from .capture import CaptureService
-from .config import Settings, changed
+from .config import Settings
 from .conn import Conn, OutQueue
 from .control import Control
 from .detector_control import DetectorService
 from .fanout import Fanout
 from .handshake import PROTOCOL_VERSION, hello
 from .ingest import Ingest
-from .persist import AGGREGATES_FILE, Persistence, malloc_trim
-from .sockets import DaemonError, bind_socket, sd_notify, socket_is_ours
+from .memory import UNREAD_REPLIES, Memory
+from .persist import AGGREGATES_FILE, Persistence
+from .reload import apply_reload, signal_handlers
+from .socketfile import SocketFile
+from .sockets import DaemonError, sd_notify
 from .status import PUBLISH_S, Counters, CountersSnapshot, Health, take_snapshot
 from .storage import Storage
 from .trace import Traces
@@ -55,46 +58,7 @@ __all__ = ["Daemon", "DaemonError", "serve", "sd_notify", "PROTOCOL_VERSION", "A
 _log = structlog.get_logger("aclprofd")
 
 _HELLO_TIMEOUT_S = 10.0         # a connection that has not said HELLO by then is closed
-_TRIM_EVERY_S = 10.0            # hand freed heap pages back to the kernel this often
 DRAIN_S = 1.0                   # at a graceful stop, read what agents wrote for at most this long
-_REPLY_CAP = 64 << 20           # queued bytes per connection, at most (and at most a quarter of the budget)
-_UNREAD_REPLIES = 1 << 20       # reply bytes queued while the socket is full: the client does not read
-_TRIM_AFTER = 1 << 20           # a connection that held more than this: trim the heap at the next flush
-
-
-class Memory:
-    """The daemon's one memory budget (``memory_budget``, daemon/README.md "Memory budget"):
-    what clients make it hold — queued outgoing bytes of every connection (replies, stream
-    and export frames), name tables, received records not yet stored, partial frames —
-    is summed on demand from the connections (at most 4096), never tracked incrementally
-    (nothing to get out of step). A request that would pass the budget, or one client's
-    share of it, is refused and counted by what it would have grown (``refused``)."""
-
-    def __init__(self, daemon: Daemon):
-        self.d = daemon
-
-    @property
-    def budget(self) -> int:
-        return self.d.settings.memory_budget_bytes
-
-    def used(self) -> int:
-        return sum(len(c.out) + c.names_bytes + c.pending_bytes + c.reader.buffered
-                   for c in self.d.conns.values())
-
-    def fits(self, more: int) -> bool:
-        return self.used() + more <= self.budget
-
-    def reply_cap(self) -> int:
-        """Bytes one connection may have queued (replies, stream and export frames)."""
-        return min(_REPLY_CAP, self.budget // 4)
-
-    def names_share(self) -> int:
-        """Bytes one connection's name table may be charged."""
-        return self.budget // 8
-
-    def refuse(self, what: str) -> None:
-        r = self.d.counters.memory_refused
-        r[what] = r.get(what, 0) + 1
 
 
 class Daemon(Transport):
@@ -111,9 +75,7 @@ class Daemon(Transport):
         self._reload = reload
         self.started_ts = time.time()
         self.started_mono = time.monotonic()
-        self._socket_ino: int | None = None
-        #: why our socket file is gone and not recreated (a STATUS problem until it is back)
-        self.socket_problem: str | None = None
+        self.socket_file = SocketFile(self)
         self.aggregator = Aggregator(settings.max_keys, settings.windows)
         self.storage: Storage | None = None
         self.metrics: Any = None
@@ -129,13 +91,17 @@ class Daemon(Transport):
         self.traces = Traces(self)  # registers TRACE and TRACE_DONE in the two tables above
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._published_mono = 0.0
-        self._next_trim = 0.0
         self._stop = threading.Event()
         self._reload_requested = False
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self.ready = threading.Event()
+
+    @property
+    def socket_problem(self) -> str | None:
+        """Why our socket file is gone and not recreated (a STATUS problem until it is back)."""
+        return self.socket_file.problem
 
     @property
     def records_total(self) -> int:
@@ -163,13 +129,11 @@ class Daemon(Transport):
             self.storage = None
             raise
         try:
-            self.listener = bind_socket(s.socket, s.socket_group)
+            self.socket_file.listen()
         except DaemonError:
             self.storage.close()  # releases the data dir's lock: a retry in this process may take it
             self.storage = None
             raise
-        self._socket_ino = os.stat(s.socket).st_ino
-        self.sel.register(self.listener, selectors.EVENT_READ, "listen")
         self.sel.register(self._wake_r, selectors.EVENT_READ, "wake")
         self.publish()
         if s.prometheus_port:
@@ -194,6 +158,9 @@ class Daemon(Transport):
         self._reload_requested = True
         self._wake()
 
+    def _on_hup(self) -> None:
+        self._reload_requested = True  # the signal's wakeup fd byte wakes the loop
+
     def _wake(self) -> None:
         try:
             self._wake_w.send(b"\0")
@@ -202,17 +169,11 @@ class Daemon(Transport):
 
     def run(self, stop_event: threading.Event | None = None, *, signals: bool = False) -> None:
         """Serve until :meth:`stop`, ``stop_event`` or (with ``signals``) SIGTERM/SIGINT."""
-        old_handlers: dict[int, Any] = {}
-        old_wakeup = None
-        if signals:
-            def on_stop(signum: int, frame: Any) -> None:
-                self._stop.set()
+        with signal_handlers(self._stop.set, self._on_hup, self._wake_w.fileno()) if signals else nullcontext():
+            self._serve(stop_event)
 
-            def on_hup(signum: int, frame: Any) -> None:
-                self._reload_requested = True
-            for sig, h in ((signal.SIGTERM, on_stop), (signal.SIGINT, on_stop), (signal.SIGHUP, on_hup)):
-                old_handlers[sig] = signal.signal(sig, h)
-            old_wakeup = signal.set_wakeup_fd(self._wake_w.fileno(), warn_on_full_buffer=False)
+    def _serve(self, stop_event: threading.Event | None) -> None:
+        """The loop until a stop, then the graceful stop (drain, GOODBYE, END)."""
         self.ready.set()
         sd_notify("READY=1\nSTATUS=listening")
         flush_every = self.settings.flush_interval_s
@@ -226,7 +187,7 @@ class Daemon(Transport):
                 self._turn(timeout)
                 if self._reload_requested:
                     self._reload_requested = False
-                    self._do_reload()
+                    apply_reload(self, self._reload)
                     flush_every = self.settings.flush_interval_s
                 now = time.monotonic()
                 self.traces.tick(now)  # trace replies that timed out
@@ -239,15 +200,11 @@ class Daemon(Transport):
                 self.captures.tick()
         finally:
             sd_notify("STOPPING=1")
-            self._stop_listening()
+            self.socket_file.stop_listening()
             self.traces.stopping()  # the agents' closes below answer waiting TRACE clients
             self._goodbye_agents()  # flushes
             self.fanout.end_all()
             self.publish()
-            if signals:
-                for signum, old in old_handlers.items():
-                    signal.signal(signum, old)
-                signal.set_wakeup_fd(old_wakeup if old_wakeup is not None else -1)
 
     def _turn(self, timeout: float) -> None:
         """One select and everything it makes ready, then the stream and export pumps."""
@@ -273,7 +230,7 @@ class Daemon(Transport):
     def close(self) -> None:
         """Close every connection, the storage, metrics, and remove our socket file."""
         self.captures.close()
-        self._stop_listening()
+        self.socket_file.stop_listening()
         for conn in list(self.conns.values()):
             self._close(conn, "daemon stopping")
         if self.storage is not None:
@@ -286,47 +243,6 @@ class Daemon(Transport):
         self._wake_r.close()
         self._wake_w.close()
         _log.info("stopped", records_total=self.counters.records_total)
-
-    def _stop_listening(self) -> None:
-        """Accept no more connections; remove the socket file if it is still ours."""
-        if self.listener is None:
-            return
-        try:
-            self.sel.unregister(self.listener)
-        except (KeyError, ValueError):
-            pass
-        self.listener.close()
-        self.listener = None
-        try:
-            # only if the path is still ours (another daemon may have replaced a stale one)
-            if os.stat(self.settings.socket).st_ino == self._socket_ino:
-                os.unlink(self.settings.socket)
-        except OSError:
-            pass
-
-    def _check_socket(self) -> None:
-        """At every flush: if our socket file was removed or replaced, listen again on a new
-        one (new agents and the CLI could not reach us otherwise); connected clients keep
-        their connections. A failure is logged and tried again at the next flush."""
-        if self.listener is None or socket_is_ours(self.settings.socket, self._socket_ino):
-            return
-        try:
-            new = bind_socket(self.settings.socket, self.settings.socket_group)
-        except DaemonError as exc:
-            if self.socket_problem is None:  # logged once; STATUS says so until it is back
-                _log.error("socket file was removed or replaced and cannot be recreated",
-                           socket=self.settings.socket, error=str(exc))
-            # new agents and CLI commands cannot connect: unhealthy for whoever is still connected
-            self.socket_problem = (f"socket file {self.settings.socket} was removed or replaced and cannot be "
-                                   f"recreated: {exc}; new clients cannot connect (retried every flush)")
-            return
-        self.socket_problem = None
-        self.sel.unregister(self.listener)
-        self.listener.close()
-        self.listener = new
-        self._socket_ino = os.stat(self.settings.socket).st_ino
-        self.sel.register(new, selectors.EVENT_READ, "listen")
-        _log.warning("socket file was removed; listening again", socket=self.settings.socket)
 
     def _goodbye_agents(self) -> None:
         """Graceful stop: read what every agent already wrote (until EAGAIN; at most
@@ -345,32 +261,6 @@ class Daemon(Transport):
                 # so its receive buffer has room
                 self._send_last(conn, encode_json(Kind.GOODBYE, {"records": conn.records, "dropped": conn.dropped}))
                 self._close(conn, "daemon stopping")
-
-    def _do_reload(self) -> None:
-        from . import logsetup
-        from .config import OPTIONS
-        logsetup.reopen()
-        if self._reload is None:
-            _log.info("reopened logs")
-            return
-        try:
-            new = self._reload()
-        except Exception as exc:  # a bad config file must not kill a running daemon
-            _log.error("config reload failed; keeping the running settings", error=str(exc))
-            return
-        live, restart = changed(self.settings, new)
-        live_fields = {o.field: getattr(new, o.field) for o in OPTIONS if o.live}
-        self.settings = applied = replace(self.settings, **live_fields)
-        if self.storage is not None:
-            self.storage.segment_bytes = applied.segment_bytes
-            self.storage.disk_bytes = applied.disk_bytes
-            self.storage.max_age_s = applied.max_age_s
-        if self.metrics is not None:
-            self.metrics.by_name = applied.prometheus_op_name
-        self.max_control, self.control_idle_s = applied.max_control_connections, applied.control_idle_timeout_s
-        self.detection.reload(applied)
-        logsetup.configure(applied.log_level, applied.log_format, applied.log_file)
-        _log.info("config reloaded", changed=live, needs_restart=restart)
 
     def _handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:
         """One frame: HELLO first, then the dispatch table of the connection's role."""
@@ -409,12 +299,12 @@ class Daemon(Transport):
         conn.out += frame
         n = len(conn.out)
         cap = self.memory.reply_cap()
-        if n > len(frame) and (n > cap or conn.unread_replies > _UNREAD_REPLIES
+        if n > len(frame) and (n > cap or conn.unread_replies > UNREAD_REPLIES
                                or not self.memory.fits(0)):  # one reply alone always goes
             self.memory.refuse("replies")
             conn.out.clear()
             self._close(conn, f"client does not read its replies ({n} bytes queued, {conn.unread_replies} of them "
-                              f"replies; at most {_UNREAD_REPLIES} bytes of unread replies and {cap} bytes in all, "
+                              f"replies; at most {UNREAD_REPLIES} bytes of unread replies and {cap} bytes in all, "
                               f"memory_budget {self.memory.budget} bytes)", level="warning")
             return
         self.send(conn)
@@ -429,9 +319,7 @@ class Daemon(Transport):
         self.traces.closed(conn)
         if conn.role == "agent":
             self.persist.store(conn)
-        if conn.names_bytes + len(conn.out) > _TRIM_AFTER:
-            # what it held is garbage now: give the pages back at the next flush, not in 10 s
-            self._next_trim = 0.0
+        self.memory.released(conn.names_bytes + len(conn.out))
         # drop what the closed connection holds now, whoever still refers to the object
         conn.names, conn.names_order, conn.names_json, conn.names_bytes = {}, [], {}, 0
         conn.out = OutQueue()
@@ -453,11 +341,10 @@ class Daemon(Transport):
         self.reap_idle(mono)
         self.storage.flush()
         self.persist.save_aggregates()
-        self._check_socket()
-        if mono >= self._next_trim:
-            self._next_trim = mono + _TRIM_EVERY_S
-            malloc_trim()
+        self.socket_file.check()
+        self.memory.trim_if_due(mono)
         self.health.other_records(self.aggregator.other_records)
+
 
 def serve(settings: Settings, stop_event: threading.Event, *,
           ready: threading.Event | None = None) -> Daemon:
