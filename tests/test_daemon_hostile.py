@@ -260,6 +260,76 @@ def test_accept_at_fd_limit_backs_off(tmp):
         d.cleanup()
 
 
+def test_socket_file_removed_while_accepts_are_paused_keeps_the_daemon(tmp):
+    # Out of descriptors the daemon unregisters its listener for a pause; the socket file
+    # removed meanwhile is recreated at a flush: that must neither crash the daemon (no
+    # descriptor for the new socket; unregistering a listener that is not registered) nor
+    # register it twice.
+    d = Daemon(tmp, flush_interval="0.1")
+    d.cmd = ["sh", "-c", 'ulimit -n 48 && exec "$@"', "sh", *d.cmd]
+    socks: list[socket.socket] = []
+    try:
+        d.start()
+        assert d.proc is not None
+        for _ in range(80):
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.setblocking(False)
+            try:
+                s.connect(d.socket)
+            except (BlockingIOError, ConnectionRefusedError, OSError):
+                s.close()
+                break
+            socks.append(s)
+        wait_for(lambda: any("accept" in str(e.get("event")) for e in d.log_lines()), what="accepts paused")
+        os.unlink(d.socket)
+        time.sleep(0.5)  # flushes with no descriptor to recreate the socket file with
+        assert d.proc.poll() is None
+        socks.pop().close()  # one descriptor back: the file is recreated during the pause
+        time.sleep(1.0)
+        assert d.proc.poll() is None, "the daemon exited: " + "\n".join(
+            str(e) for e in d.log_lines() if e.get("level") in ("error", "critical")) + open(d.out_path).read()[-3000:]
+        for s in socks:
+            s.close()
+        socks = []
+        wait_for(lambda: _try_status(d), timeout=15, what="STATUS through the recreated socket file")
+        assert d.proc.poll() is None
+    finally:
+        for s in socks:
+            s.close()
+        d.cleanup()
+
+
+def test_socket_file_recreated_during_an_accept_pause_is_registered_once_when_it_ends(tmp):
+    # The same as above, step by step on the loop's own thread (deterministic timing).
+    import errno
+    import selectors
+
+    from aclprofd import config
+    from aclprofd.server import Daemon as ServerDaemon
+
+    sock = os.path.join(tmp, "u.sock")
+    d = ServerDaemon(config.load({"socket": sock, "data_dir": os.path.join(tmp, "data"), "prometheus_port": "0"},
+                                 environ={}))
+    d.start()
+    try:
+        d._pause_accept(OSError(errno.EMFILE, "Too many open files"))
+        with pytest.raises(KeyError):
+            d.sel.get_key(d.listener)  # paused: the listener is out of the selector
+        os.unlink(sock)
+        d.socket_file.check()  # recreates the file: must not unregister what is not registered
+        assert os.path.exists(sock) and d.socket_file.problem is None
+        with pytest.raises(KeyError):
+            d.sel.get_key(d.listener)  # still paused: the new listener stays out too
+        d._accept_paused_until = time.monotonic() - 1  # the pause is over
+        d.accept_timeout(1.0)
+        assert d.sel.get_key(d.listener).events == selectors.EVENT_READ  # registered, once
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        c.connect(sock)  # through the recreated file
+        c.close()
+    finally:
+        d.close()
+
+
 def _try_status(d: Daemon) -> bool:
     try:
         return bool(_alive(d, timeout=2))

@@ -69,7 +69,7 @@ class SocketFile:
             return
         try:
             new = bind_socket(d.settings.socket, d.settings.socket_group)
-        except DaemonError as exc:
+        except (DaemonError, OSError) as exc:  # OSError: out of descriptors (EMFILE) too
             if self.problem is None:  # logged once; STATUS says so until it is back
                 _log.error("socket file was removed or replaced and cannot be recreated",
                            socket=d.settings.socket, error=str(exc))
@@ -78,9 +78,6 @@ class SocketFile:
                             f"recreated: {exc}; new clients cannot connect (retried every flush)")
             return
         self.problem = None
-        d.sel.unregister(d.listener)
-        d.listener.close()
-        d.listener = new
+        d.replace_listener(new)  # minds an accept pause (the listener is then out of the selector)
         self.ino = os.stat(d.settings.socket).st_ino
-        d.sel.register(new, selectors.EVENT_READ, "listen")
         _log.warning("socket file was removed; listening again", socket=d.settings.socket)

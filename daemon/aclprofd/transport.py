@@ -171,6 +171,19 @@ class Transport:
         self.limiter.log("error", "accept failed; pausing accepts", error=str(exc), pause_s=self._accept_pause,
                          connections=len(self.conns))
 
+    def replace_listener(self, new: socket.socket) -> None:
+        """Listen on ``new`` instead of the current listener (closed). During an accept pause
+        the listener is out of the selector: ``new`` stays out too, and :meth:`accept_timeout`
+        registers it when the pause ends (never twice, never unregistering what is not there)."""
+        old = self.listener
+        if old is not None:
+            if not self._accept_paused_until:
+                self.sel.unregister(old)
+            old.close()
+        self.listener = new
+        if not self._accept_paused_until:
+            self.sel.register(new, selectors.EVENT_READ, "listen")
+
     def accept_timeout(self, timeout: float) -> float:
         """Before each select: listen again once an accept pause is over; ``timeout``
         shortened so that the pause ends on time."""
