@@ -280,8 +280,9 @@ class Sender:
         top = convert(out.buf, at, data, names.mapping(w))
         if top >= 0:  # names this connection has no id for yet
             new_names = names.extend(w, top, table)
-            if new_names:  # a NAMES frame goes before the first record using them
-                conn.queue_json(wire.Kind.NAMES, {"names": new_names})
+            # NAMES frames (a large table in several) go before the first record using them
+            for frame in wire.encode_names(new_names):
+                conn.out.append(frame)
             at = out.reserve_records(n)
             if convert(out.buf, at, data, names.mapping(w)) >= 0:
                 raise RuntimeError("aclprof agent: a name id is still unmapped after "

@@ -27,7 +27,7 @@ import enum
 import json
 import socket
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ __all__ = [
     "MAGIC", "VERSION", "HEADER", "MAX_PAYLOAD", "RECORD_DTYPE", "Kind", "ProtocolError",
     "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
     "recv_frame", "FLAG_KEYPOINT", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS", "MAX_REGEX_BYTES",
-    "FRAME_TARGET", "check_identity",
+    "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names",
 ]
 
 MAGIC = b"ACLP"
@@ -53,6 +53,10 @@ MAX_NAME_BYTES = 4096   # one op name or op type (NAMES)
 MAX_IDENT_BYTES = 256   # host, service, one label key or value (HELLO, WATCH)
 MAX_LABELS = 64         # labels per HELLO or WATCH
 MAX_REGEX_BYTES = 1024  # a filter's type/name pattern
+#: one NAMES frame's payload at most (a larger table goes in several frames, encode_names):
+#: the daemon takes a frame in one go on its loop (1 MiB of 70,000 short names: ~50 ms;
+#: a 16 MiB frame held every other client ~1 s), so this bounds one agent's stall
+MAX_NAMES_PAYLOAD = 1 << 20
 #: the daemon ends a JSON Lines frame (STREAM_RECORDS, EXPORT_RECORDS) once it holds this
 #: many bytes, well within MAX_PAYLOAD: frames of a bounded size whatever the names
 FRAME_TARGET = 1 << 20
@@ -139,6 +143,26 @@ def encode(kind: Kind | int, payload: bytes = b"") -> bytes:
 def encode_json(kind: Kind | int, obj: Any) -> bytes:
     """One frame whose payload is ``obj`` as compact JSON."""
     return encode(kind, json.dumps(obj, separators=(",", ":")).encode("utf-8"))
+
+
+def encode_names(names: Mapping[str, str] | Mapping[int, str]) -> list[bytes]:
+    """NAMES frames defining ``names`` (connection-scoped id -> name), each payload at most
+    MAX_NAMES_PAYLOAD bytes (one name, MAX_NAME_BYTES long, escaped to at most ~25 KB of
+    JSON, always fits), together exactly ``{"names": names}``."""
+    frames: list[bytes] = []
+    parts: list[str] = []
+    size = 0
+    budget = MAX_NAMES_PAYLOAD - len('{"names":{}}')
+    for nid, name in names.items():
+        part = f'"{int(nid)}":{json.dumps(name)}'
+        if parts and size + len(part) + 1 > budget:
+            frames.append(encode(Kind.NAMES, ('{"names":{' + ",".join(parts) + "}}").encode("utf-8")))
+            parts, size = [], 0
+        parts.append(part)
+        size += len(part) + 1
+    if parts:
+        frames.append(encode(Kind.NAMES, ('{"names":{' + ",".join(parts) + "}}").encode("utf-8")))
+    return frames
 
 
 def encode_batch(records: np.ndarray) -> bytes:

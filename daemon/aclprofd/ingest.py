@@ -20,6 +20,7 @@ from aclprof.protocol.safetext import scrub, truncate
 from aclprof.protocol.wire import (
     FLAG_KEYPOINT,
     MAX_NAME_BYTES,
+    MAX_NAMES_PAYLOAD,
     RECORD_DTYPE,
     Kind,
     ProtocolError,
@@ -145,6 +146,10 @@ class Ingest:
 
     def names(self, conn: Conn, payload: memoryview) -> None:
         d = self.d
+        if len(payload) > MAX_NAMES_PAYLOAD:
+            # parsed in one go on the loop: a 16 MiB table would hold every client ~1.5 s
+            raise ProtocolError(f"NAMES frame of {len(payload)} bytes: at most {MAX_NAMES_PAYLOAD} per frame "
+                                f"(send a larger table in several NAMES frames)")
         if conn.names_bytes + len(payload) > d.memory.names_share():
             # each name costs more than its JSON: refused before the (slow) decode
             d.memory.refuse("names")
