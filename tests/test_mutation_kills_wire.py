@@ -214,3 +214,64 @@ def test_empty_payload_frame_at_the_end_of_a_feed_is_yielded_at_once():
     assert reader.buffered == 0
     got = list(reader.feed(wire.encode(Kind.NAMES, b"q") + wire.encode(Kind.END)))
     assert [k for k, _ in got] == [Kind.NAMES, Kind.END]
+
+
+# ---- identity and name limits (bytes, not characters) ------------------------------------------
+
+def test_utf8_cut_counts_bytes_not_characters():
+    from aclprof.protocol.wire import utf8_cut
+
+    assert utf8_cut("a" * 8, 8) is None and utf8_cut("é" * 4, 8) is None  # 8 bytes: within
+    assert utf8_cut("a" * 9, 8) == "a" * 8
+    assert utf8_cut("é" * 5, 8) == "é" * 4  # 5 characters, 10 bytes: cut
+    assert utf8_cut("é" * 3 + "😀", 8) == "é" * 3  # never half a character
+    assert utf8_cut("\ud800" * 3, 8) == "\ud800" * 2  # a lone surrogate is its 3 bytes
+    assert utf8_cut("😀" * 2, 8) is None and utf8_cut("😀" * 3, 8) == "😀" * 2
+    for before in range(1, 4):  # a 4-byte character cut after 1, 2 or 3 bytes: only it goes
+        assert utf8_cut("a" * (8 - before) + "😀", 8) == "a" * (8 - before)
+
+
+def test_check_identity_limits_and_messages():
+    from aclprof.protocol.wire import MAX_IDENT_BYTES, MAX_LABELS, check_identity
+
+    check_identity("HELLO")
+    at = "h" * MAX_IDENT_BYTES
+    check_identity("HELLO", host=at, service=at, labels={at: at})  # exactly at the limit
+    over = "h" * (MAX_IDENT_BYTES + 1)
+    wide = "é" * (MAX_IDENT_BYTES // 2 + 1)  # fewer characters than the limit, more bytes
+    for field in ("host", "service"):
+        for v in (over, wide):
+            with pytest.raises(ProtocolError, match=rf"^WATCH {field} is longer than {MAX_IDENT_BYTES} bytes$"):
+                check_identity("WATCH", **{field: v})
+    check_identity("HELLO", host=None, service=5)  # types are the caller's check
+    labels = {str(i): "v" for i in range(MAX_LABELS)}
+    check_identity("HELLO", labels=labels)
+    with pytest.raises(ProtocolError, match=rf"^HELLO has {MAX_LABELS + 1} labels; at most {MAX_LABELS}$"):
+        check_identity("HELLO", labels={**labels, "x": "v"})
+    key = "k" * 50 + "é" * MAX_IDENT_BYTES
+    msg = rf"^HELLO label {key[:40]!r}\.\.\.: key and value are at most {MAX_IDENT_BYTES} bytes each$"
+    with pytest.raises(ProtocolError, match=msg):
+        check_identity("HELLO", labels={key: "v"})
+    with pytest.raises(ProtocolError, match=r"^HELLO label 'k'\.\.\.: key and value"):
+        check_identity("HELLO", labels={"k": wide})
+
+
+# ---- NAMES frames are packed up to the limit -------------------------------------------------------
+
+def test_names_frames_are_filled_exactly_to_the_limit():
+    from aclprof.protocol.wire import HEADER, MAX_NAMES_PAYLOAD, encode_names
+
+    # entries '"1000":"xx..."' of k + 9 bytes; n of them take 12 + n * (k + 9) + (n - 1) bytes
+    n, rest = divmod(MAX_NAMES_PAYLOAD - 11, 5)
+    assert rest == 0 and n - 10 > 0
+    k = n - 10  # five entries of k + 10 bytes (comma included) fill a payload exactly
+    full = {1000 + i: "x" * k for i in range(5)}
+    (frame,) = encode_names(full)
+    assert len(frame) - HEADER.size == MAX_NAMES_PAYLOAD
+    two = encode_names({**full, **{2000 + i: "y" * k for i in range(5)}})  # two exactly full frames
+    assert [len(f) - HEADER.size for f in two] == [MAX_NAMES_PAYLOAD] * 2
+    over = encode_names({**full, 1004: "x" * (k + 1)})  # one byte more: the last entry moves on
+    assert [len(f) - HEADER.size for f in over] == [MAX_NAMES_PAYLOAD - k - 10, 12 + k + 10]
+    # the same at the second frame's limit (its size is counted afresh, head and tail included)
+    third = encode_names({**full, **{2000 + i: "y" * k for i in range(4)}, 2004: "y" * (k + 1)})
+    assert [len(f) - HEADER.size for f in third] == [MAX_NAMES_PAYLOAD, MAX_NAMES_PAYLOAD - k - 10, 12 + k + 10]

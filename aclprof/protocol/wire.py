@@ -36,7 +36,7 @@ __all__ = [
     "MAGIC", "VERSION", "HEADER", "MAX_PAYLOAD", "RECORD_DTYPE", "Kind", "ProtocolError",
     "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
     "recv_frame", "FLAG_KEYPOINT", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS", "MAX_REGEX_BYTES",
-    "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names",
+    "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "utf8_cut",
 ]
 
 MAGIC = b"ACLP"
@@ -147,21 +147,22 @@ def encode_json(kind: Kind | int, obj: Any) -> bytes:
 
 def encode_names(names: Mapping[str, str] | Mapping[int, str]) -> list[bytes]:
     """NAMES frames defining ``names`` (connection-scoped id -> name), each payload at most
-    MAX_NAMES_PAYLOAD bytes (one name, MAX_NAME_BYTES long, escaped to at most ~25 KB of
-    JSON, always fits), together exactly ``{"names": names}``."""
+    MAX_NAMES_PAYLOAD bytes and as full as that allows (one name, MAX_NAME_BYTES long,
+    escaped to at most ~25 KB of JSON, always fits), together exactly ``{"names": names}``."""
+    head, tail = '{"names":{', "}}"
     frames: list[bytes] = []
     parts: list[str] = []
-    size = 0
-    budget = MAX_NAMES_PAYLOAD - len('{"names":{}}')
+    size = len(head) + len(tail)  # the payload's bytes so far (JSON here is ASCII)
     for nid, name in names.items():
         part = f'"{int(nid)}":{json.dumps(name)}'
-        if parts and size + len(part) + 1 > budget:
-            frames.append(encode(Kind.NAMES, ('{"names":{' + ",".join(parts) + "}}").encode("utf-8")))
-            parts, size = [], 0
+        cost = len(part) + (1 if parts else 0)  # and a comma before all but the first
+        if parts and size + cost > MAX_NAMES_PAYLOAD:
+            frames.append(encode(Kind.NAMES, (head + ",".join(parts) + tail).encode("ascii")))
+            parts, size, cost = [], len(head) + len(tail), len(part)
         parts.append(part)
-        size += len(part) + 1
+        size += cost
     if parts:
-        frames.append(encode(Kind.NAMES, ('{"names":{' + ",".join(parts) + "}}").encode("utf-8")))
+        frames.append(encode(Kind.NAMES, (head + ",".join(parts) + tail).encode("ascii")))
     return frames
 
 
@@ -171,14 +172,31 @@ def encode_batch(records: np.ndarray) -> bytes:
     return encode(Kind.BATCH, np.ascontiguousarray(data).tobytes())
 
 
+def utf8_cut(text: str, limit: int) -> str | None:
+    """``text`` cut to at most ``limit`` UTF-8 bytes (a lone surrogate counts as its 3
+    bytes; a character is never split), or None when it is within the limit already.
+    The limits are in bytes: a string of fewer characters may still pass one (up to 4
+    bytes each), so only the shortest are spared the encoding."""
+    if len(text) <= limit // 4:
+        return None
+    b = text.encode("utf-8", "surrogatepass")
+    if len(b) <= limit:
+        return None
+    for end in range(limit, limit - 4, -1):  # back off a character cut in half
+        try:
+            return b[:end].decode("utf-8", "surrogatepass")
+        except UnicodeDecodeError:
+            continue
+    raise AssertionError("unreachable: a UTF-8 character is at most 4 bytes")
+
+
 def check_identity(what: str, *, host: Any = "", service: Any = None, labels: Any = None) -> None:
     """ProtocolError naming ``what`` (e.g. "HELLO") and the field when a host, service or
     label is longer than MAX_IDENT_BYTES or there are more than MAX_LABELS labels. They
     are refused, not truncated: they make up aggregate keys, and a cut one would merge
     senders silently. (Types are the caller's check; only strings are measured.)"""
     def long(s: Any) -> bool:
-        return isinstance(s, str) and (len(s) > MAX_IDENT_BYTES
-                                       and len(s.encode("utf-8", "surrogatepass")) > MAX_IDENT_BYTES)
+        return isinstance(s, str) and utf8_cut(s, MAX_IDENT_BYTES) is not None
     for field, v in (("host", host), ("service", service)):
         if long(v):
             raise ProtocolError(f"{what} {field} is longer than {MAX_IDENT_BYTES} bytes")

@@ -27,6 +27,7 @@ from aclprof.protocol.wire import (
     check_identity,
     decode_batch,
     decode_json,
+    utf8_cut,
 )
 
 from .aggregate_keys import model_label_of
@@ -177,9 +178,10 @@ class Ingest:
             if not isinstance(v, str) or not 0 <= nid <= 0xFFFFFFFF:
                 raise ProtocolError(f"name id {k!r} must be a u32 and name a string")
             v = scrub(v)  # a lone surrogate would make every UTF-8 writer (CLI, csv, /metrics) raise
-            if len(v) > MAX_NAME_BYTES and len(b := v.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            cut = utf8_cut(v, MAX_NAME_BYTES)
+            if cut is not None:
                 # a real (if odd) name: kept, cut to the limit (wire.py), counted and logged
-                v = b[:MAX_NAME_BYTES].decode("utf-8", "ignore")
+                v = cut
                 self.names_truncated += 1
                 self.d.limiter.log("warning", "op name truncated", pid=conn.pid, limit=MAX_NAME_BYTES,
                                    names_truncated=self.names_truncated)

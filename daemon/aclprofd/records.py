@@ -29,6 +29,7 @@ from aclprof.protocol.wire import (
     RECORD_DTYPE,
     Kind,
     header,
+    utf8_cut,
 )
 
 __all__ = ["FRAME_RECORDS", "NameJson", "encode_frames", "identity_head", "encode_records_py",
@@ -54,8 +55,7 @@ class NameJson:
         lit = self.cache.get(nid)
         if lit is None:
             name = self.names.get(nid, f"#{nid}")
-            if len(name) > MAX_NAME_BYTES:
-                name = name.encode("utf-8", "surrogatepass")[:MAX_NAME_BYTES].decode("utf-8", "ignore")
+            name = utf8_cut(name, MAX_NAME_BYTES) or name
             # ensure_ascii: any character (a lone surrogate too) becomes an ASCII escape
             lit = self.cache[nid] = json.dumps(name).encode("ascii")
         return lit
