@@ -31,7 +31,7 @@ import numpy as np
 
 from aclprof.cli.client import Client as ControlClient
 from aclprof.cli.launch import daemon_argv
-from aclprof.protocol.wire import FrameReader, Kind, decode_json, encode_batch, encode_json, recv_frame
+from aclprof.protocol.wire import FrameReader, Kind, decode_json, encode_batch, encode_json, encode_names, recv_frame
 
 from .procs import env, short_tmpdir
 
@@ -63,7 +63,9 @@ class Client:
         self.sock.sendall(encode_batch(records))
 
     def names(self, mapping: dict[int, str]) -> None:
-        self.send_json(Kind.NAMES, {"names": {str(k): v for k, v in mapping.items()}})
+        """Define names as an agent does: a large table in several NAMES frames."""
+        for frame in encode_names(mapping):
+            self.sock.sendall(frame)
 
     def recv(self) -> tuple[Kind, bytes]:
         frame = recv_frame(self.sock, self.reader, self.pending)
