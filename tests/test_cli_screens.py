@@ -4,6 +4,7 @@ the one key table behind the caption, ``--help`` and the README."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -218,11 +219,39 @@ def _feed(d, service: str, n: int, device: int = 0, types=(1, 2)):
         a.close()
 
 
-def _supports_groups(d) -> bool:
-    from aclprof.cli.client import Client
+@contextlib.contextmanager
+def _older_daemon():
+    """A daemon that answers SNAPSHOT as aclprofd did before per-service keys (no
+    ``summary``): what the CLI detects to stay within such a daemon's protocol."""
+    with InProcess() as d:
+        agg = d.daemon.aggregator
+        current = agg.snapshot
 
-    with Client(d.socket) as c:
-        return isinstance(c.snapshot("all", "type", {}).get("summary"), dict)
+        def without_summary(*args, **kw):
+            reply = current(*args, **kw)
+            reply.pop("summary", None)
+            return reply
+
+        agg.snapshot = without_summary
+        yield d
+
+
+@contextlib.contextmanager
+def _two_services(d, alpha: int, beta: int, alpha_labels=None):
+    """Agents "alpha" (model 1 on device 0, ``alpha`` records) and "beta" (model 1 on device
+    1, ``beta`` records), their records aggregated; closed after."""
+    a = agent(d.socket, service="alpha")
+    b = agent(d.socket, service="beta")
+    try:
+        a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": alpha_labels or {}})
+        b.send_json(Kind.WATCH, {"model_id": 1, "device": 1, "labels": {}})
+        a.send_batch(make_records(alpha))
+        b.send_batch(make_records(beta, device=1))
+        wait_for(lambda: status(d.socket)["records_total"] >= alpha + beta, what=f"{alpha + beta} records")
+        yield
+    finally:
+        a.close()
+        b.close()
 
 
 def test_top_once_header_and_empty_notes_from_a_real_daemon():
@@ -231,14 +260,7 @@ def test_top_once_header_and_empty_notes_from_a_real_daemon():
         assert p.returncode == 0, p.stderr
         assert "(no records yet in window 10s)" in p.stdout and "0 processes" in p.stdout
         assert p.stdout.startswith("aclprof top: window 10s")
-        a = agent(d.socket, service="alpha")
-        b = agent(d.socket, service="beta")
-        try:
-            a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {}})
-            b.send_json(Kind.WATCH, {"model_id": 1, "device": 1, "labels": {}})
-            a.send_batch(make_records(100))
-            b.send_batch(make_records(100, device=1))
-            wait_for(lambda: status(d.socket)["records_total"] >= 200, what="200 records")
+        with _two_services(d, 100, 100):
             p = cli("top", "--once", "--socket", d.socket)
             out = _flat(p.stdout)
             assert "2 processes, 2 services" in out and "devices 0,1" in out, p.stdout
@@ -246,40 +268,26 @@ def test_top_once_header_and_empty_notes_from_a_real_daemon():
             p = cli("top", "--once", "--type", "^Nothing$", "--socket", d.socket)
             assert p.returncode == 0, p.stderr
             assert "(no rows match filter type=^Nothing$ (2 op type rows in 10s without it))" in _flat(p.stdout)
-        finally:
-            a.close()
-            b.close()
 
 
 def test_top_group_beyond_type_and_name_needs_a_daemon_that_offers_it(daemon):
     _feed(daemon, "alpha", 50)
-    before = status(daemon.socket)["protocol_errors"]
     p = cli("top", "--once", "--group", "service", "--window", "all", "--socket", daemon.socket)
-    if _supports_groups(daemon):  # aclprofd with per-service keys (h-keys)
-        assert p.returncode == 0, p.stderr
-        assert "by service" in p.stdout and "alpha" in p.stdout
-    else:
+    assert p.returncode == 0, p.stderr
+    assert "by service" in p.stdout and "alpha" in p.stdout
+    with _older_daemon() as old:
+        _feed(old, "alpha", 50)
+        p = cli("top", "--once", "--group", "service", "--window", "all", "--socket", old.socket)
         assert p.returncode == 2
         assert p.stderr.strip() == ("aclprof: error: --group service: this daemon groups by type, name only "
                                     "(grouping by service, process, device or model needs an aclprofd with "
                                     "per-service keys: upgrade it)")
-    assert status(daemon.socket)["protocol_errors"] == before
+        assert status(old.socket)["protocol_errors"] == 0  # refused in the client, nothing sent
 
 
 def test_top_groupings_and_device_filter_on_a_daemon_with_per_service_keys():
-    """Runs where aclprofd has per-service keys (h-keys, on main from its merge on); skipped
-    on a daemon without them (the test above covers that one)."""
     with InProcess() as d:
-        if not _supports_groups(d):
-            pytest.skip("this aclprofd has no per-service keys (SNAPSHOT without summary)")
-        a = agent(d.socket, service="alpha")
-        b = agent(d.socket, service="beta")
-        try:
-            a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {"model": "resnet50", "version": "v3"}})
-            b.send_json(Kind.WATCH, {"model_id": 1, "device": 1, "labels": {}})
-            a.send_batch(make_records(300))
-            b.send_batch(make_records(100, device=1))
-            wait_for(lambda: status(d.socket)["records_total"] >= 400, what="400 records")
+        with _two_services(d, 300, 100, alpha_labels={"model": "resnet50", "version": "v3"}):
 
             def table(*args: str) -> list[str]:
                 p = cli("top", "--once", "--window", "all", *args, "--socket", d.socket)
@@ -305,25 +313,17 @@ def test_top_groupings_and_device_filter_on_a_daemon_with_per_service_keys():
             p = cli("status", "--socket", d.socket)
             assert "devices (window 10s, from the daemon's aggregates):" in p.stdout
             assert status(d.socket)["protocol_errors"] == 0
-        finally:
-            a.close()
-            b.close()
 
 
 @pytest.mark.parametrize("command", ["top", "tail"])
-def test_device_filter_on_a_daemon_without_it_is_a_usage_error(daemon, command):
-    before = status(daemon.socket)["protocol_errors"]
+def test_device_filter_on_a_daemon_without_it_is_a_usage_error(command):
     args = ("--once",) if command == "top" else ()
-    if _supports_groups(daemon):  # aclprofd with per-service keys (h-keys): --device is a filter there
-        if command == "top":
-            p = cli("top", "--once", "--device", "0", "--socket", daemon.socket)
-            assert p.returncode == 0, p.stderr
-        return
-    p = cli(command, *args, "--device", "0", "--socket", daemon.socket, timeout=20)
-    assert p.returncode == 2
-    assert p.stderr.strip() == ("aclprof: error: --device: this daemon has no device filter (it predates "
-                                "per-service keys: upgrade aclprofd)")
-    assert status(daemon.socket)["protocol_errors"] == before
+    with _older_daemon() as old:
+        p = cli(command, *args, "--device", "0", "--socket", old.socket, timeout=20)
+        assert p.returncode == 2
+        assert p.stderr.strip() == ("aclprof: error: --device: this daemon has no device filter (it predates "
+                                    "per-service keys: upgrade aclprofd)")
+        assert status(old.socket)["protocol_errors"] == 0  # refused in the client, nothing sent
 
 
 @pytest.mark.parametrize("value", ["-1", "x"])
@@ -449,20 +449,14 @@ def test_status_device_lines_from_the_aggregates_and_from_status():
                          "  devices 0+1: 100 records/s, 20.0% of records (1 process)"]
 
 
-def test_status_shows_a_device_section_without_protocol_errors():
-    with InProcess() as d:
-        a = agent(d.socket, service="alpha")
-        b = agent(d.socket, service="beta")
-        try:
-            a.send_json(Kind.WATCH, {"model_id": 1, "device": 0, "labels": {}})
-            b.send_json(Kind.WATCH, {"model_id": 1, "device": 1, "labels": {}})
-            a.send_batch(make_records(300))
-            b.send_batch(make_records(100, device=1))
-            wait_for(lambda: status(d.socket)["records_total"] >= 400, what="400 records")
+@pytest.mark.parametrize("older", [False, True], ids=["per-service-keys", "older-daemon"])
+def test_status_shows_a_device_section_without_protocol_errors(older):
+    with (_older_daemon() if older else InProcess()) as d:
+        with _two_services(d, 300, 100):
             p = cli("status", "--socket", d.socket)
             assert p.returncode == 0, p.stderr
             lines = p.stdout.splitlines()
-            if _supports_groups(d):
+            if not older:
                 assert "devices (window 10s, from the daemon's aggregates):" in lines
                 assert any(line.startswith("  device 0: ") and line.endswith("% of op time") for line in lines)
             else:
@@ -470,9 +464,6 @@ def test_status_shows_a_device_section_without_protocol_errors():
                 assert any(line.startswith("  device 0: ") and "(1 process)" in line for line in lines)
                 assert any(line.startswith("  device 1: ") and "(1 process)" in line for line in lines)
             assert status(d.socket)["protocol_errors"] == 0
-        finally:
-            a.close()
-            b.close()
 
 
 def test_top_header_turns_degraded_when_protocol_errors_rise(daemon):

@@ -225,23 +225,35 @@ def test_idle_control_client_times_out(tmp):
                    for e in d.log_lines())
 
 
+def _low_fd_limit(d: Daemon) -> None:
+    """Run the daemon with a small descriptor limit, so that a few clients exhaust it."""
+    d.cmd = ["sh", "-c", 'ulimit -n 48 && exec "$@"', "sh", *d.cmd]
+
+
+def _exhaust_descriptors(d: Daemon) -> list[socket.socket]:
+    """Connect until the daemon (with :func:`_low_fd_limit`) is out of descriptors; the
+    connected sockets (the caller closes them)."""
+    socks: list[socket.socket] = []
+    for _ in range(80):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(d.socket)
+        except (BlockingIOError, ConnectionRefusedError, OSError):
+            s.close()
+            break
+        socks.append(s)
+    return socks
+
+
 def test_accept_at_fd_limit_backs_off(tmp):
     d = Daemon(tmp, flush_interval="0.2")
-    # the daemon runs with a small descriptor limit so that a few clients exhaust it
-    d.cmd = ["sh", "-c", 'ulimit -n 48 && exec "$@"', "sh", *d.cmd]
+    _low_fd_limit(d)
     socks: list[socket.socket] = []
     try:
         d.start()
         assert d.proc is not None
-        for _ in range(80):
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.setblocking(False)
-            try:
-                s.connect(d.socket)
-            except (BlockingIOError, ConnectionRefusedError, OSError):
-                s.close()
-                break
-            socks.append(s)
+        socks = _exhaust_descriptors(d)
         time.sleep(0.5)
         cpu0, lines0 = _proc_cpu_s(d.proc.pid), len(d.log_lines())
         time.sleep(2.0)
@@ -266,20 +278,12 @@ def test_socket_file_removed_while_accepts_are_paused_keeps_the_daemon(tmp):
     # descriptor for the new socket; unregistering a listener that is not registered) nor
     # register it twice.
     d = Daemon(tmp, flush_interval="0.1")
-    d.cmd = ["sh", "-c", 'ulimit -n 48 && exec "$@"', "sh", *d.cmd]
+    _low_fd_limit(d)
     socks: list[socket.socket] = []
     try:
         d.start()
         assert d.proc is not None
-        for _ in range(80):
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.setblocking(False)
-            try:
-                s.connect(d.socket)
-            except (BlockingIOError, ConnectionRefusedError, OSError):
-                s.close()
-                break
-            socks.append(s)
+        socks = _exhaust_descriptors(d)
         wait_for(lambda: any("accept" in str(e.get("event")) for e in d.log_lines()), what="accepts paused")
         os.unlink(d.socket)
         time.sleep(0.5)  # flushes with no descriptor to recreate the socket file with

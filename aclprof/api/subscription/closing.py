@@ -273,11 +273,7 @@ class Closing:
             if self._released:
                 return
             self._released = True
-        for fd in (self._read_fd, self._wake_r, self._wake_w):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        self._close_fds()
         if self._config is not None and not any(c is self._cell for c in _orphaned_cells):
             try:
                 self._config.close()
@@ -296,9 +292,13 @@ class Closing:
         self._queue.reader_finished()  # no reader here: iteration ends once drained
         if not self._released:
             self._released = True
-            for fd in (self._read_fd, self._wake_r, self._wake_w):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            self._close_fds()
         self._released_event.set()
+
+    def _close_fds(self) -> None:
+        """The pipe's read end and the reader's wake pipe (each closed once: ``_released``)."""
+        for fd in (self._read_fd, self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
