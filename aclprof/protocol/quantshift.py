@@ -32,13 +32,14 @@ __all__ = ["BINS_PER_OCTAVE", "NBINS", "QUANTILES", "bin_index", "quantile_ci", 
            "judge", "REGRESSION", "IMPROVEMENT", "NONE"]
 
 BINS_PER_OCTAVE = 8
-NBINS = BINS_PER_OCTAVE * 40 + 2  # as aclprofd.aggregate_quantiles.NBINS (a test keeps them equal)
+NBINS = BINS_PER_OCTAVE * 40 + 2  # bin 0 (zero) + 8 per octave up to 2**40 ns + overflow: the daemon's histogram
 QUANTILES = (0.5, 0.99)
 REGRESSION, IMPROVEMENT, NONE = 1, -1, 0
 
 
 def bin_index(durations: np.ndarray) -> np.ndarray:
-    """Histogram bin of each duration (ns): the aggregator's rule, for files read by the CLI."""
+    """Histogram bin of each duration (ns), vectorised: the one rule of the daemon's
+    aggregates (``aclprofd.aggregate_quantiles``), its baselines and ``aclprof diff``."""
     d = np.asarray(durations, dtype=np.float64)
     with np.errstate(divide="ignore"):
         b = np.floor(np.log2(d) * BINS_PER_OCTAVE) + 1

@@ -16,12 +16,13 @@ from typing import Any
 
 import numpy as np
 
+from aclprof.protocol.quantshift import BINS_PER_OCTAVE, NBINS, bin_index
+
 __all__ = ["BINS_PER_OCTAVE", "NBINS", "PROM_EXPONENTS", "NPROM", "I64", "BIG", "bin_index", "bin_value",
            "prom_bucket", "group_stats", "group_sum", "narrow", "grouped_rows"]
 
-BINS_PER_OCTAVE = 8
-_MAX_EXP = 40
-NBINS = BINS_PER_OCTAVE * _MAX_EXP + 2  # bin 0 (zero) + 8 per octave up to 2**40 ns + overflow
+# The histogram's layout (bin 0 for zero, 8 bins per octave up to 2**40 ns, overflow) is
+# defined once, in aclprof.protocol.quantshift: saved baselines and `aclprof diff` read it too.
 #: Prometheus buckets are whole powers of two of nanoseconds, so that they fall exactly on
 #: histogram bin edges: le = 2**k ns for k in PROM_EXPONENTS (128 ns .. ~17 s), then +Inf.
 PROM_EXPONENTS = tuple(range(7, 35))
@@ -31,16 +32,6 @@ I64 = np.int64
 BIG = np.iinfo(np.int64).max  # the "no minimum yet" of an empty key
 
 _QS = (0.5, 0.9, 0.99)
-
-
-def bin_index(durations: np.ndarray) -> np.ndarray:
-    """Histogram bin of each duration (ns), vectorised."""
-    d = durations.astype(np.float64)
-    with np.errstate(divide="ignore"):
-        b = np.floor(np.log2(d) * BINS_PER_OCTAVE) + 1
-    b[d < 1] = 0
-    np.clip(b, 0, NBINS - 1, out=b)
-    return b.astype(I64)
 
 
 def bin_value(bins: np.ndarray) -> np.ndarray:
