@@ -42,7 +42,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = ("README.md", "daemon/README.md", "daemon/PROTOCOL.md", "mock_acl/README.md", "tests/bench/README.md",
-        "tests/bench/MUTATION.md")
+        "tests/bench/MUTATION.md", "tests/pyacl_samples/README.md")
 # (doc, name) pairs deliberately not checked, with the reason
 NOT_CHECKED: dict[tuple[str, str], str] = {
     # the build's output, made by `make -C mock_acl` (named as what the build produces)
