@@ -152,11 +152,10 @@ def _path_errors(place: Place) -> Iterator[str]:
         elif test_name and not any(re.search(rf"^\s*(?:async )?def {re.escape(test_name)}\(", f.read_text(), re.M)
                                    for f in found if f.is_file()):
             yield f"{place.doc}:{place.line}: `{token}`: no test {test_name} in {_rel(found[0])}"
-    if place.kind == "inline" and "/" not in place.text and " " not in place.text \
-            and place.text.endswith(SOURCE_SUFFIXES) and (place.doc, place.text) not in NOT_CHECKED:
-        name = place.text.rsplit(".", 1)[0].split("::")[0] + "." + place.text.rsplit(".", 1)[1]
-        if not re.search(r"[<>*{}]", name) and "." in name and name not in _repo_files() \
-                and not name.startswith(("acl_", "prof_", "msprof")):
+    name = place.text.split("::")[0]
+    if place.kind == "inline" and "/" not in name and " " not in name and name.endswith(SOURCE_SUFFIXES) \
+            and (place.doc, name) not in NOT_CHECKED and not re.search(r"[<>*{}$]", name):
+        if name not in _repo_files():
             yield f"{place.doc}:{place.line}: file name `{name}` is no file of the repository"
 
 
@@ -306,10 +305,13 @@ def test_every_command_and_option_the_docs_show_is_accepted() -> None:
     ("`aclprof baseline save x --nope`", "`aclprof baseline save` has no option --nope"),
     ("`aclprofd --socket-grup x`", "no option --socket-grup"),
     ("`tests/test_docs.py::test_not_here`", "no test test_not_here"),
+    ("the unit `aclprofd-unit.service`", "is no file of the repository"),
+    ("```\npython -m aclprof.nosuch\n```", "no such module"),
+    ("```\n$ aclprof status --jsn   # typo\n```", "`aclprof status` has no option --jsn"),
 ])
 def test_the_checks_catch_a_stale_name(doc_text: str, expected: str) -> None:
     """Each rule finds what it is for (so a passing run means the docs are right, not the rules blind)."""
-    errors = [e for p in _places("README.md", f"A line: {doc_text}\n")
+    errors = [e for p in _places("README.md", f"{doc_text}\n")
               for check in (_path_errors, _pyname_errors, _command_errors) for e in check(p)]
     assert any(expected in e for e in errors), errors
 
