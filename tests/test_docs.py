@@ -22,8 +22,9 @@ needs an exception says so in ``NOT_CHECKED`` with the reason):
   ``python -m aclprof...`` / ``aclprofd`` in code names a module whose file must exist.
   mutmut's generated names (``...__mutmut_N``, MUTATION.md) exist only in its copies.
 - **Commands**: in code blocks (after an optional ``$ `` prompt) and inline code, a command
-  line starting ``aclprof`` / ``aclprofd`` / ``python -m aclprof[d]`` runs up to ``|``, ``#``,
-  ``;``, ``&&`` or ``>``: its subcommands (``baseline save``) must exist in ``build_parser()``
+  line starting ``aclprof`` / ``aclprofd`` / ``python -m aclprof[d]`` / ``python examples/NAME.py``
+  (checked against that file's ``_parser()``) runs up to ``|``, ``#``, ``;``, ``&&`` or ``>``:
+  its subcommands (``baseline save``) must exist in ``build_parser()``
   and every ``-x`` / ``--long`` token must be an option string of the parser it reaches.
 """
 
@@ -32,6 +33,7 @@ from __future__ import annotations
 import argparse
 import glob
 import importlib
+import importlib.util
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -221,7 +223,14 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
 
     from aclprof.cli.main import build_parser as aclprof_parser
 
-    return {"aclprof": aclprof_parser(), "aclprofd": aclprofd_parser()}
+    parsers = {"aclprof": aclprof_parser(), "aclprofd": aclprofd_parser()}
+    for example in sorted((REPO / "examples").glob("*.py")):  # each has a _parser(), see examples/
+        spec = importlib.util.spec_from_file_location(f"_docs_example_{example.stem}", example)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        parsers[f"examples/{example.name}"] = module._parser()
+    return parsers
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
@@ -235,7 +244,8 @@ def _options(parser: argparse.ArgumentParser) -> set[str]:
     return {s for action in parser._actions for s in action.option_strings}
 
 
-_COMMAND = re.compile(r"(?:^|\$ |^\s*)(?:python3? -m )?(aclprofd?)(?=\s|$)(.*)$")
+_COMMAND = re.compile(r"(?:^|\$ |^\s*)(?:python3? -m |python3? (?=examples/))?(aclprofd?|examples/\w+\.py)"
+                      r"(?=\s|$)(.*)$")
 _FLAG = re.compile(r"^(--?[A-Za-z][\w-]*)(?:=.*)?$")
 
 
@@ -308,6 +318,7 @@ def test_every_command_and_option_the_docs_show_is_accepted() -> None:
     ("the unit `aclprofd-unit.service`", "is no file of the repository"),
     ("```\npython -m aclprof.nosuch\n```", "no such module"),
     ("```\n$ aclprof status --jsn   # typo\n```", "`aclprof status` has no option --jsn"),
+    ("```\npython examples/simulated_service.py --rat 5\n```", "has no option --rat"),
 ])
 def test_the_checks_catch_a_stale_name(doc_text: str, expected: str) -> None:
     """Each rule finds what it is for (so a passing run means the docs are right, not the rules blind)."""
