@@ -5,6 +5,7 @@ mock emitted is accounted for."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -17,16 +18,19 @@ EXAMPLE = str(REPO / "examples" / "simulated_service.py")
 def test_simulated_service_streams_to_a_real_daemon() -> None:
     root = short_tmpdir()
     with running(root) as daemon:
+        # until stopped (no --duration): a loaded machine's slow `aclprof status` cannot miss it
         proc = subprocess.Popen([sys.executable, EXAMPLE, "--socket", daemon.socket, "--service", "example-svc",
-                                 "--duration", "1.5", "--rate", "200"],
+                                 "--rate", "200"],
                                 env=env(), cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             def streaming() -> dict | None:
+                assert proc.poll() is None, f"the example exited {proc.returncode}: {proc.communicate()}"
                 st = json.loads(cli("status", "--json", "--socket", daemon.socket).stdout)
                 return next((a for a in st["agents"] if a["service"] == "example-svc" and a["records"] > 0), None)
 
-            agent = wait_for(streaming, timeout=20, interval=0.1, what="the example's records in aclprof status")
+            agent = wait_for(streaming, timeout=30, interval=0.1, what="the example's records in aclprof status")
             assert agent["models"][0]["labels"] == {"model": "simulated-cnn"}
+            proc.send_signal(signal.SIGTERM)  # as a service manager stops it: flushed, summary printed, exit 0
             out, err = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
