@@ -34,6 +34,7 @@ import argparse
 import glob
 import importlib
 import importlib.util
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -100,11 +101,12 @@ _PATH = re.compile(r"(?<![\w./:@-])((?:\.\.?/)*[\w.*-]+(?:/[\w.*-]+)*/(?:[\w.*-]
 
 @cache
 def _repo_files() -> frozenset[str]:
-    names = set()
-    for p in REPO.rglob("*"):
-        if ".git" in p.parts or "build" in p.parts or ".egg-info" in str(p):
-            continue
-        names.add(p.name)
+    """The names of the repository's files and directories (not git's, nor build output)."""
+    names: set[str] = set()
+    for _top, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in (".git", "build", "__pycache__") and not d.endswith(".egg-info")]
+        names.update(dirs)
+        names.update(files)
     return frozenset(names)
 
 
