@@ -10,8 +10,9 @@ needs an exception says so in ``NOT_CHECKED`` with the reason):
 - **Repository paths**: a token with a slash (``a/b``, ``daemon/README.md``, ``aclprofd/capture*.py``),
   in prose, inline code or a code block, whose first component is an entry of the repository's
   root or of the doc's own directory (``src/`` in mock_acl/README.md), must exist (globs must
-  match). Other slash tokens (``before/``, ``ASCEND_PROFILER_OUTPUT/...``, ``p50/p99``, CANN's
-  paths written as ``DV/...``) are not repository paths. Two suffixes are checked wherever the
+  match). Other slash tokens (``before/``, ``ASCEND_PROFILER_OUTPUT/...``, ``p50/p99``, other
+  repositories' files written ``runtime:src/...``) are not repository paths, nor are absolute
+  ones (``/etc/...``) and those with ``$``, ``~`` or ``<placeholders>``. Two suffixes are checked wherever the
   path starts: ``.md`` (docs point at docs) and ``.py`` (also looked up under ``aclprof/`` and
   ``daemon/``: MUTATION.md names ``api/records.py``). ``file.py::test_name`` also needs the test.
   Bare file names in inline code with a source suffix (``test_capture.py``,
