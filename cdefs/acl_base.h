@@ -1,7 +1,7 @@
 /* Base ACL types and the error codes the profiling API returns.
  *
  * Plain C declarations, read by two consumers that must agree:
- *   - aclprof/_build_ffi.py feeds this file to cffi's cdef() (out-of-line ABI mode), and
+ *   - cdefs/build_ffi.py feeds this file to cffi's cdef() (out-of-line ABI mode), and
  *   - mock_acl/src/mock_internal.h #includes it, so the compiler checks the mock against it.
  * Rules for this directory: no #include, no #if/#ifdef, no include guards, only integer
  * #defines (cffi's cdef parser accepts nothing else). Values follow CANN's acl_base_rt.h.

@@ -23,7 +23,7 @@ from pathlib import Path
 for _var in [v for v in os.environ if v.startswith("ACLMOCK_")] + ["ACLPROF_TX_DISABLE", "ACLPROF_LIBRARY"]:
     os.environ.pop(_var, None)
 os.environ["ACLPROF_BACKEND"] = "mock"  # inherited by subprocesses unless they override it
-# Subprocesses run `python -m aclprof ...` / `python -m daemon ...`, some from the checkout's
+# Subprocesses run `python -m aclprof ...` / `python -m aclprofd ...`, some from the checkout's
 # root: without this, -m puts the current directory first on sys.path and they would import
 # the unbuilt source tree instead of the installed package (Python 3.11+).
 os.environ["PYTHONSAFEPATH"] = "1"

@@ -1,6 +1,6 @@
 """Golden bytes for the on-the-wire and on-disk formats, written from their documents.
 
-Every expected byte string here is built by hand from the layout tables in aclprof/wire.py's
+Every expected byte string here is built by hand from the layout tables in aclprof/protocol/wire.py's
 docstring, daemon/PROTOCOL.md and daemon/README.md (with ``struct`` and explicit offsets),
 never with the project's encoders, so that an encoder and a decoder that drift together
 (byte order, field order) are caught. A format change must bump its version and keep a

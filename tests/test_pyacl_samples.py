@@ -1,4 +1,4 @@
-"""The official pyACL profiling samples (shared/seeds/004) run unchanged on aclprof.compat.
+"""CANN's pyACL profiling samples run on aclprof.compat with one line changed, the import.
 
 The samples live in tests/pyacl_samples/ (see its README for the one change, the import
 line). Their `# ......` placeholders are the globals given here. Each test checks what the

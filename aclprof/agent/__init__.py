@@ -15,7 +15,7 @@ It never slows or breaks the service it runs in:
   subscription's interned name ids to connection-scoped ids (NAMES frames carry only new
   ones) and writes with non-blocking sends. A slow daemon fills the buffer, never the
   service's threads.
-- The GIL (issue 12: the service's step thread needs it to return from ``aclmdlExecute``,
+- The GIL (the service's step thread needs it to return from ``aclmdlExecute``,
   and waits behind any other thread holding it): the conversion of a batch is one call
   into the compiled helper that runs without the GIL (:mod:`aclprof.binding.agentpath`),
   and while records flow the sender wakes every 50 ms, so it takes the GIL ~20 times a

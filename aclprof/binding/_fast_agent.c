@@ -1,7 +1,7 @@
 /* The agent's record conversion: library op records -> wire records, name ids remapped, in
  * one pass and without the GIL (see _fast.h). The agent's sender thread calls it once per
- * batch; before, the same work was four numpy operations, each holding the GIL that the
- * service's step thread waits for (issue 12). */
+ * batch; in numpy the same work is four operations, each holding the GIL that the
+ * service's step thread waits for. */
 #include "_fast_internal.h"
 
 /* OP_DTYPE offsets (numpy packs it: no padding) and the wire record's, the same 56 bytes. */

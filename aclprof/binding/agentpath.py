@@ -3,10 +3,10 @@
 :func:`convert` turns one batch of library op records (``OP_DTYPE``) into wire records
 (``RECORD_DTYPE``) written in place into the agent's frame buffer: every field copied, the
 name ids mapped to the connection's, the keypoint byte folded into ``flag``. It is one C
-call that runs without the GIL, where the numpy version was four operations holding it
+call that runs without the GIL, where numpy would take four operations holding it
 (a strided copy, two ``take``s, a masked ``|=``): the service's step thread, which needs
-the GIL to return from ``aclmdlExecute``, no longer waits behind the agent's sender for
-that work (issue 12).
+the GIL to return from ``aclmdlExecute``, does not wait behind the agent's sender for
+that work.
 """
 
 from __future__ import annotations

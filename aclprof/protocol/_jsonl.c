@@ -2,7 +2,7 @@
  * whole JSON Lines frames (STREAM_RECORDS / EXPORT_RECORDS: 12-byte header + payload), in
  * one pass and one output buffer.
  *
- * Why C: JSON encoding was the daemon's largest per-record cost (issue 12: ~1.35 us per
+ * Why C: JSON encoding was the daemon's largest per-record cost (~1.35 us per
  * record in Python, most of the CPU `aclprof tail --json` costs at 250 k records/s). Why a
  * plain CPython extension in aclprof.protocol and not the cffi helper in aclprof.binding:
  * the daemon imports aclprof.protocol only and must not load cffi (tests/test_layers.py,

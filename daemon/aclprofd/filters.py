@@ -6,7 +6,7 @@ and duration are compared per record with one vectorised test each; ``type``/``n
 are evaluated once per distinct name id and cached, then applied with ``np.isin``.
 
 Regexes run on RE2 (``google-re2``), whose time is linear in the text: a pattern such as
-``^(a+)+$`` held the loop for 9-36 s per op name on Python's backtracking ``re`` (issue 9).
+``^(a+)+$`` would hold the loop for 9-36 s per op name on Python's backtracking ``re``.
 RE2 has no backreferences or lookaround; such a pattern is refused with a reason.
 Patterns are at most MAX_REGEX_BYTES long, names at most MAX_NAME_BYTES, so one match costs
 microseconds and each name id is matched once per filter.

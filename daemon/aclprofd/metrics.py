@@ -25,7 +25,7 @@ the loop's live connections. Series:
   ``aclprofd_control_idle_closed_total``, ``aclprofd_accept_errors_total``,
   ``aclprofd_names_truncated_total``, ``aclprofd_storage_corrupt_chunks_total``,
   ``aclprofd_storage_records_lost_total``, ``aclprofd_storage_names_skipped_total``
-  (the hardening counters of issue 9; STATUS reports the same numbers).
+  (the hardening counters; STATUS reports the same numbers).
 """
 
 from __future__ import annotations

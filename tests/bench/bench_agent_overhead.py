@@ -19,9 +19,9 @@ others, so the two daemons are compared in one run. With ``--with-tail`` an ``ac
 --json`` streams from the daemon(s) throughout: the agent is LIVE and sends every ~10 ms.
 
 The overhead is median(agent) / median(off) - 1, and the median of per-round ratios. The
-goal of issue 4 is at most 5 %. Every record is accounted for (sent + lost = emitted).
+goal is at most 5 %. Every record is accounted for (sent + lost = emitted).
 
-Issue 12 (tail latency): every variant prints p50/p90/p99/p99.9/max of the step time, and
+Tail latency: every variant prints p50/p90/p99/p99.9/max of the step time, and
 GIL contention measured directly (``_benchlib.GilProbe``: how late a 1 ms sleeper wakes
 while the steps run). The goals: with the agent streaming, p99 and p99.9 within +5 % of
 off and the worst step within +1 ms of off's worst, in the plain 10 ms realtime step and in
@@ -46,8 +46,8 @@ from bench_distortion import calibrate_python_work, make_ops, run_steps
 from aclprof.cli.launch import daemon_argv
 
 GOAL = 0.05
-TAIL_GOAL = 0.05      # issue 12: p99 and p99.9 within +5 % of off
-MAX_GOAL_US = 1000.0  # issue 12: the worst step within +1 ms of off's worst
+TAIL_GOAL = 0.05      # p99 and p99.9 within +5 % of off
+MAX_GOAL_US = 1000.0  # the worst step within +1 ms of off's worst
 
 
 # --sink null: a process that completes the handshake and discards everything (isolates
@@ -345,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"goal: agent overhead <= 5% at {args.ops / (args.ops * op_ns / 1e9) / 1e3:.0f} k ops/s: "
           f"{B.verdict(slow <= GOAL)} ({slow * 100:+.1f}%)")
     for label, ok, value in goals:
-        print(f"goal (issue 12): {label}: {B.verdict(ok)} ({value})")
+        print(f"goal: {label}: {B.verdict(ok)} ({value})")
     for line in noise:
         print(f"resolution (A/A, the same variant twice): {line}")
     pump = [(f"{per} x {n}", sender_pump_us(per, n)) for per, n in ((35, 57), (1000, 2))]

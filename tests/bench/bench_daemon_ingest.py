@@ -9,7 +9,7 @@ rotation runs during the test) and N agent *processes* speaking the wire protoco
 realistic records as fast as the daemon takes them, blocking sends). Every second it reads
 the daemon's ``records_total`` (STATUS), CPU time and RSS (/proc/<pid>/stat, status).
 Prints per-second samples and a summary: sustained records/s (median of the per-second
-rates after a 2 s warm-up), daemon CPU %, RSS at start and end (flat?). Goal (issue 4):
+rates after a 2 s warm-up), daemon CPU %, RSS at start and end (flat?). Goal:
 >= 500 k records/s with flat RSS over 2 minutes on this 2-core machine.
 """
 

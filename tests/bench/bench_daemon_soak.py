@@ -1,4 +1,4 @@
-"""Soak: well-behaved agents streaming while hostile clients attack the daemon (issue 9).
+"""Soak: well-behaved agents streaming while hostile clients attack the daemon.
 
     python tests/bench/bench_daemon_soak.py [--duration 300] [--rate 500000] [--agents 4]
                                             [--budget 256MiB] [--quick]
@@ -6,7 +6,7 @@
 Starts the installed ``aclprofd`` (``--memory-budget``, Prometheus off, temporary data dir)
 and ``--agents`` agent processes pacing ``--rate`` records/s in total (blocking sends: an
 agent loses nothing itself). One hostile process runs these attacks in a loop until the
-end, every attack of issue 9: a STREAM client sending STATUS requests without reading
+end, each of these attacks: a STREAM client sending STATUS requests without reading
 replies; an agent defining millions of unused names; an agent sending impossible values
 (durations 2^64-1 and 2^63, end < start, ids 2^32-1); an agent with escape sequences and
 lone surrogates in its strings sending 40 loss reasons of 1 MiB; an agent with 4-6 KiB op

@@ -1,4 +1,4 @@
-"""The regression detector's targets (issue 11), on synthetic streams replayed through
+"""The regression detector's targets, on synthetic streams replayed through
 ``aclprofd.detector.Detector`` faster than real time (the detector's clock is the stream's).
 
 (a) Detection delay: after a 15 min warm-up, MatMul's p99 gets 10 % slower at 10k calls/s,

@@ -26,7 +26,7 @@ Three kinds of step:
 For every kind and variant the table gives the step time's median, p90, p99, p99.9 and
 max, and the GIL wait measured directly by :class:`_benchlib.GilProbe` (a Python thread
 that asks to wake every 1 ms, in both variants; how late it runs is mostly the wait for
-the GIL). Issue 12's goals, on both realtime kinds: p99 and p99.9 within +5 % of off, and
+the GIL). The goals, on both realtime kinds: p99 and p99.9 within +5 % of off, and
 the worst step within +1 ms of off's worst. The median slowdown, median(on) /
 median(off) - 1, and the median of the per-round ratios are printed too.
 """

@@ -7,7 +7,7 @@ Fills an in-process ``Aggregator`` with ``--keys`` keys spread over ``--services
 over rounds, ``snapshot("all", g)`` for every grouping g, ``snapshot("10s", "type")`` and
 ``prometheus_view()``; the first call of each grouping (which identifies every key once) is
 timed apart. Prints ms per call and the ratio to ``snapshot("all", "type")`` of the same
-round (issue 10: the new groupings must cost about what the op-type view costs).
+round (every grouping should cost about what the op-type view costs).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ tail reported as skipped (a slow client) and the agents as lost, and the CPU eac
 spent per record (daemon and tail from /proc over the measured window, agents from their
 own os.times()): on a machine shared with other work those, not the wall-clock figures,
 say where the limit is (cores needed = rate x sum of CPU per record).
-Goals (issue 12): no records skipped and p99 <= 100 ms at 250 k records/s.
+Goals: no records skipped and p99 <= 100 ms at 250 k records/s.
 """
 
 from __future__ import annotations

@@ -14,10 +14,10 @@ the cost per enter/exit pair (or per call) of
   ``with contextlib.nullcontext()``, a bare empty function, and the same C calls made
   directly through the raw cffi library with a pre-created stamp
   (``push(stamp); pop()``, ``range_start(stamp, out); range_stop(out[0])``, ``mark(stamp)``);
-  and, side by side, the annotate of before issue 7 (audit #3), which used
-  ``aclprofPush``/``aclprofPop`` (per-thread bookkeeping over the library's process-wide
-  stack: wrong with several threads) where today's uses ``aclprofRangeStart``/``Stop``:
-  the same pre-built context manager and the bare helper calls on both paths;
+  and, side by side, the same pre-built context manager and the bare helper calls on
+  ``aclprofPush``/``aclprofPop`` instead of ``aclprofRangeStart``/``Stop`` (aclprof does not
+  use Push/Pop: the library's stack is process-wide, wrong with several threads; the
+  comparison shows what the choice costs);
 * with no session: the same markers (cheap no-ops) against nullcontext;
 * with ``ACLPROF_TX_DISABLE=1`` (read at import, so in a child interpreter): the same.
 
@@ -136,8 +136,8 @@ def make_nvtx_loop():
 
 
 class _OldAnnotate:
-    """``annotate.__enter__/__exit__`` as they were before issue 7 (pre-built object): the
-    same Python around the helper's aclprofPush/Pop path instead of its range path."""
+    """``annotate.__enter__/__exit__`` on the helper's aclprofPush/Pop path (pre-built
+    object): the same Python as annotate's, around that path instead of its range path."""
 
     __slots__ = ("_tx", "_key")
 
@@ -216,8 +216,8 @@ def measure_session(aclprof, n: int, rounds: int) -> dict[str, list[float]]:
     loops["raw cffi range start+stop"] = loop_raw_range
     loops["raw cffi mark"] = loop_raw_mark
     loops["_fast push+pop (API mode)"] = loop_fast_push_pop
-    loops["_fast push+pop, old Push/Pop path"] = loop_fast_stamp_push_pop
-    loops["annotate pre-built, old Push/Pop path"] = loop_old_annotate
+    loops["_fast push+pop, Push/Pop path"] = loop_fast_stamp_push_pop
+    loops["annotate pre-built, Push/Pop path"] = loop_old_annotate
     nvtx_loop = make_nvtx_loop()
     if nvtx_loop is not None:
         loops["nvtx.annotate('m') (no tool)"] = nvtx_loop
@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
         "mark('m')": "nullcontext()",
         "@annotate() fn()": "bare fn()",
         "raw cffi push+pop": "nullcontext()",
-        "annotate pre-built, old Push/Pop path": "nullcontext()",
+        "annotate pre-built, Push/Pop path": "nullcontext()",
         "nvtx.annotate('m') (no tool)": "nullcontext()",
     }))
     print()
@@ -346,10 +346,10 @@ def main(argv: list[str] | None = None) -> int:
         ("_fast push+pop / raw cffi push+pop", "_fast push+pop (API mode)", "raw cffi push+pop"),
         ("_fast push+pop / raw cffi range start+stop", "_fast push+pop (API mode)",
          "raw cffi range start+stop"),
-        ("annotate pre-built: ranges (now) / Push/Pop (before)", "annotate, pre-built",
-         "annotate pre-built, old Push/Pop path"),
-        ("_fast push+pop: ranges (now) / Push/Pop (before)", "_fast push+pop (API mode)",
-         "_fast push+pop, old Push/Pop path"),
+        ("annotate pre-built: ranges / Push/Pop", "annotate, pre-built",
+         "annotate pre-built, Push/Pop path"),
+        ("_fast push+pop: ranges / Push/Pop", "_fast push+pop (API mode)",
+         "_fast push+pop, Push/Pop path"),
     ]
     B.table(("ratio against the raw C calls", "median", "min", "overhead ns (median)"), [
         (label, B.med(B.per_round_ratio(session, a, b)), min(B.per_round_ratio(session, a, b)),
@@ -399,8 +399,8 @@ def main(argv: list[str] | None = None) -> int:
             x = B.med(B.per_round_ratio(disabled, "@annotate() fn()", "bare fn()"))
             rows.append(("disabled @annotate() fn() <= 1.5x bare fn()", f"{x:.2f}x",
                          B.verdict(x <= GOAL_DISABLED_X_NULL)))
-    old = B.med(session["annotate pre-built, old Push/Pop path"])
-    rows.append(("  before issue 7 (aclprofPush/Pop path), pre-built", f"{old:.0f} ns", "info"))
+    old = B.med(session["annotate pre-built, Push/Pop path"])
+    rows.append(("  annotate on the aclprofPush/Pop path (not used), pre-built", f"{old:.0f} ns", "info"))
     if "nvtx.annotate('m') (no tool)" in session:
         x = B.med(B.per_round_ratio(session, "annotate('m')", "nvtx.annotate('m') (no tool)"))
         rows.append(("annotate('m') / nvtx.annotate('m') on this machine", f"{x:.2f}x", "info"))

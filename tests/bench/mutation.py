@@ -1,4 +1,4 @@
-"""Mutation score of the modules whose tests must bite (issue 13), with mutmut 3.
+"""Mutation score of the modules whose tests must bite, with mutmut 3.
 
 Usage (from the checkout, with the ``mutation`` extra and an editable install built)::
 

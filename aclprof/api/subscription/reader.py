@@ -10,8 +10,8 @@ empty (an unsubscribe that failed: no EOF will come).
 The counters are published as one snapshot (:meth:`Reader.counts`) under the queue's lock,
 the lock the consumer's :meth:`~.queue.BatchQueue.get` also holds: a batch's records enter
 ``records_read`` in the same step as they enter ``delivered``, ``dropped`` or ``queued``, so
-the identity holds in every :attr:`~aclprof.Subscription.stats` snapshot (issue 9: read
-field by field, 40 % of samples taken while records flowed broke it). A batch the reader
+the identity holds in every :attr:`~aclprof.Subscription.stats` snapshot (read field by
+field, 40 % of samples taken while records flowed would break it). A batch the reader
 holds (being decoded, or in a callback) is in none of the counts until it is delivered.
 
 Failure paths, each counted so that ``records_read == delivered + dropped + queued``:
