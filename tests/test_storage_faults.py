@@ -174,7 +174,8 @@ def test_full_disk_is_logged_once_and_an_export_of_the_lost_period_says_so():
             for _ in range(4):  # several connections and flush intervals: one episode
                 _send(d.socket, 3 * BATCH)
                 lost += 3 * BATCH
-                wait_for(lambda: status(d.socket)["storage"]["records_lost"] == lost, what="records counted lost")
+                wait_for(lambda want=lost: status(d.socket)["storage"]["records_lost"] == want,
+                         what="records counted lost")
             t1 = time.time()
             st = status(d.socket)["storage"]
         finally:

@@ -4,7 +4,9 @@ an export of the lost period said "no records matched", exit 0).
 
 A failure episode begins at the first failed segment write after a good one and ends at the
 next good write. Its records are kept as loss periods, one per sender (host, pid, service)
-per episode: the receive times of the first and last lost record, how many, and the error.
+per episode (a loss within ``MERGE_S`` of the sender's previous period extends that one:
+a flapping disk makes one period): the receive times of the first and last lost record,
+how many, and the error.
 ``EXPORT`` reports the periods that overlap its window and sender filter in ``END``
 (``"lost"``), so ``aclprof export`` says the records of that period were lost and exits 1.
 
@@ -16,7 +18,7 @@ line written says how many were left out (``suppressed``; no flood, and the tota
 every line).
 
 The periods are saved to ``storage_losses.json`` in the data directory when an episode ends
-and at close (a full disk may refuse it: logged; the in-memory list still serves exports),
+(at most once a minute) and at close (a full disk may refuse it: logged; the in-memory list still serves exports),
 and read back at start, so a restart does not forget them. At most ``MAX_PERIODS`` are
 kept (the oldest are forgotten first, counted in ``forgotten``), none older than the
 storage's ``max_age_s``.
@@ -36,11 +38,13 @@ import structlog
 from .atomicfile import replace_file
 from .transport import LogLimiter
 
-__all__ = ["LossPeriod", "StorageLosses", "LOSSES_FILE", "MAX_PERIODS"]
+__all__ = ["LossPeriod", "StorageLosses", "LOSSES_FILE", "MAX_PERIODS", "MERGE_S"]
 
 LOSSES_FILE = "storage_losses.json"
 MAX_PERIODS = 1000
 _STILL_FAILING_S = 60.0  # a "still failing" line this often while an episode lasts
+_SAVE_EVERY_S = 60.0  # the periods file is rewritten at most this often (and at close)
+MERGE_S = 60.0  # a sender's loss this soon after its previous period extends that period
 _log = structlog.get_logger("aclprofd")
 
 
@@ -86,6 +90,7 @@ class StorageLosses:
         self._episode_error = ""
         self._next_still = 0.0
         self._dirty = False
+        self._saved_ts = 0.0
         self._limiter = LogLimiter(burst=3, every=60.0)
         self._load()
 
@@ -105,13 +110,14 @@ class StorageLosses:
                               service=key[2], pid=key[1])
         self._episode_error = error
         self._episode_records += records
-        p = self._episode.get(key)
+        p = self._episode.get(key) or self._recent(key, first_ts)
         if p is None:
-            p = self._episode[key] = LossPeriod(first_ts, last_ts, 0, key[0], key[1], key[2], error)
+            p = LossPeriod(first_ts, last_ts, 0, key[0], key[1], key[2], error)
             self.periods.append(p)
             if len(self.periods) > MAX_PERIODS:
                 self.periods.pop(0)
                 self.forgotten += 1
+        self._episode[key] = p
         p.since_ts, p.until_ts = min(p.since_ts, first_ts), max(p.until_ts, last_ts)
         p.records += records
         p.error = error
@@ -120,6 +126,14 @@ class StorageLosses:
             self._next_still = now + _STILL_FAILING_S
             self._limiter.log("warning", "storage write still failing", error=error,
                               records_lost=self._episode_records, failing_s=round(now - self._episode_start, 1))
+
+    def _recent(self, key: tuple[str, int, str | None], first_ts: float) -> LossPeriod | None:
+        """The sender's last period if it ended less than ``MERGE_S`` before ``first_ts``: a
+        disk that flaps between full and not makes one period, not one per flush."""
+        for p in reversed(self.periods[-64:]):
+            if (p.host, p.pid, p.service) == key:
+                return p if first_ts - p.until_ts < MERGE_S else None
+        return None
 
     def ok(self, now: float | None = None) -> None:
         """A segment write succeeded: an episode in progress is over."""
@@ -133,7 +147,8 @@ class StorageLosses:
                           lost_since=_iso(since), lost_until=_iso(until),
                           failed_s=round(now - self._episode_start, 1), error=self._episode_error)
         self._episode = {}
-        self.save()
+        if now - self._saved_ts >= _SAVE_EVERY_S:  # a flapping disk: not an fsync per flush
+            self.save(now)
 
     # ---- reading ------------------------------------------------------------------------
     def overlapping(self, since_ts: float | None, until_ts: float | None,
@@ -160,11 +175,13 @@ class StorageLosses:
                          error=str(exc))
             self.periods = []
 
-    def save(self) -> None:
+    def save(self, now: float | None = None) -> None:
         """Write the periods (those within ``max_age_s``) if they changed; a failure is logged."""
         if not self._dirty:
             return
-        cutoff = time.time() - self.max_age_s
+        now = time.time() if now is None else now
+        self._saved_ts = now
+        cutoff = now - self.max_age_s
         self.periods = [p for p in self.periods if p.until_ts >= cutoff]
         data = json.dumps({"periods": [asdict(p) for p in self.periods]}, separators=(",", ":")).encode()
         try:
