@@ -215,6 +215,9 @@ def test_full_disk_is_logged_once_and_an_export_of_the_lost_period_says_so():
         p = cli("export", "--format", "csv", "--socket", d.socket, "--since", str(t0), "--until", str(t1),
                 "--type", "Conv")
         assert p.returncode == 1 and "filters cannot be applied" in p.stderr, p.stderr
+        # diff over the lost window: not compared as if it were complete
+        p = cli("diff", f"window:{t0}..{t1}", f"window:{t2}..{time.time() + 1}", "--socket", d.socket)
+        assert p.returncode == 1 and "lost to a storage failure" in p.stderr, (p.returncode, p.stderr)
     # a restart on the same data directory still knows the lost period
     with running(root, data_dir=data) as d:
         p = cli("export", "--format", "jsonl", "--socket", d.socket, "--since", str(t0), "--until", str(t1))
