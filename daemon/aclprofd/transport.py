@@ -269,6 +269,10 @@ class Transport:
                 n = conn.sock.recv_into(self._rbuf)
             except (BlockingIOError, InterruptedError):
                 return
+            except ConnectionResetError:  # the peer closed with our replies unread in its socket
+                self.peer_gone += 1
+                self._close(conn, "peer left before reading its replies", level="info")
+                return
             except OSError as exc:
                 self._close(conn, f"receive failed: {exc}", level="info")
                 return
