@@ -183,7 +183,7 @@ def test_full_disk_is_logged_once_and_an_export_of_the_lost_period_says_so():
         failing = _log_events(d, "storage write failing; received records are being lost")
         assert len(failing) == 1, "the start of the failure is logged, once"
         assert failing[0]["level"] == "error" and "File too large" in failing[0]["error"], failing
-        assert failing[0]["data_dir"] == data and failing[0]["records_lost"] == 3 * BATCH
+        assert failing[0]["data_dir"] == data and 0 < failing[0]["records_lost"] <= 3 * BATCH  # the first write
         assert st["failing"] and st["loss_periods"] == 1, st  # one sender (host, pid, service), one episode
         assert not _log_events(d, "storage writing again")
         time.sleep(0.05)
