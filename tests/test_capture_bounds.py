@@ -361,7 +361,7 @@ def _flags(d: InProcess, *keys: tuple[str, str]) -> float:
 def test_flags_of_one_service_raised_together_share_one_whole_capture():
     """Issue 17: two flags on one service in the same second wrote two captures of the same
     records, each truncated by an estimate ~2.7x too high, and the second deleted the first."""
-    with InProcess(capture_max_bytes="4MiB", capture_before_s="2s", capture_after_s="1s",
+    with InProcess(capture_max_bytes="4MiB", capture_before_s="2s", capture_after_s="2s",
                    capture_min_interval_s="0s") as d:
         _quiet_detector(d)
         a = agent(d.socket, service="svc")
@@ -385,8 +385,8 @@ def test_flags_of_one_service_raised_together_share_one_whole_capture():
 
 
 def test_a_capture_of_the_same_event_is_never_deleted_to_make_room():
-    with InProcess(capture_max_bytes="3MiB", capture_before_s="2s", capture_after_s="0.5s",
-                   capture_min_interval_s="0s") as d:
+    with InProcess(capture_max_bytes=str(7 << 19), capture_before_s="2s", capture_after_s="0.5s",
+                   capture_min_interval_s="0s") as d:  # 3.5 MiB: one capture (~2.6 MB) and a part of another
         _quiet_detector(d)
         a = agent(d.socket, service="svc")
         b = agent(d.socket, service="other", pid=os.getpid() + 1)
@@ -398,7 +398,7 @@ def test_a_capture_of_the_same_event_is_never_deleted_to_make_room():
         cap = wait_for(lambda: (c := _captures(d))["made_total"] + c["errors_total"] + c["dropped_total"] >= 2
                        and c, timeout=20, what="two captures")
         assert cap["made_total"] == 2 and cap["evicted_total"] == 0 and cap["count"] == 2, cap
-        assert cap["bytes"] <= 3 << 20
+        assert cap["bytes"] <= 7 << 19
         services = sorted(i["service"] for i in cap["items"])
         assert services == ["other", "svc"]
         # the first one written is whole; the second got the room left (truncated, and says so)
