@@ -54,7 +54,6 @@ class _Pending:
     flag_ts: float
     since_ts: float
     until_ts: float
-    keys: int = 1  # distinct (service, model, op type) flagged in this capture
 
 
 class CaptureService:
@@ -157,7 +156,6 @@ class CaptureService:
             if joined is not None:
                 self._last[key] = t
                 joined.flags += tuple(flags)
-                joined.keys += 1
                 _log.info("regression flagged; joins the capture scheduled for its service", service=key[0],
                           model=key[1], op_type=key[2], capture_op_type=joined.key[2], until_ts=joined.until_ts)
                 continue
