@@ -114,7 +114,8 @@ def test_a_capture_larger_than_the_byte_bound_is_truncated_around_the_flag():
         rec = doc["records"]
         assert doc["truncated"] is True and item["truncated"] is True and cap["truncated_total"] == 1
         assert rec["found"] == 11_000  # the service's records only
-        assert rec["written"] + rec["truncated"] == rec["found"] and 0 < rec["written"] < 2000
+        # 1 MiB at ~380 bytes per record in the three outputs (the estimate is within ~10 % above)
+        assert rec["written"] + rec["truncated"] == rec["found"] and 2000 < rec["written"] < 2900
         assert cap["records_truncated_total"] == rec["truncated"]
         assert item["bytes"] <= 1 << 20 and cap["bytes"] <= 1 << 20
         # the kept records are the ones nearest the flag
@@ -344,3 +345,66 @@ def test_only_newly_raised_flags_are_captured_and_disabling_skips_them():
         cap = _captures(d)
         assert cap["made_total"] == 3 and cap["newest"]["op_type"] == "Add" and cap["pending"] == 0
         a.close()
+
+
+def _flags(d: InProcess, *keys: tuple[str, str]) -> float:
+    """Publish a detector view in which each (service, op_type) was raised now; its time."""
+    from aclprofd.detector import DetectorView
+
+    t = time.time()
+    flags = tuple({"service": service, "model": "1", "op_type": op, "quantile": "p99", "shift": 1.5, "lower": 1.3,
+                   "upper": 1.7, "since_ts": t} for service, op in keys)
+    d.daemon.detection.detector.published = DetectorView(ts=t, flags=flags)
+    return t
+
+
+def test_flags_of_one_service_raised_together_share_one_whole_capture():
+    """Issue 17: two flags on one service in the same second wrote two captures of the same
+    records, each truncated by an estimate ~2.7x too high, and the second deleted the first."""
+    with InProcess(capture_max_bytes="4MiB", capture_before_s="2s", capture_after_s="2s",
+                   capture_min_interval_s="0s") as d:
+        _quiet_detector(d)
+        a = agent(d.socket, service="svc")
+        _send(a, 6000, batch=1000)
+        _flags(d, ("svc", "MatMul"), ("svc", "Conv2D"))  # one evaluation, two op types
+        time.sleep(0.2)
+        _flags(d, ("svc", "MatMul"), ("svc", "Conv2D"), ("svc", "Relu"))  # the next one: Relu raised
+        _send(a, 2000, batch=1000)
+        cap = _wait_made(d, 1)
+        time.sleep(0.5)  # nothing else is written
+        cap = _captures(d)
+        assert cap["made_total"] == 1 and cap["count"] == 1 and cap["evicted_total"] == 0, cap
+        item = cap["newest"]
+        doc = json.loads((Path(item["path"]) / "capture.json").read_text())
+        assert sorted(f["op_type"] for f in doc["flags"]) == ["Conv2D", "MatMul", "Relu"]
+        assert item["name"].endswith("_svc_MatMul-and-2-more") or item["name"].endswith("_svc_Conv2D-and-2-more")
+        # all of it: 8000 records, ~2.8 MB in the files, fit 4 MiB (the old estimate said ~6.5 MB)
+        assert doc["truncated"] is False and doc["records"]["written"] == doc["records"]["found"] == 8000, doc
+        assert cap["truncated_total"] == 0 and item["bytes"] <= 4 << 20
+        a.close()
+
+
+def test_a_capture_of_the_same_event_is_never_deleted_to_make_room():
+    with InProcess(capture_max_bytes=str(7 << 19), capture_before_s="2s", capture_after_s="0.5s",
+                   capture_min_interval_s="0s") as d:  # 3.5 MiB: one capture (~2.6 MB) and a part of another
+        _quiet_detector(d)
+        a = agent(d.socket, service="svc")
+        b = agent(d.socket, service="other", pid=os.getpid() + 1)
+        _send(a, 6000, batch=1000)
+        _send(b, 6000, batch=1000)
+        t = _flags(d, ("svc", "MatMul"), ("other", "MatMul"))  # two services, one evaluation
+        _send(a, 1000, batch=1000)
+        _send(b, 1000, batch=1000)
+        cap = wait_for(lambda: (c := _captures(d))["made_total"] + c["errors_total"] + c["dropped_total"] >= 2
+                       and c, timeout=20, what="two captures")
+        assert cap["made_total"] == 2 and cap["evicted_total"] == 0 and cap["count"] == 2, cap
+        assert cap["bytes"] <= 7 << 19
+        services = sorted(i["service"] for i in cap["items"])
+        assert services == ["other", "svc"]
+        # the first one written is whole; the second got the room left (truncated, and says so)
+        first, second = reversed(cap["items"])
+        assert first["truncated"] is False and first["records"] == 7000, first
+        assert second["truncated"] is True and 0 < second["records"] < 7000, second
+        assert all(abs(i["flag_ts"] - t) < 1e-3 for i in cap["items"])
+        a.close()
+        b.close()

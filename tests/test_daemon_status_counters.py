@@ -30,6 +30,7 @@ _PAIRS = {
     "connections.refused": "aclprofd_connections_refused_total",
     "connections.idle_closed": "aclprofd_control_idle_closed_total",
     "connections.accept_errors": "aclprofd_accept_errors_total",
+    "connections.peer_gone": "aclprofd_connections_peer_gone_total",
     "storage.corrupt_chunks": "aclprofd_storage_corrupt_chunks_total",
     "storage.names_skipped": "aclprofd_storage_names_skipped_total",
     "storage.records_lost": "aclprofd_storage_records_lost_total",
@@ -87,10 +88,12 @@ def test_hardening_counters_agree_in_status_and_metrics():
 def test_status_formats_the_new_counters():
     from aclprof.cli.status import format_status
 
-    st = {"healthy": True, "connections": {"refused": 3, "idle_closed": 4, "accept_errors": 5, "internal_errors": 6},
+    st = {"healthy": True, "connections": {"refused": 3, "idle_closed": 4, "accept_errors": 5, "internal_errors": 6,
+                                           "peer_gone": 11},
           "names_truncated": 7, "storage": {"dir": "/d", "corrupt_chunks": 8, "records_lost": 9, "names_skipped": 10}}
     text = format_status(st)
-    for n in ("refused 3", "idle closed 4", "accept errors 5", "internal errors 6", "names truncated 7",
+    for n in ("refused 3", "idle closed 4", "accept errors 5", "internal errors 6",
+              "left before reading their replies 11", "names truncated 7",
               "8 corrupt chunks", "9 records lost", "10 segment names skipped"):
         assert n in text, (n, text)
 

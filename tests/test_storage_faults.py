@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from helpers.daemons import Daemon, agent, running, status
-from helpers.procs import short_tmpdir, wait_for
+from helpers.procs import cli, short_tmpdir, wait_for
 from helpers.records import make_records
 
 from aclprof.protocol.wire import RECORD_DTYPE
@@ -148,3 +148,77 @@ def test_a_daemon_that_cannot_bind_releases_the_data_dir():
         InProcessDaemon(bad).start()
     with running(root, data_dir=data) as d:  # the lock was released
         assert status(d.socket)["storage"]["write_errors"] == 0
+
+
+def _log_events(d: Daemon, event: str) -> list[dict]:
+    return [ln for ln in d.log_lines() if ln.get("event") == event]
+
+
+def test_full_disk_is_logged_once_and_an_export_of_the_lost_period_says_so():
+    """Issue 17: a full disk turned STATUS unhealthy but wrote nothing to the log, and an
+    export of the lost period said "no records matched", exit 0."""
+    root = short_tmpdir()
+    data = os.path.join(root, "data")
+    with running(root, data_dir=data) as d:
+        assert d.proc is not None
+        n1 = 10 * BATCH
+        _send(d.socket, n1)
+        wait_for(lambda: status(d.socket)["storage"]["bytes"] > n1 * RECORD_DTYPE.itemsize,
+                 what="first records on disk")
+        [seg] = _segments(d.data_dir)
+        soft, hard = resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE)
+        resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE, (os.path.getsize(os.path.join(d.data_dir, seg)), hard))
+        t0 = time.time()
+        try:
+            lost = 0
+            for _ in range(4):  # several connections and flush intervals: one episode
+                _send(d.socket, 3 * BATCH)
+                lost += 3 * BATCH
+                wait_for(lambda want=lost: status(d.socket)["storage"]["records_lost"] == want,
+                         what="records counted lost")
+            t1 = time.time()
+            st = status(d.socket)["storage"]
+        finally:
+            resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE, (soft, hard))  # space returns
+        failing = _log_events(d, "storage write failing; received records are being lost")
+        assert len(failing) == 1, "the start of the failure is logged, once"
+        assert failing[0]["level"] == "error" and "File too large" in failing[0]["error"], failing
+        assert failing[0]["data_dir"] == data and 0 < failing[0]["records_lost"] <= 3 * BATCH  # the first write
+        assert st["failing"] and st["loss_periods"] == 1, st  # one sender (host, pid, service), one episode
+        assert not _log_events(d, "storage writing again")
+        time.sleep(0.05)
+        t2 = time.time()
+        _send(d.socket, 2 * BATCH)
+        [again] = wait_for(lambda: _log_events(d, "storage writing again"), what="recovery logged")
+        assert again["records_lost"] == lost and again["level"] == "info", again
+        assert len(_log_events(d, "storage write failing; received records are being lost")) == 1
+        assert not status(d.socket)["storage"]["failing"]
+
+        def export(*args: str):
+            return cli("export", "--format", "jsonl", "--socket", d.socket, *args)
+        # the lost period: no "no records matched", exit 1, how many and when
+        p = export("--since", str(t0), "--until", str(t1))
+        assert p.returncode == 1, (p.returncode, p.stderr)
+        assert "no records matched" not in p.stderr, p.stderr
+        assert f"{lost:,} records of this window were lost to a storage failure" in p.stderr, p.stderr
+        assert p.stderr.count("File too large") == 1 and "service faults" in p.stderr, p.stderr
+        assert p.stdout == ""
+        # everything: the stored records are exported, and the loss is said, exit 1
+        p = export()
+        assert p.returncode == 1 and len(p.stdout.splitlines()) == n1 + 2 * BATCH, p.stderr
+        assert f"the {n1 + 2 * BATCH:,} stored records were exported" in p.stderr
+        # a window after the recovery, or another sender: complete, exit 0
+        p = export("--since", str(t2))
+        assert p.returncode == 0 and len(p.stdout.splitlines()) == 2 * BATCH, p.stderr
+        p = export("--since", str(t0), "--until", str(t1), "--service", "other")
+        assert p.returncode == 0 and "no records matched" in p.stderr, p.stderr
+        p = cli("export", "--format", "csv", "--socket", d.socket, "--since", str(t0), "--until", str(t1),
+                "--type", "Conv")
+        assert p.returncode == 1 and "filters cannot be applied" in p.stderr, p.stderr
+        # diff over the lost window: not compared as if it were complete
+        p = cli("diff", f"window:{t0}..{t1}", f"window:{t2}..{time.time() + 1}", "--socket", d.socket)
+        assert p.returncode == 1 and "lost to a storage failure" in p.stderr, (p.returncode, p.stderr)
+    # a restart on the same data directory still knows the lost period
+    with running(root, data_dir=data) as d:
+        p = cli("export", "--format", "jsonl", "--socket", d.socket, "--since", str(t0), "--until", str(t1))
+        assert p.returncode == 1 and f"{lost:,} records of this window were lost" in p.stderr, p.stderr

@@ -62,6 +62,8 @@ class Client:
             sock.close()
             raise DaemonUnreachable(f"cannot connect to {self.socket_path}: {exc.strerror or exc}") from None
         self._sock = sock
+        #: END's ``lost`` of the last export: records of its window the daemon failed to store
+        self.export_lost: list[dict[str, Any]] = []
         from aclprof.protocol.version import __version__
 
         try:
@@ -168,7 +170,9 @@ class Client:
 
     def export_jsonl(self, since_ts: float | None, until_ts: float | None,
                      filt: dict[str, Any]) -> Iterator[bytes]:
-        """EXPORT_RECORDS payloads (JSON Lines) until END, whose record count is checked."""
+        """EXPORT_RECORDS payloads (JSON Lines) until END, whose record count is checked.
+        After END, :attr:`export_lost` holds the periods of this window whose records the
+        daemon failed to store (END's ``lost``: a full disk), empty if none."""
         self._records_protocol("EXPORT")
         self._send(wire.Kind.EXPORT, {"since_ts": since_ts, "until_ts": until_ts, "filter": filt})
         seen = 0
@@ -179,9 +183,12 @@ class Client:
                 seen += data.count(b"\n")
                 yield data
             elif kind == wire.Kind.END:
-                n = wire.decode_json(payload).get("records")
+                end = wire.decode_json(payload)
+                n = end.get("records")
                 if n is not None and int(n) != seen:
                     raise DaemonError(f"export ended after {seen} records, the daemon counted {n}")
+                lost = end.get("lost")
+                self.export_lost = [p for p in lost if isinstance(p, dict)] if isinstance(lost, list) else []
                 return
             elif kind == wire.Kind.ERROR:
                 raise DaemonError(f"the daemon rejected EXPORT: {_message(payload)}")

@@ -32,6 +32,7 @@ from typing import IO, TYPE_CHECKING, Any
 import numpy as np
 
 from aclprof.cli.common import EXIT_UNREACHABLE, CliError, parse_time
+from aclprof.cli.exportloss import lost_error
 from aclprof.protocol import baselinefmt
 from aclprof.protocol.quantshift import NBINS, bin_index
 
@@ -98,7 +99,11 @@ def load_source(spec: str, client: Client | None, stdin: IO[bytes] | None = None
             raise CliError(f"{spec}: needs the daemon", EXIT_UNREACHABLE)
         since, until = window_times(rest)
         filt = {"service": service} if service is not None else {}
-        return _from_jsonl(spec, _Chunks(client.export_jsonl(since, until, filt)))
+        hist = _from_jsonl(spec, _Chunks(client.export_jsonl(since, until, filt)))
+        lost = lost_error(client.export_lost, 0, record_filters=False)
+        if lost is not None:  # a window with records lost to a storage failure would compare as complete
+            raise CliError(f"{spec}: {lost}", lost.code)
+        return hist
     if kind in ("baseline", "live") and rest:
         if client is None:
             raise CliError(f"{spec}: needs the daemon", EXIT_UNREACHABLE)

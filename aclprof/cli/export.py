@@ -30,6 +30,7 @@ from typing import Any, BinaryIO, TextIO
 
 from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args, parse_time
 from aclprof.cli.export_ascend import cmd_export_ascend
+from aclprof.cli.exportloss import has_record_filters, lost_error
 from aclprof.exportfmt.chrome import TID_STRIDE, write_chrome
 from aclprof.exportfmt.tally import tally
 from aclprof.protocol.safetext import safe
@@ -242,6 +243,9 @@ def cmd_export(args: argparse.Namespace) -> int:
             if output.fd >= 0:
                 os.close(output.fd)
             output.discard()
+    lost = lost_error(client.export_lost, n, record_filters=has_record_filters(args))
+    if lost is not None:
+        raise lost  # exit 1: the window's records were lost to a storage failure, not unmatched
     if n == 0:
         print("no records matched (check --since/--until and the filters)", file=sys.stderr)
     return EXIT_OK

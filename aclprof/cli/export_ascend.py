@@ -17,6 +17,7 @@ import stat
 import sys
 
 from aclprof.cli.common import EXIT_OK, CliError, connect, filter_from_args
+from aclprof.cli.exportloss import has_record_filters, lost_error
 from aclprof.exportfmt.ascend import (
     _DIR_MODE,
     HARDWARE_PID,
@@ -180,6 +181,9 @@ def cmd_export_ascend(args: argparse.Namespace) -> int:
         target.commit()
     finally:
         target.close()
+    lost = lost_error(client.export_lost, writer.records, record_filters=has_record_filters(args))
+    if lost is not None:
+        raise lost  # exit 1: the window's records were lost to a storage failure, not unmatched
     if writer.records == 0:
         print(f"no records matched (check --since/--until and the filters); {args.output} is empty",
               file=sys.stderr)

@@ -180,7 +180,8 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None) -> 
     conns = st.get("connections") or {}
     shown = [f"{what} {conns[k]:,}" for k, what in (
         ("refused", "refused"), ("idle_closed", "idle closed"), ("accept_errors", "accept errors"),
-        ("internal_errors", "internal errors")) if conns.get(k)]
+        ("internal_errors", "internal errors"), ("peer_gone", "left before reading their replies"))
+        if conns.get(k)]
     if shown:
         lines.append("connections: " + ", ".join(shown))
     if st.get("names_truncated"):

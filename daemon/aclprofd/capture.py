@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from .capture_proc import CaptureFailed, ChildWriter
-from .capture_store import CaptureStore, capture_name, summary_of
+from .capture_store import CaptureEntry, CaptureStore, NoRoom, capture_name, summary_of
 from .capture_writer import Aborted, Job
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ Key = tuple[str, str, str]
 
 @dataclass
 class _Pending:
-    key: Key
+    key: Key  # the first key flagged (the capture's name); ``flags`` holds every key's flags
     flags: tuple[dict[str, Any], ...]
     flag_ts: float
     since_ts: float
@@ -140,13 +140,24 @@ class CaptureService:
         self._flagged = now_flagged
         if not s.capture_enabled:
             return  # (the set above stays current: enabling later captures only flags raised after)
+        t = float(view.ts)
         for key, flags in raised.items():
-            t = float(view.ts)
             last = self._last.get(key)
             if last is not None and t - last < s.capture_min_interval_s:
                 self.rate_limited += 1
                 _log.info("regression flagged; no capture (one per key per capture_min_interval)",
                           service=key[0], model=key[1], op_type=key[2], last_ts=last)
+                continue
+            # A capture holds every process and op type of its service: flags of one service
+            # raised together (or while its capture still waits for its window) share it. Two
+            # captures of the same records would each take the byte bound, and the second
+            # would delete the first.
+            joined = next((p for p in self.pending if p.key[0] == key[0] and t <= p.until_ts), None)
+            if joined is not None:
+                self._last[key] = t
+                joined.flags += tuple(flags)
+                _log.info("regression flagged; joins the capture scheduled for its service", service=key[0],
+                          model=key[1], op_type=key[2], capture_op_type=joined.key[2], until_ts=joined.until_ts)
                 continue
             if len(self.pending) >= s.capture_max_count:
                 self.dropped += 1
@@ -196,15 +207,29 @@ class CaptureService:
     def _write(self, job: Job) -> None:
         store = self.store
 
+        def same_event(entry: CaptureEntry) -> bool:
+            """A capture flagged within this one's window belongs to the same event: kept."""
+            ts = entry.summary.get("flag_ts")
+            return ts is not None and job.since_ts <= ts <= job.until_ts
+
+        asked: list[int] = []
+
         def room(need: int) -> tuple[str, int]:
-            allowance = store.make_room(job.max_count, job.max_bytes, min(need, job.max_bytes))
-            return store.unique_name(capture_name(job.flag_ts, job.key[0], job.key[2])), allowance
+            asked.append(need)
+            allowance = store.make_room(job.max_count, job.max_bytes, min(need, job.max_bytes), keep=same_event)
+            keys = len({(f.get("service"), f.get("model"), f.get("op_type")) for f in job.flags})
+            op_type = job.key[2] if keys <= 1 else f"{job.key[2]}-and-{keys - 1}-more"
+            return store.unique_name(capture_name(job.flag_ts, job.key[0], op_type)), allowance
 
         started = time.monotonic()
         try:
             doc, out = self.child.run(job, store.root, room)
         except Aborted:
             self.abandoned += 1
+            return
+        except NoRoom as exc:
+            self.dropped += 1
+            _log.warning("capture not taken", reason=str(exc), service=job.key[0], op_type=job.key[2])
             return
         except CaptureFailed as exc:
             self._failed(str(exc), service=job.key[0], op_type=job.key[2])
@@ -217,14 +242,15 @@ class CaptureService:
             self._failed(f"{type(exc).__name__}: {exc}", service=job.key[0], op_type=job.key[2], exc_info=True)
             return
         entry = store.add(out.name, summary_of(doc))
-        store.enforce(job.max_count, job.max_bytes, keep=out.name)
+        store.enforce(job.max_count, job.max_bytes, keep=lambda e: e.name == out.name or same_event(e))
         self.made += 1
         self.records_written += out.written
         if out.truncated:
             self.truncated += 1
             self.records_truncated += out.truncated
         _log.info("capture written", path=os.path.join(store.root, out.name), records=out.written,
-                  truncated=out.truncated, bytes=entry.bytes, processes=out.processes,
+                  truncated=out.truncated, bytes=entry.bytes, estimated_bytes=asked[0] if asked else None,
+                  flags=len(job.flags), processes=out.processes,
                   seconds=round(time.monotonic() - started, 3))
 
     def _failed(self, message: str, exc_info: bool = False, **kw: Any) -> None:

@@ -18,6 +18,7 @@ import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,13 +26,17 @@ import structlog
 
 from aclprof.exportfmt.ascend import path_component
 
-__all__ = ["CaptureStore", "CaptureEntry", "CAPTURE_FILE", "DIR_NAME", "capture_name", "tree_bytes"]
+__all__ = ["CaptureStore", "CaptureEntry", "NoRoom", "CAPTURE_FILE", "DIR_NAME", "capture_name", "tree_bytes"]
 
 _log = structlog.get_logger("aclprofd")
 DIR_NAME = "captures"
 CAPTURE_FILE = "capture.json"
 _MAX_CAPTURE_FILE = 1 << 20  # a capture.json larger than this is not ours: listed as unreadable
 _MAX_TEXT = 256  # characters of a string field listed in STATUS
+
+
+class NoRoom(Exception):
+    """No capture may be deleted to make room: the new one is not taken (counted, logged)."""
 
 
 @dataclass(frozen=True)
@@ -134,17 +139,26 @@ class CaptureStore:
     def bytes(self) -> int:
         return sum(e.bytes for e in self.entries)
 
-    def make_room(self, max_count: int, max_bytes: int, need: int) -> int:
-        """Delete the oldest captures until one more fits the count and, if possible, ``need``
-        bytes fit too; returns the bytes the new capture may take (at most ``max_bytes``)."""
-        while self.entries and (len(self.entries) >= max_count or self.bytes + need > max_bytes):
-            self._delete(self.entries[0])
-        return max(0, max_bytes - self.bytes)
+    def make_room(self, max_count: int, max_bytes: int, need: int,
+                  keep: Callable[[CaptureEntry], bool] = lambda e: False) -> int:
+        """Delete the oldest captures (except those ``keep`` names) until one more fits the
+        count and, if possible, ``need`` bytes fit too; returns the bytes the new capture may
+        take (at most ``max_bytes``). NoRoom if the count or any byte cannot be made free."""
+        for victim in [e for e in self.entries if not keep(e)]:
+            if len(self.entries) < max_count and self.bytes + need <= max_bytes:
+                break
+            self._delete(victim)
+        if len(self.entries) >= max_count or self.bytes >= max_bytes:
+            raise NoRoom(f"the {len(self.entries)} kept captures ({self.bytes} bytes; capture_max_count "
+                         f"{max_count}, capture_max_size {max_bytes}) all belong to the same event")
+        return max_bytes - self.bytes
 
-    def enforce(self, max_count: int, max_bytes: int, keep: str) -> None:
-        """After a capture was added: the oldest others go while a bound is passed."""
-        while len(self.entries) > 1 and (len(self.entries) > max_count or self.bytes > max_bytes):
-            victim = self.entries[0] if self.entries[0].name != keep else self.entries[1]
+    def enforce(self, max_count: int, max_bytes: int, keep: Callable[[CaptureEntry], bool]) -> None:
+        """After a capture was added: the oldest others (except those ``keep`` names) go while
+        a bound is passed."""
+        for victim in [e for e in self.entries if not keep(e)]:
+            if len(self.entries) <= max_count and self.bytes <= max_bytes:
+                break
             self._delete(victim)
 
     def _delete(self, entry: CaptureEntry) -> None:

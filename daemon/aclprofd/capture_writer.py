@@ -16,11 +16,11 @@ byte budget is spent on the one that regressed), and writes into the capture dir
 - ``trace.json``: the Chrome trace (:mod:`aclprof.exportfmt.chrome`);
 - ``capture.json``: the flag (key, shift and its interval), the window, record counts.
 
-Bounds: each record's bytes in the three outputs are estimated from above (a constant for
-the numbers plus the lengths of its escaped names); when the estimate passes what the
-capture may take, the records farthest in time from the flag are left out (the capture
-stays centred on it) and ``capture.json`` says how many (``truncated``). Records held in
-memory while reading are bounded the same way.
+Bounds: each record's bytes in the three outputs are computed from its values
+(:mod:`aclprofd.capture_size`: an upper bound within a few percent of the files); when the
+sum passes what the capture may take, the records farthest in time from the flag are left
+out (the capture stays centred on it) and ``capture.json`` says how many (``truncated``).
+Records held in memory while reading are bounded the same way (``_HOLD``).
 """
 
 from __future__ import annotations
@@ -43,20 +43,13 @@ from aclprof.exportfmt.chrome import write_chrome
 from aclprof.protocol.safetext import safe
 from aclprof.protocol.wire import HEADER, Kind
 
+from .capture_size import overhead, record_costs, span_costs, span_openers
 from .records import NameJson, encode_frames, identity_head
 from .storage import read_segment
 
-__all__ = ["Job", "Outcome", "Aborted", "write_capture", "estimate", "job_to_json", "job_from_json", "main",
-           "RECORD_BYTES", "PROCESS_BYTES"]
+__all__ = ["Job", "Outcome", "Aborted", "write_capture", "estimate", "job_to_json", "job_from_json", "main"]
 
-#: upper bound of one record's bytes in the three outputs, names apart: kernel_details row
-#: (~90), trace_view event (~220), Overlap Analysis spans (<= 2 x 110), Chrome event (~260)
-RECORD_BYTES = 1024
-#: per process: profiler_info/metadata json, op_statistic header, metadata events
-PROCESS_BYTES = 16 << 10
-_TYPE_BYTES = 512  # per op type and process: an op_statistic row
-_THREAD_BYTES = 1024  # per (device, model) of a process: thread name and sort events in both traces
-_FIXED_BYTES = 16 << 10  # capture.json and the trace's header
+_HOLD = 1.25  # records held while reading: at most this many times what the byte bound takes
 _BATCH = 2048  # records per formatting batch (the stop flag is checked between batches)
 
 
@@ -102,25 +95,37 @@ class _Part:
     names: dict[int, str]
     records: np.ndarray
     ts: np.ndarray
-    cost: np.ndarray  # estimated bytes per record
+    base: np.ndarray  # bytes per record in the outputs, Overlap Analysis spans apart
+    cost: np.ndarray  # base plus the spans the record opens (set by _spans)
+
+    def keep(self, m: np.ndarray) -> None:
+        self.records, self.ts, self.base, self.cost = self.records[m], self.ts[m], self.base[m], self.cost[m]
 
 
-def _name_cost(names: dict[int, str], cache: dict[int, int]) -> Any:
-    def cost(nid: int) -> int:
+def _name_costs(names: dict[int, str]) -> Callable[[np.ndarray], np.ndarray]:
+    """Bytes of one occurrence of each name id: its escaped JSON string, plus 2 (csv quotes)."""
+    cache: dict[int, int] = {}
+
+    def one(nid: int) -> int:
         c = cache.get(nid)
         if c is None:
             text = names.get(nid, f"#{nid}")
             c = cache[nid] = max(len(json.dumps(text)), len(json.dumps(safe(text)))) + 2
         return c
-    return cost
+
+    def costs(ids: np.ndarray) -> np.ndarray:
+        uniq, inv = np.unique(ids, return_inverse=True)
+        return np.fromiter((one(int(i)) for i in uniq.tolist()), np.int64, len(uniq))[inv]
+    return costs
 
 
-def _collect(job: Job, stop: threading.Event, cap_records: int, out: Outcome) -> list[_Part]:
-    """The service's records in the window, at most ``cap_records`` of them in memory (the
-    farthest from the flag dropped first, counted in ``out.truncated``)."""
+def _collect(job: Job, stop: threading.Event, max_bytes: int, out: Outcome) -> list[_Part]:
+    """The service's records in the window; in memory at most about ``_HOLD`` times what
+    ``max_bytes`` takes at their estimated size (the farthest from the flag are dropped
+    first, counted in ``out.truncated``)."""
     service = job.key[0]
     parts: list[_Part] = []
-    held = 0
+    held = held_bytes = 0
     for path, size in job.files:
         if stop.is_set():
             raise Aborted
@@ -130,27 +135,27 @@ def _collect(job: Job, stop: threading.Event, cap_records: int, out: Outcome) ->
                 if stop.is_set():
                     raise Aborted
                 if (ch.meta.get("service") or "") == service:
-                    held += _take(parts, ch, out)
-                    if held > 2 * cap_records:  # bound memory: keep the cap_records nearest the flag
-                        held = _keep_nearest(parts, job.flag_ts, cap_records, out)
+                    part = _take(parts, ch, out)
+                    held += len(part.records)
+                    held_bytes += int(part.base.sum())
+                    if held_bytes > _HOLD * max_bytes:  # bound memory: keep what fits, nearest the flag
+                        held = _keep_nearest(parts, job.flag_ts, max(1, int(held * max_bytes / held_bytes)), out)
+                        held_bytes = sum(int(p.base.sum()) for p in parts)
         except FileNotFoundError:
             out.segments_gone += 1  # deleted by the storage caps meanwhile
         out.read_problems += problems
     return parts
 
 
-def _take(parts: list[_Part], ch: Any, out: Outcome) -> int:
-    """Append a chunk's records with their estimated bytes; how many."""
-    nc = _name_cost(ch.names, {})
-    types, names = ch.records["op_type"], ch.records["op_name"]
-    ids = np.unique(np.concatenate([types, names]))  # sorted: a lookup table by searchsorted
-    lut = np.fromiter((nc(int(i)) for i in ids.tolist()), np.int64, len(ids))
-    cost = RECORD_BYTES + 3 * lut[np.searchsorted(ids, names)] + 4 * lut[np.searchsorted(ids, types)]
+def _take(parts: list[_Part], ch: Any, out: Outcome) -> _Part:
+    """Append a chunk's records with their estimated bytes."""
     meta = ch.meta
-    parts.append(_Part(str(meta.get("host", "")), int(meta.get("pid", 0)), meta.get("service"),
-                       ch.names, ch.records, ch.ts, cost))
+    pid = int(meta.get("pid", 0))
+    base = record_costs(ch.records, pid, _name_costs(ch.names))
+    part = _Part(str(meta.get("host", "")), pid, meta.get("service"), ch.names, ch.records, ch.ts, base, base)
+    parts.append(part)
     out.found += len(ch.records)
-    return len(ch.records)
+    return part
 
 
 def _keep_nearest(parts: list[_Part], t: float, n: int, out: Outcome) -> int:
@@ -168,10 +173,26 @@ def _keep_nearest(parts: list[_Part], t: float, n: int, out: Outcome) -> int:
         m[at] = True
         ties -= len(at)
         out.truncated += int(len(m) - m.sum())
-        p.records, p.ts, p.cost = p.records[m], p.ts[m], p.cost[m]
+        p.keep(m)
         kept += int(m.sum())
     parts[:] = [p for p in parts if len(p.records)]
     return kept
+
+
+def _spans(parts: list[_Part]) -> None:
+    """Charge each record the Overlap Analysis spans it opens, per process (its ops' union)."""
+    procs: dict[tuple[str, int], list[_Part]] = {}
+    for p in parts:
+        procs.setdefault((p.host, p.pid), []).append(p)
+    for group in procs.values():
+        recs = np.concatenate([p.records for p in group])
+        starts = recs["start"].astype(np.int64)
+        opens = span_openers(starts, starts + recs["duration"].astype(np.int64))
+        extra = span_costs(recs, opens)
+        i = 0
+        for p in group:
+            p.cost = p.base + extra[i:i + len(p.records)]
+            i += len(p.records)
 
 
 def estimate(parts: list[_Part]) -> int:
@@ -184,8 +205,7 @@ def _overhead(parts: list[_Part]) -> int:
     types = {(p.host, p.pid, int(x)) for p in parts for x in np.unique(p.records["op_type"]).tolist()}
     threads = {(p.host, p.pid, int(x)) for p in parts  # (device, model): named by metadata events
                for x in np.unique(p.records["device_id"].astype(np.int64) << 32 | p.records["model_id"]).tolist()}
-    return (_FIXED_BYTES + PROCESS_BYTES * len(procs) + _TYPE_BYTES * len(types)
-            + _THREAD_BYTES * len(threads))
+    return overhead(len(procs), len(types), len(threads))
 
 
 def _fit(parts: list[_Part], t: float, allowance: int, out: Outcome) -> None:
@@ -204,7 +224,7 @@ def _fit(parts: list[_Part], t: float, allowance: int, out: Outcome) -> None:
         m = keep[start:start + len(p.records)]
         start += len(p.records)
         out.truncated += int(len(m) - m.sum())
-        p.records, p.ts, p.cost = p.records[m], p.ts[m], p.cost[m]
+        p.keep(m)
     parts[:] = [p for p in parts if len(p.records)]
 
 
@@ -238,10 +258,15 @@ def write_capture(job: Job, root: str, room: Callable[[int], tuple[str, int]], s
     bytes it may take (the store deletes old captures to make room), write ``root/name``
     (built as ``root/.name.tmp``, renamed when complete); returns its capture.json document.
     OSError and :class:`Aborted` propagate after the unfinished directory is removed."""
-    parts = _collect(job, stop, max(1, job.max_bytes // RECORD_BYTES), out)
+    parts = _collect(job, stop, job.max_bytes, out)
+    _spans(parts)
     name, allowance = room(estimate(parts))
     out.name = name
-    _fit(parts, job.flag_ts, allowance, out)
+    for _ in range(3):  # leaving records out can split a busy interval (one more span): fit again
+        _fit(parts, job.flag_ts, allowance, out)
+        _spans(parts)
+        if estimate(parts) <= allowance:
+            break
     os.makedirs(root, mode=0o750, exist_ok=True)
     staging = os.path.join(root, f".{name}.tmp")
     os.mkdir(staging, 0o750)

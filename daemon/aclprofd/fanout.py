@@ -269,7 +269,8 @@ class Fanout:
                 self.d.send(c)
 
     def _export(self, since: float | None, until: float | None, flt: Filter) -> Iterator[bytes]:
-        """The EXPORT_RECORDS frames (whole frames, up to FRAME_RECORDS records a step), then END."""
+        """The EXPORT_RECORDS frames (whole frames, up to FRAME_RECORDS records a step), then
+        END, with ``lost``: the storage loss periods of the window and senders, if any."""
         count = 0
         matchers: dict[int, tuple[dict, NameMatcher]] = {}
         storage = self.d.storage
@@ -292,7 +293,10 @@ class Fanout:
                 part = recs[i:i + FRAME_RECORDS]
                 count += len(part)
                 yield encode_frames(part, ts[i:i + FRAME_RECORDS], head, nj, Kind.EXPORT_RECORDS)
-        yield encode_json(Kind.END, {"records": count, "skipped": 0})
+        # records of this window the storage failed to write (a full disk): the export says
+        # so instead of looking complete (or empty)
+        lost = storage.losses.overlapping(since, until, flt.source_matches)
+        yield encode_json(Kind.END, {"records": count, "skipped": 0, **({"lost": lost} if lost else {})})
 
     # ---- stop ---------------------------------------------------------------------------
     def end_all(self) -> None:

@@ -23,7 +23,9 @@ the loop's live connections. Series:
   ``aclprofd_memory_refused_total{what}`` (requests refused by the memory budget),
   ``aclprofd_internal_errors_total``, ``aclprofd_connections_refused_total``,
   ``aclprofd_control_idle_closed_total``, ``aclprofd_accept_errors_total``,
-  ``aclprofd_names_truncated_total``, ``aclprofd_storage_corrupt_chunks_total``,
+  ``aclprofd_connections_peer_gone_total`` (peers that left before reading their replies:
+  no protocol error), ``aclprofd_connections_open``, ``aclprofd_names_truncated_total``,
+  ``aclprofd_storage_corrupt_chunks_total``,
   ``aclprofd_storage_records_lost_total``, ``aclprofd_storage_names_skipped_total``
   (the hardening counters; STATUS reports the same numbers).
 """
@@ -112,6 +114,8 @@ class DaemonCollector:
                  s.connections_refused),
                 ("aclprofd_control_idle_closed", "Control connections closed for idling", s.idle_closed),
                 ("aclprofd_accept_errors", "Failed accept() calls (accepting paused)", s.accept_errors),
+                ("aclprofd_connections_peer_gone", "Connections whose peer left before reading its replies "
+                 "(not a protocol error)", s.peer_gone),
                 ("aclprofd_names_truncated", "Op names/types cut to the name length limit at ingest",
                  s.names_truncated),
                 ("aclprofd_storage_corrupt_chunks", "Damaged segment chunks met while reading (rest of file skipped)",
@@ -121,6 +125,8 @@ class DaemonCollector:
                 ("aclprofd_storage_names_skipped", "Segment file names skipped because something else had them",
                  st.get("names_skipped", 0))):
             yield CounterMetricFamily(name, doc, value=value)
+        yield GaugeMetricFamily("aclprofd_connections_open", "Client connections open now",
+                                value=s.open_connections)
         by_name = self.by_name  # one read: SIGHUP may change it meanwhile
         labels = ["host", "service", "device", "model", "op_type"] + (["op_name"] if by_name else [])
         hist = HistogramMetricFamily("aclprofd_op_duration_seconds",

@@ -47,7 +47,7 @@ def apply_reload(d: Daemon, reload: Callable[[], Settings] | None) -> None:
     if d.storage is not None:
         d.storage.segment_bytes = applied.segment_bytes
         d.storage.disk_bytes = applied.disk_bytes
-        d.storage.max_age_s = applied.max_age_s
+        d.storage.max_age_s = d.storage.losses.max_age_s = applied.max_age_s
     if d.metrics is not None:
         d.metrics.by_name = applied.prometheus_op_name
     d.max_control, d.control_idle_s = applied.max_control_connections, applied.control_idle_timeout_s

@@ -275,6 +275,8 @@ class Daemon(Transport):
             if conn.keysrc is not None:
                 conn.keysrc.host, conn.keysrc.service = conn.host, conn.service
             self.queue(conn, welcome)
+            if conn.closed:  # the peer left before WELCOME could be written: it is gone
+                return
             self.admitted(conn)  # the connection limits per role (aclprofd.transport)
             if conn.role == "agent" and not conn.closed:
                 self.fanout.agent_admitted(conn)  # LIVE, if a STREAM client watches

@@ -102,6 +102,12 @@ class CountersSnapshot:
     connections_refused: int = 0
     idle_closed: int = 0
     accept_errors: int = 0
+    #: peers gone when the daemon wrote to them (closed before reading their replies)
+    peer_gone: int = 0
+    #: connections open now: all, control clients, not yet said HELLO
+    open_connections: int = 0
+    open_control: int = 0
+    open_without_hello: int = 0
     #: op names/types cut to MAX_NAME_BYTES at ingest (aclprofd.ingest)
     names_truncated: int = 0
     #: on-demand traces (aclprofd.trace.Traces.summary)
@@ -159,6 +165,7 @@ def take_snapshot(d: Daemon) -> CountersSnapshot:
                                  tuple(dict(m) for m in a.models.values()), a.records, a.rate.per_s(now),
                                  a.dropped, a.lag_ns, a.steps, d.traces.gap_of(a.id))
                    for a in d.conns.values() if a.role == "agent")
+    open_all, open_control, open_anon = d.open_counts()
     return CountersSnapshot(
         taken_ts=now, uptime_s=round(mono - d.started_mono, 3), records_total=c.records_total,
         steps_total=c.steps_total,
@@ -172,7 +179,9 @@ def take_snapshot(d: Daemon) -> CountersSnapshot:
         memory_budget=d.settings.memory_budget_bytes, memory_used=d.memory.used(),
         memory_refused=tuple(sorted(c.memory_refused.items())),
         internal_errors=d.internal_errors, connections_refused=d.refused, idle_closed=d.idle_closed,
-        accept_errors=d.accept_errors, names_truncated=d.ingest.names_truncated, traces=d.traces.summary())
+        accept_errors=d.accept_errors, peer_gone=d.peer_gone, open_connections=open_all,
+        open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
+        traces=d.traces.summary())
 
 
 def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
@@ -195,7 +204,9 @@ def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
             "memory": {"budget_bytes": s.memory_budget, "used_bytes": s.memory_used,
                        "refused": dict(s.memory_refused)},
             "connections": {"refused": s.connections_refused, "idle_closed": s.idle_closed,
-                            "accept_errors": s.accept_errors, "internal_errors": s.internal_errors},
+                            "accept_errors": s.accept_errors, "internal_errors": s.internal_errors,
+                            "peer_gone": s.peer_gone, "open": s.open_connections, "control": s.open_control,
+                            "without_hello": s.open_without_hello},
             "names_truncated": s.names_truncated,
             "traces": dict(s.traces),
             "socket": socket_path}

@@ -37,6 +37,8 @@ import structlog
 
 from aclprof.protocol.wire import RECORD_DTYPE
 
+from .storage_losses import StorageLosses
+
 __all__ = ["Storage", "Chunk", "SEGMENT_VERSION", "read_segment", "DataDirLocked", "LOCK_FILE"]
 
 SEGMENT_MAGIC = b"ACLPSEG\x00"
@@ -121,6 +123,7 @@ class Storage:
         self.corrupt_chunks = 0  # damaged chunks met while reading (the rest of that file is skipped)
         self.last_read_problem: str | None = None
         self.names_skipped = 0  # segment names that something else already had
+        self.losses = StorageLosses(directory, self.max_age_s)  # which records failed writes lost (when, whose)
 
     # ---- writing ------------------------------------------------------------------------
     def _open_segment(self, now: float) -> None:
@@ -210,8 +213,13 @@ class Storage:
             self._current.size += _CHUNK_HEADER.size + len(mb) + data_len
             self._current.last_ts = batches[-1][0]
         except OSError as exc:
-            self.records_lost += data_len // RECORD_DTYPE.itemsize
+            n = data_len // RECORD_DTYPE.itemsize
+            self.records_lost += n
             self.failed(exc)
+            self.losses.lost(identity, min(ts for ts, _ in batches), max(ts for ts, _ in batches), n,
+                             self.last_error or str(exc), now)
+            return
+        self.losses.ok(now)
 
     def _append(self, parts: list[bytes]) -> None:
         """Write one whole chunk at the end of the current segment, or nothing: after a
@@ -271,6 +279,7 @@ class Storage:
         """Close the current segment and release the directory's lock."""
         self.flush()
         self._close_segment()
+        self.losses.save()
         if self._lock_fd is not None:
             os.close(self._lock_fd)  # releases the flock
             self._lock_fd = None
@@ -295,6 +304,7 @@ class Storage:
                 "disk_cap_bytes": self.disk_bytes, "write_errors": self.write_errors,
                 "deleted_for_cap": self.deleted_for_cap, "at_cap": self.at_cap,
                 "records_lost": self.records_lost, "names_skipped": self.names_skipped,
+                "loss_periods": len(self.losses.periods), "failing": self.losses.failing,
                 "last_cap_delete_ts": self.last_cap_delete_ts or None}
 
     # ---- reading ------------------------------------------------------------------------

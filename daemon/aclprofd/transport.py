@@ -110,12 +110,21 @@ class Transport:
         self.refused = 0             # connections refused or evicted by the limits above
         self.idle_closed = 0         # control clients closed for idling
         self.accept_errors = 0
+        # peers that were gone when the daemon wrote to them (EPIPE, ECONNRESET): a client
+        # that closed before reading its reply (``aclprof status --timeout 0``, a Ctrl-C).
+        # Not a protocol error: nothing was sent that breaks the protocol.
+        self.peer_gone = 0
         # recv_into one buffer, then an exact-size copy: recv(1 MiB) allocated a fresh 1 MiB
         # object per call that glibc mmap'd and page-faulted each time (~120 us per 100-400 KB
         # read, ~14 us this way); the copy is a fresh bytes, so the frame reader's views of
         # it stay valid as long as they are referenced
         self._rbuf = bytearray(_RECV)
         self._rview = memoryview(self._rbuf)
+
+    def open_counts(self) -> tuple[int, int, int]:
+        """Connections open now: (all, control clients, not yet said HELLO). Each table
+        holds open connections only, so the three agree with what is connected."""
+        return len(self.conns), len(self._controls), len(self._anon)
 
     # hooks
     def _handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:
@@ -200,9 +209,11 @@ class Transport:
 
     def admitted(self, conn: Conn) -> None:
         """``conn`` said HELLO (its role is set): it leaves the anonymous share; a control
-        client joins the control share, evicting the longest idle one when it is full."""
+        client joins the control share, evicting the longest idle one when it is full.
+        A connection already closed (its peer left before WELCOME could be written) joins
+        nothing: the tables hold open connections only."""
         self._anon.pop(conn, None)
-        if conn.role != "control":
+        if conn.role != "control" or conn.closed:
             return
         self._controls[conn] = time.monotonic()
         if len(self._controls) <= self.max_control:
@@ -211,12 +222,13 @@ class Transport:
             if other is not conn and self._idle(other):
                 self.refused += 1
                 self._fail(other, f"evicted: more than {self.max_control} control connections "
-                                  "and this one was the longest idle", quiet=True)
+                                  "and this one was the longest idle", quiet=True, protocol_error=False)
                 self.limiter.log("warning", "control connection evicted", pid=other.pid,
                                  limit=self.max_control)
                 return
         self.refused += 1
-        self._fail(conn, f"too many control connections (limit {self.max_control}, all busy)")
+        self._fail(conn, f"too many control connections (limit {self.max_control}, all busy)",
+                   protocol_error=False)
 
     @staticmethod
     def _idle(conn: Conn) -> bool:
@@ -231,7 +243,8 @@ class Transport:
                 break  # ordered by last request
             if self._idle(conn):
                 self.idle_closed += 1
-                self._fail(conn, f"idle control connection: no request in {self.control_idle_s:g} s", quiet=True)
+                self._fail(conn, f"idle control connection: no request in {self.control_idle_s:g} s", quiet=True,
+                           protocol_error=False)
                 self.limiter.log("info", "connection closed", reason="idle control connection", pid=conn.pid)
 
     def internal_error(self, conn: Conn, where: str, exc: BaseException) -> None:
@@ -241,7 +254,7 @@ class Transport:
         self.limiter.log("error", "internal error serving a connection; closing it", where=where,
                          pid=conn.pid, error=f"{type(exc).__name__}: {exc}")
         if not conn.closed:
-            self._fail(conn, f"internal error in {where}: {type(exc).__name__}", quiet=True)
+            self._fail(conn, f"internal error in {where}: {type(exc).__name__}", quiet=True, protocol_error=False)
 
     def _read(self, conn: Conn) -> None:
         """The selector says ``conn`` is readable."""
@@ -255,6 +268,10 @@ class Transport:
             try:
                 n = conn.sock.recv_into(self._rbuf)
             except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionResetError:  # the peer closed with our replies unread in its socket
+                self.peer_gone += 1
+                self._close(conn, "peer left before reading its replies", level="info")
                 return
             except OSError as exc:
                 self._close(conn, f"receive failed: {exc}", level="info")
@@ -285,7 +302,7 @@ class Transport:
             self.internal_errors += 1
             if self.limiter.allow("internal error handling a frame") is not None:
                 _log.exception("internal error handling a frame", pid=conn.pid)
-            self._fail(conn, f"internal error: {type(exc).__name__}")
+            self._fail(conn, f"internal error: {type(exc).__name__}", protocol_error=False)
             return False
         if conn.role is None and conn.reader.buffered > _HELLO_MAX:
             # an anonymous peer may not make the daemon buffer 16 MiB frames
@@ -300,6 +317,11 @@ class Transport:
                 conn.out.send(conn.sock)
             except (BlockingIOError, InterruptedError):
                 pass
+            except (BrokenPipeError, ConnectionResetError):
+                # the peer closed before reading what we owe it: it is gone, nothing more
+                self.peer_gone += 1
+                self._close(conn, "peer left before reading its replies", level="info")
+                return
             except OSError as exc:
                 self._close(conn, f"send failed: {exc}", level="info")
                 return
@@ -324,10 +346,17 @@ class Transport:
             pass
         conn.out.clear()
 
-    def _fail(self, conn: Conn, reason: str, *, quiet: bool = False) -> None:
-        """A protocol error: ERROR frame (best effort), close, log with the peer's pid.
-        An agent also gets GOODBYE: what it sent after the bad frame is counted as lost."""
-        self._on_protocol_error(conn)
+    def _fail(self, conn: Conn, reason: str, *, quiet: bool = False, protocol_error: bool = True) -> None:
+        """Close ``conn`` with an ERROR frame (best effort) and log it with the peer's pid.
+        An agent also gets GOODBYE: what it sent after the bad frame is counted as lost.
+        ``protocol_error``: the peer broke the protocol (counted in ``protocol_errors``, which
+        the ``AclprofdProtocolErrors`` alert watches); the limits (idle, eviction, too many)
+        and the daemon's own bugs are counted where they belong instead. A connection
+        already closed is left alone and counted nowhere: it is gone, nothing happened."""
+        if conn.closed:
+            return
+        if protocol_error:
+            self._on_protocol_error(conn)
         frames = encode_json(Kind.ERROR, {"message": reason})
         if conn.role == "agent":
             frames += encode_json(Kind.GOODBYE, {"records": conn.records, "dropped": conn.dropped})

@@ -48,6 +48,7 @@ class Client:
         self.sock.connect(path)
         self.reader = FrameReader()
         self.pending: list = []
+        self.lost: list[dict] = []  # END's storage loss periods of the last export
         self.pid = os.getpid() if pid is None else pid
         if hello:
             self.send_json(Kind.HELLO, {"role": role, "version": "0.1.0", "pid": self.pid, "host": host,
@@ -85,7 +86,9 @@ class Client:
         while True:
             k, payload = self.recv()
             if k == Kind.END:
-                assert decode_json(payload) == {"records": len(out), "skipped": 0}
+                end = decode_json(payload)
+                self.lost = end.pop("lost", [])  # storage loss periods of the window (a full disk)
+                assert end == {"records": len(out), "skipped": 0}
                 return out
             assert k == Kind.EXPORT_RECORDS
             out += [json.loads(line) for line in bytes(payload).splitlines()]

@@ -1,0 +1,91 @@
+"""How many bytes a flight-recorder capture's records take in its three outputs, per record,
+computed from the records themselves (issue 17: the former estimate, a flat 1 KiB plus the
+names, was 1.9-2.8x the real size, so every capture of a busy service was truncated at
+~37 % of ``capture_max_size`` and then made the next capture delete it).
+
+Per op record (the writers: :mod:`aclprof.exportfmt.ascend`, :mod:`aclprof.exportfmt.chrome`):
+
+- ``kernel_details.csv``: one row: 12 bytes of separators and constants, the op name and
+  type, device, start, duration and wait (µs with 3 decimals);
+- ``trace_view.json``: one ``X`` event: 123 bytes of template (with its ``,\\n``), name,
+  type, tid, start, duration, model, device, thread id;
+- ``trace.json`` (Chrome): one ``X`` event: 110 bytes of keys (with its ``,\\n``), name,
+  type twice, start, duration, pid, tid, flag, thread id, receive time;
+- the Overlap Analysis rows of ``trace_view.json``: a record that begins a busy interval of
+  its process (no earlier-starting op of the process still runs) opens a ``Computing``
+  span and, after the previous interval, a ``Free`` span: charged to that record.
+
+Numbers are charged their exact decimal digits (start and duration in µs, ids); the floats
+``repr`` writes (``dur``, Chrome's ``ts``, the receive time) their longest form. Names are
+charged their JSON-escaped length plus 2 per occurrence (csv quoting fits in that). So the
+result is an upper bound that is tight: within a few percent of the files (measured in
+``tests/test_capture_size.py``). Per process, op type and thread the writers add a few
+hundred bytes (the summary files, op_statistic rows, metadata events):
+:func:`overhead`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+__all__ = ["RECORD_FIXED", "SPAN_FIXED", "record_costs", "span_openers", "span_costs", "overhead", "digits"]
+
+#: bytes of a record's three output lines that do not depend on its values (see above)
+RECORD_FIXED = 12 + 123 + 110
+#: a Computing and a Free span without their numbers (templates, names, separators)
+SPAN_FIXED = (50 + len("Computing") + 2) + (50 + len("Free") + 2)
+_REPR_FLOAT = 18  # repr() of a receive time (Unix seconds, 6 decimals at most) or a span's duration in µs
+_TID_STRIDE = 100000
+_PROCESS = 8 << 10  # per process: profiler_info/metadata json, csv headers, trace metadata events
+_TYPE = 256  # per op type and process: an op_statistic row
+_THREAD = 512  # per (device, model) of a process: thread name and sort events in both traces
+_FIXED = 16 << 10  # capture.json and the Chrome trace's header and end
+_POW10 = np.array([10 ** k for k in range(1, 20)], dtype=np.uint64)
+
+
+def digits(a: np.ndarray) -> np.ndarray:
+    """Decimal digits of each non-negative integer in ``a`` (exact, up to 2^64 - 1)."""
+    return np.searchsorted(_POW10, a.astype(np.uint64), side="right").astype(np.int64) + 1
+
+
+def record_costs(records: np.ndarray, pid: int, name_cost: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """Bytes of each record (RECORD_DTYPE) in the three outputs, Overlap Analysis apart.
+    ``name_cost(ids)``: the bytes one occurrence of each name id takes."""
+    start_us = digits(records["start"] // 1000) + 4  # format_us: digits, '.', 3 decimals
+    dur_us = digits(records["duration"] // 1000) + 4  # format_us, and repr(ns / 1e3) never longer
+    device, model = records["device_id"].astype(np.uint64), records["model_id"].astype(np.uint64)
+    tid = digits(device * _TID_STRIDE + model)
+    numbers = (4 * start_us + 2  # csv start and wait (wait <= start), trace_view ts, Chrome ts (repr: +2)
+               + 3 * dur_us  # csv, trace_view, Chrome
+               + 2 * digits(device) + digits(model) + 2 * tid + 2 * digits(records["thread_id"])
+               + digits(records["flag"]) + len(str(int(pid))) + _REPR_FLOAT)
+    return RECORD_FIXED + numbers + 3 * name_cost(records["op_name"]) + 4 * name_cost(records["op_type"])
+
+
+def span_openers(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which of one process's ops begin a busy interval (``aclprof.exportfmt.ascend.busy_intervals``:
+    the union of ``[start, end)``, touching intervals merged): a boolean per op, in its order."""
+    out = np.zeros(len(starts), dtype=bool)
+    if not len(starts):
+        return out
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], np.maximum(ends[order], starts[order])
+    reach = np.maximum.accumulate(e)
+    new = np.empty(len(s), dtype=bool)
+    new[0] = True
+    new[1:] = s[1:] > reach[:-1]
+    out[order] = new
+    return out
+
+
+def span_costs(records: np.ndarray, opens: np.ndarray) -> np.ndarray:
+    """Bytes of the Computing and Free spans that the opening records begin (0 for the others)."""
+    per = SPAN_FIXED + 2 * (digits(records["start"] // 1000) + 4) + 2 * _REPR_FLOAT
+    return np.where(opens, per, 0)
+
+
+def overhead(processes: int, types: int, threads: int) -> int:
+    """Bytes beyond the records: per process, per op type of a process, per thread of a process."""
+    return _FIXED + _PROCESS * processes + _TYPE * types + _THREAD * threads
