@@ -33,7 +33,7 @@ from aclprof.cli.fleetdata import (
     valid_window,
 )
 from aclprof.cli.fleetprom import DEFAULT_MAX_BYTES, PromClient, PrometheusError, check_url
-from aclprof.cli.fleetview import Fleet, print_table, render, run_live
+from aclprof.cli.fleetview import Fleet, pipe_width, print_table, render, run_live
 
 __all__ = ["add_parser", "cmd_fleet"]
 
@@ -152,12 +152,14 @@ def cmd_fleet(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(fleet.document(rows, args.sort, args.host), indent=2))
             else:
-                print_table(render(fleet, rows, args.sort, args.host, args.limit, "\n".join(fleet.warnings)))
+                print_table(render(fleet, rows, args.sort, args.host, args.limit, "\n".join(fleet.warnings),
+                                   width=pipe_width()))
             return EXIT_OK
         if not sys.stdout.isatty():
             while True:  # a pipe: a plain table every interval; `| head` ends it quietly (EPIPE)
                 rows = fleet.fetch()
-                print_table(render(fleet, rows, args.sort, args.host, args.limit, "\n".join(fleet.warnings)))
+                print_table(render(fleet, rows, args.sort, args.host, args.limit, "\n".join(fleet.warnings),
+                                   width=pipe_width()))
                 print(flush=True)
                 time.sleep(args.interval)
         run_live(fleet, args.sort, args.host, args.interval, args.limit)
