@@ -14,7 +14,7 @@ import sys
 import time
 
 import pytest
-from helpers.daemons import InProcess, agent, status
+from helpers.daemons import InProcess, agent, fake_control_daemon, status
 from helpers.procs import REPO, PtyOutput, cli, env, wait_for
 from helpers.records import make_records
 
@@ -491,46 +491,6 @@ def test_top_header_turns_degraded_when_protocol_errors_rise(daemon):
 
 # -- hostile replies: something else on the socket, or a daemon of another version -------------
 
-def _fake_daemon(replies: dict):
-    """A control 'daemon' answering each request kind with ``replies[kind]`` (a JSON object),
-    for any number of connections; returns (socket path, stop)."""
-    import socket
-    import threading
-
-    from helpers.procs import short_tmpdir
-
-    from aclprof.protocol import wire
-
-    path = os.path.join(short_tmpdir("aclp-"), "fake.sock")
-    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    srv.bind(path)
-    srv.listen(8)
-
-    def serve_one(c):
-        reader, pending = wire.FrameReader(), []
-        try:
-            wire.recv_frame(c, reader, pending)  # HELLO
-            c.sendall(wire.encode_json(Kind.WELCOME, {"version": "9", "protocol": 2, "pid": 1, "started_ts": 0.0}))
-            while (frame := wire.recv_frame(c, reader, pending)) is not None:
-                kind = frame[0]
-                c.sendall(wire.encode_json(Kind(kind + 1), replies[kind]))
-        except OSError:
-            pass
-        finally:
-            c.close()
-
-    def serve():
-        try:
-            while True:
-                c, _ = srv.accept()
-                threading.Thread(target=serve_one, args=(c,), daemon=True).start()
-        except OSError:
-            pass
-
-    threading.Thread(target=serve, daemon=True).start()
-    return path, srv.close
-
-
 _GARBAGE_STATUS = {"version": ["x"], "pid": "p", "uptime_s": "long", "healthy": "maybe", "problems": "disk",
                    "records_per_s": "fast", "dropped_by_agents": None, "agents": 5, "stream_skipped": float("nan"),
                    "storage": [], "memory": {"refused": "all"}, "aggregates": {"windows": "10s", "group_by": 3}}
@@ -541,7 +501,7 @@ def test_top_and_status_survive_replies_of_the_wrong_types():
     snap = {"window": 10, "rows": [{"key": big, "count": "many", "total_ns": None, "pct_time": "NaN",
                                     "p99_ns": [1]}, 7, "row", {"key": None, "count": 1e300}],
             "summary": {"devices": "all", "processes": "two", "records_per_s": {}}}
-    path, stop = _fake_daemon({Kind.STATUS: _GARBAGE_STATUS, Kind.SNAPSHOT: snap})
+    path, stop = fake_control_daemon({Kind.STATUS: _GARBAGE_STATUS, Kind.SNAPSHOT: snap})
     try:
         p = cli("top", "--once", "--socket", path)
         assert p.returncode == 0, p.stderr
@@ -559,7 +519,7 @@ def test_top_and_status_survive_replies_of_the_wrong_types():
 def test_top_once_with_a_flood_of_rows_shows_the_limit():
     rows = [{"key": f"op{i:06d}", "count": i, "total_ns": i * 1000, "mean_ns": 1000, "p50_ns": 1000, "p99_ns": 1000,
              "max_ns": 1000, "pct_time": 0.001} for i in range(60_000)]
-    path, stop = _fake_daemon({Kind.STATUS: {"healthy": True, "agents": []},
+    path, stop = fake_control_daemon({Kind.STATUS: {"healthy": True, "agents": []},
                                Kind.SNAPSHOT: {"window": "10s", "rows": rows}})
     try:
         started = time.monotonic()
