@@ -142,11 +142,11 @@ def fit(cols: Sequence[Col], natural: Sequence[int], width: int, gap: int = TABL
 
 
 def hidden_note(hidden: Sequence[str], hint: str) -> str:
-    """``3 columns hidden: p50 Max % time (widen the terminal or press h)``; "" if none."""
+    """``3 columns hidden: p50, Max, % time (widen the terminal or press h)``; "" if none."""
     if not hidden:
         return ""
     n = len(hidden)
-    return f"{n} column{'s' if n != 1 else ''} hidden: {' '.join(hidden)} ({hint})"
+    return f"{n} column{'s' if n != 1 else ''} hidden: {', '.join(hidden)} ({hint})"
 
 
 def _plain(cell: Any) -> str:

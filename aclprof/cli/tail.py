@@ -21,7 +21,7 @@ from aclprof.cli.common import (
     format_ns,
     use_colour,
 )
-from aclprof.cli.fit import Col, Fitted, cut, fit, hidden_note
+from aclprof.cli.fit import Col, Fitted, cut, fit, hidden_note, wrap_lines
 from aclprof.cli.fit import cells as cells_of
 from aclprof.protocol.safetext import safe
 
@@ -243,8 +243,8 @@ def _stream(client: Client, args: argparse.Namespace, filt: dict[str, Any]) -> s
                     layout, shown_width = tail_layout(width), width
                     if layout is not None and layout.hidden and layout.hidden != hidden:
                         hidden = layout.hidden
-                        print(f"# {width} columns: " + hidden_note(hidden, "widen the terminal, or --json")
-                              + "; names shortened", file=sys.stderr, flush=True)
+                        note = "# " + hidden_note(hidden, "widen the terminal or --json") + "; names shortened"
+                        print("\n".join(wrap_lines([note], width)), file=sys.stderr, flush=True)
                 lines = str(payload, "utf-8").splitlines()
                 out.write("".join(tail_line(json.loads(line), colour, layout, width) + "\n" for line in lines))
                 out.flush()

@@ -321,7 +321,7 @@ def help_screen(view: TopView, width: int = 96) -> str:
     number's resolution is."""
     lines = ["keys:", help_text(width=width - 1), ""]
     if view.hidden:
-        lines.append(f"hidden to fit this terminal: {' '.join(view.hidden)} (widen it, or sort by one: "
+        lines.append(f"hidden to fit this terminal: {', '.join(view.hidden)} (widen it, or sort by one: "
                      "the sorted column is always shown)")
     lines.append(RESOLUTION)
     return "\n".join(lines)
