@@ -44,6 +44,13 @@ def _assert_within(text: str, width: int) -> None:
         assert _cells(line.rstrip()) <= width, f"{_cells(line)} > {width}: {line!r}"
 
 
+def _assert_no_cut_number(text: str) -> None:
+    """No number shown with an ellipsis in it or after it (``28,6…``, ``571.86…``), whatever
+    the layout: the first check, layout-independent."""
+    cut = re.findall(r"(?<![\w/])[0-9][0-9,.]*(?:[a-zµ%]*)…", text)
+    assert not cut, f"numbers cut: {cut}"
+
+
 def _table(text: str) -> tuple[list[str], list[list[str]]]:
     """The headings and rows of the one fitted table in ``text`` (cells are 2+ blanks apart;
     the row lines follow the heading's rule, as many cells as headings)."""
@@ -112,6 +119,7 @@ def _expected_top(r: dict) -> dict[str, str]:
 
 
 def _check_top(text: str, rows: list[dict], width: int, name_heading: str) -> list[str]:
+    _assert_no_cut_number(text)
     _assert_within(text, width)
     heads, got = _table(text)
     heads = [h.replace(" ▼", "") for h in heads]
