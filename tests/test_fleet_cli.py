@@ -131,6 +131,7 @@ def test_once_json_lists_hosts_and_flags_the_slow_one(capsys):
     assert row["calls_per_s"] == 60.0 and row["p99_s"] == 3.9e-4 and row["share"] == 1.0
     assert doc["outliers"][0]["host"] == "c" and doc["outliers"][0]["direction"] == "slow"
     assert doc["thresholds"] == {"min_count": 100.0, "min_hosts": 3, "z": 3.5, "mad_floor": 0.05}
+    assert "power-of-two buckets" in doc["quantile_resolution"]  # what p50_s and p99_s are worth
     assert set(prom.asked) == set(queries("1m").values())  # every query, nothing else
 
 

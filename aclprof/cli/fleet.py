@@ -50,6 +50,10 @@ outliers: a host's p99 of an op type is scored against the other hosts' (robust 
 0.6745 * (p99 - median) / max(MAD, mad-floor * median)) among the hosts with at least
 --min-count calls in the window, when at least --min-hosts hosts qualify; flagged at
 |z| >= --z (defaults 100 calls, 3 hosts, 3.5, 5 %: a host ~26 % off the median).
+
+resolution: p50 and p99 are Prometheus' histogram_quantile over aclprofd's power-of-two
+buckets (each spans 2x; the value is interpolated linearly inside it): up to 2x off, and it
+can exceed the max `aclprof top` shows on the host (Prometheus keeps no max).
 """
 
 def add_parser(sub: Any, fmt: Any) -> None:

@@ -14,6 +14,7 @@ from aclprof.cli.common import format_ns, regex_problem, use_colour
 from aclprof.cli.topbaseline import SINCE_RESET, Baseline
 from aclprof.cli.topheader import as_list, num
 from aclprof.cli.topkeys import BASIC_GROUPS, GROUP_LABELS, GROUPS, KEYS, caption, help_text
+from aclprof.protocol.quantshift import BINS_PER_OCTAVE
 from aclprof.protocol.safetext import safe
 
 __all__ = ["SORT_KEYS", "WINDOWS", "GROUPS", "TopView", "sort_rows", "render_table", "learn_windows",
@@ -327,11 +328,15 @@ def help_screen(view: TopView, width: int = 96) -> str:
     return "\n".join(lines)
 
 
-#: how exact each number of top is (the daemon's aggregates: aclprofd.aggregate_quantiles)
-RESOLUTION = ("numbers: Count, Total, Avg, Max exact (the daemon's sums and extremes); p50 and p99 from "
-              "log-scale bins 2**(1/8) wide (about 9 %), shown as the bin's middle, at most 4.4 % off; a "
-              "quantile above the row's max is shown as the max with '≤' (it can be no more); Shift: the "
-              "regression detector's flagged quantile, else p99, against its baseline")
+#: how exact each number of top is (the daemon's aggregates: aclprofd.aggregate_quantiles;
+#: the bin rule: aclprof.protocol.quantshift)
+_BIN_PCT = 100 * (2 ** (1 / BINS_PER_OCTAVE) - 1)  # a bin's width
+_MID_PCT = 100 * (2 ** (1 / (2 * BINS_PER_OCTAVE)) - 1)  # the farthest a bin's middle is from its values
+RESOLUTION = (f"numbers: Count, Total, Avg and Max are exact (the daemon's sums and extremes); p50 and p99 "
+              f"come from log-scale bins 2**(1/{BINS_PER_OCTAVE}) wide ({_BIN_PCT:.0f} %), shown as the bin's "
+              f"middle: at most {_MID_PCT:.1f} % off; a quantile whose bin lies past the row's max is shown as "
+              "the max, marked '≤' (it can be no more); Shift: the regression detector's flagged quantile, "
+              "else p99, against its baseline")
 
 
 def shift_cell(row: dict[str, Any]) -> Any:
@@ -364,11 +369,12 @@ def _pct(ratio: float) -> str:
 
 def quantile_cell(ns: Any, max_ns: Any) -> str:
     """A quantile cell: "—" where the view cannot know it (since r); never above the row's
-    max: a quantile estimated above it (a bin's middle past the largest record) is shown as
-    the max, marked "≤" (the quantile is at most that)."""
+    max: a quantile whose bin's middle lies past the largest record (which the daemon
+    clamps to the max, or any source that did not) is shown as the max, marked "≤" (the
+    quantile is at most that, and nothing closer is known)."""
     if ns is None:
         return "—"
-    if max_ns is not None and _is_num(max_ns) and num(ns) > max_ns:
+    if _is_num(max_ns) and max_ns > 0 and num(ns) >= max_ns:
         return "≤" + format_ns(num(max_ns))
     return format_ns(num(ns))
 
