@@ -72,6 +72,7 @@ def test_a_quantile_past_the_max_is_shown_as_the_max_marked_at_most():
     row = {"key": "Conv2D", "count": 100, "total_ns": 3_000_000, "mean_ns": 30_000, "min_ns": 20_000,
            "max_ns": 34_000, "p50_ns": 30_500, "p90_ns": 36_000, "p99_ns": 63_400, "pct_time": 100.0}
     text = _render(render_table({"rows": [row]}, TopView(), 10))
+    assert "63.4us" not in text and "≤34.0us" in text  # p99 above the max: never shown
     cells = re.split(r" {2,}", next(line for line in text.splitlines() if line.startswith("Conv2D")).strip())
     heads = re.split(r" {2,}", next(line for line in text.splitlines() if "Count" in line).strip())
     cell = dict(zip([h.replace(" ▼", "") for h in heads], cells))
