@@ -241,7 +241,7 @@ def _stream(client: Client, args: argparse.Namespace, filt: dict[str, Any]) -> s
                 width = _terminal_width(out)  # again per frame: the terminal may be resized
                 if width != shown_width:
                     layout, shown_width = tail_layout(width), width
-                    if layout is not None and layout.hidden and layout.hidden != hidden:
+                    if width is not None and layout is not None and layout.hidden and layout.hidden != hidden:
                         hidden = layout.hidden
                         note = "# " + hidden_note(hidden, "widen the terminal or --json") + "; names shortened"
                         print("\n".join(wrap_lines([note], width)), file=sys.stderr, flush=True)

@@ -351,19 +351,17 @@ def shift_cell(row: dict[str, Any]) -> Any:
         text = ", ".join(f"{safe(f.get('quantile', '?'))} {_pct(f['shift'])}" for f in flagged)
         return Text(text + " REGRESSION", style="bold red")
     ratio = row.get("shift_p99")
+    p99 = f"p99 {_pct(ratio)}" if _is_num(ratio) else None
     if row.get("regression") is True:  # a daemon that does not say which quantile (before "flagged")
-        known = f"p99 {_pct(ratio)}, " if _is_num(ratio) else ""
-        return Text(known + "REGRESSION (p50 or p99: aclprof status)", style="bold red")
-    if not _is_num(ratio):
-        return Text("—")
-    return Text(f"p99 {_pct(ratio)}")
+        return Text((p99 + ", " if p99 else "") + "REGRESSION (p50 or p99: aclprof status)", style="bold red")
+    return Text(p99 or "—")
 
 
 def _is_num(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and abs(v) != float("inf")
 
 
-def _pct(ratio: float) -> str:
+def _pct(ratio: Any) -> str:
     return f"{100.0 * (ratio - 1.0):+.1f}%"
 
 
