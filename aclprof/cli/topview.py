@@ -223,6 +223,8 @@ def _identity_columns(group: str, rows: list[dict[str, Any]]) -> list[tuple[str,
     return [first] + [c for c in spec[1:] if any(r.get(c[1]) not in (None, "") for r in rows)]
 
 
+#: naming columns that hold numbers (a pid, a device, a model id): whole, like the statistics
+_NUMBER_FIELDS = ("pid", "device", "model_id")
 #: the statistics columns: (heading, the sort it is the column of, priority when the screen is
 #: narrow: 0 never hidden, higher hidden sooner; the sorted column is never hidden)
 _STATS: tuple[tuple[str, str | None, int], ...] = (
@@ -250,7 +252,7 @@ def table_parts(snap: dict[str, Any], view: TopView, limit: int = 0,
     ident = _identity_columns(view.group, rows)
     # the first naming column is never hidden; an op name loses its middle (both ends say
     # something: the layer and the op), other names their end
-    cols = [Col(h, 0 if i == 0 else 7, whole=False, min_width=12 if i == 0 else 6,
+    cols = [Col(h, 0 if i == 0 else 5, whole=f in _NUMBER_FIELDS, min_width=12 if i == 0 else 6,
                 cut="middle" if f == "key" and view.group == "name" else "end", justify="left")
             for i, (h, f) in enumerate(ident)]
     cols += [Col(h + (" ▼" if s == view.sort else ""), 0 if s == view.sort else pri, short=h,

@@ -12,7 +12,7 @@ the span it really covers.
 
 from __future__ import annotations
 
-import collections
+import bisect
 from collections.abc import Iterable, Mapping
 
 __all__ = ["CounterHistory", "RECENT_COUNTERS", "SAMPLE_EVERY_S"]
@@ -28,27 +28,32 @@ class CounterHistory:
 
     def __init__(self, started: float, keep_s: float) -> None:
         self.keep_s = max(float(keep_s), SAMPLE_EVERY_S)
-        zeros = dict.fromkeys(RECENT_COUNTERS, 0)
-        self.samples: collections.deque[tuple[float, dict[str, int]]] = collections.deque([(started, zeros)])
+        # parallel lists (times ascending): a window's base is found by bisection, however
+        # long the longest window (an hour is 3,600 samples; STATUS is published 10 times a second)
+        self.times: list[float] = [started]
+        self.values: list[dict[str, int]] = [dict.fromkeys(RECENT_COUNTERS, 0)]
+
+    @property
+    def samples(self) -> list[tuple[float, dict[str, int]]]:
+        return list(zip(self.times, self.values))
 
     def add(self, now: float, counters: Mapping[str, int]) -> None:
         """A sample at ``now`` (time.monotonic()), kept if the last is a second old."""
-        if now - self.samples[-1][0] < SAMPLE_EVERY_S:
+        if now - self.times[-1] < SAMPLE_EVERY_S:
             return
-        self.samples.append((now, {k: int(counters.get(k, 0)) for k in RECENT_COUNTERS}))
+        self.times.append(now)
+        self.values.append({k: int(counters.get(k, 0)) for k in RECENT_COUNTERS})
         # keep one sample older than the longest window: it is that window's base
-        while len(self.samples) > 2 and self.samples[1][0] <= now - self.keep_s - SAMPLE_EVERY_S:
-            self.samples.popleft()
+        drop = bisect.bisect_right(self.times, now - self.keep_s - SAMPLE_EVERY_S) - 1
+        if drop > 0:
+            del self.times[:drop], self.values[:drop]
 
     def growth(self, now: float, seconds: float, counters: Mapping[str, int]) -> dict[str, float]:
         """The counters' growth over the last ``seconds`` (``counters``: their values now),
         with ``span_s``: the time it covers (shorter than ``seconds`` only while the daemon is
         younger; a second longer at most otherwise)."""
-        base_t, base = self.samples[0]
-        for t, c in reversed(self.samples):
-            if t <= now - seconds:
-                base_t, base = t, c
-                break
+        i = max(0, bisect.bisect_right(self.times, now - seconds) - 1)  # the newest at least that old
+        base_t, base = self.times[i], self.values[i]
         out: dict[str, float] = {k: max(0, int(counters.get(k, 0)) - base[k]) for k in RECENT_COUNTERS}
         out["span_s"] = round(max(0.0, now - base_t), 3)
         return out
