@@ -27,11 +27,11 @@ from aclprof.cli.common import (
     connect,
     filter_from_args,
 )
+from aclprof.cli.topcells import RESOLUTION
 from aclprof.cli.topheader import Header
 from aclprof.cli.topkeys import BASIC_GROUPS, GROUPS, help_text
 from aclprof.cli.toplive import header_for, refresh_header
 from aclprof.cli.topview import (
-    RESOLUTION,
     SORT_KEYS,
     WINDOWS,
     TopView,
