@@ -161,7 +161,7 @@ def render(fleet: Fleet, rows: list[FleetRow], sort: str, host: str | None, limi
                          Text("OUTLIER", style="bold red") if h.outlier else ""])
     table, hidden = fit_table(cols, body, width)
     parts: list[Any] = [Text(safe(title))]
-    note = hidden_note(hidden, "widen the terminal or --json")
+    note = hidden_note(hidden, "widen the terminal, or --once --json")
     if note:
         parts.append(Text(note, style="dim"))
     parts.append(table)
