@@ -351,3 +351,39 @@ def test_tail_in_an_80_column_terminal_writes_one_line_per_record():
     assert len(records) >= 5 and all(_cells(line) <= 80 for line in lines), lines
     assert all("pid " in line and "Conv2DB" in line and "…" in line for line in records)
     assert any("1 column hidden: model" in line for line in lines)  # said once, on stderr
+
+
+def test_status_on_an_80_column_terminal():
+    """The real command on a terminal: each line within 80 columns, each number whole."""
+    st = {"version": "0.1.0", "pid": 811, "healthy": True, "uptime_s": 3600, "problems": [],
+          "records_total": 52_400_000, "records_per_s": 14_500, "dropped_by_agents": 12_345, "stream_skipped": 77,
+          "protocol_errors": 3, "agents": [
+              {"pid": 4242, "service": "resnet-inference-frontend", "host": "npu-host-3.cluster.example.com",
+               "records": 35_280_000, "records_per_s": 9_800, "dropped": 0, "lag_ns": 1_200_000, "connected_s": 3600,
+               "steps": 12_345, "models": [{"model_id": 1, "device": 0, "labels": {"model": "resnet50"}}]}]}
+    path, stop = fake_control_daemon({Kind.STATUS: st, Kind.SNAPSHOT: {"window": "10s", "rows": []}})
+    try:
+        with in_pty("status", "--socket", path, columns=80) as (proc, out, _):
+            assert proc.wait(20) == 0
+            out.drain(0.5)
+    finally:
+        stop()
+    text = "\n".join(screen_lines(out.seen))
+    _assert_within(text, 80)
+    assert "35,280,000" in text.split() and "12,345;" in text.split()
+    assert max(_cells(line) for line in text.splitlines()) > 60  # the lines use the width
+
+
+def test_demo_on_an_80_column_terminal():
+    """``aclprof demo`` end to end on an 80-column terminal: its live top and its closing
+    summary (two tables) within the width, every number whole."""
+    with in_pty("demo", "--duration", "3", "--interval", "0.5", columns=80, lines=40) as (proc, out, _):
+        out.read_until(b"emitted - received - lost", timeout=60)
+        assert proc.wait(30) == 0
+        out.drain(0.5)
+    lines = screen_lines(out.seen)
+    text = "\n".join(lines)
+    _assert_no_cut_number(text)
+    _assert_within(text, 80)
+    summary = text[text.rindex("aclprof demo:"):]
+    assert summary.count("aclprof top: window all") == 2 and "% time" in summary
