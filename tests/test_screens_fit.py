@@ -327,8 +327,9 @@ def test_tail_one_line_per_record_names_shortened_numbers_whole(width):
         assert "model 12" in plain and "dev 3" in plain and "Conv2DBackpropF…" in plain
     gap = tail_line({**_RECORD, "kind": "gap", "gap_records": 9_000, "pause_ns": 1_500_000_000}, False, layout, width)
     assert "9000 ops not streamed" in gap and "1.50s" in gap
-    # a pipe (no width): every field whole, as before
-    assert tail_line(_RECORD, False).endswith(LONG_NAME)
+    # a pipe (no width): the op type and name whole, as before (the service cut at 16, as before)
+    piped = tail_line(_RECORD, False)
+    assert piped.endswith(LONG_NAME) and " Conv2DBackpropFilter " in piped and "resnet-inferenc… " in piped
 
 
 def test_tail_in_an_80_column_terminal_writes_one_line_per_record():

@@ -71,6 +71,7 @@ _COLS = (Col("time", 0, width=13, justify="left"),
          Col("duration", 0, width=10, justify="left"),
          Col("op name", 1, whole=False, min_width=20, cut="middle", justify="left"))
 _NAME = len(_COLS) - 1
+_SERVICE = 1
 
 
 def tail_layout(width: int | None) -> Fitted | None:
@@ -92,7 +93,9 @@ def _line(cells: list[str], layout: Fitted | None, colour_at: dict[int, str], wi
             continue
         text = cells[i]
         w = layout.widths[i] if layout is not None else _COLS[i].width
-        if not _COLS[i].whole:
+        # into a pipe only the service is cut (at 16, as ever: it is a peer's free text); the
+        # op type and name stay whole for grep and awk
+        if not _COLS[i].whole and (layout is not None or i == _SERVICE):
             text = cut(text, w, _COLS[i].cut)
         pad = " " * max(0, w - cells_of(text))
         used += cells_of(text) + len(pad) + 1
