@@ -76,7 +76,7 @@ _SERVICE = 1
 
 def tail_layout(width: int | None) -> Fitted | None:
     """Which fields a line shows, and how wide, in a terminal ``width`` cells wide (None: a
-    pipe, every field whole: what grep and awk read)."""
+    pipe: the op type and name whole, for grep and awk)."""
     if width is None:
         return None
     natural = [c.width for c in _COLS[:_NAME]] + [max(width, 1)]
@@ -262,7 +262,7 @@ def _stream(client: Client, args: argparse.Namespace, filt: dict[str, Any]) -> s
 
 def _terminal_width(out: Any) -> int | None:
     """The terminal's width when ``out`` is one (lines are fitted to it), else None (a pipe
-    or a file: every field whole, for grep and awk)."""
+    or a file: the op type and name whole, for grep and awk)."""
     import os
 
     try:
