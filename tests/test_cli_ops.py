@@ -238,21 +238,26 @@ def test_status_loop_needs_positive_seconds(value):
 
 # -- the detector's p99 shift column ----------------------------------------------------------
 
-def test_top_shows_the_detectors_p99_shift_and_flags_regressions():
+def test_top_shows_the_detectors_shift_and_the_flagged_quantile():
     from aclprof.cli.topview import TopView
 
     row = {"count": 10, "total_ns": 1000, "mean_ns": 100, "p50_ns": 90, "p99_ns": 200, "max_ns": 300,
            "pct_time": 50.0}
-    rows = [{**row, "key": "MatMul", "shift_p99": 1.234, "regression": True},
-            {**row, "key": "Relu", "shift_p99": 0.98, "regression": False},
-            {**row, "key": "Add", "shift_p99": None, "regression": False}]
+    rows = [{**row, "key": "MatMul", "shift_p99": 1.009, "regression": True,
+             "flagged": [{"quantile": "p50", "shift": 1.427}]},
+            {**row, "key": "Relu", "shift_p99": 0.98, "regression": False, "flagged": []},
+            {**row, "key": "Add", "shift_p99": None, "regression": False, "flagged": []}]
     text = _screen(TopView(), {"rows": rows})
-    assert "p99 shift" in text
-    assert "+23.4% REGRESSION" in text and "-2.0%" in text
+    assert "Shift" in text
+    # the flagged quantile, not the p99 beside it (issue 17: "+0.9% REGRESSION" under "p99 shift")
+    assert "p50 +42.7% REGRESSION" in text and "+0.9%" not in text and "p99 -2.0%" in text
     assert text.count("REGRESSION") == 1
     assert "Add" in text and "—" in text  # not judged yet
+    # a daemon before "flagged": it says a quantile is flagged, not which
+    old = _screen(TopView(), {"rows": [{**row, "key": "MatMul", "shift_p99": 1.009, "regression": True}]})
+    assert "p99 +0.9%, REGRESSION (p50 or p99: aclprof status)" in old
     plain = _screen(TopView(), {"rows": [{**row, "key": "MatMul"}]})  # a daemon without the detector
-    assert "p99 shift" not in plain
+    assert "Shift" not in plain
 
 
 def test_status_lists_the_detectors_flags_worst_first_and_escaped():

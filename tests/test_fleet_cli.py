@@ -131,6 +131,7 @@ def test_once_json_lists_hosts_and_flags_the_slow_one(capsys):
     assert row["calls_per_s"] == 60.0 and row["p99_s"] == 3.9e-4 and row["share"] == 1.0
     assert doc["outliers"][0]["host"] == "c" and doc["outliers"][0]["direction"] == "slow"
     assert doc["thresholds"] == {"min_count": 100.0, "min_hosts": 3, "z": 3.5, "mad_floor": 0.05}
+    assert "power-of-two buckets" in doc["quantile_resolution"]  # what p50_s and p99_s are worth
     assert set(prom.asked) == set(queries("1m").values())  # every query, nothing else
 
 
@@ -419,3 +420,24 @@ def test_prometheus_warnings_and_a_missing_host_label_are_reported(capsys):
         assert "no series has the label 'host'" in warnings[-1] and "--host-label instance" in warnings[-1]
         rc, out, _ = run(capsys, "--prometheus", prom.url, "--once")
         assert rc == 0 and "Prometheus warns: partial data\\x1b[2J" in out and "\x1b" not in out
+
+
+def test_once_on_an_80_column_terminal_keeps_every_number_whole():
+    """issue 17: the fleet's table on the default terminal: names shortened, the least
+    important columns hidden with a note, never a number cut, no line wider than 80."""
+    import re
+
+    from helpers.procs import in_pty, screen_lines
+
+    hosts = {f"npu-host-{i:04d}.cluster.example.com": v for i, v in enumerate((1.0e-4, 1.04e-4, 4.1e-4))}
+    with fake(canned(fleet_samples(hosts, op_type="MatMulV2_fused_attention_projection",
+                                   service="llm-inference-frontend"))) as prom:
+        with in_pty("fleet", "--prometheus", prom.url, "--once", columns=80) as (proc, out, _):
+            assert proc.wait(20) == 0
+            out.read_until(b"power-of-two buckets")
+    lines = screen_lines(out.seen)
+    assert all(len(line) <= 80 for line in lines), lines
+    text = "\n".join(lines)
+    assert not re.findall(r"(?<![\w/])[0-9][0-9,.]*[a-z%]*…", text), text  # no "390.0…", "60…"
+    assert re.search(r"columns? hidden: ", text) and re.search(r"npu-host-0002\S* x\d+\.\d z=\+\d+\.\d", text)
+    assert "390.0us" in text  # the fleet's p99 (the sorted share column and p99 are kept)

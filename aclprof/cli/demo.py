@@ -25,6 +25,7 @@ import time
 from typing import Any
 
 from aclprof.cli.common import EXIT_OK, CliError, format_ns
+from aclprof.cli.fit import wrap_lines
 from aclprof.cli.launch import CommandNotFound, daemon_argv
 
 __all__ = ["add_parser", "cmd_demo"]
@@ -219,10 +220,8 @@ def _stop_services(services: list[subprocess.Popen]) -> list[dict[str, Any]]:
     return results
 
 
-def _summary(socket_path: str, results: list[dict[str, Any]], elapsed: float) -> str:
-    from aclprof.cli.client import Client, DaemonError
-    from aclprof.cli.topview import TopView, render_table
-
+def _service_lines(results: list[dict[str, Any]], elapsed: float) -> tuple[list[str], int, int]:
+    """The summary's lines per service, and the op records they emitted and reported lost."""
     lines = [f"\naclprof demo: {elapsed:.1f}s, {len(results)} services"]
     emitted = sum(int(r.get("emitted", 0)) for r in results)
     lost = 0
@@ -233,6 +232,13 @@ def _summary(socket_path: str, results: list[dict[str, Any]], elapsed: float) ->
         lines.append(f"  {r.get('service')} (pid {r.get('pid')}): {r.get('inferences', 0):,} inferences, "
                      f"{int(r.get('emitted', 0)):,} op records emitted, {int(a.get('records_sent', 0)):,} sent, "
                      f"{dropped:,} dropped")
+    return lines, emitted, lost
+
+
+def _summary(socket_path: str, results: list[dict[str, Any]], elapsed: float) -> str:
+    from aclprof.cli.client import Client, DaemonError
+
+    lines, emitted, lost = _service_lines(results, elapsed)
     try:
         with Client(socket_path, timeout=5.0) as c:
             deadline = time.monotonic() + 3.0
@@ -244,19 +250,38 @@ def _summary(socket_path: str, results: list[dict[str, Any]], elapsed: float) ->
             by_service = c.snapshot("all", "service", {})
     except DaemonError as exc:
         lines.append(f"  (daemon unreachable at the end: {exc})")
-        return "\n".join(lines)
+        return "\n".join(wrap_lines(lines, summary_width()))
+    return summary_text(results, elapsed, st, snap, by_service, summary_width())
+
+
+def summary_text(results: list[dict[str, Any]], elapsed: float, st: dict[str, Any], snap: dict[str, Any],
+                 by_service: dict[str, Any], width: int) -> str:
+    """The demo's closing summary: per service what it emitted and sent, the daemon's count,
+    and the since-start tables by service and by op type, in ``width`` terminal cells (the
+    tables fitted as ``top``'s: numbers whole, names shortened, columns hidden with a note)."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from aclprof.cli.topview import TopView, render_table
+
+    lines, emitted, lost = _service_lines(results, elapsed)
     total = st.get("records_total", 0)
     lines.append(f"  daemon: {total:,} records received, {st.get('dropped_by_agents', 0):,} reported lost; "
                  f"emitted - received - lost = {emitted - total - lost:,}")
     rows = snap.get("rows") or []
     if rows:
         lines.append(f"  op time since start: {format_ns(snap.get('total_ns'))} over {len(rows)} op types")
-    from io import StringIO
-
-    from rich.console import Console
-
     buf = StringIO()
-    console = Console(file=buf, width=120, no_color=True, highlight=False)
-    console.print(render_table(by_service, TopView("all", "service", "total"), 10, keys=False))
-    console.print(render_table(snap, TopView("all", "type", "total"), 10, keys=False))
-    return "\n".join(lines) + "\n" + buf.getvalue()
+    console = Console(file=buf, width=width, no_color=True, highlight=False)
+    console.print(render_table(by_service, TopView("all", "service", "total"), 10, keys=False, width=width))
+    console.print(render_table(snap, TopView("all", "type", "total"), 10, keys=False, width=width))
+    return "\n".join(wrap_lines(lines, width)) + "\n" + buf.getvalue()
+
+
+def summary_width() -> int:
+    """The summary's width: the terminal's (its tables fitted to it), 120 into a pipe."""
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else 120
+    except (OSError, ValueError, AttributeError):
+        return 120

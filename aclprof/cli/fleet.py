@@ -33,7 +33,7 @@ from aclprof.cli.fleetdata import (
     valid_window,
 )
 from aclprof.cli.fleetprom import DEFAULT_MAX_BYTES, PromClient, PrometheusError, check_url
-from aclprof.cli.fleetview import Fleet, print_table, render, run_live
+from aclprof.cli.fleetview import Fleet, pipe_width, print_table, render, run_live
 
 __all__ = ["add_parser", "cmd_fleet"]
 
@@ -50,6 +50,10 @@ outliers: a host's p99 of an op type is scored against the other hosts' (robust 
 0.6745 * (p99 - median) / max(MAD, mad-floor * median)) among the hosts with at least
 --min-count calls in the window, when at least --min-hosts hosts qualify; flagged at
 |z| >= --z (defaults 100 calls, 3 hosts, 3.5, 5 %: a host ~26 % off the median).
+
+resolution: p50 and p99 are Prometheus' histogram_quantile over aclprofd's power-of-two
+buckets (each spans 2x; the value is interpolated linearly inside it): up to 2x off, and it
+can exceed the max `aclprof top` shows on the host (Prometheus keeps no max).
 """
 
 def add_parser(sub: Any, fmt: Any) -> None:
@@ -152,12 +156,14 @@ def cmd_fleet(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(fleet.document(rows, args.sort, args.host), indent=2))
             else:
-                print_table(render(fleet, rows, args.sort, args.host, args.limit, "\n".join(fleet.warnings)))
+                print_table(render(fleet, rows, args.sort, args.host, args.limit, "\n".join(fleet.warnings),
+                                   width=pipe_width()))
             return EXIT_OK
         if not sys.stdout.isatty():
             while True:  # a pipe: a plain table every interval; `| head` ends it quietly (EPIPE)
                 rows = fleet.fetch()
-                print_table(render(fleet, rows, args.sort, args.host, args.limit, "\n".join(fleet.warnings)))
+                print_table(render(fleet, rows, args.sort, args.host, args.limit, "\n".join(fleet.warnings),
+                                   width=pipe_width()))
                 print(flush=True)
                 time.sleep(args.interval)
         run_live(fleet, args.sort, args.host, args.interval, args.limit)

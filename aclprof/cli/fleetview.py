@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import Any, Literal
+from typing import Any
 
 from aclprof.cli.common import format_ns, use_colour
 from aclprof.cli.fleetdata import (
@@ -25,7 +25,7 @@ from aclprof.cli.fleetdata import (
 from aclprof.cli.fleetprom import PromClient, PrometheusError
 from aclprof.protocol.safetext import safe
 
-__all__ = ["KEY_SORT", "Fleet", "render", "print_table", "run_live"]
+__all__ = ["KEY_SORT", "RESOLUTION", "Fleet", "render", "pipe_width", "print_table", "run_live"]
 
 #: live-view keys -> sort
 KEY_SORT = {"d": "share", "c": "calls", "5": "p50", "9": "p99", "o": "outlier"}
@@ -81,21 +81,30 @@ class Fleet:
             rows = [r for r in rows if any(h.host == host for h in r.hosts)]
         return to_json(rows, prometheus=self.client.url, window=self.window, host_label=self.host_label,
                        source="recording rules" if self.rules else "histograms", time=round(self.time, 3),
-                       drill_down_host=host, thresholds=self.thresholds.as_dict(), warnings=self.warnings)
+                       drill_down_host=host, thresholds=self.thresholds.as_dict(), warnings=self.warnings,
+                       quantile_resolution="power-of-two buckets (histogram_quantile; up to 2x off)")
 
 
 def _dur(seconds: float | None) -> str:
     return format_ns(seconds * 1e9) if seconds is not None and math.isfinite(seconds) else "-"
 
 
+#: what every fleet table says of its quantiles (README "Fleet")
+RESOLUTION = ("p50/p99: Prometheus' histogram_quantile over power-of-two buckets (each 2x wide: up to "
+              "2x off, no max known; exact max and 9 % bins: aclprof top on the host)")
+_HOST_CUT = 24  # a host name in the outlier cell (the cell holds numbers: the names are what shrinks)
+
+
 def _outlier_cell(r: FleetRow, th: Thresholds) -> str:
+    from aclprof.cli.fit import cut
+
     flagged = sorted(r.outliers, key=lambda h: -abs(h.z or 0))
     if flagged:
         med = r.median_host_p99_s
         parts = []
         for h in flagged[:2]:
             ratio = f" x{h.p99_s / med:.1f}" if med and math.isfinite(med) and med > 0 else ""
-            parts.append(f"{h.host}{ratio} z={h.z:+.1f}")
+            parts.append(f"{cut(safe(h.host), _HOST_CUT)}{ratio} z={h.z:+.1f}")
         more = f" +{len(flagged) - 2}" if len(flagged) > 2 else ""
         return ", ".join(parts) + more
     if r.scored_hosts < th.min_hosts:
@@ -103,12 +112,20 @@ def _outlier_cell(r: FleetRow, th: Thresholds) -> str:
     return "-"
 
 
+#: the column each sort is shown in (never hidden while it is the sort)
+_SORT_COLUMN = {"share": "% device", "calls": "Calls/s", "p50": "p50", "p99": "p99", "outlier": "Outliers (p99)"}
+
+
 def render(fleet: Fleet, rows: list[FleetRow], sort: str, host: str | None, limit: int = 0,
-           caption: str | None = None) -> Any:
-    """A rich Table of the rows; every peer-supplied string is escaped (labels are any bytes
-    a service or a host sent). ``caption``: lines under the table (keys, the last error)."""
-    from rich.table import Table
+           caption: str | None = None, width: int | None = None) -> Any:
+    """The title, the table of the rows fitted into ``width`` cells (:mod:`aclprof.cli.fit`:
+    numbers whole, names shortened, the least important columns hidden with a note; None:
+    unbounded) and ``caption`` (lines under the table: keys, the last error). Every
+    peer-supplied string is escaped (labels are any bytes a service or a host sent)."""
+    from rich.console import Group
     from rich.text import Text
+
+    from aclprof.cli.fit import Col, fit_table, hidden_note
 
     rows = sort_rows(rows, sort)
     if host is not None:
@@ -120,44 +137,57 @@ def render(fleet: Fleet, rows: list[FleetRow], sort: str, host: str | None, limi
     where = f", host {host}" if host is not None else ""
     title = (f"aclprof fleet: {len(hosts)} hosts, window {fleet.window}{where}, sorted by {sort}  "
              f"({fleet.client.url})")
-    table = Table(title=Text(safe(title)), title_justify="left", expand=False,
-                  caption=Text("\n".join(safe(line) for line in caption.split("\n"))) if caption else None,
-                  caption_justify="left")
-    columns: list[tuple[str, Literal["left", "right"]]] = [("Service", "left"), ("Op type", "left")]
+    cols = [Col("Service", 0, whole=False, min_width=6, justify="left"),
+            Col("Op type", 0, whole=False, min_width=8, justify="left")]
     if host is None:
-        columns += [("Calls/s", "right"), ("p50", "right"), ("p99", "right"), ("% device", "right"),
-                    ("Hosts", "right"), ("Outliers (p99)", "left")]
+        cols += [Col("Calls/s", 2), Col("p50", 4), Col("p99", 1), Col("% device", 3), Col("Hosts", 5),
+                 Col("Outliers (p99)", 1, justify="left", short="Outliers")]
     else:
-        columns += [("Calls/s", "right"), ("p50", "right"), ("p99", "right"), ("Fleet p99", "right"),
-                    ("z", "right"), ("", "left")]
-    for name, justify in columns:
-        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis",
-                         max_width=40 if justify == "left" else None)
+        cols += [Col("Calls/s", 2), Col("p50", 4), Col("p99", 0), Col("Fleet p99", 1), Col("z", 3),
+                 Col("", 1, justify="left", short="OUTLIER")]
+    cols = [Col(c.title, 0, c.whole, c.min_width, c.cut, c.justify, c.short) if c.title == _SORT_COLUMN.get(sort)
+            else c for c in cols]
+    body: list[list[Any]] = []
     for r in rows:
-        head = [Text(safe(r.service or "-")), Text(safe(r.op_type))]
+        head: list[Any] = [Text(safe(r.service or "-")), Text(safe(r.op_type))]
         if host is None:
-            table.add_row(*head, f"{r.calls_per_s:,.1f}", _dur(r.p50_s), _dur(r.p99_s), f"{100 * r.share:.1f}",
-                          str(r.hosts_reporting), Text(safe(_outlier_cell(r, fleet.thresholds)),
-                                                       style="bold red" if r.outliers else ""))
+            body.append([*head, f"{r.calls_per_s:,.1f}", _dur(r.p50_s), _dur(r.p99_s), f"{100 * r.share:.1f}",
+                         str(r.hosts_reporting), Text(_outlier_cell(r, fleet.thresholds),
+                                                      style="bold red" if r.outliers else "")])
         else:
             h = next(h for h in r.hosts if h.host == host)
             z = f"{h.z:+.1f}" if h.z is not None else "-"
-            table.add_row(*head, f"{h.calls_per_s:,.1f}", _dur(h.p50_s), _dur(h.p99_s), _dur(r.p99_s), z,
-                          Text("OUTLIER", style="bold red") if h.outlier else "")
+            body.append([*head, f"{h.calls_per_s:,.1f}", _dur(h.p50_s), _dur(h.p99_s), _dur(r.p99_s), z,
+                         Text("OUTLIER", style="bold red") if h.outlier else ""])
+    table, hidden = fit_table(cols, body, width)
+    parts: list[Any] = [Text(safe(title))]
+    note = hidden_note(hidden, "widen the terminal, or --once --json")
+    if note:
+        parts.append(Text(note, style="dim"))
+    parts.append(table)
     if total > len(rows):
-        table.add_row(Text(f"... {total - len(rows)} more", style="dim"), *[""] * (len(columns) - 1))
+        parts.append(Text(f"... {total - len(rows):,} more rows", style="dim"))
     if not rows:
         none = f"(no op series for host {host})" if host is not None else "(no aclprofd op series in this window)"
-        table.add_row(Text(safe(none), style="dim"), *[""] * (len(columns) - 1))
-    return table
+        parts.append(Text(safe(none), style="dim"))
+    parts.append(Text(RESOLUTION, style="dim"))
+    if caption:
+        parts += [Text(safe(line)) for line in caption.split("\n")]
+    return Group(*parts)
+
+
+def pipe_width() -> int:
+    """The width a table is fitted to on stdout: the terminal's, or 160 into a pipe."""
+    import shutil
+
+    return shutil.get_terminal_size((160, 24)).columns if sys.stdout.isatty() else 160
 
 
 def print_table(table: Any) -> None:
     """One table on stdout (a closed pipe raises BrokenPipeError: a quiet exit 0)."""
     from aclprof.cli.topview import _pipe_console
 
-    console = _pipe_console(no_color=not use_colour(), highlight=False,
-                            width=None if sys.stdout.isatty() else 160)
+    console = _pipe_console(no_color=not use_colour(), highlight=False, width=pipe_width())
     console.print(table)
     sys.stdout.flush()
 
@@ -191,7 +221,7 @@ def run_live(fleet: Fleet, sort: str, host: str | None, interval: float, limit: 
             if redraw:
                 fit = limit or max(5, console.size.height - 8)  # the terminal may have been resized
                 caption = "\n".join([keys, *fleet.warnings] + ([error] if error else []))
-                live.update(render(fleet, rows, sort, host, fit, caption), refresh=True)
+                live.update(render(fleet, rows, sort, host, fit, caption, width=console.size.width), refresh=True)
                 redraw = False
             key = term.read_key(min(max(next_refresh - time.monotonic(), 0.0), 0.25))
             if key in ("q", "Q", "\x03"):

@@ -11,6 +11,7 @@ from typing import Any
 
 from aclprof.cli.capturefmt import status_lines
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, CliError, add_socket_arg, connect, format_ns
+from aclprof.cli.fit import wrap_lines
 from aclprof.cli.topheader import as_list, num, window_seconds
 from aclprof.protocol.safetext import safe
 
@@ -126,8 +127,10 @@ def device_snapshot(client: Any, st: dict[str, Any]) -> dict[str, Any] | None:
     return {"window": window, "seconds": window_seconds(window) or 0.0, "rows": rows}
 
 
-def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None) -> str:
-    """The STATUS reply as the human summary of ``aclprof status`` (with :func:`device_lines`)."""
+def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None, width: int | None = None) -> str:
+    """The STATUS reply as the human summary of ``aclprof status`` (with :func:`device_lines`),
+    in ``width`` terminal cells when given (lines broken at blanks, never inside a number:
+    :func:`aclprof.cli.fit.wrap_lines`)."""
     lines = []
     health = "healthy" if st.get("healthy") else "UNHEALTHY"
     lines.append(f"aclprofd {st.get('version', '?')} (pid {st.get('pid', '?')}): {health}, "
@@ -203,7 +206,8 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None) -> 
     lines += detector_lines(st)
     # Service, host, labels and problems carry peers' strings: each line is escaped as a
     # whole, so none can drive the terminal or forge another line.
-    return "\n".join(safe(line) for line in lines)
+    escaped = [safe(line) for line in lines]
+    return "\n".join(escaped if width is None else wrap_lines(escaped, width))
 
 
 _MAX_FLAG_LINES = 10
@@ -281,9 +285,19 @@ def _status_once(args: argparse.Namespace, loop: bool = False) -> int:
         print(json.dumps(st, indent=indent))
     else:
         try:
-            text = format_status(st, devices)
+            text = format_status(st, devices, _terminal_width())
         except (TypeError, ValueError, AttributeError, KeyError) as exc:  # not the documented reply
             raise CliError(f"the daemon's STATUS reply is not as daemon/PROTOCOL.md says ({type(exc).__name__}: "
                            f"{safe(str(exc))[:200]}): an aclprofd of another version? (--json shows it)") from None
         print(text)
     return EXIT_OK if st.get("healthy") else EXIT_ERROR
+
+
+def _terminal_width() -> int | None:
+    """stdout's terminal width (the report is fitted to it), or None into a pipe or a file."""
+    import os
+
+    try:
+        return os.get_terminal_size(sys.stdout.fileno()).columns if sys.stdout.isatty() else None
+    except (OSError, ValueError, AttributeError):
+        return None

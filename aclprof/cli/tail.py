@@ -21,12 +21,14 @@ from aclprof.cli.common import (
     format_ns,
     use_colour,
 )
+from aclprof.cli.fit import Col, Fitted, cut, fit, hidden_note, wrap_lines
+from aclprof.cli.fit import cells as cells_of
 from aclprof.protocol.safetext import safe
 
 if TYPE_CHECKING:
     from aclprof.cli.client import Client
 
-__all__ = ["add_parser", "cmd_tail", "tail_line", "RECONNECTED"]
+__all__ = ["add_parser", "cmd_tail", "tail_line", "tail_layout", "RECONNECTED"]
 
 _EXAMPLES = """examples:
   aclprof tail                                  every op of every process
@@ -58,45 +60,111 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p.set_defaults(func=cmd_tail)
 
 
-def _gap_line(r: dict[str, Any], colour: bool) -> str:
+#: the fields of a tail line, as columns of :mod:`aclprof.cli.fit` (fixed widths: the lines
+#: stay aligned whatever the record): numbers whole, the service, op type and op name
+#: shortened, the model and then the device hidden first when a terminal is too narrow
+_COLS = (Col("time", 0, width=13, justify="left"),
+         Col("service", 3, whole=False, min_width=6, width=16, justify="left"),
+         Col("pid", 2, width=11, justify="left"), Col("dev", 4, width=6, justify="left"),
+         Col("model", 5, width=10, justify="left"),
+         Col("op type", 1, whole=False, min_width=8, width=16, justify="left"),
+         Col("duration", 0, width=10, justify="left"),
+         Col("op name", 1, whole=False, min_width=20, cut="middle", justify="left"))
+_NAME = len(_COLS) - 1
+_SERVICE = 1
+
+
+def tail_layout(width: int | None) -> Fitted | None:
+    """Which fields a line shows, and how wide, in a terminal ``width`` cells wide (None: a
+    pipe: the op type and name whole, for grep and awk)."""
+    if width is None:
+        return None
+    natural = [c.width for c in _COLS[:_NAME]] + [max(width, 1)]
+    return fit(_COLS, natural, width, gap=1)
+
+
+def _line(cells: list[str], layout: Fitted | None, colour_at: dict[int, str], width: int | None) -> str:
+    """The shown cells padded to their widths, the op name (last) in what is left."""
+    shown = layout.shown if layout is not None else list(range(len(cells)))
+    out: list[str] = []
+    used = 0
+    for i in shown:
+        if i == _NAME or i >= len(cells):
+            continue
+        text = cells[i]
+        w = layout.widths[i] if layout is not None else _COLS[i].width
+        # into a pipe only the service is cut (at 16, as ever: it is a peer's free text); the
+        # op type and name stay whole for grep and awk
+        if not _COLS[i].whole and (layout is not None or i == _SERVICE):
+            text = cut(text, w, _COLS[i].cut)
+        pad = " " * max(0, w - cells_of(text))
+        used += cells_of(text) + len(pad) + 1
+        out.append(f"{colour_at[i]}{text}\x1b[0m{pad}" if i in colour_at else text + pad)
+    line = " ".join(out)
+    if len(cells) > _NAME and _NAME in shown:
+        name = cells[_NAME]
+        if width is not None:
+            name = cut(name, max(0, width - used), "middle")
+        line += " " + name
+    return line.rstrip(" ") if width is not None else line
+
+
+def _who(r: dict[str, Any], t: str) -> list[str]:
+    return [t + " ", safe(r.get("service") or "-"), f"pid {safe(r.get('pid', '?'))}",
+            f"dev {safe(r.get('device', '?'))}", f"model {safe(r.get('model', '?'))}"]
+
+
+def _gap_line(r: dict[str, Any], colour: bool, layout: Fitted | None = None, width: int | None = None) -> str:
     """A ``{"kind": "gap"}`` line (PROTOCOL.md): aclprof trace paused a process's subscriptions."""
     ts = r.get("ts")
     t = time.strftime("%H:%M:%S", time.localtime(ts)) if isinstance(ts, (int, float)) else "-"
     n = r.get("gap_records")
     mark = "\x1b[31m-- gap\x1b[0m" if colour else "-- gap"
-    return (f"{t}  {safe(r.get('service') or '-')} pid {safe(r.get('pid', '?'))} {mark}: subscriptions paused "
-            f"{format_ns(r.get('pause_ns'))} for aclprof trace, "
-            f"{'an unknown number of' if n is None else safe(n)} ops not streamed --")
+    count = "an unknown number of" if n is None else safe(n)
+    full = (f"{t}  {safe(r.get('service') or '-')} pid {safe(r.get('pid', '?'))} {mark}: subscriptions paused "
+            f"{format_ns(r.get('pause_ns'))} for aclprof trace, {count} ops not streamed --")
+    if width is None or cells_of(_strip(full)) <= width:
+        return full
+    # narrow: the same numbers in fewer words, the service shortened
+    rest = f" pid {safe(r.get('pid', '?'))} {mark}: paused {format_ns(r.get('pause_ns'))} (trace), " \
+           f"{'? ' if n is None else count + ' '}ops not streamed --"
+    room = width - cells_of(t) - 1 - cells_of(_strip(rest))
+    if room < 6:  # narrower still: the count alone
+        return f"{t} {mark}: {'?' if n is None else count} ops not streamed --"
+    return f"{t} {cut(safe(r.get('service') or '-'), room)}{rest}"
 
 
-def tail_line(r: dict[str, Any], colour: bool) -> str:
-    """One record (a decoded JSON Lines object) as one human line."""
+def _strip(text: str) -> str:
+    return text.replace("\x1b[31m", "").replace("\x1b[33m", "").replace("\x1b[0m", "")
+
+
+def tail_line(r: dict[str, Any], colour: bool, layout: Fitted | None = None, width: int | None = None) -> str:
+    """One record (a decoded JSON Lines object) as one human line; with a ``layout``
+    (:func:`tail_layout`) at most ``width`` cells: names shortened, numbers whole, the
+    least important fields left out."""
     if r.get("kind") == "gap":
-        return _gap_line(r, colour)
+        return _gap_line(r, colour, layout, width)
     ts = r.get("ts")
     if isinstance(ts, (int, float)):
         t = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
     else:
         t = "-"
     dur = format_ns(r.get("duration_ns"))
-    # the service is a peer's string: escaped, and cut so that columns stay aligned
-    service = safe(r.get("service") or "-")
-    service = f"{service[:15] + '…' if len(service) > 16 else service:<16}"
-    who = f"{t}  {service} pid {safe(r.get('pid', '?')):<7} dev {safe(r.get('device', '?')):<2} " \
-          f"model {safe(r.get('model', '?')):<4}"
+    # the service, op type and name are peers' strings: escaped (no terminal control, no
+    # forged line), and cut so that the columns stay aligned
+    who = _who(r, t)
     if r.get("kind") == "keypoint":
         # A step boundary (CANN's keypoint_op record): the step's span, not an op.
         mark = "\x1b[33m-- step\x1b[0m" if colour else "-- step"
-        return f"{who} {mark} {dur} ({r.get('start', '?')} .. {r.get('end', '?')}) --"
-    # op type and name are a peer's strings: escaped (no terminal control, no forged line)
-    op_type = safe(r.get("op_type", "?"))
-    if colour:
-        op_type = f"\x1b[36m{op_type:<16}\x1b[0m"
-        dur = f"\x1b[1m{dur:>9}\x1b[0m"
-    else:
-        op_type = f"{op_type:<16}"
-        dur = f"{dur:>9}"
-    return f"{who} {op_type} {dur}  {safe(r.get('op_name', '?'))}"
+        head = _line(who, layout, {}, width)
+        span = f" ({r.get('start', '?')} .. {r.get('end', '?')})"
+        step = f" {mark} {dur}{span} --"
+        if width is not None and cells_of(head) + cells_of(_strip(step)) > width:
+            step = f" {mark} {dur} --"  # the step's bounds left out, its duration kept
+        return head + step
+    cells = [*who, safe(r.get("op_type", "?")), f"{dur:>9} ", safe(r.get("op_name", "?"))]
+    colours = {5: "\x1b[36m", 6: "\x1b[1m"} if colour else {}
+    return _line(cells, layout, colours, width)
 
 
 def cmd_tail(args: argparse.Namespace) -> int:
@@ -152,6 +220,9 @@ def _stream(client: Client, args: argparse.Namespace, filt: dict[str, Any]) -> s
     colour = use_colour()
     out = sys.stdout
     ended = "the daemon ended the stream (it stopped)"
+    layout: Fitted | None = None
+    shown_width: int | None = None
+    hidden: list[str] = []
     try:
         # --json: the daemon's JSON Lines pass through as they came, no decoding
         for payload, skipped in client.stream_jsonl(filt):
@@ -170,8 +241,15 @@ def _stream(client: Client, args: argparse.Namespace, filt: dict[str, Any]) -> s
                     raw.write(payload)
                     raw.flush()
             else:
+                width = _terminal_width(out)  # again per frame: the terminal may be resized
+                if width != shown_width:
+                    layout, shown_width = tail_layout(width), width
+                    if width is not None and layout is not None and layout.hidden and layout.hidden != hidden:
+                        hidden = layout.hidden
+                        note = "# " + hidden_note(hidden, "widen the terminal or --json") + "; names shortened"
+                        print("\n".join(wrap_lines([note], width)), file=sys.stderr, flush=True)
                 lines = str(payload, "utf-8").splitlines()
-                out.write("".join(tail_line(json.loads(line), colour) + "\n" for line in lines))
+                out.write("".join(tail_line(json.loads(line), colour, layout, width) + "\n" for line in lines))
                 out.flush()
     except DaemonRejected as exc:  # not a restart: following would only repeat it
         raise CliError(str(exc), EXIT_ERROR) from None
@@ -180,3 +258,14 @@ def _stream(client: Client, args: argparse.Namespace, filt: dict[str, Any]) -> s
     finally:
         client.close()
     return ended
+
+
+def _terminal_width(out: Any) -> int | None:
+    """The terminal's width when ``out`` is one (lines are fitted to it), else None (a pipe
+    or a file: the op type and name whole, for grep and awk)."""
+    import os
+
+    try:
+        return os.get_terminal_size(out.fileno()).columns if out.isatty() else None
+    except (OSError, ValueError, AttributeError):  # no fileno (embedding), or not a terminal after all
+        return None

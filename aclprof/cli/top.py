@@ -13,6 +13,7 @@ import argparse
 import json
 import re
 import sys
+import textwrap
 import time
 from typing import Any
 
@@ -26,6 +27,7 @@ from aclprof.cli.common import (
     connect,
     filter_from_args,
 )
+from aclprof.cli.topcells import RESOLUTION
 from aclprof.cli.topheader import Header
 from aclprof.cli.topkeys import BASIC_GROUPS, GROUPS, help_text
 from aclprof.cli.toplive import header_for, refresh_header
@@ -47,6 +49,8 @@ EXIT_USAGE = EXIT_UNREACHABLE  # 2: a usage error, as argparse's (see aclprof.cl
 
 _EXAMPLES = f"""keys (live view):
 {help_text()}
+
+{textwrap.fill(RESOLUTION, 96)}
 
 examples:
   aclprof top                             live, by op type, window 10s

@@ -3,10 +3,12 @@ processes, services and devices connected, the drops in the window and the daemo
 
 It is built from what the daemon already reports: the SNAPSHOT reply's ``summary`` (a
 daemon with per-service keys: figures over the window) or else the STATUS reply (figures
-now), and the difference between STATUS replies taken over the window for the counters
-STATUS keeps since the daemon started (agents' reported drops, records skipped for slow
-stream clients, protocol errors, storage write errors, memory refusals). The caller asks
-STATUS at most once per refresh (:data:`STATUS_EVERY_S`), never per row.
+now), and the growth over the window of the counters STATUS keeps since the daemon
+started (agents' reported drops, records skipped for slow stream clients, protocol errors,
+storage write errors, memory refusals): the daemon's own figures (STATUS ``recent``), so
+that ``top --once`` and the live view say the same; with an older daemon, the difference
+between this client's STATUS replies. The caller asks STATUS at most once per refresh
+(:data:`STATUS_EVERY_S`), never per row.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ __all__ = ["Header", "STATUS_EVERY_S", "HEALTH_S", "window_seconds", "counters_o
 STATUS_EVERY_S = 1.0
 #: "degraded" looks at the faults counted over this many seconds, whatever the window
 HEALTH_S = 60.0
+HEALTH_WINDOW = "1m"  # its name in STATUS ``recent``
 _KEEP_S = 3600.0  # samples older than this are dropped (the longest window we measure)
 _MAX_SAMPLES = 4000
 _WINDOW = re.compile(r"^([1-9][0-9]*)([smh])$")
@@ -115,6 +118,16 @@ class Header:
         # a daemon restarted in between: its counters began again (never show negatives)
         return {k: max(0, newest[k] - base.get(k, 0)) for k in _COUNTERS}, now - base_t
 
+    def window_growth(self, seconds: float | None, window: str) -> tuple[dict[str, int], float | None]:
+        """The counters' growth over ``window`` (``seconds`` long; None: since the daemon
+        started): the daemon's own figures (STATUS ``recent``, the same for every client,
+        whenever it connected: ``top --once`` and the live view agree), else, from an older
+        daemon or for a window it does not keep (since r), this client's STATUS samples."""
+        recent = _dict(_dict((self.status or {}).get("recent")).get(window))
+        if seconds is not None and recent and self.status is not None:
+            return {k: _int(recent.get(k)) for k in _COUNTERS}, num(recent.get("span_s"))
+        return self.growth(seconds)
+
     def render(self, snap: dict[str, Any], window_s: float | None, window_label: str) -> Any:
         """The header as a rich Text (every dynamic string escaped, never markup)."""
         from rich.text import Text
@@ -139,14 +152,14 @@ class Header:
         text.append(f" · {procs} process{'es' if procs != 1 else ''}, {services} service"
                     f"{'s' if services != 1 else ''} {where}")
         text.append(" · devices " + (",".join(str(d) for d in devices) if devices else "-"))
-        grown, span = self.growth(window_s)
+        grown, span = self.window_growth(window_s, window_label)
         drops = grown["dropped_by_agents"] + grown["stream_skipped"]
         when = "since daemon start" if span is None else (
             window_label if window_label.startswith("since") else f"in {window_label}")
         text.append(f"\ndrops {when}: ")
         text.append(f"{drops:,}", style="bold red" if drops else None)
         text.append(f" (agents {grown['dropped_by_agents']:,}, slow streams {grown['stream_skipped']:,}) · ")
-        text.append_text(self._health(st, *self.growth(HEALTH_S)))
+        text.append_text(self._health(st, *self.window_growth(HEALTH_S, HEALTH_WINDOW)))
         return text
 
     def _health(self, st: dict[str, Any], grown: dict[str, int], span: float | None) -> Any:

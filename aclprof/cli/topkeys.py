@@ -36,13 +36,15 @@ KEYS: tuple[KeyBinding, ...] = (
     KeyBinding(("r",), "reset", "view-local reset: count, total, avg and % time since the key press "
                "(min, max, p50, p99 not derivable: shown as —); the daemon's aggregates are untouched "
                "(an admin resets them with 'aclprof reset')", "_reset"),
+    KeyBinding(("h", "?", "\x1b"), "help", "show or hide this list of keys, the columns hidden to fit the terminal "
+               "and how exact each number is (Esc hides it too)", "_help"),
     KeyBinding(("q", "Q", "\x03"), "quit", "quit (Ctrl-C too)", "_quit"),
 )
 
 
 def key_name(ch: str) -> str:
     """How the help spells a key (control characters by name)."""
-    return {"\x03": "Ctrl-C"}.get(ch, ch)
+    return {"\x03": "Ctrl-C", "\x1b": "Esc"}.get(ch, ch)
 
 
 def accepted_keys() -> set[str]:
@@ -56,13 +58,14 @@ def caption() -> str:
                                 for b in KEYS)
 
 
-def help_text(indent: str = "  ") -> str:
-    """The key list of ``aclprof top --help`` and the README."""
+def help_text(indent: str = "  ", width: int = 96) -> str:
+    """The key list of ``aclprof top --help``, the README and the help key (``width``: the
+    terminal's)."""
     import textwrap
 
     lines = []
     for b in KEYS:
         names = " ".join(key_name(k) for k in b.keys if k.isprintable())
-        lines += textwrap.wrap(b.help, width=96, initial_indent=f"{indent}{names:<11}",
-                               subsequent_indent=indent + " " * 11)
+        lines += textwrap.wrap(b.help, width=max(40, width), initial_indent=f"{indent}{names:<11}",
+                               subsequent_indent=indent + " " * 11, break_on_hyphens=False)
     return "\n".join(lines)

@@ -101,8 +101,8 @@ def run_live(client: Any, view: TopView, interval: float, limit: int = 0,
                 snap = snapshot(client, view)
                 rows = limit or max(5, console.size.height - 10)
                 extra = title_extra() if callable(title_extra) else ""
-                live.update(render_table(snap, view, rows, extra, header=header_for(header, snap, view)),
-                            refresh=True)
+                live.update(render_table(snap, view, rows, extra, header=header_for(header, snap, view),
+                                         width=console.size.width), refresh=True)
                 next_refresh = now + interval
             wait = next_refresh - time.monotonic()
             if stop_at is not None:

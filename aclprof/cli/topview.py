@@ -8,12 +8,13 @@ loop is :mod:`aclprof.cli.toplive` (:func:`run_live` here starts it).
 from __future__ import annotations
 
 import sys
-from typing import Any, Literal
+from typing import Any
 
 from aclprof.cli.common import format_ns, regex_problem, use_colour
 from aclprof.cli.topbaseline import SINCE_RESET, Baseline
+from aclprof.cli.topcells import RESOLUTION, quantile_cell, shift_cell, stat_cell
 from aclprof.cli.topheader import as_list, num
-from aclprof.cli.topkeys import BASIC_GROUPS, GROUP_LABELS, GROUPS, KEYS, caption
+from aclprof.cli.topkeys import BASIC_GROUPS, GROUP_LABELS, GROUPS, KEYS, caption, help_text
 from aclprof.protocol.safetext import safe
 
 __all__ = ["SORT_KEYS", "WINDOWS", "GROUPS", "TopView", "sort_rows", "render_table", "learn_windows",
@@ -46,6 +47,8 @@ class TopView:
         self.reset_requested = False
         self.baseline: Baseline | None = None  # the view-local reset ("r")
         self.empty_note = ""  # why the table is empty (set by snapshot())
+        self.show_help = False  # "h"/"?": the key list in place of the table
+        self.hidden: list[str] = []  # the columns the last render hid to fit the terminal
 
     @property
     def regex_field(self) -> str:
@@ -89,6 +92,9 @@ class TopView:
     def _reset(self, ch: str) -> None:
         self.reset_requested = True  # the loop takes the baseline (it holds the client)
 
+    def _help(self, ch: str) -> None:
+        self.show_help = not self.show_help and ch != "\x1b"
+
     def _quit(self, ch: str) -> None:
         self.quit = True
 
@@ -124,8 +130,7 @@ class TopView:
         self.reset_requested = False
         self.baseline = Baseline.take(client, self.groups, self.filter())
         self.window = SINCE_RESET
-        self.message = (f"reset (this view only): counts since {self.baseline.at()}; "
-                        "the daemon's aggregates are untouched")
+        self.message = f"reset (this view only) at {self.baseline.at()}; the daemon's aggregates are untouched"
 
 
 # -- the daemon's offer and a view's snapshot -------------------------------------------------
@@ -218,81 +223,111 @@ def _identity_columns(group: str, rows: list[dict[str, Any]]) -> list[tuple[str,
     return [first] + [c for c in spec[1:] if any(r.get(c[1]) not in (None, "") for r in rows)]
 
 
-def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra: str = "",
-                 keys: bool = True, header: Any = None) -> Any:
-    """The title, the ``header`` (a rich renderable, if given) and the table of ``snap``."""
-    from rich.console import Group
-    from rich.table import Table
+#: naming columns that hold numbers (a pid, a device, a model id): whole, like the statistics
+_NUMBER_FIELDS = ("pid", "device", "model_id")
+#: the statistics columns: (heading, the sort it is the column of, priority when the screen is
+#: narrow: 0 never hidden, higher hidden sooner; the sorted column is never hidden)
+_STATS: tuple[tuple[str, str | None, int], ...] = (
+    ("Count", "count", 2), ("Total", "total", 1), ("Avg", "avg", 3), ("p50", None, 6), ("p99", "p99", 2),
+    ("Max", "max", 5), ("% time", None, 4))
+_SHIFT_PRIORITY = 3
+#: what the hidden-columns note suggests (the live view has the help key)
+HIDDEN_HINT_LIVE = "widen the terminal or press h"
+HIDDEN_HINT_ONCE = "widen the terminal, --sort one of them, or --json"
+
+
+def table_parts(snap: dict[str, Any], view: TopView, limit: int = 0,
+                width: int | None = None) -> tuple[Any, list[str], int]:
+    """The rows of ``snap`` as a table fitted into ``width`` cells (:mod:`aclprof.cli.fit`:
+    numbers whole, names shortened, the least important columns hidden), the hidden
+    columns' labels and how many rows the limit left out."""
     from rich.text import Text
 
+    from aclprof.cli.fit import Col, fit_table
+
     rows = sort_rows(snap.get("rows") or [], view.sort)
-    total_rows = len(rows)
-    if limit and len(rows) > limit:
+    more = max(0, len(rows) - limit) if limit else 0
+    if more:
         rows = rows[:limit]
+    ident = _identity_columns(view.group, rows)
+    # the first naming column is never hidden; an op name loses its middle (both ends say
+    # something: the layer and the op), other names their end
+    cols = [Col(h, 0 if i == 0 else 5, whole=f in _NUMBER_FIELDS, min_width=12 if i == 0 else 6,
+                cut="middle" if f == "key" and view.group == "name" else "end", justify="left")
+            for i, (h, f) in enumerate(ident)]
+    cols += [Col(h + (" ▼" if s == view.sort else ""), 0 if s == view.sort else pri, short=h,
+                 style="bold" if s == view.sort else None) for h, s, pri in _STATS]
+    shift = any("shift_p99" in r or "flagged" in r for r in rows)  # a daemon with the regression detector
+    if shift:
+        cols.append(Col("Shift", _SHIFT_PRIORITY))
+    body = []
+    for r in rows:
+        # keys, services and names are peers' strings: escaped, never markup or terminal control
+        # the first column falls back to the key where the row lacks the field ("(other)")
+        cells: list[Any] = [Text(safe(r.get(f) if r.get(f) is not None else (r.get("key") if i == 0 else "-")))
+                            for i, (_, f) in enumerate(ident)]
+        top = r.get("max_ns")
+        cells += [f"{int(num(r.get('count'))):,}", format_ns(num(r.get("total_ns"))),
+                  format_ns(num(r.get("mean_ns"))), quantile_cell(r.get("p50_ns"), top),
+                  quantile_cell(r.get("p99_ns"), top), stat_cell(top), f"{num(r.get('pct_time')):.1f}"]
+        if shift:
+            cells.append(shift_cell(r))
+        body.append(cells)
+    table, hidden = fit_table(cols, body, width)
+    return table, hidden, more
+
+
+def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra: str = "",
+                 keys: bool = True, header: Any = None, width: int | None = None) -> Any:
+    """The title, the ``header`` (a rich renderable, if given) and the table of ``snap``,
+    fitted into ``width`` terminal cells (None: unbounded); with ``view.show_help``, the
+    key list in place of the table."""
+    from rich.console import Group
+    from rich.text import Text
+
     filt = view.filter()
     desc = f"window {snap.get('window', view.window)}, by {GROUP_LABELS.get(view.group, view.group)}, " \
            f"sorted by {view.sort}"
     if filt:
         desc += ", filter " + _describe(filt)
     title = Text(safe(f"aclprof top: {desc}{title_extra}"), style="bold")
-    cap = None
-    if view.editing is not None:
-        cap = _plain(f"filter regex on op {view.regex_field}: {view.editing}_   (Enter applies, Esc cancels)")
-    elif keys:
-        cap = _plain(caption() + (f"   [{view.message}]" if view.message else ""))
-    table = Table(expand=False)
-    ident = _identity_columns(view.group, rows)
-    stats: list[tuple[str, str | None]] = [("Count", "count"), ("Total", "total"), ("Avg", "avg"), ("p50", None),
-                                           ("p99", "p99"), ("Max", "max"), ("% time", None)]
-    # the detector's p99 shift per op type (daemons with regression detection, grouped by type)
-    shift = any("shift_p99" in r for r in rows)
-    if shift:
-        stats.append(("p99 shift", None))
-    columns: list[tuple[str, Literal["left", "right"], str | None]] = (
-        [(h, "left", None) for h, _ in ident] + [(h, "right", s) for h, s in stats])
-    for name, justify, sort in columns:
-        table.add_column(name + (" ▼" if sort == view.sort else ""), justify=justify, no_wrap=True,
-                         style="bold" if sort == view.sort else None, overflow="ellipsis",
-                         max_width=60 if justify == "left" else None)
-    for r in rows:
-        # keys, services and names are peers' strings: escaped, never markup or terminal control
-        # the first column falls back to the key where the row lacks the field ("(other)")
-        cells = [Text(safe(r.get(f) if r.get(f) is not None else (r.get("key") if i == 0 else "-")))
-                 for i, (_, f) in enumerate(ident)]
-        table.add_row(*cells, f"{int(num(r.get('count'))):,}", format_ns(num(r.get("total_ns"))),
-                      format_ns(num(r.get("mean_ns"))), _q(r.get("p50_ns")), _q(r.get("p99_ns")), _q(r.get("max_ns")),
-                      f"{num(r.get('pct_time')):.1f}", *([shift_cell(r)] if shift else []))
-    pad = [""] * (len(columns) - 1)
-    if total_rows > len(rows):
-        table.add_row(Text(f"... {total_rows - len(rows)} more", style="dim"), *pad)
+    table, hidden, more = table_parts(snap, view, limit, width)
+    view.hidden = hidden
     parts: list[Any] = [title]
     if header is not None:
         parts.append(header)
+    if view.show_help and keys:
+        parts += [_plain(line) for line in help_screen(view, width or 96).split("\n")]
+        parts.append(_plain("h, ? or Esc: back to the table"))
+        return Group(*parts)
+    from aclprof.cli.fit import hidden_note
+
+    note = hidden_note(hidden, HIDDEN_HINT_LIVE if keys else HIDDEN_HINT_ONCE)
+    if note:
+        parts.append(Text(note, style="dim"))
     parts.append(table)
-    if not rows:  # below the table, whole (a cell would cut the filter's text)
+    if more:
+        parts.append(Text(f"... {more:,} more rows", style="dim"))
+    if not snap.get("rows"):  # below the table, whole (a cell would cut the filter's text)
         parts.append(Text(safe(f"({view.empty_note or 'no records in this window yet'})"), style="yellow"))
-    if cap is not None:
-        parts.append(cap)
+    if view.editing is not None:
+        parts.append(_plain(f"filter regex on op {view.regex_field}: {view.editing}_   (Enter applies, Esc cancels)"))
+    elif keys:  # the message on a line of its own: the key line fits 80 columns
+        parts.append(_plain(caption()))
+        if view.message:
+            parts.append(_plain(f"[{view.message}]"))
     return Group(*parts)
 
 
-def shift_cell(row: dict[str, Any]) -> Any:
-    """The p99 shift cell: the current p99 against the detector's baseline in percent, red
-    with "REGRESSION" when the detector flags the op type, "—" before it can judge."""
-    from rich.text import Text
-
-    ratio = row.get("shift_p99")
-    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool):
-        return Text("—")
-    text = f"{100.0 * (ratio - 1.0):+.1f}%"
-    if row.get("regression") is True:
-        return Text(text + " REGRESSION", style="bold red")
-    return Text(text)
-
-
-def _q(ns: Any) -> str:
-    """A min/max/quantile cell: "—" where the view cannot know it (since r)."""
-    return "—" if ns is None else format_ns(num(ns))
+def help_screen(view: TopView, width: int = 96) -> str:
+    """What ``h`` shows: every key, the columns hidden to fit the terminal, and what each
+    number's resolution is."""
+    lines = ["keys:", help_text(width=width - 1), ""]
+    if view.hidden:
+        lines.append(f"hidden to fit this terminal: {', '.join(view.hidden)} (widen it, or sort by one: "
+                     "the sorted column is always shown)")
+    lines.append(RESOLUTION)
+    return "\n".join(lines)
 
 
 def _plain(text: str) -> Any:
@@ -330,7 +365,8 @@ def _pipe_console(**kw: Any) -> Any:
 
 def print_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extra: str = "",
                 header: Any = None) -> None:
+    """One table on stdout: fitted to the terminal, or 140 columns wide into a pipe."""
     console = _pipe_console(no_color=not use_colour(), highlight=False,
                             width=None if sys.stdout.isatty() else 140)
-    console.print(render_table(snap, view, limit, title_extra, keys=False, header=header))
+    console.print(render_table(snap, view, limit, title_extra, keys=False, header=header, width=console.width))
     sys.stdout.flush()

@@ -201,8 +201,9 @@ class Detector:
     def annotate(self, reply: dict[str, Any], service: str | None = None) -> None:
         """Give SNAPSHOT rows grouped by type a ``shift_p99``: the largest current p99 ratio
         among the op type's groups (of ``service`` only, when the SNAPSHOT filtered by one;
-        null when none was evaluated), and ``regression``: whether one of them is flagged
-        (p50 or p99)."""
+        null when none was evaluated), ``regression``: whether one of them is flagged (p50
+        or p99), and ``flagged``: per flagged quantile, the largest flagged shift (so that a
+        screen shows the quantile that is flagged, not the p99 beside it)."""
         if reply.get("group_by") != "type":
             return
         worst: dict[str, float] = {}
@@ -212,11 +213,17 @@ class Detector:
             s = r.get("p99", {}).get("shift")
             if s is not None and s > worst.get(r["op_type"], -1.0):
                 worst[r["op_type"]] = s
-        flagged = {f["op_type"] for f in self.published.flags
-                   if service is None or f.get("service") == service}
+        flagged: dict[str, dict[str, float]] = {}  # op type -> quantile -> largest flagged shift
+        for f in self.published.flags:
+            if service is None or f.get("service") == service:
+                per = flagged.setdefault(f["op_type"], {})
+                if f["shift"] is not None and f["shift"] > per.get(f["quantile"], -1.0):
+                    per[f["quantile"]] = f["shift"]
         for row in reply.get("rows", ()):
             row["shift_p99"] = worst.get(row.get("key"))
             row["regression"] = row.get("key") in flagged
+            row["flagged"] = [{"quantile": q, "shift": s}
+                              for q, s in sorted(flagged.get(row.get("key"), {}).items(), key=lambda qs: -qs[1])]
 
 
 def _num(x: Any, digits: int = 4) -> float | None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import __version__
 from .conn import Rate
+from .counter_history import CounterHistory
 
 if TYPE_CHECKING:
     from .server import Daemon
@@ -112,6 +113,8 @@ class CountersSnapshot:
     names_truncated: int = 0
     #: on-demand traces (aclprofd.trace.Traces.summary)
     traces: dict[str, Any] = field(default_factory=dict)
+    #: the counters' growth per recent window (aclprofd.counter_history)
+    recent: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 class Health:
@@ -121,6 +124,18 @@ class Health:
         self.recent_drops: collections.deque[tuple[float, int, str | None, int]] = collections.deque()
         self.other_seen = 0
         self.other_growth_ts = 0.0
+        self.history: CounterHistory | None = None  # created at the first snapshot
+
+    def recent(self, d: Daemon, mono: float, counters: dict[str, int]) -> dict[str, dict[str, float]]:
+        """STATUS ``recent``: the counters' growth over each aggregate window and the last
+        minute (what ``aclprof top`` calls degraded), from one sample a second."""
+        windows = {name: float(sec) for name, sec in zip(d.aggregator.window_names(), d.aggregator.windows)}
+        windows.setdefault("1m", 60.0)
+        if self.history is None:
+            self.history = CounterHistory(d.started_mono, max(windows.values()))
+        self.history.keep_s = max(windows.values())
+        self.history.add(mono, counters)
+        return self.history.recent(mono, windows.items(), counters)
 
     def drops(self, pid: int, service: str | None, n: int, now: float) -> None:
         self.recent_drops.append((now, pid, service, n))
@@ -161,6 +176,11 @@ def take_snapshot(d: Daemon) -> CountersSnapshot:
     if d.storage is not None:
         storage = d.storage.stats()
         storage["corrupt_chunks"] = d.storage.corrupt_chunks
+    counters = {"dropped_by_agents": c.dropped_total, "stream_skipped": c.stream_skipped_total,
+                "protocol_errors": c.protocol_errors,
+                "storage_write_errors": int((storage or {}).get("write_errors", 0)),
+                "storage_records_lost": int((storage or {}).get("records_lost", 0)),
+                "memory_refused": sum(c.memory_refused.values()), "internal_errors": d.internal_errors}
     agents = tuple(AgentSnapshot(a.pid, a.host, a.service, dict(a.labels), round(mono - a.connected, 3),
                                  tuple(dict(m) for m in a.models.values()), a.records, a.rate.per_s(now),
                                  a.dropped, a.lag_ns, a.steps, d.traces.gap_of(a.id))
@@ -181,7 +201,7 @@ def take_snapshot(d: Daemon) -> CountersSnapshot:
         internal_errors=d.internal_errors, connections_refused=d.refused, idle_closed=d.idle_closed,
         accept_errors=d.accept_errors, peer_gone=d.peer_gone, open_connections=open_all,
         open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
-        traces=d.traces.summary())
+        traces=d.traces.summary(), recent=d.health.recent(d, mono, counters))
 
 
 def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
@@ -208,5 +228,5 @@ def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
                             "peer_gone": s.peer_gone, "open": s.open_connections, "control": s.open_control,
                             "without_hello": s.open_without_hello},
             "names_truncated": s.names_truncated,
-            "traces": dict(s.traces),
+            "traces": dict(s.traces), "recent": {k: dict(v) for k, v in s.recent.items()},
             "socket": socket_path}

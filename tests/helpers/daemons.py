@@ -376,3 +376,38 @@ def running(root: str, *args: str, flush_interval: str = "0.2", **kw: Any) -> It
         yield d
     finally:
         d.cleanup()
+
+
+def fake_control_daemon(replies: dict) -> tuple[str, Any]:
+    """A control 'daemon' answering each request kind with ``replies[kind]`` (a JSON object),
+    for any number of connections; returns (socket path, stop)."""
+    from aclprof.protocol import wire
+
+    path = os.path.join(short_tmpdir("aclp-"), "fake.sock")
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    srv.bind(path)
+    srv.listen(8)
+
+    def serve_one(c):
+        reader, pending = wire.FrameReader(), []
+        try:
+            wire.recv_frame(c, reader, pending)  # HELLO
+            c.sendall(wire.encode_json(Kind.WELCOME, {"version": "9", "protocol": 2, "pid": 1, "started_ts": 0.0}))
+            while (frame := wire.recv_frame(c, reader, pending)) is not None:
+                kind = frame[0]
+                c.sendall(wire.encode_json(Kind(kind + 1), replies[kind]))
+        except OSError:
+            pass
+        finally:
+            c.close()
+
+    def serve():
+        try:
+            while True:
+                c, _ = srv.accept()
+                threading.Thread(target=serve_one, args=(c,), daemon=True).start()
+        except OSError:
+            pass
+
+    threading.Thread(target=serve, daemon=True).start()
+    return path, srv.close

@@ -13,12 +13,13 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 __all__ = ["REPO", "TESTS", "WORKER", "env", "clean_env", "short_tmpdir", "wait_for", "cli", "Worker",
-           "open_fds", "aclprof_threads", "free_port", "PtyOutput"]
+           "open_fds", "aclprof_threads", "free_port", "PtyOutput", "in_pty", "screen_lines"]
 
 TESTS = Path(__file__).resolve().parent.parent
 REPO = TESTS.parent
@@ -146,6 +147,21 @@ class PtyOutput:
         self.master = master
         self.seen = b""
 
+    def drain(self, timeout: float = 0.05) -> bytes:
+        """Whatever arrives within ``timeout`` seconds (added to :attr:`seen` and returned)."""
+        got = b""
+        while select.select([self.master], [], [], timeout)[0]:
+            try:
+                data = os.read(self.master, 65536)
+            except OSError:
+                break
+            if not data:
+                break
+            got += data
+            timeout = 0
+        self.seen += got
+        return got
+
     def read_until(self, pattern: bytes, timeout: float = 15.0, *, regex: bool = False,
                    new_only: bool = False) -> None:
         """Read until ``pattern`` (a substring, or a regex with ``regex``) is in the output (in
@@ -165,3 +181,38 @@ class PtyOutput:
                     self.seen += os.read(self.master, 65536)
                 except OSError:
                     break
+
+
+@contextmanager
+def in_pty(*args: str, columns: int = 80, lines: int = 30) -> Iterator[tuple[subprocess.Popen, PtyOutput, int]]:
+    """``aclprof ARGS`` on a pseudo-terminal ``columns`` x ``lines`` (the window size a
+    terminal reports, and $COLUMNS/$LINES as a terminal's shell sets them); yields the
+    process, its output and the terminal's master fd (to type keys); killed at the end."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", lines, columns, 0, 0))
+    proc = subprocess.Popen([sys.executable, "-m", "aclprof", *args], stdin=slave, stdout=slave, stderr=slave,
+                            env=env(TERM="xterm", COLUMNS=str(columns), LINES=str(lines)), start_new_session=True)
+    os.close(slave)
+    try:
+        yield proc, PtyOutput(master), master
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        os.close(master)
+
+
+_ESCAPES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def screen_lines(raw: bytes) -> list[str]:
+    """What a terminal showed, as the lines a program wrote: terminal escapes removed, split at
+    line feeds and carriage returns (each piece starts at column 0, so none may be wider
+    than the terminal)."""
+    text = _ESCAPES.sub(b"", raw).decode("utf-8", "replace").replace("\r\n", "\n")
+    return [piece for line in text.split("\n") for piece in line.split("\r")]
