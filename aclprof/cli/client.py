@@ -15,7 +15,8 @@ from typing import Any
 from aclprof.protocol import wire
 from aclprof.protocol.paths import resolve_socket_path
 
-__all__ = ["DaemonError", "DaemonUnreachable", "DaemonRejected", "Client", "RECORDS_PROTOCOL", "DEVICE_NEEDS_KEYS"]
+__all__ = ["DaemonError", "DaemonUnreachable", "DaemonRejected", "DaemonClosed", "Client", "RECORDS_PROTOCOL",
+           "DEVICE_NEEDS_KEYS"]
 
 #: the first protocol version (WELCOME's "protocol") with JSON Lines STREAM/EXPORT records and END
 RECORDS_PROTOCOL = 2
@@ -35,6 +36,17 @@ class DaemonUnreachable(DaemonError):
 class DaemonRejected(DaemonError):
     """The daemon refused a STREAM (an ERROR frame) or speaks too old a protocol for it:
     reconnecting would not help (``aclprof tail -F`` stops on it)."""
+
+
+class DaemonClosed(DaemonError):
+    """The connection ended without a word from the daemon: EOF, a reset (ECONNRESET: it
+    closed with our request unread) or a send into a closed socket (EPIPE). Which of these a
+    stopping daemon causes depends on timing only; :meth:`Client.daemon_still_listening`
+    tells a stop from a daemon that closed this one connection and runs on."""
+
+
+#: the socket errors that mean "the peer closed the connection", however it was noticed
+_CLOSED_ERRORS = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
 class Client:
@@ -62,6 +74,7 @@ class Client:
             sock.close()
             raise DaemonUnreachable(f"cannot connect to {self.socket_path}: {exc.strerror or exc}") from None
         self._sock = sock
+        self._socket_id = _file_id(self.socket_path)  # which socket file: a restart makes a new one
         from aclprof.protocol.version import __version__
 
         try:
@@ -90,6 +103,8 @@ class Client:
             self._sock.sendall(wire.encode_json(kind, obj))
         except TimeoutError:
             raise DaemonError("the daemon did not accept the request in time") from None
+        except _CLOSED_ERRORS as exc:
+            raise DaemonClosed(f"lost the daemon connection: {exc.strerror or exc}") from None
         except OSError as exc:
             raise DaemonError(f"lost the daemon connection: {exc.strerror or exc}") from None
 
@@ -100,11 +115,30 @@ class Client:
             raise DaemonError("the daemon did not answer in time") from None
         except wire.ProtocolError as exc:
             raise DaemonError(f"the daemon sent a malformed frame: {exc}") from None
+        except _CLOSED_ERRORS as exc:
+            raise DaemonClosed(f"lost the daemon connection: {exc.strerror or exc}") from None
         except OSError as exc:
             raise DaemonError(f"lost the daemon connection: {exc.strerror or exc}") from None
         if frame is None:
-            raise DaemonError("the daemon closed the connection")
+            raise DaemonClosed("the daemon closed the connection")
         return frame
+
+    def daemon_still_listening(self) -> bool:
+        """After :class:`DaemonClosed`: whether the daemon we talked to still accepts
+        connections (so it closed this connection and runs on), rather than being stopped
+        (a stopping daemon closes its listener and removes its socket file before it closes
+        any client), killed (nothing listens) or restarted (a new socket file)."""
+        if self._socket_id is None or _file_id(self.socket_path) != self._socket_id:
+            return False
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        probe.settimeout(1.0)
+        try:
+            probe.connect(self.socket_path)  # closed at once, before HELLO: not a protocol error
+        except OSError:
+            return False
+        finally:
+            probe.close()
+        return True
 
     def request(self, kind: wire.Kind, obj: dict[str, Any], reply: wire.Kind) -> dict[str, Any]:
         self._send(kind, obj)
@@ -149,8 +183,8 @@ class Client:
     def stream_jsonl(self, filt: dict[str, Any]) -> Iterator[tuple[memoryview, int]]:
         """(JSON Lines payload, skipped) per frame, until END: the payload as the daemon
         wrote it (one record a line, each ending in ``\\n``; empty with a skipped count),
-        for ``aclprof tail --json`` to pass through untouched. Returns at END (the daemon
-        stopped); a connection that ends without END is a DaemonError."""
+        for ``aclprof tail --json`` to pass through untouched. Returns at END or GOODBYE (the
+        daemon stopped); a connection that ends without either is :class:`DaemonClosed`."""
         self._records_protocol("STREAM")
         self._send(wire.Kind.STREAM, {"filter": filt})
         while True:
@@ -159,7 +193,7 @@ class Client:
                 yield payload, 0
             elif kind == wire.Kind.STREAM_SKIPPED:
                 yield memoryview(b""), int(wire.decode_json(payload).get("skipped", 0))
-            elif kind == wire.Kind.END:
+            elif kind in (wire.Kind.END, wire.Kind.GOODBYE):  # GOODBYE: the stop's word to an agent
                 return
             elif kind == wire.Kind.ERROR:
                 raise DaemonRejected(f"the daemon rejected STREAM: {_message(payload)}")
@@ -205,6 +239,14 @@ class Client:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _file_id(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _message(payload: bytes | memoryview) -> str:
