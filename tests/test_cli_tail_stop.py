@@ -3,18 +3,18 @@
 (it closed before we sent STREAM). Which one a real stop causes is a matter of timing, which
 made tests/test_cli_tail_follow.py flaky; here a fake daemon forces each way in turn.
 
-A daemon that closes this one connection and still listens is not a stop, and says so."""
+A daemon that closes this one connection and still listens is not a stop, and says so; a
+daemon restarted on the same path is (its socket file may get the old inode number back:
+the new daemon's WELCOME, another pid and start time, tells them apart)."""
 
 from __future__ import annotations
 
 import argparse
-import os
 import select
 import socket
-import threading
 
 import pytest
-from helpers.procs import short_tmpdir
+from helpers.fakedaemon import FakeDaemon
 
 from aclprof.cli import tail
 from aclprof.cli.client import Client
@@ -22,70 +22,47 @@ from aclprof.protocol import wire
 
 pytestmark = pytest.mark.timeout(30)
 
-WAYS = ["end", "goodbye", "eof", "reset", "epipe", "killed"]
+WAYS = ["end", "goodbye", "eof", "reset", "epipe", "killed", "restarted"]
 
 
-class FakeDaemon:
-    """One connection: the handshake, then the way the stream ends (``way``)."""
-
-    def __init__(self, way: str):
-        self.way = way
-        self.path = os.path.join(short_tmpdir("aclp-"), "d.sock")
-        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.listener.bind(self.path)
-        self.listener.listen(4)
-        self.closed = threading.Event()  # the connection is closed (the stop is done)
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._serve, daemon=True)
-        self.thread.start()
-
-    def _stop_listening(self, unlink: bool = True) -> None:
-        self.listener.close()  # as aclprofd: no more connections, socket file removed ...
-        if unlink:
-            os.unlink(self.path)  # ... unless killed (the file stays, nothing listens)
-
-    def _serve(self) -> None:
-        try:
-            c, _ = self.listener.accept()
-            reader, pending = wire.FrameReader(), []
-            wire.recv_frame(c, reader, pending)  # HELLO
-            c.sendall(wire.encode_json(wire.Kind.WELCOME, {"version": "0.1.0", "protocol": 2, "pid": 1,
-                                                            "started_ts": 0.0}))
-            way = self.way
-            if way == "epipe":  # closes before the client sends STREAM: its send fails
-                self._stop_listening()
-            elif way == "reset":  # STREAM arrived and is left unread: the close resets
-                select.select([c], [], [], 10)
-                self._stop_listening()
-            elif way == "running":  # closes this connection only, and still listens
-                wire.recv_frame(c, reader, pending)
-            else:
-                kind, _ = wire.recv_frame(c, reader, pending)
-                assert kind == wire.Kind.STREAM
-                self._stop_listening(unlink=way != "killed")
-                if way == "end":
-                    c.sendall(wire.encode_json(wire.Kind.END, {"records": 0, "skipped": 0}))
-                elif way == "goodbye":
-                    c.sendall(wire.encode_json(wire.Kind.GOODBYE, {"records": 0, "dropped": 0}))
-            c.close()
-        except BaseException as exc:
-            self.error = exc
-        finally:
-            self.closed.set()
-
-    def close(self) -> None:
-        self.listener.close()
-        self.thread.join(10)
+def _script(way: str):
+    def script(fake, conn, recv):
+        if way == "epipe":  # closes before the client sends STREAM: its send fails
+            fake.stop_listening()
+            return
+        if way == "reset":  # STREAM arrived and is left unread: the close resets
+            select.select([conn], [], [], 10)
+            fake.stop_listening()
+            return
+        assert recv()[0] == wire.Kind.STREAM
+        if way == "running":  # closes this connection only, and still listens
+            conn.close()
+            fake.answer_one()
+            return
+        fake.stop_listening(unlink=way != "killed")
+        if way == "restarted":  # a new daemon on the same path before the client looks
+            new = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            new.bind(fake.path)
+            new.listen(4)
+            conn.close()
+            with new:
+                fake.answer_one(new, pid=2)
+            return
+        if way == "end":
+            conn.sendall(wire.encode_json(wire.Kind.END, {"records": 0, "skipped": 0}))
+        elif way == "goodbye":
+            conn.sendall(wire.encode_json(wire.Kind.GOODBYE, {"records": 0, "dropped": 0}))
+    return script
 
 
 def _ended(way: str) -> str:
-    d = FakeDaemon(way)
+    d = FakeDaemon(_script(way))
     try:
         client = Client(d.path, timeout=5.0)
         if way == "epipe":
-            assert d.closed.wait(10)
+            assert d.done.wait(10)
         ended = tail._stream(client, argparse.Namespace(json=True), {})
-        assert d.closed.wait(10) and d.error is None
+        assert d.done.wait(10) and d.error is None
         return ended
     finally:
         d.close()

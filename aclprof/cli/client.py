@@ -74,7 +74,6 @@ class Client:
             sock.close()
             raise DaemonUnreachable(f"cannot connect to {self.socket_path}: {exc.strerror or exc}") from None
         self._sock = sock
-        self._socket_id = _file_id(self.socket_path)  # which socket file: a restart makes a new one
         from aclprof.protocol.version import __version__
 
         try:
@@ -124,21 +123,19 @@ class Client:
         return frame
 
     def daemon_still_listening(self) -> bool:
-        """After :class:`DaemonClosed`: whether the daemon we talked to still accepts
-        connections (so it closed this connection and runs on), rather than being stopped
-        (a stopping daemon closes its listener and removes its socket file before it closes
-        any client), killed (nothing listens) or restarted (a new socket file)."""
-        if self._socket_id is None or _file_id(self.socket_path) != self._socket_id:
-            return False
-        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
-        probe.settimeout(1.0)
+        """After :class:`DaemonClosed`: whether the daemon we talked to still answers on its
+        socket (so it closed this connection and runs on), rather than being stopped (a
+        stopping daemon closes its listener and removes its socket file before it closes any
+        client), killed (nothing listens) or restarted. A new connection's WELCOME tells: the
+        same daemon has the same pid and start time (a restarted one's socket file may even
+        get the old one's inode number back)."""
         try:
-            probe.connect(self.socket_path)  # closed at once, before HELLO: not a protocol error
-        except OSError:
+            with Client(self.socket_path, timeout=2.0) as probe:
+                again = probe.welcome
+        except DaemonError:
             return False
-        finally:
-            probe.close()
-        return True
+        ours = (self.welcome.get("pid"), self.welcome.get("started_ts"))
+        return None not in ours and (again.get("pid"), again.get("started_ts")) == ours
 
     def request(self, kind: wire.Kind, obj: dict[str, Any], reply: wire.Kind) -> dict[str, Any]:
         self._send(kind, obj)
@@ -239,14 +236,6 @@ class Client:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _file_id(path: str) -> tuple[int, int] | None:
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return st.st_dev, st.st_ino
 
 
 def _message(payload: bytes | memoryview) -> str:
