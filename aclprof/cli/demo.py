@@ -121,14 +121,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     services: list[subprocess.Popen] = []
     logs: list[Any] = []
 
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
     keep = args.keep
-    signal.signal(signal.SIGTERM, on_term)
-    try:
+    try:  # SIGTERM and SIGHUP unwind this too (aclprof.cli.signals): children stopped, tmp removed
         daemon_log_path = os.path.join(tmp, "daemon.log")
         daemon_log = open(daemon_log_path, "ab")
         logs.append(daemon_log)
@@ -166,7 +160,6 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"kept {tmp} (daemon.log, services.log, data/)")
         return EXIT_OK
     finally:
-        signal.signal(signal.SIGTERM, previous)
         for proc in reversed(children):  # services first, then the daemon
             _stop(proc)
         for f in logs:
