@@ -97,7 +97,8 @@ def test_help_and_usage_errors(capsys):
 _COMMANDS = ("tail", "top", "status", "export", "demo", "doctor", "reset")
 _SHARED = ("aclprof.cli.common", "aclprof.cli.client", "aclprof.cli.launch", "aclprof.cli.topview",
            "aclprof.cli.topkeys", "aclprof.cli.topheader", "aclprof.cli.toplive", "aclprof.cli.topbaseline",
-           "aclprof.cli.export_ascend", "aclprof.cli.capturefmt", "aclprof.cli.signals", "aclprof.cli.staging")
+           "aclprof.cli.export_ascend", "aclprof.cli.capturefmt", "aclprof.cli.signals", "aclprof.cli.staging",
+           "aclprof.cli.argtypes")
 
 
 @pytest.mark.parametrize("command", _COMMANDS)

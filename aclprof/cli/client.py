@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,7 +17,7 @@ from aclprof.protocol import wire
 from aclprof.protocol.paths import resolve_socket_path
 
 __all__ = ["DaemonError", "DaemonUnreachable", "DaemonRejected", "DaemonClosed", "Client", "RECORDS_PROTOCOL",
-           "DEVICE_NEEDS_KEYS"]
+           "DEVICE_NEEDS_KEYS", "connect_problem"]
 
 #: the first protocol version (WELCOME's "protocol") with JSON Lines STREAM/EXPORT records and END
 RECORDS_PROTOCOL = 2
@@ -58,21 +59,9 @@ class Client:
         sock.settimeout(timeout)
         try:
             sock.connect(self.socket_path)
-        except FileNotFoundError:
-            sock.close()
-            raise DaemonUnreachable(f"no daemon socket at {self.socket_path} (is aclprofd running? "
-                                    "set ACLPROF_SOCKET or --socket)") from None
-        except PermissionError:
-            sock.close()
-            raise DaemonUnreachable(f"permission denied on {self.socket_path} (the socket is mode "
-                                    "0660: join the daemon's group)") from None
-        except ConnectionRefusedError:
-            sock.close()
-            raise DaemonUnreachable(f"nothing listens on {self.socket_path} (a stale socket: "
-                                    "the daemon is not running)") from None
         except OSError as exc:
             sock.close()
-            raise DaemonUnreachable(f"cannot connect to {self.socket_path}: {exc.strerror or exc}") from None
+            raise DaemonUnreachable(connect_problem(self.socket_path, exc)) from None
         self._sock = sock
         from aclprof.protocol.version import __version__
 
@@ -236,6 +225,61 @@ class Client:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def connect_problem(path: str, exc: OSError) -> str:
+    """Why connecting to the daemon's socket ``path`` failed with ``exc``, told apart by what
+    is at ``path``: the kernel answers ECONNREFUSED alike for a socket nobody listens on, a
+    regular file and a directory."""
+    if isinstance(exc, FileNotFoundError):
+        parent = os.path.dirname(path) or "."
+        if not os.path.isdir(parent):
+            return (f"no daemon socket at {path}: the directory {parent} does not exist (is aclprofd running? "
+                    "set ACLPROF_SOCKET or --socket)")
+        return f"no daemon socket at {path} (is aclprofd running? set ACLPROF_SOCKET or --socket)"
+    if isinstance(exc, NotADirectoryError):
+        return f"cannot connect to {path}: a part of the path before the last is not a directory"
+    if isinstance(exc, PermissionError):
+        return _permission_problem(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    if isinstance(exc, ConnectionRefusedError) and st is not None:
+        if stat.S_ISSOCK(st.st_mode):
+            return f"nothing listens on {path} (a stale socket: the daemon is not running)"
+        if stat.S_ISDIR(st.st_mode):
+            return (f"{path} is a directory, not the daemon's socket (the socket is a file in it, such as "
+                    f"{os.path.join(path, 'aclprofd.sock')})")
+        kind = "a regular file" if stat.S_ISREG(st.st_mode) else "not a socket"
+        return f"{path} is {kind}, not the daemon's socket (give the socket with --socket or ACLPROF_SOCKET)"
+    size = len(os.fsencode(path))
+    if size > 107:
+        return f"cannot connect to {path}: the path is {size} bytes; a Unix socket path has at most 107"
+    return f"cannot connect to {path}: {exc.strerror or exc}"
+
+
+def _permission_problem(path: str) -> str:
+    """EACCES: on the socket itself (its group), or on a directory on the way to it."""
+    try:
+        st = os.stat(path)
+    except PermissionError:
+        return (f"permission denied on a directory above {path}: this user may not reach the daemon's "
+                "socket there")
+    except OSError:
+        return f"permission denied on {path}"
+    try:
+        import grp
+
+        group = grp.getgrgid(st.st_gid).gr_name
+    except (KeyError, ImportError):
+        group = str(st.st_gid)
+    mode = f"mode {stat.S_IMODE(st.st_mode):04o}, group {group!r}"
+    if st.st_gid == 0:  # joining root is no advice: the daemon was started without a socket group
+        return (f"permission denied on {path} ({mode}): the daemon gives no group access; start aclprofd "
+                "with --socket-group GROUP (and --admin-group for top, tail, export) and join that group")
+    return (f"permission denied on {path} ({mode}): join the group {group!r} (usermod -aG {group} USER, "
+            "then log in again)")
 
 
 def _message(payload: bytes | memoryview) -> str:

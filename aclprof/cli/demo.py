@@ -24,6 +24,7 @@ import tempfile
 import time
 from typing import Any
 
+from aclprof.cli.argtypes import integer, number, seconds
 from aclprof.cli.common import EXIT_OK, CliError, format_ns
 from aclprof.cli.launch import CommandNotFound, daemon_argv
 
@@ -40,11 +41,12 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p = sub.add_parser("demo", help="daemon + simulated inference services + live top, no setup",
                        formatter_class=fmt, description=__doc__.split("\n\n", 1)[0].replace("``", ""),
                        epilog=_EXAMPLES)
-    p.add_argument("--duration", type=float, default=20.0, help="seconds before it ends by itself (default 20)")
-    p.add_argument("--services", type=int, default=2, help="simulated inference services (default 2)")
-    p.add_argument("--rate", type=float, default=150.0,
+    p.add_argument("--duration", type=seconds(), default=20.0, help="seconds before it ends by itself (default 20)")
+    p.add_argument("--services", type=integer("a number of services", 1, 64), default=2,
+                   help="simulated inference services (default 2)")
+    p.add_argument("--rate", type=number("a rate", 0.0, 100_000.0, inclusive=False), default=150.0,
                    help="inferences per second per service (default 150: ~10-20 k ops/s each)")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between top refreshes (default 1)")
+    p.add_argument("--interval", type=seconds(), default=1.0, help="seconds between top refreshes (default 1)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (segments, logs)")
     p.set_defaults(func=cmd_demo)
 
@@ -107,10 +109,6 @@ def _tail(path: str, n: int = 3) -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    if args.services < 1:
-        raise CliError("--services must be at least 1", 2)
-    if args.duration <= 0:
-        raise CliError("--duration must be positive", 2)
     tmp = tempfile.mkdtemp(prefix="aclprof-demo-")
     socket_path = os.path.join(tmp, "aclprofd.sock")
     data_dir = os.path.join(tmp, "data")

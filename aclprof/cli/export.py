@@ -27,7 +27,8 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO, TextIO
 
-from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args, parse_time
+from aclprof.cli.argtypes import output_path, point_in_time
+from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args
 from aclprof.cli.export_ascend import cmd_export_ascend
 from aclprof.cli.signals import deferred
 from aclprof.cli.staging import create_file as create_staging_file
@@ -57,18 +58,14 @@ times: ISO 8601 (local time unless it has an offset or Z), Unix seconds, now, or
 """
 
 
-def _time_arg(text: str) -> float:
-    return parse_time(text)
-
-
 def add_parser(sub: Any, fmt: Any) -> None:
     p = sub.add_parser("export", help="export kept records (csv, chrome trace, jsonl, ascend)", formatter_class=fmt,
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None, epilog=_EXAMPLES)
-    p.add_argument("--since", type=_time_arg, metavar="T", default=None,
+    p.add_argument("--since", type=point_in_time, metavar="T", default=None,
                    help="first receive time (default: the oldest kept record)")
-    p.add_argument("--until", type=_time_arg, metavar="T", default=None, help="last receive time (default: now)")
+    p.add_argument("--until", type=point_in_time, metavar="T", default=None, help="last receive time (default: now)")
     p.add_argument("--format", choices=("csv", "chrome", "jsonl", "ascend"), required=True, help="output format")
-    p.add_argument("-o", "--output", metavar="PATH", default=None,
+    p.add_argument("-o", "--output", metavar="PATH", default=None, type=output_path,
                    help="output file, '-' for stdout (default: stdout); a symlink is followed, a FIFO or "
                         "device is written into, a regular file is replaced only once the export is complete. "
                         "ascend: a directory, required, missing or empty; it appears once complete")

@@ -111,13 +111,22 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+_NEGATIVE = re.compile(r"^-\s*(?:[\d.]|inf|nan)", re.IGNORECASE)
+
+
 def _join_negative_times(argv: list[str]) -> list[str]:
-    """``--since -5m`` -> ``--since=-5m`` (argparse would take ``-5m`` for an option)."""
+    """``--since -5m`` -> ``--since=-5m``, and so for every long option followed by a value
+    that starts like a negative number (``--timeout -1s``, ``--interval -inf``): argparse
+    would take it for an option and say "expected one argument" instead of refusing the
+    value by name (``--since -5m`` is valid: five minutes ago)."""
     out: list[str] = []
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a in ("--since", "--until") and i + 1 < len(argv) and re.match(r"^-\s*[\d.]", argv[i + 1]):
+        if a == "--":  # the rest are operands
+            out.extend(argv[i:])
+            break
+        if a.startswith("--") and "=" not in a and i + 1 < len(argv) and _NEGATIVE.match(argv[i + 1]):
             out.append(f"{a}={argv[i + 1]}")
             i += 2
             continue
