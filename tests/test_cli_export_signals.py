@@ -180,7 +180,7 @@ def test_a_long_target_name_still_gets_a_staging_name_within_name_max():
 
 # -- aclprof.cli.signals -------------------------------------------------------------------
 
-def test_deferred_holds_a_signal_until_the_block_ends_and_a_second_is_ignored():
+def test_deferred_holds_a_signal_until_the_block_ends_and_a_second_waits_for_the_clean_up():
     from aclprof.cli.signals import Terminated, deferred, ending_signals
 
     reached = []
@@ -190,12 +190,34 @@ def test_deferred_holds_a_signal_until_the_block_ends_and_a_second_is_ignored():
                 os.kill(os.getpid(), signal.SIGTERM)
                 reached.append("after the kill")  # the handler ran, but held the signal
             reached.append("not reached")
-        finally:  # the clean-up runs; a second signal does not interrupt it
-            os.kill(os.getpid(), signal.SIGHUP)
-            reached.append("clean-up done")
+        finally:
+            with pytest.raises(Terminated) as second:
+                with deferred():  # the clean-up: a second signal does not cut it short
+                    os.kill(os.getpid(), signal.SIGHUP)
+                    reached.append("clean-up done")
+            assert second.value.signum == signal.SIGHUP
     assert exc.value.signum == signal.SIGTERM
     assert reached == ["after the kill", "clean-up done"]
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # given back
+
+
+def test_a_signal_in_a_forks_hooks_is_not_lost():
+    """Python drops an exception raised in the after-fork hooks (logging's _releaseLock):
+    spawning under deferred() acts on the signal after the spawn instead."""
+    from aclprof.cli.signals import Terminated, deferred, ending_signals
+
+    armed = [True]
+
+    def hook() -> None:  # stays registered (there is no unregister), inert once it fired
+        if armed:
+            armed.clear()
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered while the parent runs its hooks
+
+    os.register_at_fork(after_in_parent=hook)
+    with pytest.raises(Terminated), ending_signals():
+        with deferred():
+            subprocess.run([sys.executable, "-c", "pass"], preexec_fn=lambda: None, check=True)
+    assert not armed
 
 
 def test_an_ignored_signal_stays_ignored():
@@ -209,3 +231,28 @@ def test_an_ignored_signal_stays_ignored():
             assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+# -- the other command that stages files: demo's temporary directory ------------------------
+
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["HUP", "TERM"])
+def test_demo_ended_by_a_signal_stops_its_processes_and_removes_its_directory(tmp_path, sig):
+    """``aclprof demo`` keeps a daemon, services and their data in a temporary directory: a
+    closed terminal (SIGHUP) removed nothing on the old code (only SIGTERM had a handler)."""
+    p = subprocess.Popen([sys.executable, "-m", "aclprof", "demo", "--duration", "60"], stdout=subprocess.DEVNULL,
+                         stderr=subprocess.PIPE, text=True, env=env(TMPDIR=str(tmp_path)),
+                         preexec_fn=_sigint_default)
+    try:
+        # running: the daemon logged its start and the services connected (their log has lines)
+        wait_for(lambda: [d for d in tmp_path.iterdir() if (d / "services.log").exists()], timeout=30,
+                 what="the demo running")
+        (demo_dir,) = list(tmp_path.iterdir())
+        p.send_signal(sig)
+        assert p.wait(30) == 128 + sig
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert "Traceback" not in p.stderr.read()
+    assert not demo_dir.exists()
+    assert subprocess.run(["pgrep", "-f", str(demo_dir)], capture_output=True).stdout == b""

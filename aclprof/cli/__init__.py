@@ -19,8 +19,9 @@ up (SIGHUP): each of these three cleans up first (:mod:`aclprof.cli.signals`). E
 one line on stderr.
 
 Layout: :mod:`aclprof.cli.main` (parser, logging, dispatch), :mod:`aclprof.cli.common`
-(what the commands share), :mod:`aclprof.cli.signals` (SIGTERM and SIGHUP unwind as
-Ctrl-C does), one module per command (``tail``, ``top``, ``status``, ``export``, ``diff``,
+(what the commands share), :mod:`aclprof.cli.argtypes` (every option's value type: the one
+place values are checked), :mod:`aclprof.cli.signals` (SIGTERM and SIGHUP unwind as Ctrl-C
+does), one module per command (``tail``, ``top``, ``status``, ``export``, ``diff``,
 ``baseline``, ``captures``, ``trace``, ``fleet``, ``demo``, ``doctor``, ``reset``) with its
 helpers beside it (``export_ascend``, ``staging``; ``diff_sources``; ``capturefmt``;
 ``fleetdata``, ``fleetprom``, ``fleetview``), ``top``'s screen in ``topview`` (state and

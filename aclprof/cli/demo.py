@@ -27,6 +27,7 @@ from typing import Any
 from aclprof.cli.argtypes import integer, number, seconds
 from aclprof.cli.common import EXIT_OK, CliError, format_ns
 from aclprof.cli.launch import CommandNotFound, daemon_argv
+from aclprof.cli.signals import deferred
 
 __all__ = ["add_parser", "cmd_demo"]
 
@@ -128,9 +129,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             daemon_cmd = daemon_argv()
         except CommandNotFound as exc:
             raise CliError(str(exc)) from None
-        daemon = _spawn([*daemon_cmd, "--socket", socket_path, "--data-dir", data_dir,
-                         "--prometheus-port", "0", "--log-format", "json"], env, daemon_log, tmp)
-        children.append(daemon)
+        with deferred():  # a signal in the fork's hooks would be lost; the child is recorded to stop
+            daemon = _spawn([*daemon_cmd, "--socket", socket_path, "--data-dir", data_dir,
+                             "--prometheus-port", "0", "--log-format", "json"], env, daemon_log, tmp)
+            children.append(daemon)
         try:
             _wait_ready(socket_path, daemon, daemon_log_path)
         except CliError:
@@ -142,12 +144,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for i in range(args.services):
             kind = kinds[i % 2]
             name = f"{kind}-{i // 2}" if args.services > 2 else kind
-            proc = _spawn([sys.executable, "-m", "aclprof.demo.service", "--socket", socket_path,
-                           "--model", kind, "--service", name, "--device", str(i % 8),
-                           "--rate", str(args.rate), "--watch-stdin"],
-                          env, service_log, tmp, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
-            children.append(proc)
-            services.append(proc)
+            with deferred():
+                proc = _spawn([sys.executable, "-m", "aclprof.demo.service", "--socket", socket_path,
+                               "--model", kind, "--service", name, "--device", str(i % 8),
+                               "--rate", str(args.rate), "--watch-stdin"],
+                              env, service_log, tmp, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+                children.append(proc)
+                services.append(proc)
         started = time.monotonic()
         stop_at = started + args.duration
         _show(socket_path, args, stop_at, started)
@@ -158,12 +161,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"kept {tmp} (daemon.log, services.log, data/)")
         return EXIT_OK
     finally:
-        for proc in reversed(children):  # services first, then the daemon
-            _stop(proc)
-        for f in logs:
-            f.close()
-        if not keep:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with deferred():  # a second signal waits for the children to stop and tmp to go
+            for proc in reversed(children):  # services first, then the daemon
+                _stop(proc)
+            for f in logs:
+                f.close()
+            if not keep:
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _show(socket_path: str, args: argparse.Namespace, stop_at: float, started: float) -> None:

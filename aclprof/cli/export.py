@@ -252,13 +252,14 @@ def cmd_export(args: argparse.Namespace) -> int:
                 out = getattr(sys.stdout, "buffer", None) or _TextSink(sys.stdout)
             n = writer(source, out)
             out.flush()
-    finally:  # also on Ctrl-C, SIGTERM and SIGHUP (aclprof.cli.signals)
-        if client is not None:
-            client.close()
-        if output is not None:
-            if output.fd >= 0:
-                os.close(output.fd)
-            output.discard()
+    finally:  # also on Ctrl-C, SIGTERM and SIGHUP (aclprof.cli.signals); a second one waits
+        with deferred():
+            if client is not None:
+                client.close()
+            if output is not None:
+                if output.fd >= 0:
+                    os.close(output.fd)
+                output.discard()
     if n == 0:
         print("no records matched (check --since/--until and the filters)", file=sys.stderr)
     return EXIT_OK

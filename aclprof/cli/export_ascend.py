@@ -169,9 +169,10 @@ def cmd_export_ascend(args: argparse.Namespace) -> int:
         finally:
             client.close()
         target.commit()
-    finally:  # also on Ctrl-C, SIGTERM and SIGHUP (aclprof.cli.signals)
-        if target is not None:
-            target.close()
+    finally:  # also on Ctrl-C, SIGTERM and SIGHUP (aclprof.cli.signals); a second one waits
+        with deferred():
+            if target is not None:
+                target.close()
     if writer.records == 0:
         print(f"no records matched (check --since/--until and the filters); {args.output} is empty",
               file=sys.stderr)

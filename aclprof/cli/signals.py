@@ -8,10 +8,12 @@ terminal closed) kill the process where it stands and an export leaves a hidden 
 of up to gigabytes behind. A signal that is ignored when the command starts (``nohup``, a
 background job's SIGINT) stays ignored.
 
-:func:`deferred` holds a signal back over a few statements that must not be split (create a
-file, then remember to remove it): it is raised when the block ends. Once one signal is
-being acted on, later ones (a second Ctrl-C, systemd's SIGTERM after SIGHUP) are ignored so
-that the clean-up they would interrupt can finish; SIGKILL remains for a hung clean-up.
+:func:`deferred` holds a signal back over statements that must not be split (create a file,
+then remember to remove it) and over clean-up that a second signal (Ctrl-C twice, systemd's
+SIGTERM after SIGHUP) must not cut short: it is raised when the block ends. It also keeps a
+signal from being lost: Python drops an exception raised where nothing can catch it (in the
+after-fork hooks that ``subprocess`` runs in the parent, in ``__del__``), so code that
+spawns processes runs deferred, and the signal is raised after it, where it unwinds.
 """
 
 from __future__ import annotations
@@ -48,22 +50,18 @@ class _State:
         self.installed = False
         self.depth = 0             # nesting of deferred()
         self.pending: int | None = None
-        self.acting = False        # one signal is unwinding the command: ignore the next
 
 
 _state = _State()
 
 
 def _raise(signum: int) -> None:
-    _state.acting = True
     if signum == signal.SIGINT:
         raise KeyboardInterrupt
     raise Terminated(signum)
 
 
 def _handler(signum: int, frame: FrameType | None) -> None:
-    if _state.acting:
-        return
     if _state.depth:
         if _state.pending is None:
             _state.pending = signum
@@ -85,20 +83,20 @@ def ending_signals() -> Iterator[None]:
         if current == signal.SIG_IGN or (signum == signal.SIGINT and current != signal.default_int_handler):
             continue  # nohup, `cmd &`, or an embedding program's own SIGINT handler
         previous[signum] = signal.signal(signum, _handler)
-    _state.installed, _state.depth, _state.pending, _state.acting = True, 0, None, False
+    _state.installed, _state.depth, _state.pending = True, 0, None
     try:
         yield
     finally:
         for restored, handler in previous.items():
             signal.signal(restored, handler)
         _state.installed = False
-        _state.acting = False
 
 
 @contextmanager
 def deferred() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM/SIGHUP back until the block ends (then act on the first one), so
-    that a resource created in the block is always recorded for clean-up."""
+    """Hold SIGINT/SIGTERM/SIGHUP back until the block ends (then act on the first one): a
+    resource created in the block is always recorded for clean-up, a clean-up in it runs to
+    its end, and a signal arriving in a fork's hooks is not lost."""
     _state.depth += 1
     try:
         yield
