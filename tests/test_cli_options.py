@@ -250,13 +250,12 @@ def test_permission_denied_names_the_socket_or_the_directory(paths):
         os.chmod(listening, 0o660)
         os.chown(listening, 0, 12345)  # a group the user is not in
         p = _as_nobody("status", "--socket", listening)
-        assert p.returncode == 2 and f"permission denied on {listening} (mode 0660, group '12345'): join the " \
-            "group '12345'" in p.stderr, p.stderr
+        assert p.returncode == 2 and f"permission denied on {listening}" in p.stderr, p.stderr
+        assert "'12345'" in p.stderr and "usermod -aG 12345 nobody" in p.stderr, p.stderr
         os.chown(listening, 0, 0)  # root's group: joining it is no advice
         p = _as_nobody("status", "--socket", listening)
-        assert p.returncode == 2 and "the daemon gives no group access; start aclprofd with --socket-group" \
-            in p.stderr and "join the group 'root'" not in p.stderr, p.stderr
+        assert p.returncode == 2 and "--socket-group" in p.stderr and "usermod -aG root" not in p.stderr, p.stderr
         p = _as_nobody("status", "--socket", os.path.join(private, "d.sock"))
-        assert p.returncode == 2 and "permission denied on a directory above" in p.stderr, p.stderr
+        assert p.returncode == 2 and "permission denied" in p.stderr and "director" in p.stderr, p.stderr
     finally:
         s.close()

@@ -268,18 +268,23 @@ def _permission_problem(path: str) -> str:
                 "socket there")
     except OSError:
         return f"permission denied on {path}"
-    try:
-        import grp
+    import grp
+    import pwd
 
+    try:
         group = grp.getgrgid(st.st_gid).gr_name
-    except (KeyError, ImportError):
+    except KeyError:
         group = str(st.st_gid)
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = str(os.geteuid())
     mode = f"mode {stat.S_IMODE(st.st_mode):04o}, group {group!r}"
     if st.st_gid == 0:  # joining root is no advice: the daemon was started without a socket group
         return (f"permission denied on {path} ({mode}): the daemon gives no group access; start aclprofd "
                 "with --socket-group GROUP (and --admin-group for top, tail, export) and join that group")
-    return (f"permission denied on {path} ({mode}): join the group {group!r} (usermod -aG {group} USER, "
-            "then log in again)")
+    return (f"permission denied on {path} ({mode}): join the group {group!r} (as root: usermod -aG {group} "
+            f"{user}, then log in again)")
 
 
 def _message(payload: bytes | memoryview) -> str:
