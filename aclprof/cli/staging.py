@@ -102,7 +102,9 @@ def _remove_entry(dir_fd: int, name: str) -> None:
 
 def create_file(dir_fd: int, base: str, mode: int) -> tuple[int, str]:
     """A new locked staging file for ``base`` in ``dir_fd``, opened for writing, created
-    with ``O_EXCL|O_NOFOLLOW`` (never a planted file or symlink), then given ``mode``."""
+    with ``O_EXCL|O_NOFOLLOW`` (never a planted file or symlink), then given ``mode``. Call it
+    under :func:`~aclprof.cli.signals.deferred` and record the name before that block ends:
+    a signal is then acted on only once the file is known to the clean-up."""
     def make(name: str) -> int:
         return os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
                        dir_fd=dir_fd)
@@ -113,7 +115,8 @@ def create_file(dir_fd: int, base: str, mode: int) -> tuple[int, str]:
 
 
 def create_dir(dir_fd: int, base: str) -> tuple[int, str]:
-    """A new locked staging directory (mode 0700) for ``base`` in ``dir_fd``, opened."""
+    """A new locked staging directory (mode 0700) for ``base`` in ``dir_fd``, opened; called
+    as :func:`create_file` is."""
     def make(name: str) -> int:
         os.mkdir(name, 0o700, dir_fd=dir_fd)
         try:
