@@ -77,3 +77,25 @@ def test_every_way_a_daemon_stop_reaches_the_socket_gives_one_message(way):
 def test_a_daemon_that_closes_the_stream_and_still_listens_is_not_called_stopped():
     assert _ended("running") == ("the daemon closed this stream's connection and is still running "
                                  "(its log says why)")
+
+
+@pytest.mark.parametrize("ended, said", [(tail.STOPPED, tail.RECONNECTED),
+                                         (tail.CLOSED_RUNNING, tail.RECONNECTED_SAME)])
+def test_follow_says_restarted_only_after_a_stop(monkeypatch, capsys, ended, said):
+    """-F reconnects either way, but "daemon restarted" only when it stopped."""
+    results = iter([ended])
+
+    def stream(client, args, filt):
+        try:
+            return next(results)
+        except StopIteration:
+            raise KeyboardInterrupt from None
+
+    monkeypatch.setattr(tail, "_stream", stream)
+    monkeypatch.setattr(tail, "_reconnect", lambda args: object())
+    monkeypatch.setattr(tail, "connect", lambda args, timeout=None: object())
+    args = argparse.Namespace(follow_restarts=True, json=True, model=None, pid=None, device=None, type=None,
+                              name=None, min_duration=None, service=None, host=None, socket=None)
+    with pytest.raises(KeyboardInterrupt):
+        tail.cmd_tail(args)
+    assert capsys.readouterr().err.strip() == said
