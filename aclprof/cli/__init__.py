@@ -14,12 +14,16 @@
     aclprof reset                 # admin: wipe the daemon's shared aggregates (asks first)
 
 Exit codes: 0 success; 1 an error (or, for ``status``, an unhealthy daemon); 2 a usage
-error or no daemon reachable; 130 interrupted (Ctrl-C). Errors are one line on stderr.
+error or no daemon reachable; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM), 129 hung
+up (SIGHUP): each of these three cleans up first (:mod:`aclprof.cli.signals`). Errors are
+one line on stderr.
 
 Layout: :mod:`aclprof.cli.main` (parser, logging, dispatch), :mod:`aclprof.cli.common`
-(what the commands share), one module per command (``tail``, ``top``, ``status``,
-``export``, ``diff``, ``baseline``, ``captures``, ``trace``, ``fleet``, ``demo``, ``doctor``,
-``reset``) with its helpers beside it (``export_ascend``; ``diff_sources``; ``capturefmt``;
+(what the commands share), :mod:`aclprof.cli.argtypes` (every option's value type: the one
+place values are checked), :mod:`aclprof.cli.signals` (SIGTERM and SIGHUP unwind as Ctrl-C
+does), one module per command (``tail``, ``top``, ``status``, ``export``, ``diff``,
+``baseline``, ``captures``, ``trace``, ``fleet``, ``demo``, ``doctor``, ``reset``) with its
+helpers beside it (``export_ascend``, ``staging``; ``diff_sources``; ``capturefmt``;
 ``fleetdata``, ``fleetprom``, ``fleetview``), ``top``'s screen in ``topview`` (state and
 table), ``topkeys`` (the key table), ``topheader``, ``topbaseline`` (the ``r`` baseline) and
 ``toplive`` (the terminal loop), :mod:`aclprof.cli.client` (the daemon's control protocol)

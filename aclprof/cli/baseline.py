@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any
 
+from aclprof.cli.argtypes import checked
 from aclprof.cli.common import EXIT_OK, CliError, add_socket_arg, connect
 from aclprof.protocol.baselinefmt import check_name
 from aclprof.protocol.safetext import safe
@@ -27,13 +28,6 @@ then pin it: detector_baseline = "good-v42" in the daemon's config, and `kill -H
 """
 
 
-def _name_arg(text: str) -> str:
-    try:
-        return check_name(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def add_parser(sub: Any, fmt: Any) -> None:
     p = sub.add_parser("baseline", help="save or list op-latency baselines (regression detector, diff)",
                        formatter_class=fmt, description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
@@ -41,7 +35,7 @@ def add_parser(sub: Any, fmt: Any) -> None:
     sp = p.add_subparsers(dest="baseline_command", metavar="ACTION", required=True)
     s = sp.add_parser("save", help="save the daemon's recent histograms as NAME (replaces an older NAME)",
                       formatter_class=fmt, epilog=_EXAMPLES)
-    s.add_argument("name", type=_name_arg, metavar="NAME", help="1-64 letters, digits, '.', '_', '-'")
+    s.add_argument("name", type=checked(check_name), metavar="NAME", help="1-64 letters, digits, '.', '_', '-'")
     s.add_argument("--source", choices=("recent", "current", "trailing"), default="recent",
                    help="recent: trailing baseline + current window (default); current: the current window; "
                         "trailing: the decayed trailing baseline")

@@ -10,6 +10,7 @@ import argparse
 import json
 from typing import Any
 
+from aclprof.cli.argtypes import seconds
 from aclprof.cli.capturefmt import format_captures
 from aclprof.cli.common import EXIT_OK, CliError, add_socket_arg, connect
 
@@ -33,7 +34,7 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p = sub.add_parser("captures", help="flight recorder: records kept around each regression flag",
                        formatter_class=fmt, description=_DESCRIPTION, epilog=_EXAMPLES)
     p.add_argument("--json", action="store_true", help="the STATUS reply's captures object as JSON")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon (default 5)")
+    p.add_argument("--timeout", type=seconds(), default=5.0, help="seconds to wait for the daemon (default 5)")
     add_socket_arg(p)
     p.set_defaults(func=cmd_captures)
 

@@ -9,13 +9,15 @@ from __future__ import annotations
 import json
 import os
 import socket
+import stat
 from collections.abc import Iterator
 from typing import Any
 
 from aclprof.protocol import wire
 from aclprof.protocol.paths import resolve_socket_path
 
-__all__ = ["DaemonError", "DaemonUnreachable", "DaemonRejected", "Client", "RECORDS_PROTOCOL", "DEVICE_NEEDS_KEYS"]
+__all__ = ["DaemonError", "DaemonUnreachable", "DaemonRejected", "DaemonClosed", "Client", "RECORDS_PROTOCOL",
+           "DEVICE_NEEDS_KEYS", "connect_problem"]
 
 #: the first protocol version (WELCOME's "protocol") with JSON Lines STREAM/EXPORT records and END
 RECORDS_PROTOCOL = 2
@@ -37,6 +39,17 @@ class DaemonRejected(DaemonError):
     reconnecting would not help (``aclprof tail -F`` stops on it)."""
 
 
+class DaemonClosed(DaemonError):
+    """The connection ended without a word from the daemon: EOF, a reset (ECONNRESET: it
+    closed with our request unread) or a send into a closed socket (EPIPE). Which of these a
+    stopping daemon causes depends on timing only; :meth:`Client.daemon_still_listening`
+    tells a stop from a daemon that closed this one connection and runs on."""
+
+
+#: the socket errors that mean "the peer closed the connection", however it was noticed
+_CLOSED_ERRORS = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
+
+
 class Client:
     def __init__(self, socket_path: str | os.PathLike[str] | None = None, timeout: float | None = 5.0):
         self.socket_path = resolve_socket_path(socket_path)
@@ -46,21 +59,9 @@ class Client:
         sock.settimeout(timeout)
         try:
             sock.connect(self.socket_path)
-        except FileNotFoundError:
-            sock.close()
-            raise DaemonUnreachable(f"no daemon socket at {self.socket_path} (is aclprofd running? "
-                                    "set ACLPROF_SOCKET or --socket)") from None
-        except PermissionError:
-            sock.close()
-            raise DaemonUnreachable(f"permission denied on {self.socket_path} (the socket is mode "
-                                    "0660: join the daemon's group)") from None
-        except ConnectionRefusedError:
-            sock.close()
-            raise DaemonUnreachable(f"nothing listens on {self.socket_path} (a stale socket: "
-                                    "the daemon is not running)") from None
         except OSError as exc:
             sock.close()
-            raise DaemonUnreachable(f"cannot connect to {self.socket_path}: {exc.strerror or exc}") from None
+            raise DaemonUnreachable(connect_problem(self.socket_path, exc)) from None
         self._sock = sock
         #: END's ``lost`` of the last export: records of its window the daemon failed to store
         self.export_lost: list[dict[str, Any]] = []
@@ -92,6 +93,8 @@ class Client:
             self._sock.sendall(wire.encode_json(kind, obj))
         except TimeoutError:
             raise DaemonError("the daemon did not accept the request in time") from None
+        except _CLOSED_ERRORS as exc:
+            raise DaemonClosed(f"lost the daemon connection: {exc.strerror or exc}") from None
         except OSError as exc:
             raise DaemonError(f"lost the daemon connection: {exc.strerror or exc}") from None
 
@@ -102,11 +105,28 @@ class Client:
             raise DaemonError("the daemon did not answer in time") from None
         except wire.ProtocolError as exc:
             raise DaemonError(f"the daemon sent a malformed frame: {exc}") from None
+        except _CLOSED_ERRORS as exc:
+            raise DaemonClosed(f"lost the daemon connection: {exc.strerror or exc}") from None
         except OSError as exc:
             raise DaemonError(f"lost the daemon connection: {exc.strerror or exc}") from None
         if frame is None:
-            raise DaemonError("the daemon closed the connection")
+            raise DaemonClosed("the daemon closed the connection")
         return frame
+
+    def daemon_still_listening(self) -> bool:
+        """After :class:`DaemonClosed`: whether the daemon we talked to still answers on its
+        socket (so it closed this connection and runs on), rather than being stopped (a
+        stopping daemon closes its listener and removes its socket file before it closes any
+        client), killed (nothing listens) or restarted. A new connection's WELCOME tells: the
+        same daemon has the same pid and start time (a restarted one's socket file may even
+        get the old one's inode number back)."""
+        try:
+            with Client(self.socket_path, timeout=2.0) as probe:
+                again = probe.welcome
+        except DaemonError:
+            return False
+        ours = (self.welcome.get("pid"), self.welcome.get("started_ts"))
+        return None not in ours and (again.get("pid"), again.get("started_ts")) == ours
 
     def request(self, kind: wire.Kind, obj: dict[str, Any], reply: wire.Kind) -> dict[str, Any]:
         self._send(kind, obj)
@@ -151,8 +171,8 @@ class Client:
     def stream_jsonl(self, filt: dict[str, Any]) -> Iterator[tuple[memoryview, int]]:
         """(JSON Lines payload, skipped) per frame, until END: the payload as the daemon
         wrote it (one record a line, each ending in ``\\n``; empty with a skipped count),
-        for ``aclprof tail --json`` to pass through untouched. Returns at END (the daemon
-        stopped); a connection that ends without END is a DaemonError."""
+        for ``aclprof tail --json`` to pass through untouched. Returns at END or GOODBYE (the
+        daemon stopped); a connection that ends without either is :class:`DaemonClosed`."""
         self._records_protocol("STREAM")
         self._send(wire.Kind.STREAM, {"filter": filt})
         while True:
@@ -161,7 +181,7 @@ class Client:
                 yield payload, 0
             elif kind == wire.Kind.STREAM_SKIPPED:
                 yield memoryview(b""), int(wire.decode_json(payload).get("skipped", 0))
-            elif kind == wire.Kind.END:
+            elif kind in (wire.Kind.END, wire.Kind.GOODBYE):  # GOODBYE: the stop's word to an agent
                 return
             elif kind == wire.Kind.ERROR:
                 raise DaemonRejected(f"the daemon rejected STREAM: {_message(payload)}")
@@ -212,6 +232,66 @@ class Client:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def connect_problem(path: str, exc: OSError) -> str:
+    """Why connecting to the daemon's socket ``path`` failed with ``exc``, told apart by what
+    is at ``path``: the kernel answers ECONNREFUSED alike for a socket nobody listens on, a
+    regular file and a directory."""
+    if isinstance(exc, FileNotFoundError):
+        parent = os.path.dirname(path) or "."
+        if not os.path.isdir(parent):
+            return (f"no daemon socket at {path}: the directory {parent} does not exist (is aclprofd running? "
+                    "set ACLPROF_SOCKET or --socket)")
+        return f"no daemon socket at {path} (is aclprofd running? set ACLPROF_SOCKET or --socket)"
+    if isinstance(exc, NotADirectoryError):
+        return f"cannot connect to {path}: a part of the path before the last is not a directory"
+    if isinstance(exc, PermissionError):
+        return _permission_problem(path)
+    try:
+        st = os.stat(path)
+    except OSError:
+        st = None
+    if isinstance(exc, ConnectionRefusedError) and st is not None:
+        if stat.S_ISSOCK(st.st_mode):
+            return f"nothing listens on {path} (a stale socket: the daemon is not running)"
+        if stat.S_ISDIR(st.st_mode):
+            return (f"{path} is a directory, not the daemon's socket (the socket is a file in it, such as "
+                    f"{os.path.join(path, 'aclprofd.sock')})")
+        kind = "a regular file" if stat.S_ISREG(st.st_mode) else "not a socket"
+        return f"{path} is {kind}, not the daemon's socket (give the socket with --socket or ACLPROF_SOCKET)"
+    size = len(os.fsencode(path))
+    if size > 107:
+        return f"cannot connect to {path}: the path is {size} bytes; a Unix socket path has at most 107"
+    return f"cannot connect to {path}: {exc.strerror or exc}"
+
+
+def _permission_problem(path: str) -> str:
+    """EACCES: on the socket itself (its group), or on a directory on the way to it."""
+    try:
+        st = os.stat(path)
+    except PermissionError:
+        return (f"permission denied on a directory above {path}: this user may not reach the daemon's "
+                "socket there")
+    except OSError:
+        return f"permission denied on {path}"
+    import grp
+    import pwd
+
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = str(os.geteuid())
+    mode = f"mode {stat.S_IMODE(st.st_mode):04o}, group {group!r}"
+    if st.st_gid == 0:  # joining root is no advice: the daemon was started without a socket group
+        return (f"permission denied on {path} ({mode}): the daemon gives no group access; start aclprofd "
+                "with --socket-group GROUP (and --admin-group for top, tail, export) and join that group")
+    return (f"permission denied on {path} ({mode}): join the group {group!r} (as root: usermod -aG {group} "
+            f"{user}, then log in again)")
 
 
 def _message(payload: bytes | memoryview) -> str:

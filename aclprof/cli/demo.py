@@ -24,9 +24,11 @@ import tempfile
 import time
 from typing import Any
 
+from aclprof.cli.argtypes import integer, number, seconds
 from aclprof.cli.common import EXIT_OK, CliError, format_ns
 from aclprof.cli.fit import wrap_lines
 from aclprof.cli.launch import CommandNotFound, daemon_argv
+from aclprof.cli.signals import deferred
 
 __all__ = ["add_parser", "cmd_demo"]
 
@@ -41,11 +43,12 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p = sub.add_parser("demo", help="daemon + simulated inference services + live top, no setup",
                        formatter_class=fmt, description=__doc__.split("\n\n", 1)[0].replace("``", ""),
                        epilog=_EXAMPLES)
-    p.add_argument("--duration", type=float, default=20.0, help="seconds before it ends by itself (default 20)")
-    p.add_argument("--services", type=int, default=2, help="simulated inference services (default 2)")
-    p.add_argument("--rate", type=float, default=150.0,
+    p.add_argument("--duration", type=seconds(), default=20.0, help="seconds before it ends by itself (default 20)")
+    p.add_argument("--services", type=integer("a number of services", 1, 64), default=2,
+                   help="simulated inference services (default 2)")
+    p.add_argument("--rate", type=number("a rate", 0.0, 100_000.0, inclusive=False), default=150.0,
                    help="inferences per second per service (default 150: ~10-20 k ops/s each)")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between top refreshes (default 1)")
+    p.add_argument("--interval", type=seconds(), default=1.0, help="seconds between top refreshes (default 1)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (segments, logs)")
     p.set_defaults(func=cmd_demo)
 
@@ -108,10 +111,6 @@ def _tail(path: str, n: int = 3) -> str:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    if args.services < 1:
-        raise CliError("--services must be at least 1", 2)
-    if args.duration <= 0:
-        raise CliError("--duration must be positive", 2)
     tmp = tempfile.mkdtemp(prefix="aclprof-demo-")
     socket_path = os.path.join(tmp, "aclprofd.sock")
     data_dir = os.path.join(tmp, "data")
@@ -122,14 +121,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     services: list[subprocess.Popen] = []
     logs: list[Any] = []
 
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def on_term(signum, frame):
-        raise KeyboardInterrupt
-
     keep = args.keep
-    signal.signal(signal.SIGTERM, on_term)
-    try:
+    try:  # SIGTERM and SIGHUP unwind this too (aclprof.cli.signals): children stopped, tmp removed
         daemon_log_path = os.path.join(tmp, "daemon.log")
         daemon_log = open(daemon_log_path, "ab")
         logs.append(daemon_log)
@@ -137,9 +130,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
             daemon_cmd = daemon_argv()
         except CommandNotFound as exc:
             raise CliError(str(exc)) from None
-        daemon = _spawn([*daemon_cmd, "--socket", socket_path, "--data-dir", data_dir,
-                         "--prometheus-port", "0", "--log-format", "json"], env, daemon_log, tmp)
-        children.append(daemon)
+        with deferred():  # a signal in the fork's hooks would be lost; the child is recorded to stop
+            daemon = _spawn([*daemon_cmd, "--socket", socket_path, "--data-dir", data_dir,
+                             "--prometheus-port", "0", "--log-format", "json"], env, daemon_log, tmp)
+            children.append(daemon)
         try:
             _wait_ready(socket_path, daemon, daemon_log_path)
         except CliError:
@@ -151,12 +145,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
         for i in range(args.services):
             kind = kinds[i % 2]
             name = f"{kind}-{i // 2}" if args.services > 2 else kind
-            proc = _spawn([sys.executable, "-m", "aclprof.demo.service", "--socket", socket_path,
-                           "--model", kind, "--service", name, "--device", str(i % 8),
-                           "--rate", str(args.rate), "--watch-stdin"],
-                          env, service_log, tmp, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
-            children.append(proc)
-            services.append(proc)
+            with deferred():
+                proc = _spawn([sys.executable, "-m", "aclprof.demo.service", "--socket", socket_path,
+                               "--model", kind, "--service", name, "--device", str(i % 8),
+                               "--rate", str(args.rate), "--watch-stdin"],
+                              env, service_log, tmp, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
+                children.append(proc)
+                services.append(proc)
         started = time.monotonic()
         stop_at = started + args.duration
         _show(socket_path, args, stop_at, started)
@@ -167,13 +162,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
             print(f"kept {tmp} (daemon.log, services.log, data/)")
         return EXIT_OK
     finally:
-        signal.signal(signal.SIGTERM, previous)
-        for proc in reversed(children):  # services first, then the daemon
-            _stop(proc)
-        for f in logs:
-            f.close()
-        if not keep:
-            shutil.rmtree(tmp, ignore_errors=True)
+        with deferred():  # a second signal waits for the children to stop and tmp to go
+            for proc in reversed(children):  # services first, then the daemon
+                _stop(proc)
+            for f in logs:
+                f.close()
+            if not keep:
+                shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _show(socket_path: str, args: argparse.Namespace, stop_at: float, started: float) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from aclprof.cli.argtypes import MAX_PID, checked, integer, name, number
 from aclprof.cli.common import EXIT_OK, CliError, add_socket_arg, connect, format_ns
 from aclprof.cli.diff_sources import Histograms, check_spec, load_source, needs_daemon
 from aclprof.protocol.quantshift import IMPROVEMENT, NBINS, REGRESSION, judge, shift
@@ -42,57 +43,23 @@ exit codes: 0 done (whatever it found), 1 error, 2 usage error or daemon unreach
 """
 
 
-def _spec_arg(text: str) -> str:
-    try:
-        return check_spec(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _fraction_arg(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not 0.0 < v < 10.0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction above 0 (0.05 = 5 %)")
-    return v
-
-
-def _z_arg(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        v = float("nan")
-    if not 0.5 <= v <= 10.0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not between 0.5 and 10")
-    return v
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        v = 0
-    if v < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
-    return v
-
-
 def add_parser(sub: Any, fmt: Any) -> None:
     p = sub.add_parser("diff", help="op latency shifts between two baselines, exports or windows",
                        formatter_class=fmt, description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
                        epilog=_EXAMPLES)
-    p.add_argument("a", type=_spec_arg, metavar="A", help="the reference")
-    p.add_argument("b", type=_spec_arg, metavar="B", help="compared with A")
+    p.add_argument("a", type=checked(check_spec), metavar="A", help="the reference")
+    p.add_argument("b", type=checked(check_spec), metavar="B", help="compared with A")
     p.add_argument("--by", choices=("type", "name"), default="type", help="rows per op type (default) or name")
-    p.add_argument("--service", metavar="NAME", default=None, help="only this service's ops")
-    p.add_argument("--min-effect", type=_fraction_arg, default=0.05, metavar="F",
+    p.add_argument("--service", metavar="NAME", default=None, type=name("service name"), help="only this service's ops")
+    p.add_argument("--min-effect", type=number("a fraction (0.05 = 5 %)", 0.0, 10.0, inclusive=False),
+                   default=0.05, metavar="F",
                    help="smallest shift called slower/faster (default 0.05 = 5 %%)")
-    p.add_argument("--min-count", type=_positive_int, default=200, metavar="N",
+    p.add_argument("--min-count", type=integer("a sample count", 1, MAX_PID), default=200, metavar="N",
                    help="samples needed on each side (default 200)")
-    p.add_argument("--z", type=_z_arg, default=4.0, help="interval half-width in standard errors (default 4)")
-    p.add_argument("--limit", type=_positive_int, default=None, metavar="N", help="show the first N rows")
+    p.add_argument("--z", type=number("an interval half-width", 0.5, 10.0), default=4.0,
+                   help="interval half-width in standard errors (default 4)")
+    p.add_argument("--limit", type=integer("a row count", 1, MAX_PID), default=None, metavar="N",
+                   help="show the first N rows")
     p.add_argument("--json", action="store_true", help="one JSON object (rows, only_in_a, only_in_b)")
     add_socket_arg(p)
     p.set_defaults(func=cmd_diff)

@@ -22,15 +22,18 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import secrets
 import stat
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, BinaryIO, TextIO
 
-from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args, parse_time
+from aclprof.cli.argtypes import output_path, point_in_time
+from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args
 from aclprof.cli.export_ascend import cmd_export_ascend
 from aclprof.cli.exportloss import has_record_filters, lost_error
+from aclprof.cli.signals import deferred
+from aclprof.cli.staging import create_file as create_staging_file
+from aclprof.cli.staging import sweep as sweep_staging
 from aclprof.exportfmt.chrome import TID_STRIDE, write_chrome
 from aclprof.exportfmt.tally import tally
 from aclprof.protocol.safetext import safe
@@ -56,18 +59,14 @@ times: ISO 8601 (local time unless it has an offset or Z), Unix seconds, now, or
 """
 
 
-def _time_arg(text: str) -> float:
-    return parse_time(text)
-
-
 def add_parser(sub: Any, fmt: Any) -> None:
     p = sub.add_parser("export", help="export kept records (csv, chrome trace, jsonl, ascend)", formatter_class=fmt,
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None, epilog=_EXAMPLES)
-    p.add_argument("--since", type=_time_arg, metavar="T", default=None,
+    p.add_argument("--since", type=point_in_time, metavar="T", default=None,
                    help="first receive time (default: the oldest kept record)")
-    p.add_argument("--until", type=_time_arg, metavar="T", default=None, help="last receive time (default: now)")
+    p.add_argument("--until", type=point_in_time, metavar="T", default=None, help="last receive time (default: now)")
     p.add_argument("--format", choices=("csv", "chrome", "jsonl", "ascend"), required=True, help="output format")
-    p.add_argument("-o", "--output", metavar="PATH", default=None,
+    p.add_argument("-o", "--output", metavar="PATH", default=None, type=output_path,
                    help="output file, '-' for stdout (default: stdout); a symlink is followed, a FIFO or "
                         "device is written into, a regular file is replaced only once the export is complete. "
                         "ascend: a directory, required, missing or empty; it appears once complete")
@@ -136,17 +135,20 @@ class _Output:
     - PATH is followed if it is a symlink (the link stays, its target gets the export).
     - A FIFO, device or other non-regular file (``/dev/null``, ``/dev/stdout``, a named
       pipe) is opened and written into: never replaced by a regular file.
-    - A regular or missing file is written to a new temporary file in the same directory,
-      created with ``O_CREAT|O_EXCL|O_NOFOLLOW`` under a random name (a planted file or
-      symlink there is refused, never followed or overwritten), then renamed over the
-      target: a failed export leaves the old file and no half file. The new file keeps
-      the old file's mode (else 0666 less the umask).
+    - A regular or missing file is written to a new staging file in the same directory
+      (:mod:`aclprof.cli.staging`: a random name created with ``O_CREAT|O_EXCL|O_NOFOLLOW``,
+      so a planted file or symlink there is refused, never followed or overwritten; locked
+      while the export runs), then renamed over the target: a failed or interrupted export
+      (Ctrl-C, SIGTERM, SIGHUP) leaves the old file and no half file, and one killed by
+      SIGKILL leaves a staging file that the next export into that directory removes. The
+      new file keeps the old file's mode (else 0666 less the umask).
     """
 
     def __init__(self, path: str):
         self.path = path
         self.tmp: str | None = None
         self.final = path
+        self._lock_fd = -1  # holds the staging lock until commit or discard (self.fd is closed first)
         try:
             st: os.stat_result | None = os.stat(path)  # follows a symlink, like a shell redirect
         except FileNotFoundError:
@@ -162,21 +164,26 @@ class _Output:
             self.final = os.path.realpath(path)
             mode = stat.S_IMODE(st.st_mode) if st is not None else 0o666 & ~_umask()
             directory, base = os.path.split(self.final)
-            for _ in range(100):
-                tmp = os.path.join(directory, f".{base}.{secrets.token_hex(8)}.tmp")
-                try:
-                    self.fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-                except FileExistsError:
-                    continue
-                self.tmp = tmp
-                os.fchmod(self.fd, mode)
-                return
-            raise CliError(f"cannot create a temporary file beside {self.final}: 100 random names were taken", 1)
+            sweep_staging(directory)  # what an export killed by SIGKILL left here
+            dir_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                with deferred():  # the staging file exists only once self.tmp says so
+                    self.fd, name = create_staging_file(dir_fd, base, mode)
+                    self.tmp = os.path.join(directory, name)
+                    self._lock_fd = os.dup(self.fd)
+            finally:
+                os.close(dir_fd)
+        except FileExistsError:
+            raise CliError(f"cannot create a staging file beside {self.final}: 100 random names were taken",
+                           1) from None
         except OSError as exc:
+            if self.tmp is not None:
+                os.close(self.fd)
+            self.discard()
             raise CliError(f"cannot write {path}: {exc.strerror or exc}", 2) from None
 
     def commit(self) -> None:
-        """The export is complete: put the temporary file in place."""
+        """The export is complete: put the staging file in place."""
         if self.tmp is None:
             return
         try:
@@ -186,16 +193,25 @@ class _Output:
         if st is not None and not stat.S_ISREG(st.st_mode):
             # replaced by something else while we exported: never rename over it
             raise CliError(f"{self.final} is no longer a regular file; the export was not written there", 1)
-        os.replace(self.tmp, self.final)
-        self.tmp = None
+        with deferred():
+            os.replace(self.tmp, self.final)
+            self.tmp = None
+        self._unlock()
 
     def discard(self) -> None:
+        """Remove the staging file unless committed (idempotent)."""
         if self.tmp is not None:
             try:
                 os.unlink(self.tmp)
             except OSError:
                 pass
             self.tmp = None
+        self._unlock()
+
+    def _unlock(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
 
 
 def _umask() -> int:
@@ -209,24 +225,24 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise CliError("--since is after --until", 2)
     if args.format == "ascend":
         return cmd_export_ascend(args)
-    output = _Output(args.output) if args.output and args.output != "-" else None
     writer = _WRITERS[args.format]
+    output: _Output | None = None
+    client: Any = None
     try:
+        with deferred():  # a staging file is created only with `output` set to remove it
+            if args.output and args.output != "-":
+                output = _Output(args.output)
         client = connect(args, timeout=30.0)
-    except BaseException:
-        if output is not None:
-            os.close(output.fd)
-            output.discard()
-        raise
-    try:
         if args.format == "jsonl":
             source: Any = client.export_jsonl(args.since, args.until, filter_from_args(args))
         else:
             source = client.export(args.since, args.until, filter_from_args(args))
         binary = args.format == "jsonl"
         if output is not None:
-            fd, output.fd = output.fd, -1
-            with (open(fd, "wb") if binary else open(fd, "w", encoding="utf-8", newline="")) as f:
+            with deferred():  # the file object owns the fd from here on
+                f = open(output.fd, "wb") if binary else open(output.fd, "w", encoding="utf-8", newline="")
+                output.fd = -1
+            with f:
                 n = writer(source, f)
             output.commit()
             print(f"exported {n:,} records to {args.output}", file=sys.stderr)
@@ -237,12 +253,14 @@ def cmd_export(args: argparse.Namespace) -> int:
                 out = getattr(sys.stdout, "buffer", None) or _TextSink(sys.stdout)
             n = writer(source, out)
             out.flush()
-    finally:
-        client.close()
-        if output is not None:
-            if output.fd >= 0:
-                os.close(output.fd)
-            output.discard()
+    finally:  # also on Ctrl-C, SIGTERM and SIGHUP (aclprof.cli.signals); a second one waits
+        with deferred():
+            if client is not None:
+                client.close()
+            if output is not None:
+                if output.fd >= 0:
+                    os.close(output.fd)
+                output.discard()
     lost = lost_error(client.export_lost, n, record_filters=has_record_filters(args))
     if lost is not None:
         raise lost  # exit 1: the window's records were lost to a storage failure, not unmatched

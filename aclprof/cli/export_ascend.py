@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import secrets
 import stat
 import sys
 
 from aclprof.cli.common import EXIT_OK, CliError, connect, filter_from_args
 from aclprof.cli.exportloss import has_record_filters, lost_error
+from aclprof.cli.signals import deferred
+from aclprof.cli.staging import create_dir as create_staging_dir
+from aclprof.cli.staging import remove_tree
+from aclprof.cli.staging import sweep as sweep_staging
 from aclprof.exportfmt.ascend import (
     _DIR_MODE,
     HARDWARE_PID,
@@ -52,10 +55,12 @@ __all__ = ["KERNEL_DETAILS_COLUMNS", "OP_STATISTIC_COLUMNS", "NOT_COLLECTED", "O
 class StagedDir:
     """``-o DIR`` for a directory export: DIR must be missing or empty (an export is never
     mixed into other files, and nothing is deleted to make room). Everything is written into
-    a new private directory beside it (``.DIR.<random>.tmp``, mode 0700, opened by fd with
-    ``O_NOFOLLOW``), which is renamed to DIR once complete: a failed or interrupted export
-    leaves no partial DIR, and a symlink planted anywhere is refused, never followed. DIR
-    itself may be a symlink given by the user (it is resolved, like a shell's ``cd``)."""
+    a new private directory beside it (``.DIR.aclprof-<random>.tmp``, mode 0700, opened by fd
+    with ``O_NOFOLLOW``, locked: :mod:`aclprof.cli.staging`), which is renamed to DIR once
+    complete: a failed or interrupted export (Ctrl-C, SIGTERM, SIGHUP) leaves no partial DIR
+    and no staging directory (one killed by SIGKILL leaves one, which the next export beside
+    it removes), and a symlink planted anywhere is refused, never followed. DIR itself may
+    be a symlink given by the user (it is resolved, like a shell's ``cd``)."""
 
     def __init__(self, path: str | None):
         if not path or path == "-":
@@ -76,24 +81,18 @@ class StagedDir:
         if st is not None and _has_entries(self.final, path):
             raise CliError(f"{path} is not empty: give a new or empty directory (an export is never mixed "
                            "with other files)", 2)
+        sweep_staging(self.parent)  # what an export killed by SIGKILL left here
         try:
-            self._parent_fd = os.open(self.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            for _ in range(100):
-                name = f".{self.base}.{secrets.token_hex(8)}.tmp"
-                try:
-                    os.mkdir(name, 0o700, dir_fd=self._parent_fd)
-                except FileExistsError:
-                    continue
-                self.staging = name
-                break
-            else:
-                raise CliError(f"cannot create a staging directory beside {self.final}: 100 random names "
-                               "were taken", 1)
-            self.fd = os.open(self.staging, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                              dir_fd=self._parent_fd)
+            with deferred():  # the staging directory exists only once self.staging says so
+                self._parent_fd = os.open(self.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+                self.fd, self.staging = create_staging_dir(self._parent_fd, self.base)
             own = os.fstat(self.fd)
             if own.st_uid != os.geteuid() or stat.S_IMODE(own.st_mode) != 0o700:
                 raise CliError(f"the staging directory beside {self.final} was replaced; nothing was written", 1)
+        except FileExistsError:
+            self.close()
+            raise CliError(f"cannot create a staging directory beside {self.final}: 100 random names "
+                           "were taken", 1) from None
         except OSError as exc:
             self.close()
             raise CliError(f"cannot write {path}: {exc.strerror or exc}", 2) from None
@@ -112,17 +111,18 @@ class StagedDir:
         try:
             # replaces DIR only if it is (still) an empty directory; a file, a symlink or a
             # directory that something filled meanwhile makes the rename fail
-            os.rename(self.staging, self.base, src_dir_fd=self._parent_fd, dst_dir_fd=self._parent_fd)
+            with deferred():
+                os.rename(self.staging, self.base, src_dir_fd=self._parent_fd, dst_dir_fd=self._parent_fd)
+                self.staging = None
         except OSError as exc:
             raise CliError(f"{self.path} changed during the export ({exc.strerror or exc}); nothing was "
                            "written there", 1) from None
-        self.staging = None
 
     def close(self) -> None:
         """Remove the staging directory unless committed; release the fds (idempotent)."""
         if self.staging is not None and self.fd >= 0:
             try:
-                _remove_tree(self.fd)
+                remove_tree(self.fd)
                 os.rmdir(self.staging, dir_fd=self._parent_fd)
             except OSError as exc:
                 print(f"aclprof: warning: could not remove {os.path.join(self.parent, self.staging)}: "
@@ -142,18 +142,6 @@ def _has_entries(directory: str, shown: str) -> bool:
         raise CliError(f"cannot write {shown}: {exc.strerror or exc}", 2) from None
 
 
-def _remove_tree(dir_fd: int) -> None:
-    """Delete everything below ``dir_fd`` without following a symlink."""
-    for _, dirs, files, fd in os.fwalk(dir_fd=dir_fd, topdown=False):
-        for name in files:
-            os.unlink(name, dir_fd=fd)
-        for name in dirs:
-            try:
-                os.rmdir(name, dir_fd=fd)
-            except NotADirectoryError:  # a symlink to a directory: the link goes, not its target
-                os.unlink(name, dir_fd=fd)
-
-
 def _umask() -> int:
     old = os.umask(0o022)
     os.umask(old)
@@ -164,8 +152,11 @@ def _umask() -> int:
 
 def cmd_export_ascend(args: argparse.Namespace) -> int:
     """``aclprof export --format ascend -o DIR`` (called by :mod:`aclprof.cli.export`)."""
-    target = StagedDir(args.output)
+    target: StagedDir | None = None
     try:
+        with deferred():  # a staging directory is created only with `target` set to remove it
+            target = StagedDir(args.output)
+        assert target is not None
         filt = filter_from_args(args)
         client = connect(args, timeout=30.0)
         try:
@@ -179,8 +170,10 @@ def cmd_export_ascend(args: argparse.Namespace) -> int:
         finally:
             client.close()
         target.commit()
-    finally:
-        target.close()
+    finally:  # also on Ctrl-C, SIGTERM and SIGHUP (aclprof.cli.signals); a second one waits
+        with deferred():
+            if target is not None:
+                target.close()
     lost = lost_error(client.export_lost, writer.records, record_filters=has_record_filters(args))
     if lost is not None:
         raise lost  # exit 1: the window's records were lost to a storage failure, not unmatched

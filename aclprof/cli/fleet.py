@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from typing import Any
 
-from aclprof.cli.common import EXIT_OK, CliError, regex_problem
+from aclprof.cli.argtypes import FLOAT_MAX, MAX_PID, integer, name, number, regex, row_limit, seconds
+from aclprof.cli.common import EXIT_OK, CliError
 from aclprof.cli.fleetdata import (
     RULE_WINDOWS,
     SORTS,
@@ -67,31 +67,34 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p.add_argument("--window", default="1m", type=_window_arg, metavar="W",
                    help="rate and quantile window, a PromQL range such as 30s, 1m, 10m (default 1m; "
                         "at least a few scrape intervals)")
-    p.add_argument("--host", metavar="H", help="drill down: host H's rows beside the fleet's")
+    p.add_argument("--host", metavar="H", type=name("host name"), help="drill down: host H's rows beside the fleet's")
     p.add_argument("--host-label", default="host", type=_label_arg, metavar="LABEL",
                    help="the label that names a host (default host, aclprofd's; `instance` "
                         "for daemons without it)")
     p.add_argument("--rules", action="store_true",
                    help="read the recording rules of daemon/prometheus (window 1m or 10m) instead of the raw "
                         "histograms: far cheaper for Prometheus on a large fleet")
-    p.add_argument("--service", metavar="NAME", help="only this service")
-    p.add_argument("--type", metavar="REGEX", type=_regex_arg,
+    p.add_argument("--service", metavar="NAME", type=name("service name"), help="only this service")
+    p.add_argument("--type", metavar="REGEX", type=regex,
                    help="only op types matching this regex (RE2, anchored by Prometheus)")
     p.add_argument("--sort", choices=tuple(SORTS), default="share", help="row order (default share of device time)")
     p.add_argument("--once", action="store_true", help="print one table and exit")
     p.add_argument("--json", action="store_true", help="with --once: the rows, hosts and outliers as JSON")
-    p.add_argument("--interval", type=float, default=2.0, help="seconds between refreshes (default 2)")
-    p.add_argument("--limit", type=int, default=0, help="at most this many rows (default: fit the screen)")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds for each query, reply included (default 5)")
-    p.add_argument("--max-bytes", type=int, default=DEFAULT_MAX_BYTES,
+    p.add_argument("--interval", type=seconds(), default=2.0, help="seconds between refreshes (default 2)")
+    p.add_argument("--limit", type=row_limit, default=0, help="at most this many rows (default: fit the screen)")
+    p.add_argument("--timeout", type=seconds(), default=5.0, help="seconds for each query, reply included (default 5)")
+    p.add_argument("--max-bytes", type=integer("a reply size in bytes", 1024, 2**30), default=DEFAULT_MAX_BYTES,
                    help=f"largest reply read (default {DEFAULT_MAX_BYTES >> 20} MiB)")
     g = p.add_argument_group("outlier thresholds")
-    g.add_argument("--min-count", type=float, default=Thresholds.min_count,
+    g.add_argument("--min-count", type=number("a call count", 0.0, FLOAT_MAX), default=Thresholds.min_count,
                    help="calls in the window a host needs to be scored (default %(default)g)")
-    g.add_argument("--min-hosts", type=int, default=Thresholds.min_hosts,
+    g.add_argument("--min-hosts", type=integer("a host count (one host has nothing to depart from)", 2, MAX_PID),
+                   default=Thresholds.min_hosts,
                    help="hosts that must qualify before any is scored (default %(default)d)")
-    g.add_argument("--z", type=float, default=Thresholds.z, help="|z| that flags a host (default %(default)g)")
-    g.add_argument("--mad-floor", type=float, default=Thresholds.mad_floor,
+    g.add_argument("--z", type=number("a |z| threshold", 0.0, FLOAT_MAX), default=Thresholds.z,
+                   help="|z| that flags a host (default %(default)g)")
+    g.add_argument("--mad-floor", type=number("a fraction of the median p99", 0.0, FLOAT_MAX),
+                   default=Thresholds.mad_floor,
                    help="smallest MAD as a fraction of the median p99 (default %(default)g)")
     p.set_defaults(func=cmd_fleet)
 
@@ -109,13 +112,6 @@ def _window_arg(text: str) -> str:
     return text
 
 
-def _regex_arg(text: str) -> str:
-    problem = regex_problem(text)  # RE2, as Prometheus (Go's regexp has RE2's syntax)
-    if problem is not None:
-        raise argparse.ArgumentTypeError(problem)
-    return text
-
-
 def _label_arg(text: str) -> str:
     if not valid_label(text):
         raise argparse.ArgumentTypeError(f"{text!r} is not a Prometheus label name")
@@ -125,23 +121,9 @@ def _label_arg(text: str) -> str:
 def _check(args: argparse.Namespace) -> Thresholds:
     if args.json and not args.once:
         raise CliError("--json needs --once (the live view is a table)", EXIT_USAGE)
-    for name in ("interval", "timeout"):
-        value = getattr(args, name)
-        if not (math.isfinite(value) and value > 0):
-            raise CliError(f"--{name} must be a positive number of seconds", EXIT_USAGE)
-    if args.max_bytes < 1024:
-        raise CliError("--max-bytes must be at least 1024", EXIT_USAGE)
-    if args.limit < 0:
-        raise CliError("--limit must be 0 (fit the screen) or positive", EXIT_USAGE)
     if args.rules and (args.window not in RULE_WINDOWS or args.host_label != "host"):
         raise CliError(f"--rules: the recording rules have --window {' or '.join(RULE_WINDOWS)} and the host "
                        "label 'host'", EXIT_USAGE)
-    if args.min_hosts < 2:
-        raise CliError("--min-hosts must be at least 2 (one host has nothing to depart from)", EXIT_USAGE)
-    for name in ("min_count", "z", "mad_floor"):
-        value = getattr(args, name)
-        if not (math.isfinite(value) and value >= 0):
-            raise CliError(f"--{name.replace('_', '-')} must be a finite number >= 0", EXIT_USAGE)
     return Thresholds(args.min_count, args.min_hosts, args.z, args.mad_floor)
 
 

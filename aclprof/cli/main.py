@@ -17,6 +17,7 @@ from typing import Any
 from aclprof.cli import baseline, captures, demo, diff, doctor, export, fleet, reset, status, tail, top, trace
 from aclprof.cli.client import DaemonError
 from aclprof.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_UNREACHABLE, CliError, print_error, quiet_broken_pipe
+from aclprof.cli.signals import Terminated, ending_signals, exit_status
 
 __all__ = ["main", "build_parser"]
 
@@ -65,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
   aclprof doctor                       diagnose the library, the environment and the daemon
   aclprof reset                        admin: wipe the daemon's shared aggregates (asks first)
 
-exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130 interrupted""")
+exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130 interrupted (Ctrl-C),
+143 terminated (SIGTERM), 129 hung up (SIGHUP); an export stopped by any of these leaves nothing behind""")
     parser.add_argument("--version", action="version", version=f"aclprof {__version__}")
     parser.add_argument("--log-level", default=os.environ.get("ACLPROF_LOG_LEVEL", "warning"),
                         choices=["debug", "info", "warning", "error"], help="log level (default warning)")
@@ -90,9 +92,12 @@ def main(argv: list[str] | None = None) -> int:
     _configure_logging(args.log_level)
     func: Callable[[argparse.Namespace], int] = args.func
     try:
-        return func(args)
+        with ending_signals():  # SIGTERM and SIGHUP clean up as Ctrl-C does
+            return func(args)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except Terminated as exc:
+        return exit_status(exc.signum)
     except BrokenPipeError:
         return quiet_broken_pipe()
     except CliError as exc:
@@ -106,13 +111,22 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_ERROR
 
 
+_NEGATIVE = re.compile(r"^-\s*(?:[\d.]|inf|nan)", re.IGNORECASE)
+
+
 def _join_negative_times(argv: list[str]) -> list[str]:
-    """``--since -5m`` -> ``--since=-5m`` (argparse would take ``-5m`` for an option)."""
+    """``--since -5m`` -> ``--since=-5m``, and so for every long option followed by a value
+    that starts like a negative number (``--timeout -1s``, ``--interval -inf``): argparse
+    would take it for an option and say "expected one argument" instead of refusing the
+    value by name (``--since -5m`` is valid: five minutes ago)."""
     out: list[str] = []
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a in ("--since", "--until") and i + 1 < len(argv) and re.match(r"^-\s*[\d.]", argv[i + 1]):
+        if a == "--":  # the rest are operands
+            out.extend(argv[i:])
+            break
+        if a.startswith("--") and "=" not in a and i + 1 < len(argv) and _NEGATIVE.match(argv[i + 1]):
             out.append(f"{a}={argv[i + 1]}")
             i += 2
             continue

@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from aclprof.cli.argtypes import seconds
 from aclprof.cli.capturefmt import status_lines
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, CliError, add_socket_arg, connect, format_ns
 from aclprof.cli.fit import wrap_lines
@@ -31,7 +32,7 @@ def add_parser(sub: Any, fmt: Any) -> None:
                        description="The daemon's health, connected processes and their models, "
                                    "records/s, drops, lag and disk use.", epilog=_EXAMPLES)
     p.add_argument("--json", action="store_true", help="the raw STATUS reply as JSON")
-    p.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for the daemon (default 5)")
+    p.add_argument("--timeout", type=seconds(), default=5.0, help="seconds to wait for the daemon (default 5)")
     p.add_argument("-l", "--loop", type=_loop_arg, metavar="SECONDS", default=None,
                    help="repeat every SECONDS until Ctrl-C (exit 130; 0 when the reader of a pipe goes); "
                         "an unreachable daemon is reported and the loop goes on")

@@ -28,7 +28,7 @@ from aclprof.protocol.safetext import safe
 if TYPE_CHECKING:
     from aclprof.cli.client import Client
 
-__all__ = ["add_parser", "cmd_tail", "tail_line", "tail_layout", "RECONNECTED"]
+__all__ = ["add_parser", "cmd_tail", "tail_line", "tail_layout", "RECONNECTED", "STOPPED", "CLOSED_RUNNING"]
 
 _EXAMPLES = """examples:
   aclprof tail                                  every op of every process
@@ -42,6 +42,13 @@ EXIT_USAGE = EXIT_UNREACHABLE  # 2: a usage error, as argparse's
 
 #: what -F says on stderr each time it is back on a (restarted) daemon
 RECONNECTED = "daemon restarted; reconnected (records of the gap are not replayed)"
+#: why the stream ended when the daemon stopped, however the socket reported it (END, GOODBYE,
+#: EOF, ECONNRESET, EPIPE: which one a stop causes is a matter of timing)
+STOPPED = "the daemon ended the stream (it stopped)"
+#: the connection ended but the same daemon still listens: it closed this client only
+CLOSED_RUNNING = "the daemon closed this stream's connection and is still running (its log says why)"
+#: what -F says when it reconnects after CLOSED_RUNNING (not a restart)
+RECONNECTED_SAME = "the daemon closed the stream; reconnected (records of the gap are not replayed)"
 _BACKOFF_FIRST_S, _BACKOFF_MAX_S = 0.1, 2.0
 
 
@@ -179,7 +186,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         if not args.follow_restarts:
             raise CliError(ended, EXIT_ERROR)
         client = _reconnect(args)
-        print(RECONNECTED, file=sys.stderr, flush=True)
+        print(RECONNECTED if ended == STOPPED else RECONNECTED_SAME, file=sys.stderr, flush=True)
 
 
 def _check_device_filter(client: Client) -> None:
@@ -212,14 +219,15 @@ def _reconnect(args: argparse.Namespace) -> Client:
 
 
 def _stream(client: Client, args: argparse.Namespace, filt: dict[str, Any]) -> str:
-    """Copy the stream to stdout until it ends; closes ``client``; returns why it ended
-    (CliError if the daemon refused the stream)."""
-    from aclprof.cli.client import DaemonError, DaemonRejected
+    """Copy the stream to stdout until it ends; closes ``client``; returns why it ended:
+    :data:`STOPPED`, :data:`CLOSED_RUNNING` or why it broke (CliError if the daemon refused
+    the stream)."""
+    from aclprof.cli.client import DaemonClosed, DaemonError, DaemonRejected
 
     client.settimeout(None)
     colour = use_colour()
     out = sys.stdout
-    ended = "the daemon ended the stream (it stopped)"
+    ended = STOPPED
     layout: Fitted | None = None
     shown_width: int | None = None
     hidden: list[str] = []
@@ -253,8 +261,11 @@ def _stream(client: Client, args: argparse.Namespace, filt: dict[str, Any]) -> s
                 out.flush()
     except DaemonRejected as exc:  # not a restart: following would only repeat it
         raise CliError(str(exc), EXIT_ERROR) from None
-    except DaemonError as exc:
-        ended = f"the stream broke: {exc} (the daemon stopped?)"
+    except DaemonClosed:  # EOF, ECONNRESET or EPIPE: a stop, unless the daemon still listens
+        if client.daemon_still_listening():
+            ended = CLOSED_RUNNING
+    except DaemonError as exc:  # a malformed or unexpected frame
+        ended = f"the stream broke: {exc}"
     finally:
         client.close()
     return ended

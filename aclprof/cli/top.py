@@ -17,6 +17,7 @@ import textwrap
 import time
 from typing import Any
 
+from aclprof.cli.argtypes import row_limit, seconds
 from aclprof.cli.client import DEVICE_NEEDS_KEYS
 from aclprof.cli.common import (
     EXIT_OK,
@@ -82,8 +83,8 @@ def add_parser(sub: Any, fmt: Any) -> None:
                    help="sort column: " + ", ".join(SORT_KEYS) + " (default total)")
     p.add_argument("--once", action="store_true", help="print one snapshot and exit")
     p.add_argument("--json", action="store_true", help="with --once: the SNAPSHOT reply as JSON")
-    p.add_argument("--interval", type=float, default=1.0, help="seconds between refreshes (default 1)")
-    p.add_argument("--limit", type=int, default=0, help="at most this many rows (default: fit the screen)")
+    p.add_argument("--interval", type=seconds(), default=1.0, help="seconds between refreshes (default 1)")
+    p.add_argument("--limit", type=row_limit, default=0, help="at most this many rows (default: fit the screen)")
     add_filter_args(p, min_duration=False)  # aggregates keep no single records
     add_socket_arg(p)
     p.set_defaults(func=cmd_top)
@@ -126,8 +127,6 @@ def cmd_top(args: argparse.Namespace) -> int:
     """One table (``--once``), a table per interval into a pipe, or the live view on a terminal."""
     if args.json and not args.once:
         raise CliError("--json needs --once (the live view is a table)", 2)
-    if args.interval <= 0:
-        raise CliError("--interval must be positive", 2)
     base = filter_from_args(args)
     view = TopView(args.window, args.group, args.sort, base_filter=base)
     client = connect(args)

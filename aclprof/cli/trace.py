@@ -7,6 +7,7 @@ import argparse
 import json
 from typing import Any
 
+from aclprof.cli.argtypes import name, pid, seconds
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, CliError, add_socket_arg, connect, format_ns
 from aclprof.protocol import trace as proto
 from aclprof.protocol.safetext import safe
@@ -32,35 +33,17 @@ def add_parser(sub: Any, fmt: Any) -> None:
                        formatter_class=fmt, epilog=_EXAMPLES,
                        description="Ask the agents of a service to run an aclprof.Profiler session for "
                                    "DURATION and print the PROF_* directories they wrote.")
-    p.add_argument("--service", required=True, metavar="NAME", help="service name given to aclprof.agent.start")
-    p.add_argument("--pid", type=_pid_arg, metavar="PID", help="only this process of the service")
-    p.add_argument("--duration", type=_duration_arg, default=5.0, metavar="DUR",
+    p.add_argument("--service", required=True, metavar="NAME", type=name("service name"),
+                   help="service name given to aclprof.agent.start")
+    p.add_argument("--pid", type=pid, metavar="PID", help="only this process of the service")
+    p.add_argument("--duration", type=seconds(proto.MIN_DURATION_S, proto.MAX_DURATION_S, inclusive=True),
+                   default=5.0, metavar="DUR",
                    help="how long the session runs (default 5s; e.g. 500ms, 30s)")
     p.add_argument("--data-types", type=_types_arg, default=list(proto.DEFAULT_DATA_TYPES), metavar="LIST",
                    help="comma-separated aclprof.DataType names (default ACL_API,TASK_TIME)")
     p.add_argument("--json", action="store_true", help="the daemon's TRACE_REPLY as JSON")
     add_socket_arg(p)
     p.set_defaults(func=cmd_trace)
-
-
-def _pid_arg(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a process id")
-    return n
-
-
-def _duration_arg(text: str) -> float:
-    from aclprof.cli.common import parse_duration_ns
-
-    seconds = parse_duration_ns(text, default_unit="s") / 1e9
-    if not proto.MIN_DURATION_S <= seconds <= proto.MAX_DURATION_S:
-        raise argparse.ArgumentTypeError(
-            f"{text!r}: a trace lasts {proto.MIN_DURATION_S:g}s to {proto.MAX_DURATION_S:g}s")
-    return seconds
 
 
 def _types_arg(text: str) -> list[str]:
