@@ -1,5 +1,7 @@
 """``aclprof doctor``: which libascendcl loads (or why none does), the CANN environment
-variables, the daemon socket's permissions and whether the daemon answers.
+variables, the deployment (unit, config, groups: :mod:`aclprof.cli.doctor_deploy`), the
+daemon socket's permissions, whether the daemon answers and where /metrics listens; each
+problem with the command that fixes it.
 
 The only CLI module that touches the binding, and only inside the command.
 """
@@ -8,10 +10,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import stat
 from typing import Any
 
+from aclprof.cli import doctor_deploy as dd
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, CliError, add_socket_arg, connect
+from aclprof.cli.doctor_deploy import Report
 
 __all__ = ["add_parser", "cmd_doctor"]
 
@@ -21,11 +24,26 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p = sub.add_parser("doctor", help="diagnose the library, CANN variables and the daemon",
                        formatter_class=fmt,
                        description="Which libascendcl is found (or why none is), the CANN environment "
-                                   "variables, the daemon socket's permissions and whether the daemon answers.",
+                                   "variables, the deployment (systemd unit, config file, socket and admin "
+                                   "groups and whether you are in them), the daemon socket's permissions, "
+                                   "whether the daemon answers and where /metrics listens. Each problem "
+                                   "comes with the command that fixes it.",
                        epilog="examples:\n  aclprof doctor\n  ACLPROF_BACKEND=mock aclprof doctor\n"
                               "\nexit status 0 when no problem is found, else 1.")
     add_socket_arg(p)
+    p.add_argument("--unit", default=dd.UNIT_PATH, metavar="PATH",
+                   help=f"the installed systemd unit to check (default {dd.UNIT_PATH})")
     p.set_defaults(func=cmd_doctor)
+
+
+def _setting(key: str, flag: str, unit: dd.Unit | None, cfg: dict[str, Any]) -> str | None:
+    """A setting as the unit starts the daemon: its flag, its environment, then the config file."""
+    if unit is not None:
+        v = unit.flag(flag) or unit.environment.get(f"ACLPROFD_{key.upper()}")
+        if v:
+            return v
+    v = cfg.get(key)
+    return str(v) if v else None
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -61,34 +79,39 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     for name in names:
         print(f"  {name}={os.environ[name]}" if name in os.environ else f"  {name} (not set)")
     path = resolve_socket_path(args.socket)
+    rep = Report(problems)
+    unit_path = args.unit
+    # The system daemon's socket (the unit's, or /run/aclprof/...): its deployment pieces
+    # must be there; for a user's own daemon (a socket under $XDG_RUNTIME_DIR) they are notes.
+    print("deployment:")
+    unit = dd.check_unit(rep, unit_path, system=path == dd.SYSTEM_SOCKET)
+    system = path == ((unit.flag("--socket") if unit else None) or dd.SYSTEM_SOCKET)
+    if unit is None and path != dd.SYSTEM_SOCKET:
+        print("  (a daemon of your own at this socket: the unit, config and groups are not checked)")
+        cfg: dict[str, Any] = {}
+    else:
+        cfg_path = (unit.flag("--config") or unit.environment.get("ACLPROFD_CONFIG") if unit else None) \
+            or dd.CONFIG_PATH
+        cfg = dd.check_config(rep, cfg_path, required=True)
     print("daemon:")
     print(f"  socket: {path}")
+    st: dict[str, Any] | None = None
     try:
         st_ = os.stat(path)
     except FileNotFoundError:
         print("  socket file: missing")
-        problems.append("the daemon socket does not exist (aclprofd not running?)")
+        problems.append("the daemon socket does not exist (aclprofd not running?)\n      fix: "
+                        + ("as root: systemctl start aclprofd; then journalctl -u aclprofd if it stops"
+                           if system else "start aclprofd (README.md \"Deployment\" for the service)"))
+    except PermissionError:
+        # /run/aclprof is 0750, group the socket group: outsiders cannot even see the socket
+        print("  socket file: cannot stat (permission denied: its directory is for the socket group)")
+        problems.append(f"cannot reach the socket {path}: its directory admits only the socket group")
     except OSError as exc:
         print(f"  socket file: cannot stat ({exc.strerror})")
         problems.append(f"cannot stat the socket: {exc.strerror}")
     else:
-        import grp
-        import pwd
-
-        kind = "socket" if stat.S_ISSOCK(st_.st_mode) else "NOT A SOCKET"
-        try:
-            owner = pwd.getpwuid(st_.st_uid).pw_name
-        except KeyError:
-            owner = str(st_.st_uid)
-        try:
-            group = grp.getgrgid(st_.st_gid).gr_name
-        except KeyError:
-            group = str(st_.st_gid)
-        access = os.access(path, os.R_OK | os.W_OK)
-        print(f"  socket file: {kind}, mode {stat.S_IMODE(st_.st_mode):04o}, owner {owner}:{group}, "
-              f"{'read/write allowed' if access else 'NO read/write access for this user'}")
-        if not access:
-            problems.append(f"no permission on the socket: join group {group!r}")
+        dd.check_socket(rep, path, st_, _setting("socket_group", "--socket-group", unit, cfg))
     from aclprof.cli.client import DaemonError
 
     try:
@@ -105,6 +128,21 @@ def cmd_doctor(args: argparse.Namespace) -> int:
               f"{'healthy' if st.get('healthy') else 'UNHEALTHY'}, {len(st.get('agents') or [])} processes")
         if not st.get("healthy"):
             problems.append("the daemon reports problems: " + "; ".join(st.get("problems") or []))
+    access = (st or {}).get("access") if isinstance((st or {}).get("access"), dict) else None
+    if unit is not None or system:
+        # the running daemon's own word first, then the unit's flags, then the config file
+        groups = {k: access[k] if access else _setting(k, flag, unit, cfg)
+                  for k, flag in (("socket_group", "--socket-group"), ("admin_group", "--admin-group"))}
+        dd.check_groups(rep, groups["socket_group"], groups["admin_group"])
+    if st is not None:
+        dd.check_access(rep, st)
+    metrics = (st or {}).get("metrics")
+    if isinstance(metrics, dict):
+        dd.check_metrics(rep, str(metrics.get("host")), int(metrics.get("port") or 0), unit)
+    elif unit is not None:
+        host = unit.environment.get("ACLPROFD_PROMETHEUS_HOST") or cfg.get("prometheus_host") or "127.0.0.1"
+        port = unit.environment.get("ACLPROFD_PROMETHEUS_PORT") or cfg.get("prometheus_port") or 9464
+        dd.check_metrics(rep, str(host), int(port), unit)
     if problems:
         print("problems:")
         for p in problems:

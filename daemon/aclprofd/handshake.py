@@ -31,7 +31,7 @@ from .conn import Conn
 if TYPE_CHECKING:
     from .config import Settings
 
-__all__ = ["PROTOCOL_VERSION", "hello", "is_int", "is_labels", "authorize", "peer_credentials"]
+__all__ = ["PROTOCOL_VERSION", "hello", "is_int", "is_labels", "authorize", "is_admin", "peer_credentials"]
 
 #: 2: STREAM/EXPORT payloads are JSON Lines; both end with END; STREAM_SKIPPED (PROTOCOL.md)
 PROTOCOL_VERSION = 2
