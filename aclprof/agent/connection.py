@@ -55,10 +55,10 @@ def permission_hint(path: str) -> str:
     except KeyError:
         group = str(st.st_gid)
     try:
-        owner_gid: int | None = pwd.getpwuid(st.st_uid).pw_gid
+        owner = pwd.getpwuid(st.st_uid).pw_name
     except KeyError:
-        owner_gid = None
-    if st.st_gid == 0 or st.st_gid == owner_gid:
+        owner = None
+    if st.st_gid == 0 or group == owner:  # root's group, or the daemon user's private group
         # no socket group: the daemon's own group; joining it would make the service root
         # (or the daemon's user), so the daemon needs a socket group instead
         return (f"{what} belongs to the daemon's own group {group!r} (aclprofd runs without --socket-group): "

@@ -22,6 +22,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from aclprof.protocol.paths import SYSTEM_SOCKET
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -32,7 +34,6 @@ __all__ = ["UNIT_PATH", "SYSTEM_SOCKET", "SOCKET_GROUP", "ADMIN_GROUP", "CONFIG_
            "check_metrics"]
 
 UNIT_PATH = "/etc/systemd/system/aclprofd.service"
-SYSTEM_SOCKET = "/run/aclprof/aclprofd.sock"
 CONFIG_PATH = "/etc/aclprof/aclprofd.toml"
 SOCKET_GROUP = "aclprof"
 ADMIN_GROUP = "aclprof-admin"
@@ -256,7 +257,7 @@ def check_socket(rep: Report, path: str, st_: os.stat_result, socket_group: str 
     # No socket group set: the socket has the daemon's own group (root's, or the daemon
     # user's personal group). Joining that would make the user root-equivalent or the
     # daemon's user: say how to give the daemon a socket group instead.
-    personal = st_.st_gid == 0 or (owner_pw is not None and st_.st_gid == owner_pw.pw_gid)
+    personal = st_.st_gid == 0 or group == owner  # root's group, or the daemon user's private group
     if personal:
         wanted = socket_group or SOCKET_GROUP
         rep.problem(f"the socket's group is {group!r}, the daemon user's own group: the daemon runs without "
