@@ -97,7 +97,7 @@ def test_help_and_usage_errors(capsys):
 _COMMANDS = ("tail", "top", "status", "export", "demo", "doctor", "reset")
 _SHARED = ("aclprof.cli.common", "aclprof.cli.client", "aclprof.cli.launch", "aclprof.cli.topview",
            "aclprof.cli.topkeys", "aclprof.cli.topheader", "aclprof.cli.toplive", "aclprof.cli.topbaseline",
-           "aclprof.cli.export_ascend", "aclprof.cli.capturefmt")
+           "aclprof.cli.export_ascend", "aclprof.cli.capturefmt", "aclprof.cli.doctor_deploy")
 
 
 @pytest.mark.parametrize("command", _COMMANDS)

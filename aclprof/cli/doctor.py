@@ -12,9 +12,20 @@ import argparse
 import os
 from typing import Any
 
-from aclprof.cli import doctor_deploy as dd
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, CliError, add_socket_arg, connect
-from aclprof.cli.doctor_deploy import Report
+from aclprof.cli.doctor_deploy import (
+    CONFIG_PATH,
+    SYSTEM_SOCKET,
+    UNIT_PATH,
+    Report,
+    Unit,
+    check_access,
+    check_config,
+    check_groups,
+    check_metrics,
+    check_socket,
+    check_unit,
+)
 
 __all__ = ["add_parser", "cmd_doctor"]
 
@@ -31,12 +42,12 @@ def add_parser(sub: Any, fmt: Any) -> None:
                        epilog="examples:\n  aclprof doctor\n  ACLPROF_BACKEND=mock aclprof doctor\n"
                               "\nexit status 0 when no problem is found, else 1.")
     add_socket_arg(p)
-    p.add_argument("--unit", default=dd.UNIT_PATH, metavar="PATH",
-                   help=f"the installed systemd unit to check (default {dd.UNIT_PATH})")
+    p.add_argument("--unit", default=UNIT_PATH, metavar="PATH",
+                   help=f"the installed systemd unit to check (default {UNIT_PATH})")
     p.set_defaults(func=cmd_doctor)
 
 
-def _setting(key: str, flag: str, unit: dd.Unit | None, cfg: dict[str, Any]) -> str | None:
+def _setting(key: str, flag: str, unit: Unit | None, cfg: dict[str, Any]) -> str | None:
     """A setting as the unit starts the daemon: its flag, its environment, then the config file."""
     if unit is not None:
         v = unit.flag(flag) or unit.environment.get(f"ACLPROFD_{key.upper()}")
@@ -84,15 +95,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     # The system daemon's socket (the unit's, or /run/aclprof/...): its deployment pieces
     # must be there; for a user's own daemon (a socket under $XDG_RUNTIME_DIR) they are notes.
     print("deployment:")
-    unit = dd.check_unit(rep, unit_path, system=path == dd.SYSTEM_SOCKET)
-    system = path == ((unit.flag("--socket") if unit else None) or dd.SYSTEM_SOCKET)
-    if unit is None and path != dd.SYSTEM_SOCKET:
+    unit = check_unit(rep, unit_path, system=path == SYSTEM_SOCKET)
+    system = path == ((unit.flag("--socket") if unit else None) or SYSTEM_SOCKET)
+    if unit is None and path != SYSTEM_SOCKET:
         print("  (a daemon of your own at this socket: the unit, config and groups are not checked)")
         cfg: dict[str, Any] = {}
     else:
         cfg_path = (unit.flag("--config") or unit.environment.get("ACLPROFD_CONFIG") if unit else None) \
-            or dd.CONFIG_PATH
-        cfg = dd.check_config(rep, cfg_path, required=True)
+            or CONFIG_PATH
+        cfg = check_config(rep, cfg_path, required=True)
     print("daemon:")
     print(f"  socket: {path}")
     st: dict[str, Any] | None = None
@@ -106,12 +117,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except PermissionError:
         # /run/aclprof is 0750, group the socket group: outsiders cannot even see the socket
         print("  socket file: cannot stat (permission denied: its directory is for the socket group)")
-        problems.append(f"cannot reach the socket {path}: its directory admits only the socket group")
+        problems.append(f"cannot reach the socket {path}: its directory admits only the socket group (below)")
     except OSError as exc:
         print(f"  socket file: cannot stat ({exc.strerror})")
         problems.append(f"cannot stat the socket: {exc.strerror}")
     else:
-        dd.check_socket(rep, path, st_, _setting("socket_group", "--socket-group", unit, cfg))
+        check_socket(rep, path, st_, _setting("socket_group", "--socket-group", unit, cfg))
     from aclprof.cli.client import DaemonError
 
     try:
@@ -133,16 +144,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         # the running daemon's own word first, then the unit's flags, then the config file
         groups = {k: access[k] if access else _setting(k, flag, unit, cfg)
                   for k, flag in (("socket_group", "--socket-group"), ("admin_group", "--admin-group"))}
-        dd.check_groups(rep, groups["socket_group"], groups["admin_group"])
+        check_groups(rep, groups["socket_group"], groups["admin_group"])
     if st is not None:
-        dd.check_access(rep, st)
+        check_access(rep, st)
     metrics = (st or {}).get("metrics")
     if isinstance(metrics, dict):
-        dd.check_metrics(rep, str(metrics.get("host")), int(metrics.get("port") or 0), unit)
+        check_metrics(rep, str(metrics.get("host")), int(metrics.get("port") or 0), unit)
     elif unit is not None:
         host = unit.environment.get("ACLPROFD_PROMETHEUS_HOST") or cfg.get("prometheus_host") or "127.0.0.1"
         port = unit.environment.get("ACLPROFD_PROMETHEUS_PORT") or cfg.get("prometheus_port") or 9464
-        dd.check_metrics(rep, str(host), int(port), unit)
+        check_metrics(rep, str(host), int(port), unit)
     if problems:
         print("problems:")
         for p in problems:
