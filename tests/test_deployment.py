@@ -504,6 +504,7 @@ def test_operator_watches_with_top_tail_export_and_trace(deployed: Deployment, s
 
 def test_services_stream_but_may_not_read_others_records(deployed: Deployment, services):
     d = deployed
+    errors_before = _status(d)["protocol_errors"]
     for peer in ("service_primary", "service_supplementary"):
         p = d.aclprof(peer, "status")
         assert p.returncode == 0, p.stderr
@@ -511,6 +512,10 @@ def test_services_stream_but_may_not_read_others_records(deployed: Deployment, s
         assert p.returncode != 0 and "refused" in p.stderr and d.admin_group in p.stderr, p.stderr
         p = d.aclprof(peer, "export", "--format", "jsonl", "-o", "-")
         assert p.returncode != 0 and "refused" in p.stderr and p.stdout == "", p.stderr
+    # a refusal is logged, not counted as a protocol error (the AclprofdProtocolErrors alert,
+    # top's "degraded"): a user missing a group is not an attack
+    assert _status(d)["protocol_errors"] == errors_before
+    assert any('"control request refused"' in line for line in Path(d.log).read_text().splitlines())
 
 
 def test_users_outside_the_socket_group_cannot_connect_and_are_told_why(deployed: Deployment, services):

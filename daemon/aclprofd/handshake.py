@@ -126,5 +126,6 @@ def authorize(settings: Settings, conn: Conn, kind: Kind) -> None:
     group = f" or a member of the admin group {settings.admin_group!r}" if settings.admin_group else \
         " (no --admin-group is set)"
     _log.warning("control request refused", request=kind.name, pid=conn.pid, uid=uid)
+    conn.refused = True  # logged here; an operator missing a group is not an attack (protocol_errors)
     raise ProtocolError(f"{kind.name} refused: control requests other than STATUS need root, the daemon's "
                         f"user (uid {os.geteuid()}){group}; this peer is uid {uid}")
