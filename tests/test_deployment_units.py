@@ -136,3 +136,18 @@ def test_doctor_flags_a_metrics_bind_the_unit_does_not_let_out(tmp_path: Path):
     unit.ip_allow = ["localhost", "10.0.0.5"]
     dd.check_metrics(rep, "127.0.0.1", 1, unit, timeout=0.5)
     assert any("ACLPROFD_PROMETHEUS_HOST=0.0.0.0" in p for p in rep.problems), rep.problems
+
+
+def test_permission_hint_never_sends_a_user_to_root_s_group(tmp_path: Path):
+    """A socket without a socket group has the daemon's own group (root's here): the agent's
+    warning and the CLI's error must ask for a socket group, not membership of that one."""
+    sock = tmp_path / "d.sock"
+    sock.touch()
+    if os.stat(sock).st_gid != 0:
+        pytest.skip("needs a file of group root (run as root)")
+    hint = paths.permission_hint(str(sock), "your user", "then log in again")
+    assert "--socket-group aclprof" in hint and "usermod -aG aclprof " in hint and "then log in again" in hint
+    assert "usermod -aG root" not in hint
+    # the socket's directory is what a user outside /run/aclprof (0750) can see
+    hint = paths.permission_hint(str(tmp_path / "missing" / "d.sock"), "your user", "x")
+    assert hint.startswith("cannot inspect")

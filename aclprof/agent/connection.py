@@ -22,7 +22,7 @@ from aclprof.agent.names import NameMap
 from aclprof.agent.watched import Watched
 from aclprof.protocol import wire
 
-__all__ = ["Connection", "permission_hint"]
+__all__ = ["Connection"]
 
 _log = get_logger("aclprof.agent")
 
@@ -31,41 +31,6 @@ def _version() -> str:
     from aclprof.protocol.version import __version__
 
     return __version__
-
-
-def permission_hint(path: str) -> str:
-    """Why this process may not connect to the socket at ``path`` (permission denied), in
-    words an operator acts on: the group that admits it and the command that adds the user."""
-    import grp
-    import pwd
-
-    try:
-        user = pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        user = f"uid {os.geteuid()}"
-    try:
-        st, what = os.stat(path), "the socket"
-    except OSError:
-        try:  # /run/aclprof is 0750: outside its group even the socket cannot be seen
-            st, what = os.stat(os.path.dirname(path) or "."), "the socket's directory"
-        except OSError as exc:
-            return f"cannot inspect {path}: {exc.strerror}"
-    try:
-        group = grp.getgrgid(st.st_gid).gr_name
-    except KeyError:
-        group = str(st.st_gid)
-    try:
-        owner = pwd.getpwuid(st.st_uid).pw_name
-    except KeyError:
-        owner = None
-    if st.st_gid == 0 or group == owner:  # root's group, or the daemon user's private group
-        # no socket group: the daemon's own group; joining it would make the service root
-        # (or the daemon's user), so the daemon needs a socket group instead
-        return (f"{what} belongs to the daemon's own group {group!r} (aclprofd runs without --socket-group): "
-                f"start aclprofd with --socket-group aclprof as the shipped unit does, and as root: "
-                f"groupadd --system aclprof; usermod -aG aclprof {user}; then restart this service")
-    return (f"{what} admits the group {group!r} and this service's user {user!r} is not in it: as root, "
-            f"usermod -aG {group} {user}, then restart this service")
 
 
 class Connection:

@@ -22,11 +22,12 @@ import numpy as np
 
 from aclprof._log import get_logger
 from aclprof.agent.buffer import RecordBuffer
-from aclprof.agent.connection import Connection, permission_hint
+from aclprof.agent.connection import Connection
 from aclprof.agent.watched import Watched
 from aclprof.api.records import OP_DTYPE
 from aclprof.binding.agentpath import convert
 from aclprof.protocol import wire
+from aclprof.protocol.paths import permission_hint
 
 __all__ = ["Sender", "MAX_FRAME_RECORDS"]
 
@@ -174,7 +175,8 @@ class Sender:
         with self.buffer.lock:
             buffered = self.buffer.buffered
         if denied:
-            message = (f"aclprof daemon socket: permission denied; {permission_hint(self.conn.socket_path)}. "
+            hint = permission_hint(self.conn.socket_path, "this service's user", "then restart this service")
+            message = (f"aclprof daemon socket: permission denied; {hint}. "
                        "Records are buffered, the oldest dropped when the buffer is full")
         else:
             message = ("aclprof daemon unreachable; records are buffered, the oldest dropped when the "

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from aclprof.protocol import wire
-from aclprof.protocol.paths import resolve_socket_path
+from aclprof.protocol.paths import permission_hint, resolve_socket_path
 
 __all__ = ["DaemonError", "DaemonUnreachable", "DaemonRejected", "Client", "RECORDS_PROTOCOL", "DEVICE_NEEDS_KEYS"]
 
@@ -52,8 +52,8 @@ class Client:
                                     "set ACLPROF_SOCKET or --socket)") from None
         except PermissionError:
             sock.close()
-            raise DaemonUnreachable(f"permission denied on {self.socket_path} (the socket is mode "
-                                    "0660: join the daemon's group)") from None
+            raise DaemonUnreachable(f"permission denied on {self.socket_path}: "
+                                    f"{permission_hint(self.socket_path, 'your user', 'then log in again')}") from None
         except ConnectionRefusedError:
             sock.close()
             raise DaemonUnreachable(f"nothing listens on {self.socket_path} (a stale socket: "

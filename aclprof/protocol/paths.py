@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import os
 
-__all__ = ["ENV_SOCKET", "SOCKET_NAME", "SYSTEM_SOCKET", "default_socket_path", "resolve_socket_path"]
+__all__ = ["ENV_SOCKET", "SOCKET_NAME", "SYSTEM_SOCKET", "default_socket_path", "resolve_socket_path",
+           "permission_hint"]
 
 ENV_SOCKET = "ACLPROF_SOCKET"
 SOCKET_NAME = "aclprofd.sock"
@@ -46,3 +47,39 @@ def resolve_socket_path(path: str | os.PathLike[str] | None = None,
             and os.path.isdir(os.path.dirname(SYSTEM_SOCKET))):
         return SYSTEM_SOCKET
     return chosen
+
+
+def permission_hint(path: str, who: str, then: str) -> str:
+    """Why this process may not connect to the socket at ``path`` (permission denied), in
+    words an operator acts on: the group that admits it and the command that adds the user
+    (``who``: "this service's user", "your user"; ``then``: what to do after it)."""
+    import grp
+    import pwd
+
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        user = f"uid {os.geteuid()}"
+    try:
+        st, what = os.stat(path), "the socket"
+    except OSError:
+        try:  # /run/aclprof is 0750: outside its group even the socket cannot be seen
+            st, what = os.stat(os.path.dirname(path) or "."), "the socket's directory"
+        except OSError as exc:
+            return f"cannot inspect {path}: {exc.strerror}"
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    try:
+        owner = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        owner = None
+    if st.st_gid == 0 or group == owner:  # root's group, or the daemon user's private group
+        # no socket group: joining the daemon's own group would make the user root (or the
+        # daemon's user), so the daemon needs a socket group instead
+        return (f"{what} belongs to the daemon's own group {group!r} (aclprofd runs without --socket-group): "
+                f"start aclprofd with --socket-group aclprof as the shipped unit does, and as root: "
+                f"groupadd --system aclprof; usermod -aG aclprof {user}; {then}")
+    return (f"{what} admits the group {group!r} and {who} {user!r} is not in it: as root, "
+            f"usermod -aG {group} {user}, {then}")
