@@ -20,6 +20,7 @@ directory readable by all, reused while the sources are unchanged (~20 s to buil
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -360,9 +361,13 @@ def deployed(deploy_venv: Path) -> Iterator[Deployment]:
         _start_like_systemd(d, text, readme_dropin())
         yield d
     finally:
-        for w in d.workers:
-            if w.poll() is None:
-                w.kill()
+        for w in d.workers:  # EOF on stdin: the worker stops its agent and exits
+            with contextlib.suppress(OSError):
+                w.stdin.close()  # type: ignore[union-attr]
+            try:
+                w.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(w.pid, signal.SIGKILL)  # runuser and the worker under it
                 w.wait(10)
         if d.proc is not None and d.proc.poll() is None:
             d.proc.send_signal(signal.SIGTERM)
@@ -404,14 +409,16 @@ def _service(d: Deployment, peer: str, name: str) -> subprocess.Popen:
     trace_dir = d.base / f"trace-{name}"
     trace_dir.mkdir(mode=0o777, exist_ok=True)
     os.chmod(trace_dir, 0o777)
-    p = subprocess.Popen(d.as_user(peer, d.bin("python"), str(worker), "--socket", d.socket, "--service", name,
-                                   "--trace-dir", str(trace_dir)),
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                         cwd=d.base)
+    err = d.base / f"worker-{name}.err"
+    with open(err, "wb") as errf:
+        p = subprocess.Popen(d.as_user(peer, d.bin("python"), str(worker), "--socket", d.socket, "--service",
+                                       name, "--trace-dir", str(trace_dir)),
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=errf, text=True,
+                             cwd=d.base, start_new_session=True)
     d.workers.append(p)
     assert p.stdout is not None
     first = json.loads(p.stdout.readline() or '{"error": "no output"}')
-    assert first.get("ready"), (first, p.stderr.read() if p.poll() is not None else "")
+    assert first.get("ready"), (first, err.read_text()[-2000:])
     return p
 
 
