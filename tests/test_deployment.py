@@ -184,8 +184,8 @@ def _source_digest() -> str:
     roots = [REPO / "aclprof", REPO / "daemon" / "aclprofd", REPO / "cdefs", REPO / "mock_acl"]
     files = [REPO / "pyproject.toml", REPO / "setup.py"]
     for r in roots:
-        files += sorted(p for p in r.rglob("*") if p.is_file() and p.suffix in (".py", ".c", ".h", ".toml", "")
-                        and "__pycache__" not in p.parts and not p.name.endswith((".so", ".o")))
+        files += sorted(p for p in r.rglob("*") if p.is_file() and "__pycache__" not in p.parts
+                        and (p.suffix in (".py", ".c", ".h", ".toml") or p.name == "Makefile"))
     for f in files:
         h.update(str(f.relative_to(REPO)).encode())
         h.update(f.read_bytes())
@@ -201,7 +201,10 @@ def deploy_venv() -> Path:
     if (venv / ".complete").exists():
         return venv
     for old in Path("/tmp").glob("aclprof-deploy-venv-*"):
-        shutil.rmtree(old, ignore_errors=True)
+        # other sources' venvs: another test session may be using one, so only stale ones go
+        with contextlib.suppress(OSError):
+            if time.time() - old.stat().st_mtime > 86400:
+                shutil.rmtree(old, ignore_errors=True)
     tmp = Path(f"{venv}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     subprocess.run([SYSTEM_PY, "-m", "venv", str(tmp)], check=True, capture_output=True)
@@ -210,18 +213,21 @@ def deploy_venv() -> Path:
         shutil.rmtree(tmp, ignore_errors=True)
         pytest.fail(f"pip install of the checkout into a {SYSTEM_PY} venv failed:\n{p.stderr[-3000:]}")
     os.chmod(tmp, 0o755)
-    (tmp / ".complete").touch()
-    # the venv's scripts name their interpreter by path: make it under the final name
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([SYSTEM_PY, "-m", "venv", "--upgrade", str(tmp)], check=True, capture_output=True)
-    os.rename(tmp, venv)
-    for script in (venv / "bin").iterdir():
+    # the venv's scripts name their interpreter by path: give them the final name, then
+    # move it there in one rename (a session building the same venv meanwhile wins or loses whole)
+    for script in (tmp / "bin").iterdir():
         if script.is_file() and not script.is_symlink():
             data = script.read_bytes()
             if data.startswith(b"#!") and str(tmp).encode() in data:
                 script.write_bytes(data.replace(str(tmp).encode(), str(venv).encode()))
-    cfg = (venv / "pyvenv.cfg").read_text().replace(str(tmp), str(venv))
-    (venv / "pyvenv.cfg").write_text(cfg)
+    (tmp / "pyvenv.cfg").write_text((tmp / "pyvenv.cfg").read_text().replace(str(tmp), str(venv)))
+    (tmp / ".complete").touch()
+    try:
+        os.rename(tmp, venv)
+    except OSError:  # another session made it first (or a broken leftover is there)
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (venv / ".complete").exists():
+            pytest.fail(f"{venv} exists but is incomplete: remove it")
     return venv
 
 
