@@ -59,12 +59,39 @@ def _setting(key: str, flag: str, unit: Unit | None, cfg: dict[str, Any]) -> str
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Print what was found; exit 0 when no problem is found, else 1."""
+    from aclprof.protocol.paths import resolve_socket_path
+
+    rep = Report()
+    _library(rep.problems)
+    path = resolve_socket_path(args.socket)
+    print("deployment:")
+    unit, system, cfg = _deployment(rep, path, args.unit)
+    print("daemon:")
+    st = _daemon(rep, args, path, system, unit, cfg)
+    access = st.get("access") if st is not None and isinstance(st.get("access"), dict) else None
+    if unit is not None or system:
+        # the running daemon's own word first, then the unit's flags, then the config file
+        groups = {k: access[k] if access else _setting(k, flag, unit, cfg)
+                  for k, flag in (("socket_group", "--socket-group"), ("admin_group", "--admin-group"))}
+        check_groups(rep, groups["socket_group"], groups["admin_group"])
+    if st is not None:
+        check_access(rep, st)
+    _metrics(rep, st, unit, cfg)
+    if rep.problems:
+        print("problems:")
+        for p in rep.problems:
+            print(f"  - {p}")
+        return EXIT_ERROR
+    print("no problems found")
+    return EXIT_OK
+
+
+def _library(problems: list[str]) -> None:
+    """Which libascendcl loads, and the environment variables that steer it."""
     # The binding is imported here, not at the top: importing the CLI must load none of it
     # (the daemon host may have no libascendcl at all), and only this command needs it.
     from aclprof.binding import loader as _loader
-    from aclprof.protocol.paths import resolve_socket_path
 
-    problems: list[str] = []
     print("library:")
     try:
         candidates, _ = _loader._candidates()
@@ -89,42 +116,43 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     names += sorted(k for k in os.environ if k.startswith(("ACLPROF_", "ACLMOCK_")))
     for name in names:
         print(f"  {name}={os.environ[name]}" if name in os.environ else f"  {name} (not set)")
-    path = resolve_socket_path(args.socket)
-    rep = Report(problems)
-    unit_path = args.unit
-    # The system daemon's socket (the unit's, or /run/aclprof/...): its deployment pieces
-    # must be there; for a user's own daemon (a socket under $XDG_RUNTIME_DIR) they are notes.
-    print("deployment:")
+
+
+def _deployment(rep: Report, path: str, unit_path: str) -> tuple[Unit | None, bool, dict[str, Any]]:
+    """The unit and the config file: (unit, whether ``path`` is the system daemon's socket,
+    the config's settings). For a user's own daemon (a socket elsewhere, no unit) they are
+    not checked."""
     unit = check_unit(rep, unit_path, system=path == SYSTEM_SOCKET)
     system = path == ((unit.flag("--socket") if unit else None) or SYSTEM_SOCKET)
     if unit is None and path != SYSTEM_SOCKET:
         print("  (a daemon of your own at this socket: the unit, config and groups are not checked)")
-        cfg: dict[str, Any] = {}
-    else:
-        cfg_path = (unit.flag("--config") or unit.environment.get("ACLPROFD_CONFIG") if unit else None) \
-            or CONFIG_PATH
-        cfg = check_config(rep, cfg_path, required=True)
-    print("daemon:")
+        return None, False, {}
+    cfg_path = (unit.flag("--config") or unit.environment.get("ACLPROFD_CONFIG") if unit else None) or CONFIG_PATH
+    return unit, system, check_config(rep, cfg_path, required=True)
+
+
+def _daemon(rep: Report, args: argparse.Namespace, path: str, system: bool, unit: Unit | None,
+            cfg: dict[str, Any]) -> dict[str, Any] | None:
+    """The socket file and whether the daemon answers: its STATUS, or None."""
+    from aclprof.cli.client import DaemonError
+
     print(f"  socket: {path}")
-    st: dict[str, Any] | None = None
     try:
         st_ = os.stat(path)
     except FileNotFoundError:
         print("  socket file: missing")
-        problems.append("the daemon socket does not exist (aclprofd not running?)\n      fix: "
-                        + ("as root: systemctl start aclprofd; then journalctl -u aclprofd if it stops"
-                           if system else "start aclprofd (README.md \"Deployment\" for the service)"))
+        rep.problem("the daemon socket does not exist (aclprofd not running?)",
+                    "as root: systemctl start aclprofd; then journalctl -u aclprofd if it stops" if system
+                    else "start aclprofd (README.md \"Deployment\" for the service)")
     except PermissionError:
         # /run/aclprof is 0750, group the socket group: outsiders cannot even see the socket
         print("  socket file: cannot stat (permission denied: its directory is for the socket group)")
-        problems.append(f"cannot reach the socket {path}: its directory admits only the socket group (below)")
+        rep.problems.append(f"cannot reach the socket {path}: its directory admits only the socket group (below)")
     except OSError as exc:
         print(f"  socket file: cannot stat ({exc.strerror})")
-        problems.append(f"cannot stat the socket: {exc.strerror}")
+        rep.problems.append(f"cannot stat the socket: {exc.strerror}")
     else:
         check_socket(rep, path, st_, _setting("socket_group", "--socket-group", unit, cfg))
-    from aclprof.cli.client import DaemonError
-
     try:
         client = connect(args, timeout=3.0)
         try:
@@ -133,31 +161,28 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             client.close()
     except (CliError, DaemonError) as exc:
         print(f"  reachable: no ({exc})")
-        problems.append("the daemon is not reachable")
-    else:
-        print(f"  reachable: yes, aclprofd {st.get('version')} pid {st.get('pid')}, "
-              f"{'healthy' if st.get('healthy') else 'UNHEALTHY'}, {len(st.get('agents') or [])} processes")
-        if not st.get("healthy"):
-            problems.append("the daemon reports problems: " + "; ".join(st.get("problems") or []))
-    access = (st or {}).get("access") if isinstance((st or {}).get("access"), dict) else None
-    if unit is not None or system:
-        # the running daemon's own word first, then the unit's flags, then the config file
-        groups = {k: access[k] if access else _setting(k, flag, unit, cfg)
-                  for k, flag in (("socket_group", "--socket-group"), ("admin_group", "--admin-group"))}
-        check_groups(rep, groups["socket_group"], groups["admin_group"])
-    if st is not None:
-        check_access(rep, st)
-    metrics = (st or {}).get("metrics")
+        rep.problems.append("the daemon is not reachable")
+        return None
+    print(f"  reachable: yes, aclprofd {st.get('version')} pid {st.get('pid')}, "
+          f"{'healthy' if st.get('healthy') else 'UNHEALTHY'}, {len(st.get('agents') or [])} processes")
+    if not st.get("healthy"):
+        rep.problems.append("the daemon reports problems: " + "; ".join(st.get("problems") or []))
+    return st
+
+
+def _metrics(rep: Report, st: dict[str, Any] | None, unit: Unit | None, cfg: dict[str, Any]) -> None:
+    """Where /metrics listens: the running daemon's word (STATUS), else the unit and config's."""
+    metrics = st.get("metrics") if st is not None else None
     if isinstance(metrics, dict):
-        check_metrics(rep, str(metrics.get("host")), int(metrics.get("port") or 0), unit)
+        host, port = metrics.get("host"), metrics.get("port")
     elif unit is not None:
         host = unit.environment.get("ACLPROFD_PROMETHEUS_HOST") or cfg.get("prometheus_host") or "127.0.0.1"
         port = unit.environment.get("ACLPROFD_PROMETHEUS_PORT") or cfg.get("prometheus_port") or 9464
-        check_metrics(rep, str(host), int(port), unit)
-    if problems:
-        print("problems:")
-        for p in problems:
-            print(f"  - {p}")
-        return EXIT_ERROR
-    print("no problems found")
-    return EXIT_OK
+    else:
+        return
+    try:
+        port_n = int(port or 0)
+    except (TypeError, ValueError):
+        rep.problem(f"prometheus_port {port!r} is not a port number", "set prometheus_port to 0..65535")
+        return
+    check_metrics(rep, str(host), port_n, unit)
