@@ -98,7 +98,8 @@ _COMMANDS = ("tail", "top", "status", "export", "demo", "doctor", "reset")
 _SHARED = ("aclprof.cli.common", "aclprof.cli.client", "aclprof.cli.launch", "aclprof.cli.topview",
            "aclprof.cli.topkeys", "aclprof.cli.topheader", "aclprof.cli.toplive", "aclprof.cli.topbaseline",
            "aclprof.cli.export_ascend", "aclprof.cli.exportloss", "aclprof.cli.capturefmt", "aclprof.cli.fit",
-           "aclprof.cli.topcells", "aclprof.cli.signals", "aclprof.cli.staging", "aclprof.cli.argtypes")
+           "aclprof.cli.topcells", "aclprof.cli.signals", "aclprof.cli.staging", "aclprof.cli.argtypes",
+           "aclprof.cli.doctor_deploy")
 
 
 @pytest.mark.parametrize("command", _COMMANDS)

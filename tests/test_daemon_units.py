@@ -141,7 +141,7 @@ def test_readme_documents_every_setting():
     readme = (Path(__file__).resolve().parent.parent / "daemon" / "README.md").read_text()
     for o in config.OPTIONS:
         assert f"`{o.toml}`" in readme and f"`{o.env}`" in readme and f"`{o.flag}`" in readme, o.field
-    example = (Path(__file__).resolve().parent.parent / "daemon" / "aclprofd.example.toml").read_text()
+    example = (Path(__file__).resolve().parent.parent / "daemon" / "aclprofd" / "aclprofd.example.toml").read_text()
     import tomllib
     keys = {line.lstrip("# ").split(" =")[0] for line in example.splitlines() if " = " in line}
     assert keys == {o.toml for o in config.OPTIONS}

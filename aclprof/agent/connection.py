@@ -57,6 +57,7 @@ class Connection:
         self.connect_failures = 0
         self.goodbyes = 0
         self.last_error = ""  # why the last connection attempt failed (for the warnings)
+        self.last_denied = False  # ... and whether it was EACCES/EPERM (a missing group, not a stopped daemon)
         #: TRACE_START handler (aclprof.agent.trace.Tracer.on_start; cheap, never blocks)
         self.on_trace_start: Callable[[dict[str, Any]], None] | None = None
         # What whole chunks of frames carried on the current connection: a GOODBYE
@@ -93,6 +94,7 @@ class Connection:
             sock.close()
             self.connect_failures += 1
             self.last_error = str(exc)
+            self.last_denied = isinstance(exc, PermissionError)
             if self.connect_failures == 1 or self.connect_failures % 100 == 0:
                 _log.info("aclprof daemon not reachable; buffering", socket=self.socket_path,
                           error=str(exc), failures=self.connect_failures)

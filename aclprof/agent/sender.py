@@ -27,6 +27,7 @@ from aclprof.agent.watched import Watched
 from aclprof.api.records import OP_DTYPE
 from aclprof.binding.agentpath import convert
 from aclprof.protocol import wire
+from aclprof.protocol.paths import permission_hint
 
 __all__ = ["Sender", "MAX_FRAME_RECORDS"]
 
@@ -162,8 +163,9 @@ class Sender:
         lost = self.buffer.lost_total()
         if self._down_since is None:
             self._down_since, self._down_lost = now, lost
+        denied = self.conn.last_denied  # a missing group: no restart will fix it, say so at once
         if self._warned_at is None:
-            if now - self._down_since < _WARN_AFTER and lost == self._down_lost:
+            if not denied and now - self._down_since < _WARN_AFTER and lost == self._down_lost:
                 return
             dropped = lost - self._down_lost
         elif now - self._warned_at >= _WARN_EVERY:
@@ -172,9 +174,15 @@ class Sender:
             return
         with self.buffer.lock:
             buffered = self.buffer.buffered
+        if denied:
+            hint = permission_hint(self.conn.socket_path, "this service's user", "then restart this service")
+            message = (f"aclprof daemon socket: permission denied; {hint}. "
+                       "Records are buffered, the oldest dropped when the buffer is full")
+        else:
+            message = ("aclprof daemon unreachable; records are buffered, the oldest dropped when the "
+                       "buffer is full (start aclprofd, or check ACLPROF_SOCKET)")
         _log.warning(
-            "aclprof daemon unreachable; records are buffered, the oldest dropped when the "
-            "buffer is full (start aclprofd, or check ACLPROF_SOCKET)",
+            message,
             socket=self.conn.socket_path, error=self.conn.last_error,
             unreachable_s=round(now - self._down_since, 1), dropped_since_last_warning=dropped,
             dropped_total=lost, buffered=buffered, attempts=self.conn.connect_failures)

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from aclprof.protocol import wire
-from aclprof.protocol.paths import resolve_socket_path
+from aclprof.protocol.paths import permission_hint, resolve_socket_path
 
 __all__ = ["DaemonError", "DaemonUnreachable", "DaemonRejected", "DaemonClosed", "Client", "RECORDS_PROTOCOL",
            "DEVICE_NEEDS_KEYS", "connect_problem"]
@@ -247,7 +247,7 @@ def connect_problem(path: str, exc: OSError) -> str:
     if isinstance(exc, NotADirectoryError):
         return f"cannot connect to {path}: a part of the path before the last is not a directory"
     if isinstance(exc, PermissionError):
-        return _permission_problem(path)
+        return f"permission denied on {path}: {permission_hint(path, 'your user', 'then log in again')}"
     try:
         st = os.stat(path)
     except OSError:
@@ -264,34 +264,6 @@ def connect_problem(path: str, exc: OSError) -> str:
     if size > 107:
         return f"cannot connect to {path}: the path is {size} bytes; a Unix socket path has at most 107"
     return f"cannot connect to {path}: {exc.strerror or exc}"
-
-
-def _permission_problem(path: str) -> str:
-    """EACCES: on the socket itself (its group), or on a directory on the way to it."""
-    try:
-        st = os.stat(path)
-    except PermissionError:
-        return (f"permission denied on a directory above {path}: this user may not reach the daemon's "
-                "socket there")
-    except OSError:
-        return f"permission denied on {path}"
-    import grp
-    import pwd
-
-    try:
-        group = grp.getgrgid(st.st_gid).gr_name
-    except KeyError:
-        group = str(st.st_gid)
-    try:
-        user = pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        user = str(os.geteuid())
-    mode = f"mode {stat.S_IMODE(st.st_mode):04o}, group {group!r}"
-    if st.st_gid == 0:  # joining root is no advice: the daemon was started without a socket group
-        return (f"permission denied on {path} ({mode}): the daemon gives no group access; start aclprofd "
-                "with --socket-group GROUP (and --admin-group for top, tail, export) and join that group")
-    return (f"permission denied on {path} ({mode}): join the group {group!r} (as root: usermod -aG {group} "
-            f"{user}, then log in again)")
 
 
 def _message(payload: bytes | memoryview) -> str:

@@ -123,6 +123,7 @@ class Conn:
         self.closed = False
         self.want_write = False
         self.unread_replies = 0  # reply bytes queued while the socket was full (aclprofd.server)
+        self.refused = False  # closed for a request its peer may not send: not a protocol error
         # agents (aclprofd.ingest)
         self.names: dict[int, str] = {}
         self.names_order: list[tuple[int, str]] = []

@@ -7,6 +7,7 @@ into a protocol error that closes this connection only (daemon/PROTOCOL.md).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -16,7 +17,7 @@ from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
 from .conn import Conn
 from .filters import Filter
-from .handshake import authorize
+from .handshake import authorize, is_admin
 from .status import status_reply
 
 if TYPE_CHECKING:
@@ -52,6 +53,12 @@ class Control:
         reply = status_reply(snap, self.d.settings.socket)
         reply["detector"] = self.d.detection.status()
         reply["captures"] = self.d.captures.status()  # the flight recorder (aclprofd.capture)
+        s = self.d.settings
+        # what `aclprof doctor` checks a deployment against: the groups this daemon uses, what
+        # this peer may send, and where /metrics listens (daemon/README.md "Security model")
+        reply["access"] = {"socket_group": s.socket_group, "admin_group": s.admin_group,
+                           "daemon_uid": os.geteuid(), "peer_is_admin": is_admin(s, conn.peer)}
+        reply["metrics"] = {"host": s.prometheus_host, "port": s.prometheus_port}
         self.d.queue(conn, encode_json(Kind.STATUS_REPLY, reply))
 
     def snapshot(self, conn: Conn, req: dict[str, Any]) -> None:

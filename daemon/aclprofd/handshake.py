@@ -31,7 +31,7 @@ from .conn import Conn
 if TYPE_CHECKING:
     from .config import Settings
 
-__all__ = ["PROTOCOL_VERSION", "hello", "is_int", "is_labels", "authorize", "peer_credentials"]
+__all__ = ["PROTOCOL_VERSION", "hello", "is_int", "is_labels", "authorize", "is_admin", "peer_credentials"]
 
 #: 2: STREAM/EXPORT payloads are JSON Lines; both end with END; STREAM_SKIPPED (PROTOCOL.md)
 PROTOCOL_VERSION = 2
@@ -126,5 +126,6 @@ def authorize(settings: Settings, conn: Conn, kind: Kind) -> None:
     group = f" or a member of the admin group {settings.admin_group!r}" if settings.admin_group else \
         " (no --admin-group is set)"
     _log.warning("control request refused", request=kind.name, pid=conn.pid, uid=uid)
+    conn.refused = True  # logged here; an operator missing a group is not an attack (protocol_errors)
     raise ProtocolError(f"{kind.name} refused: control requests other than STATUS need root, the daemon's "
                         f"user (uid {os.geteuid()}){group}; this peer is uid {uid}")

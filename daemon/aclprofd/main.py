@@ -22,6 +22,7 @@ examples:
   aclprofd --socket /tmp/a.sock --data-dir /tmp/aclprof --prometheus-port 0
   aclprofd --config /etc/aclprof/aclprofd.toml --log-format json --log-file /var/log/aclprofd.log
   ACLPROFD_DISK_CAP=10GiB aclprofd --max-age 2d
+  aclprofd --write-config /etc/aclprof/aclprofd.toml   # the annotated example, where the unit reads it
 
 signals: SIGTERM/SIGINT flush and exit 0; SIGHUP reopens the log file and reloads the config.
 settings and the segment format: daemon/README.md; the protocol: daemon/PROTOCOL.md.
@@ -40,12 +41,38 @@ def build_parser() -> argparse.ArgumentParser:
                 "the inference processes of this host.", epilog=_EPILOG,
                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"aclprofd {__version__}")
+    p.add_argument("--write-config", metavar="PATH",
+                   help="write the annotated example configuration (every key at its default) to PATH "
+                        "('-' for stdout), creating missing directories, and exit; an existing file is "
+                        "kept unless --force")
+    p.add_argument("--force", action="store_true", help="with --write-config: replace an existing file")
     add_arguments(p)
     return p
 
 
+def _write_config(args: argparse.Namespace) -> int:
+    from .writeconfig import WriteConfigError, example_text, write_config
+
+    if args.write_config == "-":
+        sys.stdout.write(example_text())
+        return 0
+    try:
+        path = write_config(args.write_config, force=args.force)
+    except WriteConfigError as exc:
+        print(f"aclprofd: error: {exc}", file=sys.stderr)
+        return exc.code
+    print(f"aclprofd: wrote {path} (every key commented at its default; edit, then start or "
+          f"`systemctl reload aclprofd`)")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(sys.argv[1:] if argv is None else list(argv))
+    parser = build_parser()
+    args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.write_config is not None:
+        return _write_config(args)
+    if args.force:
+        parser.error("--force only goes with --write-config")
     from . import config, logsetup
     from .server import Daemon, DaemonError
 

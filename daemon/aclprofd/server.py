@@ -327,7 +327,8 @@ class Daemon(Transport):
         conn.out = OutQueue()
 
     def _on_protocol_error(self, conn: Conn) -> None:
-        self.counters.protocol_errors += 1
+        if not conn.refused:  # a refused request is logged by handshake.authorize, not counted
+            self.counters.protocol_errors += 1
 
     def flush(self) -> None:
         """Write every connection's received records to the current segment and flush; close
