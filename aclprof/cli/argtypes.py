@@ -25,7 +25,7 @@ from aclprof.protocol.filterregex import RE2_SYNTAX, BadFilterRegex, compile_fil
 from aclprof.protocol.wire import MAX_IDENT_BYTES, MAX_REGEX_BYTES
 
 __all__ = ["parse_duration_ns", "parse_time", "regex_problem", "seconds", "integer", "number", "name",
-           "socket_path", "output_path", "regex", "min_duration", "point_in_time", "checked",
+           "socket_path", "output_path", "input_path", "regex", "min_duration", "point_in_time", "checked",
            "model_id", "pid", "device_id", "row_limit", "FLOAT_MAX", "MAX_U32", "MAX_PID", "MAX_SECONDS",
            "MAX_SOCKET_PATH_BYTES", "LATEST_TIME"]
 
@@ -215,6 +215,13 @@ def output_path(text: str) -> str:
     """``-o``: not empty (that would silently mean stdout; say ``-`` for it)."""
     if not text:
         _refuse("'': give a file (or '-' for stdout)")
+    return text
+
+
+def input_path(text: str) -> str:
+    """A file to read (``doctor --unit``): not empty (that would silently check nothing)."""
+    if not text:
+        _refuse("'': give a file's path")
     return text
 
 

@@ -12,6 +12,7 @@ import argparse
 import os
 from typing import Any
 
+from aclprof.cli.argtypes import input_path
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, CliError, add_socket_arg, connect
 from aclprof.cli.doctor_deploy import (
     CONFIG_PATH,
@@ -42,7 +43,7 @@ def add_parser(sub: Any, fmt: Any) -> None:
                        epilog="examples:\n  aclprof doctor\n  ACLPROF_BACKEND=mock aclprof doctor\n"
                               "\nexit status 0 when no problem is found, else 1.")
     add_socket_arg(p)
-    p.add_argument("--unit", default=UNIT_PATH, metavar="PATH",
+    p.add_argument("--unit", default=UNIT_PATH, metavar="PATH", type=input_path,
                    help=f"the installed systemd unit to check (default {UNIT_PATH})")
     p.set_defaults(func=cmd_doctor)
 
