@@ -33,7 +33,6 @@ import signal
 import socket
 import subprocess
 import time
-import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -568,21 +567,50 @@ def test_an_agent_denied_the_socket_names_the_group_and_the_fix(deployed: Deploy
     assert "start aclprofd" not in p.stderr
 
 
-def _non_loopback_address() -> str | None:
+@contextlib.contextmanager
+def _test_host() -> Iterator[tuple[str, str]]:
+    """Another host, made here: a network namespace joined to this one by a veth pair on a
+    /30 of its own. Yields (namespace, this host's address on the link). The scrape goes
+    from that namespace to this host's end of the link: nothing leaves the machine."""
+    tag = uuid.uuid4().hex[:6]
+    ns, here, there = f"aclprof-prom-{tag}", f"acph{tag}", f"acpn{tag}"
+    host_addr, peer_addr = "10.231.17.1", "10.231.17.2"
+
+    def ip(*args: str, netns: str | None = None) -> None:
+        cmd = ["ip", *(("netns", "exec", netns, "ip") if netns else ()), *args]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=10)
+
     try:
-        out = subprocess.run(["hostname", "-I"], capture_output=True, text=True, timeout=10).stdout.split()
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return next((a for a in out if ":" not in a and not a.startswith("127.")), None)
+        ip("netns", "add", ns)
+    except (OSError, subprocess.CalledProcessError) as exc:
+        pytest.skip(f"cannot make a network namespace for the remote Prometheus: {exc}")
+    try:
+        ip("link", "add", here, "type", "veth", "peer", "name", there, "netns", ns)
+        ip("addr", "add", f"{host_addr}/30", "dev", here)
+        ip("link", "set", here, "up")
+        ip("addr", "add", f"{peer_addr}/30", "dev", there, netns=ns)
+        ip("link", "set", there, "up", netns=ns)
+        yield ns, host_addr
+    finally:
+        subprocess.run(["ip", "link", "del", here], capture_output=True, timeout=10)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
 
 
+_SCRAPE = """
+import sys, urllib.request
+with urllib.request.urlopen(sys.argv[1], timeout=10) as r:
+    sys.stdout.write(r.read().decode())
+"""
+
+
+@pytest.mark.skipif(shutil.which("ip") is None, reason="needs ip (iproute2) to make a test host")
 def test_a_prometheus_on_another_address_scrapes_with_the_readme_dropin(deployed: Deployment, services):
-    addr = _non_loopback_address()
-    if addr is None:
-        pytest.skip("this host has no non-loopback IPv4 address to scrape from")
-    with urllib.request.urlopen(f"http://{addr}:{deployed.metrics_port}/metrics", timeout=10) as r:
-        body = r.read().decode()
-    assert 'aclprofd_op_duration_seconds_count{' in body and 'service="svc-a"' in body
+    with _test_host() as (ns, host_addr):
+        scrape = subprocess.run(["ip", "netns", "exec", ns, SYSTEM_PY, "-c", _SCRAPE,
+                                 f"http://{host_addr}:{deployed.metrics_port}/metrics"],
+                                capture_output=True, text=True, timeout=30)
+    assert scrape.returncode == 0, scrape.stderr
+    assert 'aclprofd_op_duration_seconds_count{' in scrape.stdout and 'service="svc-a"' in scrape.stdout
 
 
 # ---- the table, probed as every peer -----------------------------------------------------------
