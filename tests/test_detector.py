@@ -190,6 +190,28 @@ def test_flag_needs_persistence_then_clears():
     assert not views[-1].flags and det.flagged_total == 2
 
 
+def test_a_flag_holds_while_the_shift_stays_above_half_the_effect_floor():
+    """Asymmetric hysteresis: raised at +5 % (min_effect), a flag clears only after
+    `persistence` evaluations below +2.5 %. A lasting +4 % (the +20 % of a bad deploy half
+    undone, or a shift whose estimate hovers near the threshold) keeps it: the old symmetric
+    rule cleared it after `persistence` evaluations without a regression verdict, and a
+    Prometheus `for:` clause never saw the flag long enough."""
+    replay, det = _detector()
+    _run(replay, det, 1000, 60)
+    det.pin("before", json.loads(json.dumps(det.document("before", "recent", {"saved_ts": 1.0}))))
+    replay.set_op(0, median_ns=240_000)  # +20 %
+    views = _run(replay, det, 1060, 30)
+    assert ("MatMul", "p50") in {(f["op_type"], f["quantile"]) for f in views[-1].flags}
+    replay.set_op(0, median_ns=208_000)  # +4 %: in the dead band
+    views = _run(replay, det, 1090, 60)
+    p50 = [r["p50"] for v in views[20:] for r in v.rows if r["op_type"] == "MatMul"]
+    assert all(1.025 < x["shift"] < 1.05 for x in p50), [x["shift"] for x in p50]  # the window holds +4 % only
+    assert all(x["flagged"] for x in p50) and det.flagged_total == 2
+    replay.set_op(0, median_ns=200_000)  # back to the baseline: below +2.5 %, cleared
+    views = _run(replay, det, 1150, 30)
+    assert not [f for f in views[-1].flags if f["op_type"] == "MatMul"] and det.flagged_total == 2
+
+
 def test_pinned_baseline_is_used_and_malformed_is_refused():
     replay, det = _detector()
     _run(replay, det, 1000, 60)

@@ -32,6 +32,8 @@ import os
 import sys
 import time
 
+import numpy as np
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 for _p in (HERE, os.path.dirname(HERE)):  # _benchlib, and tests/helpers (the stream generator)
     if _p not in sys.path:
@@ -94,6 +96,52 @@ def run_stationary(seed: int, hours: float, config: DetectorConfig | None = None
             if f["since_ts"] == t:
                 raised.append((t, f["op_type"], f["quantile"], f["shift"]))
     return {"seed": seed, "hours": hours, "flags": det.flagged_total, "raised": raised}
+
+
+#: (c): one op type served by two replicas (pids of one service: one detector group), each
+#: 5k calls/s with a narrow distribution (sigma 0.06, about the demo models' +-10 % jitter);
+#: one replica 1.43x slower (the issue's p50 +42.7 %). Per second each replica's share of
+#: the load varies (rate x lognormal(0, 0.3): a load balancer's uneven, bursty split, agent
+#: batches, a scheduler on shared cores): the samples of a window are not independent.
+REPLICA = Op("MatMul", 5_000, 200_000, 0.06)
+SLOW = 1.43
+SHARE_SIGMA = 0.3
+
+
+def run_replicas(seed: int, slow_from: float | None, observe_s: int = 1020, warmup_s: int = WARMUP_S,
+                 config: DetectorConfig | None = None, replicas: int = 2) -> dict:
+    """One slower replica among ``replicas``: slow from the start (``slow_from`` None: a
+    stationary mixture, every flag false) or from ``slow_from`` seconds after the warm-up (a
+    real, lasting shift). Reported over the ``observe_s`` seconds after the warm-up: p50 flags
+    raised and cleared, seconds flagged, the longest continuous flag and the first flag's
+    delay (from the shift)."""
+    replay = Replay([REPLICA] * replicas, seed)
+    det = Detector(replay.identity, config or DetectorConfig())
+    rng = np.random.default_rng(seed + 7919)
+    if slow_from is None:
+        replay.set_op(0, median_ns=REPLICA.median_ns * SLOW)
+    t = 1_000_000.0
+    raised = cleared = flagged_s = longest = run = 0
+    first: float | None = None
+    was = False
+    for s in range(warmup_s + observe_s):
+        t += 1
+        if slow_from is not None and s == warmup_s + slow_from:
+            replay.set_op(0, median_ns=REPLICA.median_ns * SLOW)
+        det.observe(*replay.second(rng.lognormal(0.0, SHARE_SIGMA, replicas)))
+        view = det.tick(t)
+        on = any(f["quantile"] == "p50" for f in view.flags)
+        if s >= warmup_s:
+            raised += on and not was
+            cleared += was and not on
+            flagged_s += on
+            run = run + 1 if on else 0
+            longest = max(longest, run)
+            if on and first is None:
+                first = s - warmup_s - (slow_from or 0)
+        was = on
+    return {"seed": seed, "raised": raised, "cleared": cleared, "flagged_s": flagged_s, "longest_s": longest,
+            "first_s": first}
 
 
 def main(argv: list[str] | None = None) -> int:
