@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from aclprofd import aggregate_quantiles
 from aclprofd.detector import Detector, DetectorConfig
+from aclprofd.detector_dispersion import WindowSeconds, dispersion
 from aclprofd.detector_state import CellStore
 from helpers.daemons import Client, InProcess, agent
 from helpers.records import make_records
@@ -210,6 +211,31 @@ def test_a_flag_holds_while_the_shift_stays_above_half_the_effect_floor():
     replay.set_op(0, median_ns=200_000)  # back to the baseline: below +2.5 %, cleared
     views = _run(replay, det, 1150, 30)
     assert not [f for f in views[-1].flags if f["op_type"] == "MatMul"] and det.flagged_total == 2
+
+
+def test_dispersion_is_one_for_independent_calls_and_large_for_wandering_replica_shares():
+    """phi (detector_dispersion): about 1 when a window's calls are independent draws, far
+    above 1 when two replicas of different speeds trade shares second to second."""
+    rng = np.random.default_rng(5)
+    slow, fast = bin_probabilities(286_000, 0.06), bin_probabilities(200_000, 0.06)
+
+    def window(share_sigma):
+        seconds, hist = [], np.zeros((1, NBINS))
+        for _ in range(30):
+            f = rng.lognormal(0.0, share_sigma, 2) if share_sigma else np.ones(2)
+            c = rng.multinomial(rng.poisson(5000 * f[0]), fast) + rng.multinomial(rng.poisson(5000 * f[1]), slow)
+            nz = np.flatnonzero(c)
+            seconds.append((nz.astype(np.int64), c[nz]))
+            hist[0] += c
+        win = WindowSeconds(seconds)
+        return [float(dispersion(win, hist, np.cumsum(hist, axis=1), q)[0]) for q in (0.5, 0.99)]
+
+    calm = window(0.0)
+    assert all(1.0 <= phi < 2.0 for phi in calm), calm
+    wandering = window(0.3)
+    assert wandering[0] > 100, wandering  # the p50, between the two populations
+    assert WindowSeconds([]).nseconds == 0
+    assert dispersion(WindowSeconds([]), np.zeros((2, NBINS)), np.zeros((2, NBINS)), 0.5).tolist() == [1.0, 1.0]
 
 
 def test_pinned_baseline_is_used_and_malformed_is_refused():

@@ -34,6 +34,7 @@ import structlog
 from aclprof.protocol import baselinefmt
 from aclprof.protocol.quantshift import NBINS, QUANTILES, REGRESSION, Shift, judge, shift
 
+from .detector_dispersion import WindowSeconds, dispersion
 from .detector_state import Cell, CellStore, Group
 
 __all__ = ["CLEAR_FRACTION", "Detector", "DetectorConfig", "DetectorView", "QNAMES"]
@@ -137,8 +138,10 @@ class Detector:
             base = self._pinned_base(groups)
         rows: list[dict[str, Any]] = [{} for _ in range(g)]
         cums = (np.cumsum(base, axis=1), np.cumsum(cur, axis=1))  # shared by both quantiles
+        seconds = WindowSeconds(self.store.window_seconds())
         for j, q in enumerate(QUANTILES):
-            s = shift(base, cur, q, cfg.z, cums)
+            phi = dispersion(seconds, cur, cums[1], q)
+            s = shift(base, cur, q, cfg.z * np.sqrt(phi), cums)
             verdict = judge(s, cfg.min_effect, cfg.min_count)
             valid = (np.isfinite(s.ratio) & (s.n_cur >= cfg.min_count) & (s.n_base >= cfg.min_count))
             self._advance(j, q, verdict == REGRESSION, _calm(s, cfg), now, groups)
@@ -147,6 +150,7 @@ class Detector:
                     "shift": _num(s.ratio[i]), "lower": _num(s.lower[i]), "upper": _num(s.upper[i]),
                     "cur_ns": _num(s.cur[i], 1), "base_ns": _num(s.base[i], 1),
                     "n_cur": int(s.n_cur[i]), "n_base": round(float(s.n_base[i]), 1),
+                    "dispersion": round(float(phi[i]), 2),
                     "flagged": bool(self.flagged[i, j]),
                     "since_ts": float(self.since[i, j]) if self.flagged[i, j] else None}
         out = []

@@ -176,6 +176,11 @@ class CellStore:
         g = len(self.groups)
         return self.gcur[:g].astype(np.float64), self.gbase[:g] * self._f
 
+    def window_seconds(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The seconds of the current window: ``(group * NBINS + bin codes, counts)`` each
+        (codes may repeat: one entry per cell)."""
+        return [(gcodes, counts) for _, _, gcodes, counts in self._ring]
+
     def cell_hists(self, which: str) -> tuple[list[Cell], np.ndarray]:
         """Cells and their histograms: ``"current"`` (the window), ``"trailing"`` (the decayed
         baseline) or ``"recent"`` (both: what a saved baseline holds)."""
