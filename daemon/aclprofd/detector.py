@@ -34,7 +34,7 @@ import structlog
 from aclprof.protocol import baselinefmt
 from aclprof.protocol.quantshift import NBINS, QUANTILES, REGRESSION, Shift, judge, shift
 
-from .detector_dispersion import WindowSeconds, dispersion
+from .detector_dispersion import WindowIndex, dispersion
 from .detector_state import Cell, CellStore, Group
 
 __all__ = ["CLEAR_FRACTION", "Detector", "DetectorConfig", "DetectorView", "QNAMES"]
@@ -138,8 +138,9 @@ class Detector:
             base = self._pinned_base(groups)
         rows: list[dict[str, Any]] = [{} for _ in range(g)]
         cums = (np.cumsum(base, axis=1), np.cumsum(cur, axis=1))  # shared by both quantiles
-        seconds = WindowSeconds(self.store.window_seconds())
+        seconds = WindowIndex(self.store.window_seconds(), g)
         for j, q in enumerate(QUANTILES):
+            # the intervals widened by the window's overdispersion (detector_dispersion)
             phi = dispersion(seconds, cur, cums[1], q)
             s = shift(base, cur, q, cfg.z * np.sqrt(phi), cums)
             verdict = judge(s, cfg.min_effect, cfg.min_count)

@@ -17,10 +17,11 @@ clusters. With ``m_s`` the calls of second ``s`` below the window's quantile est
 (times ``S / (S - 1)`` for ``S`` seconds), against ``q (1 - q) / n`` for independent
 calls. Their ratio ``phi`` (at least 1) widens both intervals: the half-width in ranks
 becomes ``z * sqrt(phi * n q (1 - q))``. Independent calls give ``phi`` near 1 (a chi-square
-over ``S - 1`` degrees of freedom, divided by them), so detection on a clean stream is
-barely changed. The same ``phi`` is applied to the baseline: it is the same process, and
-cluster noise does not average out over a longer baseline (its variance grows with ``n``
-like the binomial one).
+over ``S - 1`` degrees of freedom, divided by them: within 1.5 nineteen times in twenty
+for the default 30 s window), so detection on a clean stream is barely changed; a window
+of fewer than ``MIN_SECONDS`` seconds gives no estimate (phi = 1). The same ``phi`` is
+applied to the baseline: it is the same process, and cluster noise does not average out
+over a longer baseline (its variance grows with ``n`` like the binomial one).
 """
 
 from __future__ import annotations
@@ -29,53 +30,61 @@ import numpy as np
 
 from aclprof.protocol.quantshift import NBINS
 
-__all__ = ["WindowSeconds", "dispersion"]
+__all__ = ["MIN_SECONDS", "WindowIndex", "dispersion"]
+
+#: Fewer seconds in the window than this (a short ``detector_window``, or the daemon's first
+#: seconds) give no estimate (phi = 1): with ``S`` seconds phi is a chi-square over ``S - 1``
+#: degrees of freedom, and over a handful it is as likely to be 3 as 1 on a clean stream.
+MIN_SECONDS = 10
 
 
-class WindowSeconds:
-    """The window's per-second group histograms as one flat sparse table: ``second`` (0..S-1),
-    ``group``, ``bin`` and ``count`` per entry; built once a tick, read for every quantile."""
+class WindowIndex:
+    """The window's seconds as one sorted array, built once a tick for both quantiles: each
+    second's sorted unique ``group * NBINS + bin`` codes offset by ``second * span``, and
+    the running count along them (with a leading 0), so any group's calls below any bin in
+    any second are two binary searches away."""
 
-    def __init__(self, seconds: list[tuple[np.ndarray, np.ndarray]]) -> None:
-        """``seconds``: ``(group * NBINS + bin codes, counts)`` of each second in the window."""
-        self.nseconds = len(seconds)
+    def __init__(self, seconds: list[tuple[np.ndarray, np.ndarray]], groups: int) -> None:
+        """``seconds``: ``(codes, counts)`` of each second in the window
+        (:meth:`aclprofd.detector_state.CellStore.window_seconds`); ``groups``: how many."""
+        self.seconds = len(seconds)
+        self.span = np.int64((groups + 1) * NBINS)  # one second's codes and the last group's end
         if seconds:
-            codes = np.concatenate([c for c, _ in seconds])
-            self.count = np.concatenate([n for _, n in seconds]).astype(np.float64)
-            self.second = np.repeat(np.arange(len(seconds)), [len(c) for c, _ in seconds])
+            self.keys = np.concatenate([codes + i * self.span for i, (codes, _) in enumerate(seconds)])
+            counts = np.concatenate([c for _, c in seconds])
         else:
-            codes, self.count, self.second = (np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64))
-        self.group = codes // NBINS
-        self.bin = codes % NBINS
+            self.keys, counts = np.zeros(0, np.int64), np.zeros(0)
+        self.running = np.concatenate([[0.0], np.cumsum(counts, dtype=np.float64)])
 
 
-def dispersion(win: WindowSeconds, hist: np.ndarray, cum: np.ndarray, q: float) -> np.ndarray:
+def dispersion(win: WindowIndex, hist: np.ndarray, cum: np.ndarray, q: float) -> np.ndarray:
     """Per group (rows of ``hist``, the window's histograms, ``cum`` their cumulative sums):
     the overdispersion factor ``phi >= 1`` of the fraction of calls below the window's
-    ``q``-quantile estimate; 1 where it cannot be estimated (fewer than 2 seconds, an empty
-    row)."""
-    g = len(hist)
+    ``q``-quantile estimate; 1 where it cannot be estimated (fewer than :data:`MIN_SECONDS`
+    seconds, an empty row)."""
+    g, s = len(hist), win.seconds
     phi = np.ones(g)
-    if g == 0 or win.nseconds < 2 or len(win.count) == 0:
+    if g == 0 or s < MIN_SECONDS:
         return phi
     n = cum[:, -1]
     rank = n * q
     # the estimate's position, as quantile_ci reads it: its bin and the fraction of that bin below it
     b = np.minimum((cum < rank[:, None]).sum(axis=1), NBINS - 1)
-    rows = np.arange(g)
-    in_bin = hist[rows, b]
+    every = np.arange(g)
+    in_bin = hist[every, b]
     with np.errstate(divide="ignore", invalid="ignore"):
-        frac = np.where(in_bin > 0, (rank - (cum[rows, b] - in_bin)) / in_bin, 0.0)
+        frac = np.where(in_bin > 0, (rank - (cum[every, b] - in_bin)) / in_bin, 0.0)
     frac = np.clip(frac, 0.0, 1.0)
-    ok = win.group < g  # groups registered after this tick's histograms: none, but be exact
-    grp, bins, cnt, sec = win.group[ok], win.bin[ok], win.count[ok], win.second[ok]
-    below = cnt * ((bins < b[grp]) + frac[grp] * (bins == b[grp]))
-    cell = grp * win.nseconds + sec  # (group, second) pairs
-    m = np.bincount(cell, weights=below, minlength=g * win.nseconds).reshape(g, win.nseconds)
-    ns = np.bincount(cell, weights=cnt, minlength=g * win.nseconds).reshape(g, win.nseconds)
-    s = win.nseconds
+    first = every * NBINS  # each group's first code, its quantile's bin, the next one, its end
+    at = first + b
+    edges = np.concatenate([first, at, at + 1, first + NBINS])
+    needles = (edges[None, :] + win.span * np.arange(s)[:, None]).reshape(-1)
+    c = win.running[np.searchsorted(win.keys, needles)].reshape(s, 4, g)  # calls before each edge
+    lo, mid, hi, end = c[:, 0], c[:, 1], c[:, 2], c[:, 3]
+    below = (mid - lo) + frac * (hi - mid)
+    sq = ((below - q * (end - lo)) ** 2).sum(axis=0)
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = ((m - q * ns) ** 2).sum(axis=1) / (n * q * (1.0 - q)) * (s / (s - 1))
+        ratio = sq / (n * q * (1.0 - q)) * (s / (s - 1))
     good = np.isfinite(ratio) & (n > 0)
     phi[good] = np.maximum(ratio[good], 1.0)
     return phi
