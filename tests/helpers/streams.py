@@ -42,7 +42,9 @@ def bin_probabilities(median_ns: float, sigma: float) -> np.ndarray:
 
 
 class Replay:
-    """Feeds a detector second by second: key i is op type ``ops[i]`` of one service."""
+    """Feeds a detector second by second: key i is op type ``ops[i]`` of one service. Ops of
+    one op type are replicas (processes) of one op: one cell, a mixture of their
+    distributions, each replica's share set by its rate (``second(rate_factor)`` per op)."""
 
     def __init__(self, ops: list[Op], seed: int, service: str = "svc", model: str = "m") -> None:
         self.ops = ops
