@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from aclprofd import aggregate_quantiles
 from aclprofd.detector import Detector, DetectorConfig
+from aclprofd.detector_dispersion import MIN_SECONDS, WindowIndex, dispersion
 from aclprofd.detector_state import CellStore
 from helpers.daemons import Client, InProcess, agent
 from helpers.records import make_records
@@ -188,6 +189,74 @@ def test_flag_needs_persistence_then_clears():
     replay.set_op(0, median_ns=200_000)
     views = _run(replay, det, 1160, 40)
     assert not views[-1].flags and det.flagged_total == 2
+
+
+def test_a_flag_holds_while_the_shift_stays_above_half_the_effect_floor():
+    """Asymmetric hysteresis: raised at +5 % (min_effect), a flag clears only after
+    `persistence` evaluations below +2.5 %. A lasting +4 % (the +20 % of a bad deploy half
+    undone, or a shift whose estimate hovers near the threshold) keeps it: the old symmetric
+    rule cleared it after `persistence` evaluations without a regression verdict, and a
+    Prometheus `for:` clause never saw the flag long enough."""
+    replay, det = _detector()
+    _run(replay, det, 1000, 60)
+    det.pin("before", json.loads(json.dumps(det.document("before", "recent", {"saved_ts": 1.0}))))
+    replay.set_op(0, median_ns=240_000)  # +20 %
+    views = _run(replay, det, 1060, 30)
+    assert ("MatMul", "p50") in {(f["op_type"], f["quantile"]) for f in views[-1].flags}
+    replay.set_op(0, median_ns=208_000)  # +4 %: in the dead band
+    views = _run(replay, det, 1090, 60)
+    p50 = [r["p50"] for v in views[20:] for r in v.rows if r["op_type"] == "MatMul"]
+    assert all(1.025 < x["shift"] < 1.05 for x in p50), [x["shift"] for x in p50]  # the window holds +4 % only
+    assert all(x["flagged"] for x in p50) and det.flagged_total == 2
+    replay.set_op(0, median_ns=200_000)  # back to the baseline: below +2.5 %, cleared
+    views = _run(replay, det, 1150, 30)
+    assert not [f for f in views[-1].flags if f["op_type"] == "MatMul"] and det.flagged_total == 2
+
+
+def _dispersion_of(dense_seconds, q):
+    """dispersion() of per-second dense histograms (seconds x groups x NBINS), and the same
+    number computed directly from its definition."""
+    hist = dense_seconds.sum(axis=0)
+    cum = np.cumsum(hist, axis=1)
+    seconds = []
+    for sec in dense_seconds:
+        codes = np.flatnonzero(sec.reshape(-1))
+        seconds.append((codes, sec.reshape(-1)[codes]))
+    got = dispersion(WindowIndex(seconds, hist.shape[0]), hist, cum, q)
+    want = []
+    for g in range(hist.shape[0]):
+        n = hist[g].sum()
+        b = int(np.argmax(cum[g] >= n * q))
+        frac = (n * q - (cum[g, b] - hist[g, b])) / hist[g, b]
+        below = dense_seconds[:, g, :b].sum(axis=1) + frac * dense_seconds[:, g, b]
+        ns = dense_seconds[:, g].sum(axis=1)
+        s = len(dense_seconds)
+        phi = ((below - q * ns) ** 2).sum() / (n * q * (1 - q)) * s / (s - 1) if s >= MIN_SECONDS else 1.0
+        want.append(max(1.0, phi))
+    return got, np.array(want)
+
+
+def test_dispersion_is_one_for_independent_calls_and_large_for_wandering_replica_shares():
+    """phi (detector_dispersion): about 1 when a window's calls are independent draws, far
+    above 1 when two replicas of different speeds trade shares second to second (group 1),
+    and equal to its definition (the binary searches against a direct sum)."""
+    rng = np.random.default_rng(5)
+    slow, fast = bin_probabilities(286_000, 0.06), bin_probabilities(200_000, 0.06)
+    dense = np.zeros((30, 2, NBINS))
+    for s in range(30):
+        dense[s, 0] = rng.multinomial(rng.poisson(5000), fast) + rng.multinomial(rng.poisson(5000), slow)
+        f = rng.lognormal(0.0, 0.3, 2)
+        dense[s, 1] = (rng.multinomial(rng.poisson(5000 * f[0]), fast)
+                       + rng.multinomial(rng.poisson(5000 * f[1]), slow))
+    for q in (0.5, 0.99):
+        got, want = _dispersion_of(dense, q)
+        assert np.allclose(got, want), (q, got, want)
+        assert 1.0 <= got[0] < 2.0, (q, got)
+    assert _dispersion_of(dense, 0.5)[0][1] > 100  # the p50, between the two populations
+    # fewer than MIN_SECONDS seconds give no estimate: 1
+    assert dispersion(WindowIndex([], 2), np.zeros((2, NBINS)), np.zeros((2, NBINS)), 0.5).tolist() == [1.0, 1.0]
+    assert _dispersion_of(dense[:MIN_SECONDS - 1], 0.5)[0].tolist() == [1.0, 1.0]
+    assert _dispersion_of(dense[:MIN_SECONDS], 0.5)[0][1] > 10
 
 
 def test_pinned_baseline_is_used_and_malformed_is_refused():

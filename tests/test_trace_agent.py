@@ -4,15 +4,17 @@ trace at a time, bad TRACE_START; against an in-process daemon."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from _agent_worker import FIXED_OPS
 from helpers.daemons import Client, InProcess, status
-from helpers.procs import aclprof_threads, wait_for
+from helpers.procs import aclprof_threads, cli, wait_for
 
 import aclprof
 from aclprof import agent as agent_mod
@@ -144,3 +146,77 @@ def test_one_trace_at_a_time_and_bad_trace_start(daemon, agent, tmp_path):
     assert len(replies) == 3
     # the daemon got the unrequested replies: the pause is counted all the same
     wait_for(lambda: status(daemon.socket)["traces"]["trace_pauses"] == 1)
+
+
+def _devices(sock: str) -> list[tuple[int, Any]]:
+    agents = status(sock)["agents"]
+    return [(m["model_id"], m.get("device")) for m in agents[0]["models"]] if agents else []
+
+
+def _trace_with_ops_in_the_gap(sock: str, trace_dir: Any, model: int, runs: int) -> dict:
+    """A trace of 1 s during which ``model`` runs ``runs`` times (ops nobody streams)."""
+    c = Client(sock)
+    c.sock.settimeout(30)
+    try:
+        c.send_json(Kind.TRACE, {"service": "svc", "duration_s": 1.0})
+        wait_for(lambda: any(trace_dir.glob("aclprof-trace-*/PROF_*/host/mock_session.json")),
+                 what="the session to start")
+        mock.execute(model, runs)
+        k, payload = c.recv()
+        assert k == Kind.TRACE_REPLY
+        return json.loads(bytes(payload))
+    finally:
+        c.close()
+
+
+def test_a_model_on_device_1_watched_without_device_is_reported_and_traced_on_device_1(daemon, agent, tmp_path):
+    """agent.watch(id) with no device= on a thread without a current device recorded device
+    0: STATUS said "on device 0" and a trace profiled device 0, so the 100 ops run on
+    device 1 during its pause were counted as "0 ops not streamed". The records' devId
+    (filled by the mock) names the device; the daemon is told, and the trace profiles it."""
+    agent.start(daemon.socket, service="svc", backoff_max=0.05, trace_dir=tmp_path)
+    model = mock.load_model(FIXED_OPS, device=1)
+    agent.watch(model)
+    mock.execute(model, 2)
+    wait_for(lambda: _devices(daemon.socket) == [(model, 1)], what="device 1 learned from the records")
+    assert f"model {model} on device 1" in cli("status", "--socket", daemon.socket).stdout
+    reply = _trace_with_ops_in_the_gap(daemon.socket, tmp_path, model, 20)
+    [p] = reply["processes"]
+    assert p["error"] is None and p["models"] == [model]
+    assert p["gap_records"] == 100  # 20 runs of 5 ops, all on device 1
+    [prof] = p["dirs"]
+    assert (Path(prof) / "device_1" / "mock_ops.json").is_file() and not (Path(prof) / "device_0").exists()
+    wait_for(lambda: _devices(daemon.socket) == [(model, 1)], what="resumed on device 1")
+    a = status(daemon.socket)["agents"][0]
+    assert (a["trace_gap_records"], a["trace_gap_unknown"]) == (100, 0)
+
+
+def test_a_device_nothing_tells_is_reported_unknown_not_0(daemon, agent, tmp_path):
+    """As on CANN's main path, records leave devId 0 ("not filled") and this thread has no
+    current device: the device is unknown, and said so; a trace's gap is unknown, not 0."""
+    mock.set_devid_zero(True)
+    agent.start(daemon.socket, service="svc", backoff_max=0.05, trace_dir=tmp_path)
+    model = mock.load_model(FIXED_OPS, device=1)
+    agent.watch(model)
+    mock.execute(model, 2)
+    wait_for(lambda: (status(daemon.socket)["agents"] or [{}])[0].get("records") == 10, what="the records")
+    assert _devices(daemon.socket) == [(model, None)]
+    assert f"model {model} on an unknown device" in cli("status", "--socket", daemon.socket).stdout
+    reply = _trace_with_ops_in_the_gap(daemon.socket, tmp_path, model, 20)
+    [p] = reply["processes"]
+    assert p["error"] is None and p["models"] == [model] and p["gap_records"] is None
+
+
+def test_watch_without_device_takes_the_threads_current_device(daemon, agent, tmp_path):
+    """The CANN way to know it: the thread that loaded the model has its device current."""
+    from aclprof.binding import lowlevel
+
+    mock.set_devid_zero(True)  # nothing from the records
+    lowlevel.rt_set_device(2)
+    try:
+        agent.start(daemon.socket, service="svc", backoff_max=0.05, trace_dir=tmp_path)
+        model = mock.load_model(FIXED_OPS, device=2)
+        agent.watch(model)
+        wait_for(lambda: _devices(daemon.socket) == [(model, 2)], what="WATCH on device 2")
+    finally:
+        lowlevel.rt_reset_device(2)

@@ -143,8 +143,12 @@ class Agent:
         from aclprof.api.subscription import resolve_device, subscribe
 
         model_id = int(model_id)
-        device = resolve_device(device)
-        w = Watched(model_id, device, {str(k): str(v) for k, v in (labels or {}).items()})
+        if device is not None:
+            device, device_from = resolve_device(device), "argument"
+        else:
+            device = _thread_device()
+            device_from = "unknown" if device is None else "thread"
+        w = Watched(model_id, device, {str(k): str(v) for k, v in (labels or {}).items()}, device_from)
         item: list[Any] = ["watch", w, None]
         buffer = self._buffer
         # The WATCH item goes in before the subscription can deliver anything.
@@ -211,7 +215,7 @@ class Agent:
                 del self._watched[w.model_id]
 
     # -- traces (aclprof.agent.trace) ----------------------------------------------------------
-    def _pause_for_trace(self, tracer: Tracer) -> dict[int, tuple[int, dict[str, str]]]:
+    def _pause_for_trace(self, tracer: Tracer) -> dict[int, tuple[int | None, dict[str, str]]]:
         """Close every subscription (their records are streamed) for a trace's session;
         the models to resume, ``{model_id: (device, labels)}``."""
         with self._lock:
@@ -361,8 +365,28 @@ def _require() -> Agent:
 
 
 def watch(model_id: int, labels: Mapping[str, str] | None = None, device: int | None = None) -> None:
-    """Subscribe ``model_id`` and stream its op records to the daemon."""
+    """Subscribe ``model_id`` and stream its op records to the daemon.
+
+    ``device``: the device the model was loaded on. CANN has no call that tells a model's
+    device, so without it the agent takes the calling thread's current device
+    (``aclrtGetDevice``: a model loads on the device of the context that loaded it; right
+    when this thread loaded it), and else reports the device as unknown. Either way a
+    record whose ``devId`` names another device (CANN leaves ``devId`` 0 on its main path;
+    the mock fills it) corrects it, and the daemon is told (WATCH again). The device shows
+    in ``aclprof status`` and decides which device an ``aclprof trace`` profiles and counts
+    the paused ops on: pass it when this thread did not load the model."""
     _require().watch(model_id, labels=labels, device=device)
+
+
+def _thread_device() -> int | None:
+    """The calling thread's current device (``aclrtGetDevice``), None when it has none."""
+    from aclprof.binding import lowlevel
+    from aclprof.binding.errors import AclError
+
+    try:
+        return lowlevel.rt_get_device()
+    except AclError:  # no context on this thread: the device is not known here
+        return None
 
 
 def unwatch(model_id: int) -> None:

@@ -153,8 +153,12 @@ class Connection:
         self.out.append(wire.encode_json(kind, obj), loss=loss)
 
     def announce(self, w: Watched) -> None:
-        """Queue WATCH for ``w`` on this connection."""
-        self.queue_json(wire.Kind.WATCH, {"model_id": w.model_id, "device": w.device, "labels": w.labels})
+        """Queue WATCH for ``w`` on this connection (without ``device`` while it is unknown:
+        a daemon that predates that rule reads a missing device as 0, as before)."""
+        obj: dict[str, Any] = {"model_id": w.model_id, "labels": w.labels}
+        if w.device is not None:
+            obj["device"] = w.device
+        self.queue_json(wire.Kind.WATCH, obj)
         w.announced = self.gen
 
     def send_loss(self) -> bool:

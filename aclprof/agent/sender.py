@@ -26,6 +26,7 @@ from aclprof.agent.connection import Connection
 from aclprof.agent.watched import Watched
 from aclprof.api.records import OP_DTYPE
 from aclprof.binding.agentpath import convert
+from aclprof.binding.lowlevel import MAX_DEVICES
 from aclprof.protocol import wire
 from aclprof.protocol.paths import permission_hint
 
@@ -278,6 +279,8 @@ class Sender:
             # part cost ~0.5 us each (143 parts of 35 records: 72 us of GIL, now 6 us)
             bufs: list[Any] = [p if p.flags.c_contiguous else np.ascontiguousarray(p) for p in parts]
             data = np.frombuffer(b"".join(bufs), OP_DTYPE)
+        if w.device_from in ("unknown", "thread"):
+            self._learn_device(w, data)
         if w.announced != conn.gen:
             conn.announce(w)
         # Consecutive batches share one BATCH frame, converted in place by one C call that
@@ -296,6 +299,22 @@ class Sender:
                 raise RuntimeError("aclprof agent: a name id is still unmapped after "
                                    "NameMap.extend (a bug)")
         out.commit_records(n)
+
+    def _learn_device(self, w: Watched, data: Any) -> None:
+        """A model watched without ``device=``: a record whose ``devId`` is not 0 names its
+        device (0 is CANN's "not filled", which the decoder replaced by the subscription's
+        device: only another value is news). The daemon gets WATCH again, before these
+        records, so STATUS and traces use it."""
+        ids = data["device_id"]
+        ids = ids[ids < MAX_DEVICES]  # not the C API's "no id" (-1 as u32) or garbage
+        top = int(ids.max()) if len(ids) else 0
+        if top == 0 or top == w.device:
+            return
+        with self.buffer.lock:  # the trace thread reads the device under it
+            old, w.device, w.device_from = w.device, top, "records"
+        w.announced = -1
+        _log.info("the watched model's device learned from its records", model_id=w.model_id, device=top,
+                  was=old)
 
     def _finish(self) -> None:
         """At thread exit: whatever is still buffered or unsent is lost (counted); report

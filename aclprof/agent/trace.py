@@ -9,11 +9,14 @@ CANN refuses API profiling while a model subscription is active in the same proc
 Subscribe and UnSubscribe), so the agent first closes its subscriptions (their last
 records are streamed: the daemon sees UNWATCH), runs the session, then subscribes the
 same models on the same devices again (WATCH). Every path resumes them, a failed session
-included. The ops executed meanwhile never reach the daemon: TRACE_DONE reports the pause
-(``pause_ns``, wall-clock ``paused_ts``/``resumed_ts``, the paused ``models``) and, where it
-can be known, ``gap_records``: the ops of those models the session collected (the mock
-writes them into its session files, ``device_*/mock_ops.json``; on CANN the session's data
-files are binary and the count is reported as unknown, null). It is a lower bound: the
+included. The session profiles the paused models' devices (as the agent knows them:
+``agent.watch(device=)``, the watching thread's device, or the records' ``devId``). The ops
+executed meanwhile never reach the daemon: TRACE_DONE reports the pause (``pause_ns``,
+wall-clock ``paused_ts``/``resumed_ts``, the paused ``models``) and, where it can be known,
+``gap_records``: the ops of those models the session collected (the mock writes them into
+its session files, ``device_*/mock_ops.json``; on CANN the session's data files are binary
+and the count is reported as unknown, null; unknown too when a paused model's device is,
+since its device was not profiled). It is a lower bound: the
 ops run in the ``pause_ns - session_ns`` outside the session (closing the subscriptions
 before aclprofInit, subscribing again after aclprofFinalize: milliseconds) are not in it.
 
@@ -73,8 +76,8 @@ class Tracer:
         self._cancel = threading.Event()
         # under agent._lock while a trace runs: paused model -> (device, labels), and the
         # watch() calls made meanwhile
-        self.paused: dict[int, tuple[int, dict[str, str]]] = {}
-        self.deferred: dict[int, tuple[int, dict[str, str]]] = {}
+        self.paused: dict[int, tuple[int | None, dict[str, str]]] = {}
+        self.deferred: dict[int, tuple[int | None, dict[str, str]]] = {}
         self.pausing = False
 
     # -- called on the sender thread (Connection.receive): cheap, never blocks -----------------
@@ -119,7 +122,7 @@ class Tracer:
 
         result: dict[str, Any] = {"trace_id": tid}
         errors: list[str] = []
-        models: dict[int, tuple[int, dict[str, str]]] = {}
+        models: dict[int, tuple[int | None, dict[str, str]]] = {}
         dirs: list[Path] = []
         paused_at = session_ns = 0
         paused_ts = 0.0
@@ -131,7 +134,12 @@ class Tracer:
             # the gap begins as the first subscription closes (what came before is streamed)
             paused_at, paused_ts = time.monotonic_ns(), time.time()
             models = self.agent._pause_for_trace(self)
-            devices = sorted({dev for dev, _ in models.values()}) or [0]
+            unknown = sorted(m for m, (dev, _) in models.items() if dev is None)
+            if unknown:
+                _log.warning("aclprof trace: the device of watched models is unknown; their ops during the "
+                             "pause are not counted (pass device= to aclprof.agent.watch)", models=unknown)
+            # the models' devices; device 0 (CANN's default) when none is known, for the API data
+            devices = sorted({dev for dev, _ in models.values() if dev is not None}) or [0]
             out = tempfile.mkdtemp(prefix=f"aclprof-trace-{tid}-", dir=self.trace_dir)
             prof = Profiler(out, devices=devices, data_types=mask)
             try:
@@ -161,7 +169,8 @@ class Tracer:
             result["paused_ts"], result["resumed_ts"] = paused_ts, time.time()
             result["models"] = sorted(models)
             result["session_ns"] = session_ns
-            result["gap_records"] = gap_records_of(dirs, set(models)) if paused_at else None
+            known = all(dev is not None for dev, _ in models.values())
+            result["gap_records"] = gap_records_of(dirs, set(models)) if paused_at and known else None
         result["dirs"] = [str(d) for d in dirs]
         if self._cancel.is_set() and not errors:
             errors.append("the agent stopped before the trace's end; the session was stopped early")

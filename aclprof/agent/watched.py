@@ -1,5 +1,6 @@
-"""One watched model as the agent sees it: its subscription, and what the current
-connection knows of it (whether WATCH was sent, its name-id map)."""
+"""One watched model as the agent sees it: its subscription, its device and where that
+came from, and what the current connection knows of it (whether WATCH was sent, its
+name-id map)."""
 
 from __future__ import annotations
 
@@ -13,12 +14,17 @@ class Watched:
     still sit in the buffer). Fields other than ``live`` and ``sub_dropped_seen`` (guarded
     by the buffer's lock) are the sender thread's."""
 
-    __slots__ = ("model_id", "device", "labels", "sub", "live", "announced", "name_map",
+    __slots__ = ("model_id", "device", "device_from", "labels", "sub", "live", "announced", "name_map",
                  "map_gen", "sub_dropped_seen")
 
-    def __init__(self, model_id: int, device: int, labels: dict[str, str]):
+    def __init__(self, model_id: int, device: int | None, labels: dict[str, str], device_from: str = "argument"):
         self.model_id = model_id
+        #: the model's device; None while unknown. Changed (under the buffer's lock) by the
+        #: sender when a record's devId names another one.
         self.device = device
+        #: "argument" (watch(device=)), "thread" (the caller's current device), "records"
+        #: (a record's devId), "unknown"
+        self.device_from = device_from
         self.labels = labels
         self.sub: Any = None
         self.live = True

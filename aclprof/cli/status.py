@@ -164,7 +164,9 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None, wid
             lines.append(f"    traced: {a['trace_pauses']} pauses, {paused:.1f}s, {gap}")
         for m in a.get("models") or []:
             ml = ",".join(f"{k}={v}" for k, v in (m.get("labels") or {}).items())
-            lines.append(f"    model {m.get('model_id')} on device {m.get('device')}{' [' + ml + ']' if ml else ''}")
+            dev = m.get("device")
+            where = f"on device {dev}" if isinstance(dev, int) else "on an unknown device (watched without device=)"
+            lines.append(f"    model {m.get('model_id')} {where}{' [' + ml + ']' if ml else ''}")
     lines += device_lines(st, devices)
     storage = st.get("storage") or {}
     if storage:

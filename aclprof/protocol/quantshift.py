@@ -61,11 +61,13 @@ def _inverse_cdf(hist: np.ndarray, cum: np.ndarray, rank: np.ndarray) -> np.ndar
     return np.where(b == 0, 0.0, value)
 
 
-def quantile_ci(hist: np.ndarray, q: float, z: float,
+def quantile_ci(hist: np.ndarray, q: float, z: float | np.ndarray,
                 cum: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``(low, estimate, high, n)`` of quantile ``q`` for each row of ``hist`` (rows x NBINS
-    counts or weights); values in ns, NaN for an empty row. ``cum``: the rows' cumulative
-    sums when the caller has them (several quantiles of one histogram)."""
+    counts or weights); values in ns, NaN for an empty row. ``z``: one half-width (in
+    standard errors of the rank) for every row, or one per row (the detector widens rows
+    whose samples are not independent). ``cum``: the rows' cumulative sums when the caller
+    has them (several quantiles of one histogram)."""
     if not 0.0 < q < 1.0:
         raise ValueError(f"quantile_ci: q must be in (0, 1), not {q}")
     hist = np.atleast_2d(np.asarray(hist, dtype=np.float64))
@@ -98,7 +100,7 @@ class Shift:
     upper: np.ndarray
 
 
-def shift(base: np.ndarray, cur: np.ndarray, q: float, z: float,
+def shift(base: np.ndarray, cur: np.ndarray, q: float, z: float | np.ndarray,
           cums: tuple[np.ndarray, np.ndarray] | None = None) -> Shift:
     """The shift of quantile ``q`` from ``base`` to ``cur`` (two histograms of equal shape),
     row by row. A ratio whose denominator is 0 (or a row that is empty) is NaN. ``cums``:

@@ -11,7 +11,11 @@ Once per second (:meth:`Detector.tick`, on the daemon's loop timer, never per ba
 group's quantiles get a confidence interval in both windows; a quantile is flagged after
 ``persistence`` consecutive evaluations where the ratio's interval lies above 1 and the
 estimate is at least ``min_effect`` higher, with at least ``min_count`` samples on both
-sides; it is cleared after ``persistence`` evaluations without. The baseline is the
+sides. The hysteresis is asymmetric: a flag is cleared only after ``persistence``
+consecutive *calm* evaluations, where the estimate fell below ``1 + CLEAR_FRACTION *
+min_effect`` (or the group no longer has the samples to be judged). A lasting shift whose
+estimate hovers near the threshold (or whose interval now and then touches 1) keeps its
+flag instead of flapping, which a Prometheus ``for:`` clause needs. The baseline is the
 trailing decayed histogram (:mod:`aclprofd.detector_state`) or a pinned saved one.
 
 The Prometheus thread and STATUS read :attr:`Detector.published`, one immutable object
@@ -28,15 +32,19 @@ import numpy as np
 import structlog
 
 from aclprof.protocol import baselinefmt
-from aclprof.protocol.quantshift import NBINS, QUANTILES, REGRESSION, judge, shift
+from aclprof.protocol.quantshift import NBINS, QUANTILES, REGRESSION, Shift, judge, shift
 
+from .detector_dispersion import WindowIndex, dispersion
 from .detector_state import Cell, CellStore, Group
 
-__all__ = ["Detector", "DetectorConfig", "DetectorView", "QNAMES"]
+__all__ = ["CLEAR_FRACTION", "Detector", "DetectorConfig", "DetectorView", "QNAMES"]
 
 _log = structlog.get_logger("aclprofd")
 QNAMES = {0.5: "p50", 0.99: "p99"}
 _MAX_STATUS_FLAGS = 100
+#: A flag clears only once the shift estimate is below 1 + CLEAR_FRACTION * min_effect (a
+#: dead band of half the effect floor: with the defaults, raised at +5 %, cleared under +2.5 %).
+CLEAR_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -130,16 +138,20 @@ class Detector:
             base = self._pinned_base(groups)
         rows: list[dict[str, Any]] = [{} for _ in range(g)]
         cums = (np.cumsum(base, axis=1), np.cumsum(cur, axis=1))  # shared by both quantiles
+        seconds = WindowIndex(self.store.window_seconds(), g)
         for j, q in enumerate(QUANTILES):
-            s = shift(base, cur, q, cfg.z, cums)
+            # the intervals widened by the window's overdispersion (detector_dispersion)
+            phi = dispersion(seconds, cur, cums[1], q)
+            s = shift(base, cur, q, cfg.z * np.sqrt(phi), cums)
             verdict = judge(s, cfg.min_effect, cfg.min_count)
             valid = (np.isfinite(s.ratio) & (s.n_cur >= cfg.min_count) & (s.n_base >= cfg.min_count))
-            self._advance(j, q, verdict == REGRESSION, now, groups)
+            self._advance(j, q, verdict == REGRESSION, _calm(s, cfg), now, groups)
             for i in np.flatnonzero(valid | self.flagged[:g, j]).tolist():
                 rows[i][QNAMES[q]] = {
                     "shift": _num(s.ratio[i]), "lower": _num(s.lower[i]), "upper": _num(s.upper[i]),
                     "cur_ns": _num(s.cur[i], 1), "base_ns": _num(s.base[i], 1),
                     "n_cur": int(s.n_cur[i]), "n_base": round(float(s.n_base[i]), 1),
+                    "dispersion": round(float(phi[i]), 2),
                     "flagged": bool(self.flagged[i, j]),
                     "since_ts": float(self.since[i, j]) if self.flagged[i, j] else None}
         out = []
@@ -155,14 +167,16 @@ class Detector:
                                       self.store.untracked, flags)
         return self.published
 
-    def _advance(self, j: int, q: float, regressed: np.ndarray, now: float, groups: list[Group]) -> None:
+    def _advance(self, j: int, q: float, regressed: np.ndarray, calm_now: np.ndarray, now: float,
+                 groups: list[Group]) -> None:
         """Persistence: flag after ``persistence`` regressed evaluations in a row, clear after
-        as many without."""
+        as many calm ones in a row (``calm_now``: see :func:`_calm`; an evaluation in the dead
+        band between calm and regressed keeps the flag and restarts the count)."""
         k = self.config.persistence
         g = len(regressed)
         streak, calm, flagged = self.streak[:g, j], self.calm[:g, j], self.flagged[:g, j]
         streak[:] = np.where(regressed, streak + 1, 0)
-        calm[:] = np.where(flagged & ~regressed, calm + 1, 0)
+        calm[:] = np.where(flagged & calm_now, calm + 1, 0)
         raised = ~flagged & (streak >= k)
         cleared = flagged & (calm >= k)
         for i in np.flatnonzero(raised).tolist():
@@ -224,6 +238,19 @@ class Detector:
             row["regression"] = row.get("key") in flagged
             row["flagged"] = [{"quantile": q, "shift": s}
                               for q, s in sorted(flagged.get(row.get("key"), {}).items(), key=lambda qs: -qs[1])]
+
+
+def _calm(s: Shift, cfg: DetectorConfig) -> np.ndarray:
+    """Per row: the evidence for a flagged shift is gone. The estimate fell below
+    ``1 + CLEAR_FRACTION * min_effect``, or the row can no longer be judged (too few samples
+    on a side, or no ratio: a service that stopped). Not "not regressed": an estimate still
+    above that, or an interval that just touches 1, is a lasting shift seen through noise."""
+    tail = min(s.q, 1.0 - s.q)
+    judgeable = ((s.n_base >= cfg.min_count) & (s.n_cur >= cfg.min_count)
+                 & (s.n_base * tail >= 20) & (s.n_cur * tail >= 20) & np.isfinite(s.ratio))
+    with np.errstate(invalid="ignore"):
+        low = s.ratio < 1.0 + CLEAR_FRACTION * cfg.min_effect
+    return ~judgeable | low
 
 
 def _num(x: Any, digits: int = 4) -> float | None:

@@ -70,8 +70,11 @@ class CellStore:
         self.gcur = np.zeros((0, NBINS), np.int64)
         self.gbase = np.zeros((0, NBINS), np.float64)
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
-        #: (second, cell codes, group codes, counts) of the seconds in the window
-        self._ring: collections.deque[tuple[float, np.ndarray, np.ndarray, np.ndarray]] = collections.deque()
+        #: (second, cell codes, their counts, group codes, their counts) of the seconds in the
+        #: window; codes unique and sorted (a second's group codes run group by group:
+        #: detector_dispersion searches them)
+        self._ring: collections.deque[tuple[float, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = \
+            collections.deque()
         self._t0: float | None = None  # base rows hold value / exp(-(now - t0) / tau_s)
         self._f = 1.0
         self.untracked = 0  # records of the "(other)" key or beyond max_cells: not judged
@@ -154,17 +157,18 @@ class CellStore:
             self._pending = []
             codes, inv = np.unique(codes, return_inverse=True)
             counts = np.bincount(inv, weights=counts, minlength=len(codes)).astype(np.int64)
-            gcodes = self.cell_group[codes // NBINS] * NBINS + codes % NBINS
+            gcodes, ginv = np.unique(self.cell_group[codes // NBINS] * NBINS + codes % NBINS, return_inverse=True)
+            gcounts = np.bincount(ginv, weights=counts, minlength=len(gcodes)).astype(np.int64)
             np.add.at(self.cur.reshape(-1), codes, counts)
-            np.add.at(self.gcur.reshape(-1), gcodes, counts)
-            self._ring.append((now, codes, gcodes, counts))
+            np.add.at(self.gcur.reshape(-1), gcodes, gcounts)
+            self._ring.append((now, codes, counts, gcodes, gcounts))
         self._f = math.exp(-max(0.0, now - self._t0) / self.tau_s)
         while self._ring and self._ring[0][0] <= now - self.window_s:
-            _, codes, gcodes, counts = self._ring.popleft()
+            _, codes, counts, gcodes, gcounts = self._ring.popleft()
             np.subtract.at(self.cur.reshape(-1), codes, counts)
-            np.subtract.at(self.gcur.reshape(-1), gcodes, counts)
+            np.subtract.at(self.gcur.reshape(-1), gcodes, gcounts)
             np.add.at(self.base.reshape(-1), codes, counts / self._f)
-            np.add.at(self.gbase.reshape(-1), gcodes, counts / self._f)
+            np.add.at(self.gbase.reshape(-1), gcodes, gcounts / self._f)
         if self._f < 1e-6:  # every ~14 tau: fold the factor into the rows (O(cells x bins))
             self.base *= self._f
             self.gbase *= self._f
@@ -175,6 +179,11 @@ class CellStore:
         """(current, trailing baseline) histograms per group, rows in ``groups`` order."""
         g = len(self.groups)
         return self.gcur[:g].astype(np.float64), self.gbase[:g] * self._f
+
+    def window_seconds(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The seconds of the current window: ``(group * NBINS + bin codes, counts)`` each,
+        codes unique and sorted."""
+        return [(gcodes, gcounts) for _, _, _, gcodes, gcounts in self._ring]
 
     def cell_hists(self, which: str) -> tuple[list[Cell], np.ndarray]:
         """Cells and their histograms: ``"current"`` (the window), ``"trailing"`` (the decayed

@@ -208,10 +208,11 @@ class Ingest:
 
     def watch(self, conn: Conn, payload: memoryview) -> None:
         obj = decode_json(payload)
-        mid, dev = obj.get("model_id"), obj.get("device", 0)
+        # no device: the agent does not know it (yet: a later WATCH of the model gives it)
+        mid, dev = obj.get("model_id"), obj.get("device")
         labels = obj.get("labels") or {}
-        if not is_int(mid) or not is_int(dev) or not is_labels(labels):
-            raise ProtocolError("WATCH needs an integer model_id and device and string labels")
+        if not is_int(mid) or not (dev is None or is_int(dev)) or not is_labels(labels):
+            raise ProtocolError("WATCH needs an integer model_id, an integer device (or none) and string labels")
         check_identity("WATCH", labels=labels)
         labels = {scrub(k): scrub(v) for k, v in labels.items()}
         if len(conn.models) >= _MAX_MODELS and mid not in conn.models:

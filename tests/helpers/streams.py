@@ -11,6 +11,7 @@ independent of the rate (24 h at 10k calls/s replay in seconds).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,12 +42,15 @@ def bin_probabilities(median_ns: float, sigma: float) -> np.ndarray:
 
 
 class Replay:
-    """Feeds a detector second by second: key i is op type ``ops[i]`` of one service."""
+    """Feeds a detector second by second: key i is op type ``ops[i]`` of one service. Ops of
+    one op type are replicas (processes) of one op: one cell, a mixture of their
+    distributions, each replica's share set by its rate (``second(rate_factor)`` per op)."""
 
     def __init__(self, ops: list[Op], seed: int, service: str = "svc", model: str = "m") -> None:
         self.ops = ops
         self.rng = np.random.default_rng(seed)
         self.probs = [bin_probabilities(o.median_ns, o.sigma) for o in ops]
+        # ops of one op type share a cell: they are replicas (pids) of the same op
         self.cells = [(service, model, o.op_type, o.op_type.lower() + "_0") for o in ops]
 
     def identity(self, key: int) -> tuple[str, str, str, str]:
@@ -58,11 +62,16 @@ class Replay:
         self.ops[i] = Op(o.op_type, o.rate, median_ns or o.median_ns, sigma or o.sigma)
         self.probs[i] = bin_probabilities(self.ops[i].median_ns, self.ops[i].sigma)
 
-    def second(self, rate_factor: float = 1.0) -> tuple[np.ndarray, np.ndarray]:
-        """One second of every op: ``(key * NBINS + bin, count)`` like the aggregator's."""
+    def second(self, rate_factor: float | Sequence[float] = 1.0) -> tuple[np.ndarray, np.ndarray]:
+        """One second of every op: ``(key * NBINS + bin, count)`` like the aggregator's.
+        ``rate_factor``: one factor for every op, or one per op (replicas of one op type
+        whose shares of the load vary)."""
+        factors = [float(rate_factor)] * len(self.ops) if np.isscalar(rate_factor) else list(rate_factor)
+        if len(factors) != len(self.ops):
+            raise ValueError(f"Replay.second: {len(factors)} rate factors for {len(self.ops)} ops")
         codes, counts = [], []
         for k, (o, p) in enumerate(zip(self.ops, self.probs)):
-            n = self.rng.poisson(o.rate * rate_factor)
+            n = self.rng.poisson(o.rate * factors[k])
             c = self.rng.multinomial(n, p)
             nz = np.flatnonzero(c)
             codes.append(k * NBINS + nz)
