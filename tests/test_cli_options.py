@@ -23,7 +23,7 @@ import sys
 
 import pytest
 from helpers.procs import cli, env, short_tmpdir
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from aclprof.cli import argtypes
@@ -112,6 +112,7 @@ def test_names_are_not_empty_and_fit_the_daemons_limit(text):
 
 
 @given(st.integers(0, 2**70))
+@example(2**53 + 1)  # the first whole nanosecond count a float cannot hold
 def test_min_duration_holds_in_int64_nanoseconds(n):
     try:
         assert argtypes.min_duration(f"{n}ns") == n and n < 2**63

@@ -19,6 +19,7 @@ import re
 import sys
 import time
 from collections.abc import Callable
+from fractions import Fraction
 from typing import NoReturn, TypeVar
 
 from aclprof.protocol.filterregex import RE2_SYNTAX, BadFilterRegex, compile_filter_regex
@@ -56,9 +57,11 @@ def parse_duration_ns(text: str, default_unit: str | None = None) -> int:
     m = _DURATION.match(text)
     if not m:
         _refuse(f"{text!r} is not a duration (examples: 100us, 1.5ms, 2s)")
-    value, unit = float(m.group(1)), m.group(2) or default_unit
-    if not math.isfinite(value):  # more digits than a float holds
+    digits, unit = m.group(1), m.group(2) or default_unit
+    if len(digits) > 40:  # no clock holds that many digits (and int() refuses ~4300)
         _refuse(f"{text!r} is not a duration a clock can hold")
+    # exact: a float loses whole nanoseconds beyond 2**53 ns (~104 days)
+    value = Fraction(digits)
     if unit is None:
         if value == 0:
             return 0
