@@ -42,7 +42,7 @@ from .tally import tally
 
 __all__ = ["KERNEL_DETAILS_COLUMNS", "OP_STATISTIC_COLUMNS", "NOT_COLLECTED", "OUTPUT_DIR", "HARDWARE_PID",
            "OVERLAP_PID", "STEP_PID", "TID_STRIDE", "format_us", "path_component", "process_dir_name",
-           "kernel_row", "op_statistic_rows", "busy_intervals", "AscendWriter"]
+           "kernel_row", "op_statistic_rows", "busy_intervals", "span_openers", "AscendWriter"]
 
 #: torch_npu's kernel_details.csv at profiler level 0 (CsvHeaders.OP_SUMMARY_KERNEL_BASE_HEADERS).
 KERNEL_DETAILS_COLUMNS = ["Device_id", "Name", "Type", "Accelerator Core", "Start Time(us)", "Duration(us)",
@@ -117,21 +117,40 @@ def op_statistic_rows(stats: dict[str, list[int]]) -> list[list[Any]]:
     return rows
 
 
-def busy_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The union of the intervals ``[starts[i], ends[i])`` as sorted disjoint intervals
-    (touching intervals are merged): what the "Computing" row of Overlap Analysis shows."""
-    if len(starts) == 0:
-        return starts[:0], ends[:0]
+def _sorted_openers(starts: np.ndarray, ends: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The ops sorted by start (``order``, ``s``), how far the union reaches at each
+    (``reach``), and which of them begin a busy interval (``new``), in that sorted order.
+    Non-empty input only."""
     order = np.argsort(starts, kind="stable")
     s, e = starts[order], np.maximum(ends[order], starts[order])
     reach = np.maximum.accumulate(e)
     new = np.empty(len(s), dtype=bool)
     new[0] = True
     new[1:] = s[1:] > reach[:-1]
+    return order, s, reach, new
+
+
+def busy_intervals(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of the intervals ``[starts[i], ends[i])`` as sorted disjoint intervals
+    (touching intervals are merged): what the "Computing" row of Overlap Analysis shows."""
+    if len(starts) == 0:
+        return starts[:0], ends[:0]
+    _, s, reach, new = _sorted_openers(starts, ends)
     last = np.empty(len(s), dtype=bool)
     last[-1] = True
     last[:-1] = new[1:]
     return s[new], reach[last]
+
+
+def span_openers(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which ops begin one of :func:`busy_intervals`' intervals: a boolean per op, in the
+    ops' own order (the flight recorder sizes a capture's Overlap Analysis by it)."""
+    out = np.zeros(len(starts), dtype=bool)
+    if len(starts):
+        order, _, _, new = _sorted_openers(starts, ends)
+        out[order] = new
+    return out
 
 
 def _event(obj: dict[str, Any]) -> str:

@@ -30,7 +30,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-__all__ = ["RECORD_FIXED", "SPAN_FIXED", "record_costs", "span_openers", "span_costs", "overhead", "digits"]
+__all__ = ["RECORD_FIXED", "SPAN_FIXED", "record_costs", "span_costs", "overhead", "digits"]
 
 #: bytes of a record's three output lines that do not depend on its values (see above)
 RECORD_FIXED = 12 + 123 + 110
@@ -62,22 +62,6 @@ def record_costs(records: np.ndarray, pid: int, name_cost: Callable[[np.ndarray]
                + 2 * digits(device) + digits(model) + 2 * tid + 2 * digits(records["thread_id"])
                + digits(records["flag"]) + len(str(int(pid))) + _REPR_FLOAT)
     return RECORD_FIXED + numbers + 3 * name_cost(records["op_name"]) + 4 * name_cost(records["op_type"])
-
-
-def span_openers(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Which of one process's ops begin a busy interval (``aclprof.exportfmt.ascend.busy_intervals``:
-    the union of ``[start, end)``, touching intervals merged): a boolean per op, in its order."""
-    out = np.zeros(len(starts), dtype=bool)
-    if not len(starts):
-        return out
-    order = np.argsort(starts, kind="stable")
-    s, e = starts[order], np.maximum(ends[order], starts[order])
-    reach = np.maximum.accumulate(e)
-    new = np.empty(len(s), dtype=bool)
-    new[0] = True
-    new[1:] = s[1:] > reach[:-1]
-    out[order] = new
-    return out
 
 
 def span_costs(records: np.ndarray, opens: np.ndarray) -> np.ndarray:

@@ -38,12 +38,12 @@ from typing import Any
 
 import numpy as np
 
-from aclprof.exportfmt.ascend import AscendWriter
+from aclprof.exportfmt.ascend import AscendWriter, span_openers
 from aclprof.exportfmt.chrome import write_chrome
 from aclprof.protocol.safetext import safe
 from aclprof.protocol.wire import HEADER, Kind
 
-from .capture_size import overhead, record_costs, span_costs, span_openers
+from .capture_size import overhead, record_costs, span_costs
 from .records import NameJson, encode_frames, identity_head
 from .storage import read_segment
 
