@@ -183,6 +183,8 @@ def test_a_long_target_name_still_gets_a_staging_name_within_name_max():
 def test_deferred_holds_a_signal_until_the_block_ends_and_a_second_waits_for_the_clean_up():
     from aclprof.cli.signals import Terminated, deferred, ending_signals
 
+    # what was installed before (SIG_DFL, or coverage's own handler under `sigterm = true`)
+    before = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
     reached = []
     with pytest.raises(Terminated) as exc, ending_signals():
         try:
@@ -198,7 +200,7 @@ def test_deferred_holds_a_signal_until_the_block_ends_and_a_second_waits_for_the
             assert second.value.signum == signal.SIGHUP
     assert exc.value.signum == signal.SIGTERM
     assert reached == ["after the kill", "clean-up done"]
-    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL  # given back
+    assert {s: signal.getsignal(s) for s in before} == before  # given back
 
 
 def test_a_signal_in_a_forks_hooks_is_not_lost():
