@@ -4,7 +4,10 @@
  * the mock that disagrees with what the cffi binding reads is a compile error.
  *
  * Ownership of files:
- *   common.c    the global lock, fault injection, clock, settings, aclmock* controls, reset
+ *   common.c    the base every area calls: the global lock, fault injection, clock, settings
+ *               and their aclmockSet*, the mode; it calls no other file
+ *   control.c   aclmockReset/GetStats/GetMode/Version and the fork() handlers: the one file
+ *               that calls every area's reset, stats and fork hooks; no file calls it
  *   session.c   aclprofInit/Finalize/Start/Stop and the era rules (session_internal.h:
  *               session_config.c configs and aclprofSetConfig, session_output.c PROF_* dirs)
  *   msproftx.c  stamps, mark, push/pop, ranges, MarkEx, Str2Id, RangePushEx/RangePop
@@ -67,10 +70,13 @@ uint64_t mock_now_ns(void);
 /* The kernel thread id of the caller (gettid), cached per thread; fork-safe. */
 uint32_t mock_tid(void);
 
-/* fork(): common.c registers the mock's only pthread_atfork handlers, at load, and they
+/* fork(): control.c registers the mock's only pthread_atfork handlers, at load, and they
  * call these in the lock order (g_mock_lock -> g_sub_lock -> g_log_lock -> g_names_lock ->
  * g_attr_lock; g_fault_lock is a leaf). One registration, because the order in which
  * separate registrations' prepare handlers run depends on when each file registered. */
+void mock_base_fork_prepare(void);  /* common.c: takes g_fault_lock */
+void mock_base_fork_parent(void);
+void mock_base_fork_child(void);    /* forgets the cached tid, re-initialises g_fault_lock, g_mock_lock */
 void sub_fork_prepare(void);     /* subscribe_writer.c: takes g_sub_lock, g_log_lock */
 void sub_fork_parent(void);
 void sub_fork_child(void);       /* forgets the writer, re-initialises locks and condvars */
@@ -84,6 +90,7 @@ void models_fork_child(void);    /* model.c: re-initialises every model's exec_l
 size_t mock_json_escape(char *dst, size_t cap, const char *src, size_t len);
 
 /* Settings (read from the environment at load and at aclmockReset, changed by aclmock*). */
+void mock_settings_load(void);     /* back to the defaults, then the ACLMOCK_* variables */
 uint32_t mock_device_count(void);
 int mock_cann_era(void);           /* ACLMOCK_CANN_2025 or _2026 */
 uint32_t mock_op_desc_size(void);
@@ -97,7 +104,7 @@ uint32_t mock_writer_delay_us(void);
 int mock_mode(void);
 void mock_set_mode(int mode);
 
-/* ---- per-area reset and stats hooks, called by aclmockReset/aclmockGetStats ---------
+/* ---- per-area reset and stats hooks, called by control.c (aclmockReset/GetStats) ----
  * aclmockReset calls mock_subscribe_reset() first and WITHOUT g_mock_lock (so it may join
  * the writer thread even if that thread takes the lock), then every other reset hook with
  * g_mock_lock held. The stats hooks are called with g_mock_lock held. */
