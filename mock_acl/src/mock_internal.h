@@ -49,9 +49,14 @@ extern pthread_mutex_t g_mock_lock;
 void mock_lock(void);
 void mock_unlock(void);
 
-/* The first statement of every exported function: if a fault is armed for this function
- * (aclmockFailNext), return `value` before anything else. `value` may use `fault_code_`,
- * the armed code (MOCK_FAULT_RETURN_CODE returns it as is). */
+/* The first statement of every exported acl* function (never of the aclmock* controls): if a
+ * fault is armed for this function (aclmockFailNext), or the helper host is on and this is an
+ * aclprof* function, return `value` before anything else. `value` may use `fault_code_`, the
+ * armed code. The one place the check is written (mock_acl/tools/check_faults.py enforces it):
+ *   MOCK_FAULT_RETURN_CODE()   aclError functions: the code as is
+ *   MOCK_FAULT_RETURN(NULL)    pointer functions; other values: the code converted, e.g.
+ *                              MOCK_FAULT_RETURN((uint64_t)(int64_t)fault_code_)
+ *   MOCK_FAULT_RETURN_VOID()   void functions: nothing happens */
 #define MOCK_FAULT_RETURN(value)                                                     \
     do {                                                                             \
         int32_t fault_code_;                                                         \
@@ -59,6 +64,7 @@ void mock_unlock(void);
             return value;                                                            \
     } while (0)
 #define MOCK_FAULT_RETURN_CODE() MOCK_FAULT_RETURN(fault_code_)
+#define MOCK_FAULT_RETURN_VOID() MOCK_FAULT_RETURN()
 
 /* Returns true (and stores the code) if a fault was injected for `function` and consumes
  * one use of it. Thread-safe; cheap (one relaxed atomic load) when no fault is armed. */

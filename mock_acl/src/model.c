@@ -97,9 +97,7 @@ uint32_t mock_model_device(uint32_t model_id)
 
 MOCK_EXPORT aclError aclmdlLoadFromFile(const char *modelPath, uint32_t *modelId)
 {
-    int32_t code;
-    if (mock_fault(__func__, &code))
-        return code;
+    MOCK_FAULT_RETURN_CODE();
     if (modelPath == NULL || modelId == NULL)
         return ACL_ERROR_INVALID_PARAM;
 
@@ -190,9 +188,7 @@ static void sleep_until_ns(uint64_t t)
 MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
                                    aclmdlDataset *output)
 {
-    int32_t code;
-    if (mock_fault(__func__, &code))
-        return code;
+    MOCK_FAULT_RETURN_CODE();
     /* GE's ModelExecute checks both datasets before anything else, the model id included
      * (api/acl/acl_model/model/model.cpp, ACL_REQUIRES_NOT_NULL_WITH_INPUT_REPORT). */
     if (input == NULL || output == NULL)
@@ -247,9 +243,7 @@ MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
  * it. Unsubscribe before unloading. */
 MOCK_EXPORT aclError aclmdlUnload(uint32_t modelId)
 {
-    int32_t code;
-    if (mock_fault(__func__, &code))
-        return code;
+    MOCK_FAULT_RETURN_CODE();
     mock_lock();
     size_t i = model_index(modelId);
     if (i == SIZE_MAX) {
