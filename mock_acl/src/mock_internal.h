@@ -13,8 +13,9 @@
  *   msproftx.c  stamps, mark, push/pop, ranges, MarkEx, Str2Id, RangePushEx/RangePop
  *   stepinfo.c  aclprofCreateStepInfo/GetStepTimestamp/DestroyStepInfo
  *   runtime.c   aclInit/aclFinalize and the aclrt* device/context/stream calls
- *   model.c     aclmdlLoadFromFile/Execute/Unload, the model table (model_internal.h:
- *               model_file.c parses model files, model_dataset.c the dataset handles)
+ *   model.c     aclmdlLoadFromFile/Execute/Unload (model_internal.h: model_table.c the
+ *               table of loaded models, model_file.c parses model files, model_dataset.c
+ *               the dataset handles)
  *   subscribe.c aclprofModelSubscribe/UnSubscribe, device counts, deferred close (see
  *               subscribe_internal.h: subscribe_config.c, _queue.c, _writer.c, _log.c)
  *   opdesc.c    the ProfOpDesc record, CRC-32C signature, name/type side table, op getters
@@ -88,7 +89,7 @@ void sub_fork_parent(void);
 void sub_fork_child(void);       /* forgets the writer, re-initialises locks and condvars */
 void names_fork_prepare(void);   /* opdesc.c: takes g_names_lock, g_attr_lock */
 void names_fork_release(void);
-void models_fork_child(void);    /* model.c: re-initialises every model's exec_lock */
+void models_fork_child(void);    /* model_table.c: re-initialises every model's exec_lock */
 
 /* Writes `src[0..len)` as a JSON string literal (with the quotes) into dst, NUL-terminated.
  * Escapes '"', '\\' and control bytes (\u00XX); bytes >= 0x80 are copied raw. Needs
@@ -153,7 +154,7 @@ typedef struct mock_op {
     uint32_t thread_id;
 } mock_op;
 
-/* Looks up a loaded model (lock held). NULL if unknown. */
+/* model_table.c (lock held): is the model loaded, and its device (0 if unknown). */
 bool mock_model_exists(uint32_t model_id);
 uint32_t mock_model_device(uint32_t model_id);
 

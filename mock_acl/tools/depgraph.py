@@ -29,7 +29,7 @@ from pathlib import Path
 
 BASE = "common.c"
 CONTROL = "control.c"
-DEFAULT_MAX_CYCLE = 4
+DEFAULT_MAX_CYCLE = 3
 
 
 def read_symbols(obj_dir: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
