@@ -65,8 +65,8 @@ def check(src: Path) -> list[str]:
                                 "MOCK_FAULT_RETURN*()")
             checked.add(name)
     common = src / "common.c"
-    listed = set(re.findall(r'"(\w+)"', FAULT_LIST.search(common.read_text()).group(1))) \
-        if common.exists() and FAULT_LIST.search(common.read_text()) else set()
+    found = FAULT_LIST.search(common.read_text()) if common.exists() else None
+    listed = set(re.findall(r'"(\w+)"', found.group(1))) if found else set()
     if not listed:
         problems.append("common.c: k_fault_functions not found")
     else:

@@ -132,7 +132,7 @@ def cycles(edges: dict[str, dict[str, set[str]]]) -> list[list[str]]:
 def check(edges: dict[str, dict[str, set[str]]], max_cycle: int) -> list[str]:
     """The broken rules (see the module docstring), as messages; empty when all hold."""
     problems = []
-    if BASE in edges and edges[BASE]:
+    if edges.get(BASE):
         problems.append(f"{BASE} is the base and must call no other file, but uses "
                         + "; ".join(f"{g}: {', '.join(sorted(s))}" for g, s in sorted(edges[BASE].items())))
     callers = sorted(f for f, out in edges.items() if CONTROL in out)
