@@ -1,6 +1,7 @@
-/* Shared machinery of the mock: the global lock, fault injection, clock, thread ids,
- * settings (environment defaults + aclmock* setters), the global mode, JSON escaping, and
- * the aclmock* control functions that are not about subscription.
+/* The base every area of the mock calls: the global lock, fault injection (the check and
+ * its aclmockFailNext/ClearFaults table), clock, thread ids, settings (environment defaults and
+ * their aclmockSet* setters), the global mode and JSON escaping. It calls no other file: the
+ * control API that calls every area's reset, stats and fork hooks is control.c.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -190,38 +191,24 @@ uint32_t mock_tid(void)
     return t_tid;
 }
 
-/* ---- fork ------------------------------------------------------------------------- */
+/* ---- fork (called by control.c's handlers; the order is explained there) ------------- */
 
-/* Every lock of the mock is held across fork() (prepare, in the lock order), so that the
- * child's copy of what it guards is consistent; the child then re-initialises locks and
- * condition variables rather than unlocking them: a recursive mutex still names the
- * parent's thread as its owner (the child's thread has a new tid, so unlock fails with
- * EPERM), and a condition variable copied while another thread waited on it keeps that
- * phantom waiter, so signals to it are lost (issue 9: children that subscribed and
- * executed hung). */
-static void fork_prepare(void)
+void mock_base_fork_prepare(void)
 {
-    pthread_mutex_lock(&g_mock_lock);
-    sub_fork_prepare();
-    names_fork_prepare();
     pthread_mutex_lock(&g_fault_lock);
 }
 
-static void fork_parent(void)
+void mock_base_fork_parent(void)
 {
     pthread_mutex_unlock(&g_fault_lock);
-    names_fork_release();
-    sub_fork_parent();
-    pthread_mutex_unlock(&g_mock_lock);
 }
 
-static void fork_child(void)
+/* Re-initialised rather than unlocked: a recursive mutex still names the parent's thread as
+ * its owner (the child's thread has a new tid, so unlock fails with EPERM). */
+void mock_base_fork_child(void)
 {
     t_tid = 0;   /* the child's only thread is the one that forked: the cached tid is the parent's */
     pthread_mutex_init(&g_fault_lock, NULL);
-    names_fork_release();
-    models_fork_child();
-    sub_fork_child();
     pthread_mutexattr_t a;
     pthread_mutexattr_init(&a);
     pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
@@ -305,7 +292,7 @@ static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
     return true;
 }
 
-static void load_env_settings(void)
+void mock_settings_load(void)
 {
     atomic_store(&g_device_count, DEFAULT_DEVICE_COUNT);
     atomic_store(&g_cann_era, ACLMOCK_CANN_2026);
@@ -366,12 +353,6 @@ static void load_env_settings(void)
     }
 }
 
-__attribute__((constructor)) static void common_init(void)
-{
-    load_env_settings();
-    pthread_atfork(fork_prepare, fork_parent, fork_child);
-}
-
 /* ---- mode ------------------------------------------------------------------------- */
 
 static int g_mode = ACLMOCK_MODE_OFF;
@@ -386,53 +367,7 @@ void mock_set_mode(int mode)
     g_mode = mode;
 }
 
-/* ---- aclmock control API -------------------------------------------------------------- */
-/* The controls are never subject to fault injection: a test must always be able to
- * inspect and restore the mock. */
-
-MOCK_EXPORT int aclmockVersion(void)
-{
-    return ACLMOCK_API_VERSION;
-}
-
-MOCK_EXPORT void aclmockReset(void)
-{
-    mock_subscribe_reset();   /* first and unlocked: it joins the writer thread */
-    mock_lock();
-    mock_model_reset();
-    mock_opdesc_reset();
-    mock_msproftx_reset();
-    mock_stepinfo_reset();
-    mock_session_reset();
-    mock_runtime_reset();
-    mock_set_mode(ACLMOCK_MODE_OFF);
-    aclmockClearFaults();
-    load_env_settings();
-    mock_records_reset();
-    mock_unlock();
-}
-
-MOCK_EXPORT int aclmockGetMode(void)
-{
-    mock_lock();
-    int mode = mock_mode();
-    mock_unlock();
-    return mode;
-}
-
-MOCK_EXPORT int aclmockGetStats(aclmockStats *out)
-{
-    if (out == NULL)
-        return ACL_ERROR_INVALID_PARAM;
-    memset(out, 0, sizeof *out);
-    mock_lock();
-    mock_msproftx_stats(out);
-    mock_subscribe_stats(out);
-    mock_opdesc_stats(out);
-    mock_model_stats(out);
-    mock_unlock();
-    return ACL_SUCCESS;
-}
+/* ---- aclmockSet*: the settings above (never subject to fault injection) -------------- */
 
 MOCK_EXPORT int aclmockSetDeviceCount(uint32_t count)
 {

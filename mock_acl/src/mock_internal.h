@@ -4,14 +4,18 @@
  * the mock that disagrees with what the cffi binding reads is a compile error.
  *
  * Ownership of files:
- *   common.c    the global lock, fault injection, clock, settings, aclmock* controls, reset
+ *   common.c    the base every area calls: the global lock, fault injection, clock, settings
+ *               and their aclmockSet*, the mode; it calls no other file
+ *   control.c   aclmockReset/GetStats/GetMode/Version and the fork() handlers: the one file
+ *               that calls every area's reset, stats and fork hooks; no file calls it
  *   session.c   aclprofInit/Finalize/Start/Stop and the era rules (session_internal.h:
  *               session_config.c configs and aclprofSetConfig, session_output.c PROF_* dirs)
  *   msproftx.c  stamps, mark, push/pop, ranges, MarkEx, Str2Id, RangePushEx/RangePop
  *   stepinfo.c  aclprofCreateStepInfo/GetStepTimestamp/DestroyStepInfo
  *   runtime.c   aclInit/aclFinalize and the aclrt* device/context/stream calls
- *   model.c     aclmdlLoadFromFile/Execute/Unload, the model table (model_internal.h:
- *               model_file.c parses model files, model_dataset.c the dataset handles)
+ *   model.c     aclmdlLoadFromFile/Execute/Unload (model_internal.h: model_table.c the
+ *               table of loaded models, model_file.c parses model files, model_dataset.c
+ *               the dataset handles)
  *   subscribe.c aclprofModelSubscribe/UnSubscribe, device counts, deferred close (see
  *               subscribe_internal.h: subscribe_config.c, _queue.c, _writer.c, _log.c)
  *   opdesc.c    the ProfOpDesc record, CRC-32C signature, name/type side table, op getters
@@ -46,9 +50,14 @@ extern pthread_mutex_t g_mock_lock;
 void mock_lock(void);
 void mock_unlock(void);
 
-/* The first statement of every exported function: if a fault is armed for this function
- * (aclmockFailNext), return `value` before anything else. `value` may use `fault_code_`,
- * the armed code (MOCK_FAULT_RETURN_CODE returns it as is). */
+/* The first statement of every exported acl* function (never of the aclmock* controls): if a
+ * fault is armed for this function (aclmockFailNext), or the helper host is on and this is an
+ * aclprof* function, return `value` before anything else. `value` may use `fault_code_`, the
+ * armed code. The one place the check is written (mock_acl/tools/check_faults.py enforces it):
+ *   MOCK_FAULT_RETURN_CODE()   aclError functions: the code as is
+ *   MOCK_FAULT_RETURN(NULL)    pointer functions; other values: the code converted, e.g.
+ *                              MOCK_FAULT_RETURN((uint64_t)(int64_t)fault_code_)
+ *   MOCK_FAULT_RETURN_VOID()   void functions: nothing happens */
 #define MOCK_FAULT_RETURN(value)                                                     \
     do {                                                                             \
         int32_t fault_code_;                                                         \
@@ -56,6 +65,7 @@ void mock_unlock(void);
             return value;                                                            \
     } while (0)
 #define MOCK_FAULT_RETURN_CODE() MOCK_FAULT_RETURN(fault_code_)
+#define MOCK_FAULT_RETURN_VOID() MOCK_FAULT_RETURN()
 
 /* Returns true (and stores the code) if a fault was injected for `function` and consumes
  * one use of it. Thread-safe; cheap (one relaxed atomic load) when no fault is armed. */
@@ -67,16 +77,19 @@ uint64_t mock_now_ns(void);
 /* The kernel thread id of the caller (gettid), cached per thread; fork-safe. */
 uint32_t mock_tid(void);
 
-/* fork(): common.c registers the mock's only pthread_atfork handlers, at load, and they
+/* fork(): control.c registers the mock's only pthread_atfork handlers, at load, and they
  * call these in the lock order (g_mock_lock -> g_sub_lock -> g_log_lock -> g_names_lock ->
  * g_attr_lock; g_fault_lock is a leaf). One registration, because the order in which
  * separate registrations' prepare handlers run depends on when each file registered. */
+void mock_base_fork_prepare(void);  /* common.c: takes g_fault_lock */
+void mock_base_fork_parent(void);
+void mock_base_fork_child(void);    /* forgets the cached tid, re-initialises g_fault_lock, g_mock_lock */
 void sub_fork_prepare(void);     /* subscribe_writer.c: takes g_sub_lock, g_log_lock */
 void sub_fork_parent(void);
 void sub_fork_child(void);       /* forgets the writer, re-initialises locks and condvars */
 void names_fork_prepare(void);   /* opdesc.c: takes g_names_lock, g_attr_lock */
 void names_fork_release(void);
-void models_fork_child(void);    /* model.c: re-initialises every model's exec_lock */
+void models_fork_child(void);    /* model_table.c: re-initialises every model's exec_lock */
 
 /* Writes `src[0..len)` as a JSON string literal (with the quotes) into dst, NUL-terminated.
  * Escapes '"', '\\' and control bytes (\u00XX); bytes >= 0x80 are copied raw. Needs
@@ -84,6 +97,7 @@ void models_fork_child(void);    /* model.c: re-initialises every model's exec_l
 size_t mock_json_escape(char *dst, size_t cap, const char *src, size_t len);
 
 /* Settings (read from the environment at load and at aclmockReset, changed by aclmock*). */
+void mock_settings_load(void);     /* back to the defaults, then the ACLMOCK_* variables */
 uint32_t mock_device_count(void);
 int mock_cann_era(void);           /* ACLMOCK_CANN_2025 or _2026 */
 uint32_t mock_op_desc_size(void);
@@ -97,7 +111,7 @@ uint32_t mock_writer_delay_us(void);
 int mock_mode(void);
 void mock_set_mode(int mode);
 
-/* ---- per-area reset and stats hooks, called by aclmockReset/aclmockGetStats ---------
+/* ---- per-area reset and stats hooks, called by control.c (aclmockReset/GetStats) ----
  * aclmockReset calls mock_subscribe_reset() first and WITHOUT g_mock_lock (so it may join
  * the writer thread even if that thread takes the lock), then every other reset hook with
  * g_mock_lock held. The stats hooks are called with g_mock_lock held. */
@@ -140,7 +154,7 @@ typedef struct mock_op {
     uint32_t thread_id;
 } mock_op;
 
-/* Looks up a loaded model (lock held). NULL if unknown. */
+/* model_table.c (lock held): is the model loaded, and its device (0 if unknown). */
 bool mock_model_exists(uint32_t model_id);
 uint32_t mock_model_device(uint32_t model_id);
 

@@ -1,4 +1,4 @@
-/* Model runtime: the model table and aclmdlLoadFromFile/Execute/Unload over a small text
+/* Model runtime: aclmdlLoadFromFile/Execute/Unload over a small text
  * "model description" (format in mock_acl/README.md, "Model runtime and subscription").
  *
  * A model is a list of ops with a duration and a jitter. aclmdlExecute simulates them back
@@ -17,7 +17,8 @@
  * stream); different models execute concurrently. A model is reference counted, so an
  * aclmdlUnload (or aclmockReset) during an execution frees it when the execution ends.
  *
- * The file format is parsed in model_file.c, the dataset handles live in model_dataset.c.
+ * The file format is parsed in model_file.c, the dataset handles live in model_dataset.c,
+ * the table of loaded models in model_table.c.
  */
 #include <errno.h>
 #include <stdatomic.h>
@@ -28,78 +29,11 @@
 
 #include "model_internal.h"
 
-typedef struct mock_model {
-    uint32_t id;
-    uint32_t device;
-    uint64_t seed;
-    uint64_t gap_ns;
-    size_t nops;
-    mock_op *ops;
-    atomic_uint refs;               /* the table's reference + one per running execution */
-    pthread_mutex_t exec_lock;      /* serialises executions; guards cursor/exec_count */
-    uint64_t cursor_ns;             /* end of the last simulated execution (+ gap) */
-    uint64_t exec_count;
-} mock_model;
-
-/* Under g_mock_lock. Ids start at 1 and are never reused until aclmockReset. */
-static mock_model **g_models;
-static size_t g_nmodels, g_modelcap;
-static uint32_t g_next_id = 1;
-
-/* fork(), in the child, with g_mock_lock held by the prepare handler (so g_models is
- * consistent): another thread of the parent may have been executing a model, holding its
- * exec_lock; that thread does not exist in the child, so the lock is made free again. */
-void models_fork_child(void)
-{
-    for (size_t i = 0; i < g_nmodels; i++)
-        pthread_mutex_init(&g_models[i]->exec_lock, NULL);
-}
-
-static void model_free(mock_model *m)
-{
-    for (size_t i = 0; i < m->nops; i++) {
-        free(m->ops[i].name);
-        free(m->ops[i].type);
-    }
-    free(m->ops);
-    pthread_mutex_destroy(&m->exec_lock);
-    free(m);
-}
-
-static void model_release(mock_model *m)
-{
-    if (atomic_fetch_sub(&m->refs, 1) == 1)
-        model_free(m);
-}
-
-/* Caller holds g_mock_lock. */
-static size_t model_index(uint32_t id)
-{
-    for (size_t i = 0; i < g_nmodels; i++) {
-        if (g_models[i]->id == id)
-            return i;
-    }
-    return SIZE_MAX;
-}
-
-bool mock_model_exists(uint32_t model_id)
-{
-    return model_index(model_id) != SIZE_MAX;
-}
-
-uint32_t mock_model_device(uint32_t model_id)
-{
-    size_t i = model_index(model_id);
-    return i == SIZE_MAX ? 0 : g_models[i]->device;
-}
-
 /* ---- public API ------------------------------------------------------------------------ */
 
 MOCK_EXPORT aclError aclmdlLoadFromFile(const char *modelPath, uint32_t *modelId)
 {
-    int32_t code;
-    if (mock_fault(__func__, &code))
-        return code;
+    MOCK_FAULT_RETURN_CODE();
     if (modelPath == NULL || modelId == NULL)
         return ACL_ERROR_INVALID_PARAM;
 
@@ -121,31 +55,17 @@ MOCK_EXPORT aclError aclmdlLoadFromFile(const char *modelPath, uint32_t *modelId
     pthread_mutex_init(&m->exec_lock, NULL);
 
     mock_lock();
-    aclError ret = ACL_SUCCESS;
-    if (m->device >= mock_device_count()) {
-        ret = ACL_ERROR_INVALID_FILE;   /* the device count may have shrunk meanwhile */
-    } else if (g_next_id == UINT32_MAX) {
-        ret = ACL_ERROR_FAILURE;        /* ids exhausted: never reuse one */
-    } else if (g_nmodels == g_modelcap) {
-        size_t ncap = g_modelcap ? g_modelcap * 2 : 16;
-        mock_model **n = realloc(g_models, ncap * sizeof *n);
-        if (n == NULL) {
-            ret = ACL_ERROR_BAD_ALLOC;
-        } else {
-            g_models = n;
-            g_modelcap = ncap;
-        }
-    }
+    aclError ret = m->device >= mock_device_count()
+                       ? ACL_ERROR_INVALID_FILE   /* the device count may have shrunk meanwhile */
+                       : model_table_add(m);
     if (ret != ACL_SUCCESS) {
         mock_unlock();
         model_free(m);
         return ret;
     }
-    m->id = g_next_id++;
     /* Default seed: the id, so a fresh process replays the same jitter for the same
      * load order; `seed` makes it independent of the id. */
     m->seed = p.have_seed ? p.seed : m->id;
-    g_models[g_nmodels++] = m;
     *modelId = m->id;
     mock_unlock();
     return ACL_SUCCESS;
@@ -190,9 +110,7 @@ static void sleep_until_ns(uint64_t t)
 MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
                                    aclmdlDataset *output)
 {
-    int32_t code;
-    if (mock_fault(__func__, &code))
-        return code;
+    MOCK_FAULT_RETURN_CODE();
     /* GE's ModelExecute checks both datasets before anything else, the model id included
      * (api/acl/acl_model/model/model.cpp, ACL_REQUIRES_NOT_NULL_WITH_INPUT_REPORT). */
     if (input == NULL || output == NULL)
@@ -200,8 +118,8 @@ MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
     mock_lock();
     bool empty = false;
     aclError ret = model_datasets_check(input, output, &empty);
-    size_t i = ret == ACL_SUCCESS ? model_index(modelId) : SIZE_MAX;
-    if (ret == ACL_SUCCESS && i == SIZE_MAX)
+    mock_model *m = ret == ACL_SUCCESS ? model_table_find(modelId) : NULL;
+    if (ret == ACL_SUCCESS && m == NULL)
         ret = ACL_ERROR_GE_EXEC_MODEL_ID_INVALID;   /* ModelManager::ExecuteModel, passed through */
     else if (ret == ACL_SUCCESS && !empty)
         ret = ACL_ERROR_GE_PARAM_INVALID;   /* these models have no inputs or outputs */
@@ -209,7 +127,6 @@ MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
         mock_unlock();
         return ret;
     }
-    mock_model *m = g_models[i];
     atomic_fetch_add(&m->refs, 1);
     mock_unlock();
 
@@ -247,30 +164,12 @@ MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
  * it. Unsubscribe before unloading. */
 MOCK_EXPORT aclError aclmdlUnload(uint32_t modelId)
 {
-    int32_t code;
-    if (mock_fault(__func__, &code))
-        return code;
+    MOCK_FAULT_RETURN_CODE();
     mock_lock();
-    size_t i = model_index(modelId);
-    if (i == SIZE_MAX) {
-        mock_unlock();
-        return ACL_ERROR_INVALID_MODEL_ID;
-    }
-    mock_model *m = g_models[i];
-    memmove(&g_models[i], &g_models[i + 1], (g_nmodels - i - 1) * sizeof *g_models);
-    g_nmodels--;
+    mock_model *m = model_table_remove(modelId);
     mock_unlock();
+    if (m == NULL)
+        return ACL_ERROR_INVALID_MODEL_ID;
     model_release(m);
     return ACL_SUCCESS;
 }
-
-void mock_model_reset(void)
-{
-    for (size_t i = 0; i < g_nmodels; i++)
-        model_release(g_models[i]);
-    free(g_models);
-    g_models = NULL;
-    g_nmodels = g_modelcap = 0;
-    g_next_id = 1;
-}
-

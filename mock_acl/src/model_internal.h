@@ -1,17 +1,46 @@
-/* Internal interface of the model runtime, shared by its three files only (the rest of the
+/* Internal interface of the model runtime, shared by its four files only (the rest of the
  * mock sees the model runtime through mock_internal.h):
- *   model.c          the model table, aclmdlLoadFromFile/Execute/Unload, the op clock
+ *   model.c          aclmdlLoadFromFile/Execute/Unload, the op clock
+ *   model_table.c    the table of loaded models (and mock_model_exists/_device, the reset)
  *   model_file.c     reads and parses the text model description (README, "Model files")
  *   model_dataset.c  aclDataBuffer/aclmdlDataset handles and their registries
  */
 #ifndef ACLMOCK_MODEL_INTERNAL_H
 #define ACLMOCK_MODEL_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "mock_internal.h"
+
+/* ---- model_table.c ----------------------------------------------------------------- */
+
+typedef struct mock_model {
+    uint32_t id;
+    uint32_t device;
+    uint64_t seed;
+    uint64_t gap_ns;
+    size_t nops;
+    mock_op *ops;
+    atomic_uint refs;               /* the table's reference + one per running execution */
+    pthread_mutex_t exec_lock;      /* serialises executions; guards cursor/exec_count */
+    uint64_t cursor_ns;             /* end of the last simulated execution (+ gap) */
+    uint64_t exec_count;
+} mock_model;
+
+/* All with g_mock_lock held. */
+mock_model *model_table_find(uint32_t id);     /* NULL if no model has that id */
+/* Gives `m` the next id and adds it with the table's reference; ACL_ERROR_FAILURE when the
+ * ids are exhausted, ACL_ERROR_BAD_ALLOC. On failure `m` is the caller's. */
+aclError model_table_add(mock_model *m);
+/* Takes the model out of the table (NULL if unknown); the table's reference goes to the
+ * caller, who drops it with model_release (without the lock). */
+mock_model *model_table_remove(uint32_t id);
+/* Any thread: drops one reference; the last frees the model (its ops, its exec_lock). */
+void model_release(mock_model *m);
+void model_free(mock_model *m);               /* a model no table or execution holds */
 
 /* ---- model_file.c ------------------------------------------------------------------ */
 

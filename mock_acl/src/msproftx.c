@@ -236,9 +236,7 @@ void mock_msproftx_stats(aclmockStats *out)
 
 MOCK_EXPORT void *aclprofCreateStamp(void)
 {
-    int32_t c;
-    if (mock_fault("aclprofCreateStamp", &c))
-        return NULL;
+    MOCK_FAULT_RETURN(NULL);
     mock_stamp *s = NULL;
     mock_lock();
     if (g_enabled && g_free_count > 0) {
@@ -255,8 +253,8 @@ MOCK_EXPORT void *aclprofCreateStamp(void)
  * corrupts its free list on the others). Works whether or not msproftx is initialised. */
 MOCK_EXPORT void aclprofDestroyStamp(void *stamp)
 {
-    int32_t c;
-    if (mock_fault("aclprofDestroyStamp", &c) || stamp == NULL)
+    MOCK_FAULT_RETURN_VOID();
+    if (stamp == NULL)
         return;
     mock_lock();
     mock_stamp *s = stamp_lookup(stamp);
@@ -440,8 +438,8 @@ MOCK_EXPORT aclError aclprofMarkEx(const char *msg, size_t msgLen, aclrtStream s
  * is the documented failure value and is never returned for a string. */
 MOCK_EXPORT uint64_t aclprofStr2Id(const char *message)
 {
-    int32_t c;
-    if (mock_fault("aclprofStr2Id", &c) || message == NULL)
+    MOCK_FAULT_RETURN(UINT64_MAX);
+    if (message == NULL)
         return UINT64_MAX;
     uint64_t h = 0xcbf29ce484222325ULL;
     for (const unsigned char *p = (const unsigned char *)message; *p; p++) {

@@ -300,7 +300,7 @@ static uint32_t field_u32(const void *data, uint32_t index, size_t offset)
 
 MOCK_EXPORT aclError aclprofGetOpDescSize(size_t *opDescSize)
 {
-    MOCK_FAULT_RETURN(fault_code_);
+    MOCK_FAULT_RETURN_CODE();
     if (opDescSize == NULL)
         return ACL_ERROR_INVALID_PARAM;
     *opDescSize = desc_size();
@@ -309,7 +309,7 @@ MOCK_EXPORT aclError aclprofGetOpDescSize(size_t *opDescSize)
 
 MOCK_EXPORT aclError aclprofGetOpNum(const void *opInfo, size_t opInfoLen, uint32_t *opNumber)
 {
-    MOCK_FAULT_RETURN(fault_code_);
+    MOCK_FAULT_RETURN_CODE();
     uint32_t len = narrow(opInfoLen);
     if (opInfo == NULL || opNumber == NULL)
         return ACL_ERROR_INVALID_PARAM;
@@ -392,28 +392,28 @@ static aclError get_str(const void *opInfo, size_t opInfoLen, uint32_t index, ch
 MOCK_EXPORT aclError aclprofGetOpTypeLen(const void *opInfo, size_t opInfoLen, uint32_t index,
                                          size_t *opTypeLen)
 {
-    MOCK_FAULT_RETURN(fault_code_);
+    MOCK_FAULT_RETURN_CODE();
     return get_len(opInfo, opInfoLen, index, opTypeLen, HAVE_TYPE);
 }
 
 MOCK_EXPORT aclError aclprofGetOpNameLen(const void *opInfo, size_t opInfoLen, uint32_t index,
                                          size_t *opNameLen)
 {
-    MOCK_FAULT_RETURN(fault_code_);
+    MOCK_FAULT_RETURN_CODE();
     return get_len(opInfo, opInfoLen, index, opNameLen, HAVE_NAME);
 }
 
 MOCK_EXPORT aclError aclprofGetOpType(const void *opInfo, size_t opInfoLen, uint32_t index,
                                       char *opType, size_t opTypeLen)
 {
-    MOCK_FAULT_RETURN(fault_code_);
+    MOCK_FAULT_RETURN_CODE();
     return get_str(opInfo, opInfoLen, index, opType, opTypeLen, HAVE_TYPE);
 }
 
 MOCK_EXPORT aclError aclprofGetOpName(const void *opInfo, size_t opInfoLen, uint32_t index,
                                       char *opName, size_t opNameLen)
 {
-    MOCK_FAULT_RETURN(fault_code_);
+    MOCK_FAULT_RETURN_CODE();
     return get_str(opInfo, opInfoLen, index, opName, opNameLen, HAVE_NAME);
 }
 

@@ -128,9 +128,7 @@ MOCK_EXPORT aclprofConfig *aclprofCreateConfig(uint32_t *deviceIdList, uint32_t 
                                                const aclprofAicoreEvents *aicoreEvents,
                                                uint64_t dataTypeConfig)
 {
-    int32_t c;
-    if (mock_fault("aclprofCreateConfig", &c))
-        return NULL;
+    MOCK_FAULT_RETURN(NULL);
     if ((deviceNums != 0 && deviceIdList == NULL) || aicoreEvents != NULL)
         return NULL;
     if (deviceNums == 0 && (dataTypeConfig & ACL_PROF_MSPROFTX) == 0)

@@ -33,9 +33,7 @@ static aclprofStepInfo **step_find(const aclprofStepInfo *si)
 
 MOCK_EXPORT aclprofStepInfo *aclprofCreateStepInfo(void)
 {
-    int32_t c;
-    if (mock_fault("aclprofCreateStepInfo", &c))
-        return NULL;
+    MOCK_FAULT_RETURN(NULL);
     aclprofStepInfo *si = calloc(1, sizeof *si);
     if (!si)
         return NULL;
@@ -51,8 +49,8 @@ MOCK_EXPORT aclprofStepInfo *aclprofCreateStepInfo(void)
  * (a double free in the real one). */
 MOCK_EXPORT void aclprofDestroyStepInfo(aclprofStepInfo *stepinfo)
 {
-    int32_t c;
-    if (mock_fault("aclprofDestroyStepInfo", &c) || stepinfo == NULL)
+    MOCK_FAULT_RETURN_VOID();
+    if (stepinfo == NULL)
         return;
     mock_lock();
     aclprofStepInfo **pp = step_find(stepinfo);

@@ -215,9 +215,7 @@ void mock_subscribe_finish_detach(sub_entry *e)
 MOCK_EXPORT aclError aclprofModelSubscribe(uint32_t modelId,
                                            const aclprofSubscribeConfig *cfg)
 {
-    int32_t code;
-    if (mock_fault(__func__, &code))
-        return code;
+    MOCK_FAULT_RETURN_CODE();
     sub_ensure_cv();
     mock_lock();
     aclError ret = ACL_SUCCESS;
@@ -320,9 +318,7 @@ MOCK_EXPORT aclError aclprofModelSubscribe(uint32_t modelId,
 
 MOCK_EXPORT aclError aclprofModelUnSubscribe(uint32_t modelId)
 {
-    int32_t code;
-    if (mock_fault(__func__, &code))
-        return code;
+    MOCK_FAULT_RETURN_CODE();
     mock_lock();
     if (!mock_model_exists(modelId)) {
         mock_unlock();

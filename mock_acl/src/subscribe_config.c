@@ -15,9 +15,7 @@ MOCK_EXPORT aclprofSubscribeConfig *aclprofCreateSubscribeConfig(int8_t timeInfo
                                                                  aclprofAicoreMetrics aicoreMetrics,
                                                                  void *fd)
 {
-    int32_t code;
-    if (mock_fault(__func__, &code))
-        return NULL;
+    MOCK_FAULT_RETURN(NULL);
     if (fd == NULL || (timeInfoSwitch != 0 && timeInfoSwitch != 1))
         return NULL;   /* metrics are not checked here, as in CANN */
     aclprofSubscribeConfig *cfg = malloc(sizeof *cfg);
@@ -57,9 +55,7 @@ static size_t cfg_find(const aclprofSubscribeConfig *cfg)
  * mock rejects pointers it did not return, or already destroyed, with INVALID_PARAM. */
 MOCK_EXPORT aclError aclprofDestroySubscribeConfig(const aclprofSubscribeConfig *cfg)
 {
-    int32_t code;
-    if (mock_fault(__func__, &code))
-        return code;
+    MOCK_FAULT_RETURN_CODE();
     if (cfg == NULL)
         return ACL_ERROR_INVALID_PARAM;
     mock_lock();

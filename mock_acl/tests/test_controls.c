@@ -1,4 +1,4 @@
-/* The aclmock controls (src/common.c): fault injection, reset, settings from the
+/* The aclmock controls (src/control.c, src/common.c): fault injection, reset, settings from the
  * environment, and concurrent sessions. Every test runs in both eras.
  */
 #include "test_session_common.h"

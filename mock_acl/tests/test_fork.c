@@ -1,7 +1,7 @@
 /* fork() while other threads of the parent are inside the mock (issue 9): a child must be
  * able to subscribe, execute, unsubscribe and reset without hanging on a lock or a
  * condition variable copied mid-use from the parent (phantom waiters), and the parent's
- * stream must go on untouched. The fork handlers are in src/common.c (fork_*).
+ * stream must go on untouched. The fork handlers are in src/control.c (fork_*).
  */
 #include <signal.h>
 #include <stdatomic.h>

@@ -808,6 +808,11 @@ TEST(fault_injection_and_reset)
     CHECK_EQ(aclprofPush(s), ACL_ERROR_PROFILING_FAILURE);
     CHECK_EQ(aclprofPop(), -1);   /* the failed push pushed nothing */
     CHECK_EQ(aclprofMark(s), ACL_SUCCESS);
+    /* A void function does nothing while armed: the stamp stays in use. */
+    CHECK_EQ(aclmockFailNext("aclprofDestroyStamp", 1, 0), ACL_SUCCESS);
+    aclprofDestroyStamp(s);
+    CHECK_EQ(stats_stamps(), 1);
+    CHECK_EQ(aclprofMark(s), ACL_SUCCESS);
     aclmockReset();
     CHECK_EQ(stats_stamps(), 0);
     CHECK_EQ(stats_events(), 0);

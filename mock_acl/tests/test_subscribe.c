@@ -305,6 +305,16 @@ TEST(fault_injection)
     CHECK_EQ(aclmockFailNext("aclmdlLoadFromFile", 1, ACL_ERROR_BAD_ALLOC), ACL_SUCCESS);
     uint32_t id;
     CHECK_EQ(load_text("aclmock-model 1\n", &id), ACL_ERROR_BAD_ALLOC);
+    /* Unload and DestroySubscribeConfig: the fault comes first and leaves the object. */
+    CHECK_EQ(aclmockFailNext("aclmdlUnload", 1, ACL_ERROR_FAILURE), ACL_SUCCESS);
+    CHECK_EQ(aclmdlUnload(9999), ACL_ERROR_FAILURE);   /* before the id check */
+    CHECK_EQ(aclmockFailNext("aclmdlUnload", 1, ACL_ERROR_FAILURE), ACL_SUCCESS);
+    CHECK_EQ(aclmdlUnload(model), ACL_ERROR_FAILURE);
+    CHECK_EQ(execute_empty(model), ACL_SUCCESS);   /* still loaded */
+    CHECK_EQ(aclmockFailNext("aclprofDestroySubscribeConfig", 1, ACL_ERROR_FAILURE), ACL_SUCCESS);
+    CHECK_EQ(aclprofDestroySubscribeConfig(NULL), ACL_ERROR_FAILURE);   /* before the NULL check */
+    CHECK_EQ(aclmockFailNext("aclprofDestroySubscribeConfig", 1, ACL_ERROR_FAILURE), ACL_SUCCESS);
+    CHECK_EQ(aclprofDestroySubscribeConfig(cfg), ACL_ERROR_FAILURE);
     aclprofDestroySubscribeConfig(cfg);
     close(g_pipe[0][0]);
 }

@@ -286,7 +286,7 @@ def _forget_after_fork() -> None:
     fork) and are the parent's: the child must not unsubscribe them at exit nor wait for
     their readers. Their objects read as closed and released; the child's copies of their
     read end and wake pipe are closed (the parent's stay open). The library's own state in
-    the child is its business (the mock forgets its writer; see mock_acl/src/common.c)."""
+    the child is its business (the mock forgets its writer; see mock_acl/src/control.c)."""
     for sub in list(_live) + list(_closing_in_background):
         sub._forget_in_child()
     _live.clear()
