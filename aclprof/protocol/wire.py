@@ -37,8 +37,8 @@ from aclprof.protocol import _jsonl
 __all__ = [
     "MAGIC", "VERSION", "HEADER", "MAX_PAYLOAD", "RECORD_DTYPE", "Kind", "ProtocolError",
     "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
-    "recv_frame", "FLAG_KEYPOINT", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS", "MAX_REGEX_BYTES",
-    "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "utf8_cut",
+    "recv_frame", "FLAG_KEYPOINT", "keypoint_mask", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS",
+    "MAX_REGEX_BYTES", "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "utf8_cut",
 ]
 
 MAGIC = b"ACLP"
@@ -86,6 +86,16 @@ RECORD_DTYPE = _record_dtype()
 #: the top bit is free; a receiver that does not know it sees an op with a large flag.
 #: (``ACLPROF_FLAG_KEYPOINT`` of the header.)
 FLAG_KEYPOINT: int = _jsonl.FLAG_KEYPOINT
+_KEYPOINT_BIT = np.uint32(FLAG_KEYPOINT)
+
+
+def keypoint_mask(records: np.ndarray) -> np.ndarray:
+    """A bool array over wire ``records`` (RECORD_DTYPE): True for step keypoint records
+    (:data:`FLAG_KEYPOINT` set). The one reading of the bit where a bool is wanted."""
+    mask: np.ndarray = (records["flag"] & _KEYPOINT_BIT) != 0
+    return mask
+
+
 
 
 class Kind(enum.IntEnum):
