@@ -18,6 +18,8 @@ Two modules come out of this file:
   derive from the library's real prototypes. One extension rather than three: the files share
   the bind step (the CRC is initialised when the op getters are bound) and a single import.
   No source is named ``_fast.c``: cffi writes its generated wrapper under that name.
+  cffi also reads ``aclprof_records.h`` (the record layouts, which the C files include), so
+  ``aclprof.binding.layout`` builds the numpy dtypes from the compiler's offsets.
 """
 
 import re
