@@ -116,8 +116,9 @@ int64_t aclprof_read_pipe(int fd, int wake_fd, uint8_t *buf, uint64_t cap, int64
 
 /* aclprof_decode_names plus the numeric fields, for record sizes 80 and 72 only
  * (sizeof(ProfOpDesc) and offsetof(ProfOpDesc, devId)): each valid record of buf becomes one
- * aclprof_op_row of out (rows are packed: out gets the valid records only, in order). device_id 0 (CANN's "not filled") and 72-byte records read
- * default_device. keypoint is set where name and type are "keypoint_op" / "na".
+ * aclprof_op_row of out (rows are packed: out gets the valid records only, in order).
+ * device_id 0 (CANN's "not filled") and 72-byte records read default_device. keypoint is
+ * set where name and type are "keypoint_op" / "na".
  * counts[0] += corrupt records, counts[1] += valid records missing a name or a type,
  * counts[2] += keypoints, counts[3] = max(counts[3], largest end). Returns the number of
  * rows written, or UINT32_MAX for an unsupported record size. Releases the GIL. */

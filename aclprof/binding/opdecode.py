@@ -64,9 +64,10 @@ class NameTable:
                    default_device: int, out: Any, counts: Any) -> int:
         """Check, name and decode ``count`` records at the start of ``buffer`` into the
         packed rows of ``out`` (a writable array of at least ``count`` rows of
-        :data:`~aclprof.binding.layout.OP_ROW_DTYPE`), all in C with the GIL released; returns the rows written
-        (the valid records, in order). ``counts`` (uint64[4]) gets corrupt, names missing
-        and keypoints added, and the largest ``end`` seen kept in ``counts[3]``.
+        :data:`~aclprof.binding.layout.OP_ROW_DTYPE`), all in C with the GIL released;
+        returns the rows written (the valid records, in order). ``counts`` (uint64[4]) gets
+        corrupt, names missing and keypoints added, and the largest ``end`` seen kept in
+        ``counts[3]``.
 
         Raises:
             ValueError: a record size other than 80 or 72 (decode those with the getters).
