@@ -59,7 +59,9 @@ if sys.platform != "linux":  # the mock uses pthreads, clock_gettime and Linux p
     raise SystemExit("aclprof builds on Linux only (CANN supports Linux only)")
 
 setup(
+    # _jsonl.c reads the wire record's layout from cdefs/aclprof_records.h (the one definition)
     ext_modules=[Extension("aclprof.protocol._jsonl", ["aclprof/protocol/_jsonl.c"],
+                           include_dirs=["cdefs"], depends=["cdefs/aclprof_records.h"],
                            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])],
     cffi_modules=["cdefs/build_ffi.py:abi_ffi", "cdefs/build_ffi.py:fast_ffi"],
     cmdclass={"build_ext": BuildExtWithMock},

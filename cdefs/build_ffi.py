@@ -18,8 +18,11 @@ Two modules come out of this file:
   derive from the library's real prototypes. One extension rather than three: the files share
   the bind step (the CRC is initialised when the op getters are bound) and a single import.
   No source is named ``_fast.c``: cffi writes its generated wrapper under that name.
+  cffi also reads ``aclprof_records.h`` (the record layouts, which the C files include), so
+  ``aclprof.binding.layout`` builds the numpy dtypes from the compiler's offsets.
 """
 
+import re
 from pathlib import Path
 
 from cffi import FFI
@@ -55,7 +58,35 @@ def _source_path(path: Path) -> str:
         return str(path)
 
 
+#: The record layouts (cdefs/aclprof_records.h): the C files include it, and cffi reads it so
+#: that aclprof.binding.layout builds the numpy dtypes from the compiler's offsets.
+RECORDS_HEADER = "aclprof_records.h"
+
+
+def _record_cdefs() -> tuple[str, str]:
+    """The records header as cffi cdef text: (plain declarations, packed structs).
+
+    cffi's parser takes no ``#include``/``#ifndef`` and no ``__attribute__``: those lines go,
+    ``#define NAME <integer>`` stays, and the structs marked ACLPROF_PACKED are returned
+    apart to be declared with ``packed=True``. In API mode cffi checks every offset and size
+    it derives against the compiler's when the module is imported, so this reading of the
+    header cannot drift from the C one unnoticed.
+    """
+    text = (_CDEFS / RECORDS_HEADER).read_text(encoding="utf-8")
+    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
+    lines = text.splitlines()
+    defines = [ln for ln in lines if re.match(r"\s*#define \w+ \d+\s*$", ln)]
+    body = "\n".join(ln for ln in lines if not ln.lstrip().startswith("#"))
+    plain, packed = list(defines), []
+    for decl in re.findall(r"typedef struct \w+ \{.*?\}[^;]*;", body, flags=re.S):
+        (packed if "ACLPROF_PACKED" in decl else plain).append(decl.replace("ACLPROF_PACKED", ""))
+    return "\n".join(plain), "\n".join(packed)
+
+
 fast_ffi = FFI()
+_plain, _packed = _record_cdefs()
+fast_ffi.cdef(_plain)
+fast_ffi.cdef(_packed, packed=True)
 fast_ffi.cdef((_FAST / "_fast.h").read_text(encoding="utf-8"))
 fast_ffi.set_source(
     "aclprof.binding._fast",
@@ -63,8 +94,10 @@ fast_ffi.set_source(
     sources=[_source_path(_FAST / name) for name in FAST_SOURCES],
     include_dirs=[_source_path(_CDEFS), _source_path(_FAST)],
     depends=[_source_path(_FAST / name) for name in ("_fast.h", "_fast_internal.h")]
-    + [_source_path(_CDEFS / name) for name in CDEF_FILES],
-    extra_compile_args=["-O2", "-std=c11", "-Wall", "-Werror=implicit-function-declaration"],
+    + [_source_path(_CDEFS / name) for name in (*CDEF_FILES, RECORDS_HEADER)],
+    # cffi's generated check of aclprof_op_row takes &row->rec (offset 0 of a packed struct)
+    extra_compile_args=["-O2", "-std=c11", "-Wall", "-Werror=implicit-function-declaration",
+                        "-Wno-address-of-packed-member"],
 )
 
 if __name__ == "__main__":  # pragma: no cover - manual regeneration

@@ -28,50 +28,28 @@ from typing import NamedTuple
 
 import numpy as np
 
+from aclprof.binding import layout
+
 __all__ = ["OpRecord", "OpBatch", "OP_DTYPE", "raw_dtype", "KEYPOINT_NAME", "KEYPOINT_TYPE"]
 
 #: Name and type of CANN's step keypoint records (``config.h`` KEYPOINT_OP_NAME/TYPE).
 KEYPOINT_NAME = "keypoint_op"
 KEYPOINT_TYPE = "na"
 
-_RAW_COMMON = [
-    ("signature", "=u4"),
-    ("modelId", "=u4"),
-    ("flag", "=u4"),
-    ("threadId", "=u4"),
-    ("opIndex", "=u8"),
-    ("duration", "=u8"),
-    ("start", "=u8"),
-    ("end", "=u8"),
-    ("executionTime", "=u8"),
-    ("cubeFops", "=u8"),
-    ("vectorFops", "=u8"),
-]
-RAW_DTYPE_80 = np.dtype([*_RAW_COMMON, ("devId", "=u4"), ("_tail", "=u4")])
-RAW_DTYPE_72 = np.dtype(_RAW_COMMON)
-assert RAW_DTYPE_80.itemsize == 80 and RAW_DTYPE_72.itemsize == 72
-
-
-def raw_dtype(record_size: int) -> np.dtype | None:
-    """The structured dtype of a pipe record of ``record_size`` bytes, or None if unknown."""
-    return {80: RAW_DTYPE_80, 72: RAW_DTYPE_72}.get(record_size)
-
+#: The pipe record's dtypes (``ProfOpDesc`` of ``cdefs/aclprof_records.h``): 80 bytes, and
+#: older CANN's 72 (no ``devId``). Built from the header (aclprof.binding.layout).
+RAW_DTYPE_80 = layout.RAW_DTYPE_80
+RAW_DTYPE_72 = layout.RAW_DTYPE_72
+raw_dtype = layout.raw_dtype
 
 #: One decoded op per element; ``op_name``/``op_type`` index :attr:`OpBatch.names`;
 #: ``keypoint`` marks step keypoint records (name ``keypoint_op`` and type ``na``).
-OP_DTYPE = np.dtype([
-    ("model_id", "u4"),
-    ("op_name", "u4"),
-    ("op_type", "u4"),
-    ("flag", "u4"),
-    ("thread_id", "u4"),
-    ("device_id", "u4"),
-    ("start", "u8"),
-    ("end", "u8"),
-    ("duration", "u8"),
-    ("execution_time", "u8"),
-    ("keypoint", "?"),
-])
+#: Fields: ``model_id``, ``op_name``, ``op_type``, ``flag``, ``thread_id``, ``device_id``
+#: (uint32), ``start``, ``end``, ``duration``, ``execution_time`` (uint64), ``keypoint``
+#: (bool); native-endian, packed (57 bytes). It is ``aclprof_op_row`` of
+#: ``cdefs/aclprof_records.h``, the row the C decoder writes, built from that header
+#: (aclprof.binding.layout): a field added there appears here.
+OP_DTYPE = layout.OP_ROW_DTYPE
 
 
 class OpRecord(NamedTuple):

@@ -86,18 +86,15 @@ uint32_t aclprof_decode_names(aclprof_interner *in, const uint8_t *buf, uint32_t
                               uint32_t *name_ids, uint8_t *status);
 
 /* ---- the agent's record path (_fast_agent.c) ----
- * Library op records (aclprof.api.records.OP_DTYPE: ten native-endian u32/u64 fields, 56
- * bytes, then a keypoint byte; in_size bytes apart) -> wire records (aclprof.protocol.wire
- * RECORD_DTYPE: the same ten fields, little-endian, 56 bytes), written at out. op_name and
- * op_type go through map (the subscription's name id -> the connection's id); a keypoint
- * record gets ACLPROF_WIRE_FLAG_KEYPOINT in flag. One call per batch, without the GIL (cffi
- * API mode releases it), instead of a numpy copy, two takes and a masked or, each taking the
- * GIL from the service's threads.
+ * Op rows (aclprof_op_row, cdefs/aclprof_records.h: aclprof.api.records.OP_DTYPE; in_size
+ * bytes apart) -> wire records (aclprof_record: aclprof.protocol.wire RECORD_DTYPE, the same
+ * ten fields, little-endian), written at out. op_name and op_type go through map (the
+ * subscription's name id -> the connection's id); a keypoint row gets ACLPROF_FLAG_KEYPOINT
+ * in flag. One call per batch, without the GIL (cffi API mode releases it), instead of a
+ * numpy copy, two takes and a masked or, each taking the GIL from the service's threads.
  * Returns -1 when all n records were converted; when some name id is >= map_len returns the
  * largest id in the batch instead (out then holds garbage: the caller extends map to it and
  * calls again). */
-#define ACLPROF_WIRE_FLAG_KEYPOINT 2147483648
-#define ACLPROF_WIRE_RECORD_SIZE 56
 int64_t aclprof_agent_convert(uint8_t *out, const uint8_t *data, uint32_t n, uint32_t in_size,
                               const uint32_t *map, uint32_t map_len);
 
@@ -117,17 +114,11 @@ int64_t aclprof_agent_convert(uint8_t *out, const uint8_t *data, uint32_t n, uin
 int64_t aclprof_read_pipe(int fd, int wake_fd, uint8_t *buf, uint64_t cap, int64_t coalesce_ns,
                           int *flags);
 
-/* The numeric OP_DTYPE row layout aclprof_decode_ops writes (packed, 57 bytes: model_id,
- * op_name, op_type, flag, thread_id, device_id as uint32, then start, end, duration,
- * execution_time as uint64, then keypoint as one byte); the Python side checks its dtype
- * against these before using it. */
-#define ACLPROF_OP_ROW_SIZE 57
-#define ACLPROF_OP_ROW_KEYPOINT 56
-
-/* aclprof_decode_names plus the numeric fields, for record sizes 80 and 72 only: each
- * valid record of buf becomes one row of out (rows are packed: out gets the valid records
- * only, in order). device_id 0 (CANN's "not filled") and 72-byte records read
- * default_device. keypoint is set where name and type are "keypoint_op" / "na".
+/* aclprof_decode_names plus the numeric fields, for record sizes 80 and 72 only
+ * (sizeof(ProfOpDesc) and offsetof(ProfOpDesc, devId)): each valid record of buf becomes one
+ * aclprof_op_row of out (rows are packed: out gets the valid records only, in order).
+ * device_id 0 (CANN's "not filled") and 72-byte records read default_device. keypoint is
+ * set where name and type are "keypoint_op" / "na".
  * counts[0] += corrupt records, counts[1] += valid records missing a name or a type,
  * counts[2] += keypoints, counts[3] = max(counts[3], largest end). Returns the number of
  * rows written, or UINT32_MAX for an unsupported record size. Releases the GIL. */

@@ -74,15 +74,20 @@ int aclprof_crc_hardware(void)
     return crc_hw == 1 && !__atomic_load_n(&crc_force_sw, __ATOMIC_RELAXED);
 }
 
+/* The signature covers everything after itself: ProfOpDesc's first field. */
+#define SIGNED_FROM ((uint32_t)offsetof(ProfOpDesc, modelId))
+_Static_assert(offsetof(ProfOpDesc, signature) == 0 && SIGNED_FROM == sizeof(uint32_t),
+               "the signature is ProfOpDesc's first field, a uint32");
+
 uint32_t aclprof_signature(const uint8_t *rec, uint32_t rec_size)
 {
     if (crc_hw < 0)
         aclprof_crc_init();
-    if (rec_size <= 4)
+    if (rec_size <= SIGNED_FROM)
         return 0xFFFFFFFFu;
 #if HAVE_CRC_SSE
     if (crc_hw == 1 && !__atomic_load_n(&crc_force_sw, __ATOMIC_RELAXED))
-        return crc_sse(0xFFFFFFFFu, rec + 4, rec_size - 4);
+        return crc_sse(0xFFFFFFFFu, rec + SIGNED_FROM, rec_size - SIGNED_FROM);
 #endif
-    return crc_sw(0xFFFFFFFFu, rec + 4, rec_size - 4);
+    return crc_sw(0xFFFFFFFFu, rec + SIGNED_FROM, rec_size - SIGNED_FROM);
 }

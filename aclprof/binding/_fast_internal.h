@@ -19,6 +19,7 @@
 
 #include "acl_base.h"
 #include "acl_prof.h"
+#include "aclprof_records.h" /* ProfOpDesc, aclprof_record, aclprof_op_row */
 
 #include "_fast.h"
 

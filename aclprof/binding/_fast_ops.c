@@ -296,13 +296,23 @@ static uint32_t interner_find(const aclprof_interner *in, const char *s, size_t 
     return UINT32_MAX;
 }
 
-static void put32(uint8_t *row, size_t off, uint32_t v) { memcpy(row + off, &v, 4); }
+/* The two pipe record sizes: current CANN's, and older CANN's that ends before devId. */
+#define DESC_SIZE ((uint32_t)sizeof(ProfOpDesc))
+#define DESC_SIZE_OLD ((uint32_t)offsetof(ProfOpDesc, devId))
+#define ROW_SIZE sizeof(aclprof_op_row)
+/* Where a field of the row's record is (the record starts the packed row). */
+#define ROW_AT(field) (offsetof(aclprof_op_row, rec) + offsetof(aclprof_record, field))
+
+static int desc_size_ok(uint32_t rec_size)
+{
+    return rec_size == DESC_SIZE || rec_size == DESC_SIZE_OLD;
+}
 
 uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n,
                             uint32_t rec_size, int validate, uint32_t default_device,
                             uint8_t *out, uint64_t *counts)
 {
-    if (rec_size != 80 && rec_size != 72)
+    if (!desc_size_ok(rec_size))
         return UINT32_MAX;
     uint32_t good = 0;
     uint64_t missing = 0, max_end = counts[3];
@@ -319,26 +329,28 @@ uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n
         uint32_t m = fetch(in, p_name_len, p_name, rec, rec_size);
         if (t == UINT32_MAX || m == UINT32_MAX)
             missing++;
-        uint8_t *row = out + (size_t)good * ACLPROF_OP_ROW_SIZE;
-        uint32_t dev = default_device;
-        if (rec_size == 80) {
-            memcpy(&dev, rec + 72, 4);
-            if (dev == 0)
-                dev = default_device;
-        }
-        memcpy(row + 0, rec + 4, 4);                       /* model_id <- modelId */
-        put32(row, 4, m == UINT32_MAX ? 0 : m);            /* op_name */
-        put32(row, 8, t == UINT32_MAX ? 0 : t);            /* op_type */
-        memcpy(row + 12, rec + 8, 8);                      /* flag, thread_id */
-        put32(row, 20, dev);                               /* device_id */
-        memcpy(row + 24, rec + 32, 16);                    /* start, end */
-        memcpy(row + 40, rec + 24, 8);                     /* duration */
-        memcpy(row + 48, rec + 48, 8);                     /* execution_time */
-        row[ACLPROF_OP_ROW_KEYPOINT] = 0;
-        uint64_t end;
-        memcpy(&end, rec + 40, 8);
-        if (end > max_end)
-            max_end = end;
+        ProfOpDesc d; /* a copy: records in the buffer are not aligned */
+        d.devId = 0;  /* a 72-byte record has none (and it is not read then) */
+        memcpy(&d, rec, rec_size);
+        uint32_t dev = rec_size == DESC_SIZE && d.devId != 0 ? d.devId : default_device;
+        aclprof_op_row row = {
+            .rec = {
+                .model_id = d.modelId,
+                .op_name = m == UINT32_MAX ? 0 : m,
+                .op_type = t == UINT32_MAX ? 0 : t,
+                .flag = d.flag,
+                .thread_id = d.threadId,
+                .device_id = dev,
+                .start = d.start,
+                .end = d.end,
+                .duration = d.duration,
+                .execution_time = d.executionTime,
+            },
+            .keypoint = 0,
+        };
+        memcpy(out + (size_t)good * ROW_SIZE, &row, ROW_SIZE);
+        if (d.end > max_end)
+            max_end = d.end;
         good++;
     }
     /* Keypoints: looked up after the loop, so a batch that brings the pair's first
@@ -347,12 +359,12 @@ uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n
     uint64_t keypoints = 0;
     if (kp_name != UINT32_MAX && kp_type != UINT32_MAX) {
         for (uint32_t i = 0; i < good; i++) {
-            uint8_t *row = out + (size_t)i * ACLPROF_OP_ROW_SIZE;
+            uint8_t *row = out + (size_t)i * ROW_SIZE;
             uint32_t nm, ty;
-            memcpy(&nm, row + 4, 4);
-            memcpy(&ty, row + 8, 4);
+            memcpy(&nm, row + ROW_AT(op_name), sizeof nm);
+            memcpy(&ty, row + ROW_AT(op_type), sizeof ty);
             if (nm == kp_name && ty == kp_type) {
-                row[ACLPROF_OP_ROW_KEYPOINT] = 1;
+                row[offsetof(aclprof_op_row, keypoint)] = 1;
                 keypoints++;
             }
         }
@@ -370,7 +382,7 @@ int64_t aclprof_read_ops(aclprof_interner *in, int fd, int wake_fd, uint8_t *buf
                          int *flags)
 {
     *flags = 0;
-    if ((rec_size != 80 && rec_size != 72) || filled >= cap)
+    if (!desc_size_ok(rec_size) || filled >= cap)
         return -EINVAL;
     int64_t got = aclprof_read_pipe(fd, wake_fd, buf + filled, cap - filled, coalesce_ns, flags);
     counts[4] = counts[5] = 0;

@@ -16,23 +16,25 @@ from typing import Any
 import numpy as np
 
 from aclprof.binding.built import import_built
+from aclprof.binding.layout import FLAG_KEYPOINT, OP_ROW_DTYPE, RECORD_SIZE
 
 __all__ = ["convert", "WIRE_RECORD_SIZE", "FLAG_KEYPOINT"]
 
 _fast: Any = import_built("_fast")
 _ffi, _lib = _fast.ffi, _fast.lib
 
-WIRE_RECORD_SIZE: int = _lib.ACLPROF_WIRE_RECORD_SIZE
-FLAG_KEYPOINT: int = _lib.ACLPROF_WIRE_FLAG_KEYPOINT
+#: bytes of one wire record written (``aclprof_record``, cdefs/aclprof_records.h)
+WIRE_RECORD_SIZE: int = RECORD_SIZE
+#: what _fast_agent.c reads of an op row: each field's offset (``aclprof_op_row``)
+_ROW_OFFSETS = {name: field[1] for name, field in (OP_ROW_DTYPE.fields or {}).items()}
 _U32 = np.dtype(np.uint32)
 _checked: set[np.dtype] = set()  # dtypes whose layout was checked (the check costs ~3 us)
 
 
 def _check_op_layout(dtype: np.dtype) -> None:
-    """The C code reads the library record at fixed offsets: refuse any other layout."""
-    want = {"model_id": 0, "op_name": 4, "op_type": 8, "flag": 12, "thread_id": 16,
-            "device_id": 20, "start": 24, "end": 32, "duration": 40, "execution_time": 48,
-            "keypoint": 56}
+    """The C code reads op rows at the offsets of ``aclprof_op_row``: refuse any other layout
+    (a dtype with more fields after them, or wider rows, is fine)."""
+    want = _ROW_OFFSETS
     fields: dict[str, Any] = dict(dtype.fields or {})
     got = {name: fields[name][1] for name in want if name in fields}
     if got != want or not all(fields[n][0].isnative for n in want):

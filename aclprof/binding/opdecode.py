@@ -13,20 +13,18 @@ import os
 from typing import Any
 
 from aclprof.binding.built import import_built
+from aclprof.binding.layout import OP_ROW_DTYPE, RAW_SIZES
 
 __all__ = ["NameTable", "signature", "read_pipe", "STATUS_CORRUPT", "STATUS_NO_TYPE",
-           "STATUS_NO_NAME", "READ_EOF", "READ_WOKEN", "OP_ROW_SIZE", "OP_ROW_OFFSETS"]
+           "STATUS_NO_NAME", "READ_EOF", "READ_WOKEN", "OP_ROW_SIZE"]
 
 #: Bits of the per-record status :meth:`NameTable.decode_names` writes (``_fast.h``).
 STATUS_CORRUPT, STATUS_NO_TYPE, STATUS_NO_NAME = 1, 2, 4
 #: Flags :func:`read_pipe` returns (``_fast.h`` ACLPROF_READ_*).
 READ_EOF, READ_WOKEN = 1, 2
-#: The packed row :meth:`NameTable.decode_ops` writes: its size and each field's offset
-#: (``_fast.h`` ACLPROF_OP_ROW_*); the decoder checks its dtype against these.
-OP_ROW_SIZE = 57
-OP_ROW_OFFSETS = {"model_id": 0, "op_name": 4, "op_type": 8, "flag": 12, "thread_id": 16,
-                  "device_id": 20, "start": 24, "end": 32, "duration": 40,
-                  "execution_time": 48, "keypoint": 56}
+#: Bytes of the packed row :meth:`NameTable.decode_ops` writes (``aclprof_op_row``,
+#: whose dtype is :data:`aclprof.binding.layout.OP_ROW_DTYPE`).
+OP_ROW_SIZE = OP_ROW_DTYPE.itemsize
 
 
 def _fast() -> Any:
@@ -65,10 +63,11 @@ class NameTable:
     def decode_ops(self, buffer: bytearray, count: int, record_size: int, validate: bool,
                    default_device: int, out: Any, counts: Any) -> int:
         """Check, name and decode ``count`` records at the start of ``buffer`` into the
-        packed rows of ``out`` (a writable array of at least ``count`` rows laid out as
-        :data:`OP_ROW_OFFSETS`), all in C with the GIL released; returns the rows written
-        (the valid records, in order). ``counts`` (uint64[4]) gets corrupt, names missing
-        and keypoints added, and the largest ``end`` seen kept in ``counts[3]``.
+        packed rows of ``out`` (a writable array of at least ``count`` rows of
+        :data:`~aclprof.binding.layout.OP_ROW_DTYPE`), all in C with the GIL released;
+        returns the rows written (the valid records, in order). ``counts`` (uint64[4]) gets
+        corrupt, names missing and keypoints added, and the largest ``end`` seen kept in
+        ``counts[3]``.
 
         Raises:
             ValueError: a record size other than 80 or 72 (decode those with the getters).
@@ -96,7 +95,7 @@ class NameTable:
             OSError: the poll or read failed (nothing was decoded).
             ValueError: a record size other than 80 or 72, or a bad ``filled``/``room``.
         """
-        if record_size not in (80, 72) or not 0 <= filled < room <= len(buffer):
+        if record_size not in RAW_SIZES or not 0 <= filled < room <= len(buffer):
             raise ValueError(f"read_ops: record size {record_size} (80 or 72 only), filled "
                              f"{filled}, room {room} of a {len(buffer)}-byte buffer")
         ffi = self._ffi

@@ -1,4 +1,5 @@
-/* The daemon's record encoder: wire records (RECORD_DTYPE, 56 bytes, little-endian) ->
+/* The daemon's record encoder: wire records (RECORD_DTYPE: aclprof_record of
+ * cdefs/aclprof_records.h, 56 bytes, little-endian) ->
  * whole JSON Lines frames (STREAM_RECORDS / EXPORT_RECORDS: 12-byte header + payload), in
  * one pass and one output buffer.
  *
@@ -11,7 +12,11 @@
  * The text is byte for byte what aclprofd.records.encode_records_py writes (the reference
  * the tests compare against): names and the identity head come in as ready JSON literals
  * (json.dumps, ASCII), numbers are written here, ts as "%.6f" (C and Python both round the
- * exact binary value correctly, half to even), a non-finite ts as null. */
+ * exact binary value correctly, half to even), a non-finite ts as null.
+ *
+ * The module also gives aclprof.protocol.wire the record layout (RECORD_FIELDS,
+ * FLAG_KEYPOINT) it builds RECORD_DTYPE from, read from the same header through
+ * offsetof/sizeof: the daemon's dtype and this encoder cannot disagree, without cffi. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -24,17 +29,25 @@
 #error "aclprof.protocol._jsonl reads little-endian wire records in place: port the loads"
 #endif
 
-#define REC_SIZE 56
-#define OFF_MODEL 0
-#define OFF_NAME 4
-#define OFF_TYPE 8
-#define OFF_FLAG 12
-#define OFF_THREAD 16
-#define OFF_DEVICE 20
-#define OFF_START 24
-#define OFF_END 32
-#define OFF_DURATION 40
-#define FLAG_KEYPOINT 0x80000000u
+#include "aclprof_records.h"
+
+/* Protocol 1's BATCH record is 56 bytes (daemon/PROTOCOL.md): a field added to
+ * aclprof_record is a new protocol version, not a silent change of the bytes. */
+#define REC_SIZE ((Py_ssize_t)sizeof(aclprof_record))
+_Static_assert(sizeof(aclprof_record) == 56, "aclprof_record is protocol 1's 56-byte BATCH record: "
+                                             "a new field needs a new protocol version");
+#define AT(field) offsetof(aclprof_record, field)
+#define FLAG_KEYPOINT ((uint32_t)ACLPROF_FLAG_KEYPOINT)
+
+/* Every field of aclprof_record, in order, for RECORD_FIELDS. The sum of their sizes must
+ * be the struct's size: a field added to the header and not here fails to compile. */
+#define RECORD_FIELD_LIST(X) \
+    X(model_id) X(op_name) X(op_type) X(flag) X(thread_id) X(device_id) \
+    X(start) X(end) X(duration) X(execution_time)
+#define FIELD_SIZE(f) sizeof(((aclprof_record *)0)->f)
+#define PLUS_SIZE(f) +FIELD_SIZE(f)
+_Static_assert(0 RECORD_FIELD_LIST(PLUS_SIZE) == sizeof(aclprof_record),
+               "RECORD_FIELD_LIST must name every field of aclprof_record (and it has no padding)");
 #define HEADER_SIZE 12
 #define NAME_SLOTS 1024 /* direct-mapped name cache per call (ids repeat: a model's ops) */
 /* the longest fixed text of one line besides ts, head and the two names: the field names
@@ -269,7 +282,7 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
     have_rv = 1;
     if (rv.len % REC_SIZE) {
         PyErr_Format(PyExc_ValueError, "encode_frames: %zd bytes of records is not a whole number of "
-                                       "%d-byte records", rv.len, REC_SIZE);
+                                       "%zd-byte records", rv.len, REC_SIZE);
         goto done;
     }
     Py_ssize_t n = rv.len / REC_SIZE;
@@ -331,11 +344,11 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
                 ts_bits = bits;
             }
         }
-        PyObject *tlit = name_lit(nm, ld32(rec + OFF_TYPE));
+        PyObject *tlit = name_lit(nm, ld32(rec + AT(op_type)));
         if (tlit == NULL)
             goto done;
         Py_INCREF(tlit); /* the next lookup may evict it from its slot */
-        PyObject *nlit = name_lit(nm, ld32(rec + OFF_NAME));
+        PyObject *nlit = name_lit(nm, ld32(rec + AT(op_name)));
         if (nlit == NULL) {
             Py_DECREF(tlit);
             goto done;
@@ -358,9 +371,9 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
         memcpy(p, hd, hlen);
         p += hlen;
         p = PUT_LIT(p, "\"device\":");
-        p = put_u64(p, ld32(rec + OFF_DEVICE));
+        p = put_u64(p, ld32(rec + AT(device_id)));
         p = PUT_LIT(p, ",\"model\":");
-        p = put_u64(p, ld32(rec + OFF_MODEL));
+        p = put_u64(p, ld32(rec + AT(model_id)));
         p = PUT_LIT(p, ",\"op_type\":");
         memcpy(p, PyBytes_AS_STRING(tlit), tl);
         p += tl;
@@ -369,16 +382,16 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
         memcpy(p, PyBytes_AS_STRING(nlit), nl);
         p += nl;
         p = PUT_LIT(p, ",\"start\":");
-        p = put_u64(p, ld64(rec + OFF_START));
+        p = put_u64(p, ld64(rec + AT(start)));
         p = PUT_LIT(p, ",\"end\":");
-        p = put_u64(p, ld64(rec + OFF_END));
+        p = put_u64(p, ld64(rec + AT(end)));
         p = PUT_LIT(p, ",\"duration_ns\":");
-        p = put_u64(p, ld64(rec + OFF_DURATION));
-        uint32_t flag = ld32(rec + OFF_FLAG);
+        p = put_u64(p, ld64(rec + AT(duration)));
+        uint32_t flag = ld32(rec + AT(flag));
         p = PUT_LIT(p, ",\"flag\":");
         p = put_u64(p, flag & ~FLAG_KEYPOINT);
         p = PUT_LIT(p, ",\"thread_id\":");
-        p = put_u64(p, ld32(rec + OFF_THREAD));
+        p = put_u64(p, ld32(rec + AT(thread_id)));
         if (flag & FLAG_KEYPOINT)
             p = PUT_LIT(p, ",\"kind\":\"keypoint\"}\n");
         else
@@ -422,7 +435,41 @@ static struct PyModuleDef module = {
     NULL, NULL, NULL, NULL,
 };
 
+/* RECORD_FIELDS: ((name, offset, size), ...) of aclprof_record, in order. */
+static PyObject *record_fields(void)
+{
+#define FIELD_ITEM(f) Py_BuildValue("(snn)", #f, (Py_ssize_t)AT(f), (Py_ssize_t)FIELD_SIZE(f)),
+    PyObject *items[] = {RECORD_FIELD_LIST(FIELD_ITEM)};
+#undef FIELD_ITEM
+    Py_ssize_t n = (Py_ssize_t)(sizeof items / sizeof items[0]);
+    PyObject *out = PyTuple_New(n);
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (out == NULL || items[i] == NULL) {
+            Py_XDECREF(items[i]);
+            continue; /* release the rest too */
+        }
+        PyTuple_SET_ITEM(out, i, items[i]); /* steals the reference */
+    }
+    if (out != NULL && PyErr_Occurred())
+        Py_CLEAR(out);
+    return out;
+}
+
 PyMODINIT_FUNC PyInit__jsonl(void)
 {
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m == NULL)
+        return NULL;
+    PyObject *fields = record_fields();
+    if (fields == NULL || PyModule_AddObject(m, "RECORD_FIELDS", fields) < 0) {
+        Py_XDECREF(fields);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (PyModule_AddIntConstant(m, "RECORD_SIZE", (long)sizeof(aclprof_record)) < 0
+        || PyModule_AddIntConstant(m, "FLAG_KEYPOINT", (long)FLAG_KEYPOINT) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
 }

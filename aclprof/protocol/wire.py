@@ -32,11 +32,13 @@ from typing import Any
 
 import numpy as np
 
+from aclprof.protocol import _jsonl
+
 __all__ = [
     "MAGIC", "VERSION", "HEADER", "MAX_PAYLOAD", "RECORD_DTYPE", "Kind", "ProtocolError",
     "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
-    "recv_frame", "FLAG_KEYPOINT", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS", "MAX_REGEX_BYTES",
-    "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "utf8_cut",
+    "recv_frame", "FLAG_KEYPOINT", "keypoint_mask", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS",
+    "MAX_REGEX_BYTES", "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "utf8_cut",
 ]
 
 MAGIC = b"ACLP"
@@ -61,20 +63,39 @@ MAX_NAMES_PAYLOAD = 1 << 20
 #: many bytes, well within MAX_PAYLOAD: frames of a bounded size whatever the names
 FRAME_TARGET = 1 << 20
 
-#: One op record on the wire (the same fields as aclprof.api.records.OP_DTYPE, fixed
-#: little-endian). ``op_name``/``op_type`` are ids into the sending connection's name
-#: table, which NAMES frames extend.
-RECORD_DTYPE = np.dtype([
-    ("model_id", "<u4"), ("op_name", "<u4"), ("op_type", "<u4"), ("flag", "<u4"),
-    ("thread_id", "<u4"), ("device_id", "<u4"), ("start", "<u8"), ("end", "<u8"),
-    ("duration", "<u8"), ("execution_time", "<u8"),
-])
-assert RECORD_DTYPE.itemsize == 56
+def _record_dtype() -> np.dtype:
+    """``aclprof_record`` of ``cdefs/aclprof_records.h``, little-endian: its layout as the
+    C encoder (``_jsonl``, compiled from that header) reads it, without cffi."""
+    names = [name for name, _, _ in _jsonl.RECORD_FIELDS]
+    dtype = np.dtype({"names": names, "formats": [f"<u{size}" for _, _, size in _jsonl.RECORD_FIELDS],
+                      "offsets": [off for _, off, _ in _jsonl.RECORD_FIELDS],
+                      "itemsize": _jsonl.RECORD_SIZE})
+    plain = np.dtype([(name, dtype.fields[name][0]) for name in names])  # type: ignore[index]
+    return plain if plain == dtype else dtype  # no padding (_jsonl asserts it): the list form
+
+
+#: One op record on the wire: ``aclprof_record`` of ``cdefs/aclprof_records.h`` (the same
+#: ten fields as aclprof.api.records.OP_DTYPE, fixed little-endian, 56 bytes in protocol
+#: 1, which ``_jsonl.c`` asserts when it is compiled). ``op_name``/``op_type`` are ids into
+#: the sending connection's name table, which NAMES frames extend. ``execution_time`` (the
+#: library's "AI Core execution time") travels and is stored, but nothing shows it.
+RECORD_DTYPE = _record_dtype()
 
 #: Set in a wire record's ``flag`` for a step keypoint record (``kind == "keypoint"`` in
 #: :class:`aclprof.OpRecord`). The library's flags (aclprofSubscribeOpFlag) are small, so
 #: the top bit is free; a receiver that does not know it sees an op with a large flag.
-FLAG_KEYPOINT = 1 << 31
+#: (``ACLPROF_FLAG_KEYPOINT`` of the header.)
+FLAG_KEYPOINT: int = _jsonl.FLAG_KEYPOINT
+_KEYPOINT_BIT = np.uint32(FLAG_KEYPOINT)
+
+
+def keypoint_mask(records: np.ndarray) -> np.ndarray:
+    """A bool array over wire ``records`` (RECORD_DTYPE): True for step keypoint records
+    (:data:`FLAG_KEYPOINT` set). The one reading of the bit where a bool is wanted."""
+    mask: np.ndarray = (records["flag"] & _KEYPOINT_BIT) != 0
+    return mask
+
+
 
 
 class Kind(enum.IntEnum):

@@ -35,7 +35,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from aclprof.protocol.wire import FLAG_KEYPOINT
+from aclprof.protocol.wire import keypoint_mask
 
 from .aggregate_file import STATE_FORMAT, STATE_VERSION, read_state, write_state
 from .aggregate_groups import FIELDS, GROUP_BY, Groupings
@@ -123,11 +123,11 @@ class Aggregator:
     def ingest(self, src: KeySource, records: np.ndarray, names: dict[int, str],
                now: float | None = None) -> None:
         """Add one batch (RECORD_DTYPE) from ``src``, leaving out step keypoint records
-        (``FLAG_KEYPOINT``). Raises KeyError(id) if a record uses a name id that ``names``
+        (``wire.keypoint_mask``). Raises KeyError(id) if a record uses a name id that ``names``
         does not define (the caller treats it as a protocol error)."""
         # Step keypoint records are step boundaries, not ops: no aggregate of their own, and
         # their "duration" (a whole step) would swamp the op figures.
-        keypoint = (records["flag"] & np.uint32(FLAG_KEYPOINT)) != 0
+        keypoint = keypoint_mask(records)
         if keypoint.any():
             records = records[~keypoint]
         if len(records) == 0:

@@ -18,7 +18,6 @@ import structlog
 
 from aclprof.protocol.safetext import scrub, truncate
 from aclprof.protocol.wire import (
-    FLAG_KEYPOINT,
     MAX_NAME_BYTES,
     MAX_NAMES_PAYLOAD,
     RECORD_DTYPE,
@@ -27,6 +26,7 @@ from aclprof.protocol.wire import (
     check_identity,
     decode_batch,
     decode_json,
+    keypoint_mask,
     utf8_cut,
 )
 
@@ -132,7 +132,7 @@ class Ingest:
         d.counters.records_total += read
         conn.rate.add(n, now)
         d.counters.rate.add(n, now)
-        steps = int(np.count_nonzero(recs["flag"] & np.uint32(FLAG_KEYPOINT)))
+        steps = int(np.count_nonzero(keypoint_mask(recs)))
         conn.steps += steps
         d.counters.steps_total += steps
         note_lag(conn, recs)

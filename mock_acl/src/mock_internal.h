@@ -32,6 +32,7 @@
 #include "acl_base.h"
 #include "acl_prof.h"
 #include "acl_runtime.h"
+#include "aclprof_records.h"
 #include "aclmock.h"
 
 /* Built with -fvisibility=hidden: only what carries this is exported. */
@@ -165,22 +166,7 @@ void mock_subscribe_emit(uint32_t model_id, uint32_t device_id, const mock_op *o
 bool mock_model_subscribed(uint32_t model_id);
 
 /* ---- opdesc.c --------------------------------------------------------------------- */
-/* The 80-byte record (72 bytes in older CANN: no devId), reference section 4. */
-typedef struct ProfOpDesc {
-    uint32_t signature;
-    uint32_t modelId;
-    uint32_t flag;
-    uint32_t threadId;
-    uint64_t opIndex;
-    uint64_t duration;
-    uint64_t start;
-    uint64_t end;
-    uint64_t executionTime;
-    uint64_t cubeFops;
-    uint64_t vectorFops;
-    uint32_t devId;
-} ProfOpDesc;
-
+/* The record, ProfOpDesc, is cdefs/aclprof_records.h's (shared with aclprof's decoder). */
 uint32_t mock_crc32c_signature(const void *data, size_t len);  /* ~crc over [4, len) */
 /* Stores name and type in the side table and returns the new opIndex (>= 1). */
 uint64_t mock_opdesc_register(const char *name, const char *type);

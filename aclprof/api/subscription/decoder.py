@@ -17,17 +17,12 @@ from aclprof._log import get_logger
 from aclprof.api.records import KEYPOINT_NAME, KEYPOINT_TYPE, OP_DTYPE, OpBatch, raw_dtype
 from aclprof.binding import lowlevel
 from aclprof.binding.errors import InvalidParamError, UnsupportedError
-from aclprof.binding.opdecode import OP_ROW_OFFSETS, OP_ROW_SIZE, NameTable, read_pipe, signature
+from aclprof.binding.opdecode import OP_ROW_SIZE, NameTable, read_pipe, signature
 
 __all__ = ["Decoder"]
 
 _log = get_logger("aclprof.api.subscription")
-if OP_DTYPE.itemsize != OP_ROW_SIZE or any(
-        OP_DTYPE.fields[name][1] != off for name, off in OP_ROW_OFFSETS.items()):  # type: ignore[index]
-    # The C decoder writes rows in this exact layout: a changed OP_DTYPE must change
-    # ACLPROF_OP_ROW_* in _fast.h / _fast_ops.c and OP_ROW_OFFSETS in opdecode.py too.
-    raise ImportError("aclprof.api.records.OP_DTYPE no longer matches the C decoder's row "
-                      "layout (aclprof.binding.opdecode.OP_ROW_OFFSETS): update both")
+# OP_DTYPE is the C decoder's row (both come from cdefs/aclprof_records.h): nothing to check.
 _MAX_NAMES = 1 << 20  # interned names per subscription; beyond it names read "?" (counted)
 
 
@@ -232,12 +227,18 @@ class Decoder:
             except InvalidParamError:
                 self.corrupt += 1
                 continue
-            rows.append((lowlevel.get_model_id(rec, 0), self._intern_py(op_name),
-                         self._intern_py(type_name), self._flag(rec), 0, self.default_device,
-                         *lowlevel.get_op_times(rec, 0), 0, False))
+            start, end, duration = lowlevel.get_op_times(rec, 0)
+            rows.append({"model_id": lowlevel.get_model_id(rec, 0), "op_name": self._intern_py(op_name),
+                         "op_type": self._intern_py(type_name), "flag": self._flag(rec),
+                         "device_id": self.default_device, "start": start, "end": end,
+                         "duration": duration})
         self.records_decoded += len(rows)
         self.by_getters += len(rows)
-        out = np.array(rows, dtype=OP_DTYPE)
+        # By name: the fields the getters do not give (thread_id, execution_time, and any
+        # field added to the row later) stay 0; keypoint is set below.
+        out = np.zeros(len(rows), dtype=OP_DTYPE)
+        for name in rows[0] if rows else ():
+            out[name] = [r[name] for r in rows]
         self._mark_keypoints(out)
         return OpBatch(out, self.names)
 
