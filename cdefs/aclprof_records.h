@@ -26,7 +26,7 @@
 #define ACLPROF_PACKED __attribute__((packed))
 
 /* The 80-byte pipe record (72 bytes in older CANN: the same up to devId, which it lacks),
- * reference section 4 (CANN analyze/inc/data_struct.h). */
+ * as CANN's analyze/inc/data_struct.h lays it out. */
 typedef struct ProfOpDesc {
     uint32_t signature;
     uint32_t modelId;

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -249,7 +250,7 @@ size_t mock_json_escape(char *dst, size_t cap, const char *src, size_t len)
 /* ---- settings ---------------------------------------------------------------------- */
 
 #define DEFAULT_DEVICE_COUNT 8u
-#define DEFAULT_OP_DESC_SIZE 80u
+#define DEFAULT_OP_DESC_SIZE ((unsigned)sizeof(ProfOpDesc))
 
 /* Atomics: the subscription writer thread reads some of them without g_mock_lock. */
 static atomic_uint g_device_count = DEFAULT_DEVICE_COUNT;
@@ -387,7 +388,8 @@ MOCK_EXPORT int aclmockSetCannEra(int era)
 
 MOCK_EXPORT int aclmockSetOpDescSize(uint32_t size)
 {
-    if (size != 72 && size != 80)
+    /* the two layouts: the whole record, or older CANN's, which ends before devId */
+    if (size != sizeof(ProfOpDesc) && size != offsetof(ProfOpDesc, devId))
         return ACL_ERROR_INVALID_PARAM;
     atomic_store(&g_op_desc_size, size);
     return ACL_SUCCESS;
