@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 import structlog
@@ -30,14 +30,18 @@ from aclprof.protocol.wire import (
     utf8_cut,
 )
 
+from .aggregate import Aggregator
 from .aggregate_keys import model_label_of
+from .config import Settings
 from .conn import Conn
+from .fanout import Fanout
 from .handshake import is_int, is_labels
+from .memory import Memory
+from .persist import Persistence
+from .status import Counters, Health
+from .transport import Outbox
 
-if TYPE_CHECKING:
-    from .server import Daemon
-
-__all__ = ["Ingest", "note_lag"]
+__all__ = ["Ingest", "IngestHost", "note_lag"]
 
 _log = structlog.get_logger("aclprofd")
 STORE_PENDING_MAX = 4 << 20  # write a connection's records before the tick beyond this many bytes
@@ -76,11 +80,28 @@ def note_lag(conn: Conn, recs: np.ndarray) -> None:
         conn.lag_ns = lag
 
 
+class IngestHost(Outbox, Protocol):
+    """What the agent frame handlers use of the daemon (:class:`aclprofd.server.Daemon`)."""
+
+    settings: Settings  # ``memory_budget``, for the NAMES refusal message
+    counters: Counters
+    health: Health
+
+    @property
+    def aggregator(self) -> Aggregator: ...
+    @property
+    def persist(self) -> Persistence: ...
+    @property
+    def fanout(self) -> Fanout: ...
+    @property
+    def memory(self) -> Memory: ...
+
+
 class Ingest:
     """The agent frame handlers of one daemon; :attr:`handlers` is the dispatch table."""
 
-    def __init__(self, daemon: Daemon):
-        self.d = daemon
+    def __init__(self, host: IngestHost):
+        self.host = host
         self.handlers: dict[Kind, Handler] = {
             Kind.BATCH: self.batch, Kind.NAMES: self.names, Kind.LOSS: self.loss,
             Kind.WATCH: self.watch, Kind.UNWATCH: self.unwatch,
@@ -97,7 +118,7 @@ class Ingest:
         bad = too_long | backwards | bad_id
         if not bad.any():
             return None
-        rej = self.d.counters.records_rejected
+        rej = self.host.counters.records_rejected
         for reason, m in (("duration_too_large", too_long), ("end_before_start", backwards & ~too_long),
                           ("bad_id", bad_id & ~too_long & ~backwards)):
             k = int(np.count_nonzero(m))
@@ -110,7 +131,7 @@ class Ingest:
         n = len(recs)
         if n == 0:
             return
-        d = self.d
+        d = self.host
         now = time.time()
         read = n
         good = self.rejects(recs)
@@ -146,7 +167,7 @@ class Ingest:
             d.fanout.offer(conn, np.frombuffer(owned, dtype=RECORD_DTYPE), now)
 
     def names(self, conn: Conn, payload: memoryview) -> None:
-        d = self.d
+        d = self.host
         if len(payload) > MAX_NAMES_PAYLOAD:
             # parsed in one go on the loop: a 16 MiB table would hold every client ~1.5 s
             raise ProtocolError(f"NAMES frame of {len(payload)} bytes: at most {MAX_NAMES_PAYLOAD} per frame "
@@ -183,7 +204,7 @@ class Ingest:
                 # a real (if odd) name: kept, cut to the limit (wire.py), counted and logged
                 v = cut
                 self.names_truncated += 1
-                self.d.limiter.log("warning", "op name truncated", pid=conn.pid, limit=MAX_NAME_BYTES,
+                self.host.limiter.log("warning", "op name truncated", pid=conn.pid, limit=MAX_NAME_BYTES,
                                    names_truncated=self.names_truncated)
             old = conn.names.get(nid)
             if old is None:
@@ -200,8 +221,8 @@ class Ingest:
         if n == 0:
             return
         conn.dropped += n
-        self.d.counters.add_drops(conn.pid or 0, conn.service or "", n)
-        self.d.health.drops(conn.pid or 0, conn.service, n, time.time())
+        self.host.counters.add_drops(conn.pid or 0, conn.service or "", n)
+        self.host.health.drops(conn.pid or 0, conn.service, n, time.time())
         reason = obj.get("reason")
         _log.info("agent reported loss", pid=conn.pid, service=conn.service, dropped=n,
                   reason=truncate(reason, _LOSS_REASON_MAX) if isinstance(reason, str) else None)
@@ -216,7 +237,7 @@ class Ingest:
         check_identity("WATCH", labels=labels)
         labels = {scrub(k): scrub(v) for k, v in labels.items()}
         if len(conn.models) >= _MAX_MODELS and mid not in conn.models:
-            self.d.memory.refuse("models")
+            self.host.memory.refuse("models")
             raise ProtocolError(f"WATCH refused: more than {_MAX_MODELS} watched models on one connection")
         conn.models[mid] = {"model_id": mid, "device": dev, "labels": labels}
         if conn.keysrc is not None:

@@ -22,9 +22,13 @@ import argparse
 import ast
 import importlib.util
 import sys
-import tomllib
 from collections.abc import Iterable
 from pathlib import Path
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 __all__ = ["Graph", "build", "sccs", "main"]
 
