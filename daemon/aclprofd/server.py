@@ -87,7 +87,8 @@ class Daemon(Transport):
         self.memory = Memory(self.conns, settings.memory_budget_bytes, self.counters.memory_refused)
         self.persist = Persistence(self, self.aggregator, self.health, settings.data_dir)
         self.fanout = Fanout(self)
-        self.ingest = Ingest(self)
+        self.ingest = Ingest(self.counters, self.health, self.aggregator, self.persist, self.fanout, self.memory,
+                             self.limiter)
         # observes the aggregator; Control serves its requests
         self.detection = DetectorService(settings, self.aggregator, self.queue)
         self.captures = CaptureService(self)  # the flight recorder: captures around new flags
