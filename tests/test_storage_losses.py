@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from aclprofd import storage_losses, transport
+from aclprofd import ratelimit, storage_losses
 from aclprofd.storage_losses import LOSSES_FILE, StorageLosses
 
 
@@ -35,7 +35,7 @@ class _Clock:
 @pytest.fixture
 def log(monkeypatch):
     rec = _Log()
-    monkeypatch.setattr(transport, "_log", rec)  # LogLimiter writes through the transport's logger
+    monkeypatch.setattr(ratelimit, "_log", rec)  # LogLimiter writes through its module's logger
     monkeypatch.setattr(storage_losses, "_log", rec)
     return rec
 
@@ -45,7 +45,7 @@ SENDER = {"host": "h", "pid": 7, "service": "svc"}
 
 def test_a_flapping_disk_logs_a_bounded_number_of_lines_and_one_period(tmp_path, log, monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(transport, "time", clock)  # the limiter's minute, without waiting for it
+    monkeypatch.setattr(ratelimit, "time", clock)  # the limiter's minute, without waiting for it
     losses = StorageLosses(str(tmp_path), max_age_s=7 * 86400)
     t = 1_800_000_000.0
     for i in range(200):  # fails and recovers at every flush (1 s) for 200 s

@@ -2,14 +2,23 @@
 processes of a host over a Unix socket (daemon/PROTOCOL.md), aggregates them, keeps the raw
 records in rotating segment files, serves the ``aclprof`` CLI and Prometheus.
 
-Modules, and why the seams are where they are:
+Modules, and why the seams are where they are. How they depend on each other: each part
+gets what it uses, never the whole daemon: explicit collaborators (``Memory``,
+``Persistence``, ``SocketFile``, ``Ingest``, ``DetectorService``) or, where it reads
+settings a SIGHUP replaces or the storage the daemon opens later, the daemon seen through
+the part's own small :class:`typing.Protocol` beside it (``FanoutHost``, ``TraceHost``,
+``CaptureHost``, ``ControlHost``, ...: the attributes it reads, typed with classes of the
+layers below).
+No part imports :mod:`aclprofd.server`, none reads another's private attributes, and the
+modules form layers without a cycle: ``[tool.importlinter]`` in pyproject.toml lists them
+(``lint-imports`` checks it in CI; ``tests/helpers/importgraph.py`` prints the graph).
 
 - :mod:`aclprofd.server`: the event loop and the lifecycle (start, run, the flush timer,
   signals and reload, stop: drain, GOODBYE, END). The one place that decides *when* things
   happen; it composes the parts below and owns no protocol details.
-- :mod:`aclprofd.memory` (the memory budget, heap trimming), :mod:`aclprofd.socketfile`
-  (the socket file: listen, recreate when removed, remove only if ours) and
-  :mod:`aclprofd.reload` (SIGHUP: logs and live config; the signal handlers): the loop's
+- :mod:`aclprofd.memory` (the memory budget over :meth:`aclprofd.conn.Conn.held`, heap
+  trimming), :mod:`aclprofd.socketfile` (the socket file: listen, recreate when removed,
+  remove only if ours) and :mod:`aclprofd.reload` (SIGHUP: logs and live config; the signal handlers): the loop's
   own concerns, apart so that the loop reads as the composition it is.
 - :mod:`aclprofd.transport`: sockets and frames (accept, read budgets, non-blocking send,
   ERROR-then-close for a protocol error). Apart from the loop so that the rules that keep
@@ -35,6 +44,9 @@ Modules, and why the seams are where they are:
   :mod:`aclprofd.filters` (request filters), :mod:`aclprofd.sockets` (socket set-up,
   sd_notify), :mod:`aclprofd.metrics` (Prometheus), :mod:`aclprofd.config` (settings),
   :mod:`aclprofd.logsetup` (structlog), :mod:`aclprofd.main` (the ``aclprofd`` command).
+- :mod:`aclprofd.ratelimit`: the one rate limit of log lines (at most a burst per period
+  and event, and how many were left out), behind both the parts' ``LogLimiter`` and the
+  log's last guard (``logsetup.LineGuard``).
 
 - :mod:`aclprofd.capture` (the flight recorder: captures around new regression flags),
   with :mod:`aclprofd.capture_store` (the captures directory and its bounds),

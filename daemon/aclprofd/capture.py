@@ -25,19 +25,21 @@ import queue
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
 from .capture_proc import CaptureFailed, ChildWriter
 from .capture_store import CaptureEntry, CaptureStore, NoRoom, capture_name, summary_of
 from .capture_writer import Aborted, Job
+from .config import Settings
+from .detector_control import DetectorService
+from .storage import Storage
 
 if TYPE_CHECKING:
     from .detector import DetectorView
-    from .server import Daemon
 
-__all__ = ["CaptureService", "QUEUE_MAX"]
+__all__ = ["CaptureService", "CaptureHost", "QUEUE_MAX"]
 
 _log = structlog.get_logger("aclprofd")
 QUEUE_MAX = 4  # captures waiting for the worker; more are dropped (counted)
@@ -56,12 +58,25 @@ class _Pending:
     until_ts: float
 
 
+class CaptureHost(Protocol):
+    """What the flight recorder uses of the daemon (:class:`aclprofd.server.Daemon`)."""
+
+    settings: Settings  # the capture_* settings (SIGHUP may change them)
+    storage: Storage | None  # the segment files a capture reads
+
+    @property
+    def detection(self) -> DetectorService: ...
+
+    def flush(self) -> None:
+        """Write the received records to the segment files."""
+
+
 class CaptureService:
     """One daemon's flight recorder."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.d = daemon
-        self.store = CaptureStore(daemon.settings.data_dir)
+    def __init__(self, host: CaptureHost) -> None:
+        self.host = host
+        self.store = CaptureStore(host.settings.data_dir)
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=QUEUE_MAX)
         self.pending: list[_Pending] = []
         self._last: dict[Key, float] = {}  # wall time of each key's last scheduled capture
@@ -115,7 +130,7 @@ class CaptureService:
     # ---- loop side ----------------------------------------------------------------------
     def tick(self) -> None:
         """Every loop turn: notice new flags, queue the captures whose window has passed."""
-        view = self.d.detection.published
+        view = self.host.detection.published
         if view is not self._seen:
             self._seen = view
             self._new_flags(view)
@@ -124,12 +139,12 @@ class CaptureService:
             due = [p for p in self.pending if now >= p.until_ts]
             if due:
                 self.pending = [p for p in self.pending if now < p.until_ts]
-                self.d.flush()  # the window's records are in the segment files from here
+                self.host.flush()  # the window's records are in the segment files from here
                 for p in due:
                     self._submit(p)
 
     def _new_flags(self, view: DetectorView) -> None:
-        s = self.d.settings
+        s = self.host.settings
         raised: dict[Key, list[dict[str, Any]]] = {}
         now_flagged = set()
         for f in view.flags:
@@ -170,14 +185,14 @@ class CaptureService:
                       until_ts=t + s.capture_after_s)
 
     def _submit(self, p: _Pending) -> None:
-        storage = self.d.storage
+        storage = self.host.storage
         if storage is None:  # the daemon is closing: nothing to read from
             self.abandoned += 1
             return
-        s = self.d.settings
+        s = self.host.settings
         job = Job(p.key, p.flags, p.flag_ts, p.since_ts, p.until_ts,
                   tuple(storage.files(p.since_ts, p.until_ts)), s.capture_max_count, s.capture_max_bytes,
-                  str(getattr(self.d.detection.detector, "host", "") or ""))
+                  str(getattr(self.host.detection.detector, "host", "") or ""))
         try:
             self._queue.put_nowait(job)
         except queue.Full:
@@ -261,7 +276,7 @@ class CaptureService:
     # ---- views --------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """The STATUS reply's ``captures`` object (items newest first)."""
-        s = self.d.settings
+        s = self.host.settings
         entries = self.store.published
         root = self.store.root
         items = [e.listing(root) for e in reversed(entries[-_STATUS_ITEMS:])]

@@ -13,19 +13,17 @@ immutable tuple), so the HTTP thread takes no lock and touches no directory:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-if TYPE_CHECKING:
-    from .server import Daemon
+from .capture import CaptureService
 
 __all__ = ["capture_families"]
 
 
-def capture_families(daemon: Daemon) -> Iterator[Any]:
+def capture_families(rec: CaptureService | None) -> Iterator[Any]:
     """The flight recorder's metric families (nothing for a daemon without one)."""
-    rec = getattr(daemon, "captures", None)
     if rec is None:
         return
     entries = rec.store.published  # one attribute read: a consistent list

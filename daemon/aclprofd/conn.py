@@ -152,5 +152,11 @@ class Conn:
         self.matchers: dict[str, NameMatcher] = {}
         self.export: Iterator[bytes] | None = None  # whole frames (aclprofd.fanout)
 
+    def held(self) -> int:
+        """Bytes this client makes the daemon hold, as the memory budget charges them
+        (daemon/README.md "Memory budget"): queued outgoing bytes, its name table, received
+        records not yet stored, a partial frame. The one definition of that sum."""
+        return len(self.out) + self.names_bytes + self.pending_bytes + self.reader.buffered
+
     def describe(self) -> dict[str, Any]:
         return {"conn": self.id, "role": self.role, "pid": self.pid, "service": self.service}

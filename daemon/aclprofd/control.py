@@ -9,71 +9,94 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
 from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
+from .aggregate import Aggregator
+from .capture import CaptureService
+from .config import Settings
 from .conn import Conn
+from .detector_control import DetectorService
+from .fanout import Fanout
 from .filters import Filter
 from .handshake import authorize, is_admin
-from .status import status_reply
+from .persist import Persistence
+from .status import CountersSnapshot, status_reply
 
-if TYPE_CHECKING:
-    from .server import Daemon
-
-__all__ = ["Control"]
+__all__ = ["Control", "ControlHost"]
 
 _log = structlog.get_logger("aclprofd")
 
 Handler = Callable[[Conn, dict[str, Any]], None]
 
 
+class ControlHost(Protocol):
+    """What the control requests use of the daemon (:class:`aclprofd.server.Daemon`)."""
+
+    settings: Settings  # who may send what, STATUS's settings (SIGHUP may change them)
+
+    @property
+    def aggregator(self) -> Aggregator: ...
+    @property
+    def detection(self) -> DetectorService: ...
+    @property
+    def captures(self) -> CaptureService: ...
+    @property
+    def fanout(self) -> Fanout: ...
+    @property
+    def persist(self) -> Persistence: ...
+    def queue(self, conn: Conn, frame: bytes) -> None: ...
+    def publish(self) -> CountersSnapshot: ...
+    def flush(self) -> None: ...
+
+
 class Control:
     """The control request handlers of one daemon; each gets the decoded JSON request."""
 
-    def __init__(self, daemon: Daemon):
-        self.d = daemon
+    def __init__(self, host: ControlHost):
+        self.host = host
         self.handlers: dict[Kind, Handler] = {
             Kind.STATUS: self.status, Kind.SNAPSHOT: self.snapshot, Kind.STREAM: self.stream,
             Kind.EXPORT: self.export, Kind.RESET: self.reset,
-            **daemon.detection.handlers,  # BASELINE_* (aclprofd.detector_control)
+            **host.detection.handlers,  # BASELINE_* (aclprofd.detector_control)
         }
 
     def handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:
-        authorize(self.d.settings, conn, kind)  # who may send what: daemon/README.md "Security model"
+        authorize(self.host.settings, conn, kind)  # who may send what: daemon/README.md "Security model"
         handler = self.handlers.get(kind)
         if handler is None:
             raise ProtocolError(f"{kind.name} is not allowed from a control client")
         handler(conn, decode_json(payload))
 
     def status(self, conn: Conn, req: dict[str, Any]) -> None:
-        snap = self.d.publish()  # STATUS and /metrics read the same snapshot
-        reply = status_reply(snap, self.d.settings.socket)
-        reply["detector"] = self.d.detection.status()
-        reply["captures"] = self.d.captures.status()  # the flight recorder (aclprofd.capture)
-        s = self.d.settings
+        snap = self.host.publish()  # STATUS and /metrics read the same snapshot
+        reply = status_reply(snap, self.host.settings.socket)
+        reply["detector"] = self.host.detection.status()
+        reply["captures"] = self.host.captures.status()  # the flight recorder (aclprofd.capture)
+        s = self.host.settings
         # what `aclprof doctor` checks a deployment against: the groups this daemon uses, what
         # this peer may send, and where /metrics listens (daemon/README.md "Security model")
         reply["access"] = {"socket_group": s.socket_group, "admin_group": s.admin_group,
                            "daemon_uid": os.geteuid(), "peer_is_admin": is_admin(s, conn.peer)}
         reply["metrics"] = {"host": s.prometheus_host, "port": s.prometheus_port}
-        self.d.queue(conn, encode_json(Kind.STATUS_REPLY, reply))
+        self.host.queue(conn, encode_json(Kind.STATUS_REPLY, reply))
 
     def snapshot(self, conn: Conn, req: dict[str, Any]) -> None:
         window = req.get("window", "all")
         group_by = req.get("group_by", "type")
         flt = Filter.parse(req.get("filter"))
         try:
-            reply = self.d.aggregator.snapshot(window, group_by, flt)
+            reply = self.host.aggregator.snapshot(window, group_by, flt)
         except (ValueError, TypeError) as exc:
             raise ProtocolError(str(exc)) from None
-        self.d.detection.detector.annotate(reply, getattr(flt, "service", None))  # shift_p99 per op type
-        self.d.queue(conn, encode_json(Kind.SNAPSHOT_REPLY, reply))
+        self.host.detection.detector.annotate(reply, getattr(flt, "service", None))  # shift_p99 per op type
+        self.host.queue(conn, encode_json(Kind.SNAPSHOT_REPLY, reply))
 
     def stream(self, conn: Conn, req: dict[str, Any]) -> None:
-        self.d.fanout.start_stream(conn, Filter.parse(req.get("filter")))
+        self.host.fanout.start_stream(conn, Filter.parse(req.get("filter")))
         _log.info("stream started", pid=conn.pid)
 
     def export(self, conn: Conn, req: dict[str, Any]) -> None:
@@ -84,11 +107,11 @@ class Control:
         flt = Filter.parse(req.get("filter"))
         if conn.export is not None:
             raise ProtocolError("an EXPORT is already running on this connection")
-        self.d.flush()  # include what was received until now
-        self.d.fanout.start_export(conn, since, until, flt)
+        self.host.flush()  # include what was received until now
+        self.host.fanout.start_export(conn, since, until, flt)
 
     def reset(self, conn: Conn, req: dict[str, Any]) -> None:
-        self.d.aggregator.reset()
-        self.d.persist.save_aggregates()  # a restart must not bring the old figures back
+        self.host.aggregator.reset()
+        self.host.persist.save_aggregates()  # a restart must not bring the old figures back
         _log.info("aggregates reset", by_pid=conn.pid)
-        self.d.queue(conn, encode_json(Kind.RESET_REPLY, {}))
+        self.host.queue(conn, encode_json(Kind.RESET_REPLY, {}))

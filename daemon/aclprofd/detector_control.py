@@ -12,22 +12,20 @@ from __future__ import annotations
 import socket
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import structlog
 
 from aclprof.protocol.baselinefmt import check_name
 from aclprof.protocol.wire import Kind, ProtocolError, encode_json
 
+from .aggregate import Aggregator
 from .baselines import BaselineStore
 from .config import Settings
 from .conn import Conn
 from .detector import Detector, DetectorConfig, DetectorView
 from .detector_state import Cell
 from .sockets import DaemonError
-
-if TYPE_CHECKING:
-    from .server import Daemon
 
 __all__ = ["DetectorService", "detector_config", "TICK_S", "LIVE_SOURCES"]
 
@@ -49,14 +47,18 @@ def host_label(s: Settings) -> str:
 
 
 class DetectorService:
-    """One daemon's detector and baseline store."""
+    """One daemon's detector and baseline store: observes ``aggregator``, answers the
+    BASELINE_* requests with ``reply`` (the daemon's :meth:`aclprofd.server.Daemon.queue`).
+    ``settings``: the daemon's at start (the live ones come with :meth:`reload`)."""
 
-    def __init__(self, daemon: Daemon) -> None:
-        self.d = daemon
-        self.detector = Detector(self._identity(), detector_config(daemon.settings))
-        self.detector.host = host_label(daemon.settings)
-        self.baselines = BaselineStore(daemon.settings.data_dir)
-        daemon.aggregator.observer = self.observe
+    def __init__(self, settings: Settings, aggregator: Aggregator, reply: Callable[[Conn, bytes], None]) -> None:
+        self.settings = settings
+        self.aggregator = aggregator
+        self.reply = reply
+        self.detector = Detector(self._identity(), detector_config(settings))
+        self.detector.host = host_label(settings)
+        self.baselines = BaselineStore(settings.data_dir)
+        aggregator.observer = self.observe
         self.next_tick = 0.0
         #: exceptions in the detector (a bug): logged with the traceback, counted in STATUS;
         #: ingestion and the loop go on without the detector's view of that batch or second
@@ -65,7 +67,7 @@ class DetectorService:
             Kind.BASELINE_SAVE: self.save, Kind.BASELINE_LIST: self.listing, Kind.BASELINE_GET: self.get}
 
     def _identity(self) -> Callable[[int], Cell | None]:
-        agg = self.d.aggregator
+        agg = self.aggregator
 
         def identity(key: int) -> Cell | None:
             reg = agg.keys
@@ -79,7 +81,7 @@ class DetectorService:
     # ---- lifecycle ----------------------------------------------------------------------
     def start(self) -> None:
         """Pin the configured baseline; DaemonError naming the file when it cannot be used."""
-        name = self.d.settings.detector_baseline
+        name = self.settings.detector_baseline
         if name:
             try:
                 self.detector.pin(name, self.baselines.load(name))
@@ -127,6 +129,7 @@ class DetectorService:
     def reload(self, s: Settings) -> None:
         """SIGHUP: thresholds change in place; a new ``detector_baseline`` is pinned (or the
         trailing one restored). A baseline that cannot be loaded keeps the running one."""
+        self.settings = s
         cfg = detector_config(s)
         self.detector.host = host_label(s)
         old = self.detector.config
@@ -157,7 +160,7 @@ class DetectorService:
         try:
             check_name(name)
             now = time.time()
-            doc = self.detector.document(str(name), source, {"saved_ts": now, "host": host_label(self.d.settings),
+            doc = self.detector.document(str(name), source, {"saved_ts": now, "host": host_label(self.settings),
                                                              "window_s": self.detector.config.window_s,
                                                              "trailing_s": self.detector.config.trailing_s})
             size = self.baselines.save(str(name), doc)
@@ -165,17 +168,17 @@ class DetectorService:
             raise ProtocolError(f"BASELINE_SAVE: {exc}") from None
         except OSError as exc:
             # the disk's fault, not the client's: an ERROR reply, the connection stays
-            self.d.queue(conn, encode_json(Kind.ERROR, {"message": f"BASELINE_SAVE: cannot write "
+            self.reply(conn, encode_json(Kind.ERROR, {"message": f"BASELINE_SAVE: cannot write "
                                                         f"{self.baselines.path(str(name))}: {exc.strerror or exc}"}))
             return
         _log.info("baseline saved", name=name, source=source, rows=len(doc["rows"]), bytes=size, by_pid=conn.pid)
-        self.d.queue(conn, encode_json(Kind.BASELINE_SAVE_REPLY, {
+        self.reply(conn, encode_json(Kind.BASELINE_SAVE_REPLY, {
             "name": name, "source": source, "saved_ts": now, "rows": len(doc["rows"]), "bytes": size,
             "path": self.baselines.path(str(name))}))
 
     def listing(self, conn: Conn, req: dict[str, Any]) -> None:
         """BASELINE_LIST ``{}``: the saved baselines and the one in use."""
-        self.d.queue(conn, encode_json(Kind.BASELINE_LIST_REPLY, {
+        self.reply(conn, encode_json(Kind.BASELINE_LIST_REPLY, {
             "baselines": self.baselines.listing(), "active": self.detector.pinned_name or "trailing",
             "dir": self.baselines.dir}))
 
@@ -186,7 +189,7 @@ class DetectorService:
         live = LIVE_SOURCES.get(name) if isinstance(name, str) else None
         if live is not None:
             doc = self.detector.document("live", live, {"saved_ts": time.time(),
-                                                        "host": host_label(self.d.settings)})
+                                                        "host": host_label(self.settings)})
         else:
             try:
                 doc = self.baselines.load(check_name(name))
@@ -194,4 +197,4 @@ class DetectorService:
                 raise ProtocolError(f"BASELINE_GET: no baseline named {name!r} (see BASELINE_LIST)") from None
             except (OSError, ValueError) as exc:
                 raise ProtocolError(f"BASELINE_GET: {exc}") from None
-        self.d.queue(conn, encode_json(Kind.BASELINE_GET_REPLY, doc))
+        self.reply(conn, encode_json(Kind.BASELINE_GET_REPLY, doc))

@@ -14,23 +14,20 @@ series per evaluated (service, model, op_type) group and quantile (``p50``, ``p9
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from .detector import QNAMES
-
-if TYPE_CHECKING:
-    from .server import Daemon
+from .detector import QNAMES, DetectorView
 
 __all__ = ["detector_families"]
 
 _LABELS = ["host", "service", "model", "op_type", "quantile"]
 
 
-def detector_families(daemon: Daemon) -> Iterator[Any]:
-    """The detector's metric families, from ``daemon.detection.detector.published``."""
-    view = daemon.detection.published  # one attribute read: a consistent view
+def detector_families(view: DetectorView) -> Iterator[Any]:
+    """The detector's metric families, from its published view (``DetectorService.published``:
+    read once by the caller, one immutable object, so the families are consistent)."""
     host = view.host
     fams = {
         "shift": GaugeMetricFamily("aclprofd_op_latency_shift",

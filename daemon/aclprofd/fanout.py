@@ -23,20 +23,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
 from aclprof.protocol.wire import Kind, encode_json
 
+from .config import Settings
 from .conn import Conn
 from .filters import Filter, NameMatcher
+from .memory import Memory
 from .records import FRAME_RECORDS, NameJson, encode_frames, identity_head
+from .status import Counters
+from .storage import Storage
+from .transport import Outbox
 
-if TYPE_CHECKING:
-    from .server import Daemon
-
-__all__ = ["Fanout", "EXPORT_OUT_LOW"]
+__all__ = ["Fanout", "FanoutHost", "EXPORT_OUT_LOW"]
 
 EXPORT_OUT_LOW = 2 << 20   # produce more EXPORT frames only below this many buffered bytes
 EXPORT_SLICE_S = 0.02      # at most this long per loop turn on EXPORT encoding
@@ -47,11 +49,22 @@ EST_RECORD_JSON = 220      # bytes per record in JSON, to decide skipping before
 LIVE_LINGER_S = 5.0
 
 
+class FanoutHost(Outbox, Protocol):
+    """What STREAM and EXPORT use of the daemon (:class:`aclprofd.server.Daemon`)."""
+
+    settings: Settings  # ``stream_buffer`` (SIGHUP may change it)
+    storage: Storage | None  # EXPORT reads the segment files
+    counters: Counters
+
+    @property
+    def memory(self) -> Memory: ...
+
+
 class Fanout:
     """STREAM and EXPORT of one daemon; the per-client state lives on each :class:`Conn`."""
 
-    def __init__(self, daemon: Daemon):
-        self.d = daemon
+    def __init__(self, host: FanoutHost):
+        self.host = host
         self.streaming = 0  # STREAM clients connected (ingest skips the fan-out when 0)
         self._live_check_at = 0.0  # monotonic time an agent's LIVE false falls due (0: none)
 
@@ -63,7 +76,7 @@ class Fanout:
         """Tell each agent (all, or ``agents``) LIVE true at once when a STREAM client's
         filter admits its records, LIVE false LIVE_LINGER_S after none does any more."""
         now = time.monotonic()
-        conns = list(self.d.conns.values())
+        conns = list(self.host.conns.values())
         filters = [c.stream for c in conns if c.stream is not None and not c.closed]
         due = 0.0
         for a in conns if agents is None else agents:
@@ -73,13 +86,13 @@ class Fanout:
                 a.unlive_at = 0.0
                 if not a.live:
                     a.live = True
-                    self.d.queue(a, encode_json(Kind.LIVE, {"live": True}))
+                    self.host.queue(a, encode_json(Kind.LIVE, {"live": True}))
             elif a.live:
                 if not a.unlive_at:
                     a.unlive_at = now + LIVE_LINGER_S
                 if now >= a.unlive_at:
                     a.live, a.unlive_at = False, 0.0
-                    self.d.queue(a, encode_json(Kind.LIVE, {"live": False}))
+                    self.host.queue(a, encode_json(Kind.LIVE, {"live": False}))
                 else:
                     due = a.unlive_at if not due else min(due, a.unlive_at)
         if agents is None:
@@ -114,10 +127,10 @@ class Fanout:
         8 MiB is 32 GiB), so they are charged to ``memory_budget`` too, and together may
         take at most half of it: agents' name tables and unstored records keep room.
         One pass over the connections per call (per batch, per pump), not per client."""
-        budget = self.d.memory.budget
+        budget = self.host.memory.budget
         used = streams = 0
-        for c in self.d.conns.values():
-            used += len(c.out) + c.names_bytes + c.pending_bytes + c.reader.buffered
+        for c in self.host.conns.values():
+            used += c.held()  # as Memory.used() sums it
             if c.stream is not None:
                 n = len(c.out) + c.stream_pending_n * EST_RECORD_JSON
                 used += c.stream_pending_n * EST_RECORD_JSON
@@ -128,17 +141,17 @@ class Fanout:
         """``k`` records not queued for ``client``: the memory budget is spent."""
         client.stream_skipped += k
         client.stream_skipped_all += k
-        self.d.counters.stream_skipped_total += k
-        self.d.memory.refuse("stream")
+        self.host.counters.stream_skipped_total += k
+        self.host.memory.refuse("stream")
 
     def offer(self, src: Conn, recs: np.ndarray, now: float) -> None:
         """A batch an agent sent: queue what each STREAM client's filter selects. Clients
         whose filters select the same records queue the same array object, so the pump
         encodes it once for all of them (:meth:`pump_streams`)."""
-        limit = self.d.settings.stream_buffer_bytes
+        limit = self.host.settings.stream_buffer_bytes
         room, stream_room = self._stream_room()
         same: dict[bytes, np.ndarray] = {}  # mask bytes -> the selection (b"": everything)
-        for client in self.d.conns.values():
+        for client in self.host.conns.values():
             flt = client.stream
             if flt is None or client.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
                 continue
@@ -156,7 +169,7 @@ class Fanout:
             if len(client.out) + (client.stream_pending_n + k) * EST_RECORD_JSON > limit:
                 client.stream_skipped += k
                 client.stream_skipped_all += k
-                self.d.counters.stream_skipped_total += k
+                self.host.counters.stream_skipped_total += k
                 continue
             cost = k * EST_RECORD_JSON
             if cost > room or cost > stream_room:
@@ -177,7 +190,7 @@ class Fanout:
         # (selection, first record) -> (the selection, its frames): a batch queued for several
         # clients (the same array object, see offer) is encoded once in this pump
         encoded: dict[tuple[int, int], tuple[np.ndarray, bytes]] = {}
-        for c in list(self.d.conns.values()):
+        for c in list(self.host.conns.values()):
             if c.stream is None or c.closed or not (c.stream_pending or (c.stream_skipped and not c.out)):
                 continue
             if not room:
@@ -185,7 +198,7 @@ class Fanout:
             try:
                 self._pump_stream(c, room, encoded)
             except Exception as exc:
-                self.d.internal_error(c, "STREAM", exc)
+                self.host.internal_error(c, "STREAM", exc)
 
     def _pump_stream(self, c: Conn, room: list[int],
                      encoded: dict[tuple[int, int], tuple[np.ndarray, bytes]]) -> None:
@@ -202,7 +215,7 @@ class Fanout:
         # and counted like any record a slow client misses.
         # The budget is checked the same way: encoding may exceed the estimate that charged
         # these records, so what no longer fits is skipped and counted (memory refused "stream").
-        limit = self.d.settings.stream_buffer_bytes
+        limit = self.host.settings.stream_buffer_bytes
         skipped = 0
         for src, ts, recs in c.stream_pending:
             nj = head = None
@@ -212,7 +225,7 @@ class Fanout:
                     break
                 if room[0] < 0 or room[1] < 0:
                     skipped += len(recs) - i
-                    self.d.memory.refuse("stream")
+                    self.host.memory.refuse("stream")
                     break
                 before = len(c.out)
                 k = min(FRAME_RECORDS, len(recs) - i)
@@ -235,8 +248,8 @@ class Fanout:
         if skipped:
             c.stream_skipped += skipped
             c.stream_skipped_all += skipped
-            self.d.counters.stream_skipped_total += skipped
-        self.d.send(c)
+            self.host.counters.stream_skipped_total += skipped
+        self.host.send(c)
 
     # ---- EXPORT -------------------------------------------------------------------------
     def start_export(self, conn: Conn, since: float | None, until: float | None, flt: Filter) -> None:
@@ -245,11 +258,11 @@ class Fanout:
     @property
     def exporting(self) -> bool:
         """An EXPORT could produce more now (the loop then does not sleep)."""
-        return any(c.export is not None and len(c.out) < EXPORT_OUT_LOW for c in self.d.conns.values())
+        return any(c.export is not None and len(c.out) < EXPORT_OUT_LOW for c in self.host.conns.values())
 
     def pump_exports(self) -> None:
         deadline = time.monotonic() + EXPORT_SLICE_S
-        for c in list(self.d.conns.values()):
+        for c in list(self.host.conns.values()):
             if c.export is None or c.closed:
                 continue
             try:
@@ -263,17 +276,17 @@ class Fanout:
                         break
             except Exception as exc:
                 c.export = None
-                self.d.internal_error(c, "EXPORT", exc)
+                self.host.internal_error(c, "EXPORT", exc)
                 continue
             if c.out and not c.closed:
-                self.d.send(c)
+                self.host.send(c)
 
     def _export(self, since: float | None, until: float | None, flt: Filter) -> Iterator[bytes]:
         """The EXPORT_RECORDS frames (whole frames, up to FRAME_RECORDS records a step), then
         END, with ``lost``: the storage loss periods of the window and senders, if any."""
         count = 0
         matchers: dict[int, tuple[dict, NameMatcher]] = {}
-        storage = self.d.storage
+        storage = self.host.storage
         assert storage is not None
         for chunk in storage.read(since, until):
             meta = chunk.meta
@@ -303,7 +316,7 @@ class Fanout:
         """The daemon stops: END to every STREAM client (the stream is over, not broken),
         ERROR to every unfinished EXPORT (it is incomplete); best effort, never blocking."""
         self.pump_streams()
-        for c in list(self.d.conns.values()):
+        for c in list(self.host.conns.values()):
             if c.closed:
                 continue
             if c.stream is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import structlog
@@ -30,12 +30,15 @@ from aclprof.protocol.wire import (
     utf8_cut,
 )
 
+from .aggregate import Aggregator
 from .aggregate_keys import model_label_of
 from .conn import Conn
+from .fanout import Fanout
 from .handshake import is_int, is_labels
-
-if TYPE_CHECKING:
-    from .server import Daemon
+from .memory import Memory
+from .persist import Persistence
+from .ratelimit import LogLimiter
+from .status import Counters, Health
 
 __all__ = ["Ingest", "note_lag"]
 
@@ -77,10 +80,17 @@ def note_lag(conn: Conn, recs: np.ndarray) -> None:
 
 
 class Ingest:
-    """The agent frame handlers of one daemon; :attr:`handlers` is the dispatch table."""
+    """The agent frame handlers of one daemon; :attr:`handlers` is the dispatch table.
 
-    def __init__(self, daemon: Daemon):
-        self.d = daemon
+    Given what they use: the daemon's ``counters`` and ``health``, the ``aggregator`` a batch
+    joins, ``persist`` (a connection's records into the segment file), ``fanout`` (STREAM
+    clients), the ``memory`` budget (NAMES, WATCH) and ``limiter`` (log lines a peer causes)."""
+
+    def __init__(self, counters: Counters, health: Health, aggregator: Aggregator, persist: Persistence,
+                 fanout: Fanout, memory: Memory, limiter: LogLimiter):
+        self.counters, self.health = counters, health
+        self.aggregator, self.persist, self.fanout = aggregator, persist, fanout
+        self.memory, self.limiter = memory, limiter
         self.handlers: dict[Kind, Handler] = {
             Kind.BATCH: self.batch, Kind.NAMES: self.names, Kind.LOSS: self.loss,
             Kind.WATCH: self.watch, Kind.UNWATCH: self.unwatch,
@@ -97,7 +107,7 @@ class Ingest:
         bad = too_long | backwards | bad_id
         if not bad.any():
             return None
-        rej = self.d.counters.records_rejected
+        rej = self.counters.records_rejected
         for reason, m in (("duration_too_large", too_long), ("end_before_start", backwards & ~too_long),
                           ("bad_id", bad_id & ~too_long & ~backwards)):
             k = int(np.count_nonzero(m))
@@ -110,7 +120,6 @@ class Ingest:
         n = len(recs)
         if n == 0:
             return
-        d = self.d
         now = time.time()
         read = n
         good = self.rejects(recs)
@@ -121,53 +130,52 @@ class Ingest:
             recs, payload, n = good, memoryview(good.tobytes()), len(good)
             if not n:
                 conn.records += read
-                d.counters.records_total += read
+                self.counters.records_total += read
                 return
         assert conn.keysrc is not None
         try:
-            d.aggregator.ingest(conn.keysrc, recs, conn.names, now)
+            self.aggregator.ingest(conn.keysrc, recs, conn.names, now)
         except KeyError as exc:
             raise ProtocolError(f"batch uses name id {exc.args[0]} that was never defined") from None
         conn.records += read
-        d.counters.records_total += read
+        self.counters.records_total += read
         conn.rate.add(n, now)
-        d.counters.rate.add(n, now)
+        self.counters.rate.add(n, now)
         steps = int(np.count_nonzero(keypoint_mask(recs)))
         conn.steps += steps
-        d.counters.steps_total += steps
+        self.counters.steps_total += steps
         note_lag(conn, recs)
         owned = bytes(payload)  # the one copy: storage and streams keep it past this frame
         conn.pending_store.append((now, owned))
         conn.pending_bytes += len(owned)
         if conn.pending_bytes >= STORE_PENDING_MAX:
             # bounded memory at any rate: a fast agent's records go out before the tick
-            d.persist.store(conn)
-        if d.fanout.streaming:
-            d.fanout.offer(conn, np.frombuffer(owned, dtype=RECORD_DTYPE), now)
+            self.persist.store(conn)
+        if self.fanout.streaming:
+            self.fanout.offer(conn, np.frombuffer(owned, dtype=RECORD_DTYPE), now)
 
     def names(self, conn: Conn, payload: memoryview) -> None:
-        d = self.d
         if len(payload) > MAX_NAMES_PAYLOAD:
             # parsed in one go on the loop: a 16 MiB table would hold every client ~1.5 s
             raise ProtocolError(f"NAMES frame of {len(payload)} bytes: at most {MAX_NAMES_PAYLOAD} per frame "
                                 f"(send a larger table in several NAMES frames)")
-        if conn.names_bytes + len(payload) > d.memory.names_share():
+        if conn.names_bytes + len(payload) > self.memory.names_share():
             # each name costs more than its JSON: refused before the (slow) decode
-            d.memory.refuse("names")
+            self.memory.refuse("names")
             raise ProtocolError(f"NAMES refused: a {len(payload)}-byte table on top of ~{conn.names_bytes} bytes of "
-                                f"names passes this connection's share ({d.memory.names_share()} bytes) of the "
+                                f"names passes this connection's share ({self.memory.names_share()} bytes) of the "
                                 f"daemon's memory_budget; define only the names your records use")
         names = decode_json(payload).get("names")
         if not isinstance(names, dict):
             raise ProtocolError("NAMES needs an object of names")
         cost = sum(len(v) + NAME_OVERHEAD for v in names.values() if isinstance(v, str))
-        share = d.memory.names_share()
-        if conn.names_bytes + cost > share or not d.memory.fits(cost):
-            d.memory.refuse("names")
+        share = self.memory.names_share()
+        if conn.names_bytes + cost > share or not self.memory.fits(cost):
+            self.memory.refuse("names")
             raise ProtocolError(
                 f"NAMES refused: this connection's name table would hold ~{conn.names_bytes + cost} bytes, "
                 f"over its share ({share} bytes) of the daemon's memory_budget "
-                f"({d.settings.memory_budget_bytes} bytes) or over the budget itself; "
+                f"({self.memory.budget} bytes) or over the budget itself; "
                 f"define only the names your records use")
         conn.names_bytes += cost
         for k, v in names.items():
@@ -183,7 +191,7 @@ class Ingest:
                 # a real (if odd) name: kept, cut to the limit (wire.py), counted and logged
                 v = cut
                 self.names_truncated += 1
-                self.d.limiter.log("warning", "op name truncated", pid=conn.pid, limit=MAX_NAME_BYTES,
+                self.limiter.log("warning", "op name truncated", pid=conn.pid, limit=MAX_NAME_BYTES,
                                    names_truncated=self.names_truncated)
             old = conn.names.get(nid)
             if old is None:
@@ -200,8 +208,8 @@ class Ingest:
         if n == 0:
             return
         conn.dropped += n
-        self.d.counters.add_drops(conn.pid or 0, conn.service or "", n)
-        self.d.health.drops(conn.pid or 0, conn.service, n, time.time())
+        self.counters.add_drops(conn.pid or 0, conn.service or "", n)
+        self.health.drops(conn.pid or 0, conn.service, n, time.time())
         reason = obj.get("reason")
         _log.info("agent reported loss", pid=conn.pid, service=conn.service, dropped=n,
                   reason=truncate(reason, _LOSS_REASON_MAX) if isinstance(reason, str) else None)
@@ -216,7 +224,7 @@ class Ingest:
         check_identity("WATCH", labels=labels)
         labels = {scrub(k): scrub(v) for k, v in labels.items()}
         if len(conn.models) >= _MAX_MODELS and mid not in conn.models:
-            self.d.memory.refuse("models")
+            self.memory.refuse("models")
             raise ProtocolError(f"WATCH refused: more than {_MAX_MODELS} watched models on one connection")
         conn.models[mid] = {"model_id": mid, "device": dev, "labels": labels}
         if conn.keysrc is not None:

@@ -28,6 +28,8 @@ import structlog
 
 from aclprof.protocol.safetext import safe, truncate
 
+from .ratelimit import RateWindow
+
 __all__ = ["configure", "reopen", "LineGuard", "VALUE_MAX", "LINE_MAX", "BURST", "PERIOD_S"]
 
 VALUE_MAX = 1000   # characters of one logged value
@@ -40,23 +42,17 @@ class LineGuard:
     """A structlog processor: safe, bounded values and a rate limit per event."""
 
     def __init__(self, burst: int = BURST, period_s: float = PERIOD_S, clock: Any = time.monotonic):
-        self.burst, self.period_s, self._clock = burst, period_s, clock
+        self.burst, self.period_s = burst, period_s
+        self._window = RateWindow(burst, period_s, clock)  # per (level, event)
         self._lock = threading.Lock()
-        self._windows: dict[tuple[str, str], list[float]] = {}  # event -> [window start, lines]
-        self._suppressed: dict[str, int] = {}
+        self._suppressed: dict[str, int] = {}  # event -> lines left out since the last line written
 
     def __call__(self, logger: Any, method: str, event: dict[str, Any]) -> dict[str, Any]:
-        key = (method, str(event.get("event", "")))
-        now = self._clock()
+        name = str(event.get("event", ""))
+        allowed = self._window.allow((method, name))
         with self._lock:
-            w = self._windows.get(key)
-            if w is None or now - w[0] >= self.period_s:
-                if len(self._windows) > 10_000:  # events are our own messages; bounded anyway
-                    self._windows.clear()
-                w = self._windows[key] = [now, 0]
-            w[1] += 1
-            if w[1] > self.burst:
-                self._suppressed[key[1]] = self._suppressed.get(key[1], 0) + 1
+            if allowed is None:
+                self._suppressed[name] = self._suppressed.get(name, 0) + 1
                 raise structlog.DropEvent
             suppressed, self._suppressed = self._suppressed, {}
         budget = LINE_MAX // max(1, len(event) + 1)

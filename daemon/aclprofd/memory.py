@@ -9,14 +9,11 @@ the ingest and the control parts all consult.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Mapping
 
-from .persist import malloc_trim
+from .conn import Conn
 
-if TYPE_CHECKING:
-    from .server import Daemon
-
-__all__ = ["Memory", "REPLY_CAP", "UNREAD_REPLIES"]
+__all__ = ["Memory", "REPLY_CAP", "UNREAD_REPLIES", "malloc_trim"]
 
 REPLY_CAP = 64 << 20            # queued bytes per connection, at most (and at most a quarter of the budget)
 UNREAD_REPLIES = 1 << 20        # reply bytes queued while the socket is full: the client does not read
@@ -32,17 +29,17 @@ class Memory:
     (nothing to get out of step). A request that would pass the budget, or one client's
     share of it, is refused and counted by what it would have grown (``refused``)."""
 
-    def __init__(self, daemon: Daemon):
-        self.d = daemon
+    def __init__(self, conns: Mapping[int, Conn], budget: int, refused: dict[str, int]):
+        #: the daemon's open connections (the transport's table, read live)
+        self.conns = conns
+        #: ``memory_budget`` in bytes (a SIGHUP may change it: :func:`aclprofd.reload.apply_reload`)
+        self.budget = budget
+        #: refusals by what they would have grown (the daemon's ``Counters.memory_refused``)
+        self.refused = refused
         self._next_trim = 0.0
 
-    @property
-    def budget(self) -> int:
-        return self.d.settings.memory_budget_bytes
-
     def used(self) -> int:
-        return sum(len(c.out) + c.names_bytes + c.pending_bytes + c.reader.buffered
-                   for c in self.d.conns.values())
+        return sum(c.held() for c in self.conns.values())
 
     def fits(self, more: int) -> bool:
         return self.used() + more <= self.budget
@@ -56,7 +53,7 @@ class Memory:
         return self.budget // 8
 
     def refuse(self, what: str) -> None:
-        r = self.d.counters.memory_refused
+        r = self.refused
         r[what] = r.get(what, 0) + 1
 
     def released(self, held: int) -> None:
@@ -70,3 +67,19 @@ class Memory:
         if mono >= self._next_trim:
             self._next_trim = mono + _TRIM_EVERY_S
             malloc_trim()
+
+
+def _load_malloc_trim() -> Callable[[], None]:
+    # Frames of ~230 KB arriving thousands of times a second leave glibc's heap holes that
+    # it keeps (RSS creeps at saturation although Python-level memory is flat);
+    # malloc_trim(0) returns them. No-op where there is no glibc.
+    try:
+        import ctypes
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    except (OSError, AttributeError):
+        return lambda: None
+    return lambda: trim(0) and None
+
+
+malloc_trim = _load_malloc_trim()

@@ -33,22 +33,39 @@ the loop's live connections. Series:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from .aggregate import PROM_EXPONENTS
+from .aggregate import PROM_EXPONENTS, Aggregator
 from .capture_metrics import capture_families
+from .detector import DetectorView
 from .detector_metrics import detector_families
-
-if TYPE_CHECKING:
-    from .server import Daemon
+from .status import CountersSnapshot
 
 __all__ = ["Metrics", "DaemonCollector"]
 
 _LE = [floatToGoString(2.0**k * 1e-9) for k in PROM_EXPONENTS] + ["+Inf"]
+
+
+class _DetectorViews(Protocol):
+    @property
+    def published(self) -> DetectorView: ...
+
+
+class MetricsSource(Protocol):
+    """What /metrics reads of the daemon (:class:`aclprofd.server.Daemon`), each one
+    immutable or locked: the published counters snapshot, the aggregator's histograms, the
+    detector's published view; and the flight recorder's counters (``captures``, optional)."""
+
+    @property
+    def published(self) -> CountersSnapshot: ...
+    @property
+    def aggregator(self) -> Aggregator: ...
+    @property
+    def detection(self) -> _DetectorViews: ...
 
 
 class DaemonCollector:
@@ -56,7 +73,7 @@ class DaemonCollector:
     loop last published (one immutable object: the same numbers STATUS reports) and the
     aggregator's histograms (under the aggregator's own lock)."""
 
-    def __init__(self, daemon: Daemon, by_name: bool = False, host_label: str = ""):
+    def __init__(self, daemon: MetricsSource, by_name: bool = False, host_label: str = ""):
         self.daemon = daemon
         self.by_name = by_name
         self.host_label = host_label
@@ -135,14 +152,14 @@ class DaemonCollector:
             buckets = [(le, float(v)) for le, v in zip(_LE[:-1], cum[:-1].tolist())] + [("+Inf", float(count))]
             hist.add_metric([self.host_label, *lab], buckets, sum_ns / 1e9)
         yield hist
-        yield from detector_families(self.daemon)
-        yield from capture_families(self.daemon)
+        yield from detector_families(self.daemon.detection.published)
+        yield from capture_families(getattr(self.daemon, "captures", None))
 
 
 class Metrics:
     """The HTTP endpoint (a daemon thread of prometheus_client); :meth:`close` stops it."""
 
-    def __init__(self, daemon: Daemon, host: str, port: int, by_name: bool = False, host_label: str = ""):
+    def __init__(self, daemon: MetricsSource, host: str, port: int, by_name: bool = False, host_label: str = ""):
         self.registry = CollectorRegistry(auto_describe=False)
         self.collector = DaemonCollector(daemon, by_name, host_label)
         self.registry.register(self.collector)

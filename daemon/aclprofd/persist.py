@@ -1,36 +1,45 @@
 """Persistence: agents' records into the segment files (:mod:`aclprofd.storage`) and the
 since-start aggregates into ``aggregates.npz`` in the data dir, so that a restart continues
-them (daemon/README.md); plus handing freed heap back to the kernel.
+them (daemon/README.md).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
+from .aggregate import Aggregator
 from .conn import Conn
+from .status import Health
+from .storage import Storage
 
-if TYPE_CHECKING:
-    from .server import Daemon
-
-__all__ = ["Persistence", "AGGREGATES_FILE", "malloc_trim"]
+__all__ = ["Persistence", "AGGREGATES_FILE", "StorageHolder"]
 
 AGGREGATES_FILE = "aggregates.npz"
 _log = structlog.get_logger("aclprofd")
 
 
+class StorageHolder(Protocol):
+    """Who holds the segment store: None before the daemon opened its data dir and after
+    it closed it (the daemon, :class:`aclprofd.server.Daemon`)."""
+
+    storage: Storage | None
+
+
 class Persistence:
     """Where a daemon's records and aggregates go on disk (the data dir)."""
 
-    def __init__(self, daemon: Daemon):
-        self.d = daemon
+    def __init__(self, holder: StorageHolder, aggregator: Aggregator, health: Health, data_dir: str):
+        self.holder = holder
+        self.aggregator = aggregator
+        self.health = health
+        self.data_dir = data_dir
 
     def store(self, conn: Conn) -> None:
         """Write ``conn``'s received batches to the current segment."""
-        storage = self.d.storage
+        storage = self.holder.storage
         if conn.pending_store and storage is not None:
             ident = {"host": conn.host, "pid": conn.pid, "service": conn.service, "labels": conn.labels}
             storage.write(conn.id, ident, conn.names_order, conn.pending_store)
@@ -39,13 +48,13 @@ class Persistence:
 
     @property
     def aggregates_path(self) -> str:
-        return os.path.join(self.d.settings.data_dir, AGGREGATES_FILE)
+        return os.path.join(self.data_dir, AGGREGATES_FILE)
 
     def load_aggregates(self) -> None:
         """Continue the since-start aggregates of the previous daemon (a missing file is a
         first start; an unreadable one is logged and set aside, never fatal)."""
         path = self.aggregates_path
-        agg = self.d.aggregator
+        agg = self.aggregator
         try:
             info = agg.load(path)
         except FileNotFoundError:
@@ -57,34 +66,19 @@ class Persistence:
             except OSError:
                 pass
             return
-        self.d.health.other_seen = agg.other_records  # old "(other)" records are no new problem
+        self.health.other_seen = agg.other_records  # old "(other)" records are no new problem
         _log.info("aggregates restored", path=path, **info)
 
     def save_aggregates(self) -> None:
         """Write the since-start aggregates if they changed since the last save (atomic:
         temp file, fsync, rename). A failure is logged and counted like a storage error."""
-        agg = self.d.aggregator
+        agg = self.aggregator
         if not agg.dirty:
             return
         try:
             agg.save(self.aggregates_path)
         except OSError as exc:
-            if self.d.storage is not None:
-                self.d.storage.failed(exc)
+            storage = self.holder.storage
+            if storage is not None:
+                storage.failed(exc)
             _log.error("cannot save the aggregates", error=str(exc))
-
-
-def _load_malloc_trim() -> Callable[[], None]:
-    # Frames of ~230 KB arriving thousands of times a second leave glibc's heap holes that
-    # it keeps (RSS creeps at saturation although Python-level memory is flat);
-    # malloc_trim(0) returns them. No-op where there is no glibc.
-    try:
-        import ctypes
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
-        trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    except (OSError, AttributeError):
-        return lambda: None
-    return lambda: trim(0) and None
-
-
-malloc_trim = _load_malloc_trim()

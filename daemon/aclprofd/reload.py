@@ -14,21 +14,37 @@ import signal
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
 from .config import Settings, changed
+from .detector_control import DetectorService
+from .memory import Memory
+from .storage import Storage
 
-if TYPE_CHECKING:
-    from .server import Daemon
-
-__all__ = ["apply_reload", "signal_handlers"]
+__all__ = ["apply_reload", "signal_handlers", "ReloadTarget"]
 
 _log = structlog.get_logger("aclprofd")
 
 
-def apply_reload(d: Daemon, reload: Callable[[], Settings] | None) -> None:
+class ReloadTarget(Protocol):
+    """What a reload changes in the daemon (:class:`aclprofd.server.Daemon`): its settings
+    and the live copies of them that its parts keep."""
+
+    settings: Settings
+    storage: Storage | None
+    metrics: Any  # aclprofd.metrics.Metrics (its by_name), None without the endpoint
+    max_control: int
+    control_idle_s: float
+
+    @property
+    def detection(self) -> DetectorService: ...
+    @property
+    def memory(self) -> Memory: ...
+
+
+def apply_reload(d: ReloadTarget, reload: Callable[[], Settings] | None) -> None:
     """Reopen the logs; with ``reload``, apply the live options of the settings it returns."""
     from . import logsetup
     from .config import OPTIONS
@@ -51,6 +67,7 @@ def apply_reload(d: Daemon, reload: Callable[[], Settings] | None) -> None:
     if d.metrics is not None:
         d.metrics.by_name = applied.prometheus_op_name
     d.max_control, d.control_idle_s = applied.max_control_connections, applied.control_idle_timeout_s
+    d.memory.budget = applied.memory_budget_bytes
     d.detection.reload(applied)
     logsetup.configure(applied.log_level, applied.log_format, applied.log_file)
     _log.info("config reloaded", changed=live, needs_restart=restart)

@@ -32,7 +32,7 @@ from typing import Any
 import structlog
 
 from aclprof.protocol.safetext import scrub
-from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
+from aclprof.protocol.wire import Kind, ProtocolError, decode_json
 
 from .aggregate import Aggregator
 from .capture import CaptureService
@@ -51,7 +51,7 @@ from .sockets import DaemonError, sd_notify
 from .status import PUBLISH_S, Counters, CountersSnapshot, Health, take_snapshot
 from .storage import Storage
 from .trace import Traces
-from .transport import Transport
+from .transport import Transport, goodbye_frame
 
 __all__ = ["Daemon", "DaemonError", "serve", "sd_notify", "PROTOCOL_VERSION", "AGGREGATES_FILE"]
 
@@ -75,20 +75,27 @@ class Daemon(Transport):
         self._reload = reload
         self.started_ts = time.time()
         self.started_mono = time.monotonic()
-        self.socket_file = SocketFile(self)
+        # The parts, each given what it uses: explicit collaborators, or the daemon itself
+        # seen through the part's own small Protocol (FanoutHost, IngestHost, ...), which
+        # names the attributes it reads. None of them imports this module.
+        self.socket_file = SocketFile(self, settings.socket, settings.socket_group)
         self.aggregator = Aggregator(settings.max_keys, settings.windows)
         self.storage: Storage | None = None
         self.metrics: Any = None
         self.counters = Counters()
         self.health = Health()
-        self.memory = Memory(self)
-        self.persist = Persistence(self)
+        self.memory = Memory(self.conns, settings.memory_budget_bytes, self.counters.memory_refused)
+        self.persist = Persistence(self, self.aggregator, self.health, settings.data_dir)
         self.fanout = Fanout(self)
-        self.ingest = Ingest(self)
-        self.detection = DetectorService(self)  # observes the aggregator; Control serves its requests
+        self.ingest = Ingest(self.counters, self.health, self.aggregator, self.persist, self.fanout, self.memory,
+                             self.limiter)
+        # observes the aggregator; Control serves its requests
+        self.detection = DetectorService(settings, self.aggregator, self.queue)
         self.captures = CaptureService(self)  # the flight recorder: captures around new flags
         self.control = Control(self)
-        self.traces = Traces(self)  # registers TRACE and TRACE_DONE in the two tables above
+        self.traces = Traces(self)
+        self.ingest.handlers.update(self.traces.agent_handlers)  # TRACE_DONE
+        self.control.handlers.update(self.traces.control_handlers)  # TRACE
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._published_mono = 0.0
         self._stop = threading.Event()
@@ -259,7 +266,7 @@ class Daemon(Transport):
             if not conn.closed:
                 # best effort, never blocking: the agent reads nothing else after WELCOME,
                 # so its receive buffer has room
-                self._send_last(conn, encode_json(Kind.GOODBYE, {"records": conn.records, "dropped": conn.dropped}))
+                self._send_last(conn, goodbye_frame(conn))
                 self._close(conn, "daemon stopping")
 
     def _handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:

@@ -14,18 +14,19 @@ from __future__ import annotations
 import collections
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from . import __version__
-from .conn import Rate
+from .aggregate import Aggregator
+from .config import Settings
+from .conn import Conn, Rate
 from .counter_history import CounterHistory
-
-if TYPE_CHECKING:
-    from .server import Daemon
+from .storage import Storage
 
 __all__ = ["Counters", "AgentSnapshot", "CountersSnapshot", "Health", "take_snapshot", "status_reply",
-           "PUBLISH_S"]
+           "PUBLISH_S", "SnapshotSource"]
 
 PUBLISH_S = 0.1  # the loop publishes a new snapshot at most this often (and on STATUS)
 _MAX_DROP_KEYS = 1000
@@ -126,13 +127,14 @@ class Health:
         self.other_growth_ts = 0.0
         self.history: CounterHistory | None = None  # created at the first snapshot
 
-    def recent(self, d: Daemon, mono: float, counters: dict[str, int]) -> dict[str, dict[str, float]]:
+    def recent(self, agg: Aggregator, started_mono: float, mono: float,
+               counters: dict[str, int]) -> dict[str, dict[str, float]]:
         """STATUS ``recent``: the counters' growth over each aggregate window and the last
         minute (what ``aclprof top`` calls degraded), from one sample a second."""
-        windows = {name: float(sec) for name, sec in zip(d.aggregator.window_names(), d.aggregator.windows)}
+        windows = {name: float(sec) for name, sec in zip(agg.window_names(), agg.windows)}
         windows.setdefault("1m", 60.0)
         if self.history is None:
-            self.history = CounterHistory(d.started_mono, max(windows.values()))
+            self.history = CounterHistory(started_mono, max(windows.values()))
         self.history.keep_s = max(windows.values())
         self.history.add(mono, counters)
         return self.history.recent(mono, windows.items(), counters)
@@ -145,11 +147,10 @@ class Health:
         if other > self.other_seen:
             self.other_seen, self.other_growth_ts = other, time.time()
 
-    def problems(self, d: Daemon, now: float) -> list[str]:
+    def problems(self, socket_problem: str | None, st: Storage | None, agg: Aggregator, now: float) -> list[str]:
         out: list[str] = []
-        if d.socket_problem:
-            out.append(d.socket_problem)
-        st = d.storage
+        if socket_problem:
+            out.append(socket_problem)
         if st is not None:
             if st.last_error and st.last_error_ts > now - 60:
                 out.append(f"storage write failing: {st.last_error} ({st.records_lost} records not stored)")
@@ -163,12 +164,54 @@ class Health:
         for (pid, service), n in per.items():
             out.append(f"agent pid {pid} ({service or 'no service'}) reported {n} dropped records in the last minute")
         if self.other_growth_ts > now - 60:
-            out.append(f"aggregate key cap ({d.aggregator.max_keys}) reached: "
-                       f"{d.aggregator.other_records} records counted under '(other)'")
+            out.append(f"aggregate key cap ({agg.max_keys}) reached: "
+                       f"{agg.other_records} records counted under '(other)'")
         return out
 
 
-def take_snapshot(d: Daemon) -> CountersSnapshot:
+class _TraceStats(Protocol):
+    def gap_of(self, conn_id: str) -> dict[str, Any]: ...
+    def summary(self) -> dict[str, Any]: ...
+
+
+class _IngestStats(Protocol):
+    names_truncated: int
+
+
+class _MemoryUse(Protocol):
+    def used(self) -> int: ...
+
+
+class SnapshotSource(Protocol):
+    """What :func:`take_snapshot` reads: the daemon (:class:`aclprofd.server.Daemon`)."""
+
+    counters: Counters
+    health: Health
+    settings: Settings
+    storage: Storage | None
+    started_mono: float
+    internal_errors: int
+    refused: int
+    idle_closed: int
+    accept_errors: int
+    peer_gone: int
+
+    @property
+    def aggregator(self) -> Aggregator: ...
+    @property
+    def conns(self) -> Mapping[int, Conn]: ...
+    @property
+    def traces(self) -> _TraceStats: ...
+    @property
+    def ingest(self) -> _IngestStats: ...
+    @property
+    def memory(self) -> _MemoryUse: ...
+    @property
+    def socket_problem(self) -> str | None: ...
+    def open_counts(self) -> tuple[int, int, int]: ...
+
+
+def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
     """One consistent copy of the daemon's counters (call on the loop thread)."""
     now, mono = time.time(), time.monotonic()
     c, agg = d.counters, d.aggregator
@@ -194,14 +237,14 @@ def take_snapshot(d: Daemon) -> CountersSnapshot:
         agents=agents, storage=storage, aggregate_keys=agg.nkeys - 1,
         aggregate_cap=agg.max_keys, aggregate_other_records=agg.other_records,
         aggregate_windows=(*agg.window_names(), "all"), aggregate_since_ts=agg.reset_ts,
-        problems=tuple(d.health.problems(d, now)),
+        problems=tuple(d.health.problems(d.socket_problem, d.storage, agg, now)),
         records_rejected=tuple(sorted(c.records_rejected.items())),
         memory_budget=d.settings.memory_budget_bytes, memory_used=d.memory.used(),
         memory_refused=tuple(sorted(c.memory_refused.items())),
         internal_errors=d.internal_errors, connections_refused=d.refused, idle_closed=d.idle_closed,
         accept_errors=d.accept_errors, peer_gone=d.peer_gone, open_connections=open_all,
         open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
-        traces=d.traces.summary(), recent=d.health.recent(d, mono, counters))
+        traces=d.traces.summary(), recent=d.health.recent(agg, d.started_mono, mono, counters))
 
 
 def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:

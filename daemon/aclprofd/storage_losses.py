@@ -36,7 +36,7 @@ from typing import Any
 import structlog
 
 from .atomicfile import replace_file
-from .transport import LogLimiter
+from .ratelimit import LogLimiter
 
 __all__ = ["LossPeriod", "StorageLosses", "LOSSES_FILE", "MAX_PERIODS", "MERGE_S"]
 

@@ -25,7 +25,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
@@ -33,12 +33,12 @@ from aclprof.protocol import trace as proto
 from aclprof.protocol.safetext import scrub, truncate
 from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
+from .config import Settings
 from .conn import Conn
+from .fanout import Fanout
 from .handshake import is_int
 from .records import append_frame
-
-if TYPE_CHECKING:
-    from .server import Daemon
+from .transport import Outbox
 
 __all__ = ["Traces", "Gap"]
 
@@ -96,11 +96,25 @@ class _Trace:
     parts: dict[str, _Part] = field(default_factory=dict)
 
 
-class Traces:
-    """The traces of one daemon (loop thread only)."""
+class TraceHost(Outbox, Protocol):
+    """What traces use of the daemon (:class:`aclprofd.server.Daemon`)."""
 
-    def __init__(self, daemon: Daemon):
-        self.d = daemon
+    settings: Settings  # ``stream_buffer``, the bound of a gap line
+
+    @property
+    def fanout(self) -> Fanout: ...
+
+    def keep_waiting(self, conn: Conn, now: float) -> None:
+        """``conn`` waits for a reply: not idle (:meth:`aclprofd.transport.Transport.keep_waiting`)."""
+
+
+class Traces:
+    """The traces of one daemon (loop thread only). The daemon routes TRACE_DONE from
+    agents (:attr:`agent_handlers`) and TRACE from control clients (:attr:`control_handlers`)
+    here."""
+
+    def __init__(self, host: TraceHost):
+        self.host = host
         self._next_id = 1
         self.active: dict[int, _Trace] = {}
         self._by_agent: dict[str, int] = {}  # agent conn id -> the trace it runs
@@ -111,8 +125,8 @@ class Traces:
         self.failed = 0     # processes that answered with an error, died or did not answer
         self.gap_lines_skipped = 0  # gap lines not queued for a STREAM client that does not read
         self._stopping = False
-        daemon.ingest.handlers[Kind.TRACE_DONE] = self.done
-        daemon.control.handlers[Kind.TRACE] = self.request
+        self.agent_handlers = {Kind.TRACE_DONE: self.done}
+        self.control_handlers = {Kind.TRACE: self.request}
 
     # ---- TRACE (control) ------------------------------------------------------------------
     def request(self, conn: Conn, req: dict[str, Any]) -> None:
@@ -121,10 +135,10 @@ class Traces:
         except proto.TraceRequestError as exc:
             self._refuse(conn, str(exc))
             return
-        agents = [c for c in self.d.conns.values() if c.role == "agent" and not c.closed
+        agents = [c for c in self.host.conns.values() if c.role == "agent" and not c.closed
                   and (service is None or c.service == service) and (pid is None or c.pid == pid)]
         if not agents:
-            connected = sorted({f"{c.service or '-'} (pid {c.pid})" for c in self.d.conns.values()
+            connected = sorted({f"{c.service or '-'} (pid {c.pid})" for c in self.host.conns.values()
                                 if c.role == "agent" and not c.closed})
             what = " ".join(x for x in (f"service {service!r}" if service is not None else "",
                                         f"pid {pid}" if pid is not None else "") if x)
@@ -150,14 +164,14 @@ class Traces:
         for a in agents:
             t.parts[a.id] = _Part(a)
             self._by_agent[a.id] = tid
-            self.d.queue(a, start)
+            self.host.queue(a, start)
         _log.info("trace started", trace=tid, service=service, pid=pid, duration_s=duration,
                   data_types=list(types), processes=[a.pid for a in agents], by_pid=conn.pid)
 
     def _refuse(self, conn: Conn, message: str) -> None:
         self.refused += 1
-        self.d.limiter.log("info", "trace refused", reason=message, by_pid=conn.pid)
-        self.d.queue(conn, encode_json(Kind.TRACE_REPLY, {"ok": False, "error": message, "processes": []}))
+        self.host.limiter.log("info", "trace refused", reason=message, by_pid=conn.pid)
+        self.host.queue(conn, encode_json(Kind.TRACE_REPLY, {"ok": False, "error": message, "processes": []}))
 
     # ---- TRACE_DONE (agent) ---------------------------------------------------------------
     def done(self, conn: Conn, payload: memoryview) -> None:
@@ -188,14 +202,14 @@ class Traces:
         t = self.active.get(tid)
         part = t.parts.get(conn.id) if t is not None else None
         if t is None or part is None or part.result is not None:
-            self.d.limiter.log("info", "late or unknown TRACE_DONE", trace=tid, pid=conn.pid, pause_ns=pause_ns)
+            self.host.limiter.log("info", "late or unknown TRACE_DONE", trace=tid, pid=conn.pid, pause_ns=pause_ns)
             return
         self._settle(t, part, result)
 
     def _mark_gap(self, src: Conn, result: dict[str, Any]) -> None:
         """A ``{"kind": "gap"}`` line for every STREAM client whose filter takes ``src``,
         after the records it already has pending (they came before the pause ended)."""
-        fan = self.d.fanout
+        fan = self.host.fanout
         if not fan.streaming:
             return
         fan.pump_streams()
@@ -205,8 +219,8 @@ class Traces:
                            "paused_ts": result["paused_ts"], "resumed_ts": result["resumed_ts"],
                            "models": result["models"], "gap_records": result["gap_records"]},
                           separators=(",", ":")).encode() + b"\n"
-        limit = self.d.settings.stream_buffer_bytes
-        for c in list(self.d.conns.values()):
+        limit = self.host.settings.stream_buffer_bytes
+        for c in list(self.host.conns.values()):
             flt = c.stream
             if flt is None or c.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
                 continue
@@ -216,7 +230,7 @@ class Traces:
                 self.gap_lines_skipped += 1
                 continue
             append_frame(c.out, Kind.STREAM_RECORDS, line)
-            self.d.send(c)
+            self.host.send(c)
 
     # ---- endings --------------------------------------------------------------------------
     def _settle(self, t: _Trace, part: _Part, result: dict[str, Any]) -> None:
@@ -236,7 +250,7 @@ class Traces:
         _log.info("trace finished", trace=t.id, ok=ok, processes=len(processes),
                   errors=[r["error"] for r in processes if r.get("error")])
         if t.client is not None and not t.client.closed:
-            self.d.queue(t.client, encode_json(Kind.TRACE_REPLY, {
+            self.host.queue(t.client, encode_json(Kind.TRACE_REPLY, {
                 "ok": ok, "error": None if ok else "some processes did not trace (see processes[].error)",
                 "trace_id": t.id, "service": t.service, "pid": t.pid, "duration_s": t.duration_s,
                 "data_types": list(t.data_types), "processes": processes}))
@@ -271,11 +285,9 @@ class Traces:
         being closed as idle (they wait for the reply, not idling)."""
         if not self.active:
             return
-        controls = self.d._controls  # the transport's idle clock of control clients
         for t in list(self.active.values()):
-            if t.client is not None and t.client in controls:
-                controls[t.client] = now
-                controls.move_to_end(t.client)
+            if t.client is not None:
+                self.host.keep_waiting(t.client, now)
             if now < t.deadline:
                 continue
             for part in t.parts.values():

@@ -30,15 +30,17 @@ import os
 import selectors
 import socket
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Protocol
 
 import structlog
 
 from aclprof.protocol.wire import Kind, ProtocolError, encode_json
 
 from .conn import Conn
+from .ratelimit import LogLimiter
 
-__all__ = ["Transport"]
+__all__ = ["Transport", "Outbox", "LogLimiter", "goodbye_frame"]
 
 _log = structlog.get_logger("aclprofd")
 
@@ -52,37 +54,25 @@ _ACCEPT_PAUSE_MIN = 0.05        # after a failed accept(), leave the listener al
 _ACCEPT_PAUSE_MAX = 1.0         # ... doubling up to this
 
 
-class LogLimiter:
-    """At most ``burst`` log lines per ``every`` seconds for one kind of event; the next
-    line after a quiet spell says how many were suppressed. A flood of bad clients (or of
-    accept errors) must not become a flood of log lines."""
+class Outbox(Protocol):
+    """What the daemon's parts use of the transport to answer clients (a :class:`Transport`,
+    in the daemon :class:`aclprofd.server.Daemon`, whose :meth:`queue` minds the memory
+    budget): the open connections, queueing and sending frames, closing a connection
+    after a bug, and the rate-limited log of peer-caused events."""
 
-    def __init__(self, burst: int = 5, every: float = 10.0) -> None:
-        self.burst, self.every = burst, every
-        self._state: dict[str, list[float]] = {}  # event -> [window start, lines, suppressed]
+    @property
+    def conns(self) -> Mapping[int, Conn]: ...
+    @property
+    def limiter(self) -> LogLimiter: ...
+    def queue(self, conn: Conn, frame: bytes) -> None: ...
+    def send(self, conn: Conn) -> None: ...
+    def internal_error(self, conn: Conn, where: str, exc: BaseException) -> None: ...
 
-    def allow(self, event: str) -> int | None:
-        """None if a line for ``event`` is suppressed now, else how many were suppressed
-        since the last line that was written."""
-        now = time.monotonic()
-        st = self._state.get(event)
-        suppressed = 0
-        if st is None or now - st[0] >= self.every:
-            suppressed = int(st[2]) if st is not None else 0
-            st = self._state[event] = [now, 0, 0]
-        if st[1] >= self.burst:
-            st[2] += 1
-            return None
-        st[1] += 1
-        return suppressed
 
-    def log(self, level: str, event: str, **kw: Any) -> None:
-        suppressed = self.allow(event)
-        if suppressed is None:
-            return
-        if suppressed:
-            kw["suppressed"] = suppressed
-        getattr(_log, level)(event, **kw)
+def goodbye_frame(conn: Conn) -> bytes:
+    """GOODBYE to an agent (daemon/PROTOCOL.md): how many records and LOSS-reported drops
+    this connection delivered; the agent counts what it wrote beyond that as lost."""
+    return encode_json(Kind.GOODBYE, {"records": conn.records, "dropped": conn.dropped})
 
 
 class Transport:
@@ -230,6 +220,13 @@ class Transport:
         self._fail(conn, f"too many control connections (limit {self.max_control}, all busy)",
                    protocol_error=False)
 
+    def keep_waiting(self, conn: Conn, now: float) -> None:
+        """``conn`` waits for a reply the daemon owes it (a TRACE runs): a control client
+        doing so is not idle, as if it had just sent a request."""
+        if conn in self._controls:
+            self._controls[conn] = now
+            self._controls.move_to_end(conn)
+
     @staticmethod
     def _idle(conn: Conn) -> bool:
         return conn.stream is None and conn.export is None and not conn.out
@@ -359,7 +356,7 @@ class Transport:
             self._on_protocol_error(conn)
         frames = encode_json(Kind.ERROR, {"message": reason})
         if conn.role == "agent":
-            frames += encode_json(Kind.GOODBYE, {"records": conn.records, "dropped": conn.dropped})
+            frames += goodbye_frame(conn)
         self._send_last(conn, frames)
         # quiet: the caller logs (rate-limited); a flood of bad clients is not a flood of lines
         self._close(conn, reason, level="warning", log=not quiet)

@@ -4,7 +4,9 @@
   and agent-worker subprocesses, fd and thread counts;
 - :mod:`helpers.daemons`: a raw wire client, the daemon in a thread and in a subprocess;
 - :mod:`helpers.records`: wire record batches, and the mock's emit log against delivered records;
-- :mod:`helpers.profdirs`: what the mock wrote into a ``PROF_*`` directory.
+- :mod:`helpers.profdirs`: what the mock wrote into a ``PROF_*`` directory;
+- :mod:`helpers.importgraph`: the import graph in numbers (modules, cycles, upward imports),
+  also a script (``python tests/helpers/importgraph.py [ROOT]``).
 
 ``conftest.py`` keeps only fixtures (and imports what they need from here).
 """

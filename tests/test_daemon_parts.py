@@ -1,0 +1,162 @@
+"""How the daemon's parts depend on each other (issue 18): each gets what it uses, none imports
+the daemon object (``aclprofd.server``), none reads another's private attributes, and the
+modules of ``daemon/aclprofd/`` form the layers of ``[tool.importlinter]`` without a cycle.
+Read from the source (``tests/helpers/importgraph.py``); ``lint-imports`` checks the same
+contracts in CI. Plus the rules those parts now share: one memory sum, one rate limit of
+log lines, one GOODBYE frame, and a SIGHUP's ``memory_budget`` reaching the budget checks.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from helpers.daemons import InProcess, agent, status
+from helpers.importgraph import _daemon_layers, _rank, build, sccs
+from helpers.procs import REPO, wait_for
+
+from aclprof.protocol.wire import FrameReader, Kind, decode_json, encode_names
+
+COMPOSERS = {"aclprofd.server", "aclprofd.main", "aclprofd.__main__"}
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return build(REPO).sub("aclprofd")
+
+
+def test_no_part_imports_the_daemon_object(graph):
+    """Not even under TYPE_CHECKING: a part names what it uses (a Protocol beside it)."""
+    bad = sorted(m for m, targets in graph.edges.items() if m not in COMPOSERS and "aclprofd.server" in targets)
+    assert bad == [], f"these import aclprofd.server; give them a Protocol of what they use: {bad}"
+
+
+def test_the_daemon_has_no_import_cycle(graph):
+    cycles = [c for c in sccs(graph) if len(c) > 1]
+    assert cycles == []
+
+
+def test_every_daemon_module_is_in_a_layer_and_no_import_runs_back_up(graph):
+    layers = _daemon_layers(REPO / "pyproject.toml")
+    missing = sorted(m for m in graph.paths if m != "aclprofd" and _rank(m, layers) is None)
+    assert missing == [], f"add these to the layers contract in pyproject.toml: {missing}"
+    up = sorted((a, b) for a, targets in graph.edges.items() if a != "aclprofd"
+                for b in targets if b != "aclprofd" and _rank(b, layers) > _rank(a, layers))
+    assert up == []
+
+
+def test_no_part_reads_another_objects_private_attributes():
+    """``x._name`` only on ``self``/``cls`` or the class being defined (trace.py read the
+    transport's ``_controls``: it asks ``keep_waiting`` now)."""
+    bad = []
+    for path in sorted((REPO / "daemon" / "aclprofd").glob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        classes = {n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)}
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and not (isinstance(node.value, ast.Name) and node.value.id in {"self", "cls", *classes})):
+                bad.append(f"{path.name}:{node.lineno}: {ast.unparse(node)}")
+    assert bad == []
+
+
+@pytest.mark.skipif(shutil.which("lint-imports") is None, reason="import-linter not installed (the lint extra)")
+def test_lint_imports_keeps_every_contract():
+    out = subprocess.run(["lint-imports", "--no-cache"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
+    assert "0 broken" in out.stdout
+
+
+def test_memory_used_is_the_sum_of_what_each_connection_holds():
+    from aclprofd.memory import Memory
+
+    class Held:  # the budget's one rule is Conn.held(); Memory sums it, nothing else
+        def __init__(self, n: int) -> None:
+            self.n = n
+
+        def held(self) -> int:
+            return self.n
+
+    refused: dict[str, int] = {}
+    m = Memory({3: Held(100), 4: Held(23)}, 1000, refused)  # type: ignore[dict-item]
+    assert m.used() == 123
+    assert m.fits(877) and not m.fits(878)
+    m.refuse("names")
+    assert refused == {"names": 1}
+
+
+def test_a_conn_holds_its_queue_names_unstored_records_and_partial_frame():
+    import socket
+
+    from aclprofd.conn import Conn
+    a, b = socket.socketpair()
+    try:
+        c = Conn(a, "x")
+        c.out += b"12345"
+        c.names_bytes = 1000
+        c.pending_bytes = 70
+        list(c.reader.feed(encode_names({1: "Conv2D"})[0][:7]))  # a frame's first 7 bytes
+        assert c.held() == 5 + 1000 + 70 + 7
+    finally:
+        a.close()
+        b.close()
+
+
+def _names_refused(sock_path: str, table: dict[int, str]) -> str | None:
+    """Send ``table`` as an agent; the ERROR message if the daemon refused it, else None."""
+    a = agent(sock_path, names={1: "x"})
+    try:
+        a.names(table)
+        a.sock.settimeout(1.0)  # a table taken is answered by nothing
+        try:
+            kind, payload = a.recv()
+        except (TimeoutError, EOFError):
+            return None
+        return decode_json(payload)["message"] if kind == Kind.ERROR else None
+    finally:
+        a.close()
+
+
+def test_sighup_memory_budget_reaches_the_budget_checks(tmp_path):
+    """memory_budget is live: after a reload the names share (an eighth of the budget) is the
+    new budget's, in the refusal and in STATUS (the budget is no longer read off the settings
+    at each check, so the reload must hand it over)."""
+    table = {i: f"op_name_{i:06d}" for i in range(2, 200)}  # ~5 KB charged: far below 64 MiB / 8
+    with InProcess(memory_budget="64MiB", data_dir=tmp_path / "data") as d:
+        assert _names_refused(d.socket, table) is None
+        d.daemon._reload = lambda: dataclasses.replace(d.settings, memory_budget_bytes=16 << 10)
+        d.daemon.request_reload()
+        wait_for(lambda: status(d.socket)["memory"]["budget_bytes"] == 16 << 10)
+        msg = _names_refused(d.socket, table)
+        assert msg is not None and "NAMES refused" in msg and f"({(16 << 10) // 8} bytes)" in msg, msg
+        assert status(d.socket)["memory"]["refused"].get("names") == 1
+
+
+def test_one_rate_limit_rule_for_log_lines():
+    from aclprofd.logsetup import LineGuard
+    from aclprofd.ratelimit import LogLimiter, RateWindow
+
+    now = [0.0]
+    w = RateWindow(2, 10.0, clock=lambda: now[0])
+    assert [w.allow("e") for _ in range(4)] == [0, 0, None, None]
+    assert w.allow("other") == 0  # per key
+    now[0] = 10.0
+    assert w.allow("e") == 2  # the next window says how many were left out
+    # both users apply it: the parts' LogLimiter and the log's last guard
+    assert isinstance(LogLimiter()._window, RateWindow)
+    assert isinstance(LineGuard()._window, RateWindow)
+
+
+def test_goodbye_is_built_in_one_place():
+    from aclprofd.transport import goodbye_frame
+
+    class C:
+        records, dropped = 12, 3
+
+    [(kind, payload)] = list(FrameReader().feed(goodbye_frame(C())))  # type: ignore[arg-type]
+    assert kind == Kind.GOODBYE and decode_json(payload) == {"records": 12, "dropped": 3}
+    src = "\n".join(p.read_text(encoding="utf-8") for p in Path(REPO, "daemon", "aclprofd").glob("*.py"))
+    assert src.count("Kind.GOODBYE") == 1
