@@ -173,7 +173,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _show(socket_path: str, args: argparse.Namespace, stop_at: float, started: float) -> None:
     from aclprof.cli.client import Client
-    from aclprof.cli.topview import TopView, print_table, run_live
+    from aclprof.cli.toplive import run_live
+    from aclprof.cli.topview import TopView, print_table
 
     view = TopView("10s", "type", "total")
     with Client(socket_path, timeout=10.0) as client:
