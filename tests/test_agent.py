@@ -475,13 +475,19 @@ def test_frame_buffer_grows_with_a_batch_open():
     from aclprof.agent.frames import FrameBuffer
     from aclprof.protocol import wire
 
+    def records(n: int) -> np.ndarray:  # the sender's way: reserve, write in place, commit
+        at = out.reserve_records(n)
+        view = out.buf[at:at + n * wire.RECORD_DTYPE.itemsize].view(wire.RECORD_DTYPE)
+        out.commit_records(n)
+        return view
+
     out = FrameBuffer(capacity=64)
     out.append(wire.encode_json(wire.Kind.WATCH, {"model_id": 1}))
-    first = out.add_records(3)
+    first = records(3)
     first[:] = np.arange(3).astype(wire.RECORD_DTYPE)
     out.consume(5)  # five bytes were written
     sent = b"" + wire.encode_json(wire.Kind.WATCH, {"model_id": 1})[:5]
-    more = out.add_records(40)  # grows: the open frame moves
+    more = records(40)  # grows: the open frame moves
     more["start"] = np.arange(40) + 100
     out.append(wire.encode_json(wire.Kind.LOSS, {"dropped": 3}), loss=3)
     assert out.records == 43 and out.loss == 3 and out.frames == 3

@@ -69,7 +69,6 @@ class Sender:
         self._down_lost = 0
         self._warned_at: float | None = None
         self._warned_lost = 0
-        self.unreachable_warnings = 0
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="aclprof-agent", daemon=True)
 
@@ -188,7 +187,6 @@ class Sender:
             unreachable_s=round(now - self._down_since, 1), dropped_since_last_warning=dropped,
             dropped_total=lost, buffered=buffered, attempts=self.conn.connect_failures)
         self._warned_at, self._warned_lost = now, lost
-        self.unreachable_warnings += 1
 
     def _note_reachable(self) -> None:
         """Connected: if the absence was warned about, say that it ended and what it cost."""

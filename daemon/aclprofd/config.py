@@ -385,23 +385,3 @@ def changed(old: Settings, new: Settings) -> tuple[list[str], list[str]]:
         if getattr(old, o.field) != getattr(new, o.field):
             (live if o.live else restart).append(o.toml)
     return live, restart
-
-
-def markdown_table() -> str:
-    """The settings table of daemon/README.md (kept in sync by a test)."""
-    defaults = {
-        "socket": "`$XDG_RUNTIME_DIR/aclprof/aclprofd.sock`, else `/run/aclprof/aclprofd.sock`",
-        "data_dir": "`$XDG_STATE_HOME/aclprof` (`~/.local/state/aclprof`); `/var/lib/aclprof` as root",
-        "prometheus_host_label": "the host name (`socket.gethostname()`)",
-        "capture_max_bytes": "`256MiB`",
-    }
-    base = Settings(socket="")
-    rows = ["| TOML key | environment | flag | default | SIGHUP | meaning |", "|---|---|---|---|---|---|"]
-    for o in OPTIONS:
-        d = defaults.get(o.field)
-        if d is None:
-            v = getattr(base, o.field)
-            d = "none" if v is None else f"`{v}`"
-        rows.append(f"| `{o.toml}` | `{o.env}` | `{o.flag}` | {d} | {'yes' if o.live else 'restart'} | "
-                    f"{o.help.split(' (default')[0]} |")
-    return "\n".join(rows)

@@ -44,7 +44,6 @@ from aclprof._log import get_logger
 from aclprof.api.records import OpBatch, OpRecord
 from aclprof.api.subscription.closing import Closing
 from aclprof.api.subscription.decoder import Decoder
-from aclprof.api.subscription.decoder import _Decoder as _Decoder  # re-exported: tests, benchmarks
 from aclprof.api.subscription.lifetime import (
     DeferredResubscribeError,
     _check_not_deferred,
