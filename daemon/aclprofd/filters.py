@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from aclprof.protocol.filterregex import RE2_SYNTAX, BadFilterRegex, compile_filter_regex
-from aclprof.protocol.wire import MAX_REGEX_BYTES, ProtocolError
+from aclprof.protocol.filterregex import BadFilterRegex, compile_filter_regex
+from aclprof.protocol.wire import ProtocolError
 
 __all__ = ["Filter", "NameMatcher", "compile_regex"]
 
@@ -34,9 +34,7 @@ def compile_regex(pattern: str, what: str) -> Any:
     try:
         return compile_filter_regex(pattern)
     except BadFilterRegex as exc:
-        if exc.size is not None:
-            raise ProtocolError(f"{what}: regex longer than {MAX_REGEX_BYTES} bytes") from None
-        raise ProtocolError(f"{what}: bad regex {pattern!r}: {exc.detail} ({RE2_SYNTAX})") from None
+        raise ProtocolError(f"{what}: {exc}") from None
 
 
 @dataclass(frozen=True)
