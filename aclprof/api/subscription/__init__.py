@@ -275,8 +275,9 @@ def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = Non
 def _holder_of(model_id: int) -> str | None:
     """The ``holder`` note of a live subscription of ``model_id``, if one has one."""
     for sub in list(_live):
-        if sub.model_id == model_id and sub.holder is not None:
-            return sub.holder
+        holder: str | None = sub.holder
+        if sub.model_id == model_id and holder is not None:
+            return holder
     return None
 
 
