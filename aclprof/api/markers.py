@@ -37,16 +37,13 @@ import os
 import threading
 from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from aclprof._log import get_logger
 from aclprof.binding import lowlevel
 from aclprof.binding import state as _state
-from aclprof.binding.built import import_built
+from aclprof.binding.built import fast_lib
 from aclprof.binding.errors import MsproftxError, UnsupportedError, check
-
-if TYPE_CHECKING:
-    from aclprof.binding._fast import Lib
 
 __all__ = ["mark", "push", "pop", "range", "annotate", "RangeHandle", "set_strict", "DISABLED"]
 
@@ -56,7 +53,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: True when ACLPROF_TX_DISABLE was set at import: every marker is a no-op.
 DISABLED = os.environ.get("ACLPROF_TX_DISABLE", "").strip().lower() not in ("", "0", "false", "no")
 
-_fastlib: Lib = import_built("_fast").lib  # typed by aclprof/binding/_fast.pyi
+_fastlib = fast_lib()
 
 # Codes of the compiled helper (aclprof/binding/_fast.h).
 _UNBOUND = _fastlib.ACLPROF_FAST_UNBOUND
