@@ -10,103 +10,18 @@
 
 Every public name is imported on first use: ``import aclprof`` loads no C library, no cffi
 and no numpy, so the daemon and the CLI, which import parts of this package, never carry
-the binding (a test checks ``sys.modules``).
+the binding (a test checks ``sys.modules``). The names are written once, in ``__init__.pyi``:
+type checkers read that stub, and this module reads the same lines on the first lookup of a
+name it does not hold yet (``__all__`` included; :mod:`aclprof._lazy`).
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import os
 
-from aclprof.protocol.version import __version__
+from aclprof._lazy import LazyNames
+from aclprof.protocol.version import __version__ as __version__
 
-# public name -> the module that defines it (relative to this package)
-_EXPORTS: dict[str, str] = {}
-for _module, _names in {
-    "binding.loader": ("LibraryInfo", "library_info", "use_mock"),
-    "binding.enums": ("AicoreMetrics", "ConfigType", "DataType", "OpFlag", "StepTag"),
-    "binding.errors": ("AclError", "AclprofError", "ApiConflictError", "FeatureUnsupportedError",
-               "HandleClosedError", "InvalidFileError", "InvalidModelIdError", "InvalidParamError",
-               "InvalidProfilingConfigError", "LibraryNotFoundError", "ModulesUnsupportedError",
-               "MsproftxError", "OtherAclError", "ProfAlreadyRunError", "ProfilingFailureError",
-               "ProfNotRunError", "RepeatInitializeError", "RepeatSubscribeError",
-               "UninitializeError", "UnsupportedError"),
-    "api.session": ("Profiler",),
-    "api.step": ("StepInfo",),
-    "api.markers": ("RangeHandle", "annotate", "mark", "pop", "push", "range", "set_strict"),
-    "api.subscription": ("subscribe", "Subscription", "SubscriptionStats"),
-    "api.records": ("OpRecord", "OpBatch"),
-}.items():
-    _EXPORTS.update(dict.fromkeys(_names, _module))
-del _module, _names
-
-# Public submodules reachable as attributes (``aclprof.mock.reset()`` after ``import aclprof``).
-_SUBMODULES = frozenset({"agent", "api", "binding", "cli", "compat", "demo", "lowlevel", "mock", "protocol"})
-
-
-def __getattr__(name: str) -> Any:
-    if name in _SUBMODULES:
-        return importlib.import_module(f"{__name__}.{name}")
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS) | _SUBMODULES)
-
-
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the table above applies
-    from aclprof.api.markers import RangeHandle, annotate, mark, pop, push, range, set_strict
-    from aclprof.api.records import OpBatch, OpRecord
-    from aclprof.api.session import Profiler
-    from aclprof.api.step import StepInfo
-    from aclprof.api.subscription import Subscription, SubscriptionStats, subscribe
-    from aclprof.binding.enums import AicoreMetrics, ConfigType, DataType, OpFlag, StepTag
-    from aclprof.binding.errors import (
-        AclError,
-        AclprofError,
-        ApiConflictError,
-        FeatureUnsupportedError,
-        HandleClosedError,
-        InvalidFileError,
-        InvalidModelIdError,
-        InvalidParamError,
-        InvalidProfilingConfigError,
-        LibraryNotFoundError,
-        ModulesUnsupportedError,
-        MsproftxError,
-        OtherAclError,
-        ProfAlreadyRunError,
-        ProfilingFailureError,
-        ProfNotRunError,
-        RepeatInitializeError,
-        RepeatSubscribeError,
-        UninitializeError,
-        UnsupportedError,
-    )
-    from aclprof.binding.loader import LibraryInfo, library_info, use_mock
-
-# Written out (not derived from _EXPORTS) so that linters and IDEs read it; a test checks
-# that it lists exactly the table's names.
-__all__ = [
-    "__version__",
-    # library
-    "LibraryInfo", "library_info", "use_mock",
-    # enums
-    "AicoreMetrics", "ConfigType", "DataType", "OpFlag", "StepTag",
-    # errors
-    "AclError", "AclprofError", "ApiConflictError", "FeatureUnsupportedError",
-    "HandleClosedError", "InvalidFileError", "InvalidModelIdError", "InvalidParamError",
-    "InvalidProfilingConfigError", "LibraryNotFoundError", "ModulesUnsupportedError",
-    "MsproftxError", "OtherAclError", "ProfAlreadyRunError", "ProfilingFailureError",
-    "ProfNotRunError", "RepeatInitializeError", "RepeatSubscribeError", "UninitializeError",
-    "UnsupportedError",
-    # sessions and markers
-    "Profiler", "StepInfo", "RangeHandle", "annotate", "mark", "pop", "push", "range", "set_strict",
-    # operator subscription
-    "subscribe", "Subscription", "SubscriptionStats", "OpRecord", "OpBatch",
-]
+_LAZY = LazyNames(__name__, os.path.join(os.path.dirname(__file__), "__init__.pyi"), globals())
+__getattr__ = _LAZY.getattr
+__dir__ = _LAZY.dir

@@ -58,7 +58,8 @@ class _LazyLogger:
         if structlog.is_configured():
             if self._structlog is None:
                 self._structlog = structlog.get_logger(self._name)
-            return getattr(self._structlog, level)
+            bound: Callable[..., None] = getattr(self._structlog, level)
+            return bound
         method = getattr(logging.getLogger(self._name), level)
 
         def emit(event: str, *args: Any, **kw: Any) -> None:

@@ -115,7 +115,7 @@ def set_writer_delay_us(us: int) -> None:
     _ok(_call("aclmockSetWriterDelayUs", us), "aclmockSetWriterDelayUs")
 
 
-def set_emit_log(path: str | os.PathLike | None) -> None:
+def set_emit_log(path: str | os.PathLike[str] | None) -> None:
     """Log every emitted record to ``path`` (None stops); see mock_acl/README.md."""
     arg = None if path is None else os.fsencode(path)
     _ok(_call("aclmockSetEmitLog", arg), "aclmockSetEmitLog")
@@ -162,7 +162,7 @@ def _natural(value: Any, what: str, hi: int) -> int:
     return value
 
 
-def model_file(ops: Iterable[Mapping[str, Any]], path: str | os.PathLike, *, device: int = 0,
+def model_file(ops: Iterable[Mapping[str, Any]], path: str | os.PathLike[str], *, device: int = 0,
                seed: int | None = None) -> None:
     """Write the model description that the mock's ``aclmdlLoadFromFile`` reads.
 

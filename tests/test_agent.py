@@ -475,13 +475,19 @@ def test_frame_buffer_grows_with_a_batch_open():
     from aclprof.agent.frames import FrameBuffer
     from aclprof.protocol import wire
 
+    def records(n: int) -> np.ndarray:  # the sender's way: reserve, write in place, commit
+        at = out.reserve_records(n)
+        view = out.buf[at:at + n * wire.RECORD_DTYPE.itemsize].view(wire.RECORD_DTYPE)
+        out.commit_records(n)
+        return view
+
     out = FrameBuffer(capacity=64)
     out.append(wire.encode_json(wire.Kind.WATCH, {"model_id": 1}))
-    first = out.add_records(3)
+    first = records(3)
     first[:] = np.arange(3).astype(wire.RECORD_DTYPE)
     out.consume(5)  # five bytes were written
     sent = b"" + wire.encode_json(wire.Kind.WATCH, {"model_id": 1})[:5]
-    more = out.add_records(40)  # grows: the open frame moves
+    more = records(40)  # grows: the open frame moves
     more["start"] = np.arange(40) + 100
     out.append(wire.encode_json(wire.Kind.LOSS, {"dropped": 3}), loss=3)
     assert out.records == 43 and out.loss == 3 and out.frames == 3
@@ -498,24 +504,25 @@ def test_frame_buffer_grows_with_a_batch_open():
 
 def test_buffer_keeps_the_newest_and_its_control_items():
     from aclprof.agent.buffer import RecordBuffer
+    from aclprof.agent.items import Batch, Unwatch, Watch
     from aclprof.agent.watched import Watched
 
     buf = RecordBuffer(10)
     try:
         w = Watched(1, 0, {})
-        buf.items.append(["watch", w, None])
+        buf.items.append(Watch(w))
         for _ in range(3):
             buf.add_batch(w, _op_records(4), [])
-        buf.items.append(["unwatch", w, None])
+        buf.items.append(Unwatch(w))
         buf.add_batch(w, _op_records(4), [])
         assert buf.records_in == 16 and buf.buffered == 10 and buf.dropped == 6
         items, records = buf.take(6)
-        assert records == 6 and [i[0] for i in items] == ["watch", "batch", "batch", "batch"]
+        assert records == 6 and [type(i) for i in items] == [Watch, Batch, Batch, Batch]
         # the oldest records went first: all of the first batch (its item stays behind the
         # WATCH, empty), half of the second
-        assert [len(i[2]) for i in items[1:]] == [0, 2, 4]
+        assert [len(i.data) for i in items[1:]] == [0, 2, 4]
         items, records = buf.take(100)
-        assert records == 4 and [i[0] for i in items] == ["unwatch", "batch"]
+        assert records == 4 and [type(i) for i in items] == [Unwatch, Batch]
         buf.add_batch(w, _op_records(3), [])
         assert buf.discard_all() == 3 and buf.dropped == 9 and buf.lost_total() == 9
     finally:
@@ -638,6 +645,7 @@ def test_sender_joins_runs_of_small_batches_in_order():
 
     from aclprof.agent.buffer import RecordBuffer
     from aclprof.agent.connection import Connection
+    from aclprof.agent.items import Watch
     from aclprof.agent.sender import Sender
     from aclprof.agent.watched import Watched
     from aclprof.protocol import wire
@@ -669,7 +677,7 @@ def test_sender_joins_runs_of_small_batches_in_order():
         table_a += ["a2", "a3"]  # the subscription's table grows between two batches
         batch(a, table_a, [3, 2])
         batch(a, table_a, [0])
-        buf.items.append(["watch", b, None])
+        buf.items.append(Watch(b))
         batch(b, table_b, [0, 0])
         batch(a, table_a, [2])
         assert sender._pump()

@@ -13,6 +13,7 @@ import pytest
 
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
+from aclprof.agent.items import Batch, Unwatch, Watch
 from aclprof.agent.sender import Sender
 from aclprof.agent.watched import Watched
 from aclprof.api.records import OP_DTYPE
@@ -41,7 +42,7 @@ def _sent_starts(parts: list[np.ndarray]) -> list[int]:
         w.announced = 1
         sender = Sender(buf, conn, {1: w}, backoff_max=1)
         for p in parts:
-            buf.items.append(["batch", w, p, ["n0", "n1"]])
+            buf.items.append(Batch(w, p, ["n0", "n1"]))
             buf.buffered += len(p)
         assert sender._pump() and not conn.out
         theirs.setblocking(False)
@@ -81,15 +82,15 @@ def test_take_of_everything_keeps_the_order_and_the_control_items():
     w = Watched(1, 0, {})
     try:
         buf.add_batch(w, _records(3, 0), None)
-        buf.items.append(["watch", w, None, None])
+        buf.items.append(Watch(w))
         buf.add_batch(w, _records(2, 10), None)
-        buf.items.append(["unwatch", w, None, None])
+        buf.items.append(Unwatch(w))
         taken, n = buf.take(1 << 15)
-        assert n == 5 and [it[0] for it in taken] == ["batch", "watch", "batch", "unwatch"]
+        assert n == 5 and [type(it) for it in taken] == [Batch, Watch, Batch, Unwatch]
         assert buf.buffered == 0 and buf.empty() and buf.take(1 << 15) == ([], 0)
         buf.add_batch(w, _records(4, 0), None)
-        buf.items.append(["watch", w, None, None])
+        buf.items.append(Watch(w))
         taken, n = buf.take(4)  # exactly the limit: the item after it waits, as before
-        assert n == 4 and [it[0] for it in taken] == ["batch"] and len(buf.items) == 1
+        assert n == 4 and [type(it) for it in taken] == [Batch] and len(buf.items) == 1
     finally:
         buf.close()

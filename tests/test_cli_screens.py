@@ -532,7 +532,8 @@ def test_top_once_with_a_flood_of_rows_shows_the_limit():
 
 
 def test_live_view_asks_status_at_most_once_a_second_whatever_the_rows():
-    from aclprof.cli.topview import TopView, run_live
+    from aclprof.cli.toplive import run_live
+    from aclprof.cli.topview import TopView
 
     class Counting:
         def __init__(self):

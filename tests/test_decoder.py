@@ -1,4 +1,4 @@
-"""The subscription's decoder (``aclprof.api.subscription._Decoder``) on its own, with hypothesis.
+"""The subscription's decoder (``aclprof.api.subscription.decoder.Decoder``) on its own, with hypothesis.
 
 (a) Arbitrary byte streams, in arbitrary chunks: decoding never raises, every whole record
     is accounted as decoded or corrupt, and every record whose signature is valid (checked
@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from aclprof import mock
 from aclprof.api.records import OP_DTYPE
-from aclprof.api.subscription import _Decoder
+from aclprof.api.subscription.decoder import Decoder
 from aclprof.binding import lowlevel
 from aclprof.binding.enums import AicoreMetrics
 
@@ -108,7 +108,7 @@ def decoded_numeric(batches) -> list[tuple]:
     return out
 
 
-def feed_in_chunks(decoder: _Decoder, data: bytes, chunks: list[int]) -> list:
+def feed_in_chunks(decoder: Decoder, data: bytes, chunks: list[int]) -> list:
     batches = []
     pos = 0
     for size in itertools.cycle(chunks):
@@ -134,7 +134,7 @@ def test_python_crc_matches_the_compiled_one():
 def test_arbitrary_bytes_never_raise_and_are_all_accounted(data, chunks, max_records, size,
                                                           validate):
     mock.set_op_desc_size(size)
-    decoder = _Decoder(size, validate=validate, max_records=max_records)
+    decoder = Decoder(size, validate=validate, max_records=max_records)
     batches = feed_in_chunks(decoder, data, chunks)
     whole = len(data) // size
     assert decoder.records_read == whole
@@ -176,7 +176,7 @@ def test_valid_records_in_noise_decode_exactly(items, tail, chunks, max_records,
         stream += record
     tail = tail[:size - 1]
     stream += tail
-    decoder = _Decoder(size, default_device=7, max_records=max_records)
+    decoder = Decoder(size, default_device=7, max_records=max_records)
     batches = feed_in_chunks(decoder, stream, chunks)
     assert decoded_numeric(batches) == expected
     assert decoder.corrupt == bad
@@ -255,7 +255,7 @@ def test_mock_records_rechunked_and_flipped_decode_exactly(tmp_path):
                 data[i * size + offset % size] ^= mask
                 flipped.add(i)
 
-        decoder = _Decoder(size, default_device=DEVICE, max_records=max_records)
+        decoder = Decoder(size, default_device=DEVICE, max_records=max_records)
         batches = feed_in_chunks(decoder, bytes(data), chunks)
         records = [r for b in batches for r in b.records()]
         assert [record_key(r) for r in records] == [
@@ -284,7 +284,7 @@ def test_mock_records_through_the_getter_fallback():
     model = mock.load_model(OPS, device=DEVICE)
     mock.set_emit_log(None)
     raw = capture(model, 2)
-    decoder = _Decoder(80, default_device=DEVICE)
+    decoder = Decoder(80, default_device=DEVICE)
     decoder._raw = None  # as if aclprofGetOpDescSize had returned a size we do not know
     corrupt = bytearray(raw)
     corrupt[80 + 40] ^= 1  # record 1 is corrupt: its getters fail
@@ -311,7 +311,7 @@ def test_interner_overflow_names_read_as_placeholder(monkeypatch):
     ops = [{"name": f"op{i}", "type": "T", "duration_ns": 10} for i in range(4)]
     model = mock.load_model(ops)
     raw = capture(model, 1)
-    decoder = _Decoder(80)
+    decoder = Decoder(80)
     records = [r for b in decoder.feed(raw) for r in b.records()]
     assert [(r.op_name, r.op_type) for r in records] == [
         ("op0", "T"), ("op1", "T"), ("?", "T"), ("?", "T")]

@@ -188,7 +188,7 @@ def test_helper_host_time_values_are_errors_not_timestamps(no_leaks):
     """On a helper host aclprofGetOpStart/End/Duration return 200006 as their value. The
     getter-based decode path must fail with that code instead of delivering 200006 as a
     time; the raw path is unaffected."""
-    from aclprof.api.subscription import _Decoder
+    from aclprof.api.subscription.decoder import Decoder
 
     model = mock.load_model(OPS)
     raw = _capture(model)
@@ -208,7 +208,7 @@ def test_helper_host_time_values_are_errors_not_timestamps(no_leaks):
     # The getters answer like a helper host only for the times: the fallback decoder
     # reads names and types, then refuses the times (this failed before: 200006 came out
     # as start, end and duration).
-    decoder = _Decoder(80)
+    decoder = Decoder(80)
     decoder._raw = None  # force the getter fallback
     for name in ("aclprofGetOpStart", "aclprofGetOpEnd", "aclprofGetOpDuration"):
         mock.fail_next(name, 1, 200006)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from aclprof.agent.buffer import RecordBuffer
+from aclprof.agent.items import Batch, Watch
 
 W = object()  # stands in for a Watched: the buffer only carries it
 
@@ -46,22 +47,29 @@ def test_up_to_the_bound_nothing_is_dropped(buf):
     buf.add_batch(W, recs(6), "n1")
     buf.add_batch(W, recs(4, 6), "n2")
     assert (buf.buffered, buf.records_in, buf.dropped) == (10, 10, 0)
-    assert [it[0] for it in buf.items] == ["batch", "batch"]
-    assert buf.items[0][1] is W and buf.items[0][3] == "n1"
+    assert [type(it) for it in buf.items] == [Batch, Batch]
+    first = buf.items[0]
+    assert isinstance(first, Batch) and first.watched is W and first.names == "n1"
 
 
 def test_trim_drops_the_oldest_exactly(buf):
     buf.add_batch(W, recs(6), None)
-    buf.items.append(["watch", W, None, None])
+    buf.items.append(Watch(W))
     buf.add_batch(W, recs(3, 6), None)
     buf.add_batch(W, recs(4, 9), None)  # 13 > 10: drop 3 of the first batch
     assert (buf.buffered, buf.records_in, buf.dropped) == (10, 13, 3)
-    assert list(buf.items[0][2]) == [3, 4, 5]
+    assert data(buf.items[0]) == [3, 4, 5]
     buf.add_batch(W, recs(5, 13), None)  # 15 > 10: the rest of the first (3), 2 of the next
     assert (buf.buffered, buf.dropped) == (10, 8)
-    assert [it[0] for it in buf.items] == ["watch", "batch", "batch", "batch"]  # control item kept
-    assert list(buf.items[1][2]) == [8]
+    assert [type(it) for it in buf.items] == [Watch, Batch, Batch, Batch]  # control item kept
+    assert data(buf.items[1]) == [8]
     assert lost(buf) == 8
+
+
+def data(item: object) -> list[int]:
+    """A buffered batch's records (a control item where a batch belongs fails here)."""
+    assert isinstance(item, Batch)
+    return list(item.data)
 
 
 def lost(b: RecordBuffer) -> int:
@@ -70,11 +78,11 @@ def lost(b: RecordBuffer) -> int:
 
 def test_trim_skips_control_items_and_empty_batches():
     b = RecordBuffer(2)
-    b.items.append(["watch", W, None, None])
-    b.items.append(["batch", W, recs(0), None])
+    b.items.append(Watch(W))
+    b.items.append(Batch(W, recs(0), None))
     b.add_batch(W, recs(3), None)
     assert (b.buffered, b.dropped) == (2, 1)
-    assert list(b.items[-1][2]) == [1, 2]
+    assert data(b.items[-1]) == [1, 2]
     b.close()
 
 
@@ -83,18 +91,18 @@ def test_fully_trimmed_head_batches_are_removed():
     b.add_batch(W, recs(2), None)
     b.add_batch(W, recs(2, 2), None)
     b.add_batch(W, recs(3, 4), None)  # 7 > 3: the first two batches go entirely
-    assert len(b.items) == 1 and list(b.items[0][2]) == [4, 5, 6]
+    assert len(b.items) == 1 and data(b.items[0]) == [4, 5, 6]
     assert (b.buffered, b.dropped) == (3, 4)
     b.close()
 
 
 def test_take_respects_max_but_always_gives_the_first_batch(buf):
     buf.add_batch(W, recs(4), None)
-    buf.items.append(["watch", W, None, None])
+    buf.items.append(Watch(W))
     buf.add_batch(W, recs(3, 4), None)
     buf.add_batch(W, recs(2, 7), None)
     taken, n = buf.take(7)
-    assert n == 7 and [it[0] for it in taken] == ["batch", "watch", "batch"]
+    assert n == 7 and [type(it) for it in taken] == [Batch, Watch, Batch]
     assert buf.buffered == 2
     taken, n = buf.take(1)  # first batch (2 records) even though it exceeds 1
     assert n == 2 and len(taken) == 1 and buf.buffered == 0 and buf.empty()

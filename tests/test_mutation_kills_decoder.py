@@ -8,7 +8,7 @@ import struct
 
 import pytest
 
-from aclprof.api.subscription import _Decoder
+from aclprof.api.subscription.decoder import Decoder
 from aclprof.binding.opdecode import signature
 
 
@@ -20,13 +20,13 @@ def build(size: int = 80, *, model_id: int = 5, device_id: int = 0, start: int =
 
 
 def test_default_device_replaces_only_a_zero_dev_id():
-    dec = _Decoder(80, default_device=3)
+    dec = Decoder(80, default_device=3)
     (batch,) = dec.feed(build(device_id=0) + build(device_id=6))
     assert batch.data["device_id"].tolist() == [3, 6]
 
 
 def test_defaults():
-    dec = _Decoder(80)
+    dec = Decoder(80)
     assert (dec.default_device, dec.capacity, dec.keypoints, dec.failed) == (0, 4096, 0, 0)
     assert len(dec.buffer) == 80 * 4097
     (batch,) = dec.feed(build(device_id=0))
@@ -35,7 +35,7 @@ def test_defaults():
 
 
 def test_counters_add_up_over_chunks():
-    dec = _Decoder(80)
+    dec = Decoder(80)
     good, bad = build(), b"\xff" * 80
     dec.feed(good + bad)
     dec.feed(bad + good + good)
@@ -44,7 +44,7 @@ def test_counters_add_up_over_chunks():
 
 
 def test_free_space_is_whole_records_minus_leftover():
-    dec = _Decoder(80, max_records=3)
+    dec = Decoder(80, max_records=3)
     assert len(dec.free_space()) == 80 * 3
     assert dec.feed(build()[:50]) == []
     assert len(dec.free_space()) == 80 * 3 - 50 and dec.filled == 50
@@ -53,7 +53,7 @@ def test_free_space_is_whole_records_minus_leftover():
 
 
 def test_a_failing_decode_counts_its_records_every_time(monkeypatch):
-    dec = _Decoder(80)
+    dec = Decoder(80)
 
     def boom(count):
         raise RuntimeError("bug")

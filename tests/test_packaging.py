@@ -67,7 +67,8 @@ def test_daemon_and_cli_never_load_the_binding(run_python, modules):
 def test_lazy_names_resolve_and_list():
     import aclprof
 
-    assert sorted(aclprof.__all__) == sorted(["__version__", *aclprof._EXPORTS])
+    assert sorted(aclprof.__all__) == sorted(["__version__", *aclprof._LAZY.exports])
+    assert len(aclprof.__all__) == len(set(aclprof.__all__))
     for name in aclprof.__all__:
         assert getattr(aclprof, name) is not None, name
     assert set(aclprof.__all__) <= set(dir(aclprof))
@@ -91,3 +92,34 @@ def test_every_package_folder_is_listed_for_the_wheel():
     found = {".".join(p.parent.relative_to(repo).parts) for p in (repo / "aclprof").rglob("__init__.py")}
     found |= {"aclprofd"} if (repo / "daemon" / "aclprofd" / "__init__.py").is_file() else set()
     assert listed == found
+
+
+def test_every_stub_is_listed_for_the_wheel():
+    """``include-package-data`` is off, so a ``.pyi`` ships only if package-data names it:
+    ``aclprof/__init__.pyi`` is the list of public names read at run time (an installed
+    aclprof without it resolves none of them), the C helpers' stubs are their types."""
+    import fnmatch
+    import sys
+
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
+
+    repo = Path(__file__).resolve().parent.parent
+    data = tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    stubs = sorted((repo / "aclprof").rglob("*.pyi"))
+    assert repo / "aclprof" / "__init__.pyi" in stubs
+    unlisted = [str(p.relative_to(repo)) for p in stubs
+                if not any(fnmatch.fnmatch(p.name, pat)
+                           for pat in data.get(".".join(p.parent.relative_to(repo).parts), []))]
+    assert unlisted == []
+    assert "*.pyi" in (repo / "MANIFEST.in").read_text()  # and the sdist carries them
+
+
+def test_a_missing_stub_is_a_clear_import_error(tmp_path):
+    from aclprof._lazy import LazyNames
+
+    lazy = LazyNames("aclprof", str(tmp_path / "__init__.pyi"), {})
+    with pytest.raises(ImportError, match=r"^aclprof: its list of public names .*__init__\.pyi cannot be read"):
+        lazy.getattr("Profiler")

@@ -60,6 +60,7 @@ from typing import Any
 from aclprof._log import get_logger
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
+from aclprof.agent.items import Unwatch, Watch
 from aclprof.agent.sender import Sender
 from aclprof.agent.trace import Tracer
 from aclprof.agent.watched import Watched
@@ -149,7 +150,7 @@ class Agent:
             device = _thread_device()
             device_from = "unknown" if device is None else "thread"
         w = Watched(model_id, device, {str(k): str(v) for k, v in (labels or {}).items()}, device_from)
-        item: list[Any] = ["watch", w, None]
+        item = Watch(w)
         buffer = self._buffer
         # The WATCH item goes in before the subscription can deliver anything.
         with self._lock:
@@ -210,7 +211,7 @@ class Agent:
             w.live = False
             buffer.dropped_subscription += w.sub.stats.dropped - w.sub_dropped_seen
             w.sub_dropped_seen = w.sub.stats.dropped
-            buffer.items.append(["unwatch", w, None])
+            buffer.items.append(Unwatch(w))
             if self._watched.get(w.model_id) is w:
                 del self._watched[w.model_id]
 

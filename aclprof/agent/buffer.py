@@ -14,14 +14,15 @@ import os
 import threading
 from typing import Any
 
+from aclprof.agent.items import Batch, Item
 from aclprof.agent.watched import Watched
 
 __all__ = ["RecordBuffer"]
 
 
 class RecordBuffer:
-    """Items ``[kind, watched, data, names]`` in arrival order: ``"batch"`` items carry
-    OP_DTYPE records, ``"watch"``/``"unwatch"`` items are kept in order with them (a WATCH
+    """Items (:mod:`aclprof.agent.items`) in arrival order: :class:`~aclprof.agent.items.Batch`
+    items carry OP_DTYPE records, the control items are kept in order with them (a WATCH
     must precede the model's first records on the wire).
 
     Counters (all under :attr:`lock`): ``records_in`` (delivered by the subscriptions),
@@ -34,7 +35,7 @@ class RecordBuffer:
             raise ValueError("buffer_records must be at least 1")
         self.bound = int(bound)
         self.lock = threading.Lock()
-        self.items: collections.deque[list[Any]] = collections.deque()
+        self.items: collections.deque[Item] = collections.deque()
         self.buffered = 0
         self.records_in = 0
         self.dropped = 0
@@ -53,7 +54,7 @@ class RecordBuffer:
             return
         with self.lock:
             self.records_in += n
-            self.items.append(["batch", w, data, names])
+            self.items.append(Batch(w, data, names))
             self.buffered += n
             if self.buffered > self.bound:
                 self._trim_locked()
@@ -68,24 +69,24 @@ class RecordBuffer:
         for item in items:
             if excess <= 0:
                 break
-            if item[0] != "batch":
+            if not isinstance(item, Batch):
                 continue
-            n = len(item[2])
+            n = len(item.data)
             if n == 0:
                 continue
             k = min(n, excess)
-            item[2] = item[2][k:]  # a view: the dropped head is freed with the batch
+            item.data = item.data[k:]  # a view: the dropped head is freed with the batch
             excess -= k
             self.buffered -= k
             self.dropped += k
-        while items and items[0][0] == "batch" and len(items[0][2]) == 0:
+        while items and isinstance(head := items[0], Batch) and len(head.data) == 0:
             items.popleft()
 
     # -- the sender --------------------------------------------------------------------------
-    def take(self, max_records: int) -> tuple[list[list[Any]], int]:
+    def take(self, max_records: int) -> tuple[list[Item], int]:
         """Remove items from the front: up to ``max_records`` records (at least the first
         batch, whatever its size), with the control items among them."""
-        taken: list[list[Any]] = []
+        taken: list[Item] = []
         records = 0
         with self.lock:
             items = self.items
@@ -99,8 +100,8 @@ class RecordBuffer:
                 return taken, records
             while items and records < max_records:
                 item = items[0]
-                if item[0] == "batch":
-                    n = len(item[2])
+                if isinstance(item, Batch):
+                    n = len(item.data)
                     if records and records + n > max_records:
                         break
                     self.buffered -= n

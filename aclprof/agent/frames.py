@@ -88,18 +88,6 @@ class FrameBuffer:
         self.end += n * _REC
         self._batch_n += n
 
-    def add_records(self, n: int) -> np.ndarray:
-        """``n`` uninitialised wire records at the end of the open BATCH frame (opened if
-        none is): the caller writes them in place."""
-        if self._batch_at < 0:
-            self._batch_at = self._reserve(_HDR)
-            self.end = self._batch_at + _HDR
-            self._batch_n = 0
-        at = self._reserve(n * _REC)
-        self.end = at + n * _REC
-        self._batch_n += n
-        return self._buf[at:self.end].view(wire.RECORD_DTYPE)
-
     def end_batch(self) -> None:
         """Close the open BATCH frame: write its header now that its length is known."""
         if self._batch_at < 0:

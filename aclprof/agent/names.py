@@ -35,7 +35,8 @@ class NameMap:
         nothing is mapped yet on this connection."""
         if w.map_gen != self.gen:
             w.name_map, w.map_gen = None, self.gen
-        return w.name_map
+        mapping: np.ndarray | None = w.name_map
+        return mapping
 
     def extend(self, w: Watched, top: int, names: Any) -> dict[str, str]:
         """Map ``w``'s name ids up to ``top`` (``names`` is the subscription's table);

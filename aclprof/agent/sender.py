@@ -23,6 +23,7 @@ import numpy as np
 from aclprof._log import get_logger
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
+from aclprof.agent.items import Batch, Unwatch, Watch
 from aclprof.agent.watched import Watched
 from aclprof.api.records import OP_DTYPE
 from aclprof.binding.agentpath import convert
@@ -69,7 +70,6 @@ class Sender:
         self._down_lost = 0
         self._warned_at: float | None = None
         self._warned_lost = 0
-        self.unreachable_warnings = 0
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="aclprof-agent", daemon=True)
 
@@ -188,7 +188,6 @@ class Sender:
             unreachable_s=round(now - self._down_since, 1), dropped_since_last_warning=dropped,
             dropped_total=lost, buffered=buffered, attempts=self.conn.connect_failures)
         self._warned_at, self._warned_lost = now, lost
-        self.unreachable_warnings += 1
 
     def _note_reachable(self) -> None:
         """Connected: if the absence was warned about, say that it ended and what it cost."""
@@ -238,26 +237,30 @@ class Sender:
         i, count = 0, len(items)
         while i < count:
             item = items[i]
-            kind, w = item[0], item[1]
             i += 1
-            if kind == "watch":
-                if w.announced != gen and w.live:
-                    conn.announce(w)
-            elif kind == "unwatch":
-                if w.announced == gen:
-                    conn.queue_json(wire.Kind.UNWATCH, {"model_id": w.model_id})
-            elif kind == "json":  # a control frame in order with the records (TRACE_DONE)
-                conn.queue_json(item[2], item[3])
-            else:
+            if isinstance(item, Batch):
                 # The subscription delivers many small batches (a few dozen records per
                 # pipe read): the run of consecutive batches of one model is converted
                 # as one, so the GIL-holding work per wake-up does not grow with them.
-                parts = [item[2]]
-                while i < count and items[i][0] == "batch" and items[i][1] is w:
-                    parts.append(items[i][2])
+                w = item.watched
+                parts = [item.data]
+                last = item
+                while i < count and isinstance(nxt := items[i], Batch) and nxt.watched is w:
+                    parts.append(nxt.data)
+                    last = nxt
                     i += 1
                 # the subscription's name table only grows: its newest state maps them all
-                self._send_records(w, parts, items[i - 1][3])
+                self._send_records(w, parts, last.names)
+            elif isinstance(item, Watch):
+                w = item.watched
+                if w.announced != gen and w.live:
+                    conn.announce(w)
+            elif isinstance(item, Unwatch):
+                w = item.watched
+                if w.announced == gen:
+                    conn.queue_json(wire.Kind.UNWATCH, {"model_id": w.model_id})
+            else:  # a control frame in order with the records (TRACE_DONE)
+                conn.queue_json(item.kind, item.payload)
         out.end_batch()
         return conn.flush()
 

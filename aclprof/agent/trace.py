@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aclprof._log import get_logger
+from aclprof.agent.items import JsonFrame
 from aclprof.protocol import trace as proto
 from aclprof.protocol import wire
 
@@ -112,7 +113,7 @@ class Tracer:
                 "gap_records": None, "error": None, **obj}
         buffer = self.agent._buffer
         with buffer.lock:
-            buffer.items.append(["json", None, wire.Kind.TRACE_DONE, full])
+            buffer.items.append(JsonFrame(wire.Kind.TRACE_DONE, full))
         buffer.wake()
 
     # -- the trace thread ----------------------------------------------------------------------

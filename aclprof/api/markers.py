@@ -36,12 +36,13 @@ import functools
 import os
 import threading
 from collections.abc import Callable
+from types import TracebackType
 from typing import Any, TypeVar
 
 from aclprof._log import get_logger
 from aclprof.binding import lowlevel
 from aclprof.binding import state as _state
-from aclprof.binding.built import import_built
+from aclprof.binding.built import fast_lib
 from aclprof.binding.errors import MsproftxError, UnsupportedError, check
 
 __all__ = ["mark", "push", "pop", "range", "annotate", "RangeHandle", "set_strict", "DISABLED"]
@@ -52,7 +53,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 #: True when ACLPROF_TX_DISABLE was set at import: every marker is a no-op.
 DISABLED = os.environ.get("ACLPROF_TX_DISABLE", "").strip().lower() not in ("", "0", "false", "no")
 
-_fastlib = import_built("_fast").lib
+_fastlib = fast_lib()
 
 # Codes of the compiled helper (aclprof/binding/_fast.h).
 _UNBOUND = _fastlib.ACLPROF_FAST_UNBOUND
@@ -154,7 +155,7 @@ _active = _state.tx_running
 
 def _live_stamps() -> int:
     """Stamps aclprof holds in the library's pool (idle or in use); for tests."""
-    return _fastlib.aclprof_tx_live_stamps()
+    return int(_fastlib.aclprof_tx_live_stamps())
 
 
 def _clear_thread_state() -> None:
@@ -252,7 +253,8 @@ class annotate:
             _not_running("aclprofRangeStart")
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         # If the enter was a no-op (no session then), this pops nothing: the C stack is
         # empty or holds only entries of ended sessions, which pop as _STALE.
         if _active:
@@ -341,7 +343,7 @@ class RangeHandle:
     def __enter__(self) -> RangeHandle:
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.end()
 
     def __repr__(self) -> str:
@@ -387,7 +389,8 @@ class range:
         _tls.ranges.append(handle)
         return handle
 
-    def __exit__(self, exc_type, exc, tb) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         stack = _tls.ranges
         if not stack:
             return
@@ -420,16 +423,16 @@ if DISABLED:
 
         __slots__ = ("message",)
 
-        def __init__(self, message: str | None = None):
+        def __init__(self, message: str | None = None) -> None:
             self.message = message
 
-        def __enter__(self):
+        def __enter__(self) -> annotate:
             return self
 
-        def __exit__(self, *exc_info):
+        def __exit__(self, *exc_info: object) -> None:
             return None
 
-        def __call__(self, func):
+        def __call__(self, func: F) -> F:
             return func
 
     _NOOP_HANDLE = RangeHandle("", -1)
@@ -439,7 +442,7 @@ if DISABLED:
 
         __slots__ = ("message",)
 
-        def __init__(self, message: str):
+        def __init__(self, message: str) -> None:
             self.message = message
 
         def start(self) -> RangeHandle:
@@ -448,5 +451,5 @@ if DISABLED:
         def __enter__(self) -> RangeHandle:
             return _NOOP_HANDLE
 
-        def __exit__(self, *exc_info):
+        def __exit__(self, *exc_info: object) -> None:
             return None

@@ -117,7 +117,7 @@ class Profiler:
 
     def __init__(
         self,
-        output_dir: str | os.PathLike,
+        output_dir: str | os.PathLike[str],
         devices: Iterable[int] | int = (0,),
         data_types: DataType | int = DataType.ACL_API | DataType.TASK_TIME,
         aicore_metrics: AicoreMetrics | int = AicoreMetrics.NONE,

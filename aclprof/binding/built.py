@@ -11,8 +11,12 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-__all__ = ["import_built", "not_built_hint"]
+if TYPE_CHECKING:
+    from aclprof.binding._fast import Lib
+
+__all__ = ["import_built", "not_built_hint", "fast_lib"]
 
 
 def not_built_hint(what: str) -> str:
@@ -33,3 +37,9 @@ def import_built(name: str) -> ModuleType:
         return importlib.import_module(f"aclprof.binding.{name}")
     except ImportError as exc:
         raise ImportError(not_built_hint(f"aclprof.binding.{name}")) from exc
+
+
+def fast_lib() -> Lib:
+    """The compiled helper's ``lib`` (``aclprof.binding._fast``), typed by ``_fast.pyi``."""
+    lib: Lib = import_built("_fast").lib
+    return lib

@@ -9,11 +9,14 @@ matters (a config must outlive the session that uses it), so the owner decides.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from aclprof.binding.errors import HandleClosedError
 
 __all__ = ["Handle"]
+
+
+_H = TypeVar("_H", bound="Handle")
 
 
 class Handle:
@@ -43,11 +46,11 @@ class Handle:
         if ptr is not None and self._release is not None:
             self._release(ptr)
 
-    def __enter__(self):
+    def __enter__(self: _H) -> _H:
         self._get()
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

@@ -1,10 +1,11 @@
 """The compiled half of the op record decoder: name interning and the CRC-32C signature.
 
-:class:`aclprof.api.subscription.decoder.Decoder` decodes the numeric fields with numpy;
-everything that must call into C per record lives here, so that the api layer holds no
-cffi object. The C loop (``_fast.c``, ``aclprof_decode_names``) checks each record's
-signature and fetches its name and type through the library's one-shot getters exactly
-once (the fetch frees the library's table entry), interning them into :class:`NameTable`.
+:class:`aclprof.api.subscription.decoder.Decoder` hands each chunk of whole records to
+:meth:`NameTable.decode_ops`; everything that must call into C per record lives here, so
+that the api layer holds no cffi object. The C loop (``_fast_ops.c``,
+``aclprof_decode_ops``, GIL released) checks each record's signature, fetches its name and
+type through the library's one-shot getters exactly once (the fetch frees the library's
+table entry), interning them into :class:`NameTable`, and writes the numeric fields.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from aclprof.binding.layout import OP_ROW_DTYPE, RAW_SIZES
 __all__ = ["NameTable", "signature", "read_pipe", "STATUS_CORRUPT", "STATUS_NO_TYPE",
            "STATUS_NO_NAME", "READ_EOF", "READ_WOKEN", "OP_ROW_SIZE"]
 
-#: Bits of the per-record status :meth:`NameTable.decode_names` writes (``_fast.h``).
+#: Bits of the per-record status the C name loop writes (``_fast.h`` ACLPROF_REC_*).
 STATUS_CORRUPT, STATUS_NO_TYPE, STATUS_NO_NAME = 1, 2, 4
 #: Flags :func:`read_pipe` returns (``_fast.h`` ACLPROF_READ_*).
 READ_EOF, READ_WOKEN = 1, 2
@@ -47,18 +48,6 @@ class NameTable:
         if table == self._ffi.NULL:
             raise MemoryError("could not allocate the op name table")
         self._table = self._ffi.gc(table, self._lib.aclprof_interner_free)
-
-    def decode_names(self, buffer: bytearray, count: int, record_size: int, validate: bool,
-                     type_ids: Any, name_ids: Any, status: Any) -> int:
-        """Check and name ``count`` records at the start of ``buffer``; returns how many are
-        valid. ``type_ids``/``name_ids`` (uint32) and ``status`` (uint8) are writable arrays
-        of at least ``count`` elements: the ids of each record's type and name, and its
-        :data:`STATUS_CORRUPT` / :data:`STATUS_NO_TYPE` / :data:`STATUS_NO_NAME` bits."""
-        ffi = self._ffi
-        return int(self._lib.aclprof_decode_names(
-            self._table, ffi.from_buffer("uint8_t[]", buffer), count, record_size, int(validate),
-            ffi.from_buffer("uint32_t[]", type_ids), ffi.from_buffer("uint32_t[]", name_ids),
-            ffi.from_buffer("uint8_t[]", status)))
 
     def decode_ops(self, buffer: bytearray, count: int, record_size: int, validate: bool,
                    default_device: int, out: Any, counts: Any) -> int:

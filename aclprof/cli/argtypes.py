@@ -22,8 +22,8 @@ from collections.abc import Callable
 from fractions import Fraction
 from typing import NoReturn, TypeVar
 
-from aclprof.protocol.filterregex import RE2_SYNTAX, BadFilterRegex, compile_filter_regex
-from aclprof.protocol.wire import MAX_IDENT_BYTES, MAX_REGEX_BYTES
+from aclprof.protocol.filterregex import BadFilterRegex, compile_filter_regex
+from aclprof.protocol.wire import MAX_IDENT_BYTES
 
 __all__ = ["parse_duration_ns", "parse_time", "regex_problem", "seconds", "integer", "number", "name",
            "socket_path", "output_path", "input_path", "regex", "min_duration", "point_in_time", "checked",
@@ -236,9 +236,7 @@ def regex_problem(text: str) -> str | None:
     try:
         compile_filter_regex(text)
     except BadFilterRegex as exc:
-        if exc.size is not None:
-            return f"regex is {exc.size} bytes; at most {MAX_REGEX_BYTES}"
-        return f"RE2 rejects {text!r}: {exc.detail} ({RE2_SYNTAX})"
+        return str(exc)
     return None
 
 

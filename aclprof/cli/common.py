@@ -15,6 +15,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from aclprof.cli import argtypes
 from aclprof.cli.argtypes import parse_duration_ns, parse_time, regex_problem
+from aclprof.protocol.filterkeys import FILTER_KEYS
 
 if TYPE_CHECKING:
     from aclprof.cli.client import Client
@@ -73,15 +74,17 @@ def add_filter_args(p: argparse.ArgumentParser, min_duration: bool = True) -> No
     g.add_argument("--host", type=argtypes.name("host name"), metavar="HOST", help="host name")
 
 
+#: filter keys whose option is named otherwise (``--min-duration``); the rest share the key
+_OPTION_DEST = {"min_duration_ns": "min_duration"}
+
+
 def filter_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The daemon-side filter (a JSON object) of the options :func:`add_filter_args` added."""
     f: dict[str, Any] = {}
-    for key in ("model", "pid", "device", "type", "name", "service", "host"):
-        value = getattr(args, key, None)
-        if value is not None:
+    for key in FILTER_KEYS:
+        value = getattr(args, _OPTION_DEST.get(key, key), None)
+        if value is not None and not (key == "min_duration_ns" and value == 0):  # 0: no bound
             f[key] = value
-    if getattr(args, "min_duration", None):
-        f["min_duration_ns"] = args.min_duration
     return f
 
 

@@ -64,13 +64,13 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 
 
 def _spawn(cmd: list[str], env: dict[str, str], log: Any, cwd: str, stdout: Any = subprocess.DEVNULL,
-           stdin: Any = subprocess.DEVNULL) -> subprocess.Popen:
+           stdin: Any = subprocess.DEVNULL) -> subprocess.Popen[bytes]:
     # A new session: Ctrl-C reaches only us, and we stop the children in order.
     return subprocess.Popen(cmd, env=env, stdout=stdout, stderr=log, stdin=stdin, cwd=cwd,
                             start_new_session=True, preexec_fn=_die_with_parent, close_fds=True)
 
 
-def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> None:
+def _stop(proc: subprocess.Popen[bytes], timeout: float = 5.0) -> None:
     if proc.poll() is not None:
         return
     try:
@@ -83,7 +83,7 @@ def _stop(proc: subprocess.Popen, timeout: float = 5.0) -> None:
         pass
 
 
-def _wait_ready(socket_path: str, daemon: subprocess.Popen, log_path: str, timeout: float = 15.0) -> None:
+def _wait_ready(socket_path: str, daemon: subprocess.Popen[bytes], log_path: str, timeout: float = 15.0) -> None:
     from aclprof.cli.client import Client, DaemonError
 
     deadline = time.monotonic() + timeout
@@ -117,8 +117,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROFD_", "ACLMOCK_"))}
     env.update(ACLPROF_BACKEND="mock", ACLPROF_SOCKET=socket_path, PYTHONUNBUFFERED="1")
     env.pop("ACLPROF_LIBRARY", None)
-    children: list[subprocess.Popen] = []
-    services: list[subprocess.Popen] = []
+    children: list[subprocess.Popen[bytes]] = []
+    services: list[subprocess.Popen[bytes]] = []
     logs: list[Any] = []
 
     keep = args.keep
@@ -173,7 +173,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _show(socket_path: str, args: argparse.Namespace, stop_at: float, started: float) -> None:
     from aclprof.cli.client import Client
-    from aclprof.cli.topview import TopView, print_table, run_live
+    from aclprof.cli.toplive import run_live
+    from aclprof.cli.topview import TopView, print_table
 
     view = TopView("10s", "type", "total")
     with Client(socket_path, timeout=10.0) as client:
@@ -193,7 +194,7 @@ def _show(socket_path: str, args: argparse.Namespace, stop_at: float, started: f
                 next_print += 2.0
 
 
-def _stop_services(services: list[subprocess.Popen]) -> list[dict[str, Any]]:
+def _stop_services(services: list[subprocess.Popen[bytes]]) -> list[dict[str, Any]]:
     for proc in services:
         if proc.poll() is None:
             try:

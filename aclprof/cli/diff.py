@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from aclprof.cli.argtypes import MAX_PID, checked, integer, name, number
+from aclprof.cli.argtypes import MAX_PID, checked, integer, name
 from aclprof.cli.common import EXIT_OK, CliError, add_socket_arg, connect, format_ns
 from aclprof.cli.diff_sources import Histograms, check_spec, load_source, needs_daemon
+from aclprof.protocol.detectorparams import MIN_COUNT, MIN_EFFECT, Z
 from aclprof.protocol.quantshift import IMPROVEMENT, NBINS, REGRESSION, judge, shift
 from aclprof.protocol.safetext import safe
 
@@ -51,12 +52,12 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p.add_argument("b", type=checked(check_spec), metavar="B", help="compared with A")
     p.add_argument("--by", choices=("type", "name"), default="type", help="rows per op type (default) or name")
     p.add_argument("--service", metavar="NAME", default=None, type=name("service name"), help="only this service's ops")
-    p.add_argument("--min-effect", type=number("a fraction (0.05 = 5 %)", 0.0, 10.0, inclusive=False),
-                   default=0.05, metavar="F",
+    # the same rules as the daemon's detector_* settings (aclprof.protocol.detectorparams)
+    p.add_argument("--min-effect", type=checked(MIN_EFFECT.check), default=0.05, metavar="F",
                    help="smallest shift called slower/faster (default 0.05 = 5 %%)")
-    p.add_argument("--min-count", type=integer("a sample count", 1, MAX_PID), default=200, metavar="N",
+    p.add_argument("--min-count", type=checked(MIN_COUNT.check), default=200, metavar="N",
                    help="samples needed on each side (default 200)")
-    p.add_argument("--z", type=number("an interval half-width", 0.5, 10.0), default=4.0,
+    p.add_argument("--z", type=checked(Z.check), default=4.0,
                    help="interval half-width in standard errors (default 4)")
     p.add_argument("--limit", type=integer("a row count", 1, MAX_PID), default=None, metavar="N",
                    help="show the first N rows")

@@ -153,7 +153,7 @@ def check_config(rep: Report, path: str, required: bool) -> dict[str, Any]:
     """The config file: present, readable and TOML; its settings ({} if none)."""
     try:
         with open(path, "rb") as f:
-            doc = tomllib.load(f)
+            doc: dict[str, Any] = tomllib.load(f)
     except FileNotFoundError:
         rep.line(f"config: {path} missing")
         if required:

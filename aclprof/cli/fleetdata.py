@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from statistics import median
 from typing import Any
@@ -280,7 +280,7 @@ def outliers(rows: Iterable[FleetRow]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda o: (-abs(o["z"] or 0), o["host"], o["service"], o["op_type"]))
 
 
-SORTS = {"share": lambda r: -r.share, "calls": lambda r: -r.calls_per_s,
+SORTS: dict[str, Callable[[FleetRow], float]] = {"share": lambda r: -r.share, "calls": lambda r: -r.calls_per_s,
          "p99": lambda r: -_finite(r.p99_s), "p50": lambda r: -_finite(r.p50_s),
          "outlier": lambda r: -max((abs(h.z or 0) for h in r.hosts), default=0.0)}
 

@@ -31,7 +31,7 @@ from aclprof.cli.common import (
 from aclprof.cli.topcells import RESOLUTION
 from aclprof.cli.topheader import Header
 from aclprof.cli.topkeys import BASIC_GROUPS, GROUPS, help_text
-from aclprof.cli.toplive import header_for, refresh_header
+from aclprof.cli.toplive import header_for, refresh_header, run_live
 from aclprof.cli.topview import (
     SORT_KEYS,
     WINDOWS,
@@ -39,7 +39,6 @@ from aclprof.cli.topview import (
     learn_groups,
     learn_windows,
     print_table,
-    run_live,
     snapshot,
     sort_rows,
 )

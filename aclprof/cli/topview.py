@@ -2,7 +2,7 @@
 (:class:`TopView`: window, grouping, sort, filter and the view-local reset baseline, changed
 by the keys of :mod:`aclprof.cli.topkeys`), fetching a view's snapshot from the daemon, and
 the rendering of a SNAPSHOT reply as a rich table under a title and a header. The live
-loop is :mod:`aclprof.cli.toplive` (:func:`run_live` here starts it).
+loop is :mod:`aclprof.cli.toplive`, which imports this module (never the other way).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from aclprof.cli.topkeys import BASIC_GROUPS, GROUP_LABELS, GROUPS, KEYS, captio
 from aclprof.protocol.safetext import safe
 
 __all__ = ["SORT_KEYS", "WINDOWS", "GROUPS", "TopView", "sort_rows", "render_table", "learn_windows",
-           "learn_groups", "note_snapshot", "snapshot", "run_live", "print_table"]
+           "learn_groups", "note_snapshot", "snapshot", "print_table"]
 
 SORT_KEYS = {"total": "total_ns", "count": "count", "avg": "mean_ns", "p99": "p99_ns", "max": "max_ns"}
 _KEY_SORT = {"t": "total", "c": "count", "a": "avg", "9": "p99", "m": "max"}
@@ -337,14 +337,6 @@ def _plain(text: str) -> Any:
     from rich.text import Text
 
     return Text(safe(text))
-
-
-def run_live(client: Any, view: TopView, interval: float, limit: int = 0,
-             stop_at: float | None = None, title_extra: Any = None) -> None:
-    """The interactive loop (:func:`aclprof.cli.toplive.run_live`)."""
-    from aclprof.cli.toplive import run_live as live
-
-    live(client, view, interval, limit, stop_at, title_extra)
 
 
 def _pipe_console(**kw: Any) -> Any:

@@ -18,6 +18,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -50,7 +51,7 @@ def _simulated_service(steps: int) -> None:
     finisher.join()
 
 
-def _summarise(result_dir: Path) -> dict:
+def _summarise(result_dir: Path) -> dict[str, Any]:
     events = [json.loads(line) for line in
               (result_dir / "host" / "msproftx.jsonl").read_text(encoding="utf-8").splitlines()]
     kinds = Counter(e["kind"] for e in events)
@@ -62,7 +63,7 @@ def _summarise(result_dir: Path) -> dict:
     return {"events": dict(kinds), "devices": devices, "durations_us": durations}
 
 
-def _resnet_like_ops() -> list[dict]:
+def _resnet_like_ops() -> list[dict[str, Any]]:
     from aclprof.demo.models import resnet_like_ops
 
     return resnet_like_ops()

@@ -7,10 +7,12 @@ an Ascend 310P-class device; ``jitter`` is a uniform +/- spread.
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["resnet_like_ops", "transformer_like_ops", "MODELS"]
 
 
-def resnet_like_ops() -> list[dict]:
+def resnet_like_ops() -> list[dict[str, Any]]:
     """~70 ops, ~0.7 ms per inference: Conv2D dominates, then BatchNorm, Relu, Add."""
     ops = [{"name": "conv1", "type": "Conv2D", "duration_ns": 40_000, "jitter": 4_000}]
     prefix = ""
@@ -30,7 +32,7 @@ def resnet_like_ops() -> list[dict]:
     return ops
 
 
-def transformer_like_ops(layers: int = 6) -> list[dict]:
+def transformer_like_ops(layers: int = 6) -> list[dict[str, Any]]:
     """A BERT-base-like encoder: per layer QKV/out/FFN MatMuls, softmax, layer norms, GELU."""
     ops = [{"name": "embeddings/gather", "type": "GatherV2", "duration_ns": 3_000, "jitter": 300},
            {"name": "embeddings/layernorm", "type": "LayerNorm", "duration_ns": 2_500, "jitter": 250}]

@@ -18,6 +18,7 @@ import select
 import signal
 import sys
 import time
+from types import FrameType
 
 os.environ.setdefault("ACLPROF_BACKEND", "mock")
 
@@ -40,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     stopping = False
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         nonlocal stopping
         stopping = True
 

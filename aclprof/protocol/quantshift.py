@@ -45,7 +45,8 @@ def bin_index(durations: np.ndarray) -> np.ndarray:
         b = np.floor(np.log2(d) * BINS_PER_OCTAVE) + 1
     b[d < 1] = 0
     np.clip(b, 0, NBINS - 1, out=b)
-    return b.astype(np.int64)
+    out: np.ndarray = b.astype(np.int64)
+    return out
 
 
 def _inverse_cdf(hist: np.ndarray, cum: np.ndarray, rank: np.ndarray) -> np.ndarray:

@@ -233,10 +233,6 @@ class Aggregator:
         return {"keys": len(keys), "records": int(a["count"].sum()), "since_ts": self.reset_ts}
 
     # ---- queries ------------------------------------------------------------------------
-    def key_mask(self, flt: Any) -> np.ndarray:
-        """Keys matching a filter (``aclprofd.filters.Filter``; min_duration_ns is ignored)."""
-        return self.keys.mask(flt)
-
     def snapshot(self, window: str = "all", group_by: str = "type", flt: Any = None,
                  now: float | None = None) -> dict[str, Any]:
         """The SNAPSHOT_REPLY payload (see daemon/PROTOCOL.md): rows grouped by ``group_by``

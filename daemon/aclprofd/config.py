@@ -23,6 +23,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from aclprof.protocol import detectorparams as detector_rules  # one rule with `aclprof diff`
 from aclprof.protocol.paths import default_socket_path  # one rule for the daemon, agents and the CLI
 
 __all__ = ["Settings", "Option", "OPTIONS", "ConfigError", "load", "parse_size", "parse_duration",
@@ -75,20 +76,6 @@ def _parse_windows(value: Any) -> tuple[int, ...]:
     if out[-1] > 3600:
         raise ValueError("windows longer than 1h are not supported (one slot per second)")
     return tuple(out)
-
-
-def _parse_fraction(value: Any) -> float:
-    f = float(value)
-    if not 0.0 < f < 10.0:
-        raise ValueError(f"{value!r} must be a fraction above 0 (0.05 = 5 percent)")
-    return f
-
-
-def _parse_z(value: Any) -> float:
-    z = float(value)
-    if not 0.5 <= z <= 10.0:
-        raise ValueError(f"{value!r} must be between 0.5 and 10 (standard errors)")
-    return z
 
 
 def _parse_baseline_name(value: Any) -> str | None:
@@ -288,14 +275,14 @@ OPTIONS: tuple[Option, ...] = (
     Option("detector_trailing_s", "detector_trailing", "ACLPROFD_DETECTOR_TRAILING", "--detector-trailing",
            parse_duration, False, "regression detector: time constant of the decayed trailing baseline (default 10m)"),
     Option("detector_min_effect", "detector_min_effect", "ACLPROFD_DETECTOR_MIN_EFFECT", "--detector-min-effect",
-           _parse_fraction, True,
+           detector_rules.MIN_EFFECT.check, True,
            "regression detector: smallest quantile shift flagged, 0.05 = 5 percent (default 0.05)"),
     Option("detector_min_count", "detector_min_count", "ACLPROFD_DETECTOR_MIN_COUNT", "--detector-min-count",
-           _parse_positive_int, True, "regression detector: samples needed in each window (default 1000)"),
+           detector_rules.MIN_COUNT.check, True, "regression detector: samples needed in each window (default 1000)"),
     Option("detector_persistence", "detector_persistence", "ACLPROFD_DETECTOR_PERSISTENCE",
            "--detector-persistence", _parse_positive_int, True,
            "regression detector: consecutive 1 s evaluations to flag and to clear (default 5)"),
-    Option("detector_z", "detector_z", "ACLPROFD_DETECTOR_Z", "--detector-z", _parse_z, True,
+    Option("detector_z", "detector_z", "ACLPROFD_DETECTOR_Z", "--detector-z", detector_rules.Z.check, True,
            "regression detector: half-width of the quantile intervals in standard errors (default 4.0)"),
     Option("detector_baseline", "detector_baseline", "ACLPROFD_DETECTOR_BASELINE", "--detector-baseline",
            _parse_baseline_name, True,
@@ -385,23 +372,3 @@ def changed(old: Settings, new: Settings) -> tuple[list[str], list[str]]:
         if getattr(old, o.field) != getattr(new, o.field):
             (live if o.live else restart).append(o.toml)
     return live, restart
-
-
-def markdown_table() -> str:
-    """The settings table of daemon/README.md (kept in sync by a test)."""
-    defaults = {
-        "socket": "`$XDG_RUNTIME_DIR/aclprof/aclprofd.sock`, else `/run/aclprof/aclprofd.sock`",
-        "data_dir": "`$XDG_STATE_HOME/aclprof` (`~/.local/state/aclprof`); `/var/lib/aclprof` as root",
-        "prometheus_host_label": "the host name (`socket.gethostname()`)",
-        "capture_max_bytes": "`256MiB`",
-    }
-    base = Settings(socket="")
-    rows = ["| TOML key | environment | flag | default | SIGHUP | meaning |", "|---|---|---|---|---|---|"]
-    for o in OPTIONS:
-        d = defaults.get(o.field)
-        if d is None:
-            v = getattr(base, o.field)
-            d = "none" if v is None else f"`{v}`"
-        rows.append(f"| `{o.toml}` | `{o.env}` | `{o.flag}` | {d} | {'yes' if o.live else 'restart'} | "
-                    f"{o.help.split(' (default')[0]} |")
-    return "\n".join(rows)

@@ -20,13 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from aclprof.protocol.filterregex import RE2_SYNTAX, BadFilterRegex, compile_filter_regex
-from aclprof.protocol.wire import MAX_REGEX_BYTES, ProtocolError
+from aclprof.protocol.filterkeys import FILTER_KEYS
+from aclprof.protocol.filterregex import BadFilterRegex, compile_filter_regex
+from aclprof.protocol.wire import ProtocolError
 
 __all__ = ["Filter", "NameMatcher", "compile_regex"]
-
-_KEYS = {"model", "pid", "device", "type", "name", "min_duration_ns", "host", "service"}
-
 
 def compile_regex(pattern: str, what: str) -> Any:
     """A pattern compiled for RE2 (``.search`` like ``re``); ProtocolError naming ``what``
@@ -34,9 +32,7 @@ def compile_regex(pattern: str, what: str) -> Any:
     try:
         return compile_filter_regex(pattern)
     except BadFilterRegex as exc:
-        if exc.size is not None:
-            raise ProtocolError(f"{what}: regex longer than {MAX_REGEX_BYTES} bytes") from None
-        raise ProtocolError(f"{what}: bad regex {pattern!r}: {exc.detail} ({RE2_SYNTAX})") from None
+        raise ProtocolError(f"{what}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -58,28 +54,24 @@ class Filter:
             return cls()
         if not isinstance(obj, dict):
             raise ProtocolError("filter must be a JSON object")
-        unknown = set(obj) - _KEYS
+        unknown = set(obj) - FILTER_KEYS.keys()
         if unknown:
             raise ProtocolError(f"unknown filter keys: {', '.join(sorted(unknown))}")
         kw: dict[str, Any] = {}
-        for k in ("model", "pid", "device", "min_duration_ns"):
+        for k, kind in FILTER_KEYS.items():
             v = obj.get(k)
-            if v is not None:
+            if v is None:
+                continue
+            if kind == "int":
                 if not isinstance(v, int) or isinstance(v, bool):
                     raise ProtocolError(f"filter {k} must be an integer")
                 kw[k] = v
-        for k in ("host", "service"):
-            v = obj.get(k)
-            if v is not None:
-                if not isinstance(v, str):
-                    raise ProtocolError(f"filter {k} must be a string")
-                kw[k] = v
-        for k in ("type", "name"):
-            v = obj.get(k)
-            if v is not None:
-                if not isinstance(v, str):
-                    raise ProtocolError(f"filter {k} must be a regex string")
+            elif not isinstance(v, str):
+                raise ProtocolError(f"filter {k} must be a {'regex ' if kind == 'regex' else ''}string")
+            elif kind == "regex":
                 kw[f"{k}_re"] = compile_regex(v, f"filter {k}")
+            else:
+                kw[k] = v
         return cls(**kw)
 
     @property

@@ -25,7 +25,7 @@ record is decoded (with its name and type). Variants, interleaved round by round
   up, so the mock's emit + writer (one write() per record, as CANN) is the ceiling.
 
 A second table times the decode step alone, on bytes read from the pipe beforehand (so
-the mock's writer is out of the picture): aclprof's reader decoder (``_Decoder.feed``, what
+the mock's writer is out of the picture): aclprof's reader decoder (``Decoder.feed``, what
 the reader thread runs per chunk) against the pyACL sample's ``get_model_info`` loop on the
 same kind of chunks. This is where the two differ; end to end, the mock's writer (one
 write() per record, as CANN does) is the ceiling for every reader.
@@ -282,10 +282,10 @@ def capture(ctx: Context, iterations: int) -> bytes:
 
 
 def decode_aclprof(ctx: Context, name: str, iterations: int, read_records: int) -> float:
-    from aclprof.api.subscription import _Decoder
+    from aclprof.api.subscription.decoder import Decoder
 
     data = capture(ctx, iterations)
-    decoder = _Decoder(80, max_records=read_records)
+    decoder = Decoder(80, max_records=read_records)
     t0 = time.perf_counter()
     batches = decoder.feed(data)
     elapsed = time.perf_counter() - t0

@@ -44,7 +44,6 @@ from aclprof._log import get_logger
 from aclprof.api.records import OpBatch, OpRecord
 from aclprof.api.subscription.closing import Closing
 from aclprof.api.subscription.decoder import Decoder
-from aclprof.api.subscription.decoder import _Decoder as _Decoder  # re-exported: tests, benchmarks
 from aclprof.api.subscription.lifetime import (
     DeferredResubscribeError,
     _check_not_deferred,
@@ -276,8 +275,9 @@ def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = Non
 def _holder_of(model_id: int) -> str | None:
     """The ``holder`` note of a live subscription of ``model_id``, if one has one."""
     for sub in list(_live):
-        if sub.model_id == model_id and sub.holder is not None:
-            return sub.holder
+        holder: str | None = sub.holder
+        if sub.model_id == model_id and holder is not None:
+            return holder
     return None
 
 

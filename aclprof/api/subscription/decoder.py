@@ -273,6 +273,3 @@ class Decoder:
     @property
     def names_overflowed(self) -> int:
         return self._table.overflows
-
-
-_Decoder = Decoder  # the name tests and benchmarks have used

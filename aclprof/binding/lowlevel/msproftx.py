@@ -133,7 +133,7 @@ _push_ex_lock = threading.Lock()
 _push_ex_buffers: tuple[Any, ...] | None = None
 
 
-def range_push_ex(op_name_id: int, op_type_id: int, tensors: list[dict] | None = None,
+def range_push_ex(op_name_id: int, op_type_id: int, tensors: list[dict[str, Any]] | None = None,
                   stream: Stream | None = None) -> None:
     """``aclprofRangePushEx`` with one tensor-info message (OPTIONAL symbol).
 

@@ -47,7 +47,7 @@ def _stream_ptr(stream: Stream | None) -> Any:
     return stream._get()
 
 
-def acl_init(config_path: str | os.PathLike | None = None) -> None:
+def acl_init(config_path: str | os.PathLike[str] | None = None) -> None:
     """``aclInit``; ``None`` passes NULL (no acl.json)."""
     lib = get_library()
     arg = lib.ffi.NULL if config_path is None else _path_bytes(config_path, "config_path")
@@ -142,7 +142,7 @@ def rt_synchronize_device() -> None:
     check(_fn("aclrtSynchronizeDevice")(), "aclrtSynchronizeDevice")
 
 
-def mdl_load_from_file(path: str | os.PathLike) -> int:
+def mdl_load_from_file(path: str | os.PathLike[str]) -> int:
     """``aclmdlLoadFromFile``: returns the model id."""
     data = _path_bytes(path, "path")
     out = get_library().ffi.new("uint32_t *")

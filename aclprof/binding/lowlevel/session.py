@@ -133,7 +133,7 @@ class ProfConfig(Handle):
     aicore_metrics: AicoreMetrics
 
 
-def init(path: str | os.PathLike) -> None:
+def init(path: str | os.PathLike[str]) -> None:
     """``aclprofInit``: initialise profiling with ``path`` as the output directory.
 
     Every CANN era: a second init gives 100002, init while subscribed 148047. A path whose

@@ -132,7 +132,8 @@ def _get_text(cname: str, data: Any, index: int, size: int) -> bytes:
     size = _int(size, "length", 1, 1 << 20)
     buf = get_library().ffi.new("char[]", size)  # zeroed: C only NUL-terminates at [size-1]
     check(_fn(cname)(view, length, _u32(index, "index"), buf, size), cname, f"index {index}")
-    return get_library().ffi.string(buf)
+    text: bytes = get_library().ffi.string(buf)
+    return text
 
 
 def get_op_type_len(data: Any, index: int) -> int:

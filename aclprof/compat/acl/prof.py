@@ -55,7 +55,7 @@ def finalize() -> int:
     return call_ret("aclprofFinalize")
 
 
-def create_config(device_list: list, aicore_metrics: int, aicore_events: int,
+def create_config(device_list: list[int], aicore_metrics: int, aicore_events: int,
                   data_type_config: int) -> int:
     """Returns the config handle, 0 on failure (``aicore_events`` must be 0)."""
     devices = list(device_list)
