@@ -13,8 +13,9 @@ import random
 from collections.abc import Iterator
 
 import pytest
-from aclprof.binding._fast import ffi, lib
 from test_decoder import signature
+
+from aclprof.binding._fast import ffi, lib
 
 # Sizes around the instruction path's 8-byte steps and the 4-byte signature field (sizes <= 4
 # sign nothing), the record sizes (72, 80), and a few large ones.
