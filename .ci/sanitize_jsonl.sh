@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 inc=$(python -c 'import sysconfig; print(sysconfig.get_paths()["include"])')
 ext=$(python -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))')
 "$CC" -O1 -g -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined \
-    -std=c11 -Wall -Wextra -Werror -shared -fPIC -I"$inc" aclprof/protocol/_jsonl.c -o "$tmp/_jsonl$ext"
+    -std=c11 -Wall -Wextra -Werror -shared -fPIC -I"$inc" -Icdefs aclprof/protocol/_jsonl.c -o "$tmp/_jsonl$ext"
 ACLPROF_JSONL_SANITIZED="$tmp/_jsonl$ext" \
     LD_PRELOAD="$("$CC" -print-file-name=libasan.so):$("$CC" -print-file-name=libubsan.so)" \
     ASAN_OPTIONS=detect_leaks=0 \
