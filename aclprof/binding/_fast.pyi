@@ -13,8 +13,7 @@ ffi: Any
 
 class Lib:
     ACLPROF_FAST_UNBOUND: int
-    ACLPROF_OP_ROW_KEYPOINT: int
-    ACLPROF_OP_ROW_SIZE: int
+    ACLPROF_FLAG_KEYPOINT: int
     ACLPROF_READ_EOF: int
     ACLPROF_READ_WOKEN: int
     ACLPROF_REC_CORRUPT: int
@@ -30,8 +29,6 @@ class Lib:
     ACLPROF_TX_STALE: int
     ACLPROF_TX_TOO_DEEP: int
     ACLPROF_TX_UNKNOWN_ID: int
-    ACLPROF_WIRE_FLAG_KEYPOINT: int
-    ACLPROF_WIRE_RECORD_SIZE: int
     def aclprof_agent_convert(self, out: CData, data: CData, n: int, in_size: int, map: CData, map_len: int,
                               /) -> int: ...
     def aclprof_crc_force_software(self, force: int, /) -> int: ...
