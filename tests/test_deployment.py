@@ -41,6 +41,7 @@ from pathlib import Path
 import pytest
 from helpers.procs import REPO, TESTS, free_port, wait_for
 
+from aclprof.cli.doctor_deploy import service_settings
 from aclprof.protocol.wire import Kind
 
 SYSTEM_PY = "/usr/bin/python3"
@@ -128,22 +129,6 @@ def test_every_request_kind_the_daemon_handles_is_in_the_table():
 
 # ---- the unit ----------------------------------------------------------------------------------
 
-def unit_service_settings(text: str) -> dict[str, list[str]]:
-    """[Service] key -> its values, in order (systemd's list settings repeat the key)."""
-    out: dict[str, list[str]] = {}
-    section = ""
-    for raw in text.splitlines():
-        s = raw.strip()
-        if not s or s.startswith(("#", ";")):
-            continue
-        if s.startswith("["):
-            section = s
-        elif section == "[Service]" and "=" in s:
-            k, v = s.split("=", 1)
-            out.setdefault(k.strip(), []).append(v.strip())
-    return out
-
-
 def readme_dropin() -> str:
     """The README "Deployment" drop-in for a remote Prometheus (the [Service] block)."""
     readme = (REPO / "README.md").read_text()
@@ -157,7 +142,7 @@ def readme_dropin() -> str:
 
 
 def test_unit_names_both_groups_and_matches_the_readme():
-    s = unit_service_settings(UNIT.read_text())
+    s = service_settings(UNIT.read_text())
     argv = shlex.split(s["ExecStart"][0])
     assert argv[0] == "/opt/aclprof/bin/aclprofd"
     assert argv[argv.index("--socket-group") + 1] == "aclprof"
@@ -172,7 +157,7 @@ def test_unit_names_both_groups_and_matches_the_readme():
     # the metrics bind: the unit allows loopback only, as the default prometheus_host;
     # the drop-in opens both together
     assert s["IPAddressDeny"] == ["any"] and s["IPAddressAllow"] == ["localhost"]
-    drop = unit_service_settings(readme_dropin())
+    drop = service_settings(readme_dropin())
     assert drop["Environment"] == ["ACLPROFD_PROMETHEUS_HOST=0.0.0.0"] and len(drop["IPAddressAllow"]) == 1
 
 
@@ -279,8 +264,8 @@ def _start_like_systemd(d: Deployment, unit_text: str, dropin: str) -> None:
     RuntimeDirectory/StateDirectory with their modes, the drop-in's Environment=."""
     import grp
 
-    s = unit_service_settings(unit_text)
-    drop = unit_service_settings(dropin)
+    s = service_settings(unit_text)
+    drop = service_settings(dropin)
     daemon = pwd.getpwnam(d.users["daemon_user"])
     group = grp.getgrnam(s["Group"][0]).gr_gid
     supp = [grp.getgrnam(g).gr_gid for v in s.get("SupplementaryGroups", []) for g in v.split()]
@@ -633,6 +618,10 @@ def frame(kind, payload):
         return b"".join(wire.encode_names({1: "Conv2D", 2: "conv1"}))
     return wire.encode_json(kind, payload)
 
+def error_verdict(payload):
+    m = wire.decode_json(payload).get("message", "")
+    return "refused" if "refused" in m or "not allowed" in m else "error: " + m
+
 def one(kind, role, payload):
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(10)
@@ -666,15 +655,11 @@ def one(kind, role, payload):
             if f is None:
                 return "allowed"
             if f[0] == Kind.ERROR:
-                m = wire.decode_json(f[1]).get("message", "")
-                return "refused" if "refused" in m or "not allowed" in m else "error: " + m
+                return error_verdict(f[1])
     f = wire.recv_frame(s, reader, pending)
     if f is None:
         return "closed"
-    if f[0] == Kind.ERROR:
-        m = wire.decode_json(f[1]).get("message", "")
-        return "refused" if "refused" in m or "not allowed" in m else "error: " + m
-    return "allowed"
+    return error_verdict(f[1]) if f[0] == Kind.ERROR else "allowed"
 
 print(json.dumps({str(k): one(Kind(k), role, payload) for k, role, payload in plan}))
 '''

@@ -30,8 +30,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = ["UNIT_PATH", "SYSTEM_SOCKET", "SOCKET_GROUP", "ADMIN_GROUP", "CONFIG_PATH", "Report", "Unit",
-           "read_unit", "check_unit", "check_config", "check_groups", "check_socket", "check_access",
-           "check_metrics"]
+           "service_settings", "read_unit", "check_unit", "check_config", "check_groups", "check_socket",
+           "check_access", "check_metrics"]
 
 UNIT_PATH = "/etc/systemd/system/aclprofd.service"
 CONFIG_PATH = "/etc/aclprof/aclprofd.toml"
@@ -77,6 +77,23 @@ class Unit:
         return value
 
 
+def service_settings(text: str) -> dict[str, list[str]]:
+    """A unit file's ``[Service]`` key -> its values in order (systemd's list settings repeat
+    the key; an empty value resets the list, which the caller applies)."""
+    out: dict[str, list[str]] = {}
+    section = ""
+    for raw in text.splitlines():
+        s = raw.strip()
+        if not s or s.startswith(("#", ";")):
+            continue
+        if s.startswith("["):
+            section = s
+        elif section == "[Service]" and "=" in s:
+            key, value = (x.strip() for x in s.split("=", 1))
+            out.setdefault(key, []).append(value)
+    return out
+
+
 def read_unit(path: str) -> Unit:
     """The unit at ``path`` and its ``path.d/*.conf`` drop-ins, in systemd's order (OSError if
     the unit cannot be read). ``ExecStart=`` empty resets the command, as systemd does;
@@ -95,28 +112,18 @@ def read_unit(path: str) -> Unit:
             if i == 0:
                 raise
             continue
-        section = ""
-        for raw in text.splitlines():
-            s = raw.strip()
-            if not s or s.startswith(("#", ";")):
-                continue
-            if s.startswith("["):
-                section = s
-                continue
-            if section != "[Service]" or "=" not in s:
-                continue
-            key, value = (x.strip() for x in s.split("=", 1))
-            if key == "ExecStart":
-                unit.exec_start = shlex.split(value) if value else []
-            elif key == "Environment":
-                for item in shlex.split(value):
-                    if "=" in item:
-                        k, v = item.split("=", 1)
-                        unit.environment[k] = v
-            elif key == "IPAddressAllow":
-                unit.ip_allow = unit.ip_allow + value.split() if value else []
-            elif key == "IPAddressDeny":
-                unit.ip_deny = unit.ip_deny + value.split() if value else []
+        settings = service_settings(text)
+        for value in settings.get("ExecStart", []):
+            unit.exec_start = shlex.split(value) if value else []
+        for value in settings.get("Environment", []):
+            for item in shlex.split(value):
+                if "=" in item:
+                    k, v = item.split("=", 1)
+                    unit.environment[k] = v
+        for value in settings.get("IPAddressAllow", []):
+            unit.ip_allow = unit.ip_allow + value.split() if value else []
+        for value in settings.get("IPAddressDeny", []):
+            unit.ip_deny = unit.ip_deny + value.split() if value else []
     return unit
 
 
