@@ -2,7 +2,7 @@
 
 import sys
 
-from aclprof.cli import main
+from aclprof.cli.main import main
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -12,10 +12,10 @@ import signal
 import tempfile
 
 import pytest
-from _agent_worker import FIXED_OPS
-from _fakedaemon import FakeDaemon
+from helpers.agent_worker import FIXED_OPS
 from helpers.daemons import Daemon
 from helpers.procs import Worker, wait_for
+from helpers.wiredaemon import FakeDaemon
 
 pytestmark = pytest.mark.timeout(90)
 

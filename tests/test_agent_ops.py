@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from _agent_worker import FIXED_OPS
+from helpers.agent_worker import FIXED_OPS
 from helpers.procs import wait_for
 
 import aclprof

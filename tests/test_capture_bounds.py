@@ -26,7 +26,7 @@ from aclprof.protocol.wire import Kind
 
 def _flag(d: InProcess, op_type: str, service: str = "svc") -> float:
     """Publish a detector view whose flag on (service, op_type) was raised now; its time."""
-    from aclprofd.detector import DetectorView
+    from aclprofd.detector.engine import DetectorView
 
     t = time.time()
     flag = {"service": service, "model": "1", "op_type": op_type, "quantile": "p99", "shift": 1.5,
@@ -313,7 +313,7 @@ def test_a_writer_that_takes_too_long_is_killed_and_counted():
 
 def _view(d: InProcess, *op_types: str) -> None:
     """Publish a new detector view in which ``op_types`` of service svc are flagged."""
-    from aclprofd.detector import DetectorView
+    from aclprofd.detector.engine import DetectorView
 
     t = time.time()
     flags = tuple({"service": "svc", "model": "1", "op_type": op, "quantile": "p99", "shift": 1.5, "lower": 1.3,
@@ -349,7 +349,7 @@ def test_only_newly_raised_flags_are_captured_and_disabling_skips_them():
 
 def _flags(d: InProcess, *keys: tuple[str, str]) -> float:
     """Publish a detector view in which each (service, op_type) was raised now; its time."""
-    from aclprofd.detector import DetectorView
+    from aclprofd.detector.engine import DetectorView
 
     t = time.time()
     flags = tuple({"service": service, "model": "1", "op_type": op, "quantile": "p99", "shift": 1.5, "lower": 1.3,

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from aclprofd.capture_store import tree_bytes
-from aclprofd.capture_writer import Job, Outcome, write_capture
+from aclprofd.capture.store import tree_bytes
+from aclprofd.capture.writer import Job, Outcome, write_capture
 from aclprofd.storage import Storage
 
 from aclprof.protocol.wire import RECORD_DTYPE

@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-from aclprofd.capture_store import tree_bytes
-from aclprofd.capture_writer import Job, Outcome, estimate, write_capture
+from aclprofd.capture.store import tree_bytes
+from aclprofd.capture.writer import Job, Outcome, estimate, write_capture
 from aclprofd.storage import Storage
 from helpers.records import make_records
 

@@ -14,11 +14,12 @@ import sys
 import time
 
 import pytest
-from _agent_worker import FIXED_OPS
+from helpers.agent_worker import FIXED_OPS
 from helpers.daemons import Daemon
 from helpers.procs import PtyOutput, Worker, cli, env, wait_for
 
-from aclprof.cli import main, parse_duration_ns, parse_time
+from aclprof.cli.common import parse_duration_ns, parse_time
+from aclprof.cli.main import main
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -95,10 +96,10 @@ def test_help_and_usage_errors(capsys):
 # -- status / doctor -------------------------------------------------------------------------
 
 _COMMANDS = ("tail", "top", "status", "export", "demo", "doctor", "reset")
-_SHARED = ("aclprof.cli.common", "aclprof.cli.client", "aclprof.cli.launch", "aclprof.cli.topview",
-           "aclprof.cli.topkeys", "aclprof.cli.topheader", "aclprof.cli.toplive", "aclprof.cli.topbaseline",
+_SHARED = ("aclprof.cli.common", "aclprof.cli.client", "aclprof.cli.launch", "aclprof.cli.top.view",
+           "aclprof.cli.top.keys", "aclprof.cli.top.header", "aclprof.cli.top.live", "aclprof.cli.top.baseline",
            "aclprof.cli.export_ascend", "aclprof.cli.exportloss", "aclprof.cli.capturefmt", "aclprof.cli.fit",
-           "aclprof.cli.topcells", "aclprof.cli.signals", "aclprof.cli.staging", "aclprof.cli.argtypes",
+           "aclprof.cli.top.cells", "aclprof.cli.signals", "aclprof.cli.staging", "aclprof.cli.argtypes",
            "aclprof.cli.doctor_deploy")
 
 
@@ -197,7 +198,7 @@ def test_top_once_table(daemon, fed):
 
 
 def test_top_view_keys():
-    from aclprof.cli.topview import TopView
+    from aclprof.cli.top.view import TopView
 
     v = TopView()
     for ch in "c":

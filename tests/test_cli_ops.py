@@ -14,7 +14,7 @@ def _screen(view, snap=None) -> str:
     white space as one space (the caption wraps at the table's width)."""
     from rich.console import Console
 
-    from aclprof.cli.topview import render_table
+    from aclprof.cli.top.view import render_table
 
     console = Console(record=True, width=200, color_system=None, force_terminal=False)
     console.print(render_table(snap or {"rows": []}, view, 10))
@@ -29,7 +29,7 @@ def _typed(view, text: str) -> None:
 # -- 1. top's status messages reach the screen ------------------------------------------------
 
 def test_top_shows_filter_applied_message():
-    from aclprof.cli.topview import TopView
+    from aclprof.cli.top.view import TopView
 
     v = TopView()
     _typed(v, "/conv\r")
@@ -39,7 +39,7 @@ def test_top_shows_filter_applied_message():
 
 
 def test_top_shows_bad_regex_message():
-    from aclprof.cli.topview import TopView
+    from aclprof.cli.top.view import TopView
 
     v = TopView()
     _typed(v, "/(?<=x)y\r")  # lookbehind: RE2 refuses it
@@ -49,7 +49,7 @@ def test_top_shows_bad_regex_message():
 
 
 def test_top_shows_reset_message_and_markup_in_messages_is_text():
-    from aclprof.cli.topview import TopView
+    from aclprof.cli.top.view import TopView
 
     v = TopView()
     v.message = "aggregates reset"
@@ -60,7 +60,7 @@ def test_top_shows_reset_message_and_markup_in_messages_is_text():
 
 
 def test_top_shows_the_regex_being_typed_verbatim():
-    from aclprof.cli.topview import TopView
+    from aclprof.cli.top.view import TopView
 
     v = TopView()
     _typed(v, "/[a-z]+ [/dim]")
@@ -239,7 +239,7 @@ def test_status_loop_needs_positive_seconds(value):
 # -- the detector's p99 shift column ----------------------------------------------------------
 
 def test_top_shows_the_detectors_shift_and_the_flagged_quantile():
-    from aclprof.cli.topview import TopView
+    from aclprof.cli.top.view import TopView
 
     row = {"count": 10, "total_ns": 1000, "mean_ns": 100, "p50_ns": 90, "p99_ns": 200, "max_ns": 300,
            "pct_time": 50.0}

@@ -38,9 +38,9 @@ def _flat(text: str) -> str:
 # -- the key table -----------------------------------------------------------------------------
 
 def test_every_key_the_handler_accepts_is_in_help_caption_and_readme(capsys):
-    from aclprof.cli import main
-    from aclprof.cli.topkeys import KEYS, accepted_keys, caption, key_name
-    from aclprof.cli.topview import TopView
+    from aclprof.cli.main import main
+    from aclprof.cli.top.keys import KEYS, accepted_keys, caption, key_name
+    from aclprof.cli.top.view import TopView
 
     assert main(["top", "--help"]) == 0
     helptext = capsys.readouterr().out
@@ -77,7 +77,7 @@ def _st(dropped=0, skipped=0, protocol=0, healthy=True, problems=(), agents=(), 
 
 
 def test_header_counts_drops_in_the_window_and_names_what_degrades_health():
-    from aclprof.cli.topheader import Header
+    from aclprof.cli.top.header import Header
 
     agents = [{"pid": 1, "service": "alpha", "models": [{"model_id": 1, "device": 0}]},
               {"pid": 2, "service": "beta", "models": [{"model_id": 1, "device": 1}]},
@@ -107,7 +107,7 @@ def test_header_counts_drops_in_the_window_and_names_what_degrades_health():
 
 
 def test_header_escapes_peer_strings():
-    from aclprof.cli.topheader import Header
+    from aclprof.cli.top.header import Header
 
     h = Header()
     h.add(_st(healthy=False, problems=["[bold]x[/bold] \x1b[2J"]), now=1.0)
@@ -118,7 +118,7 @@ def test_header_escapes_peer_strings():
 # -- groupings and columns ---------------------------------------------------------------------
 
 def test_g_cycles_the_groupings_the_daemon_offers():
-    from aclprof.cli.topview import TopView, note_snapshot
+    from aclprof.cli.top.view import TopView, note_snapshot
 
     v = TopView()
     seen = []
@@ -140,7 +140,7 @@ def test_g_cycles_the_groupings_the_daemon_offers():
 
 
 def test_columns_adapt_to_the_grouping_and_every_string_is_escaped():
-    from aclprof.cli.topview import TopView, render_table
+    from aclprof.cli.top.view import TopView, render_table
 
     row = {"count": 10, "total_ns": 5000, "mean_ns": 500, "p50_ns": 500, "p99_ns": 600, "max_ns": 700, "pct_time": 100}
     v = TopView(group="process")
@@ -158,8 +158,8 @@ def test_columns_adapt_to_the_grouping_and_every_string_is_escaped():
 
 
 def test_baseline_subtracts_counts_and_totals_and_hides_what_it_cannot_know():
-    from aclprof.cli.topbaseline import Baseline
-    from aclprof.cli.topview import TopView, render_table
+    from aclprof.cli.top.baseline import Baseline
+    from aclprof.cli.top.view import TopView, render_table
 
     def row(key, count, total):
         return {"key": key, "count": count, "total_ns": total, "mean_ns": total / count, "p50_ns": 1, "p99_ns": 2,
@@ -182,8 +182,8 @@ def test_baseline_subtracts_counts_and_totals_and_hides_what_it_cannot_know():
 
 
 def test_w_offers_since_r_after_a_baseline_and_a_new_filter_ends_it():
-    from aclprof.cli.topbaseline import SINCE_RESET, Baseline
-    from aclprof.cli.topview import TopView
+    from aclprof.cli.top.baseline import SINCE_RESET, Baseline
+    from aclprof.cli.top.view import TopView
 
     v = TopView(window="all")
     v.key("w")
@@ -532,8 +532,8 @@ def test_top_once_with_a_flood_of_rows_shows_the_limit():
 
 
 def test_live_view_asks_status_at_most_once_a_second_whatever_the_rows():
-    from aclprof.cli.toplive import run_live
-    from aclprof.cli.topview import TopView
+    from aclprof.cli.top.live import run_live
+    from aclprof.cli.top.view import TopView
 
     class Counting:
         def __init__(self):

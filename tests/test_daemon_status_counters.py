@@ -131,7 +131,7 @@ def test_cli_refuses_a_pattern_re2_rejects_naming_the_flag(tmp_path):
 
 
 def test_top_view_checks_regex_with_re2():
-    from aclprof.cli.topview import TopView
+    from aclprof.cli.top.view import TopView
 
     v = TopView()
     for ch in "/(a)\\1\r":

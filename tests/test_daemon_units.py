@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from aclprofd import config
-from aclprofd.aggregate import NBINS, Aggregator, KeySource, bin_index, bin_value
+from aclprofd.aggregate.aggregator import NBINS, Aggregator, KeySource, bin_index, bin_value
 from aclprofd.filters import Filter
 from aclprofd.storage import Storage, read_segment
 from helpers.records import make_records

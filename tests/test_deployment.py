@@ -391,10 +391,10 @@ def test_systemd_analyze_verify_passes_on_the_installed_unit(deployed: Deploymen
 
 
 def _service(d: Deployment, peer: str, name: str) -> subprocess.Popen:
-    """tests/_agent_worker.py as ``peer`` (copied where that user can read it)."""
+    """tests/helpers/agent_worker.py as ``peer`` (copied where that user can read it)."""
     worker = d.base / "agent_worker.py"
     if not worker.exists():
-        shutil.copy(TESTS / "_agent_worker.py", worker)
+        shutil.copy(TESTS / "helpers" / "agent_worker.py", worker)
         os.chmod(worker, 0o644)
     trace_dir = d.base / f"trace-{name}"
     trace_dir.mkdir(mode=0o777, exist_ok=True)

@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 import pytest
-from aclprofd import aggregate_quantiles
-from aclprofd.detector import Detector, DetectorConfig
-from aclprofd.detector_dispersion import MIN_SECONDS, WindowIndex, dispersion
-from aclprofd.detector_state import CellStore
+from aclprofd.aggregate import quantiles as aggregate_quantiles
+from aclprofd.detector.dispersion import MIN_SECONDS, WindowIndex, dispersion
+from aclprofd.detector.engine import Detector, DetectorConfig
+from aclprofd.detector.state import CellStore
 from helpers.daemons import Client, InProcess, agent
 from helpers.records import make_records
 from helpers.streams import Op, Replay, bin_probabilities

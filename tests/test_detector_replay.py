@@ -39,7 +39,7 @@ def test_a_stationary_stream_raises_no_flag(bench):
 def test_the_detector_would_flag_with_no_effect_floor(bench):
     """The guard above can fail: with z and the effect floor removed (and no persistence) the
     same stationary stream is flagged, so "no flag" is the thresholds' doing."""
-    from aclprofd.detector import DetectorConfig
+    from aclprofd.detector.engine import DetectorConfig
     r = bench.run_stationary(seed=1000, hours=0.5, config=DetectorConfig(z=0.5, min_effect=1e-6, persistence=1))
     assert r["flags"] > 0
 

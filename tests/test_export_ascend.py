@@ -18,9 +18,10 @@ from helpers.procs import cli, open_fds, wait_for
 from helpers.records import make_records
 
 from aclprof.cli import export_ascend as ea
-from aclprof.cli import main
 from aclprof.cli.client import DaemonError
 from aclprof.cli.common import CliError
+from aclprof.cli.main import main
+from aclprof.exportfmt import ascend as fa
 from aclprof.protocol.wire import FLAG_KEYPOINT
 
 pytestmark = pytest.mark.timeout(60)
@@ -40,7 +41,7 @@ def _write(tmp_path, batches, window=None):
     root.mkdir()
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        w = ea.AscendWriter(fd, window)
+        w = fa.AscendWriter(fd, window)
         try:
             for b in batches:
                 w.add(b)
@@ -67,20 +68,20 @@ def _trace(d):
 
 def test_columns_are_torch_npus_exactly():
     # torch_npu CsvHeaders.OP_SUMMARY_KERNEL_BASE_HEADERS and OpStatisticBean.HEADERS
-    assert ea.KERNEL_DETAILS_COLUMNS == ["Device_id", "Name", "Type", "Accelerator Core", "Start Time(us)",
+    assert fa.KERNEL_DETAILS_COLUMNS == ["Device_id", "Name", "Type", "Accelerator Core", "Start Time(us)",
                                          "Duration(us)", "Wait Time(us)", "Block Num"]
-    assert ea.OP_STATISTIC_COLUMNS == ["OP Type", "Core Type", "Count", "Total Time(us)", "Min Time(us)",
+    assert fa.OP_STATISTIC_COLUMNS == ["OP Type", "Core Type", "Count", "Total Time(us)", "Min Time(us)",
                                        "Avg Time(us)", "Max Time(us)", "Ratio(%)"]
-    assert ea.NOT_COLLECTED == "N/A"
+    assert fa.NOT_COLLECTED == "N/A"
 
 
 def test_format_us_is_exact_for_device_timestamps():
-    assert ea.format_us(1_234_567) == "1234.567"
-    assert ea.format_us(0) == "0.000"
-    assert ea.format_us(999) == "0.999"
-    assert ea.format_us(-1_500) == "-1.500"
+    assert fa.format_us(1_234_567) == "1234.567"
+    assert fa.format_us(0) == "0.000"
+    assert fa.format_us(999) == "0.999"
+    assert fa.format_us(-1_500) == "-1.500"
     # a float would lose the last digits of a 19-digit ns timestamp
-    assert ea.format_us(1_796_120_889_484_305_123) == "1796120889484305.123"
+    assert fa.format_us(1_796_120_889_484_305_123) == "1796120889484305.123"
 
 
 @pytest.mark.parametrize("host, expected", [
@@ -88,24 +89,24 @@ def test_format_us_is_exact_for_device_timestamps():
     ("host_1", "host-1"), ("h\x00\n\u202e", "h---"), ("hé", "h-"), ("x" * 300, "x" * 64),
 ])
 def test_path_component_is_one_safe_name_part(host, expected):
-    assert ea.path_component(host) == expected
+    assert fa.path_component(host) == expected
     assert "/" not in expected and "_" not in expected
 
 
 def test_process_dir_name_is_torch_npus_worker_name():
-    name = ea.process_dir_name("node1", 4242, 1764400000.5)
+    name = fa.process_dir_name("node1", 4242, 1764400000.5)
     assert re.fullmatch(r"node1_4242_\d{14}_ascend_pt", name)
     assert name.split("_")[2] == time.strftime("%Y%m%d%H%M%S", time.localtime(1764400000.5))
 
 
 def test_process_dir_name_survives_a_time_that_is_not_one():
     for ts in (1e300, float("nan"), -1e300):
-        assert ea.process_dir_name("h", 1, ts) == "h_1_00000000000000_ascend_pt"
+        assert fa.process_dir_name("h", 1, ts) == "h_1_00000000000000_ascend_pt"
 
 
 def test_name_cache_stays_bounded_and_correct(monkeypatch):
-    monkeypatch.setattr(ea._Names, "LIMIT", 4)
-    names = ea._Names()
+    monkeypatch.setattr(fa._Names, "LIMIT", 4)
+    names = fa._Names()
     for i in range(20):
         assert names.get(f"op\n{i}") == (f"op\\x0a{i}", json.dumps(f"op\\x0a{i}"))
         assert len(names._cache) <= 4
@@ -113,19 +114,19 @@ def test_name_cache_stays_bounded_and_correct(monkeypatch):
 
 
 def test_op_statistic_rows_sorted_with_ratios_like_torch_npu():
-    rows = ea.op_statistic_rows({"Relu": [2, 4_000, 2_000, 2_000], "MatMul": [3, 36_000, 10_000, 14_000]})
+    rows = fa.op_statistic_rows({"Relu": [2, 4_000, 2_000, 2_000], "MatMul": [3, 36_000, 10_000, 14_000]})
     assert rows == [["MatMul", "N/A", 3, "36.0", "10.0", "12.0", "14.0", "90.0"],
                     ["Relu", "N/A", 2, "4.0", "2.0", "2.0", "2.0", "10.0"]]
-    assert ea.op_statistic_rows({}) == []
-    assert ea.op_statistic_rows({"A": [3, 1_000, 1, 998]})[0][5] == "0.333"
+    assert fa.op_statistic_rows({}) == []
+    assert fa.op_statistic_rows({"A": [3, 1_000, 1, 998]})[0][5] == "0.333"
 
 
 def test_busy_intervals_merge_overlapping_and_touching_spans():
     s = np.array([50, 0, 10, 30, 100], dtype=np.int64)
     e = np.array([60, 10, 20, 55, 100], dtype=np.int64)
-    bs, be = ea.busy_intervals(s, e)
+    bs, be = fa.busy_intervals(s, e)
     assert bs.tolist() == [0, 30, 100] and be.tolist() == [20, 60, 100]
-    bs, be = ea.busy_intervals(s[:0], e[:0])
+    bs, be = fa.busy_intervals(s[:0], e[:0])
     assert len(bs) == len(be) == 0
 
 
@@ -145,32 +146,32 @@ def test_writer_fills_every_file_from_the_records(tmp_path):
     assert sorted(os.listdir(out)) == ["kernel_details.csv", "op_statistic.csv", "trace_view.json"]
 
     kd = _csv(out / "kernel_details.csv")
-    assert kd[0] == ea.KERNEL_DETAILS_COLUMNS
+    assert kd[0] == fa.KERNEL_DETAILS_COLUMNS
     assert kd[1:] == [["0", "conv1", "Conv2D", "N/A", "1000.000", "40.000", "0.000", "0"],
                       ["0", "fc1", "MatMul", "N/A", "1040.000", "10.000", "0.000", "0"],
                       ["0", "fc1", "MatMul", "N/A", "1060.000", "14.000", "10.000", "0"],
                       ["1", "fc1", "MatMul", "N/A", "1000.000", "5.000", "0.000", "0"]]
     st = _csv(out / "op_statistic.csv")
-    assert st[0] == ea.OP_STATISTIC_COLUMNS
+    assert st[0] == fa.OP_STATISTIC_COLUMNS
     assert st[1:] == [["Conv2D", "N/A", "1", "40.0", "40.0", "40.0", "40.0", "57.971"],
                       ["MatMul", "N/A", "3", "29.0", "5.0", "9.667", "14.0", "42.029"]]
 
     ev = _trace(d)
-    kernels = [e for e in ev if e["ph"] == "X" and e["pid"] == ea.HARDWARE_PID]
+    kernels = [e for e in ev if e["ph"] == "X" and e["pid"] == fa.HARDWARE_PID]
     assert [(e["name"], e["ts"], e["dur"], e["tid"]) for e in kernels] == [
         ("conv1", "1000.000", 40.0, 1), ("fc1", "1040.000", 10.0, 1), ("fc1", "1060.000", 14.0, 1),
-        ("fc1", "1000.000", 5.0, ea.TID_STRIDE + 2)]
+        ("fc1", "1000.000", 5.0, fa.TID_STRIDE + 2)]
     assert kernels[0]["args"]["Type"] == "Conv2D" and kernels[0]["args"]["Task Type"] == "N/A"
     procs = {e["pid"]: e["args"]["name"] for e in ev if e["name"] == "process_name"}
-    assert procs == {ea.HARDWARE_PID: "Ascend Hardware", ea.OVERLAP_PID: "Overlap Analysis",
-                     ea.STEP_PID: "Step Trace"}
+    assert procs == {fa.HARDWARE_PID: "Ascend Hardware", fa.OVERLAP_PID: "Overlap Analysis",
+                     fa.STEP_PID: "Step Trace"}
     threads = {(e["pid"], e["tid"]): e["args"]["name"] for e in ev if e["name"] == "thread_name"}
-    assert threads == {(ea.HARDWARE_PID, 1): "Device 0 Model 1",
-                       (ea.HARDWARE_PID, ea.TID_STRIDE + 2): "Device 1 Model 2", (ea.OVERLAP_PID, 1): "Computing",
-                       (ea.OVERLAP_PID, 4): "Free", (ea.STEP_PID, 0): "Steps"}
-    overlap = [(e["name"], e["ts"], e["dur"]) for e in ev if e["ph"] == "X" and e["pid"] == ea.OVERLAP_PID]
+    assert threads == {(fa.HARDWARE_PID, 1): "Device 0 Model 1",
+                       (fa.HARDWARE_PID, fa.TID_STRIDE + 2): "Device 1 Model 2", (fa.OVERLAP_PID, 1): "Computing",
+                       (fa.OVERLAP_PID, 4): "Free", (fa.STEP_PID, 0): "Steps"}
+    overlap = [(e["name"], e["ts"], e["dur"]) for e in ev if e["ph"] == "X" and e["pid"] == fa.OVERLAP_PID]
     assert overlap == [("Computing", "1000.000", 50.0), ("Free", "1050.000", 10.0), ("Computing", "1060.000", 14.0)]
-    steps = [e for e in ev if e["ph"] == "X" and e["pid"] == ea.STEP_PID]
+    steps = [e for e in ev if e["ph"] == "X" and e["pid"] == fa.STEP_PID]
     assert [(e["name"], e["ts"], e["dur"]) for e in steps] == [("Step 1", "990.000", 100.0)]
 
     info = json.loads((d / "profiler_info.json").read_text())
@@ -204,7 +205,7 @@ def test_hostile_names_stay_one_row_and_valid_json(tmp_path):
     raw = (d / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv").read_text(encoding="utf-8")
     assert raw.count("\n") == 1 + len(HOSTILE)
     ev = _trace(d)
-    assert {e["args"]["Type"] for e in ev if e["ph"] == "X" and e["pid"] == ea.HARDWARE_PID} == set(types)
+    assert {e["args"]["Type"] for e in ev if e["ph"] == "X" and e["pid"] == fa.HARDWARE_PID} == set(types)
     other = next(p for n, p in dirs.items() if not n.startswith("node1_"))
     meta = json.loads((other / "profiler_metadata.json").read_text())
     assert meta["aclprof_service"] == "s\\ud800\\x0a" and meta["aclprof_host"] == "evil/../host\\x0a"
@@ -221,15 +222,15 @@ def test_a_window_with_only_keypoints_gives_empty_tables_and_the_steps(tmp_path)
     _, dirs = _write(tmp_path, [steps])
     (d,) = dirs.values()
     out = d / "ASCEND_PROFILER_OUTPUT"
-    assert _csv(out / "kernel_details.csv") == [ea.KERNEL_DETAILS_COLUMNS]
-    assert _csv(out / "op_statistic.csv") == [ea.OP_STATISTIC_COLUMNS]
+    assert _csv(out / "kernel_details.csv") == [fa.KERNEL_DETAILS_COLUMNS]
+    assert _csv(out / "op_statistic.csv") == [fa.OP_STATISTIC_COLUMNS]
     ev = _trace(d)
     assert [e["name"] for e in ev if e["ph"] == "X"] == ["Step 1", "Step 2", "Step 3"]
-    assert not [e for e in ev if e["ph"] == "X" and e["pid"] == ea.OVERLAP_PID]
+    assert not [e for e in ev if e["ph"] == "X" and e["pid"] == fa.OVERLAP_PID]
 
 
 def test_many_processes_bound_the_open_files_and_lose_no_row(tmp_path):
-    n = ea._MAX_OPEN_PROCESSES + 9
+    n = fa._MAX_OPEN_PROCESSES + 9
     before = len(open_fds())
     peak = [0]
 
@@ -240,11 +241,11 @@ def test_many_processes_bound_the_open_files_and_lose_no_row(tmp_path):
 
     _, dirs = _write(tmp_path, batches())
     assert len(dirs) == n
-    assert peak[0] <= 2 * ea._MAX_OPEN_PROCESSES + 2
+    assert peak[0] <= 2 * fa._MAX_OPEN_PROCESSES + 2
     assert len(open_fds()) == before
     for d in dirs.values():
         assert len(_csv(d / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv")) == 4
-        assert len([e for e in _trace(d) if e["ph"] == "X" and e["pid"] == ea.HARDWARE_PID]) == 3
+        assert len([e for e in _trace(d) if e["ph"] == "X" and e["pid"] == fa.HARDWARE_PID]) == 3
 
 
 def test_hosts_that_sanitize_alike_get_distinct_directories(tmp_path):
@@ -447,7 +448,7 @@ def test_export_ascend_from_a_daemon_with_filters_and_keypoints(tmp_path):
         assert {r[1] for r in kd[1:]} == {"fc\ufffd", "r"}  # the daemon scrubs lone surrogates at ingest
         st = _csv(dirs["hostA"] / "ASCEND_PROFILER_OUTPUT" / "op_statistic.csv")
         assert [(r[0], r[2], r[3]) for r in st[1:]] == [("Mat,Mul\\x0a", "50", "50.0"), ("Relu", "50", "50.0")]
-        assert _csv(dirs["hostB"] / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv") == [ea.KERNEL_DETAILS_COLUMNS]
+        assert _csv(dirs["hostB"] / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv") == [fa.KERNEL_DETAILS_COLUMNS]
         assert len([e for e in _trace(dirs["hostB"]) if e["ph"] == "X"]) == 3
 
         # a filter: only svc-a's Relu
@@ -475,5 +476,5 @@ def test_help_lists_the_format(capsys):
 
 
 def test_kernel_row_is_torch_npus_level0_row():
-    assert ea.kernel_row(3, "fc1", "MatMul", 1_234_567_891, 10_500, 0) == [
+    assert fa.kernel_row(3, "fc1", "MatMul", 1_234_567_891, 10_500, 0) == [
         3, "fc1", "MatMul", "N/A", "1234567.891", "10.500", "0.000", 0]

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 from helpers.procs import PtyOutput, env
 
-from aclprof.cli import main
-from aclprof.cli.fleetdata import queries
+from aclprof.cli.fleet.data import queries
+from aclprof.cli.main import main
 
 Handler = Callable[[http.server.BaseHTTPRequestHandler], None]
 

@@ -1,4 +1,4 @@
-"""aclprof.cli.fleetdata: the PromQL of `aclprof fleet`, the parsing of Prometheus replies,
+"""aclprof.cli.fleet.data: the PromQL of `aclprof fleet`, the parsing of Prometheus replies,
 the fleet rows and the robust z-score of host p99s (properties checked with hypothesis)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from aclprof.cli.fleetdata import (
+from aclprof.cli.fleet.data import (
     FleetDataError,
     Thresholds,
     build_rows,

@@ -165,7 +165,7 @@ def test_segment_reader_stops_at_a_bad_crc(tmp_path):
 # --- aggregates file (daemon/README.md "aggregates.npz (format version 2)") -----------------
 
 def test_aggregates_file_matches_the_document(tmp_path):
-    from aclprofd.aggregate import Aggregator, KeySource
+    from aclprofd.aggregate.aggregator import Aggregator, KeySource
 
     agg = Aggregator(clock=lambda: 1000.0)
     recs = np.zeros(3, wire.RECORD_DTYPE)
@@ -199,7 +199,7 @@ def test_aggregates_file_matches_the_document(tmp_path):
 
 @pytest.mark.parametrize("version, label", [(1, None), (2, "bert@v1"), (2, "")])
 def test_aggregates_file_built_from_the_document_is_loaded(tmp_path, version, label):
-    from aclprofd.aggregate import Aggregator
+    from aclprofd.aggregate.aggregator import Aggregator
 
     keys = [["", 0, -1, -1, "(other)", "(other)", None], ["h", 3, 0, 7, "MatMul", "mm1", "svc"]]
     if version == 2:
@@ -243,7 +243,7 @@ def _aggregates_file(path, **meta_changes):
     ({"keys": [["", 0, -1, -1, "(other)", "(other)", None]]}, "differ in length"),
 ])
 def test_aggregates_file_of_another_layout_is_refused_untouched(tmp_path, changes, message):
-    from aclprofd.aggregate import Aggregator
+    from aclprofd.aggregate.aggregator import Aggregator
 
     path = tmp_path / "aggregates.npz"
     _aggregates_file(path, **changes)
@@ -254,8 +254,8 @@ def test_aggregates_file_of_another_layout_is_refused_untouched(tmp_path, change
 
 
 def test_aggregates_save_that_fails_leaves_the_old_file_and_no_temporary(tmp_path, monkeypatch):
-    from aclprofd import aggregate_file
-    from aclprofd.aggregate import Aggregator
+    from aclprofd.aggregate import npzfile as aggregate_file
+    from aclprofd.aggregate.aggregator import Aggregator
 
     path = tmp_path / "aggregates.npz"
     _aggregates_file(path)

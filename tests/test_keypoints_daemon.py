@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 import pytest
-from aclprofd.aggregate import Aggregator, KeySource
+from aclprofd.aggregate.aggregator import Aggregator, KeySource
 from helpers.daemons import Client, Daemon, InProcess, agent
 from helpers.procs import Worker, env, wait_for
 from helpers.records import make_records
@@ -123,7 +123,8 @@ def test_export_summary_skips_steps_and_trace_names_them():
     import io
     import json
 
-    from aclprof.cli.export import write_chrome, write_csv
+    from aclprof.exportfmt.chrome import write_chrome
+    from aclprof.exportfmt.opcsv import write_csv
 
     base = {"pid": 1, "device": 0, "model": 1, "start": 1000, "flag": 0, "thread_id": 0}
     records = [dict(base, op_type="Conv2D", op_name="conv1", duration_ns=500, end=1500, kind="op"),

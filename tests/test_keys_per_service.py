@@ -12,18 +12,20 @@ import urllib.request
 
 import numpy as np
 import pytest
-from aclprofd import aggregate, aggregate_file, config
-from aclprofd.aggregate import Aggregator, KeySource
-from aclprofd.aggregate_groups import FIELDS
-from aclprofd.aggregate_keys import model_label_of
+from aclprofd import config
+from aclprofd.aggregate import aggregator as aggregate
+from aclprofd.aggregate import npzfile as aggregate_file
+from aclprofd.aggregate.aggregator import Aggregator, KeySource
+from aclprofd.aggregate.groups import FIELDS
+from aclprofd.aggregate.keys import model_label_of
 from aclprofd.filters import Filter
 from helpers.daemons import Client, Daemon, InProcess, agent, status
 from helpers.procs import Worker, cli, free_port, wait_for
 from helpers.records import make_records
 from prometheus_client.parser import text_string_to_metric_families
 
-from aclprof.cli import main
 from aclprof.cli.common import filter_from_args
+from aclprof.cli.main import main
 from aclprof.protocol.wire import Kind, decode_json, encode_batch, encode_json
 
 pytestmark = pytest.mark.timeout(90)

@@ -8,9 +8,9 @@ import json
 
 import numpy as np
 import pytest
-from aclprofd import aggregate_file
-from aclprofd.aggregate import Aggregator, KeySource
-from aclprofd.aggregate_quantiles import (
+from aclprofd.aggregate import npzfile as aggregate_file
+from aclprofd.aggregate.aggregator import Aggregator, KeySource
+from aclprofd.aggregate.quantiles import (
     BINS_PER_OCTAVE,
     I64,
     NBINS,
@@ -21,7 +21,7 @@ from aclprofd.aggregate_quantiles import (
     narrow,
     prom_bucket,
 )
-from aclprofd.aggregate_windows import SlidingWindows, Slot, window_name
+from aclprofd.aggregate.windows import SlidingWindows, Slot, window_name
 from helpers.records import make_records
 
 from aclprof.protocol.wire import FLAG_KEYPOINT

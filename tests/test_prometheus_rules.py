@@ -20,7 +20,7 @@ from helpers.prometheus import PROMTOOL, RULES_DIR, free_port, needs_promtool
 RECORDING = RULES_DIR / "recording.rules.yml"
 ALERTS = RULES_DIR / "alerts.rules.yml"
 DASHBOARD = RULES_DIR / "grafana.json"
-#: the regression detector's gauges (daemon/aclprofd/detector_metrics.py), exported only
+#: the regression detector's gauges (daemon/aclprofd/detector/metrics.py), exported only
 #: while the detector has evaluated a key; and Prometheus' own series
 DETECTOR = {"aclprofd_op_latency_shift", "aclprofd_op_latency_shift_lower", "aclprofd_op_latency_shift_upper",
             "aclprofd_op_regression_flag", "aclprofd_regressions_flagged_total"}
@@ -187,7 +187,7 @@ def test_dashboard_and_rules_name_only_defined_series():
 
 
 def test_fleet_rules_mode_reads_recorded_series():
-    from aclprof.cli.fleetdata import RULE_WINDOWS, queries
+    from aclprof.cli.fleet.data import RULE_WINDOWS, queries
 
     for window in RULE_WINDOWS:
         names = {n for e in queries(window, rules=True).values() for n in _METRIC_TOKEN.findall(e)}

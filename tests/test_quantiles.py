@@ -44,7 +44,7 @@ def ref_quantile(durations: list[int], q: float) -> int:
 
 
 def snapshot_row(durations: list[int], window: str = "all") -> dict:
-    from aclprofd.aggregate import Aggregator, KeySource
+    from aclprofd.aggregate.aggregator import Aggregator, KeySource
 
     agg = Aggregator(clock=lambda: 1000.0)
     recs = np.zeros(len(durations), RECORD_DTYPE)

@@ -143,7 +143,7 @@ def _check_top(text: str, rows: list[dict], width: int, name_heading: str) -> li
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_top_by_type_keeps_numbers_whole(width):
-    from aclprof.cli.topview import TopView, render_table
+    from aclprof.cli.top.view import TopView, render_table
 
     text = _render(render_table({"window": "10s", "rows": _TOP_ROWS}, TopView(), 10, width=width), width)
     heads = _check_top(text, _TOP_ROWS, width, "Op type")
@@ -156,7 +156,7 @@ def test_top_by_type_keeps_numbers_whole(width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_top_by_name_with_one_long_name_keeps_every_number_column(width):
-    from aclprof.cli.topview import TopView, render_table
+    from aclprof.cli.top.view import TopView, render_table
 
     rows = [{**_TOP_ROWS[0], "key": LONG_NAME, "op_type": "MatMul"},
             {**_TOP_ROWS[2], "key": "add_1", "op_type": "Add"}]
@@ -207,9 +207,9 @@ def test_top_once_and_live_in_a_terminal(width):
 
 @pytest.mark.parametrize("width", WIDTHS)
 def test_fleet_keeps_numbers_whole(width):
-    from aclprof.cli.fleetdata import build_rows, sort_rows
-    from aclprof.cli.fleetprom import PromClient
-    from aclprof.cli.fleetview import Fleet, render
+    from aclprof.cli.fleet.data import build_rows, sort_rows
+    from aclprof.cli.fleet.prom import PromClient
+    from aclprof.cli.fleet.view import Fleet, render
 
     hosts = {"npu-host-0001.cluster.example.com": 1.0e-4, "npu-host-0002.cluster.example.com": 1.04e-4,
              "npu-host-0003.cluster.example.com": 4.1e-4}

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 from aclprofd.counter_history import RECENT_COUNTERS, CounterHistory
-from aclprofd.detector import Detector, DetectorConfig
+from aclprofd.detector.engine import Detector, DetectorConfig
 from helpers.daemons import Client, InProcess, fake_control_daemon, status
 from helpers.procs import REPO, cli, env, in_pty, screen_lines, wait_for
 from helpers.streams import Op, Replay
@@ -36,7 +36,7 @@ def test_shift_names_the_flagged_quantile_not_the_p99_beside_it():
     """A p50 regression with an unchanged p99 (the issue: "+0.9% REGRESSION" under "p99 shift"
     while the flag was p50 +42.7 %): the detector's SNAPSHOT rows say which quantile is
     flagged, and top shows that one."""
-    from aclprof.cli.topview import TopView, render_table
+    from aclprof.cli.top.view import TopView, render_table
 
     replay = Replay([Op("MatMul", 5000, 200_000, 0.5), Op("Add", 2000, 5_000, 0.6)], seed=11)
     det = Detector(replay.identity, DetectorConfig(window_s=10, trailing_s=60, persistence=3))
@@ -67,7 +67,7 @@ def test_shift_names_the_flagged_quantile_not_the_p99_beside_it():
 # -- a quantile is never above the max -----------------------------------------------------------
 
 def test_a_quantile_past_the_max_is_shown_as_the_max_marked_at_most():
-    from aclprof.cli.topview import TopView, render_table
+    from aclprof.cli.top.view import TopView, render_table
 
     row = {"key": "Conv2D", "count": 100, "total_ns": 3_000_000, "mean_ns": 30_000, "min_ns": 20_000,
            "max_ns": 34_000, "p50_ns": 30_500, "p90_ns": 36_000, "p99_ns": 63_400, "pct_time": 100.0}
@@ -172,7 +172,7 @@ def test_top_help_and_readme_state_the_resolution_of_the_numbers():
 
 
 def test_fleet_says_its_quantiles_are_power_of_two_buckets():
-    from aclprof.cli.fleetview import RESOLUTION
+    from aclprof.cli.fleet.view import RESOLUTION
 
     assert "power-of-two buckets" in RESOLUTION and "2x" in RESOLUTION
     helptext = subprocess.run([sys.executable, "-m", "aclprof", "fleet", "--help"], capture_output=True, text=True,

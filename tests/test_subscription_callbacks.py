@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _agent_worker import FIXED_OPS
+from helpers.agent_worker import FIXED_OPS
 
 import aclprof
 from aclprof import mock

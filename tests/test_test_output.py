@@ -22,7 +22,7 @@ def _pytest(tmp_path, *args: str) -> subprocess.CompletedProcess:
 
 
 def test_in_process_daemon_logs_never_reach_pytest_output(tmp_path):
-    p = _pytest(tmp_path, str(TESTS / "_daemon_log_case.py") + "::test_agent_comes_and_goes")
+    p = _pytest(tmp_path, str(TESTS / "helpers" / "daemon_log_case.py") + "::test_agent_comes_and_goes")
     assert p.returncode == 0, p.stdout[-3000:] + p.stderr[-3000:]
     out = p.stdout + p.stderr
     assert "1 passed" in out
@@ -30,7 +30,7 @@ def test_in_process_daemon_logs_never_reach_pytest_output(tmp_path):
 
 
 def test_a_failing_test_shows_its_daemon_log(tmp_path):
-    p = _pytest(tmp_path, str(TESTS / "_daemon_log_case.py") + "::test_fails_after_the_daemon_logged")
+    p = _pytest(tmp_path, str(TESTS / "helpers" / "daemon_log_case.py") + "::test_fails_after_the_daemon_logged")
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     assert "planned failure" in p.stdout
     section = p.stdout.split("Captured daemon log (", 1)
@@ -40,7 +40,7 @@ def test_a_failing_test_shows_its_daemon_log(tmp_path):
 
 
 def test_a_failing_test_shows_the_end_of_a_running_child_daemons_log(tmp_path):
-    p = _pytest(tmp_path, str(TESTS / "_daemon_log_case.py") + "::test_fails_with_a_child_daemon_running")
+    p = _pytest(tmp_path, str(TESTS / "helpers" / "daemon_log_case.py") + "::test_fails_with_a_child_daemon_running")
     assert p.returncode == 1, p.stdout[-3000:] + p.stderr[-3000:]
     section = p.stdout.split("Captured child daemon log (", 1)
     assert len(section) == 2, p.stdout[-3000:]

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _agent_worker import FIXED_OPS
+from helpers.agent_worker import FIXED_OPS
 from helpers.daemons import Client, InProcess, status
 from helpers.procs import aclprof_threads, cli, wait_for
 

@@ -131,7 +131,8 @@ class Agent:
         self._conn = Connection(self.socket_path, self._buffer, service=service, labels=self.labels,
                                 connect_timeout=connect_timeout)
         self._sender = Sender(self._buffer, self._conn, self._watched, backoff_max=backoff_max)
-        self._tracer = Tracer(self, trace_dir)  # aclprof trace: TRACE_START from the daemon
+        # aclprof trace: TRACE_START from the daemon
+        self._tracer = Tracer(self._buffer, trace_dir, pause=self._pause_for_trace, resume=self._resume_after_trace)
         self._conn.on_trace_start = self._tracer.on_start
         self._sender.start()
 

@@ -32,16 +32,15 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from aclprof._log import get_logger
+from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.items import JsonFrame
 from aclprof.protocol import trace as proto
 from aclprof.protocol import wire
-
-if TYPE_CHECKING:
-    from aclprof.agent import Agent
 
 __all__ = ["Tracer", "gap_records_of"]
 
@@ -69,13 +68,18 @@ def gap_records_of(dirs: list[Path], models: set[int]) -> int | None:
 class Tracer:
     """The agent's trace runner: at most one session at a time."""
 
-    def __init__(self, agent: Agent, trace_dir: str | os.PathLike[str] | None):
-        self.agent = agent
+    def __init__(self, buffer: RecordBuffer, trace_dir: str | os.PathLike[str] | None, *,
+                 pause: Callable[[Tracer], dict[int, tuple[int | None, dict[str, str]]]],
+                 resume: Callable[[Tracer], list[str]]):
+        # the agent's buffer (its lock is the agent's one lock) and the agent's two steps
+        # around a session: given, so that this module needs nothing of the agent itself
+        self.buffer = buffer
+        self._pause, self._resume = pause, resume
         self.trace_dir = None if trace_dir is None else os.fspath(trace_dir)
         self.thread: threading.Thread | None = None
         self.trace_id: int | None = None
         self._cancel = threading.Event()
-        # under agent._lock while a trace runs: paused model -> (device, labels), and the
+        # under the buffer's lock while a trace runs: paused model -> (device, labels), and the
         # watch() calls made meanwhile
         self.paused: dict[int, tuple[int | None, dict[str, str]]] = {}
         self.deferred: dict[int, tuple[int | None, dict[str, str]]] = {}
@@ -93,7 +97,7 @@ class Tracer:
         except proto.TraceRequestError as exc:
             self.reply({"trace_id": tid, "error": f"bad TRACE_START: {exc}"})
             return
-        with self.agent._lock:
+        with self.buffer.lock:
             if self.thread is not None and self.thread.is_alive():
                 busy = self.trace_id
             else:
@@ -111,7 +115,7 @@ class Tracer:
         connection is up when the sender gets to it)."""
         full = {"dirs": [], "pause_ns": 0, "session_ns": 0, "paused_ts": None, "resumed_ts": None, "models": [],
                 "gap_records": None, "error": None, **obj}
-        buffer = self.agent._buffer
+        buffer = self.buffer
         with buffer.lock:
             buffer.items.append(JsonFrame(wire.Kind.TRACE_DONE, full))
         buffer.wake()
@@ -134,7 +138,7 @@ class Tracer:
                 mask |= DataType[name]
             # the gap begins as the first subscription closes (what came before is streamed)
             paused_at, paused_ts = time.monotonic_ns(), time.time()
-            models = self.agent._pause_for_trace(self)
+            models = self._pause(self)
             unknown = sorted(m for m, (dev, _) in models.items() if dev is None)
             if unknown:
                 _log.warning("aclprof trace: the device of watched models is unknown; their ops during the "
@@ -158,7 +162,7 @@ class Tracer:
         finally:
             # every path resumes what was paused (and the watch() calls made meanwhile); the
             # gap ends once the subscriptions are back
-            errors += self.agent._resume_after_trace(self)
+            errors += self._resume(self)
             resumed_at = time.monotonic_ns()
         if out is not None and not dirs:
             try:

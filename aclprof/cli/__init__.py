@@ -18,25 +18,17 @@ error or no daemon reachable; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM)
 up (SIGHUP): each of these three cleans up first (:mod:`aclprof.cli.signals`). Errors are
 one line on stderr.
 
-Layout: :mod:`aclprof.cli.main` (parser, logging, dispatch), :mod:`aclprof.cli.common`
-(what the commands share), :mod:`aclprof.cli.argtypes` (every option's value type: the one
-place values are checked), :mod:`aclprof.cli.signals` (SIGTERM and SIGHUP unwind as Ctrl-C
-does), one module per command (``tail``, ``top``, ``status``, ``export``, ``diff``,
-``baseline``, ``captures``, ``trace``, ``fleet``, ``demo``, ``doctor``, ``reset``) with its
-helpers beside it (``export_ascend``, ``staging``; ``diff_sources``; ``capturefmt``;
-``fleetdata``, ``fleetprom``, ``fleetview``), ``top``'s screen in ``topview`` (state and
-table), ``topkeys`` (the key table), ``topheader``, ``topbaseline`` (the ``r`` baseline) and
-``toplive`` (the terminal loop), :mod:`aclprof.cli.client` (the daemon's control protocol)
-and :mod:`aclprof.cli.launch` (where the installed commands are).
+Layout: :mod:`aclprof.cli.main` (parser, logging, dispatch; the entry point
+``aclprof.cli.main:main``), :mod:`aclprof.cli.common` (what the commands share),
+:mod:`aclprof.cli.argtypes` (every option's value type: the one place values are checked),
+:mod:`aclprof.cli.signals` (SIGTERM and SIGHUP unwind as Ctrl-C does), one module per command
+(``tail``, ``status``, ``export``, ``diff``, ``baseline``, ``captures``, ``trace``, ``demo``,
+``doctor``, ``reset``) with its helpers beside it (``export_ascend``, ``staging``;
+``diff_sources``; ``capturefmt``), one folder for each command with a screen of its own
+(:mod:`aclprof.cli.top`, :mod:`aclprof.cli.fleet`: the command in ``command``),
+:mod:`aclprof.cli.client` (the daemon's control protocol) and :mod:`aclprof.cli.launch`
+(where the installed commands are).
+
+The package itself imports nothing, so importing one of its modules loads only what that
+module uses.
 """
-
-from __future__ import annotations
-
-from aclprof.cli.common import CliError, format_ns, parse_duration_ns, parse_time
-
-# Bound after the submodule import on purpose: importing ``aclprof.cli.main`` sets the
-# package attribute ``main`` to the module; this rebinds it to the function, which the
-# entry point ``aclprof.cli:main`` and ``python -m aclprof`` call.
-from aclprof.cli.main import main
-
-__all__ = ["main", "CliError", "parse_duration_ns", "parse_time", "format_ns"]

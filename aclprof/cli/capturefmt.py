@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from aclprof.cli.topheader import as_list, num
+from aclprof.cli.top.header import as_list, num
 from aclprof.protocol.safetext import safe
 
 __all__ = ["format_captures", "capture_line", "status_lines"]

@@ -173,8 +173,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 def _show(socket_path: str, args: argparse.Namespace, stop_at: float, started: float) -> None:
     from aclprof.cli.client import Client
-    from aclprof.cli.toplive import run_live
-    from aclprof.cli.topview import TopView, print_table
+    from aclprof.cli.top.live import run_live
+    from aclprof.cli.top.view import TopView, print_table
 
     view = TopView("10s", "type", "total")
     with Client(socket_path, timeout=10.0) as client:
@@ -259,7 +259,7 @@ def summary_text(results: list[dict[str, Any]], elapsed: float, st: dict[str, An
 
     from rich.console import Console
 
-    from aclprof.cli.topview import TopView, render_table
+    from aclprof.cli.top.view import TopView, render_table
 
     lines, emitted, lost = _service_lines(results, elapsed)
     total = st.get("records_total", 0)

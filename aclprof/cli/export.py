@@ -20,12 +20,11 @@ the directories torch_npu's profiler writes (``ascend``).
 from __future__ import annotations
 
 import argparse
-import csv
 import os
 import stat
 import sys
-from collections.abc import Callable, Iterable
-from typing import Any, BinaryIO, TextIO
+from collections.abc import Callable
+from typing import Any, TextIO
 
 from aclprof.cli.argtypes import output_path, point_in_time
 from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args
@@ -34,18 +33,11 @@ from aclprof.cli.exportloss import has_record_filters, lost_error
 from aclprof.cli.signals import deferred
 from aclprof.cli.staging import create_file as create_staging_file
 from aclprof.cli.staging import sweep as sweep_staging
-from aclprof.exportfmt.chrome import TID_STRIDE, write_chrome
-from aclprof.exportfmt.tally import tally
-from aclprof.protocol.safetext import safe
+from aclprof.exportfmt.chrome import write_chrome
+from aclprof.exportfmt.jsonl import write_jsonl
+from aclprof.exportfmt.opcsv import write_csv
 
-__all__ = ["add_parser", "cmd_export", "OP_STATISTIC_COLUMNS", "CSV_COLUMNS", "write_csv", "write_chrome",
-           "write_jsonl", "TID_STRIDE"]
-
-OP_STATISTIC_COLUMNS = ["Device_id", "Model Name", "OP Type", "Core Type", "Count", "Total Time(us)",
-                        "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)"]
-#: ``--format csv``: our own op statistics, per service and process (not msprof's file)
-CSV_COLUMNS = ["Service", "PID", "Device_id", "Model Name", "OP Type", "Core Type", "Count", "Total Time(us)",
-               "Min Time(us)", "Avg Time(us)", "Max Time(us)", "Ratio(%)"]
+__all__ = ["add_parser", "cmd_export"]
 
 _EXAMPLES = """examples:
   aclprof export --since -5m --format csv -o op_statistic.csv
@@ -73,44 +65,6 @@ def add_parser(sub: Any, fmt: Any) -> None:
     add_filter_args(p)
     add_socket_arg(p)
     p.set_defaults(func=cmd_export)
-
-
-def write_jsonl(payloads: Iterable[bytes], out: BinaryIO) -> int:
-    """The daemon's JSON Lines payloads, written as they came (no decoding); the count of lines."""
-    n = 0
-    for payload in payloads:
-        out.write(payload)
-        n += payload.count(b"\n")
-    return n
-
-
-def write_csv(batches: Iterable[list[dict[str, Any]]], out: TextIO) -> int:
-    """Op statistics per (service, pid, device, model, op type) as CSV_COLUMNS; the count
-    of records read (step keypoints are read but not counted in any row)."""
-    groups: dict[tuple[str, int, int, int, str], list[int]] = {}  # -> [count, total, min, max]
-    n = 0
-    for records in batches:
-        for r in records:
-            if r.get("kind") == "keypoint":
-                continue  # a step boundary, not an op: it would swamp the op statistics
-            d = int(r.get("duration_ns", 0))
-            # peers' strings, and csv usually lands on a terminal: escaped (also lone surrogates)
-            key = (safe(r.get("service") or ""), int(r.get("pid", 0)), int(r.get("device", 0)),
-                   int(r.get("model", 0)), safe(r.get("op_type", "?")))
-            tally(groups, key, d)
-        n += len(records)
-    device_total: dict[int, int] = {}
-    for (_, _, device, _, _), g in groups.items():
-        device_total[device] = device_total.get(device, 0) + g[1]
-    w = csv.writer(out, lineterminator="\n")
-    w.writerow(CSV_COLUMNS)
-    for (service, pid, device, model, op_type), g in sorted(
-            groups.items(), key=lambda kv: (kv[0][2], -kv[1][1], kv[0])):
-        count, total, lo, hi = g
-        w.writerow([service, pid, device, model, op_type, "N/A", count, f"{total / 1e3:.3f}", f"{lo / 1e3:.3f}",
-                    f"{total / count / 1e3:.3f}", f"{hi / 1e3:.3f}",
-                    f"{100.0 * total / (device_total[device] or 1):.2f}"])
-    return n
 
 
 class _TextSink:

@@ -3,7 +3,7 @@ torch_npu's profiler writes, so that MindStudio Insight and ``msprof-analyze`` o
 
 The files, their columns and what the subscription cannot fill are described in
 :mod:`aclprof.exportfmt.ascend` (which formats and writes them, shared with the daemon's
-flight recorder; re-exported here) and in README.md "Exporting for the Ascend tools".
+flight recorder) and in README.md "Exporting for the Ascend tools".
 :class:`StagedDir` makes the whole export appear at once, and :func:`cmd_export_ascend`
 is the command.
 """
@@ -21,33 +21,9 @@ from aclprof.cli.signals import deferred
 from aclprof.cli.staging import create_dir as create_staging_dir
 from aclprof.cli.staging import remove_tree
 from aclprof.cli.staging import sweep as sweep_staging
-from aclprof.exportfmt.ascend import (
-    _DIR_MODE,
-    HARDWARE_PID,
-    KERNEL_DETAILS_COLUMNS,
-    NOT_COLLECTED,
-    OP_STATISTIC_COLUMNS,
-    OUTPUT_DIR,
-    OVERLAP_PID,
-    STEP_PID,
-    TID_STRIDE,
-    AscendWriter,
-    busy_intervals,
-    format_us,
-    kernel_row,
-    op_statistic_rows,
-    path_component,
-    process_dir_name,
-)
+from aclprof.exportfmt.ascend import _DIR_MODE, AscendWriter
 
-# tests reach these private names through this module
-from aclprof.exportfmt.ascend import _MAX_OPEN_PROCESSES as _MAX_OPEN_PROCESSES
-from aclprof.exportfmt.ascend import _Names as _Names
-
-__all__ = ["KERNEL_DETAILS_COLUMNS", "OP_STATISTIC_COLUMNS", "NOT_COLLECTED", "OUTPUT_DIR", "HARDWARE_PID",
-           "OVERLAP_PID", "STEP_PID", "TID_STRIDE", "format_us", "path_component", "process_dir_name",
-           "kernel_row", "op_statistic_rows", "busy_intervals", "AscendWriter", "StagedDir",
-           "cmd_export_ascend"]
+__all__ = ["StagedDir", "cmd_export_ascend"]
 
 
 # -- the target directory --------------------------------------------------------------------

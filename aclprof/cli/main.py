@@ -14,10 +14,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from aclprof.cli import baseline, captures, demo, diff, doctor, export, fleet, reset, status, tail, top, trace
+from aclprof.cli import baseline, captures, demo, diff, doctor, export, reset, status, tail, trace
 from aclprof.cli.client import DaemonError
 from aclprof.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_UNREACHABLE, CliError, print_error, quiet_broken_pipe
+from aclprof.cli.fleet import command as fleet
 from aclprof.cli.signals import Terminated, ending_signals, exit_status
+from aclprof.cli.top import command as top
 
 __all__ = ["main", "build_parser"]
 

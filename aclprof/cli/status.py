@@ -13,7 +13,7 @@ from aclprof.cli.argtypes import seconds
 from aclprof.cli.capturefmt import status_lines
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, CliError, add_socket_arg, connect, format_ns
 from aclprof.cli.fit import wrap_lines
-from aclprof.cli.topheader import as_list, num, window_seconds
+from aclprof.cli.top.header import as_list, num, window_seconds
 from aclprof.protocol.safetext import safe
 
 __all__ = ["add_parser", "cmd_status", "format_status"]

@@ -1,6 +1,6 @@
 """The directories torch_npu's profiler writes (``ascend``), built from export records:
 what ``aclprof export --format ascend`` (:mod:`aclprof.cli.export_ascend`) and the daemon's
-flight recorder (:mod:`aclprofd.capture`) both write. Pure formatting and file writing into
+flight recorder (:mod:`aclprofd.capture.recorder`) both write. Pure formatting and file writing into
 a directory given by fd; nothing here talks to the daemon or knows about the command line.
 
 One directory per profiled process (torch_npu writes one per rank)::
@@ -38,6 +38,7 @@ import numpy as np
 
 from aclprof.protocol.safetext import safe
 
+from .chrome import TID_STRIDE  # thread of device d, model m: as `--format chrome`
 from .tally import tally
 
 __all__ = ["KERNEL_DETAILS_COLUMNS", "OP_STATISTIC_COLUMNS", "NOT_COLLECTED", "OUTPUT_DIR", "HARDWARE_PID",
@@ -57,7 +58,6 @@ OUTPUT_DIR = "ASCEND_PROFILER_OUTPUT"
 # Chrome trace processes inside one trace_view.json (each file is one inference process).
 HARDWARE_PID, OVERLAP_PID, STEP_PID = 1, 2, 3
 _COMPUTING_TID, _FREE_TID = 1, 4  # torch_npu's Overlap Analysis threads (2, 3: communication)
-TID_STRIDE = 100000  # thread of device d, model m: d * TID_STRIDE + m (as `--format chrome`)
 _MAX_OPEN_PROCESSES = 32  # open file pairs; more processes are reopened for append
 _DIR_MODE, _FILE_MODE = 0o777, 0o666  # less the umask, as mkdir and open would create them
 

@@ -1,9 +1,9 @@
 """Quantile shifts between two log histograms, with distribution-free confidence intervals.
 
-Shared by the daemon's live regression detector (``aclprofd.detector``) and ``aclprof diff``,
+Shared by the daemon's live regression detector (``aclprofd.detector.engine``) and ``aclprof diff``,
 so both judge a shift the same way. Pure numpy; no state.
 
-The histogram is the aggregator's (``aclprofd.aggregate_quantiles``, asserted equal by a
+The histogram is the aggregator's (``aclprofd.aggregate.quantiles``, asserted equal by a
 test): bin 0 holds durations of 0, bin ``b >= 1`` holds ``[2**((b-1)/8), 2**(b/8))`` ns.
 
 Method, per histogram row and quantile q:
@@ -39,7 +39,7 @@ REGRESSION, IMPROVEMENT, NONE = 1, -1, 0
 
 def bin_index(durations: np.ndarray) -> np.ndarray:
     """Histogram bin of each duration (ns), vectorised: the one rule of the daemon's
-    aggregates (``aclprofd.aggregate_quantiles``), its baselines and ``aclprof diff``."""
+    aggregates (``aclprofd.aggregate.quantiles``), its baselines and ``aclprof diff``."""
     d = np.asarray(durations, dtype=np.float64)
     with np.errstate(divide="ignore"):
         b = np.floor(np.log2(d) * BINS_PER_OCTAVE) + 1

@@ -40,7 +40,10 @@ modules form layers without a cycle: ``[tool.importlinter]`` in pyproject.toml l
 - :mod:`aclprofd.persist`: records into segment files, the since-start aggregates file.
 - :mod:`aclprofd.status`: the counters, their one immutable snapshot (which STATUS and
   /metrics both read), health problems, the STATUS reply.
-- :mod:`aclprofd.aggregate` (per-op statistics), :mod:`aclprofd.storage` (segment files),
+- :mod:`aclprofd.aggregate` (per-op statistics; a folder: ``aggregator``, ``keys``,
+  ``windows``, ``quantiles``, ``groups``, ``npzfile``), :mod:`aclprofd.detector` (regression
+  flags; a folder: ``engine``, ``state``, ``dispersion``, ``service``, ``metrics``),
+  :mod:`aclprofd.storage` (segment files),
   :mod:`aclprofd.filters` (request filters), :mod:`aclprofd.sockets` (socket set-up,
   sd_notify), :mod:`aclprofd.metrics` (Prometheus), :mod:`aclprofd.config` (settings),
   :mod:`aclprofd.logsetup` (structlog), :mod:`aclprofd.main` (the ``aclprofd`` command).
@@ -48,9 +51,9 @@ modules form layers without a cycle: ``[tool.importlinter]`` in pyproject.toml l
   and event, and how many were left out), behind both the parts' ``LogLimiter`` and the
   log's last guard (``logsetup.LineGuard``).
 
-- :mod:`aclprofd.capture` (the flight recorder: captures around new regression flags),
-  with :mod:`aclprofd.capture_store` (the captures directory and its bounds),
-  :mod:`aclprofd.capture_proc` and :mod:`aclprofd.capture_writer` (the child process that
+- :mod:`aclprofd.capture`, a folder: ``recorder`` (the flight recorder: captures around new
+  regression flags), with :mod:`aclprofd.capture.store` (the captures directory and its bounds),
+  :mod:`aclprofd.capture.proc` and :mod:`aclprofd.capture.writer` (the child process that
   formats and writes one capture).
 
 Everything runs on the loop's thread except the Prometheus HTTP thread, which reads only

@@ -193,7 +193,7 @@ class Settings:
     control_idle_timeout_s: float = 60.0
     max_control_connections: int = 64
     admin_group: str | None = None
-    # regression detector (aclprofd.detector; daemon/README.md "Regression detection")
+    # regression detector (aclprofd.detector.engine; daemon/README.md "Regression detection")
     detector_window_s: float = 30.0
     detector_trailing_s: float = 600.0
     detector_min_effect: float = 0.05
@@ -201,7 +201,7 @@ class Settings:
     detector_persistence: int = 5
     detector_z: float = 4.0
     detector_baseline: str | None = None
-    # flight recorder (aclprofd.capture; daemon/README.md "Flight recorder")
+    # flight recorder (aclprofd.capture.recorder; daemon/README.md "Flight recorder")
     capture_enabled: bool = True
     capture_before_s: float = 30.0
     capture_after_s: float = 10.0

@@ -17,7 +17,7 @@ import numpy as np
 
 from aclprof.protocol.wire import FrameReader
 
-from .aggregate import KeySource
+from .aggregate.aggregator import KeySource
 from .filters import Filter, NameMatcher
 
 __all__ = ["Conn", "OutQueue", "Rate"]

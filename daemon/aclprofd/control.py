@@ -15,11 +15,11 @@ import structlog
 
 from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
-from .aggregate import Aggregator
-from .capture import CaptureService
+from .aggregate.aggregator import Aggregator
+from .capture.recorder import CaptureService
 from .config import Settings
 from .conn import Conn
-from .detector_control import DetectorService
+from .detector.service import DetectorService
 from .fanout import Fanout
 from .filters import Filter
 from .handshake import authorize, is_admin
@@ -61,7 +61,7 @@ class Control:
         self.handlers: dict[Kind, Handler] = {
             Kind.STATUS: self.status, Kind.SNAPSHOT: self.snapshot, Kind.STREAM: self.stream,
             Kind.EXPORT: self.export, Kind.RESET: self.reset,
-            **host.detection.handlers,  # BASELINE_* (aclprofd.detector_control)
+            **host.detection.handlers,  # BASELINE_* (aclprofd.detector.service)
         }
 
     def handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:
@@ -75,7 +75,7 @@ class Control:
         snap = self.host.publish()  # STATUS and /metrics read the same snapshot
         reply = status_reply(snap, self.host.settings.socket)
         reply["detector"] = self.host.detection.status()
-        reply["captures"] = self.host.captures.status()  # the flight recorder (aclprofd.capture)
+        reply["captures"] = self.host.captures.status()  # the flight recorder (aclprofd.capture.recorder)
         s = self.host.settings
         # what `aclprof doctor` checks a deployment against: the groups this daemon uses, what
         # this peer may send, and where /metrics listens (daemon/README.md "Security model")

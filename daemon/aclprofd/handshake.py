@@ -25,7 +25,7 @@ import structlog
 from aclprof.protocol.wire import Kind, ProtocolError, check_identity, encode_json
 
 from . import __version__
-from .aggregate import KeySource
+from .aggregate.aggregator import KeySource
 from .conn import Conn
 
 if TYPE_CHECKING:

@@ -30,8 +30,8 @@ from aclprof.protocol.wire import (
     utf8_cut,
 )
 
-from .aggregate import Aggregator
-from .aggregate_keys import model_label_of
+from .aggregate.aggregator import Aggregator
+from .aggregate.keys import model_label_of
 from .conn import Conn
 from .fanout import Fanout
 from .handshake import is_int, is_labels

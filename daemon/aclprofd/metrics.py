@@ -39,10 +39,10 @@ from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from .aggregate import PROM_EXPONENTS, Aggregator
-from .capture_metrics import capture_families
-from .detector import DetectorView
-from .detector_metrics import detector_families
+from .aggregate.aggregator import PROM_EXPONENTS, Aggregator
+from .capture.metrics import capture_families
+from .detector.engine import DetectorView
+from .detector.metrics import detector_families
 from .status import CountersSnapshot
 
 __all__ = ["Metrics", "DaemonCollector"]

@@ -10,7 +10,7 @@ from typing import Protocol
 
 import structlog
 
-from .aggregate import Aggregator
+from .aggregate.aggregator import Aggregator
 from .conn import Conn
 from .status import Health
 from .storage import Storage

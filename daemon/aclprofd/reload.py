@@ -19,7 +19,7 @@ from typing import Any, Protocol
 import structlog
 
 from .config import Settings, changed
-from .detector_control import DetectorService
+from .detector.service import DetectorService
 from .memory import Memory
 from .storage import Storage
 

@@ -34,12 +34,12 @@ import structlog
 from aclprof.protocol.safetext import scrub
 from aclprof.protocol.wire import Kind, ProtocolError, decode_json
 
-from .aggregate import Aggregator
-from .capture import CaptureService
+from .aggregate.aggregator import Aggregator
+from .capture.recorder import CaptureService
 from .config import Settings
 from .conn import Conn, OutQueue
 from .control import Control
-from .detector_control import DetectorService
+from .detector.service import DetectorService
 from .fanout import Fanout
 from .handshake import PROTOCOL_VERSION, hello
 from .ingest import Ingest

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from . import __version__
-from .aggregate import Aggregator
+from .aggregate.aggregator import Aggregator
 from .config import Settings
 from .conn import Conn, Rate
 from .counter_history import CounterHistory

@@ -45,7 +45,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="20,000 records")
     args = p.parse_args()
     n = 20_000 if args.quick else args.records
-    from aclprofd.detector import DetectorView
+    from aclprofd.detector.engine import DetectorView
 
     with InProcess(capture_max_bytes="1GiB", capture_before_s="1h", capture_after_s="0.5s",
                    capture_min_interval_s="0") as d:

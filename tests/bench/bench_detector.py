@@ -1,5 +1,5 @@
 """The regression detector's targets, on synthetic streams replayed through
-``aclprofd.detector.Detector`` faster than real time (the detector's clock is the stream's).
+``aclprofd.detector.engine.Detector`` faster than real time (the detector's clock is the stream's).
 
 (a) Detection delay: after a 15 min warm-up, MatMul's p99 gets 10 % slower at 10k calls/s,
     two ways: ``scale`` (every duration x1.10: p50 and p99 move) and ``tail`` (sigma raised
@@ -46,7 +46,7 @@ for _p in (HERE, os.path.dirname(HERE)):  # _benchlib, and tests/helpers (the st
         sys.path.insert(0, _p)
 
 from _benchlib import table
-from aclprofd.detector import Detector, DetectorConfig
+from aclprofd.detector.engine import Detector, DetectorConfig
 from helpers.streams import Z99, Op, Replay
 
 OPS = (Op("MatMul", 10_000, 200_000, 0.5), Op("Conv2D", 2_000, 80_000, 0.4), Op("Add", 500, 5_000, 0.6),

@@ -19,8 +19,9 @@ import statistics
 import tempfile
 import time
 
-from aclprof.cli.export import write_chrome, write_csv
-from aclprof.cli.export_ascend import AscendWriter
+from aclprof.exportfmt.ascend import AscendWriter
+from aclprof.exportfmt.chrome import write_chrome
+from aclprof.exportfmt.opcsv import write_csv
 
 
 def make_batches(n: int) -> list[list[dict]]:

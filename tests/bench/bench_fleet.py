@@ -26,8 +26,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import _benchlib as B
 from helpers.prometheus import PROMETHEUS, RULES_DIR, SKIP_REASON, Prometheus
 
-from aclprof.cli.fleetprom import PromClient
-from aclprof.cli.fleetview import Fleet
+from aclprof.cli.fleet.prom import PromClient
+from aclprof.cli.fleet.view import Fleet
 
 OPS = 30
 DEVICES = 2

@@ -22,7 +22,7 @@ sys.path.insert(0, HERE)
 
 import numpy as np
 from _benchlib import interleaved, med, per_round_ratio, table
-from aclprofd.aggregate import GROUP_BY, Aggregator, KeySource
+from aclprofd.aggregate.aggregator import GROUP_BY, Aggregator, KeySource
 
 from aclprof.protocol.wire import RECORD_DTYPE
 

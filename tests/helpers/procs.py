@@ -23,7 +23,7 @@ __all__ = ["REPO", "TESTS", "WORKER", "env", "clean_env", "short_tmpdir", "wait_
 
 TESTS = Path(__file__).resolve().parent.parent
 REPO = TESTS.parent
-WORKER = str(TESTS / "_agent_worker.py")
+WORKER = str(TESTS / "helpers" / "agent_worker.py")
 
 
 def env(**extra: str) -> dict[str, str]:
@@ -74,7 +74,7 @@ def cli(*args: str, timeout: float = 30.0, check: bool = False, **kw: Any) -> su
 
 
 class Worker:
-    """tests/_agent_worker.py: one mock model + aclprof.agent, driven over stdin."""
+    """tests/helpers/agent_worker.py: one mock model + aclprof.agent, driven over stdin."""
 
     def __init__(self, socket: str, *args: str):
         self.proc = subprocess.Popen([sys.executable, WORKER, "--socket", socket, *args],

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from aclprof.cli.topheader import as_list, num
+from aclprof.cli.top.header import as_list, num
 
 __all__ = ["Baseline", "SINCE_RESET", "IDENTITY_FIELDS"]
 

@@ -1,5 +1,5 @@
 """The live loop of ``aclprof top`` on a terminal: keys read in cbreak mode, one SNAPSHOT per
-refresh (or per key), one STATUS per refresh at most (:data:`aclprof.cli.topheader.STATUS_EVERY_S`)
+refresh (or per key), one STATUS per refresh at most (:data:`aclprof.cli.top.header.STATUS_EVERY_S`)
 for the header, and the ``r`` baseline taken here (the loop holds the client). The terminal
 is restored on every way out (q, Ctrl-C, an error)."""
 
@@ -11,8 +11,8 @@ import sys
 import time
 from typing import Any
 
-from aclprof.cli.topheader import Header, window_seconds
-from aclprof.cli.topview import TopView, render_table, snapshot
+from aclprof.cli.top.header import Header, window_seconds
+from aclprof.cli.top.view import TopView, render_table, snapshot
 
 __all__ = ["Cbreak", "run_live", "refresh_header", "header_for"]
 

@@ -1,5 +1,5 @@
 """Writing one flight-recorder capture, in a child process (``python -m
-aclprofd.capture_writer``, started by :mod:`aclprofd.capture_proc` from the capture worker
+aclprofd.capture.writer``, started by :mod:`aclprofd.capture.proc` from the capture worker
 thread): formatting a capture is seconds of pure Python for 100k+ records, which in a
 thread of the daemon would take the GIL from the event loop (measured: STATUS p99 20 ms,
 max 190 ms while a 200k-record capture was written); a child at a lower CPU priority on
@@ -17,7 +17,7 @@ byte budget is spent on the one that regressed), and writes into the capture dir
 - ``capture.json``: the flag (key, shift and its interval), the window, record counts.
 
 Bounds: each record's bytes in the three outputs are computed from its values
-(:mod:`aclprofd.capture_size`: an upper bound within a few percent of the files); when the
+(:mod:`aclprofd.capture.size`: an upper bound within a few percent of the files); when the
 sum passes what the capture may take, the records farthest in time from the flag are left
 out (the capture stays centred on it) and ``capture.json`` says how many (``truncated``).
 Records held in memory while reading are bounded the same way (``_HOLD``).
@@ -43,9 +43,9 @@ from aclprof.exportfmt.chrome import write_chrome
 from aclprof.protocol.safetext import safe
 from aclprof.protocol.wire import HEADER, Kind
 
-from .capture_size import overhead, record_costs, span_costs
-from .records import NameJson, encode_frames, identity_head
-from .storage import read_segment
+from ..records import NameJson, encode_frames, identity_head
+from ..storage import read_segment
+from .size import overhead, record_costs, span_costs
 
 __all__ = ["Job", "Outcome", "Aborted", "write_capture", "estimate", "job_to_json", "job_from_json", "main"]
 

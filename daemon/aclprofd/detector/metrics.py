@@ -18,7 +18,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from .detector import QNAMES, DetectorView
+from .engine import QNAMES, DetectorView
 
 __all__ = ["detector_families"]
 

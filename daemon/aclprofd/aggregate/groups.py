@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .aggregate_keys import OTHER, KeyRegistry
-from .aggregate_quantiles import I64
+from .keys import OTHER, KeyRegistry
+from .quantiles import I64
 
 __all__ = ["GROUP_BY", "Grouping", "Groupings", "FIELDS", "prom_labels"]
 

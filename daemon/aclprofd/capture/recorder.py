@@ -9,8 +9,8 @@ Once ``t + after`` has passed, the loop flushes (what was received until then is
 segment files), lists the segment files of that window and queues a :class:`Job`.
 
 On the worker thread: each job is written into ``<data_dir>/captures/`` by a child process
-(:mod:`aclprofd.capture_proc`, :mod:`aclprofd.capture_writer`: formatting is CPU work that
-would take the GIL from the loop), while :class:`aclprofd.capture_store.CaptureStore` keeps
+(:mod:`aclprofd.capture.proc`, :mod:`aclprofd.capture.writer`: formatting is CPU work that
+would take the GIL from the loop), while :class:`aclprofd.capture.store.CaptureStore` keeps
 the bounds. The queue is bounded (a job that does not fit is dropped and counted); a failed
 write (full disk, unwritable directory) is counted, logged, and removes its unfinished
 directory; nothing here stops the daemon. The worker stops at :meth:`CaptureService.close`:
@@ -29,15 +29,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
-from .capture_proc import CaptureFailed, ChildWriter
-from .capture_store import CaptureEntry, CaptureStore, NoRoom, capture_name, summary_of
-from .capture_writer import Aborted, Job
-from .config import Settings
-from .detector_control import DetectorService
-from .storage import Storage
+from ..config import Settings
+from ..detector.service import DetectorService
+from ..storage import Storage
+from .proc import CaptureFailed, ChildWriter
+from .store import CaptureEntry, CaptureStore, NoRoom, capture_name, summary_of
+from .writer import Aborted, Job
 
 if TYPE_CHECKING:
-    from .detector import DetectorView
+    from ..detector.engine import DetectorView
 
 __all__ = ["CaptureService", "CaptureHost", "QUEUE_MAX"]
 

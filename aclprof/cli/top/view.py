@@ -1,8 +1,8 @@
 """The table behind ``aclprof top`` (also shown by ``aclprof demo``): the view state
 (:class:`TopView`: window, grouping, sort, filter and the view-local reset baseline, changed
-by the keys of :mod:`aclprof.cli.topkeys`), fetching a view's snapshot from the daemon, and
+by the keys of :mod:`aclprof.cli.top.keys`), fetching a view's snapshot from the daemon, and
 the rendering of a SNAPSHOT reply as a rich table under a title and a header. The live
-loop is :mod:`aclprof.cli.toplive`, which imports this module (never the other way).
+loop is :mod:`aclprof.cli.top.live`, which imports this module (never the other way).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import sys
 from typing import Any
 
 from aclprof.cli.common import format_ns, regex_problem, use_colour
-from aclprof.cli.topbaseline import SINCE_RESET, Baseline
-from aclprof.cli.topcells import RESOLUTION, quantile_cell, shift_cell, stat_cell
-from aclprof.cli.topheader import as_list, num
-from aclprof.cli.topkeys import BASIC_GROUPS, GROUP_LABELS, GROUPS, KEYS, caption, help_text
+from aclprof.cli.top.baseline import SINCE_RESET, Baseline
+from aclprof.cli.top.cells import RESOLUTION, quantile_cell, shift_cell, stat_cell
+from aclprof.cli.top.header import as_list, num
+from aclprof.cli.top.keys import BASIC_GROUPS, GROUP_LABELS, GROUPS, KEYS, caption, help_text
 from aclprof.protocol.safetext import safe
 
 __all__ = ["SORT_KEYS", "WINDOWS", "GROUPS", "TopView", "sort_rows", "render_table", "learn_windows",
@@ -32,7 +32,7 @@ def sort_rows(rows: list[dict[str, Any]], sort: str) -> list[dict[str, Any]]:
 
 
 class TopView:
-    """What ``top`` shows: the settings the keys change (:data:`aclprof.cli.topkeys.KEYS`)."""
+    """What ``top`` shows: the settings the keys change (:data:`aclprof.cli.top.keys.KEYS`)."""
 
     def __init__(self, window: str = "10s", group: str = "type", sort: str = "total",
                  base_filter: dict[str, Any] | None = None, regex: str | None = None):

@@ -4,6 +4,7 @@ name does not start with ``test_``): an in-process daemon that logs while a test
 from __future__ import annotations
 
 import pytest
+
 from helpers.daemons import DAEMON_LOGS, InProcess, agent
 from helpers.procs import wait_for
 from helpers.records import make_records

@@ -8,13 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from aclprof.cli.common import format_ns
-from aclprof.cli.topheader import as_list, num
+from aclprof.cli.top.header import as_list, num
 from aclprof.protocol.quantshift import BINS_PER_OCTAVE
 from aclprof.protocol.safetext import safe
 
 __all__ = ["RESOLUTION", "shift_cell", "quantile_cell", "stat_cell"]
 
-#: how exact each number of top is (the daemon's aggregates: aclprofd.aggregate_quantiles;
+#: how exact each number of top is (the daemon's aggregates: aclprofd.aggregate.quantiles;
 #: the bin rule: aclprof.protocol.quantshift)
 _BIN_PCT = 100 * (2 ** (1 / BINS_PER_OCTAVE) - 1)  # a bin's width
 _MID_PCT = 100 * (2 ** (1 / (2 * BINS_PER_OCTAVE)) - 1)  # the farthest a bin's middle is from its values

@@ -9,16 +9,16 @@ second in which the daemon received them (agents' clocks are not comparable to t
 
 The parts, one module each:
 
-- :mod:`aclprofd.aggregate_keys`: the key registry (at most ``max_keys`` keys, then one
+- :mod:`aclprofd.aggregate.keys`: the key registry (at most ``max_keys`` keys, then one
   "other" key whose records are counted) and the connections' name-id caches;
-- :mod:`aclprofd.aggregate_groups`: SNAPSHOT's groupings and the Prometheus series;
-- :mod:`aclprofd.aggregate_windows`: the per-second slots of the sliding windows;
-- :mod:`aclprofd.aggregate_quantiles`: the histogram (8 bins per power of two; quantiles
+- :mod:`aclprofd.aggregate.groups`: SNAPSHOT's groupings and the Prometheus series;
+- :mod:`aclprofd.aggregate.windows`: the per-second slots of the sliding windows;
+- :mod:`aclprofd.aggregate.quantiles`: the histogram (8 bins per power of two; quantiles
   within 4.4 %) and the rows of a snapshot;
-- :mod:`aclprofd.aggregate_file`: ``aggregates.npz``, the since-start figures across restarts.
+- :mod:`aclprofd.aggregate.npzfile`: ``aggregates.npz``, the since-start figures across restarts.
 
 Memory is bounded: dense since-start arrays of ``max_keys x 322`` int64 (~26 MB at the
-default 10 000 keys) plus the slots (see :mod:`aclprofd.aggregate_windows`).
+default 10 000 keys) plus the slots (see :mod:`aclprofd.aggregate.windows`).
 
 Ingestion never loops over records in Python: a batch is sorted once by every field of the
 key and cut into runs (O(n log n) whatever it holds); the only Python loop is one cache
@@ -37,10 +37,10 @@ import numpy as np
 
 from aclprof.protocol.wire import keypoint_mask
 
-from .aggregate_file import STATE_FORMAT, STATE_VERSION, read_state, write_state
-from .aggregate_groups import FIELDS, GROUP_BY, Groupings
-from .aggregate_keys import OTHER, OTHER_IDENTITY, KeyRegistry, KeySource, grow
-from .aggregate_quantiles import (
+from .groups import FIELDS, GROUP_BY, Groupings
+from .keys import OTHER, OTHER_IDENTITY, KeyRegistry, KeySource, grow
+from .npzfile import STATE_FORMAT, STATE_VERSION, read_state, write_state
+from .quantiles import (
     BIG,
     BINS_PER_OCTAVE,
     I64,
@@ -52,7 +52,7 @@ from .aggregate_quantiles import (
     grouped_rows,
     prom_bucket,
 )
-from .aggregate_windows import SlidingWindows, window_name
+from .windows import SlidingWindows, window_name
 
 __all__ = ["Aggregator", "KeySource", "NBINS", "BINS_PER_OCTAVE", "bin_index", "bin_value",
            "PROM_EXPONENTS", "OTHER", "STATE_FORMAT", "STATE_VERSION", "window_name", "GROUP_BY"]
@@ -190,7 +190,7 @@ class Aggregator:
 
     def save(self, path: str) -> None:
         """Write the since-start aggregates (not the windows, not the Prometheus series) to
-        ``path`` atomically (:func:`aclprofd.aggregate_file.write_state`)."""
+        ``path`` atomically (:func:`aclprofd.aggregate.npzfile.write_state`)."""
         with self._lock:
             changes = self._changes
             n = self.nkeys

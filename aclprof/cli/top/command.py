@@ -2,8 +2,8 @@
 
 Each refresh asks the daemon for a SNAPSHOT of its windowed aggregates, grouped by op type,
 op name, service, process, device or model, under a header (records/s, processes,
-services, devices, drops, daemon health: :mod:`aclprof.cli.topheader`). The keys are the
-table :data:`aclprof.cli.topkeys.KEYS` (listed by ``--help``); ``r`` is a view-local reset
+services, devices, drops, daemon health: :mod:`aclprof.cli.top.header`). The keys are the
+table :data:`aclprof.cli.top.keys.KEYS` (listed by ``--help``); ``r`` is a view-local reset
 that never changes the daemon's shared aggregates (``aclprof reset`` does, for admins).
 """
 
@@ -28,11 +28,11 @@ from aclprof.cli.common import (
     connect,
     filter_from_args,
 )
-from aclprof.cli.topcells import RESOLUTION
-from aclprof.cli.topheader import Header
-from aclprof.cli.topkeys import BASIC_GROUPS, GROUPS, help_text
-from aclprof.cli.toplive import header_for, refresh_header, run_live
-from aclprof.cli.topview import (
+from aclprof.cli.top.cells import RESOLUTION
+from aclprof.cli.top.header import Header
+from aclprof.cli.top.keys import BASIC_GROUPS, GROUPS, help_text
+from aclprof.cli.top.live import header_for, refresh_header, run_live
+from aclprof.cli.top.view import (
     SORT_KEYS,
     WINDOWS,
     TopView,
@@ -93,7 +93,7 @@ _WINDOW = re.compile(r"^(all|[1-9][0-9]*[smh])$")
 
 
 def _window_arg(text: str) -> str:
-    """A window name as the daemon spells them (aclprofd.aggregate_windows.window_name)."""
+    """A window name as the daemon spells them (aclprofd.aggregate.windows.window_name)."""
     if not _WINDOW.match(text):  # argparse prefixes "argument --window:" and exits 2
         raise argparse.ArgumentTypeError(
             f"{text!r} is not a window: one of {', '.join(WINDOWS)} with the daemon's default windows "

@@ -1,4 +1,4 @@
-"""The capture worker's side of a capture writer child (``python -m aclprofd.capture_writer``,
+"""The capture worker's side of a capture writer child (``python -m aclprofd.capture.writer``,
 whose docstring gives the exchange): start it, hand it the job, answer its request for room
 (the store deletes old captures for it), read its result. Bounded in time (``timeout_s``,
 then the child is killed and the capture counted as failed) and stoppable from another
@@ -18,7 +18,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from .capture_writer import Aborted, Job, Outcome, job_to_json
+from .writer import Aborted, Job, Outcome, job_to_json
 
 __all__ = ["ChildWriter", "CaptureFailed", "TIMEOUT_S"]
 
@@ -64,7 +64,7 @@ class ChildWriter:
                 self._timed_out = False
                 # cwd "/": `-m` puts the cwd first on sys.path; the daemon's cwd may hold anything
                 proc = self._proc = subprocess.Popen(
-                    [sys.executable, "-m", "aclprofd.capture_writer", root], stdin=subprocess.PIPE,
+                    [sys.executable, "-m", "aclprofd.capture.writer", root], stdin=subprocess.PIPE,
                     stdout=subprocess.PIPE, stderr=err, cwd="/", close_fds=True, text=True, encoding="utf-8",
                     start_new_session=True)  # a Ctrl-C to the daemon's terminal is the daemon's to handle
             timer = threading.Timer(self.timeout_s, self._expire)

@@ -2,7 +2,7 @@
 BASELINE_SAVE / BASELINE_LIST / BASELINE_GET control requests (daemon/PROTOCOL.md).
 
 Kept apart from :mod:`aclprofd.server` and :mod:`aclprofd.control` so that those gain a few
-lines only: the aggregator calls :meth:`aclprofd.detector.Detector.observe` per batch with
+lines only: the aggregator calls :meth:`aclprofd.detector.engine.Detector.observe` per batch with
 the histogram deltas it computed anyway; the loop calls :meth:`DetectorService.due` and
 :meth:`DetectorService.tick`.
 """
@@ -19,13 +19,13 @@ import structlog
 from aclprof.protocol.baselinefmt import check_name
 from aclprof.protocol.wire import Kind, ProtocolError, encode_json
 
-from .aggregate import Aggregator
-from .baselines import BaselineStore
-from .config import Settings
-from .conn import Conn
-from .detector import Detector, DetectorConfig, DetectorView
-from .detector_state import Cell
-from .sockets import DaemonError
+from ..aggregate.aggregator import Aggregator
+from ..baselines import BaselineStore
+from ..config import Settings
+from ..conn import Conn
+from ..sockets import DaemonError
+from .engine import Detector, DetectorConfig, DetectorView
+from .state import Cell
 
 __all__ = ["DetectorService", "detector_config", "TICK_S", "LIVE_SOURCES"]
 

@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from .aggregate_quantiles import BINS_PER_OCTAVE, I64, NBINS
-from .atomicfile import replace_file
+from ..atomicfile import replace_file
+from .quantiles import BINS_PER_OCTAVE, I64, NBINS
 
 __all__ = ["STATE_FORMAT", "STATE_VERSION", "READABLE_VERSIONS", "write_state", "read_state", "ARRAYS"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from .capture import CaptureService
+from .recorder import CaptureService
 
 __all__ = ["capture_families"]
 

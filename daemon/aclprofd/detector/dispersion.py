@@ -46,7 +46,7 @@ class WindowIndex:
 
     def __init__(self, seconds: list[tuple[np.ndarray, np.ndarray]], groups: int) -> None:
         """``seconds``: ``(codes, counts)`` of each second in the window
-        (:meth:`aclprofd.detector_state.CellStore.window_seconds`); ``groups``: how many."""
+        (:meth:`aclprofd.detector.state.CellStore.window_seconds`); ``groups``: how many."""
         self.seconds = len(seconds)
         self.span = np.int64((groups + 1) * NBINS)  # one second's codes and the last group's end
         if seconds:

@@ -30,6 +30,8 @@ from collections.abc import Callable
 
 import numpy as np
 
+from aclprof.exportfmt.chrome import TID_STRIDE
+
 __all__ = ["RECORD_FIXED", "SPAN_FIXED", "record_costs", "span_costs", "overhead", "digits"]
 
 #: bytes of a record's three output lines that do not depend on its values (see above)
@@ -37,7 +39,6 @@ RECORD_FIXED = 12 + 123 + 110
 #: a Computing and a Free span without their numbers (templates, names, separators)
 SPAN_FIXED = (50 + len("Computing") + 2) + (50 + len("Free") + 2)
 _REPR_FLOAT = 18  # repr() of a receive time (Unix seconds, 6 decimals at most) or a span's duration in µs
-_TID_STRIDE = 100000
 _PROCESS = 8 << 10  # per process: profiler_info/metadata json, csv headers, trace metadata events
 _TYPE = 256  # per op type and process: an op_statistic row
 _THREAD = 512  # per (device, model) of a process: thread name and sort events in both traces
@@ -56,7 +57,7 @@ def record_costs(records: np.ndarray, pid: int, name_cost: Callable[[np.ndarray]
     start_us = digits(records["start"] // 1000) + 4  # format_us: digits, '.', 3 decimals
     dur_us = digits(records["duration"] // 1000) + 4  # format_us, and repr(ns / 1e3) never longer
     device, model = records["device_id"].astype(np.uint64), records["model_id"].astype(np.uint64)
-    tid = digits(device * _TID_STRIDE + model)
+    tid = digits(device * TID_STRIDE + model)
     numbers = (4 * start_us + 2  # csv start and wait (wait <= start), trace_view ts, Chrome ts (repr: +2)
                + 3 * dur_us  # csv, trace_view, Chrome
                + 2 * digits(device) + digits(model) + 2 * tid + 2 * digits(records["thread_id"])

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .aggregate_quantiles import I64, NBINS, group_stats, group_sum, narrow
+from .quantiles import I64, NBINS, group_stats, group_sum, narrow
 
 __all__ = ["Slot", "SlidingWindows", "window_name", "WindowFigures"]
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from .aggregate_quantiles import I64
+from .quantiles import I64
 
 __all__ = ["KeySource", "KeyRegistry", "OTHER", "OTHER_IDENTITY", "Key", "model_label_of"]
 

@@ -12,7 +12,7 @@ import time
 from typing import Any
 
 from aclprof.cli.common import format_ns, use_colour
-from aclprof.cli.fleetdata import (
+from aclprof.cli.fleet.data import (
     FleetDataError,
     FleetRow,
     Thresholds,
@@ -22,7 +22,7 @@ from aclprof.cli.fleetdata import (
     sort_rows,
     to_json,
 )
-from aclprof.cli.fleetprom import PromClient, PrometheusError
+from aclprof.cli.fleet.prom import PromClient, PrometheusError
 from aclprof.protocol.safetext import safe
 
 __all__ = ["KEY_SORT", "RESOLUTION", "Fleet", "render", "pipe_width", "print_table", "run_live"]
@@ -185,7 +185,7 @@ def pipe_width() -> int:
 
 def print_table(table: Any) -> None:
     """One table on stdout (a closed pipe raises BrokenPipeError: a quiet exit 0)."""
-    from aclprof.cli.topview import _pipe_console
+    from aclprof.cli.top.view import _pipe_console
 
     console = _pipe_console(no_color=not use_colour(), highlight=False, width=pipe_width())
     console.print(table)
@@ -198,7 +198,7 @@ def run_live(fleet: Fleet, sort: str, host: str | None, interval: float, limit: 
     from rich.console import Console
     from rich.live import Live
 
-    from aclprof.cli.toplive import Cbreak
+    from aclprof.cli.top.live import Cbreak
 
     console = Console()
     stdin = sys.stdin if sys.stdin is not None and sys.stdin.isatty() else None

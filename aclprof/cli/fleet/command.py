@@ -1,14 +1,14 @@
 """``aclprof fleet``: a live, top-like table of per-operator timings across hosts, from the
 Prometheus server that scrapes every host's ``aclprofd`` (README "Fleet").
 
-Each refresh sends the instant queries of :func:`aclprof.cli.fleetdata.queries` (per host:
+Each refresh sends the instant queries of :func:`aclprof.cli.fleet.data.queries` (per host:
 calls/s, calls in the window, device time, p50, p99; for the fleet: p50 and p99 over the
 summed buckets) and shows one row per (service, op type): calls/s, p50, p99, share of the
 fleet's device time, hosts reporting, and the outlier column (hosts whose p99 departs from
-the fleet's by the robust z-score of :mod:`aclprof.cli.fleetdata`). ``--host H`` shows that
+the fleet's by the robust z-score of :mod:`aclprof.cli.fleet.data`). ``--host H`` shows that
 host's rows next to the fleet's. Keys in the live view: ``d c 5 9 o`` sort by device share,
 calls, p50, p99, outlier; ``q`` quits. This module is the command (options, checks);
-:mod:`aclprof.cli.fleetview` the refresh, the table and the live loop.
+:mod:`aclprof.cli.fleet.view` the refresh, the table and the live loop.
 
 Prometheus unreachable, an HTTP error, a reply that is not JSON or too big: one line on
 stderr, exit 1 (in the live view: shown in the caption, retried at the next refresh).
@@ -24,7 +24,7 @@ from typing import Any
 
 from aclprof.cli.argtypes import FLOAT_MAX, MAX_PID, integer, name, number, regex, row_limit, seconds
 from aclprof.cli.common import EXIT_OK, CliError
-from aclprof.cli.fleetdata import (
+from aclprof.cli.fleet.data import (
     RULE_WINDOWS,
     SORTS,
     Thresholds,
@@ -32,8 +32,8 @@ from aclprof.cli.fleetdata import (
     valid_label,
     valid_window,
 )
-from aclprof.cli.fleetprom import DEFAULT_MAX_BYTES, PromClient, PrometheusError, check_url
-from aclprof.cli.fleetview import Fleet, pipe_width, print_table, render, run_live
+from aclprof.cli.fleet.prom import DEFAULT_MAX_BYTES, PromClient, PrometheusError, check_url
+from aclprof.cli.fleet.view import Fleet, pipe_width, print_table, render, run_live
 
 __all__ = ["add_parser", "cmd_fleet"]
 

@@ -1,6 +1,6 @@
 """A simulated inference process for the agent/CLI tests (not a test module).
 
-    python tests/_agent_worker.py --socket PATH [--service S] [--ops fixed|resnet] [--realtime]
+    python tests/helpers/agent_worker.py --socket PATH [--service S] [--ops fixed|resnet] [--realtime]
                                   [--model-label NAME] [--model-version V] [--trace-dir DIR]
 
 Loads one mock model, starts ``aclprof.agent`` and watches it, then obeys commands read

@@ -16,7 +16,7 @@ consecutive *calm* evaluations, where the estimate fell below ``1 + CLEAR_FRACTI
 min_effect`` (or the group no longer has the samples to be judged). A lasting shift whose
 estimate hovers near the threshold (or whose interval now and then touches 1) keeps its
 flag instead of flapping, which a Prometheus ``for:`` clause needs. The baseline is the
-trailing decayed histogram (:mod:`aclprofd.detector_state`) or a pinned saved one.
+trailing decayed histogram (:mod:`aclprofd.detector.state`) or a pinned saved one.
 
 The Prometheus thread and STATUS read :attr:`Detector.published`, one immutable object
 replaced at every tick.
@@ -34,8 +34,8 @@ import structlog
 from aclprof.protocol import baselinefmt
 from aclprof.protocol.quantshift import NBINS, QUANTILES, REGRESSION, Shift, judge, shift
 
-from .detector_dispersion import WindowIndex, dispersion
-from .detector_state import Cell, CellStore, Group
+from .dispersion import WindowIndex, dispersion
+from .state import Cell, CellStore, Group
 
 __all__ = ["CLEAR_FRACTION", "Detector", "DetectorConfig", "DetectorView", "QNAMES"]
 

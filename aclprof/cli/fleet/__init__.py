@@ -1,0 +1,3 @@
+"""``aclprof fleet``: the command, what it computes (data), its Prometheus client (prom)
+and its view.
+"""

@@ -1,0 +1,3 @@
+"""The per-operator aggregates: the aggregator, its key registry, histograms and quantiles,
+sliding windows, groupings, and the aggregates file.
+"""
