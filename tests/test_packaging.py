@@ -90,7 +90,8 @@ def test_every_package_folder_is_listed_for_the_wheel():
     repo = Path(__file__).resolve().parent.parent
     listed = set(tomllib.loads((repo / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {".".join(p.parent.relative_to(repo).parts) for p in (repo / "aclprof").rglob("__init__.py")}
-    found |= {".".join(p.parent.relative_to(repo / "daemon").parts) for p in (repo / "daemon" / "aclprofd").rglob("__init__.py")}
+    daemon = repo / "daemon"
+    found |= {".".join(p.parent.relative_to(daemon).parts) for p in (daemon / "aclprofd").rglob("__init__.py")}
     assert listed == found
 
 
