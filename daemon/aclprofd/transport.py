@@ -3,10 +3,13 @@ connection's :class:`aclprof.protocol.wire.FrameReader`), non-blocking send with
 buffer, protocol-error handling (ERROR, then close this connection only) and close.
 
 :class:`Transport` knows sockets and frames, not what frames mean: the daemon
-(:class:`aclprofd.server.Daemon`) subclasses it and supplies :meth:`Transport._handle`
-(HELLO, then the dispatch table of the connection's role) and the close and
-protocol-error hooks. Kept apart so that the I/O rules (read budgets, HELLO limits, never
-blocking on a client) are in one place and the event loop reads as a loop.
+(:class:`aclprofd.server.Daemon`) owns one and gives it three callables: what to do with a
+frame (HELLO, then the dispatch table of the connection's role), with a closed connection,
+and with one closed for a protocol error. It is the :class:`Outbox` the daemon's parts
+answer clients through; its :meth:`Transport.queue` minds the memory budget
+(:class:`aclprofd.memory.Memory`, which it owns). Kept apart so that the I/O rules (read
+budgets, HELLO limits, never blocking on a client) are in one place and the event loop
+reads as a loop.
 
 Connection limits (daemon/README.md "Limits"): at most ``_MAX_CONNECTIONS`` in all, of
 which at most ``_MAX_ANONYMOUS`` have not said HELLO yet (a new one evicts the oldest: a
@@ -30,7 +33,7 @@ import os
 import selectors
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 import structlog
@@ -38,6 +41,7 @@ import structlog
 from aclprof.protocol.wire import Kind, ProtocolError, encode_json
 
 from .conn import Conn
+from .memory import UNREAD_REPLIES, Memory
 from .ratelimit import LogLimiter
 
 __all__ = ["Transport", "Outbox", "LogLimiter", "goodbye_frame"]
@@ -46,7 +50,6 @@ _log = structlog.get_logger("aclprofd")
 
 _RECV = 1 << 20                 # bytes per recv() at most
 READ_BUDGET = 8 << 20           # bytes read from one connection before serving the others
-_CONTROL_OUT_CAP = 64 << 20     # a control client that stops reading its replies is closed
 _MAX_CONNECTIONS = 4096
 _MAX_ANONYMOUS = 256            # connections that have not said HELLO yet
 _HELLO_MAX = 64 << 10           # bytes buffered before HELLO
@@ -56,9 +59,8 @@ _ACCEPT_PAUSE_MAX = 1.0         # ... doubling up to this
 
 class Outbox(Protocol):
     """What the daemon's parts use of the transport to answer clients (a :class:`Transport`,
-    in the daemon :class:`aclprofd.server.Daemon`, whose :meth:`queue` minds the memory
-    budget): the open connections, queueing and sending frames, closing a connection
-    after a bug, and the rate-limited log of peer-caused events."""
+    whose :meth:`queue` minds the memory budget): the open connections, queueing and sending
+    frames, closing a connection after a bug, and the rate-limited log of peer-caused events."""
 
     @property
     def conns(self) -> Mapping[int, Conn]: ...
@@ -75,17 +77,27 @@ def goodbye_frame(conn: Conn) -> bytes:
     return encode_json(Kind.GOODBYE, {"records": conn.records, "dropped": conn.dropped})
 
 
+#: what the transport does with a frame: ``(conn, kind, payload)``; raises ProtocolError
+FrameHandler = Callable[[Conn, Kind, memoryview], None]
+
+
 class Transport:
-    """Connections by file descriptor, one selector; subclasses handle the frames."""
+    """Connections by file descriptor, one selector; ``handle`` handles the frames.
 
-    #: limits the daemon may change (from its settings)
-    max_control = 64
-    control_idle_s = 60.0
+    ``on_close(conn)``: ``conn`` was just closed (its socket is gone). ``on_protocol_error(conn)``:
+    ``conn`` is being closed for breaking the protocol. ``memory`` (shares the connection
+    table: :attr:`conns`) is the budget :meth:`queue` minds. ``max_control`` and
+    ``control_idle_s`` are the limits below (a reload may change them)."""
 
-    def __init__(self) -> None:
+    def __init__(self, handle: FrameHandler, *, on_close: Callable[[Conn], None],
+                 on_protocol_error: Callable[[Conn], None], memory_budget: int, memory_refused: dict[str, int],
+                 max_control: int = 64, control_idle_s: float = 60.0) -> None:
+        self._handle, self._on_close, self._on_protocol_error = handle, on_close, on_protocol_error
+        self.max_control, self.control_idle_s = max_control, control_idle_s
         self.sel = selectors.DefaultSelector()
         self.listener: socket.socket | None = None
         self.conns: dict[int, Conn] = {}
+        self.memory = Memory(self.conns, memory_budget, memory_refused)
         self._id_base = f"{time.time_ns():x}-{os.getpid()}"
         self._seq = 0
         # oldest first: connections without HELLO (by connect time), control clients (by
@@ -116,17 +128,7 @@ class Transport:
         holds open connections only, so the three agree with what is connected."""
         return len(self.conns), len(self._controls), len(self._anon)
 
-    # hooks
-    def _handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:
-        raise NotImplementedError
-
-    def _on_close(self, conn: Conn) -> None:
-        """``conn`` was just closed (its socket is gone)."""
-
-    def _on_protocol_error(self, conn: Conn) -> None:
-        """``conn`` is being closed for breaking the protocol."""
-
-    def _accept(self) -> None:
+    def accept(self) -> None:
         assert self.listener is not None
         while True:
             try:
@@ -145,7 +147,7 @@ class Transport:
             if len(self._anon) >= _MAX_ANONYMOUS:
                 oldest = next(iter(self._anon))
                 self.refused += 1
-                self._close(oldest, None)
+                self.close_conn(oldest, None)
                 self.limiter.log("warning", "connection evicted",
                                  reason=f"more than {_MAX_ANONYMOUS} connections without HELLO")
             sock.setblocking(False)
@@ -211,13 +213,13 @@ class Transport:
         for other in self._controls:
             if other is not conn and self._idle(other):
                 self.refused += 1
-                self._fail(other, f"evicted: more than {self.max_control} control connections "
+                self.fail(other, f"evicted: more than {self.max_control} control connections "
                                   "and this one was the longest idle", quiet=True, protocol_error=False)
                 self.limiter.log("warning", "control connection evicted", pid=other.pid,
                                  limit=self.max_control)
                 return
         self.refused += 1
-        self._fail(conn, f"too many control connections (limit {self.max_control}, all busy)",
+        self.fail(conn, f"too many control connections (limit {self.max_control}, all busy)",
                    protocol_error=False)
 
     def keep_waiting(self, conn: Conn, now: float) -> None:
@@ -240,7 +242,7 @@ class Transport:
                 break  # ordered by last request
             if self._idle(conn):
                 self.idle_closed += 1
-                self._fail(conn, f"idle control connection: no request in {self.control_idle_s:g} s", quiet=True,
+                self.fail(conn, f"idle control connection: no request in {self.control_idle_s:g} s", quiet=True,
                            protocol_error=False)
                 self.limiter.log("info", "connection closed", reason="idle control connection", pid=conn.pid)
 
@@ -251,13 +253,13 @@ class Transport:
         self.limiter.log("error", "internal error serving a connection; closing it", where=where,
                          pid=conn.pid, error=f"{type(exc).__name__}: {exc}")
         if not conn.closed:
-            self._fail(conn, f"internal error in {where}: {type(exc).__name__}", quiet=True, protocol_error=False)
+            self.fail(conn, f"internal error in {where}: {type(exc).__name__}", quiet=True, protocol_error=False)
 
-    def _read(self, conn: Conn) -> None:
+    def read(self, conn: Conn) -> None:
         """The selector says ``conn`` is readable."""
-        self._receive(conn, budget=READ_BUDGET)
+        self.receive(conn, budget=READ_BUDGET)
 
-    def _receive(self, conn: Conn, budget: int | None, deadline: float | None = None) -> None:
+    def receive(self, conn: Conn, budget: int | None, deadline: float | None = None) -> None:
         """Receive and handle until EAGAIN, EOF, a closed connection, ``budget`` bytes (so one
         busy agent cannot starve the others; None: no limit) or ``deadline``."""
         while not conn.closed and (budget is None or budget > 0) and (
@@ -268,13 +270,13 @@ class Transport:
                 return
             except ConnectionResetError:  # the peer closed with our replies unread in its socket
                 self.peer_gone += 1
-                self._close(conn, "peer left before reading its replies", level="info")
+                self.close_conn(conn, "peer left before reading its replies", level="info")
                 return
             except OSError as exc:
-                self._close(conn, f"receive failed: {exc}", level="info")
+                self.close_conn(conn, f"receive failed: {exc}", level="info")
                 return
             if not n:
-                self._close(conn, None)
+                self.close_conn(conn, None)
                 return
             data = bytes(self._rview[:n])
             if budget is not None:
@@ -293,22 +295,28 @@ class Transport:
                     self._controls[conn] = time.monotonic()
                     self._controls.move_to_end(conn)
         except ProtocolError as exc:
-            self._fail(conn, str(exc))
+            self.fail(conn, str(exc))
             return False
         except Exception as exc:  # a bug must cost one connection, never the daemon
             self.internal_errors += 1
             if self.limiter.allow("internal error handling a frame") is not None:
                 _log.exception("internal error handling a frame", pid=conn.pid)
-            self._fail(conn, f"internal error: {type(exc).__name__}", protocol_error=False)
+            self.fail(conn, f"internal error: {type(exc).__name__}", protocol_error=False)
             return False
         if conn.role is None and conn.reader.buffered > _HELLO_MAX:
             # an anonymous peer may not make the daemon buffer 16 MiB frames
-            self._fail(conn, f"HELLO larger than {_HELLO_MAX} bytes")
+            self.fail(conn, f"HELLO larger than {_HELLO_MAX} bytes")
             return False
         return True
 
     def send(self, conn: Conn) -> None:
-        """Send what the socket takes now; watch for writability while more is queued."""
+        """Send what the socket takes now; watch for writability while more is queued. Once
+        all is sent, the client has read its replies (:meth:`queue`)."""
+        self._send(conn)
+        if not conn.out:
+            conn.unread_replies = 0
+
+    def _send(self, conn: Conn) -> None:
         if conn.out:
             try:
                 conn.out.send(conn.sock)
@@ -317,10 +325,10 @@ class Transport:
             except (BrokenPipeError, ConnectionResetError):
                 # the peer closed before reading what we owe it: it is gone, nothing more
                 self.peer_gone += 1
-                self._close(conn, "peer left before reading its replies", level="info")
+                self.close_conn(conn, "peer left before reading its replies", level="info")
                 return
             except OSError as exc:
-                self._close(conn, f"send failed: {exc}", level="info")
+                self.close_conn(conn, f"send failed: {exc}", level="info")
                 return
         want = bool(conn.out)
         if want != conn.want_write:
@@ -328,14 +336,30 @@ class Transport:
             self.sel.modify(conn.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if want else 0), conn)
 
     def queue(self, conn: Conn, frame: bytes) -> None:
-        """Queue a reply and send what the socket takes."""
+        """Queue a reply and send what the socket takes. A client that does not read its
+        replies (any role: STREAM and EXPORT connections too) is closed once its queue passes
+        its share of the memory budget, or once the budget as a whole is spent; counted."""
+        if conn.out:
+            # The socket is full and another reply comes: a CLI reads each reply before its
+            # next request, so these bytes count as unread. Without this limit a client
+            # pipelining tiny requests makes the loop compute thousands of replies per turn
+            # (a stall for everyone), and its stream buffer would hide them from the cap.
+            conn.unread_replies += len(frame)
         conn.out += frame
-        if conn.role == "control" and conn.stream is None and conn.export is None and len(conn.out) > _CONTROL_OUT_CAP:
-            self._close(conn, "control client does not read its replies")
+        n = len(conn.out)
+        memory = self.memory
+        cap = memory.reply_cap()
+        if n > len(frame) and (n > cap or conn.unread_replies > UNREAD_REPLIES
+                               or not memory.fits(0)):  # one reply alone always goes
+            memory.refuse("replies")
+            conn.out.clear()
+            self.close_conn(conn, f"client does not read its replies ({n} bytes queued, {conn.unread_replies} of them "
+                             f"replies; at most {UNREAD_REPLIES} bytes of unread replies and {cap} bytes in all, "
+                             f"memory_budget {memory.budget} bytes)", level="warning")
             return
         self.send(conn)
 
-    def _send_last(self, conn: Conn, frames: bytes) -> None:
+    def send_last(self, conn: Conn, frames: bytes) -> None:
         """What is queued plus ``frames``, in one non-blocking send, before a close."""
         try:
             conn.sock.send(bytes(conn.out) + frames)
@@ -343,7 +367,7 @@ class Transport:
             pass
         conn.out.clear()
 
-    def _fail(self, conn: Conn, reason: str, *, quiet: bool = False, protocol_error: bool = True) -> None:
+    def fail(self, conn: Conn, reason: str, *, quiet: bool = False, protocol_error: bool = True) -> None:
         """Close ``conn`` with an ERROR frame (best effort) and log it with the peer's pid.
         An agent also gets GOODBYE: what it sent after the bad frame is counted as lost.
         ``protocol_error``: the peer broke the protocol (counted in ``protocol_errors``, which
@@ -357,11 +381,11 @@ class Transport:
         frames = encode_json(Kind.ERROR, {"message": reason})
         if conn.role == "agent":
             frames += goodbye_frame(conn)
-        self._send_last(conn, frames)
+        self.send_last(conn, frames)
         # quiet: the caller logs (rate-limited); a flood of bad clients is not a flood of lines
-        self._close(conn, reason, level="warning", log=not quiet)
+        self.close_conn(conn, reason, level="warning", log=not quiet)
 
-    def _close(self, conn: Conn, reason: str | None, level: str = "info", *, log: bool = True) -> None:
+    def close_conn(self, conn: Conn, reason: str | None, level: str = "info", *, log: bool = True) -> None:
         if conn.closed:
             return
         conn.closed = True
