@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import selectors
-import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -31,8 +30,7 @@ from typing import Any
 
 import structlog
 
-from aclprof.protocol.safetext import scrub
-from aclprof.protocol.wire import Kind, ProtocolError, decode_json
+from aclprof.protocol.wire import Kind, ProtocolError
 
 from .aggregate import Aggregator
 from .capture import CaptureService
@@ -41,12 +39,12 @@ from .conn import Conn, OutQueue
 from .control import Control
 from .detector_control import DetectorService
 from .fanout import Fanout
-from .handshake import PROTOCOL_VERSION, hello
+from .handshake import PROTOCOL_VERSION, admit
 from .ingest import Ingest
 from .persist import AGGREGATES_FILE, Persistence
 from .reload import apply_reload, signal_handlers
 from .socketfile import SocketFile
-from .sockets import DaemonError, sd_notify
+from .sockets import DaemonError, Waker, sd_notify
 from .status import PUBLISH_S, Counters, CountersSnapshot, Health, take_snapshot
 from .storage import Storage
 from .trace import Traces
@@ -98,16 +96,14 @@ class Daemon:
         self.detection = DetectorService(settings, self.aggregator, t.queue)
         self.captures = CaptureService(self)  # the flight recorder: captures around new flags
         self.control = Control(self, t)
-        self.traces = Traces(self, t, self.fanout)
+        self.traces = Traces(self, t, self.fanout, t.limits.requested)
         self.ingest.handlers.update(self.traces.agent_handlers)  # TRACE_DONE
         self.control.handlers.update(self.traces.control_handlers)  # TRACE
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._published_mono = 0.0
         self._stop = threading.Event()
         self._reload_requested = False
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        self._waker = Waker()
         self.ready = threading.Event()
 
     @property
@@ -151,7 +147,7 @@ class Daemon:
             self.storage.close()  # releases the data dir's lock: a retry in this process may take it
             self.storage = None
             raise
-        self.transport.sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self.transport.sel.register(self._waker.reader, selectors.EVENT_READ, "wake")
         self.publish()
         if s.prometheus_port:
             from .metrics import Metrics
@@ -169,24 +165,18 @@ class Daemon:
     def stop(self) -> None:
         """Ask :meth:`run` to flush and return (any thread; signal-safe)."""
         self._stop.set()
-        self._wake()
+        self._waker.wake()
 
     def request_reload(self) -> None:
         self._reload_requested = True
-        self._wake()
+        self._waker.wake()
 
     def _on_hup(self) -> None:
         self._reload_requested = True  # the signal's wakeup fd byte wakes the loop
 
-    def _wake(self) -> None:
-        try:
-            self._wake_w.send(b"\0")
-        except OSError:
-            pass
-
     def run(self, stop_event: threading.Event | None = None, *, signals: bool = False) -> None:
         """Serve until :meth:`stop`, ``stop_event`` or (with ``signals``) SIGTERM/SIGINT."""
-        with signal_handlers(self._stop.set, self._on_hup, self._wake_w.fileno()) if signals else nullcontext():
+        with signal_handlers(self._stop.set, self._on_hup, self._waker.write_fd) if signals else nullcontext():
             self._serve(stop_event)
 
     def _serve(self, stop_event: threading.Event | None) -> None:
@@ -231,11 +221,7 @@ class Daemon:
             if data == "listen":
                 t.accept()
             elif data == "wake":
-                try:
-                    while self._wake_r.recv(4096):
-                        pass
-                except BlockingIOError:
-                    pass
+                self._waker.drain()
             else:
                 conn: Conn = data
                 if mask & selectors.EVENT_READ and not conn.closed:
@@ -259,8 +245,7 @@ class Daemon:
             self.metrics.close()
             self.metrics = None
         t.sel.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        self._waker.close()
         _log.info("stopped", records_total=self.counters.records_total)
 
     def _goodbye_agents(self) -> None:
@@ -287,17 +272,10 @@ class Daemon:
         if conn.role is None:
             if kind != Kind.HELLO:
                 raise ProtocolError(f"expected HELLO, got {kind.name}")
-            welcome = hello(conn, decode_json(payload), self.started_ts)
-            # lone surrogates would make every UTF-8 writer of these (CLI, /metrics) raise
-            conn.host = scrub(conn.host)
-            conn.service = None if conn.service is None else scrub(conn.service)
-            conn.labels = {scrub(k): scrub(v) for k, v in conn.labels.items()}
-            if conn.keysrc is not None:
-                conn.keysrc.host, conn.keysrc.service = conn.host, conn.service
-            self.transport.queue(conn, welcome)
+            self.transport.queue(conn, admit(conn, payload, self.started_ts))
             if conn.closed:  # the peer left before WELCOME could be written: it is gone
                 return
-            self.transport.admitted(conn)  # the connection limits per role (aclprofd.transport)
+            self.transport.limits.admitted(conn)  # the connection limits per role (aclprofd.connlimits)
             if conn.role == "agent" and not conn.closed:
                 self.fanout.agent_admitted(conn)  # LIVE, if a STREAM client watches
         elif conn.role == "agent":
@@ -334,7 +312,7 @@ class Daemon:
                 self.persist.store(conn)
             elif conn.role is None and mono - conn.connected > _HELLO_TIMEOUT_S:
                 t.fail(conn, f"no HELLO within {_HELLO_TIMEOUT_S:g} s")
-        t.reap_idle(mono)
+        t.limits.reap_idle(mono)
         self.storage.flush()
         self.persist.save_aggregates()
         self.socket_file.check()

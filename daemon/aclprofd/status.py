@@ -182,14 +182,20 @@ class _MemoryUse(Protocol):
     def used(self) -> int: ...
 
 
+class _LimitStats(Protocol):
+    refused: int
+    idle_closed: int
+
+
 class _TransportStats(Protocol):
     """The transport's counters and connections (:class:`aclprofd.transport.Transport`)."""
 
     internal_errors: int
-    refused: int
-    idle_closed: int
     accept_errors: int
     peer_gone: int
+
+    @property
+    def limits(self) -> _LimitStats: ...
 
     @property
     def conns(self) -> Mapping[int, Conn]: ...
@@ -249,7 +255,8 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         records_rejected=tuple(sorted(c.records_rejected.items())),
         memory_budget=d.settings.memory_budget_bytes, memory_used=t.memory.used(),
         memory_refused=tuple(sorted(c.memory_refused.items())),
-        internal_errors=t.internal_errors, connections_refused=t.refused, idle_closed=t.idle_closed,
+        internal_errors=t.internal_errors, connections_refused=t.limits.refused,
+        idle_closed=t.limits.idle_closed,
         accept_errors=t.accept_errors, peer_gone=t.peer_gone, open_connections=open_all,
         open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
         traces=d.traces.summary(), recent=d.health.recent(agg, d.started_mono, mono, counters))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -102,11 +103,6 @@ class TraceHost(Protocol):
     settings: Settings  # ``stream_buffer``, the bound of a gap line (SIGHUP may change it)
 
 
-class TraceOutbox(Outbox, Protocol):
-    """The transport (:class:`aclprofd.transport.Transport`), which also keeps a waiting client from idling."""
-
-    def keep_waiting(self, conn: Conn, now: float) -> None:
-        """``conn`` waits for a reply: not idle (:meth:`aclprofd.transport.Transport.keep_waiting`)."""
 
 
 class Traces:
@@ -114,8 +110,11 @@ class Traces:
     agents (:attr:`agent_handlers`) and TRACE from control clients (:attr:`control_handlers`)
     here."""
 
-    def __init__(self, host: TraceHost, outbox: TraceOutbox, fanout: Fanout):
-        self.host, self.outbox, self.fanout = host, outbox, fanout
+    def __init__(self, host: TraceHost, outbox: Outbox, fanout: Fanout,
+                 keep_waiting: Callable[[Conn, float], None]):
+        #: ``keep_waiting(conn, now)``: ``conn`` waits for a reply, it is not idle
+        #: (:meth:`aclprofd.connlimits.ConnLimits.requested`)
+        self.host, self.outbox, self.fanout, self.keep_waiting = host, outbox, fanout, keep_waiting
         self._next_id = 1
         self.active: dict[int, _Trace] = {}
         self._by_agent: dict[str, int] = {}  # agent conn id -> the trace it runs
@@ -288,7 +287,7 @@ class Traces:
             return
         for t in list(self.active.values()):
             if t.client is not None:
-                self.outbox.keep_waiting(t.client, now)
+                self.keep_waiting(t.client, now)
             if now < t.deadline:
                 continue
             for part in t.parts.values():

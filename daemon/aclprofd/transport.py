@@ -11,13 +11,8 @@ answer clients through; its :meth:`Transport.queue` minds the memory budget
 budgets, HELLO limits, never blocking on a client) are in one place and the event loop
 reads as a loop.
 
-Connection limits (daemon/README.md "Limits"): at most ``_MAX_CONNECTIONS`` in all, of
-which at most ``_MAX_ANONYMOUS`` have not said HELLO yet (a new one evicts the oldest: a
-real client says HELLO at once) and at most ``max_control_connections`` are control
-clients (a new one evicts the longest idle one that neither streams nor exports); the
-rest is the agents' share, so idle control clients cannot lock agents or ``aclprof
-status`` out. A control client that sends no request for ``control_idle_timeout_s`` while
-not streaming or exporting is closed. When accept() fails (EMFILE, ENFILE, ...) the
+The connection limits per role are :class:`aclprofd.connlimits.ConnLimits` (:attr:`Transport.limits`).
+When accept() fails (EMFILE, ENFILE, ...) the
 listener is left alone for a growing pause (50 ms to 1 s) instead of being retried in a
 busy loop, and the failure is logged rate-limited.
 
@@ -28,7 +23,6 @@ rate-limited.
 
 from __future__ import annotations
 
-import collections
 import os
 import selectors
 import socket
@@ -41,6 +35,7 @@ import structlog
 from aclprof.protocol.wire import Kind, ProtocolError, encode_json
 
 from .conn import Conn
+from .connlimits import ConnLimits
 from .memory import UNREAD_REPLIES, Memory
 from .ratelimit import LogLimiter
 
@@ -50,8 +45,6 @@ _log = structlog.get_logger("aclprofd")
 
 _RECV = 1 << 20                 # bytes per recv() at most
 READ_BUDGET = 8 << 20           # bytes read from one connection before serving the others
-_MAX_CONNECTIONS = 4096
-_MAX_ANONYMOUS = 256            # connections that have not said HELLO yet
 _HELLO_MAX = 64 << 10           # bytes buffered before HELLO
 _ACCEPT_PAUSE_MIN = 0.05        # after a failed accept(), leave the listener alone this long ...
 _ACCEPT_PAUSE_MAX = 1.0         # ... doubling up to this
@@ -87,30 +80,25 @@ class Transport:
     ``on_close(conn)``: ``conn`` was just closed (its socket is gone). ``on_protocol_error(conn)``:
     ``conn`` is being closed for breaking the protocol. ``memory`` (shares the connection
     table: :attr:`conns`) is the budget :meth:`queue` minds. ``max_control`` and
-    ``control_idle_s`` are the limits below (a reload may change them)."""
+    ``control_idle_s`` are the limits per role (:attr:`limits`; a reload may change them)."""
 
     def __init__(self, handle: FrameHandler, *, on_close: Callable[[Conn], None],
                  on_protocol_error: Callable[[Conn], None], memory_budget: int, memory_refused: dict[str, int],
                  max_control: int = 64, control_idle_s: float = 60.0) -> None:
         self._handle, self._on_close, self._on_protocol_error = handle, on_close, on_protocol_error
-        self.max_control, self.control_idle_s = max_control, control_idle_s
         self.sel = selectors.DefaultSelector()
         self.listener: socket.socket | None = None
         self.conns: dict[int, Conn] = {}
         self.memory = Memory(self.conns, memory_budget, memory_refused)
         self._id_base = f"{time.time_ns():x}-{os.getpid()}"
         self._seq = 0
-        # oldest first: connections without HELLO (by connect time), control clients (by
-        # their last request)
-        self._anon: collections.OrderedDict[Conn, None] = collections.OrderedDict()
-        self._controls: collections.OrderedDict[Conn, float] = collections.OrderedDict()
         self._accept_paused_until = 0.0  # listener unregistered until then (0: registered)
         self._accept_pause = 0.0
         self.limiter = LogLimiter()
+        self.limits = ConnLimits(self.fail, self.close_conn, self.limiter, max_control=max_control,
+                                 control_idle_s=control_idle_s)
         self.close_limiter = LogLimiter(burst=50)  # protocol errors: one line each, short of a flood
         self.internal_errors = 0     # connections closed for an exception while serving them
-        self.refused = 0             # connections refused or evicted by the limits above
-        self.idle_closed = 0         # control clients closed for idling
         self.accept_errors = 0
         # peers that were gone when the daemon wrote to them (EPIPE, ECONNRESET): a client
         # that closed before reading its reply (``aclprof status --timeout 0``, a Ctrl-C).
@@ -126,7 +114,7 @@ class Transport:
     def open_counts(self) -> tuple[int, int, int]:
         """Connections open now: (all, control clients, not yet said HELLO). Each table
         holds open connections only, so the three agree with what is connected."""
-        return len(self.conns), len(self._controls), len(self._anon)
+        return (len(self.conns), *self.limits.counts())
 
     def accept(self) -> None:
         assert self.listener is not None
@@ -139,22 +127,14 @@ class Transport:
                 self._pause_accept(exc)
                 return
             self._accept_pause = 0.0
-            if len(self.conns) >= _MAX_CONNECTIONS:
+            if not self.limits.room_for_one_more(len(self.conns)):
                 sock.close()
-                self.refused += 1
-                self.limiter.log("warning", "connection refused", reason=f"{_MAX_CONNECTIONS} connections open")
                 continue
-            if len(self._anon) >= _MAX_ANONYMOUS:
-                oldest = next(iter(self._anon))
-                self.refused += 1
-                self.close_conn(oldest, None)
-                self.limiter.log("warning", "connection evicted",
-                                 reason=f"more than {_MAX_ANONYMOUS} connections without HELLO")
             sock.setblocking(False)
             self._seq += 1
             conn = Conn(sock, f"{self._id_base}-{self._seq}")
             self.conns[sock.fileno()] = conn
-            self._anon[conn] = None
+            self.limits.connected(conn)
             self.sel.register(sock, selectors.EVENT_READ, conn)
 
     def _pause_accept(self, exc: OSError) -> None:
@@ -198,53 +178,6 @@ class Transport:
         if self.listener is not None:
             self.sel.register(self.listener, selectors.EVENT_READ, "listen")
         return timeout
-
-    def admitted(self, conn: Conn) -> None:
-        """``conn`` said HELLO (its role is set): it leaves the anonymous share; a control
-        client joins the control share, evicting the longest idle one when it is full.
-        A connection already closed (its peer left before WELCOME could be written) joins
-        nothing: the tables hold open connections only."""
-        self._anon.pop(conn, None)
-        if conn.role != "control" or conn.closed:
-            return
-        self._controls[conn] = time.monotonic()
-        if len(self._controls) <= self.max_control:
-            return
-        for other in self._controls:
-            if other is not conn and self._idle(other):
-                self.refused += 1
-                self.fail(other, f"evicted: more than {self.max_control} control connections "
-                                  "and this one was the longest idle", quiet=True, protocol_error=False)
-                self.limiter.log("warning", "control connection evicted", pid=other.pid,
-                                 limit=self.max_control)
-                return
-        self.refused += 1
-        self.fail(conn, f"too many control connections (limit {self.max_control}, all busy)",
-                   protocol_error=False)
-
-    def keep_waiting(self, conn: Conn, now: float) -> None:
-        """``conn`` waits for a reply the daemon owes it (a TRACE runs): a control client
-        doing so is not idle, as if it had just sent a request."""
-        if conn in self._controls:
-            self._controls[conn] = now
-            self._controls.move_to_end(conn)
-
-    @staticmethod
-    def _idle(conn: Conn) -> bool:
-        return conn.stream is None and conn.export is None and not conn.out
-
-    def reap_idle(self, now: float) -> None:
-        """Close control clients without a request for ``control_idle_s`` that neither
-        stream nor export (called with the flush tick)."""
-        cutoff = now - self.control_idle_s
-        for conn, last in list(self._controls.items()):
-            if last > cutoff:
-                break  # ordered by last request
-            if self._idle(conn):
-                self.idle_closed += 1
-                self.fail(conn, f"idle control connection: no request in {self.control_idle_s:g} s", quiet=True,
-                           protocol_error=False)
-                self.limiter.log("info", "connection closed", reason="idle control connection", pid=conn.pid)
 
     def internal_error(self, conn: Conn, where: str, exc: BaseException) -> None:
         """An exception while serving ``conn`` outside a frame handler (STREAM/EXPORT
@@ -292,8 +225,7 @@ class Transport:
                 if conn.closed:
                     return False
                 if conn.role == "control":  # a request: not idle
-                    self._controls[conn] = time.monotonic()
-                    self._controls.move_to_end(conn)
+                    self.limits.requested(conn, time.monotonic())
         except ProtocolError as exc:
             self.fail(conn, str(exc))
             return False
@@ -389,8 +321,7 @@ class Transport:
         if conn.closed:
             return
         conn.closed = True
-        self._anon.pop(conn, None)
-        self._controls.pop(conn, None)
+        self.limits.closed(conn)
         try:
             self.sel.unregister(conn.sock)
         except (KeyError, ValueError):
