@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import structlog
 
-from aclprof.protocol.wire import Kind, ProtocolError, check_identity, encode_json
+from aclprof.protocol.safetext import scrub
+from aclprof.protocol.wire import Kind, ProtocolError, check_identity, decode_json, encode_json
 
 from . import __version__
 from .aggregate.aggregator import KeySource
@@ -31,7 +32,7 @@ from .conn import Conn
 if TYPE_CHECKING:
     from .config import Settings
 
-__all__ = ["PROTOCOL_VERSION", "hello", "is_int", "is_labels", "authorize", "is_admin", "peer_credentials"]
+__all__ = ["PROTOCOL_VERSION", "hello", "admit", "is_int", "is_labels", "authorize", "is_admin", "peer_credentials"]
 
 #: 2: STREAM/EXPORT payloads are JSON Lines; both end with END; STREAM_SKIPPED (PROTOCOL.md)
 PROTOCOL_VERSION = 2
@@ -91,6 +92,19 @@ def hello(conn: Conn, obj: dict[str, Any], started_ts: float) -> bytes:
               peer_pid=peer[0] if peer else None, peer_uid=peer[1] if peer else None)
     return encode_json(Kind.WELCOME, {"version": __version__, "protocol": PROTOCOL_VERSION,
                                       "pid": os.getpid(), "started_ts": started_ts})
+
+
+def admit(conn: Conn, payload: memoryview, started_ts: float) -> bytes:
+    """The HELLO frame ``payload``: :func:`hello`, then the peer's identity made safe to
+    write (lone surrogates would make every UTF-8 writer of it, CLI and /metrics, raise).
+    The WELCOME frame to send; ProtocolError if malformed."""
+    welcome = hello(conn, decode_json(payload), started_ts)
+    conn.host = scrub(conn.host)
+    conn.service = None if conn.service is None else scrub(conn.service)
+    conn.labels = {scrub(k): scrub(v) for k, v in conn.labels.items()}
+    if conn.keysrc is not None:
+        conn.keysrc.host, conn.keysrc.service = conn.host, conn.service
+    return welcome
 
 
 def is_admin(settings: Settings, peer: tuple[int, int, int] | None) -> bool:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -96,16 +97,12 @@ class _Trace:
     parts: dict[str, _Part] = field(default_factory=dict)
 
 
-class TraceHost(Outbox, Protocol):
-    """What traces use of the daemon (:class:`aclprofd.server.Daemon`)."""
+class TraceHost(Protocol):
+    """What traces read of the daemon's changing state (:class:`aclprofd.server.Daemon`)."""
 
-    settings: Settings  # ``stream_buffer``, the bound of a gap line
+    settings: Settings  # ``stream_buffer``, the bound of a gap line (SIGHUP may change it)
 
-    @property
-    def fanout(self) -> Fanout: ...
 
-    def keep_waiting(self, conn: Conn, now: float) -> None:
-        """``conn`` waits for a reply: not idle (:meth:`aclprofd.transport.Transport.keep_waiting`)."""
 
 
 class Traces:
@@ -113,8 +110,11 @@ class Traces:
     agents (:attr:`agent_handlers`) and TRACE from control clients (:attr:`control_handlers`)
     here."""
 
-    def __init__(self, host: TraceHost):
-        self.host = host
+    def __init__(self, host: TraceHost, outbox: Outbox, fanout: Fanout,
+                 keep_waiting: Callable[[Conn, float], None]):
+        #: ``keep_waiting(conn, now)``: ``conn`` waits for a reply, it is not idle
+        #: (:meth:`aclprofd.connlimits.ConnLimits.requested`)
+        self.host, self.outbox, self.fanout, self.keep_waiting = host, outbox, fanout, keep_waiting
         self._next_id = 1
         self.active: dict[int, _Trace] = {}
         self._by_agent: dict[str, int] = {}  # agent conn id -> the trace it runs
@@ -135,10 +135,10 @@ class Traces:
         except proto.TraceRequestError as exc:
             self._refuse(conn, str(exc))
             return
-        agents = [c for c in self.host.conns.values() if c.role == "agent" and not c.closed
+        agents = [c for c in self.outbox.conns.values() if c.role == "agent" and not c.closed
                   and (service is None or c.service == service) and (pid is None or c.pid == pid)]
         if not agents:
-            connected = sorted({f"{c.service or '-'} (pid {c.pid})" for c in self.host.conns.values()
+            connected = sorted({f"{c.service or '-'} (pid {c.pid})" for c in self.outbox.conns.values()
                                 if c.role == "agent" and not c.closed})
             what = " ".join(x for x in (f"service {service!r}" if service is not None else "",
                                         f"pid {pid}" if pid is not None else "") if x)
@@ -164,14 +164,14 @@ class Traces:
         for a in agents:
             t.parts[a.id] = _Part(a)
             self._by_agent[a.id] = tid
-            self.host.queue(a, start)
+            self.outbox.queue(a, start)
         _log.info("trace started", trace=tid, service=service, pid=pid, duration_s=duration,
                   data_types=list(types), processes=[a.pid for a in agents], by_pid=conn.pid)
 
     def _refuse(self, conn: Conn, message: str) -> None:
         self.refused += 1
-        self.host.limiter.log("info", "trace refused", reason=message, by_pid=conn.pid)
-        self.host.queue(conn, encode_json(Kind.TRACE_REPLY, {"ok": False, "error": message, "processes": []}))
+        self.outbox.limiter.log("info", "trace refused", reason=message, by_pid=conn.pid)
+        self.outbox.queue(conn, encode_json(Kind.TRACE_REPLY, {"ok": False, "error": message, "processes": []}))
 
     # ---- TRACE_DONE (agent) ---------------------------------------------------------------
     def done(self, conn: Conn, payload: memoryview) -> None:
@@ -202,14 +202,14 @@ class Traces:
         t = self.active.get(tid)
         part = t.parts.get(conn.id) if t is not None else None
         if t is None or part is None or part.result is not None:
-            self.host.limiter.log("info", "late or unknown TRACE_DONE", trace=tid, pid=conn.pid, pause_ns=pause_ns)
+            self.outbox.limiter.log("info", "late or unknown TRACE_DONE", trace=tid, pid=conn.pid, pause_ns=pause_ns)
             return
         self._settle(t, part, result)
 
     def _mark_gap(self, src: Conn, result: dict[str, Any]) -> None:
         """A ``{"kind": "gap"}`` line for every STREAM client whose filter takes ``src``,
         after the records it already has pending (they came before the pause ended)."""
-        fan = self.host.fanout
+        fan = self.fanout
         if not fan.streaming:
             return
         fan.pump_streams()
@@ -220,7 +220,7 @@ class Traces:
                            "models": result["models"], "gap_records": result["gap_records"]},
                           separators=(",", ":")).encode() + b"\n"
         limit = self.host.settings.stream_buffer_bytes
-        for c in list(self.host.conns.values()):
+        for c in list(self.outbox.conns.values()):
             flt = c.stream
             if flt is None or c.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
                 continue
@@ -230,7 +230,7 @@ class Traces:
                 self.gap_lines_skipped += 1
                 continue
             append_frame(c.out, Kind.STREAM_RECORDS, line)
-            self.host.send(c)
+            self.outbox.send(c)
 
     # ---- endings --------------------------------------------------------------------------
     def _settle(self, t: _Trace, part: _Part, result: dict[str, Any]) -> None:
@@ -250,7 +250,7 @@ class Traces:
         _log.info("trace finished", trace=t.id, ok=ok, processes=len(processes),
                   errors=[r["error"] for r in processes if r.get("error")])
         if t.client is not None and not t.client.closed:
-            self.host.queue(t.client, encode_json(Kind.TRACE_REPLY, {
+            self.outbox.queue(t.client, encode_json(Kind.TRACE_REPLY, {
                 "ok": ok, "error": None if ok else "some processes did not trace (see processes[].error)",
                 "trace_id": t.id, "service": t.service, "pid": t.pid, "duration_s": t.duration_s,
                 "data_types": list(t.data_types), "processes": processes}))
@@ -287,7 +287,7 @@ class Traces:
             return
         for t in list(self.active.values()):
             if t.client is not None:
-                self.host.keep_waiting(t.client, now)
+                self.keep_waiting(t.client, now)
             if now < t.deadline:
                 continue
             for part in t.parts.values():
