@@ -1,0 +1,148 @@
+"""Issue 19, second hostile round: identities a peer cannot forge (items 7 and 9) and the
+modes of the files the daemon writes (item 8, files).
+
+- Item 7: an unprivileged user in its own user and pid namespace (``unshare -Urpf``) is pid 1
+  there and can claim any pid in HELLO, a victim's included; ``export --pid VICTIM`` and
+  ``trace --pid VICTIM`` must not take the impostor's records or route to it.
+- Item 9: an agent of another user announcing a service's name must not have its forged
+  ``PROF_*`` directories reported as the service's; a silent one must not hold a trace to its
+  full deadline nor block the next trace.
+- Item 8: ``aggregates.npz`` and saved baselines are 0640 whatever the umask, and a
+  pre-existing data directory wider than 0750 is tightened: another user reads nothing.
+
+Tests that need another uid create a user (root only; skipped otherwise) and run as it from a
+forked child (``test_daemon_security._as_user``) or through ``setpriv``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from helpers.daemons import Client, InProcess, agent, running, status
+from helpers.procs import env, short_tmpdir, wait_for
+from helpers.records import make_records
+
+from aclprof.protocol.wire import Kind, decode_json
+
+pytestmark = pytest.mark.timeout(120)
+
+IMPOSTOR = str(Path(__file__).parent / "helpers" / "impostor.py")
+
+
+@pytest.fixture(scope="module")
+def other_user() -> Iterator[tuple[int, int, str]]:
+    import test_daemon_security as sec
+
+    gen = sec.other_user.__wrapped__()
+    yield next(gen)
+    next(gen, None)
+
+
+def _daemon_root() -> str:
+    root = short_tmpdir()
+    os.chmod(root, 0o755)  # the other user must reach the socket in it
+    return root
+
+
+def _userns_works(uid: int, gid: int) -> str | None:
+    """None if ``unshare -Urpf`` works for ``uid``, else why not."""
+    if not (shutil.which("unshare") and shutil.which("setpriv")):
+        return "unshare or setpriv is not installed"
+    r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "unshare", "-Urpf",
+                        "sh", "-c", "grep NSpid /proc/self/status"], capture_output=True, text=True, timeout=10)
+    if r.returncode != 0:
+        return f"unshare -Urpf as uid {uid} failed: {r.stderr.strip()}"
+    return None
+
+
+class Impostor:
+    """tests/helpers/impostor.py as ``uid``/``gid`` (``userns``: in its own user and pid
+    namespace), claiming ``pid``; stops when closed."""
+
+    def __init__(self, sock: str, uid: int | None, gid: int | None, *args: str, userns: bool = False):
+        cmd = [sys.executable, IMPOSTOR, sock, *args]
+        if userns:
+            cmd = ["unshare", "-Urpf", *cmd]
+        if uid is not None:
+            cmd = ["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups", *cmd]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env())
+        line = self.proc.stdout.readline() if self.proc.stdout else ""
+        if not line:
+            raise AssertionError(f"impostor did not start: {self.proc.stderr.read() if self.proc.stderr else ''}")
+        self.hello = json.loads(line)
+        assert self.hello.get("ready"), self.hello
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def _export_pids(sock: str, **flt: object) -> list[int]:
+    c = Client(sock)
+    try:
+        return [r["pid"] for r in c.export(filter=flt)]
+    finally:
+        c.close()
+
+
+# ---- item 7: pid spoofing across user namespaces -------------------------------------------------
+
+
+def test_impostor_in_its_own_pid_namespace_cannot_claim_a_victims_pid(other_user):
+    uid, gid, group = other_user
+    why = _userns_works(uid, gid)
+    if why:
+        pytest.skip(why)
+    with running(_daemon_root(), "--socket-group", group) as d:
+        victim = agent(d.socket, service="victim-svc")  # this process: the victim's pid
+        vpid = os.getpid()
+        victim.send_batch(make_records(100))
+        imp = Impostor(d.socket, uid, gid, "--pid", str(vpid), "--service", "victim-svc", "--records", "40",
+                       userns=True)
+        try:
+            assert imp.hello["pid"] == 1  # pid 1 of its own namespace
+            st = wait_for(lambda: (s := status(d.socket))["records_total"] == 140 and s)
+            # export --pid VICTIM: the victim's 100 records and none of the impostor's 40
+            assert _export_pids(d.socket, pid=vpid) == [vpid] * 100
+            fake = next(a for a in st["agents"] if a["uid"] == uid)
+            # marked as what it is: another pid namespace, the kernel's pid, its claim beside it
+            assert fake["pid_ns"] == "foreign" and fake["ns_pid"] == 1 and fake["hello_pid"] == vpid
+            assert fake["pid"] not in (vpid, 1)
+            nspid = Path(f"/proc/{fake['pid']}/status").read_text().split("NSpid:")[1].split("\n")[0].split()
+            assert nspid == [str(fake["pid"]), "1"]  # the kernel's pid of that very process
+            mine = next(a for a in st["agents"] if a["uid"] == os.geteuid())
+            assert mine["pid"] == vpid and mine["pid_ns"] == "same"
+            assert _export_pids(d.socket, pid=fake["pid"]) == [fake["pid"]] * 40
+            # trace --pid VICTIM goes to the victim only (it answers; the impostor never would)
+            c = Client(d.socket)
+            try:
+                c.send_json(Kind.TRACE, {"service": None, "pid": vpid, "duration_s": 0.2})
+                k, payload = victim.recv()
+                assert k == Kind.TRACE_START
+                victim.send_json(Kind.TRACE_DONE, {"trace_id": decode_json(payload)["trace_id"]})
+                k, payload = c.recv()
+                reply = decode_json(payload)
+                assert k == Kind.TRACE_REPLY and [p["pid"] for p in reply["processes"]] == [vpid], reply
+            finally:
+                c.close()
+            warned = [x for x in d.log_lines() if x.get("event", "").startswith("HELLO pid is not")]
+            assert warned and warned[-1]["hello_pid"] == vpid and warned[-1]["pid_ns"] == "foreign"
+        finally:
+            imp.close()
+            victim.close()
