@@ -146,3 +146,98 @@ def test_impostor_in_its_own_pid_namespace_cannot_claim_a_victims_pid(other_user
         finally:
             imp.close()
             victim.close()
+
+
+# ---- item 9: TRACE impostors and silent agents ----------------------------------------------------
+
+
+def _answer_trace(a: Client, prof_root: Path) -> tuple[int, str]:
+    """Answer the TRACE_START ``a`` got as a real agent does: a session directory of its own
+    under ``prof_root`` (the layout of aclprof/agent/trace.py). (trace id, the PROF_ path)."""
+    k, payload = a.recv()
+    assert k == Kind.TRACE_START, k
+    tid = decode_json(payload)["trace_id"]
+    prof = prof_root / f"aclprof-trace-{tid}-abc123" / "PROF_000001_real"
+    prof.mkdir(parents=True)
+    prof.parent.chmod(0o700)
+    a.send_json(Kind.TRACE_DONE, {"trace_id": tid, "dirs": [str(prof)], "pause_ns": 5, "models": [1]})
+    return tid, str(prof)
+
+
+def test_trace_impostor_of_another_user_is_not_asked_and_its_forged_dirs_never_reported(other_user, tmp_path):
+    uid, gid, group = other_user
+    with running(_daemon_root(), "--socket-group", group) as d:
+        real = agent(d.socket, service="svc")  # root's service, announced first
+        # the victim's own session directory of a later trace: the impostor points at it
+        forged = tmp_path / "aclprof-trace-2-zzz" / "PROF_000001_forged"
+        forged.mkdir(parents=True)
+        imp = Impostor(d.socket, uid, gid, "--pid", str(os.getpid()), "--service", "svc", "--on-trace", "forge",
+                       "--dirs", str(forged))
+        c = Client(d.socket)
+        try:
+            fake_pid = next(a["pid"] for a in status(d.socket)["agents"] if a["service"] == "svc"
+                            and a["pid"] != os.getpid())
+            # by service: only the owner's process is asked; the impostor is named apart
+            c.send_json(Kind.TRACE, {"service": "svc", "pid": None, "duration_s": 0.2})
+            _, real_dir = _answer_trace(real, tmp_path)
+            k, payload = c.recv()
+            reply = decode_json(payload)
+            assert k == Kind.TRACE_REPLY
+            assert [(p["pid"], p["dirs"]) for p in reply["processes"]] == [(os.getpid(), [real_dir])], reply
+            [ex] = reply["excluded"]
+            assert ex["pid"] == fake_pid and ex["uid"] == uid and "not its owner" in ex["reason"]
+            assert f"uid {os.geteuid()}, which announced it first" in ex["reason"]
+            assert str(forged) not in json.dumps(reply["processes"])
+            # by its own (kernel) pid it is asked, but a directory it does not own is not believed
+            c.send_json(Kind.TRACE, {"service": None, "pid": fake_pid, "duration_s": 0.2})
+            k, payload = c.recv()
+            reply = decode_json(payload)
+            [p] = reply["processes"]
+            assert p["pid"] == fake_pid and p["uid"] == uid and p["dirs"] == []
+            [refused] = p["dirs_refused"]
+            assert refused["path"] == str(forged) and f"owned by uid {os.geteuid()}" in refused["reason"]
+            st = status(d.socket)["traces"]
+            assert st["impostors_excluded"] == 1 and st["dirs_refused"] == 1
+        finally:
+            c.close()
+            imp.close()
+            real.close()
+
+
+def test_a_silent_agent_neither_holds_the_trace_nor_blocks_the_next(tmp_path):
+    with InProcess(trace_straggler_grace_s=0.3) as d:
+        good = agent(d.socket, service="svc")
+        silent = agent(d.socket, service="svc")  # same user, never answers (hung, or hostile)
+        c = Client(d.socket)
+        c.sock.settimeout(5)  # the reply grace is 10 s: a reply within 5 s is the straggler rule's
+        try:
+            for n in (1, 2):
+                c.send_json(Kind.TRACE, {"service": "svc", "pid": None, "duration_s": 0.2})
+                _, real_dir = _answer_trace(good, tmp_path / str(n))
+                k, payload = c.recv()
+                reply = decode_json(payload)
+                assert k == Kind.TRACE_REPLY, reply
+                by_dirs = {tuple(p["dirs"]): p for p in reply["processes"]}
+                assert by_dirs[(real_dir,)]["error"] is None
+                if n == 1:  # the silent one is named, with why, beside the good result
+                    assert reply["ok"] is False and len(reply["processes"]) == 2
+                    assert "no reply 0.3 s after every other process answered" in by_dirs[()]["error"]
+                else:  # the next trace runs at once without it, and says so
+                    assert reply["ok"] is True and len(reply["processes"]) == 1
+                    [ex] = reply["excluded"]
+                    assert "did not answer trace 1; not asked again until it answers" in ex["reason"]
+            st = status(d.socket)["traces"]
+            assert (st["stragglers_cut"], st["silent_excluded"], st["running"]) == (1, 1, 0)
+            # it answers (late): it is asked again
+            k, payload = silent.recv()
+            assert k == Kind.TRACE_START
+            silent.send_json(Kind.TRACE_DONE, {"trace_id": decode_json(payload)["trace_id"]})
+            wait_for(lambda: status(d.socket)["traces"]["running"] == 0)
+            c.send_json(Kind.TRACE, {"service": "svc", "pid": None, "duration_s": 0.2})
+            _answer_trace(good, tmp_path / "3")
+            k, payload = silent.recv()
+            assert k == Kind.TRACE_START
+        finally:
+            c.close()
+            good.close()
+            silent.close()
