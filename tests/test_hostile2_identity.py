@@ -22,12 +22,11 @@ import shutil
 import stat
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers.daemons import Client, InProcess, agent, running, status
+from helpers.daemons import Client, Daemon, InProcess, agent, running, status
 from helpers.procs import env, short_tmpdir, wait_for
 from helpers.records import make_records
 
@@ -188,6 +187,8 @@ def test_trace_impostor_of_another_user_is_not_asked_and_its_forged_dirs_never_r
             assert ex["pid"] == fake_pid and ex["uid"] == uid and "not its owner" in ex["reason"]
             assert f"uid {os.geteuid()}, which announced it first" in ex["reason"]
             assert str(forged) not in json.dumps(reply["processes"])
+            from aclprof.cli.trace import format_trace
+            assert f"not traced (1):\n    pid {fake_pid} uid {uid} svc: announces service" in format_trace(reply)
             # by its own (kernel) pid it is asked, but a directory it does not own is not believed
             c.send_json(Kind.TRACE, {"service": None, "pid": fake_pid, "duration_s": 0.2})
             k, payload = c.recv()
@@ -196,6 +197,7 @@ def test_trace_impostor_of_another_user_is_not_asked_and_its_forged_dirs_never_r
             assert p["pid"] == fake_pid and p["uid"] == uid and p["dirs"] == []
             [refused] = p["dirs_refused"]
             assert refused["path"] == str(forged) and f"owned by uid {os.geteuid()}" in refused["reason"]
+            assert f"NOT BELIEVED {forged}: " in format_trace(reply)
             st = status(d.socket)["traces"]
             assert st["impostors_excluded"] == 1 and st["dirs_refused"] == 1
         finally:
@@ -241,3 +243,83 @@ def test_a_silent_agent_neither_holds_the_trace_nor_blocks_the_next(tmp_path):
             c.close()
             good.close()
             silent.close()
+
+
+# ---- item 8 (files): modes whatever the umask and the existing directory --------------------------
+
+
+def _readable(paths: list[str]) -> dict[str, str]:
+    out = {}
+    for p in paths:
+        try:
+            with open(p, "rb") as f:
+                f.read(1)
+            out[p] = "read"
+        except OSError as exc:
+            out[p] = type(exc).__name__
+    return out
+
+
+def test_files_are_0640_in_a_0750_dir_whatever_the_umask_and_the_dirs_old_mode(other_user):
+    import test_daemon_security as sec
+
+    uid, gid, group = other_user
+    root = _daemon_root()
+    data = os.path.join(root, "data")
+    os.mkdir(data)
+    os.chmod(data, 0o755)  # pre-existing and open, as a careless install leaves it
+    daemon = Daemon(root, "--socket-group", group)
+    old_umask = os.umask(0o022)  # the common default: files 0644 unless the daemon says otherwise
+    try:
+        daemon.start()
+    finally:
+        os.umask(old_umask)
+    try:
+        a = agent(daemon.socket, service="secret-svc", names={1: "Conv2D", 2: "MatMul", 3: "secret_op_name", 4: "x"})
+        a.send_batch(make_records(100))
+        wait_for(lambda: status(daemon.socket)["records_total"] == 100)
+        a.close()
+        c = Client(daemon.socket)
+        try:
+            saved = c.request(Kind.BASELINE_SAVE, {"name": "b1", "source": "recent"})
+        finally:
+            c.close()
+        access = status(daemon.socket)["storage"].get("dir_access")
+        daemon.stop()  # writes aggregates.npz
+    finally:
+        daemon.cleanup()
+    files = [os.path.join(data, "aggregates.npz"), saved["path"], os.path.join(data, "seg-00000001.acps")]
+    # another user, outside the daemon's group, reads none of it
+    got = sec._as_user(uid, gid, lambda: _readable(files))
+    assert set(got.values()) == {"PermissionError"}, got
+    for f in files:
+        assert stat.S_IMODE(os.stat(f).st_mode) == 0o640, (f, oct(os.stat(f).st_mode))
+    assert stat.S_IMODE(os.stat(data).st_mode) == 0o750
+    assert stat.S_IMODE(os.stat(os.path.dirname(saved["path"])).st_mode) == 0o750
+    # ... and the daemon said what it did
+    assert access == {"path": data, "mode": "0750", "tightened_from": "0755", "problem": None}
+    narrowed = [x for x in daemon.log_lines() if x.get("event") == "directory was wider than its mode; narrowed"]
+    assert narrowed and narrowed[0]["mode_was"] == "0755"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_an_open_data_dir_of_another_user_is_reported_not_used_silently(other_user):
+    uid, gid, group = other_user
+    root = _daemon_root()
+    data = os.path.join(root, "data")
+    os.mkdir(data)
+    os.chown(data, uid, gid)
+    os.chmod(data, 0o755)  # not the daemon's (root's) to narrow
+    try:
+        with running(root, "--socket-group", group) as d:
+            st = status(d.socket)
+            problem = st["storage"]["dir_access"]["problem"]
+            assert st["healthy"] is False and problem in st["problems"]
+            assert f"{data} is mode 0755 and owned by uid {uid}" in problem and "chmod 750" in problem
+            assert any(x.get("event") == "directory is too open" and x["level"] == "error" for x in d.log_lines())
+            doctor = subprocess.run([sys.executable, "-m", "aclprof", "doctor", "--socket", d.socket],
+                                    capture_output=True, text=True, env=env(), timeout=60)
+            assert f"data dir: {data} mode 0755" in doctor.stdout and problem in doctor.stdout, doctor.stdout
+        assert stat.S_IMODE(os.stat(data).st_mode) == 0o755  # left as it was
+    finally:
+        shutil.rmtree(root, ignore_errors=True)

@@ -156,6 +156,8 @@ class Health:
         if st is not None:
             if st.last_error and st.last_error_ts > now - 60:
                 out.append(f"storage write failing: {st.last_error} ({st.records_lost} records not stored)")
+            if st.dir_access.problem:  # a data dir wider than 0750 the daemon may not narrow (issue 19)
+                out.append(st.dir_access.problem)
             # Reaching disk_cap is no problem: a bounded store is meant to sit at its cap
             # (storage.at_cap in STATUS says so).
         while self.recent_drops and self.recent_drops[0][0] < now - 60:
