@@ -22,12 +22,13 @@ import shutil
 import stat
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers.daemons import Client, Daemon, InProcess, agent, running, status
-from helpers.procs import env, short_tmpdir, wait_for
+from helpers.procs import env, free_port, short_tmpdir, wait_for
 from helpers.records import make_records
 
 from aclprof.protocol.wire import Kind, decode_json
@@ -140,6 +141,8 @@ def test_impostor_in_its_own_pid_namespace_cannot_claim_a_victims_pid(other_user
                 assert k == Kind.TRACE_REPLY and [p["pid"] for p in reply["processes"]] == [vpid], reply
             finally:
                 c.close()
+            from aclprof.cli.status import format_status
+            assert f"pid namespace: foreign (pid 1 there, it said pid {vpid})" in format_status(st)
             warned = [x for x in d.log_lines() if x.get("event", "").startswith("HELLO pid is not")]
             assert warned and warned[-1]["hello_pid"] == vpid and warned[-1]["pid_ns"] == "foreign"
         finally:
@@ -207,7 +210,8 @@ def test_trace_impostor_of_another_user_is_not_asked_and_its_forged_dirs_never_r
 
 
 def test_a_silent_agent_neither_holds_the_trace_nor_blocks_the_next(tmp_path):
-    with InProcess(trace_straggler_grace_s=0.3) as d:
+    port = free_port()
+    with InProcess(trace_straggler_grace_s=0.3, prometheus_port=port) as d:
         good = agent(d.socket, service="svc")
         silent = agent(d.socket, service="svc")  # same user, never answers (hung, or hostile)
         c = Client(d.socket)
@@ -230,6 +234,13 @@ def test_a_silent_agent_neither_holds_the_trace_nor_blocks_the_next(tmp_path):
                     assert "did not answer trace 1; not asked again until it answers" in ex["reason"]
             st = status(d.socket)["traces"]
             assert (st["stragglers_cut"], st["silent_excluded"], st["running"]) == (1, 1, 0)
+            # the same in /metrics (the snapshot the loop publishes: wait for the one after the STATUS)
+            def scraped() -> str:
+                return urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+            text = wait_for(lambda: next((t for t in [scraped()] if "aclprofd_trace_stragglers_cut_total 1.0" in t),
+                                         None))
+            assert 'aclprofd_trace_agents_not_asked_total{reason="silent"} 1.0' in text
+            assert 'aclprofd_trace_agents_not_asked_total{reason="not_owner"} 0.0' in text
             # it answers (late): it is asked again
             k, payload = silent.recv()
             assert k == Kind.TRACE_START
