@@ -334,3 +334,30 @@ def test_an_open_data_dir_of_another_user_is_reported_not_used_silently(other_us
         assert stat.S_IMODE(os.stat(data).st_mode) == 0o755  # left as it was
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def test_a_process_busy_in_one_trace_does_not_refuse_a_trace_of_its_service(tmp_path):
+    with InProcess() as d:
+        busy = agent(d.socket, service="svc")
+        free = agent(d.socket, service="svc")
+        first, second = Client(d.socket), Client(d.socket)
+        try:
+            first.send_json(Kind.TRACE, {"service": None, "pid": os.getpid(), "duration_s": 0.2})
+            # both connections are this process's: the pid trace holds both; free one of them
+            k, payload = busy.recv()
+            k2, payload2 = free.recv()
+            assert k == k2 == Kind.TRACE_START
+            free.send_json(Kind.TRACE_DONE, {"trace_id": decode_json(payload2)["trace_id"]})
+            wait_for(lambda: status(d.socket)["traces"]["running"] == 1)
+            second.send_json(Kind.TRACE, {"service": "svc", "pid": None, "duration_s": 0.2})
+            _, real_dir = _answer_trace(free, tmp_path)
+            k, payload = second.recv()
+            reply = decode_json(payload)
+            assert k == Kind.TRACE_REPLY and reply["ok"], reply
+            assert [p["dirs"] for p in reply["processes"]] == [[real_dir]]
+            [ex] = reply["excluded"]
+            assert "already tracing (trace 1" in ex["reason"]
+            assert status(d.socket)["traces"]["busy_excluded"] == 1
+        finally:
+            for c in (first, second, busy, free):
+                c.close()
