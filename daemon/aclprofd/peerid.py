@@ -36,14 +36,24 @@ _SO_PEERPIDFD = getattr(socket, "SO_PEERPIDFD", 77)  # Linux's value; Python 3.1
 _INT = struct.Struct("i")
 
 
-def _nspid(text: str) -> list[int] | None:
-    for line in text.splitlines():
-        if line.startswith("NSpid:"):
-            try:
-                return [int(x) for x in line.split()[1:]]
-            except ValueError:
-                return None
-    return None
+def _nspid(data: bytes) -> list[int] | None:
+    at = data.find(b"\nNSpid:")
+    if at < 0:
+        return None
+    end = data.find(b"\n", at + 1)
+    try:
+        return [int(x) for x in data[at + 7:end if end >= 0 else None].split()]
+    except ValueError:
+        return None
+
+
+def _read(path: str) -> bytes:
+    # os.open/os.read rather than open(): a HELLO pays this, ~4x cheaper than a text file object
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return b"\n" + os.read(fd, 8192)
+    finally:
+        os.close(fd)
 
 
 def _via_pidfd(sock: socket.socket) -> list[int] | None:
@@ -52,8 +62,7 @@ def _via_pidfd(sock: socket.socket) -> list[int] | None:
     except (OSError, struct.error):
         return None  # older kernel, or not a Unix socket
     try:
-        with open(f"/proc/self/fdinfo/{fd}", encoding="ascii", errors="replace") as f:
-            ns = _nspid(f.read())
+        ns = _nspid(_read(f"/proc/self/fdinfo/{fd}"))
     except OSError:
         return None
     finally:
@@ -63,8 +72,7 @@ def _via_pidfd(sock: socket.socket) -> list[int] | None:
 
 def _via_proc(pid: int) -> list[int] | None:
     try:
-        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
-            return _nspid(f.read())
+        return _nspid(_read(f"/proc/{pid}/status"))
     except OSError:
         return None
 
