@@ -278,6 +278,7 @@ class Daemon:
             self.transport.limits.admitted(conn)  # the connection limits per role (aclprofd.connlimits)
             if conn.role == "agent" and not conn.closed:
                 self.fanout.agent_admitted(conn)  # LIVE, if a STREAM client watches
+                self.traces.owners.admitted(conn)  # the first to announce a service owns it (aclprofd.trace_route)
         elif conn.role == "agent":
             handler = self.ingest.handlers.get(kind)
             if handler is None:

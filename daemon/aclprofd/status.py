@@ -71,6 +71,8 @@ class AgentSnapshot:
     steps: int
     #: trace pauses on this connection (aclprofd.trace.Gap.as_dict)
     trace: dict[str, Any] = field(default_factory=dict)
+    #: uid, pid namespace, pid there, HELLO's pid (aclprofd.conn.Conn.identity)
+    identity: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -154,6 +156,8 @@ class Health:
         if st is not None:
             if st.last_error and st.last_error_ts > now - 60:
                 out.append(f"storage write failing: {st.last_error} ({st.records_lost} records not stored)")
+            if st.dir_access.problem:  # a data dir wider than 0750 the daemon may not narrow (issue 19)
+                out.append(st.dir_access.problem)
             # Reaching disk_cap is no problem: a bounded store is meant to sit at its cap
             # (storage.at_cap in STATUS says so).
         while self.recent_drops and self.recent_drops[0][0] < now - 60:
@@ -240,7 +244,7 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
                 "memory_refused": sum(c.memory_refused.values()), "internal_errors": t.internal_errors}
     agents = tuple(AgentSnapshot(a.pid, a.host, a.service, dict(a.labels), round(mono - a.connected, 3),
                                  tuple(dict(m) for m in a.models.values()), a.records, a.rate.per_s(now),
-                                 a.dropped, a.lag_ns, a.steps, d.traces.gap_of(a.id))
+                                 a.dropped, a.lag_ns, a.steps, d.traces.gap_of(a.id), a.identity())
                    for a in t.conns.values() if a.role == "agent")
     open_all, open_control, open_anon = t.open_counts()
     return CountersSnapshot(
@@ -270,7 +274,7 @@ def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
             "agents": [{"pid": a.pid, "host": a.host, "service": a.service, "labels": a.labels,
                         "connected_s": a.connected_s, "models": list(a.models), "records": a.records,
                         "records_per_s": a.records_per_s, "dropped": a.dropped, "lag_ns": a.lag_ns,
-                        "steps": a.steps, **a.trace}
+                        "steps": a.steps, **a.trace, **a.identity}
                        for a in s.agents],
             "storage": s.storage,
             "aggregates": {"keys": s.aggregate_keys, "cap": s.aggregate_cap,
