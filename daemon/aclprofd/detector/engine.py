@@ -128,7 +128,8 @@ class Detector:
     def _age_out(self, now: float) -> None:
         """Cells of gone agents out (after the roll: nothing of theirs is pending); the
         groups they emptied lose their flags and streaks (a reused slot starts afresh)."""
-        if self.live_owners is None or not (self._age_all or now >= self._next_age):
+        due = self._age_all or not self._next_age - AGE_EVERY_S <= now < self._next_age  # (a clock stepped back: due)
+        if self.live_owners is None or not due:
             return
         live = self.live_owners()
         self.store.age_out(now, 0.0 if self._age_all else self.table_idle_s, live.__contains__)
