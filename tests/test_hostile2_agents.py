@@ -129,12 +129,13 @@ def test_4096_idle_agents_of_one_uid_lock_out_neither_another_uids_agent_nor_sta
     with InProcess() as d:
         hogs, errors = _open_agents(d.socket, fake_peers, HOG_UID, 4096)
         try:
-            cap = d.daemon.settings.max_agent_connections_per_uid
-            assert len(hogs) == cap, (len(hogs), errors[:3])
-            assert errors and all("too many agent connections for uid" in e for e in errors), errors[:3]
-            # another user's agent gets in, and so does `aclprof status`
+            # another user's agent gets in, and so does `aclprof status` (both were refused)
             victim = Peer(d.socket, fake_peers, pid=424242, uid=HOG_UID + 1, service="victim")
             st = status(d.socket)
+            cap = d.daemon.settings.max_agent_connections_per_uid
+            assert len(hogs) == cap, (len(hogs), errors[:3])
+            assert len(errors) == 4096 - cap and all("too many agent connections for uid" in e for e in errors), \
+                errors[:3]
             conns = st["connections"]
             assert conns["refused_by"]["agent_uid"] == 4096 - cap
             assert conns["agents"] == cap + 1 and conns["agents_largest_uid"] == cap
@@ -147,17 +148,25 @@ def test_4096_idle_agents_of_one_uid_lock_out_neither_another_uids_agent_nor_sta
 def test_agents_cannot_take_the_room_of_control_clients(fake_peers):
     """Agents of many uids together stop at their share: a control client always gets in."""
     with InProcess(max_agent_connections_per_uid=2000) as d:
-        limits = d.daemon.transport.limits
-        share = limits.agent_share()
-        peers = []
+        peers: list[Peer] = []
+        refusal = None
         try:
-            for i in range(share):
-                peers.append(Peer(d.socket, fake_peers, pid=100000 + i, uid=20000 + i // 1900))
-            late = Peer(d.socket, fake_peers, pid=99, uid=31000, hello=False)
-            late.send_json(Kind.HELLO, late.hello_obj)
-            kind, payload = late.recv()
-            assert kind == Kind.ERROR and "the agents' share" in decode_json(payload)["message"]
+            for i in range(4096):
+                p = Peer(d.socket, fake_peers, pid=100000 + i, uid=20000 + i // 1900, hello=False)
+                p.send_json(Kind.HELLO, p.hello_obj)
+                try:
+                    kind, payload = p.recv()
+                except (EOFError, OSError):
+                    kind, payload = None, b"{}"
+                if kind != Kind.WELCOME:
+                    refusal = (kind, decode_json(payload).get("message", ""))
+                    p.close()
+                    break
+                peers.append(p)
             st = status(d.socket)  # a control client still gets in
+            share = 4096 - 256 - d.daemon.settings.max_control_connections  # the README's arithmetic
+            assert len(peers) == share and refusal is not None
+            assert refusal[0] == Kind.ERROR and "the agents' share" in refusal[1], refusal
             assert st["connections"]["refused_by"]["agent_share"] == 1 and st["connections"]["agents"] == share
         finally:
             for p in peers:
@@ -168,7 +177,7 @@ def test_an_idle_agent_is_closed_and_a_heartbeating_agent_is_not(monkeypatch):
     from aclprof import agent as agent_mod
     from aclprof.agent import sender as sender_mod
 
-    monkeypatch.setattr(sender_mod, "HEARTBEAT_S", 0.1)
+    monkeypatch.setattr(sender_mod, "HEARTBEAT_S", 0.1, raising=False)
     with InProcess() as d:
         d.daemon.transport.limits.agent_idle_s = 1.0  # the setting's floor is 20 s; the part allows less
         live = agent_mod.Agent(d.socket, service="live")
