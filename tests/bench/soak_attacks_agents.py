@@ -23,8 +23,16 @@ from typing import Any
 
 import numpy as np
 
-from aclprof.protocol.wire import RECORD_DTYPE, FrameReader, Kind, decode_json, encode_batch, encode_json, \
-    encode_names, recv_frame
+from aclprof.protocol.wire import (
+    RECORD_DTYPE,
+    FrameReader,
+    Kind,
+    decode_json,
+    encode_batch,
+    encode_json,
+    encode_names,
+    recv_frame,
+)
 
 __all__ = ["ATTACKS", "HOLD_S"]
 
