@@ -32,6 +32,7 @@ from helpers.procs import wait_for
 from helpers.records import make_records
 from test_agent_ops import logged  # noqa: F401  (the fixture: the agent's log lines)
 
+from aclprof.protocol.quantshift import NBINS
 from aclprof.protocol.wire import Kind, decode_json, encode_json
 
 pytestmark = pytest.mark.timeout(120)
@@ -368,3 +369,57 @@ def test_refusals_and_evictions_are_on_metrics(fake_peers):
         hog.close()
         extra.close()
 
+
+
+# ---- the parts on their own --------------------------------------------------------------
+
+def test_an_aged_out_group_loses_its_flag_and_its_slot_starts_afresh():
+    """Owner A's op type is flagged; A leaves and its cells age out: the flag goes, and the
+    group slot a new op type reuses carries no streak, flag or baseline of the old one."""
+    from aclprofd.detector.engine import Detector, DetectorConfig
+    from helpers.streams import Op, Replay
+
+    replay = Replay([Op("MatMul", 5000, 200_000, 0.5)], seed=3, service="a")
+    owners = {0: ("uid", 1)}
+    live: set = {("uid", 1)}
+    cfg = DetectorConfig(window_s=10, trailing_s=60, persistence=3)
+    det = Detector(replay.identity, cfg, owner=owners.get, live_owners=lambda: live, table_idle_s=30)
+    t = 1000.0
+    for _ in range(120):
+        t += 1
+        det.observe(*replay.second())
+        det.tick(t)
+    replay.set_op(0, median_ns=400_000)
+    for _ in range(20):
+        t += 1
+        det.observe(*replay.second())
+        det.tick(t)
+    assert [f["op_type"] for f in det.published.flags] == ["MatMul", "MatMul"]
+    live.clear()  # A is gone; nothing feeds its cell from now on
+    for _ in range(45):
+        t += 1
+        det.tick(t)
+    assert det.published.flags == () and det.store.stats()["evicted"] == 1 and det.store.live_cells == 0
+    # a new op type of another service takes the freed cell and group slots, from zero
+    b = Replay([Op("Conv2D", 5000, 80_000, 0.4)], seed=4, service="b")
+    det.store.identity = lambda k: b.identity(k - 1)  # its aggregator key is 1
+    owners[1] = ("uid", 2)
+    codes, counts = b.second()
+    det.observe(codes + NBINS, counts)  # key 1's codes
+    t += 1
+    det.tick(t)
+    assert det.store.cells == [("b", "m", "Conv2D", "conv2d_0")] and det.store.groups == [("b", "m", "Conv2D")]
+    assert not det.flagged.any() and not det.streak.any()
+    _, base = det.store.group_hists()
+    assert base.sum() == 0  # A's baseline left with its cell
+
+
+def test_the_agent_limits_are_checked_at_load():
+    from aclprofd import config
+
+    with pytest.raises(config.ConfigError, match="at least 20s"):
+        config.load({"socket": "/x", "agent_idle_timeout_s": "5s"}, environ={})
+    with pytest.raises(config.ConfigError, match="below the agents' share"):
+        config.load({"socket": "/x", "max_agent_connections_per_uid": "3776"}, environ={})
+    s = config.load({"socket": "/x"}, environ={"ACLPROFD_MAX_CELLS_PER_AGENT": "7"})
+    assert s.max_cells_per_agent == 7 and s.max_agent_connections_per_uid == 1024 and s.agent_idle_timeout_s == 60
