@@ -258,15 +258,16 @@ class Clocked:
         return []
 
 
-def _hog(d: InProcess, peers: dict, pid: int = 31337) -> Peer:
-    """An agent of another process that defines HOG_NAMES op names and sends one record of each."""
+def _hog(d: InProcess, peers: dict, pid: int = 31337, n: int = HOG_NAMES) -> Peer:
+    """An agent of another process that defines ``n`` op names of its own and sends one
+    record of each."""
     hog = Peer(d.socket, peers, pid=pid, uid=HOG_UID, service="hog")
-    hog.names({i: f"op_{i:05d}" for i in range(1, HOG_NAMES + 1)} | {HOG_NAMES + 1: "HogType"})
-    recs = make_records(HOG_NAMES, types=(HOG_NAMES + 1,), names=(1,))
-    recs["op_name"] = np.arange(1, HOG_NAMES + 1)  # one record of each name
+    hog.names({i: f"op_{pid}_{i:05d}" for i in range(1, n + 1)} | {n + 1: "HogType"})
+    recs = make_records(n, types=(n + 1,), names=(1,))
+    recs["op_name"] = np.arange(1, n + 1)  # one record of each name
     before = d.daemon.records_total
     hog.send_batch(recs)
-    wait_for(lambda: d.daemon.records_total >= before + HOG_NAMES, timeout=20, what="the hog's records read")
+    wait_for(lambda: d.daemon.records_total >= before + n, timeout=20, what="the hog's records read")
     return hog
 
 
@@ -295,10 +296,30 @@ def test_4096_op_names_of_one_agent_leave_a_victims_slowdown_flagged(fake_peers)
         victim.close()
 
 
+def test_four_processes_of_one_user_cannot_fill_the_cells_either(fake_peers):
+    """A user's share bounds what its processes take together: 4 agents of one uid with
+    1024 op names each leave the victim (another uid) room to be judged and flagged."""
+    with InProcess(**FAST) as d:
+        clock = Clocked(d)
+        hogs = [_hog(d, fake_peers, pid=40000 + i, n=1024) for i in range(4)]
+        clock.t += 1
+        clock.det.tick(clock.t)
+        victim = _victim(d, fake_peers)
+        flags = clock.flagged_after_slowdown(victim)
+        assert {f["op_type"] for f in flags} == {"MatMul"}, flags
+        cells = status(d.socket)["tables"]["detector_cells"]
+        per_uid = d.daemon.settings.max_cells_per_uid
+        assert cells["largest_uid"] == per_uid and cells["refused"] == 4 * 1024 - per_uid, cells
+        for h in hogs:
+            h.close()
+        victim.close()
+
+
 def test_reset_forgets_the_cells_of_a_gone_agent(fake_peers):
     """A hog whose share is the whole table (a setting) fills it and leaves: RESET frees its
     cells at the next evaluation, and the victim's slowdown is flagged."""
-    with InProcess(**FAST, max_cells_per_agent=4096, max_keys_per_agent=10_000) as d:
+    with InProcess(**FAST, max_cells_per_agent=4096, max_keys_per_agent=10_000,
+                    max_cells_per_uid=4096, max_keys_per_uid=10_000) as d:
         clock = Clocked(d)
         hog = _hog(d, fake_peers)
         clock.t += 1
@@ -319,7 +340,8 @@ def test_reset_forgets_the_cells_of_a_gone_agent(fake_peers):
 
 
 def test_cells_of_a_gone_agent_age_out_without_reset(fake_peers):
-    with InProcess(**FAST, max_cells_per_agent=4096, max_keys_per_agent=10_000, table_idle_timeout_s="30s") as d:
+    with InProcess(**FAST, max_cells_per_agent=4096, max_keys_per_agent=10_000,
+                    max_cells_per_uid=4096, max_keys_per_uid=10_000, table_idle_timeout_s="30s") as d:
         clock = Clocked(d)
         hog = _hog(d, fake_peers)
         clock.t += 1

@@ -207,6 +207,8 @@ class Settings:
     # per-agent shares of the daemon-wide tables (aclprofd.tables; daemon/README.md "Limits")
     max_keys_per_agent: int = 2500
     max_cells_per_agent: int = 1024
+    max_keys_per_uid: int = 5000
+    max_cells_per_uid: int = 2048
     table_idle_timeout_s: float = 600.0
     admin_group: str | None = None
     # regression detector (aclprofd.detector.engine; daemon/README.md "Regression detection")
@@ -297,6 +299,12 @@ OPTIONS: tuple[Option, ...] = (
            _parse_positive_int, True,
            "regression detector cells one agent (uid, pid) may create; its further ops are not judged, "
            "counted (default 1024 of 4096)"),
+    Option("max_keys_per_uid", "max_keys_per_uid", "ACLPROFD_MAX_KEYS_PER_UID", "--max-keys-per-uid",
+           _parse_positive_int, True,
+           "aggregate keys the agents of one uid may register together (root is exempt) (default 5000)"),
+    Option("max_cells_per_uid", "max_cells_per_uid", "ACLPROFD_MAX_CELLS_PER_UID", "--max-cells-per-uid",
+           _parse_positive_int, True,
+           "regression detector cells the agents of one uid may create together (root is exempt) (default 2048)"),
     Option("table_idle_timeout_s", "table_idle_timeout", "ACLPROFD_TABLE_IDLE_TIMEOUT", "--table-idle-timeout",
            parse_duration, True,
            "forget a detector cell whose agent is gone and that nothing fed this long (default 10m)"),

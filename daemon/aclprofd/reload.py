@@ -88,6 +88,7 @@ def apply_reload(d: ReloadTarget, reload: Callable[[], Settings] | None) -> None
     limits.agent_idle_s, limits.max_agents_per_uid = applied.agent_idle_timeout_s, applied.max_agent_connections_per_uid
     d.memory.budget = applied.memory_budget_bytes
     d.aggregator.keys.shares.per_owner = applied.max_keys_per_agent
+    d.aggregator.keys.shares.per_uid = applied.max_keys_per_uid
     d.detection.reload(applied)
     logsetup.configure(applied.log_level, applied.log_format, applied.log_file)
     _log.info("config reloaded", changed=live, needs_restart=restart)

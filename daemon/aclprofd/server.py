@@ -90,7 +90,8 @@ class Daemon:
         self.memory = t.memory
         self.socket_file = SocketFile(t, settings.socket, settings.socket_group)
         self.aggregator = Aggregator(settings.max_keys, settings.windows,
-                                     max_keys_per_agent=settings.max_keys_per_agent)
+                                     max_keys_per_agent=settings.max_keys_per_agent,
+                                     max_keys_per_uid=settings.max_keys_per_uid)
         self.persist = Persistence(self, self.aggregator, self.health, settings.data_dir)
         self.fanout = Fanout(self, t, self.counters, self.memory)
         self.ingest = Ingest(self.counters, self.health, self.aggregator, self.persist, self.fanout, self.memory,

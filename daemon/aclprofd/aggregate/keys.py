@@ -95,10 +95,11 @@ class KeyRegistry:
     the owner can grow its per-key arrays alongside.
     """
 
-    def __init__(self, max_keys: int, on_grow: Callable[[int, int], None], per_agent: int | None = None) -> None:
+    def __init__(self, max_keys: int, on_grow: Callable[[int, int], None], per_agent: int | None = None,
+                 per_uid: int | None = None) -> None:
         self.max_keys = max_keys
         self._on_grow = on_grow
-        self.shares = Shares(per_agent or max_keys + 1)
+        self.shares = Shares(per_agent or max_keys + 1, per_uid)
         self._index: dict[Key, int] = {}
         self.owner: list[Hashable | None] = []  # per key: the agent that registered it
         self.host: list[str] = []

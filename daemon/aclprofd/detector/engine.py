@@ -77,11 +77,12 @@ class Detector:
 
     def __init__(self, identity: Callable[[int], Cell | None], config: DetectorConfig | None = None, *,
                  owner: Callable[[int], Hashable | None] | None = None, max_cells_per_owner: int | None = None,
+                 max_cells_per_uid: int | None = None,
                  live_owners: Callable[[], Collection[Hashable]] | None = None,
                  table_idle_s: float = 600.0) -> None:
         self.config = config or DetectorConfig()
         self.store = CellStore(identity, self.config.window_s, self.config.trailing_s, owner=owner,
-                               max_per_owner=max_cells_per_owner)
+                               max_per_owner=max_cells_per_owner, max_per_uid=max_cells_per_uid)
         #: ageing out (CellStore.age_out), from tick: the owners with a live connection now,
         #: and how long a cell of a gone owner may go unfed (None: never aged out)
         self.live_owners = live_owners

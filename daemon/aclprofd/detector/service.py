@@ -60,7 +60,8 @@ class DetectorService:
         self.reply = reply
         owners = aggregator.keys.owner
         self.detector = Detector(self._identity(), detector_config(settings), owner=owners.__getitem__,
-                                 max_cells_per_owner=settings.max_cells_per_agent, live_owners=live_owners,
+                                 max_cells_per_owner=settings.max_cells_per_agent,
+                                 max_cells_per_uid=settings.max_cells_per_uid, live_owners=live_owners,
                                  table_idle_s=settings.table_idle_timeout_s)
         self.detector.host = host_label(settings)
         self.baselines = BaselineStore(settings.data_dir)
@@ -148,6 +149,7 @@ class DetectorService:
         cfg = detector_config(s)
         self.detector.host = host_label(s)
         self.detector.store.shares.per_owner = s.max_cells_per_agent
+        self.detector.store.shares.per_uid = s.max_cells_per_uid
         self.detector.table_idle_s = s.table_idle_timeout_s
         old = self.detector.config
         # window and trailing need a restart (their histograms are built with them)

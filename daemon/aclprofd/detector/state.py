@@ -63,13 +63,13 @@ class CellStore:
 
     def __init__(self, identity: Callable[[int], Cell | None], window_s: float, tau_s: float,
                  max_cells: int = MAX_CELLS, *, owner: Callable[[int], Hashable | None] | None = None,
-                 max_per_owner: int | None = None) -> None:
+                 max_per_owner: int | None = None, max_per_uid: int | None = None) -> None:
         self.identity = identity
         self.owner = owner
         self.window_s = float(window_s)
         self.tau_s = float(tau_s)
         self.max_cells = max_cells
-        self.shares = Shares(max_per_owner or max_cells)
+        self.shares = Shares(max_per_owner or max_cells, max_per_uid)
         self.cells: list[Cell | None] = []  # None: a forgotten cell's slot, free for reuse
         self._cell_index: dict[Cell, int] = {}
         self.cell_owner: list[Hashable | None] = []
