@@ -445,3 +445,19 @@ def test_the_agent_limits_are_checked_at_load():
         config.load({"socket": "/x", "max_agent_connections_per_uid": "3776"}, environ={})
     s = config.load({"socket": "/x"}, environ={"ACLPROFD_MAX_CELLS_PER_AGENT": "7"})
     assert s.max_cells_per_agent == 7 and s.max_agent_connections_per_uid == 1024 and s.agent_idle_timeout_s == 60
+
+
+def test_sighup_hands_the_agent_limits_and_shares_over():
+    import dataclasses
+
+    with InProcess() as d:
+        d.daemon._reload = lambda: dataclasses.replace(
+            d.settings, agent_idle_timeout_s=25.0, max_agent_connections_per_uid=7, max_keys_per_agent=11,
+            max_keys_per_uid=12, max_cells_per_agent=13, max_cells_per_uid=14, table_idle_timeout_s=15.0)
+        d.daemon.request_reload()
+        wait_for(lambda: status(d.socket)["tables"]["detector_cells"]["per_agent"] == 13, what="the reload")
+        limits, det = d.daemon.transport.limits, d.daemon.detection.detector
+        assert (limits.agent_idle_s, limits.max_agents_per_uid) == (25.0, 7)
+        keys = d.daemon.aggregator.keys.shares
+        assert (keys.per_owner, keys.per_uid) == (11, 12)
+        assert (det.store.shares.per_owner, det.store.shares.per_uid, det.table_idle_s) == (13, 14, 15.0)
