@@ -15,14 +15,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from helpers.daemons import Daemon
-from helpers.edgedata import Op, Service, started, totals
+from helpers.edgedata import Op, Service, metrics_text, screen_rows, series, started, totals, us, us_cell
 from helpers.procs import cli, free_port
 
 T0, T1 = 1_000_000_000, 2_000_000_000
@@ -37,11 +35,6 @@ SERVICES = [
             model_labels={1: {"model": "resnet"}}),
 ]
 ALL = [(s, op) for s in SERVICES for op in s.ops]
-
-
-def us(ns: int) -> str:
-    """Exact microseconds with three decimals, by integer arithmetic."""
-    return f"{ns // 1000}.{ns % 1000:03d}"
 
 
 @pytest.fixture(scope="module")
@@ -170,32 +163,19 @@ def test_top_once_json_every_grouping_has_exact_rows(daemon, group: str):
     assert sorted(snap["summary"]["devices"]) == [0, 1]
 
 
-def _screen_rows(text: str) -> dict[str, list[str]]:
-    """top's table: first cell -> the other cells (header and rule lines skipped)."""
-    lines = text.splitlines()
-    head = next(i for i, x in enumerate(lines) if "Count" in x and "Total" in x)
-    return {x.split()[0]: x.split()[1:] for x in lines[head + 2:] if x.strip()}
-
-
-def _us_cell(cell: str) -> float:
-    m = re.fullmatch(r"≤?([\d.,]+)(ns|us|µs|ms|s)", cell)
-    assert m, cell
-    return float(m.group(1).replace(",", "")) * {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}[m.group(2)]
-
-
 @pytest.mark.parametrize("group", ["service", "device"])
-def test_top_screen_rows_per_service_and_per_device(daemon, group: str):
+def test_topscreen_rows_per_service_and_per_device(daemon, group: str):
     """The screen (not the JSON): one row per service and per device with its count and
     total time (us, to the screen's precision)."""
     d, _ = daemon
-    rows = _screen_rows(_cli(d, "top", "--once", "--window", "all", "--group", group))
+    rows = screen_rows(_cli(d, "top", "--once", "--window", "all", "--group", group))
     keyfn = (lambda s, op: s.name) if group == "service" else (lambda s, op: str(op.device))
     want = totals(SERVICES, keyfn)
     assert set(rows) == set(want), rows
     for k, w in want.items():
         count, total = rows[k][0], rows[k][1]
         assert int(count.replace(",", "")) == w["count"], (k, rows[k])
-        assert _us_cell(total) == pytest.approx(w["total"] / 1000, abs=0.051), (k, rows[k])
+        assert us_cell(total) == pytest.approx(w["total"] / 1000, abs=0.051), (k, rows[k])
 
 
 def test_status_counts_each_service(daemon):
@@ -206,26 +186,11 @@ def test_status_counts_each_service(daemon):
                                                                            op.op_name)))
 
 
-def _metrics(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
-        return r.read().decode()
-
-
-def _series(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
-    out = {}
-    for line in text.splitlines():
-        m = re.match(rf"^{name}\{{(.*)\}} (\S+)$", line)
-        if m:
-            labels = tuple(sorted(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(1))))
-            out[labels] = float(m.group(2))
-    return out
-
-
 def test_metrics_one_series_per_service_device_model_and_type(daemon):
     """/metrics: two services' model 1 are separate series (the label or the id), device 1's
     ops too; _count and _sum (seconds) exact per series."""
     _, port = daemon
-    text = _metrics(port)
+    text = metrics_text(port)
 
     def key(s: Service, op: Op) -> tuple[tuple[str, str], ...]:
         model = (s.model_labels.get(op.model) or {}).get("model") or str(op.model)
@@ -233,8 +198,8 @@ def test_metrics_one_series_per_service_device_model_and_type(daemon):
                              "op_type": op.op_type}.items()))
 
     want = totals(SERVICES, key)
-    count = _series(text, "aclprofd_op_duration_seconds_count")
-    total = _series(text, "aclprofd_op_duration_seconds_sum")
+    count = series(text, "aclprofd_op_duration_seconds_count")
+    total = series(text, "aclprofd_op_duration_seconds_sum")
     assert set(count) == set(want) == set(total)
     for k, w in want.items():
         assert count[k] == w["count"], k

@@ -11,15 +11,18 @@ the daemon takes the pid from the socket), and returns that pid. The expectation
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .procs import env
 
-__all__ = ["Op", "Service", "send", "totals", "by", "started"]
+__all__ = ["Op", "Service", "send", "totals", "by", "started", "us", "screen_rows", "us_cell", "metrics_text",
+           "series"]
 
 
 @dataclass(frozen=True)
@@ -131,3 +134,39 @@ def started(services: list[Service], *args: str, prometheus_port: int = 0) -> An
         d.cleanup()
         raise
     return d
+
+
+def us(ns: int) -> str:
+    """Exact microseconds with three decimals, by integer arithmetic."""
+    return f"{ns // 1000}.{ns % 1000:03d}"
+
+
+def screen_rows(text: str) -> dict[str, list[str]]:
+    """top's table: first cell -> the other cells (header and rule lines skipped)."""
+    lines = text.splitlines()
+    head = next(i for i, x in enumerate(lines) if "Count" in x and "Total" in x)
+    return {x.split()[0]: x.split()[1:] for x in lines[head + 2:] if x.strip()}
+
+
+def us_cell(cell: str) -> float:
+    """A duration cell of a screen (``19.2us``, ``≤6.0us``, ``1.5ms``) in microseconds."""
+    m = re.fullmatch(r"≤?([\d.,]+)(ns|us|µs|ms|s)", cell)
+    assert m, cell
+    return float(m.group(1).replace(",", "")) * {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}[m.group(2)]
+
+
+def metrics_text(port: int) -> str:
+    """The daemon's /metrics page."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def series(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Every sample of ``name`` in an exposition text: {sorted (label, value) pairs: value}."""
+    out = {}
+    for line in text.splitlines():
+        m = re.match(rf"^{name}\{{(.*)\}} (\S+)$", line)
+        if m:
+            labels = tuple(sorted(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(1))))
+            out[labels] = float(m.group(2))
+    return out
