@@ -18,7 +18,9 @@ bytes is caught too.
 from __future__ import annotations
 
 import json
+import math
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -610,3 +612,138 @@ def test_the_agent_senders_largest_batch_is_within_the_frame_limit():
     assert MAX_FRAME_RECORDS * wire.RECORD_DTYPE.itemsize <= wire.MAX_PAYLOAD
     frame = encode_batch(records(MAX_FRAME_RECORDS))
     assert len(list(wire.FrameReader().feed(frame))) == 1
+
+
+# ---- the agent's buffer bound (aclprof/agent/buffer.py RecordBuffer) --------------------------
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+def test_the_agent_buffer_keeps_exactly_buffer_records_and_counts_the_rest(offset: int):
+    """``buffer_records`` (agent.start): with the daemon away, that many records are kept
+    (nothing dropped); one more drops exactly the oldest one, counted."""
+    from aclprof.agent.buffer import RecordBuffer
+
+    bound = 100
+    buf = RecordBuffer(bound)
+    try:
+        data = np.arange(bound + offset)
+        for part in np.array_split(data, 7):  # several batches, as the subscriptions deliver them
+            buf.add_batch(None, part, None)  # type: ignore[arg-type]
+        items, n = buf.take(1 << 20)
+        kept = np.concatenate([it.data for it in items])
+        assert buf.records_in == bound + offset
+        assert buf.dropped == max(0, offset) and n == min(bound, bound + offset)
+        assert kept.tolist() == data[max(0, offset):].tolist()  # the newest kept, in order
+    finally:
+        buf.close()
+    with pytest.raises(ValueError, match="at least 1"):
+        RecordBuffer(0)
+    RecordBuffer(1).close()
+
+
+# ---- timeouts: the daemon's flush tick, at a time the test chooses -----------------------------
+
+class _Clock:
+    """``time`` for aclprofd.server: real, except during the one flush tick the test arms,
+    which reads :attr:`frozen` (the connections' own times, conn.py and transport.py, stay
+    real)."""
+
+    def __init__(self) -> None:
+        self.frozen: float | None = None
+
+    def monotonic(self) -> float:
+        return time.monotonic() if self.frozen is None else self.frozen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+
+def _exact_sum(base: float, span: float, delta: float) -> float:
+    """t with t - base == span exactly in floats for delta 0, else about span + delta."""
+    t = base + span + delta
+    if delta:
+        return t
+    while t - base > span:
+        t = math.nextafter(t, -math.inf)
+    while t - base < span:
+        t = math.nextafter(t, math.inf)
+    return t
+
+
+def _tick_at(d: InProcess, when: Callable[[], float | None]) -> None:
+    """Run the daemon's next flush tick (on its loop thread) at monotonic time ``when()``
+    (computed there, from the daemon's connections); return once it ran."""
+    from aclprofd import server
+
+    assert isinstance(server.time, _Clock)
+    done = threading.Event()
+    errors: list[BaseException] = []
+    orig = d.daemon.flush
+
+    def flush() -> None:
+        try:
+            t = None if done.is_set() else when()
+        except BaseException as exc:  # reported on the test's thread
+            errors.append(exc)
+            done.set()
+            t = None
+        if t is None:
+            orig()
+            return
+        server.time.frozen = t
+        try:
+            orig()
+        finally:
+            server.time.frozen = None
+            done.set()
+            d.daemon.flush = orig  # type: ignore[method-assign]
+
+    d.daemon.flush = flush  # type: ignore[method-assign]
+    assert done.wait(10), "no flush tick"
+    if errors:
+        raise errors[0]
+
+
+STEP = 1e-3  # one millisecond below / above
+IDLE = 100.0
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+def test_control_idle_timeout_edge(monkeypatch, offset: int):
+    """``control_idle_timeout`` (transport.reap_idle): a control client whose last request
+    is exactly the timeout old is closed ("no request this long"); a millisecond younger
+    is kept."""
+    from aclprofd import server
+
+    monkeypatch.setattr(server, "time", _Clock())
+    with InProcess(control_idle_timeout_s=IDLE) as d:
+        c = Client(d.socket)
+        try:
+            c.request(Kind.STATUS)
+            (conn,) = [x for x in d.daemon.conns.values() if x.role == "control"]
+            _tick_at(d, lambda: _exact_sum(d.daemon._controls[conn], IDLE, offset * STEP)
+                     if conn in d.daemon._controls else None)
+            assert conn.closed == (offset >= 0), offset
+            assert c.closed_by_peer(timeout=10) if offset >= 0 else c.request(Kind.STATUS)
+        finally:
+            c.close()
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+def test_hello_timeout_edge(monkeypatch, offset: int):
+    """A connection that has not said HELLO for more than 10 s (aclprofd/server.py
+    _HELLO_TIMEOUT_S) is closed; at exactly 10 s it is not yet."""
+    from aclprofd import server
+
+    monkeypatch.setattr(server, "time", _Clock())
+    limit = server._HELLO_TIMEOUT_S
+    with InProcess() as d:
+        s = _connect(d.socket)
+        try:
+            conn = wait_for(lambda: next((x for x in d.daemon.conns.values() if x.role is None), None))
+            _tick_at(d, lambda: _exact_sum(conn.connected, limit, offset * STEP))
+            assert conn.closed == (offset > 0), offset
+            if offset <= 0:  # kept: it may still say HELLO
+                s.sendall(_hello("control"))
+                assert _frames_to_eof_or_first(s)[0] == Kind.WELCOME  # type: ignore[index]
+        finally:
+            s.close()
