@@ -179,3 +179,57 @@ def test_a_duration_of_exactly_a_bucket_bound_is_in_that_bucket():
     d = np.array([2 ** 10])
     k = PROM_EXPONENTS[int(prom_bucket(bin_index(d))[0])]
     assert 2 ** k == 2 ** 10  # the smallest le holding it is 1024 ns (le is "<=")
+
+
+@needs_prometheus
+def test_fleet_reports_seconds_and_calls_per_second():
+    """``aclprof fleet`` over a real Prometheus: each op type's p50/p99 (seconds) lie in the
+    buckets that hold its durations (tests/helpers/fleetservice.py: duration +- jitter, ns),
+    its calls per second match the service's rate (one call per op type per execution),
+    and a host's count over the window is its rate times the window's seconds."""
+    import math
+    import subprocess
+    import sys
+
+    from helpers.fleetservice import OPS
+    from helpers.procs import TESTS, env
+
+    rate, window = 100, 10.0
+    port = free_port()
+    d = Daemon(None, "--prometheus-host-label", "unit-host", prometheus_port=port).start()
+    svc = subprocess.Popen([sys.executable, str(TESTS / "helpers" / "fleetservice.py"), "--socket", d.socket,
+                            "--service", "units", "--rate", str(rate)], stdin=subprocess.PIPE,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
+    try:
+        assert svc.stdout is not None and json.loads(svc.stdout.readline())["ready"]
+        with prometheus_server([f"127.0.0.1:{port}"]) as prom:
+            def fleet() -> dict | None:
+                p = cli("fleet", "--prometheus", prom.url, "--once", "--json", "--window", "10s", timeout=30)
+                assert p.returncode == 0, p.stderr
+                doc = json.loads(p.stdout)
+                rows = {r["op_type"]: r for r in doc["rows"]}
+                # a full window of scrapes: the rate settles
+                ok = len(rows) == len(OPS) and all(r["calls_per_s"] and r["hosts"][0]["count"] >= 0.8 * rate * window
+                                                    for r in rows.values())
+                return rows if ok else None
+            rows = wait_for(fleet, timeout=60, interval=1.0, what="a full window of every op type")
+        for _name, op_type, dur, jit in OPS:
+            r = rows[op_type]
+            lo = 2.0 ** math.floor(math.log2(dur - jit)) / 1e9   # the bucket edges around the durations
+            hi = 2.0 ** math.ceil(math.log2(dur + jit)) / 1e9
+            assert lo <= r["p50_s"] <= r["p99_s"] <= hi, (op_type, r["p50_s"], r["p99_s"], lo, hi)
+            assert r["calls_per_s"] == pytest.approx(rate, rel=0.3), (op_type, r["calls_per_s"])
+            (h,) = r["hosts"]
+            assert h["count"] / h["calls_per_s"] == pytest.approx(window, rel=0.2), (op_type, h)
+    finally:
+        if svc.stdin is not None:
+            svc.stdin.close()
+        try:
+            svc.wait(15)
+        except subprocess.TimeoutExpired:
+            svc.kill()
+            svc.wait(5)
+        for f in (svc.stdout, svc.stderr):
+            if f is not None:
+                f.close()
+        d.cleanup()
