@@ -747,3 +747,51 @@ def test_hello_timeout_edge(monkeypatch, offset: int):
                 assert _frames_to_eof_or_first(s)[0] == Kind.WELCOME  # type: ignore[index]
         finally:
             s.close()
+
+
+# ---- EXPORT_RECORDS frames: 2048 records, ~1 MiB (aclprofd/records.py FRAME_RECORDS, wire.FRAME_TARGET) ----
+
+def _export_frames(path: str, service: str) -> list[bytes]:
+    c = Client(path)
+    try:
+        c.send_json(Kind.EXPORT, {"since_ts": None, "until_ts": None, "filter": {"service": service}})
+        frames = []
+        while True:
+            k, payload = c.recv()
+            if k == Kind.END:
+                assert decode_json(payload)["records"] == sum(f.count(b"\n") for f in frames)
+                return frames
+            assert k == Kind.EXPORT_RECORDS, k
+            frames.append(bytes(payload))
+    finally:
+        c.close()
+
+
+@pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
+def test_export_frames_hold_at_most_2048_records(daemon: InProcess, offset: int):
+    n = 2048 + offset
+    service = f"frames-{n}"
+    c = Client(daemon.socket, "agent", service=service)
+    c.names({1: "T", 2: "n"})
+    c.send_batch(records(n, start=1 << 42))
+    c.close()
+    frames = wait_for(lambda: (lambda f: f if sum(x.count(b"\n") for x in f) == n else None)(
+        _export_frames(daemon.socket, service)), timeout=20)
+    assert [f.count(b"\n") for f in frames] == ([2048, 1] if offset > 0 else [n])
+
+
+def test_export_frames_end_after_the_line_that_crosses_frame_target(daemon: InProcess):
+    """Long names (4 KiB): a frame ends with the first line that takes it past 1 MiB."""
+    service = "frames-long"
+    c = Client(daemon.socket, "agent", service=service)
+    c.names({1: "T", 2: "n" * wire.MAX_NAME_BYTES})
+    n = 600  # ~2.5 MiB of lines
+    c.send_batch(records(n, start=1 << 43))
+    c.close()
+    frames = wait_for(lambda: (lambda f: f if sum(x.count(b"\n") for x in f) == n else None)(
+        _export_frames(daemon.socket, service)), timeout=20)
+    assert len(frames) >= 3
+    for f in frames[:-1]:
+        last = f[:-1].rfind(b"\n") + 1  # where the frame's last line starts
+        assert last < wire.FRAME_TARGET <= len(f), (last, len(f))
+    assert len(frames[-1]) <= wire.FRAME_TARGET + wire.MAX_NAME_BYTES * 2
