@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import socket
 import threading
 import time
@@ -339,6 +340,34 @@ def p_anonymous_connections(_: InProcess, n: int) -> bool:
                 s.close()
 
 
+def p_connections(_: InProcess, n: int) -> bool:
+    """``n`` connections that said HELLO (one control client, the rest agents): all stay
+    iff n <= 4096; beyond, the new one is closed at accept and counted."""
+    import resource
+
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 2 * n + 200:
+        pytest.skip("needs a descriptor limit of ~8400 (ulimit -n): both ends of 4097 connections")
+    with InProcess() as d:
+        ctl = Client(d.socket)
+        socks = []
+        try:
+            hello = _hello("agent", pid=os.getpid())
+            for i in range(n - 1):
+                s = _connect(d.socket)
+                s.sendall(hello)
+                socks.append(s)
+                if i % 128 == 127:  # under the 256 without HELLO: none evicted for that
+                    wait_for(lambda: ctl.request(Kind.STATUS)["connections"]["without_hello"] == 0)
+            conns = wait_for(lambda: (lambda c: c if c["open"] + c["refused"] >= n and c["without_hello"] == 0
+                                      else None)(ctl.request(Kind.STATUS)["connections"]), timeout=60)
+            assert conns["open"] == min(n, 4096), conns
+            return conns["refused"] == 0
+        finally:
+            ctl.close()
+            for s in socks:
+                s.close()
+
+
 def p_hello_bytes(d: InProcess, n: int) -> bool:
     """``n`` bytes of an unfinished frame before HELLO; beyond 64 KiB the connection is
     closed, else the rest of the (valid, padded) HELLO gets a WELCOME."""
@@ -466,6 +495,7 @@ LIMITS: list[Limit] = [
           "daemon/aclprofd/transport.py admitted; config max_control_connections", 4, True, p_control_connections),
     Limit("connections without HELLO", "daemon/aclprofd/transport.py _MAX_ANONYMOUS", 256, True,
           p_anonymous_connections),
+    Limit("connections", "daemon/aclprofd/transport.py _MAX_CONNECTIONS", 4096, True, p_connections),
     Limit("bytes buffered before HELLO", "daemon/aclprofd/transport.py _HELLO_MAX", 64 << 10, True, p_hello_bytes),
     Limit("windows seconds", "daemon/aclprofd/config.py _parse_windows", 3600, True, cfg("windows", "{}s")),
     Limit("capture_before seconds", "daemon/aclprofd/config.py _parse_capture_span", 3600, True,
