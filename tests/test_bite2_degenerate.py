@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers.daemons import Daemon
-from helpers.edgedata import Op, Service, metrics_text, screen_rows, series, started, us, us_cell
+from helpers.edgedata import Op, Service, metrics_text, screen_rows, series, snapshot, started, us, us_cell
 from helpers.procs import cli, free_port
 
 T0 = 5_000_000_000
@@ -67,7 +67,7 @@ def test_status_counts_every_record_and_refuses_none(case):
 @pytest.mark.parametrize("group", ["type", "name", "service", "process", "device", "model"])
 def test_every_snapshot_grouping_shows_the_one_row(case, group: str):
     d, _, svc = case
-    snap = json.loads(_cli(d, "top", "--once", "--json", "--window", "all", "--group", group))
+    snap = snapshot(d.socket, group)
     durs = _durs(svc)
     (row,) = snap["rows"]
     assert (row["count"], row["total_ns"], row["min_ns"], row["max_ns"]) == (len(durs), sum(durs), min(durs),
@@ -148,3 +148,12 @@ def test_metrics_count_sum_and_every_bucket(case):
     for le_ns in LE_NS:
         (v,) = [v for le, v in buckets.items() if float(le) == pytest.approx(le_ns / 1e9, rel=1e-12)]
         assert v == sum(1 for x in durs if x <= le_ns), le_ns
+
+
+def test_top_once_json_prints_the_daemons_snapshot(case):
+    """The CLI's ``top --once --json`` (the grouping tests read SNAPSHOT over the wire)."""
+    d, _, _ = case
+    printed = json.loads(_cli(d, "top", "--once", "--json", "--window", "all", "--group", "type"))
+    direct = snapshot(d.socket, "type")
+    drop = ("generated_ts", "summary")
+    assert {k: v for k, v in printed.items() if k not in drop} == {k: v for k, v in direct.items() if k not in drop}

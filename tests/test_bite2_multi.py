@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from helpers.daemons import Daemon
-from helpers.edgedata import Op, Service, metrics_text, screen_rows, series, started, totals, us, us_cell
+from helpers.edgedata import Op, Service, metrics_text, screen_rows, series, snapshot, started, totals, us, us_cell
 from helpers.procs import cli, free_port
 
 T0, T1 = 1_000_000_000, 2_000_000_000
@@ -134,9 +134,9 @@ def test_ascend_one_directory_per_process_with_both_devices(daemon, tmp_path: Pa
 
 
 @pytest.mark.parametrize("group", ["type", "name", "service", "process", "device", "model"])
-def test_top_once_json_every_grouping_has_exact_rows(daemon, group: str):
+def test_snapshot_every_grouping_has_exact_rows(daemon, group: str):
     d, _ = daemon
-    snap = json.loads(_cli(d, "top", "--once", "--json", "--window", "all", "--group", group))
+    snap = snapshot(d.socket, group)
     keyfn = {
         "type": lambda s, op: (op.op_type,),
         "name": lambda s, op: (op.op_name,),
@@ -205,3 +205,12 @@ def test_metrics_one_series_per_service_device_model_and_type(daemon):
         assert count[k] == w["count"], k
         assert total[k] == pytest.approx(w["total"] / 1e9, rel=1e-12), k
 
+
+
+def test_top_once_json_prints_the_daemons_snapshot(daemon):
+    """The CLI's ``top --once --json`` (the grouping tests read SNAPSHOT over the wire)."""
+    d, _ = daemon
+    printed = json.loads(_cli(d, "top", "--once", "--json", "--window", "all", "--group", "type"))
+    direct = snapshot(d.socket, "type")
+    drop = ("generated_ts", "summary")
+    assert {k: v for k, v in printed.items() if k not in drop} == {k: v for k, v in direct.items() if k not in drop}

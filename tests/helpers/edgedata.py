@@ -22,7 +22,7 @@ from typing import Any
 from .procs import env
 
 __all__ = ["Op", "Service", "send", "totals", "by", "started", "us", "screen_rows", "us_cell", "metrics_text",
-           "series"]
+           "series", "snapshot"]
 
 
 @dataclass(frozen=True)
@@ -170,3 +170,17 @@ def series(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
             labels = tuple(sorted(re.findall(r'(\w+)="((?:[^"\\]|\\.)*)"', m.group(1))))
             out[labels] = float(m.group(2))
     return out
+
+
+def snapshot(socket_path: str, group: str) -> dict[str, Any]:
+    """The daemon's SNAPSHOT of the whole run (``all``) grouped by ``group``, over the wire
+    (what ``aclprof top --once --json`` prints, without starting the CLI)."""
+    from aclprof.protocol.wire import Kind
+
+    from .daemons import Client
+
+    c = Client(socket_path)
+    try:
+        return c.request(Kind.SNAPSHOT, {"window": "all", "group_by": group})
+    finally:
+        c.close()
