@@ -157,3 +157,29 @@ def test_top_once_json_prints_the_daemons_snapshot(case):
     direct = snapshot(d.socket, "type")
     drop = ("generated_ts", "summary")
     assert {k: v for k, v in printed.items() if k not in drop} == {k: v for k, v in direct.items() if k not in drop}
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_stream_delivers_every_record_live(scenario: str):
+    """STREAM (``aclprof tail``): the records of each scenario reach a live client, zero-length
+    ones included (a fresh in-process daemon: the stream sees only these)."""
+    from helpers.daemons import Client, InProcess
+    from helpers.edgedata import send
+
+    from aclprof.protocol.wire import Kind
+
+    svc = Service("solo", list(SCENARIOS[scenario]))
+    with InProcess() as d:
+        c = Client(d.socket)
+        try:
+            c.send_json(Kind.STREAM, {"filter": {}})
+            send(d.socket, svc)
+            got: list[dict] = []
+            while len(got) < len(svc.ops):
+                recs, skipped, kind = c.stream_frames()
+                assert kind == Kind.STREAM_RECORDS and skipped == 0, kind
+                got += recs
+        finally:
+            c.close()
+    assert sorted((r["start"], r["end"], r["duration_ns"]) for r in got) == \
+        sorted((op.start, op.start + op.dur, op.dur) for op in svc.ops)
