@@ -5,6 +5,8 @@
 - :mod:`helpers.daemons`: a raw wire client, the daemon in a thread and in a subprocess;
 - :mod:`helpers.records`: wire record batches, and the mock's emit log against delivered records;
 - :mod:`helpers.profdirs`: what the mock wrote into a ``PROF_*`` directory;
+- :mod:`helpers.edgedata`: services' records of known values sent from processes of their own,
+  the totals every output must show, and readers of top's screen and ``/metrics``;
 - :mod:`helpers.importgraph`: the import graph in numbers (modules, cycles, upward imports),
   also a script (``python tests/helpers/importgraph.py [ROOT]``).
 
