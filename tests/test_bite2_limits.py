@@ -29,12 +29,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from aclprofd.connlimits import MAX_ANONYMOUS, MAX_CONNECTIONS
 from helpers.daemons import Client, InProcess
 from helpers.procs import wait_for
 from helpers.records import make_records
 
 from aclprof.protocol import wire
 from aclprof.protocol.wire import Kind, decode_json, encode, encode_batch, encode_json, encode_names
+
+#: agents at most with the default max_control_connections (64): what the anonymous and control
+#: shares leave
+AGENT_SHARE = MAX_CONNECTIONS - MAX_ANONYMOUS - 64
 
 # ---- helpers -----------------------------------------------------------------------------------
 
@@ -341,27 +346,30 @@ def p_anonymous_connections(_: InProcess, n: int) -> bool:
 
 
 def p_connections(_: InProcess, n: int) -> bool:
-    """``n`` connections that said HELLO (one control client, the rest agents): all stay
-    iff n <= 4096; beyond, the new one is closed at accept and counted."""
+    """``n`` agents (and one control client, outside their share) that said HELLO: all stay
+    iff n <= the agents' share (4096 - 256 without HELLO - 64 control); beyond, the new one is
+    refused at HELLO and counted (root, these tests' uid, is exempt from the per-uid cap)."""
     import resource
 
     if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 2 * n + 200:
-        pytest.skip("needs a descriptor limit of ~8400 (ulimit -n): both ends of 4097 connections")
+        pytest.skip("needs a descriptor limit of ~7800 (ulimit -n): both ends of 3777 connections")
     with InProcess() as d:
+        assert d.daemon.transport.limits.agent_share() == AGENT_SHARE
         ctl = Client(d.socket)
         socks = []
         try:
             hello = _hello("agent", pid=os.getpid())
-            for i in range(n - 1):
+            for i in range(n):
                 s = _connect(d.socket)
                 s.sendall(hello)
                 socks.append(s)
                 if i % 128 == 127:  # under the 256 without HELLO: none evicted for that
                     wait_for(lambda: ctl.request(Kind.STATUS)["connections"]["without_hello"] == 0)
-            conns = wait_for(lambda: (lambda c: c if c["open"] + c["refused"] >= n and c["without_hello"] == 0
-                                      else None)(ctl.request(Kind.STATUS)["connections"]), timeout=60)
-            assert conns["open"] == min(n, 4096), conns
-            return conns["refused"] == 0
+            conns = wait_for(lambda: (lambda c: c if c["agents"] + c["refused_by"]["agent_share"] >= n
+                                      and c["without_hello"] == 0 else None)(
+                ctl.request(Kind.STATUS)["connections"]), timeout=60)
+            assert conns["agents"] == min(n, AGENT_SHARE), conns
+            return conns["refused_by"]["agent_share"] == 0
         finally:
             ctl.close()
             for s in socks:
@@ -495,7 +503,8 @@ LIMITS: list[Limit] = [
           "daemon/aclprofd/transport.py admitted; config max_control_connections", 4, True, p_control_connections),
     Limit("connections without HELLO", "daemon/aclprofd/transport.py _MAX_ANONYMOUS", 256, True,
           p_anonymous_connections),
-    Limit("connections", "daemon/aclprofd/transport.py _MAX_CONNECTIONS", 4096, True, p_connections),
+    Limit("agent connections", "daemon/aclprofd/connlimits.py agent_share (MAX_CONNECTIONS - MAX_ANONYMOUS - "
+          "max_control_connections)", AGENT_SHARE, True, p_connections),
     Limit("bytes buffered before HELLO", "daemon/aclprofd/transport.py _HELLO_MAX", 64 << 10, True, p_hello_bytes),
     Limit("windows seconds", "daemon/aclprofd/config.py _parse_windows", 3600, True, cfg("windows", "{}s")),
     Limit("capture_before seconds", "daemon/aclprofd/config.py _parse_capture_span", 3600, True,
@@ -739,7 +748,7 @@ IDLE = 100.0
 
 @pytest.mark.parametrize("offset", [-1, 0, 1], ids=["below", "at", "above"])
 def test_control_idle_timeout_edge(monkeypatch, offset: int):
-    """``control_idle_timeout`` (transport.reap_idle): a control client whose last request
+    """``control_idle_timeout`` (connlimits.reap_idle): a control client whose last request
     is exactly the timeout old is closed ("no request this long"); a millisecond younger
     is kept."""
     from aclprofd import server
@@ -750,8 +759,9 @@ def test_control_idle_timeout_edge(monkeypatch, offset: int):
         try:
             c.request(Kind.STATUS)
             (conn,) = [x for x in d.daemon.conns.values() if x.role == "control"]
-            _tick_at(d, lambda: _exact_sum(d.daemon._controls[conn], IDLE, offset * STEP)
-                     if conn in d.daemon._controls else None)
+            limits = d.daemon.transport.limits
+            _tick_at(d, lambda: None if (last := limits.last_request(conn)) is None
+                     else _exact_sum(last, IDLE, offset * STEP))
             assert conn.closed == (offset >= 0), offset
             assert c.closed_by_peer(timeout=10) if offset >= 0 else c.request(Kind.STATUS)
         finally:

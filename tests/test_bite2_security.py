@@ -34,14 +34,13 @@ import subprocess
 from dataclasses import dataclass
 
 import pytest
-from test_deployment import (  # noqa: F401  (fixtures: deployed, deploy_venv)
+from test_deployment import (  # noqa: F401  (fixture: deployed; deploy_venv is conftest's)
     _ADMIN,
     _CONNECT,
     _PROBE,
     PAYLOADS,
     RULES,
     Deployment,
-    deploy_venv,
     deployed,
 )
 from test_deployment import pytestmark as _ROOT_ONLY

@@ -89,6 +89,11 @@ class ConnLimits:
         """(control clients, connections that have not said HELLO yet) open now."""
         return len(self._controls), len(self._anon)
 
+    def last_request(self, conn: Conn) -> float | None:
+        """When ``conn`` (control client or agent) last sent a request or a whole frame, on
+        the clock :meth:`reap_idle` is given; None if it is in neither table."""
+        return self._controls.get(conn, self._agents.get(conn))
+
     def agent_counts(self) -> tuple[int, int]:
         """(agents open now, the most any one uid has open)."""
         return len(self._agents), max(self._agent_uids.values(), default=0)
