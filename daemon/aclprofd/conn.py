@@ -131,6 +131,10 @@ class Conn:
         self.names_bytes = 0  # what the name table is charged against the memory budget
         self.rejected = 0  # records refused for impossible values (aclprofd.ingest)
         self.models: dict[int, dict[str, Any]] = {}
+        # JSON bytes of each model entry and of host/service/labels (-1: not measured yet),
+        # measured once so that STATUS fits its frame without measuring again (aclprofd.replyfit)
+        self.model_bytes: dict[int, int] = {}
+        self.ident_bytes = -1
         self.records = 0
         self.dropped = 0
         self.rate = Rate()

@@ -38,6 +38,7 @@ from .handshake import is_int, is_labels
 from .memory import Memory
 from .persist import Persistence
 from .ratelimit import LogLimiter
+from .replyfit import json_size
 from .status import Counters, Health
 
 __all__ = ["Ingest", "note_lag"]
@@ -226,7 +227,8 @@ class Ingest:
         if len(conn.models) >= _MAX_MODELS and mid not in conn.models:
             self.memory.refuse("models")
             raise ProtocolError(f"WATCH refused: more than {_MAX_MODELS} watched models on one connection")
-        conn.models[mid] = {"model_id": mid, "device": dev, "labels": labels}
+        conn.models[mid] = entry = {"model_id": mid, "device": dev, "labels": labels}
+        conn.model_bytes[mid] = json_size(entry)  # measured once: STATUS cuts by it (aclprofd.replyfit)
         if conn.keysrc is not None:
             # the model's next records count under its label (a new label: new keys)
             conn.keysrc.set_label(mid, model_label_of(labels))
@@ -237,6 +239,7 @@ class Ingest:
         if not is_int(mid):
             raise ProtocolError("UNWATCH needs an integer model_id")
         conn.models.pop(mid, None)
+        conn.model_bytes.pop(mid, None)
         if conn.keysrc is not None:
             # the agent sends UNWATCH after the model's last records: a reused id starts afresh
             conn.keysrc.set_label(mid, "")

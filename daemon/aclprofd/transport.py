@@ -39,6 +39,7 @@ from aclprof.protocol.wire import Kind, ProtocolError, encode_json
 
 from .conn import Conn
 from .ratelimit import LogLimiter
+from .replyfit import cut_text
 
 __all__ = ["Transport", "Outbox", "LogLimiter", "goodbye_frame"]
 
@@ -354,7 +355,7 @@ class Transport:
             return
         if protocol_error:
             self._on_protocol_error(conn)
-        frames = encode_json(Kind.ERROR, {"message": reason})
+        frames = encode_json(Kind.ERROR, {"message": cut_text(reason)})  # it may quote a peer's value
         if conn.role == "agent":
             frames += goodbye_frame(conn)
         self._send_last(conn, frames)
