@@ -27,6 +27,9 @@ class BaselineStore:
 
     def __init__(self, data_dir: str) -> None:
         self.dir = os.path.join(data_dir, "baselines")
+        # name -> ((mtime_ns, size, inode), listing item): BASELINE_LIST parses a file once,
+        # not 256 files of up to MAX_BYTES on every request (~50 ms each on the loop)
+        self._listed: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
 
     def path(self, name: str) -> str:
         return os.path.join(self.dir, check_name(name) + ".json")
@@ -34,8 +37,12 @@ class BaselineStore:
     def save(self, name: str, doc: dict[str, Any]) -> int:
         """Write ``doc`` as baseline ``name``; returns its size. ValueError when the name is
         bad, the document too large or there are MAX_BASELINES others; OSError from disk."""
+        return self.save_bytes(name, json.dumps(doc, separators=(",", ":")).encode())
+
+    def save_bytes(self, name: str, data: bytes) -> int:
+        """Write the document ``data`` (JSON, built by :mod:`aclprofd.baselinedoc`) as
+        baseline ``name``: the rules of :meth:`save`."""
         path = self.path(name)
-        data = json.dumps(doc, separators=(",", ":")).encode()
         if len(data) > MAX_BYTES:
             raise ValueError(f"baseline {name!r} would be {len(data)} bytes; at most {MAX_BYTES}")
         if not os.path.exists(path) and len(self.names()) >= MAX_BASELINES:
@@ -47,14 +54,28 @@ class BaselineStore:
     def load(self, name: str) -> dict[str, Any]:
         """The document saved as ``name``. FileNotFoundError if there is none; ValueError if
         it is too large or not JSON (the caller decodes and checks the document itself)."""
+        return self._parse(name, self._read(name))
+
+    def load_bytes(self, name: str) -> bytes:
+        """The JSON saved as ``name``, checked as :meth:`load` checks it (BASELINE_GET sends
+        these bytes as they are)."""
+        data = self._read(name)
+        self._parse(name, data)
+        return data
+
+    def _read(self, name: str) -> bytes:
         path = self.path(name)
         with open(path, "rb") as f:
             data = f.read(MAX_BYTES + 1)
         if len(data) > MAX_BYTES:
             raise ValueError(f"baseline file {path} is larger than {MAX_BYTES} bytes")
+        return data
+
+    def _parse(self, name: str, data: bytes) -> dict[str, Any]:
+        path = self.path(name)
         try:
             doc = json.loads(data)
-        except (ValueError, UnicodeDecodeError) as exc:
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
             raise ValueError(f"baseline file {path} is not JSON: {exc}") from None
         if not isinstance(doc, dict):
             raise ValueError(f"baseline file {path} does not hold a JSON object")
@@ -71,14 +92,26 @@ class BaselineStore:
         """``[{"name", "saved_ts", "bytes", "rows", "source"}]``; a file that cannot be read
         is listed with its ``error`` instead of hiding it."""
         out: list[dict[str, Any]] = []
-        for name in self.names():
+        names = self.names()
+        for gone in set(self._listed) - set(names):
+            del self._listed[gone]
+        for name in names:
             item: dict[str, Any] = {"name": name}
             try:
-                item["bytes"] = os.path.getsize(self.path(name))
+                st = os.stat(self.path(name))
+                stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+                cached = self._listed.get(name)
+                if cached is not None and cached[0] == stamp:
+                    out.append(dict(cached[1]))
+                    continue
+                item["bytes"] = st.st_size
                 doc = self.load(name)
                 rows = doc.get("rows")
                 item.update(saved_ts=doc.get("saved_ts"), source=doc.get("source"),
                             rows=len(rows) if isinstance(rows, list) else None)
+                if isinstance(doc.get("truncated"), dict):
+                    item["truncated"] = doc["truncated"].get("rows")
+                self._listed[name] = (stamp, dict(item))
             except (OSError, ValueError) as exc:
                 item["error"] = str(exc)
             out.append(item)

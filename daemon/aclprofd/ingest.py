@@ -54,6 +54,9 @@ _BAD_ID = 0xFFFFFFFF  # the C API's "no id" (-1 as u32): never a real model or d
 NAME_OVERHEAD = 200
 _MAX_MODELS = 4096  # watched models per connection (WATCH without UNWATCH must not grow the daemon)
 _LOSS_REASON_MAX = 200  # characters of a LOSS reason kept for the log
+#: the most one LOSS may report: 2**48 records (years of a full-speed agent's drops)
+MAX_LOSS = 1 << 48
+_INT64_MAX = (1 << 63) - 1
 
 Handler = Callable[[Conn, memoryview], None]
 
@@ -78,6 +81,11 @@ def note_lag(conn: Conn, recs: np.ndarray) -> None:
         lag = max(lag or 0, gap - off)
     if lag is not None:
         conn.lag_ns = lag
+
+
+def _u32(v: Any) -> bool:
+    """A model or device id: the C API's ids are u32 (a 400-digit one is a forged frame)."""
+    return is_int(v) and 0 <= v <= 0xFFFFFFFF
 
 
 class Ingest:
@@ -204,8 +212,11 @@ class Ingest:
     def loss(self, conn: Conn, payload: memoryview) -> None:
         obj: dict[str, Any] = decode_json(payload)
         n = obj.get("dropped")
-        if not is_int(n) or n < 0:
-            raise ProtocolError("LOSS needs a non-negative integer dropped")
+        if not is_int(n) or not 0 <= n <= MAX_LOSS:
+            # 2**70 was accepted: the sums (STATUS, GOODBYE, Prometheus) are int64s
+            raise ProtocolError(f"LOSS needs an integer dropped in [0, {MAX_LOSS}]")
+        if conn.dropped + n > _INT64_MAX or self.counters.dropped_total + n > _INT64_MAX:
+            raise ProtocolError("LOSS: the drops reported would pass an int64 in all")
         if n == 0:
             return
         conn.dropped += n
@@ -220,8 +231,8 @@ class Ingest:
         # no device: the agent does not know it (yet: a later WATCH of the model gives it)
         mid, dev = obj.get("model_id"), obj.get("device")
         labels = obj.get("labels") or {}
-        if not is_int(mid) or not (dev is None or is_int(dev)) or not is_labels(labels):
-            raise ProtocolError("WATCH needs an integer model_id, an integer device (or none) and string labels")
+        if not _u32(mid) or not (dev is None or _u32(dev)) or not is_labels(labels):
+            raise ProtocolError("WATCH needs a model_id and a device (or none) in [0, 2**32) and string labels")
         check_identity("WATCH", labels=labels)
         labels = {scrub(k): scrub(v) for k, v in labels.items()}
         if len(conn.models) >= _MAX_MODELS and mid not in conn.models:

@@ -90,7 +90,7 @@ class Daemon(Transport):
         self.ingest = Ingest(self.counters, self.health, self.aggregator, self.persist, self.fanout, self.memory,
                              self.limiter)
         # observes the aggregator; Control serves its requests
-        self.detection = DetectorService(settings, self.aggregator, self.queue)
+        self.detection = DetectorService(settings, self.aggregator, self.queue, self.counters.truncations)
         self.captures = CaptureService(self)  # the flight recorder: captures around new flags
         self.control = Control(self)
         self.traces = Traces(self)

@@ -52,6 +52,12 @@ _MAX_ACTIVE = 256       # traces running at once (each holds its client until it
 #: other readers) and convertible to float (a JSON integer of 400 digits would otherwise
 #: make every STATUS raise)
 _MAX_COUNT = (1 << 62) - 1
+#: what one TRACE_DONE may report (issue 19: forged frames of 2**62 each pushed the sums
+#: past int64, 9.2e22): a pause is at most a trace (300 s) plus the agent's own time, so a
+#: day is far beyond any real one; ops in one pause at most 2**40
+_MAX_PAUSE_NS = 86_400 * 10**9
+_MAX_GAP_RECORDS = 1 << 40
+_INT64_MAX = (1 << 63) - 1
 
 
 @dataclass
@@ -64,12 +70,18 @@ class Gap:
     unknown: int = 0   # pauses whose op count the agent could not know
 
     def add(self, pause_ns: int, records: int | None) -> None:
+        """One pause. The sums saturate at int64 (the daemon-wide one sums many agents'
+        bounded, per-connection checked reports: :meth:`fits`)."""
         self.pauses += 1
-        self.paused_ns += pause_ns
+        self.paused_ns = min(_INT64_MAX, self.paused_ns + pause_ns)
         if records is None:
             self.unknown += 1
         else:
-            self.records += records
+            self.records = min(_INT64_MAX, self.records + records)
+
+    def fits(self, pause_ns: int, records: int | None) -> bool:
+        """Whether one more pause keeps this connection's sums exact int64s."""
+        return self.paused_ns + pause_ns <= _INT64_MAX and self.records + (records or 0) <= _INT64_MAX
 
     def as_dict(self) -> dict[str, Any]:
         return {"trace_pauses": self.pauses, "trace_paused_seconds": round(self.paused_ns / 1e9, 6),
@@ -179,15 +191,18 @@ class Traces:
         tid, pause_ns, gap = obj.get("trace_id"), obj.get("pause_ns", 0), obj.get("gap_records")
         session_ns = obj.get("session_ns", 0)
         dirs, error, models = obj.get("dirs", []), obj.get("error"), obj.get("models", [])
-        if not is_int(tid) or not _count(pause_ns) or not _count(session_ns) or not (gap is None or _count(gap)):
-            raise ProtocolError(f"TRACE_DONE needs an integer trace_id, pause_ns and session_ns in [0, {_MAX_COUNT}], "
-                                "and gap_records in that range or null")
+        if not _count(tid) or not _count(pause_ns, _MAX_PAUSE_NS) or not _count(session_ns, _MAX_PAUSE_NS) \
+                or not (gap is None or _count(gap, _MAX_GAP_RECORDS)):
+            raise ProtocolError(f"TRACE_DONE needs an integer trace_id in [0, {_MAX_COUNT}], pause_ns and session_ns "
+                                f"in [0, {_MAX_PAUSE_NS}] (a day), and gap_records in [0, {_MAX_GAP_RECORDS}] or null")
         if not isinstance(dirs, list) or len(dirs) > _MAX_DIRS or not all(isinstance(x, str) for x in dirs):
             raise ProtocolError(f"TRACE_DONE dirs must be a list of at most {_MAX_DIRS} strings")
         if error is not None and not isinstance(error, str):
             raise ProtocolError("TRACE_DONE error must be a string or null")
-        if not isinstance(models, list) or not all(is_int(m) for m in models[:_MAX_DIRS]):
-            raise ProtocolError("TRACE_DONE models must be a list of integers")
+        if not isinstance(models, list) or not all(_count(m, 0xFFFFFFFF) for m in models[:_MAX_DIRS]):
+            raise ProtocolError("TRACE_DONE models must be a list of model ids (u32)")
+        if pause_ns and not self._gaps.get(conn.id, Gap()).fits(pause_ns, gap):
+            raise ProtocolError("TRACE_DONE: this connection's trace pauses would pass an int64 in all")
         result = {"pid": conn.pid, "host": conn.host, "service": conn.service,
                   "dirs": [truncate(scrub(x), _MAX_TEXT) for x in dirs], "pause_ns": pause_ns, "session_ns": session_ns,
                   "paused_ts": _num(obj.get("paused_ts")), "resumed_ts": _num(obj.get("resumed_ts")),
@@ -312,10 +327,11 @@ class Traces:
                 **self.total.as_dict()}
 
 
-def _count(v: Any) -> bool:
-    return is_int(v) and 0 <= v <= _MAX_COUNT
+def _count(v: Any, top: int = _MAX_COUNT) -> bool:
+    return is_int(v) and 0 <= v <= top
 
 
 def _num(v: Any) -> float | None:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    # the range first: math.isfinite of a 400-digit integer raises OverflowError
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and -1e18 < v < 1e18 and math.isfinite(v)
     return float(v) if ok else None
