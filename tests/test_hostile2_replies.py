@@ -17,7 +17,7 @@ from helpers.daemons import Client, InProcess, agent, running, status
 from helpers.procs import cli, short_tmpdir
 from helpers.records import make_records
 
-from aclprof.protocol.wire import MAX_LABELS, MAX_PAYLOAD, Kind, encode, encode_json
+from aclprof.protocol.wire import MAX_LABELS, MAX_PAYLOAD, Kind, encode
 
 #: a label key or value of 256 control characters: 1,536 bytes in JSON (six-fold escapes)
 _CTRL = "".join(chr(1 + i % 30) for i in range(256))
@@ -134,5 +134,154 @@ def test_error_reply_quoting_a_huge_filter_key_is_cut_and_the_daemon_runs_on():
         assert status(d.socket)["protocol_errors"] == 1
 
 
-def _unused() -> None:  # keep imports used while the file grows
-    _ = (os, encode_json)
+# ---- item 6: baselines ------------------------------------------------------------------
+
+def _long_cells(path: str, n: int = 600, service: str = "hostile") -> Client:
+    """One agent's ``n`` cells of 4 KiB control-character op names and types: ~49 kB of
+    document each (the issue's 202 MB at 4096; 600 make 29 MB, past every limit, and keep
+    the test fast; tests/bench/soak_attacks_replies.py runs the 4096)."""
+    a = agent(path, service=service)
+    names = {}
+    for i in range(n):
+        names[2 * i + 10] = f"t{i:05d}" + _CTRL * 16
+        names[2 * i + 11] = f"n{i:05d}" + _CTRL * 16
+    a.names(names)
+    for lo in range(0, n, 512):
+        for i in range(lo, min(n, lo + 512)):
+            a.send_batch(make_records(3, model=1, types=(2 * i + 10,), names=(2 * i + 11,)))
+    return a
+
+
+def _wait_cells(d: InProcess, n: int) -> None:
+    deadline = time.monotonic() + 60
+    while len(d.daemon.detection.detector.store.cells) < n:
+        assert time.monotonic() < deadline, len(d.daemon.detection.detector.store.cells)
+        time.sleep(0.05)
+
+
+def test_baseline_of_long_cells_is_bounded_fair_and_says_what_it_left_out():
+    """600 cells of 4 KiB control characters from one agent: the document was 29 MB (202 MB
+    with 4096 cells), so
+    BASELINE_SAVE failed ("would be ... bytes"), and so did BASELINE_GET @recent (`aclprof
+    diff live:recent`) for everyone. Now it is within MAX_BYTES, the good service keeps all
+    its rows, and what was left out is in the document and counted."""
+    from aclprofd.baselines import MAX_BYTES
+
+    with InProcess() as d:
+        good = agent(d.socket, service="good")
+        good.send_batch(make_records(50))
+        hostile = _long_cells(d.socket)
+        _wait_cells(d, 602)
+        c = Client(d.socket)
+        saved = c.request(Kind.BASELINE_SAVE, {"name": "after-attack"})
+        assert saved["bytes"] <= MAX_BYTES
+        assert saved["truncated"]["rows"] > 0
+        doc = c.request(Kind.BASELINE_GET, {"name": "after-attack"})
+        rows = [r for r in doc["rows"] if r["service"] == "good"]
+        assert len(rows) == 2  # (Conv2D, conv1) and (MatMul, fc1): none crowded out
+        assert doc["truncated"]["rows"] == saved["truncated"]["rows"]
+        assert doc["truncated"]["services"] == {"hostile": saved["truncated"]["rows"]}
+        assert len(doc["rows"]) + doc["truncated"]["rows"] == 602
+        live = c.request(Kind.BASELINE_GET, {"name": "@recent"})  # aclprof diff live:recent
+        assert live["truncated"]["rows"] > 0
+        listing = c.request(Kind.BASELINE_LIST)
+        assert listing["baselines"][0]["truncated"] == saved["truncated"]["rows"]
+        st = c.request(Kind.STATUS)
+        assert st["replies_truncated"]["items"]["baseline.rows"] >= 2 * saved["truncated"]["rows"]
+        c.close()
+        good.close()
+        hostile.close()
+
+
+# ---- item 10: values out of range, malformed JSON, the captures directory -----------------
+
+def test_forged_trace_done_counts_are_refused_and_the_sums_stay_int64():
+    """TRACE_DONE frames of pause_ns and gap_records 2**62-1 each were accepted: four of
+    them pushed the sums past int64 (main: STATUS showed 1.8e19 gap records). Now a count
+    beyond a day of pause or 2**40 records is a protocol error, counted as such."""
+    with InProcess() as d:
+        a = agent(d.socket, service="s")
+        big = (1 << 62) - 1
+        a.send_json(Kind.TRACE_DONE, {"trace_id": 1, "pause_ns": big, "session_ns": 1, "gap_records": big,
+                                      "dirs": [], "models": []})
+        assert a.closed_by_peer()
+        st = status(d.socket)
+        assert st["protocol_errors"] == 1 and st["connections"]["internal_errors"] == 0
+        assert st["traces"]["trace_gap_records"] == 0 and st["traces"]["trace_pauses"] == 0
+
+
+def test_loss_of_2_to_the_70_is_refused_and_counted():
+    """LOSS {"dropped": 2**70} was accepted (main: dropped_by_agents 1.18e21, past every
+    int64 reader). Now it is a protocol error and nothing is added."""
+    with InProcess() as d:
+        a = agent(d.socket, service="s")
+        a.send_json(Kind.LOSS, {"dropped": 1 << 70, "reason": "forged"})
+        assert a.closed_by_peer()
+        st = status(d.socket)
+        assert st["dropped_by_agents"] == 0
+        assert st["protocol_errors"] == 1 and st["connections"]["internal_errors"] == 0
+
+
+@pytest.mark.parametrize("payload", [
+    b'{"model_id": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",   # nested past the stack
+    b'{"model_id": 1' + b"0" * 5000 + b', "device": 0, "labels": {}}',  # over 4300 digits
+    b'{"model_id": 1' + b"0" * 400 + b', "device": 0, "labels": {}}',   # a 400-digit model id
+], ids=["nested", "digits", "huge-id"])
+def test_hostile_json_is_a_protocol_error_not_an_internal_error(payload):
+    """Malformed peer input raised RecursionError/ValueError past the protocol checks:
+    main counted it in internal_errors ("a bug", the docs say). Now it is a protocol error."""
+    with InProcess() as d:
+        a = agent(d.socket, service="s")
+        a.sock.sendall(encode(Kind.WATCH, payload))
+        assert a.closed_by_peer()
+        st = status(d.socket)
+        assert st["connections"]["internal_errors"] == 0
+        assert st["protocol_errors"] == 1
+
+
+def test_capture_thread_survives_any_content_of_the_captures_directory(tmp):
+    """A capture.json nested past the stack, a 400-digit flag time, a directory named
+    capture.json and a stray file: main's capture thread died at every start
+    (RecursionError, OverflowError), silently. Now each is listed unreadable or skipped,
+    counted, and the worker runs."""
+    root = os.path.join(tmp, "data", "captures")
+    for name, content in (("a_nested", b"[" * 100_000 + b"]" * 100_000),
+                          ("b_digits", b'{"flag": {"since_ts": 1' + b"0" * 400 + b"}}")):
+        os.makedirs(os.path.join(root, name))
+        with open(os.path.join(root, name, "capture.json"), "wb") as f:
+            f.write(content)
+    os.makedirs(os.path.join(root, "c_dir", "capture.json"))
+    os.makedirs(os.path.join(root, "capture.json", "capture.json"))
+    with open(os.path.join(root, "stray"), "w") as f:
+        f.write("x")
+    with InProcess(data_dir=os.path.join(tmp, "data")) as d:
+        deadline = time.monotonic() + 10
+        while True:
+            cap = status(d.socket)["captures"]
+            if cap["count"] == 4 or time.monotonic() > deadline:
+                break
+            time.sleep(0.02)
+        assert cap["count"] == 4
+        items = {item["name"]: item for item in cap["items"]}
+        assert [n for n, item in sorted(items.items()) if not item["readable"]] == ["a_nested", "c_dir", "capture.json"]
+        assert items["b_digits"]["flag_ts"] is None  # a JSON object, its number out of range
+        assert cap["skipped_entries"] == 1  # the stray file
+        assert d.daemon.captures._thread is not None and d.daemon.captures._thread.is_alive()
+
+
+@pytest.mark.parametrize("line, message", [
+    (b'{"op_type": "A", "op_name": "a", "duration_ns": 1' + b"0" * 400 + b"}\n", "integer of 401 digits"),
+    (b'{"op_type": "A", "op_name": "a", "duration_ns": ' + b"[" * 100_000 + b"]" * 100_000 + b"}\n",
+     "nested too deeply"),
+], ids=["400-digits", "nested"])
+def test_diff_refuses_a_hostile_line_with_one_line_and_exit_2(tmp, line, message):
+    """`aclprof diff` died with a traceback (OverflowError, RecursionError) on these lines."""
+    good, bad = os.path.join(tmp, "good.jsonl"), os.path.join(tmp, "bad.jsonl")
+    with open(good, "wb") as f:
+        f.write(b'{"op_type": "A", "op_name": "a", "duration_ns": 5}\n')
+    with open(bad, "wb") as f:
+        f.write(line)
+    out = cli("diff", good, bad)
+    assert out.returncode == 2, out.stderr
+    assert "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
