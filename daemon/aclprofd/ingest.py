@@ -57,6 +57,10 @@ _LOSS_REASON_MAX = 200  # characters of a LOSS reason kept for the log
 #: the most one LOSS may report: 2**48 records (years of a full-speed agent's drops)
 MAX_LOSS = 1 << 48
 _INT64_MAX = (1 << 63) - 1
+#: a NAMES frame at least this large ends its connection's reading for the loop turn
+#: (~55,000 names in 1 MiB cost the loop 15-50 ms each: 8 MiB of them at once held every
+#: client ~0.4-1 s)
+_NAMES_YIELD = 64 << 10
 
 Handler = Callable[[Conn, memoryview], None]
 
@@ -81,6 +85,14 @@ def note_lag(conn: Conn, recs: np.ndarray) -> None:
         lag = max(lag or 0, gap - off)
     if lag is not None:
         conn.lag_ns = lag
+
+
+def _int_text(k: str) -> bool:
+    try:
+        int(k)
+    except ValueError:
+        return False
+    return True
 
 
 def _u32(v: Any) -> bool:
@@ -177,7 +189,13 @@ class Ingest:
         names = decode_json(payload).get("names")
         if not isinstance(names, dict):
             raise ProtocolError("NAMES needs an object of names")
-        cost = sum(len(v) + NAME_OVERHEAD for v in names.values() if isinstance(v, str))
+        # Whole-table steps in C (map, set, join, dict.update) instead of a Python loop per
+        # name: a 1 MiB frame of ~55,000 names took ~100 ms of the loop, now ~15 ms
+        # (issue 19; tests/bench/soak_attacks_replies.py names_1mib)
+        vals = list(names.values())
+        if vals and set(map(type, vals)) != {str}:
+            raise ProtocolError("every name of NAMES must be a string")
+        cost = sum(map(len, vals)) + NAME_OVERHEAD * len(vals)
         share = self.memory.names_share()
         if conn.names_bytes + cost > share or not self.memory.fits(cost):
             self.memory.refuse("names")
@@ -187,27 +205,40 @@ class Ingest:
                 f"({self.memory.budget} bytes) or over the budget itself; "
                 f"define only the names your records use")
         conn.names_bytes += cost
-        for k, v in names.items():
-            try:
-                nid = int(k)
-            except ValueError:
-                raise ProtocolError(f"name id {k!r} is not an integer") from None
-            if not isinstance(v, str) or not 0 <= nid <= 0xFFFFFFFF:
-                raise ProtocolError(f"name id {k!r} must be a u32 and name a string")
-            v = scrub(v)  # a lone surrogate would make every UTF-8 writer (CLI, csv, /metrics) raise
-            cut = utf8_cut(v, MAX_NAME_BYTES)
-            if cut is not None:
-                # a real (if odd) name: kept, cut to the limit (wire.py), counted and logged
-                v = cut
-                self.names_truncated += 1
-                self.limiter.log("warning", "op name truncated", pid=conn.pid, limit=MAX_NAME_BYTES,
-                                   names_truncated=self.names_truncated)
-            old = conn.names.get(nid)
-            if old is None:
-                conn.names[nid] = v
-                conn.names_order.append((nid, v))
-            elif old != v:
+        try:
+            ids = list(map(int, names))
+        except ValueError:
+            bad = next(k for k in names if not _int_text(k))
+            raise ProtocolError(f"name id {bad[:40]!r} is not an integer") from None
+        if ids and (min(ids) < 0 or max(ids) > 0xFFFFFFFF):
+            raise ProtocolError("name ids must be u32 (0 to 2**32-1)")
+        try:
+            "".join(vals).encode("utf-8")
+        except UnicodeEncodeError:
+            vals = [scrub(v) for v in vals]  # a lone surrogate would make every UTF-8 writer raise
+        if vals and max(map(len, vals)) > MAX_NAME_BYTES // 4:  # only these can pass the byte limit
+            for i, v in enumerate(vals):
+                cut = utf8_cut(v, MAX_NAME_BYTES)
+                if cut is not None:
+                    # a real (if odd) name: kept, cut to the limit (wire.py), counted and logged
+                    vals[i] = cut
+                    self.names_truncated += 1
+                    self.limiter.log("warning", "op name truncated", pid=conn.pid, limit=MAX_NAME_BYTES,
+                                     names_truncated=self.names_truncated)
+        table = dict(zip(ids, vals))
+        if len(table) != len(ids):  # one id twice in the frame ("1" and "01"): the same name or an error
+            seen: dict[int, str] = {}
+            for nid, v in zip(ids, vals):
+                if seen.setdefault(nid, v) != v:
+                    raise ProtocolError(f"name id {nid} redefined")
+        for nid in table.keys() & conn.names.keys():
+            if conn.names[nid] != table[nid]:
                 raise ProtocolError(f"name id {nid} redefined")
+            del table[nid]
+        conn.names.update(table)
+        conn.names_order.extend(table.items())
+        if len(payload) >= _NAMES_YIELD:
+            conn.yield_read = True  # one large table frame per loop turn: the other clients go first
 
     def loss(self, conn: Conn, payload: memoryview) -> None:
         obj: dict[str, Any] = decode_json(payload)

@@ -282,6 +282,9 @@ class Transport:
                 budget -= n
             if not self._feed(conn, data):
                 return
+            if conn.yield_read and budget is not None:  # a large NAMES frame: the others' turn now
+                conn.yield_read = False
+                return
 
     def _feed(self, conn: Conn, data: bytes) -> bool:
         """Handle the frames ``data`` completes; False once the connection is closed."""
