@@ -285,3 +285,48 @@ def test_diff_refuses_a_hostile_line_with_one_line_and_exit_2(tmp, line, message
     assert out.returncode == 2, out.stderr
     assert "Traceback" not in out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and message in out.stderr, out.stderr
+
+
+def test_large_names_frames_are_taken_one_per_loop_turn(tmp):
+    """Three ~1 MiB NAMES frames (45,000 names each) already in the socket: main took all of
+    them in one loop turn (its 8 MiB read budget per connection; 436-474 ms of CPU measured
+    under load, every other client waiting), now one per turn. The loop is driven by hand
+    (``Daemon._turn``) so that what one turn takes is exact."""
+    import socket
+
+    from aclprofd import config
+    from aclprofd.server import Daemon
+    from helpers.daemons import _route_inprocess_daemon_logs
+
+    from aclprof.protocol.wire import encode_json, encode_names
+
+    _route_inprocess_daemon_logs()
+    path = os.path.join(tmp, "d.sock")
+    d = Daemon(config.load({"socket": path, "data_dir": os.path.join(tmp, "data"), "prometheus_port": "0"},
+                           environ={}))
+    d.start()
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)  # all three frames fit in the socket
+        s.connect(path)
+        s.sendall(encode_json(Kind.HELLO, {"role": "agent", "version": "0.1.0", "pid": os.getpid(), "host": "h",
+                                           "service": "names", "labels": {}}))
+        for _ in range(20):
+            d._turn(0.05)
+            agents = [c for c in d.conns.values() if c.role == "agent"]
+            if agents:
+                break
+        (conn,) = agents
+        frames = [encode_names({100_000 + t * 45_000 + i: f"n{t * 45_000 + i:08d}" for i in range(45_000)})
+                  for t in range(3)]
+        assert all(len(f) == 1 for f in frames)  # one frame per table, each just under 1 MiB
+        s.sendall(b"".join(f[0] for f in frames))
+        d._turn(0.05)
+        assert len(conn.names) == 45_000
+        d._turn(0.05)
+        assert len(conn.names) == 90_000
+        d._turn(0.05)
+        assert len(conn.names) == 135_000
+    finally:
+        s.close()
+        d.close()

@@ -271,18 +271,24 @@ STATUS_AGENTS_BUDGET = REPLY_BUDGET * 2 // 3
 STATUS_PROBLEMS_BUDGET = REPLY_BUDGET // 12
 STATUS_FLAGS_BUDGET = REPLY_BUDGET // 12
 STATUS_CAPTURES_BUDGET = REPLY_BUDGET // 6
+#: one agent's entry at most (host, service, labels and its models): 4096 models with short
+#: labels take ~300 kB; beyond it its models are cut (``models_truncated``)
+STATUS_AGENT_MAX = 512 << 10
 #: an agent entry's bytes besides its strings (numbers and key names: ~400) rounded up
 _AGENT_FIXED = 1024
 
 
 def _agents(agents: tuple[AgentSnapshot, ...], cut: dict[str, int]) -> list[dict[str, Any]]:
     """STATUS ``agents``, cut to STATUS_AGENTS_BUDGET: each agent gets a max-min fair share
-    of the bytes (its host, service, labels and models as measured at HELLO and WATCH), so
+    of the bytes, at most STATUS_AGENT_MAX (its host, service, labels and models as
+    measured at HELLO and WATCH), so
     an agent with huge labels loses its own models first (``models_truncated`` in its
     entry) and cannot push the others out; an agent whose identity alone does not fit its
     share is left out (``cut["agents"]``)."""
     needs = [_AGENT_FIXED + a.ident_bytes + sum(a.model_bytes) + len(a.model_bytes) for a in agents]
-    shares = fair_shares(needs, STATUS_AGENTS_BUDGET)
+    # at most STATUS_AGENT_MAX each: every STATUS costs the loop what it holds (an 8 MB reply
+    # ~100 ms), so one agent's labels must not make each one large
+    shares = fair_shares([min(n, STATUS_AGENT_MAX) for n in needs], STATUS_AGENTS_BUDGET)
     out: list[dict[str, Any]] = []
     for a, share, need in zip(agents, shares, needs):
         base = _AGENT_FIXED + a.ident_bytes
