@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import structlog
@@ -95,7 +95,7 @@ def _int_text(k: str) -> bool:
     return True
 
 
-def _u32(v: Any) -> bool:
+def _u32(v: Any) -> TypeGuard[int]:
     """A model or device id: the C API's ids are u32 (a 400-digit one is a forged frame)."""
     return is_int(v) and 0 <= v <= 0xFFFFFFFF
 

@@ -25,7 +25,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import structlog
 
@@ -327,7 +327,7 @@ class Traces:
                 **self.total.as_dict()}
 
 
-def _count(v: Any, top: int = _MAX_COUNT) -> bool:
+def _count(v: Any, top: int = _MAX_COUNT) -> TypeGuard[int]:
     return is_int(v) and 0 <= v <= top
 
 
