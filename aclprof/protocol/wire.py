@@ -230,15 +230,10 @@ def check_identity(what: str, *, host: Any = "", service: Any = None, labels: An
                                     f"{MAX_IDENT_BYTES} bytes each")
 
 
-def _no_constant(name: str) -> Any:
-    """NaN and Infinity are no JSON (Python's parser accepts them): refused."""
-    raise ValueError(f"{name} is not a JSON number")
-
-
 def decode_json(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
     """A JSON object payload; raises ProtocolError for anything else."""
     try:
-        obj = json.loads(str(payload, "utf-8"), parse_constant=_no_constant)
+        obj = json.loads(str(payload, "utf-8"))
     except RecursionError:  # nested deeper than the interpreter's stack: a peer's doing, not a bug
         raise ProtocolError("payload is not JSON this side accepts: nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of over 4300 digits
