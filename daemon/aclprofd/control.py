@@ -26,6 +26,7 @@ from .handshake import authorize, is_admin
 from .persist import Persistence
 from .replyfit import REPLY_BUDGET, take
 from .status import STATUS_CAPTURES_BUDGET, STATUS_FLAGS_BUDGET, Counters, CountersSnapshot, status_reply
+from .transport import Outbox
 
 __all__ = ["Control", "ControlHost"]
 
@@ -50,7 +51,6 @@ class ControlHost(Protocol):
     def fanout(self) -> Fanout: ...
     @property
     def persist(self) -> Persistence: ...
-    def queue(self, conn: Conn, frame: bytes) -> None: ...
     def publish(self) -> CountersSnapshot: ...
     def flush(self) -> None: ...
 
@@ -58,8 +58,8 @@ class ControlHost(Protocol):
 class Control:
     """The control request handlers of one daemon; each gets the decoded JSON request."""
 
-    def __init__(self, host: ControlHost):
-        self.host = host
+    def __init__(self, host: ControlHost, outbox: Outbox):
+        self.host, self.outbox = host, outbox
         self.handlers: dict[Kind, Handler] = {
             Kind.STATUS: self.status, Kind.SNAPSHOT: self.snapshot, Kind.STREAM: self.stream,
             Kind.EXPORT: self.export, Kind.RESET: self.reset,
@@ -90,7 +90,7 @@ class Control:
         reply["access"] = {"socket_group": s.socket_group, "admin_group": s.admin_group,
                            "daemon_uid": os.geteuid(), "peer_is_admin": is_admin(s, conn.peer)}
         reply["metrics"] = {"host": s.prometheus_host, "port": s.prometheus_port}
-        self.host.queue(conn, encode_json(Kind.STATUS_REPLY, reply))
+        self.outbox.queue(conn, encode_json(Kind.STATUS_REPLY, reply))
 
     def snapshot(self, conn: Conn, req: dict[str, Any]) -> None:
         window = req.get("window", "all")
@@ -105,7 +105,7 @@ class Control:
         # escapes could otherwise pass the frame limit and fail top for every user)
         reply["rows"], left_out, _ = take(reply["rows"], REPLY_BUDGET)
         self.host.counters.truncations.note(reply, "snapshot", {"rows": left_out})
-        self.host.queue(conn, encode_json(Kind.SNAPSHOT_REPLY, reply))
+        self.outbox.queue(conn, encode_json(Kind.SNAPSHOT_REPLY, reply))
 
     def stream(self, conn: Conn, req: dict[str, Any]) -> None:
         self.host.fanout.start_stream(conn, Filter.parse(req.get("filter")))
@@ -126,4 +126,4 @@ class Control:
         self.host.aggregator.reset()
         self.host.persist.save_aggregates()  # a restart must not bring the old figures back
         _log.info("aggregates reset", by_pid=conn.pid)
-        self.host.queue(conn, encode_json(Kind.RESET_REPLY, {}))
+        self.outbox.queue(conn, encode_json(Kind.RESET_REPLY, {}))

@@ -111,7 +111,6 @@ class CaptureStore:
         self.entries: list[CaptureEntry] = []
         self.published: tuple[CaptureEntry, ...] = ()
         self.evicted = 0  # captures deleted for the bounds
-        self.leftovers_removed = 0  # unfinished .tmp directories found at start
         #: (name, why) of what scan() found in the directory and left out of the list (a file,
         #: a symlink, an entry it could not read): counted and logged by the recorder
         self.skipped: list[tuple[str, str]] = []
@@ -133,7 +132,6 @@ class CaptureStore:
                 if name.startswith("."):
                     if name.endswith(".tmp"):  # a capture being written when the daemon died
                         shutil.rmtree(path, ignore_errors=True)
-                        self.leftovers_removed += 1
                     continue
                 entries.append(CaptureEntry(name, tree_bytes(path), _read_summary(path)))
             except Exception as exc:  # anything in the directory: skipped and said, never the thread's end
