@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
+import urllib.request
 
 import pytest
 from helpers.daemons import Client, InProcess, agent, running, status
-from helpers.procs import cli, short_tmpdir
+from helpers.procs import cli, free_port, short_tmpdir
 from helpers.records import make_records
 
 from aclprof.protocol.wire import MAX_LABELS, MAX_PAYLOAD, Kind, encode
@@ -69,7 +71,8 @@ def test_status_of_100_control_character_watches_fits_its_frame_and_says_what_it
     """One agent's 100 WATCHes of control-character labels made STATUS 19.6 MB: every
     client's STATUS failed (main: the daemon raised "payload ... exceeds" for each). Now
     the agent's models are cut to its share, counted in the reply and since the start."""
-    with InProcess() as d:
+    port = free_port()
+    with InProcess(prometheus_port=port) as d:
         good = agent(d.socket, service="good")
         hostile = _hostile_watches(d.socket)
         try:
@@ -84,6 +87,12 @@ def test_status_of_100_control_character_watches_fits_its_frame_and_says_what_it
             st2 = status(d.socket)
             assert st2["replies_truncated"]["replies"] >= 1
             assert st2["replies_truncated"]["items"]["status.models"] >= cut
+            time.sleep(0.3)  # /metrics reads the snapshot the loop publishes (at most every 0.1 s)
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+                text = r.read().decode()
+            seen = float(re.search(r'^aclprofd_reply_items_truncated_total\{what="status.models"\} (\S+)$', text,
+                                   re.M).group(1))  # type: ignore[union-attr]
+            assert seen >= st2["replies_truncated"]["items"]["status.models"]
         finally:
             good.close()
             hostile.close()
