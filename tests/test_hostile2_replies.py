@@ -339,3 +339,34 @@ def test_large_names_frames_are_taken_one_per_loop_turn(tmp):
     finally:
         s.close()
         d.close()
+
+
+def test_trace_reply_of_processes_listing_huge_paths_fits_its_frame():
+    """Twenty agents of a service answer a TRACE with 64 forged paths of ~3,800 control
+    characters each: every refused path is quoted in TRACE_REPLY (``dirs_refused``), ~1.5 MB
+    of JSON per process, 30 MB in all: the reply could not be encoded (main: the client got
+    no TRACE_REPLY). Now the processes that fit are listed and the rest counted."""
+    with InProcess() as d:
+        agents = [agent(d.socket, service="svc") for _ in range(20)]
+        c = Client(d.socket)
+        c.send_json(Kind.TRACE, {"service": "svc", "duration_s": 0.1})
+        for i, a in enumerate(agents):
+            while True:
+                kind, payload = a.recv()
+                if kind == Kind.TRACE_START:
+                    break
+            tid = json.loads(bytes(payload))["trace_id"]
+            dirs = [f"/{i}/{j}/" + _CTRL * 15 for j in range(64)]
+            a.send_json(Kind.TRACE_DONE, {"trace_id": tid, "dirs": dirs, "pause_ns": 0, "session_ns": 0,
+                                          "paused_ts": None, "resumed_ts": None, "models": [], "gap_records": None,
+                                          "error": None})
+        c.sock.settimeout(30)
+        kind, payload = c.recv()
+        assert kind == Kind.TRACE_REPLY, kind
+        reply = json.loads(bytes(payload))
+        assert len(payload) <= MAX_PAYLOAD
+        assert reply["processes"] and len(reply["processes"]) + reply["truncated"]["processes"] == 20
+        assert status(d.socket)["replies_truncated"]["items"]["trace.processes"] == reply["truncated"]["processes"]
+        c.close()
+        for a in agents:
+            a.close()

@@ -45,6 +45,8 @@ from .conn import Conn
 from .fanout import Fanout
 from .handshake import is_int
 from .records import append_frame
+from .replyfit import REPLY_BUDGET, take
+from .status import Counters
 from .trace_route import ServiceOwners, check_dirs, describe_owner, owner_key, peer_fields
 from .transport import Outbox
 
@@ -124,6 +126,7 @@ class TraceHost(Protocol):
     """What traces read of the daemon's changing state (:class:`aclprofd.server.Daemon`)."""
 
     settings: Settings  # ``stream_buffer``, the gap line's bound; ``trace_straggler_grace`` (SIGHUP)
+    counters: Counters  # truncations: processes a TRACE_REPLY left out to fit its frame
 
 
 
@@ -325,11 +328,15 @@ class Traces:
         _log.info("trace finished", trace=t.id, ok=ok, processes=len(processes),
                   errors=[r["error"] for r in processes if r.get("error")], excluded=len(t.excluded))
         if t.client is not None and not t.client.closed:
-            self.outbox.queue(t.client, encode_json(Kind.TRACE_REPLY, {
-                "ok": ok, "error": None if ok else "some processes did not trace (see processes[].error)",
-                "trace_id": t.id, "service": t.service, "pid": t.pid, "duration_s": t.duration_s,
-                "data_types": list(t.data_types), "processes": processes,
-                "excluded": t.excluded[:_MAX_EXCLUDED], "excluded_total": len(t.excluded)}))
+            # each process may list 64 paths of 4096 characters (six-fold in JSON escapes): the
+            # list is cut to the reply budget, the cut said and counted (aclprofd.replyfit)
+            shown, left_out, _ = take(processes, REPLY_BUDGET)
+            reply = {"ok": ok, "error": None if ok else "some processes did not trace (see processes[].error)",
+                     "trace_id": t.id, "service": t.service, "pid": t.pid, "duration_s": t.duration_s,
+                     "data_types": list(t.data_types), "processes": shown,
+                     "excluded": t.excluded[:_MAX_EXCLUDED], "excluded_total": len(t.excluded)}
+            self.host.counters.truncations.note(reply, "trace", {"processes": left_out})
+            self.outbox.queue(t.client, encode_json(Kind.TRACE_REPLY, reply))
 
     def closed(self, conn: Conn) -> None:
         """``conn`` is closing (the loop's close hook): an agent's part ends with an error
