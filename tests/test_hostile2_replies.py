@@ -162,10 +162,19 @@ def _long_cells(path: str, n: int = 600, service: str = "hostile") -> Client:
 
 
 def _wait_cells(d: InProcess, n: int) -> None:
+    """Until the detector's live histograms (what a save writes) hold ``n`` cells with
+    samples: a batch reaches them at the detector's next 1 s tick."""
     deadline = time.monotonic() + 60
-    while len(d.daemon.detection.detector.store.cells) < n:
-        assert time.monotonic() < deadline, len(d.daemon.detection.detector.store.cells)
-        time.sleep(0.05)
+    c = Client(d.socket)
+    try:
+        while True:
+            doc = c.request(Kind.BASELINE_GET, {"name": "@recent"})
+            if len(doc["rows"]) + doc.get("truncated", {}).get("rows", 0) >= n:
+                return
+            assert time.monotonic() < deadline, len(doc["rows"])
+            time.sleep(0.1)
+    finally:
+        c.close()
 
 
 def test_baseline_of_long_cells_is_bounded_fair_and_says_what_it_left_out():

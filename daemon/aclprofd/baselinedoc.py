@@ -95,6 +95,8 @@ def build(name: str, cells: Sequence[tuple[str, str, str, str]], hists: np.ndarr
     if left_out:
         named = dict(sorted(cut.items(), key=lambda kv: -kv[1])[:_NAMED_SERVICES])
         head["truncated"] = {"rows": left_out, "budget_bytes": budget, "services": named}
+    # before "rows": BASELINE_LIST reads a document's head only (aclprofd.baselines)
+    head["row_count"] = len(encoded)
     body = ",".join(encoded[i] for i in sorted(encoded))  # the cells' order, as before
     data = (_dumps(head)[:-1] + ',"rows":[' + body + "]}").encode()
     return Built(data, len(encoded), left_out, cut)

@@ -20,6 +20,7 @@ __all__ = ["BaselineStore", "MAX_BASELINES", "MAX_BYTES"]
 
 MAX_BASELINES = 256
 MAX_BYTES = 12 << 20  # under the wire's 16 MiB payload limit, so BASELINE_GET can send it
+_HEAD_BYTES = 256 << 10  # a document's fields before "rows" (with 100 services named in "truncated")
 
 
 class BaselineStore:
@@ -63,6 +64,23 @@ class BaselineStore:
         self._parse(name, data)
         return data
 
+    def _head(self, name: str) -> dict[str, Any] | None:
+        """The fields before ``"rows"`` of a document written by :mod:`aclprofd.baselinedoc`
+        (which puts ``row_count`` there), read from the file's first 256 KiB: listing 256
+        baselines of 12 MiB must not parse 3 GiB on the loop. None for another layout."""
+        with open(self.path(name), "rb") as f:
+            data = f.read(_HEAD_BYTES)
+        end = data.find(b',"rows":[')
+        if end < 0:
+            return None
+        try:
+            head = json.loads(data[:end] + b"}")
+        except (ValueError, RecursionError):
+            return None
+        if not isinstance(head, dict) or type(head.get("row_count")) is not int:
+            return None
+        return head
+
     def _read(self, name: str) -> bytes:
         path = self.path(name)
         with open(path, "rb") as f:
@@ -105,10 +123,12 @@ class BaselineStore:
                     out.append(dict(cached[1]))
                     continue
                 item["bytes"] = st.st_size
-                doc = self.load(name)
-                rows = doc.get("rows")
-                item.update(saved_ts=doc.get("saved_ts"), source=doc.get("source"),
-                            rows=len(rows) if isinstance(rows, list) else None)
+                doc = self._head(name)
+                if doc is None:  # written before row_count: the whole document
+                    doc = self.load(name)
+                    rows = doc.get("rows")
+                    doc["row_count"] = len(rows) if isinstance(rows, list) else None
+                item.update(saved_ts=doc.get("saved_ts"), source=doc.get("source"), rows=doc.get("row_count"))
                 if isinstance(doc.get("truncated"), dict):
                     item["truncated"] = doc["truncated"].get("rows")
                 self._listed[name] = (stamp, dict(item))
