@@ -14,6 +14,8 @@ table gives the worst and p99 round trip and the attack's own line.
 - ``baseline_long_cells``: one agent's 4096 cells of 4 KiB control-character op names and
   types (a 202 MB document), then ``baseline save`` and BASELINE_GET ``@recent``;
 - ``forged_values``: TRACE_DONE with 2^62 counts and LOSS of 2^70 (both refused now);
+- ``trace_paths``: 20 agents of a service answer a TRACE with 64 forged paths of ~3,800
+  control characters each (TRACE_REPLY was 30 MB: the client got none);
 - ``names_1mib``: 5 tables of 55,000 short names, in NAMES frames of up to 1 MiB, back to back
   (within the connection's share of names: 5 x ~11.5 MB charged of 64 MiB).
 """
@@ -22,7 +24,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import os
+import queue
 import shutil
 import socket
 import subprocess
@@ -31,6 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -110,8 +115,14 @@ def _attack_baseline_long_cells(path: str, cells: int = 4096) -> str:
         a.sendall(encode_batch(_records(len(sl) * 3, np.repeat(2 * sl + 10, 3), np.repeat(2 * sl + 11, 3))))
     c = _connect(path, "control", None)
     try:
-        _wait_read(c, "hostile-cells", cells * 3)  # the records reached the detector's cells
-        probe = _Probe(path)  # the stall of the save and the GET alone, not of the ingest before
+        _wait_read(c, "hostile-cells", cells * 3)  # the records were read ...
+        time.sleep(1.5)  # ... and reached the detector's histograms (its 1 s tick)
+        # the stall of the save and the GET alone, not of the ingest before; probed from a
+        # process of its own (decoding the 12 MB reply here must not delay the probe)
+        stop, out = mp.Event(), mp.Queue()
+        prober = mp.Process(target=_probe_process, args=(path, stop, out))
+        prober.start()
+        time.sleep(0.3)
         t0 = time.perf_counter()
         kind, payload = _request(c, Kind.BASELINE_SAVE, {"name": "soak-replies"})
         save_s = time.perf_counter() - t0
@@ -120,8 +131,9 @@ def _attack_baseline_long_cells(path: str, cells: int = 4096) -> str:
         kind2, payload2 = _request(c, Kind.BASELINE_GET, {"name": "@recent"})
         get_s = time.perf_counter() - t0
         time.sleep(0.1)
-        probe.stop()
-        worst = max(probe.rtts, default=float("nan"))
+        stop.set()
+        worst = out.get(timeout=30)
+        prober.join(10)
         if kind != Kind.BASELINE_SAVE_REPLY:
             return (f"save {kind.name}: {saved.get('message', '')[:80]} ({save_s:.2f} s); worst STATUS during "
                     f"save and GET {worst:.0f} ms")
@@ -131,6 +143,14 @@ def _attack_baseline_long_cells(path: str, cells: int = 4096) -> str:
     finally:
         a.close()
         c.close()
+
+
+def _probe_process(path: str, stop: Any, out: mp.Queue) -> None:
+    """A :class:`_Probe` until ``stop`` is set; puts the worst round trip (ms)."""
+    probe = _Probe(path)
+    stop.wait(600)
+    probe.stop()
+    out.put(max(probe.rtts, default=float("nan")))
 
 
 def _wait_read(c: socket.socket, service: str, n: int, timeout: float = 120.0) -> None:
@@ -184,7 +204,40 @@ def _attack_names_1mib(path: str, tables: int = 5) -> str:
     return f"{len(frames)} NAMES frames of up to 1 MiB (~55,000 names each) in {time.perf_counter() - t0:.2f} s"
 
 
+def _attack_trace_paths(path: str, agents: int = 20) -> str:
+    """Agents of one service answer a TRACE with 64 forged paths of ~3,800 control
+    characters each: TRACE_REPLY quotes every refused path (~1.5 MB of JSON per process)."""
+    conns = [_connect(path, "agent", "traced") for _ in range(agents)]
+    c = _connect(path, "control", None)
+    try:
+        c.sendall(encode_json(Kind.TRACE, {"service": "traced", "duration_s": 0.1}))
+        for i, a in enumerate(conns):
+            reader: FrameReader = FrameReader(ignore_unknown=True)
+            while True:
+                frame = recv_frame(a, reader, [])
+                assert frame is not None
+                if frame[0] == Kind.TRACE_START:
+                    break
+            tid = decode_json(frame[1])["trace_id"]
+            a.sendall(encode_json(Kind.TRACE_DONE, {
+                "trace_id": tid, "dirs": [f"/{i}/{j}/" + _CTRL * 15 for j in range(64)], "pause_ns": 0,
+                "session_ns": 0, "paused_ts": None, "resumed_ts": None, "models": [], "gap_records": None,
+                "error": None}))
+        c.settimeout(30)
+        kind, payload = recv_frame(c, FrameReader(), []) or (Kind.ERROR, b"{}")
+        reply = decode_json(payload) if kind == Kind.TRACE_REPLY else {}
+        return (f"TRACE_REPLY {kind.name} {len(payload) / 1e6:.1f} MB, {len(reply.get('processes', []))} processes "
+                f"listed, truncated {reply.get('truncated')}")
+    except OSError as exc:
+        return f"no TRACE_REPLY: {exc}"
+    finally:
+        c.close()
+        for a in conns:
+            a.close()
+
+
 ATTACKS: dict[str, Callable[[str], str]] = {
+    "trace_paths": _attack_trace_paths,
     "ctrl_watches": _attack_ctrl_watches,
     "baseline_long_cells": _attack_baseline_long_cells,
     "forged_values": _attack_forged_values,
@@ -223,7 +276,14 @@ class _Probe:
         self.sock.close()
 
 
-def _run_one(name: str, attack: Callable[[str], str]) -> tuple[str, float, float, int, str]:
+def _child(name: str, path: str, out: mp.Queue) -> None:
+    try:
+        out.put(ATTACKS[name](path))
+    except Exception as exc:  # the attack's own failure is part of the result
+        out.put(f"attack failed: {type(exc).__name__}: {exc}"[:160])
+
+
+def _run_one(name: str) -> tuple[str, float, float, int, str]:
     root = tempfile.mkdtemp(prefix="soakr-", dir="/tmp")
     path = os.path.join(root, "d.sock")
     cmd = [*daemon_argv(), "--socket", path, "--data-dir", os.path.join(root, "data"), "--prometheus-port", "0",
@@ -238,10 +298,16 @@ def _run_one(name: str, attack: Callable[[str], str]) -> tuple[str, float, float
         time.sleep(0.2)
         probe = _Probe(path)
         time.sleep(0.2)
+        # the attack in a process of its own: its client-side work (encoding 200 MB of names)
+        # must not hold this process's GIL and show up as the daemon's stall in the probe
+        out: mp.Queue = mp.Queue()
+        child = mp.Process(target=_child, args=(name, path, out))
+        child.start()
         try:
-            line = attack(path)
-        except Exception as exc:  # the attack's own failure is part of the result
-            line = f"attack failed: {type(exc).__name__}: {exc}"[:160]
+            line = out.get(timeout=600)
+        except queue.Empty:
+            line = "attack did not finish in 600 s"
+        child.join(10)
         time.sleep(0.3)
         probe.stop()
         rtts = sorted(probe.rtts) or [float("nan")]
@@ -264,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load: {os.getloadavg()}")
     for _ in range(args.repeat):
         for name in args.only or ATTACKS:
-            n, worst, p99, errors, line = _run_one(name, ATTACKS[name])
+            n, worst, p99, errors, line = _run_one(name)
             print(json.dumps({"attack": n, "worst_status_ms": round(worst, 1), "p99_status_ms": round(p99, 1),
                               "probe_errors": errors, "result": line}), flush=True)
     return 0
