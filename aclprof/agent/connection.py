@@ -27,6 +27,10 @@ __all__ = ["Connection"]
 _log = get_logger("aclprof.agent")
 
 
+class _Refused(OSError):
+    """The daemon answered HELLO with ERROR (a limit: too many agents for this uid, ...)."""
+
+
 def _version() -> str:
     from aclprof.protocol.version import __version__
 
@@ -58,6 +62,7 @@ class Connection:
         self.goodbyes = 0
         self.last_error = ""  # why the last connection attempt failed (for the warnings)
         self.last_denied = False  # ... and whether it was EACCES/EPERM (a missing group, not a stopped daemon)
+        self.last_refused = False  # ... or the daemon's ERROR to HELLO (one of its limits: it says which)
         #: TRACE_START handler (aclprof.agent.trace.Tracer.on_start; cheap, never blocks)
         self.on_trace_start: Callable[[dict[str, Any]], None] | None = None
         # What whole chunks of frames carried on the current connection: a GOODBYE
@@ -86,7 +91,7 @@ class Connection:
                 raise OSError("the daemon closed the connection during the handshake")
             kind, payload = frame
             if kind == wire.Kind.ERROR:
-                raise OSError(f"the daemon refused: {wire.decode_json(payload).get('message')}")
+                raise _Refused(f"the daemon refused: {wire.decode_json(payload).get('message')}")
             if kind != wire.Kind.WELCOME:
                 raise OSError(f"unexpected {kind.name} during the handshake")
             sock.setblocking(False)
@@ -95,6 +100,7 @@ class Connection:
             self.connect_failures += 1
             self.last_error = str(exc)
             self.last_denied = isinstance(exc, PermissionError)
+            self.last_refused = isinstance(exc, _Refused)
             if self.connect_failures == 1 or self.connect_failures % 100 == 0:
                 _log.info("aclprof daemon not reachable; buffering", socket=self.socket_path,
                           error=str(exc), failures=self.connect_failures)

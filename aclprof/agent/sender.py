@@ -49,6 +49,10 @@ _WAKE_RECORDS = 8192              # ... or until this many records are buffered
 # dropped; then at most one each _WARN_EVERY s, with the records dropped meanwhile.
 _WARN_AFTER = 10.0
 _WARN_EVERY = 60.0
+#: with nothing to send this long, a heartbeat goes out (daemon/PROTOCOL.md "Heartbeat"):
+#: the daemon closes agent connections that stay silent for its agent_idle_timeout
+HEARTBEAT_S = wire.AGENT_HEARTBEAT_S
+_HEARTBEAT = {"dropped": 0, "reason": "heartbeat"}
 
 
 class Sender:
@@ -70,6 +74,9 @@ class Sender:
         self._down_lost = 0
         self._warned_at: float | None = None
         self._warned_lost = 0
+        # the heartbeat (sender thread only): frames_sent when last seen, and since when
+        self._hb_frames = -1
+        self._hb_at = 0.0
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self._run, name="aclprof-agent", daemon=True)
 
@@ -135,6 +142,8 @@ class Sender:
                 if conn.send_loss() and not conn.out and buffer.empty():
                     return
                 continue
+            if not self._pumped:
+                self._heartbeat(now)
             # While records flow, gather them for _COALESCE_S between sends (fewer, larger
             # frames and wake-ups: less GIL and CPU taken from the service), for
             # _LIVE_COALESCE_S while a STREAM client watches; when idle, sleep until the
@@ -144,10 +153,23 @@ class Sender:
                 continue
             self._sleep((_LIVE_COALESCE_S if conn.live else _COALESCE_S) if busy else _CHECK_DROPS_EVERY)
 
+    def _heartbeat(self, now: float) -> None:
+        """Nothing was sent for HEARTBEAT_S on this connection: send a heartbeat, a LOSS of
+        0 records (every daemon accepts it and ignores it; a new frame kind would make a
+        daemon of the previous version close the connection as a protocol error)."""
+        conn = self.conn
+        if conn.frames_sent != self._hb_frames:
+            self._hb_frames, self._hb_at = conn.frames_sent, now
+        elif now - self._hb_at >= HEARTBEAT_S:
+            conn.queue_json(wire.Kind.LOSS, _HEARTBEAT)
+            conn.flush()  # the loop waits for room if the socket is full
+            self._hb_at = now
+
     def _connect(self) -> bool:
         """Connect, then WATCH every live model and LOSS for what was lost meanwhile."""
         if not self.conn.connect():
             return False
+        self._hb_frames, self._hb_at = self.conn.frames_sent, time.monotonic()
         with self.buffer.lock:
             watched = list(self.watched.values())
         for w in watched:
@@ -165,8 +187,9 @@ class Sender:
         if self._down_since is None:
             self._down_since, self._down_lost = now, lost
         denied = self.conn.last_denied  # a missing group: no restart will fix it, say so at once
+        refused = self.conn.last_refused  # a limit of the daemon's: it said which, say so at once
         if self._warned_at is None:
-            if not denied and now - self._down_since < _WARN_AFTER and lost == self._down_lost:
+            if not denied and not refused and now - self._down_since < _WARN_AFTER and lost == self._down_lost:
                 return
             dropped = lost - self._down_lost
         elif now - self._warned_at >= _WARN_EVERY:
@@ -179,6 +202,9 @@ class Sender:
             hint = permission_hint(self.conn.socket_path, "this service's user", "then restart this service")
             message = (f"aclprof daemon socket: permission denied; {hint}. "
                        "Records are buffered, the oldest dropped when the buffer is full")
+        elif refused:
+            message = ("the aclprof daemon refused this agent (see error); retrying with backoff, records are "
+                       "buffered, the oldest dropped when the buffer is full")
         else:
             message = ("aclprof daemon unreachable; records are buffered, the oldest dropped when the "
                        "buffer is full (start aclprofd, or check ACLPROF_SOCKET)")

@@ -39,6 +39,7 @@ __all__ = [
     "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
     "recv_frame", "FLAG_KEYPOINT", "keypoint_mask", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS",
     "MAX_REGEX_BYTES", "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "utf8_cut",
+    "AGENT_HEARTBEAT_S",
 ]
 
 MAGIC = b"ACLP"
@@ -62,6 +63,10 @@ MAX_NAMES_PAYLOAD = 1 << 20
 #: the daemon ends a JSON Lines frame (STREAM_RECORDS, EXPORT_RECORDS) once it holds this
 #: many bytes, well within MAX_PAYLOAD: frames of a bounded size whatever the names
 FRAME_TARGET = 1 << 20
+#: an agent with nothing else to send sends a heartbeat (``LOSS`` with ``dropped`` 0, which
+#: every daemon since protocol 1 accepts and ignores) this often; the daemon closes an agent
+#: connection that sends no whole frame for its ``agent_idle_timeout`` (a few of these)
+AGENT_HEARTBEAT_S = 10.0
 
 def _record_dtype() -> np.dtype:
     """``aclprof_record`` of ``cdefs/aclprof_records.h``, little-endian: its layout as the

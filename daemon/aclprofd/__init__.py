@@ -25,7 +25,10 @@ modules form layers without a cycle: ``[tool.importlinter]`` in pyproject.toml l
   within the memory budget, ERROR-then-close for a protocol error), a part the daemon owns
   and hands the frames' handler to. Apart from the loop so that the rules that keep one
   client from hurting the others are in one small module; with
-  :mod:`aclprofd.connlimits`, the connection limits per role (anonymous, control, idle).
+  :mod:`aclprofd.connlimits`, the connection limits per role (anonymous, control, agents:
+  shares, per uid, idle) and :mod:`aclprofd.limits_metrics` (their /metrics series).
+- :mod:`aclprofd.shares`: the per-agent shares of the shared tables (aggregate keys,
+  detector cells), one rule for both.
 - :mod:`aclprofd.conn`: one connection's state (socket, frame reader, outgoing buffer, the
   agent and stream fields). A plain data holder: closing a connection drops everything.
 - :mod:`aclprofd.handshake`: HELLO/WELCOME and ``PROTOCOL_VERSION``: the only frame both

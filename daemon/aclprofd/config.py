@@ -25,6 +25,7 @@ else:  # pragma: no cover
 
 from aclprof.protocol import detectorparams as detector_rules  # one rule with `aclprof diff`
 from aclprof.protocol.paths import default_socket_path  # one rule for the daemon, agents and the CLI
+from aclprof.protocol.wire import AGENT_HEARTBEAT_S
 
 __all__ = ["Settings", "Option", "OPTIONS", "ConfigError", "load", "parse_size", "parse_duration",
            "default_data_dir", "add_arguments"]
@@ -155,6 +156,14 @@ def _parse_capture_bytes(value: Any) -> int:
     return n
 
 
+def _parse_agent_idle(value: Any) -> float:
+    s = parse_duration(value)
+    if s < 2 * AGENT_HEARTBEAT_S:
+        raise ValueError(f"{value!r} must be at least {2 * AGENT_HEARTBEAT_S:g}s (agents send a heartbeat every "
+                         f"{AGENT_HEARTBEAT_S:g}s: a shorter timeout would close live ones)")
+    return s
+
+
 def _opt_str(value: Any) -> str | None:
     return str(value) if value not in (None, "") else None
 
@@ -192,6 +201,15 @@ class Settings:
     memory_budget_bytes: int = 512 << 20
     control_idle_timeout_s: float = 60.0
     max_control_connections: int = 64
+    # agents (aclprofd.connlimits; daemon/README.md "Limits")
+    agent_idle_timeout_s: float = 60.0
+    max_agent_connections_per_uid: int = 1024
+    # per-agent shares of the daemon-wide tables (aclprofd.tables; daemon/README.md "Limits")
+    max_keys_per_agent: int = 2500
+    max_cells_per_agent: int = 1024
+    max_keys_per_uid: int = 5000
+    max_cells_per_uid: int = 2048
+    table_idle_timeout_s: float = 600.0
     admin_group: str | None = None
     #: a traced process that has not answered when every other one has (and the duration is
     #: over) is given this long more, then reported as silent (aclprofd.trace; issue 19)
@@ -270,6 +288,29 @@ OPTIONS: tuple[Option, ...] = (
     Option("max_control_connections", "max_control_connections", "ACLPROFD_MAX_CONTROL_CONNECTIONS",
            "--max-control-connections", _parse_positive_int, True,
            "control clients at once; a new one evicts the longest idle one (default 64)"),
+    Option("agent_idle_timeout_s", "agent_idle_timeout", "ACLPROFD_AGENT_IDLE_TIMEOUT", "--agent-idle-timeout",
+           _parse_agent_idle, True,
+           f"close an agent connection that sends no frame this long; live agents send a heartbeat every "
+           f"{AGENT_HEARTBEAT_S:g}s (default 60s, at least {2 * AGENT_HEARTBEAT_S:g}s)"),
+    Option("max_agent_connections_per_uid", "max_agent_connections_per_uid", "ACLPROFD_MAX_AGENT_CONNECTIONS_PER_UID",
+           "--max-agent-connections-per-uid", _parse_positive_int, True,
+           "agent connections one uid may hold (root is exempt); further ones are refused (default 1024)"),
+    Option("max_keys_per_agent", "max_keys_per_agent", "ACLPROFD_MAX_KEYS_PER_AGENT", "--max-keys-per-agent",
+           _parse_positive_int, True,
+           "aggregate keys one agent (uid, pid) may register; its further keys share '(other)' (default 2500)"),
+    Option("max_cells_per_agent", "max_cells_per_agent", "ACLPROFD_MAX_CELLS_PER_AGENT", "--max-cells-per-agent",
+           _parse_positive_int, True,
+           "regression detector cells one agent (uid, pid) may create; its further ops are not judged, "
+           "counted (default 1024 of 4096)"),
+    Option("max_keys_per_uid", "max_keys_per_uid", "ACLPROFD_MAX_KEYS_PER_UID", "--max-keys-per-uid",
+           _parse_positive_int, True,
+           "aggregate keys the agents of one uid may register together (root is exempt) (default 5000)"),
+    Option("max_cells_per_uid", "max_cells_per_uid", "ACLPROFD_MAX_CELLS_PER_UID", "--max-cells-per-uid",
+           _parse_positive_int, True,
+           "regression detector cells the agents of one uid may create together (root is exempt) (default 2048)"),
+    Option("table_idle_timeout_s", "table_idle_timeout", "ACLPROFD_TABLE_IDLE_TIMEOUT", "--table-idle-timeout",
+           parse_duration, True,
+           "forget a detector cell whose agent is gone and that nothing fed this long (default 10m)"),
     Option("admin_group", "admin_group", "ACLPROFD_ADMIN_GROUP", "--admin-group", _opt_str, True,
            "members may send control requests besides STATUS (export, reset, snapshot, stream), as may "
            "root and the daemon's user"),
@@ -358,6 +399,10 @@ def load(args: argparse.Namespace | Mapping[str, Any] | None = None,
         if raw is not None:
             values[o.field] = _apply(o, raw, o.flag)
     s = Settings(config_file=config_file, **values)
+    agent_share = 4096 - 256 - s.max_control_connections  # aclprofd.connlimits.ConnLimits.agent_share
+    if s.max_agent_connections_per_uid >= agent_share:
+        raise ConfigError(f"max_agent_connections_per_uid ({s.max_agent_connections_per_uid}) must be below the "
+                          f"agents' share of the connections ({agent_share}), or one user could take every slot")
     if s.segment_bytes > s.disk_bytes // 4:
         # keep at least 4 segments under the cap, so rotation deletes at most a quarter
         s = dataclasses.replace(s, segment_bytes=max(4096, s.disk_bytes // 4))

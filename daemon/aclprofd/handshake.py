@@ -29,6 +29,7 @@ from aclprof.protocol.wire import Kind, ProtocolError, check_identity, decode_js
 from . import __version__, peerid
 from .aggregate.aggregator import KeySource
 from .conn import Conn
+from .shares import owner_of
 
 if TYPE_CHECKING:
     from .config import Settings
@@ -85,7 +86,8 @@ def hello(conn: Conn, obj: dict[str, Any], started_ts: float) -> bytes:
         pid = max(peer[0], 0)  # 0: a peer outside our namespace, never the pid it claims
     conn.role, conn.pid, conn.host, conn.service, conn.labels = role, pid, host, service, labels
     if role == "agent":
-        conn.keysrc = KeySource(host, pid, service)
+        # its share of the shared tables: (uid, pid) from the kernel, not from HELLO
+        conn.keysrc = KeySource(host, pid, service, owner=owner_of(peer, pid))
     _log.info("connected", role=role, pid=pid, host=host, service=service,
               peer_pid=peer[0] if peer else None, peer_uid=peer[1] if peer else None, pid_ns=conn.pid_ns)
     return encode_json(Kind.WELCOME, {"version": __version__, "protocol": PROTOCOL_VERSION,

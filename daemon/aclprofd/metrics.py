@@ -45,6 +45,7 @@ from .aggregate.aggregator import PROM_EXPONENTS, Aggregator
 from .capture.metrics import capture_families
 from .detector.engine import DetectorView
 from .detector.metrics import detector_families
+from .limits_metrics import limit_families
 from .status import CountersSnapshot
 
 __all__ = ["Metrics", "DaemonCollector"]
@@ -164,6 +165,7 @@ class DaemonCollector:
                                   "trace_straggler_grace", value=tr.get("stragglers_cut", 0))
         yield CounterMetricFamily("aclprofd_trace_dirs_refused", "TRACE_DONE directories not believed "
                                   "(not the replying uid's session directories)", value=tr.get("dirs_refused", 0))
+        yield from limit_families(s)  # per-reason refusals, agents, shared tables (issue 19)
         by_name = self.by_name  # one read: SIGHUP may change it meanwhile
         labels = ["host", "service", "device", "model", "op_type"] + (["op_name"] if by_name else [])
         hist = HistogramMetricFamily("aclprofd_op_duration_seconds",

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from .aggregate.aggregator import Aggregator
 from .config import Settings, changed
 from .detector.service import DetectorService
 from .memory import Memory
@@ -33,6 +34,8 @@ class _ConnLimits(Protocol):
 
     max_control: int
     control_idle_s: float
+    agent_idle_s: float
+    max_agents_per_uid: int
 
 
 class _Limited(Protocol):
@@ -54,6 +57,8 @@ class ReloadTarget(Protocol):
     def detection(self) -> DetectorService: ...
     @property
     def memory(self) -> Memory: ...
+    @property
+    def aggregator(self) -> Aggregator: ...
 
 
 def apply_reload(d: ReloadTarget, reload: Callable[[], Settings] | None) -> None:
@@ -80,7 +85,10 @@ def apply_reload(d: ReloadTarget, reload: Callable[[], Settings] | None) -> None
         d.metrics.by_name = applied.prometheus_op_name
     limits = d.transport.limits
     limits.max_control, limits.control_idle_s = applied.max_control_connections, applied.control_idle_timeout_s
+    limits.agent_idle_s, limits.max_agents_per_uid = applied.agent_idle_timeout_s, applied.max_agent_connections_per_uid
     d.memory.budget = applied.memory_budget_bytes
+    d.aggregator.keys.shares.per_owner = applied.max_keys_per_agent
+    d.aggregator.keys.shares.per_uid = applied.max_keys_per_uid
     d.detection.reload(applied)
     logsetup.configure(applied.log_level, applied.log_format, applied.log_file)
     _log.info("config reloaded", changed=live, needs_restart=restart)

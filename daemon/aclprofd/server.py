@@ -84,16 +84,21 @@ class Daemon:
                                        memory_budget=settings.memory_budget_bytes,
                                        memory_refused=self.counters.memory_refused,
                                        max_control=settings.max_control_connections,
-                                       control_idle_s=settings.control_idle_timeout_s)
+                                       control_idle_s=settings.control_idle_timeout_s,
+                                       agent_idle_s=settings.agent_idle_timeout_s,
+                                       max_agents_per_uid=settings.max_agent_connections_per_uid)
         self.memory = t.memory
         self.socket_file = SocketFile(t, settings.socket, settings.socket_group)
-        self.aggregator = Aggregator(settings.max_keys, settings.windows)
+        self.aggregator = Aggregator(settings.max_keys, settings.windows,
+                                     max_keys_per_agent=settings.max_keys_per_agent,
+                                     max_keys_per_uid=settings.max_keys_per_uid)
         self.persist = Persistence(self, self.aggregator, self.health, settings.data_dir)
         self.fanout = Fanout(self, t, self.counters, self.memory)
         self.ingest = Ingest(self.counters, self.health, self.aggregator, self.persist, self.fanout, self.memory,
                              t.limiter)
         # observes the aggregator; Control serves its requests
-        self.detection = DetectorService(settings, self.aggregator, t.queue, self.counters.truncations)
+        self.detection = DetectorService(settings, self.aggregator, t.queue, live_owners=self._agent_owners,
+                                         truncations=self.counters.truncations)
         self.captures = CaptureService(self)  # the flight recorder: captures around new flags
         self.control = Control(self, t)
         self.traces = Traces(self, t, self.fanout, t.limits.requested)
@@ -119,6 +124,10 @@ class Daemon:
     def conns(self) -> Mapping[int, Conn]:
         """The open connections by file descriptor (the transport's)."""
         return self.transport.conns
+
+    def _agent_owners(self) -> set[object]:
+        """The owners (aclprofd.shares) of the agents connected now: their table entries stay."""
+        return {c.keysrc.owner for c in self.transport.conns.values() if c.keysrc is not None and not c.closed}
 
     def publish(self) -> CountersSnapshot:
         """Take a counters snapshot and publish it for /metrics (loop thread)."""
@@ -272,7 +281,13 @@ class Daemon:
         if conn.role is None:
             if kind != Kind.HELLO:
                 raise ProtocolError(f"expected HELLO, got {kind.name}")
-            self.transport.queue(conn, admit(conn, payload, self.started_ts))
+            welcome = admit(conn, payload, self.started_ts)
+            refusal = self.transport.limits.refusal(conn)  # the agents' share, per uid (aclprofd.connlimits)
+            if refusal is not None:
+                # before WELCOME: the agent's handshake fails with this reason and it backs off
+                self.transport.fail(conn, refusal, quiet=True, protocol_error=False)
+                return
+            self.transport.queue(conn, welcome)
             if conn.closed:  # the peer left before WELCOME could be written: it is gone
                 return
             self.transport.limits.admitted(conn)  # the connection limits per role (aclprofd.connlimits)

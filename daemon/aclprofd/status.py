@@ -123,6 +123,14 @@ class CountersSnapshot:
     names_truncated: int = 0
     #: on-demand traces (aclprofd.trace.Traces.summary)
     traces: dict[str, Any] = field(default_factory=dict)
+    #: the connection limits by reason (aclprofd.connlimits.REFUSAL_REASONS), agents closed
+    #: for idling, agents open now and the most one uid holds
+    connections_refused_by: tuple[tuple[str, int], ...] = ()
+    agent_idle_closed: int = 0
+    open_agents: int = 0
+    agents_largest_uid: int = 0
+    #: the shared tables' per-agent shares (aclprofd.shares): table -> figures
+    tables: dict[str, dict[str, int]] = field(default_factory=dict)
     #: the counters' growth per recent window (aclprofd.counter_history)
     recent: dict[str, dict[str, float]] = field(default_factory=dict)
     #: what replies left out to fit their frame, since the start (aclprofd.replyfit)
@@ -196,8 +204,17 @@ class _MemoryUse(Protocol):
 
 
 class _LimitStats(Protocol):
-    refused: int
-    idle_closed: int
+    @property
+    def refused(self) -> int: ...
+    @property
+    def idle_closed(self) -> int: ...
+    refused_by: dict[str, int]
+    idle_closed_by: dict[str, int]
+    def agent_counts(self) -> tuple[int, int]: ...
+
+
+class _TableStats(Protocol):
+    def table_stats(self) -> dict[str, int]: ...
 
 
 class _TransportStats(Protocol):
@@ -235,6 +252,8 @@ class SnapshotSource(Protocol):
     @property
     def ingest(self) -> _IngestStats: ...
     @property
+    def detection(self) -> _TableStats: ...
+    @property
     def socket_problem(self) -> str | None: ...
 
 
@@ -257,6 +276,9 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
                                  _ident_bytes(a), tuple(a.model_bytes.get(m, 0) for m in a.models))
                    for a in t.conns.values() if a.role == "agent")
     open_all, open_control, open_anon = t.open_counts()
+    open_agents, agents_largest_uid = t.limits.agent_counts()
+    tables = {"aggregate_keys": {"cap": agg.max_keys, "in_use": agg.nkeys - 1, **agg.keys.shares.stats()},
+              "detector_cells": d.detection.table_stats()}
     return CountersSnapshot(
         taken_ts=now, uptime_s=round(mono - d.started_mono, 3), records_total=c.records_total,
         steps_total=c.steps_total,
@@ -274,6 +296,9 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         accept_errors=t.accept_errors, peer_gone=t.peer_gone, open_connections=open_all,
         open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
         traces=d.traces.summary(), recent=d.health.recent(agg, d.started_mono, mono, counters),
+        connections_refused_by=tuple(sorted(t.limits.refused_by.items())),
+        agent_idle_closed=t.limits.idle_closed_by["agent"], open_agents=open_agents,
+        agents_largest_uid=agents_largest_uid, tables=tables,
         replies_truncated=c.truncations.as_dict())
 
 
@@ -357,7 +382,10 @@ def status_reply(s: CountersSnapshot, socket_path: str, cut: dict[str, int] | No
             "connections": {"refused": s.connections_refused, "idle_closed": s.idle_closed,
                             "accept_errors": s.accept_errors, "internal_errors": s.internal_errors,
                             "peer_gone": s.peer_gone, "open": s.open_connections, "control": s.open_control,
-                            "without_hello": s.open_without_hello},
+                            "without_hello": s.open_without_hello,
+                            "refused_by": dict(s.connections_refused_by), "agent_idle_closed": s.agent_idle_closed,
+                            "agents": s.open_agents, "agents_largest_uid": s.agents_largest_uid},
+            "tables": {k: dict(v) for k, v in s.tables.items()},
             "names_truncated": s.names_truncated,
             "traces": dict(s.traces), "recent": {k: dict(v) for k, v in s.recent.items()},
             "replies_truncated": s.replies_truncated, "socket": socket_path}

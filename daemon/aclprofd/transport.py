@@ -80,12 +80,14 @@ class Transport:
 
     ``on_close(conn)``: ``conn`` was just closed (its socket is gone). ``on_protocol_error(conn)``:
     ``conn`` is being closed for breaking the protocol. ``memory`` (shares the connection
-    table: :attr:`conns`) is the budget :meth:`queue` minds. ``max_control`` and
-    ``control_idle_s`` are the limits per role (:attr:`limits`; a reload may change them)."""
+    table: :attr:`conns`) is the budget :meth:`queue` minds. ``max_control``,
+    ``control_idle_s``, ``agent_idle_s`` and ``max_agents_per_uid`` are the limits per role
+    (:attr:`limits`; a reload may change them)."""
 
     def __init__(self, handle: FrameHandler, *, on_close: Callable[[Conn], None],
                  on_protocol_error: Callable[[Conn], None], memory_budget: int, memory_refused: dict[str, int],
-                 max_control: int = 64, control_idle_s: float = 60.0) -> None:
+                 max_control: int = 64, control_idle_s: float = 60.0, agent_idle_s: float = 60.0,
+                 max_agents_per_uid: int = 1024) -> None:
         self._handle, self._on_close, self._on_protocol_error = handle, on_close, on_protocol_error
         self.sel = selectors.DefaultSelector()
         self.listener: socket.socket | None = None
@@ -97,7 +99,8 @@ class Transport:
         self._accept_pause = 0.0
         self.limiter = LogLimiter()
         self.limits = ConnLimits(self.fail, self.close_conn, self.limiter, max_control=max_control,
-                                 control_idle_s=control_idle_s)
+                                 control_idle_s=control_idle_s, agent_idle_s=agent_idle_s,
+                                 max_agents_per_uid=max_agents_per_uid)
         self.close_limiter = LogLimiter(burst=50)  # protocol errors: one line each, short of a flood
         self.internal_errors = 0     # connections closed for an exception while serving them
         self.accept_errors = 0
@@ -223,13 +226,13 @@ class Transport:
 
     def _feed(self, conn: Conn, data: bytes) -> bool:
         """Handle the frames ``data`` completes; False once the connection is closed."""
+        handled = False
         try:
             for kind, payload in conn.reader.feed(data):
                 self._handle(conn, kind, payload)
                 if conn.closed:
                     return False
-                if conn.role == "control":  # a request: not idle
-                    self.limits.requested(conn, time.monotonic())
+                handled = True
         except ProtocolError as exc:
             self.fail(conn, str(exc))
             return False
@@ -243,6 +246,10 @@ class Transport:
             # an anonymous peer may not make the daemon buffer 16 MiB frames
             self.fail(conn, f"HELLO larger than {_HELLO_MAX} bytes")
             return False
+        if handled:
+            # a whole frame (a control request, an agent's records or heartbeat): not idle.
+            # Bytes of a frame never finished do not count: a trickle cannot hold a slot.
+            self.limits.requested(conn, time.monotonic())
         return True
 
     def send(self, conn: Conn) -> None:

@@ -71,7 +71,8 @@ class Aggregator:
     """
 
     def __init__(self, max_keys: int = 10_000, windows: Sequence[int] = (10, 60),
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, *, max_keys_per_agent: int | None = None,
+                 max_keys_per_uid: int | None = None) -> None:
         self.max_keys = max(1, int(max_keys))
         self.sliding = SlidingWindows(windows)
         self.windows = self.sliding.seconds
@@ -79,7 +80,7 @@ class Aggregator:
         self._lock = threading.Lock()
         self.started_ts = clock()
         # never shrinks; keys survive a reset so the connections' caches stay valid
-        self.keys = KeyRegistry(self.max_keys, self._grow_stats)
+        self.keys = KeyRegistry(self.max_keys, self._grow_stats, max_keys_per_agent, max_keys_per_uid)
         self.other_key = self.keys.other
         self.groupings = Groupings()  # used under the lock
         self.other_records = 0

@@ -9,17 +9,20 @@ is kept beside the key (first registration wins: it is constant per connection).
 
 Keys never go away (a reset keeps them, so the connections' caches stay valid). At most
 ``max_keys`` keys are registered; later ones share the one "other" key, so memory stays
-bounded whatever the agents send.
+bounded whatever the agents send. One agent (its ``owner``, :mod:`aclprofd.shares`)
+registers at most ``per_agent`` of them (its further keys are "other", counted in
+:attr:`KeyRegistry.shares`), so one agent cannot fill the registry for everyone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ..shares import Shares
 from .quantiles import I64
 
 __all__ = ["KeySource", "KeyRegistry", "OTHER", "OTHER_IDENTITY", "Key", "model_label_of"]
@@ -62,6 +65,8 @@ class KeySource:
     names_seen: int = -1
     #: model id -> model label, from the sender's WATCH frames (see :meth:`set_label`)
     model_labels: dict[int, str] = field(default_factory=dict)
+    #: whose share the sender's new keys count against (aclprofd.shares.owner_of; None: none)
+    owner: Hashable | None = None
 
     def set_label(self, model: int, label: str) -> None:
         """The sender's model ``model`` is now called ``label`` ("" for none): its cached
@@ -90,10 +95,13 @@ class KeyRegistry:
     the owner can grow its per-key arrays alongside.
     """
 
-    def __init__(self, max_keys: int, on_grow: Callable[[int, int], None]) -> None:
+    def __init__(self, max_keys: int, on_grow: Callable[[int, int], None], per_agent: int | None = None,
+                 per_uid: int | None = None) -> None:
         self.max_keys = max_keys
         self._on_grow = on_grow
+        self.shares = Shares(per_agent or max_keys + 1, per_uid)
         self._index: dict[Key, int] = {}
+        self.owner: list[Hashable | None] = []  # per key: the agent that registered it
         self.host: list[str] = []
         self.service: list[str | None] = []
         self.type: list[str] = []
@@ -118,7 +126,7 @@ class KeyRegistry:
         if old:
             self._on_grow(old, cap)
 
-    def _add(self, key: Key, service: str | None) -> int:
+    def _add(self, key: Key, service: str | None, owner: Hashable | None = None) -> int:
         idx = len(self.host)
         if idx >= self.capacity:
             self._grow(min(max(64, 2 * self.capacity), self.max_keys + 1))
@@ -128,15 +136,18 @@ class KeyRegistry:
         self.type.append(op_type)
         self.name.append(op_name)
         self.model_label.append(label)
+        self.owner.append(owner)
         self.pid[idx], self.device[idx], self.model[idx] = pid, device, model
         self._index[key] = idx
         return idx
 
-    def get(self, key: Key, service: str | None) -> int:
-        """The key's integer: registered now if new and under the cap, else the "other" key."""
+    def get(self, key: Key, service: str | None, owner: Hashable | None = None) -> int:
+        """The key's integer: registered now if new and under the cap and ``owner``'s share
+        (counted when not), else the "other" key."""
         idx = self._index.get(key)
         if idx is None:
-            idx = self._add(key, service) if len(self) <= self.max_keys else self.other
+            idx = self._add(key, service, owner) if len(self) <= self.max_keys and self.shares.take(owner) \
+                else self.other
         return idx
 
     def resolve(self, src: KeySource, dm: np.ndarray, codes: np.ndarray, names: dict[int, str]) -> np.ndarray:
@@ -169,10 +180,10 @@ class KeyRegistry:
         new_keys = np.full(len(miss), self.other, I64)
         # room left in the registry, plus FULL_LOOKUPS lookups of keys it may already hold
         todo = min(len(miss), max(0, self.max_keys + 1 - len(self)) + FULL_LOOKUPS)
-        labels = src.model_labels
+        labels, owner = src.model_labels, src.owner
         for j, (d, code) in enumerate(zip(dm[miss[:todo]].tolist(), mc[:todo].tolist())):
             new_keys[j] = self.get((src.host, src.pid, d & 0xFFFFFFFF, d >> 32, names[code & 0xFFFFFFFF],
-                                    names[code >> 32], labels.get(d >> 32, "")), src.service)
+                                    names[code >> 32], labels.get(d >> 32, "")), src.service, owner)
         out[miss] = new_keys
         cached = q[miss[:todo]]
         if len(src.pairs) + todo > CACHE_MAX:

@@ -156,6 +156,10 @@ class CaptureService:
         if not s.capture_enabled:
             return  # (the set above stays current: enabling later captures only flags raised after)
         t = float(view.ts)
+        if raised and self._last:
+            # per-key state no longer needed (its interval is over): dropped, so that groups
+            # that come and go (the detector ages out cells of gone agents) cannot grow it
+            self._last = {k: v for k, v in self._last.items() if t - v < s.capture_min_interval_s}
         for key, flags in raised.items():
             last = self._last.get(key)
             if last is not None and t - last < s.capture_min_interval_s:

@@ -24,7 +24,7 @@ replaced at every tick.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +42,7 @@ __all__ = ["CLEAR_FRACTION", "Detector", "DetectorConfig", "DetectorView", "QNAM
 _log = structlog.get_logger("aclprofd")
 QNAMES = {0.5: "p50", 0.99: "p99"}
 _MAX_STATUS_FLAGS = 100
+AGE_EVERY_S = 10.0  # cells of gone agents are looked for this often (a scan of the cells)
 #: A flag clears only once the shift estimate is below 1 + CLEAR_FRACTION * min_effect (a
 #: dead band of half the effect floor: with the defaults, raised at +5 %, cleared under +2.5 %).
 CLEAR_FRACTION = 0.5
@@ -74,9 +75,20 @@ class DetectorView:
 class Detector:
     """The detector of one daemon (loop thread, except :attr:`published`)."""
 
-    def __init__(self, identity: Callable[[int], Cell | None], config: DetectorConfig | None = None) -> None:
+    def __init__(self, identity: Callable[[int], Cell | None], config: DetectorConfig | None = None, *,
+                 owner: Callable[[int], Hashable | None] | None = None, max_cells_per_owner: int | None = None,
+                 max_cells_per_uid: int | None = None,
+                 live_owners: Callable[[], Collection[Hashable]] | None = None,
+                 table_idle_s: float = 600.0) -> None:
         self.config = config or DetectorConfig()
-        self.store = CellStore(identity, self.config.window_s, self.config.trailing_s)
+        self.store = CellStore(identity, self.config.window_s, self.config.trailing_s, owner=owner,
+                               max_per_owner=max_cells_per_owner, max_per_uid=max_cells_per_uid)
+        #: ageing out (CellStore.age_out), from tick: the owners with a live connection now,
+        #: and how long a cell of a gone owner may go unfed (None: never aged out)
+        self.live_owners = live_owners
+        self.table_idle_s = table_idle_s
+        self._next_age = 0.0
+        self._age_all = False
         self.pinned_name: str | None = None
         self._pinned: dict[Group, np.ndarray] = {}
         self._pinned_rows = np.zeros((0, NBINS))
@@ -109,6 +121,30 @@ class Detector:
         self.pinned_name, self._pinned = None, {}
         self._reset_states()
 
+    def forget_gone(self) -> None:
+        """RESET: at the next tick, forget every cell whose agent is gone and that nothing
+        fed within the window, without waiting for ``table_idle_s``."""
+        self._age_all = True
+
+    def _age_out(self, now: float) -> None:
+        """Cells of gone agents out (after the roll: nothing of theirs is pending); the
+        groups they emptied lose their flags and streaks (a reused slot starts afresh)."""
+        due = self._age_all or not self._next_age - AGE_EVERY_S <= now < self._next_age  # (a clock stepped back: due)
+        if self.live_owners is None or not due:
+            return
+        live = self.live_owners()
+        self.store.age_out(now, 0.0 if self._age_all else self.table_idle_s, live.__contains__)
+        self._age_all, self._next_age = False, now + AGE_EVERY_S
+        freed = self.store.freed_groups
+        if freed:
+            idx = np.asarray([i for i in freed if i < len(self.streak)], np.int64)
+            self.streak[idx] = 0
+            self.calm[idx] = 0
+            self.flagged[idx] = False
+            self.since[idx] = 0.0
+            self._pinned_rows = np.zeros((0, NBINS))  # rebuilt for the groups in their slots now
+            freed.clear()
+
     def _reset_states(self) -> None:
         """A new baseline: flags and streaks start again (they were judged against the old one)."""
         self.streak[:] = 0
@@ -125,6 +161,7 @@ class Detector:
         """Fold the last second in, judge every group, publish the result."""
         cfg = self.config
         self.store.roll(now)
+        self._age_out(now)
         groups = self.store.groups
         g = len(groups)
         if g > len(self.streak):
@@ -163,7 +200,8 @@ class Detector:
             {"service": r["service"], "model": r["model"], "op_type": r["op_type"], "quantile": qn,
              **{k: r[qn][k] for k in ("shift", "lower", "upper", "since_ts")}}
             for r in out for qn in QNAMES.values() if qn in r and r[qn]["flagged"])
-        self.published = DetectorView(now, self.host, self.pinned_name, g, tuple(out), self.flagged_total,
+        self.published = DetectorView(now, self.host, self.pinned_name, len(self.store.group_index), tuple(out),
+                                      self.flagged_total,
                                       self.store.untracked, flags)
         return self.published
 

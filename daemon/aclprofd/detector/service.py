@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Hashable
 from typing import Any
 
 import structlog
@@ -51,16 +51,23 @@ def host_label(s: Settings) -> str:
 class DetectorService:
     """One daemon's detector and baseline store: observes ``aggregator``, answers the
     BASELINE_* requests with ``reply`` (the daemon's :meth:`aclprofd.server.Daemon.queue`).
-    ``settings``: the daemon's at start (the live ones come with :meth:`reload`)."""
+    ``settings``: the daemon's at start (the live ones come with :meth:`reload`).
+    ``live_owners()``: the owners (``aclprofd.shares.owner_of``) of the agents connected
+    now, whose cells never age out."""
 
-    def __init__(self, settings: Settings, aggregator: Aggregator, reply: Callable[[Conn, bytes], None],
+    def __init__(self, settings: Settings, aggregator: Aggregator, reply: Callable[[Conn, bytes], None], *,
+                 live_owners: Callable[[], Collection[Hashable]] = frozenset,
                  truncations: Truncations | None = None) -> None:
         self.settings = settings
         #: rows the bounded baseline documents left out (aclprofd.baselinedoc), counted daemon-wide
         self.truncations = truncations if truncations is not None else Truncations()
         self.aggregator = aggregator
         self.reply = reply
-        self.detector = Detector(self._identity(), detector_config(settings))
+        owners = aggregator.keys.owner
+        self.detector = Detector(self._identity(), detector_config(settings), owner=owners.__getitem__,
+                                 max_cells_per_owner=settings.max_cells_per_agent,
+                                 max_cells_per_uid=settings.max_cells_per_uid, live_owners=live_owners,
+                                 table_idle_s=settings.table_idle_timeout_s)
         self.detector.host = host_label(settings)
         self.baselines = BaselineStore(settings.data_dir)
         aggregator.observer = self.observe
@@ -127,6 +134,15 @@ class DetectorService:
         if self.errors <= 10 or self.errors % 1000 == 0:  # a bug that repeats must not flood the log
             _log.exception("regression detector failed (a bug)", where=where, errors=self.errors)
 
+    def reset(self) -> None:
+        """RESET: the cells of agents that are gone go at the next evaluation (not after
+        ``table_idle_timeout``), so their room is the live agents' again."""
+        self.detector.forget_gone()
+
+    def table_stats(self) -> dict[str, int]:
+        """STATUS ``tables.detector_cells``: the cells and their per-agent share."""
+        return self.detector.store.stats()
+
     def status(self) -> dict[str, Any]:
         """The STATUS reply's ``detector`` object."""
         return {**self.detector.status(), "errors": self.errors}
@@ -137,6 +153,9 @@ class DetectorService:
         self.settings = s
         cfg = detector_config(s)
         self.detector.host = host_label(s)
+        self.detector.store.shares.per_owner = s.max_cells_per_agent
+        self.detector.store.shares.per_uid = s.max_cells_per_uid
+        self.detector.table_idle_s = s.table_idle_timeout_s
         old = self.detector.config
         # window and trailing need a restart (their histograms are built with them)
         self.detector.config = DetectorConfig(old.window_s, old.trailing_s, cfg.z, cfg.min_effect,

@@ -22,18 +22,25 @@ judgement reads them without summing cells.
 Ingestion only appends the batch's sparse ``(key*NBINS + bin, count)`` pairs (the arrays
 the aggregator already computed) to a pending list; :meth:`CellStore.roll`, once a second
 on the loop timer, folds them in. Memory is bounded by ``max_cells`` (beyond it records
-are counted in ``untracked``, never silently dropped).
+are counted in ``untracked``, never silently dropped), and by a per-agent share
+(``max_per_owner``, :class:`aclprofd.shares.Shares`: one agent's 4096 op names cannot take
+the room of another's ops). A cell whose agent is gone (no live connection of its owner)
+and that nothing fed for ``table_idle_timeout`` (at least the window) is forgotten by
+:meth:`CellStore.age_out`: its baseline leaves its group's, its slot and (once empty) its
+group's slot are reused, counted as evicted.
 """
 
 from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 import numpy as np
 
 from aclprof.protocol.quantshift import NBINS
+
+from ..shares import Shares
 
 __all__ = ["CellStore", "Cell", "Group", "MAX_CELLS"]
 
@@ -42,25 +49,40 @@ Cell = tuple[str, str, str, str]
 #: (service, model, op_type)
 Group = tuple[str, str, str]
 MAX_CELLS = 4096
-_UNKNOWN, _UNTRACKED = -1, -2
+#: key_cell codes: not looked up yet, never judged ("(other)"), refused for want of room
+#: (looked up again once cells are forgotten)
+_UNKNOWN, _UNTRACKED, _FULL = -1, -2, -3
 
 
 class CellStore:
     """Cells' current-window and trailing-baseline histograms (loop thread only).
 
     ``identity(key)`` names an aggregator key as a Cell, or None for a key the detector
-    must not judge (the aggregator's "(other)" key, which mixes many ops)."""
+    must not judge (the aggregator's "(other)" key, which mixes many ops); ``owner(key)``
+    the agent whose share a new cell of that key counts against (None: no share)."""
 
     def __init__(self, identity: Callable[[int], Cell | None], window_s: float, tau_s: float,
-                 max_cells: int = MAX_CELLS) -> None:
+                 max_cells: int = MAX_CELLS, *, owner: Callable[[int], Hashable | None] | None = None,
+                 max_per_owner: int | None = None, max_per_uid: int | None = None) -> None:
         self.identity = identity
+        self.owner = owner
         self.window_s = float(window_s)
         self.tau_s = float(tau_s)
         self.max_cells = max_cells
-        self.cells: list[Cell] = []
+        self.shares = Shares(max_per_owner or max_cells, max_per_uid)
+        self.cells: list[Cell | None] = []  # None: a forgotten cell's slot, free for reuse
         self._cell_index: dict[Cell, int] = {}
+        self.cell_owner: list[Hashable | None] = []
+        self.live_cells = 0
+        self._free: list[int] = []
+        self.last_fed = np.zeros(0, np.float64)  # per cell: the last second that fed it (inf: not yet)
+        self.refused_full = 0  # cells refused because max_cells were in use
         self.groups: list[Group] = []
         self._group_index: dict[Group, int] = {}
+        self.group_cells = np.zeros(0, np.int64)  # cells per group
+        self._gfree: list[int] = []
+        #: groups emptied by age_out since the detector last looked (it resets their flags)
+        self.freed_groups: list[int] = []
         self.cell_group = np.zeros(0, np.int64)
         self.key_cell = np.full(0, _UNKNOWN, np.int64)
         self.cap = 0
@@ -109,41 +131,106 @@ class CellStore:
         idx = self._cell_index.get(ident)
         if idx is not None:
             return idx
-        if len(self.cells) >= self.max_cells:
-            return _UNTRACKED
-        return self.add_cell(ident)
+        return self.add_cell(ident, self.owner(key) if self.owner is not None else None)
 
-    def add_cell(self, ident: Cell) -> int:
-        """The cell's index, registering it (and its group) if new; -2 when full."""
+    def add_cell(self, ident: Cell, owner: Hashable | None = None) -> int:
+        """The cell's index, registering it (and its group) if new; -3 when the table or
+        ``owner``'s share is full (counted)."""
         idx = self._cell_index.get(ident)
         if idx is not None:
             return idx
-        if len(self.cells) >= self.max_cells:
-            return _UNTRACKED
-        idx = len(self.cells)
-        if idx >= self.cap:
-            self._grow(min(max(64, 2 * self.cap), self.max_cells))
-        self.cells.append(ident)
+        if self.live_cells >= self.max_cells:
+            self.refused_full += 1
+            return _FULL
+        if not self.shares.take(owner):
+            return _FULL
+        if self._free:
+            idx = self._free.pop()
+            self.cells[idx], self.cell_owner[idx] = ident, owner
+        else:
+            idx = len(self.cells)
+            if idx >= self.cap:
+                self._grow(min(max(64, 2 * self.cap), self.max_cells))
+            self.cells.append(ident)
+            self.cell_owner.append(owner)
+        self.live_cells += 1
+        self.last_fed[idx] = math.inf
         self._cell_index[ident] = idx
         g = ident[:3]
         gi = self._group_index.get(g)
         if gi is None:
-            gi = self._group_index[g] = len(self.groups)
-            self.groups.append(g)
+            if self._gfree:
+                gi = self._gfree.pop()
+                self.groups[gi] = g
+            else:
+                gi = len(self.groups)
+                self.groups.append(g)
+            self._group_index[g] = gi
             if gi >= self.gcap:
                 self.gcap = max(64, 2 * self.gcap)
                 self.gcur = _grown(self.gcur, self.gcap)
                 self.gbase = _grown(self.gbase, self.gcap)
+                self.group_cells = _grown(self.group_cells, self.gcap)
         self.cell_group[idx] = gi
+        self.group_cells[gi] += 1
         return idx
 
     def _grow(self, cap: int) -> None:
         self.cur = _grown(self.cur, cap)
         self.base = _grown(self.base, cap)
+        self.last_fed = _grown(self.last_fed, cap)
         cg = np.zeros(cap, np.int64)
         cg[:self.cap] = self.cell_group[:self.cap]
         self.cell_group = cg
         self.cap = cap
+
+    # ---- ageing out (the detector's timer) -----------------------------------------------
+    def age_out(self, now: float, idle_s: float, live: Callable[[Hashable | None], bool]) -> int:
+        """Forget the cells that nothing fed for ``idle_s`` (at least the window, so none is
+        in the ring or pending: call right after :meth:`roll`) and whose owner is not
+        ``live``; the number forgotten. Keys that pointed at them, and keys refused for want
+        of room, are looked up again at their next records."""
+        n = len(self.cells)
+        cutoff = now - max(idle_s, self.window_s)
+        gone = [c for c in np.flatnonzero(self.last_fed[:n] <= cutoff).tolist() if not live(self.cell_owner[c])]
+        for c in gone:
+            self._forget(c)
+        if gone:
+            kc = self.key_cell
+            kc[np.isin(kc, np.asarray(gone, np.int64)) | (kc == _FULL)] = _UNKNOWN
+            self.shares.evicted += len(gone)
+        return len(gone)
+
+    def _forget(self, c: int) -> None:
+        ident = self.cells[c]
+        assert ident is not None
+        del self._cell_index[ident]
+        gi = int(self.cell_group[c])
+        self.gbase[gi] = np.maximum(self.gbase[gi] - self.base[c], 0.0)  # same 1/f scale
+        self.base[c] = 0.0
+        self.cur[c] = 0  # already: nothing fed it within the window
+        self.shares.give_back(self.cell_owner[c])
+        self.cells[c] = self.cell_owner[c] = None
+        self.last_fed[c] = math.inf
+        self._free.append(c)
+        self.live_cells -= 1
+        self.group_cells[gi] -= 1
+        if not self.group_cells[gi]:
+            del self._group_index[self.groups[gi]]
+            self.gbase[gi] = 0.0
+            self.gcur[gi] = 0
+            self._gfree.append(gi)
+            self.freed_groups.append(gi)
+
+    @property
+    def group_index(self) -> dict[Group, int]:
+        """The groups in use and their slots."""
+        return self._group_index
+
+    def stats(self) -> dict[str, int]:
+        """STATUS ``tables.detector_cells``."""
+        return {"cap": self.max_cells, "in_use": self.live_cells, "refused_full": self.refused_full,
+                **self.shares.stats()}
 
     # ---- the timer (once a second) --------------------------------------------------------
     def roll(self, now: float) -> None:
@@ -161,6 +248,7 @@ class CellStore:
             gcounts = np.bincount(ginv, weights=counts, minlength=len(gcodes)).astype(np.int64)
             np.add.at(self.cur.reshape(-1), codes, counts)
             np.add.at(self.gcur.reshape(-1), gcodes, gcounts)
+            self.last_fed[codes // NBINS] = now  # codes sorted: one write per cell fed
             self._ring.append((now, codes, counts, gcodes, gcounts))
         self._f = math.exp(-max(0.0, now - self._t0) / self.tau_s)
         while self._ring and self._ring[0][0] <= now - self.window_s:
@@ -197,7 +285,10 @@ class CellStore:
             h = self.base[:n] * self._f + self.cur[:n]
         else:
             raise ValueError(f"cell_hists: which must be current, trailing or recent, not {which!r}")
-        return list(self.cells), h
+        used = [i for i, c in enumerate(self.cells) if c is not None]
+        if len(used) == n:
+            return list(self.cells), h  # type: ignore[arg-type]  # no forgotten slot
+        return [self.cells[i] for i in used], h[used]  # type: ignore[misc]
 
 
 def _grown(arr: np.ndarray, rows: int) -> np.ndarray:
