@@ -99,7 +99,7 @@ def test_diff_refuses_malformed_files(tmp_path, capsys, content, message):
     bad = tmp_path / "bad.jsonl"
     bad.write_bytes(content)
     rc, _, err = _run(capsys, "diff", good, str(bad))
-    assert rc == 1
+    assert rc == 2  # a malformed input is a usage error (issue 19)
     assert re.search(message, err), err
     assert str(bad) in err
 

@@ -58,6 +58,11 @@ def cmd_baseline(args: argparse.Namespace) -> int:
             else:
                 print(f"saved baseline {safe(reply.get('name'))}: {reply.get('rows')} ops "
                       f"({reply.get('source')}), {reply.get('bytes')} bytes in {safe(reply.get('path'))}")
+                cut = reply.get("truncated")
+                if isinstance(cut, dict) and cut.get("rows"):
+                    print(f"note: {cut['rows']} ops of {cut.get('services', '?')} services left out: the document "
+                          "is at its size budget (each service gets a fair share; see daemon/README.md "
+                          "\"Regression detection\")", file=sys.stderr)
                 if not reply.get("rows"):
                     print("note: the detector had no histograms yet (no op records in the last minutes)",
                           file=sys.stderr)
@@ -81,6 +86,7 @@ def cmd_baseline(args: argparse.Namespace) -> int:
         ts = b.get("saved_ts")
         ok = isinstance(ts, (int, float)) and 0 <= ts < 1e11  # a daemon's number: not trusted blindly
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts)) if ok else "?"
+        cut = b.get("truncated")
         print(f"  {safe(b.get('name')):<24} {when}  {b.get('rows')} ops  {safe(b.get('source'))}  "
-              f"{b.get('bytes')} bytes")
+              f"{b.get('bytes')} bytes" + (f"  ({cut} ops left out at the size budget)" if cut else ""))
     return EXIT_OK

@@ -40,7 +40,8 @@ examples:
   aclprof diff window:-1d..-23h window:-1h..now
   aclprof diff baseline:good baseline:canary --json | jq '.rows[] | select(.verdict=="slower")'
 
-exit codes: 0 done (whatever it found), 1 error, 2 usage error or daemon unreachable
+exit codes: 0 done (whatever it found), 1 error, 2 usage error (a malformed input file too) or daemon
+unreachable
 """
 
 

@@ -39,10 +39,14 @@ from aclprof.protocol.quantshift import NBINS, bin_index
 if TYPE_CHECKING:
     from aclprof.cli.client import Client
 
-__all__ = ["Histograms", "load_source", "check_spec", "needs_daemon", "window_times", "LIVE"]
+__all__ = ["Histograms", "load_source", "check_spec", "needs_daemon", "window_times", "LIVE", "BAD_INPUT"]
 
 LIVE = {"current": "@current", "trailing": "@trailing", "recent": "@recent"}
 _MAX_LINE = 1 << 20
+#: exit status of an input diff cannot read (a malformed file or line): a usage error, like
+#: a bad argument; one line on stderr, never a traceback
+BAD_INPUT = EXIT_UNREACHABLE
+_MAX_DURATION_NS = (1 << 63) - 1  # an int64, as the records' durations
 _CHUNK = 200_000
 _MAX_CSV_FILES = 1000
 _MAX_CELLS = baselinefmt.MAX_ROWS  # distinct (service, model, type, name): 2.6 KB of histogram each
@@ -122,8 +126,8 @@ def load_source(spec: str, client: Client | None, stdin: IO[bytes] | None = None
             data = f.read(64 << 20)
             try:
                 doc = json.loads(data)
-            except ValueError as exc:
-                raise CliError(f"{spec}: not JSON: {exc}") from None
+            except (ValueError, RecursionError) as exc:  # RecursionError: nested deeper than Python's stack
+                raise CliError(f"{spec}: not JSON: {_why(exc)}", BAD_INPUT) from None
             return _decoded(spec, doc)
         return _from_jsonl(spec, f)
 
@@ -132,7 +136,7 @@ def _decoded(spec: str, doc: Any) -> Histograms:
     try:
         cells, hists = baselinefmt.decode(doc)
     except ValueError as exc:
-        raise CliError(f"{spec}: {exc}") from None
+        raise CliError(f"{spec}: {exc}", BAD_INPUT) from None
     return Histograms(spec, cells, hists)
 
 
@@ -192,7 +196,7 @@ class _Chunks:
 def _lines(spec: str, f: Any) -> Iterator[tuple[int, bytes]]:
     for n, line in enumerate(iter(lambda: f.readline(_MAX_LINE + 1), b""), 1):
         if len(line) > _MAX_LINE:
-            raise CliError(f"{spec}: line {n} is longer than {_MAX_LINE} bytes")
+            raise CliError(f"{spec}: line {n} is longer than {_MAX_LINE} bytes", BAD_INPUT)
         yield n, line
 
 
@@ -208,13 +212,26 @@ def _from_jsonl(spec: str, f: Any) -> Histograms:
             if r.get("kind") == "keypoint":
                 continue  # a step boundary, not an op
             d = r["duration_ns"]
-            if not isinstance(d, int) or isinstance(d, bool) or d < 0:
-                raise ValueError("duration_ns must be an integer >= 0")
+            if not isinstance(d, int) or isinstance(d, bool) or not 0 <= d <= _MAX_DURATION_NS:
+                raise ValueError(f"duration_ns must be an integer in [0, 2**63): {_short(d)}")
             cell = (_text(r.get("service")), _text(r.get("model", "")), _text(r["op_type"]), _text(r["op_name"]))
-        except (ValueError, KeyError, TypeError) as exc:
-            raise CliError(f"{spec}: line {n} is not an aclprof export record: {exc}") from None
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            # RecursionError: a line nested deeper than Python's stack (json.loads recurses)
+            raise CliError(f"{spec}: line {n} is not an aclprof export record: {_why(exc)}", BAD_INPUT) from None
         acc.add(cell, float(d))
     return acc.result()
+
+
+def _short(v: Any, limit: int = 40) -> str:
+    """``repr(v)`` cut for an error line (a 400-digit number stays one readable line)."""
+    text = repr(v) if not isinstance(v, int) or v.bit_length() < 200 else f"an integer of {len(str(v))} digits"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, RecursionError):
+        return "nested too deeply"
+    return str(exc)[:200]
 
 
 def _text(v: Any) -> str:
@@ -222,7 +239,7 @@ def _text(v: Any) -> str:
         return ""
     if isinstance(v, (str, int)) and not isinstance(v, bool):
         return str(v)
-    raise ValueError(f"{v!r} is not a string")
+    raise ValueError(f"{_short(v)} is not a string")
 
 
 def _csv_files(root: str) -> Iterable[str]:
@@ -245,7 +262,8 @@ def _from_kernel_details(root: str) -> Histograms:
             reader = csv.DictReader(f)
             missing = {"Type", "Name", "Duration(us)"} - set(reader.fieldnames or ())
             if missing:
-                raise CliError(f"{path}: no {', '.join(sorted(missing))} column (not a kernel_details.csv)")
+                raise CliError(f"{path}: no {', '.join(sorted(missing))} column (not a kernel_details.csv)",
+                               BAD_INPUT)
             try:
                 for r in reader:
                     us = float(r["Duration(us)"])
@@ -253,5 +271,5 @@ def _from_kernel_details(root: str) -> Histograms:
                         raise ValueError(f"Duration(us) {us} out of range")
                     acc.add(("", "", r["Type"] or "", r["Name"] or ""), us * 1000.0)
             except (ValueError, TypeError, csv.Error) as exc:
-                raise CliError(f"{path}: line {reader.line_num}: {exc}") from None
+                raise CliError(f"{path}: line {reader.line_num}: {exc}", BAD_INPUT) from None
     return acc.result()

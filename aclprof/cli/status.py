@@ -146,7 +146,11 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None, wid
     lines.append(f"records: {st.get('records_total', 0):,} total, {float(st.get('records_per_s', 0)):,.0f}/s; "
                  f"dropped by agents: {st.get('dropped_by_agents', 0):,}{extra}")
     agents = st.get("agents") or []
-    lines.append(f"processes: {len(agents)}")
+    cut = st.get("truncated") or {}
+    lines.append(f"processes: {len(agents)}" + "".join(
+        f"; {cut[k]:,} {what} not shown" for k, what in (("agents", "more processes"), ("models", "models"))
+        if cut.get(k)) + ("" if not (cut.get("agents") or cut.get("models")) else
+                          " (the reply was cut to fit its frame: some peers send very long labels)"))
     for a in agents:
         lag = a.get("lag_ns")
         lag_s = format_ns(lag) if isinstance(lag, (int, float)) else "-"
@@ -174,6 +178,8 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None, wid
             dev = m.get("device")
             where = f"on device {dev}" if isinstance(dev, int) else "on an unknown device (watched without device=)"
             lines.append(f"    model {m.get('model_id')} {where}{' [' + ml + ']' if ml else ''}")
+        if a.get("models_truncated"):
+            lines.append(f"    ... {a['models_truncated']:,} more models not shown (this process's share of the reply)")
     lines += device_lines(st, devices)
     storage = st.get("storage") or {}
     if storage:
@@ -213,6 +219,13 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None, wid
         lines.append(f"memory: {_bytes(float(mem.get('used_bytes', 0)))} of {_bytes(float(mem.get('budget_bytes', 0)))}"
                      f" budget held for clients"
                      + ("; refused: " + ", ".join(f"{k} {v:,}" for k, v in sorted(refused.items())) if refused else ""))
+    other_cuts = [f"{cut[k]:,} {what}" for k, what in (("problems", "problems"), ("flags", "detector flags"),
+                                                        ("captures", "captures")) if cut.get(k)]
+    if other_cuts:
+        lines.append("not shown (the reply was cut to fit its frame): " + ", ".join(other_cuts))
+    rt = (st.get("replies_truncated") or {}).get("replies")
+    if rt:
+        lines.append(f"replies cut to fit their frame since the start: {rt:,}")
     lines += detector_lines(st)
     # Service, host, labels and problems carry peers' strings: each line is escaped as a
     # whole, so none can drive the terminal or forge another line.

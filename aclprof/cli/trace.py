@@ -76,6 +76,9 @@ def format_trace(reply: dict[str, Any]) -> str:
             gap = p.get("gap_records")
             lines.append(f"    subscriptions of models {p.get('models')} paused {format_ns(p['pause_ns'])}: "
                          f"{'an unknown number of' if gap is None else format(gap, ',')} ops not streamed")
+    cut = (reply.get("truncated") or {}).get("processes")
+    if cut:  # the daemon's reply was cut to fit its frame (processes quoting very long paths)
+        lines.append(f"  ... {cut} more processes not listed (the reply was cut to fit its frame)")
     excluded = reply.get("excluded") or []
     if excluded:  # matched but not asked (another user announcing the service, silent, busy)
         lines.append(f"  not traced ({reply.get('excluded_total', len(excluded))}):")

@@ -23,7 +23,7 @@ import numpy as np
 
 from .quantshift import BINS_PER_OCTAVE, NBINS
 
-__all__ = ["FORMAT", "VERSION", "NAME_RE", "check_name", "encode", "decode", "MAX_ROWS"]
+__all__ = ["FORMAT", "VERSION", "NAME_RE", "check_name", "encode", "encode_row", "decode", "MAX_ROWS"]
 
 FORMAT = "aclprofd-baseline"
 VERSION = 1
@@ -46,14 +46,18 @@ def encode(name: str, cells: Sequence[tuple[str, str, str, str]], hists: np.ndar
            meta: dict[str, Any]) -> dict[str, Any]:
     """The document of ``cells`` (service, model, op_type, op_name) with their dense
     histograms (rows x NBINS); empty rows are left out."""
-    rows = []
-    for (service, model, op_type, op_name), h in zip(cells, hists):
-        nz = np.flatnonzero(h > 0)
-        if len(nz):
-            rows.append({"service": service, "model": model, "op_type": op_type, "op_name": op_name,
-                         "bins": nz.tolist(), "weights": [round(float(w), 3) for w in h[nz]]})
+    rows = [row for row in (encode_row(c, h) for c, h in zip(cells, hists)) if row["bins"]]
     return {"format": FORMAT, "version": VERSION, "name": check_name(name), **meta,
             "nbins": NBINS, "bins_per_octave": BINS_PER_OCTAVE, "rows": rows}
+
+
+def encode_row(cell: Sequence[str], hist: np.ndarray) -> dict[str, Any]:
+    """One row of the document: a cell (service, model, op_type, op_name) and its dense
+    histogram as sparse ``bins``/``weights`` (empty lists for an empty histogram)."""
+    nz = np.flatnonzero(hist > 0)
+    service, model, op_type, op_name = cell
+    return {"service": service, "model": model, "op_type": op_type, "op_name": op_name,
+            "bins": nz.tolist(), "weights": [round(float(w), 3) for w in hist[nz]]}
 
 
 def decode(doc: Any) -> tuple[list[tuple[str, str, str, str]], np.ndarray]:

@@ -239,8 +239,10 @@ def decode_json(payload: bytes | bytearray | memoryview) -> dict[str, Any]:
     """A JSON object payload; raises ProtocolError for anything else."""
     try:
         obj = json.loads(str(payload, "utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ProtocolError(f"payload is not JSON: {exc}") from None
+    except RecursionError:  # nested deeper than the interpreter's stack: a peer's doing, not a bug
+        raise ProtocolError("payload is not JSON this side accepts: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of over 4300 digits
+        raise ProtocolError(f"payload is not JSON: {str(exc)[:200]}") from None
     if not isinstance(obj, dict):
         raise ProtocolError(f"payload is JSON {type(obj).__name__}, not an object")
     return obj

@@ -135,7 +135,15 @@ class Conn:
         self.names_json: dict[int, bytes] = {}  # name id -> JSON literal (aclprofd.records.NameJson)
         self.names_bytes = 0  # what the name table is charged against the memory budget
         self.rejected = 0  # records refused for impossible values (aclprofd.ingest)
+        # set by a handler whose frame cost much loop time (a large NAMES frame): the transport
+        # reads no more of this connection in this loop turn, so one agent's tables cost the
+        # others one frame's time per turn, not READ_BUDGET's worth (aclprofd.transport)
+        self.yield_read = False
         self.models: dict[int, dict[str, Any]] = {}
+        # JSON bytes of each model entry and of host/service/labels (-1: not measured yet),
+        # measured once so that STATUS fits its frame without measuring again (aclprofd.replyfit)
+        self.model_bytes: dict[int, int] = {}
+        self.ident_bytes = -1
         self.records = 0
         self.dropped = 0
         self.rate = Rate()

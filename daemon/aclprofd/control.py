@@ -24,7 +24,8 @@ from .fanout import Fanout
 from .filters import Filter
 from .handshake import authorize, is_admin
 from .persist import Persistence
-from .status import CountersSnapshot, status_reply
+from .replyfit import REPLY_BUDGET, take
+from .status import STATUS_CAPTURES_BUDGET, STATUS_FLAGS_BUDGET, Counters, CountersSnapshot, status_reply
 from .transport import Outbox
 
 __all__ = ["Control", "ControlHost"]
@@ -38,6 +39,7 @@ class ControlHost(Protocol):
     """What the control requests use of the daemon (:class:`aclprofd.server.Daemon`)."""
 
     settings: Settings  # who may send what, STATUS's settings (SIGHUP may change them)
+    counters: Counters  # truncations: what replies left out to fit their frame
 
     @property
     def aggregator(self) -> Aggregator: ...
@@ -73,9 +75,15 @@ class Control:
 
     def status(self, conn: Conn, req: dict[str, Any]) -> None:
         snap = self.host.publish()  # STATUS and /metrics read the same snapshot
-        reply = status_reply(snap, self.host.settings.socket)
-        reply["detector"] = self.host.detection.status()
-        reply["captures"] = self.host.captures.status()  # the flight recorder (aclprofd.capture.recorder)
+        cut: dict[str, int] = {}  # what the reply leaves out to fit its frame (aclprofd.replyfit)
+        reply = status_reply(snap, self.host.settings.socket, cut)
+        reply["detector"] = det = self.host.detection.status()
+        det["flags"], cut["flags"], _ = take(det.get("flags") or [], STATUS_FLAGS_BUDGET)
+        reply["captures"] = cap = self.host.captures.status()  # the flight recorder (aclprofd.capture.recorder)
+        cap["items"], cut["captures"], _ = take(cap.get("items") or [], STATUS_CAPTURES_BUDGET)
+        if cut["captures"]:  # the newest is the first item: shown above, or too large too
+            cap["newest"] = cap["items"][0] if cap["items"] else None
+        self.host.counters.truncations.note(reply, "status", cut)
         s = self.host.settings
         # what `aclprof doctor` checks a deployment against: the groups this daemon uses, what
         # this peer may send, and where /metrics listens (daemon/README.md "Security model")
@@ -93,6 +101,10 @@ class Control:
         except (ValueError, TypeError) as exc:
             raise ProtocolError(str(exc)) from None
         self.host.detection.detector.annotate(reply, getattr(flt, "service", None))  # shift_p99 per op type
+        # rows are sorted by total_ns: the cut keeps the heaviest (long op names in JSON
+        # escapes could otherwise pass the frame limit and fail top for every user)
+        reply["rows"], left_out, _ = take(reply["rows"], REPLY_BUDGET)
+        self.host.counters.truncations.note(reply, "snapshot", {"rows": left_out})
         self.outbox.queue(conn, encode_json(Kind.SNAPSHOT_REPLY, reply))
 
     def stream(self, conn: Conn, req: dict[str, Any]) -> None:

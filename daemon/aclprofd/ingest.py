@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeGuard
 
 import numpy as np
 import structlog
@@ -38,6 +38,7 @@ from .handshake import is_int, is_labels
 from .memory import Memory
 from .persist import Persistence
 from .ratelimit import LogLimiter
+from .replyfit import json_size
 from .status import Counters, Health
 
 __all__ = ["Ingest", "note_lag"]
@@ -53,6 +54,13 @@ _BAD_ID = 0xFFFFFFFF  # the C API's "no id" (-1 as u32): never a real model or d
 NAME_OVERHEAD = 200
 _MAX_MODELS = 4096  # watched models per connection (WATCH without UNWATCH must not grow the daemon)
 _LOSS_REASON_MAX = 200  # characters of a LOSS reason kept for the log
+#: the most one LOSS may report: 2**48 records (years of a full-speed agent's drops)
+MAX_LOSS = 1 << 48
+_INT64_MAX = (1 << 63) - 1
+#: a NAMES frame at least this large ends its connection's reading for the loop turn
+#: (~55,000 names in 1 MiB cost the loop 15-50 ms each: 8 MiB of them at once held every
+#: client ~0.4-1 s)
+_NAMES_YIELD = 64 << 10
 
 Handler = Callable[[Conn, memoryview], None]
 
@@ -77,6 +85,19 @@ def note_lag(conn: Conn, recs: np.ndarray) -> None:
         lag = max(lag or 0, gap - off)
     if lag is not None:
         conn.lag_ns = lag
+
+
+def _int_text(k: str) -> bool:
+    try:
+        int(k)
+    except ValueError:
+        return False
+    return True
+
+
+def _u32(v: Any) -> TypeGuard[int]:
+    """A model or device id: the C API's ids are u32 (a 400-digit one is a forged frame)."""
+    return is_int(v) and 0 <= v <= 0xFFFFFFFF
 
 
 class Ingest:
@@ -168,7 +189,13 @@ class Ingest:
         names = decode_json(payload).get("names")
         if not isinstance(names, dict):
             raise ProtocolError("NAMES needs an object of names")
-        cost = sum(len(v) + NAME_OVERHEAD for v in names.values() if isinstance(v, str))
+        # Whole-table steps in C (map, set, join, dict.update) instead of a Python loop per
+        # name: a 1 MiB frame of ~55,000 names took ~100 ms of the loop, now ~15 ms
+        # (issue 19; tests/bench/soak_attacks_replies.py names_1mib)
+        vals = list(names.values())
+        if vals and set(map(type, vals)) != {str}:
+            raise ProtocolError("every name of NAMES must be a string")
+        cost = sum(map(len, vals)) + NAME_OVERHEAD * len(vals)
         share = self.memory.names_share()
         if conn.names_bytes + cost > share or not self.memory.fits(cost):
             self.memory.refuse("names")
@@ -178,33 +205,49 @@ class Ingest:
                 f"({self.memory.budget} bytes) or over the budget itself; "
                 f"define only the names your records use")
         conn.names_bytes += cost
-        for k, v in names.items():
-            try:
-                nid = int(k)
-            except ValueError:
-                raise ProtocolError(f"name id {k!r} is not an integer") from None
-            if not isinstance(v, str) or not 0 <= nid <= 0xFFFFFFFF:
-                raise ProtocolError(f"name id {k!r} must be a u32 and name a string")
-            v = scrub(v)  # a lone surrogate would make every UTF-8 writer (CLI, csv, /metrics) raise
-            cut = utf8_cut(v, MAX_NAME_BYTES)
-            if cut is not None:
-                # a real (if odd) name: kept, cut to the limit (wire.py), counted and logged
-                v = cut
-                self.names_truncated += 1
-                self.limiter.log("warning", "op name truncated", pid=conn.pid, limit=MAX_NAME_BYTES,
-                                   names_truncated=self.names_truncated)
-            old = conn.names.get(nid)
-            if old is None:
-                conn.names[nid] = v
-                conn.names_order.append((nid, v))
-            elif old != v:
+        try:
+            ids = list(map(int, names))
+        except ValueError:
+            bad = next(k for k in names if not _int_text(k))
+            raise ProtocolError(f"name id {bad[:40]!r} is not an integer") from None
+        if ids and (min(ids) < 0 or max(ids) > 0xFFFFFFFF):
+            raise ProtocolError("name ids must be u32 (0 to 2**32-1)")
+        try:
+            "".join(vals).encode("utf-8")
+        except UnicodeEncodeError:
+            vals = [scrub(v) for v in vals]  # a lone surrogate would make every UTF-8 writer raise
+        if vals and max(map(len, vals)) > MAX_NAME_BYTES // 4:  # only these can pass the byte limit
+            for i, v in enumerate(vals):
+                cut = utf8_cut(v, MAX_NAME_BYTES)
+                if cut is not None:
+                    # a real (if odd) name: kept, cut to the limit (wire.py), counted and logged
+                    vals[i] = cut
+                    self.names_truncated += 1
+                    self.limiter.log("warning", "op name truncated", pid=conn.pid, limit=MAX_NAME_BYTES,
+                                     names_truncated=self.names_truncated)
+        table = dict(zip(ids, vals))
+        if len(table) != len(ids):  # one id twice in the frame ("1" and "01"): the same name or an error
+            seen: dict[int, str] = {}
+            for nid, v in zip(ids, vals):
+                if seen.setdefault(nid, v) != v:
+                    raise ProtocolError(f"name id {nid} redefined")
+        for nid in table.keys() & conn.names.keys():
+            if conn.names[nid] != table[nid]:
                 raise ProtocolError(f"name id {nid} redefined")
+            del table[nid]
+        conn.names.update(table)
+        conn.names_order.extend(table.items())
+        if len(payload) >= _NAMES_YIELD:
+            conn.yield_read = True  # one large table frame per loop turn: the other clients go first
 
     def loss(self, conn: Conn, payload: memoryview) -> None:
         obj: dict[str, Any] = decode_json(payload)
         n = obj.get("dropped")
-        if not is_int(n) or n < 0:
-            raise ProtocolError("LOSS needs a non-negative integer dropped")
+        if not is_int(n) or not 0 <= n <= MAX_LOSS:
+            # 2**70 was accepted: the sums (STATUS, GOODBYE, Prometheus) are int64s
+            raise ProtocolError(f"LOSS needs an integer dropped in [0, {MAX_LOSS}]")
+        if conn.dropped + n > _INT64_MAX or self.counters.dropped_total + n > _INT64_MAX:
+            raise ProtocolError("LOSS: the drops reported would pass an int64 in all")
         if n == 0:
             return
         conn.dropped += n
@@ -219,14 +262,15 @@ class Ingest:
         # no device: the agent does not know it (yet: a later WATCH of the model gives it)
         mid, dev = obj.get("model_id"), obj.get("device")
         labels = obj.get("labels") or {}
-        if not is_int(mid) or not (dev is None or is_int(dev)) or not is_labels(labels):
-            raise ProtocolError("WATCH needs an integer model_id, an integer device (or none) and string labels")
+        if not _u32(mid) or not (dev is None or _u32(dev)) or not is_labels(labels):
+            raise ProtocolError("WATCH needs a model_id and a device (or none) in [0, 2**32) and string labels")
         check_identity("WATCH", labels=labels)
         labels = {scrub(k): scrub(v) for k, v in labels.items()}
         if len(conn.models) >= _MAX_MODELS and mid not in conn.models:
             self.memory.refuse("models")
             raise ProtocolError(f"WATCH refused: more than {_MAX_MODELS} watched models on one connection")
-        conn.models[mid] = {"model_id": mid, "device": dev, "labels": labels}
+        conn.models[mid] = entry = {"model_id": mid, "device": dev, "labels": labels}
+        conn.model_bytes[mid] = json_size(entry)  # measured once: STATUS cuts by it (aclprofd.replyfit)
         if conn.keysrc is not None:
             # the model's next records count under its label (a new label: new keys)
             conn.keysrc.set_label(mid, model_label_of(labels))
@@ -237,6 +281,7 @@ class Ingest:
         if not is_int(mid):
             raise ProtocolError("UNWATCH needs an integer model_id")
         conn.models.pop(mid, None)
+        conn.model_bytes.pop(mid, None)
         if conn.keysrc is not None:
             # the agent sends UNWATCH after the model's last records: a reused id starts afresh
             conn.keysrc.set_label(mid, "")

@@ -26,7 +26,9 @@ the loop's live connections. Series:
   ``aclprofd_connections_peer_gone_total`` (peers that left before reading their replies:
   no protocol error), ``aclprofd_connections_open``, ``aclprofd_names_truncated_total``,
   ``aclprofd_storage_corrupt_chunks_total``,
-  ``aclprofd_storage_records_lost_total``, ``aclprofd_storage_names_skipped_total``
+  ``aclprofd_storage_records_lost_total``, ``aclprofd_storage_names_skipped_total``,
+  ``aclprofd_reply_items_truncated_total{what}`` (items replies left out to fit their
+  frame: STATUS ``replies_truncated``)
   (the hardening counters; STATUS reports the same numbers).
 """
 
@@ -125,6 +127,12 @@ class DaemonCollector:
         for what, n in s.memory_refused:
             refused.add_metric([what], n)
         yield refused
+        cut = CounterMetricFamily("aclprofd_reply_items_truncated",
+                                  "Items replies left out to fit their frame (status.agents, snapshot.rows, "
+                                  "baseline.rows, ...)", labels=["what"])
+        for what, n in (s.replies_truncated.get("items") or {}).items():
+            cut.add_metric([what], n)
+        yield cut
         for name, doc, value in (
                 ("aclprofd_internal_errors", "Connections closed for an exception while serving them (a bug)",
                  s.internal_errors),

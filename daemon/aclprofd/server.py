@@ -97,7 +97,8 @@ class Daemon:
         self.ingest = Ingest(self.counters, self.health, self.aggregator, self.persist, self.fanout, self.memory,
                              t.limiter)
         # observes the aggregator; Control serves its requests
-        self.detection = DetectorService(settings, self.aggregator, t.queue, live_owners=self._agent_owners)
+        self.detection = DetectorService(settings, self.aggregator, t.queue, live_owners=self._agent_owners,
+                                         truncations=self.counters.truncations)
         self.captures = CaptureService(self)  # the flight recorder: captures around new flags
         self.control = Control(self, t)
         self.traces = Traces(self, t, self.fanout, t.limits.requested)

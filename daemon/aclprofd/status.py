@@ -23,10 +23,11 @@ from .aggregate.aggregator import Aggregator
 from .config import Settings
 from .conn import Conn, Rate
 from .counter_history import CounterHistory
+from .replyfit import REPLY_BUDGET, Truncations, fair_shares, json_size, take
 from .storage import Storage
 
 __all__ = ["Counters", "AgentSnapshot", "CountersSnapshot", "Health", "take_snapshot", "status_reply",
-           "PUBLISH_S", "SnapshotSource"]
+           "PUBLISH_S", "SnapshotSource", "STATUS_FLAGS_BUDGET", "STATUS_CAPTURES_BUDGET"]
 
 PUBLISH_S = 0.1  # the loop publishes a new snapshot at most this often (and on STATUS)
 _MAX_DROP_KEYS = 1000
@@ -47,6 +48,8 @@ class Counters:
     records_rejected: dict[str, int] = field(default_factory=dict)
     #: requests refused by the memory budget, by what they would have grown (aclprofd.server)
     memory_refused: dict[str, int] = field(default_factory=dict)
+    #: what replies left out to fit their frame (aclprofd.replyfit)
+    truncations: Truncations = field(default_factory=Truncations)
 
     def add_drops(self, pid: int, service: str, n: int) -> None:
         self.dropped_total += n
@@ -73,6 +76,10 @@ class AgentSnapshot:
     trace: dict[str, Any] = field(default_factory=dict)
     #: uid, pid namespace, pid there, HELLO's pid (aclprofd.conn.Conn.identity)
     identity: dict[str, Any] = field(default_factory=dict)
+    #: JSON bytes of host, service and labels, and of each model entry (aclprofd.replyfit):
+    #: measured once (HELLO, WATCH), so that STATUS cuts without measuring again
+    ident_bytes: int = 0
+    model_bytes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -126,6 +133,8 @@ class CountersSnapshot:
     tables: dict[str, dict[str, int]] = field(default_factory=dict)
     #: the counters' growth per recent window (aclprofd.counter_history)
     recent: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: what replies left out to fit their frame, since the start (aclprofd.replyfit)
+    replies_truncated: dict[str, Any] = field(default_factory=dict)
 
 
 class Health:
@@ -263,7 +272,8 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
                 "memory_refused": sum(c.memory_refused.values()), "internal_errors": t.internal_errors}
     agents = tuple(AgentSnapshot(a.pid, a.host, a.service, dict(a.labels), round(mono - a.connected, 3),
                                  tuple(dict(m) for m in a.models.values()), a.records, a.rate.per_s(now),
-                                 a.dropped, a.lag_ns, a.steps, d.traces.gap_of(a.id), a.identity())
+                                 a.dropped, a.lag_ns, a.steps, d.traces.gap_of(a.id), a.identity(),
+                                 _ident_bytes(a), tuple(a.model_bytes.get(m, 0) for m in a.models))
                    for a in t.conns.values() if a.role == "agent")
     open_all, open_control, open_anon = t.open_counts()
     open_agents, agents_largest_uid = t.limits.agent_counts()
@@ -288,19 +298,78 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         traces=d.traces.summary(), recent=d.health.recent(agg, d.started_mono, mono, counters),
         connections_refused_by=tuple(sorted(t.limits.refused_by.items())),
         agent_idle_closed=t.limits.idle_closed_by["agent"], open_agents=open_agents,
-        agents_largest_uid=agents_largest_uid, tables=tables)
+        agents_largest_uid=agents_largest_uid, tables=tables,
+        replies_truncated=c.truncations.as_dict())
 
 
-def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
-    """The STATUS_REPLY object (daemon/PROTOCOL.md) of a snapshot."""
+def _ident_bytes(conn: Conn) -> int:
+    """JSON bytes of an agent's host, service, labels and identity (HELLO's pid is the
+    peer's number): fixed at HELLO, measured once."""
+    if conn.ident_bytes < 0:
+        conn.ident_bytes = json_size({"host": conn.host, "service": conn.service, "labels": conn.labels,
+                                      **conn.identity()})
+    return conn.ident_bytes
+
+
+#: STATUS's shares of REPLY_BUDGET: the agents (their labels and models), the problems (they
+#: quote services), and what :mod:`aclprofd.control` adds: detector flags and captures
+STATUS_AGENTS_BUDGET = REPLY_BUDGET * 2 // 3
+STATUS_PROBLEMS_BUDGET = REPLY_BUDGET // 12
+STATUS_FLAGS_BUDGET = REPLY_BUDGET // 12
+STATUS_CAPTURES_BUDGET = REPLY_BUDGET // 6
+#: one agent's entry at most (host, service, labels and its models): 4096 models with short
+#: labels take ~300 kB; beyond it its models are cut (``models_truncated``)
+STATUS_AGENT_MAX = 512 << 10
+#: an agent entry's bytes besides its strings (numbers and key names: ~400) rounded up
+_AGENT_FIXED = 1024
+
+
+def _agents(agents: tuple[AgentSnapshot, ...], cut: dict[str, int]) -> list[dict[str, Any]]:
+    """STATUS ``agents``, cut to STATUS_AGENTS_BUDGET: each agent gets a max-min fair share
+    of the bytes, at most STATUS_AGENT_MAX (its host, service, labels and models as
+    measured at HELLO and WATCH), so
+    an agent with huge labels loses its own models first (``models_truncated`` in its
+    entry) and cannot push the others out; an agent whose identity alone does not fit its
+    share is left out (``cut["agents"]``)."""
+    needs = [_AGENT_FIXED + a.ident_bytes + sum(a.model_bytes) + len(a.model_bytes) for a in agents]
+    # at most STATUS_AGENT_MAX each: every STATUS costs the loop what it holds (an 8 MB reply
+    # ~100 ms), so one agent's labels must not make each one large
+    shares = fair_shares([min(n, STATUS_AGENT_MAX) for n in needs], STATUS_AGENTS_BUDGET)
+    out: list[dict[str, Any]] = []
+    for a, share, need in zip(agents, shares, needs):
+        base = _AGENT_FIXED + a.ident_bytes
+        if share < base:
+            cut["agents"] = cut.get("agents", 0) + 1
+            continue
+        models = list(a.models)
+        entry: dict[str, Any] = {}
+        if share < need:
+            room, keep = share - base, 0
+            for nb in a.model_bytes:
+                if nb + 1 > room:
+                    break
+                room -= nb + 1
+                keep += 1
+            entry["models_truncated"] = len(models) - keep
+            cut["models"] = cut.get("models", 0) + len(models) - keep
+            models = models[:keep]
+        out.append({"pid": a.pid, "host": a.host, "service": a.service, "labels": a.labels,
+                    "connected_s": a.connected_s, "models": models, "records": a.records,
+                    "records_per_s": a.records_per_s, "dropped": a.dropped, "lag_ns": a.lag_ns,
+                    "steps": a.steps, **a.trace, **a.identity, **entry})
+    return out
+
+
+def status_reply(s: CountersSnapshot, socket_path: str, cut: dict[str, int] | None = None) -> dict[str, Any]:
+    """The STATUS_REPLY object (daemon/PROTOCOL.md) of a snapshot; its peer-chosen parts
+    (agents, problems) cut to their shares of the reply budget, what was left out added to
+    ``cut`` (the caller marks the reply and counts it: :class:`aclprofd.replyfit.Truncations`)."""
+    cut = {} if cut is None else cut
+    problems, cut["problems"], _ = take(s.problems, STATUS_PROBLEMS_BUDGET)
     return {"version": __version__, "pid": os.getpid(), "uptime_s": s.uptime_s,
-            "healthy": not s.problems, "problems": list(s.problems), "records_total": s.records_total,
+            "healthy": not s.problems, "problems": problems, "records_total": s.records_total,
             "records_per_s": s.records_per_s, "dropped_by_agents": s.dropped_total,
-            "agents": [{"pid": a.pid, "host": a.host, "service": a.service, "labels": a.labels,
-                        "connected_s": a.connected_s, "models": list(a.models), "records": a.records,
-                        "records_per_s": a.records_per_s, "dropped": a.dropped, "lag_ns": a.lag_ns,
-                        "steps": a.steps, **a.trace, **a.identity}
-                       for a in s.agents],
+            "agents": _agents(s.agents, cut),
             "storage": s.storage,
             "aggregates": {"keys": s.aggregate_keys, "cap": s.aggregate_cap,
                            "other_bucket_records": s.aggregate_other_records,
@@ -319,4 +388,4 @@ def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
             "tables": {k: dict(v) for k, v in s.tables.items()},
             "names_truncated": s.names_truncated,
             "traces": dict(s.traces), "recent": {k: dict(v) for k, v in s.recent.items()},
-            "socket": socket_path}
+            "replies_truncated": s.replies_truncated, "socket": socket_path}

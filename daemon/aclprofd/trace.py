@@ -32,7 +32,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeGuard
 
 import structlog
 
@@ -45,6 +45,8 @@ from .conn import Conn
 from .fanout import Fanout
 from .handshake import is_int
 from .records import append_frame
+from .replyfit import REPLY_BUDGET, take
+from .status import Counters
 from .trace_route import ServiceOwners, check_dirs, describe_owner, owner_key, peer_fields
 from .transport import Outbox
 
@@ -61,6 +63,12 @@ _MAX_EXCLUDED = 64      # agents listed as not asked in one TRACE_REPLY (all are
 #: other readers) and convertible to float (a JSON integer of 400 digits would otherwise
 #: make every STATUS raise)
 _MAX_COUNT = (1 << 62) - 1
+#: what one TRACE_DONE may report (issue 19: forged frames of 2**62 each pushed the sums
+#: past int64, 9.2e22): a pause is at most a trace (300 s) plus the agent's own time, so a
+#: day is far beyond any real one; ops in one pause at most 2**40
+_MAX_PAUSE_NS = 86_400 * 10**9
+_MAX_GAP_RECORDS = 1 << 40
+_INT64_MAX = (1 << 63) - 1
 
 
 @dataclass
@@ -73,12 +81,18 @@ class Gap:
     unknown: int = 0   # pauses whose op count the agent could not know
 
     def add(self, pause_ns: int, records: int | None) -> None:
+        """One pause. The sums saturate at int64 (the daemon-wide one sums many agents'
+        bounded, per-connection checked reports: :meth:`fits`)."""
         self.pauses += 1
-        self.paused_ns += pause_ns
+        self.paused_ns = min(_INT64_MAX, self.paused_ns + pause_ns)
         if records is None:
             self.unknown += 1
         else:
-            self.records += records
+            self.records = min(_INT64_MAX, self.records + records)
+
+    def fits(self, pause_ns: int, records: int | None) -> bool:
+        """Whether one more pause keeps this connection's sums exact int64s."""
+        return self.paused_ns + pause_ns <= _INT64_MAX and self.records + (records or 0) <= _INT64_MAX
 
     def as_dict(self) -> dict[str, Any]:
         return {"trace_pauses": self.pauses, "trace_paused_seconds": round(self.paused_ns / 1e9, 6),
@@ -112,6 +126,7 @@ class TraceHost(Protocol):
     """What traces read of the daemon's changing state (:class:`aclprofd.server.Daemon`)."""
 
     settings: Settings  # ``stream_buffer``, the gap line's bound; ``trace_straggler_grace`` (SIGHUP)
+    counters: Counters  # truncations: processes a TRACE_REPLY left out to fit its frame
 
 
 
@@ -230,15 +245,18 @@ class Traces:
         tid, pause_ns, gap = obj.get("trace_id"), obj.get("pause_ns", 0), obj.get("gap_records")
         session_ns = obj.get("session_ns", 0)
         dirs, error, models = obj.get("dirs", []), obj.get("error"), obj.get("models", [])
-        if not is_int(tid) or not _count(pause_ns) or not _count(session_ns) or not (gap is None or _count(gap)):
-            raise ProtocolError(f"TRACE_DONE needs an integer trace_id, pause_ns and session_ns in [0, {_MAX_COUNT}], "
-                                "and gap_records in that range or null")
+        if not _count(tid) or not _count(pause_ns, _MAX_PAUSE_NS) or not _count(session_ns, _MAX_PAUSE_NS) \
+                or not (gap is None or _count(gap, _MAX_GAP_RECORDS)):
+            raise ProtocolError(f"TRACE_DONE needs an integer trace_id in [0, {_MAX_COUNT}], pause_ns and session_ns "
+                                f"in [0, {_MAX_PAUSE_NS}] (a day), and gap_records in [0, {_MAX_GAP_RECORDS}] or null")
         if not isinstance(dirs, list) or len(dirs) > _MAX_DIRS or not all(isinstance(x, str) for x in dirs):
             raise ProtocolError(f"TRACE_DONE dirs must be a list of at most {_MAX_DIRS} strings")
         if error is not None and not isinstance(error, str):
             raise ProtocolError("TRACE_DONE error must be a string or null")
-        if not isinstance(models, list) or not all(is_int(m) for m in models[:_MAX_DIRS]):
-            raise ProtocolError("TRACE_DONE models must be a list of integers")
+        if not isinstance(models, list) or not all(_count(m, 0xFFFFFFFF) for m in models[:_MAX_DIRS]):
+            raise ProtocolError("TRACE_DONE models must be a list of model ids (u32)")
+        if pause_ns and not self._gaps.get(conn.id, Gap()).fits(pause_ns, gap):
+            raise ProtocolError("TRACE_DONE: this connection's trace pauses would pass an int64 in all")
         self._silent.pop(conn.id, None)  # it answers: ask it again
         result = {**peer_fields(conn), "dirs": [truncate(scrub(x), _MAX_TEXT) for x in dirs], "dirs_refused": [],
                   "pause_ns": pause_ns, "session_ns": session_ns,
@@ -310,11 +328,15 @@ class Traces:
         _log.info("trace finished", trace=t.id, ok=ok, processes=len(processes),
                   errors=[r["error"] for r in processes if r.get("error")], excluded=len(t.excluded))
         if t.client is not None and not t.client.closed:
-            self.outbox.queue(t.client, encode_json(Kind.TRACE_REPLY, {
-                "ok": ok, "error": None if ok else "some processes did not trace (see processes[].error)",
-                "trace_id": t.id, "service": t.service, "pid": t.pid, "duration_s": t.duration_s,
-                "data_types": list(t.data_types), "processes": processes,
-                "excluded": t.excluded[:_MAX_EXCLUDED], "excluded_total": len(t.excluded)}))
+            # each process may list 64 paths of 4096 characters (six-fold in JSON escapes): the
+            # list is cut to the reply budget, the cut said and counted (aclprofd.replyfit)
+            shown, left_out, _ = take(processes, REPLY_BUDGET)
+            reply = {"ok": ok, "error": None if ok else "some processes did not trace (see processes[].error)",
+                     "trace_id": t.id, "service": t.service, "pid": t.pid, "duration_s": t.duration_s,
+                     "data_types": list(t.data_types), "processes": shown,
+                     "excluded": t.excluded[:_MAX_EXCLUDED], "excluded_total": len(t.excluded)}
+            self.host.counters.truncations.note(reply, "trace", {"processes": left_out})
+            self.outbox.queue(t.client, encode_json(Kind.TRACE_REPLY, reply))
 
     def closed(self, conn: Conn) -> None:
         """``conn`` is closing (the loop's close hook): an agent's part ends with an error
@@ -389,10 +411,11 @@ class Traces:
                 **self.total.as_dict()}
 
 
-def _count(v: Any) -> bool:
-    return is_int(v) and 0 <= v <= _MAX_COUNT
+def _count(v: Any, top: int = _MAX_COUNT) -> TypeGuard[int]:
+    return is_int(v) and 0 <= v <= top
 
 
 def _num(v: Any) -> float | None:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    # the range first: math.isfinite of a 400-digit integer raises OverflowError
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and -1e18 < v < 1e18 and math.isfinite(v)
     return float(v) if ok else None

@@ -38,6 +38,7 @@ from .conn import Conn
 from .connlimits import ConnLimits
 from .memory import UNREAD_REPLIES, Memory
 from .ratelimit import LogLimiter
+from .replyfit import cut_text
 
 __all__ = ["Transport", "Outbox", "LogLimiter", "goodbye_frame"]
 
@@ -219,6 +220,9 @@ class Transport:
                 budget -= n
             if not self._feed(conn, data):
                 return
+            if conn.yield_read and budget is not None:  # a large NAMES frame: the others' turn now
+                conn.yield_read = False
+                return
 
     def _feed(self, conn: Conn, data: bytes) -> bool:
         """Handle the frames ``data`` completes; False once the connection is closed."""
@@ -317,7 +321,7 @@ class Transport:
             return
         if protocol_error:
             self._on_protocol_error(conn)
-        frames = encode_json(Kind.ERROR, {"message": reason})
+        frames = encode_json(Kind.ERROR, {"message": cut_text(reason)})  # it may quote a peer's value
         if conn.role == "agent":
             frames += goodbye_frame(conn)
         self.send_last(conn, frames)

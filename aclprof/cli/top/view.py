@@ -308,6 +308,10 @@ def render_table(snap: dict[str, Any], view: TopView, limit: int = 0, title_extr
     parts.append(table)
     if more:
         parts.append(Text(f"... {more:,} more rows", style="dim"))
+    cut = (snap.get("truncated") or {}).get("rows")
+    if cut:  # the daemon left the lightest rows out to fit its reply frame (long names)
+        parts.append(Text(f"({cut:,} lighter rows not sent: the daemon's reply was cut to fit its 16 MiB frame)",
+                          style="yellow"))
     if not snap.get("rows"):  # below the table, whole (a cell would cut the filter's text)
         parts.append(Text(safe(f"({view.empty_note or 'no records in this window yet'})"), style="yellow"))
     if view.editing is not None:

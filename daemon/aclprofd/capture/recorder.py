@@ -210,6 +210,11 @@ class CaptureService:
             self.store.scan()
         except OSError as exc:
             self._failed(f"cannot read {self.store.root}: {exc.strerror or exc}")
+        except Exception as exc:  # a bug: counted and logged, the thread still serves captures
+            self._failed(f"cannot list {self.store.root}: {type(exc).__name__}: {exc}", exc_info=True)
+        for name, why in self.store.skipped[:20]:  # at most 20 lines; the count says the rest
+            _log.warning("capture directory entry skipped", name=name, reason=why,
+                         skipped=len(self.store.skipped))
         while True:
             job = self._queue.get()
             if job is None:
@@ -292,5 +297,6 @@ class CaptureService:
                 "records_written_total": self.records_written, "records_truncated_total": self.records_truncated,
                 "rate_limited_total": self.rate_limited, "dropped_total": self.dropped,
                 "abandoned_total": self.abandoned, "evicted_total": self.store.evicted,
+                "skipped_entries": len(self.store.skipped),
                 "pending": len(self.pending), "queued": self._queue.qsize() + int(self.busy),
                 "newest": items[0] if items else None, "items": items}

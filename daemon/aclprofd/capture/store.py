@@ -92,7 +92,9 @@ def _text(value: Any) -> str | None:
 
 
 def _number(value: Any) -> float | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+    # the range first: math.isfinite of a 400-digit integer raises OverflowError
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and -1e300 < value < 1e300 \
+            and math.isfinite(value):
         return float(value)
     return None
 
@@ -109,6 +111,9 @@ class CaptureStore:
         self.entries: list[CaptureEntry] = []
         self.published: tuple[CaptureEntry, ...] = ()
         self.evicted = 0  # captures deleted for the bounds
+        #: (name, why) of what scan() found in the directory and left out of the list (a file,
+        #: a symlink, an entry it could not read): counted and logged by the recorder
+        self.skipped: list[tuple[str, str]] = []
 
     def scan(self) -> None:
         """Read what a previous run left (the bounds count it). A missing directory is an
@@ -120,13 +125,17 @@ class CaptureStore:
         entries = []
         for name in names:
             path = os.path.join(self.root, name)
-            if not os.path.isdir(path) or os.path.islink(path):
-                continue
-            if name.startswith("."):
-                if name.endswith(".tmp"):  # a capture being written when the daemon died
-                    shutil.rmtree(path, ignore_errors=True)
-                continue
-            entries.append(CaptureEntry(name, tree_bytes(path), _read_summary(path)))
+            try:
+                if not os.path.isdir(path) or os.path.islink(path):
+                    self.skipped.append((name, "not a capture directory"))
+                    continue
+                if name.startswith("."):
+                    if name.endswith(".tmp"):  # a capture being written when the daemon died
+                        shutil.rmtree(path, ignore_errors=True)
+                    continue
+                entries.append(CaptureEntry(name, tree_bytes(path), _read_summary(path)))
+            except Exception as exc:  # anything in the directory: skipped and said, never the thread's end
+                self.skipped.append((name, f"{type(exc).__name__}: {exc}"[:200]))
         self.entries = entries
         self.publish()
 
@@ -189,5 +198,5 @@ def _read_summary(path: str) -> dict[str, Any]:
         if len(data) > _MAX_CAPTURE_FILE:
             return summary_of(None)
         return summary_of(json.loads(data))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested deeper than the stack
         return summary_of(None)

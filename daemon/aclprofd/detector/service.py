@@ -17,12 +17,14 @@ from typing import Any
 import structlog
 
 from aclprof.protocol.baselinefmt import check_name
-from aclprof.protocol.wire import Kind, ProtocolError, encode_json
+from aclprof.protocol.wire import Kind, ProtocolError, encode, encode_json
 
 from ..aggregate.aggregator import Aggregator
+from ..baselinedoc import Built, build
 from ..baselines import BaselineStore
 from ..config import Settings
 from ..conn import Conn
+from ..replyfit import Truncations
 from ..sockets import DaemonError
 from .engine import Detector, DetectorConfig, DetectorView
 from .state import Cell
@@ -54,8 +56,11 @@ class DetectorService:
     now, whose cells never age out."""
 
     def __init__(self, settings: Settings, aggregator: Aggregator, reply: Callable[[Conn, bytes], None], *,
-                 live_owners: Callable[[], Collection[Hashable]] = frozenset) -> None:
+                 live_owners: Callable[[], Collection[Hashable]] = frozenset,
+                 truncations: Truncations | None = None) -> None:
         self.settings = settings
+        #: rows the bounded baseline documents left out (aclprofd.baselinedoc), counted daemon-wide
+        self.truncations = truncations if truncations is not None else Truncations()
         self.aggregator = aggregator
         self.reply = reply
         owners = aggregator.keys.owner
@@ -179,10 +184,10 @@ class DetectorService:
         try:
             check_name(name)
             now = time.time()
-            doc = self.detector.document(str(name), source, {"saved_ts": now, "host": host_label(self.settings),
-                                                             "window_s": self.detector.config.window_s,
-                                                             "trailing_s": self.detector.config.trailing_s})
-            size = self.baselines.save(str(name), doc)
+            doc = self._document(str(name), source, {"saved_ts": now, "host": host_label(self.settings),
+                                                     "window_s": self.detector.config.window_s,
+                                                     "trailing_s": self.detector.config.trailing_s})
+            size = self.baselines.save_bytes(str(name), doc.data)
         except ValueError as exc:
             raise ProtocolError(f"BASELINE_SAVE: {exc}") from None
         except OSError as exc:
@@ -190,10 +195,24 @@ class DetectorService:
             self.reply(conn, encode_json(Kind.ERROR, {"message": f"BASELINE_SAVE: cannot write "
                                                         f"{self.baselines.path(str(name))}: {exc.strerror or exc}"}))
             return
-        _log.info("baseline saved", name=name, source=source, rows=len(doc["rows"]), bytes=size, by_pid=conn.pid)
-        self.reply(conn, encode_json(Kind.BASELINE_SAVE_REPLY, {
-            "name": name, "source": source, "saved_ts": now, "rows": len(doc["rows"]), "bytes": size,
-            "path": self.baselines.path(str(name))}))
+        _log.info("baseline saved", name=name, source=source, rows=doc.rows, bytes=size, by_pid=conn.pid,
+                  rows_left_out=doc.rows_left_out)
+        reply: dict[str, Any] = {"name": name, "source": source, "saved_ts": now, "rows": doc.rows, "bytes": size,
+                                 "path": self.baselines.path(str(name))}
+        if doc.rows_left_out:
+            reply["truncated"] = {"rows": doc.rows_left_out, "services": len(doc.services_cut)}
+        self.reply(conn, encode_json(Kind.BASELINE_SAVE_REPLY, reply))
+
+    def _document(self, name: str, source: str, meta: dict[str, Any]) -> Built:
+        """The detector's cells as a baseline document within its byte budget (the rows left
+        out are in the document and counted: aclprofd.baselinedoc)."""
+        cells, hists = self.detector.store.cell_hists(source)
+        doc = build(name, cells, hists, {"source": source, **meta})
+        if doc.rows_left_out:
+            self.truncations.note({}, "baseline", {"rows": doc.rows_left_out})
+            _log.warning("baseline document cut to its byte budget", name=name, rows=doc.rows,
+                         rows_left_out=doc.rows_left_out, services_cut=len(doc.services_cut))
+        return doc
 
     def listing(self, conn: Conn, req: dict[str, Any]) -> None:
         """BASELINE_LIST ``{}``: the saved baselines and the one in use."""
@@ -207,13 +226,13 @@ class DetectorService:
         name = req.get("name")
         live = LIVE_SOURCES.get(name) if isinstance(name, str) else None
         if live is not None:
-            doc = self.detector.document("live", live, {"saved_ts": time.time(),
-                                                        "host": host_label(self.settings)})
+            data = self._document("live", live, {"saved_ts": time.time(), "host": host_label(self.settings)}).data
         else:
             try:
-                doc = self.baselines.load(check_name(name))
+                data = self.baselines.load_bytes(check_name(name))
             except FileNotFoundError:
                 raise ProtocolError(f"BASELINE_GET: no baseline named {name!r} (see BASELINE_LIST)") from None
             except (OSError, ValueError) as exc:
                 raise ProtocolError(f"BASELINE_GET: {exc}") from None
-        self.reply(conn, encode_json(Kind.BASELINE_GET_REPLY, doc))
+        # the JSON as built or saved (checked, at most MAX_BYTES): not parsed and encoded again
+        self.reply(conn, encode(Kind.BASELINE_GET_REPLY, data))
