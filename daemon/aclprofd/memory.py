@@ -37,9 +37,12 @@ class Memory:
         #: refusals by what they would have grown (the daemon's ``Counters.memory_refused``)
         self.refused = refused
         self._next_trim = 0.0
+        #: bytes held outside the connections, each read on demand: the /metrics rendering
+        #: (:meth:`aclprofd.metrics.Metrics.held`)
+        self.holders: list[Callable[[], int]] = []
 
     def used(self) -> int:
-        return sum(c.held() for c in self.conns.values())
+        return sum(c.held() for c in self.conns.values()) + sum(h() for h in self.holders)
 
     def fits(self, more: int) -> bool:
         return self.used() + more <= self.budget
@@ -47,6 +50,10 @@ class Memory:
     def reply_cap(self) -> int:
         """Bytes one connection may have queued (replies, stream and export frames)."""
         return min(REPLY_CAP, self.budget // 4)
+
+    def metrics_share(self) -> int:
+        """Bytes one /metrics rendering may take (its text; later series are left out)."""
+        return self.budget // 4
 
     def names_share(self) -> int:
         """Bytes one connection's name table may be charged."""

@@ -116,6 +116,8 @@ class CountersSnapshot:
     traces: dict[str, Any] = field(default_factory=dict)
     #: the counters' growth per recent window (aclprofd.counter_history)
     recent: dict[str, dict[str, float]] = field(default_factory=dict)
+    #: the /metrics endpoint's figures (aclprofd.metrics.Metrics.stats; empty without it)
+    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 class Health:
@@ -244,7 +246,13 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         internal_errors=d.internal_errors, connections_refused=d.refused, idle_closed=d.idle_closed,
         accept_errors=d.accept_errors, peer_gone=d.peer_gone, open_connections=open_all,
         open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
-        traces=d.traces.summary(), recent=d.health.recent(agg, d.started_mono, mono, counters))
+        traces=d.traces.summary(), recent=d.health.recent(agg, d.started_mono, mono, counters),
+        metrics=_metrics_stats(d))
+
+
+def _metrics_stats(d: SnapshotSource) -> dict[str, Any]:
+    m = getattr(d, "metrics", None)  # None without the endpoint (prometheus_port = 0)
+    return m.stats() if m is not None else {}
 
 
 def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
