@@ -339,3 +339,15 @@ def test_rendering_matches_prometheus_client():
         theirs = generate_latest(reg)
         text = b"".join(mine.chunks)
         assert text[:text.index(b"# HELP aclprofd_metrics_series ")] == theirs
+
+
+def test_status_says_what_metrics_left_out():
+    from aclprof.cli.status import format_status
+
+    text = format_status({"healthy": True, "metrics": {
+        "series": 1000, "series_refused": {"agent_share": 310, "total": 0, "bytes": 62}, "agents_over_share": 1,
+        "requests_refused": {"forbidden_user": 2, "read_timeout": 0}}})
+    assert "/metrics: 1,000 series shown, left out by the series budget: agent_share 310, bytes 62 " \
+           "(1 agents over their share)" in text
+    assert "/metrics requests refused: forbidden_user 2" in text and "read_timeout" not in text
+    assert "/metrics" not in format_status({"healthy": True, "metrics": {"series": 5, "series_refused": {}}})

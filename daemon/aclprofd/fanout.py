@@ -128,7 +128,7 @@ class Fanout:
         take at most half of it: agents' name tables and unstored records keep room.
         One pass over the connections per call (per batch, per pump), not per client."""
         budget = self.host.memory.budget
-        used = streams = 0
+        used, streams = self.host.memory.outside(), 0
         for c in self.host.conns.values():
             used += c.held()  # as Memory.used() sums it
             if c.stream is not None:

@@ -42,7 +42,11 @@ class Memory:
         self.holders: list[Callable[[], int]] = []
 
     def used(self) -> int:
-        return sum(c.held() for c in self.conns.values()) + sum(h() for h in self.holders)
+        return sum(c.held() for c in self.conns.values()) + self.outside()
+
+    def outside(self) -> int:
+        """Bytes held outside the connections (the /metrics rendering)."""
+        return sum(h() for h in self.holders)
 
     def fits(self, more: int) -> bool:
         return self.used() + more <= self.budget

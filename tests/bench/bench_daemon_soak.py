@@ -82,6 +82,7 @@ def _agent(path: str, idx: int, batch: int, stop_at: float, rate: float, out: mp
     names, types, op_names, means = _model(200)
     rng = np.random.default_rng(idx)
     s = _connect(path, "agent", f"good{idx}", names)
+    s.settimeout(120)  # a stalled loop shows in the STATUS probe; a send timeout would break the stream
     frames = []
     for _ in range(8):
         r = np.zeros(batch, RECORD_DTYPE)
@@ -100,7 +101,13 @@ def _agent(path: str, idx: int, batch: int, stop_at: float, rate: float, out: mp
         now = time.monotonic_ns()
         r["end"] = now
         r["start"] = now - r["duration"]
-        s.sendall(encode_batch(r))
+        try:
+            s.sendall(encode_batch(r))
+        except OSError as exc:  # reported, not a dead bench: the daemon did not read for 120 s
+            print(f"good{idx}: send failed after {emitted} records: {exc}", file=sys.stderr)
+            s.close()
+            out.put((idx, os.getpid(), emitted, -1))
+            return
         emitted += batch
         i += 1
     # wait until the daemon has read everything (STATUS), then leave
