@@ -257,9 +257,9 @@ NEEDS_ROOT = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is 
                                 reason="needs root, setpriv and curl (runs curl as the user nobody)")
 
 
-def _curl_as_nobody(port: int, *args: str) -> str:
-    p = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "curl", "-s",
-                        "-o", "/dev/null", "-w", "%{http_code}", *args, f"http://127.0.0.1:{port}/metrics"],
+def _curl_as_nobody(port: int, *args: str, host: str = "127.0.0.1") -> str:
+    p = subprocess.run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "curl", "-s", "-g",
+                        "-o", "/dev/null", "-w", "%{http_code}", *args, f"http://{host}:{port}/metrics"],
                        capture_output=True, text=True, timeout=30)
     return p.stdout
 
@@ -281,6 +281,20 @@ def test_another_local_user_cannot_read_metrics(tmp_path):
         assert 'service="secret-svc"' in _scrape(port)  # root: allowed by uid
         refused = status(d.socket)["metrics"]["requests_refused"]
         assert refused["forbidden_user"] == 1 and refused["bad_token"] == 1
+
+
+@NEEDS_ROOT
+def test_ipv6_and_dual_stack_loopback_peers_are_judged_by_uid(tmp_path):
+    """/proc/net/tcp6 (v6 words in host order) and v4 clients of a "::" listener (v4-mapped)."""
+    token = tmp_path / "token"
+    token.write_text("t0k\n")
+    token.chmod(0o600)
+    port = free_port()
+    with InProcess(prometheus_port=port, prometheus_host="::", prometheus_token_file=str(token)):
+        for host in ("127.0.0.1", "[::1]"):
+            assert _curl_as_nobody(port, host=host) == "403", host
+            assert _curl_as_nobody(port, "-H", "Authorization: Bearer t0k", host=host) == "200", host
+        assert _scrape(port)  # root, over v4 to the dual-stack listener
 
 
 @NEEDS_ROOT

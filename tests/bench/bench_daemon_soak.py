@@ -477,11 +477,13 @@ def _attacks(data_dir: str, port: int = 0) -> dict[str, Callable[[str], str]]:
             "second daemon on the data dir": lambda p: _attack_second_daemon(p, data_dir)}
 
 
-def _hostile(path: str, data_dir: str, stop_at: float, out: mp.Queue, port: int = 0) -> None:
+def _hostile(path: str, data_dir: str, stop_at: float, out: mp.Queue, port: int = 0,
+             skip: tuple[str, ...] = ()) -> None:
     results: dict[str, dict[str, int]] = {}
     spans: list[tuple[str, float, float]] = []  # (attack, start, end): which one a stall fell in
+    attacks = {k: v for k, v in _attacks(data_dir, port).items() if not any(x in k for x in skip)}
     while time.time() < stop_at:
-        for name, fn in _attacks(data_dir, port).items():
+        for name, fn in attacks.items():
             t0 = time.time()
             try:
                 res = fn(path)
@@ -510,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=4096)
     ap.add_argument("--budget", default="256MiB", help="the daemon's --memory-budget")
     ap.add_argument("--quick", action="store_true", help="60 s")
+    ap.add_argument("--skip", default="", help="comma separated: leave out the attacks whose names contain these")
     ap.add_argument("--no-prometheus", action="store_true", help="no real Prometheus (the 5 s scraper thread stays)")
     args = ap.parse_args(argv)
     duration = 60.0 if args.quick else args.duration
@@ -548,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         hq: mp.Queue = ctx.Queue()
         agents = [ctx.Process(target=_agent, args=(path, i, args.batch, stop_at, args.rate / args.agents, q))
                   for i in range(args.agents)]
-        hostile = ctx.Process(target=_hostile, args=(path, data_dir, stop_at, hq, port))
+        hostile = ctx.Process(target=_hostile, args=(path, data_dir, stop_at, hq, port,
+                                                              tuple(x for x in args.skip.split(",") if x)))
         for p in (*agents, hostile):
             p.start()
         stop_probe = threading.Event()
