@@ -189,20 +189,36 @@ def test_half_sent_requests_hold_no_thread_and_time_out():
         assert _value(text, 'aclprofd_metrics_requests_refused_total{reason="read_timeout"}') == 30
 
 
-def test_connection_cap_answers_503_and_counts():
+def test_connections_that_do_not_ask_cannot_lock_a_scraper_out():
+    """At the cap, a new connection evicts the one waiting longest for a request (counted);
+    only when every connection is being answered is the new one refused with 503."""
     port = free_port()
-    with InProcess(prometheus_port=port, prometheus_max_connections=4) as d:
-        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+    with InProcess(prometheus_port=port, prometheus_max_connections=2) as d:
+        held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
         time.sleep(0.2)
+        assert "aclprofd_records_total" in _scrape(port)  # the scraper gets in: the oldest went
+        held[0].settimeout(5)
+        assert held[0].recv(100) == b""
+        refused = status(d.socket)["metrics"]["requests_refused"]
+        assert refused["evicted"] == 1 and "connections" not in refused
+        for s in held:
+            s.close()
+        # two clients being answered (pipelined requests, never read): a third gets 503
+        stuck = []
+        for _ in range(2):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n" * 2000)
+            stuck.append(s)
+        wait_for(lambda: status(d.socket)["metrics"]["connections_open"] == 2)
+        time.sleep(0.5)
         extra = socket.create_connection(("127.0.0.1", port))
         extra.settimeout(5)
         assert extra.recv(100).startswith(b"HTTP/1.1 503 ")
         extra.close()
-        for s in held:
+        for s in stuck:
             s.close()
-        wait_for(lambda: status(d.socket)["metrics"]["connections_open"] == 0)
-        assert status(d.socket)["metrics"]["requests_refused"]["connections"] == 1
-        assert _scrape(port)  # room again
+        wait_for(lambda: status(d.socket)["metrics"]["requests_refused"].get("connections") == 1)
 
 
 def test_a_scraper_that_never_reads_is_closed_at_the_write_timeout():

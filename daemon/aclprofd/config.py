@@ -273,7 +273,8 @@ OPTIONS: tuple[Option, ...] = (
            "left out and counted (default 100000)"),
     Option("prometheus_max_connections", "prometheus_max_connections", "ACLPROFD_PROMETHEUS_MAX_CONNECTIONS",
            "--prometheus-max-connections", _parse_positive_int, False,
-           "HTTP connections to /metrics at once; more are answered 503 and counted (default 16)"),
+           "HTTP connections to /metrics at once; one more evicts the one waiting longest for a request, "
+           "or gets 503 when all are being answered; counted (default 16)"),
     Option("prometheus_read_timeout_s", "prometheus_read_timeout", "ACLPROFD_PROMETHEUS_READ_TIMEOUT",
            "--prometheus-read-timeout", parse_duration, False,
            "a /metrics request must arrive within this (default 10s)"),

@@ -3,7 +3,9 @@
 ``prometheus_client``'s server took a thread per request with no timeout: each half-sent
 request held a daemon thread for ever (476 threads after 10 s of slow clients). Here:
 
-- at most ``max_connections`` connections; one more is answered 503 and closed (counted);
+- at most ``max_connections`` connections; one more evicts the one that has waited longest
+  for a request (counted ``evicted``), or, when every one is being answered, is answered
+  503 and closed (counted ``connections``);
 - a request's head (request line and headers, at most ``MAX_HEAD`` bytes, else 431) must
   arrive within ``read_timeout`` of the connection or of the previous response;
 - a response must be taken by the client within ``write_timeout`` (a scraper that never
@@ -161,7 +163,7 @@ class HttpServer:
             except OSError:
                 self.count("accept_error")
                 return
-            if len(self.conns) >= self.max_connections:
+            if len(self.conns) >= self.max_connections and not self._evict_waiting():
                 self.count("connections")
                 try:  # best effort: the client learns why; never waits on it
                     sock.setblocking(False)
@@ -174,6 +176,17 @@ class HttpServer:
             c = _Conn(sock, addr[:2], sock.getsockname()[:2], time.monotonic() + self.read_timeout)
             self.conns[sock.fileno()] = c
             self.sel.register(sock, selectors.EVENT_READ, c)
+
+    def _evict_waiting(self) -> bool:
+        """At the cap, close the connection that has waited longest for its next request
+        (a half-sent head, an idle keep-alive): a client that holds connections without
+        asking cannot lock a scraper out; only responses being sent are never cut."""
+        waiting = [c for c in self.conns.values() if not c.writing]
+        if not waiting:
+            return False
+        self.count("evicted")
+        self._drop(min(waiting, key=lambda c: c.deadline))
+        return True
 
     def _drop(self, c: _Conn) -> None:
         fd = c.sock.fileno()
