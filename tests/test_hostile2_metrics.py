@@ -238,6 +238,32 @@ def test_a_scraper_that_never_reads_is_closed_at_the_write_timeout():
         assert _scrape(port)
 
 
+def test_never_reading_scrapers_cannot_pin_a_rendering_each():
+    """Each stuck scraper holds the rendering it was given; a scraper arriving more than 1 s
+    later gets a new one. Together they may hold at most twice the /metrics share (a quarter
+    of memory_budget): the oldest are closed, counted as ``superseded``."""
+    port = free_port()
+    budget = 32 << 20
+    with InProcess(prometheus_port=port, memory_budget_bytes=budget, prometheus_max_connections=32) as d:
+        for i in range(6):  # each agent's share of the bytes is 8 MiB x 100k / 500k: ~1.6 MiB
+            _relabel(agent(d.socket, host=f"big{i}", service="s" * 200), 110, f"{i}" + "L" * 249)
+        wait_for(lambda: status(d.socket)["records_total"] == 660)  # a rendering of ~8 MiB: more
+        # than the socket buffers take, so a scraper that does not read holds it
+        stuck = []
+        for _ in range(6):
+            s = socket.create_connection(("127.0.0.1", port))
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            stuck.append(s)
+            time.sleep(1.1)  # past FRESH_S: the next one gets a new rendering
+        m = status(d.socket)["metrics"]
+        assert m["bytes"] > 6 << 20, m
+        assert m["requests_refused"].get("superseded", 0) >= 1
+        assert m["held_bytes"] <= 2 * (budget // 4) + m["bytes"]
+        for s in stuck:
+            s.close()
+
+
 def test_only_get_and_head_of_metrics():
     port = free_port()
     with InProcess(prometheus_port=port) as d:

@@ -310,6 +310,14 @@ class HttpServer:
         c.deadline = time.monotonic() + self.read_timeout
         self.sel.modify(c.sock, selectors.EVENT_READ, c)
 
+    def drop_owner(self, owner: Any, reason: str) -> int:
+        """Close every connection still sending ``owner``'s body (this thread only); counted."""
+        gone = [c for c in self.conns.values() if c.owner is owner]
+        for c in gone:
+            self.count(reason)
+            self._drop(c)
+        return len(gone)
+
     def held(self) -> list[Any]:
         """The owners of the responses being sent now (any thread: one list copy)."""
         return [c.owner for c in list(self.conns.values()) if c.owner is not None]

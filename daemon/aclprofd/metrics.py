@@ -299,7 +299,19 @@ class Metrics:
         if r is None or r.started < req.arrived - FRESH_S:
             self._cache = None  # an older one not being sent is garbage now, not held beside the new one
             r = self._cache = self.render()
+            self._retire(r)
         return Response(200, r.chunks, r.size, {"Content-Type": CONTENT_TYPE}, owner=r)
+
+    def _retire(self, newest: Rendering) -> None:
+        """Older renderings still being sent to slow scrapers stay while all of them together
+        hold at most twice the /metrics share; beyond it the scrapers of the oldest are closed
+        (counted ``superseded``): a few never-reading clients cannot pin one rendering each."""
+        limit = 2 * self.budget().max_bytes
+        while self.held() > limit:
+            olds = [r for r in self.server.held() if r is not newest]
+            if not olds:
+                return
+            self.server.drop_owner(min(olds, key=lambda r: r.started), "superseded")
 
     def held(self) -> int:
         """Bytes of the renderings held now (cached, being sent, being built): any thread."""
