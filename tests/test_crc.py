@@ -16,6 +16,7 @@ import pytest
 from test_decoder import signature
 
 from aclprof.binding._fast import ffi, lib
+from aclprof.binding.opdecode import OP_ROW_SIZE
 
 # Sizes around the instruction path's 8-byte steps and the 4-byte signature field (sizes <= 4
 # sign nothing), the record sizes (72, 80), and a few large ones.
@@ -72,16 +73,15 @@ def test_forcing_is_undone_and_reports_the_previous_setting():
 
 
 def test_the_decode_loop_validates_with_the_forced_table(software_crc):
-    """The name loop checks signatures through the same switch: a good record passes, the
-    same record with one flipped byte is CORRUPT."""
+    """The op decoder (aclprof_decode_ops, the product's loop) checks signatures through
+    the same switch: a good record passes, the same record with one flipped byte is CORRUPT."""
     interner = ffi.gc(lib.aclprof_interner_new(16), lib.aclprof_interner_free)
     body = bytes(range(4, 80))
     good = signature(b"\0\0\0\0" + body).to_bytes(4, "little") + body
     bad = good[:40] + bytes([good[40] ^ 1]) + good[41:]
-    buf = good + bad
-    n = 2
-    type_ids, name_ids = ffi.new("uint32_t[]", n), ffi.new("uint32_t[]", n)
-    status = ffi.new("uint8_t[]", n)
-    lib.aclprof_decode_names(interner, ffi.from_buffer(buf), n, 80, 1, type_ids, name_ids, status)
-    assert status[0] & lib.ACLPROF_REC_CORRUPT == 0
-    assert status[1] == lib.ACLPROF_REC_CORRUPT
+    for buf, rows_expected, corrupt_expected in ((good, 1, 0), (bad, 0, 1), (good + bad, 1, 1)):
+        n = len(buf) // 80
+        out = ffi.new("uint8_t[]", n * OP_ROW_SIZE)
+        counts = ffi.new("aclprof_decode_counts *")
+        rows = lib.aclprof_decode_ops(interner, ffi.from_buffer(buf), n, 80, 1, 0, out, counts)
+        assert (rows, counts.corrupt) == (rows_expected, corrupt_expected), (n, rows, counts.corrupt)

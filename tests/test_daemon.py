@@ -298,7 +298,7 @@ def test_graceful_stop_drains_agents_and_says_goodbye():
         wait_for(lambda: c.request(Kind.STATUS)["records_total"] == 5000, what="ingestion")
         # From now on the loop reads nothing: what follows is in the socket buffer when
         # the stop begins, and only the stop's drain can count it.
-        d.daemon._read = lambda conn: None
+        d.daemon.transport.read = lambda conn: None  # type: ignore[method-assign]
         for _ in range(3):
             a.send_batch(make_records(300))  # well within one socket buffer
         d.stop()

@@ -316,17 +316,18 @@ def test_socket_file_recreated_during_an_accept_pause_is_registered_once_when_it
                                  environ={}))
     d.start()
     try:
-        d._pause_accept(OSError(errno.EMFILE, "Too many open files"))
+        t = d.transport
+        t._pause_accept(OSError(errno.EMFILE, "Too many open files"))
         with pytest.raises(KeyError):
-            d.sel.get_key(d.listener)  # paused: the listener is out of the selector
+            t.sel.get_key(t.listener)  # paused: the listener is out of the selector
         os.unlink(sock)
         d.socket_file.check()  # recreates the file: must not unregister what is not registered
         assert os.path.exists(sock) and d.socket_file.problem is None
         with pytest.raises(KeyError):
-            d.sel.get_key(d.listener)  # still paused: the new listener stays out too
-        d._accept_paused_until = time.monotonic() - 1  # the pause is over
-        d.accept_timeout(1.0)
-        assert d.sel.get_key(d.listener).events == selectors.EVENT_READ  # registered, once
+            t.sel.get_key(t.listener)  # still paused: the new listener stays out too
+        t._accept_paused_until = time.monotonic() - 1  # the pause is over
+        t.accept_timeout(1.0)
+        assert t.sel.get_key(t.listener).events == selectors.EVENT_READ  # registered, once
         c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         c.connect(sock)  # through the recreated file
         c.close()

@@ -86,6 +86,8 @@ def test_memory_used_is_the_sum_of_what_each_connection_holds():
     from aclprofd.memory import Memory
 
     class Held:  # the budget's one rule is Conn.held(); Memory sums it, nothing else
+        stream = None  # not a STREAM client
+
         def __init__(self, n: int) -> None:
             self.n = n
 

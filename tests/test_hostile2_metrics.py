@@ -189,11 +189,20 @@ def test_half_sent_requests_hold_no_thread_and_time_out():
         assert _value(text, 'aclprofd_metrics_requests_refused_total{reason="read_timeout"}') == 30
 
 
+def _big_rendering(d: InProcess) -> None:
+    """/metrics of ~8 MiB (with memory_budget 32 MiB): more than the socket buffers take, so
+    a scraper that does not read holds its response."""
+    for i in range(6):  # each agent's share of the bytes is 8 MiB x 100k / 500k: ~1.6 MiB
+        _relabel(agent(d.socket, host=f"big{i}", service="s" * 200), 110, f"{i}" + "L" * 249)
+    wait_for(lambda: status(d.socket)["records_total"] == 660)
+
+
 def test_connections_that_do_not_ask_cannot_lock_a_scraper_out():
     """At the cap, a new connection evicts the one waiting longest for a request (counted);
     only when every connection is being answered is the new one refused with 503."""
     port = free_port()
-    with InProcess(prometheus_port=port, prometheus_max_connections=2) as d:
+    with InProcess(prometheus_port=port, prometheus_max_connections=2, memory_budget_bytes=32 << 20) as d:
+        _big_rendering(d)
         held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
         time.sleep(0.2)
         assert "aclprofd_records_total" in _scrape(port)  # the scraper gets in: the oldest went
@@ -203,12 +212,13 @@ def test_connections_that_do_not_ask_cannot_lock_a_scraper_out():
         assert refused["evicted"] == 1 and "connections" not in refused
         for s in held:
             s.close()
-        # two clients being answered (pipelined requests, never read): a third gets 503
+        # two clients being answered (a response larger than the socket buffers, never
+        # read): a third gets 503
         stuck = []
         for _ in range(2):
             s = socket.create_connection(("127.0.0.1", port))
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-            s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n" * 2000)
+            s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
             stuck.append(s)
         wait_for(lambda: status(d.socket)["metrics"]["connections_open"] == 2)
         time.sleep(0.5)
@@ -245,10 +255,7 @@ def test_never_reading_scrapers_cannot_pin_a_rendering_each():
     port = free_port()
     budget = 32 << 20
     with InProcess(prometheus_port=port, memory_budget_bytes=budget, prometheus_max_connections=32) as d:
-        for i in range(6):  # each agent's share of the bytes is 8 MiB x 100k / 500k: ~1.6 MiB
-            _relabel(agent(d.socket, host=f"big{i}", service="s" * 200), 110, f"{i}" + "L" * 249)
-        wait_for(lambda: status(d.socket)["records_total"] == 660)  # a rendering of ~8 MiB: more
-        # than the socket buffers take, so a scraper that does not read holds it
+        _big_rendering(d)
         stuck = []
         for _ in range(6):
             s = socket.create_connection(("127.0.0.1", port))

@@ -111,7 +111,7 @@ def test_decode_ops_rejects_a_record_size_it_has_no_layout_for():
     table = NameTable(16)
     out = np.empty(1, OP_DTYPE)
     with pytest.raises(ValueError, match="record size 96 is not 80 or 72"):
-        table.decode_ops(bytearray(96), 1, 96, True, 0, out, np.zeros(4, np.uint64))
+        table.decode_ops(bytearray(96), 1, 96, True, 0, out, table.new_counts())
 
 
 def test_subscribing_leaves_the_switch_interval_alone():
@@ -127,7 +127,7 @@ def test_subscribing_leaves_the_switch_interval_alone():
 def test_read_ops_rejects_a_bad_size_or_range_before_reading():
     table = NameTable(16)
     out = np.empty(4, OP_DTYPE)
-    counts = np.zeros(7, np.uint64)
+    counts = table.new_counts()
     with pytest.raises(ValueError, match="read_ops: record size 96"):
         table.read_ops(0, -1, bytearray(384), 0, 384, 96, 0, True, 0, out, counts)
     with pytest.raises(ValueError, match="filled 80, room 80"):

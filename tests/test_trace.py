@@ -247,7 +247,7 @@ def test_old_agent_never_answers_and_is_reported(inproc):
         old.close()
 
 
-def test_two_traces_at_once_the_second_is_refused(inproc):
+def test_two_traces_at_once_the_second_is_refused(inproc, tmp_path):
     old = agent(inproc.socket, service="old")
     first = Client(inproc.socket)
     try:
@@ -258,11 +258,13 @@ def test_two_traces_at_once_the_second_is_refused(inproc):
         # the agent answers the first: it ends at once, with its result
         k, payload = old.recv()
         tid = decode_json(payload)["trace_id"]
-        old.send_json(Kind.TRACE_DONE, {"trace_id": tid, "dirs": ["/tmp/PROF_x"], "pause_ns": 5,
+        prof = tmp_path / f"aclprof-trace-{tid}-x" / "PROF_x"  # where the agent makes it (trace_route.check_dirs)
+        prof.mkdir(parents=True)
+        old.send_json(Kind.TRACE_DONE, {"trace_id": tid, "dirs": [str(prof)], "pause_ns": 5,
                                         "models": [1], "gap_records": 7})
         k, payload = first.recv()
         done = decode_json(payload)
-        assert k == Kind.TRACE_REPLY and done["ok"] and done["processes"][0]["dirs"] == ["/tmp/PROF_x"]
+        assert k == Kind.TRACE_REPLY and done["ok"] and done["processes"][0]["dirs"] == [str(prof)]
         a = status(inproc.socket)["agents"][0]
         assert (a["trace_pauses"], a["trace_gap_records"]) == (1, 7)
     finally:

@@ -52,11 +52,6 @@ uint32_t aclprof_tx_live_stamps(void);
 uint32_t aclprof_tx_depth(void);
 
 /* ---- op record decoding (operator subscription) ---- */
-#define ACLPROF_REC_OK 0
-#define ACLPROF_REC_CORRUPT 1
-#define ACLPROF_REC_NO_TYPE 2
-#define ACLPROF_REC_NO_NAME 4
-
 /* Binds aclprofGetOpTypeLen, aclprofGetOpType, aclprofGetOpNameLen, aclprofGetOpName. */
 int aclprof_fast_bind_ops(uintptr_t type_len, uintptr_t type, uintptr_t name_len, uintptr_t name);
 
@@ -75,15 +70,6 @@ uint32_t aclprof_signature(const uint8_t *rec, uint32_t rec_size);
  * previous setting. aclprof_crc_hardware() is 1 while the SSE4.2 instruction is in use. */
 int aclprof_crc_force_software(int force);
 int aclprof_crc_hardware(void);
-
-/* For each of the n records of rec_size bytes at buf: check its signature (if validate),
- * then fetch its type and name once each through the library, calling the getters on a
- * one-record slice (index 0) so the cost stays linear, and intern them. status[i] gets
- * ACLPROF_REC_* bits (CORRUPT records are not passed to the getters). Returns the number
- * of records that are not CORRUPT. Releases the GIL (cffi API mode does). */
-uint32_t aclprof_decode_names(aclprof_interner *in, const uint8_t *buf, uint32_t n,
-                              uint32_t rec_size, int validate, uint32_t *type_ids,
-                              uint32_t *name_ids, uint8_t *status);
 
 /* ---- the agent's record path (_fast_agent.c) ----
  * Op rows (aclprof_op_row, cdefs/aclprof_records.h: aclprof.api.records.OP_DTYPE; in_size
@@ -114,26 +100,42 @@ int64_t aclprof_agent_convert(uint8_t *out, const uint8_t *data, uint32_t n, uin
 int64_t aclprof_read_pipe(int fd, int wake_fd, uint8_t *buf, uint64_t cap, int64_t coalesce_ns,
                           int *flags);
 
-/* aclprof_decode_names plus the numeric fields, for record sizes 80 and 72 only
- * (sizeof(ProfOpDesc) and offsetof(ProfOpDesc, devId)): each valid record of buf becomes one
+/* What aclprof_decode_ops and aclprof_read_ops count (aclprof.binding.opdecode hands one to
+ * them; aclprof.api.subscription.decoder reads the fields by name). */
+typedef struct {
+    uint64_t corrupt;       /* += records whose signature does not match (decode_ops) */
+    uint64_t missing_names; /* += valid records missing a name or a type (decode_ops) */
+    uint64_t keypoints;     /* += keypoint records (decode_ops) */
+    uint64_t max_end;       /* = the largest end seen, this one included (decode_ops) */
+    uint64_t whole;         /* = whole records decoded by the last read_ops */
+    uint64_t rows;          /* = rows written by the last read_ops */
+    uint64_t left;          /* = bytes of a partial record left at the start of buf (read_ops) */
+} aclprof_decode_counts;
+
+/* For the n records of rec_size bytes at buf, sizes 80 and 72 only (sizeof(ProfOpDesc) and
+ * offsetof(ProfOpDesc, devId)): check each one's signature (if validate; a CORRUPT record
+ * is not passed to the getters), fetch its type and name once each through the library
+ * (the getters on a one-record slice, index 0, so the cost stays linear), intern them, and
+ * decode the numeric fields: each valid record of buf becomes one
  * aclprof_op_row of out (rows are packed: out gets the valid records only, in order).
  * device_id 0 (CANN's "not filled") and 72-byte records read default_device. keypoint is
  * set where name and type are "keypoint_op" / "na".
- * counts[0] += corrupt records, counts[1] += valid records missing a name or a type,
- * counts[2] += keypoints, counts[3] = max(counts[3], largest end). Returns the number of
- * rows written, or UINT32_MAX for an unsupported record size. Releases the GIL. */
+ * counts->corrupt += corrupt records, counts->missing_names += valid records missing a
+ * name or a type, counts->keypoints += keypoints, counts->max_end = max(counts->max_end,
+ * largest end). Returns the number of rows written, or UINT32_MAX for an unsupported
+ * record size. Releases the GIL. */
 uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n,
                             uint32_t rec_size, int validate, uint32_t default_device,
-                            uint8_t *out, uint64_t *counts);
+                            uint8_t *out, aclprof_decode_counts *counts);
 
 /* aclprof_read_pipe then aclprof_decode_ops in one call, so the reader takes the GIL once
  * per batch. buf holds `filled` leftover bytes (a partial record) and room for cap bytes in
  * all; the whole records after the read are decoded into out (rows for cap / rec_size
  * records) and the partial rest is moved to the start of buf. counts as for
- * aclprof_decode_ops, plus counts[4] = whole records decoded, counts[5] = rows written,
- * counts[6] = bytes left in buf. Returns the bytes read (>= 0) with *flags, or -errno
+ * aclprof_decode_ops, plus counts->whole = whole records decoded, counts->rows = rows
+ * written, counts->left = bytes left in buf. Returns the bytes read (>= 0) with *flags, or -errno
  * (nothing decoded, buf unchanged), or -EINVAL for an unsupported record size. */
 int64_t aclprof_read_ops(aclprof_interner *in, int fd, int wake_fd, uint8_t *buf,
                          uint64_t filled, uint64_t cap, uint32_t rec_size, int64_t coalesce_ns,
-                         int validate, uint32_t default_device, uint8_t *out, uint64_t *counts,
-                         int *flags);
+                         int validate, uint32_t default_device, uint8_t *out,
+                         aclprof_decode_counts *counts, int *flags);

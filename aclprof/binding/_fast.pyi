@@ -16,10 +16,6 @@ class Lib:
     ACLPROF_FLAG_KEYPOINT: int
     ACLPROF_READ_EOF: int
     ACLPROF_READ_WOKEN: int
-    ACLPROF_REC_CORRUPT: int
-    ACLPROF_REC_NO_NAME: int
-    ACLPROF_REC_NO_TYPE: int
-    ACLPROF_REC_OK: int
     ACLPROF_TX_CREATE_FAILED: int
     ACLPROF_TX_EMPTY: int
     ACLPROF_TX_NO_MEMORY: int
@@ -33,8 +29,6 @@ class Lib:
                               /) -> int: ...
     def aclprof_crc_force_software(self, force: int, /) -> int: ...
     def aclprof_crc_hardware(self, /) -> int: ...
-    def aclprof_decode_names(self, interner: CData, buf: CData, n: int, rec_size: int, validate: int,
-                             type_ids: CData, name_ids: CData, status: CData, /) -> int: ...
     def aclprof_decode_ops(self, interner: CData, buf: CData, n: int, rec_size: int, validate: int,
                            default_device: int, out: CData, counts: CData, /) -> int: ...
     def aclprof_fast_bind_ops(self, type_len: int, type: int, name_len: int, name: int, /) -> int: ...

@@ -11,6 +11,21 @@
 #error "aclprof.binding._fast writes little-endian wire records from native op rows: port the stores"
 #endif
 
+/* One 4-byte field of a record at p (rows are 57 bytes apart: never aligned). */
+static inline uint32_t ld32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void st32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+#define REC_AT(field) offsetof(aclprof_op_row, rec) + offsetof(aclprof_record, field)
+
 int64_t aclprof_agent_convert(uint8_t *out, const uint8_t *data, uint32_t n, uint32_t in_size,
                               const uint32_t *map, uint32_t map_len)
 {
@@ -18,9 +33,9 @@ int64_t aclprof_agent_convert(uint8_t *out, const uint8_t *data, uint32_t n, uin
     int missing = 0;
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *src = data + (size_t)i * in_size;
-        aclprof_record r; /* a copy: rows are 57 bytes apart, never aligned */
-        memcpy(&r, src + offsetof(aclprof_op_row, rec), sizeof r);
-        uint32_t hi = r.op_name > r.op_type ? r.op_name : r.op_type;
+        uint8_t *dst = out + (size_t)i * sizeof(aclprof_record);
+        uint32_t name = ld32(src + REC_AT(op_name)), type = ld32(src + REC_AT(op_type));
+        uint32_t hi = name > type ? name : type;
         if (hi > top)
             top = hi;
         if (hi >= map_len) {
@@ -29,11 +44,16 @@ int64_t aclprof_agent_convert(uint8_t *out, const uint8_t *data, uint32_t n, uin
         }
         if (missing)
             continue;
+        /* The row's record copied whole, then the three fields that change patched in place:
+         * a copy into a local struct and out again ran at half this speed (gcc keeps the
+         * struct in memory: two 56-byte copies per record). */
+        memcpy(dst, src + offsetof(aclprof_op_row, rec), sizeof(aclprof_record));
+        uint32_t flag = ld32(src + REC_AT(flag));
         if (src[offsetof(aclprof_op_row, keypoint)])
-            r.flag |= (uint32_t)ACLPROF_FLAG_KEYPOINT;
-        r.op_name = map[r.op_name];
-        r.op_type = map[r.op_type];
-        memcpy(out + (size_t)i * sizeof r, &r, sizeof r);
+            flag |= (uint32_t)ACLPROF_FLAG_KEYPOINT;
+        st32(dst + offsetof(aclprof_record, op_name), map[name]);
+        st32(dst + offsetof(aclprof_record, op_type), map[type]);
+        st32(dst + offsetof(aclprof_record, flag), flag);
     }
     return missing ? (int64_t)top : -1;
 }

@@ -175,40 +175,6 @@ static uint32_t fetch(aclprof_interner *in, len_fn get_len, str_fn get, const ui
     return id;
 }
 
-uint32_t aclprof_decode_names(aclprof_interner *in, const uint8_t *buf, uint32_t n,
-                              uint32_t rec_size, int validate, uint32_t *type_ids,
-                              uint32_t *name_ids, uint8_t *status)
-{
-    uint32_t good = 0;
-    for (uint32_t i = 0; i < n; i++) {
-        const uint8_t *rec = buf + (size_t)i * rec_size;
-        type_ids[i] = name_ids[i] = 0;
-        if (validate) {
-            uint32_t sig;
-            memcpy(&sig, rec, sizeof sig);
-            if (sig != aclprof_signature(rec, rec_size)) {
-                status[i] = ACLPROF_REC_CORRUPT;
-                continue;
-            }
-        }
-        uint8_t st = ACLPROF_REC_OK;
-        /* Both are fetched even if one fails: each fetch frees its own table entry. */
-        uint32_t t = fetch(in, p_type_len, p_type, rec, rec_size);
-        uint32_t m = fetch(in, p_name_len, p_name, rec, rec_size);
-        if (t == UINT32_MAX)
-            st |= ACLPROF_REC_NO_TYPE;
-        else
-            type_ids[i] = t;
-        if (m == UINT32_MAX)
-            st |= ACLPROF_REC_NO_NAME;
-        else
-            name_ids[i] = m;
-        status[i] = st;
-        good++;
-    }
-    return good;
-}
-
 /* --- the reader's GIL-free half (issue 12; see _fast.h) --- */
 static int64_t now_ns(void)
 {
@@ -310,12 +276,12 @@ static int desc_size_ok(uint32_t rec_size)
 
 uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n,
                             uint32_t rec_size, int validate, uint32_t default_device,
-                            uint8_t *out, uint64_t *counts)
+                            uint8_t *out, aclprof_decode_counts *counts)
 {
     if (!desc_size_ok(rec_size))
         return UINT32_MAX;
     uint32_t good = 0;
-    uint64_t missing = 0, max_end = counts[3];
+    uint64_t missing = 0, max_end = counts->max_end;
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *rec = buf + (size_t)i * rec_size;
         if (validate) {
@@ -369,34 +335,34 @@ uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n
             }
         }
     }
-    counts[0] += n - good;
-    counts[1] += missing;
-    counts[2] += keypoints;
-    counts[3] = max_end;
+    counts->corrupt += n - good;
+    counts->missing_names += missing;
+    counts->keypoints += keypoints;
+    counts->max_end = max_end;
     return good;
 }
 
 int64_t aclprof_read_ops(aclprof_interner *in, int fd, int wake_fd, uint8_t *buf,
                          uint64_t filled, uint64_t cap, uint32_t rec_size, int64_t coalesce_ns,
-                         int validate, uint32_t default_device, uint8_t *out, uint64_t *counts,
-                         int *flags)
+                         int validate, uint32_t default_device, uint8_t *out,
+                         aclprof_decode_counts *counts, int *flags)
 {
     *flags = 0;
     if (!desc_size_ok(rec_size) || filled >= cap)
         return -EINVAL;
     int64_t got = aclprof_read_pipe(fd, wake_fd, buf + filled, cap - filled, coalesce_ns, flags);
-    counts[4] = counts[5] = 0;
-    counts[6] = filled;
+    counts->whole = counts->rows = 0;
+    counts->left = filled;
     if (got <= 0)
         return got;
     uint64_t total = filled + (uint64_t)got;
     uint32_t whole = (uint32_t)(total / rec_size);
     uint64_t used = (uint64_t)whole * rec_size;
-    counts[4] = whole;
-    counts[5] = whole ? aclprof_decode_ops(in, buf, whole, rec_size, validate, default_device,
+    counts->whole = whole;
+    counts->rows = whole ? aclprof_decode_ops(in, buf, whole, rec_size, validate, default_device,
                                            out, counts) : 0;
     if (used && total > used)
         memmove(buf, buf + used, total - used);
-    counts[6] = total - used;
+    counts->left = total - used;
     return got;
 }

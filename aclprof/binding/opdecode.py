@@ -16,11 +16,8 @@ from typing import Any
 from aclprof.binding.built import import_built
 from aclprof.binding.layout import OP_ROW_DTYPE, RAW_SIZES
 
-__all__ = ["NameTable", "signature", "read_pipe", "STATUS_CORRUPT", "STATUS_NO_TYPE",
-           "STATUS_NO_NAME", "READ_EOF", "READ_WOKEN", "OP_ROW_SIZE"]
+__all__ = ["NameTable", "signature", "read_pipe", "READ_EOF", "READ_WOKEN", "OP_ROW_SIZE"]
 
-#: Bits of the per-record status the C name loop writes (``_fast.h`` ACLPROF_REC_*).
-STATUS_CORRUPT, STATUS_NO_TYPE, STATUS_NO_NAME = 1, 2, 4
 #: Flags :func:`read_pipe` returns (``_fast.h`` ACLPROF_READ_*).
 READ_EOF, READ_WOKEN = 1, 2
 #: Bytes of the packed row :meth:`NameTable.decode_ops` writes (``aclprof_op_row``,
@@ -49,14 +46,20 @@ class NameTable:
             raise MemoryError("could not allocate the op name table")
         self._table = self._ffi.gc(table, self._lib.aclprof_interner_free)
 
+    def new_counts(self) -> Any:
+        """A zeroed ``aclprof_decode_counts`` (``_fast.h``) for :meth:`decode_ops` and
+        :meth:`read_ops`: ``corrupt``, ``missing_names``, ``keypoints``, ``max_end``,
+        ``whole``, ``rows``, ``left``, read and reset by name."""
+        return self._ffi.new("aclprof_decode_counts *")
+
     def decode_ops(self, buffer: bytearray, count: int, record_size: int, validate: bool,
                    default_device: int, out: Any, counts: Any) -> int:
         """Check, name and decode ``count`` records at the start of ``buffer`` into the
         packed rows of ``out`` (a writable array of at least ``count`` rows of
         :data:`~aclprof.binding.layout.OP_ROW_DTYPE`), all in C with the GIL released;
-        returns the rows written (the valid records, in order). ``counts`` (uint64[4]) gets
-        corrupt, names missing and keypoints added, and the largest ``end`` seen kept in
-        ``counts[3]``.
+        returns the rows written (the valid records, in order). ``counts`` (from
+        :meth:`new_counts`) gets ``corrupt``, ``missing_names`` and ``keypoints`` added, and
+        the largest ``end`` seen kept in ``max_end``.
 
         Raises:
             ValueError: a record size other than 80 or 72 (decode those with the getters).
@@ -65,7 +68,7 @@ class NameTable:
         good = int(self._lib.aclprof_decode_ops(
             self._table, ffi.from_buffer("uint8_t[]", buffer), count, record_size, int(validate),
             default_device, ffi.from_buffer("uint8_t[]", out, require_writable=True),
-            ffi.from_buffer("uint64_t[]", counts, require_writable=True)))
+            counts))
         if good == 0xFFFFFFFF:
             raise ValueError(f"aclprof_decode_ops: record size {record_size} is not 80 or 72; "
                              "decode it through the library's getters")
@@ -76,8 +79,8 @@ class NameTable:
                  out: Any, counts: Any) -> tuple[int, int]:
         """:func:`read_pipe` then :meth:`decode_ops` in one C call (one GIL release per
         batch). ``buffer[:filled]`` is a leftover partial record; reads go up to ``room``.
-        ``counts`` (uint64[7]) as for :meth:`decode_ops`, plus [4] whole records decoded,
-        [5] rows written into ``out``, [6] bytes now left at the start of ``buffer``.
+        ``counts`` as for :meth:`decode_ops`, plus ``whole`` records decoded, ``rows``
+        written into ``out`` and the bytes now ``left`` at the start of ``buffer``.
         Returns ``(bytes read, READ_* flags)``.
 
         Raises:
@@ -93,7 +96,7 @@ class NameTable:
             self._table, fd, wake_fd, ffi.from_buffer("uint8_t[]", buffer, require_writable=True),
             filled, room, record_size, coalesce_ns, int(validate), default_device,
             ffi.from_buffer("uint8_t[]", out, require_writable=True),
-            ffi.from_buffer("uint64_t[]", counts, require_writable=True), flags))
+            counts, flags))
         if n < 0:
             raise OSError(-n, f"aclprof_read_ops(fd={fd}): {os.strerror(-n)}")
         return n, int(flags[0])

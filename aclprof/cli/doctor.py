@@ -166,6 +166,10 @@ def _daemon(rep: Report, args: argparse.Namespace, path: str, system: bool, unit
         return None
     print(f"  reachable: yes, aclprofd {st.get('version')} pid {st.get('pid')}, "
           f"{'healthy' if st.get('healthy') else 'UNHEALTHY'}, {len(st.get('agents') or [])} processes")
+    access = (st.get("storage") or {}).get("dir_access")
+    if isinstance(access, dict):  # the data dir's mode (a wider one is narrowed, or a STATUS problem)
+        was = f", narrowed from {access['tightened_from']} at start" if access.get("tightened_from") else ""
+        print(f"  data dir: {access.get('path')} mode {access.get('mode')}{was}")
     if not st.get("healthy"):
         rep.problems.append("the daemon reports problems: " + "; ".join(st.get("problems") or []))
     return st

@@ -156,6 +156,13 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None, wid
                      f"{float(a.get('records_per_s', 0)):,.0f}/s, dropped {a.get('dropped', 0):,}, lag {lag_s}, "
                      f"{'steps ' + format(a['steps'], ',') + ', ' if a.get('steps') else ''}"
                      f"connected {float(a.get('connected_s', 0)):.0f}s")
+        ns = a.get("pid_ns")
+        if ns not in (None, "same"):  # the pid is the kernel's (daemon's namespace); say what the process calls itself
+            claim = a.get("hello_pid")
+            own = a.get("ns_pid")
+            said = f", it said pid {claim}" if claim is not None and claim != own else ""
+            lines.append(f"    pid namespace: {ns}" + (f" (pid {own} there{said})" if own is not None else
+                                                        f" (it said pid {claim})"))
         if a.get("trace_pauses"):  # aclprof trace paused its subscriptions: ops not streamed
             gap = f"{a.get('trace_gap_records', 0):,} ops not streamed"
             if a.get("trace_gap_unknown"):

@@ -70,10 +70,17 @@ def format_trace(reply: dict[str, Any]) -> str:
             lines.append(head + "ok")
         for d in p.get("dirs") or []:
             lines.append(f"    {d}")
+        for r in p.get("dirs_refused") or []:  # not believed: not where its agent makes them, or not its uid's
+            lines.append(f"    NOT BELIEVED {r.get('path')}: {r.get('reason')}")
         if p.get("pause_ns"):
             gap = p.get("gap_records")
             lines.append(f"    subscriptions of models {p.get('models')} paused {format_ns(p['pause_ns'])}: "
                          f"{'an unknown number of' if gap is None else format(gap, ',')} ops not streamed")
+    excluded = reply.get("excluded") or []
+    if excluded:  # matched but not asked (another user announcing the service, silent, busy)
+        lines.append(f"  not traced ({reply.get('excluded_total', len(excluded))}):")
+        for x in excluded:
+            lines.append(f"    pid {x.get('pid')} uid {x.get('uid')} {x.get('service') or '-'}: {x.get('reason')}")
     return "\n".join(safe(line) for line in lines)
 
 

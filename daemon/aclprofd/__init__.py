@@ -3,8 +3,9 @@ processes of a host over a Unix socket (daemon/PROTOCOL.md), aggregates them, ke
 records in rotating segment files, serves the ``aclprof`` CLI and Prometheus.
 
 Modules, and why the seams are where they are. How they depend on each other: each part
-gets what it uses, never the whole daemon: explicit collaborators (``Memory``,
-``Persistence``, ``SocketFile``, ``Ingest``, ``DetectorService``) or, where it reads
+gets what it uses, never the whole daemon: explicit collaborators (the ``Transport``, which
+is the ``Outbox`` the parts answer clients through, ``Memory``, ``Persistence``, ``Fanout``,
+``Counters``, ...) or, where it reads
 settings a SIGHUP replaces or the storage the daemon opens later, the daemon seen through
 the part's own small :class:`typing.Protocol` beside it (``FanoutHost``, ``TraceHost``,
 ``CaptureHost``, ``ControlHost``, ...: the attributes it reads, typed with classes of the
@@ -20,9 +21,11 @@ modules form layers without a cycle: ``[tool.importlinter]`` in pyproject.toml l
   trimming), :mod:`aclprofd.socketfile` (the socket file: listen, recreate when removed,
   remove only if ours) and :mod:`aclprofd.reload` (SIGHUP: logs and live config; the signal handlers): the loop's
   own concerns, apart so that the loop reads as the composition it is.
-- :mod:`aclprofd.transport`: sockets and frames (accept, read budgets, non-blocking send,
-  ERROR-then-close for a protocol error). Apart from the loop so that the rules that keep
-  one client from hurting the others are in one small module.
+- :mod:`aclprofd.transport`: sockets and frames (accept, read budgets, non-blocking send
+  within the memory budget, ERROR-then-close for a protocol error), a part the daemon owns
+  and hands the frames' handler to. Apart from the loop so that the rules that keep one
+  client from hurting the others are in one small module; with
+  :mod:`aclprofd.connlimits`, the connection limits per role (anonymous, control, idle).
 - :mod:`aclprofd.conn`: one connection's state (socket, frame reader, outgoing buffer, the
   agent and stream fields). A plain data holder: closing a connection drops everything.
 - :mod:`aclprofd.handshake`: HELLO/WELCOME and ``PROTOCOL_VERSION``: the only frame both

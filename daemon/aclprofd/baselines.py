@@ -14,7 +14,7 @@ from typing import Any
 
 from aclprof.protocol.baselinefmt import check_name
 
-from .atomicfile import replace_file
+from .atomicfile import private_dir, replace_file
 
 __all__ = ["BaselineStore", "MAX_BASELINES", "MAX_BYTES"]
 
@@ -40,7 +40,7 @@ class BaselineStore:
             raise ValueError(f"baseline {name!r} would be {len(data)} bytes; at most {MAX_BYTES}")
         if not os.path.exists(path) and len(self.names()) >= MAX_BASELINES:
             raise ValueError(f"{MAX_BASELINES} baselines are saved already: delete one from {self.dir}")
-        os.makedirs(self.dir, mode=0o750, exist_ok=True)
+        private_dir(self.dir)  # 0750 whatever was there (atomicfile.private_dir)
         replace_file(path, lambda f: f.write(data))
         return len(data)
 

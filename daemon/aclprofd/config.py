@@ -212,6 +212,9 @@ class Settings:
     control_idle_timeout_s: float = 60.0
     max_control_connections: int = 64
     admin_group: str | None = None
+    #: a traced process that has not answered when every other one has (and the duration is
+    #: over) is given this long more, then reported as silent (aclprofd.trace; issue 19)
+    trace_straggler_grace_s: float = 3.0
     # regression detector (aclprofd.detector.engine; daemon/README.md "Regression detection")
     detector_window_s: float = 30.0
     detector_trailing_s: float = 600.0
@@ -319,6 +322,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("admin_group", "admin_group", "ACLPROFD_ADMIN_GROUP", "--admin-group", _opt_str, True,
            "members may send control requests besides STATUS (export, reset, snapshot, stream), as may "
            "root and the daemon's user"),
+    Option("trace_straggler_grace_s", "trace_straggler_grace", "ACLPROFD_TRACE_STRAGGLER_GRACE",
+           "--trace-straggler-grace", parse_duration, True,
+           "aclprof trace: once every other traced process has answered, wait this long more for the rest, "
+           "then report them as silent and ask them no more until they answer (default 3s)"),
     Option("detector_window_s", "detector_window", "ACLPROFD_DETECTOR_WINDOW", "--detector-window",
            parse_duration, False, "regression detector: the current window compared with the baseline (default 30s)"),
     Option("detector_trailing_s", "detector_trailing", "ACLPROFD_DETECTOR_TRAILING", "--detector-trailing",

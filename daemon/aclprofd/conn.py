@@ -116,6 +116,11 @@ class Conn:
         self.role: str | None = None
         self.pid: int | None = None
         self.peer: tuple[int, int, int] | None = None  # SO_PEERCRED (pid, uid, gid), set at HELLO
+        # identity (aclprofd.peerid): the pid namespace of the peer, its pid there (the kernel's
+        # word) and the pid its HELLO stated (its word: shown, never used to select records)
+        self.pid_ns = "unknown"
+        self.ns_pid: int | None = None
+        self.hello_pid: int | None = None
         self.host = ""
         self.service: str | None = None
         self.labels: dict[str, str] = {}
@@ -157,6 +162,11 @@ class Conn:
         (daemon/README.md "Memory budget"): queued outgoing bytes, its name table, received
         records not yet stored, a partial frame. The one definition of that sum."""
         return len(self.out) + self.names_bytes + self.pending_bytes + self.reader.buffered
+
+    def identity(self) -> dict[str, Any]:
+        """What STATUS shows of who this peer is (daemon/PROTOCOL.md STATUS ``agents``)."""
+        return {"uid": self.peer[1] if self.peer else None, "pid_ns": self.pid_ns, "ns_pid": self.ns_pid,
+                "hello_pid": self.hello_pid}
 
     def describe(self) -> dict[str, Any]:
         return {"conn": self.id, "role": self.role, "pid": self.pid, "service": self.service}

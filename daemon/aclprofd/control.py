@@ -25,6 +25,7 @@ from .filters import Filter
 from .handshake import authorize, is_admin
 from .persist import Persistence
 from .status import CountersSnapshot, status_reply
+from .transport import Outbox
 
 __all__ = ["Control", "ControlHost"]
 
@@ -48,7 +49,6 @@ class ControlHost(Protocol):
     def fanout(self) -> Fanout: ...
     @property
     def persist(self) -> Persistence: ...
-    def queue(self, conn: Conn, frame: bytes) -> None: ...
     def publish(self) -> CountersSnapshot: ...
     def flush(self) -> None: ...
 
@@ -56,8 +56,8 @@ class ControlHost(Protocol):
 class Control:
     """The control request handlers of one daemon; each gets the decoded JSON request."""
 
-    def __init__(self, host: ControlHost):
-        self.host = host
+    def __init__(self, host: ControlHost, outbox: Outbox):
+        self.host, self.outbox = host, outbox
         self.handlers: dict[Kind, Handler] = {
             Kind.STATUS: self.status, Kind.SNAPSHOT: self.snapshot, Kind.STREAM: self.stream,
             Kind.EXPORT: self.export, Kind.RESET: self.reset,
@@ -83,7 +83,7 @@ class Control:
                            "daemon_uid": os.geteuid(), "peer_is_admin": is_admin(s, conn.peer)}
         # and what the endpoint left out or refused (aclprofd.metrics.Metrics.stats)
         reply["metrics"] = {"host": s.prometheus_host, "port": s.prometheus_port, **snap.metrics}
-        self.host.queue(conn, encode_json(Kind.STATUS_REPLY, reply))
+        self.outbox.queue(conn, encode_json(Kind.STATUS_REPLY, reply))
 
     def snapshot(self, conn: Conn, req: dict[str, Any]) -> None:
         window = req.get("window", "all")
@@ -94,7 +94,7 @@ class Control:
         except (ValueError, TypeError) as exc:
             raise ProtocolError(str(exc)) from None
         self.host.detection.detector.annotate(reply, getattr(flt, "service", None))  # shift_p99 per op type
-        self.host.queue(conn, encode_json(Kind.SNAPSHOT_REPLY, reply))
+        self.outbox.queue(conn, encode_json(Kind.SNAPSHOT_REPLY, reply))
 
     def stream(self, conn: Conn, req: dict[str, Any]) -> None:
         self.host.fanout.start_stream(conn, Filter.parse(req.get("filter")))
@@ -115,4 +115,4 @@ class Control:
         self.host.aggregator.reset()
         self.host.persist.save_aggregates()  # a restart must not bring the old figures back
         _log.info("aggregates reset", by_pid=conn.pid)
-        self.host.queue(conn, encode_json(Kind.RESET_REPLY, {}))
+        self.outbox.queue(conn, encode_json(Kind.RESET_REPLY, {}))

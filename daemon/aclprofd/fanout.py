@@ -49,22 +49,22 @@ EST_RECORD_JSON = 220      # bytes per record in JSON, to decide skipping before
 LIVE_LINGER_S = 5.0
 
 
-class FanoutHost(Outbox, Protocol):
-    """What STREAM and EXPORT use of the daemon (:class:`aclprofd.server.Daemon`)."""
+class FanoutHost(Protocol):
+    """What STREAM and EXPORT read of the daemon's changing state (:class:`aclprofd.server.Daemon`)."""
 
     settings: Settings  # ``stream_buffer`` (SIGHUP may change it)
-    storage: Storage | None  # EXPORT reads the segment files
-    counters: Counters
-
-    @property
-    def memory(self) -> Memory: ...
+    storage: Storage | None  # EXPORT reads the segment files (None before start, after close)
 
 
 class Fanout:
-    """STREAM and EXPORT of one daemon; the per-client state lives on each :class:`Conn`."""
+    """STREAM and EXPORT of one daemon; the per-client state lives on each :class:`Conn`.
 
-    def __init__(self, host: FanoutHost):
-        self.host = host
+    ``host``: the settings and the segment files; ``outbox``: the connections and how to
+    answer them; ``counters``: ``stream_skipped_total``; ``memory``: the budget streams are
+    charged to."""
+
+    def __init__(self, host: FanoutHost, outbox: Outbox, counters: Counters, memory: Memory):
+        self.host, self.outbox, self.counters, self.memory = host, outbox, counters, memory
         self.streaming = 0  # STREAM clients connected (ingest skips the fan-out when 0)
         self._live_check_at = 0.0  # monotonic time an agent's LIVE false falls due (0: none)
 
@@ -76,7 +76,7 @@ class Fanout:
         """Tell each agent (all, or ``agents``) LIVE true at once when a STREAM client's
         filter admits its records, LIVE false LIVE_LINGER_S after none does any more."""
         now = time.monotonic()
-        conns = list(self.host.conns.values())
+        conns = list(self.outbox.conns.values())
         filters = [c.stream for c in conns if c.stream is not None and not c.closed]
         due = 0.0
         for a in conns if agents is None else agents:
@@ -86,13 +86,13 @@ class Fanout:
                 a.unlive_at = 0.0
                 if not a.live:
                     a.live = True
-                    self.host.queue(a, encode_json(Kind.LIVE, {"live": True}))
+                    self.outbox.queue(a, encode_json(Kind.LIVE, {"live": True}))
             elif a.live:
                 if not a.unlive_at:
                     a.unlive_at = now + LIVE_LINGER_S
                 if now >= a.unlive_at:
                     a.live, a.unlive_at = False, 0.0
-                    self.host.queue(a, encode_json(Kind.LIVE, {"live": False}))
+                    self.outbox.queue(a, encode_json(Kind.LIVE, {"live": False}))
                 else:
                     due = a.unlive_at if not due else min(due, a.unlive_at)
         if agents is None:
@@ -127,22 +127,14 @@ class Fanout:
         8 MiB is 32 GiB), so they are charged to ``memory_budget`` too, and together may
         take at most half of it: agents' name tables and unstored records keep room.
         One pass over the connections per call (per batch, per pump), not per client."""
-        budget = self.host.memory.budget
-        used, streams = self.host.memory.outside(), 0
-        for c in self.host.conns.values():
-            used += c.held()  # as Memory.used() sums it
-            if c.stream is not None:
-                n = len(c.out) + c.stream_pending_n * EST_RECORD_JSON
-                used += c.stream_pending_n * EST_RECORD_JSON
-                streams += n
-        return budget - used, budget // 2 - streams
+        return self.memory.stream_room(EST_RECORD_JSON)
 
     def _over_budget(self, client: Conn, k: int) -> None:
         """``k`` records not queued for ``client``: the memory budget is spent."""
         client.stream_skipped += k
         client.stream_skipped_all += k
-        self.host.counters.stream_skipped_total += k
-        self.host.memory.refuse("stream")
+        self.counters.stream_skipped_total += k
+        self.memory.refuse("stream")
 
     def offer(self, src: Conn, recs: np.ndarray, now: float) -> None:
         """A batch an agent sent: queue what each STREAM client's filter selects. Clients
@@ -151,7 +143,7 @@ class Fanout:
         limit = self.host.settings.stream_buffer_bytes
         room, stream_room = self._stream_room()
         same: dict[bytes, np.ndarray] = {}  # mask bytes -> the selection (b"": everything)
-        for client in self.host.conns.values():
+        for client in self.outbox.conns.values():
             flt = client.stream
             if flt is None or client.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
                 continue
@@ -169,7 +161,7 @@ class Fanout:
             if len(client.out) + (client.stream_pending_n + k) * EST_RECORD_JSON > limit:
                 client.stream_skipped += k
                 client.stream_skipped_all += k
-                self.host.counters.stream_skipped_total += k
+                self.counters.stream_skipped_total += k
                 continue
             cost = k * EST_RECORD_JSON
             if cost > room or cost > stream_room:
@@ -190,7 +182,7 @@ class Fanout:
         # (selection, first record) -> (the selection, its frames): a batch queued for several
         # clients (the same array object, see offer) is encoded once in this pump
         encoded: dict[tuple[int, int], tuple[np.ndarray, bytes]] = {}
-        for c in list(self.host.conns.values()):
+        for c in list(self.outbox.conns.values()):
             if c.stream is None or c.closed or not (c.stream_pending or (c.stream_skipped and not c.out)):
                 continue
             if not room:
@@ -198,7 +190,7 @@ class Fanout:
             try:
                 self._pump_stream(c, room, encoded)
             except Exception as exc:
-                self.host.internal_error(c, "STREAM", exc)
+                self.outbox.internal_error(c, "STREAM", exc)
 
     def _pump_stream(self, c: Conn, room: list[int],
                      encoded: dict[tuple[int, int], tuple[np.ndarray, bytes]]) -> None:
@@ -225,7 +217,7 @@ class Fanout:
                     break
                 if room[0] < 0 or room[1] < 0:
                     skipped += len(recs) - i
-                    self.host.memory.refuse("stream")
+                    self.memory.refuse("stream")
                     break
                 before = len(c.out)
                 k = min(FRAME_RECORDS, len(recs) - i)
@@ -248,8 +240,8 @@ class Fanout:
         if skipped:
             c.stream_skipped += skipped
             c.stream_skipped_all += skipped
-            self.host.counters.stream_skipped_total += skipped
-        self.host.send(c)
+            self.counters.stream_skipped_total += skipped
+        self.outbox.send(c)
 
     # ---- EXPORT -------------------------------------------------------------------------
     def start_export(self, conn: Conn, since: float | None, until: float | None, flt: Filter) -> None:
@@ -258,11 +250,11 @@ class Fanout:
     @property
     def exporting(self) -> bool:
         """An EXPORT could produce more now (the loop then does not sleep)."""
-        return any(c.export is not None and len(c.out) < EXPORT_OUT_LOW for c in self.host.conns.values())
+        return any(c.export is not None and len(c.out) < EXPORT_OUT_LOW for c in self.outbox.conns.values())
 
     def pump_exports(self) -> None:
         deadline = time.monotonic() + EXPORT_SLICE_S
-        for c in list(self.host.conns.values()):
+        for c in list(self.outbox.conns.values()):
             if c.export is None or c.closed:
                 continue
             try:
@@ -276,10 +268,10 @@ class Fanout:
                         break
             except Exception as exc:
                 c.export = None
-                self.host.internal_error(c, "EXPORT", exc)
+                self.outbox.internal_error(c, "EXPORT", exc)
                 continue
             if c.out and not c.closed:
-                self.host.send(c)
+                self.outbox.send(c)
 
     def _export(self, since: float | None, until: float | None, flt: Filter) -> Iterator[bytes]:
         """The EXPORT_RECORDS frames (whole frames, up to FRAME_RECORDS records a step), then
@@ -316,7 +308,7 @@ class Fanout:
         """The daemon stops: END to every STREAM client (the stream is over, not broken),
         ERROR to every unfinished EXPORT (it is incomplete); best effort, never blocking."""
         self.pump_streams()
-        for c in list(self.host.conns.values()):
+        for c in list(self.outbox.conns.values()):
             if c.closed:
                 continue
             if c.stream is not None:

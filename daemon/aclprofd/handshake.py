@@ -3,8 +3,9 @@ plus the payload checks the agent and control handlers share, and who may send w
 control request (:func:`authorize`; daemon/README.md "Security model").
 
 The peer's real pid, uid and gid come from the Unix socket (``SO_PEERCRED``), not from
-HELLO: a HELLO pid that is not the peer's (in the daemon's pid namespace) is replaced by
-the real one and logged.
+HELLO: the connection's pid is always the kernel's (in the daemon's pid namespace), whatever
+namespace the peer is in (:mod:`aclprofd.peerid`); a HELLO pid that is not the peer's own
+(its pid in its own namespace) is logged, and kept only as ``hello_pid`` in STATUS.
 
 PROTOCOL_VERSION is what WELCOME announces (daemon/PROTOCOL.md). It is not the frame
 header's version: the framing is unchanged since protocol 1, so agents are unaffected
@@ -22,16 +23,17 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 import structlog
 
-from aclprof.protocol.wire import Kind, ProtocolError, check_identity, encode_json
+from aclprof.protocol.safetext import scrub
+from aclprof.protocol.wire import Kind, ProtocolError, check_identity, decode_json, encode_json
 
-from . import __version__
+from . import __version__, peerid
 from .aggregate.aggregator import KeySource
 from .conn import Conn
 
 if TYPE_CHECKING:
     from .config import Settings
 
-__all__ = ["PROTOCOL_VERSION", "hello", "is_int", "is_labels", "authorize", "is_admin", "peer_credentials"]
+__all__ = ["PROTOCOL_VERSION", "hello", "admit", "is_int", "is_labels", "authorize", "is_admin", "peer_credentials"]
 
 #: 2: STREAM/EXPORT payloads are JSON Lines; both end with END; STREAM_SKIPPED (PROTOCOL.md)
 PROTOCOL_VERSION = 2
@@ -58,15 +60,6 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int] | None:
         return None
 
 
-def _same_pid_namespace(pid: int) -> bool:
-    """Whether ``pid`` lives in our pid namespace (then its HELLO pid must be its pid;
-    in a container's namespace the agent sees another number for itself)."""
-    try:
-        return os.readlink(f"/proc/{pid}/ns/pid") == os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return True  # no /proc: assume one namespace (the strict choice)
-
-
 def hello(conn: Conn, obj: dict[str, Any], started_ts: float) -> bytes:
     """Apply a HELLO to ``conn``; the WELCOME frame to send. ProtocolError if malformed."""
     role, pid, host = obj.get("role"), obj.get("pid"), obj.get("host", "")
@@ -80,17 +73,36 @@ def hello(conn: Conn, obj: dict[str, Any], started_ts: float) -> bytes:
         raise ProtocolError("HELLO service must be a string or null, labels an object of strings")
     check_identity("HELLO", host=host, service=service, labels=labels)  # limits: wire.py
     conn.peer = peer = peer_credentials(conn.sock)
-    if peer is not None and pid != peer[0] and _same_pid_namespace(peer[0]):
-        _log.warning("HELLO pid is not the peer's pid; using the peer's", hello_pid=pid, peer_pid=peer[0],
-                     peer_uid=peer[1], service=service)
-        pid = peer[0]
+    conn.hello_pid = pid
+    if peer is not None:
+        # the kernel's pid, never the stated one: a peer in a nested pid namespace (``unshare
+        # -Urpf``) may be pid N there for any N, a victim's pid in ours included (issue 19)
+        conn.pid_ns, conn.ns_pid = peerid.pid_namespace(conn.sock, peer[0])
+        own = peer[0] if conn.pid_ns == peerid.SAME else conn.ns_pid
+        if own is None or pid != own:
+            _log.warning("HELLO pid is not the peer's pid; using the peer's", hello_pid=pid, peer_pid=peer[0],
+                         peer_uid=peer[1], pid_ns=conn.pid_ns, ns_pid=conn.ns_pid, service=service)
+        pid = max(peer[0], 0)  # 0: a peer outside our namespace, never the pid it claims
     conn.role, conn.pid, conn.host, conn.service, conn.labels = role, pid, host, service, labels
     if role == "agent":
         conn.keysrc = KeySource(host, pid, service)
     _log.info("connected", role=role, pid=pid, host=host, service=service,
-              peer_pid=peer[0] if peer else None, peer_uid=peer[1] if peer else None)
+              peer_pid=peer[0] if peer else None, peer_uid=peer[1] if peer else None, pid_ns=conn.pid_ns)
     return encode_json(Kind.WELCOME, {"version": __version__, "protocol": PROTOCOL_VERSION,
                                       "pid": os.getpid(), "started_ts": started_ts})
+
+
+def admit(conn: Conn, payload: memoryview, started_ts: float) -> bytes:
+    """The HELLO frame ``payload``: :func:`hello`, then the peer's identity made safe to
+    write (lone surrogates would make every UTF-8 writer of it, CLI and /metrics, raise).
+    The WELCOME frame to send; ProtocolError if malformed."""
+    welcome = hello(conn, decode_json(payload), started_ts)
+    conn.host = scrub(conn.host)
+    conn.service = None if conn.service is None else scrub(conn.service)
+    conn.labels = {scrub(k): scrub(v) for k, v in conn.labels.items()}
+    if conn.keysrc is not None:
+        conn.keysrc.host, conn.keysrc.service = conn.host, conn.service
+    return welcome
 
 
 def is_admin(settings: Settings, peer: tuple[int, int, int] | None) -> bool:

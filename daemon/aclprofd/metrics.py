@@ -184,6 +184,18 @@ class DaemonCollector:
             yield CounterMetricFamily(name, doc, value=value)
         yield GaugeMetricFamily("aclprofd_connections_open", "Client connections open now",
                                 value=s.open_connections)
+        # aclprof trace routing (issue 19): agents matched but not asked, answers not believed
+        tr = dict(s.traces)
+        not_asked = CounterMetricFamily("aclprofd_trace_agents_not_asked",
+                                        "Agents a TRACE matched but did not ask, by why", labels=["reason"])
+        for reason, key in (("not_owner", "impostors_excluded"), ("silent", "silent_excluded"),
+                            ("busy", "busy_excluded")):
+            not_asked.add_metric([reason], tr.get(key, 0))
+        yield not_asked
+        yield CounterMetricFamily("aclprofd_trace_stragglers_cut", "Traced agents reported silent after "
+                                  "trace_straggler_grace", value=tr.get("stragglers_cut", 0))
+        yield CounterMetricFamily("aclprofd_trace_dirs_refused", "TRACE_DONE directories not believed "
+                                  "(not the replying uid's session directories)", value=tr.get("dirs_refused", 0))
 
 
 class Metrics:

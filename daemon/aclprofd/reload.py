@@ -28,6 +28,18 @@ __all__ = ["apply_reload", "signal_handlers", "ReloadTarget"]
 _log = structlog.get_logger("aclprofd")
 
 
+class _ConnLimits(Protocol):
+    """The connection limits (:class:`aclprofd.connlimits.ConnLimits`)."""
+
+    max_control: int
+    control_idle_s: float
+
+
+class _Limited(Protocol):
+    @property
+    def limits(self) -> _ConnLimits: ...
+
+
 class ReloadTarget(Protocol):
     """What a reload changes in the daemon (:class:`aclprofd.server.Daemon`): its settings
     and the live copies of them that its parts keep."""
@@ -35,9 +47,9 @@ class ReloadTarget(Protocol):
     settings: Settings
     storage: Storage | None
     metrics: Any  # aclprofd.metrics.Metrics (its by_name), None without the endpoint
-    max_control: int
-    control_idle_s: float
 
+    @property
+    def transport(self) -> _Limited: ...
     @property
     def detection(self) -> DetectorService: ...
     @property
@@ -66,7 +78,8 @@ def apply_reload(d: ReloadTarget, reload: Callable[[], Settings] | None) -> None
         d.storage.max_age_s = d.storage.losses.max_age_s = applied.max_age_s
     if d.metrics is not None:
         d.metrics.by_name = applied.prometheus_op_name
-    d.max_control, d.control_idle_s = applied.max_control_connections, applied.control_idle_timeout_s
+    limits = d.transport.limits
+    limits.max_control, limits.control_idle_s = applied.max_control_connections, applied.control_idle_timeout_s
     d.memory.budget = applied.memory_budget_bytes
     d.detection.reload(applied)
     logsetup.configure(applied.log_level, applied.log_format, applied.log_file)

@@ -22,17 +22,15 @@ from __future__ import annotations
 
 import os
 import selectors
-import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from typing import Any
 
 import structlog
 
-from aclprof.protocol.safetext import scrub
-from aclprof.protocol.wire import Kind, ProtocolError, decode_json
+from aclprof.protocol.wire import Kind, ProtocolError
 
 from .aggregate.aggregator import Aggregator
 from .capture.recorder import CaptureService
@@ -41,13 +39,12 @@ from .conn import Conn, OutQueue
 from .control import Control
 from .detector.service import DetectorService
 from .fanout import Fanout
-from .handshake import PROTOCOL_VERSION, hello
+from .handshake import PROTOCOL_VERSION, admit
 from .ingest import Ingest
-from .memory import UNREAD_REPLIES, Memory
 from .persist import AGGREGATES_FILE, Persistence
 from .reload import apply_reload, signal_handlers
 from .socketfile import SocketFile
-from .sockets import DaemonError, sd_notify
+from .sockets import DaemonError, Waker, sd_notify
 from .status import PUBLISH_S, Counters, CountersSnapshot, Health, take_snapshot
 from .storage import Storage
 from .trace import Traces
@@ -61,48 +58,52 @@ _HELLO_TIMEOUT_S = 10.0         # a connection that has not said HELLO by then i
 DRAIN_S = 1.0                   # at a graceful stop, read what agents wrote for at most this long
 
 
-class Daemon(Transport):
-    """The daemon: listening socket, connections, and the parts it composes.
+class Daemon:
+    """The daemon: the event loop and the parts it composes, its :class:`Transport` among them
+    (:attr:`transport`: the listening socket and the connections).
 
     Construct, then :meth:`start` (binds the socket: raises DaemonError if it cannot),
     then :meth:`run` until :meth:`stop` or a signal; :meth:`close` always.
     """
 
     def __init__(self, settings: Settings, *, reload: Callable[[], Settings] | None = None):
-        super().__init__()
         self.settings = settings
-        self.max_control, self.control_idle_s = settings.max_control_connections, settings.control_idle_timeout_s
         self._reload = reload
         self.started_ts = time.time()
         self.started_mono = time.monotonic()
-        # The parts, each given what it uses: explicit collaborators, or the daemon itself
-        # seen through the part's own small Protocol (FanoutHost, IngestHost, ...), which
-        # names the attributes it reads. None of them imports this module.
-        self.socket_file = SocketFile(self, settings.socket, settings.socket_group)
-        self.aggregator = Aggregator(settings.max_keys, settings.windows)
         self.storage: Storage | None = None
         self.metrics: Any = None
         self.counters = Counters()
         self.health = Health()
-        self.memory = Memory(self.conns, settings.memory_budget_bytes, self.counters.memory_refused)
+        # The parts, each given what it uses: explicit collaborators (the transport is the
+        # Outbox they answer clients through), or, for the daemon's changing state (settings
+        # and storage, replaced by a reload or a start), the daemon seen through the part's
+        # own small Protocol that names what it reads. None of them imports this module.
+        self.transport = t = Transport(self._handle, on_close=self._on_close,
+                                       on_protocol_error=self._on_protocol_error,
+                                       memory_budget=settings.memory_budget_bytes,
+                                       memory_refused=self.counters.memory_refused,
+                                       max_control=settings.max_control_connections,
+                                       control_idle_s=settings.control_idle_timeout_s)
+        self.memory = t.memory
+        self.socket_file = SocketFile(t, settings.socket, settings.socket_group)
+        self.aggregator = Aggregator(settings.max_keys, settings.windows)
         self.persist = Persistence(self, self.aggregator, self.health, settings.data_dir)
-        self.fanout = Fanout(self)
+        self.fanout = Fanout(self, t, self.counters, self.memory)
         self.ingest = Ingest(self.counters, self.health, self.aggregator, self.persist, self.fanout, self.memory,
-                             self.limiter)
+                             t.limiter)
         # observes the aggregator; Control serves its requests
-        self.detection = DetectorService(settings, self.aggregator, self.queue)
+        self.detection = DetectorService(settings, self.aggregator, t.queue)
         self.captures = CaptureService(self)  # the flight recorder: captures around new flags
-        self.control = Control(self)
-        self.traces = Traces(self)
+        self.control = Control(self, t)
+        self.traces = Traces(self, t, self.fanout, t.limits.requested)
         self.ingest.handlers.update(self.traces.agent_handlers)  # TRACE_DONE
         self.control.handlers.update(self.traces.control_handlers)  # TRACE
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._published_mono = 0.0
         self._stop = threading.Event()
         self._reload_requested = False
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
+        self._waker = Waker()
         self.ready = threading.Event()
 
     @property
@@ -113,6 +114,11 @@ class Daemon(Transport):
     @property
     def records_total(self) -> int:
         return self.counters.records_total
+
+    @property
+    def conns(self) -> Mapping[int, Conn]:
+        """The open connections by file descriptor (the transport's)."""
+        return self.transport.conns
 
     def publish(self) -> CountersSnapshot:
         """Take a counters snapshot and publish it for /metrics (loop thread)."""
@@ -141,7 +147,7 @@ class Daemon(Transport):
             self.storage.close()  # releases the data dir's lock: a retry in this process may take it
             self.storage = None
             raise
-        self.sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self.transport.sel.register(self._waker.reader, selectors.EVENT_READ, "wake")
         self.publish()
         if s.prometheus_port:
             from .metrics import Metrics
@@ -158,24 +164,18 @@ class Daemon(Transport):
     def stop(self) -> None:
         """Ask :meth:`run` to flush and return (any thread; signal-safe)."""
         self._stop.set()
-        self._wake()
+        self._waker.wake()
 
     def request_reload(self) -> None:
         self._reload_requested = True
-        self._wake()
+        self._waker.wake()
 
     def _on_hup(self) -> None:
         self._reload_requested = True  # the signal's wakeup fd byte wakes the loop
 
-    def _wake(self) -> None:
-        try:
-            self._wake_w.send(b"\0")
-        except OSError:
-            pass
-
     def run(self, stop_event: threading.Event | None = None, *, signals: bool = False) -> None:
         """Serve until :meth:`stop`, ``stop_event`` or (with ``signals``) SIGTERM/SIGINT."""
-        with signal_handlers(self._stop.set, self._on_hup, self._wake_w.fileno()) if signals else nullcontext():
+        with signal_handlers(self._stop.set, self._on_hup, self._waker.write_fd) if signals else nullcontext():
             self._serve(stop_event)
 
     def _serve(self, stop_event: threading.Event | None) -> None:
@@ -214,22 +214,19 @@ class Daemon(Transport):
 
     def _turn(self, timeout: float) -> None:
         """One select and everything it makes ready, then the stream and export pumps."""
-        for key, mask in self.sel.select(self.accept_timeout(timeout)):
+        t = self.transport
+        for key, mask in t.sel.select(t.accept_timeout(timeout)):
             data = key.data
             if data == "listen":
-                self._accept()
+                t.accept()
             elif data == "wake":
-                try:
-                    while self._wake_r.recv(4096):
-                        pass
-                except BlockingIOError:
-                    pass
+                self._waker.drain()
             else:
                 conn: Conn = data
                 if mask & selectors.EVENT_READ and not conn.closed:
-                    self._read(conn)
+                    t.read(conn)
                 if mask & selectors.EVENT_WRITE and not conn.closed:
-                    self.send(conn)
+                    t.send(conn)
         self.fanout.pump_streams()
         self.fanout.pump_exports()
 
@@ -237,17 +234,17 @@ class Daemon(Transport):
         """Close every connection, the storage, metrics, and remove our socket file."""
         self.captures.close()
         self.socket_file.stop_listening()
-        for conn in list(self.conns.values()):
-            self._close(conn, "daemon stopping")
+        t = self.transport
+        for conn in list(t.conns.values()):
+            t.close_conn(conn, "daemon stopping")
         if self.storage is not None:
             self.storage.close()
             self.persist.save_aggregates()
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None
-        self.sel.close()
-        self._wake_r.close()
-        self._wake_w.close()
+        t.sel.close()
+        self._waker.close()
         _log.info("stopped", records_total=self.counters.records_total)
 
     def _goodbye_agents(self) -> None:
@@ -256,36 +253,31 @@ class Daemon(Transport):
         daemon), store everything, then tell each agent with GOODBYE exactly how many
         records and LOSS-reported drops this connection delivered. The agent counts what it
         wrote beyond that as lost, so a stop or restart loses nothing uncounted."""
+        t = self.transport
         deadline = time.monotonic() + DRAIN_S
-        agents = [c for c in self.conns.values() if c.role == "agent" and not c.closed]
+        agents = [c for c in t.conns.values() if c.role == "agent" and not c.closed]
         for conn in agents:
-            self._receive(conn, budget=None, deadline=deadline)
+            t.receive(conn, budget=None, deadline=deadline)
         self.flush()  # GOODBYE acknowledges records that are in the segment file
         for conn in agents:
             if not conn.closed:
                 # best effort, never blocking: the agent reads nothing else after WELCOME,
                 # so its receive buffer has room
-                self._send_last(conn, goodbye_frame(conn))
-                self._close(conn, "daemon stopping")
+                t.send_last(conn, goodbye_frame(conn))
+                t.close_conn(conn, "daemon stopping")
 
     def _handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:
         """One frame: HELLO first, then the dispatch table of the connection's role."""
         if conn.role is None:
             if kind != Kind.HELLO:
                 raise ProtocolError(f"expected HELLO, got {kind.name}")
-            welcome = hello(conn, decode_json(payload), self.started_ts)
-            # lone surrogates would make every UTF-8 writer of these (CLI, /metrics) raise
-            conn.host = scrub(conn.host)
-            conn.service = None if conn.service is None else scrub(conn.service)
-            conn.labels = {scrub(k): scrub(v) for k, v in conn.labels.items()}
-            if conn.keysrc is not None:
-                conn.keysrc.host, conn.keysrc.service = conn.host, conn.service
-            self.queue(conn, welcome)
+            self.transport.queue(conn, admit(conn, payload, self.started_ts))
             if conn.closed:  # the peer left before WELCOME could be written: it is gone
                 return
-            self.admitted(conn)  # the connection limits per role (aclprofd.transport)
+            self.transport.limits.admitted(conn)  # the connection limits per role (aclprofd.connlimits)
             if conn.role == "agent" and not conn.closed:
                 self.fanout.agent_admitted(conn)  # LIVE, if a STREAM client watches
+                self.traces.owners.admitted(conn)  # the first to announce a service owns it (aclprofd.trace_route)
         elif conn.role == "agent":
             handler = self.ingest.handlers.get(kind)
             if handler is None:
@@ -293,34 +285,6 @@ class Daemon(Transport):
             handler(conn, payload)
         else:
             self.control.handle(conn, kind, payload)
-
-    def queue(self, conn: Conn, frame: bytes) -> None:
-        """Queue a reply and send what the socket takes. A client that does not read its
-        replies (any role: STREAM and EXPORT connections too) is closed once its queue passes
-        its share of the memory budget, or once the budget as a whole is spent; counted."""
-        if conn.out:
-            # The socket is full and another reply comes: a CLI reads each reply before its
-            # next request, so these bytes count as unread. Without this limit a client
-            # pipelining tiny requests makes the loop compute thousands of replies per turn
-            # (a stall for everyone), and its stream buffer would hide them from the cap.
-            conn.unread_replies += len(frame)
-        conn.out += frame
-        n = len(conn.out)
-        cap = self.memory.reply_cap()
-        if n > len(frame) and (n > cap or conn.unread_replies > UNREAD_REPLIES
-                               or not self.memory.fits(0)):  # one reply alone always goes
-            self.memory.refuse("replies")
-            conn.out.clear()
-            self._close(conn, f"client does not read its replies ({n} bytes queued, {conn.unread_replies} of them "
-                              f"replies; at most {UNREAD_REPLIES} bytes of unread replies and {cap} bytes in all, "
-                              f"memory_budget {self.memory.budget} bytes)", level="warning")
-            return
-        self.send(conn)
-
-    def send(self, conn: Conn) -> None:
-        super().send(conn)
-        if not conn.out:
-            conn.unread_replies = 0
 
     def _on_close(self, conn: Conn) -> None:
         self.fanout.closed(conn)
@@ -342,12 +306,13 @@ class Daemon(Transport):
         if self.storage is None:
             return
         mono = time.monotonic()
-        for conn in list(self.conns.values()):
+        t = self.transport
+        for conn in list(t.conns.values()):
             if conn.role == "agent":
                 self.persist.store(conn)
             elif conn.role is None and mono - conn.connected > _HELLO_TIMEOUT_S:
-                self._fail(conn, f"no HELLO within {_HELLO_TIMEOUT_S:g} s")
-        self.reap_idle(mono)
+                t.fail(conn, f"no HELLO within {_HELLO_TIMEOUT_S:g} s")
+        t.limits.reap_idle(mono)
         self.storage.flush()
         self.persist.save_aggregates()
         self.socket_file.check()

@@ -15,7 +15,7 @@ import stat
 
 import structlog
 
-__all__ = ["DaemonError", "bind_socket", "sd_notify", "socket_is_ours"]
+__all__ = ["DaemonError", "Waker", "bind_socket", "sd_notify", "socket_is_ours"]
 
 _log = structlog.get_logger("aclprofd")
 
@@ -112,3 +112,35 @@ def socket_is_ours(path: str, ino: int | None) -> bool:
     except OSError:
         return False
     return stat.S_ISSOCK(st.st_mode) and st.st_ino == ino
+
+
+class Waker:
+    """A socket pair that wakes the event loop's select: :meth:`wake` from any thread,
+    or a byte a signal handler writes to :attr:`write_fd` (the signal wakeup fd); the loop
+    selects :attr:`reader` and calls :meth:`drain` when it is readable."""
+
+    def __init__(self) -> None:
+        self.reader, self._writer = socket.socketpair()
+        self.reader.setblocking(False)
+        self._writer.setblocking(False)
+
+    @property
+    def write_fd(self) -> int:
+        return self._writer.fileno()
+
+    def wake(self) -> None:
+        try:
+            self._writer.send(b"\0")
+        except OSError:  # full (a wake is pending anyway) or closed
+            pass
+
+    def drain(self) -> None:
+        try:
+            while self.reader.recv(4096):
+                pass
+        except BlockingIOError:
+            pass
+
+    def close(self) -> None:
+        self.reader.close()
+        self._writer.close()

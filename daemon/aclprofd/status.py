@@ -71,6 +71,8 @@ class AgentSnapshot:
     steps: int
     #: trace pauses on this connection (aclprofd.trace.Gap.as_dict)
     trace: dict[str, Any] = field(default_factory=dict)
+    #: uid, pid namespace, pid there, HELLO's pid (aclprofd.conn.Conn.identity)
+    identity: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,8 @@ class Health:
         if st is not None:
             if st.last_error and st.last_error_ts > now - 60:
                 out.append(f"storage write failing: {st.last_error} ({st.records_lost} records not stored)")
+            if st.dir_access.problem:  # a data dir wider than 0750 the daemon may not narrow (issue 19)
+                out.append(st.dir_access.problem)
             # Reaching disk_cap is no problem: a bounded store is meant to sit at its cap
             # (storage.at_cap in STATUS says so).
         while self.recent_drops and self.recent_drops[0][0] < now - 60:
@@ -184,6 +188,28 @@ class _MemoryUse(Protocol):
     def used(self) -> int: ...
 
 
+class _LimitStats(Protocol):
+    refused: int
+    idle_closed: int
+
+
+class _TransportStats(Protocol):
+    """The transport's counters and connections (:class:`aclprofd.transport.Transport`)."""
+
+    internal_errors: int
+    accept_errors: int
+    peer_gone: int
+
+    @property
+    def limits(self) -> _LimitStats: ...
+
+    @property
+    def conns(self) -> Mapping[int, Conn]: ...
+    @property
+    def memory(self) -> _MemoryUse: ...
+    def open_counts(self) -> tuple[int, int, int]: ...
+
+
 class SnapshotSource(Protocol):
     """What :func:`take_snapshot` reads: the daemon (:class:`aclprofd.server.Daemon`)."""
 
@@ -192,31 +218,23 @@ class SnapshotSource(Protocol):
     settings: Settings
     storage: Storage | None
     started_mono: float
-    internal_errors: int
-    refused: int
-    idle_closed: int
-    accept_errors: int
-    peer_gone: int
 
     @property
-    def aggregator(self) -> Aggregator: ...
+    def transport(self) -> _TransportStats: ...
     @property
-    def conns(self) -> Mapping[int, Conn]: ...
+    def aggregator(self) -> Aggregator: ...
     @property
     def traces(self) -> _TraceStats: ...
     @property
     def ingest(self) -> _IngestStats: ...
     @property
-    def memory(self) -> _MemoryUse: ...
-    @property
     def socket_problem(self) -> str | None: ...
-    def open_counts(self) -> tuple[int, int, int]: ...
 
 
 def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
     """One consistent copy of the daemon's counters (call on the loop thread)."""
     now, mono = time.time(), time.monotonic()
-    c, agg = d.counters, d.aggregator
+    c, agg, t = d.counters, d.aggregator, d.transport
     storage: dict[str, Any] | None = None
     if d.storage is not None:
         storage = d.storage.stats()
@@ -225,12 +243,12 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
                 "protocol_errors": c.protocol_errors,
                 "storage_write_errors": int((storage or {}).get("write_errors", 0)),
                 "storage_records_lost": int((storage or {}).get("records_lost", 0)),
-                "memory_refused": sum(c.memory_refused.values()), "internal_errors": d.internal_errors}
+                "memory_refused": sum(c.memory_refused.values()), "internal_errors": t.internal_errors}
     agents = tuple(AgentSnapshot(a.pid, a.host, a.service, dict(a.labels), round(mono - a.connected, 3),
                                  tuple(dict(m) for m in a.models.values()), a.records, a.rate.per_s(now),
-                                 a.dropped, a.lag_ns, a.steps, d.traces.gap_of(a.id))
-                   for a in d.conns.values() if a.role == "agent")
-    open_all, open_control, open_anon = d.open_counts()
+                                 a.dropped, a.lag_ns, a.steps, d.traces.gap_of(a.id), a.identity())
+                   for a in t.conns.values() if a.role == "agent")
+    open_all, open_control, open_anon = t.open_counts()
     return CountersSnapshot(
         taken_ts=now, uptime_s=round(mono - d.started_mono, 3), records_total=c.records_total,
         steps_total=c.steps_total,
@@ -241,10 +259,11 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         aggregate_windows=(*agg.window_names(), "all"), aggregate_since_ts=agg.reset_ts,
         problems=tuple(d.health.problems(d.socket_problem, d.storage, agg, now)),
         records_rejected=tuple(sorted(c.records_rejected.items())),
-        memory_budget=d.settings.memory_budget_bytes, memory_used=d.memory.used(),
+        memory_budget=d.settings.memory_budget_bytes, memory_used=t.memory.used(),
         memory_refused=tuple(sorted(c.memory_refused.items())),
-        internal_errors=d.internal_errors, connections_refused=d.refused, idle_closed=d.idle_closed,
-        accept_errors=d.accept_errors, peer_gone=d.peer_gone, open_connections=open_all,
+        internal_errors=t.internal_errors, connections_refused=t.limits.refused,
+        idle_closed=t.limits.idle_closed,
+        accept_errors=t.accept_errors, peer_gone=t.peer_gone, open_connections=open_all,
         open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
         traces=d.traces.summary(), recent=d.health.recent(agg, d.started_mono, mono, counters),
         metrics=_metrics_stats(d))
@@ -263,7 +282,7 @@ def status_reply(s: CountersSnapshot, socket_path: str) -> dict[str, Any]:
             "agents": [{"pid": a.pid, "host": a.host, "service": a.service, "labels": a.labels,
                         "connected_s": a.connected_s, "models": list(a.models), "records": a.records,
                         "records_per_s": a.records_per_s, "dropped": a.dropped, "lag_ns": a.lag_ns,
-                        "steps": a.steps, **a.trace}
+                        "steps": a.steps, **a.trace, **a.identity}
                        for a in s.agents],
             "storage": s.storage,
             "aggregates": {"keys": s.aggregate_keys, "cap": s.aggregate_cap,

@@ -37,6 +37,7 @@ import structlog
 
 from aclprof.protocol.wire import RECORD_DTYPE
 
+from .atomicfile import FILE_MODE, DirAccess, create_file, private_dir
 from .storage_losses import StorageLosses
 
 __all__ = ["Storage", "Chunk", "SEGMENT_VERSION", "read_segment", "DataDirLocked", "LOCK_FILE"]
@@ -93,7 +94,8 @@ class Storage:
         self.segment_bytes = int(segment_bytes)
         self.disk_bytes = int(disk_bytes)
         self.max_age_s = float(max_age_s)
-        os.makedirs(directory, mode=0o750, exist_ok=True)
+        #: 0750 whatever the umask; a wider directory of ours narrowed, another user's reported
+        self.dir_access: DirAccess = private_dir(directory)
         self._lock_fd: int | None = _lock_dir(directory)  # before reading the directory: it is ours from here
         self._segments: list[_Segment] = []
         for name in sorted(os.listdir(directory)):
@@ -134,7 +136,7 @@ class Storage:
         for _ in range(_NAME_TRIES):
             path = os.path.join(self.dir, f"seg-{seq:08d}.acps")
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+                fd = create_file(path)  # 0640 whatever the umask
                 break
             except FileExistsError:
                 self.names_skipped += 1
@@ -305,7 +307,7 @@ class Storage:
                 "deleted_for_cap": self.deleted_for_cap, "at_cap": self.at_cap,
                 "records_lost": self.records_lost, "names_skipped": self.names_skipped,
                 "loss_periods": len(self.losses.periods), "failing": self.losses.failing,
-                "last_cap_delete_ts": self.last_cap_delete_ts or None}
+                "last_cap_delete_ts": self.last_cap_delete_ts or None, "dir_access": self.dir_access.as_dict()}
 
     # ---- reading ------------------------------------------------------------------------
     def files(self, since_ts: float | None = None, until_ts: float | None = None) -> list[tuple[str, int]]:
@@ -368,7 +370,11 @@ def _lock_dir(directory: str) -> int:
     file; DataDirLocked naming the holder if another process has it. Two daemons on one
     directory would give out the same segment numbers and delete each other's segments."""
     path = os.path.join(directory, LOCK_FILE)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    try:
+        os.fchmod(fd, FILE_MODE)
+    except OSError:
+        pass  # a lock file of another user's (read-only data dir): the lock below decides
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

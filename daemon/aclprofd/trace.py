@@ -5,8 +5,14 @@ pid), sends each a TRACE_START, gathers their TRACE_DONE replies and answers wit
 TRACE_REPLY listing, per process, the ``PROF_*`` directories it produced, how long its
 subscriptions were paused and what that pause cost (the gap), or its error. It never waits
 on anyone: an agent that does not answer within ``duration + REPLY_GRACE_S`` (an agent too
-old to know TRACE_START ignores it) or whose connection closes (the process died) is
-reported with that error, and the reply goes out as soon as every process is accounted for.
+old to know TRACE_START ignores it), or within ``trace_straggler_grace`` once every other
+one has answered, or whose connection closes (the process died) is reported with that
+error, and the reply goes out as soon as every process is accounted for. An agent that did
+not answer is not asked again until it answers (it would hold every later trace); one
+still busy in another trace is left out of a new one (reported), not a reason to refuse it.
+
+Who is asked and which answers are believed (the service's owner; directories owned by the
+replying uid): :mod:`aclprofd.trace_route`.
 
 The gap: while an agent's subscriptions are paused, its ops never reach the daemon. Each
 TRACE_DONE reports the pause; the daemon counts it per connection and in all
@@ -24,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -38,6 +45,7 @@ from .conn import Conn
 from .fanout import Fanout
 from .handshake import is_int
 from .records import append_frame
+from .trace_route import ServiceOwners, check_dirs, describe_owner, owner_key, peer_fields
 from .transport import Outbox
 
 __all__ = ["Traces", "Gap"]
@@ -48,6 +56,7 @@ REPLY_GRACE_S = proto.REPLY_GRACE_S
 _MAX_DIRS = 64          # PROF_* directories one TRACE_DONE may list
 _MAX_TEXT = 4096        # characters of a path or an error kept
 _MAX_ACTIVE = 256       # traces running at once (each holds its client until it ends)
+_MAX_EXCLUDED = 64      # agents listed as not asked in one TRACE_REPLY (all are counted)
 #: a bound on every count a TRACE_DONE carries: sums of them stay exact int64s (Prometheus,
 #: other readers) and convertible to float (a JSON integer of 400 digits would otherwise
 #: make every STATUS raise)
@@ -93,19 +102,18 @@ class _Trace:
     duration_s: float
     data_types: tuple[str, ...]
     deadline: float
+    started: float = 0.0        # monotonic
+    last_answer: float = 0.0    # monotonic time of the latest part settled
     parts: dict[str, _Part] = field(default_factory=dict)
+    excluded: list[dict[str, Any]] = field(default_factory=list)  # agents matched but not asked
 
 
-class TraceHost(Outbox, Protocol):
-    """What traces use of the daemon (:class:`aclprofd.server.Daemon`)."""
+class TraceHost(Protocol):
+    """What traces read of the daemon's changing state (:class:`aclprofd.server.Daemon`)."""
 
-    settings: Settings  # ``stream_buffer``, the bound of a gap line
+    settings: Settings  # ``stream_buffer``, the gap line's bound; ``trace_straggler_grace`` (SIGHUP)
 
-    @property
-    def fanout(self) -> Fanout: ...
 
-    def keep_waiting(self, conn: Conn, now: float) -> None:
-        """``conn`` waits for a reply: not idle (:meth:`aclprofd.transport.Transport.keep_waiting`)."""
 
 
 class Traces:
@@ -113,8 +121,11 @@ class Traces:
     agents (:attr:`agent_handlers`) and TRACE from control clients (:attr:`control_handlers`)
     here."""
 
-    def __init__(self, host: TraceHost):
-        self.host = host
+    def __init__(self, host: TraceHost, outbox: Outbox, fanout: Fanout,
+                 keep_waiting: Callable[[Conn, float], None]):
+        #: ``keep_waiting(conn, now)``: ``conn`` waits for a reply, it is not idle
+        #: (:meth:`aclprofd.connlimits.ConnLimits.requested`)
+        self.host, self.outbox, self.fanout, self.keep_waiting = host, outbox, fanout, keep_waiting
         self._next_id = 1
         self.active: dict[int, _Trace] = {}
         self._by_agent: dict[str, int] = {}  # agent conn id -> the trace it runs
@@ -124,6 +135,13 @@ class Traces:
         self.refused = 0
         self.failed = 0     # processes that answered with an error, died or did not answer
         self.gap_lines_skipped = 0  # gap lines not queued for a STREAM client that does not read
+        self.owners = ServiceOwners()
+        self._silent: dict[str, int] = {}  # agent conn id -> the trace it did not answer
+        self.impostors_excluded = 0  # agents announcing a service they do not own, not asked
+        self.silent_excluded = 0     # agents not asked because they did not answer an earlier trace
+        self.busy_excluded = 0       # agents not asked because another trace holds them
+        self.stragglers_cut = 0      # parts ended by trace_straggler_grace
+        self.dirs_refused = 0        # TRACE_DONE dirs not believed (trace_route.check_dirs)
         self._stopping = False
         self.agent_handlers = {Kind.TRACE_DONE: self.done}
         self.control_handlers = {Kind.TRACE: self.request}
@@ -135,43 +153,76 @@ class Traces:
         except proto.TraceRequestError as exc:
             self._refuse(conn, str(exc))
             return
-        agents = [c for c in self.host.conns.values() if c.role == "agent" and not c.closed
-                  and (service is None or c.service == service) and (pid is None or c.pid == pid)]
-        if not agents:
-            connected = sorted({f"{c.service or '-'} (pid {c.pid})" for c in self.host.conns.values()
+        matched = [c for c in self.outbox.conns.values() if c.role == "agent" and not c.closed
+                   and (service is None or c.service == service) and (pid is None or c.pid == pid)]
+        agents, excluded = self._select(matched, service, pid)
+        if not matched:
+            connected = sorted({f"{c.service or '-'} (pid {c.pid})" for c in self.outbox.conns.values()
                                 if c.role == "agent" and not c.closed})
             what = " ".join(x for x in (f"service {service!r}" if service is not None else "",
                                         f"pid {pid}" if pid is not None else "") if x)
             self._refuse(conn, f"no connected agent matches {what}; connected: "
                                f"{', '.join(connected[:20]) if connected else 'none'}")
             return
-        busy = [c for c in agents if c.id in self._by_agent]
-        if busy:
-            b = busy[0]
-            running = self.active[self._by_agent[b.id]]
-            left = max(0.0, running.deadline - REPLY_GRACE_S - time.monotonic())
-            self._refuse(conn, f"pid {b.pid} ({b.service or '-'}) is already tracing (trace {running.id}, "
-                               f"about {left:.1f} s left); one trace per process at a time")
+        if not agents:
+            reasons = "; ".join(f"pid {x['pid']} ({x['service'] or '-'}): {x['reason']}" for x in excluded[:5])
+            self._refuse(conn, f"no process can be traced now: {reasons}")
             return
         if len(self.active) >= _MAX_ACTIVE:
             self._refuse(conn, f"{_MAX_ACTIVE} traces are running; retry when one ends")
             return
         tid, self._next_id = self._next_id, self._next_id + 1
-        t = _Trace(tid, conn, service, pid, duration, types, time.monotonic() + duration + REPLY_GRACE_S)
+        now = time.monotonic()
+        t = _Trace(tid, conn, service, pid, duration, types, now + duration + REPLY_GRACE_S, now, now,
+                   excluded=excluded)
         self.active[tid] = t
         self.requested += 1
         start = encode_json(Kind.TRACE_START, {"trace_id": tid, "duration_s": duration, "data_types": list(types)})
         for a in agents:
             t.parts[a.id] = _Part(a)
             self._by_agent[a.id] = tid
-            self.host.queue(a, start)
+            self.outbox.queue(a, start)
         _log.info("trace started", trace=tid, service=service, pid=pid, duration_s=duration,
-                  data_types=list(types), processes=[a.pid for a in agents], by_pid=conn.pid)
+                  data_types=list(types), processes=[a.pid for a in agents], by_pid=conn.pid,
+                  excluded=[(x["pid"], x["reason"]) for x in excluded[:20]])
+
+    def _select(self, matched: list[Conn], service: str | None,
+                pid: int | None) -> tuple[list[Conn], list[dict[str, Any]]]:
+        """(the agents to ask, the others with why) among ``matched``: by service, only its
+        owner's agents (a pid is the kernel's: no owner needed); never one that did not
+        answer an earlier trace, nor one another trace holds."""
+        asked: list[Conn] = []
+        excluded: list[dict[str, Any]] = []
+        owner = self.owners.owner(service) if service is not None and pid is None else None
+        for c in matched:
+            why = None
+            if service is not None and pid is None and owner_key(c) != owner:
+                self.impostors_excluded += 1
+                why = (f"announces service {service!r} but is {describe_owner(owner_key(c))}, not its owner "
+                       + (f"({describe_owner(owner)}, which announced it first)" if owner else "(none)")
+                       + "; trace it by --pid if it is yours")
+                self.outbox.limiter.log("warning", "trace: agent of another user announces the service",
+                                        service=service, pid=c.pid, uid=owner_key(c)[0],
+                                        owner_uid=owner[0] if owner else None)
+            elif c.id in self._silent:
+                self.silent_excluded += 1
+                why = f"did not answer trace {self._silent[c.id]}; not asked again until it answers"
+            elif c.id in self._by_agent:
+                self.busy_excluded += 1
+                running = self.active[self._by_agent[c.id]]
+                left = max(0.0, running.deadline - REPLY_GRACE_S - time.monotonic())
+                why = (f"already tracing (trace {running.id}, about {left:.1f} s left); one trace per process "
+                       f"at a time")
+            if why is None:
+                asked.append(c)
+            else:
+                excluded.append({**peer_fields(c), "reason": why})
+        return asked, excluded
 
     def _refuse(self, conn: Conn, message: str) -> None:
         self.refused += 1
-        self.host.limiter.log("info", "trace refused", reason=message, by_pid=conn.pid)
-        self.host.queue(conn, encode_json(Kind.TRACE_REPLY, {"ok": False, "error": message, "processes": []}))
+        self.outbox.limiter.log("info", "trace refused", reason=message, by_pid=conn.pid)
+        self.outbox.queue(conn, encode_json(Kind.TRACE_REPLY, {"ok": False, "error": message, "processes": []}))
 
     # ---- TRACE_DONE (agent) ---------------------------------------------------------------
     def done(self, conn: Conn, payload: memoryview) -> None:
@@ -188,8 +239,9 @@ class Traces:
             raise ProtocolError("TRACE_DONE error must be a string or null")
         if not isinstance(models, list) or not all(is_int(m) for m in models[:_MAX_DIRS]):
             raise ProtocolError("TRACE_DONE models must be a list of integers")
-        result = {"pid": conn.pid, "host": conn.host, "service": conn.service,
-                  "dirs": [truncate(scrub(x), _MAX_TEXT) for x in dirs], "pause_ns": pause_ns, "session_ns": session_ns,
+        self._silent.pop(conn.id, None)  # it answers: ask it again
+        result = {**peer_fields(conn), "dirs": [truncate(scrub(x), _MAX_TEXT) for x in dirs], "dirs_refused": [],
+                  "pause_ns": pause_ns, "session_ns": session_ns,
                   "paused_ts": _num(obj.get("paused_ts")), "resumed_ts": _num(obj.get("resumed_ts")),
                   "models": models[:_MAX_DIRS], "gap_records": gap,
                   "error": None if error is None else truncate(scrub(error), _MAX_TEXT)}
@@ -202,14 +254,21 @@ class Traces:
         t = self.active.get(tid)
         part = t.parts.get(conn.id) if t is not None else None
         if t is None or part is None or part.result is not None:
-            self.host.limiter.log("info", "late or unknown TRACE_DONE", trace=tid, pid=conn.pid, pause_ns=pause_ns)
+            self.outbox.limiter.log("info", "late or unknown TRACE_DONE", trace=tid, pid=conn.pid, pause_ns=pause_ns)
             return
+        # checked only for a reply that is awaited: a flood of TRACE_DONE costs no file system calls
+        result["dirs"], refused = check_dirs(result["dirs"], tid, owner_key(conn)[0])
+        if refused:
+            result["dirs_refused"] = refused
+            self.dirs_refused += len(refused)
+            self.outbox.limiter.log("warning", "trace: directories not believed", trace=tid, pid=conn.pid,
+                                    uid=owner_key(conn)[0], refused=refused[:4])
         self._settle(t, part, result)
 
     def _mark_gap(self, src: Conn, result: dict[str, Any]) -> None:
         """A ``{"kind": "gap"}`` line for every STREAM client whose filter takes ``src``,
         after the records it already has pending (they came before the pause ended)."""
-        fan = self.host.fanout
+        fan = self.fanout
         if not fan.streaming:
             return
         fan.pump_streams()
@@ -220,7 +279,7 @@ class Traces:
                            "models": result["models"], "gap_records": result["gap_records"]},
                           separators=(",", ":")).encode() + b"\n"
         limit = self.host.settings.stream_buffer_bytes
-        for c in list(self.host.conns.values()):
+        for c in list(self.outbox.conns.values()):
             flt = c.stream
             if flt is None or c.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
                 continue
@@ -230,11 +289,12 @@ class Traces:
                 self.gap_lines_skipped += 1
                 continue
             append_frame(c.out, Kind.STREAM_RECORDS, line)
-            self.host.send(c)
+            self.outbox.send(c)
 
     # ---- endings --------------------------------------------------------------------------
     def _settle(self, t: _Trace, part: _Part, result: dict[str, Any]) -> None:
         part.result = result
+        t.last_answer = time.monotonic()
         if result.get("error"):
             self.failed += 1
         if self._by_agent.get(part.agent.id) == t.id:
@@ -248,17 +308,20 @@ class Traces:
                            key=lambda r: (str(r.get("service")), r.get("pid") or 0))
         ok = all(not r.get("error") for r in processes)
         _log.info("trace finished", trace=t.id, ok=ok, processes=len(processes),
-                  errors=[r["error"] for r in processes if r.get("error")])
+                  errors=[r["error"] for r in processes if r.get("error")], excluded=len(t.excluded))
         if t.client is not None and not t.client.closed:
-            self.host.queue(t.client, encode_json(Kind.TRACE_REPLY, {
+            self.outbox.queue(t.client, encode_json(Kind.TRACE_REPLY, {
                 "ok": ok, "error": None if ok else "some processes did not trace (see processes[].error)",
                 "trace_id": t.id, "service": t.service, "pid": t.pid, "duration_s": t.duration_s,
-                "data_types": list(t.data_types), "processes": processes}))
+                "data_types": list(t.data_types), "processes": processes,
+                "excluded": t.excluded[:_MAX_EXCLUDED], "excluded_total": len(t.excluded)}))
 
     def closed(self, conn: Conn) -> None:
         """``conn`` is closing (the loop's close hook): an agent's part ends with an error
         now (its process died or hung up), a client's traces run on without a reader."""
         self._gaps.pop(conn.id, None)
+        self._silent.pop(conn.id, None)
+        self.owners.closed(conn)
         tid = self._by_agent.pop(conn.id, None)
         if tid is not None and tid in self.active:
             t = self.active[tid]
@@ -285,20 +348,31 @@ class Traces:
         being closed as idle (they wait for the reply, not idling)."""
         if not self.active:
             return
+        grace = self.host.settings.trace_straggler_grace_s
         for t in list(self.active.values()):
             if t.client is not None:
-                self.host.keep_waiting(t.client, now)
-            if now < t.deadline:
+                self.keep_waiting(t.client, now)
+            waiting = [p for p in t.parts.values() if p.result is None]
+            # a straggler: every other process answered; it gets ``grace`` past the later of
+            # the last answer and the session's end, not the whole REPLY_GRACE_S
+            straggler = len(waiting) < len(t.parts) and \
+                now >= max(t.last_answer, t.started + t.duration_s) + grace
+            if now < t.deadline and not straggler:
                 continue
-            for part in t.parts.values():
-                if part.result is None:
-                    self._settle(t, part, self._failed(
-                        part.agent, f"no reply within {t.duration_s + REPLY_GRACE_S:g} s (agent too old to know "
-                                    f"TRACE_START, or hung?)"))
+            for part in waiting:
+                self._silent[part.agent.id] = t.id
+                if now < t.deadline:
+                    self.stragglers_cut += 1
+                    why = (f"no reply {grace:g} s after every other process answered (hung, or an agent that "
+                           f"never answers?); not asked again until it answers")
+                else:
+                    why = (f"no reply within {t.duration_s + REPLY_GRACE_S:g} s (agent too old to know "
+                           f"TRACE_START, or hung?)")
+                self._settle(t, part, self._failed(part.agent, why))
 
     @staticmethod
     def _failed(agent: Conn, error: str) -> dict[str, Any]:
-        return {"pid": agent.pid, "host": agent.host, "service": agent.service, "dirs": [], "pause_ns": None,
+        return {**peer_fields(agent), "dirs": [], "dirs_refused": [], "pause_ns": None,
                 "session_ns": None,
                 "paused_ts": None, "resumed_ts": None, "models": [], "gap_records": None, "error": error}
 
@@ -309,6 +383,9 @@ class Traces:
     def summary(self) -> dict[str, Any]:
         return {"requested": self.requested, "refused": self.refused, "running": len(self.active),
                 "failed_processes": self.failed, "gap_lines_skipped": self.gap_lines_skipped,
+                "impostors_excluded": self.impostors_excluded, "silent_excluded": self.silent_excluded,
+                "busy_excluded": self.busy_excluded, "stragglers_cut": self.stragglers_cut,
+                "dirs_refused": self.dirs_refused,
                 **self.total.as_dict()}
 
 

@@ -44,15 +44,16 @@ class Decoder:
         self.capacity = max_records
         self.buffer = bytearray(record_size * (max_records + 1))
         self.filled = 0
-        # The C calls' counts: corrupt, names missing, keypoints, max end (decode_ops), and
-        # whole records, rows, bytes left (read_ops); and the rows they decode into.
-        self._counts = np.zeros(7, np.uint64)
+        # the rows the C calls decode into
         self._row_bytes = np.empty(max_records * OP_ROW_SIZE, np.uint8)
         self._rows = self._row_bytes.view(OP_DTYPE)
         self._unread = 0  # bytes read() left for finish() to decode (before the layout check)
         self._decoded = (0, 0)  # (whole records, rows) read() decoded for finish() to wrap
         self.max_end = 0  # the largest record end decoded so far (library units)
         self._table = NameTable(_MAX_NAMES)
+        # The C calls' counts (aclprof_decode_counts): corrupt, missing_names, keypoints,
+        # max_end (decode_ops), and whole, rows, left (read_ops).
+        self._counts = self._table.new_counts()
         self.names: list[str] = []
         self._kp_name = self._kp_type = -1  # interned ids of "keypoint_op" / "na", once seen
         self._sync_names()
@@ -115,12 +116,12 @@ class Decoder:
         room = self.record_size * self.capacity
         if self._layout_checked and self._raw is not None:
             counts = self._counts
-            counts[:3] = 0
+            counts.corrupt = counts.missing_names = counts.keypoints = 0
             n, flags = self._table.read_ops(fd, wake_fd, self.buffer, self.filled, room,
                                             self.record_size, coalesce_ns, self.validate,
                                             self.default_device, self._rows, counts)
-            self.filled = int(counts[6])
-            self._decoded = (int(counts[4]), int(counts[5]))
+            self.filled = counts.left
+            self._decoded = (counts.whole, counts.rows)
         else:
             n, flags = read_pipe(fd, wake_fd, self.buffer, self.filled, room, coalesce_ns)
             self._unread = n
@@ -155,9 +156,10 @@ class Decoder:
         # One C call, GIL released, whatever the chunk size: signatures, names, every
         # numeric field, device ids and keypoint marks (issue 12: the reader thread must not
         # hold the GIL for per-record or per-field work while the inference thread waits).
-        self._counts[:3] = 0
+        counts = self._counts
+        counts.corrupt = counts.missing_names = counts.keypoints = 0
         rows = self._table.decode_ops(self.buffer, count, self.record_size, self.validate,
-                                      self.default_device, self._rows, self._counts)
+                                      self.default_device, self._rows, counts)
         return self._batch(rows)
 
     def _batch(self, rows: int) -> OpBatch:
@@ -168,10 +170,10 @@ class Decoder:
         all of it with the GIL held."""
         self._sync_names()
         counts = self._counts
-        self.corrupt += int(counts[0])
-        self.names_missing += int(counts[1])
-        self.keypoints += int(counts[2])
-        self.max_end = int(counts[3])
+        self.corrupt += counts.corrupt
+        self.names_missing += counts.missing_names
+        self.keypoints += counts.keypoints
+        self.max_end = counts.max_end
         self.records_decoded += rows
         return OpBatch(self._row_bytes[:rows * OP_ROW_SIZE].copy().view(OP_DTYPE), self.names)
 

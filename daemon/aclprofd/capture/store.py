@@ -109,7 +109,6 @@ class CaptureStore:
         self.entries: list[CaptureEntry] = []
         self.published: tuple[CaptureEntry, ...] = ()
         self.evicted = 0  # captures deleted for the bounds
-        self.leftovers_removed = 0  # unfinished .tmp directories found at start
 
     def scan(self) -> None:
         """Read what a previous run left (the bounds count it). A missing directory is an
@@ -126,7 +125,6 @@ class CaptureStore:
             if name.startswith("."):
                 if name.endswith(".tmp"):  # a capture being written when the daemon died
                     shutil.rmtree(path, ignore_errors=True)
-                    self.leftovers_removed += 1
                 continue
             entries.append(CaptureEntry(name, tree_bytes(path), _read_summary(path)))
         self.entries = entries

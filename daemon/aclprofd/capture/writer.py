@@ -43,6 +43,7 @@ from aclprof.exportfmt.chrome import write_chrome
 from aclprof.protocol.safetext import safe
 from aclprof.protocol.wire import HEADER, Kind
 
+from ..atomicfile import DIR_MODE, FILE_MODE, create_file, private_dir
 from ..records import NameJson, encode_frames, identity_head
 from ..storage import read_segment
 from .size import overhead, record_costs, span_costs
@@ -267,11 +268,11 @@ def write_capture(job: Job, root: str, room: Callable[[int], tuple[str, int]], s
         _spans(parts)
         if estimate(parts) <= allowance:
             break
-    os.makedirs(root, mode=0o750, exist_ok=True)
+    private_dir(root)
     staging = os.path.join(root, f".{name}.tmp")
-    os.mkdir(staging, 0o750)
+    os.mkdir(staging, DIR_MODE)
     try:
-        os.mkdir(os.path.join(staging, "ascend"), 0o750)
+        os.mkdir(os.path.join(staging, "ascend"), DIR_MODE)
         fd = os.open(os.path.join(staging, "ascend"), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
             window = {"since_ts": job.since_ts, "until_ts": job.until_ts, "filter": {"service": job.key[0]}}
@@ -281,7 +282,7 @@ def write_capture(job: Job, root: str, room: Callable[[int], tuple[str, int]], s
                     for batch in _batches(parts, stop):
                         ascend.add(batch)
                         yield batch
-                with open(os.path.join(staging, "trace.json"), "x", encoding="utf-8", newline="") as f:
+                with open(create_file(os.path.join(staging, "trace.json")), "w", encoding="utf-8", newline="") as f:
                     out.written = write_chrome(both(), f, generator="aclprofd flight recorder")
                 ascend.finish()
             finally:
@@ -290,14 +291,26 @@ def write_capture(job: Job, root: str, room: Callable[[int], tuple[str, int]], s
         finally:
             os.close(fd)
         doc = _document(job, name, out)
-        with open(os.path.join(staging, "capture.json"), "x", encoding="utf-8") as f:
+        with open(create_file(os.path.join(staging, "capture.json")), "w", encoding="utf-8") as f:
             json.dump(doc, f, indent=1)
             f.write("\n")
+        _narrow(staging)
         os.rename(staging, os.path.join(root, name))
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return doc
+
+
+def _narrow(top: str) -> None:
+    """Directories 0750, files 0640 under ``top`` whatever the umask (README "Flight recorder":
+    the ascend writer, shared with ``aclprof export``, creates them as the umask says)."""
+    os.chmod(top, DIR_MODE)
+    for here, dirs, files in os.walk(top):
+        for d in dirs:
+            os.chmod(os.path.join(here, d), DIR_MODE, follow_symlinks=False)
+        for f in files:
+            os.chmod(os.path.join(here, f), FILE_MODE, follow_symlinks=False)
 
 
 # ---- the child process --------------------------------------------------------------------
