@@ -29,6 +29,7 @@ os.environ["ACLPROF_BACKEND"] = "mock"  # inherited by subprocesses unless they 
 os.environ["PYTHONSAFEPATH"] = "1"
 
 import pytest  # noqa: E402
+from helpers import deployvenv  # noqa: E402
 from helpers.procs import aclprof_threads, clean_env, open_fds  # noqa: E402
 from helpers.profdirs import prof_dirs, read_device_config, read_session, read_tx_events  # noqa: E402
 from helpers.records import EmitLog  # noqa: E402
@@ -179,3 +180,13 @@ def pytest_runtest_makereport(item, call):
 
         for title, text in DAEMON_LOGS.sections():
             report.sections.append((f"Captured {title}", text))
+
+
+@pytest.fixture(scope="session")
+def deploy_venv() -> Path:
+    """A venv from /usr/bin/python3 with this checkout installed, that other users can run
+    (:mod:`helpers.deployvenv`); made once per session, cached while the sources are unchanged."""
+    try:
+        return deployvenv.deploy_venv()
+    except deployvenv.DeployVenvError as exc:
+        pytest.fail(str(exc))

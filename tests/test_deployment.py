@@ -21,7 +21,6 @@ directory readable by all, reused while the sources are unchanged (~20 s to buil
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
 import pwd
@@ -40,12 +39,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from helpers.deployvenv import SYSTEM_PY
 from helpers.procs import REPO, TESTS, free_port, wait_for
 
 from aclprof.cli.doctor_deploy import service_settings
 from aclprof.protocol.wire import Kind
 
-SYSTEM_PY = "/usr/bin/python3"
 UNIT = REPO / "daemon" / "aclprofd.service"
 
 pytestmark = [
@@ -164,60 +163,6 @@ def test_unit_names_both_groups_and_matches_the_readme():
                                    "ACLPROFD_PROMETHEUS_TOKEN_FILE=%d/prometheus.token"]
     assert drop["LoadCredential"] == ["prometheus.token:/etc/aclprof/prometheus.token"]
     assert len(drop["IPAddressAllow"]) == 1
-
-
-# ---- the interpreter the other users run -------------------------------------------------------
-
-def _source_digest() -> str:
-    h = hashlib.sha256()
-    roots = [REPO / "aclprof", REPO / "daemon" / "aclprofd", REPO / "cdefs", REPO / "mock_acl"]
-    files = [REPO / "pyproject.toml", REPO / "setup.py"]
-    for r in roots:
-        files += sorted(p for p in r.rglob("*") if p.is_file() and "__pycache__" not in p.parts
-                        and (p.suffix in (".py", ".c", ".h", ".toml") or p.name == "Makefile"))
-    for f in files:
-        h.update(str(f.relative_to(REPO)).encode())
-        h.update(f.read_bytes())
-    return h.hexdigest()[:16]
-
-
-@pytest.fixture(scope="session")
-def deploy_venv() -> Path:
-    """A venv from /usr/bin/python3 with this checkout installed (README "Deployment"'s
-    /opt/aclprof, elsewhere), readable by all; cached in /tmp while the sources are unchanged."""
-    digest = _source_digest()
-    venv = Path(f"/tmp/aclprof-deploy-venv-{digest}")
-    if (venv / ".complete").exists():
-        return venv
-    for old in Path("/tmp").glob("aclprof-deploy-venv-*"):
-        # other sources' venvs: another test session may be using one, so only stale ones go
-        with contextlib.suppress(OSError):
-            if time.time() - old.stat().st_mtime > 86400:
-                shutil.rmtree(old, ignore_errors=True)
-    tmp = Path(f"{venv}.{os.getpid()}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    subprocess.run([SYSTEM_PY, "-m", "venv", str(tmp)], check=True, capture_output=True)
-    p = subprocess.run([str(tmp / "bin" / "pip"), "install", "-q", str(REPO)], capture_output=True, text=True)
-    if p.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        pytest.fail(f"pip install of the checkout into a {SYSTEM_PY} venv failed:\n{p.stderr[-3000:]}")
-    os.chmod(tmp, 0o755)
-    # the venv's scripts name their interpreter by path: give them the final name, then
-    # move it there in one rename (a session building the same venv meanwhile wins or loses whole)
-    for script in (tmp / "bin").iterdir():
-        if script.is_file() and not script.is_symlink():
-            data = script.read_bytes()
-            if data.startswith(b"#!") and str(tmp).encode() in data:
-                script.write_bytes(data.replace(str(tmp).encode(), str(venv).encode()))
-    (tmp / "pyvenv.cfg").write_text((tmp / "pyvenv.cfg").read_text().replace(str(tmp), str(venv)))
-    (tmp / ".complete").touch()
-    try:
-        os.rename(tmp, venv)
-    except OSError:  # another session made it first (or a broken leftover is there)
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not (venv / ".complete").exists():
-            pytest.fail(f"{venv} exists but is incomplete: remove it")
-    return venv
 
 
 # ---- users, groups, the daemon as the unit runs it ---------------------------------------------

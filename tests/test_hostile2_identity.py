@@ -68,8 +68,20 @@ class Impostor:
     """tests/helpers/impostor.py as ``uid``/``gid`` (``userns``: in its own user and pid
     namespace), claiming ``pid``; stops when closed."""
 
-    def __init__(self, sock: str, uid: int | None, gid: int | None, *args: str, userns: bool = False):
-        cmd = [sys.executable, IMPOSTOR, sock, *args]
+    def __init__(self, sock: str, uid: int | None, gid: int | None, *args: str, userns: bool = False,
+                 venv: Path | None = None):
+        script, self._copy = IMPOSTOR, None
+        python = sys.executable
+        if uid is not None:
+            # another user runs it: an interpreter and a copy of the script that user can read
+            # (this checkout and the default python3 may sit under /root, mode 0700)
+            assert venv is not None, "running as another user needs the deploy_venv fixture"
+            python = str(venv / "bin" / "python")
+            self._copy = short_tmpdir()
+            os.chmod(self._copy, 0o755)
+            script = shutil.copy(IMPOSTOR, self._copy)
+            os.chmod(script, 0o644)
+        cmd = [python, script, sock, *args]
         if userns:
             cmd = ["unshare", "-Urpf", *cmd]
         if uid is not None:
@@ -91,6 +103,8 @@ class Impostor:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+        if self._copy is not None:
+            shutil.rmtree(self._copy, ignore_errors=True)
 
 
 def _export_pids(sock: str, **flt: object) -> list[int]:
@@ -104,7 +118,7 @@ def _export_pids(sock: str, **flt: object) -> list[int]:
 # ---- item 7: pid spoofing across user namespaces -------------------------------------------------
 
 
-def test_impostor_in_its_own_pid_namespace_cannot_claim_a_victims_pid(other_user):
+def test_impostor_in_its_own_pid_namespace_cannot_claim_a_victims_pid(other_user, deploy_venv):
     uid, gid, group = other_user
     why = _userns_works(uid, gid)
     if why:
@@ -114,7 +128,7 @@ def test_impostor_in_its_own_pid_namespace_cannot_claim_a_victims_pid(other_user
         vpid = os.getpid()
         victim.send_batch(make_records(100))
         imp = Impostor(d.socket, uid, gid, "--pid", str(vpid), "--service", "victim-svc", "--records", "40",
-                       userns=True)
+                       userns=True, venv=deploy_venv)
         try:
             assert imp.hello["pid"] == 1  # pid 1 of its own namespace
             st = wait_for(lambda: (s := status(d.socket))["records_total"] == 140 and s)
@@ -166,7 +180,8 @@ def _answer_trace(a: Client, prof_root: Path) -> tuple[int, str]:
     return tid, str(prof)
 
 
-def test_trace_impostor_of_another_user_is_not_asked_and_its_forged_dirs_never_reported(other_user, tmp_path):
+def test_trace_impostor_of_another_user_is_not_asked_and_its_forged_dirs_never_reported(other_user, tmp_path,
+                                                                                      deploy_venv):
     uid, gid, group = other_user
     with running(_daemon_root(), "--socket-group", group) as d:
         real = agent(d.socket, service="svc")  # root's service, announced first
@@ -174,7 +189,7 @@ def test_trace_impostor_of_another_user_is_not_asked_and_its_forged_dirs_never_r
         forged = tmp_path / "aclprof-trace-2-zzz" / "PROF_000001_forged"
         forged.mkdir(parents=True)
         imp = Impostor(d.socket, uid, gid, "--pid", str(os.getpid()), "--service", "svc", "--on-trace", "forge",
-                       "--dirs", str(forged))
+                       "--dirs", str(forged), venv=deploy_venv)
         c = Client(d.socket)
         try:
             fake_pid = next(a["pid"] for a in status(d.socket)["agents"] if a["service"] == "svc"
