@@ -4,8 +4,8 @@
 request held a daemon thread for ever (476 threads after 10 s of slow clients). Here:
 
 - at most ``max_connections`` connections; one more evicts the one that has waited longest
-  for a request (counted ``evicted``), or, when every one is being answered, is answered
-  503 and closed (counted ``connections``);
+  for a request, if at least ``EVICT_AFTER_S`` (counted ``evicted``), else is answered 503
+  and closed (counted ``connections``);
 - a request's head (request line and headers, at most ``MAX_HEAD`` bytes, else 431) must
   arrive within ``read_timeout`` of the connection or of the previous response;
 - a response must be taken by the client within ``write_timeout`` (a scraper that never
@@ -30,6 +30,7 @@ from typing import Any
 __all__ = ["HttpServer", "Request", "Response", "MAX_HEAD"]
 
 MAX_HEAD = 8 << 10              # request line + headers, at most
+EVICT_AFTER_S = 1.0             # at the cap, a connection waiting this long for a request may be evicted
 _RECV = 16 << 10
 _TICK_S = 0.5                   # deadlines are checked at least this often
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
@@ -181,7 +182,10 @@ class HttpServer:
         """At the cap, close the connection that has waited longest for its next request
         (a half-sent head, an idle keep-alive): a client that holds connections without
         asking cannot lock a scraper out; only responses being sent are never cut."""
-        waiting = [c for c in self.conns.values() if not c.writing]
+        # a connection accepted or answered under EVICT_AFTER_S ago may have its request on
+        # the way (read after a rendering): not evicted, the new one gets 503 instead
+        ripe = time.monotonic() + self.read_timeout - EVICT_AFTER_S
+        waiting = [c for c in self.conns.values() if not c.writing and c.deadline <= ripe]
         if not waiting:
             return False
         self.count("evicted")
