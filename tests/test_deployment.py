@@ -25,6 +25,7 @@ import json
 import os
 import pwd
 import re
+import secrets
 import select
 import shlex
 import shutil
@@ -157,7 +158,11 @@ def test_unit_names_both_groups_and_matches_the_readme():
     # the drop-in opens both together
     assert s["IPAddressDeny"] == ["any"] and s["IPAddressAllow"] == ["localhost"]
     drop = service_settings(readme_dropin())
-    assert drop["Environment"] == ["ACLPROFD_PROMETHEUS_HOST=0.0.0.0"] and len(drop["IPAddressAllow"]) == 1
+    # a non-loopback bind needs a token (aclprofd.metrics_access): handed over as a credential
+    assert drop["Environment"] == ["ACLPROFD_PROMETHEUS_HOST=0.0.0.0",
+                                   "ACLPROFD_PROMETHEUS_TOKEN_FILE=%d/prometheus.token"]
+    assert drop["LoadCredential"] == ["prometheus.token:/etc/aclprof/prometheus.token"]
+    assert len(drop["IPAddressAllow"]) == 1
 
 
 # ---- users, groups, the daemon as the unit runs it ---------------------------------------------
@@ -221,9 +226,22 @@ def _start_like_systemd(d: Deployment, unit_text: str, dropin: str) -> None:
         os.chmod(path, int(mode, 8))
     env = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "ACLPROFD_FLUSH_INTERVAL": "0.2",
            "ACLPROFD_PROMETHEUS_PORT": str(d.metrics_port), "ACLPROFD_LOG_FORMAT": "json"}
+    # LoadCredential=: systemd copies each file into a directory only the service's user reads
+    # (%d, $CREDENTIALS_DIRECTORY); the drop-in's source paths are this deployment's
+    creds = d.base / "credentials"
+    creds.mkdir(mode=0o700)
+    os.chown(creds, daemon.pw_uid, group)
+    for item in drop.get("LoadCredential", []):
+        name, source = item.split(":", 1)
+        data = Path(source.replace("/etc/aclprof", os.path.dirname(d.config))).read_bytes()
+        target = creds / name
+        target.write_bytes(data)
+        os.chown(target, daemon.pw_uid, group)
+        os.chmod(target, 0o400)
+    env["CREDENTIALS_DIRECTORY"] = str(creds)
     for item in drop.get("Environment", []):
         k, v = item.split("=", 1)
-        env[k] = v
+        env[k] = v.replace("%d", str(creds))
     notify_path = str(d.base / "notify.sock")
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(notify_path)
@@ -293,6 +311,12 @@ def deployed(deploy_venv: Path) -> Iterator[Deployment]:
         Path(d.unit).write_text(text)
         os.makedirs(d.unit + ".d")
         Path(d.unit + ".d", "metrics.conf").write_text(readme_dropin())  # the README's remote-scrape drop-in
+        token = Path(os.path.dirname(d.config), "prometheus.token")  # the README's token, root's alone
+        old_umask = os.umask(0o077)
+        try:
+            token.write_text(secrets.token_urlsafe(32) + "\n")
+        finally:
+            os.umask(old_umask)
         _start_like_systemd(d, text, readme_dropin())
         yield d
     finally:
@@ -528,7 +552,8 @@ def _test_host() -> Iterator[tuple[str, str]]:
 
 _SCRAPE = """
 import sys, urllib.request
-with urllib.request.urlopen(sys.argv[1], timeout=10) as r:
+req = urllib.request.Request(sys.argv[1], headers={"Authorization": "Bearer " + sys.argv[2]})
+with urllib.request.urlopen(req, timeout=10) as r:
     sys.stdout.write(r.read().decode())
 """
 
@@ -536,10 +561,14 @@ with urllib.request.urlopen(sys.argv[1], timeout=10) as r:
 @pytest.mark.skipif(shutil.which("ip") is None, reason="needs ip (iproute2) to make a test host")
 def test_a_prometheus_on_another_address_scrapes_with_the_readme_dropin(deployed: Deployment, services):
     with _test_host() as (ns, host_addr):
-        scrape = subprocess.run(["ip", "netns", "exec", ns, SYSTEM_PY, "-c", _SCRAPE,
-                                 f"http://{host_addr}:{deployed.metrics_port}/metrics"],
+        url = f"http://{host_addr}:{deployed.metrics_port}/metrics"
+        token = Path(os.path.dirname(deployed.config), "prometheus.token").read_text().strip()
+        scrape = subprocess.run(["ip", "netns", "exec", ns, SYSTEM_PY, "-c", _SCRAPE, url, token],
                                 capture_output=True, text=True, timeout=30)
+        wrong = subprocess.run(["ip", "netns", "exec", ns, SYSTEM_PY, "-c", _SCRAPE, url, "wrong"],
+                               capture_output=True, text=True, timeout=30)
     assert scrape.returncode == 0, scrape.stderr
+    assert "HTTP Error 401" in wrong.stderr, wrong.stderr  # the token is what admits a remote scraper
     assert 'aclprofd_op_duration_seconds_count{' in scrape.stdout and 'service="svc-a"' in scrape.stdout
 
 

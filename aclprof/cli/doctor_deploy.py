@@ -321,6 +321,10 @@ def check_metrics(rep: Report, host: str, port: int, unit: Unit | None, timeout:
         with urllib.request.urlopen(url, timeout=timeout) as r:
             answers = f"answers ({r.status})"
             ok = True
+    except urllib.error.HTTPError as exc:
+        # it answers, but not to this user (daemon/README.md "Security model": who may read it)
+        answers, ok = f"answers ({exc.code}: not to this user; see daemon/README.md \"Security model\")", \
+            exc.code in (401, 403)
     except (urllib.error.URLError, OSError) as exc:
         answers, ok = f"does NOT answer at {url} ({getattr(exc, 'reason', exc)})", False
     scope = "this host only" if _is_loopback(host) else "reachable from other hosts"

@@ -226,6 +226,7 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None, wid
     rt = (st.get("replies_truncated") or {}).get("replies")
     if rt:
         lines.append(f"replies cut to fit their frame since the start: {rt:,}")
+    lines += metrics_lines(st)
     lines += detector_lines(st)
     # Service, host, labels and problems carry peers' strings: each line is escaped as a
     # whole, so none can drive the terminal or forge another line.
@@ -234,6 +235,24 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None, wid
 
 
 _MAX_FLAG_LINES = 10
+
+
+def metrics_lines(st: dict[str, Any]) -> list[str]:
+    """/metrics' refusals (STATUS ``metrics``; daemon/README.md "Prometheus series budget"):
+    said only when the series budget left series out or requests were refused."""
+    m = st.get("metrics")
+    if not isinstance(m, dict):
+        return []
+    out = []
+    series = {k: v for k, v in (m.get("series_refused") or {}).items() if v}
+    if series:
+        out.append(f"/metrics: {m.get('series', 0):,} series shown, left out by the series budget: "
+                   + ", ".join(f"{k} {v:,}" for k, v in sorted(series.items()))
+                   + f" ({m.get('agents_over_share', 0):,} agents over their share)")
+    refused = {k: v for k, v in (m.get("requests_refused") or {}).items() if v}
+    if refused:
+        out.append("/metrics requests refused: " + ", ".join(f"{k} {v:,}" for k, v in sorted(refused.items())))
+    return out
 
 
 def detector_lines(st: dict[str, Any]) -> list[str]:

@@ -51,7 +51,9 @@ modules form layers without a cycle: ``[tool.importlinter]`` in pyproject.toml l
   flags; a folder: ``engine``, ``state``, ``dispersion``, ``service``, ``metrics``),
   :mod:`aclprofd.storage` (segment files),
   :mod:`aclprofd.filters` (request filters), :mod:`aclprofd.sockets` (socket set-up,
-  sd_notify), :mod:`aclprofd.metrics` (Prometheus), :mod:`aclprofd.config` (settings),
+  sd_notify), :mod:`aclprofd.metrics` (Prometheus: with :mod:`aclprofd.httpd`, its
+  listener, :mod:`aclprofd.metrics_access`, who may read it, and :mod:`aclprofd.promtext`,
+  the text within the series budget), :mod:`aclprofd.config` (settings),
   :mod:`aclprofd.logsetup` (structlog), :mod:`aclprofd.main` (the ``aclprofd`` command).
 - :mod:`aclprofd.ratelimit`: the one rate limit of log lines (at most a burst per period
   and event, and how many were left out), behind both the parts' ``LogLimiter`` and the

@@ -128,6 +128,15 @@ def _parse_host_label(value: Any) -> str:
     return value
 
 
+def _parse_user_list(value: Any) -> tuple[str, ...]:
+    items = value if isinstance(value, (list, tuple)) else str(value).split(",")
+    out = tuple(str(v).strip() for v in items if str(v).strip())
+    for name in out:
+        if not re.fullmatch(r"[A-Za-z0-9_.][A-Za-z0-9_.-]*\$?", name) or len(name) > 64:
+            raise ValueError(f"{name!r} is not a user name")
+    return out
+
+
 def _parse_capture_count(value: Any) -> int:
     n = int(value)
     if not 1 <= n <= 1000:
@@ -191,6 +200,16 @@ class Settings:
     prometheus_op_name: bool = False
     #: the ``host`` label of the op histograms (one daemon is one host)
     prometheus_host_label: str = field(default_factory=_socket.gethostname)
+    # /metrics bounds and access (aclprofd.promtext, aclprofd.httpd, aclprofd.metrics_access;
+    # daemon/README.md "Prometheus series budget" and "Security model")
+    prometheus_max_series: int = 500_000
+    prometheus_max_series_per_agent: int = 100_000
+    prometheus_max_connections: int = 16
+    prometheus_read_timeout_s: float = 10.0
+    prometheus_write_timeout_s: float = 30.0
+    prometheus_token_file: str | None = None
+    prometheus_allow_users: tuple[str, ...] = ("prometheus",)
+    prometheus_allow_unauthenticated_remote: bool = False
     log_level: str = "info"
     log_format: str = "auto"
     log_file: str | None = None
@@ -266,6 +285,36 @@ OPTIONS: tuple[Option, ...] = (
     Option("prometheus_host_label", "prometheus_host_label", "ACLPROFD_PROMETHEUS_HOST_LABEL",
            "--prometheus-host-label", _parse_host_label, False,
            "the host label of the op duration histograms (default: this host's name)"),
+    Option("prometheus_max_series", "prometheus_max_series", "ACLPROFD_PROMETHEUS_MAX_SERIES",
+           "--prometheus-max-series", _parse_positive_int, False,
+           "series /metrics shows at most; later ones are left out and counted (default 500000)"),
+    Option("prometheus_max_series_per_agent", "prometheus_max_series_per_agent",
+           "ACLPROFD_PROMETHEUS_MAX_SERIES_PER_AGENT", "--prometheus-max-series-per-agent", _parse_positive_int,
+           False, "op duration series one agent process (host, pid) may create in /metrics; later ones are "
+           "left out and counted (default 100000)"),
+    Option("prometheus_max_connections", "prometheus_max_connections", "ACLPROFD_PROMETHEUS_MAX_CONNECTIONS",
+           "--prometheus-max-connections", _parse_positive_int, False,
+           "HTTP connections to /metrics at once; one more evicts the one waiting longest for a request, "
+           "or gets 503 when all are being answered; counted (default 16)"),
+    Option("prometheus_read_timeout_s", "prometheus_read_timeout", "ACLPROFD_PROMETHEUS_READ_TIMEOUT",
+           "--prometheus-read-timeout", parse_duration, False,
+           "a /metrics request must arrive within this (default 10s)"),
+    Option("prometheus_write_timeout_s", "prometheus_write_timeout", "ACLPROFD_PROMETHEUS_WRITE_TIMEOUT",
+           "--prometheus-write-timeout", parse_duration, False,
+           "a /metrics response must be taken by the client within this (default 30s)"),
+    Option("prometheus_token_file", "prometheus_token_file", "ACLPROFD_PROMETHEUS_TOKEN_FILE",
+           "--prometheus-token-file", _opt_str, False,
+           "file with a bearer token that lets any peer read /metrics (not world-readable; Prometheus: "
+           "authorization: credentials_file:)"),
+    Option("prometheus_allow_users", "prometheus_allow_users", "ACLPROFD_PROMETHEUS_ALLOW_USERS",
+           "--prometheus-allow-users", _parse_user_list, False,
+           "local users who may read /metrics besides root, the daemon's user and the admin group, comma "
+           "separated (default prometheus)"),
+    Option("prometheus_allow_unauthenticated_remote", "prometheus_allow_unauthenticated_remote",
+           "ACLPROFD_PROMETHEUS_ALLOW_UNAUTHENTICATED_REMOTE", "--prometheus-allow-unauthenticated-remote",
+           _parse_bool, False,
+           "let anyone who reaches the port read /metrics (needed for a non-loopback bind without a token "
+           "file; default false)"),
     Option("log_level", "log_level", "ACLPROFD_LOG_LEVEL", "--log-level",
            _parse_choice("debug", "info", "warning", "error"), True, "debug, info, warning or error (default info)"),
     Option("log_format", "log_format", "ACLPROFD_LOG_FORMAT", "--log-format",

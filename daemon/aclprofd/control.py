@@ -89,7 +89,8 @@ class Control:
         # this peer may send, and where /metrics listens (daemon/README.md "Security model")
         reply["access"] = {"socket_group": s.socket_group, "admin_group": s.admin_group,
                            "daemon_uid": os.geteuid(), "peer_is_admin": is_admin(s, conn.peer)}
-        reply["metrics"] = {"host": s.prometheus_host, "port": s.prometheus_port}
+        # and what the endpoint left out or refused (aclprofd.metrics.Metrics.stats)
+        reply["metrics"] = {"host": s.prometheus_host, "port": s.prometheus_port, **snap.metrics}
         self.outbox.queue(conn, encode_json(Kind.STATUS_REPLY, reply))
 
     def snapshot(self, conn: Conn, req: dict[str, Any]) -> None:

@@ -37,10 +37,17 @@ class Memory:
         #: refusals by what they would have grown (the daemon's ``Counters.memory_refused``)
         self.refused = refused
         self._next_trim = 0.0
+        #: bytes held outside the connections, each read on demand: the /metrics rendering
+        #: (:meth:`aclprofd.metrics.Metrics.held`)
+        self.holders: list[Callable[[], int]] = []
 
     def used(self) -> int:
-        """Bytes the connections hold now (:meth:`Conn.held`)."""
+        """Bytes the connections hold now (:meth:`Conn.held`), and the /metrics rendering."""
         return self._tally(0)[0]
+
+    def outside(self) -> int:
+        """Bytes held outside the connections (the /metrics rendering)."""
+        return sum(h() for h in self.holders)
 
     def stream_room(self, est_record: int) -> tuple[int, int]:
         """(bytes the budget has left, bytes all STREAM buffers together may still grow, at
@@ -51,7 +58,7 @@ class Memory:
 
     def _tally(self, est_record: int) -> tuple[int, int]:
         """(bytes held, of which STREAM buffers): the one place the "used" sum is made."""
-        used = streams = 0
+        used, streams = self.outside(), 0
         for c in self.conns.values():
             used += c.held()
             if c.stream is not None:
@@ -66,6 +73,10 @@ class Memory:
     def reply_cap(self) -> int:
         """Bytes one connection may have queued (replies, stream and export frames)."""
         return min(REPLY_CAP, self.budget // 4)
+
+    def metrics_share(self) -> int:
+        """Bytes one /metrics rendering may take (its text; later series are left out)."""
+        return self.budget // 4
 
     def names_share(self) -> int:
         """Bytes one connection's name table may be charged."""

@@ -1,10 +1,15 @@
-"""Prometheus metrics of the daemon, served by ``prometheus_client`` on 127.0.0.1 by default.
+"""Prometheus metrics of the daemon: /metrics on 127.0.0.1:9464 by default.
 
-One custom collector in a dedicated ``CollectorRegistry`` (never the global one: embedding
-or testing two daemons in one process must not collide) reads, at scrape time, the
-counters snapshot the loop publishes (:mod:`aclprofd.status`; STATUS reports the same
-object), so ingestion never calls ``observe()`` per record and the HTTP thread never walks
-the loop's live connections. Series:
+:class:`DaemonCollector` reads, at scrape time, the counters snapshot the loop publishes
+(:mod:`aclprofd.status`; STATUS reports the same object), the aggregator's histograms and
+the detector's and flight recorder's published figures, so ingestion never calls
+``observe()`` per record and the HTTP thread never walks the loop's live connections.
+:class:`Metrics` serves them: its own listener (:mod:`aclprofd.httpd`: one thread,
+timeouts, a connection cap), its access rule (:mod:`aclprofd.metrics_access`) and a text
+rendered within the series budget and the memory budget (:mod:`aclprofd.promtext`;
+daemon/README.md "Prometheus series budget"). Series:
+
+Series:
 
 - ``aclprofd_op_duration_seconds`` histogram, labels host (the daemon's
   ``prometheus_host_label``: one daemon is one host), service (the agent's, "" if none),
@@ -30,25 +35,45 @@ the loop's live connections. Series:
   ``aclprofd_reply_items_truncated_total{what}`` (items replies left out to fit their
   frame: STATUS ``replies_truncated``)
   (the hardening counters; STATUS reports the same numbers).
+- the endpoint's own: ``aclprofd_metrics_series``, ``aclprofd_metrics_series_refused{reason}``
+  (left out by the series budget: ``agent_share``, ``total``, ``bytes``),
+  ``aclprofd_metrics_agents_over_share``, ``aclprofd_metrics_bytes``,
+  ``aclprofd_metrics_render_seconds``, ``aclprofd_metrics_requests_total`` and
+  ``aclprofd_metrics_requests_refused_total{reason}`` (STATUS ``metrics`` has them too).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
 from .aggregate.aggregator import PROM_EXPONENTS, Aggregator
 from .capture.metrics import capture_families
+from .config import Settings
 from .detector.engine import DetectorView
 from .detector.metrics import detector_families
+from .httpd import HttpServer, Request, Response
 from .limits_metrics import limit_families
+from .memory import Memory
+from .metrics_access import Access, AccessError, check_bind
+from .promtext import Budget, Rendering, TextBuilder, family_text, histogram_text
 from .status import CountersSnapshot
 
-__all__ = ["Metrics", "DaemonCollector"]
+__all__ = ["Metrics", "DaemonCollector", "HISTOGRAM", "histogram_labels", "FRESH_S", "CONTENT_TYPE"]
+
+#: a rendering serves the scrapes that arrive within this of its start
+FRESH_S = 1.0
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+HISTOGRAM = "aclprofd_op_duration_seconds"
+HISTOGRAM_DOC = "Op durations by service, device, model and op type"
+
+
+def histogram_labels(by_name: bool) -> list[str]:
+    return ["host", "service", "device", "model", "op_type"] + (["op_name"] if by_name else [])
 
 _LE = [floatToGoString(2.0**k * 1e-9) for k in PROM_EXPONENTS] + ["+Inf"]
 
@@ -85,7 +110,22 @@ class DaemonCollector:
         return []  # no registration-time collect (the daemon may not be running yet)
 
     def collect(self) -> Iterator[Any]:
+        """Every family, unbounded (``prometheus_client``'s registry API: tests, embedding);
+        the endpoint renders the same families within the series budget (:meth:`Metrics.render`)."""
         s = self.daemon.published  # one attribute read: a consistent snapshot
+        yield from self.fixed_families(s)
+        by_name = self.by_name  # one read: SIGHUP may change it meanwhile
+        hist = HistogramMetricFamily(HISTOGRAM, HISTOGRAM_DOC, labels=histogram_labels(by_name))
+        for lab, cum, count, sum_ns in self.daemon.aggregator.prometheus_view(by_name):
+            buckets = [(le, float(v)) for le, v in zip(_LE[:-1], cum[:-1].tolist())] + [("+Inf", float(count))]
+            hist.add_metric([self.host_label, *lab], buckets, sum_ns / 1e9)
+        yield hist
+        yield from detector_families(self.daemon.detection.published)
+        yield from capture_families(getattr(self.daemon, "captures", None))
+
+    def fixed_families(self, s: CountersSnapshot) -> Iterator[Any]:
+        """The families of the counters snapshot: their series are bounded by the
+        connection limits (one or two per agent connection) and a few reasons."""
         yield CounterMetricFamily("aclprofd_records", "Op records received from agents", value=s.records_total)
         drops = CounterMetricFamily("aclprofd_agent_dropped_records",
                                     "Records agents reported lost (LOSS frames)", labels=["pid", "service"])
@@ -166,27 +206,42 @@ class DaemonCollector:
         yield CounterMetricFamily("aclprofd_trace_dirs_refused", "TRACE_DONE directories not believed "
                                   "(not the replying uid's session directories)", value=tr.get("dirs_refused", 0))
         yield from limit_families(s)  # per-reason refusals, agents, shared tables (issue 19)
-        by_name = self.by_name  # one read: SIGHUP may change it meanwhile
-        labels = ["host", "service", "device", "model", "op_type"] + (["op_name"] if by_name else [])
-        hist = HistogramMetricFamily("aclprofd_op_duration_seconds",
-                                     "Op durations by service, device, model and op type", labels=labels)
-        for lab, cum, count, sum_ns in self.daemon.aggregator.prometheus_view(by_name):
-            buckets = [(le, float(v)) for le, v in zip(_LE[:-1], cum[:-1].tolist())] + [("+Inf", float(count))]
-            hist.add_metric([self.host_label, *lab], buckets, sum_ns / 1e9)
-        yield hist
-        yield from detector_families(self.daemon.detection.published)
-        yield from capture_families(getattr(self.daemon, "captures", None))
 
 
 class Metrics:
-    """The HTTP endpoint (a daemon thread of prometheus_client); :meth:`close` stops it."""
+    """The /metrics endpoint: the listener (:class:`aclprofd.httpd.HttpServer`, one thread),
+    the access rule (:mod:`aclprofd.metrics_access`) and the rendering within the series
+    budget (:mod:`aclprofd.promtext`).
 
-    def __init__(self, daemon: MetricsSource, host: str, port: int, by_name: bool = False, host_label: str = ""):
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.collector = DaemonCollector(daemon, by_name, host_label)
-        self.registry.register(self.collector)
-        self._server, self._thread = start_http_server(port, addr=host, registry=self.registry)
-        self.port = self._server.server_address[1]
+    One rendering serves every scrape that arrives within ``FRESH_S`` of its start; the
+    listener is one thread, so scrapes that arrive while it renders wait for it and share it
+    (N parallel scrapes: one rendering, sent N times from the same chunks). The rendering,
+    and an older one still being sent, are counted in the memory budget (:meth:`held`).
+    Constructing binds (OSError) and checks the access settings (AccessError)."""
+
+    def __init__(self, daemon: MetricsSource, settings: Settings):
+        self.daemon = daemon
+        self.settings = settings
+        self.collector = DaemonCollector(daemon, settings.prometheus_op_name, settings.prometheus_host_label)
+        self.access = Access(settings)
+        self._memory: Memory | None = getattr(daemon, "memory", None)
+        self._cache: Rendering | None = None
+        self._building: TextBuilder | None = None
+        self.renders = 0
+        self.last: Rendering | None = None  # the newest rendering (its figures: STATUS)
+        self.server = HttpServer(settings.prometheus_host, settings.prometheus_port, self._respond,
+                                 max_connections=settings.prometheus_max_connections,
+                                 read_timeout=settings.prometheus_read_timeout_s,
+                                 write_timeout=settings.prometheus_write_timeout_s)
+        try:
+            check_bind(settings, self.server.address[0])
+        except AccessError:
+            self.server.close()
+            raise
+        self.port = self.server.address[1]
+        if self._memory is not None:
+            self._memory.holders.append(self.held)
+        self.server.start()
 
     @property
     def by_name(self) -> bool:
@@ -196,7 +251,109 @@ class Metrics:
     def by_name(self, value: bool) -> None:
         self.collector.by_name = value
 
+    def budget(self) -> Budget:
+        s = self.settings
+        share = self._memory.metrics_share() if self._memory is not None else s.memory_budget_bytes // 4
+        return Budget(s.prometheus_max_series, s.prometheus_max_series_per_agent, share)
+
+    # ---- rendering (the HTTP thread) -----------------------------------------------------
+    def render(self) -> Rendering:
+        """A new rendering of every family within the budget (see :mod:`aclprofd.promtext`)."""
+        started = time.monotonic()
+        out = self._building = TextBuilder(self.budget())
+        try:
+            col = self.collector
+            for fam in col.fixed_families(self.daemon.published):
+                family_text(out, fam)
+            by_name = col.by_name
+            series, owners = self.daemon.aggregator.prometheus_series(by_name)
+            over = histogram_text(out, HISTOGRAM, HISTOGRAM_DOC, histogram_labels(by_name), col.host_label,
+                                  series, owners)
+            del series, owners
+            for fam in detector_families(self.daemon.detection.published):
+                family_text(out, fam)
+            for fam in capture_families(getattr(self.daemon, "captures", None)):
+                family_text(out, fam)
+            for fam in self._own_families(out, over, started):
+                family_text(out, fam, force=True)
+            r = out.finish(started, over)
+        finally:
+            self._building = None
+        self.renders += 1
+        self.last = r
+        return r
+
+    def _own_families(self, out: TextBuilder, over: int, started: float) -> Iterator[Any]:
+        """The endpoint's own figures (always shown: a few series)."""
+        yield GaugeMetricFamily("aclprofd_metrics_series", "Series in this /metrics rendering (before these)",
+                                value=out.series)
+        refused = GaugeMetricFamily("aclprofd_metrics_series_refused",
+                                    "Series left out of this rendering by the series budget, by reason",
+                                    labels=["reason"])
+        for reason, n in out.refused.items():
+            refused.add_metric([reason], n)
+        yield refused
+        yield GaugeMetricFamily("aclprofd_metrics_agents_over_share",
+                                "Agents (host, pid) with op duration series left out for their share", value=over)
+        yield GaugeMetricFamily("aclprofd_metrics_bytes", "Bytes of this rendering (before these lines)",
+                                value=out.size)
+        yield GaugeMetricFamily("aclprofd_metrics_render_seconds", "Time to render this text (before these lines)",
+                                value=round(time.monotonic() - started, 6))
+        req = CounterMetricFamily("aclprofd_metrics_requests_refused",
+                                  "HTTP requests to /metrics refused or timed out, by reason", labels=["reason"])
+        for reason, n in sorted(dict(self.server.refused).items()):
+            req.add_metric([reason], n)
+        yield req
+        yield CounterMetricFamily("aclprofd_metrics_requests", "HTTP requests to /metrics answered 200",
+                                  value=self.server.served)
+
+    def _respond(self, req: Request) -> Response:
+        decision = self.access.decide(req.headers.get("authorization"), req.peer, req.local)
+        if decision.status != 200:
+            extra = {"WWW-Authenticate": 'Bearer realm="aclprofd"'} if decision.status == 401 else {}
+            why = {"bad_token": "wrong bearer token", "no_token": "a bearer token is needed from another host",
+                   "unknown_peer": "cannot tell which user connected",
+                   "forbidden_user": "this user may not read /metrics (daemon/README.md \"Security model\")"}
+            body = (why.get(decision.reason, decision.reason) + "\n").encode()
+            return Response(decision.status, (body,), len(body),
+                            {"Content-Type": "text/plain; charset=utf-8", **extra}, reason=decision.reason)
+        r = self._cache
+        if r is None or r.started < req.arrived - FRESH_S:
+            self._cache = None  # an older one not being sent is garbage now, not held beside the new one
+            r = self._cache = self.render()
+            self._retire(r)
+        return Response(200, r.chunks, r.size, {"Content-Type": CONTENT_TYPE}, owner=r)
+
+    def _retire(self, newest: Rendering) -> None:
+        """Older renderings still being sent to slow scrapers stay while all of them together
+        hold at most twice the /metrics share; beyond it the scrapers of the oldest are closed
+        (counted ``superseded``): a few never-reading clients cannot pin one rendering each."""
+        limit = 2 * self.budget().max_bytes
+        while self.held() > limit:
+            olds = [r for r in self.server.held() if r is not newest]
+            if not olds:
+                return
+            self.server.drop_owner(min(olds, key=lambda r: r.started), "superseded")
+
+    def held(self) -> int:
+        """Bytes of the renderings held now (cached, being sent, being built): any thread."""
+        seen = {id(r): r.size for r in (self._cache, *self.server.held()) if r is not None}
+        building = self._building
+        return sum(seen.values()) + (building.size if building is not None else 0)
+
+    def stats(self) -> dict[str, Any]:
+        """STATUS ``metrics`` (beside host and port): the newest rendering and the listener."""
+        r = self.last
+        return {"series": r.series if r else 0, "series_refused": dict(r.refused) if r else {},
+                "agents_over_share": r.agents_over_share if r else 0, "bytes": r.size if r else 0,
+                "render_s": round(r.seconds, 6) if r else 0.0, "renders": self.renders,
+                "held_bytes": self.held(), "requests": self.server.served,
+                "requests_refused": dict(self.server.refused), "connections_open": len(self.server.conns),
+                "max_series": self.settings.prometheus_max_series,
+                "max_series_per_agent": self.settings.prometheus_max_series_per_agent}
+
     def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
+        if self._memory is not None and self.held in self._memory.holders:
+            self._memory.holders.remove(self.held)
+        self.server.close()
+        self._cache = self.last = None

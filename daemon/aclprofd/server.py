@@ -161,12 +161,11 @@ class Daemon:
         if s.prometheus_port:
             from .metrics import Metrics
             try:
-                self.metrics = Metrics(self, s.prometheus_host, s.prometheus_port, s.prometheus_op_name,
-                                       s.prometheus_host_label)
-            except OSError as exc:
+                self.metrics = Metrics(self, s)
+            except (OSError, ValueError) as exc:  # ValueError: aclprofd.metrics_access.AccessError
                 self.close()
                 raise DaemonError(f"cannot serve Prometheus metrics on {s.prometheus_host}:{s.prometheus_port}: "
-                                  f"{exc.strerror or exc}") from None
+                                  f"{getattr(exc, 'strerror', None) or exc}") from None
         self.captures.start()  # last: a failed start leaves no worker thread behind
         _log.info("listening", socket=s.socket, data_dir=s.data_dir, pid=os.getpid(),
                   prometheus=f"{s.prometheus_host}:{s.prometheus_port}" if s.prometheus_port else None)

@@ -135,6 +135,8 @@ class CountersSnapshot:
     recent: dict[str, dict[str, float]] = field(default_factory=dict)
     #: what replies left out to fit their frame, since the start (aclprofd.replyfit)
     replies_truncated: dict[str, Any] = field(default_factory=dict)
+    #: the /metrics endpoint's figures (aclprofd.metrics.Metrics.stats; empty without it)
+    metrics: dict[str, Any] = field(default_factory=dict)
 
 
 class Health:
@@ -299,7 +301,12 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         connections_refused_by=tuple(sorted(t.limits.refused_by.items())),
         agent_idle_closed=t.limits.idle_closed_by["agent"], open_agents=open_agents,
         agents_largest_uid=agents_largest_uid, tables=tables,
-        replies_truncated=c.truncations.as_dict())
+        replies_truncated=c.truncations.as_dict(), metrics=_metrics_stats(d))
+
+
+def _metrics_stats(d: SnapshotSource) -> dict[str, Any]:
+    m = getattr(d, "metrics", None)  # None without the endpoint (prometheus_port = 0)
+    return m.stats() if m is not None else {}
 
 
 def _ident_bytes(conn: Conn) -> int:

@@ -1,10 +1,10 @@
 """Soak: well-behaved agents streaming while hostile clients attack the daemon.
 
     python tests/bench/bench_daemon_soak.py [--duration 300] [--rate 500000] [--agents 4]
-                                            [--budget 256MiB] [--quick]
+                                            [--budget 256MiB] [--quick] [--no-prometheus]
 
-Starts the installed ``aclprofd`` (``--memory-budget``, Prometheus off, temporary data dir)
-and ``--agents`` agent processes pacing ``--rate`` records/s in total (blocking sends: an
+Starts the installed ``aclprofd`` (``--memory-budget``, /metrics on a free loopback port,
+temporary data dir) and ``--agents`` agent processes pacing ``--rate`` records/s in total (blocking sends: an
 agent loses nothing itself). One hostile process runs these attacks in a loop until the
 end, each of these attacks: a STREAM client sending STATUS requests without reading
 replies; an agent defining millions of unused names; an agent sending impossible values
@@ -13,15 +13,23 @@ lone surrogates in its strings sending 40 loss reasons of 1 MiB; an agent with 4
 names while a tail client streams them; ``^(a+)+$`` as SNAPSHOT, EXPORT and STREAM filters;
 65 k distinct model ids; 100 idle control clients held open; a hostile agent's chunk
 metadata rewritten (valid JSON and CRC, wrong shape) followed by an EXPORT of the store;
-the socket file removed; a second aclprofd started on the same data directory. A probe
-thread measures STATUS round trips every 20 ms on one kept connection (the worst one
-bounds the event loop's longest stall). Reports:
+the socket file removed; a second aclprofd started on the same data directory; and the
+/metrics attacks (issue 19): 512 KB of long WATCH relabels, 10,050 short relabels, 20
+parallel scrapes, 30 half-sent HTTP requests held past the read timeout, a scraper that
+pipelines requests and never reads (held until the next round). Attacks of other parts
+plug in as ``soak_attacks_*.py`` modules beside this file, each exposing ``ATTACKS``
+(name -> ``(socket path) -> str``): every one found is run with the others. A scraper
+thread GETs /metrics every 5 s (its duration, size and status are reported) and, when the
+``prometheus`` binary is installed, a real Prometheus scrapes every 5 s too (its
+``scrape_duration_seconds`` and ``up``). A probe thread measures STATUS round trips every
+20 ms on one kept connection (the worst one bounds the event loop's longest stall). Reports:
 
 - whether the daemon ever exited (it must not);
 - each well-behaved agent's accounting: records emitted = records the daemon read from it
   (STATUS) + counted loss (its LOSS drops, storage records_lost), exact;
 - the worst and p99 STATUS round trip (event-loop stall);
-- peak RSS (VmHWM) against the budget, and RSS idle / after the attacks stopped.
+- peak RSS (VmHWM) against the budget, and RSS idle / after the attacks stopped;
+- /metrics: scrape durations and sizes, series shown and refused, requests refused.
 
 ``--quick``: 60 s. Default 5 minutes. Say the machine's load (uptime) with the numbers.
 """
@@ -29,6 +37,8 @@ bounds the event loop's longest stall). Reports:
 from __future__ import annotations
 
 import argparse
+import glob
+import importlib
 import multiprocessing as mp
 import os
 import shutil
@@ -38,11 +48,14 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 import zlib
 from collections.abc import Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))  # tests/: helpers.prometheus
 
 import numpy as np
 from _benchlib import pct, table
@@ -69,6 +82,7 @@ def _agent(path: str, idx: int, batch: int, stop_at: float, rate: float, out: mp
     names, types, op_names, means = _model(200)
     rng = np.random.default_rng(idx)
     s = _connect(path, "agent", f"good{idx}", names)
+    s.settimeout(120)  # a stalled loop shows in the STATUS probe; a send timeout would break the stream
     frames = []
     for _ in range(8):
         r = np.zeros(batch, RECORD_DTYPE)
@@ -87,7 +101,13 @@ def _agent(path: str, idx: int, batch: int, stop_at: float, rate: float, out: mp
         now = time.monotonic_ns()
         r["end"] = now
         r["start"] = now - r["duration"]
-        s.sendall(encode_batch(r))
+        try:
+            s.sendall(encode_batch(r))
+        except OSError as exc:  # reported, not a dead bench: the daemon did not read for 120 s
+            print(f"good{idx}: send failed after {emitted} records: {exc}", file=sys.stderr)
+            s.close()
+            out.put((idx, os.getpid(), emitted, -1))
+            return
         emitted += batch
         i += 1
     # wait until the daemon has read everything (STATUS), then leave
@@ -326,8 +346,128 @@ def _attack_second_daemon(path: str, data_dir: str) -> str:
     return f"rc {p.returncode}: {p.stderr.strip()[-80:]}"
 
 
-def _attacks(data_dir: str) -> dict[str, Callable[[str], str]]:
-    return {"stream+STATUS never reading": _attack_status_flood, "4M unused names": _attack_names,
+# ---- /metrics (issue 19 items 1, 2, 8) ----------------------------------------------------------
+
+def _relabels(path: str, n: int, label_bytes: int, service: str) -> int:
+    """One agent: ``n`` WATCH relabels of model 1, each followed by one record (a new key);
+    returns the bytes of WATCH frames sent."""
+    s = _connect(path, "agent", service, {1: "MatMul", 2: "m"})
+    r = np.zeros(1, RECORD_DTYPE)
+    r["op_type"], r["op_name"], r["model_id"], r["duration"] = 1, 2, 1, 1000
+    sent, out = 0, []
+    pad = "L" * max(0, label_bytes - 12)
+    for i in range(n):
+        w = encode_json(Kind.WATCH, {"model_id": 1, "device": 0,
+                                     "labels": {"model": f"{i}{pad}"[:label_bytes], "version": "v" * 8}})
+        sent += len(w)
+        r["end"] = time.monotonic_ns()
+        r["start"] = r["end"] - 1000
+        out += [w, encode_batch(r)]
+        if len(out) >= 512:
+            s.sendall(b"".join(out))
+            out = []
+    s.sendall(b"".join(out))
+    s.close()
+    return sent
+
+
+def _attack_relabel_flood(path: str) -> str:
+    """512 KB of long WATCH relabels (250-byte model labels) from one agent."""
+    return f"{_relabels(path, 1700, 250, 'relabel-long') // 1024} KiB of WATCH"
+
+
+def _attack_short_relabels(path: str) -> str:
+    """10,050 short relabels from one agent: was 310k series and a 17.6 s scrape."""
+    _relabels(path, 10_050, 6, "relabel-short")
+    return "10050 relabels"
+
+
+def _get(port: int, timeout: float = 30.0) -> tuple[int, int, float]:
+    """(status, bytes, seconds) of one GET /metrics."""
+    t = time.perf_counter()
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
+            n = len(r.read())
+            return r.status, n, time.perf_counter() - t
+    except urllib.error.HTTPError as exc:
+        return exc.code, 0, time.perf_counter() - t
+    except OSError:
+        return 0, 0, time.perf_counter() - t
+
+
+def _attack_parallel_scrapes(port: int) -> str:
+    res: list[int] = []
+    threads = [threading.Thread(target=lambda: res.append(_get(port)[0])) for _ in range(20)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return ", ".join(f"{k}: {res.count(k)}" for k in sorted(set(res)))
+
+
+def _attack_slow_http(port: int) -> str:
+    """30 connections that send half a request head and wait past the read timeout (10 s)."""
+    socks = []
+    for _ in range(30):
+        try:
+            c = socket.create_connection(("127.0.0.1", port), timeout=5)
+            c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            socks.append(c)
+        except OSError:
+            break
+    deadline = time.monotonic() + 15
+    closed = 0
+    for c in socks:
+        c.settimeout(max(0.1, deadline - time.monotonic()))
+        try:
+            while c.recv(4096):  # a 503 for those beyond the cap, then EOF
+                pass
+            closed += 1
+        except OSError:
+            pass
+        c.close()
+    return f"{closed}/{len(socks)} closed by the daemon"
+
+
+_NEVER_READ: list[socket.socket] = []
+
+
+def _attack_never_reading_scraper(port: int) -> str:
+    """Pipelined GETs never read (held until the next round): the write timeout closes it."""
+    for c in _NEVER_READ:
+        c.close()
+    _NEVER_READ.clear()
+    try:
+        c = socket.socket()
+        c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        c.settimeout(5)
+        c.connect(("127.0.0.1", port))
+        c.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 200)
+        _NEVER_READ.append(c)
+        return "sent 200 requests"
+    except OSError as exc:
+        return f"error {type(exc).__name__}"
+
+
+def _plugged_attacks() -> dict[str, Callable[[str], str]]:
+    """``ATTACKS`` of every ``soak_attacks_*.py`` beside this file (other parts' attacks)."""
+    out: dict[str, Callable[[str], str]] = {}
+    for f in sorted(glob.glob(os.path.join(HERE, "soak_attacks_*.py"))):
+        mod = importlib.import_module(os.path.splitext(os.path.basename(f))[0])
+        for name, fn in getattr(mod, "ATTACKS", {}).items():
+            out[f"{name} ({mod.__name__})"] = fn
+    return out
+
+
+def _attacks(data_dir: str, port: int = 0) -> dict[str, Callable[[str], str]]:
+    metrics: dict[str, Callable[[str], str]] = {}
+    if port:
+        metrics = {"512 KB of long WATCH relabels": _attack_relabel_flood,
+                   "10,050 short relabels": _attack_short_relabels,
+                   "20 parallel scrapes": lambda p: _attack_parallel_scrapes(port),
+                   "30 half-sent HTTP requests": lambda p: _attack_slow_http(port),
+                   "scraper that never reads": lambda p: _attack_never_reading_scraper(port)}
+    return {**metrics, **_plugged_attacks(), "stream+STATUS never reading": _attack_status_flood, "4M unused names": _attack_names,
             "impossible values": _attack_values, "escapes + surrogates + 40 x 1 MiB reasons": _attack_strings,
             "4 KiB+ names with a tail client": _attack_long_names_tail,
             "^(a+)+$ filters (SNAPSHOT, EXPORT, STREAM)": _attack_backtracking_filter,
@@ -337,21 +477,23 @@ def _attacks(data_dir: str) -> dict[str, Callable[[str], str]]:
             "second daemon on the data dir": lambda p: _attack_second_daemon(p, data_dir)}
 
 
-def _hostile(path: str, data_dir: str, stop_at: float, out: mp.Queue) -> None:
+def _hostile(path: str, data_dir: str, stop_at: float, out: mp.Queue, port: int = 0,
+             skip: tuple[str, ...] = ()) -> None:
     results: dict[str, dict[str, int]] = {}
     spans: list[tuple[str, float, float]] = []  # (attack, start, end): which one a stall fell in
+    attacks = {k: v for k, v in _attacks(data_dir, port).items() if not any(x in k for x in skip)}
     while time.time() < stop_at:
-        for name, fn in _attacks(data_dir).items():
+        for name, fn in attacks.items():
             t0 = time.time()
             try:
                 res = fn(path)
-            except (OSError, AssertionError, subprocess.SubprocessError) as exc:
+            except Exception as exc:  # an attack's own failure is an outcome, not the bench's end
                 res = f"error {type(exc).__name__}"
             spans.append((name, t0, time.time()))
             results.setdefault(name, {})[res] = results.setdefault(name, {}).get(res, 0) + 1
             if time.time() >= stop_at:
                 break
-    for s in _IDLE:
+    for s in (*_IDLE, *_NEVER_READ):
         s.close()
     out.put((results, spans))
 
@@ -370,6 +512,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=4096)
     ap.add_argument("--budget", default="256MiB", help="the daemon's --memory-budget")
     ap.add_argument("--quick", action="store_true", help="60 s")
+    ap.add_argument("--skip", default="", help="comma separated: leave out the attacks whose names contain these")
+    ap.add_argument("--no-prometheus", action="store_true", help="no real Prometheus (the 5 s scraper thread stays)")
     args = ap.parse_args(argv)
     duration = 60.0 if args.quick else args.duration
     budget = parse_size(args.budget)
@@ -381,16 +525,24 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, NOTIFY_SOCKET=os.path.join(tmp, "notify"))
     log = os.path.join(tmp, "log")
     data_dir = os.path.join(tmp, "data")
+    from helpers.procs import free_port
+    from helpers.prometheus import PROMETHEUS, Prometheus
+    port = free_port()
     daemon = subprocess.Popen([*daemon_argv(), "--socket", path, "--data-dir", data_dir,
-                               "--prometheus-port", "0", "--disk-cap", "512MiB", "--segment-size", "32MiB",
+                               "--prometheus-port", str(port), "--disk-cap", "512MiB", "--segment-size", "32MiB",
                                "--memory-budget", str(budget), "--control-idle-timeout", "5s",
                                "--log-format", "json", "--log-file", log], env=env, cwd=tmp)
     rtts: list[float] = []
     probe_failures: list[str] = []
     rtt_at: list[float] = []
     exited_during = None
+    scrapes: list[tuple[int, int, float]] = []
+    prom: Prometheus | None = None
+    prom_figures: dict[str, str] = {}
     try:
         assert b"READY=1" in notify.recv(100)
+        if PROMETHEUS is not None and not args.no_prometheus:
+            prom = Prometheus([f"127.0.0.1:{port}"], interval="5s").start()
         rss_idle = _rss(daemon.pid)[0]
         cpu0 = _proc_stats(daemon.pid)[0]
         stop_at = time.time() + duration
@@ -399,7 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         hq: mp.Queue = ctx.Queue()
         agents = [ctx.Process(target=_agent, args=(path, i, args.batch, stop_at, args.rate / args.agents, q))
                   for i in range(args.agents)]
-        hostile = ctx.Process(target=_hostile, args=(path, data_dir, stop_at, hq))
+        hostile = ctx.Process(target=_hostile, args=(path, data_dir, stop_at, hq, port,
+                                                              tuple(x for x in args.skip.split(",") if x)))
         for p in (*agents, hostile):
             p.start()
         stop_probe = threading.Event()
@@ -431,6 +584,12 @@ def main(argv: list[str] | None = None) -> int:
 
         th = threading.Thread(target=probe, daemon=True)
         th.start()
+
+        def scraper() -> None:  # Prometheus's rhythm: one scrape every 5 s, 10 s timeout
+            while not stop_probe.wait(5.0):
+                scrapes.append(_get(port, 10.0))
+        sth = threading.Thread(target=scraper, daemon=True)
+        sth.start()
         peak_seen = 0
         while time.time() < stop_at:
             time.sleep(0.5)
@@ -445,11 +604,23 @@ def main(argv: list[str] | None = None) -> int:
             p.join(30)
         stop_probe.set()
         th.join(10)
+        sth.join(15)
+        if prom is not None:
+            for label, q in (("max scrape_duration_seconds", "max_over_time(scrape_duration_seconds[15m])"),
+                             ("min up (1 = every scrape succeeded)", "min_over_time(up[15m])"),
+                             ("max scrape_samples_scraped", "max_over_time(scrape_samples_scraped[15m])")):
+                try:
+                    res = prom.query(q)
+                    prom_figures[label] = res[0]["value"][1] if res else "no data"
+                except (OSError, AssertionError, KeyError) as exc:
+                    prom_figures[label] = f"error {exc}"
         time.sleep(12)  # a flush trims the heap after a large connection closed
         rss_after, hwm = _rss(daemon.pid)
         cpu = _proc_stats(daemon.pid)[0] - cpu0
         st = _status(path)
     finally:
+        if prom is not None:
+            prom.cleanup()
         daemon.terminate()
         rc = daemon.wait(30)
         notify.close()
@@ -490,6 +661,21 @@ def main(argv: list[str] | None = None) -> int:
          f"{peak_seen / 2**20:.0f} / {rss_after / 2**20:.0f}"),
         ("daemon CPU s", f"{cpu:.1f}"),
         ("log bytes", f"{log_bytes:,}"),
+    ])
+    print()
+    m = st.get("metrics") or {}
+    ok = [x for x in scrapes if x[0] == 200]
+    durs = [x[2] for x in scrapes]
+    table(["/metrics", "value"], [
+        ("scrapes every 5 s: answered 200 / all", f"{len(ok)} / {len(scrapes)} "
+         f"(others: {sorted({x[0] for x in scrapes if x[0] != 200})})"),
+        ("scrape seconds worst / median", f"{max(durs):.2f} / {pct(durs, 50):.2f}" if durs else "-"),
+        ("scrape MiB largest", f"{max((x[1] for x in ok), default=0) / 2**20:.1f}"),
+        ("series shown / refused (last rendering)", f"{m.get('series')} / {m.get('series_refused')}"),
+        ("agents over their share", m.get("agents_over_share")),
+        ("renders / render s (last) / held bytes", f"{m.get('renders')} / {m.get('render_s')} / {m.get('held_bytes')}"),
+        ("requests answered / refused", f"{m.get('requests')} / {m.get('requests_refused')}"),
+        *[(f"prometheus: {k}", v) for k, v in prom_figures.items()],
     ])
     print()
     table(["attack (rounds in the loop)", "outcomes"], [(k, ", ".join(f"{r} x{n}" for r, n in v.items()))

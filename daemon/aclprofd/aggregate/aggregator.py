@@ -295,6 +295,12 @@ class Aggregator:
         or else the model id as text: cumulative bucket counts (len(PROM_EXPONENTS) + 1, the
         last is +Inf), count and sum in ns. pid is no label: a process's keys join its
         service's series. Never reset."""
+        return self.prometheus_series(by_name)[0]
+
+    def prometheus_series(self, by_name: bool = False) -> tuple[list[PromSeries], list[tuple[int, str, int]]]:
+        """:meth:`prometheus_view`, and beside each series its owner: ``(first key, host,
+        pid)`` of the lowest key (the first registered) that feeds it, i.e. the agent process
+        that created the series (the /metrics series budget charges it to that agent)."""
         with self._lock:
             n = self.nkeys
             grouping = self.groupings.get(self.keys, "prom_name" if by_name else "prom")
@@ -305,6 +311,11 @@ class Aggregator:
             sums = np.zeros(m, I64)
             np.add.at(sums, key_group, self.prom_sum[:n])
             idents = cast("list[tuple[str, ...]]", list(grouping.idents))
-        counts = buckets.sum(axis=1)
+            first = np.full(m, n, I64)
+            np.minimum.at(first, key_group, np.arange(n, dtype=I64))
+            hosts, pids = self.keys.host, self.keys.pid
+            counts = buckets.sum(axis=1)
+            live = np.flatnonzero(counts).tolist()
+            owners = [(k, hosts[k], int(pids[k])) for k in first[live].tolist()]
         cum = np.cumsum(buckets, axis=1)
-        return [(idents[g], cum[g], int(counts[g]), int(sums[g])) for g in np.flatnonzero(counts).tolist()]
+        return [(idents[g], cum[g], int(counts[g]), int(sums[g])) for g in live], owners
