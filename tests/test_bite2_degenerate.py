@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 from helpers.daemons import Daemon
-from helpers.edgedata import Op, Service, metrics_text, screen_rows, series, snapshot, started, us, us_cell
-from helpers.procs import cli, free_port
+from helpers.edgedata import Op, Service, cli_ok, metrics_text, screen_rows, series, snapshot, started, us, us_cell
+from helpers.procs import free_port
 
 T0 = 5_000_000_000
 SCENARIOS = {
@@ -45,19 +45,13 @@ def case(request) -> Iterator[tuple[Daemon, int, Service]]:
         d.cleanup()
 
 
-def _cli(d: Daemon, *args: str) -> str:
-    p = cli(*args, "--socket", d.socket, timeout=60)
-    assert p.returncode == 0, p.stderr
-    return p.stdout
-
-
 def _durs(svc: Service) -> list[int]:
     return [op.dur for op in svc.ops]
 
 
 def test_status_counts_every_record_and_refuses_none(case):
     d, _, svc = case
-    st = json.loads(_cli(d, "status", "--json"))
+    st = json.loads(cli_ok(d, "status", "--json"))
     assert st["records_total"] == len(svc.ops) and st["records_rejected"] == {}
     (a,) = [x for x in st["agents"] if x["service"] == "solo"] or [None]
     assert st["aggregates"]["keys"] == 1
@@ -83,7 +77,7 @@ def test_every_snapshot_grouping_shows_the_one_row(case, group: str):
 
 def test_top_screen_shows_the_row_with_its_count(case):
     d, _, svc = case
-    rows = screen_rows(_cli(d, "top", "--once", "--window", "all", "--group", "type"))
+    rows = screen_rows(cli_ok(d, "top", "--once", "--window", "all", "--group", "type"))
     assert list(rows) == ["Cast"]
     count, total = rows["Cast"][0], rows["Cast"][1]
     assert int(count) == len(svc.ops)
@@ -92,7 +86,7 @@ def test_top_screen_shows_the_row_with_its_count(case):
 
 def test_csv_row(case):
     d, _, svc = case
-    (row,) = list(csv.DictReader(io.StringIO(_cli(d, "export", "--format", "csv", "-o", "-"))))
+    (row,) = list(csv.DictReader(io.StringIO(cli_ok(d, "export", "--format", "csv", "-o", "-"))))
     durs = _durs(svc)
     assert (row["Service"], row["PID"], row["Device_id"], row["Model Name"], row["OP Type"]) == \
         ("solo", str(svc.pid), "0", "3", "Cast")
@@ -104,21 +98,21 @@ def test_csv_row(case):
 
 def test_chrome_events(case):
     d, _, svc = case
-    doc = json.loads(_cli(d, "export", "--format", "chrome", "-o", "-"))
+    doc = json.loads(cli_ok(d, "export", "--format", "chrome", "-o", "-"))
     got = sorted((e["ts"], e["dur"]) for e in doc["traceEvents"] if e["ph"] == "X")
     assert got == sorted((op.start / 1e3, op.dur / 1e3) for op in svc.ops)
 
 
 def test_jsonl_lines(case):
     d, _, svc = case
-    lines = [json.loads(x) for x in _cli(d, "export", "--format", "jsonl", "-o", "-").splitlines()]
+    lines = [json.loads(x) for x in cli_ok(d, "export", "--format", "jsonl", "-o", "-").splitlines()]
     assert sorted((x["start"], x["end"], x["duration_ns"]) for x in lines) == \
         sorted((op.start, op.start + op.dur, op.dur) for op in svc.ops)
 
 
 def test_ascend_kernel_details_and_op_statistic(case, tmp_path: Path):
     d, _, svc = case
-    _cli(d, "export", "--format", "ascend", "-o", str(tmp_path / "a"))
+    cli_ok(d, "export", "--format", "ascend", "-o", str(tmp_path / "a"))
     (proc,) = [p for p in (tmp_path / "a").iterdir() if p.name.endswith("_ascend_pt")]
     out = proc / "ASCEND_PROFILER_OUTPUT"
     kernels = list(csv.DictReader(open(out / "kernel_details.csv", newline="")))
@@ -153,7 +147,7 @@ def test_metrics_count_sum_and_every_bucket(case):
 def test_top_once_json_prints_the_daemons_snapshot(case):
     """The CLI's ``top --once --json`` (the grouping tests read SNAPSHOT over the wire)."""
     d, _, _ = case
-    printed = json.loads(_cli(d, "top", "--once", "--json", "--window", "all", "--group", "type"))
+    printed = json.loads(cli_ok(d, "top", "--once", "--json", "--window", "all", "--group", "type"))
     direct = snapshot(d.socket, "type")
     drop = ("generated_ts", "summary")
     assert {k: v for k, v in printed.items() if k not in drop} == {k: v for k, v in direct.items() if k not in drop}

@@ -20,8 +20,20 @@ from pathlib import Path
 
 import pytest
 from helpers.daemons import Daemon
-from helpers.edgedata import Op, Service, metrics_text, screen_rows, series, snapshot, started, totals, us, us_cell
-from helpers.procs import cli, free_port
+from helpers.edgedata import (
+    Op,
+    Service,
+    cli_ok,
+    metrics_text,
+    screen_rows,
+    series,
+    snapshot,
+    started,
+    totals,
+    us,
+    us_cell,
+)
+from helpers.procs import free_port
 
 T0, T1 = 1_000_000_000, 2_000_000_000
 SERVICES = [
@@ -47,12 +59,6 @@ def daemon() -> Iterator[tuple[Daemon, int]]:
         d.cleanup()
 
 
-def _cli(d: Daemon, *args: str) -> str:
-    p = cli(*args, "--socket", d.socket, timeout=60)
-    assert p.returncode == 0, p.stderr
-    return p.stdout
-
-
 def test_the_two_services_have_distinct_pids(daemon):
     pids = {s.name: s.pid for s in SERVICES}
     assert len(set(pids.values())) == 2 and all(pids.values()), pids
@@ -60,7 +66,7 @@ def test_the_two_services_have_distinct_pids(daemon):
 
 def test_csv_rows_per_service_device_model_and_type_with_per_device_ratios(daemon):
     d, _ = daemon
-    rows = list(csv.DictReader(io.StringIO(_cli(d, "export", "--format", "csv", "-o", "-"))))
+    rows = list(csv.DictReader(io.StringIO(cli_ok(d, "export", "--format", "csv", "-o", "-"))))
     want = totals(SERVICES, lambda s, op: (s.name, str(s.pid), str(op.device), str(op.model), op.op_type))
     device_total: dict[int, int] = {}
     for _, op in ALL:
@@ -82,7 +88,7 @@ def test_csv_rows_per_service_device_model_and_type_with_per_device_ratios(daemo
 
 def test_chrome_one_process_per_pid_one_thread_per_device_and_model(daemon):
     d, _ = daemon
-    doc = json.loads(_cli(d, "export", "--format", "chrome", "-o", "-"))
+    doc = json.loads(cli_ok(d, "export", "--format", "chrome", "-o", "-"))
     events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     got = sorted((e["pid"], e["tid"], e["name"], e["cat"], e["ts"], e["dur"]) for e in events)
     want = sorted((s.pid, op.device * 100000 + op.model, op.op_name, op.op_type, op.start / 1e3, op.dur / 1e3)
@@ -100,7 +106,7 @@ def test_chrome_one_process_per_pid_one_thread_per_device_and_model(daemon):
 
 def test_jsonl_every_record_once_with_its_service_pid_device_and_model(daemon):
     d, _ = daemon
-    lines = [json.loads(x) for x in _cli(d, "export", "--format", "jsonl", "-o", "-").splitlines()]
+    lines = [json.loads(x) for x in cli_ok(d, "export", "--format", "jsonl", "-o", "-").splitlines()]
     got = sorted((x["service"], x["pid"], x["device"], x["model"], x["op_type"], x["op_name"], x["start"], x["end"],
                   x["duration_ns"]) for x in lines)
     want = sorted((s.name, s.pid, op.device, op.model, op.op_type, op.op_name, op.start, op.start + op.dur, op.dur)
@@ -111,7 +117,7 @@ def test_jsonl_every_record_once_with_its_service_pid_device_and_model(daemon):
 def test_ascend_one_directory_per_process_with_both_devices(daemon, tmp_path: Path):
     d, _ = daemon
     out = tmp_path / "asc"
-    _cli(d, "export", "--format", "ascend", "-o", str(out))
+    cli_ok(d, "export", "--format", "ascend", "-o", str(out))
     dirs = {int(p.name.split("_")[1]): p for p in out.iterdir() if p.name.endswith("_ascend_pt")}
     assert set(dirs) == {s.pid for s in SERVICES}
     for s in SERVICES:
@@ -168,7 +174,7 @@ def test_topscreen_rows_per_service_and_per_device(daemon, group: str):
     """The screen (not the JSON): one row per service and per device with its count and
     total time (us, to the screen's precision)."""
     d, _ = daemon
-    rows = screen_rows(_cli(d, "top", "--once", "--window", "all", "--group", group))
+    rows = screen_rows(cli_ok(d, "top", "--once", "--window", "all", "--group", group))
     keyfn = (lambda s, op: s.name) if group == "service" else (lambda s, op: str(op.device))
     want = totals(SERVICES, keyfn)
     assert set(rows) == set(want), rows
@@ -180,7 +186,7 @@ def test_topscreen_rows_per_service_and_per_device(daemon, group: str):
 
 def test_status_counts_each_service(daemon):
     d, _ = daemon
-    st = json.loads(_cli(d, "status", "--json"))
+    st = json.loads(cli_ok(d, "status", "--json"))
     assert st["records_total"] == len(ALL) and st["records_rejected"] == {}
     assert st["aggregates"]["keys"] == len(totals(SERVICES, lambda s, op: (s.pid, op.device, op.model, op.op_type,
                                                                            op.op_name)))
@@ -210,7 +216,7 @@ def test_metrics_one_series_per_service_device_model_and_type(daemon):
 def test_top_once_json_prints_the_daemons_snapshot(daemon):
     """The CLI's ``top --once --json`` (the grouping tests read SNAPSHOT over the wire)."""
     d, _ = daemon
-    printed = json.loads(_cli(d, "top", "--once", "--json", "--window", "all", "--group", "type"))
+    printed = json.loads(cli_ok(d, "top", "--once", "--json", "--window", "all", "--group", "type"))
     direct = snapshot(d.socket, "type")
     drop = ("generated_ts", "summary")
     assert {k: v for k, v in printed.items() if k not in drop} == {k: v for k, v in direct.items() if k not in drop}

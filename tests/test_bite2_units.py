@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from helpers.daemons import Daemon
-from helpers.edgedata import Op, Service, screen_rows, started, totals, us_cell
+from helpers.edgedata import Op, Service, cli_ok, screen_rows, started, totals, us_cell
 from helpers.procs import cli, free_port, wait_for
 from helpers.prometheus import needs_prometheus, prometheus_server
 
@@ -49,12 +49,6 @@ def daemon() -> Iterator[tuple[Daemon, int]]:
         yield d, port
     finally:
         d.cleanup()
-
-
-def _cli(d: Daemon, *args: str) -> str:
-    p = cli(*args, "--socket", d.socket, timeout=60)
-    assert p.returncode == 0, p.stderr
-    return p.stdout
 
 
 def _ns(us_text: str) -> int:
@@ -97,7 +91,7 @@ def test_prometheus_query_sum_count_and_buckets_in_seconds(daemon):
 
 def test_csv_times_are_microseconds(daemon):
     d, _ = daemon
-    rows = list(csv.DictReader(io.StringIO(_cli(d, "export", "--format", "csv", "-o", "-"))))
+    rows = list(csv.DictReader(io.StringIO(cli_ok(d, "export", "--format", "csv", "-o", "-"))))
     assert sum(_ns(r["Total Time(us)"]) for r in rows) == GRAND
     want = totals(SERVICES, lambda s, op: (s.name, str(op.device), op.op_type))
     for r in rows:
@@ -109,7 +103,7 @@ def test_csv_times_are_microseconds(daemon):
 
 def test_ascend_times_are_microseconds(daemon, tmp_path: Path):
     d, _ = daemon
-    _cli(d, "export", "--format", "ascend", "-o", str(tmp_path / "a"))
+    cli_ok(d, "export", "--format", "ascend", "-o", str(tmp_path / "a"))
     dirs = {int(p.name.split("_")[1]): p / "ASCEND_PROFILER_OUTPUT" for p in (tmp_path / "a").iterdir()}
     assert set(dirs) == {s.pid for s in SERVICES}
     for s in SERVICES:
@@ -132,7 +126,7 @@ def test_ascend_times_are_microseconds(daemon, tmp_path: Path):
 
 def test_chrome_ts_and_dur_are_microseconds(daemon):
     d, _ = daemon
-    doc = json.loads(_cli(d, "export", "--format", "chrome", "-o", "-"))
+    doc = json.loads(cli_ok(d, "export", "--format", "chrome", "-o", "-"))
     events = [e for e in doc["traceEvents"] if e["ph"] == "X"]
     assert sum(e["dur"] for e in events) * 1000 == pytest.approx(GRAND, rel=1e-12)
     assert sorted(round(e["ts"] * 1000) for e in events) == sorted(op.start for _, op in ALL)
@@ -141,10 +135,10 @@ def test_chrome_ts_and_dur_are_microseconds(daemon):
 
 def test_jsonl_and_snapshot_are_nanoseconds(daemon):
     d, _ = daemon
-    lines = [json.loads(x) for x in _cli(d, "export", "--format", "jsonl", "-o", "-").splitlines()]
+    lines = [json.loads(x) for x in cli_ok(d, "export", "--format", "jsonl", "-o", "-").splitlines()]
     assert sum(x["duration_ns"] for x in lines) == GRAND
     assert all(x["end"] - x["start"] == x["duration_ns"] for x in lines)
-    snap = json.loads(_cli(d, "top", "--once", "--json", "--window", "all", "--group", "type"))
+    snap = json.loads(cli_ok(d, "top", "--once", "--json", "--window", "all", "--group", "type"))
     assert snap["total_ns"] == GRAND
     want = totals(SERVICES, lambda s, op: op.op_type)
     for r in snap["rows"]:
@@ -157,7 +151,7 @@ def test_top_screen_scales_units(daemon):
     """The screen's cells carry their unit: the 2 s op's max reads as seconds, the
     150 ns op's min as nanoseconds; every cell within the screen's precision."""
     d, _ = daemon
-    rows = screen_rows(_cli(d, "top", "--once", "--window", "all", "--group", "service"))
+    rows = screen_rows(cli_ok(d, "top", "--once", "--window", "all", "--group", "service"))
     want = totals(SERVICES, lambda s, op: s.name)
     for name, w in want.items():
         cells = rows[name]

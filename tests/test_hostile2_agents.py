@@ -461,3 +461,24 @@ def test_sighup_hands_the_agent_limits_and_shares_over():
         keys = d.daemon.aggregator.keys.shares
         assert (keys.per_owner, keys.per_uid) == (11, 12)
         assert (det.store.shares.per_owner, det.store.shares.per_uid, det.table_idle_s) == (13, 14, 15.0)
+
+
+def test_a_key_share_is_named_as_such_not_as_the_key_cap():
+    """An agent over its share of aggregate keys folds the rest into '(other)' with the
+    registry far from full: STATUS's problem names the share and where to look, not the
+    whole cap (it said "aggregate key cap (10000) reached" after the shares came)."""
+    from helpers.daemons import agent
+
+    with InProcess(max_keys_per_agent=10) as d:
+        a = agent(d.socket, names={i: f"op{i}" for i in range(1, 21)})
+        try:
+            a.send_batch(make_records(20, types=tuple(range(1, 21)), names=tuple(range(1, 21))))
+            # the problems are judged at the next publish (flush tick) after the records
+            st = wait_for(lambda: (s := status(d.socket))["records_total"] == 20
+                          and any("(other)" in p for p in s["problems"]) and s)
+        finally:
+            a.close()
+        assert st["aggregates"]["keys"] < 10_000
+        (problem,) = [p for p in st["problems"] if "(other)" in p]
+        assert problem.startswith("an agent reached its share of aggregate keys") and "cap" not in problem
+        assert "10 records counted under '(other)'" in problem and st["tables"]["aggregate_keys"]["refused"] > 0

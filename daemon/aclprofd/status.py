@@ -187,8 +187,12 @@ class Health:
         for (pid, service), n in per.items():
             out.append(f"agent pid {pid} ({service or 'no service'}) reported {n} dropped records in the last minute")
         if self.other_growth_ts > now - 60:
-            out.append(f"aggregate key cap ({agg.max_keys}) reached: "
-                       f"{agg.other_records} records counted under '(other)'")
+            # '(other)' grows when the registry is full or when an agent (or its uid) holds
+            # its share of keys (aclprofd.shares): say which, the fix differs
+            why = (f"aggregate key cap ({agg.max_keys}) reached" if agg.nkeys - 1 >= agg.max_keys
+                   else "an agent reached its share of aggregate keys (max_keys_per_agent, max_keys_per_uid; "
+                        "STATUS tables.aggregate_keys)")
+            out.append(f"{why}: {agg.other_records} records counted under '(other)'")
         return out
 
 

@@ -19,9 +19,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .procs import env
+from .procs import cli, env
 
-__all__ = ["Op", "Service", "send", "totals", "by", "started", "us", "screen_rows", "us_cell", "metrics_text",
+__all__ = ["Op", "Service", "send", "totals", "by", "started", "cli_ok", "us", "screen_rows", "us_cell", "metrics_text",
            "series", "snapshot"]
 
 
@@ -134,6 +134,14 @@ def started(services: list[Service], *args: str, prometheus_port: int = 0) -> An
         d.cleanup()
         raise
     return d
+
+
+def cli_ok(d: Any, *args: str) -> str:
+    """``aclprof ARGS --socket`` of the daemon ``d`` (from :func:`started`): its stdout; it must
+    exit 0."""
+    p = cli(*args, "--socket", d.socket, timeout=60)
+    assert p.returncode == 0, p.stderr
+    return p.stdout
 
 
 def us(ns: int) -> str:
