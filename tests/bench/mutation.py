@@ -98,6 +98,10 @@ def stage(workdir: Path) -> list[str]:
         dst = workdir / (staged_path(rel) if rel.startswith("daemon/aclprofd/") else rel)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
+        if rel.startswith("daemon/aclprofd/") and not rel.endswith(".py"):
+            # its data files at their repository path too: tests read daemon/aclprofd/*.toml there
+            (workdir / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, workdir / rel)
     for pattern in ("aclprof/binding/_fast*.so", "aclprof/binding/_acl_ffi.py", "aclprof/_mock/*.so",
                     "aclprof/protocol/_jsonl*.so"):
         for src in ROOT.glob(pattern):

@@ -1,0 +1,173 @@
+"""``aclprof diff``'s direction and ranking (``aclprof.cli.diff.compare``) and the shift
+judgement it shares with the detector (``aclprof.protocol.quantshift``), in process
+(issue 20): quantiles that move in opposite directions, shifts of different sizes, which
+quantile drives the verdict and the order, the sample floor at its edge, and the table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from helpers.streams import bin_probabilities
+
+from aclprof.cli.diff import _table, compare
+from aclprof.cli.diff_sources import Histograms
+from aclprof.protocol.quantshift import IMPROVEMENT, NBINS, NONE, REGRESSION, judge, quantile_ci, shift
+
+N = 200_000  # samples per side: intervals of a few tenths of a percent
+
+
+def _hist(median_ns: float, sigma: float = 0.3, n: int = N) -> np.ndarray:
+    """A lognormal's histogram of exactly ``n`` whole samples (the counts at the edges are exact)."""
+    h = np.floor(bin_probabilities(median_ns, sigma) * n)
+    h[np.argmax(h)] += n - h.sum()
+    return h
+
+
+def _source(spec: str, ops: dict[str, np.ndarray], service: str = "svc") -> Histograms:
+    cells = [(service, "m", op, f"{op}_0") for op in ops]
+    return Histograms(spec, cells, np.stack(list(ops.values())))
+
+
+def _rows(a: dict, b: dict, **kw) -> dict[str, dict]:
+    return {r["key"]: r for r in compare(_source("A", a), _source("B", b), **kw)["rows"]}
+
+
+def test_opposite_quantiles_a_slower_p50_with_a_faster_p99_is_slower():
+    """The typical bimodal fix gone wrong: most calls got slower, the tail shorter. Any
+    slower quantile makes the verdict "slower"; a faster one only counts when none is."""
+    a = {"Op": _hist(100_000, sigma=0.6)}
+    b = {"Op": _hist(120_000, sigma=0.1)}
+    r = _rows(a, b)["Op"]
+    assert r["p50"]["shift"] > 1.15 and r["p50"]["lower"] > 1.0
+    assert r["p99"]["shift"] < 0.5 and r["p99"]["upper"] < 1.0
+    assert r["verdict"] == "slower"
+    # and the other way round: the median faster, the tail slower: still "slower"
+    r = _rows({"Op": _hist(120_000, sigma=0.1)}, {"Op": _hist(100_000, sigma=0.6)})["Op"]
+    assert r["p50"]["shift"] < 0.9 and r["p99"]["shift"] > 2.0
+    assert r["verdict"] == "slower"
+
+
+@pytest.mark.parametrize("b_median,b_sigma,want", [
+    (80_000, 0.3, "faster"),    # both quantiles faster
+    (100_000, 0.24, "faster"),  # the same median, a shorter tail: p99 faster, p50 unchanged
+    (100_000, 0.36, "slower"),  # the same median, a longer tail: p99 alone decides
+    (100_000, 0.3, ""),         # nothing moved
+    (103_000, 0.3, ""),         # +3 %: a real shift (the interval excludes 1) below --min-effect 5 %
+    (106_000, 0.3, "slower"),   # +6 %: above it
+])
+def test_each_quantile_can_decide_the_verdict(b_median, b_sigma, want):
+    r = _rows({"Op": _hist(100_000)}, {"Op": _hist(b_median, sigma=b_sigma)})["Op"]
+    assert r["verdict"] == want, r
+
+
+def test_rows_are_ranked_by_the_p99_shift_largest_first_then_by_name():
+    a = {"Big": _hist(100_000), "Small": _hist(100_000), "Faster": _hist(100_000), "Same2": _hist(50_000),
+         "Same1": _hist(50_000), "P50only": _hist(100_000, sigma=0.6), "Zero": np.eye(1, NBINS, 0)[0] * N}
+    b = {"Big": _hist(150_000), "Small": _hist(110_000), "Faster": _hist(70_000), "Same2": _hist(50_000),
+         "Same1": _hist(50_000), "P50only": _hist(150_000, sigma=0.1), "Zero": np.eye(1, NBINS, 0)[0] * N}
+    result = compare(_source("A", a), _source("B", b))
+    keys = [r["key"] for r in result["rows"]]
+    # P50only's median moved +50 % but its p99 fell: the order is the p99's, not the biggest move;
+    # Zero (durations of 0: no ratio) comes last
+    assert keys == ["Big", "Small", "Same1", "Same2", "Faster", "P50only", "Zero"]
+    shifts = [r["p99"]["shift"] for r in result["rows"]]
+    assert shifts[0] == pytest.approx(1.5, abs=0.02) and shifts[1] == pytest.approx(1.1, abs=0.01)
+    assert shifts[-1] is None
+    by_key = {r["key"]: r for r in result["rows"]}
+    assert [by_key[k]["verdict"] for k in keys] == ["slower", "slower", "", "", "faster", "slower", ""]
+    assert by_key["Zero"]["p50"] == {"a_ns": 0.0, "b_ns": 0.0, "shift": None, "lower": None, "upper": None}
+
+
+def test_the_sample_floor_at_its_edge_and_ops_on_one_side_only():
+    a = {"Edge": _hist(100_000, n=200), "Below": _hist(100_000, n=199), "OnlyA": _hist(1000)}
+    b = {"Edge": _hist(300_000, n=200), "Below": _hist(300_000, n=1000), "OnlyB": _hist(1000)}
+    result = compare(_source("A", a), _source("B", b), min_count=200)
+    by_key = {r["key"]: r for r in result["rows"]}
+    assert by_key["Edge"]["verdict"] == "slower"  # exactly --min-count on each side: judged
+    assert by_key["Below"]["verdict"] == "too few"  # one sample short on one side
+    assert (by_key["Below"]["n_a"], by_key["Below"]["n_b"]) == (199.0, 1000.0)
+    assert result["only_in_a"] == ["OnlyA"] and result["only_in_b"] == ["OnlyB"]
+    assert {"a": "A", "b": "B", "by": "type", "service": None, "min_effect": 0.05, "min_count": 200,
+            "z": 4.0}.items() <= result.items()
+
+
+def test_min_effect_and_z_are_the_callers():
+    a, b = {"Op": _hist(100_000)}, {"Op": _hist(108_000)}
+    assert _rows(a, b, min_effect=0.05)["Op"]["verdict"] == "slower"
+    assert _rows(a, b, min_effect=0.1)["Op"]["verdict"] == ""
+    small_a, small_b = {"Op": _hist(100_000, n=2000)}, {"Op": _hist(108_000, n=2000)}
+    assert _rows(small_a, small_b, z=1.0)["Op"]["verdict"] == "slower"
+    assert _rows(small_a, small_b, z=6.0)["Op"]["verdict"] == ""  # too wide to call
+
+
+def test_by_name_and_service_group_the_cells():
+    cells = [("svc", "m", "MatMul", "l1/mm"), ("svc", "m", "MatMul", "l2/mm"), ("other", "m", "MatMul", "l1/mm")]
+    a = Histograms("A", cells, np.stack([_hist(100_000), _hist(100_000), _hist(100_000)]))
+    b = Histograms("B", cells, np.stack([_hist(200_000), _hist(100_000), _hist(100_000)]))
+    by_type = compare(a, b)["rows"]
+    assert [(r["key"], r["n_a"]) for r in by_type] == [("MatMul", 3 * N)]
+    by_name = {r["key"]: r for r in compare(a, b, by="name")["rows"]}
+    assert set(by_name) == {"l1/mm", "l2/mm"} and by_name["l1/mm"]["n_a"] == 2 * N
+    assert by_name["l2/mm"]["verdict"] == ""
+    only_other = compare(a, b, by="name", service="other")
+    assert [(r["key"], r["verdict"], r["n_b"]) for r in only_other["rows"]] == [("l1/mm", "", N)]
+    assert only_other["service"] == "other"
+    svc = {r["key"]: r for r in compare(a, b, by="name", service="svc")["rows"]}
+    assert svc["l1/mm"]["p50"]["shift"] == pytest.approx(2.0, abs=0.02) and svc["l1/mm"]["verdict"] == "slower"
+
+
+def test_the_table_shows_the_verdicts_in_the_ranked_order():
+    a = {"Add": _hist(100_000), "MatMul": _hist(100_000), "Gone": _hist(1000)}
+    b = {"Add": _hist(70_000), "MatMul": _hist(150_000)}
+    text = _table(compare(_source("A", a), _source("B", b)), None)
+    lines = text.splitlines()
+    assert lines[0].split() == ["OP", "TYPE", "N", "A", "N", "B", "P50", "A", "P50", "B", "P50", "B/A", "[CI]",
+                                "P99", "A", "P99", "B", "P99", "B/A", "[CI]", "VERDICT"]
+    assert lines[1].startswith("MatMul") and lines[1].endswith("slower")
+    assert lines[2].startswith("Add") and lines[2].endswith("faster")
+    assert lines[3] == "only in A: Gone"
+    assert " 1.500 [" in lines[1] and " 0.700 [" in lines[2]
+    assert _table(compare(_source("A", a), _source("B", b)), 1).splitlines()[1:] == [lines[1], lines[3]]
+    empty = _table(compare(_source("A", {"X": _hist(1000)}), _source("B", {"Y": _hist(1000)})), None)
+    assert empty.splitlines()[1:] == ["(no op present in both)", "only in A: X", "only in B: Y"]
+    by_name = _table(compare(_source("A", a), _source("B", b), by="name"), None)
+    assert by_name.startswith("OP NAME")
+    many = _table(compare(_source("A", {f"op{i:02d}": _hist(1000) for i in range(12)}),
+                          _source("B", {"Z": _hist(1000)})), None)
+    assert "only in A: op00, op01, op02, op03, op04, op05, op06, op07, op08, op09, ... (12 in all)" in many
+
+
+# ---- quantshift: the judgement's edges ----------------------------------------------------------
+
+def test_judge_is_symmetric_and_needs_the_effect_the_interval_and_the_counts():
+    base = _hist(100_000)[None, :]
+    for cur_median, want in ((105_000, REGRESSION), (104_000, NONE), (100_000 / 1.05, IMPROVEMENT),
+                             (100_000 / 1.04, NONE)):
+        s = shift(base, _hist(cur_median)[None, :], 0.5, 4.0)
+        assert judge(s, 0.045, 1000)[0] == want, (cur_median, s.ratio)
+    s = shift(base, _hist(150_000)[None, :], 0.5, 4.0)
+    assert judge(s, 0.05, N)[0] == REGRESSION       # exactly min_count on both sides
+    assert judge(s, 0.05, N + 1)[0] == NONE
+    fast = shift(base, _hist(50_000)[None, :], 0.5, 4.0)
+    assert judge(fast, 0.05, N)[0] == IMPROVEMENT and judge(fast, 0.05, N + 1)[0] == NONE
+
+
+def test_a_p99_needs_twenty_samples_beyond_it():
+    """A p99 needs 20 samples beyond it: 2,000 samples are judged, 1,999 (19.99 beyond) are not."""
+    for n, want in ((2000, REGRESSION), (1999, NONE)):
+        s = shift(_hist(100_000, n=n)[None, :], _hist(1_000_000, n=n)[None, :], 0.99, 1.0)
+        assert judge(s, 0.05, 1)[0] == want, n
+        s50 = shift(_hist(100_000, n=40)[None, :], _hist(1_000_000, n=40)[None, :], 0.5, 1.0)
+        assert judge(s50, 0.05, 1)[0] == REGRESSION  # a p50 needs 20 on each side of it: 40 samples
+
+
+def test_quantile_interval_reads_ranks_on_both_sides_and_nan_for_empty_rows():
+    h = np.stack([_hist(100_000), np.zeros(NBINS)])
+    lo, est, hi, n = quantile_ci(h, 0.5, 4.0)
+    assert n.tolist() == [pytest.approx(N), 0.0]
+    assert lo[0] < est[0] < hi[0] and est[0] == pytest.approx(100_000, rel=0.01)
+    assert np.isnan(est[1]) and np.isnan(lo[1]) and np.isnan(hi[1])
+    lo0, est0, hi0, _ = quantile_ci(h[:1], 0.5, 0.0)
+    assert lo0[0] == est0[0] == hi0[0]
+    wide = quantile_ci(h[:1], 0.5, np.array([8.0]))
+    assert wide[0][0] < lo[0] and wide[2][0] > hi[0]
