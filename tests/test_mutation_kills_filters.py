@@ -237,6 +237,6 @@ def test_a_lone_surrogate_is_a_refusal_not_an_internal_error():
             compile_filter_regex(pattern)
         assert str(exc.value) == (f"RE2 rejects {pattern!r}: not UTF-8 text: surrogates not allowed at character {at}"
                                   f" ({RE2_SYNTAX})")
-        with pytest.raises(ProtocolError, match="^filter type: RE2 rejects .*not UTF-8 text"):
+        with pytest.raises(ProtocolError, match=r"^filter type: RE2 rejects .*not UTF-8 text"):
             Filter.parse({"type": pattern})
         assert "not UTF-8 text" in (regex_problem(pattern) or "")
