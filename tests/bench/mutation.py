@@ -209,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     pytest_opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     equivalent = equivalent_mutants()
     names = [conf["ci"]["module"]] if args.ci else (args.modules or list(modules))
+    sets = conf.get("test_sets", {})
+    for spec in modules.values():  # "@name": the shared list [tool.aclprof.mutation.test_sets] name
+        spec["tests"] = [t for item in spec["tests"] for t in (sets[item[1:]] if item.startswith("@") else [item])]
     print(f"mutmut on {len(names)} module(s), {args.max_children} worker(s); load {os.getloadavg()[0]:.2f}")
     ok = True
     for name in names:
