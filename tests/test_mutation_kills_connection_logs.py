@@ -162,7 +162,7 @@ def test_a_bad_frame_and_a_failed_send_are_named_in_the_reason(make):
 def test_a_hang_up_seen_while_waiting_to_write_is_logged(make):
     import os
 
-    peer, conn, buf = make()
+    peer, conn, _ = make()
     assert conn.connect()
     peer.thread.join(5)
     peer.conn.close()
