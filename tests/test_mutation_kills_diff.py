@@ -11,7 +11,17 @@ from helpers.streams import bin_probabilities
 
 from aclprof.cli.diff import _table, compare
 from aclprof.cli.diff_sources import Histograms
-from aclprof.protocol.quantshift import IMPROVEMENT, NBINS, NONE, REGRESSION, judge, quantile_ci, shift
+from aclprof.protocol.quantshift import (
+    IMPROVEMENT,
+    NBINS,
+    NONE,
+    REGRESSION,
+    Shift,
+    bin_index,
+    judge,
+    quantile_ci,
+    shift,
+)
 
 N = 200_000  # samples per side: intervals of a few tenths of a percent
 
@@ -171,3 +181,92 @@ def test_quantile_interval_reads_ranks_on_both_sides_and_nan_for_empty_rows():
     assert lo0[0] == est0[0] == hi0[0]
     wide = quantile_ci(h[:1], 0.5, np.array([8.0]))
     assert wide[0][0] < lo[0] and wide[2][0] > hi[0]
+
+
+def _shift_of(ratio, lower, upper, n=1e6, q=0.5):
+    """A Shift with the given ratio and bounds (one row), for judge's exact boundaries."""
+    one = np.array([1.0])
+    return Shift(q, one, one, one, np.array([n]), one, one, one, np.array([n]), np.array([ratio]),
+                 np.array([lower]), np.array([upper]))
+
+
+@pytest.mark.parametrize("ratio,lower,upper,want", [
+    (1.05, 1.01, 1.1, REGRESSION),     # exactly min_effect above: slower
+    (1.0499, 1.01, 1.1, NONE),
+    (1.2, 1.0, 1.4, NONE),             # the interval touches 1: not excluded
+    (1.2, 1.0001, 1.4, REGRESSION),
+    (1 / 1.05, 0.9, 0.99, IMPROVEMENT),  # exactly min_effect below: faster
+    (0.953, 0.9, 0.99, NONE),
+    (0.8, 0.6, 1.0, NONE),             # the interval touches 1
+    (0.8, 0.6, 1.5, NONE),             # a wide interval: nothing can be said
+    (0.8, 0.6, 0.9999, IMPROVEMENT),
+    (float("nan"), float("nan"), float("nan"), NONE),
+])
+def test_judge_boundaries_are_inclusive_for_the_effect_and_exclusive_for_the_interval(ratio, lower, upper, want):
+    assert judge(_shift_of(ratio, lower, upper), 0.05, 1000)[0] == want
+
+
+def test_judge_needs_the_counts_on_each_side_separately():
+    base_short = shift(_hist(100_000, n=1999)[None, :], _hist(1_000_000, n=2000)[None, :], 0.99, 1.0)
+    cur_short = shift(_hist(100_000, n=2000)[None, :], _hist(1_000_000, n=1999)[None, :], 0.99, 1.0)
+    assert judge(base_short, 0.05, 1)[0] == NONE and judge(cur_short, 0.05, 1)[0] == NONE
+
+
+def test_the_shift_keeps_both_intervals():
+    base, cur = _hist(100_000)[None, :], _hist(120_000)[None, :]
+    s = shift(base, cur, 0.99, 4.0)
+    assert (s.base_lo[0], s.base[0], s.base_hi[0], s.n_base[0]) == tuple(x[0] for x in quantile_ci(base, 0.99, 4.0))
+    assert (s.cur_lo[0], s.cur[0], s.cur_hi[0], s.n_cur[0]) == tuple(x[0] for x in quantile_ci(cur, 0.99, 4.0))
+    assert s.lower[0] == s.cur_lo[0] / s.base_hi[0] and s.upper[0] == s.cur_hi[0] / s.base_lo[0]
+    assert s.q == 0.99
+
+
+def test_a_base_of_zero_durations_gives_no_ratio_not_infinity():
+    zero = np.zeros((1, NBINS))
+    zero[0, 0] = 1000  # 1000 ops of 0 ns (timing off)
+    s = shift(zero, _hist(100_000)[None, :], 0.5, 4.0)
+    assert np.isnan(s.ratio[0]) and np.isnan(s.lower[0]) and np.isnan(s.upper[0])
+    assert s.base[0] == 0.0 and s.cur[0] > 0
+
+
+def test_no_numpy_warning_escapes_on_zero_and_empty_rows():
+    """The CLI and the daemon's log would show RuntimeWarnings (log2 of 0, 0/0)."""
+    import warnings
+
+    zero = np.zeros((2, NBINS))
+    zero[0, 0] = 5
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert bin_index(np.array([0, 1, 2])).tolist() == [0, 1, 9]
+        quantile_ci(zero, 0.5, 4.0)
+        s = shift(zero, zero[::-1], 0.5, 4.0)
+        judge(s, 0.05, 1)
+
+
+def test_quantile_interval_edges_tiny_counts_fractional_weights_and_the_overflow_bin():
+    with pytest.raises(ValueError, match=r"quantile_ci: q must be in \(0, 1\), not 0.0"):
+        quantile_ci(np.ones((1, NBINS)), 0.0, 4.0)
+    # two samples, bins 50 and 60: ranks 1 -/+ 0.7071 read inside those bins
+    two = np.zeros((1, NBINS))
+    two[0, 50] = two[0, 60] = 1
+    lo, est, hi, n = quantile_ci(two, 0.5, 1.0)
+    half = 0.5 ** 0.5
+    assert n[0] == 2
+    assert lo[0] == pytest.approx(2 ** ((49 + 1 - half) / 8))
+    assert est[0] == pytest.approx(2 ** (50 / 8))
+    assert hi[0] == pytest.approx(2 ** ((59 + half) / 8))
+    # one sample is a quantile too
+    one = np.zeros((1, NBINS))
+    one[0, 80] = 1
+    assert quantile_ci(one, 0.5, 4.0)[1][0] == pytest.approx(2 ** (79.5 / 8))
+    # decayed (weighted) histograms: half a sample in a bin is interpolated like a whole one
+    w = np.zeros((1, NBINS))
+    w[0, 80] = 0.5
+    assert quantile_ci(w, 0.5, 4.0)[1][0] == pytest.approx(2 ** (79.5 / 8))
+    # samples in the overflow bin count
+    over = np.zeros((1, NBINS))
+    over[0, 100] = over[0, NBINS - 1] = 10
+    assert quantile_ci(over, 0.5, 0.0)[3][0] == 20
+    # the upper rank clipped at n: the top of the last occupied bin, not 0
+    lo, est, hi, _ = quantile_ci(one, 0.5, 10.0)
+    assert hi[0] == pytest.approx(2 ** (80 / 8)) and lo[0] == pytest.approx(2 ** (79 / 8), rel=1e-9)
