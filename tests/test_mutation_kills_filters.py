@@ -240,3 +240,11 @@ def test_a_lone_surrogate_is_a_refusal_not_an_internal_error():
         with pytest.raises(ProtocolError, match=r"^filter type: RE2 rejects .*not UTF-8 text"):
             Filter.parse({"type": pattern})
         assert "not UTF-8 text" in (regex_problem(pattern) or "")
+
+
+def test_a_short_pattern_beyond_re2s_memory_budget_is_refused_with_re2s_reason():
+    """The byte limit is not the only one: RE2 compiles within a memory budget (8 MiB per
+    pattern), and a 11-byte pattern can exceed it."""
+    with pytest.raises(BadFilterRegex) as exc:
+        compile_filter_regex("[\\pL]{1000}")
+    assert exc.value.detail == "pattern too large - compile failed" and exc.value.size is None
