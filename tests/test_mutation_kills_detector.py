@@ -17,7 +17,7 @@ import structlog
 from aclprofd.detector.dispersion import MIN_SECONDS, WindowIndex, dispersion
 from aclprofd.detector.engine import CLEAR_FRACTION, Detector, DetectorConfig
 from aclprofd.detector.state import MAX_CELLS, CellStore
-from helpers.streams import bin_probabilities
+from helpers.streams import bin_probabilities, dispersion_and_definition
 
 from aclprof.protocol import baselinefmt
 from aclprof.protocol.quantshift import NBINS
@@ -246,3 +246,32 @@ def test_dispersion_needs_min_seconds_and_is_one_for_identical_seconds():
     mix = (h + slow)[None, :] * (MIN_SECONDS // 2)
     phi_mix = dispersion(WindowIndex(both, 1), mix, np.cumsum(mix, axis=1), 0.5)
     assert phi_mix[0] > 100
+
+
+def test_dispersion_matches_its_definition_on_small_counts_the_overflow_bin_and_an_empty_group():
+    """Against the definition (helpers.streams.dispersion_and_definition): groups whose
+    quantile bin holds a single call, whose calls sit in the overflow bin, and one with no
+    call at all (phi 1, without a numpy warning: 0/0 stays inside)."""
+    import warnings
+
+    s = MIN_SECONDS + 2
+    dense = np.zeros((s, 4, NBINS))
+    for t in range(s):
+        dense[t, 0, 40 + (t % 3)] = 1 + (t % 2)        # few calls, the median's bin often holds one
+        dense[t, 0, 60] = 1 if t % 4 == 0 else 0
+        dense[t, 1, NBINS - 1] = 12 - 9 * (t % 2)      # the overflow bin (durations beyond 2**40 ns)
+        dense[t, 1, 100] = 1 + 11 * (t % 2)            # holds the median
+        dense[t, 3, 200 + (t % 2)] = 1                 # one call a second alternating between 2 bins
+    wanted = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for q in (0.5, 0.99):
+            got, want = wanted[q] = dispersion_and_definition(dense[:, [0, 1, 3]], q)
+            np.testing.assert_allclose(got, want, rtol=1e-12)
+            hist = dense.sum(axis=0)
+            seconds = [(np.flatnonzero(x.reshape(-1)), x.reshape(-1)[np.flatnonzero(x.reshape(-1))]) for x in dense]
+            phi = dispersion(WindowIndex(seconds, 4), hist, np.cumsum(hist, axis=1), q)
+            assert phi[2] == 1.0 and np.isfinite(phi).all()
+            np.testing.assert_allclose(phi[[0, 1, 3]], want, rtol=1e-12)
+    # the inputs do wander: phi is computed, not clipped to 1 everywhere
+    assert (wanted[0.5][1] > 1.0).all(), wanted
