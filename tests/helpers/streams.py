@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-
 from aclprofd.detector.dispersion import MIN_SECONDS, WindowIndex, dispersion
 
 from aclprof.protocol.quantshift import BINS_PER_OCTAVE, NBINS
