@@ -148,3 +148,94 @@ def test_jsonl_passes_the_daemons_lines_through_and_counts_them():
     assert write_jsonl(iter(lines), out) == 3
     assert out.getvalue() == b"".join(lines)
     assert [json.loads(x) for x in out.getvalue().splitlines()] == [{"a": 1}, {"a": 2}, {"a": 3}]
+
+
+# ---- ascend: records with fields left out, step events, span openers --------------------------
+
+def _ascend(tmp_path, batches):
+    import os
+
+    from aclprof.exportfmt import ascend as fa
+
+    root = tmp_path / "root"
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        w = fa.AscendWriter(fd, None)
+        try:
+            for b in batches:
+                w.add(b)
+            w.finish()
+        finally:
+            w.close()
+    finally:
+        os.close(fd)
+    (d,) = [root / x for x in os.listdir(root)]
+    out = d / "ASCEND_PROFILER_OUTPUT"
+    with open(out / "kernel_details.csv", encoding="utf-8", newline="") as f:
+        kd = list(csv.reader(f))[1:]
+    return kd, json.loads((out / "trace_view.json").read_text())
+
+
+def test_ascend_reads_left_out_fields_as_zero_and_the_duration_from_end_minus_start(tmp_path):
+    from aclprof.exportfmt import ascend as fa
+
+    bare = {"host": "n", "pid": 5, "start": 2_000, "end": 7_500}           # no device, model, type, name, duration
+    nothing = {"host": "n", "pid": 5}                                      # not even times
+    backwards = {"host": "n", "pid": 5, "start": 9_000, "end": 8_000}      # end before start: 0, not negative
+    kd, ev = _ascend(tmp_path, [[bare, nothing, backwards]])
+    assert kd == [["0", "?", "?", "N/A", "2.000", "5.500", "0.000", "0"],
+                  ["0", "?", "?", "N/A", "0.000", "0.000", "0.000", "0"],
+                  ["0", "?", "?", "N/A", "9.000", "0.000", "9.000", "0"]]  # 9 us after the previous, at 0
+    kernels = [(e["name"], e["tid"], e["dur"], e["args"]["Model Id"], e["args"]["Device Id"], e["args"]["Type"])
+               for e in ev if e["ph"] == "X" and e["pid"] == fa.HARDWARE_PID]
+    assert kernels == [("?", 0, 5.5, 0, 0, "?"), ("?", 0, 0.0, 0, 0, "?"), ("?", 0, 0.0, 0, 0, "?")]
+
+
+def test_ascend_wait_time_is_per_device_and_model_and_zero_when_ops_touch(tmp_path):
+    recs = [{"host": "n", "pid": 5, "device": 1, "model": 2, "start": 1_000, "duration_ns": 1_000},
+            {"host": "n", "pid": 5, "device": 1, "model": 3, "start": 5_000, "duration_ns": 1_000},
+            {"host": "n", "pid": 5, "device": 1, "model": 2, "start": 2_000, "duration_ns": 500},   # touches
+            {"host": "n", "pid": 5, "device": 1, "model": 2, "start": 4_000, "duration_ns": 500},   # 1.5 us gap
+            {"host": "n", "pid": 5, "device": 0, "model": 2, "start": 9_000, "duration_ns": 500}]   # another device
+    kd, _ = _ascend(tmp_path, [recs])
+    assert [(r[0], r[6]) for r in kd] == [("1", "0.000"), ("1", "0.000"), ("1", "0.000"), ("1", "1.500"),
+                                          ("0", "0.000")]
+
+
+def test_ascend_step_events_carry_their_number_model_device_and_times(tmp_path):
+    from aclprof.exportfmt import ascend as fa
+
+    steps = [{"host": "n", "pid": 5, "kind": "keypoint", "device": 1, "model": 3, "start": 10_000, "end": 12_500},
+             {"host": "n", "pid": 5, "kind": "keypoint"},
+             {"host": "n", "pid": 5, "kind": "keypoint", "start": 20_000, "duration_ns": 4_000}]
+    kd, ev = _ascend(tmp_path, [steps])
+    assert kd == []  # a step is no kernel
+    got = [e for e in ev if e["ph"] == "X" and e["pid"] == fa.STEP_PID]
+    assert got == [
+        {"ph": "X", "name": "Step 1", "pid": fa.STEP_PID, "tid": 0, "ts": "10.000", "dur": 2.5,
+         "args": {"Model Id": 3, "Device Id": 1}},
+        {"ph": "X", "name": "Step 2", "pid": fa.STEP_PID, "tid": 0, "ts": "0.000", "dur": 0.0,
+         "args": {"Model Id": 0, "Device Id": 0}},
+        {"ph": "X", "name": "Step 3", "pid": fa.STEP_PID, "tid": 0, "ts": "20.000", "dur": 4.0,
+         "args": {"Model Id": 0, "Device Id": 0}}]
+
+
+def test_span_openers_mark_the_first_op_of_each_busy_interval_in_the_ops_own_order():
+    import numpy as np
+
+    from aclprof.exportfmt.ascend import busy_intervals, span_openers
+
+    s = np.array([50, 0, 10, 30, 100, 100], dtype=np.int64)
+    e = np.array([60, 10, 20, 55, 100, 101], dtype=np.int64)
+    assert span_openers(s, e).tolist() == [False, True, False, True, True, False]
+    assert span_openers(s, e).sum() == len(busy_intervals(s, e)[0])
+    assert span_openers(s[:0], e[:0]).tolist() == []
+    # many ops starting together: the first to arrive opens the span, whatever the sort
+    rng = np.random.default_rng(1)
+    starts = (np.repeat(np.arange(50), 40)[rng.permutation(2000)] * 1000).astype(np.int64)
+    ends = starts + 10
+    opened = span_openers(starts, ends)
+    assert opened.sum() == 50
+    first = {int(v): int(np.flatnonzero(starts == v)[0]) for v in np.unique(starts)}
+    assert sorted(np.flatnonzero(opened).tolist()) == sorted(first.values())
