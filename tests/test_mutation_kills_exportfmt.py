@@ -239,3 +239,23 @@ def test_span_openers_mark_the_first_op_of_each_busy_interval_in_the_ops_own_ord
     assert opened.sum() == 50
     first = {int(v): int(np.flatnonzero(starts == v)[0]) for v in np.unique(starts)}
     assert sorted(np.flatnonzero(opened).tolist()) == sorted(first.values())
+
+
+def test_csv_keeps_reading_after_a_keypoint_and_reads_left_out_fields():
+    out = io.StringIO()
+    n = write_csv([[_rec(kind="keypoint", duration=50), _rec(duration=2000), {"pid": 3}]], out)
+    assert n == 3
+    text = out.getvalue()
+    assert "\r" not in text and text.endswith("\n")  # Unix lines, as every other export
+    rows = list(csv.reader(io.StringIO(text)))[1:]
+    assert rows == [["svc", "40", "0", "1", "MatMul", "N/A", "1", "2.000", "2.000", "2.000", "2.000", "100.00"],
+                    ["", "3", "0", "0", "?", "N/A", "1", "0.000", "0.000", "0.000", "0.000", "0.00"]]
+
+
+def test_chrome_reads_left_out_fields_as_zero_and_prefers_the_records_duration():
+    n, doc = _chrome([[{"start": 1000, "end": 9000, "duration_ns": 3000}, {"op_name": "x"}]])
+    assert n == 2
+    ops = [(e["pid"], e["tid"], e["ts"], e["dur"]) for e in doc["traceEvents"] if e["ph"] == "X"]
+    assert ops == [(0, 0, 1.0, 3.0), (0, 0, 0.0, 0.0)]
+    assert doc["otherData"]["clock"] == ("the ACL library's op timestamps (the device clock; CLOCK_MONOTONIC on "
+                                         "the mock)")
