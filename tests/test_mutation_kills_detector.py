@@ -260,7 +260,7 @@ def test_dispersion_matches_its_definition_on_small_counts_the_overflow_bin_and_
         dense[t, 0, 40 + (t % 3)] = 1 + (t % 2)        # few calls, the median's bin often holds one
         dense[t, 0, 60] = 1 if t % 4 == 0 else 0
         dense[t, 1, NBINS - 1] = 12 - 9 * (t % 2)      # the overflow bin (durations beyond 2**40 ns)
-        dense[t, 1, 100] = 1 + 11 * (t % 2)            # holds the median
+        dense[t, 1, 100] = 1 + 11 * (t % 2)            # 78 of 168 calls: the median is in the overflow bin
         dense[t, 3, 200 + (t % 2)] = 1                 # one call a second alternating between 2 bins
     wanted = {}
     with warnings.catch_warnings():
