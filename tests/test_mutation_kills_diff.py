@@ -270,3 +270,46 @@ def test_quantile_interval_edges_tiny_counts_fractional_weights_and_the_overflow
     # the upper rank clipped at n: the top of the last occupied bin, not 0
     lo, est, hi, _ = quantile_ci(one, 0.5, 10.0)
     assert hi[0] == pytest.approx(2 ** (80 / 8)) and lo[0] == pytest.approx(2 ** (79 / 8), rel=1e-9)
+
+
+# ---- the command line: defaults as documented, the table's cells ----------------------------------
+
+def _parse(*argv):
+    import argparse
+
+    from aclprof.cli import diff as diff_cmd
+
+    p = argparse.ArgumentParser()
+    diff_cmd.add_parser(p.add_subparsers(), argparse.HelpFormatter)
+    return p.parse_args(["diff", *argv])
+
+
+def test_diff_options_default_to_what_their_help_says():
+    from aclprof.cli.main import build_parser
+
+    args = _parse("baseline:a", "live:current")
+    assert (args.a, args.b, args.by, args.service, args.min_effect, args.min_count, args.z, args.limit, args.json) == (
+        "baseline:a", "live:current", "type", None, 0.05, 200, 4.0, None, False)
+    assert args.func.__name__ == "cmd_diff"
+    text = " ".join(build_parser()._subparsers._group_actions[0].choices["diff"].format_help().split())
+    for fact in ("(default 0.05 = 5 %)", "(default 200)", "(default 4)", "rows per op type (default) or name",
+                 "--by {type,name}", "--min-effect F", "--min-count N", "--limit N", "--service NAME",
+                 "exit codes: 0 done (whatever it found), 1 error, 2 usage error or daemon unreachable",
+                 "aclprof diff baseline:good-v42 live:current", "show the first N rows",
+                 "one JSON object (rows, only_in_a, only_in_b)"):
+        assert fact in text, fact
+    assert _parse("baseline:a", "baseline:b", "--by", "name", "--limit", "3", "--json").limit == 3
+    with pytest.raises(SystemExit):
+        _parse("baseline:a", "baseline:b", "--by", "service")
+
+
+@pytest.mark.parametrize("cell,text", [
+    ({"shift": 1.23456, "lower": 1.1, "upper": 1.4}, "1.235 [1.10,1.40]"),
+    ({"shift": 0.5, "lower": None, "upper": 0.7}, "0.500 [?,0.70]"),
+    ({"shift": 0.5, "lower": 0.3, "upper": None}, "0.500 [0.30,?]"),
+    ({"shift": None, "lower": None, "upper": None}, "-"),
+])
+def test_a_shift_cell_shows_the_ratio_and_its_bounds_or_what_is_unknown(cell, text):
+    from aclprof.cli.diff import _shift_cell
+
+    assert _shift_cell(cell) == text
