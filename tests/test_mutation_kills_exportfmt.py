@@ -67,6 +67,11 @@ def test_csv_rows_per_device_and_service_with_exact_totals_and_device_ratios():
     assert sum(float(r[11]) for r in rows if r[2] == "0") == 100.0
 
 
+def test_csv_means_are_not_rounded_down_to_whole_nanoseconds():
+    _, _, rows = _csv([[_rec(duration=1), _rec(duration=2)]])
+    assert rows[0][7:11] == ["0.003", "0.001", "0.002", "0.002"]  # mean 1.5 ns: 0.0015 us, not 0.001
+
+
 def test_csv_counts_zero_length_ops_and_orders_equal_totals_by_key():
     n, _, rows = _csv([[_rec(op_type="B", duration=0), _rec(op_type="A", duration=0), _rec(model=2, duration=0)]])
     assert n == 3
@@ -243,7 +248,8 @@ def test_span_openers_mark_the_first_op_of_each_busy_interval_in_the_ops_own_ord
 
 def test_csv_keeps_reading_after_a_keypoint_and_reads_left_out_fields():
     out = io.StringIO()
-    n = write_csv([[_rec(kind="keypoint", duration=50), _rec(duration=2000), {"pid": 3}]], out)
+    decoded = json.loads('{"kind": "keypoint", "duration_ns": 50}')  # a parsed string, not the literal
+    n = write_csv([[decoded, _rec(duration=2000), {"pid": 3}]], out)
     assert n == 3
     text = out.getvalue()
     assert "\r" not in text and text.endswith("\n")  # Unix lines, as every other export
