@@ -313,3 +313,34 @@ def test_a_shift_cell_shows_the_ratio_and_its_bounds_or_what_is_unknown(cell, te
     from aclprof.cli.diff import _shift_cell
 
     assert _shift_cell(cell) == text
+
+
+def _small_jsonl(path, ops):
+    """An `aclprof export --format jsonl` file: ops = {(op_type, op_name): [durations]}."""
+    import json
+
+    with open(path, "w", encoding="utf-8") as f:
+        for (t, n), durations in ops.items():
+            for d in durations:
+                f.write(json.dumps({"service": "svc", "model": 1, "op_type": t, "op_name": n, "duration_ns": d}) + "\n")
+    return str(path)
+
+
+def test_cmd_diff_of_two_small_files_prints_the_table_or_json(tmp_path, capsys):
+    """In process and small (the end-to-end suite's files are too big for the mutation run)."""
+    import json
+
+    from aclprof.cli.main import main
+
+    a = _small_jsonl(tmp_path / "a.jsonl", {("MatMul", "fc"): [100_000] * 300, ("Add", "add"): [5_000] * 300})
+    b = _small_jsonl(tmp_path / "b.jsonl", {("MatMul", "fc"): [200_000] * 300, ("Add", "add"): [5_000] * 300})
+    assert main(["diff", a, b, "--json", "--min-count", "300"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    rows = [(r["key"], r["verdict"], r["n_a"]) for r in res["rows"]]
+    assert rows == [("MatMul", "slower", 300.0), ("Add", "", 300.0)]
+    assert (res["a"], res["b"], res["min_count"], res["by"]) == (a, b, 300, "type")
+    assert main(["diff", a, b, "--by", "name", "--limit", "1", "--min-count", "301"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("OP NAME") and len(out) == 2 and out[1].startswith("fc") and out[1].endswith("too few")
+    assert main(["diff", "-", "-"]) == 2
+    assert "A and B cannot both be stdin" in capsys.readouterr().err
