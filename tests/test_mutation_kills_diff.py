@@ -344,3 +344,39 @@ def test_cmd_diff_of_two_small_files_prints_the_table_or_json(tmp_path, capsys):
     assert out[0].startswith("OP NAME") and len(out) == 2 and out[1].startswith("fc") and out[1].endswith("too few")
     assert main(["diff", "-", "-"]) == 2
     assert "A and B cannot both be stdin" in capsys.readouterr().err
+
+
+#: `aclprof diff`'s options as its --help documents them: (flags or dest, help, metavar, default, choices)
+DIFF_OPTIONS = [
+    ("a", "the reference", "A", None, None),
+    ("b", "compared with A", "B", None, None),
+    ("--by", "rows per op type (default) or name", None, "type", ("type", "name")),
+    ("--service", "only this service's ops", "NAME", None, None),
+    ("--min-effect", "smallest shift called slower/faster (default 0.05 = 5 %%)", "F", 0.05, None),
+    ("--min-count", "samples needed on each side (default 200)", "N", 200, None),
+    ("--z", "interval half-width in standard errors (default 4)", None, 4.0, None),
+    ("--limit", "show the first N rows", "N", None, None),
+    ("--json", "one JSON object (rows, only_in_a, only_in_b)", None, False, None),
+]
+
+
+def test_diff_help_documents_each_option_its_default_and_the_sources():
+    """The command's documented interface, option by option (a reworded help updates this
+    table; an option whose default drifts from its help is caught by the test above)."""
+    import argparse
+
+    from aclprof.cli import diff as diff_cmd
+
+    p = argparse.ArgumentParser()
+    diff_cmd.add_parser(p.add_subparsers(), argparse.HelpFormatter)
+    sp = p._subparsers._group_actions[0].choices["diff"]
+    got = [((a.option_strings or [a.dest])[0], a.help, a.metavar, a.default, a.choices) for a in sp._actions
+           if a.dest not in ("help", "socket")]
+    assert got == DIFF_OPTIONS
+    assert sp.description == diff_cmd.__doc__.split("\n\n", 1)[1]
+    assert sp.description.startswith("For every op type (--by name: op name) present in both")
+    assert sp.epilog == diff_cmd._EXAMPLES
+    assert sp.formatter_class is argparse.HelpFormatter
+    assert "window:SINCE..UNTIL" in sp.epilog and "FILE.jsonl | -" in sp.epilog
+    assert p._subparsers._group_actions[0]._choices_actions[0].help == (
+        "op latency shifts between two baselines, exports or windows")
