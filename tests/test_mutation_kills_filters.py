@@ -248,3 +248,16 @@ def test_a_short_pattern_beyond_re2s_memory_budget_is_refused_with_re2s_reason()
     with pytest.raises(BadFilterRegex) as exc:
         compile_filter_regex("[\\pL]{1000}")
     assert exc.value.detail == "pattern too large - compile failed" and exc.value.size is None
+
+
+def test_source_fields_compare_by_value_not_identity_or_order():
+    """The filter's strings and the sender's come from different JSON documents: equal
+    text in distinct objects must match, and a smaller or larger string must not
+    (cosmic-ray's survivors: `is` and `>=` for `==`)."""
+    f = Filter.parse(json.loads('{"host": "node-1", "service": "svc-a"}'))
+    host, service = "".join(["node-", "1"]), "".join(["svc", "-a"])
+    assert f.source_matches(host, 7, service)
+    assert not f.source_matches("node-0", 7, service) and not f.source_matches("node-2", 7, service)
+    assert not f.source_matches(host, 7, "svc-0") and not f.source_matches(host, 7, "svc-b")
+    g = Filter.parse({"pid": 10})
+    assert not g.source_matches(host, 9, None) and not g.source_matches(host, 11, None)
