@@ -143,3 +143,44 @@ def test_registry_keys_beyond_the_cap_share_the_other_key():
     assert (a, b) == (1, 2) and c == reg.other == 0
     assert reg.get(("h", 1, 0, 1, "T", "a", ""), "s") == a
     assert len(reg) == 3 and reg.identity(b) == ["h", 1, 0, 1, "T", "b", "s", ""]
+
+
+def test_keys_registered_in_a_later_batch_keep_the_earlier_keys_figures():
+    """The per-key arrays grow when the registry does: what the first keys counted before
+    the growth stays (a growth inside the first batch would hide a lost copy)."""
+    agg = Aggregator(clock=lambda: 1000.0)
+    src = KeySource("h", 1, "svc")
+    agg.ingest(src, make_records(2, types=(1,), names=(3,), durations=np.array([10, 30])), NAMES)
+    before = agg.keys.capacity
+    names = {**NAMES, **{i: f"n{i}" for i in range(10, 300)}}
+    agg.ingest(src, make_records(290, types=(1,) * 290, names=tuple(range(10, 300))), names)
+    assert agg.keys.capacity > before
+    row = _rows(agg, "name")["conv1"]
+    assert (row["count"], row["total_ns"], row["min_ns"], row["max_ns"]) == (2, 40, 10, 30)
+    series = {labels[-1]: (count, total) for labels, _buckets, count, total in agg.prometheus_view(by_name=True)}
+    assert series["conv1"] == (2, 40)
+
+
+def test_save_and_load_report_what_they_carried(tmp_path):
+    from aclprofd.aggregate.npzfile import read_state
+
+    agg = _agg()
+    path = str(tmp_path / "agg.npz")
+    agg.save(path)
+    meta, _ = read_state(path)
+    assert meta["saved_ts"] == 1000.0 and meta["other_records"] == 0
+    fresh = Aggregator(clock=lambda: 2000.0)
+    assert fresh.load(path) == {"keys": len(agg.keys), "records": 6, "since_ts": agg.reset_ts}  # "(other)" too
+    assert {k: r["count"] for k, r in _rows(fresh, "service").items()} == {"a": 4, "(none)": 2}
+    empty = str(tmp_path / "empty.npz")
+    Aggregator(clock=lambda: 5.0).save(empty)
+    assert Aggregator(clock=lambda: 6.0).load(empty) == {"keys": 1, "records": 0, "since_ts": 5.0}  # "(other)"
+
+
+def test_snapshot_at_a_given_time_and_the_window_lengths():
+    agg = _agg()
+    assert agg.snapshot("all", "type", None, now=2000.0)["generated_ts"] == 2000.0
+    assert agg.snapshot()["generated_ts"] == 1000.0
+    assert agg.window_seconds("1m") == 60 and agg.window_seconds("10s") == 10
+    with pytest.raises(ValueError):
+        agg.window_seconds("2m")
