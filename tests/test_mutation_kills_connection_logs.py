@@ -20,6 +20,15 @@ CONNECTED = "connected to the aclprof daemon"
 LOST = "lost the aclprof daemon connection; buffering"
 
 
+@pytest.fixture(autouse=True)
+def fresh_logger(monkeypatch):
+    """A logger proxy of this test's own: one cached by an earlier in-process test (structlog
+    configured with cache_logger_on_first_use, e.g. by a CLI main()) would bypass the capture."""
+    from aclprof.agent import connection
+
+    monkeypatch.setattr(connection, "_log", structlog.get_logger("aclprof.agent.connection"))
+
+
 @pytest.fixture
 def make(tmp_path):
     made = []

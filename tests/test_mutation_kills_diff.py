@@ -326,7 +326,21 @@ def _small_jsonl(path, ops):
     return str(path)
 
 
-def test_cmd_diff_of_two_small_files_prints_the_table_or_json(tmp_path, capsys):
+@pytest.fixture
+def structlog_as_before():
+    """main() configures structlog for the process (cached loggers writing to this test's
+    captured stderr): put the configuration back, or later in-process tests log to a
+    closed stream and structlog's capture sees nothing."""
+    import structlog
+
+    was, saved = structlog.is_configured(), structlog.get_config()
+    yield
+    structlog.reset_defaults()
+    if was:
+        structlog.configure(**saved)
+
+
+def test_cmd_diff_of_two_small_files_prints_the_table_or_json(tmp_path, capsys, structlog_as_before):
     """In process and small (the end-to-end suite's files are too big for the mutation run)."""
     import json
 
