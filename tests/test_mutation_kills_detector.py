@@ -275,3 +275,26 @@ def test_dispersion_matches_its_definition_on_small_counts_the_overflow_bin_and_
             np.testing.assert_allclose(phi[[0, 1, 3]], want, rtol=1e-12)
     # the inputs do wander: phi is computed, not clipped to 1 everywhere
     assert (wanted[0.5][1] > 1.0).all(), wanted
+
+
+def test_cell_store_first_key_far_above_zero_and_cell_hists_rows():
+    st = CellStore(lambda k: ("s", "m", "t", f"n{k}"), window_s=1, tau_s=60)
+    st.observe(*_deltas({1000: _hist(n=10)}))  # the first key the aggregator hands over may be any id
+    st.observe(*_deltas({100: _hist(n=5)}))
+    st.roll(1.0)
+    cells, h = st.cell_hists("current")
+    assert cells == [("s", "m", "t", "n1000"), ("s", "m", "t", "n100")]
+    assert h.shape == (2, NBINS) and h.sum(axis=1).tolist() == [10.0, 5.0]
+
+
+def test_the_baseline_read_right_after_a_renormalisation_is_not_rescaled():
+    """Every ~14 time constants the decay factor is folded into the rows (factor back to 1):
+    a read in the same tick sees the same baseline as before the fold."""
+    st = CellStore(CELLS.get, window_s=1, tau_s=1.0)
+    st.observe(*_deltas({0: _hist(n=1000)}))
+    st.roll(0.0)
+    st.roll(15.0)  # the second at 0 leaves the window now; exp(-15) < 1e-6: folded
+    _, base = st.group_hists()
+    assert base.sum() == pytest.approx(1000.0)
+    st.roll(16.0)
+    assert st.group_hists()[1].sum() == pytest.approx(1000.0 * np.exp(-1.0))
