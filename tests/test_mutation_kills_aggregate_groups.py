@@ -184,3 +184,46 @@ def test_snapshot_at_a_given_time_and_the_window_lengths():
     assert agg.window_seconds("1m") == 60 and agg.window_seconds("10s") == 10
     with pytest.raises(ValueError):
         agg.window_seconds("2m")
+
+
+def test_snapshot_summary_shares_and_rates_over_the_span():
+    t = [1000.0]
+    agg = Aggregator(clock=lambda: t[0])
+    a = KeySource("h1", 1, "a")
+    r = make_records(4, model=5, types=(1, 2), names=(3, 4), durations=np.array([10, 20, 30, 40]))
+    r["device_id"] = [0, 0, 1, 1]
+    agg.ingest(a, r, NAMES)
+    agg.ingest(KeySource("h2", 2, None), make_records(2, model=7, types=(2,), names=(4,),
+                                                      durations=np.array([100, 300])), NAMES)
+    snap = agg.snapshot("all", "type", None, now=1010.0)
+    assert snap["total_ns"] == 500
+    assert {r["key"]: r["pct_time"] for r in snap["rows"]} == {"Conv2D": 8.0, "MatMul": 92.0}
+    # 6 records over the 10 s since start; service-less agents are no service
+    assert snap["summary"] == {"records": 6, "records_per_s": 0.6, "processes": 2, "services": 1, "devices": [0, 1]}
+    # at least 1 s: right after the start the rate is not divided by ~0
+    assert agg.snapshot("all", "type", None, now=1000.25)["summary"]["records_per_s"] == 6.0
+    # a window counts over its own length, but never before the start
+    t[0] = 1030.0
+    assert agg.snapshot("1m", "type")["summary"]["records_per_s"] == pytest.approx(6 / 30, abs=1e-3)
+    filtered = agg.snapshot("all", "type", Filter.parse({"service": "a"}), now=1010.0)
+    assert filtered["summary"] == {"records": 4, "records_per_s": 0.4, "processes": 1, "services": 1,
+                                   "devices": [0, 1]}
+    assert filtered["total_ns"] == 100 and {r["key"]: r["pct_time"] for r in filtered["rows"]} == {
+        "Conv2D": 40.0, "MatMul": 60.0}
+    nothing = agg.snapshot("all", "type", Filter.parse({"service": "zzz"}), now=1010.0)
+    assert nothing["rows"] == [] and nothing["total_ns"] == 0
+    assert nothing["summary"] == {"records": 0, "records_per_s": 0.0, "processes": 0, "services": 0, "devices": []}
+
+
+def test_records_beyond_the_key_cap_are_one_other_row_from_no_process():
+    agg = Aggregator(max_keys=2, clock=lambda: 1000.0)
+    names = {1: "T", 3: "a", 4: "b", 5: "c", 6: "d"}
+    agg.ingest(KeySource("h", 1, "svc"), make_records(4, types=(1, 1, 1, 1), names=(3, 4, 5, 6),
+                                                      durations=np.array([1, 2, 3, 4])), names)
+    for group_by in ("name", "service", "process", "device", "model"):
+        rows = _rows(agg, group_by)
+        assert rows[OTHER]["count"] == 2, (group_by, rows)  # names c and d: no key left for them
+    other = _rows(agg, "process")[OTHER]
+    assert (other["host"], other["pid"], other["service"]) == (None, None, None)
+    snap = agg.snapshot("all", "name", None)
+    assert snap["summary"]["processes"] == 1 and snap["summary"]["records"] == 4
