@@ -201,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ci", action="store_true", help="the fixed sample .ci/run runs (tool.aclprof.mutation.ci)")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--keep", type=Path, help="stage into this directory and keep it (for `mutmut browse`)")
+    parser.add_argument("--only", type=Path, metavar="FILE",
+                        help="check only the mutants named in FILE, one a line (e.g. the survivors of a run, "
+                             "against tests added since); one module")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in modules]
     if unknown:
@@ -214,8 +217,11 @@ def main(argv: list[str] | None = None) -> int:
         spec["tests"] = [t for item in spec["tests"] for t in (sets[item[1:]] if item.startswith("@") else [item])]
     print(f"mutmut on {len(names)} module(s), {args.max_children} worker(s); load {os.getloadavg()[0]:.2f}")
     ok = True
+    only = [n.strip() for n in args.only.read_text(encoding="utf-8").splitlines() if n.strip()] if args.only else None
+    if only is not None and len(names) != 1:
+        parser.error("--only needs exactly one module")
     for name in names:
-        result = run_module(name, modules[name], base, pytest_opts, args.max_children, args.keep)
+        result = run_module(name, modules[name], base, pytest_opts, args.max_children, args.keep, only)
         ok = report(name, result, equivalent, min_rate) and ok
     return 0 if ok else 1
 
