@@ -150,11 +150,11 @@ def run_module(name: str, spec: dict, base: dict, pytest_opts: dict, max_childre
         codes = {}
         for meta in metas:
             codes.update(json.loads(meta.read_text())["exit_code_by_key"])
+        if only:
+            codes = {k: v for k, v in codes.items() if k in only}
         if None in codes.values():  # mutmut stopped before checking every mutant (e.g. a red clean run)
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
             return {"error": f"mutmut left mutants unchecked (exit {proc.returncode})", "elapsed": elapsed}
-        if only:
-            codes = {k: v for k, v in codes.items() if k in only}
         # Every survivor's diff in one process (`mutmut show` per mutant costs a second each).
         shown = subprocess.run([sys.executable, "-c", SHOW_DIFFS], cwd=workdir, env=env, check=True,
                                input=json.dumps([k for k, c in codes.items() if c not in KILLED]),
