@@ -298,3 +298,15 @@ def test_the_baseline_read_right_after_a_renormalisation_is_not_rescaled():
     assert base.sum() == pytest.approx(1000.0)
     st.roll(16.0)
     assert st.group_hists()[1].sum() == pytest.approx(1000.0 * np.exp(-1.0))
+
+
+def test_a_sub_second_window_decays_the_baseline_from_the_first_second_on():
+    """detector_window takes durations such as 500ms: what leaves such a window in the
+    daemon's first second decays from then on, not from one second later."""
+    st = CellStore(CELLS.get, window_s=0.5, tau_s=1.0)
+    st.observe(*_deltas({0: _hist(n=1000)}))
+    st.roll(100.0)
+    st.roll(100.5)  # the second at 100.0 leaves the window: baseline, weight 1 now
+    assert st.group_hists()[1].sum() == pytest.approx(1000.0)
+    st.roll(101.0)
+    assert st.group_hists()[1].sum() == pytest.approx(1000.0 * np.exp(-0.5))
