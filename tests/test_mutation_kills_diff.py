@@ -394,3 +394,58 @@ def test_diff_help_documents_each_option_its_default_and_the_sources():
     assert "window:SINCE..UNTIL" in sp.epilog and "FILE.jsonl | -" in sp.epilog
     assert p._subparsers._group_actions[0]._choices_actions[0].help == (
         "op latency shifts between two baselines, exports or windows")
+
+
+def test_compare_rounds_what_it_reports_and_defaults_to_the_clis_floor():
+    """Decayed (weighted) histograms, as live:trailing gives: counts to 0.1, times to 0.1 ns,
+    ratios to 4 digits; the default --min-count (200) holds for compare() too."""
+    a = {"Op": _hist(100_000, n=200) * 1.00321}
+    b = {"Op": _hist(123_457, n=200) * 1.00321}
+    res = compare(_source("A", a), _source("B", b))
+    row = res["rows"][0]
+    assert res["min_count"] == 200 and row["verdict"] != "too few"
+    assert row["n_a"] == round(200 * 1.00321, 1) == 200.6
+    for q, qn in ((0.5, "p50"), (0.99, "p99")):
+        s = shift(a["Op"][None, :], b["Op"][None, :], q, 4.0)
+        assert row[qn]["a_ns"] == round(float(s.base[0]), 1) and row[qn]["b_ns"] == round(float(s.cur[0]), 1)
+        assert row[qn]["shift"] == round(float(s.ratio[0]), 4) and row[qn]["lower"] == round(float(s.lower[0]), 4)
+        assert row[qn]["upper"] == round(float(s.upper[0]), 4)
+
+
+def test_compare_by_service_filters_both_sides():
+    cells = [("svc", "m", "Op", "x"), ("other", "m", "Op", "x")]
+    a = Histograms("A", cells, np.stack([_hist(100_000), _hist(500_000)]))
+    b = Histograms("B", cells, np.stack([_hist(100_000), _hist(500_000)]))
+    row = compare(a, b, service="svc")["rows"][0]
+    assert (row["n_a"], row["n_b"], row["verdict"]) == (N, N, "")
+    assert row["p50"]["shift"] == pytest.approx(1.0, abs=0.001)
+
+
+def test_the_table_aligns_its_columns_under_their_headers():
+    a = {"AVeryLongOpTypeName": _hist(100_000), "B": _hist(100_000)}
+    b = {"AVeryLongOpTypeName": _hist(150_000), "B": _hist(100_000)}
+    lines = _table(compare(_source("A", a), _source("B", b)), None).splitlines()
+    head, first = lines[0], lines[1]
+    assert first.startswith("AVeryLongOpTypeName  ")  # the first column is left-aligned, as wide as its longest
+    assert head.startswith("OP TYPE" + " " * (len("AVeryLongOpTypeName") - len("OP TYPE")) + "  ")
+    # the numbers are right-aligned: each ends where its header ends
+    end_n_a = head.index("N A") + len("N A")
+    assert first[:end_n_a].endswith(str(N)) and first[end_n_a] == " "
+    assert first.endswith(" slower") and len(first) == len(head)  # the verdict too, under VERDICT
+
+
+def test_cmd_diff_reads_stdin_once_and_needs_the_daemon_for_either_side(tmp_path, capsys, monkeypatch,
+                                                                         structlog_as_before):
+    import io
+    import json
+
+    from aclprof.cli.main import main
+
+    a = _small_jsonl(tmp_path / "a.jsonl", {("MatMul", "fc"): [100_000] * 300})
+    with open(a, "rb") as f:
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(f.read()), encoding="utf-8"))
+    assert main(["diff", "-", a, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows"][0]["n_a"] == 300.0
+    missing = str(tmp_path / "no.sock")
+    assert main(["diff", "baseline:good", a, "--socket", missing]) == 2
+    assert missing in capsys.readouterr().err
