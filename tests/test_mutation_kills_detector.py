@@ -186,6 +186,7 @@ def test_annotate_shows_the_worst_p99_of_the_op_types_services_or_the_filtered_o
     only = {"group_by": "type", "rows": [{"key": "MatMul"}]}
     det.annotate(only, service="other")
     assert only["rows"][0]["shift_p99"] == pytest.approx(1.1, abs=0.02)
+    assert sorted(f["quantile"] for f in only["rows"][0]["flagged"]) == ["p50", "p99"]  # the other service's flags
     assert all(f["shift"] == pytest.approx(1.1, abs=0.02) for f in only["rows"][0]["flagged"])
 
 
@@ -310,3 +311,16 @@ def test_a_sub_second_window_decays_the_baseline_from_the_first_second_on():
     assert st.group_hists()[1].sum() == pytest.approx(1000.0)
     st.roll(101.0)
     assert st.group_hists()[1].sum() == pytest.approx(1000.0 * np.exp(-0.5))
+
+
+def test_status_and_document_say_what_the_detector_runs_with():
+    det = _pinned_detector(persistence=2)
+    _play(det, "RRR")
+    st = det.status()
+    flags = st.pop("flags")
+    assert st == {"baseline": "good", "window_s": 1, "trailing_s": 60, "min_effect": 0.05, "min_count": 1000,
+                  "persistence": 2, "z": 4.0, "groups": 1, "evaluated": 1, "flagged_total": 2,
+                  "untracked_records": 0, "flags_count": 2}
+    assert sorted(f["quantile"] for f in flags) == ["p50", "p99"]
+    doc = det.document("saved", "current", {"saved_ts": 5.0})
+    assert (doc["name"], doc["source"], doc["saved_ts"]) == ("saved", "current", 5.0)
