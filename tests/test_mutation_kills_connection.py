@@ -358,3 +358,45 @@ def test_goodbye_adds_to_earlier_counts(make):
     conn.out.append(b"x", records=4, loss=5)
     conn._goodbye({"records": 1, "dropped": 5})  # all 5 loss read
     assert buf.dropped_unread == 13 and conn.loss_reported == 105
+
+
+def test_trace_start_reaches_the_callback_and_live_follows_the_daemon(make):
+    """TRACE_START (aclprof trace) goes to the agent's callback with its object; LIVE says
+    whether a daemon streams this agent's records now (issue 20: both were seen only from
+    worker processes)."""
+    peer, conn, _ = make()
+    started = []
+    conn.on_trace_start = started.append
+    assert conn.connect() and conn.live is False
+    peer.thread.join(5)
+    peer.conn.sendall(wire.encode_json(Kind.LIVE, {"live": True}) + wire.encode_json(Kind.TRACE_START, {"id": 7}))
+    for _ in range(100):
+        if started:
+            break
+        assert conn.receive() is None
+    assert started == [{"id": 7}] and conn.live is True
+    peer.conn.sendall(wire.encode_json(Kind.LIVE, {"live": False}))
+    for _ in range(100):
+        conn.receive()
+        if conn.live is False:
+            break
+    assert conn.live is False
+    peer.conn.sendall(wire.encode_json(Kind.LIVE, {"live": "yes"}))  # only true is true
+    conn.live = True
+    for _ in range(100):
+        conn.receive()
+        if conn.live is False:
+            break
+    assert conn.live is False and started == [{"id": 7}]
+
+
+def test_trace_start_without_a_callback_is_ignored(make):
+    peer, conn, _ = make()
+    assert conn.connect()
+    peer.thread.join(5)
+    peer.conn.sendall(wire.encode_json(Kind.TRACE_START, {"id": 1}) + wire.encode_json(Kind.LIVE, {"live": True}))
+    for _ in range(100):
+        assert conn.receive() is None
+        if conn.live:
+            break
+    assert conn.live is True
