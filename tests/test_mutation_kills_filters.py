@@ -80,6 +80,8 @@ def test_min_duration_is_inclusive_at_its_edge():
 def test_model_and_device_select_and_combine_with_and():
     assert _selected({"model": 2}) == [2, 3]
     assert _selected({"device": 1}) == [1, 3]
+    assert _selected({"device": 0}) == [0, 2]  # equal, not "at least" (cosmic-ray's survivor: >= for ==)
+    assert _selected({"model": 1}) == [0, 1]
     assert _selected({"model": 2, "device": 1}) == [3]
     assert _selected({"model": 1, "device": 1, "min_duration_ns": 201}) == []
     assert _selected({"model": 2, "type": "Mul"}) == []
