@@ -400,3 +400,12 @@ def test_trace_start_without_a_callback_is_ignored(make):
         if conn.live:
             break
     assert conn.live is True
+
+
+@pytest.mark.parametrize("live,want", [(True, True), (False, False), ("yes", False)])
+def test_a_live_frame_right_after_welcome_is_read_by_connect(make, live, want):
+    peer, conn, _ = make(wire.encode_json(Kind.WELCOME, {}) + wire.encode_json(Kind.LIVE, {"live": live}))
+    conn.live = not want
+    assert conn.connect()
+    peer.thread.join(5)
+    assert conn.live is want
