@@ -357,7 +357,10 @@ def test_cmd_diff_of_two_small_files_prints_the_table_or_json(tmp_path, capsys, 
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("OP NAME") and len(out) == 2 and out[1].startswith("fc") and out[1].endswith("too few")
     assert main(["diff", "-", "-"]) == 2
-    assert "A and B cannot both be stdin" in capsys.readouterr().err
+    assert capsys.readouterr().err.strip().endswith(": A and B cannot both be stdin")
+    assert main(["diff", a, b, "--json", "--service", "other", "--z", "0.5", "--min-effect", "0.2"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert (res["service"], res["z"], res["min_effect"], res["rows"]) == ("other", 0.5, 0.2, [])
 
 
 #: `aclprof diff`'s options as its --help documents them: (flags or dest, help, metavar, default, choices)
@@ -382,7 +385,7 @@ def test_diff_help_documents_each_option_its_default_and_the_sources():
     from aclprof.cli import diff as diff_cmd
 
     p = argparse.ArgumentParser()
-    diff_cmd.add_parser(p.add_subparsers(), argparse.HelpFormatter)
+    diff_cmd.add_parser(p.add_subparsers(), argparse.RawDescriptionHelpFormatter)
     sp = p._subparsers._group_actions[0].choices["diff"]
     got = [((a.option_strings or [a.dest])[0], a.help, a.metavar, a.default, a.choices) for a in sp._actions
            if a.dest not in ("help", "socket")]
@@ -390,7 +393,7 @@ def test_diff_help_documents_each_option_its_default_and_the_sources():
     assert sp.description == diff_cmd.__doc__.split("\n\n", 1)[1]
     assert sp.description.startswith("For every op type (--by name: op name) present in both")
     assert sp.epilog == diff_cmd._EXAMPLES
-    assert sp.formatter_class is argparse.HelpFormatter
+    assert sp.formatter_class is argparse.RawDescriptionHelpFormatter  # the one main() passes
     assert "window:SINCE..UNTIL" in sp.epilog and "FILE.jsonl | -" in sp.epilog
     assert p._subparsers._group_actions[0]._choices_actions[0].help == (
         "op latency shifts between two baselines, exports or windows")
@@ -404,7 +407,7 @@ def test_compare_rounds_what_it_reports_and_defaults_to_the_clis_floor():
     res = compare(_source("A", a), _source("B", b))
     row = res["rows"][0]
     assert res["min_count"] == 200 and row["verdict"] != "too few"
-    assert row["n_a"] == round(200 * 1.00321, 1) == 200.6
+    assert row["n_a"] == round(200 * 1.00321, 1) == 200.6 and row["n_b"] == 200.6
     for q, qn in ((0.5, "p50"), (0.99, "p99")):
         s = shift(a["Op"][None, :], b["Op"][None, :], q, 4.0)
         assert row[qn]["a_ns"] == round(float(s.base[0]), 1) and row[qn]["b_ns"] == round(float(s.cur[0]), 1)
@@ -449,3 +452,27 @@ def test_cmd_diff_reads_stdin_once_and_needs_the_daemon_for_either_side(tmp_path
     missing = str(tmp_path / "no.sock")
     assert main(["diff", "baseline:good", a, "--socket", missing]) == 2
     assert missing in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["nope.jsonl", "baseline:b"], "argument A: 'nope.jsonl' is neither"),
+    (["baseline:a", "nope.jsonl"], "argument B: 'nope.jsonl' is neither"),
+    (["baseline:a", "baseline:b", "--limit", "0"], "a row count"),
+    (["baseline:a", "baseline:b", "--service", ""], "an empty service name matches nothing"),
+])
+def test_diff_refuses_bad_arguments_naming_them(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        _parse(*argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_the_table_shows_each_quantile_in_its_units():
+    from aclprof.cli.common import format_ns
+
+    res = compare(_source("A", {"Op": _hist(100_000)}), _source("B", {"Op": _hist(150_000)}))
+    row = res["rows"][0]
+    cells = _table(res, None).splitlines()[1].split()
+    for value in (row["p50"]["a_ns"], row["p50"]["b_ns"], row["p99"]["a_ns"], row["p99"]["b_ns"]):
+        assert format_ns(value) in cells
+    assert [c for c in cells if c.endswith("us")] == [format_ns(row[q][s]) for q in ("p50", "p99")
+                                                       for s in ("a_ns", "b_ns")]
