@@ -324,3 +324,28 @@ def test_status_and_document_say_what_the_detector_runs_with():
     assert sorted(f["quantile"] for f in flags) == ["p50", "p99"]
     doc = det.document("saved", "current", {"saved_ts": 5.0})
     assert (doc["name"], doc["source"], doc["saved_ts"]) == ("saved", "current", 5.0)
+
+
+def test_rows_carry_both_windows_figures_and_only_judgeable_groups_are_listed():
+    """A row gives each quantile's current and baseline values (0.1 ns) and counts; a group
+    that appears later gets its own persistence state; a group under min_count is not listed.
+    The pinned baseline of a group sums its op names' histograms."""
+    det = Detector(CELLS.get, DetectorConfig(window_s=1, trailing_s=60, persistence=1, min_count=1000))
+    half = _hist(n=5 * PER_SECOND)
+    doc = baselinefmt.encode("two", [CELLS[0], CELLS[1]], np.stack([half, half]), {})
+    det.pin("two", doc)
+    det.observe(*_deltas({0: STEP["N"]}))
+    v = det.tick(1000.0)
+    row = v.rows[0]["p50"]
+    assert row["n_base"] == 10 * PER_SECOND and row["n_cur"] == PER_SECOND  # both op names of the group
+    assert row["base_ns"] == pytest.approx(MEDIAN, rel=0.02) and row["cur_ns"] == pytest.approx(MEDIAN, rel=0.02)
+    assert row["base_ns"] == round(row["base_ns"], 1) and row["shift"] == round(row["shift"], 4)
+    # a second group (Add) appears at the next tick, under min_count: evaluated, not listed
+    det.observe(*_deltas({0: STEP["R"], 2: _hist(n=999)}))
+    v = det.tick(1001.0)
+    assert v.groups == 2 and [r["op_type"] for r in v.rows] == ["MatMul"]
+    assert [(f["op_type"], f["quantile"]) for f in v.flags] == [("MatMul", "p50"), ("MatMul", "p99")]
+    # Add has no pinned baseline: not judged, not listed, its persistence state clean
+    det.observe(*_deltas({0: STEP["N"], 2: _hist(n=1000)}))
+    v = det.tick(1002.0)
+    assert [r["op_type"] for r in v.rows] == ["MatMul"] and det.flagged[1].tolist() == [False, False]
