@@ -349,3 +349,23 @@ def test_rows_carry_both_windows_figures_and_only_judgeable_groups_are_listed():
     det.observe(*_deltas({0: STEP["N"], 2: _hist(n=1000)}))
     v = det.tick(1002.0)
     assert [r["op_type"] for r in v.rows] == ["MatMul"] and det.flagged[1].tolist() == [False, False]
+
+
+@pytest.mark.parametrize("quiet", ["fewer", "none", "thin_tail"])
+def test_a_flag_clears_when_the_group_can_no_longer_be_judged(quiet):
+    """Calm is also "no evidence left": a flagged group whose window drops below min_count,
+    stops (no ratio), or keeps too few calls beyond the p99 to read it, clears after
+    `persistence` such evaluations, even though its last estimate was high."""
+    det = _pinned_detector(persistence=2)
+    views = _play(det, "RR")
+    assert _flagged(views, "p99") == [1]
+    slow = {"fewer": _hist(MEDIAN * 1.2, n=999), "none": None, "thin_tail": _hist(MEDIAN * 1.2, n=1999)}[quiet]
+    for i in range(3):
+        if slow is not None:
+            det.observe(*_deltas({0: slow}))
+        views.append(det.tick(1002.0 + i))
+    p99 = _flagged(views, "p99")
+    assert p99 == [1, 2], p99  # one calm evaluation keeps it, the second clears it
+    if quiet == "thin_tail":  # 1999 calls: the p50 is still judged, and still regressed
+        assert _flagged(views, "p50") == [1, 2, 3, 4]
+    assert det.flagged_total == 2
