@@ -85,9 +85,11 @@ def test_tail_without_follow_still_exits_1_when_the_daemon_stops():
     try:
         tail = subprocess.Popen([sys.executable, "-m", "aclprof", "tail", "--socket", d.socket],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env())
-        # the stream is open once the daemon logged tail's connection
-        wait_for(lambda: any(e.get("event") == "connected" and e.get("role") == "control" for e in d.log_lines()),
-                 what="tail connected")
+        # Stop only once the daemon has registered tail's STREAM ("stream started" with tail's
+        # pid): its control connection alone ("connected") left a window in which the stop came
+        # between HELLO and STREAM, and tail failed with a handshake error instead of STOPPED.
+        wait_for(lambda: any(e.get("event") == "stream started" and e.get("pid") == tail.pid for e in d.log_lines()),
+                 what="tail's stream started")
         d.stop()
         assert tail.wait(15) == 1
         assert tail.stderr.read().strip() == "aclprof: error: the daemon ended the stream (it stopped)"

@@ -18,7 +18,7 @@ from aclprofd.detector.engine import Detector, DetectorConfig
 from aclprofd.detector.state import CellStore
 from helpers.daemons import Client, InProcess, agent
 from helpers.records import make_records
-from helpers.streams import Op, Replay, bin_probabilities
+from helpers.streams import Op, Replay, bin_probabilities, dispersion_and_definition
 
 from aclprof.protocol import baselinefmt, quantshift
 from aclprof.protocol.quantshift import NBINS, REGRESSION, bin_index, judge, quantile_ci, shift
@@ -213,29 +213,6 @@ def test_a_flag_holds_while_the_shift_stays_above_half_the_effect_floor():
     assert not [f for f in views[-1].flags if f["op_type"] == "MatMul"] and det.flagged_total == 2
 
 
-def _dispersion_of(dense_seconds, q):
-    """dispersion() of per-second dense histograms (seconds x groups x NBINS), and the same
-    number computed directly from its definition."""
-    hist = dense_seconds.sum(axis=0)
-    cum = np.cumsum(hist, axis=1)
-    seconds = []
-    for sec in dense_seconds:
-        codes = np.flatnonzero(sec.reshape(-1))
-        seconds.append((codes, sec.reshape(-1)[codes]))
-    got = dispersion(WindowIndex(seconds, hist.shape[0]), hist, cum, q)
-    want = []
-    for g in range(hist.shape[0]):
-        n = hist[g].sum()
-        b = int(np.argmax(cum[g] >= n * q))
-        frac = (n * q - (cum[g, b] - hist[g, b])) / hist[g, b]
-        below = dense_seconds[:, g, :b].sum(axis=1) + frac * dense_seconds[:, g, b]
-        ns = dense_seconds[:, g].sum(axis=1)
-        s = len(dense_seconds)
-        phi = ((below - q * ns) ** 2).sum() / (n * q * (1 - q)) * s / (s - 1) if s >= MIN_SECONDS else 1.0
-        want.append(max(1.0, phi))
-    return got, np.array(want)
-
-
 def test_dispersion_is_one_for_independent_calls_and_large_for_wandering_replica_shares():
     """phi (detector_dispersion): about 1 when a window's calls are independent draws, far
     above 1 when two replicas of different speeds trade shares second to second (group 1),
@@ -249,14 +226,14 @@ def test_dispersion_is_one_for_independent_calls_and_large_for_wandering_replica
         dense[s, 1] = (rng.multinomial(rng.poisson(5000 * f[0]), fast)
                        + rng.multinomial(rng.poisson(5000 * f[1]), slow))
     for q in (0.5, 0.99):
-        got, want = _dispersion_of(dense, q)
+        got, want = dispersion_and_definition(dense, q)
         assert np.allclose(got, want), (q, got, want)
         assert 1.0 <= got[0] < 2.0, (q, got)
-    assert _dispersion_of(dense, 0.5)[0][1] > 100  # the p50, between the two populations
+    assert dispersion_and_definition(dense, 0.5)[0][1] > 100  # the p50, between the two populations
     # fewer than MIN_SECONDS seconds give no estimate: 1
     assert dispersion(WindowIndex([], 2), np.zeros((2, NBINS)), np.zeros((2, NBINS)), 0.5).tolist() == [1.0, 1.0]
-    assert _dispersion_of(dense[:MIN_SECONDS - 1], 0.5)[0].tolist() == [1.0, 1.0]
-    assert _dispersion_of(dense[:MIN_SECONDS], 0.5)[0][1] > 10
+    assert dispersion_and_definition(dense[:MIN_SECONDS - 1], 0.5)[0].tolist() == [1.0, 1.0]
+    assert dispersion_and_definition(dense[:MIN_SECONDS], 0.5)[0][1] > 10
 
 
 def test_pinned_baseline_is_used_and_malformed_is_refused():

@@ -8,49 +8,12 @@ import socket
 import threading
 
 import pytest
+from helpers.scriptedpeer import Peer
 
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
 from aclprof.protocol import wire
 from aclprof.protocol.wire import Kind
-
-
-class Peer:
-    """Accepts one connection, reads HELLO, answers with ``reply`` (bytes), keeps the socket."""
-
-    def __init__(self, path: str, reply: bytes | None):
-        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.path = path
-        self.server.bind(path)
-        self.server.listen(1)
-        self.reply = reply
-        self.hello: dict | None = None
-        self.conn: socket.socket | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
-
-    def _run(self) -> None:
-        conn, _ = self.server.accept()
-        self.conn = conn
-        reader, pending = wire.FrameReader(), []
-        frame = wire.recv_frame(conn, reader, pending)
-        if frame is None:  # close() unblocking a peer nobody connected to
-            return
-        assert frame[0] is Kind.HELLO
-        self.hello = wire.decode_json(frame[1])
-        if self.reply is None:
-            conn.close()
-        else:
-            conn.sendall(self.reply)
-
-    def close(self) -> None:
-        if self.conn is None:  # never connected to: unblock accept()
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-                s.connect(self.path)
-        self.thread.join(5)
-        if self.conn is not None:
-            self.conn.close()
-        self.server.close()
 
 
 @pytest.fixture
@@ -395,3 +358,54 @@ def test_goodbye_adds_to_earlier_counts(make):
     conn.out.append(b"x", records=4, loss=5)
     conn._goodbye({"records": 1, "dropped": 5})  # all 5 loss read
     assert buf.dropped_unread == 13 and conn.loss_reported == 105
+
+
+def test_trace_start_reaches_the_callback_and_live_follows_the_daemon(make):
+    """TRACE_START (aclprof trace) goes to the agent's callback with its object; LIVE says
+    whether a daemon streams this agent's records now (issue 20: both were seen only from
+    worker processes)."""
+    peer, conn, _ = make()
+    started = []
+    conn.on_trace_start = started.append
+    assert conn.connect() and conn.live is False
+    peer.thread.join(5)
+    peer.conn.sendall(wire.encode_json(Kind.LIVE, {"live": True}) + wire.encode_json(Kind.TRACE_START, {"id": 7}))
+    for _ in range(100):
+        if started:
+            break
+        assert conn.receive() is None
+    assert started == [{"id": 7}] and conn.live is True
+    peer.conn.sendall(wire.encode_json(Kind.LIVE, {"live": False}))
+    for _ in range(100):
+        conn.receive()
+        if conn.live is False:
+            break
+    assert conn.live is False
+    peer.conn.sendall(wire.encode_json(Kind.LIVE, {"live": "yes"}))  # only true is true
+    conn.live = True
+    for _ in range(100):
+        conn.receive()
+        if conn.live is False:
+            break
+    assert conn.live is False and started == [{"id": 7}]
+
+
+def test_trace_start_without_a_callback_is_ignored(make):
+    peer, conn, _ = make()
+    assert conn.connect()
+    peer.thread.join(5)
+    peer.conn.sendall(wire.encode_json(Kind.TRACE_START, {"id": 1}) + wire.encode_json(Kind.LIVE, {"live": True}))
+    for _ in range(100):
+        assert conn.receive() is None
+        if conn.live:
+            break
+    assert conn.live is True
+
+
+@pytest.mark.parametrize("live,want", [(True, True), (False, False), ("yes", False)])
+def test_a_live_frame_right_after_welcome_is_read_by_connect(make, live, want):
+    peer, conn, _ = make(wire.encode_json(Kind.WELCOME, {}) + wire.encode_json(Kind.LIVE, {"live": live}))
+    conn.live = not want
+    assert conn.connect()
+    peer.thread.join(5)
+    assert conn.live is want

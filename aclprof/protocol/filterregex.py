@@ -44,6 +44,8 @@ def compile_filter_regex(pattern: str) -> Any:
         raise BadFilterRegex(pattern, f"longer than {MAX_REGEX_BYTES} bytes", size=n)
     try:
         return re2.compile(pattern, _OPTIONS)
+    except UnicodeEncodeError as exc:  # a lone surrogate (JSON "\ud800", a non-UTF-8 argv byte)
+        raise BadFilterRegex(pattern, f"not UTF-8 text: {exc.reason} at character {exc.start}") from None
     except re2.error as exc:
         msg = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
         raise BadFilterRegex(pattern, msg) from None

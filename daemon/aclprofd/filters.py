@@ -83,9 +83,10 @@ class Filter:
         return ((self.host is None or self.host == host) and (self.pid is None or self.pid == pid)
                 and (self.service is None or self.service == service))
 
-    def mask(self, records: np.ndarray, matcher: NameMatcher | None, names: Mapping[int, str]) -> np.ndarray | None:
+    def mask(self, records: np.ndarray, matcher: NameMatcher, names: Mapping[int, str]) -> np.ndarray | None:
         """Boolean mask over ``records`` (RECORD_DTYPE) for the record-level fields, or None
-        when every record matches. ``matcher`` caches this filter's regex results per name id."""
+        when every record matches. ``matcher`` caches this filter's regex results per name id
+        of ``names`` (the sender's name table)."""
         m: np.ndarray | None = None
         def both(x):
             return x if m is None else (m & x)
@@ -95,11 +96,10 @@ class Filter:
             m = both(records["device_id"] == self.device)
         if self.min_duration_ns is not None:
             m = both(records["duration"] >= self.min_duration_ns)
-        if matcher is not None:
-            if self.type_re is not None:
-                m = both(np.isin(records["op_type"], matcher.ids(self.type_re, "type", names)))
-            if self.name_re is not None:
-                m = both(np.isin(records["op_name"], matcher.ids(self.name_re, "name", names)))
+        if self.type_re is not None:
+            m = both(np.isin(records["op_type"], matcher.ids(self.type_re, "type", names)))
+        if self.name_re is not None:
+            m = both(np.isin(records["op_name"], matcher.ids(self.name_re, "name", names)))
         return m
 
 

@@ -98,6 +98,10 @@ def stage(workdir: Path) -> list[str]:
         dst = workdir / (staged_path(rel) if rel.startswith("daemon/aclprofd/") else rel)
         dst.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(src, dst)
+        if rel.startswith("daemon/aclprofd/") and not rel.endswith(".py"):
+            # its data files at their repository path too: tests read daemon/aclprofd/*.toml there
+            (workdir / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, workdir / rel)
     for pattern in ("aclprof/binding/_fast*.so", "aclprof/binding/_acl_ffi.py", "aclprof/_mock/*.so",
                     "aclprof/protocol/_jsonl*.so"):
         for src in ROOT.glob(pattern):
@@ -146,11 +150,11 @@ def run_module(name: str, spec: dict, base: dict, pytest_opts: dict, max_childre
         codes = {}
         for meta in metas:
             codes.update(json.loads(meta.read_text())["exit_code_by_key"])
+        if only:
+            codes = {k: v for k, v in codes.items() if k in only}
         if None in codes.values():  # mutmut stopped before checking every mutant (e.g. a red clean run)
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
             return {"error": f"mutmut left mutants unchecked (exit {proc.returncode})", "elapsed": elapsed}
-        if only:
-            codes = {k: v for k, v in codes.items() if k in only}
         # Every survivor's diff in one process (`mutmut show` per mutant costs a second each).
         shown = subprocess.run([sys.executable, "-c", SHOW_DIFFS], cwd=workdir, env=env, check=True,
                                input=json.dumps([k for k, c in codes.items() if c not in KILLED]),
@@ -197,6 +201,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ci", action="store_true", help="the fixed sample .ci/run runs (tool.aclprof.mutation.ci)")
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--keep", type=Path, help="stage into this directory and keep it (for `mutmut browse`)")
+    parser.add_argument("--only", type=Path, metavar="FILE",
+                        help="check only the mutants named in FILE, one a line (e.g. the survivors of a run, "
+                             "against tests added since); one module")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in modules]
     if unknown:
@@ -205,10 +212,16 @@ def main(argv: list[str] | None = None) -> int:
     pytest_opts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"]
     equivalent = equivalent_mutants()
     names = [conf["ci"]["module"]] if args.ci else (args.modules or list(modules))
+    sets = conf.get("test_sets", {})
+    for spec in modules.values():  # "@name": the shared list [tool.aclprof.mutation.test_sets] name
+        spec["tests"] = [t for item in spec["tests"] for t in (sets[item[1:]] if item.startswith("@") else [item])]
     print(f"mutmut on {len(names)} module(s), {args.max_children} worker(s); load {os.getloadavg()[0]:.2f}")
     ok = True
+    only = [n.strip() for n in args.only.read_text(encoding="utf-8").splitlines() if n.strip()] if args.only else None
+    if only is not None and len(names) != 1:
+        parser.error("--only needs exactly one module")
     for name in names:
-        result = run_module(name, modules[name], base, pytest_opts, args.max_children, args.keep)
+        result = run_module(name, modules[name], base, pytest_opts, args.max_children, args.keep, only)
         ok = report(name, result, equivalent, min_rate) and ok
     return 0 if ok else 1
 

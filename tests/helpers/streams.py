@@ -15,10 +15,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from aclprofd.detector.dispersion import MIN_SECONDS, WindowIndex, dispersion
 
 from aclprof.protocol.quantshift import BINS_PER_OCTAVE, NBINS
 
-__all__ = ["Op", "bin_probabilities", "Replay", "Z99"]
+__all__ = ["Op", "bin_probabilities", "Replay", "Z99", "dispersion_and_definition"]
 
 Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
@@ -77,3 +78,26 @@ class Replay:
             codes.append(k * NBINS + nz)
             counts.append(c[nz])
         return np.concatenate(codes).astype(np.int64), np.concatenate(counts).astype(np.int64)
+
+
+def dispersion_and_definition(dense_seconds: np.ndarray, q: float) -> tuple[np.ndarray, np.ndarray]:
+    """dispersion() of per-second dense histograms (seconds x groups x NBINS), and the same
+    number computed directly from its definition."""
+    hist = dense_seconds.sum(axis=0)
+    cum = np.cumsum(hist, axis=1)
+    seconds = []
+    for sec in dense_seconds:
+        codes = np.flatnonzero(sec.reshape(-1))
+        seconds.append((codes, sec.reshape(-1)[codes]))
+    got = dispersion(WindowIndex(seconds, hist.shape[0]), hist, cum, q)
+    want = []
+    for g in range(hist.shape[0]):
+        n = hist[g].sum()
+        b = int(np.argmax(cum[g] >= n * q))
+        frac = (n * q - (cum[g, b] - hist[g, b])) / hist[g, b]
+        below = dense_seconds[:, g, :b].sum(axis=1) + frac * dense_seconds[:, g, b]
+        ns = dense_seconds[:, g].sum(axis=1)
+        s = len(dense_seconds)
+        phi = ((below - q * ns) ** 2).sum() / (n * q * (1 - q)) * s / (s - 1) if s >= MIN_SECONDS else 1.0
+        want.append(max(1.0, phi))
+    return got, np.array(want)
