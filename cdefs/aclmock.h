@@ -101,3 +101,11 @@ int aclmockSetOpDescLayout(int layout);
 #define ACLMOCK_CANN_2025 2025
 #define ACLMOCK_CANN_2026 2026
 int aclmockSetCannEra(int era);                /* ACLMOCK_CANN_* */
+/* Chip profile (fidelity audit 3, row 7b): which aclprofSetConfig types the platform
+ * supports. 910B (the default; CHIP_CLOUD_V2) refuses LOW_POWER_FREQ (11), SYS_CPU_FREQ (13)
+ * and 14 (OPTYPE / 2025 SCALE) with 100010 and NTS_METRICS (15) with 100000, whatever the
+ * value. ANY supports every type (no real chip does: CLOUD_V4 has 11/13/14, MDC_V2 has 15).
+ * Env ACLMOCK_CHIP=910b|any. */
+#define ACLMOCK_CHIP_910B 0
+#define ACLMOCK_CHIP_ANY 1
+int aclmockSetChip(int chip);
