@@ -31,6 +31,8 @@ typedef struct aclmockStats {
     uint64_t dataBuffersInUse;  /* aclCreateDataBuffer minus aclDestroyDataBuffer */
     uint64_t keypointsEmitted;  /* step keypoint records queued for a pipe (also in recordsEmitted) */
     uint64_t keypointsUnrouted; /* step keypoint records no subscription matched (CANN drops them) */
+    uint64_t txEventsUnrecorded;/* msproftx events accepted while no MSPROFTX session ran (after
+                                   Stop, before Finalize: CANN accepts them, nothing collects) */
 } aclmockStats;
 
 int aclmockVersion(void);

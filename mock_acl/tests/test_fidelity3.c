@@ -5,6 +5,10 @@
 #include "test_session_common.h"
 #include "test_subscribe_common.h"
 
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+
 /* ---- row 7b: SetConfig types by chip -------------------------------------------------- */
 
 /* The compiled RT on a 910B (CHIP_CLOUD_V2): types 11, 13, 14 -> 100010 and 15 -> 100000
@@ -130,6 +134,109 @@ TEST(set_config_while_subscribed)
     }
 }
 
+/* ---- rows 9, 10, 23 (R8-R11): msproftx rules of the 2025 era --------------------------- */
+
+static aclprofConfig *tx_start(int era)
+{
+    aclmockSetCannEra(era);
+    if (!tmp_begin() || init_tmp() != ACL_SUCCESS)
+        return NULL;
+    aclprofConfig *cfg = config1(0, ACL_PROF_MSPROFTX);
+    if (cfg == NULL || aclprofStart(cfg) != ACL_SUCCESS)
+        return NULL;
+    return cfg;
+}
+
+TEST(msproftx_2025_rules)
+{
+    aclprofConfig *cfg = tx_start(ACLMOCK_CANN_2025);
+    REQUIRE(cfg != NULL);
+    void *s = aclprofCreateStamp();
+    REQUIRE(s != NULL);
+    uint32_t id = 0;
+    CHECK_EQ(aclprofPush(NULL), -1);               /* R8 (2026: 100000) */
+    CHECK_EQ(aclprofRangeStart(NULL, &id), -1);    /* R8 */
+    CHECK_EQ(aclprofRangeStop(42), ACL_SUCCESS);   /* R10: never range-started */
+    char msg[160];
+    memset(msg, 'x', sizeof msg);
+    msg[128] = '\0';
+    CHECK_EQ(aclprofMarkEx(msg, 128, (aclrtStream)&id), -1);   /* R11: 1..127 */
+    msg[127] = '\0';
+    CHECK_EQ(aclprofMarkEx(msg, 127, (aclrtStream)&id), ACL_SUCCESS);
+    /* R9: RangeStart(stamp, NULL) crashes the 2025 library; the mock aborts, saying why. */
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        int devnull = open("/dev/null", O_WRONLY);
+        if (devnull >= 0)
+            dup2(devnull, 2);
+        aclprofRangeStart(s, NULL);
+        _exit(0);
+    }
+    int status = 0;
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+    aclprofDestroyStamp(s);
+    aclprofStop(cfg);
+    aclprofFinalize();
+    aclprofDestroyConfig(cfg);
+    tmp_end();
+    /* The 2026 rules stay as they were. */
+    cfg = tx_start(ACLMOCK_CANN_2026);
+    REQUIRE(cfg != NULL);
+    s = aclprofCreateStamp();
+    REQUIRE(s != NULL);
+    CHECK_EQ(aclprofPush(NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofRangeStart(NULL, &id), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofRangeStart(s, NULL), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofRangeStop(42), -1);
+    memset(msg, 'x', sizeof msg);
+    msg[155] = '\0';
+    CHECK_EQ(aclprofMarkEx(msg, 155, (aclrtStream)&id), ACL_SUCCESS);
+    aclprofDestroyStamp(s);
+    aclprofStop(cfg);
+    aclprofFinalize();
+    aclprofDestroyConfig(cfg);
+    tmp_end();
+}
+
+/* ---- rows 2, 22 (R6, R7): msproftx after Stop and after Finalize ------------------------- */
+
+TEST(msproftx_after_stop_and_finalize_2026)
+{
+    aclprofConfig *cfg = tx_start(ACLMOCK_CANN_2026);
+    REQUIRE(cfg != NULL);
+    aclrtStream stream = NULL;
+    CHECK_EQ(aclrtSetDevice(0), ACL_SUCCESS);
+    aclprofTensorInfo ti = { 0 };
+    aclprofEventAttributes attr = { 0 };
+    attr.messageType = ACL_PROF_MESSAGE_TYPE_TENSOR_INFO;
+    attr.message.tensorInfo = &ti;
+    ti.stream = stream;   /* the default stream of the current context */
+    CHECK_EQ(aclprofRangePushEx(&attr), ACL_SUCCESS);
+    CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
+    /* R6: still initialised until Finalize */
+    void *s = aclprofCreateStamp();
+    CHECK(s != NULL);
+    CHECK_EQ(aclprofMark(s), ACL_SUCCESS);
+    CHECK_EQ(aclprofPush(s), ACL_SUCCESS);
+    CHECK_EQ(aclprofPop(), ACL_SUCCESS);
+    CHECK_EQ(aclprofRangePop(), ACL_SUCCESS);
+    aclmockStats st;
+    aclmockGetStats(&st);
+    CHECK_EQ(st.txEventsUnrecorded, 3);   /* mark, push/pop, RangePop: collected nowhere */
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    /* R7: RangePop after Finalize returns the report buffer's 6; the others -1 / NULL */
+    CHECK_EQ(aclprofRangePop(), 6);
+    CHECK_EQ(aclprofMark(s), -1);
+    CHECK(aclprofCreateStamp() == NULL);
+    aclprofDestroyStamp(s);
+    aclprofDestroyConfig(cfg);
+    aclrtResetDevice(0);
+    tmp_end();
+}
+
 int main(void)
 {
     tmp_init();
@@ -137,6 +244,8 @@ int main(void)
     RUN(refused_start_before_init_initialises_2026);
     RUN(start_null_mixed_with_explicit_configs_2026);
     RUN(set_config_while_subscribed);
+    RUN(msproftx_2025_rules);
+    RUN(msproftx_after_stop_and_finalize_2026);
     tmp_cleanup();
     return tc_summary(__FILE__);
 }
