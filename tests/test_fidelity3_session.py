@@ -7,6 +7,8 @@ main before this change (it accepted every type, stayed OFF, accepted SetConfig)
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import aclprof
@@ -66,3 +68,33 @@ def test_set_config_while_subscribed_is_refused():
         with pytest.raises(aclprof.InvalidProfilingConfigError):
             ll.set_config(ConfigType.STORAGE_LIMIT, "500MB")
     mock.unload(model)
+
+
+def test_compat_keeps_the_int_of_a_refused_subscribe_alive():
+    """R4 (row 18b): CANN keeps the caller's ``int*`` of a subscribe refused with 100010 on an
+    idle device (it inserted the model as subscribed before the host check failed) and may
+    write -1 into it later. aclprof.compat.acl's decision: a destroyed subscribe config whose
+    cell does not hold -1 is retired, never freed, so CANN's later write lands in live memory.
+    (aclprof.subscribe cannot reach this: one config per Subscription.)"""
+    from aclprof.compat.acl import prof
+
+    first = mock.load_model([{"name": "a", "type": "A", "duration_ns": 100}], device=0)
+    second = mock.load_model([{"name": "b", "type": "B", "duration_ns": 100}], device=1)
+    r1, w1 = os.pipe()
+    r2, w2 = os.pipe()
+    try:
+        cfg1 = prof.create_subscribe_config(1, int(aclprof.AicoreMetrics.NONE), w1)
+        cfg2 = prof.create_subscribe_config(1, int(aclprof.AicoreMetrics.PIPE_UTILIZATION), w2)
+        assert prof.model_subscribe(first, cfg1) == 0
+        assert prof.model_subscribe(second, cfg2) == 100010
+        retired = len(prof._retired_cells)
+        assert prof.destroy_subscribe_config(cfg2) == 0
+        assert len(prof._retired_cells) == retired + 1  # kept: CANN may still hold the int*
+        assert prof._retired_cells[-1].value == w2
+        assert prof.model_unsubscribe(first) == 0
+        assert prof.destroy_subscribe_config(cfg1) == 0
+    finally:
+        for fd in (r1, r2, w2):
+            os.close(fd)
+    mock.unload(first)
+    mock.unload(second)
