@@ -31,6 +31,8 @@ typedef struct aclmockStats {
     uint64_t dataBuffersInUse;  /* aclCreateDataBuffer minus aclDestroyDataBuffer */
     uint64_t keypointsEmitted;  /* step keypoint records queued for a pipe (also in recordsEmitted) */
     uint64_t keypointsUnrouted; /* step keypoint records no subscription matched (CANN drops them) */
+    uint64_t recordsDroppedAtUnsubscribe; /* of recordsDropped: still queued when an unsubscribe
+                                   closed the fd under ACLMOCK_UNSUB_DROP (as CANN) */
     uint64_t txEventsUnrecorded;/* msproftx events accepted while no MSPROFTX session ran (after
                                    Stop, before Finalize: CANN accepts them, nothing collects) */
 } aclmockStats;
@@ -111,3 +113,11 @@ int aclmockSetCannEra(int era);                /* ACLMOCK_CANN_* */
 #define ACLMOCK_CHIP_910B 0
 #define ACLMOCK_CHIP_ANY 1
 int aclmockSetChip(int chip);
+/* Records still queued for a subscription's fd when aclprofModelUnSubscribe closes it
+ * (fidelity audit 3, row 1b). DRAIN (the default; a documented choice): written before the
+ * close. DROP: as CANN, which closes the fd without flushing its pipe uploader: they are
+ * dropped, counted in recordsDroppedAtUnsubscribe (and recordsDropped), and the unsubscribe
+ * returns once the counts are final. Env ACLMOCK_UNSUBSCRIBE=drain|drop. */
+#define ACLMOCK_UNSUB_DRAIN 0
+#define ACLMOCK_UNSUB_DROP 1
+int aclmockSetUnsubscribePolicy(int policy);

@@ -72,10 +72,12 @@ def test_set_config_while_subscribed_is_refused():
 
 def test_compat_keeps_the_int_of_a_refused_subscribe_alive():
     """R4 (row 18b): CANN keeps the caller's ``int*`` of a subscribe refused with 100010 on an
-    idle device (it inserted the model as subscribed before the host check failed) and may
-    write -1 into it later. aclprof.compat.acl's decision: a destroyed subscribe config whose
-    cell does not hold -1 is retired, never freed, so CANN's later write lands in live memory.
-    (aclprof.subscribe cannot reach this: one config per Subscription.)"""
+    idle device (it inserted the model as subscribed before the host check failed): a retry
+    gives 148046, and the library writes -1 into the int when the model is unsubscribed.
+    aclprof.compat.acl's decision: a destroyed subscribe config whose cell does not hold -1
+    is retired, never freed, so that write lands in live memory; the caller unsubscribes the
+    model as if the subscribe had worked. (aclprof.subscribe cannot reach this: its
+    subscriptions share one config.)"""
     from aclprof.compat.acl import prof
 
     first = mock.load_model([{"name": "a", "type": "A", "duration_ns": 100}], device=0)
@@ -89,12 +91,16 @@ def test_compat_keeps_the_int_of_a_refused_subscribe_alive():
         assert prof.model_subscribe(second, cfg2) == 100010
         retired = len(prof._retired_cells)
         assert prof.destroy_subscribe_config(cfg2) == 0
-        assert len(prof._retired_cells) == retired + 1  # kept: CANN may still hold the int*
-        assert prof._retired_cells[-1].value == w2
+        assert len(prof._retired_cells) == retired + 1  # kept: CANN still holds the int*
+        cell = prof._retired_cells[-1]
+        assert cell.value == w2
+        assert prof.model_subscribe(second, cfg1) == 148046  # half subscribed
+        assert prof.model_unsubscribe(second) == 0
+        assert cell.value == -1  # written by the library, into memory that is still ours
         assert prof.model_unsubscribe(first) == 0
         assert prof.destroy_subscribe_config(cfg1) == 0
     finally:
-        for fd in (r1, r2, w2):
-            os.close(fd)
+        os.close(r1)
+        os.close(r2)
     mock.unload(first)
     mock.unload(second)

@@ -290,6 +290,7 @@ static atomic_uint g_corrupt_every;
 static atomic_uint g_writer_delay_us;
 static atomic_int g_opdesc_layout = ACLMOCK_OPDESC_STANDARD;
 static atomic_int g_chip = ACLMOCK_CHIP_910B;
+static atomic_int g_unsub_policy = ACLMOCK_UNSUB_DRAIN;
 
 uint32_t mock_device_count(void) { return atomic_load(&g_device_count); }
 int mock_cann_era(void) { return atomic_load(&g_cann_era); }
@@ -301,6 +302,7 @@ uint32_t mock_corrupt_every(void) { return atomic_load(&g_corrupt_every); }
 uint32_t mock_writer_delay_us(void) { return atomic_load(&g_writer_delay_us); }
 int mock_opdesc_layout(void) { return atomic_load(&g_opdesc_layout); }
 int mock_chip(void) { return atomic_load(&g_chip); }
+int mock_unsub_policy(void) { return atomic_load(&g_unsub_policy); }
 
 /* Unset or unparsable variables leave the default; a warning names bad values so that a
  * typo in a CI job does not silently test the wrong behaviour. */
@@ -335,6 +337,7 @@ void mock_settings_load(void)
     atomic_store(&g_helper_host, 0);
     atomic_store(&g_opdesc_layout, ACLMOCK_OPDESC_STANDARD);
     atomic_store(&g_chip, ACLMOCK_CHIP_910B);
+    atomic_store(&g_unsub_policy, ACLMOCK_UNSUB_DRAIN);
 
     const char *v;
     if ((v = getenv("ACLMOCK_CANN")) != NULL && *v) {
@@ -389,6 +392,14 @@ void mock_settings_load(void)
             atomic_store(&g_chip, ACLMOCK_CHIP_ANY);
         else
             env_warn("ACLMOCK_CHIP", v);
+    }
+    if ((v = getenv("ACLMOCK_UNSUBSCRIBE")) != NULL && *v) {
+        if (strcmp(v, "drain") == 0)
+            atomic_store(&g_unsub_policy, ACLMOCK_UNSUB_DRAIN);
+        else if (strcmp(v, "drop") == 0)
+            atomic_store(&g_unsub_policy, ACLMOCK_UNSUB_DROP);
+        else
+            env_warn("ACLMOCK_UNSUBSCRIBE", v);
     }
 }
 
@@ -496,5 +507,14 @@ MOCK_EXPORT int aclmockSetChip(int chip)
     if (chip != ACLMOCK_CHIP_910B && chip != ACLMOCK_CHIP_ANY)
         return ACL_ERROR_INVALID_PARAM;
     atomic_store(&g_chip, chip);
+    return ACL_SUCCESS;
+}
+
+/* Audit row 1b: what aclprofModelUnSubscribe does with records still queued for the fd. */
+MOCK_EXPORT int aclmockSetUnsubscribePolicy(int policy)
+{
+    if (policy != ACLMOCK_UNSUB_DRAIN && policy != ACLMOCK_UNSUB_DROP)
+        return ACL_ERROR_INVALID_PARAM;
+    atomic_store(&g_unsub_policy, policy);
     return ACL_SUCCESS;
 }

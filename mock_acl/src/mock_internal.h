@@ -108,6 +108,7 @@ uint32_t mock_write_chunk(void);
 uint32_t mock_corrupt_every(void);
 uint32_t mock_writer_delay_us(void);
 int mock_chip(void);               /* ACLMOCK_CHIP_*: SetConfig types the platform supports */
+int mock_unsub_policy(void);       /* ACLMOCK_UNSUB_*: queued records at unsubscribe */
 /* aclmockSetHelperHost is on. mock_fault() already refuses the functions that check it
  * first; aclprofStop and aclprofSetConfig check it after their argument checks. */
 bool mock_helper_host(void);

@@ -237,6 +237,120 @@ TEST(msproftx_after_stop_and_finalize_2026)
     tmp_end();
 }
 
+/* ---- row 18b (R4): what a refused subscribe leaves behind -------------------------------- */
+
+/* Static: the library writes -1 into them (a later test's reset must not hit a dead frame). */
+static int g_fa[2], g_fb[2], g_fc[2];
+
+static uint32_t load_on(uint32_t device)
+{
+    char text[128];
+    snprintf(text, sizeof text, "aclmock-model 1\ndevice %u\nop\tconv\tConv2D\t1000\n",
+             device);
+    uint32_t id = 0;
+    return load_text(text, &id) == ACL_SUCCESS ? id : UINT32_MAX;
+}
+
+TEST(refused_subscribe_on_an_idle_device_is_half_done)
+{
+    for (int era = ACLMOCK_CANN_2025; era <= ACLMOCK_CANN_2026; era++) {
+        aclmockReset();
+        aclmockSetCannEra(era);
+        uint32_t a = load_on(0), b = load_on(1), c = load_on(2);
+        REQUIRE(a != UINT32_MAX && b != UINT32_MAX && c != UINT32_MAX);
+        REQUIRE(pipe(g_fa) == 0 && pipe(g_fb) == 0 && pipe(g_fc) == 0);
+        int ra = g_fa[0], rb = g_fb[0], rc = g_fc[0], wa = g_fa[1], wb = g_fb[1];
+        aclprofSubscribeConfig *ca = aclprofCreateSubscribeConfig(1, ACL_AICORE_NONE, &g_fa[1]);
+        aclprofSubscribeConfig *cb = aclprofCreateSubscribeConfig(
+            1, ACL_AICORE_PIPE_UTILIZATION, &g_fb[1]);
+        aclprofSubscribeConfig *cc = aclprofCreateSubscribeConfig(1, ACL_AICORE_NONE, &g_fc[1]);
+        REQUIRE(ca && cb && cc);
+        CHECK_EQ(aclprofModelSubscribe(a, ca), ACL_SUCCESS);
+        CHECK_EQ(aclprofModelSubscribe(c, cc), ACL_SUCCESS);
+        CHECK_EQ(aclprofModelUnSubscribe(a), ACL_SUCCESS);   /* device 0's close deferred */
+        CHECK_EQ(g_fa[1], wa);
+        /* b's device is idle: started, b kept subscribed with the caller's int*, 100010 */
+        CHECK_EQ(aclprofModelSubscribe(b, cb), ACL_ERROR_INVALID_PROFILING_CONFIG);
+        CHECK_EQ(aclprofModelSubscribe(b, cb), ACL_ERROR_PROF_REPEAT_SUBSCRIBE);
+        CHECK_EQ(execute_empty(b), ACL_SUCCESS);
+        CHECK_EQ(aclmockWaitWriterIdle(5000), ACL_SUCCESS);
+        unsigned char rec[80];
+        CHECK_EQ(read(rb, rec, sizeof rec), 80);   /* its records reach the caller's fd */
+        /* Its unsubscribe returns 0 and takes the host count to 0: device 0's deferred fd is
+         * closed now, while c is still subscribed. */
+        CHECK_EQ(aclprofModelUnSubscribe(b), ACL_SUCCESS);
+        CHECK_EQ(g_fb[1], -1);
+        CHECK_EQ(g_fa[1], -1);
+        CHECK(fcntl(wa, F_GETFD) < 0);
+        CHECK(fcntl(wb, F_GETFD) < 0);
+        CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_SUBSCRIBE);
+        CHECK_EQ(aclprofModelUnSubscribe(c), ACL_SUCCESS);
+        CHECK_EQ(g_fc[1], -1);
+        CHECK_EQ(aclmockGetMode(), ACLMOCK_MODE_OFF);
+        aclprofDestroySubscribeConfig(ca);
+        aclprofDestroySubscribeConfig(cb);
+        aclprofDestroySubscribeConfig(cc);
+        close(ra);
+        close(rb);
+        close(rc);
+    }
+}
+
+/* ---- row 1b: records still queued at unsubscribe -------------------------------------- */
+
+/* Subscribes a one-op model, runs it `n` times with a slow writer, unsubscribes at once and
+ * reads the pipe to EOF; returns the bytes read. */
+static size_t run_and_unsubscribe(int n)
+{
+    uint32_t m = load_on(0);
+    make_pipe(0);
+    int rfd = g_pipe[0][0];
+    reader rd;
+    reader_start(&rd, rfd, 80, 4096, false);
+    aclprofSubscribeConfig *cfg = subscribe_std(m, 0);
+    if (cfg == NULL)
+        return 0;
+    aclmockSetWriterDelayUs(1000);   /* 0.1 s for 100: the unsubscribe comes first */
+    for (int i = 0; i < n; i++)
+        execute_empty(m);
+    aclprofModelUnSubscribe(m);
+    reader_join(&rd);
+    size_t got = rd.len;
+    reader_free(&rd);
+    aclprofDestroySubscribeConfig(cfg);
+    close(rfd);
+    return got;
+}
+
+TEST(unsubscribe_drops_queued_records_when_asked)
+{
+    /* Default: DRAIN, every record reaches the pipe. */
+    size_t got = run_and_unsubscribe(100);
+    aclmockStats st = stats();
+    CHECK_EQ(st.recordsEmitted, 100);
+    CHECK_EQ(st.recordsWritten, 100);
+    CHECK_EQ(got, 100 * 80);
+    CHECK_EQ(st.recordsDroppedAtUnsubscribe, 0);
+    /* DROP, as CANN: what was still queued is lost, counted, and the counts reconcile. */
+    aclmockReset();
+    CHECK_EQ(aclmockSetUnsubscribePolicy(2), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmockSetUnsubscribePolicy(ACLMOCK_UNSUB_DROP), ACL_SUCCESS);
+    got = run_and_unsubscribe(100);
+    st = stats();
+    CHECK_EQ(st.recordsEmitted, 100);
+    CHECK(st.recordsDroppedAtUnsubscribe > 0);
+    CHECK_EQ(st.recordsDropped, st.recordsDroppedAtUnsubscribe);
+    CHECK_EQ(st.recordsWritten + st.recordsDropped, st.recordsEmitted);
+    CHECK_EQ(got, st.recordsWritten * 80);
+    /* The environment sets it; aclmockReset re-reads it. */
+    setenv("ACLMOCK_UNSUBSCRIBE", "drop", 1);
+    aclmockReset();
+    got = run_and_unsubscribe(50);
+    CHECK(stats().recordsDroppedAtUnsubscribe > 0);
+    unsetenv("ACLMOCK_UNSUBSCRIBE");
+    aclmockReset();
+}
+
 int main(void)
 {
     tmp_init();
@@ -246,6 +360,8 @@ int main(void)
     RUN(set_config_while_subscribed);
     RUN(msproftx_2025_rules);
     RUN(msproftx_after_stop_and_finalize_2026);
+    RUN(refused_subscribe_on_an_idle_device_is_half_done);
+    RUN(unsubscribe_drops_queued_records_when_asked);
     tmp_cleanup();
     return tc_summary(__FILE__);
 }

@@ -142,9 +142,11 @@ TEST(subscribe_error_codes)
     CHECK_EQ(aclprofModelSubscribe(m1, other), ACL_ERROR_PROF_REPEAT_SUBSCRIBE);  /* repeat first */
     /* Another config on the same device, or (host pseudo-device 64) on any device. */
     CHECK_EQ(aclprofModelSubscribe(m2, other), ACL_ERROR_INVALID_PROFILING_CONFIG);
+    /* m3's device was idle: CANN started it and kept m3 subscribed before the host refused
+     * the config (audit 3, R4): a half subscription, so a retry is a repeat. */
     CHECK_EQ(aclprofModelSubscribe(m3, other), ACL_ERROR_INVALID_PROFILING_CONFIG);
     CHECK_EQ(aclprofModelSubscribe(m2, cfg), ACL_SUCCESS);   /* same config: fine */
-    CHECK_EQ(aclprofModelSubscribe(m3, cfg), ACL_SUCCESS);
+    CHECK_EQ(aclprofModelSubscribe(m3, cfg), ACL_ERROR_PROF_REPEAT_SUBSCRIBE);
 
     /* Three models share one fd: only the last unsubscribe closes it. */
     int w = g_pipe[0][1];
