@@ -104,3 +104,39 @@ def test_compat_keeps_the_int_of_a_refused_subscribe_alive():
         os.close(r2)
     mock.unload(first)
     mock.unload(second)
+
+
+def test_subscribe_refused_by_another_components_config_keeps_its_cell():
+    """R4 through aclprof.subscribe: its own subscriptions share one config, but another
+    component of the process (here compat.acl) may have subscribed with other metrics. The
+    library then refuses with 100010 after keeping the model subscribed on its idle device
+    with the Subscription's int*: the cell gets -1 (the library drops the model's records)
+    and outlives the Subscription, so no later read or -1 write of the library hits freed
+    memory; the model stays held by the library (148046)."""
+    from aclprof.api.subscription.lifetime import _orphaned_cells
+    from aclprof.compat.acl import prof
+
+    other = mock.load_model([{"name": "a", "type": "A", "duration_ns": 100}], device=0)
+    model = mock.load_model([{"name": "b", "type": "B", "duration_ns": 100}], device=1)
+    r, w = os.pipe()
+    before = len(_orphaned_cells)
+    try:
+        cfg = prof.create_subscribe_config(1, int(aclprof.AicoreMetrics.PIPE_UTILIZATION), w)
+        assert prof.model_subscribe(other, cfg) == 0
+        with pytest.raises(aclprof.InvalidProfilingConfigError):
+            aclprof.subscribe(model, device=1)
+        assert len(_orphaned_cells) == before + 1 and _orphaned_cells[-1].value == -1
+        dropped = mock.stats()["recordsDropped"]
+        mock.execute(model, 3)
+        mock.wait_writer_idle()
+        assert mock.stats()["recordsDropped"] == dropped + 3  # *fd < 0: dropped, not written
+        with pytest.raises(aclprof.RepeatSubscribeError):
+            aclprof.subscribe(model, device=1)
+        assert prof.model_unsubscribe(model) == 0  # the half subscription ends
+        assert prof.model_unsubscribe(other) == 0
+        assert prof.destroy_subscribe_config(cfg) == 0
+    finally:
+        os.close(r)
+        del _orphaned_cells[before:]
+    mock.unload(model)
+    mock.unload(other)
