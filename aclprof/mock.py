@@ -23,7 +23,7 @@ __all__ = [
     "wait_writer_idle", "model_file", "load_model", "execute", "unload",
     "set_helper_host",
     "set_device_clock_offset", "set_devid_zero", "set_step_keypoints", "KEYPOINT_MODEL_CANN",
-    "set_op_desc_layout",
+    "set_op_desc_layout", "set_chip", "set_unsubscribe_policy",
 ]
 
 _MODES = {0: "OFF", 1: "API_CTRL", 2: "SUBSCRIBE"}
@@ -132,6 +132,22 @@ def set_helper_host(enabled: bool) -> None:
     """If true, every ``aclprof*`` call fails as on a CANN helper host: 200006, which the op
     time getters return as their value (audit section 4 item 4). Env ``ACLMOCK_HELPER_HOST=1``."""
     _ok(_call("aclmockSetHelperHost", int(bool(enabled))), "aclmockSetHelperHost")
+
+
+def set_chip(chip: str) -> None:
+    """Which ``aclprofSetConfig`` types the mock's chip supports (fidelity audit 3, row 7b):
+    ``"910b"`` (the default, as CANN on an Ascend 910B: types 11, 13, 14 give 100010 and 15
+    gives 100000 whatever the value) or ``"any"`` (every type; no real chip). Env
+    ``ACLMOCK_CHIP``."""
+    _ok(_call("aclmockSetChip", _choice(chip, {"910b": 0, "any": 1}, "chip")), "aclmockSetChip")
+
+
+def set_unsubscribe_policy(policy: str) -> None:
+    """What ``aclprofModelUnSubscribe`` does with records still queued for the fd (fidelity
+    audit 3, row 1b): ``"drain"`` (the default: written before the close) or ``"drop"`` (as
+    CANN: dropped, counted in ``recordsDroppedAtUnsubscribe``). Env ``ACLMOCK_UNSUBSCRIBE``."""
+    value = _choice(policy, {"drain": 0, "drop": 1}, "policy")
+    _ok(_call("aclmockSetUnsubscribePolicy", value), "aclmockSetUnsubscribePolicy")
 
 
 # --- model runtime -------------------------------------------------------------------------

@@ -31,6 +31,10 @@ typedef struct aclmockStats {
     uint64_t dataBuffersInUse;  /* aclCreateDataBuffer minus aclDestroyDataBuffer */
     uint64_t keypointsEmitted;  /* step keypoint records queued for a pipe (also in recordsEmitted) */
     uint64_t keypointsUnrouted; /* step keypoint records no subscription matched (CANN drops them) */
+    uint64_t recordsDroppedAtUnsubscribe; /* of recordsDropped: still queued when an unsubscribe
+                                   closed the fd under ACLMOCK_UNSUB_DROP (as CANN) */
+    uint64_t txEventsUnrecorded;/* msproftx events accepted while no MSPROFTX session ran (after
+                                   Stop, before Finalize: CANN accepts them, nothing collects) */
 } aclmockStats;
 
 int aclmockVersion(void);
@@ -101,3 +105,19 @@ int aclmockSetOpDescLayout(int layout);
 #define ACLMOCK_CANN_2025 2025
 #define ACLMOCK_CANN_2026 2026
 int aclmockSetCannEra(int era);                /* ACLMOCK_CANN_* */
+/* Chip profile (fidelity audit 3, row 7b): which aclprofSetConfig types the platform
+ * supports. 910B (the default; CHIP_CLOUD_V2) refuses LOW_POWER_FREQ (11), SYS_CPU_FREQ (13)
+ * and 14 (OPTYPE / 2025 SCALE) with 100010 and NTS_METRICS (15) with 100000, whatever the
+ * value. ANY supports every type (no real chip does: CLOUD_V4 has 11/13/14, MDC_V2 has 15).
+ * Env ACLMOCK_CHIP=910b|any. */
+#define ACLMOCK_CHIP_910B 0
+#define ACLMOCK_CHIP_ANY 1
+int aclmockSetChip(int chip);
+/* Records still queued for a subscription's fd when aclprofModelUnSubscribe closes it
+ * (fidelity audit 3, row 1b). DRAIN (the default; a documented choice): written before the
+ * close. DROP: as CANN, which closes the fd without flushing its pipe uploader: they are
+ * dropped, counted in recordsDroppedAtUnsubscribe (and recordsDropped), and the unsubscribe
+ * returns once the counts are final. Env ACLMOCK_UNSUBSCRIBE=drain|drop. */
+#define ACLMOCK_UNSUB_DRAIN 0
+#define ACLMOCK_UNSUB_DROP 1
+int aclmockSetUnsubscribePolicy(int policy);

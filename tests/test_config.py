@@ -324,6 +324,15 @@ def test_config_reaches_the_device(out_dir, given_types, stored, device_config):
 
 
 # ---- aclprofSetConfig (audit row 7) --------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _chip_with_every_type():
+    """These tests check the value rules of every type, so they run on a chip that supports
+    them all; a 910B (the mock's default) refuses types 11, 13, 14 and 15 whatever the value
+    (fidelity audit 3 row 7b, tests/test_fidelity3_session.py)."""
+    mock.set_chip("any")
+
 # The library's value rules (RT prof_params_adapter.cpp CheckApiConfigIsValid*, and
 # param_validation.cpp), checked twice: lowlevel.set_config refuses a bad value in Python
 # (ValueError, C not called) and the mock's C refuses it too (the mock is the 2026 library

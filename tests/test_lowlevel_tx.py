@@ -119,7 +119,11 @@ def test_minus_one_returns_are_msproftx_errors(session):
     stops = [e for e in session.events() if e["kind"] == "range"]
     assert [e["slot"] for e in stops] == [range_id, range_id]
     assert stops[0]["start_ns"] == stops[1]["start_ns"] <= stops[0]["end_ns"] <= stops[1]["end_ns"]
-    # msproftx is off after the Stop: every call that checks returns -1.
+    # msproftx stays initialised after the Stop until Finalize (fidelity audit 3, R6): the
+    # calls succeed and nothing records them; after Finalize every call that checks gives -1.
+    ll.mark(stamp)
+    assert mock.stats()["txEventsUnrecorded"] == 1
+    ll.finalize()
     for call in (lambda: ll.mark(stamp), lambda: ll.push(stamp), lambda: ll.pop(),
                  lambda: ll.range_start(stamp), lambda: ll.range_stop(0)):
         with pytest.raises(aclprof.MsproftxError):
@@ -190,9 +194,9 @@ def test_faults_reach_the_right_class(session):
 
 def test_mark_ex(session, stream):
     ll.mark_ex("on a stream", stream)
-    ll.mark_ex(b"x" * 155, stream)  # 1..155 bytes (audit #10: MAX_MESSAGE_LEN - 1)
+    ll.mark_ex(b"x" * 127, stream)  # 1..127 bytes: every CANN release (audit 3, R11)
     events = session.events()
-    assert [(e["kind"], e["message"]) for e in events] == [("mark_ex", "on a stream"), ("mark_ex", "x" * 155)]
+    assert [(e["kind"], e["message"]) for e in events] == [("mark_ex", "on a stream"), ("mark_ex", "x" * 127)]
     assert {e["stream"] for e in events} == {_address(stream)}
     assert events[0]["mark_id"] < events[1]["mark_id"]
 
@@ -200,8 +204,8 @@ def test_mark_ex(session, stream):
 def test_mark_ex_rules(session, stream):
     with pytest.raises(ValueError):
         ll.mark_ex("", stream)
-    with pytest.raises(ValueError, match="155"):
-        ll.mark_ex("x" * 156, stream)
+    with pytest.raises(ValueError, match=r"aclprofMarkEx.* 128 bytes.*limit is 127"):
+        ll.mark_ex("x" * 128, stream)
     assert get_library().fn("aclprofMarkEx")(b"x" * 156, 156, stream._get()) == -1
     with pytest.raises(TypeError):
         ll.mark_ex("x", None)
@@ -217,8 +221,10 @@ def test_mark_ex_rules(session, stream):
     with pytest.raises(aclprof.HandleClosedError):
         ll.mark_ex("x", closed)
     session.stop()
+    ll.mark_ex("after stop", stream)  # initialised until Finalize (audit 3, R6)
+    ll.finalize()
     with pytest.raises(aclprof.MsproftxError) as info:
-        ll.mark_ex("after stop", stream)
+        ll.mark_ex("after finalize", stream)
     assert info.value.function == "aclprofMarkEx"
 
 

@@ -284,16 +284,19 @@ def test_running_session_blocks_nothing_but_init(setup, tmp_path, session_info):
 
 
 def test_default_config_start_stop(setup, tmp_path, list_prof_dirs, device_config):
-    # Start(NULL) (2026): every device of the mock driver, the platform's default data types.
+    # Start(NULL) (2026): the devices the process opened, CANN's platform default data types
+    # (fidelity audit 3, R2), no host entry.
     mock.set_cann_era(2026)
     mock.set_device_count(3)
+    ll.rt_set_device(0)
+    ll.rt_set_device(2)
     ll.init(tmp_path / "d")
     ll.start(None)
     ll.stop(None)
     ll.finalize()
     (prof,) = list_prof_dirs(tmp_path / "d")
-    assert sorted(p.name for p in prof.iterdir()) == ["device_0", "device_1", "device_2", "host"]
-    assert device_config(prof, 2)["devices"] == [0, 1, 2]
+    assert sorted(p.name for p in prof.iterdir()) == ["device_0", "device_2", "host"]
+    assert device_config(prof, 2)["devices"] == [0, 2]
 
 
 # ---- a second Start while a session runs, and Stop with another config (audit rows 4, 5) --

@@ -100,14 +100,42 @@ static void fault_disarm(fault *f)
 
 static atomic_int g_helper_host;   /* aclmockSetHelperHost; a setting, reset with the others */
 
+bool mock_helper_host(void)
+{
+    return atomic_load_explicit(&g_helper_host, memory_order_relaxed) != 0;
+}
+
+/* Audit row 20: CANN checks PlatformIsHelperHostSide only in some functions
+ * (msprofiler_acl_api.cpp:129, 177, 306, 526, 686, 767, 796, 817 and the msproftx adaptor).
+ * These never check it (the compiled RT: RangePushEx 0, RangePop its own 100000, Str2Id an
+ * id, GetOpDescSize 0/80, the step-info calls work); aclprofStop and aclprofSetConfig check
+ * it after their argument checks, so they call mock_helper_host() themselves. */
+static const char *const k_helper_host_unchecked[] = {
+    "aclprofRangePushEx", "aclprofRangePop", "aclprofStr2Id", "aclprofGetOpDescSize",
+    "aclprofCreateStepInfo", "aclprofGetStepTimestamp", "aclprofDestroyStepInfo",
+    "aclprofStop", "aclprofSetConfig",
+};
+
+/* Does `function` answer 200006 first thing on a helper host? */
+static bool helper_host_refuses(const char *function)
+{
+    if (!mock_helper_host() || strncmp(function, "aclprof", 7) != 0)
+        return false;
+    for (size_t i = 0; i < sizeof k_helper_host_unchecked / sizeof k_helper_host_unchecked[0];
+         i++) {
+        if (strcmp(function, k_helper_host_unchecked[i]) == 0)
+            return false;
+    }
+    return true;
+}
+
 bool mock_fault(const char *function, int32_t *code)
 {
-    /* On a helper host every profiling entry point answers FEATURE_UNSUPPORTED before any
-     * other check (audit section 4 item 4), which is exactly the shape of an injected fault;
-     * an injected fault still wins so that tests can aim at one function. */
+    /* On a helper host most profiling entry points answer FEATURE_UNSUPPORTED before any
+     * other check (audit row 20), which is exactly the shape of an injected fault; an
+     * injected fault still wins so that tests can aim at one function. */
     if (atomic_load_explicit(&g_faults_armed, memory_order_relaxed) == 0) {
-        if (atomic_load_explicit(&g_helper_host, memory_order_relaxed) &&
-            strncmp(function, "aclprof", 7) == 0) {
+        if (helper_host_refuses(function)) {
             *code = ACL_ERROR_FEATURE_UNSUPPORTED;
             return true;
         }
@@ -125,8 +153,7 @@ bool mock_fault(const char *function, int32_t *code)
             f->remaining--;
     }
     pthread_mutex_unlock(&g_fault_lock);
-    if (!hit && atomic_load_explicit(&g_helper_host, memory_order_relaxed) &&
-        strncmp(function, "aclprof", 7) == 0) {
+    if (!hit && helper_host_refuses(function)) {
         *code = ACL_ERROR_FEATURE_UNSUPPORTED;
         hit = true;
     }
@@ -262,6 +289,8 @@ static atomic_uint g_write_chunk;
 static atomic_uint g_corrupt_every;
 static atomic_uint g_writer_delay_us;
 static atomic_int g_opdesc_layout = ACLMOCK_OPDESC_STANDARD;
+static atomic_int g_chip = ACLMOCK_CHIP_910B;
+static atomic_int g_unsub_policy = ACLMOCK_UNSUB_DRAIN;
 
 uint32_t mock_device_count(void) { return atomic_load(&g_device_count); }
 int mock_cann_era(void) { return atomic_load(&g_cann_era); }
@@ -272,6 +301,8 @@ uint32_t mock_write_chunk(void) { return atomic_load(&g_write_chunk); }
 uint32_t mock_corrupt_every(void) { return atomic_load(&g_corrupt_every); }
 uint32_t mock_writer_delay_us(void) { return atomic_load(&g_writer_delay_us); }
 int mock_opdesc_layout(void) { return atomic_load(&g_opdesc_layout); }
+int mock_chip(void) { return atomic_load(&g_chip); }
+int mock_unsub_policy(void) { return atomic_load(&g_unsub_policy); }
 
 /* Unset or unparsable variables leave the default; a warning names bad values so that a
  * typo in a CI job does not silently test the wrong behaviour. */
@@ -305,6 +336,8 @@ void mock_settings_load(void)
     atomic_store(&g_writer_delay_us, 0);
     atomic_store(&g_helper_host, 0);
     atomic_store(&g_opdesc_layout, ACLMOCK_OPDESC_STANDARD);
+    atomic_store(&g_chip, ACLMOCK_CHIP_910B);
+    atomic_store(&g_unsub_policy, ACLMOCK_UNSUB_DRAIN);
 
     const char *v;
     if ((v = getenv("ACLMOCK_CANN")) != NULL && *v) {
@@ -351,6 +384,22 @@ void mock_settings_load(void)
             atomic_store(&g_opdesc_layout, ACLMOCK_OPDESC_SHUFFLED);
         else
             env_warn("ACLMOCK_OPDESC_LAYOUT", v);
+    }
+    if ((v = getenv("ACLMOCK_CHIP")) != NULL && *v) {
+        if (strcmp(v, "910b") == 0)
+            atomic_store(&g_chip, ACLMOCK_CHIP_910B);
+        else if (strcmp(v, "any") == 0)
+            atomic_store(&g_chip, ACLMOCK_CHIP_ANY);
+        else
+            env_warn("ACLMOCK_CHIP", v);
+    }
+    if ((v = getenv("ACLMOCK_UNSUBSCRIBE")) != NULL && *v) {
+        if (strcmp(v, "drain") == 0)
+            atomic_store(&g_unsub_policy, ACLMOCK_UNSUB_DRAIN);
+        else if (strcmp(v, "drop") == 0)
+            atomic_store(&g_unsub_policy, ACLMOCK_UNSUB_DROP);
+        else
+            env_warn("ACLMOCK_UNSUBSCRIBE", v);
     }
 }
 
@@ -449,5 +498,23 @@ MOCK_EXPORT int aclmockSetOpDescLayout(int layout)
     if (layout != ACLMOCK_OPDESC_STANDARD && layout != ACLMOCK_OPDESC_SHUFFLED)
         return ACL_ERROR_INVALID_PARAM;
     atomic_store(&g_opdesc_layout, layout);
+    return ACL_SUCCESS;
+}
+
+/* Audit row 7b: which aclprofSetConfig types the chip supports (see session_config.c). */
+MOCK_EXPORT int aclmockSetChip(int chip)
+{
+    if (chip != ACLMOCK_CHIP_910B && chip != ACLMOCK_CHIP_ANY)
+        return ACL_ERROR_INVALID_PARAM;
+    atomic_store(&g_chip, chip);
+    return ACL_SUCCESS;
+}
+
+/* Audit row 1b: what aclprofModelUnSubscribe does with records still queued for the fd. */
+MOCK_EXPORT int aclmockSetUnsubscribePolicy(int policy)
+{
+    if (policy != ACLMOCK_UNSUB_DRAIN && policy != ACLMOCK_UNSUB_DROP)
+        return ACL_ERROR_INVALID_PARAM;
+    atomic_store(&g_unsub_policy, policy);
     return ACL_SUCCESS;
 }

@@ -107,6 +107,11 @@ int mock_realtime(void);
 uint32_t mock_write_chunk(void);
 uint32_t mock_corrupt_every(void);
 uint32_t mock_writer_delay_us(void);
+int mock_chip(void);               /* ACLMOCK_CHIP_*: SetConfig types the platform supports */
+int mock_unsub_policy(void);       /* ACLMOCK_UNSUB_*: queued records at unsubscribe */
+/* aclmockSetHelperHost is on. mock_fault() already refuses the functions that check it
+ * first; aclprofStop and aclprofSetConfig check it after their argument checks. */
+bool mock_helper_host(void);
 
 /* The global profiling mode (ACLMOCK_MODE_*); caller holds g_mock_lock. */
 int mock_mode(void);
@@ -186,6 +191,10 @@ bool mock_step_keypoints(uint32_t *model_id);/* keypoints on? and the model id t
 /* stepinfo.c -> subscribe_queue.c (g_mock_lock held): one step ended during a subscription;
  * host CLOCK_MONOTONIC times of its start and end. */
 void mock_subscribe_emit_keypoint(uint64_t start_host_ns, uint64_t end_host_ns);
+
+/* runtime.c, for aclprofStart(NULL) (g_mock_lock held): is the device set
+ * (aclrtSetDevice more often than aclrtResetDevice)? */
+bool mock_device_opened(uint32_t id);
 
 /* runtime.c, for RangePop (g_mock_lock held): does rtsStreamGetAttribute accept the
  * stream (NULL = the current context's default stream)? */

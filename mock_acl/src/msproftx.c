@@ -1,10 +1,10 @@
 /* msproftx (reference 3.6): the stamp pool, marks, push/pop, ranges, MarkEx, Str2Id,
  * RangePushEx/RangePop, and the per-session event log host/msproftx.jsonl.
  *
- * "Initialised" means: a session whose config has ACL_PROF_MSPROFTX is running (set by
- * session.c through mock_msproftx_session). The real library initialises msproftx at the
- * first such Start and uninitialises it at Finalize; the mock also refuses events between
- * Stop and the next Start, because there is no session to record them in.
+ * "Initialised" means: from the first Start whose config has ACL_PROF_MSPROFTX until
+ * Finalize, as in the real library (set by session.c through mock_msproftx_session and
+ * mock_msproftx_finalize). Events are written only while such a session runs; between Stop
+ * and Finalize they succeed and are counted in txEventsUnrecorded (audit 3, R6).
  *
  * Events go to one FILE* with a 1 MiB buffer, written under g_mock_lock and flushed when
  * the session stops, at Finalize and at aclmockReset. A push/pop pair costs one lock, two
@@ -20,6 +20,7 @@
 #define STAMP_FIELD_LEN 127u     /* strncpy_s(message, MAX_MSG_LEN - 1, ...) */
 #define STAMP_MSG_MAX 128u       /* SetStampTraceMessage: msgLen >= 128 fails */
 #define MARKEX_MSG_MAX 155u      /* MAX_MESSAGE_LEN - 1 (audit #10; the docs say 127) */
+#define MARKEX_MSG_MAX_2025 127u /* RT0 prof_common.h:721 MAX_MESSAGE_LEN 128 (audit 3, R11) */
 #define PUSH_STACK_MIN_CAP 16u   /* the real stack is an unbounded std::vector */
 #define PUSH_EX_LOGGED_TENSORS 8u /* at most ~140 B each: the line stays < LINE_MAX_LEN */
 #define LOG_BUFFER_SIZE (1u << 20)
@@ -52,13 +53,30 @@ static uint32_t g_free[STAMP_POOL_SIZE];  /* LIFO of free slots, like the real f
 static uint32_t g_free_count;
 static bool g_pool_ready;
 
-static bool g_enabled;                    /* msproftx initialised */
+static bool g_enabled;                    /* msproftx initialised: first MSPROFTX Start .. Finalize */
+static bool g_recording;                  /* the running session has MSPROFTX: events are logged */
+static bool g_after_finalize;             /* Finalize ran since the last session start (R7) */
+static uint64_t g_unrecorded;             /* aclmockStats.txEventsUnrecorded */
 static char *g_log_dir;                   /* host dir of the running session, or NULL */
 static FILE *g_log;
 static char *g_log_buffer;
 static bool g_log_failed;                 /* don't retry fopen on every event */
 static uint64_t g_events;                 /* aclmockStats.txEvents */
 static uint64_t g_mark_ex_id;
+
+static bool era_2025(void)
+{
+    return mock_cann_era() == ACLMOCK_CANN_2025;
+}
+
+/* The real library would dereference a NULL pointer here; the mock stops with a message
+ * instead of a bare SIGSEGV, which is no kinder (the process dies either way) but says why. */
+static void tx_crash(const char *function, const char *what)
+{
+    fprintf(stderr, "aclmock: %s: %s; the real library dereferences it (a crash)\n",
+            function, what);
+    abort();
+}
 
 /* ---- pool ------------------------------------------------------------------------- */
 
@@ -167,8 +185,15 @@ static void put_head(line *l, const char *kind, const char *msg, uint32_t tid,
     put_field(l, "end_ns", end);
 }
 
+/* `counts`: an msproftx event (not a step). Between Stop and Finalize (or during a session
+ * without MSPROFTX) msproftx is still initialised and accepts events (audit 3, R6), but no
+ * collection runs: they are counted in txEventsUnrecorded and written nowhere. */
 static void emit(line *l, bool counts)
 {
+    if (counts && !g_recording) {
+        g_unrecorded++;
+        return;
+    }
     put_str(l, "}\n");
     FILE *f = log_file();
     if (f)
@@ -185,10 +210,15 @@ void mock_msproftx_session(bool enabled, const char *host_dir)
     free(g_log_dir);
     g_log_dir = host_dir ? strdup(host_dir) : NULL;
     g_log_failed = false;
-    g_enabled = enabled && g_log_dir != NULL;
+    /* CANN initialises msproftx at the first MSPROFTX Start and uninitialises it only in
+     * ProfAclFinalize (prof_acl_mgr.cpp:968): a Stop (host_dir NULL) keeps it (R6). */
+    g_recording = enabled && g_log_dir != NULL;
+    g_enabled = g_enabled || g_recording;
+    if (g_log_dir)
+        g_after_finalize = false;
     if (!g_pool_ready)
         pool_init();
-    if (g_enabled)
+    if (g_recording)
         log_file();   /* an msproftx session always has its (possibly empty) log */
 }
 
@@ -197,6 +227,8 @@ void mock_msproftx_session(bool enabled, const char *host_dir)
 void mock_msproftx_finalize(void)
 {
     mock_msproftx_session(false, NULL);
+    g_enabled = false;
+    g_after_finalize = true;
     g_depth = 0;
     for (uint32_t i = 0; i < STAMP_POOL_SIZE; i++)
         g_pool[i].range_enabled = false;
@@ -216,6 +248,8 @@ void mock_msproftx_log_step(uint64_t index_id, int tag, uint64_t ts_ns)
 void mock_msproftx_reset(void)
 {
     mock_msproftx_session(false, NULL);
+    g_enabled = g_after_finalize = false;
+    g_unrecorded = 0;
     pool_init();
     free(g_stack);
     g_stack = NULL;
@@ -230,6 +264,7 @@ void mock_msproftx_stats(aclmockStats *out)
 {
     out->stampsInUse = g_pool_ready ? STAMP_POOL_SIZE - g_free_count : 0;
     out->txEvents = g_events;
+    out->txEventsUnrecorded = g_unrecorded;
 }
 
 /* ---- stamps ------------------------------------------------------------------------ */
@@ -328,8 +363,8 @@ static bool stack_grow(void)   /* g_mock_lock held */
 MOCK_EXPORT aclError aclprofPush(void *stamp)
 {
     MOCK_FAULT_RETURN_CODE();
-    if (stamp == NULL)
-        return ACL_ERROR_INVALID_PARAM;
+    if (stamp == NULL)   /* RT0 has no NULL -> 100000 step in its adaptor (audit 3, R8) */
+        return era_2025() ? -1 : ACL_ERROR_INVALID_PARAM;
     int ret = -1;
     mock_lock();
     if (g_enabled) {
@@ -370,12 +405,17 @@ MOCK_EXPORT aclError aclprofPop(void)
 MOCK_EXPORT aclError aclprofRangeStart(void *stamp, uint32_t *rangeId)
 {
     MOCK_FAULT_RETURN_CODE();
-    if (stamp == NULL || rangeId == NULL)
+    if (!era_2025() && (stamp == NULL || rangeId == NULL))
         return ACL_ERROR_INVALID_PARAM;
+    if (era_2025() && stamp == NULL)
+        return -1;   /* RT0: no NULL -> 100000 step (audit 3, R8) */
     int ret = -1;
     mock_lock();
     if (g_enabled) {
         mock_stamp *s = stamp_lookup(stamp);
+        if (s && rangeId == NULL)
+            tx_crash("aclprofRangeStart", "rangeId is NULL; the 2025 library (RT0 "
+                     "msprof_tx_manager.cpp:301-319) writes through it (audit 3, R9)");
         if (s) {
             s->start_ns = mock_now_ns();
             s->range_enabled = true;
@@ -398,7 +438,9 @@ MOCK_EXPORT aclError aclprofRangeStop(uint32_t rangeId)
     MOCK_FAULT_RETURN_CODE();
     int ret = -1;
     mock_lock();
-    if (g_enabled && rangeId < STAMP_POOL_SIZE && g_pool[rangeId].range_enabled) {
+    /* RT0's GetStampById has no isEnable check (added e3d86d692, 2026-01-31): a slot never
+     * range-started stops with 0 and reports whatever its stamp holds (audit 3, R10). */
+    if (g_enabled && rangeId < STAMP_POOL_SIZE && (g_pool[rangeId].range_enabled || era_2025())) {
         mock_stamp *s = &g_pool[rangeId];
         uint32_t tid = mock_tid();
         line l;
@@ -420,8 +462,9 @@ MOCK_EXPORT aclError aclprofMarkEx(const char *msg, size_t msgLen, aclrtStream s
     MOCK_FAULT_RETURN_CODE();
     int ret = -1;
     mock_lock();
+    size_t max_len = era_2025() ? MARKEX_MSG_MAX_2025 : MARKEX_MSG_MAX;
     if (g_enabled && msg != NULL && stream != NULL && msgLen >= 1 &&
-        msgLen <= MARKEX_MSG_MAX && strnlen(msg, msgLen + 1) == msgLen) {
+        msgLen <= max_len && strnlen(msg, msgLen + 1) == msgLen) {
         uint64_t now = mock_now_ns();
         line l;
         put_head(&l, "mark_ex", msg, mock_tid(), now, now);
@@ -468,13 +511,9 @@ MOCK_EXPORT aclError aclprofRangePushEx(aclprofEventAttributes *attr)
     return ACL_SUCCESS;
 }
 
-/* The real library would dereference these; the mock stops with a message instead of a
- * bare SIGSEGV, which is no kinder (the process dies either way) but says why. */
 static void push_ex_crash(const char *what)
 {
-    fprintf(stderr, "aclmock: aclprofRangePop: %s; the real library dereferences it "
-            "(a crash)\n", what);
-    abort();
+    tx_crash("aclprofRangePop", what);
 }
 
 /* Reads the caller's attr/tensorInfo/tensors NOW, at Pop (so a buffer freed or reused
@@ -531,6 +570,10 @@ MOCK_EXPORT aclError aclprofRangePop(void)
         put_str(&l, "]");
         emit(&l, true);
         ret = ACL_SUCCESS;
+    } else if (!g_enabled && g_after_finalize && !era_2025()) {
+        /* RT prof_tx_plugin.cpp:274: after Finalize the report goes to the uninitialised
+         * report buffer, whose code is 6 (audit 3, R7). */
+        ret = 6;
     }
     mock_unlock();
     return ret;

@@ -46,6 +46,11 @@ static __thread struct {
 
 /* ---- helpers (g_mock_lock held) ---------------------------------------------------- */
 
+bool mock_device_opened(uint32_t id)
+{
+    return id < MOCK_MAX_DEVICES && g_device_refs[id] > 0;
+}
+
 static bool device_valid(int32_t id)
 {
     return id >= 0 && (uint32_t)id < mock_device_count();

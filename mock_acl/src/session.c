@@ -166,6 +166,15 @@ static int start_mode_check(void)
 
 static int start_locked(const aclprofConfig *profilerConfig)
 {
+    /* Audit row 6b (R1): in 2026 the profapi layer auto-initialises BEFORE the
+     * implementation's preCheck (prof_acl_inner_api.cpp:35-59, then
+     * msprofiler_acl_api.cpp:364-374), so a Start refused for its config still leaves the
+     * library initialised: a later Init gives 100002, a subscribe 148047. */
+    if (era_2026() && mock_mode() == ACLMOCK_MODE_OFF) {
+        int ret = start_mode_check();
+        if (ret != ACL_SUCCESS)
+            return ret;
+    }
     aclprofConfig cfg;
     if (profilerConfig == NULL) {
         if (!era_2026())
@@ -191,8 +200,8 @@ static int start_locked(const aclprofConfig *profilerConfig)
         if (ret != ACL_SUCCESS)
             return ret;
     }
-    if (!aicore_metrics_valid(&cfg) || !devices_online(&cfg))
-        return ACL_ERROR_INVALID_PARAM;
+    if (!aicore_metrics_valid(&cfg) || !devices_online(&cfg) || cfg.devNums == 0)
+        return ACL_ERROR_INVALID_PARAM;   /* 0: Start(NULL) with no device opened */
     if (g_run.active)
         return session_extend(&cfg);
     return session_begin(&cfg);
@@ -214,6 +223,9 @@ static int stop_2026(const aclprofConfig *profilerConfig)
 {
     if (mock_mode() == ACLMOCK_MODE_OFF)
         return ACL_SUCCESS;
+    /* Audit row 20: the helper-host check follows IsInited() and the NULL case. */
+    if (mock_helper_host())
+        return profilerConfig == NULL ? ACL_SUCCESS : ACL_ERROR_FEATURE_UNSUPPORTED;
     if (profilerConfig == NULL) {
         /* In SUBSCRIBE mode the subscription's device tasks run: the precheck fails. */
         if (mock_mode() == ACLMOCK_MODE_API_CTRL && !g_run.active)
@@ -241,6 +253,8 @@ static int stop_2025(const aclprofConfig *profilerConfig)
 {
     if (profilerConfig == NULL || !config_is_live(profilerConfig))
         return ACL_ERROR_INVALID_PARAM;
+    if (mock_helper_host())
+        return ACL_ERROR_FEATURE_UNSUPPORTED;   /* 2025: after the arguments (UNVERIFIED) */
     int ret = config_precheck(profilerConfig);
     if (ret == ACL_SUCCESS)
         ret = mode_precheck();

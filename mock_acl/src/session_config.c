@@ -25,9 +25,13 @@
 /* The 2025 library (d8beaaf09 prof_api_common.h) predates these two bits: Start -> 200007. */
 #define BITS_ADDED_2026 (ACL_PROF_API_STATS | ACL_PROF_AICORE_SHAPE)
 
-/* What aclprofStart(NULL) runs: "all active devices, the platform's default metrics and
- * data types"; the mock's platform default is ACL_API|TASK_TIME without AI Core metrics. */
-#define DEFAULT_DATA_TYPES (ACL_PROF_ACL_API | ACL_PROF_TASK_TIME)
+/* What aclprofStart(NULL) runs (audit row 6c, R2): CANN's platform default
+ * (platform_interface.cpp:223-230) ACL_API|TASK_TIME_L1|TASK_TIME|AICORE_METRICS|AICPU_MODEL
+ * (CANN's internal names: L1 is ACL_PROF_TASK_TIME 0x2, TASK_TIME is 0x800) with
+ * PIPE_UTILIZATION, stored as is (not expanded as aclprofCreateConfig would). */
+#define DEFAULT_DATA_TYPES                                                               \
+    (ACL_PROF_ACL_API | ACL_PROF_TASK_TIME | PROF_TASK_TIME_INTERNAL |                   \
+     ACL_PROF_AICORE_METRICS | PROF_AICPU_MODEL)
 
 static aclprofConfig *g_configs;                 /* live configs, for pointer validation */
 char g_options[ACL_PROF_ARGS_MAX][SETCONFIG_MAX_LEN + 1];
@@ -97,14 +101,21 @@ static void config_fill(aclprofConfig *cfg, const uint32_t *ids, uint32_t n,
     cfg->dataTypeConfig = expand_bits(data_types);
 }
 
-/* aclprofStart(NULL): every device of the mock driver. */
+/* aclprofStart(NULL) (msprofiler_acl_api.cpp:466-483): the devices the process opened
+ * (aclrtSetDevice, CANN's MsprofNotifySetDevice), and NO host entry, so CheckConfigConsistency
+ * never compares the host with it. No device opened: no device at all, which Start refuses
+ * after its mode checks (100000; what CANN does then was not run, UNVERIFIED). */
 void default_config(aclprofConfig *cfg)
 {
     uint32_t ids[MOCK_MAX_DEVICES];
-    uint32_t n = mock_device_count();
-    for (uint32_t i = 0; i < n; i++)
-        ids[i] = i;
-    config_fill(cfg, ids, n, ACL_AICORE_NONE, DEFAULT_DATA_TYPES);
+    uint32_t n = 0, count = mock_device_count();
+    for (uint32_t i = 0; i < count; i++) {
+        if (mock_device_opened(i))
+            ids[n++] = i;
+    }
+    config_fill(cfg, ids, n, ACL_AICORE_PIPE_UTILIZATION, DEFAULT_DATA_TYPES);
+    cfg->devNums = n;   /* drop the host config_fill appended */
+    cfg->dataTypeConfig = DEFAULT_DATA_TYPES;
 }
 
 /* ---- configs ------------------------------------------------------------------------ */
@@ -277,9 +288,29 @@ static bool scale_valid(const char *s)
     }
 }
 
+/* CheckApiConfigSupport (prof_params_adapter.cpp:212-250) on the chip of the profile (audit
+ * row 7b, compiled): a 910B (CHIP_CLOUD_V2) supports neither LOW_POWER_FREQ, SYS_CPU_FREQ nor
+ * 14 (OPTYPE, which needs TASK_SCALE; RT0's SCALE) -> 100010, nor NTS_METRICS (TASK_NTS) ->
+ * 100000 (ProfSetConfig maps an NTS failure to INVALID_PARAM). Checked before the value. */
+static int chip_supports(int type)
+{
+    if (mock_chip() != ACLMOCK_CHIP_910B)
+        return ACL_SUCCESS;
+    switch (type) {
+    case ACL_PROF_LOW_POWER_FREQ:
+    case ACL_PROF_SYS_CPU_FREQ:
+    case 14:
+        return ACL_ERROR_INVALID_PROFILING_CONFIG;
+    case ACL_PROF_NTS_METRICS:
+        return ACL_ERROR_INVALID_PARAM;
+    default:
+        return ACL_SUCCESS;
+    }
+}
+
 /* The value rules of ProfParamsAdapter::CheckApiConfigIsValid/Two/Three (RT
- * prof_params_adapter.cpp:294-440) for the mock's platform (README: every type supported,
- * no PLATFORM_SYS_DEVICE_US). ACL_SUCCESS, or the code for a bad value of `type`. */
+ * prof_params_adapter.cpp:294-440) for the mock's platform (no PLATFORM_SYS_DEVICE_US);
+ * which types the chip supports at all is chip_supports(). ACL_SUCCESS, or the code for a bad value of `type`. */
 static int option_value_check(int type, const char *s, size_t len)
 {
     static const char *const host_sys[] = {"cpu", "mem", "disk", "network", "osrt", "numa"};
@@ -320,10 +351,19 @@ MOCK_EXPORT aclError aclprofSetConfig(aclprofConfigType configType, const char *
     if (type <= ACL_PROF_ARGS_MIN || type >= args_max || configLength > SETCONFIG_MAX_LEN ||
         config == NULL || strnlen(config, configLength + 1) != configLength)
         return ACL_ERROR_INVALID_PARAM;
+    if (mock_helper_host())
+        return ACL_ERROR_FEATURE_UNSUPPORTED;   /* after the input checks (L512 vs L526) */
     mock_lock();
     int ret = ACL_SUCCESS;
     if (!era_2026() && mock_mode() == ACLMOCK_MODE_OFF)
         ret = ACL_ERROR_UNINITIALIZE;   /* RT0 ProfSetConfigPrecheck; 2026 inits its params */
+    if (ret == ACL_SUCCESS)
+        ret = chip_supports(type);
+    /* Audit row 7c (R3, both eras): in SUBSCRIBE mode the precheck passes (mode != OFF), so
+     * InitParams is skipped, params_ is null and CheckApiConfigIsValid fails
+     * (prof_acl_mgr.cpp:568-574, prof_params_adapter.cpp:294-297), whatever the value. */
+    if (ret == ACL_SUCCESS && mock_mode() == ACLMOCK_MODE_SUBSCRIBE)
+        ret = ACL_ERROR_INVALID_PROFILING_CONFIG;
     if (ret == ACL_SUCCESS)
         ret = option_value_check(type, config, configLength);
     /* 2026 MsprofSetConfig (prof_acl_mgr.cpp:2879-2887): a non-empty ACL_PROF_PATH after

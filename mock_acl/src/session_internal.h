@@ -76,7 +76,8 @@ extern bool g_option_set[ACL_PROF_ARGS_MAX];
 bool config_is_live(const aclprofConfig *cfg);
 /* Device ids of a config without the host; returns how many. */
 uint32_t config_devices(const aclprofConfig *cfg, uint32_t *ids);
-/* What aclprofStart(NULL) runs (2026): every device of the mock driver. */
+/* What aclprofStart(NULL) runs (2026): CANN's platform default on the opened devices (maybe
+ * none), no host. */
 void default_config(aclprofConfig *cfg);
 /* The preCheck shared by Start and Stop (on the config, before the mode). */
 int config_precheck(const aclprofConfig *cfg);

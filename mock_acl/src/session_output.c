@@ -328,8 +328,15 @@ static bool populate_prof_dir(running_session *run)
 /* Marks the devices of `cfg` (and the host) as running with its dataTypeConfig. */
 void run_mark(running_session *run, const aclprofConfig *cfg)
 {
+    /* ACL_PROF_API_STATS collects on the host only: its devices get no task whose types a
+     * later Start is compared with. Inferred from the compiled RT (audit R5: Start(API_STATS)
+     * then Start(NULL) gives 0, which a device task started with API_STATS types would make
+     * 100010); the code path itself was not traced. */
+    bool host_only = (cfg->dataTypeConfig & ACL_PROF_API_STATS) != 0;
     for (uint32_t i = 0; i < cfg->devNums; i++) {
         uint32_t id = cfg->devIdList[i];
+        if (host_only && id != MOCK_HOST_DEVICE_ID)
+            continue;
         if (id == MOCK_HOST_DEVICE_ID && run->running[id]) {
             run->host_count++;
             continue;

@@ -191,6 +191,14 @@ void mock_subscribe_finish_detach(sub_entry *e)
 {
     sub_ensure_cv();
     pthread_mutex_lock(&g_sub_lock);
+    if (mock_unsub_policy() == ACLMOCK_UNSUB_DROP) {
+        /* Audit 3 row 1b: CANN closes the fd in this call without flushing its pipe
+         * uploader (prof_acl_mgr.cpp:3434-3449); records still queued then find *fd < 0 and
+         * are dropped (parser_transport.cpp:121-130). The writer drops this entry's rest;
+         * sub_drain still waits for it to have done so, so the counts are final on return. */
+        atomic_store(&e->drop_at_unsub, true);
+        atomic_store(&e->abort, true);
+    }
     sub_drain(e, UNSUB_STALL_MS);
     unsubscribe_entry(e);
     pthread_cond_broadcast(&g_done_cv);   /* a concurrent reset waits for detached entries */
@@ -240,14 +248,29 @@ MOCK_EXPORT aclError aclprofModelSubscribe(uint32_t modelId,
         /* Every subscription also starts (or joins) the host pseudo-device 64 in CANN, and
          * joining checks the config against that device's: so ANY live subscription with
          * another timeInfo or metrics makes this one fail, whatever its device. */
+        uint32_t model_dev = mock_model_device(modelId);
         for (sub_entry *o = g_entries; o; o = o->next) {
-            if (o->live && (o->time_info != cfg->timeInfo ||
-                            o->metrics != (uint32_t)cfg->aicoreMetrics))
+            /* a half subscription (R4) runs on its device only: the host kept its config */
+            if (o->live && (!o->half || o->device_id == model_dev) &&
+                (o->time_info != cfg->timeInfo || o->metrics != (uint32_t)cfg->aicoreMetrics))
                 ret = ACL_ERROR_INVALID_PROFILING_CONFIG;
         }
     }
     uint32_t device = mock_model_device(modelId);
     uint32_t dev = device < MOCK_MAX_DEVICES ? device : MOCK_MAX_DEVICES - 1;
+    bool half = false;
+    if (ret == ACL_ERROR_INVALID_PROFILING_CONFIG && g_dev_subs[dev] == 0 &&
+        find_kept(modelId) == NULL) {
+        /* Audit 3 row 18b (R4, both eras): ProfStartAclSubscribe (prof_acl_mgr.cpp:3324-3374)
+         * first runs StartDeviceSubscribeTask for an idle device, which starts it and
+         * inserts the model as subscribed with the caller's int* (L1687-1754); only then
+         * does the host's UpdateSubscribeInfo refuse the config, before counting
+         * (L1631-1661). So the 100010 leaves a half subscription: the model is subscribed
+         * (records go to the caller's fd, a retry gives 148046), its device counts it, the
+         * host does not; its unsubscribe returns 0 and takes one from the host count all
+         * the same, which can close other devices' deferred fds too early. */
+        half = true;
+    }
     sub_entry *kept = ret == ACL_SUCCESS ? find_kept(modelId) : NULL;
     if (kept != NULL) {
         /* The model's previous subscription was unsubscribed with its close deferred, so
@@ -284,12 +307,14 @@ MOCK_EXPORT aclError aclprofModelSubscribe(uint32_t modelId,
         }
     }
     sub_entry *e = NULL;
-    if (ret == ACL_SUCCESS) {
+    if (ret == ACL_SUCCESS || half) {
         e = calloc(1, sizeof *e);
         if (e == NULL)
             ret = ACL_ERROR_BAD_ALLOC;
         else if (!sub_start_writer())
             ret = ACL_ERROR_PROFILING_FAILURE;
+        else if (half)
+            ret = ACL_SUCCESS;   /* the entry is made below; 100010 is returned after it */
     }
     if (ret != ACL_SUCCESS) {
         free(e);
@@ -303,17 +328,20 @@ MOCK_EXPORT aclError aclprofModelSubscribe(uint32_t modelId,
     e->metrics = (uint32_t)cfg->aicoreMetrics;
     e->fdp = (int *)cfg->fd;
     e->live = true;
+    e->half = half;
     g_dev_subs[dev]++;
-    g_host_subs++;
+    if (!half)
+        g_host_subs++;
     atomic_init(&e->progress, 0);
     atomic_init(&e->abort, false);
+    atomic_init(&e->drop_at_unsub, false);
     e->next = g_entries;
     g_entries = e;
     atomic_fetch_add(&g_live_subs, 1);
     pthread_mutex_unlock(&g_sub_lock);
     mock_set_mode(ACLMOCK_MODE_SUBSCRIBE);
     mock_unlock();
-    return ACL_SUCCESS;
+    return half ? ACL_ERROR_INVALID_PROFILING_CONFIG : ACL_SUCCESS;
 }
 
 MOCK_EXPORT aclError aclprofModelUnSubscribe(uint32_t modelId)

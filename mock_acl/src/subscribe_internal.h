@@ -49,6 +49,8 @@ struct sub_entry {
                                record (GetSubscribeFdForModel), closed and set to -1 when
                                the subscription's fd is closed (see close_device) */
     bool live;              /* false once unsubscribe started: no new records */
+    bool half;              /* left by a subscribe refused with 100010 (audit 3, R4): on
+                               its device, not on the host (its config is not the host's) */
     bool detached;          /* an unsubscribing thread owns it (finish_detach frees it) */
     bool kept;              /* unsubscribed, but its device's close is deferred: the entry
                                and its int* stay until the last subscription ends */
@@ -58,6 +60,7 @@ struct sub_entry {
     uint64_t pending;       /* queued or being written; under g_sub_lock */
     atomic_uint_fast64_t progress;  /* records finished (written or dropped) */
     atomic_bool abort;      /* drop the rest instead of writing (stalled reader) */
+    atomic_bool drop_at_unsub; /* unsubscribed under ACLMOCK_UNSUB_DROP: abort set at once */
 };
 
 typedef struct q_item {
@@ -106,6 +109,7 @@ extern q_item *g_q;
 extern size_t g_qcap, g_qhead, g_qcount;
 extern uint64_t g_pending;         /* queued + in the writer's current batch */
 /* Counters (aclmockStats), under g_sub_lock. */
+extern uint64_t st_dropped_unsub;   /* of st_dropped: by an unsubscribe under UNSUB_DROP */
 extern uint64_t st_emitted, st_written, st_dropped, st_corrupted, st_bytes, st_calls,
     st_retries;
 extern uint64_t st_kp_emitted, st_kp_unrouted;   /* step keypoint records */

@@ -20,6 +20,7 @@ uint64_t g_pending;
 
 /* Counters (aclmockStats), under g_sub_lock. */
 uint64_t st_emitted, st_written, st_dropped, st_corrupted, st_bytes, st_calls, st_retries;
+uint64_t st_dropped_unsub;
 uint64_t st_kp_emitted, st_kp_unrouted;
 
 /* Caller holds g_sub_lock. Grows the ring if needed; false if the record must be dropped. */
@@ -178,6 +179,7 @@ void sub_queue_reset(void)
     g_qcap = g_qhead = g_qcount = 0;
     g_pending = 0;
     st_emitted = st_written = st_dropped = st_corrupted = st_bytes = st_calls = st_retries = 0;
+    st_dropped_unsub = 0;
     st_kp_emitted = st_kp_unrouted = 0;
 }
 
@@ -187,6 +189,7 @@ void mock_subscribe_stats(aclmockStats *out)
     out->recordsEmitted = st_emitted;
     out->recordsWritten = st_written;
     out->recordsDropped = st_dropped;
+    out->recordsDroppedAtUnsubscribe = st_dropped_unsub;
     out->recordsCorrupted = st_corrupted;
     out->bytesWritten = st_bytes;
     out->writeCalls = st_calls;

@@ -121,7 +121,7 @@ typedef struct write_budget {
 } write_budget;
 
 typedef struct write_stats {
-    uint64_t written, dropped, corrupted, bytes, calls, retries;
+    uint64_t written, dropped, dropped_unsub, corrupted, bytes, calls, retries;
 } write_stats;
 
 static bool aborted(const sub_entry *e)
@@ -257,6 +257,8 @@ static void *writer_main(void *arg)
                     ws.corrupted++;
             } else {
                 ws.dropped++;
+                if (atomic_load_explicit(&items[i].sub->drop_at_unsub, memory_order_relaxed))
+                    ws.dropped_unsub++;
             }
             atomic_fetch_add_explicit(&items[i].sub->progress, 1, memory_order_relaxed);
             atomic_fetch_add_explicit(&g_progress, 1, memory_order_relaxed);
@@ -265,6 +267,7 @@ static void *writer_main(void *arg)
         pthread_mutex_lock(&g_sub_lock);
         st_written += ws.written;
         st_dropped += ws.dropped;
+        st_dropped_unsub += ws.dropped_unsub;
         st_corrupted += ws.corrupted;
         st_bytes += ws.bytes;
         st_calls += ws.calls;

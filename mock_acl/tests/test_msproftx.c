@@ -304,11 +304,18 @@ TEST(stamps_across_stop_and_finalize)
     CHECK_EQ(aclprofSetStampTraceMessage(s, "kept", 4), ACL_SUCCESS);
     CHECK_EQ(aclprofPush(s), ACL_SUCCESS);
     CHECK_EQ(aclprofStop(g_cfg), ACL_SUCCESS);
-    /* Between sessions every call fails with -1, the stamp stays allocated. */
-    CHECK_EQ(aclprofMark(s), -1);
-    CHECK_EQ(aclprofPop(), -1);
-    CHECK_NULL(aclprofCreateStamp());
+    /* Between Stop and Finalize msproftx stays initialised (CANN uninitialises it only in
+     * ProfAclFinalize; audit 3, R6): calls succeed, nothing collects them, and the mock
+     * counts them apart. */
+    CHECK_EQ(aclprofMark(s), ACL_SUCCESS);
+    void *between = aclprofCreateStamp();
+    CHECK(between != NULL);
+    aclprofDestroyStamp(between);
     CHECK_EQ(stats_stamps(), 1);
+    aclmockStats st;
+    aclmockGetStats(&st);
+    CHECK_EQ(st.txEventsUnrecorded, 1);
+    CHECK_EQ(st.txEvents, 0);
     /* The next MSPROFTX session uses it again; the push stack survived Stop. */
     CHECK_EQ(aclprofStart(g_cfg), ACL_SUCCESS);
     CHECK_EQ(aclprofPop(), ACL_SUCCESS);

@@ -206,6 +206,7 @@ TEST(noinit_2026_default_path_is_cwd)
     REQUIRE(getcwd(cwd, sizeof cwd) != NULL);
     REQUIRE(chdir(g_tmp) == 0);
     aclmockSetCannEra(ACLMOCK_CANN_2026);
+    CHECK_EQ(aclrtSetDevice(0), ACL_SUCCESS);   /* Start(NULL) runs the opened devices */
     CHECK_EQ(aclprofStart(NULL), ACL_SUCCESS);
     CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
     REQUIRE(chdir(cwd) == 0);
@@ -327,7 +328,10 @@ TEST(start_stop_device_rules_2026)
     CHECK_EQ(aclprofStart(d12), ACL_SUCCESS);          /* device 2 is NOT started */
     CHECK_EQ(aclprofStart(d23), ACL_SUCCESS);          /* only the host is compared */
     CHECK_EQ(aclprofStart(d23_other), ACL_ERROR_INVALID_PROFILING_CONFIG);   /* the host */
-    CHECK_EQ(aclprofStart(NULL), ACL_SUCCESS);         /* default types == d01's */
+    CHECK_EQ(aclprofStart(NULL), ACL_SUCCESS);         /* no device opened: nothing compared */
+    CHECK_EQ(aclrtSetDevice(0), ACL_SUCCESS);
+    /* CANN's default types (audit R2) differ from every aclprofCreateConfig's */
+    CHECK_EQ(aclprofStart(NULL), ACL_ERROR_INVALID_PROFILING_CONFIG);
     REQUIRE(prof_dirs(g_tmp, names, 8) == 1);
     CHECK(device_dir(names[0], 0) && device_dir(names[0], 1));
     CHECK(!device_dir(names[0], 2) && !device_dir(names[0], 3));

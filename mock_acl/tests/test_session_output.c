@@ -71,20 +71,33 @@ TEST(output_directory_layout)
     tmp_end();
 }
 
-TEST(default_config_covers_every_device)
+/* Audit row 6c (R2): Start(NULL) runs CANN's platform default (msprofiler_acl_api.cpp:466-483,
+ * platform_interface.cpp:223-230) on the devices the process opened, with no host entry. */
+TEST(default_config_runs_opened_devices)
 {
     REQUIRE(tmp_begin());
     aclmockSetCannEra(ACLMOCK_CANN_2026);   /* Start(NULL) is 2026 only */
     aclmockSetDeviceCount(3);
     CHECK_EQ(init_tmp(), ACL_SUCCESS);
+    CHECK_EQ(aclprofStart(NULL), ACL_ERROR_INVALID_PARAM);   /* no device opened */
+    aclmockReset();   /* the failed Start kept the 2026 start flag (see Sessions) */
+    aclmockSetCannEra(ACLMOCK_CANN_2026);
+    aclmockSetDeviceCount(3);
+    CHECK_EQ(init_tmp(), ACL_SUCCESS);
+    CHECK_EQ(aclrtSetDevice(0), ACL_SUCCESS);
+    CHECK_EQ(aclrtSetDevice(2), ACL_SUCCESS);
     CHECK_EQ(aclprofStart(NULL), ACL_SUCCESS);
     char names[4][256];
     REQUIRE(prof_dirs(g_tmp, names, 4) == 1);
     char *dev = read_prof_file(names[0], "device_2", "mock_config.json");
     REQUIRE(dev != NULL);
-    CHECK(strstr(dev, "\"devices\": [0, 1, 2]") != NULL);
-    CHECK_EQ(tc_json_u64(dev, "dataTypeConfig", 0), ACL_PROF_ACL_API | ACL_PROF_TASK_TIME);
+    CHECK(strstr(dev, "\"devices\": [0, 2]") != NULL);   /* no host, no device 1 */
+    const uint64_t cann_default = ACL_PROF_ACL_API | ACL_PROF_TASK_TIME | ACL_PROF_TASK_TIME_L0 |
+                                  ACL_PROF_AICORE_METRICS | PROF_AICPU_MODEL;
+    CHECK_EQ_U64(tc_json_u64(dev, "dataTypeConfigStored", 0), cann_default);
+    CHECK_EQ(tc_json_u64(dev, "aicoreMetrics", 99), ACL_AICORE_PIPE_UTILIZATION);
     free(dev);
+    CHECK(read_prof_file(names[0], "device_1", "mock_config.json") == NULL);
     CHECK_EQ(aclprofStop(NULL), ACL_SUCCESS);
     CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
     tmp_end();
@@ -186,7 +199,7 @@ TEST(ops_collected_are_counted)
 static void all_tests(void)
 {
     RUN(output_directory_layout);
-    RUN(default_config_covers_every_device);
+    RUN(default_config_runs_opened_devices);
     RUN(uncreatable_directory);
     RUN(ops_collected_are_counted);
 }

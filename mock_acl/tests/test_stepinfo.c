@@ -127,6 +127,7 @@ TEST(reset_restarts_the_counter)
     aclprofCreateStepInfo();
     aclmockReset();   /* frees them */
     CHECK_EQ(aclprofInit(g_tmp, strlen(g_tmp)), ACL_SUCCESS);
+    CHECK_EQ(aclrtSetDevice(0), ACL_SUCCESS);   /* Start(NULL) runs the opened devices */
     CHECK_EQ(aclprofStart(NULL), ACL_SUCCESS);
     aclprofStepInfo *si = aclprofCreateStepInfo();
     CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_START, NULL), ACL_SUCCESS);

@@ -142,9 +142,11 @@ TEST(subscribe_error_codes)
     CHECK_EQ(aclprofModelSubscribe(m1, other), ACL_ERROR_PROF_REPEAT_SUBSCRIBE);  /* repeat first */
     /* Another config on the same device, or (host pseudo-device 64) on any device. */
     CHECK_EQ(aclprofModelSubscribe(m2, other), ACL_ERROR_INVALID_PROFILING_CONFIG);
+    /* m3's device was idle: CANN started it and kept m3 subscribed before the host refused
+     * the config (audit 3, R4): a half subscription, so a retry is a repeat. */
     CHECK_EQ(aclprofModelSubscribe(m3, other), ACL_ERROR_INVALID_PROFILING_CONFIG);
     CHECK_EQ(aclprofModelSubscribe(m2, cfg), ACL_SUCCESS);   /* same config: fine */
-    CHECK_EQ(aclprofModelSubscribe(m3, cfg), ACL_SUCCESS);
+    CHECK_EQ(aclprofModelSubscribe(m3, cfg), ACL_ERROR_PROF_REPEAT_SUBSCRIBE);
 
     /* Three models share one fd: only the last unsubscribe closes it. */
     int w = g_pipe[0][1];
@@ -397,8 +399,8 @@ TEST(throughput)
     /* 150000 unread names: the next aclmockReset frees them. */
 }
 
-/* Audit section 4 item 4: on a helper host every profiling call answers 200006, and the
- * u64 getters return it as their VALUE. */
+/* Audit row 20: on a helper host most profiling calls answer 200006 first, and the u64
+ * getters return it as their VALUE; the calls CANN does not check work as on any host. */
 TEST(helper_host)
 {
     uint32_t model = 0;
@@ -406,9 +408,6 @@ TEST(helper_host)
     CHECK_EQ(aclmockSetHelperHost(2), ACL_ERROR_INVALID_PARAM);
     CHECK_EQ(aclmockSetHelperHost(1), ACL_SUCCESS);
     unsigned char rec[80] = { 0 };
-    size_t size = 0;
-    CHECK_EQ(aclprofGetOpDescSize(&size), ACL_ERROR_FEATURE_UNSUPPORTED);
-    CHECK_EQ(size, 0);
     CHECK_EQ_U64(aclprofGetOpStart(rec, sizeof rec, 0), 200006);
     CHECK_EQ_U64(aclprofGetOpEnd(rec, sizeof rec, 0), 200006);
     CHECK_EQ_U64(aclprofGetOpDuration(rec, sizeof rec, 0), 200006);
@@ -418,6 +417,26 @@ TEST(helper_host)
     CHECK(aclprofCreateStamp() == NULL);
     CHECK(aclprofCreateSubscribeConfig(1, ACL_AICORE_NONE, &g_pipe[0][1]) == NULL);
     CHECK_EQ(aclprofModelSubscribe(model, NULL), ACL_ERROR_FEATURE_UNSUPPORTED);
+    /* Not checked by CANN (compiled RT): */
+    size_t size = 0;
+    CHECK_EQ(aclprofGetOpDescSize(&size), ACL_SUCCESS);
+    CHECK_EQ(size, 80);
+    CHECK(aclprofStr2Id("x") != UINT64_MAX);
+    CHECK_EQ(aclprofRangePop(), ACL_ERROR_INVALID_PARAM);   /* its own check: nothing pushed */
+    aclprofTensorInfo ti = { 0 };
+    aclprofEventAttributes attr = { 0 };
+    attr.messageType = ACL_PROF_MESSAGE_TYPE_TENSOR_INFO;
+    attr.message.tensorInfo = &ti;
+    CHECK_EQ(aclprofRangePushEx(&attr), ACL_SUCCESS);
+    aclprofStepInfo *si = aclprofCreateStepInfo();
+    CHECK(si != NULL);
+    CHECK_EQ(aclprofGetStepTimestamp(si, ACL_STEP_START, NULL), ACL_SUCCESS);
+    aclprofDestroyStepInfo(si);
+    /* Stop: not initialised and NULL give 0 before the check; SetConfig's input errors
+     * come first (L512 vs L526). */
+    CHECK_EQ(aclprofStop(NULL), ACL_SUCCESS);
+    CHECK_EQ(aclprofSetConfig(ACL_PROF_DVPP_FREQ, NULL, 0), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclprofSetConfig(ACL_PROF_DVPP_FREQ, "10", 2), ACL_ERROR_FEATURE_UNSUPPORTED);
     /* An injected fault still wins; the runtime and model calls are not profiling calls. */
     CHECK_EQ(aclmockFailNext("aclprofPop", 1, 500005), ACL_SUCCESS);
     CHECK_EQ(aclprofPop(), 500005);
@@ -425,14 +444,13 @@ TEST(helper_host)
     CHECK_EQ(execute_empty(model), ACL_SUCCESS);
     /* aclmockReset restores the default, and the environment sets it. */
     aclmockReset();
-    CHECK_EQ(aclprofGetOpDescSize(&size), ACL_SUCCESS);
-    CHECK_EQ(size, 80);
+    CHECK_EQ(aclprofPop(), -1);
     setenv("ACLMOCK_HELPER_HOST", "1", 1);
     aclmockReset();
-    CHECK_EQ(aclprofGetOpDescSize(&size), ACL_ERROR_FEATURE_UNSUPPORTED);
+    CHECK_EQ(aclprofPop(), ACL_ERROR_FEATURE_UNSUPPORTED);
     unsetenv("ACLMOCK_HELPER_HOST");
     aclmockReset();
-    CHECK_EQ(aclprofGetOpDescSize(&size), ACL_SUCCESS);
+    CHECK_EQ(aclprofPop(), -1);
 }
 
 int main(void)

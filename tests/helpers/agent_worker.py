@@ -2,6 +2,7 @@
 
     python tests/helpers/agent_worker.py --socket PATH [--service S] [--ops fixed|resnet] [--realtime]
                                   [--model-label NAME] [--model-version V] [--trace-dir DIR]
+                                  [--unsubscribe drain|drop] [--writer-delay-us US]
 
 Loads one mock model, starts ``aclprof.agent`` and watches it, then obeys commands read
 line by line from stdin and answers each with one JSON line on stdout:
@@ -13,6 +14,9 @@ line by line from stdin and answers each with one JSON line on stdout:
     slow T F    from now on run a copy of the model (same names and labels) whose ops of
                 type T take F times as long (the regression detector's and flight
                 recorder's tests)               -> {"model": id}
+    burst N     execute the model N times, without waiting for the mock's pipe writer
+                (with --writer-delay-us, records are still queued after it)
+                                                    -> {"emitted": total}
     stats       the agent's and the mock's counters -> {...}
     stop        agent.stop(); final counters; exit  -> {...}
 """
@@ -57,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
                         help='WATCH label "model" (default: the --ops name; "" sends none)')
     parser.add_argument("--model-version", default=None, help='WATCH label "version"')
     parser.add_argument("--trace-dir", default=None, help="agent.start(trace_dir=...) (aclprof trace)")
+    parser.add_argument("--unsubscribe", default="drain", choices=["drain", "drop"],
+                        help="mock.set_unsubscribe_policy (drop: as CANN, audit 3 row 1b)")
+    parser.add_argument("--writer-delay-us", type=int, default=0, help="mock.set_writer_delay_us")
     args = parser.parse_args(argv)
 
     import structlog
@@ -72,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
            "transformer": _models.transformer_like_ops()}[args.ops]
     model = mock.load_model(ops, device=args.device, seed=1)
     mock.set_realtime(args.realtime)
+    mock.set_unsubscribe_policy(args.unsubscribe)
+    mock.set_writer_delay_us(args.writer_delay_us)
     agent.start(args.socket, service=args.service, labels={"test": "1"}, buffer_records=args.buffer,
                 backoff_max=args.backoff_max, trace_dir=args.trace_dir)
     labels = {"model": args.ops if args.model_label is None else args.model_label}
@@ -88,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
         if cmd[0] == "run":
             mock.execute(model, int(cmd[1]))
             mock.wait_writer_idle()
+            print(json.dumps({"emitted": mock.stats()["recordsEmitted"]}), flush=True)
+        elif cmd[0] == "burst":
+            mock.execute(model, int(cmd[1]))
             print(json.dumps({"emitted": mock.stats()["recordsEmitted"]}), flush=True)
         elif cmd[0] == "step":
             mock.set_step_keypoints(True, model)

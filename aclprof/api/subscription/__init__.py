@@ -51,6 +51,7 @@ from aclprof.api.subscription.lifetime import (
     _device_configs,
     _forget_replaced_cell,
     _live,
+    _orphaned_cells,
     _unsubscribe_threads,
 )
 from aclprof.api.subscription.queue import ON_FULL_POLICIES, BatchQueue
@@ -58,7 +59,7 @@ from aclprof.api.subscription.reader import Reader
 from aclprof.api.subscription.stats import LAG_CLOCKS, TIME_UNITS, LagClock, SubscriptionStats
 from aclprof.binding import lowlevel
 from aclprof.binding.enums import AicoreMetrics
-from aclprof.binding.errors import RepeatSubscribeError
+from aclprof.binding.errors import InvalidProfilingConfigError, RepeatSubscribeError
 
 __all__ = ["subscribe", "Subscription", "SubscriptionStats", "ON_FULL_POLICIES", "resolve_device",
            "DeferredResubscribeError", "LAG_CLOCKS"]
@@ -121,14 +122,23 @@ class Subscription(Closing):
         self._cell = lowlevel.FdCell(write_fd)
         self._config: lowlevel.SubscribeConfig | None = None
         self._claimed = False
+        subscribing = False
         try:
             _device_configs.claim(self.device, time_info, int(AicoreMetrics.NONE))
             self._claimed = True
             self._config = lowlevel.create_subscribe_config(time_info, AicoreMetrics.NONE, self._cell)
+            subscribing = True
             lowlevel.model_subscribe(self.model_id, self._config)
             _forget_replaced_cell(self.model_id)
         except BaseException as exc:
-            self._close_write_end()
+            self._close_write_end()  # -1 in the cell: a library that kept it drops the records
+            if subscribing and isinstance(exc, InvalidProfilingConfigError):
+                # CANN refuses a config that differs from another subscription's (another
+                # component of the process subscribed with other metrics) AFTER it started an
+                # idle device and kept the model subscribed with this int* (fidelity audit 3,
+                # R4): the cell must outlive this object, as the library reads it for every
+                # record and writes -1 into it when it closes that half subscription.
+                _orphaned_cells.append(self._cell)
             self._release()
             if isinstance(exc, RepeatSubscribeError):
                 holder = _holder_of(self.model_id)

@@ -17,8 +17,11 @@ call                                   2025                        2026
 =====================================  ==========================  ========================
 finalize / stop without init           100043                      success, no-op
 start without init                     100043                      auto-init (ACL_PROF_PATH
-                                                                   or "./")
+                                                                   or "./"), kept even if
+                                                                   the config is refused
 start(None) / stop(None)               100000                      default / running config
+                                                                   (default: the opened
+                                                                   devices, no host)
 start while running, same types        100042 if a device repeats  success, starts nothing
 start while running, other types       100042 if a device repeats  100010
 stop                                   stops config's devices      stops every device
@@ -26,7 +29,14 @@ set_config before init                 100001                      accepted
 set_config 15, 16 / HOST_SYS numa     100000 / 100010             accepted
 init: result directory                 created at init             created at start
 DataType.API_STATS / AICORE_SHAPE      200007 at start             accepted
+range_stop of a never-started id       success                     -1 (MsproftxError)
+aclprofMarkEx length                   1..127 bytes                1..155 (``mark_ex``
+                                                                   allows 127 in both)
 =====================================  ==========================  ========================
+
+In both: ``set_config`` while only subscriptions exist gives 100010; on a 910B, types 11, 13,
+14 give 100010 and 15 gives 100000 whatever the value; msproftx works from the first MSPROFTX
+start until ``finalize`` (between stop and finalize nothing collects the events).
 
 The functions live in one module per area; this package re-exports them all, so
 ``aclprof.lowlevel`` and ``aclprof.binding.lowlevel`` are the names to import:

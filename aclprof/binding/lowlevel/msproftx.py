@@ -99,12 +99,17 @@ def range_stop(range_id: int) -> None:
 
 
 def mark_ex(message: str | bytes, stream: Stream) -> None:
-    """``aclprofMarkEx(msg, len, stream)`` (OPTIONAL symbol); 1..155 bytes, stream required.
+    """``aclprofMarkEx(msg, len, stream)`` (OPTIONAL symbol); 1..127 bytes, stream required.
 
-    The CANN docs say at most 127 bytes; the library's source accepts 155
-    (``MAX_MESSAGE_LEN - 1``), which is what is allowed here.
+    127 bytes is what every CANN release accepts (the 2025 library and the docs); releases
+    since 2026-04 accept 155, but the binding cannot tell which one it runs on, so a longer
+    message is refused here rather than on some installs only (``MAX_MARK_EX_BYTES``).
     """
-    data = encode_text(message, "message", MAX_MARK_EX_BYTES)
+    data = encode_text(message, "message", 1 << 16)
+    if len(data) > MAX_MARK_EX_BYTES:
+        raise ValueError(f"aclprofMarkEx: the message is {len(data)} bytes encoded; the limit is "
+                         f"{MAX_MARK_EX_BYTES} bytes (CANN before 2026-04 refuses longer ones): "
+                         f"shorten it")
     if not isinstance(stream, Stream):
         raise TypeError(f"stream must be a Stream, not {type(stream).__name__}")
     check(_fn("aclprofMarkEx")(data, len(data), stream._get()), "aclprofMarkEx")

@@ -74,7 +74,12 @@ def create_subscribe_config(time_info: bool, aicore_metrics: int, fd_cell: FdCel
     lib = get_library()
     ptr = _fn("aclprofCreateSubscribeConfig")(int(time_info), int(metrics), fd_cell._ptr())
     if ptr == lib.ffi.NULL:
-        raise InvalidParamError(100000, "aclprofCreateSubscribeConfig", "returned NULL")
+        # The arguments were checked above, so NULL means what CANN does not say: a helper
+        # host (CANN refuses profiling there; aclprofGetOpDescSize still works, audit 3
+        # row 20) or no memory.
+        raise InvalidParamError(100000, "aclprofCreateSubscribeConfig",
+                                "returned NULL for valid arguments: a helper host, where CANN "
+                                "refuses subscriptions, or out of memory")
     config = SubscribeConfig(ptr, _release_subscribe_config)
     config.fd_cell = fd_cell
     config.time_info = bool(time_info)

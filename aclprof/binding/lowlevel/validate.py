@@ -24,9 +24,12 @@ MAX_CONFIG_VALUE_BYTES = 256  # aclprofSetConfig rejects configLength > 256
 # aclprofSetStampTraceMessage rejects msgLen >= 128 and copies into a 127-byte field with
 # strncpy_s, which needs room for the NUL: 126 bytes is the longest message that survives.
 MAX_TRACE_MESSAGE_BYTES = 126
-# aclprofMarkEx accepts 1..MAX_MESSAGE_LEN-1 = 155 bytes in the source (audit #10); the
-# docs say 127. The source is what runs, and the issue asks for what the audit found.
-MAX_MARK_EX_BYTES = 155
+# aclprofMarkEx accepts 1..MAX_MESSAGE_LEN-1 bytes: 127 in CANN 2025 (RT0 prof_common.h:721,
+# MAX_MESSAGE_LEN 128, and the documentation), 155 since 9b35e9be6 (2026-04-16). The binding
+# cannot tell the release (there is no version call, and aclprofStr2Id, its only era probe,
+# came two months before the larger limit), so it allows what every release accepts
+# (fidelity audit 3, R11): a longer message would pass on one CANN and fail on another.
+MAX_MARK_EX_BYTES = 127
 MAX_DEVICES = 64  # PROF_MAX_DEV_NUM
 _U32 = 0xFFFFFFFF
 

@@ -5,6 +5,11 @@ Differences from pyACL, all in the caller's favour:
   until the config is destroyed *and* the library has released it (pyACL keeps it in a
   ``std::vector`` whose growth can leave the library a dangling pointer). The library
   closes that fd at unsubscribe, as in C: do not ``os.close`` the write end afterwards.
+  That holds after a ``model_subscribe`` refused with 100010 too: CANN may have kept the
+  model subscribed on its (idle) device with that int (fidelity audit 3, R4); then a retry
+  gives 148046, its records reach the fd, and ``model_unsubscribe`` returns 0 and closes
+  it. Unsubscribe the model as after a success; the int outlives the config until the
+  library writes -1 into it.
 - ``get_op_type``/``get_op_name`` accept any positive buffer length (pyACL documents
   [1, 65] and [1, 257], but its own sample passes 275); the buffer is zeroed first.
 """
