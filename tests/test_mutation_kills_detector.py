@@ -80,11 +80,16 @@ def test_the_steps_are_regressed_dead_band_and_calm():
     assert 1.0 + CLEAR_FRACTION * 0.05 < 1.03  # D is above the calm line: it holds a flag
 
 
-def test_persistence_flags_on_the_kth_regressed_second_and_clears_on_the_kth_calm_one():
+def test_persistence_flags_on_the_kth_regressed_second_and_clears_on_the_kth_calm_one(monkeypatch):
+    from aclprofd.detector import engine
+
     det = _pinned_detector(persistence=3)
     pattern = "NNRRNRRRRDDNNDNNNR"
     #          0123456789...
     with structlog.testing.capture_logs() as logs:
+        # a fresh logger: the module's may be bound, cached, to an earlier test's configuration
+        # (an in-process aclprofd or CLI configured structlog with cache_logger_on_first_use)
+        monkeypatch.setattr(engine, "_log", structlog.get_logger("aclprofd"))
         views = _play(det, pattern)
     # raised at the third R in a row (t7), held through the dead band and the interrupted
     # calm run (t13's D restarts it), cleared at the third calm second in a row (t16)
@@ -227,7 +232,7 @@ def test_cell_store_cap_counts_what_it_cannot_track():
     st = CellStore(lambda k: ("s", "m", f"t{k}", "n"), window_s=1, tau_s=60, max_cells=2)
     st.observe(*_deltas({0: _hist(n=10), 1: _hist(n=20), 2: _hist(n=30)}))
     assert len(st.cells) == 2 and st.untracked == 30
-    assert st.add_cell(("s", "m", "t9", "n")) == -2
+    assert st.add_cell(("s", "m", "t9", "n")) == -3  # _FULL: the table (or a share) is full, counted
     assert st.add_cell(("s", "m", "t0", "n")) == 0
     assert MAX_CELLS == 4096
 

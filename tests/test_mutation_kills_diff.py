@@ -294,7 +294,8 @@ def test_diff_options_default_to_what_their_help_says():
     text = " ".join(build_parser()._subparsers._group_actions[0].choices["diff"].format_help().split())
     for fact in ("(default 0.05 = 5 %)", "(default 200)", "(default 4)", "rows per op type (default) or name",
                  "--by {type,name}", "--min-effect F", "--min-count N", "--limit N", "--service NAME",
-                 "exit codes: 0 done (whatever it found), 1 error, 2 usage error or daemon unreachable",
+                 "exit codes: 0 done (whatever it found), 1 error, 2 usage error (a malformed input file too) "
+                 "or daemon unreachable",
                  "aclprof diff baseline:good-v42 live:current", "show the first N rows",
                  "one JSON object (rows, only_in_a, only_in_b)"):
         assert fact in text, fact
