@@ -164,3 +164,18 @@ def test_every_integer_up_to_4m_and_a_million_log_uniform_ones_match_the_table()
     rng = np.random.default_rng(20)
     wide = np.exp2(rng.uniform(0, 41, 1_000_000)).astype(np.int64)
     assert (bin_index(wide) == np.searchsorted(BIN_UPPER_NS, wide, side="left")).all()
+
+
+def test_the_float32_estimate_is_well_inside_the_margin_that_sends_values_to_the_exact_path():
+    """The premise of ``bin_index``'s fast path: float32 ``8*log2(d)`` (conversion included) is
+    off by far less than ``_NEAR`` anywhere up to 2**64, so every estimate that could round to
+    the wrong side of an edge is re-checked exactly. Measured on this numpy and CPU, so that a
+    build with a coarser float32 ``log2`` fails here instead of misbinning in silence."""
+    from aclprof.protocol.quantshift import _NEAR
+
+    rng = np.random.default_rng(64)
+    d = np.concatenate([np.array([x for x in edge_neighbours() if x > 0], dtype=np.uint64),
+                        np.exp2(rng.uniform(0, 63.99, 1_000_000)).astype(np.uint64)])
+    est = np.log2(d.astype(np.float32)).astype(np.float64) * BINS_PER_OCTAVE
+    exact = np.log2(d.astype(np.float64)) * BINS_PER_OCTAVE  # float64: ~1e-14 off, and d rounds by < 2**-53
+    assert np.max(np.abs(est - exact)) < _NEAR / 4
