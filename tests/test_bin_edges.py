@@ -121,6 +121,8 @@ def test_other_integer_widths_and_bad_values():
     with pytest.raises(TypeError, match="bin_index: durations must be integer or float"):
         bin_index(np.array(["10"]))
     assert bin_index(np.array([], dtype=np.int64)).tolist() == []
+    assert bin_index(np.int64(1024)).shape == () and int(bin_index(np.int64(1024))) == 80
+    assert bin_index(np.array([[1, 2], [1024, 1025]])).tolist() == [[1, 8], [80, 81]]
 
 
 def _previous_rule(d: np.ndarray) -> np.ndarray:

@@ -91,7 +91,8 @@ def bin_index(durations: np.ndarray) -> np.ndarray:
     ValueError; any other dtype a TypeError. Hot path: ``ceil(8*log2(d))`` in float32, in
     place; the few durations whose estimate lies within :data:`_NEAR` of an edge (where
     rounding may put it one bin off) are looked up in :data:`BIN_UPPER_NS` instead."""
-    d = np.asarray(durations)
+    arr = np.asarray(durations)
+    d = arr.reshape(-1)  # a view: one flat index for the exact re-check, any shape (0-d too) back
     # float32 straight from integers (the aggregator's int64); floats rounded and checked first
     y = d.astype(np.float32) if d.dtype.kind in "iu" else _as_float_ns(d).astype(np.float32)
     np.maximum(y, np.float32(0.0), out=y)  # negative durations are bin 0, with 0
@@ -108,7 +109,7 @@ def bin_index(durations: np.ndarray) -> np.ndarray:
     b = c.astype(np.int64)
     if len(near):
         b[near] = np.searchsorted(_UPPER_F, _as_float_ns(d[near]), side="left")
-    return b
+    return b.reshape(arr.shape)
 
 
 def _inverse_cdf(hist: np.ndarray, cum: np.ndarray, rank: np.ndarray) -> np.ndarray:
