@@ -161,18 +161,19 @@ def test_top_screen_scales_units(daemon):
     assert rows["svc-a"][-2].endswith("s") and not rows["svc-a"][-2].endswith(("ms", "us", "µs", "ns"))
 
 
-@pytest.mark.xfail(strict=True, reason="daemon histogram bins are [2^((b-1)/8), 2^(b/8)): a duration of exactly "
-                   "2^k ns lands above the le=2^k bucket, which Prometheus defines as <= le (found by issue 20's "
-                   "edge tests; fixing it changes the bin rule shared with baselines and aclprof diff)")
 def test_a_duration_of_exactly_a_bucket_bound_is_in_that_bucket():
+    """Prometheus's ``le`` is "<=": 2**k ns counts in ``le=2**k`` ns, 2**k + 1 in the next one
+    (the daemon's bins were lower-inclusive, which put 2**k one bucket up)."""
     import numpy as np
     from aclprofd.aggregate.quantiles import PROM_EXPONENTS, prom_bucket
 
     from aclprof.protocol.quantshift import bin_index
 
-    d = np.array([2 ** 10])
-    k = PROM_EXPONENTS[int(prom_bucket(bin_index(d))[0])]
-    assert 2 ** k == 2 ** 10  # the smallest le holding it is 1024 ns (le is "<=")
+    for k in PROM_EXPONENTS:
+        d = np.array([2 ** k - 1, 2 ** k, 2 ** k + 1], dtype=np.int64)
+        got = [PROM_EXPONENTS[int(i)] if i < len(PROM_EXPONENTS) else None for i in prom_bucket(bin_index(d))]
+        nxt = k + 1 if k + 1 <= PROM_EXPONENTS[-1] else None  # above the last le: only +Inf
+        assert got == [k, k, nxt], (k, got)
 
 
 @needs_prometheus

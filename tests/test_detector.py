@@ -31,8 +31,8 @@ def test_histogram_layout_is_the_aggregators():
     # one rule: the daemon's aggregates use the shared definition, whose bins are pinned here
     assert aggregate_quantiles.bin_index is quantshift.bin_index
     assert aggregate_quantiles.NBINS == quantshift.NBINS == 322
-    d = np.array([0, 1, 2, 3, 1000, 123456789, 2**40, 2**45, 7])
-    assert bin_index(d).tolist() == [0, 1, 9, 13, 80, 216, 321, 321, 23]
+    d = np.array([0, 1, 2, 3, 1000, 123456789, 2**40, 2**40 + 1, 2**45, 7])  # upper-inclusive: 2**k in bin 8k
+    assert bin_index(d).tolist() == [0, 1, 8, 13, 80, 216, 320, 321, 321, 23]
 
 
 def test_quantile_interval_covers_the_true_quantile():

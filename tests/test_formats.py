@@ -192,9 +192,9 @@ def test_aggregates_file_matches_the_document(tmp_path):
     assert arrays["min"][0] == 2**63 - 1  # a key without records
     assert (arrays["hist_key"].dtype, arrays["hist_bin"].dtype, arrays["hist_count"].dtype) == (
         np.int32, np.int16, np.int64)
-    # bin = floor(log2(d) * 8) + 1: 100 -> 54, 200 -> 62, 1024 -> 81
+    # bin = ceil(log2(d) * 8), upper-inclusive: 100 -> 54, 200 -> 62, 1024 = 2**10 -> 80
     got = sorted(zip(arrays["hist_key"].tolist(), arrays["hist_bin"].tolist(), arrays["hist_count"].tolist()))
-    assert got == [(row, 54, 1), (row, 62, 1), (row, 81, 1)]
+    assert got == [(row, 54, 1), (row, 62, 1), (row, 80, 1)]
 
 
 @pytest.mark.parametrize("version, label", [(1, None), (2, "bert@v1"), (2, "")])

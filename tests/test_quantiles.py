@@ -1,7 +1,8 @@
 """Exact quantiles of the daemon's log histograms, against an independent computation.
 
-The rule (daemon/README.md): a duration d >= 1 ns falls in bin floor(log2(d) * 8) + 1 (bin 0
-for d < 1, the last bin for overflow); the q-quantile of n records is the representative
+The rule (daemon/README.md): a duration d >= 1 ns falls in the first bin b >= 1 with
+d <= 2 ** (b / 8) (upper-inclusive bins; bin 0 for d < 1, the last bin above 2 ** 40 ns),
+decided here with exact integers (d ** 8 <= 2 ** b); the q-quantile of n records is the representative
 value of the first bin whose cumulative count reaches ceil(q * n) (at least 1): the bin's
 geometric midpoint 2 ** ((b - 0.5) / 8), rounded, then clipped to the group's [min, max].
 The reference below is plain Python (math, no numpy) so that it shares no code with the
@@ -25,7 +26,7 @@ NBINS = 8 * 40 + 2
 def ref_bin(d: int) -> int:
     if d < 1:
         return 0
-    return min(math.floor(math.log2(d) * 8) + 1, NBINS - 1)
+    return next((b for b in range(1, NBINS - 1) if d ** 8 <= 2 ** b), NBINS - 1)
 
 
 def ref_quantile(durations: list[int], q: float) -> int:
@@ -64,8 +65,9 @@ def check(durations: list[int]) -> None:
 
 
 def test_reference_bins_at_powers_of_two():
-    # exact powers of two start a bin: 2**k lands in bin 8k + 1, one less in the bin below
-    assert [ref_bin(d) for d in (1, 2, 1023, 1024, 1025)] == [1, 9, 80, 81, 81]
+    # exact powers of two end a bin (as Prometheus's le): 2**k lands in bin 8k with 2**k - 1,
+    # one more starts bin 8k + 1
+    assert [ref_bin(d) for d in (1, 2, 1023, 1024, 1025)] == [1, 8, 80, 80, 81]
 
 
 @pytest.mark.parametrize("d", [1, 2, 3, 1000, 1024, 123_456_789])
@@ -82,7 +84,7 @@ def test_all_samples_in_one_bin_are_clipped_to_min_max():
     assert row["p50_ns"] == row["p99_ns"] == 1060
     # 1025..1028: midpoint above max again; and 1090..1100 (bin 82, midpoint ~1115) likewise
     check([1025, 1026, 1027, 1028])
-    # bin 88 spans [1911, 2048): values near its top make the midpoint fall below the min
+    # bin 88 spans (1911, 2048]: values near its top make the midpoint fall below the min
     durations = [2040, 2045, 2047]
     assert len({ref_bin(d) for d in durations}) == 1
     row = snapshot_row(durations)

@@ -8,8 +8,11 @@ and sends it (BASELINE_GET); ``aclprof diff`` reads it. One JSON object::
      "rows": [{"service": str, "model": str, "op_type": str, "op_name": str,
                "bins": [int, ...], "weights": [float, ...]}, ...]}
 
-``bins``/``weights`` are a sparse histogram (the aggregator's bins; weights are counts,
-decayed ones are fractional). :func:`decode` checks everything a hostile or damaged file
+``bins``/``weights`` are a sparse histogram (the aggregator's bins, :func:`.quantshift.bin_index`:
+bin ``b >= 1`` holds ``(2**((b-1)/8), 2**(b/8)]`` ns; weights are counts, decayed ones are
+fractional). Version 1 did not change when the bins became upper-inclusive: a baseline saved
+before holds durations of exactly ``2**k`` ns one bin up, which reads 4.4 % high at most, within a
+quantile's stated resolution (daemon/README.md). :func:`decode` checks everything a hostile or damaged file
 could get wrong and raises ValueError naming it.
 """
 

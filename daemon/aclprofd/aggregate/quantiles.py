@@ -1,7 +1,8 @@
 """The aggregates' log-scale histogram and the quantiles read from it.
 
-Bin 0 holds durations of 0; bin ``b >= 1`` holds ``[2**((b-1)/8), 2**(b/8))`` ns, 8 bins per
-power of two, up to 2**40 ns (~18 min; longer durations land in the last bin). A quantile
+Bin 0 holds durations of 0; bin ``b >= 1`` holds ``(2**((b-1)/8), 2**(b/8)]`` ns (upper-inclusive,
+as Prometheus's ``le``; bin 1 also holds 1 ns), 8 bins per power of two, up to 2**40 ns (~18 min;
+longer durations land in the last bin). A quantile
 is reported as the bin's geometric midpoint, clamped to the group's exact ``[min, max]``,
 so its relative error is at most ``2**(1/16) - 1`` = 4.4 %.
 
@@ -24,7 +25,8 @@ __all__ = ["BINS_PER_OCTAVE", "NBINS", "PROM_EXPONENTS", "NPROM", "I64", "BIG", 
 # The histogram's layout (bin 0 for zero, 8 bins per octave up to 2**40 ns, overflow) is
 # defined once, in aclprof.protocol.quantshift: saved baselines and `aclprof diff` read it too.
 #: Prometheus buckets are whole powers of two of nanoseconds, so that they fall exactly on
-#: histogram bin edges: le = 2**k ns for k in PROM_EXPONENTS (128 ns .. ~17 s), then +Inf.
+#: histogram bin edges: le = 2**k ns for k in PROM_EXPONENTS (128 ns .. ~17 s), then +Inf. Bins
+#: are upper-inclusive like ``le``, so bin 8k (top 2**k) is the last one in bucket ``le=2**k``.
 PROM_EXPONENTS = tuple(range(7, 35))
 NPROM = len(PROM_EXPONENTS) + 1  # Prometheus buckets per key, +Inf included
 
