@@ -14,11 +14,13 @@ machine does not make the test flaky; the deterministic checks count frames per 
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections import Counter
 from typing import Any
 
+import numpy as np
 import pytest
 from helpers.daemons import Client, InProcess, agent, status
 from helpers.procs import wait_for
@@ -113,3 +115,104 @@ def test_many_small_frames_of_one_agent_do_not_hold_the_loop():
         assert bad_frames <= FRAMES_PER_TURN, bad_frames
         st = status(d.socket)
         assert st["loop"]["slices_cut"] >= 2 * n // FRAMES_PER_TURN - 1
+
+
+_CTRL = "".join(chr(1 + i % 30) for i in range(256))  # 6 bytes each in JSON
+
+
+def _long_cells(cells: int) -> tuple[list[bytes], list[bytes]]:
+    """One agent's ``cells`` ops of 4 KiB control-character op types and names (the soak's
+    ``baseline_long_cells``): its NAMES frames and its BATCH frames (3 records per cell)."""
+    from aclprof.protocol.wire import encode_names
+
+    names = {}
+    for i in range(cells):
+        names[2 * i + 10] = f"t{i:05d}" + _CTRL * 16
+        names[2 * i + 11] = f"n{i:05d}" + _CTRL * 16
+    batches = []
+    for lo in range(0, cells, 256):
+        recs = make_records(3 * min(256, cells - lo))
+        ids = np.repeat(np.arange(lo, lo + len(recs) // 3), 3)
+        recs["op_type"], recs["op_name"] = 2 * ids + 10, 2 * ids + 11
+        batches.append(encode_batch(recs))
+    return list(encode_names(names)), batches
+
+
+def _largest_chunk_meta(data_dir: str) -> int:
+    """The largest chunk metadata (names, identity, batches) in the data dir's segments."""
+    from aclprofd.storage import _CHUNK_HEADER, _FILE_HEADER
+
+    largest = 0
+    for fn in sorted(os.listdir(data_dir)):
+        if not fn.endswith(".acps"):
+            continue
+        with open(os.path.join(data_dir, fn), "rb") as f:
+            f.seek(_FILE_HEADER.unpack(f.read(_FILE_HEADER.size))[3])
+            while len(h := f.read(_CHUNK_HEADER.size)) == _CHUNK_HEADER.size:
+                _, mlen, dlen, _ = _CHUNK_HEADER.unpack(h)
+                largest = max(largest, mlen)
+                f.seek(mlen + dlen, os.SEEK_CUR)
+    return largest
+
+
+def test_saving_long_aggregate_keys_does_not_hold_the_loop(monkeypatch):
+    """Was: after one agent's 4096 cells of 4 KiB control-character names, every flush
+    with new records (any agent's) rewrote aggregates.npz with their ~180 MB of key JSON on
+    the loop thread (~1.3 s of CPU each time): a STATUS stall at every flush. Now the loop
+    takes a copy of the state and a writer thread encodes and writes it; the file still
+    has every key and the latest figures, written atomically (mode 0640)."""
+    import aclprofd.persist
+    from aclprofd.aggregate import aggregator, npzfile
+    from aclprofd.aggregate.npzfile import read_state
+    from aclprofd.storage import read_segment
+
+    cells = 4096
+    names_frames, batches = _long_cells(cells)
+    writers: list[str] = []
+    real_write = npzfile.write_state
+
+    def recording_write(path, arrays, meta):
+        writers.append(threading.current_thread().name)
+        return real_write(path, arrays, meta)
+
+    for mod in (aggregator, aclprofd.persist):  # whichever module the daemon calls it from
+        if hasattr(mod, "write_state"):
+            monkeypatch.setattr(mod, "write_state", recording_write)
+    with InProcess(flush_interval_s=0.2) as d:
+        path = os.path.join(d.settings.data_dir, "aggregates.npz")
+        bad = agent(d.socket, host="bad", service="hostile-cells")
+        for frame in names_frames + batches:
+            bad.sock.sendall(frame)
+        wait_for(lambda: status(d.socket)["records_total"] == 3 * cells, timeout=90)
+        # the long keys are saved once (the segment's names too: a one-time cost, not this test's)
+        wait_for(lambda: os.path.exists(path) and len(read_state(path)[0]["keys"]) > 2000, timeout=90,
+                 interval=0.2)
+        good = agent(d.socket, host="good", service="good")
+        sent = 0
+        with Probe(d.socket) as probe:
+            t_end = time.monotonic() + 4.0  # ~20 flushes, each with new records to save
+            while time.monotonic() < t_end:
+                good.send_batch(make_records(100))
+                sent += 100
+                time.sleep(0.05)
+            wait_for(lambda: status(d.socket)["records_total"] == 3 * cells + sent)
+        assert probe.worst < PROBE_BOUND_S, f"worst STATUS round trip {probe.worst:.2f} s"
+        assert writers and d.thread.name not in writers, set(writers)
+        d.stop()  # the last save waits for the writer
+        meta, arrays = read_state(path)
+        assert len(meta["keys"]) > 2000 and int(arrays["count"].sum()) == 3 * cells + sent
+        assert os.stat(path).st_mode & 0o777 == 0o640
+        # the segment: each chunk states the names its records use (a batch's worth, ~12 MB
+        # of JSON here), not the whole table (~180 MB) in one chunk; every record's names
+        # are in its segment
+        data = d.settings.data_dir
+        assert _largest_chunk_meta(data) < 32 << 20
+        records = 0
+        for fn in sorted(os.listdir(data)):
+            if fn.endswith(".acps"):
+                for chunk in read_segment(os.path.join(data, fn)):
+                    if chunk.meta.get("service") == "hostile-cells":
+                        ids = set(chunk.records["op_type"].tolist()) | set(chunk.records["op_name"].tolist())
+                        assert ids <= chunk.names.keys()
+                        records += len(chunk.records)
+        assert records == 3 * cells

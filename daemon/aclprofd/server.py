@@ -251,7 +251,7 @@ class Daemon:
             t.close_conn(conn, "daemon stopping")
         if self.storage is not None:
             self.storage.close()
-            self.persist.save_aggregates()
+            self.persist.save_aggregates(wait=True)  # on disk before the daemon is gone
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None

@@ -230,7 +230,9 @@ class _TransportStats(Protocol):
     accept_errors: int
     peer_gone: int
     slices_cut: int
-    pending: Mapping[int, Any]
+
+    @property
+    def pending(self) -> Mapping[int, Any]: ...
 
     @property
     def limits(self) -> _LimitStats: ...
