@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from aclprof.protocol.wire import FrameReader
+from aclprof.protocol.wire import FrameReader, Kind
 
 from .aggregate.aggregator import KeySource
 from .filters import Filter, NameMatcher
@@ -139,6 +139,11 @@ class Conn:
         # reads no more of this connection in this loop turn, so one agent's tables cost the
         # others one frame's time per turn, not READ_BUDGET's worth (aclprofd.transport)
         self.yield_read = False
+        # frames received but not handled yet: the rest of the reader's feed() when this
+        # connection's slice of a loop turn ended, and the bytes of the chunk it holds
+        # (aclprofd.transport; charged in held())
+        self.frames: Iterator[tuple[Kind, memoryview]] | None = None
+        self.frames_bytes = 0
         self.models: dict[int, dict[str, Any]] = {}
         # JSON bytes of each model entry and of host/service/labels (-1: not measured yet),
         # measured once so that STATUS fits its frame without measuring again (aclprofd.replyfit)
@@ -168,8 +173,9 @@ class Conn:
     def held(self) -> int:
         """Bytes this client makes the daemon hold, as the memory budget charges them
         (daemon/README.md "Memory budget"): queued outgoing bytes, its name table, received
-        records not yet stored, a partial frame. The one definition of that sum."""
-        return len(self.out) + self.names_bytes + self.pending_bytes + self.reader.buffered
+        records not yet stored, a partial frame, received frames not yet handled. The one
+        definition of that sum."""
+        return len(self.out) + self.names_bytes + self.pending_bytes + self.reader.buffered + self.frames_bytes
 
     def identity(self) -> dict[str, Any]:
         """What STATUS shows of who this peer is (daemon/PROTOCOL.md STATUS ``agents``)."""

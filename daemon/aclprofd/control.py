@@ -126,6 +126,6 @@ class Control:
     def reset(self, conn: Conn, req: dict[str, Any]) -> None:
         self.host.aggregator.reset()
         self.host.detection.reset()  # the detector's cells of gone agents go at its next tick
-        self.host.persist.save_aggregates()  # a restart must not bring the old figures back
+        self.host.persist.save_aggregates(wait=True)  # a restart must not bring the old figures back
         _log.info("aggregates reset", by_pid=conn.pid)
         self.outbox.queue(conn, encode_json(Kind.RESET_REPLY, {}))

@@ -45,6 +45,8 @@ __all__ = ["Ingest", "note_lag"]
 
 _log = structlog.get_logger("aclprofd")
 STORE_PENDING_MAX = 4 << 20  # write a connection's records before the tick beyond this many bytes
+#: a connection whose name table is charged this much has each batch stored at once
+STORE_EACH_BATCH_NAMES = 8 << 20
 #: An op longer than this (~13 days) is a corrupt value, not an op: durations are u64 on the
 #: wire but summed as int64, so one 2**64-1 would wrap every aggregate it joins.
 MAX_DURATION_NS = 1 << 50
@@ -169,8 +171,11 @@ class Ingest:
         owned = bytes(payload)  # the one copy: storage and streams keep it past this frame
         conn.pending_store.append((now, owned))
         conn.pending_bytes += len(owned)
-        if conn.pending_bytes >= STORE_PENDING_MAX:
-            # bounded memory at any rate: a fast agent's records go out before the tick
+        if conn.pending_bytes >= STORE_PENDING_MAX or conn.names_bytes >= STORE_EACH_BATCH_NAMES:
+            # bounded memory at any rate: a fast agent's records go out before the tick; and
+            # an agent with a large name table has each batch stored at once, with the names
+            # it uses (aclprofd.storage STATE_USED_ONLY), so a flush never writes many batches'
+            # worth of long names in one go
             self.persist.store(conn)
         if self.fanout.streaming:
             self.fanout.offer(conn, np.frombuffer(owned, dtype=RECORD_DTYPE), now)

@@ -182,6 +182,8 @@ class DaemonCollector:
                 ("aclprofd_accept_errors", "Failed accept() calls (accepting paused)", s.accept_errors),
                 ("aclprofd_connections_peer_gone", "Connections whose peer left before reading its replies "
                  "(not a protocol error)", s.peer_gone),
+                ("aclprofd_loop_slices_cut", "Connections whose slice of a loop turn ended with frames left "
+                 "for the next turn (one client's many frames wait, the others are served)", s.slices_cut),
                 ("aclprofd_names_truncated", "Op names/types cut to the name length limit at ingest",
                  s.names_truncated),
                 ("aclprofd_storage_corrupt_chunks", "Damaged segment chunks met while reading (rest of file skipped)",

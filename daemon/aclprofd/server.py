@@ -196,7 +196,9 @@ class Daemon:
         try:
             while not self._stop.is_set() and not (stop_event is not None and stop_event.is_set()):
                 now = time.monotonic()
-                timeout = 0.0 if self.fanout.exporting else max(
+                # frames left from a slice (aclprofd.transport): no sleep, the selector would
+                # not wake for bytes already read
+                timeout = 0.0 if self.fanout.exporting or self.transport.pending else max(
                     0.0, min(next_flush - now, 0.1 if stop_event is not None else 1.0,
                              self._published_mono + PUBLISH_S - now, self.detection.due(now)))
                 self._turn(timeout)
@@ -236,6 +238,7 @@ class Daemon:
                     t.read(conn)
                 if mask & selectors.EVENT_WRITE and not conn.closed:
                     t.send(conn)
+        t.serve_pending()  # the connections whose frames wait from an earlier turn
         self.fanout.pump_streams()
         self.fanout.pump_exports()
 
@@ -248,7 +251,7 @@ class Daemon:
             t.close_conn(conn, "daemon stopping")
         if self.storage is not None:
             self.storage.close()
-            self.persist.save_aggregates()
+            self.persist.save_aggregates(wait=True)  # on disk before the daemon is gone
         if self.metrics is not None:
             self.metrics.close()
             self.metrics = None

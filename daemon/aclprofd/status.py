@@ -115,6 +115,10 @@ class CountersSnapshot:
     accept_errors: int = 0
     #: peers gone when the daemon wrote to them (closed before reading their replies)
     peer_gone: int = 0
+    #: connections whose slice of a loop turn ended with frames left for the next turn
+    #: (aclprofd.transport FRAMES_PER_TURN / SLICE_S), and those waiting now
+    slices_cut: int = 0
+    slices_pending: int = 0
     #: connections open now: all, control clients, not yet said HELLO
     open_connections: int = 0
     open_control: int = 0
@@ -229,6 +233,10 @@ class _TransportStats(Protocol):
     internal_errors: int
     accept_errors: int
     peer_gone: int
+    slices_cut: int
+
+    @property
+    def pending(self) -> Mapping[int, Any]: ...
 
     @property
     def limits(self) -> _LimitStats: ...
@@ -300,6 +308,7 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         internal_errors=t.internal_errors, connections_refused=t.limits.refused,
         idle_closed=t.limits.idle_closed,
         accept_errors=t.accept_errors, peer_gone=t.peer_gone, open_connections=open_all,
+        slices_cut=t.slices_cut, slices_pending=len(t.pending),
         open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
         traces=d.traces.summary(), recent=d.health.recent(agg, d.started_mono, mono, counters),
         connections_refused_by=tuple(sorted(t.limits.refused_by.items())),
@@ -398,5 +407,6 @@ def status_reply(s: CountersSnapshot, socket_path: str, cut: dict[str, int] | No
                             "agents": s.open_agents, "agents_largest_uid": s.agents_largest_uid},
             "tables": {k: dict(v) for k, v in s.tables.items()},
             "names_truncated": s.names_truncated,
+            "loop": {"slices_cut": s.slices_cut, "slices_pending": s.slices_pending},
             "traces": dict(s.traces), "recent": {k: dict(v) for k, v in s.recent.items()},
             "replies_truncated": s.replies_truncated, "socket": socket_path}

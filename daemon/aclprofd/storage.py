@@ -29,7 +29,7 @@ import struct
 import time
 import zlib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -82,7 +82,15 @@ class _Segment:
 @dataclass
 class _ConnState:
     segment_seq: int = -1
-    names_written: int = 0
+    names_written: int = 0  # this segment has names[:names_written] of the connection ...
+    stated: set[int] = field(default_factory=set)  # ... and these (stated for their records)
+
+
+#: A connection's names not yet in the segment of more than this many characters: a chunk
+#: states only the names its records use (the others wait for records that use them), so a
+#: large table is written a batch's names at a time, not all at one flush (issue 19: 4096
+#: cells of 4 KiB control-character names were one ~180 MB chunk, ~1.1 s of the loop)
+STATE_USED_ONLY = 1 << 20
 
 
 class Storage:
@@ -168,24 +176,25 @@ class Storage:
             self._current = None
 
     def write(self, conn_id: str, identity: dict[str, Any], names: list[tuple[int, str]],
-              batches: list[tuple[float, bytes]]) -> None:
+              batches: list[tuple[float, bytes]], table: dict[int, str] | None = None) -> None:
         """Append ``batches`` of raw RECORD_DTYPE bytes (with their receive times) from
-        connection ``conn_id``, whose whole name table in definition order is ``names``.
-        Batches are split over chunks so that a segment ends near ``segment_bytes``."""
+        connection ``conn_id``, whose whole name table in definition order is ``names``
+        (``table``: the same as a dict, for :data:`STATE_USED_ONLY`). Batches are split over
+        chunks so that a segment ends near ``segment_bytes``."""
         group: list[tuple[float, bytes]] = []
         size = 0
         for ts, b in batches:
             used = self._current.size if self._current is not None else _FILE_HEADER.size
             if group and used + size + len(b) > self.segment_bytes:
-                self._write_chunk(conn_id, identity, names, group)
+                self._write_chunk(conn_id, identity, names, group, table)
                 group, size = [], 0
             group.append((ts, b))
             size += len(b)
         if group:
-            self._write_chunk(conn_id, identity, names, group)
+            self._write_chunk(conn_id, identity, names, group, table)
 
     def _write_chunk(self, conn_id: str, identity: dict[str, Any], names: list[tuple[int, str]],
-                     batches: list[tuple[float, bytes]]) -> None:
+                     batches: list[tuple[float, bytes]], table: dict[int, str] | None = None) -> None:
         now = time.time()
         data_len = sum(len(b) for _, b in batches)
         try:
@@ -201,8 +210,16 @@ class Storage:
                 self._current.first_ts = min(now, batches[0][0])  # the time range this file covers
             st = self._conns.setdefault(conn_id, _ConnState())
             if st.segment_seq != self._current.seq:
-                st.segment_seq, st.names_written = self._current.seq, 0
+                st.segment_seq, st.names_written, st.stated = self._current.seq, 0, set()
             delta = names[st.names_written:]
+            used_only = table is not None and sum(len(n) for _, n in delta) > STATE_USED_ONLY
+            if used_only:
+                assert table is not None
+                recs = [np.frombuffer(b, dtype=RECORD_DTYPE) for _, b in batches]
+                ids = np.unique(np.concatenate([r[f] for r in recs for f in ("op_type", "op_name")]))
+                delta = [(i, table[i]) for i in ids.tolist() if i not in st.stated and i in table]
+            elif st.stated:
+                delta = [(i, n) for i, n in delta if i not in st.stated]
             meta = dict(identity, conn=conn_id, names={str(i): s for i, s in delta},
                         batches=[[len(b) // RECORD_DTYPE.itemsize, ts] for ts, b in batches],
                         ts_first=batches[0][0], ts_last=batches[-1][0])
@@ -211,7 +228,11 @@ class Storage:
             for _, b in batches:
                 crc = zlib.crc32(b, crc)
             self._append([_CHUNK_HEADER.pack(_CHUNK_MAGIC, len(mb), data_len, crc), mb, *(b for _, b in batches)])
-            st.names_written = len(names)
+            if used_only:
+                st.stated.update(i for i, _ in delta)
+            else:
+                st.names_written = len(names)
+                st.stated.clear()
             self._current.size += _CHUNK_HEADER.size + len(mb) + data_len
             self._current.last_ts = batches[-1][0]
         except OSError as exc:

@@ -23,9 +23,11 @@ rate-limited.
 
 from __future__ import annotations
 
+import math
 import os
 import selectors
 import socket
+import sys
 import time
 from collections.abc import Callable, Mapping
 from typing import Protocol
@@ -46,6 +48,12 @@ _log = structlog.get_logger("aclprofd")
 
 _RECV = 1 << 20                 # bytes per recv() at most
 READ_BUDGET = 8 << 20           # bytes read from one connection before serving the others
+#: One connection's slice of a loop turn: at most this many frames and this long handling
+#: them, then the others' turn (its frames left wait in :attr:`Transport.pending`). One
+#: agent's 10,050 WATCH + BATCH pairs (2 MB, under READ_BUDGET) at ~1 ms each were one
+#: 13.7 s turn (issue 19). A good agent's BATCH of ~2048 records takes well under SLICE_S.
+FRAMES_PER_TURN = 64
+SLICE_S = 0.005
 _HELLO_MAX = 64 << 10           # bytes buffered before HELLO
 _ACCEPT_PAUSE_MIN = 0.05        # after a failed accept(), leave the listener alone this long ...
 _ACCEPT_PAUSE_MAX = 1.0         # ... doubling up to this
@@ -114,6 +122,12 @@ class Transport:
         # it stay valid as long as they are referenced
         self._rbuf = bytearray(_RECV)
         self._rview = memoryview(self._rbuf)
+        #: connections with frames received but not handled yet (their slice of a turn
+        #: ended), by file descriptor, in the order they are served; while there are any
+        #: the loop does not sleep in select (:meth:`serve_pending`)
+        self.pending: dict[int, Conn] = {}
+        self._served: set[Conn] = set()  # connections read in this loop turn
+        self.slices_cut = 0  # slices that ended with frames left (STATUS loop.slices_cut)
 
     def open_counts(self) -> tuple[int, int, int]:
         """Connections open now: (all, control clients, not yet said HELLO). Each table
@@ -193,12 +207,34 @@ class Transport:
             self.fail(conn, f"internal error in {where}: {type(exc).__name__}", quiet=True, protocol_error=False)
 
     def read(self, conn: Conn) -> None:
-        """The selector says ``conn`` is readable."""
+        """The selector says ``conn`` is readable (or it has frames left from an earlier turn)."""
+        self._served.add(conn)
         self.receive(conn, budget=READ_BUDGET)
 
+    def serve_pending(self) -> None:
+        """Give every connection with frames left from an earlier turn (:attr:`pending`),
+        and not read in this turn, its slice now: the selector does not wake for bytes
+        already out of the socket. Then start a new turn."""
+        for conn in [c for c in self.pending.values() if c not in self._served]:
+            if not conn.closed:
+                self.read(conn)
+        self._served.clear()
+
     def receive(self, conn: Conn, budget: int | None, deadline: float | None = None) -> None:
-        """Receive and handle until EAGAIN, EOF, a closed connection, ``budget`` bytes (so one
-        busy agent cannot starve the others; None: no limit) or ``deadline``."""
+        """Handle the frames left from an earlier turn, then receive and handle until EAGAIN,
+        EOF, a closed connection, ``budget`` bytes (so one busy agent cannot starve the others;
+        None: no limit) or ``deadline``. With a ``budget``, this connection's slice of the loop
+        turn also ends after ``FRAMES_PER_TURN`` frames or ``SLICE_S`` of handling, or after a
+        frame whose handler asked for it (a large ``NAMES``): its other frames wait in
+        :attr:`pending` for the next turn (many small frames at ~1 ms each, all under the read
+        budget, held every client 13.7 s in one turn)."""
+        sliced = budget is not None
+        end = time.monotonic() + SLICE_S if sliced else math.inf
+        frames: int | None = FRAMES_PER_TURN if sliced else sys.maxsize
+        if conn.frames is not None:
+            frames = self._feed(conn, None, FRAMES_PER_TURN if sliced else sys.maxsize, end)
+            if frames is None or conn.frames is not None:
+                return
         while not conn.closed and (budget is None or budget > 0) and (
                 deadline is None or time.monotonic() < deadline):
             try:
@@ -218,39 +254,59 @@ class Transport:
             data = bytes(self._rview[:n])
             if budget is not None:
                 budget -= n
-            if not self._feed(conn, data):
-                return
-            if conn.yield_read and budget is not None:  # a large NAMES frame: the others' turn now
-                conn.yield_read = False
+            assert frames is not None
+            frames = self._feed(conn, data, frames, end)
+            if frames is None or conn.frames is not None:
                 return
 
-    def _feed(self, conn: Conn, data: bytes) -> bool:
-        """Handle the frames ``data`` completes; False once the connection is closed."""
+    def _feed(self, conn: Conn, data: bytes | None, frames: int, end: float) -> int | None:
+        """Handle the frames ``data`` completes (None: resume the frames left in
+        :attr:`Conn.frames`) until ``frames`` more frames or the ``end`` of the slice
+        (monotonic); past it the rest stays in ``conn.frames`` and the connection in
+        :attr:`pending`. Returns the frames left to this slice, None once the connection is
+        closed."""
         handled = False
+        it = conn.frames
+        if it is None:
+            assert data is not None
+            it = conn.reader.feed(data)
+            conn.frames_bytes = len(data)  # held while frames of it wait (Conn.held)
+        conn.frames = None
+        self.pending.pop(conn.sock.fileno(), None)
         try:
-            for kind, payload in conn.reader.feed(data):
+            for kind, payload in it:
                 self._handle(conn, kind, payload)
                 if conn.closed:
-                    return False
+                    return None
                 handled = True
+                frames -= 1
+                if frames <= 0 or conn.yield_read or time.monotonic() >= end:
+                    # this connection's slice is over: the rest of its frames next turn
+                    conn.yield_read = False
+                    conn.frames = it
+                    self.pending[conn.sock.fileno()] = conn
+                    self.slices_cut += 1
+                    break
         except ProtocolError as exc:
             self.fail(conn, str(exc))
-            return False
+            return None
         except Exception as exc:  # a bug must cost one connection, never the daemon
             self.internal_errors += 1
             if self.limiter.allow("internal error handling a frame") is not None:
                 _log.exception("internal error handling a frame", pid=conn.pid)
             self.fail(conn, f"internal error: {type(exc).__name__}", protocol_error=False)
-            return False
+            return None
+        if conn.frames is None:
+            conn.frames_bytes = 0
         if conn.role is None and conn.reader.buffered > _HELLO_MAX:
             # an anonymous peer may not make the daemon buffer 16 MiB frames
             self.fail(conn, f"HELLO larger than {_HELLO_MAX} bytes")
-            return False
+            return None
         if handled:
             # a whole frame (a control request, an agent's records or heartbeat): not idle.
             # Bytes of a frame never finished do not count: a trickle cannot hold a slot.
             self.limits.requested(conn, time.monotonic())
-        return True
+        return frames
 
     def send(self, conn: Conn) -> None:
         """Send what the socket takes now; watch for writability while more is queued. Once
@@ -338,6 +394,8 @@ class Transport:
         except (KeyError, ValueError):
             pass
         self.conns.pop(conn.sock.fileno(), None)
+        self.pending.pop(conn.sock.fileno(), None)
+        conn.frames, conn.frames_bytes = None, 0
         conn.sock.close()
         self._on_close(conn)
         if log and (conn.role is not None or reason):

@@ -192,6 +192,18 @@ class Aggregator:
     def save(self, path: str) -> None:
         """Write the since-start aggregates (not the windows, not the Prometheus series) to
         ``path`` atomically (:func:`aclprofd.aggregate.npzfile.write_state`)."""
+        changes, arrays, meta = self.save_state()
+        write_state(path, arrays, meta)
+        self.saved(changes)
+
+    def saved(self, changes: int) -> None:
+        """The state :meth:`save_state` took at ``changes`` is on disk (loop thread)."""
+        self._saved_changes = changes
+
+    def save_state(self) -> tuple[int, dict[str, np.ndarray], dict[str, Any]]:
+        """``(changes, arrays, meta)``: copies of what :meth:`save` writes, taken under the
+        lock, for :func:`write_state` on any thread (:class:`aclprofd.persist.Persistence`
+        writes them off the loop thread); then :meth:`saved` with ``changes``."""
         with self._lock:
             changes = self._changes
             n = self.nkeys
@@ -202,8 +214,7 @@ class Aggregator:
                       "hist_count": self.hist[:n][hk, hb]}
             meta = {"since_ts": self.reset_ts, "saved_ts": self._clock(), "other_records": self.other_records,
                     "keys": [self.keys.identity(k) for k in range(n)]}
-        write_state(path, arrays, meta)
-        self._saved_changes = changes
+        return changes, arrays, meta
 
     def load(self, path: str) -> dict[str, Any]:
         """Continue from a file :meth:`save` wrote (call before any ingestion). Keys beyond

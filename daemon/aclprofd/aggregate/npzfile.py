@@ -34,8 +34,13 @@ def write_state(path: str, arrays: dict[str, np.ndarray], meta: dict[str, Any]) 
     a temporary file in the same directory, fsync, rename, fsync of the directory."""
     meta = {"format": STATE_FORMAT, "version": STATE_VERSION, "nbins": NBINS,
             "bins_per_octave": BINS_PER_OCTAVE, **meta}
-    members: dict[str, Any] = {**arrays, "meta": np.frombuffer(json.dumps(meta, separators=(",", ":")).encode(),
-                                                                np.uint8)}
+    keys = meta.pop("keys", [])
+    # one small json.dumps per key, not one call over all of them: a C call holds the GIL
+    # throughout, and 4096 keys of 4 KiB control-character names are ~180 MB of JSON
+    # (~0.7 s) that would stall the loop thread while the writer thread encodes them
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    text = b"".join((dumps(meta)[:-1].encode(), b',"keys":[', b",".join(dumps(k).encode() for k in keys), b"]}"))
+    members: dict[str, Any] = {**arrays, "meta": np.frombuffer(text, np.uint8)}
     replace_file(path, lambda f: np.savez(f, **members))
 
 
