@@ -237,7 +237,8 @@ def test_no_numpy_warning_escapes_on_zero_and_empty_rows():
     zero[0, 0] = 5
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert bin_index(np.array([0, 1, 2])).tolist() == [0, 1, 9]
+        # 2 ns = 2^(8/8): the upper edge of bin 8 (bins are upper-inclusive, as Prometheus's le)
+        assert bin_index(np.array([0, 1, 2])).tolist() == [0, 1, 8]
         quantile_ci(zero, 0.5, 4.0)
         s = shift(zero, zero[::-1], 0.5, 4.0)
         judge(s, 0.05, 1)
