@@ -13,6 +13,7 @@ import time
 
 import numpy as np
 import pytest
+from helpers.ascendrun import write_ascend
 from helpers.daemons import InProcess, agent
 from helpers.procs import cli, open_fds, wait_for
 from helpers.records import make_records
@@ -37,20 +38,7 @@ def _rec(**kw):
 
 def _write(tmp_path, batches, window=None):
     """Run AscendWriter into tmp_path/root; {dir name: its path}."""
-    root = tmp_path / "root"
-    root.mkdir()
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        w = fa.AscendWriter(fd, window)
-        try:
-            for b in batches:
-                w.add(b)
-            w.finish()
-        finally:
-            w.close()
-    finally:
-        os.close(fd)
-    return w, {d: root / d for d in sorted(os.listdir(root))}
+    return write_ascend(tmp_path / "root", batches, window)
 
 
 def _csv(path):

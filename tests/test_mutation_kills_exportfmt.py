@@ -158,24 +158,10 @@ def test_jsonl_passes_the_daemons_lines_through_and_counts_them():
 # ---- ascend: records with fields left out, step events, span openers --------------------------
 
 def _ascend(tmp_path, batches):
-    import os
+    from helpers.ascendrun import write_ascend
 
-    from aclprof.exportfmt import ascend as fa
-
-    root = tmp_path / "root"
-    root.mkdir()
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        w = fa.AscendWriter(fd, None)
-        try:
-            for b in batches:
-                w.add(b)
-            w.finish()
-        finally:
-            w.close()
-    finally:
-        os.close(fd)
-    (d,) = [root / x for x in os.listdir(root)]
+    _, dirs = write_ascend(tmp_path / "root", batches)
+    (d,) = dirs.values()
     out = d / "ASCEND_PROFILER_OUTPUT"
     with open(out / "kernel_details.csv", encoding="utf-8", newline="") as f:
         kd = list(csv.reader(f))[1:]
