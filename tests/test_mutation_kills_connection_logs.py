@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import pytest
 import structlog
-from helpers.scriptedpeer import Peer
+import test_mutation_kills_connection as _connection_tests
 
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
 from aclprof.protocol import wire
 from aclprof.protocol.wire import Kind
+
+#: the fixture: a scripted peer, a Connection to it and its buffer (closed after the test)
+make = _connection_tests.make
 
 UNREACHABLE = "aclprof daemon not reachable; buffering"
 CONNECTED = "connected to the aclprof daemon"
@@ -28,24 +31,6 @@ def fresh_logger(monkeypatch):
 
     monkeypatch.setattr(connection, "_log", structlog.get_logger("aclprof.agent.connection"))
 
-
-@pytest.fixture
-def make(tmp_path):
-    made = []
-
-    def make(reply: bytes | None = wire.encode_json(Kind.WELCOME, {})):
-        path = str(tmp_path / f"d{len(made)}.sock")
-        peer = Peer(path, reply)
-        buf = RecordBuffer(100)
-        conn = Connection(path, buf, service="svc", labels={}, connect_timeout=5)
-        made.append((peer, conn, buf))
-        return peer, conn, buf
-
-    yield make
-    for peer, conn, buf in made:
-        conn.close()
-        peer.close()
-        buf.close()
 
 
 def _events(logs, event):
