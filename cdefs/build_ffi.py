@@ -43,7 +43,7 @@ abi_ffi = FFI()
 abi_ffi.cdef(_read_cdefs())
 abi_ffi.set_source("aclprof.binding._acl_ffi", None)
 
-FAST_SOURCES = ("_fast_tx.c", "_fast_ops.c", "_fast_crc.c", "_fast_agent.c")
+FAST_SOURCES = ("_fast_tx.c", "_fast_ops.c", "_fast_crc.c", "_fast_agent.c", "_fast_aqueue.c")
 
 
 def _source_path(path: Path) -> str:

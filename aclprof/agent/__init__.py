@@ -55,7 +55,6 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from aclprof._log import get_logger
 from aclprof.agent.buffer import RecordBuffer
@@ -125,7 +124,7 @@ class Agent:
         self.labels = {str(k): str(v) for k, v in (labels or {}).items()}
         self.buffer_records = int(buffer_records)
         self.backoff_max = float(backoff_max)
-        self._buffer = RecordBuffer(buffer_records)
+        self._buffer = RecordBuffer(buffer_records, native=True)
         self._lock = self._buffer.lock  # one lock: the buffer, the counters, the models
         self._watched: dict[int, Watched] = {}
         self._conn = Connection(self.socket_path, self._buffer, service=service, labels=self.labels,
@@ -151,9 +150,10 @@ class Agent:
             device = _thread_device()
             device_from = "unknown" if device is None else "thread"
         w = Watched(model_id, device, {str(k): str(v) for k, v in (labels or {}).items()}, device_from)
-        item = Watch(w)
         buffer = self._buffer
+        sink = buffer.sink(w)  # the model's slot in the C queue its reader fills
         # The WATCH item goes in before the subscription can deliver anything.
+        item = Watch(w, buffer.seq())
         with self._lock:
             if self._sender.stopping:
                 raise RuntimeError("the aclprof agent is stopping")
@@ -169,11 +169,9 @@ class Agent:
             self._watched[model_id] = w
             buffer.items.append(item)
 
-        def deliver(batch: Any) -> None:  # the subscription's reader thread: cheap
-            buffer.add_batch(w, batch.data, batch.names)
-
         try:
-            w.sub = subscribe(model_id, device=device, batch_callback=deliver)
+            # the reader appends to the C queue without the GIL: no Python per batch
+            w.sub = subscribe(model_id, device=device, sink=sink)
             # A service's own aclprof.subscribe() of this model then names the agent.
             w.sub.holder = (
                 f"The aclprof agent holds this model's subscription (aclprof.agent.watch({model_id})); "
@@ -212,7 +210,7 @@ class Agent:
             w.live = False
             buffer.dropped_subscription += w.sub.stats.dropped - w.sub_dropped_seen
             w.sub_dropped_seen = w.sub.stats.dropped
-            buffer.items.append(Unwatch(w))
+            buffer.items.append(Unwatch(w, buffer.seq()))
             if self._watched.get(w.model_id) is w:
                 del self._watched[w.model_id]
 
@@ -256,7 +254,7 @@ class Agent:
         """The counters now (see :class:`AgentStats`)."""
         b, c = self._buffer, self._conn
         with self._lock:
-            records_in, dropped_buffer, buffered = b.records_in, b.dropped, b.buffered
+            records_in, dropped_buffer, buffered = b.totals()
             dropped_unread = b.dropped_unread
             models = tuple(sorted(m for m, w in self._watched.items() if w.live))
             sub_dropped = b.dropped_subscription + sum(
@@ -445,7 +443,7 @@ def _forget_after_fork() -> None:
             sock.close()  # this process's copy only; no shutdown()
         except OSError:
             pass
-    parent._buffer.close()
+    parent._buffer.close(in_child=True)
 
 
 if hasattr(os, "register_at_fork"):

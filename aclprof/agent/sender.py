@@ -13,6 +13,7 @@ one poll (50 ms) or one connection attempt (``connect_timeout``) at a time, so
 
 from __future__ import annotations
 
+import itertools
 import select
 import threading
 import time
@@ -257,12 +258,21 @@ class Sender:
         if conn.out:
             return conn.flush()
         items, self._pumped = self.buffer.take(MAX_FRAME_RECORDS)
-        if not items:
+        native = self.buffer.native
+        if not items and native is None:
             return True
+        budget = MAX_FRAME_RECORDS  # records taken from the C queue in this pump
         out, gen = conn.out, conn.gen
         i, count = 0, len(items)
         while i < count:
             item = items[i]
+            if native is not None and not isinstance(item, Batch) and item.seq:
+                # the C queue's records queued before this control item go first
+                moved, reached = self._drain_native(item.seq, budget)
+                budget -= moved
+                if not reached:  # the chunk is full: the rest waits for the next pump
+                    self._pumped -= self.buffer.put_back(items[i:])
+                    break
             i += 1
             if isinstance(item, Batch):
                 # The subscription delivers many small batches (a few dozen records per
@@ -287,8 +297,34 @@ class Sender:
                     conn.queue_json(wire.Kind.UNWATCH, {"model_id": w.model_id})
             else:  # a control frame in order with the records (TRACE_DONE)
                 conn.queue_json(item.kind, item.payload)
+        else:
+            if native is not None and budget > 0:
+                self._drain_native(None, budget)
         out.end_batch()
         return conn.flush()
+
+    def _drain_native(self, limit: int | None, budget: int) -> tuple[int, bool]:
+        """Agent mode: move up to ``budget`` records of the C queue (those before sequence
+        ``limit``) into the open BATCH frame, one conversion per run of one model's
+        records; returns ``(records moved, whether everything before limit is taken)``."""
+        native = self.buffer.native
+        assert native is not None
+        rows, slots, head = native.take(budget, limit)
+        n = len(slots)
+        if n:
+            data = rows.view(OP_DTYPE)
+            if slots[0] == slots[-1] and (n < 3 or bool((slots == slots[0]).all())):
+                cuts = [0, n]
+            else:
+                cuts = [0, *(np.flatnonzero(slots[1:] != slots[:-1]) + 1).tolist(), n]
+            table = self.buffer.slots
+            for a, b in itertools.pairwise(cuts):
+                w = table.get(int(slots[a]))
+                if w is None:
+                    raise RuntimeError(f"aclprof agent: records of an unknown queue slot {int(slots[a])} (a bug)")
+                self._send_records(w, [data[a:b]], w.native_names)
+            self._pumped += n
+        return n, limit is None or head >= limit
 
     def _send_records(self, w: Watched, parts: list[Any], table: Any) -> None:
         """Append ``w``'s batches ``parts`` to the open BATCH frame (WATCH and NAMES first

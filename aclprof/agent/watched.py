@@ -15,7 +15,7 @@ class Watched:
     by the buffer's lock) are the sender thread's."""
 
     __slots__ = ("model_id", "device", "device_from", "labels", "sub", "live", "announced", "name_map",
-                 "map_gen", "sub_dropped_seen")
+                 "map_gen", "sub_dropped_seen", "slot", "native_names")
 
     def __init__(self, model_id: int, device: int | None, labels: dict[str, str], device_from: str = "argument"):
         self.model_id = model_id
@@ -32,3 +32,5 @@ class Watched:
         self.name_map: Any = None  # numpy uint32: subscription name id -> connection id
         self.map_gen = -1          # connection generation name_map belongs to
         self.sub_dropped_seen = 0  # the subscription's drop counter already counted
+        self.slot = -1             # agent mode: its slot in the agent's C queue
+        self.native_names: Any = None  # ... and that slot's names (agentpath.SlotNames)

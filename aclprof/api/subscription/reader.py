@@ -89,7 +89,7 @@ class Reader:
                  queue: BatchQueue, lag: LagClock, *,
                  callback: Callable[[OpRecord], Any] | None = None,
                  batch_callback: Callable[[OpBatch], Any] | None = None,
-                 on_exit: Callable[[], None] | None = None):
+                 sink: Any = None, on_exit: Callable[[], None] | None = None):
         self.model_id = model_id
         self._read_fd = read_fd
         self._wake_fd = wake_fd
@@ -98,6 +98,9 @@ class Reader:
         self.lag = lag
         self._callback = callback
         self._batch_callback = batch_callback
+        #: agent mode (issue 21): an aclprof.binding.agentpath.QueueSink the records go to,
+        #: from C once the layout is checked (no Python per batch); its slot counts them
+        self._sink = sink
         self.on_exit = on_exit
         self.coalesce_ns = COALESCE_NS
         self.bytes_read = 0
@@ -118,12 +121,14 @@ class Reader:
 
     @property
     def has_callbacks(self) -> bool:
-        return self._callback is not None or self._batch_callback is not None
+        return self._callback is not None or self._batch_callback is not None or self._sink is not None
 
     @property
     def callback_name(self) -> str:
         """The callback's name, for messages about it."""
         cb: Any = self._batch_callback if self._batch_callback is not None else self._callback
+        if cb is None and self._sink is not None:
+            return "(the aclprof agent's record queue)"
         if cb is None:
             return "(no callback: queue)"
         return f"{getattr(cb, '__module__', '?')}.{getattr(cb, '__qualname__', repr(cb))}"
@@ -133,8 +138,34 @@ class Reader:
 
     def counts(self) -> ReaderCounts:
         """The last published counters; call with ``stats_lock`` held to pair them with
-        the queue's."""
-        return self._published
+        the queue's. In agent mode the sink's slot adds what the C loop read and
+        delivered (one snapshot of its own, consistent by itself)."""
+        published = self._published
+        if self._sink is None:
+            return published
+        c = self._sink.counts()
+        return published._replace(
+            bytes_read=published.bytes_read + c.bytes_read,
+            records_read=published.records_read + c.records_read,
+            records_decoded=published.records_decoded + c.delivered,
+            delivered=published.delivered + c.delivered,
+            corrupt=published.corrupt + c.corrupt,
+            names_missing=published.names_missing + c.missing_names,
+            keypoints=published.keypoints + c.keypoints)
+
+    def live_bytes(self) -> int:
+        """Bytes read so far (live progress, outside the identity)."""
+        if self._sink is None:
+            return self.bytes_read
+        return self.bytes_read + int(self._sink.counts().bytes_read)
+
+    def sync_lag(self) -> None:
+        """Agent mode: fold the C loop's lag clock into :attr:`lag`."""
+        if self._sink is None:
+            return
+        c = self._sink.counts()
+        if c.lag_end:
+            self.lag.merge(int(c.lag_end), int(c.lag_offset))
 
     def _publish_locked(self) -> None:
         d = self.decoder
@@ -152,6 +183,16 @@ class Reader:
         batch: OpBatch | None = None  # decoded and not yet delivered
         try:
             while True:
+                if self._sink is not None and decoder.native_ready:
+                    # Agent mode: everything up to EOF in one C call, no GIL per batch.
+                    flags = decoder.run_sink(self._sink, self._read_fd, self._wake_fd, self.coalesce_ns,
+                                             self.lag.factor)
+                    if flags & READ_WOKEN:
+                        _log.warning("subscription reader stopped before EOF", model_id=self.model_id)
+                        break
+                    self.truncated += decoder.filled
+                    decoder.filled = 0
+                    break
                 # Waiting, reading and decoding run in C with the GIL released, in one call
                 # (read); Python holds the GIL only to wrap and deliver the batch (finish).
                 n, flags = decoder.read(self._read_fd, self._wake_fd, self.coalesce_ns)
@@ -222,6 +263,11 @@ class Reader:
                 self._publish_locked()
 
     def _run_callbacks(self, batch: OpBatch) -> None:
+        if self._sink is not None:  # agent mode, before the C loop takes over (layout check)
+            with self.stats_lock:
+                self._sink.push(batch.data, self.decoder.table)
+                self.delivered += len(batch)
+            return
         if self._batch_callback is not None:
             try:
                 self._batch_callback(batch)

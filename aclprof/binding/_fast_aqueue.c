@@ -1,0 +1,332 @@
+/* The agent's record queue and the reader loop that fills it (issue 21; see _fast.h).
+ *
+ * Why: in agent mode the subscription's reader used to take the GIL for every batch (wrap it
+ * in numpy, run the agent's callback), ~500 times a second per model. On a busy host a thread
+ * holding the GIL can be descheduled with it, and the service's step thread waits. Here the
+ * reader stays in C from its first decoded batch to EOF: no Python per batch at all; the
+ * sender takes what gathered with one call per wake-up. */
+#define _POSIX_C_SOURCE 200809L /* clock_gettime under -std=c11 */
+#include "_fast_internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ROW sizeof(aclprof_op_row)
+#define MAX_SLOTS 65535
+
+typedef struct {
+    aclprof_aq_slot_counts c;
+    char **names; /* copies of the interner's entries, id = index; each stays until free */
+    uint32_t *lens;
+    uint64_t cap_names;
+} slot_t;
+
+struct aclprof_agent_queue {
+    pthread_mutex_t mu;
+    uint64_t bound;     /* ring capacity in rows */
+    uint8_t *rows;      /* bound rows; seq s lives at s % bound */
+    uint32_t *slot_of;  /* the slot of each row */
+    aclprof_aq_totals t;
+    slot_t *slots;
+    int nslots, cap_slots;
+    int wake_fd, sleeping;
+    uint64_t wake_at;
+};
+
+static int64_t mono_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+aclprof_agent_queue *aclprof_aq_new(uint64_t bound, int wake_fd)
+{
+    if (bound < 1 || bound > ((uint64_t)1 << 32))
+        return NULL;
+    aclprof_agent_queue *q = calloc(1, sizeof *q);
+    if (!q)
+        return NULL;
+    q->bound = bound;
+    q->rows = malloc(bound * ROW);
+    q->slot_of = malloc(bound * sizeof *q->slot_of);
+    if (!q->rows || !q->slot_of || pthread_mutex_init(&q->mu, NULL) != 0) {
+        free(q->rows);
+        free(q->slot_of);
+        free(q);
+        return NULL;
+    }
+    q->wake_fd = wake_fd;
+    return q;
+}
+
+void aclprof_aq_free(aclprof_agent_queue *q)
+{
+    if (!q)
+        return;
+    for (int s = 0; s < q->nslots; s++) {
+        for (uint64_t i = 0; i < q->slots[s].c.names; i++)
+            free(q->slots[s].names[i]);
+        free(q->slots[s].names);
+        free(q->slots[s].lens);
+    }
+    free(q->slots);
+    free(q->rows);
+    free(q->slot_of);
+    pthread_mutex_destroy(&q->mu);
+    free(q);
+}
+
+void aclprof_aq_set_wake_fd(aclprof_agent_queue *q, int wake_fd)
+{
+    pthread_mutex_lock(&q->mu);
+    q->wake_fd = wake_fd;
+    pthread_mutex_unlock(&q->mu);
+}
+
+int aclprof_aq_add_slot(aclprof_agent_queue *q)
+{
+    int id = -1;
+    pthread_mutex_lock(&q->mu);
+    if (q->nslots < MAX_SLOTS) {
+        if (q->nslots == q->cap_slots) {
+            int cap = q->cap_slots ? q->cap_slots * 2 : 8;
+            slot_t *s = realloc(q->slots, (size_t)cap * sizeof *s);
+            if (!s)
+                goto out;
+            q->slots = s;
+            q->cap_slots = cap;
+        }
+        id = q->nslots++;
+        memset(&q->slots[id], 0, sizeof q->slots[id]);
+    }
+out:
+    pthread_mutex_unlock(&q->mu);
+    return id;
+}
+
+/* Under mu: append n rows of slot, dropping the oldest (counted) past the bound, and wake
+ * a sleeping sender once wake_at rows are held. */
+static void append_locked(aclprof_agent_queue *q, int slot, const uint8_t *rows, uint64_t n)
+{
+    if (n > q->bound) { /* more than the whole queue: only the newest bound rows can stay */
+        uint64_t skip = n - q->bound;
+        q->t.dropped += q->t.tail - q->t.head + skip; /* all held rows, and the skipped */
+        q->t.records_in += skip;
+        q->t.tail += skip;
+        q->t.head = q->t.tail;
+        rows += skip * ROW;
+        n = q->bound;
+    }
+    uint64_t held = q->t.tail - q->t.head;
+    if (held + n > q->bound) {
+        uint64_t drop = held + n - q->bound;
+        q->t.head += drop;
+        q->t.dropped += drop;
+    }
+    for (uint64_t done = 0; done < n;) {
+        uint64_t at = (q->t.tail + done) % q->bound;
+        uint64_t run = q->bound - at;
+        if (run > n - done)
+            run = n - done;
+        memcpy(q->rows + at * ROW, rows + done * ROW, run * ROW);
+        for (uint64_t i = 0; i < run; i++)
+            q->slot_of[at + i] = (uint32_t)slot;
+        done += run;
+    }
+    q->t.tail += n;
+    q->t.records_in += n;
+    if (q->sleeping && q->t.tail - q->t.head >= q->wake_at && q->wake_fd >= 0) {
+        q->sleeping = 0;
+        char b = 'q';
+        ssize_t w = write(q->wake_fd, &b, 1); /* full pipe: a wake-up is pending anyway */
+        (void)w;
+    }
+}
+
+static void copy_names_locked(slot_t *s, const aclprof_interner *in);
+
+int aclprof_aq_push(aclprof_agent_queue *q, int slot, const aclprof_interner *in,
+                    const uint8_t *rows, uint32_t n)
+{
+    pthread_mutex_lock(&q->mu);
+    int ok = slot >= 0 && slot < q->nslots;
+    if (ok && in)
+        copy_names_locked(&q->slots[slot], in);
+    if (ok && n)
+        append_locked(q, slot, rows, n);
+    pthread_mutex_unlock(&q->mu);
+    return ok ? 0 : -1;
+}
+
+/* Under mu: copy the interner's entries the slot has not got yet. Only the reader thread
+ * writes the interner, and this runs on it: reading it needs no lock. On out of memory the
+ * copy stops short; the sender then names those ids "?" (aclprof_aq_name returns NULL). */
+static void copy_names_locked(slot_t *s, const aclprof_interner *in)
+{
+    uint32_t size = aclprof_interner_size(in);
+    while (s->c.names < size) {
+        if (s->c.names == s->cap_names) {
+            uint64_t cap = s->cap_names ? s->cap_names * 2 : 256;
+            char **names = realloc(s->names, cap * sizeof *names);
+            if (!names)
+                return;
+            s->names = names;
+            uint32_t *lens = realloc(s->lens, cap * sizeof *lens);
+            if (!lens)
+                return;
+            s->lens = lens;
+            s->cap_names = cap;
+        }
+        size_t len;
+        const char *e = aclprof_interner_entry(in, (uint32_t)s->c.names, &len);
+        char *copy = malloc(len + 1);
+        if (!copy)
+            return;
+        memcpy(copy, e, len);
+        copy[len] = '\0';
+        s->names[s->c.names] = copy;
+        s->lens[s->c.names] = (uint32_t)len;
+        s->c.names++;
+    }
+}
+
+int64_t aclprof_aq_run(aclprof_agent_queue *q, int slot, aclprof_interner *in, int fd,
+                       int wake_fd, uint8_t *buf, uint64_t filled, uint64_t cap,
+                       uint32_t rec_size, int64_t coalesce_ns, int validate,
+                       uint32_t default_device, int64_t lag_factor, uint8_t *out,
+                       aclprof_decode_counts *counts, int *flags)
+{
+    *flags = 0;
+    counts->left = filled;
+    pthread_mutex_lock(&q->mu);
+    int ok = slot >= 0 && slot < q->nslots;
+    pthread_mutex_unlock(&q->mu);
+    if (!ok)
+        return -EINVAL;
+    for (;;) {
+        counts->corrupt = counts->missing_names = counts->keypoints = 0;
+        int64_t got = aclprof_read_ops(in, fd, wake_fd, buf, filled, cap, rec_size, coalesce_ns,
+                                       validate, default_device, out, counts, flags);
+        if (got < 0)
+            return got;
+        int64_t arrival = mono_ns();
+        filled = counts->left;
+        if (got > 0) {
+            pthread_mutex_lock(&q->mu);
+            slot_t *s = &q->slots[slot];
+            copy_names_locked(s, in);
+            if (counts->rows)
+                append_locked(q, slot, out, counts->rows);
+            s->c.bytes_read += (uint64_t)got;
+            s->c.records_read += counts->whole;
+            s->c.delivered += counts->rows;
+            s->c.corrupt += counts->corrupt;
+            s->c.missing_names += counts->missing_names;
+            s->c.keypoints += counts->keypoints;
+            s->c.max_end = counts->max_end;
+            if (counts->rows)
+                s->c.reads++;
+            int64_t end = (int64_t)counts->max_end * lag_factor;
+            if (counts->rows && end != 0) { /* the reader-lag clock (stats.LagClock) */
+                if (s->c.lag_end == 0) {
+                    s->c.lag_end = end;
+                    s->c.lag_offset = arrival - end;
+                } else {
+                    if (end > s->c.lag_end)
+                        s->c.lag_end = end;
+                    if (arrival - end < s->c.lag_offset)
+                        s->c.lag_offset = arrival - end;
+                }
+            }
+            pthread_mutex_unlock(&q->mu);
+        }
+        if (*flags & (ACLPROF_READ_EOF | ACLPROF_READ_WOKEN))
+            return 0;
+    }
+}
+
+uint32_t aclprof_aq_take(aclprof_agent_queue *q, uint32_t max, uint64_t limit, uint8_t *rows,
+                         uint32_t *slots, uint64_t *head)
+{
+    pthread_mutex_lock(&q->mu);
+    uint64_t end = q->t.tail < limit ? q->t.tail : limit;
+    uint64_t n = end > q->t.head ? end - q->t.head : 0;
+    if (n > max)
+        n = max;
+    for (uint64_t done = 0; done < n;) {
+        uint64_t at = (q->t.head + done) % q->bound;
+        uint64_t run = q->bound - at;
+        if (run > n - done)
+            run = n - done;
+        memcpy(rows + done * ROW, q->rows + at * ROW, run * ROW);
+        memcpy(slots + done, q->slot_of + at, run * sizeof *slots);
+        done += run;
+    }
+    q->t.head += n;
+    q->t.taken += n;
+    *head = q->t.head;
+    pthread_mutex_unlock(&q->mu);
+    return (uint32_t)n;
+}
+
+void aclprof_aq_totals_get(aclprof_agent_queue *q, aclprof_aq_totals *t)
+{
+    pthread_mutex_lock(&q->mu);
+    *t = q->t;
+    pthread_mutex_unlock(&q->mu);
+}
+
+int aclprof_aq_slot_counts_get(aclprof_agent_queue *q, int slot, aclprof_aq_slot_counts *c)
+{
+    pthread_mutex_lock(&q->mu);
+    int ok = slot >= 0 && slot < q->nslots;
+    if (ok)
+        *c = q->slots[slot].c;
+    pthread_mutex_unlock(&q->mu);
+    return ok ? 0 : -1;
+}
+
+const char *aclprof_aq_name(aclprof_agent_queue *q, int slot, uint32_t id, size_t *len)
+{
+    const char *p = NULL;
+    *len = 0;
+    pthread_mutex_lock(&q->mu);
+    if (slot >= 0 && slot < q->nslots && id < q->slots[slot].c.names) {
+        p = q->slots[slot].names[id];
+        *len = q->slots[slot].lens[id];
+    }
+    pthread_mutex_unlock(&q->mu);
+    return p;
+}
+
+uint64_t aclprof_aq_discard(aclprof_agent_queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    uint64_t n = q->t.tail - q->t.head;
+    q->t.dropped += n;
+    q->t.head = q->t.tail;
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
+int aclprof_aq_arm(aclprof_agent_queue *q, uint64_t wake_at)
+{
+    pthread_mutex_lock(&q->mu);
+    int sleep = q->t.tail - q->t.head < wake_at;
+    if (sleep) {
+        q->wake_at = wake_at;
+        q->sleeping = 1;
+    }
+    pthread_mutex_unlock(&q->mu);
+    return sleep;
+}
+
+void aclprof_aq_disarm(aclprof_agent_queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    q->sleeping = 0;
+    pthread_mutex_unlock(&q->mu);
+}
