@@ -295,6 +295,12 @@ class Sender:
                 w = item.watched
                 if w.announced == gen:
                     conn.queue_json(wire.Kind.UNWATCH, {"model_id": w.model_id})
+                    # the model watched again meanwhile (a trace's resume, unwatch + watch)
+                    # was announced at connect: announced again, after this UNWATCH
+                    with self.buffer.lock:
+                        for other in self.watched.values():
+                            if other is not w and other.model_id == w.model_id:
+                                other.announced = -1
             else:  # a control frame in order with the records (TRACE_DONE)
                 conn.queue_json(item.kind, item.payload)
         else:
