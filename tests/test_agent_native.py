@@ -101,6 +101,25 @@ def test_queue_wakes_a_sleeping_sender_once_at_the_threshold():
         os.close(w)
 
 
+def test_loss_names_the_full_queue_as_its_reason():
+    """Records the C queue dropped (its bound) are the agent's buffer drops: the LOSS
+    frame says so (it said "unknown" while only the Python half's drops were looked at)."""
+    from aclprof.agent.buffer import RecordBuffer
+    from aclprof.agent.connection import Connection
+    from aclprof.agent.watched import Watched
+
+    buf = RecordBuffer(4, native=True)
+    try:
+        conn = Connection("/nonexistent", buf, service=None, labels={}, connect_timeout=0.1)
+        buf.sink(Watched(1, 0, {})).push(_rows(range(10)), None)
+        assert buf.lost_total() == 6
+        with buf.lock:
+            assert buf.totals() == (10, 6, 4)
+        assert conn._loss_reason() == "agent buffer full or daemon unreachable"
+    finally:
+        buf.close()
+
+
 def test_slot_names_read_as_placeholders_until_copied():
     q = AgentQueue(10, -1)
     s = q.add_slot()
