@@ -255,3 +255,28 @@ def test_a_control_item_follows_the_records_queued_before_it(agent, sock_path):
         assert agent.stop().records_sent == 8
     finally:
         fake.close()
+
+
+def test_the_getters_fallback_streams_names_through_the_queue(sock_path, agent):
+    """A record layout the binding does not recognise (the mock's "shuffled" one): the
+    reader decodes in Python through the getters and pushes each batch; its names reach
+    the daemon through the subscription's C table, aligned with the Python list."""
+    from aclprof import mock
+
+    mock.set_op_desc_layout("shuffled")
+    fake = FakeDaemon(sock_path)
+    try:
+        a = agent.start(sock_path)
+        model = mock.load_model(FIXED_OPS)
+        agent.watch(model)
+        mock.execute(model, 30)
+        mock.wait_writer_idle()
+        emitted = 30 * len(FIXED_OPS)
+        wait_for(lambda: fake.received == emitted, what="delivery")
+        assert a._watched[model].sub.stats.layout_mismatch is True
+        conn = fake.conns[0]
+        assert {(r[3], r[2]) for r in conn.records} == {(op["name"], op["type"]) for op in FIXED_OPS}
+        final = agent.stop()
+        assert final.records_sent == emitted and final.dropped == 0 and fake.errors() == []
+    finally:
+        fake.close()
