@@ -280,3 +280,34 @@ def test_the_getters_fallback_streams_names_through_the_queue(sock_path, agent):
         assert final.records_sent == emitted and final.dropped == 0 and fake.errors() == []
     finally:
         fake.close()
+
+
+def test_frame_stops_where_python_is_needed_and_converts_like_convert():
+    """aclprof_aq_frame: nothing before the slot is announced on this connection, nothing
+    past its name map, a stop before a record naming a new device (while the slot learns
+    it), and otherwise the same wire records as aclprof.binding.agentpath.convert."""
+    from aclprof.binding.agentpath import DEVICE, FRAMED, NEED_NAMES, NEED_WATCH, WIRE_RECORD_SIZE, convert
+
+    q = AgentQueue(100, -1)
+    s = q.add_slot()
+    rows = _rows(range(6))
+    rows["op_name"] = [0, 1, 0, 2, 1, 0]
+    rows["op_type"] = [3, 3, 3, 3, 3, 3]
+    rows["keypoint"] = [False, True, False, False, False, False]
+    rows["device_id"] = [0, 0, 0, 0, 2, 2]
+    q.push(s, rows)
+    out = np.zeros(6 * WIRE_RECORD_SIZE, np.uint8)
+    assert q.frame(1, None, 6, 64, out, 0)[:2] == (NEED_WATCH, 0)
+    q.set_slot(s, 1, 0, True)
+    assert q.frame(1, None, 6, 64, out, 0) == (NEED_NAMES, 0, 0, s, 3)
+    mapping = np.array([10, 11, 12, 13], np.uint32)
+    q.set_map(s, 2, mapping)  # another connection's map: not this one's
+    assert q.frame(1, None, 6, 64, out, 0)[0] == NEED_NAMES
+    q.set_map(s, 1, mapping)
+    assert q.frame(1, None, 6, 64, out, 0) == (DEVICE, 4, 4, s, 2)
+    q.set_slot(s, 1, 2, False)
+    code, n, head, _, _ = q.frame(1, None, 2, 64, out, 4 * WIRE_RECORD_SIZE)
+    assert (code, n, head) == (FRAMED, 2, 6)
+    want = np.zeros_like(out)
+    assert convert(want, 0, rows, mapping) == -1
+    assert out.tobytes() == want.tobytes()

@@ -65,6 +65,8 @@ class RecordBuffer:
             self.slots[slot] = w
         w.slot = slot
         w.native_names = SlotNames(self.native, slot)
+        w.queue = self.native
+        w.announced = w.announced  # the C slot learns the sender's view of it
         return QueueSink(self.native, slot)
 
     def seq(self) -> int:

@@ -13,7 +13,6 @@ one poll (50 ms) or one connection attempt (``connect_timeout``) at a time, so
 
 from __future__ import annotations
 
-import itertools
 import select
 import threading
 import time
@@ -27,7 +26,7 @@ from aclprof.agent.connection import Connection
 from aclprof.agent.items import Batch, Unwatch, Watch
 from aclprof.agent.watched import Watched
 from aclprof.api.records import OP_DTYPE
-from aclprof.binding.agentpath import convert
+from aclprof.binding.agentpath import DEVICE, FRAMED, NEED_NAMES, NEED_WATCH, convert
 from aclprof.binding.lowlevel import MAX_DEVICES
 from aclprof.protocol import wire
 from aclprof.protocol.paths import permission_hint
@@ -311,26 +310,47 @@ class Sender:
 
     def _drain_native(self, limit: int | None, budget: int) -> tuple[int, bool]:
         """Agent mode: move up to ``budget`` records of the C queue (those before sequence
-        ``limit``) into the open BATCH frame, one conversion per run of one model's
-        records; returns ``(records moved, whether everything before limit is taken)``."""
+        ``limit``) into the open BATCH frame, one C call (no GIL) per run; Python only
+        where the call stops for it (a WATCH, new NAMES, a learned device). Returns
+        ``(records moved, whether everything before limit is taken)``."""
         native = self.buffer.native
         assert native is not None
-        rows, slots, head = native.take(budget, limit)
-        n = len(slots)
-        if n:
-            data = rows.view(OP_DTYPE)
-            if slots[0] == slots[-1] and (n < 3 or bool((slots == slots[0]).all())):
-                cuts = [0, n]
-            else:
-                cuts = [0, *(np.flatnonzero(slots[1:] != slots[:-1]) + 1).tolist(), n]
-            table = self.buffer.slots
-            for a, b in itertools.pairwise(cuts):
-                w = table.get(int(slots[a]))
-                if w is None:
-                    raise RuntimeError(f"aclprof agent: records of an unknown queue slot {int(slots[a])} (a bug)")
-                self._send_records(w, [data[a:b]], w.native_names)
-            self._pumped += n
-        return n, limit is None or head >= limit
+        conn = self.conn
+        out, gen = conn.out, conn.gen
+        moved, head = 0, 0
+        while True:
+            at = out.reserve_records(budget - moved)
+            code, n, head, slot, value = native.frame(gen, limit, budget - moved, MAX_DEVICES, out.buf, at)
+            if n:
+                out.commit_records(n)
+                moved += n
+            if code == FRAMED or moved >= budget:
+                break
+            w = self.buffer.slots.get(slot)
+            if w is None:
+                raise RuntimeError(f"aclprof agent: records of an unknown queue slot {slot} (a bug)")
+            if code == NEED_WATCH:
+                if w.announced == gen:
+                    w.announced = gen  # announced by Python already (at connect): tell the queue
+                else:
+                    conn.announce(w)
+            elif code == NEED_NAMES:
+                # every name the slot has so far, not only up to this row's: one NAMES
+                # frame for a batch of new names, not one per record that brings one
+                top = max(value, int(native.slot_counts(slot).names) - 1)
+                new_names = conn.names.extend(w, top, w.native_names)
+                for frame in wire.encode_names(new_names):
+                    out.append(frame)
+                native.set_map(slot, gen, w.name_map)
+            elif code == DEVICE:
+                with self.buffer.lock:  # the trace thread reads the device under it
+                    old, w.device, w.device_from = w.device, value, "records"
+                _log.info("the watched model's device learned from its records", model_id=w.model_id,
+                          device=value, was=old)
+                w.announced = -1
+                conn.announce(w)
+        self._pumped += moved
+        return moved, limit is None or head >= limit
 
     def _send_records(self, w: Watched, parts: list[Any], table: Any) -> None:
         """Append ``w``'s batches ``parts`` to the open BATCH frame (WATCH and NAMES first

@@ -220,3 +220,34 @@ uint64_t aclprof_aq_discard(aclprof_agent_queue *q);
  * append that brings the queue to wake_at rows writes wake_fd once. */
 int aclprof_aq_arm(aclprof_agent_queue *q, uint64_t wake_at);
 void aclprof_aq_disarm(aclprof_agent_queue *q);
+
+/* The sender's side in one call per pump (aclprof_aq_frame): take the held rows, those
+ * before sequence `limit`, at most max, and write them as wire records at out (the open
+ * BATCH frame's room), the names remapped through the slot's map for connection `gen` and
+ * the keypoint byte folded into flag (as aclprof_agent_convert). It stops early, before the
+ * row that needs Python: its slot is not announced on connection gen (NEED_WATCH), a name id
+ * is beyond the slot's map for gen (NEED_NAMES, value = the larger id of the row), or the
+ * slot learns its device from its records and the row names another one, below max_devices
+ * and not 0 (DEVICE, value = that device). Python does what the code says, tells the queue
+ * (aclprof_aq_set_slot / aclprof_aq_set_map) and calls again. */
+#define ACLPROF_AQ_FRAMED 0
+#define ACLPROF_AQ_NEED_WATCH 1
+#define ACLPROF_AQ_NEED_NAMES 2
+#define ACLPROF_AQ_DEVICE 3
+typedef struct {
+    uint64_t records; /* rows written at out (and taken) */
+    uint64_t head;    /* the queue's head after the call */
+    uint32_t slot;    /* the slot of the row that stopped the call (codes other than FRAMED) */
+    uint32_t value;
+} aclprof_aq_frame_result;
+
+/* What the sender knows of a slot on the current connection: the generation its WATCH
+ * was sent on (-1: none), its device, and whether it learns the device from its records. */
+int aclprof_aq_set_slot(aclprof_agent_queue *q, int slot, int64_t announced_gen, uint32_t device,
+                        int learn);
+/* The slot's name map for connection gen (map[i]: connection id of the slot's id i),
+ * copied. -1 for a bad slot or out of memory. */
+int aclprof_aq_set_map(aclprof_agent_queue *q, int slot, int64_t gen, const uint32_t *map,
+                       uint32_t len);
+int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32_t max,
+                     uint32_t max_devices, uint8_t *out, aclprof_aq_frame_result *res);

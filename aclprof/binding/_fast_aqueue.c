@@ -18,6 +18,10 @@
 
 typedef struct {
     aclprof_aq_slot_counts c;
+    /* the sender's view (aclprof_aq_set_slot / aclprof_aq_set_map) */
+    int64_t announced_gen, map_gen;
+    uint32_t *map, map_len, device;
+    int learn;
     char **names; /* copies of the interner's entries, id = index; each stays until free */
     uint32_t *lens;
     uint64_t cap_names;
@@ -71,6 +75,7 @@ void aclprof_aq_free(aclprof_agent_queue *q)
             free(q->slots[s].names[i]);
         free(q->slots[s].names);
         free(q->slots[s].lens);
+        free(q->slots[s].map);
     }
     free(q->slots);
     free(q->rows);
@@ -101,6 +106,7 @@ int aclprof_aq_add_slot(aclprof_agent_queue *q)
         }
         id = q->nslots++;
         memset(&q->slots[id], 0, sizeof q->slots[id]);
+        q->slots[id].announced_gen = q->slots[id].map_gen = -1;
     }
 out:
     pthread_mutex_unlock(&q->mu);
@@ -329,4 +335,114 @@ void aclprof_aq_disarm(aclprof_agent_queue *q)
     pthread_mutex_lock(&q->mu);
     q->sleeping = 0;
     pthread_mutex_unlock(&q->mu);
+}
+
+/* ---- the sender's side: rows -> wire records in the open BATCH frame ---- */
+int aclprof_aq_set_slot(aclprof_agent_queue *q, int slot, int64_t announced_gen, uint32_t device,
+                        int learn)
+{
+    pthread_mutex_lock(&q->mu);
+    int ok = slot >= 0 && slot < q->nslots;
+    if (ok) {
+        slot_t *s = &q->slots[slot];
+        s->announced_gen = announced_gen;
+        s->device = device;
+        s->learn = learn;
+    }
+    pthread_mutex_unlock(&q->mu);
+    return ok ? 0 : -1;
+}
+
+int aclprof_aq_set_map(aclprof_agent_queue *q, int slot, int64_t gen, const uint32_t *map,
+                       uint32_t len)
+{
+    uint32_t *copy = len ? malloc((size_t)len * sizeof *copy) : NULL;
+    if (len && !copy)
+        return -1;
+    if (len)
+        memcpy(copy, map, (size_t)len * sizeof *copy);
+    pthread_mutex_lock(&q->mu);
+    int ok = slot >= 0 && slot < q->nslots;
+    if (ok) {
+        slot_t *s = &q->slots[slot];
+        free(s->map);
+        s->map = copy;
+        s->map_len = len;
+        s->map_gen = gen;
+    }
+    pthread_mutex_unlock(&q->mu);
+    if (!ok)
+        free(copy);
+    return ok ? 0 : -1;
+}
+
+static inline uint32_t ld32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void st32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+#define REC_AT(field) (offsetof(aclprof_op_row, rec) + offsetof(aclprof_record, field))
+
+int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32_t max,
+                     uint32_t max_devices, uint8_t *out, aclprof_aq_frame_result *res)
+{
+    int code = ACLPROF_AQ_FRAMED;
+    uint64_t n = 0;
+    pthread_mutex_lock(&q->mu);
+    uint64_t end = q->t.tail < limit ? q->t.tail : limit;
+    int cur = -1; /* the slot whose checks passed last (runs of one slot are the rule) */
+    const slot_t *s = NULL;
+    while (q->t.head + n < end && n < max) {
+        uint64_t at = (q->t.head + n) % q->bound;
+        const uint8_t *src = q->rows + at * ROW;
+        int slot = (int)q->slot_of[at];
+        if (slot != cur) {
+            s = &q->slots[slot];
+            if (s->announced_gen != gen) {
+                code = ACLPROF_AQ_NEED_WATCH;
+                res->slot = (uint32_t)slot;
+                res->value = 0;
+                break;
+            }
+            cur = slot;
+        }
+        uint32_t name = ld32(src + REC_AT(op_name)), type = ld32(src + REC_AT(op_type));
+        uint32_t hi = name > type ? name : type;
+        uint32_t map_len = s->map_gen == gen ? s->map_len : 0;
+        if (hi >= map_len) {
+            code = ACLPROF_AQ_NEED_NAMES;
+            res->slot = (uint32_t)slot;
+            res->value = hi;
+            break;
+        }
+        uint32_t dev = ld32(src + REC_AT(device_id));
+        if (s->learn && dev != 0 && dev < max_devices && dev != s->device) {
+            code = ACLPROF_AQ_DEVICE;
+            res->slot = (uint32_t)slot;
+            res->value = dev;
+            break;
+        }
+        uint8_t *dst = out + n * sizeof(aclprof_record);
+        memcpy(dst, src + offsetof(aclprof_op_row, rec), sizeof(aclprof_record));
+        uint32_t flag = ld32(src + REC_AT(flag));
+        if (src[offsetof(aclprof_op_row, keypoint)])
+            flag |= (uint32_t)ACLPROF_FLAG_KEYPOINT;
+        st32(dst + offsetof(aclprof_record, op_name), s->map[name]);
+        st32(dst + offsetof(aclprof_record, op_type), s->map[type]);
+        st32(dst + offsetof(aclprof_record, flag), flag);
+        n++;
+    }
+    q->t.head += n;
+    q->t.taken += n;
+    res->records = n;
+    res->head = q->t.head;
+    pthread_mutex_unlock(&q->mu);
+    return code;
 }

@@ -19,7 +19,8 @@ import numpy as np
 from aclprof.binding.built import import_built
 from aclprof.binding.layout import FLAG_KEYPOINT, OP_ROW_DTYPE, RECORD_SIZE
 
-__all__ = ["convert", "WIRE_RECORD_SIZE", "FLAG_KEYPOINT", "AgentQueue", "QueueSink", "SlotNames"]
+__all__ = ["convert", "WIRE_RECORD_SIZE", "FLAG_KEYPOINT", "AgentQueue", "QueueSink", "SlotNames",
+           "FRAMED", "NEED_WATCH", "NEED_NAMES", "DEVICE"]
 
 _fast: Any = import_built("_fast")
 _ffi, _lib = _fast.ffi, _fast.lib
@@ -74,6 +75,8 @@ def convert(out: np.ndarray, at: int, data: np.ndarray, mapping: np.ndarray | No
 
 
 _ROW = OP_ROW_DTYPE.itemsize
+#: AgentQueue.frame's codes (``_fast.h`` ACLPROF_AQ_*)
+FRAMED, NEED_WATCH, NEED_NAMES, DEVICE = 0, 1, 2, 3
 _NO_LIMIT = (1 << 64) - 1
 
 
@@ -94,6 +97,7 @@ class AgentQueue:
         self._q = _ffi.gc(q, _lib.aclprof_aq_free)
         self._totals = _ffi.new("aclprof_aq_totals *")
         self._head = _ffi.new("uint64_t *")
+        self._res = _ffi.new("aclprof_aq_frame_result *")
         self._rows = np.empty(0, np.uint8)
         self._slots = np.empty(0, np.uint32)
 
@@ -147,6 +151,33 @@ class AgentQueue:
             _ffi.from_buffer("uint8_t[]", self._rows, require_writable=True),
             _ffi.from_buffer("uint32_t[]", self._slots, require_writable=True), self._head))
         return self._rows[:n * _ROW], self._slots[:n], int(self._head[0])
+
+    def set_slot(self, slot: int, announced_gen: int, device: int, learn: bool) -> None:
+        """The sender's view of ``slot`` (see ``aclprof_aq_frame``)."""
+        if _lib.aclprof_aq_set_slot(self._q, slot, announced_gen, device, int(learn)) != 0:
+            raise ValueError(f"AgentQueue.set_slot: no slot {slot}")
+
+    def set_map(self, slot: int, gen: int, mapping: np.ndarray) -> None:
+        """``slot``'s name map (uint32: the slot's id -> the connection's) for ``gen``."""
+        if mapping.dtype != _U32 or not mapping.flags.c_contiguous:
+            raise TypeError("AgentQueue.set_map: the mapping must be a contiguous uint32 array")
+        ptr = _ffi.from_buffer("uint32_t[]", mapping) if len(mapping) else _ffi.NULL
+        if _lib.aclprof_aq_set_map(self._q, slot, gen, ptr, len(mapping)) != 0:
+            raise ValueError(f"AgentQueue.set_map: no slot {slot} (or out of memory)")
+
+    def frame(self, gen: int, limit: int | None, max_rows: int, max_devices: int, out: np.ndarray,
+              at: int) -> tuple[int, int, int, int, int]:
+        """Write up to ``max_rows`` held rows (before ``limit``) as wire records at byte
+        ``at`` of ``out``, in one C call without the GIL (``aclprof_aq_frame``).
+        Returns ``(code, records written, head, slot, value)``: code FRAMED, or the
+        NEED_WATCH / NEED_NAMES / DEVICE stop of ``slot`` (see ``_fast.h``)."""
+        if at < 0 or at + max_rows * WIRE_RECORD_SIZE > len(out) or out.dtype != np.uint8:
+            raise ValueError(f"AgentQueue.frame: no room for {max_rows} records at {at} in {len(out)} bytes")
+        res = self._res
+        code = int(_lib.aclprof_aq_frame(self._q, gen, _NO_LIMIT if limit is None else max(0, limit), max_rows,
+                                         max_devices, _ffi.from_buffer("uint8_t[]", out, require_writable=True) + at,
+                                         res))
+        return code, int(res.records), int(res.head), int(res.slot), int(res.value)
 
     def discard(self) -> int:
         """Drop every held row (counted); returns how many."""
