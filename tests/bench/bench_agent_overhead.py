@@ -272,7 +272,7 @@ def wake_timer() -> WakeTimer:
     except ImportError:  # before issue 21
         pass
     else:
-        t.wrap(AgentQueue, "take", "C", inner=True)
+        t.wrap(AgentQueue, "frame", "C", inner=True)
     return t
 
 
