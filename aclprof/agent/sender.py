@@ -53,6 +53,7 @@ _WARN_EVERY = 60.0
 #: the daemon closes agent connections that stay silent for its agent_idle_timeout
 HEARTBEAT_S = wire.AGENT_HEARTBEAT_S
 _HEARTBEAT = {"dropped": 0, "reason": "heartbeat"}
+_NAMES_STEP = 128  # names mapped per stop of the C framing call (GIL held ~0.2-0.5 ms each)
 
 
 class Sender:
@@ -335,9 +336,11 @@ class Sender:
                 else:
                     conn.announce(w)
             elif code == NEED_NAMES:
-                # every name the slot has so far, not only up to this row's: one NAMES
-                # frame for a batch of new names, not one per record that brings one
-                top = max(value, int(native.slot_counts(slot).names) - 1)
+                # the slot's names so far, not only up to this row's (one NAMES frame for a
+                # run of new names, not one per record), but at most _NAMES_STEP at a time:
+                # the next C call releases the GIL, so a model of thousands of names (all
+                # new on each connection) never holds it for milliseconds in one go
+                top = max(value, min(int(native.slot_counts(slot).names) - 1, value + _NAMES_STEP))
                 new_names = conn.names.extend(w, top, w.native_names)
                 for frame in wire.encode_names(new_names):
                     out.append(frame)
