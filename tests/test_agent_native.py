@@ -311,3 +311,39 @@ def test_frame_stops_where_python_is_needed_and_converts_like_convert():
     want = np.zeros_like(out)
     assert convert(want, 0, rows, mapping) == -1
     assert out.tobytes() == want.tobytes()
+
+
+def test_queue_grows_as_rows_are_held_and_keeps_their_order():
+    """The queue allocates room as rows are held (8192 at first, doubling up to the bound:
+    an agent whose daemon keeps up holds little); growing a wrapped ring keeps the order."""
+    q = AgentQueue(20_000, -1)
+    s = q.add_slot()
+    q.push(s, _rows(range(5000)))
+    assert _take_starts(q, 3000)[0] == list(range(3000))
+    q.push(s, _rows(range(5000, 11_000)))  # wraps in the first 8192 rows
+    q.push(s, _rows(range(11_000, 16_000)))  # 13000 held: grows, unwrapping
+    assert q.totals() == (16_000, 0, 13_000, 3000)
+    starts, _, head = _take_starts(q, 20_000)
+    assert starts == list(range(3000, 16_000)) and head == 16_000
+    q.push(s, _rows(range(30_000)))  # more than the bound at once: the newest 20000
+    assert q.totals() == (46_000, 10_000, 20_000, 26_000)
+    assert _take_starts(q, 30_000)[0] == list(range(10_000, 30_000))
+
+
+def test_subscribe_refuses_a_sink_with_callbacks_or_a_wrong_sink():
+    """``subscribe(sink=)`` is the agent's: with a callback it is refused by name, and so is
+    something that is not a QueueSink; nothing is subscribed either way."""
+    import aclprof
+    from aclprof import mock
+    from aclprof.binding.agentpath import QueueSink
+
+    model = mock.load_model(FIXED_OPS)
+    sink = QueueSink(AgentQueue(10, -1), 0)
+    with pytest.raises(ValueError, match=r"sink= .* excludes callback= and batch_callback="):
+        aclprof.subscribe(model, sink=sink, batch_callback=lambda b: None)
+    with pytest.raises(TypeError, match=r"sink must be an aclprof\.binding\.agentpath\.QueueSink"):
+        aclprof.subscribe(model, sink=object())
+    with aclprof.subscribe(model) as sub:  # the model is still free
+        mock.execute(model, 1)
+        mock.wait_writer_idle()
+    assert sub.stats.records_read == len(FIXED_OPS)

@@ -15,6 +15,7 @@
 
 #define ROW sizeof(aclprof_op_row)
 #define MAX_SLOTS 65535
+#define INITIAL_ROWS 8192
 
 typedef struct {
     aclprof_aq_slot_counts c;
@@ -29,8 +30,11 @@ typedef struct {
 
 struct aclprof_agent_queue {
     pthread_mutex_t mu;
-    uint64_t bound;     /* ring capacity in rows */
-    uint8_t *rows;      /* bound rows; seq s lives at s % bound */
+    uint64_t bound;     /* the most rows held */
+    uint64_t cap;       /* rows allocated: grows (doubling) up to bound as rows are held, so an
+                         * agent whose daemon keeps up holds a few hundred KiB, not bound rows */
+    uint64_t first;     /* where the head row is: seq s lives at (first + s - head) % cap */
+    uint8_t *rows;
     uint32_t *slot_of;  /* the slot of each row */
     aclprof_aq_totals t;
     slot_t *slots;
@@ -54,8 +58,9 @@ aclprof_agent_queue *aclprof_aq_new(uint64_t bound, int wake_fd)
     if (!q)
         return NULL;
     q->bound = bound;
-    q->rows = malloc(bound * ROW);
-    q->slot_of = malloc(bound * sizeof *q->slot_of);
+    q->cap = bound < INITIAL_ROWS ? bound : INITIAL_ROWS;
+    q->rows = malloc(q->cap * ROW);
+    q->slot_of = malloc(q->cap * sizeof *q->slot_of);
     if (!q->rows || !q->slot_of || pthread_mutex_init(&q->mu, NULL) != 0) {
         free(q->rows);
         free(q->slot_of);
@@ -113,6 +118,46 @@ out:
     return id;
 }
 
+/* Under mu: drop the k oldest rows held (counted). */
+static void drop_locked(aclprof_agent_queue *q, uint64_t k)
+{
+    q->t.head += k;
+    q->t.dropped += k;
+    q->first = (q->first + k) % q->cap;
+}
+
+/* Under mu: room for `need` rows (<= bound), the held ones moved to the start in order.
+ * Out of memory: the capacity stays (the caller drops to fit it, counted). */
+static void grow_locked(aclprof_agent_queue *q, uint64_t need)
+{
+    uint64_t cap = q->cap * 2 > need ? q->cap * 2 : need;
+    if (cap > q->bound)
+        cap = q->bound;
+    uint8_t *rows = malloc(cap * ROW);
+    uint32_t *slot_of = malloc(cap * sizeof *slot_of);
+    if (!rows || !slot_of) {
+        free(rows);
+        free(slot_of);
+        return;
+    }
+    uint64_t held = q->t.tail - q->t.head;
+    for (uint64_t done = 0; done < held;) {
+        uint64_t at = (q->first + done) % q->cap;
+        uint64_t run = q->cap - at;
+        if (run > held - done)
+            run = held - done;
+        memcpy(rows + done * ROW, q->rows + at * ROW, run * ROW);
+        memcpy(slot_of + done, q->slot_of + at, run * sizeof *slot_of);
+        done += run;
+    }
+    free(q->rows);
+    free(q->slot_of);
+    q->rows = rows;
+    q->slot_of = slot_of;
+    q->cap = cap;
+    q->first = 0;
+}
+
 /* Under mu: append n rows of slot, dropping the oldest (counted) past the bound, and wake
  * a sleeping sender once wake_at rows are held. */
 static void append_locked(aclprof_agent_queue *q, int slot, const uint8_t *rows, uint64_t n)
@@ -123,18 +168,36 @@ static void append_locked(aclprof_agent_queue *q, int slot, const uint8_t *rows,
         q->t.records_in += skip;
         q->t.tail += skip;
         q->t.head = q->t.tail;
+        q->first = 0;
         rows += skip * ROW;
         n = q->bound;
     }
     uint64_t held = q->t.tail - q->t.head;
     if (held + n > q->bound) {
-        uint64_t drop = held + n - q->bound;
-        q->t.head += drop;
-        q->t.dropped += drop;
+        drop_locked(q, held + n - q->bound);
+        held = q->bound - n;
+    }
+    if (held + n > q->cap) {
+        grow_locked(q, held + n);
+        if (n > q->cap) { /* out of memory with little room: only the newest cap rows */
+            uint64_t skip = n - q->cap;
+            drop_locked(q, held);
+            q->t.records_in += skip;
+            q->t.dropped += skip;
+            q->t.tail += skip;
+            q->t.head = q->t.tail;
+            q->first = 0;
+            rows += skip * ROW;
+            n = q->cap;
+            held = 0;
+        } else if (held + n > q->cap) {
+            drop_locked(q, held + n - q->cap);
+            held = q->cap - n;
+        }
     }
     for (uint64_t done = 0; done < n;) {
-        uint64_t at = (q->t.tail + done) % q->bound;
-        uint64_t run = q->bound - at;
+        uint64_t at = (q->first + held + done) % q->cap;
+        uint64_t run = q->cap - at;
         if (run > n - done)
             run = n - done;
         memcpy(q->rows + at * ROW, rows + done * ROW, run * ROW);
@@ -263,14 +326,15 @@ uint32_t aclprof_aq_take(aclprof_agent_queue *q, uint32_t max, uint64_t limit, u
     if (n > max)
         n = max;
     for (uint64_t done = 0; done < n;) {
-        uint64_t at = (q->t.head + done) % q->bound;
-        uint64_t run = q->bound - at;
+        uint64_t at = (q->first + done) % q->cap;
+        uint64_t run = q->cap - at;
         if (run > n - done)
             run = n - done;
         memcpy(rows + done * ROW, q->rows + at * ROW, run * ROW);
         memcpy(slots + done, q->slot_of + at, run * sizeof *slots);
         done += run;
     }
+    q->first = n ? (q->first + n) % q->cap : q->first;
     q->t.head += n;
     q->t.taken += n;
     *head = q->t.head;
@@ -314,6 +378,7 @@ uint64_t aclprof_aq_discard(aclprof_agent_queue *q)
     uint64_t n = q->t.tail - q->t.head;
     q->t.dropped += n;
     q->t.head = q->t.tail;
+    q->first = 0;
     pthread_mutex_unlock(&q->mu);
     return n;
 }
@@ -400,7 +465,7 @@ int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32
     int cur = -1; /* the slot whose checks passed last (runs of one slot are the rule) */
     const slot_t *s = NULL;
     while (q->t.head + n < end && n < max) {
-        uint64_t at = (q->t.head + n) % q->bound;
+        uint64_t at = (q->first + n) % q->cap;
         const uint8_t *src = q->rows + at * ROW;
         int slot = (int)q->slot_of[at];
         if (slot != cur) {
@@ -439,6 +504,7 @@ int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32
         st32(dst + offsetof(aclprof_record, flag), flag);
         n++;
     }
+    q->first = (q->first + n) % q->cap;
     q->t.head += n;
     q->t.taken += n;
     res->records = n;
