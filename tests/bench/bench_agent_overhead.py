@@ -494,9 +494,12 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
                 wakes.cpu_us.setdefault(k, []).extend(v)
             mock.wait_writer_idle(60)
             st = agent.stop(timeout=10)
-        totals["emitted"] += mock.stats()["recordsEmitted"] - before
+        emitted = mock.stats()["recordsEmitted"] - before
+        totals["emitted"] += emitted
         totals["sent"] += st.records_sent
         totals["lost"] += st.loss_reported + st.loss_pending
+        if st.records_sent != emitted:  # say where a loss came from (counted either way)
+            print(f"  {name}: {emitted - st.records_sent:,} of {emitted:,} records not sent: {st}")
         return B.med(t)
 
     variants: dict[str, Any] = {}
