@@ -1,5 +1,6 @@
 /* Hot-path helpers compiled in cffi API mode (see cdefs/build_ffi.py): this file is the
- * cdef cffi reads, and the C files (_fast_tx.c, _fast_ops.c, _fast_crc.c) include it, so the
+ * cdef cffi reads, and the C files (_fast_tx.c, _fast_ops.c, _fast_crc.c, _fast_agent.c,
+ * _fast_aqueue.c) include it, so the
  * compiler checks them against it. cffi's cdef parser takes plain declarations and integer
  * #defines only.
  * The loader binds the vendor library's function pointers once with aclprof_fast_bind_*();
