@@ -7,6 +7,11 @@ counted and never stops the reader) or to the :class:`~.queue.BatchQueue`. It st
 EOF (the library, or the binding, closed the write end) or when woken with the pipe
 empty (an unsubscribe that failed: no EOF will come).
 
+Agent mode (``sink=``, issue 21): once the first batch passed the layout check, the whole
+loop, delivery included, is one C call (:meth:`.decoder.Decoder.run_sink`) that appends the
+rows to the agent's record queue and returns at EOF: no GIL per batch; the counters of
+those records are the sink's slot's, added in :meth:`Reader.counts`.
+
 The counters are published as one snapshot (:meth:`Reader.counts`) under the queue's lock,
 the lock the consumer's :meth:`~.queue.BatchQueue.get` also holds: a batch's records enter
 ``records_read`` in the same step as they enter ``delivered``, ``dropped`` or ``queued``, so
