@@ -414,7 +414,14 @@ class Sender:
         """At thread exit: whatever is still buffered or unsent is lost (counted); report
         it if the daemon is still there, and close."""
         conn = self.conn
-        self.buffer.discard_all()
+        leftover = self.buffer.discard_all()
+        if leftover:
+            # counted either way; said, because a stop that gives up on an absent or slow
+            # daemon otherwise loses a whole run of records without a line above INFO
+            _log.warning("the aclprof agent stopped with records it could not send; counted as dropped "
+                         "(reported in a LOSS frame when connected; an absent daemon never learns of them)",
+                         dropped=leftover, connected=conn.sock is not None, socket=conn.socket_path,
+                         error=conn.last_error)
         if conn.sock is not None:
             if conn.out:
                 # Bytes of a half-written frame cannot be followed by another frame: close.
