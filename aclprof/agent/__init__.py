@@ -8,19 +8,23 @@
 
 It never slows or breaks the service it runs in:
 
-- The subscription's ``batch_callback`` only appends the decoded batch to a bounded buffer
-  (a lock, a deque append, a counter). When the buffer holds more than ``buffer_records``
-  records the *oldest* records are dropped and counted: the newest are kept.
-- One sender thread converts batches to the wire format (``aclprof.protocol.wire``), maps the
-  subscription's interned name ids to connection-scoped ids (NAMES frames carry only new
-  ones) and writes with non-blocking sends. A slow daemon fills the buffer, never the
-  service's threads.
+- No Python per batch (issue 21): each subscription's reader thread enters one compiled
+  call (:class:`aclprof.binding.agentpath.QueueSink`) that waits for the pipe, reads,
+  checks, decodes and names the records and appends them to the agent's bounded record
+  queue in C, until EOF, without the GIL (only the first batch, which the layout check
+  decodes in Python, is pushed from Python). When the queue holds more than
+  ``buffer_records`` records the *oldest* are dropped and counted: the newest are kept.
+- One sender thread moves the queued records into wire frames (``aclprof.protocol.wire``)
+  with one compiled call per wake-up (``aclprof_aq_frame``: the name ids remapped to
+  connection-scoped ids, the keypoint flag folded in), stopping for Python only where it is
+  needed (a WATCH, NAMES frames for new names, a device learned from the records), and
+  writes with non-blocking sends. A slow daemon fills the queue, never the service's
+  threads.
 - The GIL (the service's step thread needs it to return from ``aclmdlExecute``,
-  and waits behind any other thread holding it): the conversion of a batch is one call
-  into the compiled helper that runs without the GIL (:mod:`aclprof.binding.agentpath`),
-  and while records flow the sender wakes every 50 ms, so it takes the GIL ~20 times a
-  second for a few tens of microseconds each. The agent never changes the interpreter's
-  switch interval or any other global setting.
+  and waits behind any other thread holding it, longer when the holder is descheduled on a
+  busy host): the readers never take it while records flow, and the sender wakes every 50 ms
+  (10 ms while someone watches), taking it for tens of microseconds each time. The agent
+  never changes the interpreter's switch interval or any other global setting.
 - With no daemon (not started yet, restarting, gone) the agent keeps the newest records
   up to the bound, counts what it drops, and reconnects with exponential backoff
   (0.1 s doubling to 5 s). Each (re)connection sends HELLO, WATCH for every live model,
@@ -40,7 +44,8 @@ and reports it, with any LOSS the daemon did not read, on its next connection. O
 daemon that *crashes* (``kill -9``) can lose records uncounted: what sat in the kernel's
 socket buffer (at most one buffer, ~200 KB) plus what the daemon had not flushed to disk.
 
-The parts: :mod:`~aclprof.agent.buffer` (the bounded buffer and the loss counters),
+The parts: :mod:`~aclprof.agent.buffer` (the control items, the C record queue and the
+loss counters),
 :mod:`~aclprof.agent.connection` (handshake, non-blocking writes, GOODBYE accounting),
 :mod:`~aclprof.agent.frames` (the reusable outgoing frame buffer),
 :mod:`~aclprof.agent.names` (name ids and the record conversion),
@@ -55,7 +60,6 @@ import os
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from aclprof._log import get_logger
 from aclprof.agent.buffer import RecordBuffer
@@ -125,7 +129,7 @@ class Agent:
         self.labels = {str(k): str(v) for k, v in (labels or {}).items()}
         self.buffer_records = int(buffer_records)
         self.backoff_max = float(backoff_max)
-        self._buffer = RecordBuffer(buffer_records)
+        self._buffer = RecordBuffer(buffer_records, native=True)
         self._lock = self._buffer.lock  # one lock: the buffer, the counters, the models
         self._watched: dict[int, Watched] = {}
         self._conn = Connection(self.socket_path, self._buffer, service=service, labels=self.labels,
@@ -151,9 +155,10 @@ class Agent:
             device = _thread_device()
             device_from = "unknown" if device is None else "thread"
         w = Watched(model_id, device, {str(k): str(v) for k, v in (labels or {}).items()}, device_from)
-        item = Watch(w)
         buffer = self._buffer
+        sink = buffer.sink(w)  # the model's slot in the C queue its reader fills
         # The WATCH item goes in before the subscription can deliver anything.
+        item = Watch(w, buffer.seq())
         with self._lock:
             if self._sender.stopping:
                 raise RuntimeError("the aclprof agent is stopping")
@@ -169,11 +174,9 @@ class Agent:
             self._watched[model_id] = w
             buffer.items.append(item)
 
-        def deliver(batch: Any) -> None:  # the subscription's reader thread: cheap
-            buffer.add_batch(w, batch.data, batch.names)
-
         try:
-            w.sub = subscribe(model_id, device=device, batch_callback=deliver)
+            # the reader appends to the C queue without the GIL: no Python per batch
+            w.sub = subscribe(model_id, device=device, sink=sink)
             # A service's own aclprof.subscribe() of this model then names the agent.
             w.sub.holder = (
                 f"The aclprof agent holds this model's subscription (aclprof.agent.watch({model_id})); "
@@ -212,7 +215,7 @@ class Agent:
             w.live = False
             buffer.dropped_subscription += w.sub.stats.dropped - w.sub_dropped_seen
             w.sub_dropped_seen = w.sub.stats.dropped
-            buffer.items.append(Unwatch(w))
+            buffer.items.append(Unwatch(w, buffer.seq()))
             if self._watched.get(w.model_id) is w:
                 del self._watched[w.model_id]
 
@@ -256,7 +259,7 @@ class Agent:
         """The counters now (see :class:`AgentStats`)."""
         b, c = self._buffer, self._conn
         with self._lock:
-            records_in, dropped_buffer, buffered = b.records_in, b.dropped, b.buffered
+            records_in, dropped_buffer, buffered = b.totals()
             dropped_unread = b.dropped_unread
             models = tuple(sorted(m for m, w in self._watched.items() if w.live))
             sub_dropped = b.dropped_subscription + sum(
@@ -445,7 +448,7 @@ def _forget_after_fork() -> None:
             sock.close()  # this process's copy only; no shutdown()
         except OSError:
             pass
-    parent._buffer.close()
+    parent._buffer.close(in_child=True)
 
 
 if hasattr(os, "register_at_fork"):

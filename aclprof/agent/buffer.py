@@ -5,6 +5,13 @@ Producers (the subscriptions' reader threads) only append under a lock; when mor
 and a slow or absent daemon never blocks the service. The buffer also keeps the agent's
 loss counters under the same lock (``stats()`` reads them as one consistent set) and the
 wake-up pipe through which a producer wakes the sleeping sender.
+
+Agent mode (``native=True``, issue 21): the records themselves live in a C queue
+(:class:`aclprof.binding.agentpath.AgentQueue`) that the subscriptions' readers fill
+without the GIL; this object then holds the control items (each with the queue's sequence
+number at the moment it was queued, which orders it among the records), the counters of
+what was lost after the queue (a broken connection, a GOODBYE), and adds the queue's own
+counts to its totals. Batches added in Python (:meth:`add_batch`) still work beside it.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from typing import Any
 
 from aclprof.agent.items import Batch, Item
 from aclprof.agent.watched import Watched
+from aclprof.binding.agentpath import AgentQueue, QueueSink, SlotNames
 
 __all__ = ["RecordBuffer"]
 
@@ -30,7 +38,7 @@ class RecordBuffer:
     ``dropped_unread`` (written, but a GOODBYE said unread), ``dropped_subscription``
     (the subscriptions' own drops)."""
 
-    def __init__(self, bound: int):
+    def __init__(self, bound: int, native: bool = False):
         if bound < 1:
             raise ValueError("buffer_records must be at least 1")
         self.bound = int(bound)
@@ -44,6 +52,34 @@ class RecordBuffer:
         self._sleeping = False
         self._wake_at = 1  # buffered records that wake a sleeping sender
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        #: agent mode: the C record queue, and which Watched each of its slots is
+        self.native: AgentQueue | None = AgentQueue(self.bound, self.wake_w) if native else None
+        self.slots: dict[int, Watched] = {}
+
+    # -- agent mode (the C queue) --------------------------------------------------------
+    def sink(self, w: Watched) -> QueueSink:
+        """A new slot of the C queue for ``w``'s subscription (``w.slot`` is set)."""
+        assert self.native is not None
+        slot = self.native.add_slot()
+        with self.lock:
+            self.slots[slot] = w
+        w.slot = slot
+        w.native_names = SlotNames(self.native, slot)
+        w.queue = self.native
+        w.announced = w.announced  # the C slot learns the sender's view of it
+        return QueueSink(self.native, slot)
+
+    def seq(self) -> int:
+        """Where a control item queued now goes among the C queue's records."""
+        return 0 if self.native is None else self.native.tail()
+
+    def totals(self) -> tuple[int, int, int]:
+        """``(records_in, dropped, buffered)`` of both halves, one snapshot each; call
+        with :attr:`lock` held."""
+        if self.native is None:
+            return self.records_in, self.dropped, self.buffered
+        n_in, n_dropped, n_held, _ = self.native.totals()
+        return self.records_in + n_in, self.dropped + n_dropped, self.buffered + n_held
 
     # -- producers ---------------------------------------------------------------------------
     def add_batch(self, w: Watched, data: Any, names: Any) -> None:
@@ -110,9 +146,19 @@ class RecordBuffer:
                 taken.append(item)
         return taken, records
 
+    def put_back(self, items: list[Item]) -> int:
+        """Return ``items`` (taken, not handled) to the front, in order; their records."""
+        records = sum(len(it.data) for it in items if isinstance(it, Batch))
+        with self.lock:
+            self.items.extendleft(reversed(items))
+            self.buffered += records
+        return records
+
     def empty(self) -> bool:
         with self.lock:
-            return not self.items
+            if self.items:
+                return False
+        return self.native is None or self.native.totals()[2] == 0
 
     def discard_all(self) -> int:
         """At the sender's exit: everything still buffered is lost (counted)."""
@@ -121,11 +167,16 @@ class RecordBuffer:
             self.dropped += leftover
             self.buffered = 0
             self.items.clear()
+        if self.native is not None:
+            leftover += self.native.discard()  # counted in the queue's own dropped
         return leftover
 
     def lost_total(self) -> int:
         with self.lock:
-            return self.dropped + self.dropped_subscription + self.dropped_unread
+            lost = self.dropped + self.dropped_subscription + self.dropped_unread
+        if self.native is not None:
+            lost += self.native.totals()[1]
+        return lost
 
     def arm(self, wake_at: int, now_if_items: bool) -> bool:
         """Before the sender sleeps: False if there is work already (any item when
@@ -136,11 +187,17 @@ class RecordBuffer:
                 return False
             self._wake_at = wake_at
             self._sleeping = True
-            return True
+        native = self.native
+        if native is not None and not native.arm(1 if now_if_items else wake_at):
+            self.disarm()
+            return False
+        return True
 
     def disarm(self) -> None:
         with self.lock:
             self._sleeping = False
+        if self.native is not None:
+            self.native.disarm()
 
     def wake(self) -> None:
         try:
@@ -155,7 +212,11 @@ class RecordBuffer:
         except OSError:
             pass
 
-    def close(self) -> None:
+    def close(self, in_child: bool = False) -> None:
+        """Close the wake pipe (the C queue stops writing to it first; not in a forked
+        child, where a reader of the parent may have held the queue's mutex at the fork)."""
+        if self.native is not None and not in_child:
+            self.native.set_wake_fd(-1)
         for fd in (self.wake_r, self.wake_w):
             try:
                 os.close(fd)

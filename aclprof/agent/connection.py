@@ -180,7 +180,7 @@ class Connection:
         b = self.buffer
         with b.lock:
             parts = []
-            if b.dropped:
+            if b.totals()[1]:  # the C queue's drops too (agent mode)
                 parts.append("agent buffer full or daemon unreachable")
             if b.dropped_subscription:
                 parts.append("subscription drops")

@@ -34,6 +34,8 @@ class Watch:
     """Announce the model (WATCH) before its first records, if this connection has not."""
 
     watched: Watched
+    #: the agent's C queue's tail when queued: its records before this sequence go first
+    seq: int = 0
 
 
 @dataclass(slots=True, eq=False, frozen=True)
@@ -41,6 +43,7 @@ class Unwatch:
     """The model's subscription is closed (UNWATCH, if this connection announced it)."""
 
     watched: Watched
+    seq: int = 0  # as Watch.seq
 
 
 @dataclass(slots=True, eq=False, frozen=True)
@@ -49,6 +52,7 @@ class JsonFrame:
 
     kind: wire.Kind
     payload: dict[str, Any]
+    seq: int = 0  # as Watch.seq
 
 
 #: Any buffer item. ``eq=False``: items compare by identity (``deque.remove`` of a

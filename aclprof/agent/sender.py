@@ -26,7 +26,7 @@ from aclprof.agent.connection import Connection
 from aclprof.agent.items import Batch, Unwatch, Watch
 from aclprof.agent.watched import Watched
 from aclprof.api.records import OP_DTYPE
-from aclprof.binding.agentpath import convert
+from aclprof.binding.agentpath import DEVICE, FRAMED, NEED_NAMES, NEED_WATCH, convert
 from aclprof.binding.lowlevel import MAX_DEVICES
 from aclprof.protocol import wire
 from aclprof.protocol.paths import permission_hint
@@ -53,6 +53,7 @@ _WARN_EVERY = 60.0
 #: the daemon closes agent connections that stay silent for its agent_idle_timeout
 HEARTBEAT_S = wire.AGENT_HEARTBEAT_S
 _HEARTBEAT = {"dropped": 0, "reason": "heartbeat"}
+_NAMES_STEP = 128  # names mapped per stop of the C framing call (GIL held ~0.2-0.5 ms each)
 
 
 class Sender:
@@ -257,12 +258,21 @@ class Sender:
         if conn.out:
             return conn.flush()
         items, self._pumped = self.buffer.take(MAX_FRAME_RECORDS)
-        if not items:
+        native = self.buffer.native
+        if not items and native is None:
             return True
+        budget = MAX_FRAME_RECORDS  # records taken from the C queue in this pump
         out, gen = conn.out, conn.gen
         i, count = 0, len(items)
         while i < count:
             item = items[i]
+            if native is not None and not isinstance(item, Batch) and item.seq:
+                # the C queue's records queued before this control item go first
+                moved, reached = self._drain_native(item.seq, budget)
+                budget -= moved
+                if not reached:  # the chunk is full: the rest waits for the next pump
+                    self._pumped -= self.buffer.put_back(items[i:])
+                    break
             i += 1
             if isinstance(item, Batch):
                 # The subscription delivers many small batches (a few dozen records per
@@ -285,10 +295,65 @@ class Sender:
                 w = item.watched
                 if w.announced == gen:
                     conn.queue_json(wire.Kind.UNWATCH, {"model_id": w.model_id})
+                    # the model watched again meanwhile (a trace's resume, unwatch + watch)
+                    # was announced at connect: announced again, after this UNWATCH
+                    with self.buffer.lock:
+                        for other in self.watched.values():
+                            if other is not w and other.model_id == w.model_id:
+                                other.announced = -1
             else:  # a control frame in order with the records (TRACE_DONE)
                 conn.queue_json(item.kind, item.payload)
+        else:
+            if native is not None and budget > 0:
+                self._drain_native(None, budget)
         out.end_batch()
         return conn.flush()
+
+    def _drain_native(self, limit: int | None, budget: int) -> tuple[int, bool]:
+        """Agent mode: move up to ``budget`` records of the C queue (those before sequence
+        ``limit``) into the open BATCH frame, one C call (no GIL) per run; Python only
+        where the call stops for it (a WATCH, new NAMES, a learned device). Returns
+        ``(records moved, whether everything before limit is taken)``."""
+        native = self.buffer.native
+        assert native is not None
+        conn = self.conn
+        out, gen = conn.out, conn.gen
+        moved, head = 0, 0
+        while True:
+            at = out.reserve_records(budget - moved)
+            code, n, head, slot, value = native.frame(gen, limit, budget - moved, MAX_DEVICES, out.buf, at)
+            if n:
+                out.commit_records(n)
+                moved += n
+            if code == FRAMED or moved >= budget:
+                break
+            w = self.buffer.slots.get(slot)
+            if w is None:
+                raise RuntimeError(f"aclprof agent: records of an unknown queue slot {slot} (a bug)")
+            if code == NEED_WATCH:
+                if w.announced == gen:
+                    w.announced = gen  # announced by Python already (at connect): tell the queue
+                else:
+                    conn.announce(w)
+            elif code == NEED_NAMES:
+                # the slot's names so far, not only up to this row's (one NAMES frame for a
+                # run of new names, not one per record), but at most _NAMES_STEP at a time:
+                # the next C call releases the GIL, so a model of thousands of names (all
+                # new on each connection) never holds it for milliseconds in one go
+                top = max(value, min(int(native.slot_counts(slot).names) - 1, value + _NAMES_STEP))
+                new_names = conn.names.extend(w, top, w.native_names)
+                for frame in wire.encode_names(new_names):
+                    out.append(frame)
+                native.set_map(slot, gen, w.name_map)
+            elif code == DEVICE:
+                with self.buffer.lock:  # the trace thread reads the device under it
+                    old, w.device, w.device_from = w.device, value, "records"
+                _log.info("the watched model's device learned from its records", model_id=w.model_id,
+                          device=value, was=old)
+                w.announced = -1
+                conn.announce(w)
+        self._pumped += moved
+        return moved, limit is None or head >= limit
 
     def _send_records(self, w: Watched, parts: list[Any], table: Any) -> None:
         """Append ``w``'s batches ``parts`` to the open BATCH frame (WATCH and NAMES first
@@ -349,7 +414,14 @@ class Sender:
         """At thread exit: whatever is still buffered or unsent is lost (counted); report
         it if the daemon is still there, and close."""
         conn = self.conn
-        self.buffer.discard_all()
+        leftover = self.buffer.discard_all()
+        if leftover:
+            # counted either way; said, because a stop that gives up on an absent or slow
+            # daemon otherwise loses a whole run of records without a line above INFO
+            _log.warning("the aclprof agent stopped with records it could not send; counted as dropped "
+                         "(reported in a LOSS frame when connected; an absent daemon never learns of them)",
+                         dropped=leftover, connected=conn.sock is not None, socket=conn.socket_path,
+                         error=conn.last_error)
         if conn.sock is not None:
             if conn.out:
                 # Bytes of a half-written frame cannot be followed by another frame: close.

@@ -117,7 +117,7 @@ class Tracer:
                 "gap_records": None, "error": None, **obj}
         buffer = self.buffer
         with buffer.lock:
-            buffer.items.append(JsonFrame(wire.Kind.TRACE_DONE, full))
+            buffer.items.append(JsonFrame(wire.Kind.TRACE_DONE, full, buffer.seq()))
         buffer.wake()
 
     # -- the trace thread ----------------------------------------------------------------------

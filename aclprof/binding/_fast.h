@@ -1,5 +1,6 @@
 /* Hot-path helpers compiled in cffi API mode (see cdefs/build_ffi.py): this file is the
- * cdef cffi reads, and the C files (_fast_tx.c, _fast_ops.c, _fast_crc.c) include it, so the
+ * cdef cffi reads, and the C files (_fast_tx.c, _fast_ops.c, _fast_crc.c, _fast_agent.c,
+ * _fast_aqueue.c) include it, so the
  * compiler checks them against it. cffi's cdef parser takes plain declarations and integer
  * #defines only.
  * The loader binds the vendor library's function pointers once with aclprof_fast_bind_*();
@@ -63,6 +64,9 @@ void aclprof_interner_free(aclprof_interner *in);
 uint32_t aclprof_interner_size(const aclprof_interner *in);
 uint64_t aclprof_interner_overflows(const aclprof_interner *in);
 const char *aclprof_interner_entry(const aclprof_interner *in, uint32_t id, size_t *len);
+/* Intern s (the getters' fallback decodes in Python and keeps this table aligned with its
+ * own list); returns its id, 0 when the table is full (counted as an overflow). */
+uint32_t aclprof_interner_add(aclprof_interner *in, const char *s, uint32_t len);
 
 /* The record signature (CRC-32C, init ~0, no final xor, over bytes [4, rec_size)). */
 uint32_t aclprof_signature(const uint8_t *rec, uint32_t rec_size);
@@ -139,3 +143,112 @@ int64_t aclprof_read_ops(aclprof_interner *in, int fd, int wake_fd, uint8_t *buf
                          uint64_t filled, uint64_t cap, uint32_t rec_size, int64_t coalesce_ns,
                          int validate, uint32_t default_device, uint8_t *out,
                          aclprof_decode_counts *counts, int *flags);
+
+/* ---- the agent's record queue (_fast_aqueue.c, issue 21) ----
+ * In agent mode a subscription's reader thread never takes the GIL per batch: one call
+ * (aclprof_aq_run) waits for, reads, checks, decodes and names the pipe's records and
+ * appends the rows to this queue, until EOF or a wake-up, all in C without the GIL. The
+ * agent's sender takes them with one call per wake-up (aclprof_aq_take). The queue is
+ * bounded: past `bound` records the oldest are dropped and counted (the newest are kept).
+ * Positions are absolute sequence numbers (head: the oldest kept record, tail: the next
+ * one), so the agent orders its control frames (WATCH, UNWATCH, TRACE_DONE) among the
+ * records by the tail at the moment it queued them. Each record carries the slot (one per
+ * watched subscription) it came from; each slot keeps its subscription's counters and a
+ * copy of its interned names (the interner is the reader's alone: the sender reads the
+ * copy, under the queue's lock). Every function is thread-safe (one mutex). */
+typedef struct aclprof_agent_queue aclprof_agent_queue;
+
+/* The whole queue's counters, read as one snapshot. */
+typedef struct {
+    uint64_t records_in; /* rows appended (by aclprof_aq_run and aclprof_aq_push) */
+    uint64_t dropped;    /* rows dropped: the bound (oldest first) and aclprof_aq_discard */
+    uint64_t head;       /* sequence number of the oldest row held */
+    uint64_t tail;       /* sequence number of the next row appended */
+    uint64_t taken;      /* rows taken by aclprof_aq_take */
+} aclprof_aq_totals;
+
+/* One slot's counters (what its reader read and delivered in C), one snapshot. */
+typedef struct {
+    uint64_t bytes_read;
+    uint64_t records_read;  /* whole records read (= delivered + corrupt) */
+    uint64_t delivered;     /* rows appended to the queue */
+    uint64_t corrupt;
+    uint64_t missing_names;
+    uint64_t keypoints;
+    uint64_t max_end;       /* the largest record end seen (library units) */
+    int64_t lag_end;        /* the largest end in host ns (end * factor), 0 = none yet */
+    int64_t lag_offset;     /* min(host arrival ns - end ns) over the reads */
+    uint64_t names;         /* names copied out of the interner */
+    uint64_t reads;         /* pipe reads that brought records (wake-ups of the loop) */
+} aclprof_aq_slot_counts;
+
+/* bound >= 1 rows; wake_fd: written (one byte) when the sender sleeps and enough rows are
+ * held (aclprof_aq_arm), -1 for none. NULL when out of memory. */
+aclprof_agent_queue *aclprof_aq_new(uint64_t bound, int wake_fd);
+void aclprof_aq_free(aclprof_agent_queue *q);
+void aclprof_aq_set_wake_fd(aclprof_agent_queue *q, int wake_fd);
+/* A new slot (>= 0), or -1 (out of memory or 65535 slots). */
+int aclprof_aq_add_slot(aclprof_agent_queue *q);
+/* Append n rows (aclprof_op_row, packed) of slot: for rows decoded in Python (the first
+ * batch, before the layout check; the getters' fallback). The interner's new names are
+ * copied to the slot first (call on the interner's reader thread). The slot's counters are
+ * not changed (Python counts those rows). Returns 0, or -1 for a bad slot. */
+int aclprof_aq_push(aclprof_agent_queue *q, int slot, const aclprof_interner *in,
+                    const uint8_t *rows, uint32_t n);
+/* The reader loop: aclprof_read_ops into buf (filled leftover bytes, cap in all) and out
+ * (rows for cap / rec_size records), the rows appended to the queue under slot, the
+ * interner's new names copied to the slot, the slot's counters and lag clock
+ * (lag_factor: host ns per library time unit) updated; again until EOF or a wake-up with
+ * the pipe empty. Returns 0 with *flags (ACLPROF_READ_*) and counts->left (the bytes of
+ * a partial record left in buf), or -errno (-EINVAL: bad size or slot). */
+int64_t aclprof_aq_run(aclprof_agent_queue *q, int slot, aclprof_interner *in, int fd,
+                       int wake_fd, uint8_t *buf, uint64_t filled, uint64_t cap,
+                       uint32_t rec_size, int64_t coalesce_ns, int validate,
+                       uint32_t default_device, int64_t lag_factor, uint8_t *out,
+                       aclprof_decode_counts *counts, int *flags);
+/* Take up to max rows, those before sequence `limit` only (UINT64_MAX: no limit), into
+ * rows (packed aclprof_op_row) and their slots; returns how many; *head = the new head. */
+uint32_t aclprof_aq_take(aclprof_agent_queue *q, uint32_t max, uint64_t limit, uint8_t *rows,
+                         uint32_t *slots, uint64_t *head);
+void aclprof_aq_totals_get(aclprof_agent_queue *q, aclprof_aq_totals *t);
+/* -1 for a bad slot. */
+int aclprof_aq_slot_counts_get(aclprof_agent_queue *q, int slot, aclprof_aq_slot_counts *c);
+/* The slot's name `id` (NULL past the copied ones); the pointer stays valid until free. */
+const char *aclprof_aq_name(aclprof_agent_queue *q, int slot, uint32_t id, size_t *len);
+/* Drop every row held (counted in dropped); returns how many. */
+uint64_t aclprof_aq_discard(aclprof_agent_queue *q);
+/* Before the sender sleeps: 0 if wake_at rows are held already; else 1, and the next
+ * append that brings the queue to wake_at rows writes wake_fd once. */
+int aclprof_aq_arm(aclprof_agent_queue *q, uint64_t wake_at);
+void aclprof_aq_disarm(aclprof_agent_queue *q);
+
+/* The sender's side in one call per pump (aclprof_aq_frame): take the held rows, those
+ * before sequence `limit`, at most max, and write them as wire records at out (the open
+ * BATCH frame's room), the names remapped through the slot's map for connection `gen` and
+ * the keypoint byte folded into flag (as aclprof_agent_convert). It stops early, before the
+ * row that needs Python: its slot is not announced on connection gen (NEED_WATCH), a name id
+ * is beyond the slot's map for gen (NEED_NAMES, value = the larger id of the row), or the
+ * slot learns its device from its records and the row names another one, below max_devices
+ * and not 0 (DEVICE, value = that device). Python does what the code says, tells the queue
+ * (aclprof_aq_set_slot / aclprof_aq_set_map) and calls again. */
+#define ACLPROF_AQ_FRAMED 0
+#define ACLPROF_AQ_NEED_WATCH 1
+#define ACLPROF_AQ_NEED_NAMES 2
+#define ACLPROF_AQ_DEVICE 3
+typedef struct {
+    uint64_t records; /* rows written at out (and taken) */
+    uint64_t head;    /* the queue's head after the call */
+    uint32_t slot;    /* the slot of the row that stopped the call (codes other than FRAMED) */
+    uint32_t value;
+} aclprof_aq_frame_result;
+
+/* What the sender knows of a slot on the current connection: the generation its WATCH
+ * was sent on (-1: none), its device, and whether it learns the device from its records. */
+int aclprof_aq_set_slot(aclprof_agent_queue *q, int slot, int64_t announced_gen, uint32_t device,
+                        int learn);
+/* The slot's name map for connection gen (map[i]: connection id of the slot's id i),
+ * copied. -1 for a bad slot or out of memory. */
+int aclprof_aq_set_map(aclprof_agent_queue *q, int slot, int64_t gen, const uint32_t *map,
+                       uint32_t len);
+int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32_t max,
+                     uint32_t max_devices, uint8_t *out, aclprof_aq_frame_result *res);

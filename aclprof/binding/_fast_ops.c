@@ -145,6 +145,11 @@ uint64_t aclprof_interner_overflows(const aclprof_interner *in)
     return in->overflows;
 }
 
+uint32_t aclprof_interner_add(aclprof_interner *in, const char *s, uint32_t len)
+{
+    return intern(in, s, len);
+}
+
 const char *aclprof_interner_entry(const aclprof_interner *in, uint32_t id, size_t *len)
 {
     if (id >= in->size) {

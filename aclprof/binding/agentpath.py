@@ -11,6 +11,7 @@ that work.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,8 @@ import numpy as np
 from aclprof.binding.built import import_built
 from aclprof.binding.layout import FLAG_KEYPOINT, OP_ROW_DTYPE, RECORD_SIZE
 
-__all__ = ["convert", "WIRE_RECORD_SIZE", "FLAG_KEYPOINT"]
+__all__ = ["convert", "WIRE_RECORD_SIZE", "FLAG_KEYPOINT", "AgentQueue", "QueueSink", "SlotNames",
+           "FRAMED", "NEED_WATCH", "NEED_NAMES", "DEVICE"]
 
 _fast: Any = import_built("_fast")
 _ffi, _lib = _fast.ffi, _fast.lib
@@ -70,3 +72,189 @@ def convert(out: np.ndarray, at: int, data: np.ndarray, mapping: np.ndarray | No
     dst = _ffi.from_buffer("uint8_t[]", out, require_writable=True)
     src = _ffi.from_buffer("uint8_t[]", data)
     return int(_lib.aclprof_agent_convert(dst + at, src, n, data.dtype.itemsize, map_ptr, map_len))
+
+
+_ROW = OP_ROW_DTYPE.itemsize
+#: AgentQueue.frame's codes (``_fast.h`` ACLPROF_AQ_*)
+FRAMED, NEED_WATCH, NEED_NAMES, DEVICE = 0, 1, 2, 3
+_NO_LIMIT = (1 << 64) - 1
+
+
+class AgentQueue:
+    """The agent's bounded record queue in C (``_fast_aqueue.c``, issue 21): subscription
+    readers in agent mode append decoded rows to it without the GIL and without Python per
+    batch (:class:`QueueSink`); the sender takes them with one call per wake-up.
+
+    ``bound`` rows at most: past it the oldest are dropped and counted. ``wake_fd`` is
+    written once when the sender sleeps (:meth:`arm`) and enough rows gathered."""
+
+    def __init__(self, bound: int, wake_fd: int):
+        if not 1 <= int(bound) <= 1 << 32:
+            raise ValueError(f"AgentQueue: bound must be 1 to 2**32 records, got {bound!r}")
+        q = _lib.aclprof_aq_new(int(bound), int(wake_fd))
+        if q == _ffi.NULL:
+            raise MemoryError(f"AgentQueue: could not allocate a queue of {bound} records")
+        self._q = _ffi.gc(q, _lib.aclprof_aq_free)
+        self._totals = _ffi.new("aclprof_aq_totals *")
+        self._head = _ffi.new("uint64_t *")
+        self._res = _ffi.new("aclprof_aq_frame_result *")
+        self._rows = np.empty(0, np.uint8)
+        self._slots = np.empty(0, np.uint32)
+
+    def set_wake_fd(self, fd: int) -> None:
+        _lib.aclprof_aq_set_wake_fd(self._q, fd)
+
+    def add_slot(self) -> int:
+        """A new slot id (one per watched subscription)."""
+        slot = int(_lib.aclprof_aq_add_slot(self._q))
+        if slot < 0:
+            raise MemoryError("AgentQueue.add_slot: out of memory or 65535 slots")
+        return slot
+
+    def push(self, slot: int, rows: np.ndarray, table: Any = None) -> None:
+        """Append OP_DTYPE ``rows`` (decoded in Python) under ``slot``; ``table`` (the
+        subscription's :class:`~aclprof.binding.opdecode.NameTable`, on its reader
+        thread) has the names their ids index."""
+        if len(rows) == 0:
+            return
+        if rows.dtype.itemsize != _ROW or not rows.flags.c_contiguous:
+            _check_op_layout(rows.dtype)
+            rows = np.ascontiguousarray(rows)
+        if rows.dtype not in _checked:
+            _check_op_layout(rows.dtype)
+            _checked.add(rows.dtype)
+        interner = _ffi.NULL if table is None else table._table
+        if _lib.aclprof_aq_push(self._q, slot, interner, _ffi.from_buffer("uint8_t[]", rows), len(rows)) != 0:
+            raise ValueError(f"AgentQueue.push: no slot {slot}")
+
+    def tail(self) -> int:
+        """The sequence number the next appended row gets."""
+        _lib.aclprof_aq_totals_get(self._q, self._totals)
+        return int(self._totals.tail)
+
+    def totals(self) -> tuple[int, int, int, int]:
+        """``(records_in, dropped, held, head)`` as one snapshot."""
+        t = self._totals
+        _lib.aclprof_aq_totals_get(self._q, t)
+        return int(t.records_in), int(t.dropped), int(t.tail - t.head), int(t.head)
+
+    def take(self, max_rows: int, limit: int | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+        """Up to ``max_rows`` rows (those before sequence ``limit``): ``(rows as packed
+        op rows (uint8), their slots, the new head)``. The arrays are reused by the next
+        call: use them before."""
+        need = max_rows * _ROW
+        if len(self._rows) < need:
+            self._rows = np.empty(need, np.uint8)
+            self._slots = np.empty(max_rows, np.uint32)
+        n = int(_lib.aclprof_aq_take(
+            self._q, max_rows, _NO_LIMIT if limit is None else max(0, limit),
+            _ffi.from_buffer("uint8_t[]", self._rows, require_writable=True),
+            _ffi.from_buffer("uint32_t[]", self._slots, require_writable=True), self._head))
+        return self._rows[:n * _ROW], self._slots[:n], int(self._head[0])
+
+    def set_slot(self, slot: int, announced_gen: int, device: int, learn: bool) -> None:
+        """The sender's view of ``slot`` (see ``aclprof_aq_frame``)."""
+        if _lib.aclprof_aq_set_slot(self._q, slot, announced_gen, device, int(learn)) != 0:
+            raise ValueError(f"AgentQueue.set_slot: no slot {slot}")
+
+    def set_map(self, slot: int, gen: int, mapping: np.ndarray) -> None:
+        """``slot``'s name map (uint32: the slot's id -> the connection's) for ``gen``."""
+        if mapping.dtype != _U32 or not mapping.flags.c_contiguous:
+            raise TypeError("AgentQueue.set_map: the mapping must be a contiguous uint32 array")
+        ptr = _ffi.from_buffer("uint32_t[]", mapping) if len(mapping) else _ffi.NULL
+        if _lib.aclprof_aq_set_map(self._q, slot, gen, ptr, len(mapping)) != 0:
+            raise ValueError(f"AgentQueue.set_map: no slot {slot} (or out of memory)")
+
+    def frame(self, gen: int, limit: int | None, max_rows: int, max_devices: int, out: np.ndarray,
+              at: int) -> tuple[int, int, int, int, int]:
+        """Write up to ``max_rows`` held rows (before ``limit``) as wire records at byte
+        ``at`` of ``out``, in one C call without the GIL (``aclprof_aq_frame``).
+        Returns ``(code, records written, head, slot, value)``: code FRAMED, or the
+        NEED_WATCH / NEED_NAMES / DEVICE stop of ``slot`` (see ``_fast.h``)."""
+        if at < 0 or at + max_rows * WIRE_RECORD_SIZE > len(out) or out.dtype != np.uint8:
+            raise ValueError(f"AgentQueue.frame: no room for {max_rows} records at {at} in {len(out)} bytes")
+        res = self._res
+        code = int(_lib.aclprof_aq_frame(self._q, gen, _NO_LIMIT if limit is None else max(0, limit), max_rows,
+                                         max_devices, _ffi.from_buffer("uint8_t[]", out, require_writable=True) + at,
+                                         res))
+        return code, int(res.records), int(res.head), int(res.slot), int(res.value)
+
+    def discard(self) -> int:
+        """Drop every held row (counted); returns how many."""
+        return int(_lib.aclprof_aq_discard(self._q))
+
+    def arm(self, wake_at: int) -> bool:
+        """False if ``wake_at`` rows are held; else True and the append reaching it wakes."""
+        return bool(_lib.aclprof_aq_arm(self._q, wake_at))
+
+    def disarm(self) -> None:
+        _lib.aclprof_aq_disarm(self._q)
+
+    def slot_counts(self, slot: int) -> Any:
+        """The slot's ``aclprof_aq_slot_counts`` (a fresh cdata, read by field name)."""
+        c = _ffi.new("aclprof_aq_slot_counts *")
+        if _lib.aclprof_aq_slot_counts_get(self._q, slot, c) != 0:
+            raise ValueError(f"AgentQueue.slot_counts: no slot {slot}")
+        return c
+
+    def name(self, slot: int, i: int) -> bytes | None:
+        """The slot's interned name ``i`` as the library gave it, None if not copied."""
+        length = _ffi.new("size_t *")
+        p = _lib.aclprof_aq_name(self._q, slot, i, length)
+        return None if p == _ffi.NULL else _ffi.unpack(p, length[0])
+
+
+class SlotNames:
+    """A slot's interned names as a read-only sequence of str (decoded once, cached):
+    the table a sender maps the slot's name ids through."""
+
+    __slots__ = ("_queue", "_slot", "_cache")
+
+    def __init__(self, queue: AgentQueue, slot: int):
+        self._queue, self._slot = queue, slot
+        self._cache: list[str] = []
+
+    def __getitem__(self, i: int) -> str:
+        cache = self._cache
+        while len(cache) <= i:
+            raw = self._queue.name(self._slot, len(cache))
+            cache.append("?" if raw is None else raw.decode("utf-8", "backslashreplace"))
+        return cache[i]
+
+
+class QueueSink:
+    """Where a subscription in agent mode delivers: ``queue``'s ``slot``. The reader hands
+    its pipe to :meth:`run` (all in C) once the decoder's layout check passed."""
+
+    __slots__ = ("queue", "slot")
+
+    def __init__(self, queue: AgentQueue, slot: int):
+        self.queue, self.slot = queue, slot
+
+    def push(self, rows: np.ndarray, table: Any) -> None:
+        self.queue.push(self.slot, rows, table)
+
+    def counts(self) -> Any:
+        return self.queue.slot_counts(self.slot)
+
+    def run(self, table: Any, fd: int, wake_fd: int, buffer: bytearray, filled: int, room: int,
+            record_size: int, coalesce_ns: int, validate: bool, default_device: int,
+            lag_factor: int, out: np.ndarray, counts: Any) -> int:
+        """The reader loop (``aclprof_aq_run``), GIL released, until EOF or a wake-up with
+        the pipe empty; ``table`` is the subscription's :class:`~aclprof.binding.opdecode.NameTable`.
+        Returns the READ_* flags; ``counts.left`` is the partial record left in ``buffer``.
+
+        Raises:
+            OSError: the poll or read failed.
+        """
+        if not 0 <= filled < room <= len(buffer):
+            raise ValueError(f"QueueSink.run: filled {filled}, room {room} of a {len(buffer)}-byte buffer")
+        flags = _ffi.new("int *")
+        n = int(_lib.aclprof_aq_run(
+            self.queue._q, self.slot, table._table, fd, wake_fd,
+            _ffi.from_buffer("uint8_t[]", buffer, require_writable=True), filled, room,
+            record_size, coalesce_ns, int(validate), default_device, lag_factor,
+            _ffi.from_buffer("uint8_t[]", out, require_writable=True), counts, flags))
+        if n < 0:
+            raise OSError(-n, f"aclprof_aq_run(fd={fd}): {os.strerror(-n)}")
+        return int(flags[0])

@@ -101,6 +101,11 @@ class NameTable:
             raise OSError(-n, f"aclprof_read_ops(fd={fd}): {os.strerror(-n)}")
         return n, int(flags[0])
 
+    def add(self, data: bytes) -> int:
+        """Intern ``data`` (the getters' fallback keeps this table aligned with its own
+        list); its id, 0 when the table is full."""
+        return int(self._lib.aclprof_interner_add(self._table, data, len(data)))
+
     def __len__(self) -> int:
         return int(self._lib.aclprof_interner_size(self._table))
 

@@ -1,6 +1,7 @@
 """Agent overhead: mock inference step time with ``aclprof.agent`` streaming vs without.
 
     python tests/bench/bench_agent_overhead.py [--quick] [--rounds R] [--steps S] [--nice-daemon N] [--with-tail]
+                                               [--hog {off,on,both}] [--curve] [--numpy-consumer]
 
 A step is one ``aclmdlExecute`` of a realtime mock model (1000 ops x 10 us = 10 ms, 100 k
 ops/s), timed from Python. Rounds rotate between
@@ -17,6 +18,19 @@ With ``--nice-daemon N`` an ``agent niceN`` variant streams to a second daemon s
 nice N (the deployment recommendation of daemon/aclprofd.service), interleaved with the
 others, so the two daemons are compared in one run. With ``--with-tail`` an ``aclprof tail
 --json`` streams from the daemon(s) throughout: the agent is LIVE and sends every ~10 ms.
+
+With ``--hog on`` (or ``both``, the default: the table quiet, then with the hog) the
+benchmark starts the CPU hog itself: one process spinning in compiled code (a tiny C busy
+loop built with ``cc``, else ``yes > /dev/null``) keeps one core busy for the whole phase,
+as unrelated work on a production host does.
+
+``--curve``: host CPU per op across the stack (the subscription's reader, the agent's
+sender, the daemon with its detector, an ``aclprof tail --json`` client attached) at 10 k,
+100 k and 1 M ops/s: it must fall or stay flat as the rate grows (batching, not
+per-record wake-ups). ``--numpy-consumer``: a Python ``subscribe`` consumer reading numpy
+batches from the queue, with the GIL-held time per acquisition of the reader and of the
+consumer. Every agent variant prints the GIL held per wake-up of the agent's threads (the
+sender's pump; the reader's Python deliveries, none in agent mode since issue 21).
 
 The overhead is median(agent) / median(off) - 1, and the median of per-round ratios. The
 goal is at most 5 %. Every record is accounted for (sent + lost = emitted).
@@ -36,6 +50,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -180,6 +195,106 @@ def start_daemon(root: str, sink: str = "daemon", nice: int = 0) -> tuple[subpro
     raise SystemExit("the daemon did not start")
 
 
+_HOG_C = "int main(void) { volatile unsigned long x = 0; for (;;) x++; }\n"
+
+
+def start_hog(root: str) -> tuple[subprocess.Popen, str]:
+    """One process spinning in compiled code: the C busy loop (built with cc), else `yes`."""
+    src, exe = os.path.join(root, "hog.c"), os.path.join(root, "hog")
+    with open(src, "w") as f:
+        f.write(_HOG_C)
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc and subprocess.run([cc, "-O1", "-o", exe, src], capture_output=True).returncode == 0:
+        return subprocess.Popen([exe]), "a C busy loop (cc)"
+    return subprocess.Popen(["yes"], stdout=subprocess.DEVNULL), "`yes > /dev/null` (no cc)"
+
+
+class WakeTimer:
+    """GIL-held time per wake-up of the agent's Python, measured in place: the wall time of
+    each call of the wrapped methods (the sender's pump; the reader's Python delivery),
+    which run holding the GIL but for the short C calls inside them."""
+
+    def __init__(self) -> None:
+        self.us: dict[str, list[float]] = {}  # wall time per call (descheduling included)
+        self.cpu_us: dict[str, list[float]] = {}  # the thread's CPU time per call (the work itself)
+        self._undo: list[tuple[Any, str, Any]] = []
+        self._inner: dict[int, float] = {}  # thread -> CPU us of inner (GIL-free) calls so far
+
+    def wrap(self, cls: Any, method: str, key: str, inner: bool = False) -> None:
+        """Time ``cls.method``; ``inner``: a compiled call that releases the GIL, whose
+        CPU time is taken off the calls around it (recorded under ``key + ", Python"``)."""
+        original = getattr(cls, method)
+        spans = self.us.setdefault(key, [])
+        cpu = self.cpu_us.setdefault(key, [])
+        python = self.cpu_us.setdefault(f"{key}, Python", [])
+        acc = self._inner
+
+        def timed(*a: Any, **k: Any) -> Any:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            i0 = acc.get(threading.get_ident(), 0.0)
+            try:
+                return original(*a, **k)
+            finally:
+                c = (time.thread_time() - c0) * 1e6
+                spans.append((time.perf_counter() - t0) * 1e6)
+                cpu.append(c)
+                if inner:
+                    acc[threading.get_ident()] = acc.get(threading.get_ident(), 0.0) + c
+                else:
+                    python.append(c - (acc.get(threading.get_ident(), 0.0) - i0))
+
+        setattr(cls, method, timed)
+        self._undo.append((cls, method, original))
+
+    def undo(self) -> None:
+        for cls, method, original in reversed(self._undo):
+            setattr(cls, method, original)
+        self._undo.clear()
+
+
+def wake_timer() -> WakeTimer:
+    import aclprof.agent.sender as sender_module
+    from aclprof.agent.connection import Connection
+    from aclprof.agent.sender import Sender
+    from aclprof.api.subscription.decoder import Decoder
+    from aclprof.api.subscription.reader import Reader
+
+    t = WakeTimer()
+    t.wrap(Sender, "_pump", "sender pump")
+    t.wrap(Decoder, "finish", "reader: wrap a batch")
+    t.wrap(Reader, "_deliver", "reader: deliver a batch")
+    # the compiled calls inside a pump run without the GIL: their time is taken off
+    t.wrap(sender_module, "convert", "C", inner=True)
+    # the socket write: the kernel's copy runs without the GIL (socket.send releases it)
+    t.wrap(Connection, "flush", "C", inner=True)
+    try:
+        from aclprof.binding.agentpath import AgentQueue
+    except ImportError:  # before issue 21
+        pass
+    else:
+        t.wrap(AgentQueue, "frame", "C", inner=True)
+    return t
+
+
+def print_wakes(timer: WakeTimer, wall: float, label: str) -> None:
+    parts = []
+    for key, v in timer.us.items():
+        if key == "C":
+            continue
+        if not v:
+            parts.append(f"{key}: none")
+            continue
+        c = timer.cpu_us[key]
+        parts.append(f"{key}: {len(v) / wall:.0f}/s, CPU p50 {B.pct(c, 50):.1f} / p99 {B.pct(c, 99):.1f} us, "
+                     f"wall p50 {B.pct(v, 50):.1f} / p99 {B.pct(v, 99):.1f} / max {max(v):.0f} us, "
+                     f"{sum(v) / wall / 1e4:.2f} % of the time")
+    python = timer.cpu_us.get("sender pump, Python", [])
+    if python:
+        parts.append(f"sender pump less its compiled calls (which release the GIL): CPU p50 "
+                     f"{B.pct(python, 50):.1f} / p99 {B.pct(python, 99):.1f} us per pump")
+    print(f"GIL held per wake-up ({label}): " + "; ".join(parts))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and steps (< 20 s)")
@@ -198,20 +313,31 @@ def main(argv: list[str] | None = None) -> int:
                              "agents are then LIVE and send every ~10 ms instead of ~50 ms")
     parser.add_argument("--work-ms", type=float, default=5.0,
                         help="pure-Python work per step in the second half of the variants (0: none)")
+    parser.add_argument("--hog", choices=("off", "on", "both"), default="both",
+                        help="a process spinning in C keeps one core busy: not, only, or both phases (default)")
+    parser.add_argument("--curve", action="store_true",
+                        help="only the CPU-per-op curve at 10k, 100k, 1M ops/s (daemon with detector + tail)")
+    parser.add_argument("--curve-seconds", type=float, default=3.0, help="seconds per rate of --curve")
+    parser.add_argument("--numpy-consumer", action="store_true",
+                        help="only the Python numpy-batch consumer: GIL held per acquisition")
     args = parser.parse_args(argv)
     rounds = args.rounds or (4 if args.quick else 12)
     steps = args.steps or (15 if args.quick else 40)
     op_ns = int(args.op_us * 1000)
 
     aclprof = B.use_mock()
+    import structlog
+
     import aclprof.agent as agent
     import aclprof.mock as mock
 
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
+    if args.curve:
+        return curve(args, aclprof)
+    if args.numpy_consumer:
+        return numpy_consumer(args, aclprof)
     B.header(f"agent overhead on a realtime mock model ({rounds} interleaved rounds x {steps} steps, "
              f"streaming to: {args.sink}{', with aclprof tail attached' if args.with_tail else ''})", args.quick)
-    import structlog
-
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(30))
     root = tempfile.mkdtemp(prefix="aclp-bench-")
     daemon, socket = start_daemon(root, args.sink)
     daemons = [daemon]
@@ -225,19 +351,98 @@ def main(argv: list[str] | None = None) -> int:
     if args.with_tail:
         if args.sink != "daemon":
             raise SystemExit("--with-tail needs --sink daemon")
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROF_", "ACLMOCK_", "ACLPROFD_"))}
         for sock in sockets.values():  # after the daemons: they stop first at the end, tail follows
-            daemons.append(subprocess.Popen([sys.executable, "-m", "aclprof", "tail", "--json", "--socket", sock],
-                                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            daemons.append(start_tail(sock))
     model = mock.load_model(make_ops(args.ops, op_ns))
     mock.set_realtime(True)
     work = calibrate_python_work(args.work_ms) if args.work_ms > 0 else 0
     halves = [("", 0)] + ([(f"+{args.work_ms:g}ms py", work)] if work else [])
+    phases = {"off": [False], "on": [True], "both": [False, True]}[args.hog]
+    try:
+        run_steps(mock, model, 3)  # warm-up
+        for hog in phases:
+            hog_proc = None
+            if hog:
+                hog_proc, what = start_hog(root)
+                print(f"\n== with the hog: {what}, pid {hog_proc.pid}, keeping one core busy ==")
+            else:
+                print("\n== quiet: no hog ==")
+            try:
+                phase(args, aclprof, agent, mock, model, halves, rounds, steps, op_ns, sockets, pids)
+            finally:
+                if hog_proc is not None:
+                    hog_proc.kill()
+                    hog_proc.wait(10)
+    finally:
+        mock.set_realtime(False)
+        mock.unload(model)
+        for d in daemons:
+            d.terminate()
+            d.wait(10)
+        shutil.rmtree(root, ignore_errors=True)
+    pump = [(f"{per} x {n}", sender_pump_us(per, n)) for per, n in ((35, 57), (1000, 2))]
+    print("sender pump, Python batches (the callback path), GIL-held us per ~2000 records (records per batch x "
+          "batches): " + ", ".join(f"{k}: {v:.0f} us" for k, v in pump))
+    try:
+        print(f"sender pump, agent mode (C queue), GIL-held us per 2000 records: {native_pump_us(2000):.0f} us")
+    except TypeError:  # before issue 21: no C queue
+        print("sender pump, agent mode (C queue): not in this version")
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
+    return 0
+
+
+def start_tail(sock: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROF_", "ACLMOCK_", "ACLPROFD_"))}
+    return subprocess.Popen([sys.executable, "-m", "aclprof", "tail", "--json", "--socket", sock],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def native_pump_us(records: int, reps: int = 50) -> float:
+    """GIL-held time of one sender pump in agent mode: ``records`` rows in the C queue
+    (as the reader leaves them), taken, converted and framed; best-of-5 mean us."""
+    import numpy as np
+
+    from aclprof.agent.buffer import RecordBuffer
+    from aclprof.agent.connection import Connection
+    from aclprof.agent.sender import Sender
+    from aclprof.agent.watched import Watched
+    from aclprof.api.records import OP_DTYPE
+
+    buf = RecordBuffer(1 << 20, native=True)
+    conn = Connection("/nonexistent", buf, service=None, labels={}, connect_timeout=0.1)
+    conn.gen = 1
+    conn.names.reset(1)
+    w = Watched(1, 0, {})
+    w.announced = 1
+    sink = buf.sink(w)
+    sender = Sender(buf, conn, {1: w}, backoff_max=1)
+    d = np.zeros(records, OP_DTYPE)
+    d["op_name"] = 0  # "?" : the slot has no names of its own here
+    best = float("inf")
+    try:
+        for _ in range(5):
+            total = 0.0
+            for _ in range(reps):
+                sink.push(d, None)
+                t0 = time.perf_counter()
+                sender._pump()
+                total += time.perf_counter() - t0
+                conn.out.clear()
+            best = min(best, total / reps)
+    finally:
+        buf.close()
+    return best * 1e6
+
+
+def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: list[tuple[str, int]],
+          rounds: int, steps: int, op_ns: int, sockets: dict[str, str], pids: dict[str, int]) -> None:
+    """One interleaved table (quiet, or with the hog running)."""
     per_step: dict[str, list[float]] = {}
     gil: dict[str, list[int]] = {}
     totals = {"emitted": 0, "sent": 0, "lost": 0}
-
     cpu: dict[str, dict[str, float]] = {}
+    wakes = WakeTimer()
+    wake_wall = [0.0]
 
     def timed(name: str, w: int) -> list[float]:
         dpid = pids.get(name.split(" +")[0])
@@ -276,14 +481,25 @@ def main(argv: list[str] | None = None) -> int:
         deadline = time.monotonic() + 5
         while not agent.stats().connected and time.monotonic() < deadline:
             time.sleep(0.01)
+        timer = wake_timer()
+        t0 = time.perf_counter()
         try:
             t = timed(name, w)
         finally:
+            wake_wall[0] += time.perf_counter() - t0
+            timer.undo()
+            for k, v in timer.us.items():
+                wakes.us.setdefault(k, []).extend(v)
+            for k, v in timer.cpu_us.items():
+                wakes.cpu_us.setdefault(k, []).extend(v)
             mock.wait_writer_idle(60)
             st = agent.stop(timeout=10)
-        totals["emitted"] += mock.stats()["recordsEmitted"] - before
+        emitted = mock.stats()["recordsEmitted"] - before
+        totals["emitted"] += emitted
         totals["sent"] += st.records_sent
         totals["lost"] += st.loss_reported + st.loss_pending
+        if st.records_sent != emitted:  # say where a loss came from (counted either way)
+            print(f"  {name}: {emitted - st.records_sent:,} of {emitted:,} records not sent: {st}")
         return B.med(t)
 
     variants: dict[str, Any] = {}
@@ -295,16 +511,8 @@ def main(argv: list[str] | None = None) -> int:
                               *((a, with_agent) for a in agents)):
             name = f"{base_name}{' ' + suffix if suffix else ''}"
             variants[name] = (lambda fn=fn, name=name, w=w: fn(name, w))
-    try:
-        run_steps(mock, model, 3)  # warm-up
-        samples = B.interleaved(variants, rounds)
-    finally:
-        mock.set_realtime(False)
-        mock.unload(model)
-        for d in daemons:
-            d.terminate()
-            d.wait(10)
-        shutil.rmtree(root, ignore_errors=True)
+    load0 = os.getloadavg()[0]
+    samples = B.interleaved(variants, rounds)
 
     rows = []
     goals: list[tuple[str, bool, str]] = []
@@ -321,7 +529,9 @@ def main(argv: list[str] | None = None) -> int:
             late = [x / 1e3 for x in gil[name]]
             c = cpu[name]
             rows.append((name, m, f"{(m / base - 1) * 100:+.1f}%", f"{ratio * 100:+.1f}%",
-                         B.pct(t, 90), B.pct(t, 99), B.pct(t, 99.9), max(t),
+                         B.pct(t, 90), B.pct(t, 99), f"{B.pct(t, 99):.0f} ({(B.pct(t, 99) / B.pct(off_t, 99) - 1) * 100:+.1f}%)",
+                         f"{B.pct(t, 99.9):.0f} ({(B.pct(t, 99.9) / B.pct(off_t, 99.9) - 1) * 100:+.1f}%)",
+                         f"{max(t):.0f} ({max(t) - max(off_t):+.0f})",
                          f"{B.pct(late, 99):.0f}/{max(late):.0f}",
                          f"{c.get('sender', 0) / c['wall'] * 100:.1f}/{c.get('reader', 0) / c['wall'] * 100:.1f}"
                          f"/{c.get('daemon', 0) / c['wall'] * 100:.1f}"))
@@ -338,19 +548,145 @@ def main(argv: list[str] | None = None) -> int:
                 goals.append((f"{an}{sfx} p{q:g} within +5% of off", d <= TAIL_GOAL, f"{d * 100:+.1f}%"))
             dmax = max(a) - max(off_t)
             goals.append((f"{an}{sfx} max within +1 ms of off's max", dmax <= MAX_GOAL_US, f"{dmax:+.0f} us"))
-    B.table(("variant", "median us", "vs off", "per-round", "p90 us", "p99 us", "p99.9 us", "max us",
-             "GIL wait p99/max us", "CPU % sender/reader/daemon"), rows)
+    rows = [r[:5] + r[6:] for r in rows]
+    B.table(("variant", "median us", "vs off", "per-round", "p90 us", "p99 us (vs off)", "p99.9 us (vs off)",
+             "max us (vs off)", "GIL wait p99/max us", "CPU % sender/reader/daemon"), rows)
+    for line in noise:
+        print(f"resolution (A/A, the same variant twice): {line}")
     print(f"\nrecords: {totals['emitted']:,} emitted in agent rounds, {totals['sent']:,} sent, "
           f"{totals['lost']:,} lost (sent + lost = emitted: {totals['sent'] + totals['lost'] == totals['emitted']})")
     print(f"goal: agent overhead <= 5% at {args.ops / (args.ops * op_ns / 1e9) / 1e3:.0f} k ops/s: "
           f"{B.verdict(slow <= GOAL)} ({slow * 100:+.1f}%)")
     for label, ok, value in goals:
         print(f"goal: {label}: {B.verdict(ok)} ({value})")
-    for line in noise:
-        print(f"resolution (A/A, the same variant twice): {line}")
-    pump = [(f"{per} x {n}", sender_pump_us(per, n)) for per, n in ((35, 57), (1000, 2))]
-    print("sender pump, GIL-held us per ~2000 records (records per batch x batches): "
-          + ", ".join(f"{k}: {v:.0f} us" for k, v in pump))
+    print_wakes(wakes, wake_wall[0], "agent variants")
+    print(f"load: {load0:.2f} at the start of the phase, {os.getloadavg()[0]:.2f} at its end (1 min)")
+
+
+def curve(args: Any, aclprof: Any) -> int:
+    """Host CPU per op across reader + sender + daemon (detector on, a tail attached) at
+    10 k, 100 k and 1 M ops/s of a realtime model (1000 ops per step)."""
+    import aclprof.agent as agent
+    import aclprof.mock as mock
+
+    B.header("host CPU per op across the stack (reader + agent sender + daemon with detector, tail attached)",
+             args.quick)
+    root = tempfile.mkdtemp(prefix="aclp-bench-")
+    daemon, sock = start_daemon(root)
+    tail = start_tail(sock)
+    hog_proc = None
+    if args.hog == "on":
+        hog_proc, what = start_hog(root)
+        print(f"with the hog: {what}")
+    rows = []
+    try:
+        time.sleep(1.0)  # the tail connects: the agent is LIVE (sends every ~10 ms)
+        for rate in (10_000, 100_000, 1_000_000):
+            op_ns = int(1e9 / rate)
+            model = mock.load_model(make_ops(1000, op_ns))
+            mock.set_realtime(True)
+            agent.start(sock, service="bench")
+            agent.watch(model)
+            deadline = time.monotonic() + 5
+            while not agent.stats().connected and time.monotonic() < deadline:
+                time.sleep(0.01)
+            timer = wake_timer()
+            before = mock.stats()["recordsEmitted"]
+            c0, d0, tl0, t0 = _thread_cpu(), _proc_cpu(daemon.pid), _proc_cpu(tail.pid), time.perf_counter()
+            steps = max(1, int(args.curve_seconds * rate / 1000))
+            run_steps(mock, model, steps)
+            mock.wait_writer_idle(60)
+            time.sleep(0.1)  # the last records reach the daemon
+            wall = time.perf_counter() - t0
+            c1, d1, tl1 = _thread_cpu(), _proc_cpu(daemon.pid), _proc_cpu(tail.pid)
+            timer.undo()
+            ops = mock.stats()["recordsEmitted"] - before
+            st = agent.stop(timeout=10)
+            mock.set_realtime(False)
+            mock.unload(model)
+            reader = c1.get("reader", 0) - c0.get("reader", 0)
+            sender = c1.get("sender", 0) - c0.get("sender", 0)
+            dcpu, tcpu = d1 - d0, tl1 - tl0
+            per = (reader + sender + dcpu) / ops * 1e6 if ops else float("nan")
+            pumps = timer.us.get("sender pump", [])
+            rows.append((f"{rate // 1000}k", f"{ops / wall / 1e3:.0f}k", f"{reader / wall * 100:.1f}",
+                         f"{sender / wall * 100:.1f}", f"{dcpu / wall * 100:.1f}", f"{per:.2f}",
+                         f"{tcpu / ops * 1e6:.2f}" if ops else "-", f"{len(pumps) / wall:.0f}",
+                         f"{B.pct(pumps, 99):.0f}" if pumps else "-",
+                         f"{st.records_sent + st.loss_reported + st.loss_pending == st.records_in}"))
+    finally:
+        if hog_proc is not None:
+            hog_proc.kill()
+        tail.terminate()
+        daemon.terminate()
+        daemon.wait(10)
+        shutil.rmtree(root, ignore_errors=True)
+    B.table(("target ops/s", "achieved", "reader CPU %", "sender CPU %", "daemon CPU %",
+             "us CPU per op (reader+sender+daemon)", "tail us/op", "sender wakes/s", "pump p99 us",
+             "accounted"), rows)
+    print("goal: <= 0.5 us of host CPU per op at 100k ops/s, falling or flat with the rate")
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
+    return 0
+
+
+def numpy_consumer(args: Any, aclprof: Any) -> int:
+    """A Python consumer of numpy batches (``sub.get_batch``): the GIL held per acquisition
+    by the reader (wrapping and queueing a batch) and by the consumer (its numpy work on a
+    batch), at 100 k ops/s; a batch is at most ``read_records`` (4096) records, so both are
+    bounded."""
+    import threading
+
+    import aclprof.mock as mock
+
+    B.header("Python subscribe consumer of numpy batches: GIL held per acquisition", args.quick)
+    model = mock.load_model(make_ops(1000, 10_000))
+    mock.set_realtime(True)
+    timer = wake_timer()
+    held: list[float] = []
+    held_cpu: list[float] = []
+    sizes: list[int] = []
+    sub = aclprof.subscribe(model)
+    stop = threading.Event()
+
+    def consume() -> None:
+        while not stop.is_set() or sub.stats.queued:
+            b = sub.get_batch(timeout=0.05)
+            if b is None:
+                continue
+            t0, c0 = time.perf_counter(), time.thread_time()
+            d = b.data
+            _ = (float(d["duration"].sum()), int(d["op_type"].max()))
+            held.append((time.perf_counter() - t0) * 1e6)
+            held_cpu.append((time.thread_time() - c0) * 1e6)
+            sizes.append(len(b))
+
+    th = threading.Thread(target=consume)
+    th.start()
+    t0 = time.perf_counter()
+    with B.GilProbe() as probe:
+        t = run_steps(mock, model, 150 if args.quick else 400)
+    wall = time.perf_counter() - t0
+    mock.wait_writer_idle(60)
+    stop.set()
+    th.join(10)
+    sub.close()
+    timer.undo()
+    mock.set_realtime(False)
+    mock.unload(model)
+    reader = [a + b for a, b in zip(timer.us["reader: wrap a batch"], timer.us["reader: deliver a batch"],
+                                    strict=False)]
+    reader_cpu = [a + b for a, b in zip(timer.cpu_us["reader: wrap a batch"], timer.cpu_us["reader: deliver a batch"],
+                                        strict=False)]
+    late = [x / 1e3 for x in probe.late_ns]
+    print(f"batches: {len(sizes)}, records per batch p50 {B.pct(sizes, 50):.0f}, max {max(sizes)} (bound 4096)")
+    print(f"reader, GIL held per batch (wrap + queue): CPU p50 {B.pct(reader_cpu, 50):.1f} / p99 "
+          f"{B.pct(reader_cpu, 99):.1f} / max {max(reader_cpu):.0f} us; wall p50 {B.pct(reader, 50):.1f} / p99 "
+          f"{B.pct(reader, 99):.1f} / max {max(reader):.0f} us")
+    print(f"consumer, GIL held per batch (sum + max over numpy columns): CPU p50 {B.pct(held_cpu, 50):.1f} / p99 "
+          f"{B.pct(held_cpu, 99):.1f} / max {max(held_cpu):.0f} us; wall p50 {B.pct(held, 50):.1f} / p99 "
+          f"{B.pct(held, 99):.1f} / max {max(held):.0f} us")
+    print(f"step p99 {B.pct(t, 99):.0f} us; GIL wait p99/max {B.pct(late, 99):.0f}/{max(late):.0f} us; "
+          f"{len(sizes) / wall:.0f} acquisitions/s")
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
     return 0
 

@@ -88,12 +88,16 @@ class Subscription(Closing):
                  batch_callback: Callable[[OpBatch], Any] | None = None,
                  queue_size: int = 65536, on_full: str = "drop_oldest", time_info: bool = True,
                  device: int | None = None, read_records: int = 4096, validate: bool = True,
-                 time_unit: str = "ns", lag_clock: str = "calibrated"):
+                 time_unit: str = "ns", lag_clock: str = "calibrated", sink: Any = None):
         lowlevel._u32(model_id, "model_id")
         if callback is not None and not callable(callback):
             raise TypeError("callback must be callable")
         if batch_callback is not None and not callable(batch_callback):
             raise TypeError("batch_callback must be callable")
+        if sink is not None and (callback is not None or batch_callback is not None):
+            raise ValueError("subscribe(): sink= (the agent's record queue) excludes callback= and batch_callback=")
+        if sink is not None and not all(hasattr(sink, m) for m in ("run", "push", "counts")):
+            raise TypeError(f"subscribe(): sink must be an aclprof.binding.agentpath.QueueSink, got {sink!r}")
         if on_full not in ON_FULL_POLICIES:
             raise ValueError(f"on_full must be one of {ON_FULL_POLICIES}, got {on_full!r}")
         lowlevel._int(queue_size, "queue_size", 1, 1 << 31)
@@ -147,7 +151,7 @@ class Subscription(Closing):
             raise
         self._reader = Reader(self.model_id, self._read_fd, self._wake_r, self._decoder, self._queue,
                               LagClock(time_unit, lag_clock), callback=callback,
-                              batch_callback=batch_callback, on_exit=self._on_reader_exit)
+                              batch_callback=batch_callback, sink=sink, on_exit=self._on_reader_exit)
         self._thread = self._reader.thread
         self._exits_pending = 1
         self._reader.start()
@@ -184,12 +188,13 @@ class Subscription(Closing):
         """An atomic snapshot of the counters (see :class:`SubscriptionStats`): taken under
         the one lock the reader publishes its counts and the queue moves records under."""
         r, q = self._reader, self._queue
+        r.sync_lag()
         with r.stats_lock:
             c = r.counts()
             delivered, queued, dropped_full = q.delivered, q.queued, q.dropped_full
         lag, lag_clock = r.lag.lag()
         return SubscriptionStats(
-            bytes_read=r.bytes_read,  # live: progress, outside the identity
+            bytes_read=r.live_bytes(),  # live: progress, outside the identity
             records_read=c.records_read,
             records_decoded=c.records_decoded,
             delivered=c.delivered + delivered,
@@ -241,7 +246,7 @@ def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = Non
               batch_callback: Callable[[OpBatch], Any] | None = None, queue_size: int = 65536,
               on_full: str = "drop_oldest", time_info: bool = True, device: int | None = None,
               read_records: int = 4096, validate: bool = True, time_unit: str = "ns",
-              lag_clock: str = "calibrated") -> Subscription:
+              lag_clock: str = "calibrated", sink: Any = None) -> Subscription:
     """Subscribe to the op records of a loaded model and start reading them.
 
     Args:
@@ -263,6 +268,9 @@ def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = Non
         lag_clock: ``"calibrated"`` (default: record times are the device's clock, the
             offset to the host's is estimated) or ``"host"`` (the caller knows the record
             times are the host's ``CLOCK_MONOTONIC``); see :class:`SubscriptionStats`.
+        sink: for :mod:`aclprof.agent` (an :class:`aclprof.binding.agentpath.QueueSink`):
+            the records go to the agent's C queue, read, decoded and appended in C without
+            taking the GIL per batch; no callbacks, no queue.
 
     Besides ops, the pipe can carry CANN's step keypoint records (``kind == "keypoint"``);
     filter them with ``batch.data[~batch.data["keypoint"]]`` or ``record.kind == "op"``.
@@ -279,7 +287,7 @@ def subscribe(model_id: int, *, callback: Callable[[OpRecord], Any] | None = Non
     return Subscription(model_id, callback=callback, batch_callback=batch_callback,
                         queue_size=queue_size, on_full=on_full, time_info=time_info,
                         device=device, read_records=read_records, validate=validate,
-                        time_unit=time_unit, lag_clock=lag_clock)
+                        time_unit=time_unit, lag_clock=lag_clock, sink=sink)
 
 
 def _holder_of(model_id: int) -> str | None:

@@ -11,6 +11,8 @@ per subscription the offsets are checked against the library's own getters (audi
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from aclprof._log import get_logger
@@ -126,6 +128,35 @@ class Decoder:
             n, flags = read_pipe(fd, wake_fd, self.buffer, self.filled, room, coalesce_ns)
             self._unread = n
         return n, flags
+
+    @property
+    def table(self) -> NameTable:
+        """The C name table (the ids of every batch's op_name/op_type)."""
+        return self._table
+
+    @property
+    def native_ready(self) -> bool:
+        """Whether records can be decoded wholly in C (the layout is checked and known)."""
+        return self._layout_checked and self._raw is not None
+
+    def run_sink(self, sink: Any, fd: int, wake_fd: int, coalesce_ns: int, lag_factor: int) -> int:
+        """Agent mode (issue 21): read, check, decode and name every record until EOF or
+        a wake-up with the pipe empty, appending the rows to ``sink``
+        (:class:`aclprof.binding.agentpath.QueueSink`), all in one C call without the GIL;
+        the counts are the sink's slot's. Returns the READ_* flags; a partial record is
+        left in ``filled``. Only once :attr:`native_ready`.
+
+        Raises:
+            OSError: the poll or the read failed.
+        """
+        if not self.native_ready:
+            raise RuntimeError("Decoder.run_sink: the record layout is not checked yet")
+        room = self.record_size * self.capacity
+        flags = int(sink.run(self._table, fd, wake_fd, self.buffer, self.filled, room, self.record_size,
+                             coalesce_ns, self.validate, self.default_device, lag_factor,
+                             self._rows, self._counts))
+        self.filled = int(self._counts.left)
+        return flags
 
     def finish(self) -> OpBatch | None:
         """The batch of what the last :meth:`read` brought, None if not one whole record.
@@ -257,6 +288,8 @@ class Decoder:
             return self.names.index(text)
         except ValueError:
             self._append_name(text)
+            # the C table too, aligned (an agent's sink copies the names from it)
+            self._table.add(text.encode("utf-8", "surrogateescape"))
             return len(self.names) - 1
 
     def _append_name(self, text: str) -> None:

@@ -7,6 +7,11 @@ counted and never stops the reader) or to the :class:`~.queue.BatchQueue`. It st
 EOF (the library, or the binding, closed the write end) or when woken with the pipe
 empty (an unsubscribe that failed: no EOF will come).
 
+Agent mode (``sink=``, issue 21): once the first batch passed the layout check, the whole
+loop, delivery included, is one C call (:meth:`.decoder.Decoder.run_sink`) that appends the
+rows to the agent's record queue and returns at EOF: no GIL per batch; the counters of
+those records are the sink's slot's, added in :meth:`Reader.counts`.
+
 The counters are published as one snapshot (:meth:`Reader.counts`) under the queue's lock,
 the lock the consumer's :meth:`~.queue.BatchQueue.get` also holds: a batch's records enter
 ``records_read`` in the same step as they enter ``delivered``, ``dropped`` or ``queued``, so
@@ -89,7 +94,7 @@ class Reader:
                  queue: BatchQueue, lag: LagClock, *,
                  callback: Callable[[OpRecord], Any] | None = None,
                  batch_callback: Callable[[OpBatch], Any] | None = None,
-                 on_exit: Callable[[], None] | None = None):
+                 sink: Any = None, on_exit: Callable[[], None] | None = None):
         self.model_id = model_id
         self._read_fd = read_fd
         self._wake_fd = wake_fd
@@ -98,6 +103,9 @@ class Reader:
         self.lag = lag
         self._callback = callback
         self._batch_callback = batch_callback
+        #: agent mode (issue 21): an aclprof.binding.agentpath.QueueSink the records go to,
+        #: from C once the layout is checked (no Python per batch); its slot counts them
+        self._sink = sink
         self.on_exit = on_exit
         self.coalesce_ns = COALESCE_NS
         self.bytes_read = 0
@@ -118,12 +126,14 @@ class Reader:
 
     @property
     def has_callbacks(self) -> bool:
-        return self._callback is not None or self._batch_callback is not None
+        return self._callback is not None or self._batch_callback is not None or self._sink is not None
 
     @property
     def callback_name(self) -> str:
         """The callback's name, for messages about it."""
         cb: Any = self._batch_callback if self._batch_callback is not None else self._callback
+        if cb is None and self._sink is not None:
+            return "(the aclprof agent's record queue)"
         if cb is None:
             return "(no callback: queue)"
         return f"{getattr(cb, '__module__', '?')}.{getattr(cb, '__qualname__', repr(cb))}"
@@ -133,8 +143,34 @@ class Reader:
 
     def counts(self) -> ReaderCounts:
         """The last published counters; call with ``stats_lock`` held to pair them with
-        the queue's."""
-        return self._published
+        the queue's. In agent mode the sink's slot adds what the C loop read and
+        delivered (one snapshot of its own, consistent by itself)."""
+        published = self._published
+        if self._sink is None:
+            return published
+        c = self._sink.counts()
+        return published._replace(
+            bytes_read=published.bytes_read + c.bytes_read,
+            records_read=published.records_read + c.records_read,
+            records_decoded=published.records_decoded + c.delivered,
+            delivered=published.delivered + c.delivered,
+            corrupt=published.corrupt + c.corrupt,
+            names_missing=published.names_missing + c.missing_names,
+            keypoints=published.keypoints + c.keypoints)
+
+    def live_bytes(self) -> int:
+        """Bytes read so far (live progress, outside the identity)."""
+        if self._sink is None:
+            return self.bytes_read
+        return self.bytes_read + int(self._sink.counts().bytes_read)
+
+    def sync_lag(self) -> None:
+        """Agent mode: fold the C loop's lag clock into :attr:`lag`."""
+        if self._sink is None:
+            return
+        c = self._sink.counts()
+        if c.lag_end:
+            self.lag.merge(int(c.lag_end), int(c.lag_offset))
 
     def _publish_locked(self) -> None:
         d = self.decoder
@@ -152,6 +188,16 @@ class Reader:
         batch: OpBatch | None = None  # decoded and not yet delivered
         try:
             while True:
+                if self._sink is not None and decoder.native_ready:
+                    # Agent mode: everything up to EOF in one C call, no GIL per batch.
+                    flags = decoder.run_sink(self._sink, self._read_fd, self._wake_fd, self.coalesce_ns,
+                                             self.lag.factor)
+                    if flags & READ_WOKEN:
+                        _log.warning("subscription reader stopped before EOF", model_id=self.model_id)
+                        break
+                    self.truncated += decoder.filled
+                    decoder.filled = 0
+                    break
                 # Waiting, reading and decoding run in C with the GIL released, in one call
                 # (read); Python holds the GIL only to wrap and deliver the batch (finish).
                 n, flags = decoder.read(self._read_fd, self._wake_fd, self.coalesce_ns)
@@ -222,6 +268,11 @@ class Reader:
                 self._publish_locked()
 
     def _run_callbacks(self, batch: OpBatch) -> None:
+        if self._sink is not None:  # agent mode, before the C loop takes over (layout check)
+            with self.stats_lock:
+                self._sink.push(batch.data, self.decoder.table)
+                self.delivered += len(batch)
+            return
         if self._batch_callback is not None:
             try:
                 self._batch_callback(batch)

@@ -97,6 +97,11 @@ class LagClock:
 
     __slots__ = ("_factor", "mode", "_state")
 
+    @property
+    def factor(self) -> int:
+        """Host ns per library time unit."""
+        return self._factor
+
     def __init__(self, time_unit: str, mode: str):
         self._factor = TIME_UNITS[time_unit]
         self.mode = mode
@@ -118,6 +123,12 @@ class LagClock:
             self._state = (end, arrival - end)
         else:
             self._state = (max(state[0], end), min(state[1], arrival - end))
+
+    def merge(self, end: int, offset: int) -> None:
+        """Fold in a state kept elsewhere (the agent mode's C loop): the newest end in host
+        ns units and the smallest arrival - end."""
+        state = self._state
+        self._state = (end, offset) if state is None else (max(state[0], end), min(state[1], offset))
 
     def lag(self) -> tuple[int | None, str | None]:
         """``(reader_lag_ns, lag_clock)`` now; ``(None, None)`` before any timed record."""
