@@ -1,0 +1,204 @@
+"""The control requests (``aclprofd/control.py``) against in-process daemons (issue 20, mutation
+run): what each request does and refuses, read back over the wire. The daemon runs on a thread
+of this process, so a mutant of control.py is live here; the deployed-daemon tests
+(test_deployment.py, test_bite2_security.py) run it in a subprocess and cannot kill one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+from aclprofd import authz, control
+from helpers.daemons import Client, InProcess, agent, status
+from helpers.procs import free_port, wait_for
+from helpers.records import make_records
+
+from aclprof.protocol.wire import Kind, decode_json
+
+
+def error_of(c: Client) -> str:
+    """The ERROR the daemon answered with; the connection is closed after it."""
+    kind, payload = c.recv()
+    assert kind == Kind.ERROR, (kind, bytes(payload)[:200])
+    assert c.closed_by_peer()
+    return decode_json(payload)["message"]
+
+
+@pytest.fixture(scope="module")
+def daemon():
+    with InProcess() as d:
+        yield d
+
+
+def test_status_says_who_may_do_what_and_where_metrics_listen(daemon: InProcess):
+    reply = status(daemon.socket)
+    assert reply["access"] == {"socket_group": None, "admin_group": None, "daemon_uid": os.geteuid(),
+                               "peer_is_admin": True}
+    assert reply["metrics"] == {"host": "127.0.0.1", "port": 0}  # no endpoint: nothing more to say
+    assert "flags" in reply["detector"] and "items" in reply["captures"]
+
+
+def test_status_names_the_groups_it_was_given_and_what_metrics_left_out():
+    port = free_port()
+    with InProcess(admin_group="root", prometheus_port=port, prometheus_max_series=1234) as d:
+        reply = status(d.socket)
+    assert reply["access"]["admin_group"] == "root" and reply["access"]["socket_group"] is None
+    m = reply["metrics"]
+    assert (m["host"], m["port"], m["max_series"]) == ("127.0.0.1", port, 1234)
+    assert {"series", "series_refused", "requests_refused"} <= set(m)  # the endpoint's own (Metrics.stats)
+
+
+def test_a_request_kind_no_handler_takes_is_refused_by_name(daemon: InProcess):
+    c = Client(daemon.socket)
+    try:
+        c.send_json(Kind.NAMES, {})
+        assert error_of(c) == "NAMES is not allowed from a control client"
+    finally:
+        c.close()
+
+
+def test_every_request_but_status_goes_through_the_authorization_rule(daemon: InProcess, monkeypatch):
+    """With the rule saying no admin, STATUS still answers and the rest are refused (the
+    handler table is behind :func:`authz.authorize`, whatever the peer's credentials here)."""
+    monkeypatch.setattr(authz, "is_admin", lambda settings, peer: False)
+    monkeypatch.setattr(control, "is_admin", lambda settings, peer: False)
+    assert status(daemon.socket)["access"]["peer_is_admin"] is False
+    for kind in (Kind.SNAPSHOT, Kind.STREAM, Kind.EXPORT, Kind.RESET, Kind.BASELINE_LIST):
+        c = Client(daemon.socket)
+        try:
+            c.send_json(kind, {})
+            assert error_of(c).startswith(f"{kind.name} refused: control requests other than STATUS need root")
+        finally:
+            c.close()
+
+
+def test_snapshot_rows_and_its_refusals(daemon: InProcess):
+    a = agent(daemon.socket, service="snap")
+    try:
+        before = status(daemon.socket)["records_total"]
+        a.send_batch(make_records(10, durations=[1000, 3000] * 5))
+        wait_for(lambda: status(daemon.socket)["records_total"] == before + 10)
+    finally:
+        a.close()
+    c = Client(daemon.socket)
+    try:
+        reply = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "type", "filter": {"service": "snap"}})
+        rows = {r["op_type"]: (r["count"], r["total_ns"]) for r in reply["rows"]}
+        assert rows == {"Conv2D": (5, 5000), "MatMul": (5, 15000)}
+        default = c.request(Kind.SNAPSHOT, {"filter": {"service": "snap"}})  # window all, by type
+        assert {r["op_type"]: r["count"] for r in default["rows"]} == {"Conv2D": 5, "MatMul": 5}
+        assert "shift_p99" in default["rows"][0]  # the detector's annotation per op type
+    finally:
+        c.close()
+    for bad in ({"window": "fortnight"}, {"group_by": "colour"}):
+        c = Client(daemon.socket)
+        try:
+            c.send_json(Kind.SNAPSHOT, bad)
+            assert error_of(c)
+        finally:
+            c.close()
+
+
+@pytest.mark.parametrize("req", [{"since_ts": "yesterday"}, {"since_ts": True}, {"until_ts": [1]},
+                                 {"until_ts": False}], ids=["text", "true", "list", "false"])
+def test_export_refuses_bounds_that_are_not_numbers(daemon: InProcess, req):
+    c = Client(daemon.socket)
+    try:
+        c.send_json(Kind.EXPORT, {"since_ts": None, "until_ts": None, "filter": {}, **req})
+        assert error_of(c) == "since_ts/until_ts must be numbers or null"
+    finally:
+        c.close()
+
+
+def test_a_second_export_on_the_same_connection_is_refused(daemon: InProcess):
+    c = Client(daemon.socket)
+    try:
+        req = {"since_ts": 0, "until_ts": 1.5e18, "filter": {}}
+        from aclprof.protocol.wire import encode_json
+        c.sock.sendall(encode_json(Kind.EXPORT, req) + encode_json(Kind.EXPORT, req))  # one read: both at once
+        while True:
+            kind, payload = c.recv()
+            if kind == Kind.ERROR:
+                assert decode_json(payload)["message"] == "an EXPORT is already running on this connection"
+                break
+            assert kind in (Kind.EXPORT_RECORDS, Kind.END), kind
+    finally:
+        c.close()
+
+
+def test_export_includes_what_was_received_before_it_even_between_flushes():
+    """A flush interval of a minute and the agent still connected: without EXPORT's own flush
+    its records would still be in its connection, not in storage."""
+    with InProcess(flush_interval_s="60") as d:
+        a = agent(d.socket, service="fresh")
+        try:
+            a.send_batch(make_records(7))
+            wait_for(lambda: status(d.socket)["records_total"] == 7)
+            c = Client(d.socket)
+            try:
+                got = c.export(filter={"service": "fresh"})
+            finally:
+                c.close()
+        finally:
+            a.close()
+    assert len(got) == 7 and {r["service"] for r in got} == {"fresh"}
+
+
+def test_stream_sends_the_records_that_pass_its_filter(daemon: InProcess):
+    c = Client(daemon.socket)
+    a = None
+    try:
+        c.send_json(Kind.STREAM, {"filter": {"service": "streamed"}})
+        c.send_json(Kind.STATUS, {})  # answered after the STREAM was started (frames are taken in order)
+        assert c.recv()[0] == Kind.STATUS_REPLY
+        other = agent(daemon.socket, service="other")
+        a = agent(daemon.socket, service="streamed")
+        other.send_batch(make_records(3))
+        a.send_batch(make_records(4))
+        got: list[dict] = []
+        while len(got) < 4:
+            records, _, kind = c.stream_frames()
+            assert kind in (Kind.STREAM_RECORDS, Kind.STREAM_SKIPPED)
+            got += records
+        assert len(got) == 4 and {r["service"] for r in got} == {"streamed"}
+        other.close()
+    finally:
+        c.close()
+        if a is not None:
+            a.close()
+
+
+def test_reset_empties_the_aggregates_and_a_crash_after_it_does_not_bring_them_back():
+    """RESET saves the emptied aggregates at once: a copy of the data directory taken right
+    after it (what a crash leaves; the flush interval is a minute) restarts empty."""
+    data = tempfile.mkdtemp(prefix="aclprof-reset-")
+    crashed = data + "-crash"
+    try:
+        with InProcess(data_dir=data, flush_interval_s="60") as d:
+            a = agent(d.socket, service="gone")
+            try:
+                a.send_batch(make_records(5))
+                wait_for(lambda: status(d.socket)["records_total"] == 5)
+            finally:
+                a.close()
+            c = Client(d.socket)
+            try:
+                c.export()  # flushes, and so saves the aggregates with the 5 records
+                assert len(c.request(Kind.SNAPSHOT, {})["rows"]) == 2
+                assert c.request(Kind.RESET) == {}
+                assert c.request(Kind.SNAPSHOT, {})["rows"] == []
+                shutil.copytree(data, crashed)
+            finally:
+                c.close()
+        with InProcess(data_dir=crashed) as d:
+            c = Client(d.socket)
+            try:
+                assert c.request(Kind.SNAPSHOT, {})["rows"] == []
+            finally:
+                c.close()
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(crashed, ignore_errors=True)
