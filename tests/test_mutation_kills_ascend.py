@@ -10,9 +10,13 @@ from __future__ import annotations
 import csv
 import json
 import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from aclprof.exportfmt import ascend as fa
 
@@ -153,3 +157,156 @@ def test_span_openers_is_a_boolean_mask_usable_as_an_index():
     assert m.dtype == np.bool_
     assert starts[m].tolist() == [5, 0, 10]
     assert fa.span_openers(starts[:0], ends[:0]).dtype == np.bool_
+
+
+# ---- op statistics, names, the directory and its files ----------------------------------------
+
+def test_op_statistic_rows_go_by_total_time_then_by_type():
+    stats = {"Zeta": [1, 400, 400, 400], "Add": [4, 400, 10, 200], "Mul": [2, 1000, 100, 900],
+             "Conv": [3, 400, 1, 300]}
+    rows = fa.op_statistic_rows(stats)
+    assert [r[0] for r in rows] == ["Mul", "Add", "Conv", "Zeta"]  # equal totals: by type, not by minimum
+    assert rows[0] == ["Mul", "N/A", 2, "1.0", "0.1", "0.5", "0.9", "45.455"]
+    assert abs(sum(float(r[7]) for r in rows) - 100.0) < 0.01
+
+
+def test_a_host_name_that_starts_with_a_dot_keeps_the_limit():
+    assert fa.path_component("." + "a" * 100) == "h." + "a" * 62
+    assert len(fa.path_component("." * 10, limit=8)) == 8
+    assert fa.path_component("", limit=8) == "h"
+
+
+@contextmanager
+def local_zone(tz: str) -> Iterator[None]:
+    """Local time in ``tz`` (directory names use local time, like torch_npu's)."""
+    old = os.environ.get("TZ")
+    os.environ["TZ"] = tz
+    time.tzset()
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = old
+        time.tzset()
+
+
+def test_a_record_without_host_pid_or_times_is_written_under_defaults(tmp_path):
+    with local_zone("UTC"):
+        d = export(tmp_path, [[{"op_type": "Add"}, {"op_type": "Add", "ts": 3.0}]])
+    assert d.name == "-_0_19700101000000_ascend_pt"
+    info = json.loads((d / "profiler_info.json").read_text())["aclprof"]
+    assert (info["host"], info["pid"], info["service"]) == ("?", 0, None)
+    assert (info["first_received_ts"], info["last_received_ts"], info["op_records"]) == (0.0, 3.0, 2)
+    assert json.loads((d / "profiler_metadata.json").read_text()) == {
+        "aclprof_service": "", "aclprof_host": "?", "aclprof_pid": "0"}
+
+
+@pytest.mark.parametrize("tz, stamp", [("Asia/Shanghai", "20231115061320"), ("America/Sao_Paulo", "20231114191320")])
+def test_the_directory_is_named_after_the_first_records_receive_time(tmp_path, tz, stamp):
+    with local_zone(tz):  # UTC+8 and UTC-3, neither with daylight saving in 2023
+        d = export(tmp_path, [[rec(ts=1_700_000_000.5), rec(ts=1_800_000_000.0)]])
+    assert d.name == f"n1_77_{stamp}_ascend_pt"  # 2023-11-14 22:13:20 UTC
+
+
+def test_hosts_whose_names_differ_only_in_unsafe_characters_get_numbered_directories(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        w = fa.AscendWriter(fd)
+        try:
+            w.add([rec(host=h, ts=0.0) for h in ("a/b", "a?b", "a*b", "a b")])
+            w.finish()
+        finally:
+            w.close()
+    finally:
+        os.close(fd)
+    stamp = fa.process_dir_name("x", 1, 0.0).split("_")[2]
+    base = f"a-b_77_{stamp}"
+    assert sorted(os.listdir(root)) == sorted([f"{base}_ascend_pt", f"{base}-2_ascend_pt", f"{base}-3_ascend_pt",
+                                               f"{base}-4_ascend_pt"])
+    hosts = {json.loads((root / n / "profiler_info.json").read_text())["aclprof"]["host"] for n in os.listdir(root)}
+    assert hosts == {"a/b", "a?b", "a*b", "a b"}
+
+
+def test_files_are_created_with_the_usual_modes_and_unix_line_ends(tmp_path):
+    old = os.umask(0o027)
+    try:
+        d = export(tmp_path, [[rec(), rec(op_type="Add", start=5_000)]])
+    finally:
+        os.umask(old)
+    assert os.stat(d).st_mode & 0o777 == 0o750
+    assert os.stat(d / fa.OUTPUT_DIR).st_mode & 0o777 == 0o750
+    files = [d / "profiler_info.json", d / "profiler_metadata.json"] + \
+        [d / fa.OUTPUT_DIR / n for n in ("kernel_details.csv", "op_statistic.csv", "trace_view.json")]
+    for f in files:
+        assert os.stat(f).st_mode & 0o777 == 0o640, f
+        data = f.read_bytes()
+        assert data.endswith(b"\n") and b"\r" not in data, f
+
+
+def test_a_file_planted_in_the_way_is_never_written_through(tmp_path):
+    """The writer owns its staging directory: a symlink planted where a summary file goes
+    fails the export (O_EXCL|O_NOFOLLOW), and the link's target is left untouched."""
+    root = tmp_path / "root"
+    root.mkdir()
+    target = tmp_path / "precious"
+    target.write_text("keep\n")
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        w = fa.AscendWriter(fd)
+        try:
+            w.add([rec()])
+            (d,) = [root / x for x in os.listdir(root)]
+            (d / fa.OUTPUT_DIR / "op_statistic.csv").symlink_to(target)
+            try:
+                w.finish()
+            except FileExistsError:
+                pass
+            else:
+                raise AssertionError("finish() wrote through a planted symlink")
+        finally:
+            w.close()
+    finally:
+        os.close(fd)
+    assert target.read_text() == "keep\n"
+
+
+def test_open_files_are_close_on_exec_and_refuse_a_symlink(tmp_path):
+    import fcntl
+
+    root = tmp_path / "root"
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        w = fa.AscendWriter(fd)
+        try:
+            w.add([rec()])
+            for kd, _, tv in w._open.values():
+                for f in (kd, tv):
+                    assert fcntl.fcntl(f.fileno(), fcntl.F_GETFD) & fcntl.FD_CLOEXEC, f.name
+            (d,) = [root / x for x in os.listdir(root)]
+            tv_path = d / fa.OUTPUT_DIR / "trace_view.json"
+            w.close()
+            tv_path.unlink()
+            tv_path.symlink_to(tmp_path / "elsewhere")
+            (tmp_path / "elsewhere").write_text("")
+            try:
+                w.add([rec(start=5_000)])
+            except OSError as exc:
+                assert exc.errno == 40  # ELOOP: O_NOFOLLOW
+            else:
+                raise AssertionError("the trace list was reopened through a symlink")
+        finally:
+            w.close()
+    finally:
+        os.close(fd)
+    assert (tmp_path / "elsewhere").read_text() == ""
+
+
+def test_a_negative_start_from_a_peer_is_written_not_a_crash(tmp_path):
+    d = export(tmp_path, [[rec(start=-2_000, dur=1_000), rec(start=0, dur=500)]])
+    spans = [(e["name"], e["ts"], e["dur"]) for e in trace(d) if e["pid"] == fa.OVERLAP_PID and e["ph"] == "X"]
+    assert spans == [("Computing", "-2.000", 1.0), ("Free", "-1.000", 1.0), ("Computing", "0.000", 0.5)]

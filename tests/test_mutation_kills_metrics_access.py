@@ -50,6 +50,7 @@ def test_a_token_file_gives_its_one_line_stripped(tmp_path):
     assert read_token(token_file(tmp_path, b"  s3cret \n")) == b"s3cret"
     assert read_token(token_file(tmp_path, b"x" * 4096)) == b"x" * 4096  # at the limit
     assert read_token(token_file(tmp_path, b"ab", mode=0o640)) == b"ab"  # group-readable is fine
+    assert read_token(token_file(tmp_path, b"cd", mode=0o601)) == b"cd"  # only reading by others is refused
 
 
 @pytest.mark.parametrize("data", [b"", b" \n", b"one\ntwo\n", b"x" * 4097, b"x" * 4095 + b"\n\n"],
@@ -183,10 +184,13 @@ def test_proc_rows_skip_the_header_and_short_lines(tmp_path):
     table.write_text("  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid\n"
                      "   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000  1234 0 1\n"
                      "   1: short line\n"
+                     "   3: 0100007F:0002 0100007F:1F90 01 00000000:00000000 00:00000000 00000000\n"
                      "   2: 0100007F:0001 0100007F:1F90 01 00000000:00000000 00:00000000 00000000  99\n")
     assert list(metrics_access._proc_rows(str(table))) == [(b"0100007F:1F90", b"00000000:0000", 1234),
                                                           (b"0100007F:0001", b"0100007F:1F90", 99)]
     assert list(metrics_access._proc_rows(str(tmp_path / "missing"))) == []
+    (tmp_path / "empty").write_text("")
+    assert list(metrics_access._proc_rows(str(tmp_path / "empty"))) == []
 
 
 # ---- Access.decide ------------------------------------------------------------------------------
@@ -297,3 +301,16 @@ def test_a_real_loopback_scrape_of_this_process_is_judged_by_its_uid():
         me = os.geteuid()
         allowed = Access(settings(prometheus_allow_users=(pwd.getpwuid(me).pw_name,)))
         assert allowed.decide(None, peer, local) == Decision(200, "")
+
+
+def test_a_uid_unknown_to_the_database_is_not_taken_for_a_member_of_gid_1(monkeypatch, users: Users):
+    """Without a database entry there is no group to go by: never a gid that could be the
+    admin group's (on Debian gid 1 is ``daemon``)."""
+    monkeypatch.setattr("grp.getgrnam", lambda name: SimpleNamespace(gr_gid=1, gr_mem=[]))
+    monkeypatch.setattr(metrics_access, "peer_uid", lambda peer, local: 777)
+    assert Access(settings(admin_group="daemon", prometheus_allow_users=())).decide(None, LOOP, LOCAL) == \
+        Decision(403, "forbidden_user")
+    users.users[778] = ("d", 1)
+    monkeypatch.setattr(metrics_access, "peer_uid", lambda peer, local: 778)
+    assert Access(settings(admin_group="daemon", prometheus_allow_users=())).decide(None, LOOP, LOCAL) == \
+        Decision(200, "")
