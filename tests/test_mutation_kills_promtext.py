@@ -9,6 +9,8 @@ tests/test_hostile2_metrics.py checks the same through HTTP on in-process daemon
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 from aclprofd.aggregate.quantiles import NPROM, PROM_EXPONENTS
@@ -84,12 +86,15 @@ def test_lines_are_cut_into_chunks_of_at_least_CHUNK_bytes_and_finish_cuts_the_r
     assert out.chunks == []
     out.add(b"b", 1)  # reaches CHUNK: cut
     assert out.chunks == [b"a" * (CHUNK - 1) + b"b"]
-    out.add(b"c" * 10, 0)
+    out.add(b"c" * (CHUNK - 6), 0)  # a new chunk counts from 0: one byte short of CHUNK
     out.add(b"d" * 5, 2)
-    r = out.finish(started=5.0, agents_over_share=3)
-    assert r.chunks == (b"a" * (CHUNK - 1) + b"b", b"c" * 10 + b"d" * 5)
-    assert (r.size, r.series, r.agents_over_share, r.started) == (CHUNK + 15, 4, 3, 5.0)
-    assert r.seconds > 0  # time.monotonic() - 5.0 on a machine up for more than 5 s
+    assert len(out.chunks) == 1
+    started = time.monotonic()
+    r = out.finish(started=started, agents_over_share=3)
+    elapsed = time.monotonic() - started
+    assert r.chunks == (b"a" * (CHUNK - 1) + b"b", b"c" * (CHUNK - 6) + b"d" * 5)
+    assert (r.size, r.series, r.agents_over_share, r.started) == (2 * CHUNK - 1, 4, 3, started)
+    assert 0 <= r.seconds <= elapsed  # the rendering's own duration
     assert r.refused == {"agent_share": 0, "total": 0, "bytes": 0}
     out.refused["total"] += 1
     assert r.refused["total"] == 0  # the rendering keeps its own copy
@@ -234,3 +239,29 @@ def test_a_refused_set_is_not_charged_to_its_agent():
     assert histogram_text(out, "m", "", ("host", "op_type"), "x", [long_, short], [(1, "h", 1), (2, "h", 1)]) == 0
     assert out.refused["bytes"] == SERIES_PER_HISTOGRAM
     assert out.series == SERIES_PER_HISTOGRAM
+
+
+def test_every_set_left_out_for_a_share_is_counted_and_every_agent_over_it_too():
+    """Agents A and B each over their share of series (two sets each), C within it; A's and
+    B's refused sets come before C's, which is still admitted."""
+    rows, owners = [], []
+    for key, (host, pid) in enumerate([("a", 1), ("b", 2), ("a", 1), ("b", 2), ("a", 1), ("b", 2), ("a", 1),
+                                       ("c", 3)]):
+        rows.append(series((f"t{key}",), 1, 1))
+        owners.append((key, host, pid))
+    out = TextBuilder(Budget(max_series=10**6, per_agent=2 * SERIES_PER_HISTOGRAM, max_bytes=1 << 30))
+    assert histogram_text(out, "m", "d", ("host", "op_type"), "x", rows, owners) == 2
+    assert out.refused == {"agent_share": 3 * SERIES_PER_HISTOGRAM, "total": 0, "bytes": 0}
+    got = text(out)
+    assert [f'op_type="t{k}"' in got.decode() for k in range(8)] == [True] * 4 + [False] * 3 + [True]
+
+
+def test_every_set_left_out_for_a_byte_share_is_counted_and_every_agent_over_it_too():
+    long_ = [series(("x" * 200 + str(k),), 1, 1) for k in range(5)]
+    owners = [(0, "a", 1), (1, "b", 2), (2, "a", 1), (3, "b", 2), (4, "a", 1)]
+    one = len(histogram_lines("m", {"host": "x", "op_type": "x" * 200 + "0"}, CUM, 1, 1e-9))
+    b = Budget(max_series=100 * SERIES_PER_HISTOGRAM, per_agent=10 * SERIES_PER_HISTOGRAM, max_bytes=one * 10 + 9)
+    out = TextBuilder(b)
+    assert histogram_text(out, "m", "d", ("host", "op_type"), "x", long_, owners) == 2
+    assert out.refused["agent_share"] == 3 * SERIES_PER_HISTOGRAM
+    assert out.series == 2 * SERIES_PER_HISTOGRAM
