@@ -6,13 +6,15 @@ of this process, so a mutant of control.py is live here; the deployed-daemon tes
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
+import time
 
 import pytest
 from aclprofd import authz, control
-from helpers.daemons import Client, InProcess, agent, status
+from helpers.daemons import DAEMON_LOGS, Client, InProcess, agent, status
 from helpers.procs import free_port, wait_for
 from helpers.records import make_records
 
@@ -25,6 +27,15 @@ def error_of(c: Client) -> str:
     assert kind == Kind.ERROR, (kind, bytes(payload)[:200])
     assert c.closed_by_peer()
     return decode_json(payload)["message"]
+
+
+def daemon_log_events(fields: tuple[str, ...]) -> list[dict]:
+    """This test's in-process daemon log lines (JSON), reduced to ``fields``."""
+    out = []
+    for line in DAEMON_LOGS.text().splitlines():
+        e = json.loads(line)
+        out.append({k: e.get(k) for k in fields})
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -76,28 +87,35 @@ def test_every_request_but_status_goes_through_the_authorization_rule(daemon: In
 
 
 def test_snapshot_rows_and_its_refusals(daemon: InProcess):
-    a = agent(daemon.socket, service="snap")
+    # one process's agents share their aggregate keys (the kernel's pid): told apart by device here
+    a, noise = agent(daemon.socket, service="snap"), agent(daemon.socket, service="noise")
     try:
         before = status(daemon.socket)["records_total"]
         a.send_batch(make_records(10, durations=[1000, 3000] * 5))
-        wait_for(lambda: status(daemon.socket)["records_total"] == before + 10)
+        noise.send_batch(make_records(6, device=1, durations=7000))
+        wait_for(lambda: status(daemon.socket)["records_total"] == before + 16)
     finally:
         a.close()
+        noise.close()
     c = Client(daemon.socket)
     try:
-        reply = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "type", "filter": {"service": "snap"}})
+        reply = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "type", "filter": {"device": 0}})
         rows = {r["op_type"]: (r["count"], r["total_ns"]) for r in reply["rows"]}
         assert rows == {"Conv2D": (5, 5000), "MatMul": (5, 15000)}
-        default = c.request(Kind.SNAPSHOT, {"filter": {"service": "snap"}})  # window all, by type
+        default = c.request(Kind.SNAPSHOT, {"filter": {"device": 0}})  # window all, by type
         assert {r["op_type"]: r["count"] for r in default["rows"]} == {"Conv2D": 5, "MatMul": 5}
         assert "shift_p99" in default["rows"][0]  # the detector's annotation per op type
+        everyone = c.request(Kind.SNAPSHOT, {"group_by": "device"})
+        assert {r["device"]: r["count"] for r in everyone["rows"]} == {0: 10, 1: 6}
     finally:
         c.close()
-    for bad in ({"window": "fortnight"}, {"group_by": "colour"}):
+    for bad, message in (({"window": "fortnight"}, "unknown window 'fortnight' (one of 10s, 1m, all)"),
+                         ({"group_by": "colour"},
+                          "group_by must be one of type, name, service, process, device, model, not 'colour'")):
         c = Client(daemon.socket)
         try:
             c.send_json(Kind.SNAPSHOT, bad)
-            assert error_of(c)
+            assert error_of(c) == message
         finally:
             c.close()
 
@@ -133,17 +151,25 @@ def test_export_includes_what_was_received_before_it_even_between_flushes():
     """A flush interval of a minute and the agent still connected: without EXPORT's own flush
     its records would still be in its connection, not in storage."""
     with InProcess(flush_interval_s="60") as d:
-        a = agent(d.socket, service="fresh")
+        a, other = agent(d.socket, service="fresh"), agent(d.socket, service="other")
         try:
+            t0 = time.time()
             a.send_batch(make_records(7))
-            wait_for(lambda: status(d.socket)["records_total"] == 7)
+            other.send_batch(make_records(2))
+            wait_for(lambda: status(d.socket)["records_total"] == 9)
+            t1 = time.time()
             c = Client(d.socket)
             try:
                 got = c.export(filter={"service": "fresh"})
+                assert len(c.export()) == 9
+                assert c.export(since_ts=t1 + 3600) == []  # received before the window
+                assert c.export(until_ts=t0 - 3600) == []  # received after it
+                assert len(c.export(since_ts=t0 - 1, until_ts=t1 + 1)) == 9
             finally:
                 c.close()
         finally:
             a.close()
+            other.close()
     assert len(got) == 7 and {r["service"] for r in got} == {"fresh"}
 
 
@@ -156,7 +182,9 @@ def test_stream_sends_the_records_that_pass_its_filter(daemon: InProcess):
         assert c.recv()[0] == Kind.STATUS_REPLY
         other = agent(daemon.socket, service="other")
         a = agent(daemon.socket, service="streamed")
+        before = status(daemon.socket)["records_total"]
         other.send_batch(make_records(3))
+        wait_for(lambda: status(daemon.socket)["records_total"] == before + 3)  # fanned out before a's
         a.send_batch(make_records(4))
         got: list[dict] = []
         while len(got) < 4:
@@ -165,6 +193,7 @@ def test_stream_sends_the_records_that_pass_its_filter(daemon: InProcess):
             got += records
         assert len(got) == 4 and {r["service"] for r in got} == {"streamed"}
         other.close()
+        assert {"event": "stream started", "pid": os.getpid()} in daemon_log_events(("event", "pid"))
     finally:
         c.close()
         if a is not None:
@@ -189,6 +218,8 @@ def test_reset_empties_the_aggregates_and_a_crash_after_it_does_not_bring_them_b
                 c.export()  # flushes, and so saves the aggregates with the 5 records
                 assert len(c.request(Kind.SNAPSHOT, {})["rows"]) == 2
                 assert c.request(Kind.RESET) == {}
+                assert {"event": "aggregates reset", "by_pid": os.getpid(), "level": "info"} in \
+                    daemon_log_events(("event", "by_pid", "level"))
                 assert c.request(Kind.SNAPSHOT, {})["rows"] == []
                 shutil.copytree(data, crashed)
             finally:
