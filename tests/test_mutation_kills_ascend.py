@@ -92,11 +92,22 @@ def test_without_steps_there_is_no_step_trace_process(tmp_path):
 
 
 def test_overlap_analysis_shows_busy_spans_and_the_free_time_between_them(tmp_path):
-    # busy 1-3 us (two overlapping ops), 6-7 us; free 3-6 us
-    d = export(tmp_path, [[rec(start=1_000, dur=1_500), rec(start=2_000, dur=1_000), rec(start=6_000, dur=1_000)]])
+    # busy 1-3 us (two overlapping ops), 6-7 us, 10-10.5 us; free 3-6 us and 7-10 us
+    d = export(tmp_path, [[rec(start=1_000, dur=1_500), rec(start=2_000, dur=1_000), rec(start=10_000, dur=500),
+                           rec(start=6_000, dur=1_000)]])
     spans = [(e["name"], e["tid"], e["ts"], e["dur"]) for e in trace(d) if e["pid"] == fa.OVERLAP_PID
              and e["ph"] == "X"]
-    assert spans == [("Computing", 1, "1.000", 2.0), ("Free", 4, "3.000", 3.0), ("Computing", 1, "6.000", 1.0)]
+    assert spans == [("Computing", 1, "1.000", 2.0), ("Free", 4, "3.000", 3.0), ("Computing", 1, "6.000", 1.0),
+                     ("Free", 4, "7.000", 3.0), ("Computing", 1, "10.000", 0.5)]
+
+
+def test_a_trace_with_as_many_records_as_closing_events_is_still_closed(tmp_path):
+    """12 overlapping ops of one device and model: 12 kernel events, then 12 closing events
+    (3 for the hardware process, 2 for its thread, 6 for Overlap Analysis, 1 busy span)."""
+    d = export(tmp_path, [[rec(start=1_000 + k, dur=100) for k in range(12)]])
+    events = trace(d)  # valid JSON: the list is closed
+    assert len(events) == 24
+    assert sum(1 for e in events if e["ph"] == "M") == 11
 
 
 def test_trace_view_is_one_compact_event_a_line(tmp_path):
