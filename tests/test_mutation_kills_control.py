@@ -233,3 +233,28 @@ def test_reset_empties_the_aggregates_and_a_crash_after_it_does_not_bring_them_b
     finally:
         shutil.rmtree(data, ignore_errors=True)
         shutil.rmtree(crashed, ignore_errors=True)
+
+
+def test_a_snapshot_too_large_for_its_frame_keeps_its_heaviest_rows_and_says_so(monkeypatch):
+    """The reply budget made small (the real one is the frame's payload limit less 4 MiB):
+    the rows are cut after the heaviest, the reply says how many were left out, and STATUS
+    counts them under ``snapshot.rows``."""
+    with InProcess() as d:
+        a = agent(d.socket, names={1: "Heavy", 2: "Light", 3: "h", 4: "l"})
+        try:
+            a.send_batch(make_records(4, durations=[5000, 10] * 2))
+            wait_for(lambda: status(d.socket)["records_total"] == 4)
+        finally:
+            a.close()
+        c = Client(d.socket)
+        try:
+            full = c.request(Kind.SNAPSHOT, {})
+            assert [r["op_type"] for r in full["rows"]] == ["Heavy", "Light"] and "truncated" not in full
+            one_row = len(json.dumps([full["rows"][0]], separators=(",", ":")))
+            monkeypatch.setattr(control, "REPLY_BUDGET", one_row + 5)
+            cut = c.request(Kind.SNAPSHOT, {})
+        finally:
+            c.close()
+        assert [r["op_type"] for r in cut["rows"]] == ["Heavy"]
+        assert cut["truncated"] == {"rows": 1}
+        assert status(d.socket)["replies_truncated"] == {"replies": 1, "items": {"snapshot.rows": 1}}
