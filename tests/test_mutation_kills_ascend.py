@@ -299,6 +299,8 @@ def test_open_files_are_close_on_exec_and_refuse_a_symlink(tmp_path):
                 for f in (kd, tv):
                     assert fcntl.fcntl(f.fileno(), fcntl.F_GETFD) & fcntl.FD_CLOEXEC, f.name
             (d,) = [root / x for x in os.listdir(root)]
+            with w._create(f"{d.name}/extra") as f:  # how the summary files are created
+                assert fcntl.fcntl(f.fileno(), fcntl.F_GETFD) & fcntl.FD_CLOEXEC
             tv_path = d / fa.OUTPUT_DIR / "trace_view.json"
             w.close()
             tv_path.unlink()
