@@ -1,30 +1,39 @@
 """The /metrics HTTP listener (``aclprofd/httpd.py``) in process (issue 20, mutation run): raw
-requests over a socket and the exact responses, refusals and their counters. No timing:
-the timeouts and eviction are tests/test_hostile2_metrics.py's (against whole daemons).
+requests over a socket and the exact responses, refusals and their counters. Little timing:
+the timeouts and eviction are waited for by polling with a deadline, with timeouts of a
+fraction of a second (tests/test_hostile2_metrics.py checks them against whole daemons).
 """
 
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Iterator
 
 import pytest
-from aclprofd.httpd import MAX_HEAD, HttpServer, Request, Response
+from aclprofd.httpd import EVICT_AFTER_S, MAX_HEAD, HttpServer, Request, Response
+from helpers.procs import wait_for
 
 BODY = b"hello metrics\n"
 
 
+OWNER = object()  # what a large body belongs to (a rendering, in the daemon)
+BIG = (b"x" * (1 << 20),) * 32
+
+
 class Server:
-    def __init__(self, **kw: int) -> None:
+    def __init__(self, max_connections: int = 8, read_timeout: float = 30.0, write_timeout: float = 30.0) -> None:
         self.requests: list[Request] = []
-        self.http = HttpServer("127.0.0.1", 0, self.respond, max_connections=kw.get("max_connections", 8),
-                               read_timeout=30.0, write_timeout=30.0)
+        self.http = HttpServer("127.0.0.1", 0, self.respond, max_connections=max_connections,
+                               read_timeout=read_timeout, write_timeout=write_timeout)
         self.http.start()
 
     def respond(self, req: Request) -> Response:
         self.requests.append(req)
         if req.headers.get("x-fail"):
             raise RuntimeError("bug")
+        if req.headers.get("x-big"):
+            return Response(200, BIG, sum(map(len, BIG)), {}, owner=OWNER)
         return Response(200, (BODY[:5], b"", BODY[5:]), len(BODY), {"Content-Type": "text/plain; version=0.0.4"})
 
     def connect(self) -> socket.socket:
@@ -209,3 +218,48 @@ def test_close_stops_the_loop_and_closes_every_socket():
             socket.create_connection(server.http.address, timeout=2).close()
     finally:
         s.close()
+
+
+def test_the_listener_thread_is_a_named_daemon_thread(server: Server):
+    t = server.http._thread
+    assert (t.name, t.daemon, t.is_alive()) == ("aclprofd-metrics", True, True)
+
+
+def test_a_connection_that_asks_nothing_is_closed_at_the_read_timeout():
+    server = Server(read_timeout=0.3)
+    try:
+        with server.connect() as idle:
+            assert closed(idle)  # within 5 s: the timeout, checked at least every 0.5 s
+        wait_for(lambda: server.http.refused == {"read_timeout": 1}, timeout=5)
+        assert server.http.conns == {}
+    finally:
+        server.http.close()
+
+
+def test_a_scraper_that_does_not_read_holds_the_body_until_the_write_timeout():
+    server = Server(write_timeout=0.5)
+    try:
+        with server.connect() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nX-Big: 1\r\n\r\n")
+            wait_for(lambda: server.http.held() == [OWNER], timeout=5)  # 32 MiB cannot all be sent
+            wait_for(lambda: server.http.refused == {"write_timeout": 1}, timeout=10)
+            assert server.http.held() == [] and server.http.conns == {}
+    finally:
+        server.http.close()
+
+
+def test_at_the_cap_the_connection_waiting_longest_is_evicted_for_a_new_one():
+    server = Server(max_connections=2)
+    try:
+        with server.connect() as oldest, server.connect() as older:
+            time.sleep(EVICT_AFTER_S + 0.2)  # both idle longer than EVICT_AFTER_S: ripe for eviction
+            with server.connect() as new:
+                new.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+                assert read_response(new, bytearray())[2] == BODY
+                assert closed(oldest)
+                older.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")  # the younger one was kept
+                assert read_response(older, bytearray())[2] == BODY
+        assert server.http.refused == {"evicted": 1}
+    finally:
+        server.http.close()
