@@ -139,6 +139,18 @@ def test_chrome_keypoints_show_the_step_and_a_missing_duration_is_end_minus_star
     assert {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"} == {"process (pid 1) @?"}
 
 
+def test_chrome_events_are_one_compact_line_each():
+    """One event a line, without the spaces json.dumps adds by default: a flight recorder's
+    trace of 10^6 events is a fifth smaller (what Perfetto reads is the same either way)."""
+    out = io.StringIO()
+    write_chrome([[_rec(), _rec(device=1)]], out)
+    lines = out.getvalue().splitlines()
+    events = [ln.rstrip(",") for ln in lines[1:-1]]
+    assert len(events) == 2 + 1 + 2 * 2  # two ops, one process name, two threads' name and sort index
+    for ln in events:
+        assert ln == json.dumps(json.loads(ln), separators=(",", ":")), ln
+
+
 def test_chrome_of_nothing_is_a_valid_empty_trace():
     n, doc = _chrome([[], []])
     assert n == 0 and doc["traceEvents"] == []

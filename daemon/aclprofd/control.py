@@ -16,13 +16,13 @@ import structlog
 from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
 from .aggregate.aggregator import Aggregator
+from .authz import authorize, is_admin
 from .capture.recorder import CaptureService
 from .config import Settings
 from .conn import Conn
 from .detector.service import DetectorService
 from .fanout import Fanout
 from .filters import Filter
-from .handshake import authorize, is_admin
 from .persist import Persistence
 from .replyfit import REPLY_BUDGET, take
 from .status import STATUS_CAPTURES_BUDGET, STATUS_FLAGS_BUDGET, Counters, CountersSnapshot, status_reply

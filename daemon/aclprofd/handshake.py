@@ -1,6 +1,6 @@
 """HELLO: a connection says who it is (role, pid, host, service, labels) and gets WELCOME;
-plus the payload checks the agent and control handlers share, and who may send which
-control request (:func:`authorize`; daemon/README.md "Security model").
+plus the payload checks the agent and control handlers share (who may send which control
+request: :mod:`aclprofd.authz`).
 
 The peer's real pid, uid and gid come from the Unix socket (``SO_PEERCRED``), not from
 HELLO: the connection's pid is always the kernel's (in the daemon's pid namespace), whatever
@@ -14,9 +14,7 @@ by a change of the control records (protocol 2).
 
 from __future__ import annotations
 
-import grp
 import os
-import pwd
 import socket
 import struct
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -32,16 +30,14 @@ from .conn import Conn
 from .shares import owner_of
 
 if TYPE_CHECKING:
-    from .config import Settings
+    pass
 
-__all__ = ["PROTOCOL_VERSION", "hello", "admit", "is_int", "is_labels", "authorize", "is_admin", "peer_credentials"]
+__all__ = ["PROTOCOL_VERSION", "hello", "admit", "is_int", "is_labels", "peer_credentials"]
 
 #: 2: STREAM/EXPORT payloads are JSON Lines; both end with END; STREAM_SKIPPED (PROTOCOL.md)
 PROTOCOL_VERSION = 2
 _log = structlog.get_logger("aclprofd")
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
-#: control requests any peer that can connect may send (counters and health, no records)
-OPEN_REQUESTS = frozenset({Kind.STATUS})
 
 
 def is_int(v: Any) -> TypeGuard[int]:
@@ -105,41 +101,3 @@ def admit(conn: Conn, payload: memoryview, started_ts: float) -> bytes:
     if conn.keysrc is not None:
         conn.keysrc.host, conn.keysrc.service = conn.host, conn.service
     return welcome
-
-
-def is_admin(settings: Settings, peer: tuple[int, int, int] | None) -> bool:
-    """Root, the daemon's own user, or a member of ``settings.admin_group`` (the peer's
-    primary group or, by the group database, one of its user's supplementary groups)."""
-    if peer is None:
-        return False
-    _, uid, gid = peer
-    if uid == 0 or uid == os.geteuid():
-        return True
-    if not settings.admin_group:
-        return False
-    try:
-        admin = grp.getgrnam(settings.admin_group)
-    except KeyError:
-        return False
-    if gid == admin.gr_gid:
-        return True
-    try:
-        user = pwd.getpwuid(uid)
-    except KeyError:
-        return False
-    return user.pw_name in admin.gr_mem or admin.gr_gid in os.getgrouplist(user.pw_name, user.pw_gid)
-
-
-def authorize(settings: Settings, conn: Conn, kind: Kind) -> None:
-    """ProtocolError (closing this connection) unless ``conn``'s peer may send ``kind``:
-    STATUS is open to every peer that can connect; every other control request (EXPORT,
-    RESET, SNAPSHOT, STREAM, ...) needs :func:`is_admin`."""
-    if kind in OPEN_REQUESTS or is_admin(settings, conn.peer):
-        return
-    uid = conn.peer[1] if conn.peer else "unknown"
-    group = f" or a member of the admin group {settings.admin_group!r}" if settings.admin_group else \
-        " (no --admin-group is set)"
-    _log.warning("control request refused", request=kind.name, pid=conn.pid, uid=uid)
-    conn.refused = True  # logged here; an operator missing a group is not an attack (protocol_errors)
-    raise ProtocolError(f"{kind.name} refused: control requests other than STATUS need root, the daemon's "
-                        f"user (uid {os.geteuid()}){group}; this peer is uid {uid}")

@@ -29,8 +29,8 @@ import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from .authz import is_admin
 from .config import Settings
-from .handshake import is_admin
 
 __all__ = ["Access", "AccessError", "Decision", "check_bind", "read_token", "peer_uid", "is_loopback"]
 

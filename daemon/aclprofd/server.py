@@ -315,7 +315,7 @@ class Daemon:
         conn.out = OutQueue()
 
     def _on_protocol_error(self, conn: Conn) -> None:
-        if not conn.refused:  # a refused request is logged by handshake.authorize, not counted
+        if not conn.refused:  # a refused request is logged by authz.authorize, not counted
             self.counters.protocol_errors += 1
 
     def flush(self) -> None:

@@ -22,7 +22,7 @@ number, else ``trace_gap_unknown``), STATUS shows it, and STREAM clients get a
 
 The handlers register themselves in the ingest and control dispatch tables (TRACE_DONE
 from agents, TRACE from control clients); TRACE needs an admin peer like every control
-request but STATUS (:func:`aclprofd.handshake.authorize`).
+request but STATUS (:func:`aclprofd.authz.authorize`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,265 @@
+"""The /metrics HTTP listener (``aclprofd/httpd.py``) in process (issue 20, mutation run): raw
+requests over a socket and the exact responses, refusals and their counters. Little timing:
+the timeouts and eviction are waited for by polling with a deadline, with timeouts of a
+fraction of a second (tests/test_hostile2_metrics.py checks them against whole daemons).
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Iterator
+
+import pytest
+from aclprofd.httpd import EVICT_AFTER_S, MAX_HEAD, HttpServer, Request, Response
+from helpers.procs import wait_for
+
+BODY = b"hello metrics\n"
+
+
+OWNER = object()  # what a large body belongs to (a rendering, in the daemon)
+BIG = (b"x" * (1 << 20),) * 32
+
+
+class Server:
+    def __init__(self, max_connections: int = 8, read_timeout: float = 30.0, write_timeout: float = 30.0) -> None:
+        self.requests: list[Request] = []
+        self.http = HttpServer("127.0.0.1", 0, self.respond, max_connections=max_connections,
+                               read_timeout=read_timeout, write_timeout=write_timeout)
+        self.http.start()
+
+    def respond(self, req: Request) -> Response:
+        self.requests.append(req)
+        if req.headers.get("x-fail"):
+            raise RuntimeError("bug")
+        if req.headers.get("x-big"):
+            return Response(200, BIG, sum(map(len, BIG)), {}, owner=OWNER)
+        return Response(200, (BODY[:5], b"", BODY[5:]), len(BODY), {"Content-Type": "text/plain; version=0.0.4"})
+
+    def connect(self) -> socket.socket:
+        s = socket.create_connection(self.http.address, timeout=10)
+        return s
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    s = Server()
+    try:
+        yield s
+    finally:
+        s.http.close()
+
+
+def read_response(s: socket.socket, buf: bytearray, head_only: bool = False) -> tuple[str, dict[str, str], bytes]:
+    """One response from ``s`` (``buf`` keeps what was read beyond it)."""
+    while b"\r\n\r\n" not in buf:
+        data = s.recv(65536)
+        assert data, f"closed before a response: {bytes(buf)!r}"
+        buf += data
+    end = buf.index(b"\r\n\r\n")
+    top, *lines = buf[:end].decode("latin-1").split("\r\n")
+    del buf[:end + 4]
+    headers = dict(ln.split(": ", 1) for ln in lines)
+    n = 0 if head_only else int(headers["Content-Length"])
+    while len(buf) < n:
+        data = s.recv(65536)
+        assert data
+        buf += data
+    body = bytes(buf[:n])
+    del buf[:n]
+    return top, headers, body
+
+
+def closed(s: socket.socket) -> bool:
+    s.settimeout(5)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def exchange(server: Server, raw: bytes, head_only: bool = False) -> tuple[str, dict[str, str], bytes, bool]:
+    with server.connect() as s:
+        s.sendall(raw)
+        top, headers, body = read_response(s, bytearray(), head_only)
+        return top, headers, body, (headers["Connection"] == "close" and closed(s))
+
+
+def test_get_metrics_is_the_body_with_its_length_and_keeps_the_connection(server: Server):
+    with server.connect() as s:
+        me = s.getsockname()[:2]
+        buf = bytearray()
+        s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\nAccept:  text/plain \r\n\r\n")
+        top, headers, body = read_response(s, buf)
+        assert top == "HTTP/1.1 200 OK"
+        assert headers == {"Content-Length": str(len(BODY)), "Content-Type": "text/plain; version=0.0.4",
+                           "Connection": "keep-alive"}
+        assert body == BODY
+        # the same connection serves the next request; two pipelined in one send are both answered
+        s.sendall(b"GET /metrics?x=1 HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n")
+        assert read_response(s, buf)[2] == BODY
+        assert read_response(s, buf)[2] == BODY
+        assert buf == b""
+    assert server.http.served == 3 and server.http.refused == {}
+    req = server.requests[0]
+    assert (req.method, req.path, req.headers) == ("GET", "/metrics", {"host": "x", "accept": "text/plain"})
+    assert req.peer == me and req.local == server.http.address
+    assert server.requests[1].path == "/metrics"  # the query is not part of the path
+
+
+def test_head_has_the_length_and_no_body(server: Server):
+    with server.connect() as s:
+        buf = bytearray()
+        s.sendall(b"HEAD /metrics HTTP/1.1\r\n\r\n")
+        top, headers, _ = read_response(s, buf, head_only=True)
+        assert top == "HTTP/1.1 200 OK" and headers["Content-Length"] == str(len(BODY))
+        s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")  # nothing of a body came before this answer
+        assert read_response(s, buf) == ("HTTP/1.1 200 OK", headers, BODY)
+
+
+@pytest.mark.parametrize("raw, keep", [
+    (b"GET /metrics HTTP/1.0\r\n\r\n", False),
+    (b"GET /metrics HTTP/1.0\r\nConnection: Keep-Alive\r\n\r\n", True),
+    (b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n", False),
+    (b"GET /metrics HTTP/1.1\r\nConnection: Close\r\n\r\n", False),
+    (b"GET /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", True),
+    (b"GET /metrics HTTP/1.1\r\nContent-Length:\r\n\r\n", True),
+], ids=["1.0", "1.0 keep-alive", "1.1 close", "1.1 Close", "empty body", "no length"])
+def test_which_connections_are_kept(server: Server, raw: bytes, keep: bool):
+    top, headers, body, was_closed = exchange(server, raw)
+    assert (top, body) == ("HTTP/1.1 200 OK", BODY)
+    assert headers["Connection"] == ("keep-alive" if keep else "close")
+    assert was_closed is (not keep)
+
+
+@pytest.mark.parametrize("raw, status, message, reason, keep", [
+    (b"POST /metrics HTTP/1.1\r\n\r\n", "405 Method Not Allowed", "only GET and HEAD", "method", False),
+    (b"GET /other HTTP/1.1\r\n\r\n", "404 Not Found", "only /metrics is served here", "not_found", True),
+    (b"GET /other HTTP/1.0\r\n\r\n", "404 Not Found", "only /metrics is served here", "not_found", False),
+    (b"GET /metrics\r\n\r\n", "400 Bad Request", "bad request line", "bad_request", False),
+    (b"GET  /metrics HTTP/1.1\r\n\r\n", "400 Bad Request", "bad request line", "bad_request", False),
+    (b"GET /metrics HTTP/2.0\r\n\r\n", "400 Bad Request", "only HTTP/1.0 and HTTP/1.1", "bad_request", False),
+    (b"GET /metrics HTTP/1.1\r\nNoColon\r\n\r\n", "400 Bad Request", "bad header line", "bad_request", False),
+    (b"GET /metrics HTTP/1.1\r\n: v\r\n\r\n", "400 Bad Request", "bad header line", "bad_request", False),
+    (b"GET /metrics HTTP/1.1\r\nX-A : v\r\n\r\n", "400 Bad Request", "bad header line", "bad_request", False),
+    (b"GET /metrics HTTP/1.1\r\n X-A: v\r\n\r\n", "400 Bad Request", "bad header line", "bad_request", False),
+    (b"GET /metrics HTTP/1.1\r\nContent-Length: 4\r\n\r\nbody", "400 Bad Request",
+     "a request body is not accepted", "bad_request", False),
+    (b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", "400 Bad Request",
+     "a request body is not accepted", "bad_request", False),
+], ids=["POST", "404", "404 1.0", "two words", "empty word", "HTTP/2", "no colon", "no name", "space in name",
+        "folded", "body", "chunked"])
+def test_refusals_are_answered_counted_and_close_unless_harmless(server: Server, raw, status, message, reason, keep):
+    top, headers, body, was_closed = exchange(server, raw)
+    assert top == f"HTTP/1.1 {status}"
+    assert body == (message + "\n").encode()
+    assert headers["Content-Type"] == "text/plain; charset=utf-8"
+    assert headers["Content-Length"] == str(len(body))
+    assert headers["Connection"] == ("keep-alive" if keep else "close") and was_closed is (not keep)
+    if status.startswith("405"):
+        assert headers["Allow"] == "GET, HEAD"
+    assert server.http.refused == {reason: 1} and server.http.served == 0
+    assert server.requests == []
+
+
+def test_a_head_over_the_limit_is_431(server: Server):
+    # no end of head within MAX_HEAD bytes
+    top, _, body, was_closed = exchange(server, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * MAX_HEAD)
+    assert (top, body, was_closed) == ("HTTP/1.1 431 Request Header Fields Too Large",
+                                       f"request head over {MAX_HEAD} bytes\n".encode(), True)
+    # a complete head one byte over, and one exactly at the limit
+    line = b"GET /metrics HTTP/1.1\r\nX: "
+    over = line + b"a" * (MAX_HEAD - len(line) - 3) + b"\r\n\r\n"
+    assert len(over) == MAX_HEAD + 1
+    assert exchange(server, over)[0] == "HTTP/1.1 431 Request Header Fields Too Large"
+    assert exchange(server, over[:-5] + b"\r\n\r\n")[0] == "HTTP/1.1 200 OK"
+    assert server.http.refused == {"too_large": 2} and server.http.served == 1
+
+
+def test_a_failing_callback_is_a_500_and_the_listener_goes_on(server: Server):
+    top, _, body, was_closed = exchange(server, b"GET /metrics HTTP/1.1\r\nX-Fail: 1\r\n\r\n")
+    assert (top, body, was_closed) == ("HTTP/1.1 500 Error", b"internal error: RuntimeError\n", True)
+    assert server.http.refused == {"internal_error": 1, "500": 1}
+    assert exchange(server, b"GET /metrics HTTP/1.1\r\n\r\n")[2] == BODY
+
+
+def test_beyond_the_connection_cap_a_new_connection_gets_503():
+    server = Server(max_connections=1)
+    try:
+        with server.connect() as first:
+            first.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert read_response(first, bytearray())[2] == BODY  # accepted and answered: not ripe for eviction
+            with server.connect() as second:
+                data = b""
+                while True:
+                    part = second.recv(4096)
+                    if not part:
+                        break
+                    data += part
+                assert data == b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            assert server.http.refused == {"connections": 1}
+            first.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert read_response(first, bytearray())[2] == BODY
+    finally:
+        server.http.close()
+
+
+def test_close_stops_the_loop_and_closes_every_socket():
+    server = Server()
+    s = server.connect()
+    try:
+        s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+        read_response(s, bytearray())
+        server.http.close()
+        assert closed(s)
+        assert not server.http._thread.is_alive()
+        assert server.http.listener.fileno() == -1
+        with pytest.raises(OSError):
+            socket.create_connection(server.http.address, timeout=2).close()
+    finally:
+        s.close()
+
+
+def test_the_listener_thread_is_a_named_daemon_thread(server: Server):
+    t = server.http._thread
+    assert (t.name, t.daemon, t.is_alive()) == ("aclprofd-metrics", True, True)
+
+
+def test_a_connection_that_asks_nothing_is_closed_at_the_read_timeout():
+    server = Server(read_timeout=0.3)
+    try:
+        with server.connect() as idle:
+            assert closed(idle)  # within 5 s: the timeout, checked at least every 0.5 s
+        wait_for(lambda: server.http.refused == {"read_timeout": 1}, timeout=5)
+        assert server.http.conns == {}
+    finally:
+        server.http.close()
+
+
+def test_a_scraper_that_does_not_read_holds_the_body_until_the_write_timeout():
+    server = Server(write_timeout=0.5)
+    try:
+        with server.connect() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(b"GET /metrics HTTP/1.1\r\nX-Big: 1\r\n\r\n")
+            wait_for(lambda: server.http.held() == [OWNER], timeout=5)  # 32 MiB cannot all be sent
+            wait_for(lambda: server.http.refused == {"write_timeout": 1}, timeout=10)
+            assert server.http.held() == [] and server.http.conns == {}
+    finally:
+        server.http.close()
+
+
+def test_at_the_cap_the_connection_waiting_longest_is_evicted_for_a_new_one():
+    server = Server(max_connections=2)
+    try:
+        with server.connect() as oldest, server.connect() as older:
+            time.sleep(EVICT_AFTER_S + 0.2)  # both idle longer than EVICT_AFTER_S: ripe for eviction
+            with server.connect() as new:
+                new.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+                assert read_response(new, bytearray())[2] == BODY
+                assert closed(oldest)
+                older.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")  # the younger one was kept
+                assert read_response(older, bytearray())[2] == BODY
+        assert server.http.refused == {"evicted": 1}
+    finally:
+        server.http.close()
