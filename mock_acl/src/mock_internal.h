@@ -109,6 +109,10 @@ uint32_t mock_corrupt_every(void);
 uint32_t mock_writer_delay_us(void);
 int mock_chip(void);               /* ACLMOCK_CHIP_*: SetConfig types the platform supports */
 int mock_unsub_policy(void);       /* ACLMOCK_UNSUB_*: queued records at unsubscribe */
+int mock_pipe_writer_cann(void);   /* ACLMOCK_PIPE_WRITER=cann: short writes, SIGPIPE as CANN */
+int mock_threads_cann(void);       /* ACLMOCK_THREADS=cann: CANN's uploader/response threads */
+#define MOCK_RESPONSE_WAIT_MS 30000u /* DeviceResponseHandler's wait (prof_acl_mgr.cpp:478-485) */
+uint32_t mock_response_wait_ms(void); /* ACLMOCK_RESPONSE_WAIT_MS */
 /* aclmockSetHelperHost is on. mock_fault() already refuses the functions that check it
  * first; aclprofStop and aclprofSetConfig check it after their argument checks. */
 bool mock_helper_host(void);

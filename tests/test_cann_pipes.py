@@ -1,0 +1,109 @@
+"""CANN's pipe writer and exit path (issue 22, "The real library set"), on the mock's CANN
+writer (``ACLMOCK_PIPE_WRITER=cann``: no SIGPIPE blocking, short writes not continued).
+
+Each case runs in a child interpreter whose SIGPIPE disposition is the default, as an embedding
+application may restore it (Python itself ignores SIGPIPE): a write into a pipe whose read end
+is closed would kill it. The binding blocks SIGPIPE in the thread that calls
+``aclprofModelSubscribe``, whose writer threads inherit the mask (CANN's uploaders are created
+there), and never closes a read end while the library may write; at exit its handler is the
+only cleanup (CANN's exit handler skips subscribe mode and closes no fd).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+
+# Raw lowlevel: a pipe whose read end is closed before the model runs. `direct` calls the C
+# function without the binding's guard (the control: proves the mock's writer is deadly).
+CLOSED_READER = r"""
+import os, signal, sys, json
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+import aclprof
+from aclprof import mock
+from aclprof.binding import lowlevel as ll
+from aclprof.binding.loader import get_library
+model = mock.load_model([{"name": "a", "type": "A", "duration_ns": 100}] * 3)
+r, w = os.pipe()
+cell = ll.FdCell(w)
+cfg = ll.create_subscribe_config(True, 255, cell)
+os.close(r)
+if sys.argv[1] == "direct":
+    rc = get_library().fn("aclprofModelSubscribe")(model, cfg._get())
+    assert rc == 0, rc
+else:
+    ll.model_subscribe(model, cfg)
+mock.execute(model, 2)
+mock.wait_writer_idle(5.0)
+st = mock.stats()
+print(json.dumps({"emitted": st["recordsEmitted"], "dropped": st["recordsDropped"],
+                  "written": st["recordsWritten"]}))
+"""
+
+
+def _cann_env(make_env, **extra: str) -> dict[str, str]:
+    return make_env(ACLPROF_BACKEND="mock", ACLMOCK_PIPE_WRITER="cann", **extra)
+
+
+def test_sigpipe_default_cannot_kill_through_a_subscription(run_python, make_env):
+    env = _cann_env(make_env)
+    guarded = run_python("", env=env, args=["-c", CLOSED_READER, "binding"])
+    assert guarded.returncode == 0, guarded.stderr
+    out = json.loads(guarded.stdout.strip().splitlines()[-1])
+    assert out == {"emitted": 6, "dropped": 6, "written": 0}  # EPIPE: dropped and counted
+    direct = run_python("", env=env, args=["-c", CLOSED_READER, "direct"])
+    assert direct.returncode == -signal.SIGPIPE, (direct.returncode, direct.stderr)
+
+
+# Live subscriptions on three devices (two models on device 0), each with a callback; the
+# process exits with them open. The check runs in an atexit handler registered before
+# aclprof's, so it runs after aclprof's own (atexit is last in, first out).
+EXIT_WITH_LIVE = r"""
+import atexit, json, os, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+
+def pipes():
+    out = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                out.add(int(fd))
+        except OSError:
+            pass
+    return out
+
+baseline = pipes()
+got = {}
+
+def report():
+    from aclprof import mock
+    st = mock.stats()
+    print(json.dumps({"got": got, "emitted": st["recordsEmitted"], "written": st["recordsWritten"],
+                      "dropped": st["recordsDropped"], "pipes_left": sorted(pipes() - baseline)}),
+          flush=True)
+
+atexit.register(report)
+import aclprof
+from aclprof import mock
+ops = [{"name": f"op{i}", "type": "T", "duration_ns": 1000} for i in range(4)]
+subs = []
+for i, device in enumerate((0, 0, 1, 2)):
+    model = mock.load_model(ops, device=device)
+    key = f"{device}/{model}"
+    got[key] = 0
+    def count(rec, key=key):
+        got[key] += 1
+    subs.append(aclprof.subscribe(model, callback=count, device=device))
+    mock.execute(model, 25)
+sys.exit(0)  # the subscriptions are still open
+"""
+
+
+def test_exit_with_live_subscriptions_on_several_devices(run_python, make_env):
+    for threads in ("one", "cann"):
+        proc = run_python(EXIT_WITH_LIVE, env=_cann_env(make_env, ACLMOCK_THREADS=threads), timeout=30)
+        assert proc.returncode == 0, (threads, proc.returncode, proc.stderr)
+        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        assert out["emitted"] == 4 * 4 * 25 and out["written"] == out["emitted"] and out["dropped"] == 0
+        assert sorted(out["got"].values()) == [100, 100, 100, 100], out  # every record delivered
+        assert out["pipes_left"] == [], out  # every subscription pipe closed by aclprof's handler
