@@ -75,10 +75,20 @@ def pipes():
 baseline = pipes()
 got = {}
 
+def uploaders():
+    n = 0
+    for tid in os.listdir("/proc/self/task"):
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            n += f.read().startswith("MSVP_Upld")
+    return n
+
+counts = {}
+
 def report():
     from aclprof import mock
     st = mock.stats()
-    print(json.dumps({"got": got, "emitted": st["recordsEmitted"], "written": st["recordsWritten"],
+    print(json.dumps({"got": got, "uploaders_live": counts["live"], "uploaders_after": uploaders(),
+                      "emitted": st["recordsEmitted"], "written": st["recordsWritten"],
                       "dropped": st["recordsDropped"], "pipes_left": sorted(pipes() - baseline)}),
           flush=True)
 
@@ -95,6 +105,7 @@ for i, device in enumerate((0, 0, 1, 2)):
         got[key] += 1
     subs.append(aclprof.subscribe(model, callback=count, device=device))
     mock.execute(model, 25)
+counts["live"] = uploaders()
 sys.exit(0)  # the subscriptions are still open
 """
 
@@ -107,3 +118,26 @@ def test_exit_with_live_subscriptions_on_several_devices(run_python, make_env):
         assert out["emitted"] == 4 * 4 * 25 and out["written"] == out["emitted"] and out["dropped"] == 0
         assert sorted(out["got"].values()) == [100, 100, 100, 100], out  # every record delivered
         assert out["pipes_left"] == [], out  # every subscription pipe closed by aclprof's handler
+        # CANN's shape: two uploaders per device (0, 1, 2) and two for the host, all gone at the end
+        assert (out["uploaders_live"], out["uploaders_after"]) == ((8, 0) if threads == "cann" else (0, 0))
+
+
+# An API session whose response thread waits for a device that never answers (30 s, CANN's
+# DeviceResponseHandler): exit must not wait for it. The 20 s timeout is the hang check.
+EXIT_IN_SESSION = r"""
+import os, sys
+import aclprof
+from aclprof.binding import lowlevel as ll
+ll.init(sys.argv[1])
+ll.start(ll.create_config([0], 0xFF, int(aclprof.DataType.ACL_API)))
+names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+print(names.count("DevRespHandler"), flush=True)
+sys.exit(0)  # started, never stopped
+"""
+
+
+def test_exit_with_a_session_and_a_waiting_response_thread(run_python, make_env, tmp_path):
+    proc = run_python("", env=_cann_env(make_env, ACLMOCK_THREADS="cann"), timeout=20,
+                      args=["-c", EXIT_IN_SESSION, str(tmp_path)])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["1"]
