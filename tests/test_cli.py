@@ -100,7 +100,7 @@ _SHARED = ("aclprof.cli.common", "aclprof.cli.client", "aclprof.cli.launch", "ac
            "aclprof.cli.top.keys", "aclprof.cli.top.header", "aclprof.cli.top.live", "aclprof.cli.top.baseline",
            "aclprof.cli.export_ascend", "aclprof.cli.exportloss", "aclprof.cli.capturefmt", "aclprof.cli.fit",
            "aclprof.cli.top.cells", "aclprof.cli.signals", "aclprof.cli.staging", "aclprof.cli.argtypes",
-           "aclprof.cli.doctor_deploy")
+           "aclprof.cli.doctor_deploy", "aclprof.cli.doctor_check")
 
 
 @pytest.mark.parametrize("command", _COMMANDS)
