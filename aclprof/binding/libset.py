@@ -20,10 +20,10 @@ file" for a DT_NEEDED library into the same error.
 
 from __future__ import annotations
 
-import ctypes
+import functools
 import os
 import re
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from aclprof.binding.errors import LibraryNotFoundError
 
@@ -136,30 +136,22 @@ RUNTIME_OPENS: dict[str, tuple[str, ...]] = {
     "libprofapi.so": ("libprofimpl.so", "libruntime.so"),
 }
 
-_RTLD_NOLOAD = getattr(os, "RTLD_NOLOAD", 4)
-_RTLD_LAZY = getattr(os, "RTLD_LAZY", 1)
 
-
-def _loaded(name: str) -> bool:
-    try:
-        ctypes.CDLL(name, mode=_RTLD_NOLOAD | _RTLD_LAZY)
-    except OSError:
-        return False
-    return True
-
-
-def check_runtime_opens(library: str) -> list[ctypes.CDLL]:
+def check_runtime_opens(library: str, ffi: Any) -> list[Any]:
     """Make the bare-name opens CANN will make later (:data:`RUNTIME_OPENS`), for every opener
-    that the loaded libraries pulled in; returns the handles (keep them: CANN's own dlopen
-    then finds the same objects). Raises :class:`LibraryDependencyError` naming ``library``,
-    the opener and the missing file."""
+    that the loaded libraries pulled in (``ffi``: the binding's cffi ABI module, whose
+    ``dlopen`` takes flags); returns the handles (keep them: CANN's own dlopen then finds the
+    same objects). Raises :class:`LibraryDependencyError` naming ``library``, the opener and
+    the missing file."""
     handles = []
     for opener, names in RUNTIME_OPENS.items():
-        if not _loaded(opener):
-            continue
+        try:
+            ffi.dlopen(opener, ffi.RTLD_NOLOAD | ffi.RTLD_LAZY)
+        except OSError:
+            continue  # not part of this library set
         for name in names:
             try:
-                handles.append(ctypes.CDLL(name, mode=_RTLD_LAZY | os.RTLD_LOCAL))
+                handles.append(ffi.dlopen(name, ffi.RTLD_LAZY | ffi.RTLD_LOCAL))
             except OSError as exc:
                 raise LibraryDependencyError(
                     library, name, f"{opener}, which {os.path.basename(library)} loads, opens it "
@@ -167,32 +159,20 @@ def check_runtime_opens(library: str) -> list[ctypes.CDLL]:
     return handles
 
 
-class _DlInfo(ctypes.Structure):
-    _fields_ = [("dli_fname", ctypes.c_char_p), ("dli_fbase", ctypes.c_void_p),
-                ("dli_sname", ctypes.c_char_p), ("dli_saddr", ctypes.c_void_p)]
-
-
-def _dladdr_fn() -> object | None:
-    for name in (None, "libdl.so.2"):
-        try:
-            fn = ctypes.CDLL(name).dladdr
-        except (OSError, AttributeError):
-            continue
-        fn.argtypes = [ctypes.c_void_p, ctypes.POINTER(_DlInfo)]
-        fn.restype = ctypes.c_int
-        return fn
-    return None
-
-
-_dladdr = _dladdr_fn()
-
-
 def provider_of(address: int) -> str | None:
     """The file (resolved path) that defines the function at ``address``: ``dlsym`` on a
-    handle also searches the handle's dependencies, so only ``dladdr`` says which file it is."""
-    if _dladdr is None or not address:
+    handle also searches the handle's dependencies, so only ``dladdr`` says which file it is
+    (in the compiled helper: no ctypes import on the loader's path)."""
+    from aclprof.binding._fast import ffi, lib
+
+    buf = ffi.new("char[]", 4096)
+    n = lib.aclprof_fast_dl_file(address, buf, 4096)
+    if n == 0 or n >= 4096:
         return None
-    info = _DlInfo()
-    if not _dladdr(ctypes.c_void_p(address), ctypes.byref(info)) or not info.dli_fname:  # type: ignore[operator]
-        return None
-    return os.path.realpath(os.fsdecode(info.dli_fname))
+    return _realpath(os.fsdecode(ffi.string(buf)))
+
+
+@functools.lru_cache(maxsize=64)
+def _realpath(path: str) -> str:
+    """Resolved once per file: every function of a library names the same one."""
+    return os.path.realpath(path)

@@ -290,7 +290,7 @@ def _open(path: str, ffi: Any) -> _Opened:
     for name in _REQUIRED:
         if all(_symbol(h, name, ffi) is None for _, h in handles):
             raise OSError(f"opened, but it does not export {name}: not an ACL library")
-    return _Opened(handles, model_library, errors, libset.check_runtime_opens(path))
+    return _Opened(handles, model_library, errors, libset.check_runtime_opens(path, ffi))
 
 
 def _load() -> _Library:
