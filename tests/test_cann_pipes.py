@@ -141,3 +141,38 @@ def test_exit_with_a_session_and_a_waiting_response_thread(run_python, make_env,
                       args=["-c", EXIT_IN_SESSION, str(tmp_path)])
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["1"]
+
+
+# The one path where aclprof closes a read end while the library keeps the write end: an
+# unsubscribe the library refused (it may still own the subscription, so the write end and
+# the fd cell stay with it). The library's later records then meet a closed read end.
+FAILED_UNSUBSCRIBE = r"""
+import json, signal
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+import aclprof
+from aclprof import mock
+model = mock.load_model([{"name": "a", "type": "A", "duration_ns": 100}] * 2)
+got = []
+sub = aclprof.subscribe(model, callback=got.append)
+mock.execute(model, 3)
+mock.wait_writer_idle(5.0)
+mock.fail_next("aclprofModelUnSubscribe", 1, 500005)
+try:
+    sub.close(timeout=5.0)
+    raised = False
+except aclprof.AclError as exc:
+    raised = exc.code == 500005
+mock.execute(model, 2)  # still subscribed in the library; its read end is gone
+mock.wait_writer_idle(5.0)
+st = mock.stats()
+print(json.dumps({"raised": raised, "delivered": len(got), "emitted": st["recordsEmitted"],
+                  "written": st["recordsWritten"], "dropped": st["recordsDropped"]}))
+"""
+
+
+def test_refused_unsubscribe_then_records_cannot_kill(run_python, make_env):
+    proc = run_python(FAILED_UNSUBSCRIBE, env=_cann_env(make_env), timeout=30)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    # the 6 records before the close were delivered; the 4 after it met EPIPE, dropped and counted
+    assert out == {"raised": True, "delivered": 6, "emitted": 10, "written": 6, "dropped": 4}
