@@ -121,6 +121,9 @@ def _library(problems: list[str]) -> None:
         print(f"  loaded: {info.name} at {info.path}" + (" (mock)" if info.is_mock else ""))
         print(f"  op record size: {info.op_desc_size}; missing symbols: "
               f"{', '.join(info.missing_symbols) if info.missing_symbols else 'none'}")
+        for group in info.groups:  # which file gave each function group (issue 22)
+            print(f"  {group.group}: {group.found} functions from {', '.join(group.files) or 'nowhere'}"
+                  + (f"; missing {', '.join(group.missing)}" if group.missing else ""))
     print("environment:")
     names = ["ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "LD_LIBRARY_PATH", "XDG_RUNTIME_DIR"]
     names += sorted(k for k in os.environ if k.startswith(("ACLPROF_", "ACLMOCK_")))
