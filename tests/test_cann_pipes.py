@@ -176,3 +176,37 @@ def test_refused_unsubscribe_then_records_cannot_kill(run_python, make_env):
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     # the 6 records before the close were delivered; the 4 after it met EPIPE, dropped and counted
     assert out == {"raised": True, "delivered": 6, "emitted": 10, "written": 6, "dropped": 4}
+
+
+# fork: the forked child drops its copies of the read end (the parent's stays open, so the
+# library's writes into the parent's pipe never meet a closed read end); a stuck callback
+# keeps its read end until it returns, past close() and exit, which does not wait for it.
+FORK_AND_STUCK = r"""
+import json, os, signal, sys, threading
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+import aclprof
+from aclprof import mock
+ops = [{"name": "a", "type": "A", "duration_ns": 100}] * 2
+m1, m2 = mock.load_model(ops, device=0), mock.load_model(ops, device=1)
+got, release = [], threading.Event()
+sub = aclprof.subscribe(m1, callback=got.append, device=0)
+stuck = aclprof.subscribe(m2, callback=lambda r: release.wait(), device=1)
+mock.execute(m1, 5)
+mock.execute(m2, 5)
+pid = os.fork()
+if pid == 0:
+    os._exit(0)  # the child: nothing of the parent's subscriptions to close
+_, status = os.waitpid(pid, 0)
+mock.execute(m1, 5)  # written into the parent's pipe after the child closed its copy
+sub.close(timeout=5.0)
+stuck.close(timeout=0.2)  # gives up: its reader is in the callback, holding the read end
+print(json.dumps({"child": status, "got": len(got), "stuck": stuck.stats.reader_stuck}), flush=True)
+sys.exit(0)  # with the callback still stuck
+"""
+
+
+def test_fork_and_a_stuck_callback_keep_the_read_end(run_python, make_env):
+    proc = run_python(FORK_AND_STUCK, env=_cann_env(make_env, ACLMOCK_THREADS="cann"), timeout=30)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr)
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"child": 0, "got": 20, "stuck": True}
