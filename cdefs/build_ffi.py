@@ -44,7 +44,7 @@ abi_ffi = FFI()
 abi_ffi.cdef(_read_cdefs())
 abi_ffi.set_source("aclprof.binding._acl_ffi", None)
 
-FAST_SOURCES = ("_fast_tx.c", "_fast_ops.c", "_fast_crc.c", "_fast_agent.c", "_fast_aqueue.c")
+FAST_SOURCES = ("_fast_tx.c", "_fast_ops.c", "_fast_crc.c", "_fast_agent.c", "_fast_aqueue.c", "_fast_dl.c")
 
 
 def _source_path(path: Path) -> str:
@@ -97,8 +97,9 @@ fast_ffi.set_source(
     depends=[_source_path(_FAST / name) for name in ("_fast.h", "_fast_internal.h")]
     + [_source_path(_CDEFS / name) for name in (*CDEF_FILES, RECORDS_HEADER)],
     # cffi's generated check of aclprof_op_row takes &row->rec (offset 0 of a packed struct)
-    extra_compile_args=["-O2", "-std=c11", "-Wall", "-Werror=implicit-function-declaration",
+    extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror=implicit-function-declaration",
                         "-Wno-address-of-packed-member"],
+    libraries=["dl"],  # dladdr (_fast_dl.c): in libc since glibc 2.34, libdl before
 )
 
 if __name__ == "__main__":  # pragma: no cover - manual regeneration

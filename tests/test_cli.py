@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -100,7 +101,7 @@ _SHARED = ("aclprof.cli.common", "aclprof.cli.client", "aclprof.cli.launch", "ac
            "aclprof.cli.top.keys", "aclprof.cli.top.header", "aclprof.cli.top.live", "aclprof.cli.top.baseline",
            "aclprof.cli.export_ascend", "aclprof.cli.exportloss", "aclprof.cli.capturefmt", "aclprof.cli.fit",
            "aclprof.cli.top.cells", "aclprof.cli.signals", "aclprof.cli.staging", "aclprof.cli.argtypes",
-           "aclprof.cli.doctor_deploy")
+           "aclprof.cli.doctor_deploy", "aclprof.cli.doctor_check")
 
 
 @pytest.mark.parametrize("command", _COMMANDS)
@@ -154,6 +155,8 @@ def test_doctor(daemon, tmp_path):
     p = cli("doctor", "--socket", daemon.socket)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "aclprof mock libascendcl" in p.stdout and "reachable: yes" in p.stdout
+    for group in ("session", "op-desc getters", "msproftx", "runtime", "model"):  # where each came from
+        assert re.search(rf"^  {group}: [1-9]\d* functions from /\S+libascendcl\.so$", p.stdout, re.M), group
     assert "mode 0660" in p.stdout
     p = cli("doctor", "--socket", str(tmp_path / "none.sock"))
     assert p.returncode == 1 and "daemon is not reachable" in p.stdout

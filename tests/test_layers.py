@@ -35,6 +35,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # `aclprof doctor` reports which library loads: the one command that opens the binding
     # (imported inside the command, so importing the CLI still loads none of it).
     "aclprof.cli.doctor": ("aclprof.cli", "aclprof.protocol", "aclprof.exportfmt", "aclprof.binding"),
+    # `aclprof doctor --check` runs the api layer's self-check (a session and a subscription)
+    "aclprof.cli.doctor_check": ("aclprof.cli", "aclprof.protocol", "aclprof.exportfmt", "aclprof.binding",
+                                 "aclprof.api"),
     "aclprof.demo": ("aclprof", "aclprof.binding", "aclprof.api", "aclprof.mock", "aclprof.agent",
                      "aclprof.protocol"),
     "aclprofd": ("aclprof.protocol", "aclprof.exportfmt"),

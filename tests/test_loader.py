@@ -334,9 +334,14 @@ def test_profiling_symbols_in_libmsprofiler(run_python, make_env, tmp_path):
     lib64.mkdir(parents=True)
     _build("int aclDummyRuntimeSymbol(void) { return 0; }\n", lib64 / "libascendcl.so")
     _build(OLD_LIBRARY_C, lib64 / "libmsprofiler.so")
-    out = _json(_run(run_python, make_env(ASCEND_HOME_PATH=str(lib64.parent)), INFO))
+    # Named explicitly, libascendcl.so lacks the profiling API: libmsprofiler.so beside it gives it.
+    out = _json(_run(run_python, make_env(ACLPROF_LIBRARY=str(lib64 / "libascendcl.so")), INFO))
     assert out["path"] == str((lib64 / "libascendcl.so").resolve())
     assert out["size"] == 72 and not out["is_mock"]
+    # Found through ASCEND_HOME_PATH, libmsprofiler.so (current CANN's home of aclprof*) is
+    # taken before the deprecated compatibility library (issue 22).
+    out = _json(_run(run_python, make_env(ASCEND_HOME_PATH=str(lib64.parent)), INFO))
+    assert out["path"] == str((lib64 / "libmsprofiler.so").resolve())
     assert set(HDR_OLD_LACKS) <= set(out["missing"])
     assert "aclprofInit" not in out["missing"] and "aclprofPush" not in out["missing"]
 

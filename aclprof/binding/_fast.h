@@ -1,6 +1,6 @@
 /* Hot-path helpers compiled in cffi API mode (see cdefs/build_ffi.py): this file is the
  * cdef cffi reads, and the C files (_fast_tx.c, _fast_ops.c, _fast_crc.c, _fast_agent.c,
- * _fast_aqueue.c) include it, so the
+ * _fast_aqueue.c, _fast_dl.c) include it, so the
  * compiler checks them against it. cffi's cdef parser takes plain declarations and integer
  * #defines only.
  * The loader binds the vendor library's function pointers once with aclprof_fast_bind_*();
@@ -252,3 +252,8 @@ int aclprof_aq_set_map(aclprof_agent_queue *q, int slot, int64_t gen, const uint
                        uint32_t len);
 int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32_t max,
                      uint32_t max_devices, uint8_t *out, aclprof_aq_frame_result *res);
+
+/* ---- the library set (_fast_dl.c) ----
+ * The file (dladdr's dli_fname) that defines the function at `address`: its length, 0 when
+ * unknown; copies at most cap-1 bytes and a NUL into `out`. */
+size_t aclprof_fast_dl_file(uintptr_t address, char *out, size_t cap);

@@ -16,12 +16,17 @@ Search order (first hit wins, nothing falls back to the mock silently):
 When every candidate fails, :class:`~aclprof.binding.errors.LibraryNotFoundError` lists each path
 tried with the reason, and the variables that would fix it.
 
-Symbols are resolved once at load. The profiling functions live in ``libmsprofiler.so`` on
-some CANN installs; if ``libascendcl.so`` does not export ``aclprofInit``, the loader also
-opens the ``libmsprofiler.so`` beside it. Likewise the model runtime (``aclmdl*``) is
-built into ``libacl_mdl.so`` in CANN's split packages: if neither library exports
-``aclmdlExecute``, the loader also opens the ``libacl_mdl.so`` beside ``libascendcl.so``
-(optional: profiling does not need it). Symbols missing from older CANN versions are
+Symbols are resolved once at load, group by group (:data:`aclprof.binding.libset.GROUPS`): a group
+the named library lacks comes from its home library in the same directory, as current CANN
+ships it: ``aclprof*`` from ``libmsprofiler.so``, ``aclInit``/``aclFinalize``/``aclrt*`` from
+``libacl_rt.so``, ``aclmdl*`` from ``libacl_mdl.so`` (``libascendcl.so`` is CANN's deprecated
+compatibility path; ``$ASCEND_HOME_PATH/lib64/libmsprofiler.so`` is therefore tried before it).
+Only the profiling functions are required; the runtime and model groups are optional (profiling
+does not need them). :func:`library_info` says which file provided which group (by ``dladdr``).
+A library whose dependency the dynamic loader cannot find (CANN links without RPATH, and
+``libprofapi.so`` opens ``libprofimpl.so``/``libruntime.so`` by bare name) raises
+:class:`~aclprof.binding.libset.LibraryDependencyError` at once, naming the library, the missing
+file and the fix, instead of trying other candidates. Symbols missing from older CANN versions are
 recorded; calling one raises :class:`~aclprof.binding.errors.UnsupportedError`.
 
 Only this module and ``aclprof.binding.lowlevel`` touch cffi objects.
@@ -34,7 +39,9 @@ import threading
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from aclprof.binding import libset
 from aclprof.binding.errors import LibraryNotFoundError, UnsupportedError
+from aclprof.binding.libset import GroupSource, LibraryDependencyError
 
 __all__ = ["LibraryInfo", "library_info", "use_mock", "mock_library_path"]
 
@@ -66,20 +73,24 @@ class LibraryInfo(NamedTuple):
     #: The library the ``aclmdl*`` functions come from (``path`` itself, or the
     #: ``libacl_mdl.so`` beside it); None when no library has them.
     model_library: str | None = None
+    #: Which file provided each function group (:data:`aclprof.binding.libset.GROUPS`).
+    groups: tuple[GroupSource, ...] = ()
 
 
 class _Library:
     """An opened library: resolved functions by C name, plus facts about it."""
 
-    def __init__(self, path: str, handles: list[Any], ffi: Any,
-                 model_library: str | None = None, model_library_error: str | None = None):
+    def __init__(self, path: str, opened: _Opened, ffi: Any):
         self.path = path
-        self.model_library = model_library
-        self.model_library_error = model_library_error
+        self.model_library = opened.model_library
+        self.model_library_error = opened.group_errors.get("model")
+        self.group_errors = opened.group_errors
         self.ffi = ffi
-        self._handles = handles  # keep every dlopen handle alive
+        self._handles = opened.handles  # keep every dlopen handle alive
+        self._keep = opened.keep        # and the dependencies opened for CANN
         self.functions: dict[str, Any] = {}
         missing = []
+        handles = [h for _, h in opened.handles]
         for name in dir(handles[0]):
             if not name.startswith("acl"):
                 continue
@@ -98,6 +109,24 @@ class _Library:
         self.is_mock = "aclmockVersion" in self.functions
         # Constants (#define and enum values) are read through any handle.
         self.constants = handles[0]
+        self.groups = self._group_sources(opened.handles)
+
+    def _group_sources(self, opened: list[tuple[str, Any]]) -> tuple[GroupSource, ...]:
+        files: dict[str, list[str]] = {g.name: [] for g in libset.GROUPS}
+        found = dict.fromkeys(files, 0)
+        missing: dict[str, list[str]] = {g.name: [] for g in libset.GROUPS}
+        for name, fn in sorted(self.functions.items()):
+            group = libset.group_of(name)
+            where = libset.provider_of(int(self.ffi.cast("uintptr_t", fn)))
+            if where is None:  # no dladdr: the first opened library that has it
+                where = next(os.path.realpath(p) for p, h in opened if _symbol(h, name, self.ffi) is not None)
+            if where not in files[group]:
+                files[group].append(where)
+            found[group] += 1
+        for name in self.missing:
+            missing[libset.group_of(name)].append(name)
+        return tuple(GroupSource(g.name, tuple(files[g.name]), found[g.name], tuple(missing[g.name]))
+                     for g in libset.GROUPS if found[g.name] or missing[g.name])
 
     def fn(self, name: str) -> Any:
         """The C function ``name``; raises UnsupportedError if the library lacks it."""
@@ -105,13 +134,17 @@ class _Library:
             return self.functions[name]
         except KeyError:
             detail = None
+            group = libset.group_of(name)
             if name.startswith("aclmock"):
                 detail = "it exists only in the aclprof mock (ACLPROF_BACKEND=mock)"
-            elif name.startswith("aclmdl") and self.model_library is None:
+            elif group == "model" and self.model_library is None:
                 detail = (
                     f"the model runtime is in neither {self.path} nor "
                     f"{_beside(self.path, _MDL_LIBNAME)} ({self.model_library_error}); "
                     f"install CANN's model runtime ({_MDL_LIBNAME}) next to {_LIBNAME}")
+            elif group == "runtime" and group in self.group_errors:
+                detail = (f"{self.path} lacks the runtime and {self.group_errors[group]}; "
+                          f"CANN ships it in {libset.RUNTIME_LIB} beside {libset.PROFILER_LIB}")
             raise UnsupportedError(function=name, detail=detail) from None
 
 
@@ -165,12 +198,18 @@ def _candidates() -> tuple[list[tuple[str, str]], bool]:
     for var in _ASCEND_ENV:
         root = env.get(var)
         if root:
+            # Current CANN's profiling library first (when present), then the deprecated
+            # compatibility library (libset's docstring has the sources).
+            profiler = os.path.join(root, "lib64", libset.PROFILER_LIB)
+            if os.path.isfile(profiler):
+                found.append((f"${var}/lib64", profiler))
             found.append((f"${var}/lib64", os.path.join(root, "lib64", _LIBNAME)))
     import ctypes.util  # here, not at import: it costs ~20 ms and only the real search needs it
 
-    system = ctypes.util.find_library("ascendcl")
-    if system:
-        found.append(("ctypes.util.find_library('ascendcl')", system))
+    for short in ("msprofiler", "ascendcl"):
+        system = ctypes.util.find_library(short)
+        if system:
+            found.append((f"ctypes.util.find_library({short!r})", system))
     found.append(("dynamic loader search path (LD_LIBRARY_PATH, ld.so.cache)", _LIBNAME))
     return found, False
 
@@ -189,38 +228,69 @@ def _beside(path: str, name: str) -> str:
     return os.path.join(os.path.dirname(path), name)
 
 
-def _open(path: str, ffi: Any) -> tuple[list[Any], str | None, str | None]:
-    """(dlopen handles, the library with aclmdl* or None, why libacl_mdl.so was not used)."""
-    handle = ffi.dlopen(path)
-    handles = [handle]
-    if _symbol(handle, "aclprofInit", ffi) is None:
-        # Profiling symbols may live in libmsprofiler.so next to libascendcl.so. When that is
-        # absent too, say first that this library lacks them: the missing libmsprofiler.so
-        # alone reads as a broken install when the path may simply name the wrong file.
-        profiler = _beside(path, "libmsprofiler.so")
-        try:
-            handles.append(ffi.dlopen(profiler))
-        except OSError as exc:
-            raise OSError(
-                "opened, but it exports no aclprof* profiling functions (aclprofInit is "
-                f"missing), and {profiler}, where some CANN installs keep them, could not be "
-                f"loaded ({exc}): not an ACL library, or a CANN install without libmsprofiler.so"
-            ) from exc
-    for name in _REQUIRED:
-        if all(_symbol(h, name, ffi) is None for h in handles):
-            raise OSError(f"opened, but it does not export {name}: not an ACL library")
-    if any(_symbol(h, _MDL_PROBE, ffi) is not None for h in handles):
-        return handles, path, None
-    # Split packages build aclmdl* into libacl_mdl.so (GE api/acl/acl_model/CMakeLists.txt).
-    # Profiling works without it, so a failure here is recorded, not raised.
-    mdl_path = _beside(path, _MDL_LIBNAME)
+class _Opened(NamedTuple):
+    """What :func:`_open` opened: (path, handle) pairs in search order, the file with aclmdl*
+    (or None), why an optional group's home library was not used, by group, and the
+    dependencies opened for CANN (kept loaded)."""
+
+    handles: list[tuple[str, Any]]
+    model_library: str | None
+    group_errors: dict[str, str]
+    keep: list[Any]
+
+
+def _dlopen(path: str, ffi: Any) -> Any:
+    """``ffi.dlopen(path)``; a library it needs that cannot be found is a LibraryDependencyError."""
     try:
-        mdl = ffi.dlopen(mdl_path)
+        return ffi.dlopen(path)
     except OSError as exc:
-        return handles, None, f"{_MDL_LIBNAME}: {exc}"
-    if _symbol(mdl, _MDL_PROBE, ffi) is None:
-        return handles, None, f"{mdl_path} does not export {_MDL_PROBE}"
-    return [*handles, mdl], mdl_path, None
+        dependency = libset.dependency_error(path, exc)
+        if dependency is not None:
+            raise dependency from exc
+        raise
+
+
+def _open(path: str, ffi: Any) -> _Opened:
+    """Open ``path`` and, for each group it lacks, the group's home library beside it."""
+    handles = [(path, _dlopen(path, ffi))]
+    model_library: str | None = None
+    errors: dict[str, str] = {}
+    for group in libset.GROUPS:
+        if group.home is None:
+            continue
+        having = next((p for p, h in handles if _symbol(h, group.probe, ffi) is not None), None)
+        if having is not None:
+            if group.name == "model":
+                model_library = having
+            continue
+        beside = _beside(path, group.home)
+        try:
+            extra = _dlopen(beside, ffi)
+        except LibraryDependencyError:
+            raise
+        except OSError as exc:
+            if group.name == "session":
+                # When libmsprofiler.so is absent too, say first that this library lacks the
+                # functions: the missing libmsprofiler.so alone reads as a broken install when
+                # the path may simply name the wrong file.
+                raise OSError(
+                    "opened, but it exports no aclprof* profiling functions (aclprofInit is "
+                    f"missing), and {beside}, where current CANN keeps them, could not be "
+                    f"loaded ({exc}): not an ACL library, or a CANN install without "
+                    f"{libset.PROFILER_LIB}") from exc
+            # The runtime and the model groups are optional: recorded, named when called.
+            errors[group.name] = f"{group.home}: {exc}"
+            continue
+        if _symbol(extra, group.probe, ffi) is None:
+            errors[group.name] = f"{beside} does not export {group.probe}"
+            continue
+        handles.append((beside, extra))
+        if group.name == "model":
+            model_library = beside
+    for name in _REQUIRED:
+        if all(_symbol(h, name, ffi) is None for _, h in handles):
+            raise OSError(f"opened, but it does not export {name}: not an ACL library")
+    return _Opened(handles, model_library, errors, libset.check_runtime_opens(path, ffi))
 
 
 def _load() -> _Library:
@@ -232,11 +302,13 @@ def _load() -> _Library:
     tried: list[str] = []
     for origin, path in candidates:
         try:
-            handles, model_library, model_error = _open(path, ffi)
+            opened = _open(path, ffi)
+        except LibraryDependencyError:
+            raise  # the install is found but broken: trying another candidate would hide it
         except OSError as exc:
             tried.append(f"  {path} ({origin}): {exc}")
             continue
-        library = _Library(path, handles, ffi, model_library, model_error)
+        library = _Library(path, opened, ffi)
         if _backend() == "mock" and not library.is_mock:
             tried.append(f"  {path} ({origin}): loaded, but it is not the aclprof mock "
                          "(it lacks aclmockVersion); point it at a mock_acl build")
@@ -311,4 +383,5 @@ def library_info() -> LibraryInfo:
         op_desc_size=size,
         missing_symbols=lib.missing,
         model_library=None if lib.model_library is None else shown(lib.model_library),
+        groups=lib.groups,
     )

@@ -14,6 +14,7 @@ from typing import Any
 
 from aclprof.cli.argtypes import input_path
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, CliError, add_socket_arg, connect
+from aclprof.cli.doctor_check import add_check_args, cmd_check
 from aclprof.cli.doctor_deploy import (
     CONFIG_PATH,
     SYSTEM_SOCKET,
@@ -41,10 +42,14 @@ def add_parser(sub: Any, fmt: Any) -> None:
                                    "whether the daemon answers and where /metrics listens. Each problem "
                                    "comes with the command that fixes it.",
                        epilog="examples:\n  aclprof doctor\n  ACLPROF_BACKEND=mock aclprof doctor\n"
-                              "\nexit status 0 when no problem is found, else 1.")
+                              "  aclprof doctor --check --model resnet50.om --report check.json\n"
+                              "\nexit status 0 when no problem is found, else 1. With --check: 0 when "
+                              "every check passed, 1 when one failed (the report says which and why), "
+                              "2 for bad arguments or a report file that cannot be written.")
     add_socket_arg(p)
     p.add_argument("--unit", default=UNIT_PATH, metavar="PATH", type=input_path,
                    help=f"the installed systemd unit to check (default {UNIT_PATH})")
+    add_check_args(p)
     p.set_defaults(func=cmd_doctor)
 
 
@@ -59,8 +64,12 @@ def _setting(key: str, flag: str, unit: Unit | None, cfg: dict[str, Any]) -> str
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Print what was found; exit 0 when no problem is found, else 1."""
+    """Print what was found; exit 0 when no problem is found, else 1 (``--check``: see
+    :func:`aclprof.cli.doctor_check.cmd_check`)."""
     from aclprof.protocol.paths import resolve_socket_path
+
+    if args.check:
+        return cmd_check(args)
 
     rep = Report()
     _library(rep.problems)
@@ -112,6 +121,9 @@ def _library(problems: list[str]) -> None:
         print(f"  loaded: {info.name} at {info.path}" + (" (mock)" if info.is_mock else ""))
         print(f"  op record size: {info.op_desc_size}; missing symbols: "
               f"{', '.join(info.missing_symbols) if info.missing_symbols else 'none'}")
+        for group in info.groups:  # which file gave each function group (issue 22)
+            print(f"  {group.group}: {group.found} functions from {', '.join(group.files) or 'nowhere'}"
+                  + (f"; missing {', '.join(group.missing)}" if group.missing else ""))
     print("environment:")
     names = ["ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "LD_LIBRARY_PATH", "XDG_RUNTIME_DIR"]
     names += sorted(k for k in os.environ if k.startswith(("ACLPROF_", "ACLMOCK_")))

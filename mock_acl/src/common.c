@@ -291,6 +291,9 @@ static atomic_uint g_writer_delay_us;
 static atomic_int g_opdesc_layout = ACLMOCK_OPDESC_STANDARD;
 static atomic_int g_chip = ACLMOCK_CHIP_910B;
 static atomic_int g_unsub_policy = ACLMOCK_UNSUB_DRAIN;
+static atomic_int g_pipe_writer_cann;
+static atomic_int g_threads_cann;
+static atomic_uint g_response_wait_ms = MOCK_RESPONSE_WAIT_MS;
 
 uint32_t mock_device_count(void) { return atomic_load(&g_device_count); }
 int mock_cann_era(void) { return atomic_load(&g_cann_era); }
@@ -303,6 +306,9 @@ uint32_t mock_writer_delay_us(void) { return atomic_load(&g_writer_delay_us); }
 int mock_opdesc_layout(void) { return atomic_load(&g_opdesc_layout); }
 int mock_chip(void) { return atomic_load(&g_chip); }
 int mock_unsub_policy(void) { return atomic_load(&g_unsub_policy); }
+int mock_pipe_writer_cann(void) { return atomic_load(&g_pipe_writer_cann); }
+int mock_threads_cann(void) { return atomic_load(&g_threads_cann); }
+uint32_t mock_response_wait_ms(void) { return atomic_load(&g_response_wait_ms); }
 
 /* Unset or unparsable variables leave the default; a warning names bad values so that a
  * typo in a CI job does not silently test the wrong behaviour. */
@@ -338,6 +344,9 @@ void mock_settings_load(void)
     atomic_store(&g_opdesc_layout, ACLMOCK_OPDESC_STANDARD);
     atomic_store(&g_chip, ACLMOCK_CHIP_910B);
     atomic_store(&g_unsub_policy, ACLMOCK_UNSUB_DRAIN);
+    atomic_store(&g_pipe_writer_cann, 0);
+    atomic_store(&g_threads_cann, 0);
+    atomic_store(&g_response_wait_ms, MOCK_RESPONSE_WAIT_MS);
 
     const char *v;
     if ((v = getenv("ACLMOCK_CANN")) != NULL && *v) {
@@ -400,6 +409,31 @@ void mock_settings_load(void)
             atomic_store(&g_unsub_policy, ACLMOCK_UNSUB_DROP);
         else
             env_warn("ACLMOCK_UNSUBSCRIBE", v);
+    }
+    /* Issue 22: CANN's PipeTransport (mock_acl/README.md "The writer thread"). */
+    if ((v = getenv("ACLMOCK_PIPE_WRITER")) != NULL && *v) {
+        if (strcmp(v, "kind") == 0)
+            atomic_store(&g_pipe_writer_cann, 0);
+        else if (strcmp(v, "cann") == 0)
+            atomic_store(&g_pipe_writer_cann, 1);
+        else
+            env_warn("ACLMOCK_PIPE_WRITER", v);
+    }
+    /* Issue 22: CANN's uploader and response threads (README "Threads"). */
+    if ((v = getenv("ACLMOCK_THREADS")) != NULL && *v) {
+        if (strcmp(v, "one") == 0)
+            atomic_store(&g_threads_cann, 0);
+        else if (strcmp(v, "cann") == 0)
+            atomic_store(&g_threads_cann, 1);
+        else
+            env_warn("ACLMOCK_THREADS", v);
+    }
+    if ((v = getenv("ACLMOCK_RESPONSE_WAIT_MS")) != NULL && *v) {
+        uint32_t n;
+        if (parse_u32(v, 0, 600000, &n))
+            atomic_store(&g_response_wait_ms, n);
+        else
+            env_warn("ACLMOCK_RESPONSE_WAIT_MS", v);
     }
 }
 

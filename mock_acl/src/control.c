@@ -25,6 +25,7 @@ static void fork_prepare(void)
 {
     mock_lock();
     sub_fork_prepare();
+    mock_threads_fork_prepare();   /* after g_sub_lock, as device_up/down take it */
     names_fork_prepare();
     mock_base_fork_prepare();   /* g_fault_lock, a leaf: last */
 }
@@ -33,6 +34,7 @@ static void fork_parent(void)
 {
     mock_base_fork_parent();
     names_fork_release();
+    mock_threads_fork_parent();
     sub_fork_parent();
     mock_unlock();
 }
@@ -44,6 +46,7 @@ static void fork_child(void)
     mock_base_fork_child();
     names_fork_release();
     models_fork_child();
+    mock_threads_fork_child();
     sub_fork_child();
 }
 

@@ -109,6 +109,22 @@ uint32_t mock_corrupt_every(void);
 uint32_t mock_writer_delay_us(void);
 int mock_chip(void);               /* ACLMOCK_CHIP_*: SetConfig types the platform supports */
 int mock_unsub_policy(void);       /* ACLMOCK_UNSUB_*: queued records at unsubscribe */
+int mock_pipe_writer_cann(void);   /* ACLMOCK_PIPE_WRITER=cann: short writes, SIGPIPE as CANN */
+int mock_threads_cann(void);       /* ACLMOCK_THREADS=cann: CANN's uploader/response threads */
+#define MOCK_RESPONSE_WAIT_MS 30000u /* DeviceResponseHandler's wait (prof_acl_mgr.cpp:478-485) */
+uint32_t mock_response_wait_ms(void); /* ACLMOCK_RESPONSE_WAIT_MS */
+
+/* cann_threads.c: CANN's uploader and response threads under ACLMOCK_THREADS=cann (issue 22).
+ * device_up/down: the device's (device >= MOCK_MAX_DEVICES: the host's) subscription count
+ * left / reached 0; called with g_sub_lock held (the threads take only their own lock). */
+void mock_threads_device_up(uint32_t device);
+void mock_threads_device_down(uint32_t device);
+void mock_threads_response_start(void);   /* a successful aclprofStart */
+void mock_threads_response_end(void);     /* Finalize */
+void mock_threads_reset(void);
+void mock_threads_fork_prepare(void);
+void mock_threads_fork_parent(void);
+void mock_threads_fork_child(void);
 /* aclmockSetHelperHost is on. mock_fault() already refuses the functions that check it
  * first; aclprofStop and aclprofSetConfig check it after their argument checks. */
 bool mock_helper_host(void);

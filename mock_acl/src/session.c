@@ -101,6 +101,7 @@ MOCK_EXPORT aclError aclprofFinalize(void)
         if (ret == ACL_SUCCESS) {
             session_end();   /* the real one finalises every device task */
             mock_msproftx_finalize();
+            mock_threads_response_end();
             mock_set_mode(ACLMOCK_MODE_OFF);
         }
     }
@@ -212,6 +213,8 @@ MOCK_EXPORT aclError aclprofStart(const aclprofConfig *profilerConfig)
     MOCK_FAULT_RETURN_CODE();
     mock_lock();
     int ret = start_locked(profilerConfig);
+    if (ret == ACL_SUCCESS)
+        mock_threads_response_start();
     mock_unlock();
     return ret;
 }

@@ -155,6 +155,7 @@ static void unsubscribe_entry(sub_entry *e)
     if (g_dev_subs[dev] > 0)
         g_dev_subs[dev]--;
     if (g_dev_subs[dev] == 0) {
+        mock_threads_device_down(dev);
         bool queued = false;   /* CANN may queue a device twice; the second pass is empty */
         for (size_t i = 0; i < g_close_n; i++)
             queued |= g_close_q[i] == dev;
@@ -168,6 +169,7 @@ static void unsubscribe_entry(sub_entry *e)
     if (g_host_subs > 0)
         g_host_subs--;
     if (g_host_subs == 0) {
+        mock_threads_device_down(MOCK_MAX_DEVICES);
         for (size_t i = 0; i < g_close_n; i++)
             close_device(g_close_q[i]);
         g_close_n = 0;
@@ -300,6 +302,8 @@ MOCK_EXPORT aclError aclprofModelSubscribe(uint32_t modelId,
                 atomic_fetch_add(&g_live_subs, 1);   /* emit must look for it again */
             g_dev_subs[dev]++;
             g_host_subs++;
+            mock_threads_device_up(dev);
+            mock_threads_device_up(MOCK_MAX_DEVICES);
             pthread_mutex_unlock(&g_sub_lock);
             mock_set_mode(ACLMOCK_MODE_SUBSCRIBE);
             mock_unlock();
@@ -330,8 +334,11 @@ MOCK_EXPORT aclError aclprofModelSubscribe(uint32_t modelId,
     e->live = true;
     e->half = half;
     g_dev_subs[dev]++;
-    if (!half)
+    mock_threads_device_up(dev);
+    if (!half) {
         g_host_subs++;
+        mock_threads_device_up(MOCK_MAX_DEVICES);
+    }
     atomic_init(&e->progress, 0);
     atomic_init(&e->abort, false);
     atomic_init(&e->drop_at_unsub, false);
@@ -394,6 +401,7 @@ void mock_subscribe_reset(void)
         close_entry(g_entries);
     memset(g_dev_subs, 0, sizeof g_dev_subs);
     g_host_subs = 0;
+    mock_threads_reset();
     g_close_n = 0;
     sub_queue_reset();
     atomic_store(&g_progress, 0);

@@ -10,6 +10,13 @@
  * written directly and take the EAGAIN path. Waits are bounded by stall timeouts (no
  * progress for UNSUB_STALL_MS / RESET_STALL_MS, sub_drain), after which the remaining
  * records of the subscription are dropped and counted: the real library would wait forever.
+ *
+ * ACLMOCK_PIPE_WRITER=cann (issue 22) takes away the two kindnesses left: a short write is
+ * not continued (PipeTransport::SendBuffer writes once, Uploader::Run only logs the
+ * shortfall: the record is dropped, its first bytes already in the pipe), and SIGPIPE is
+ * not blocked in the writer thread, so a write to a pipe whose read end is closed kills a
+ * process that does not ignore SIGPIPE (with SIG_IGN it gets EPIPE and drops the record).
+ * With a write chunk set (aclmockSetWriteChunk) every record is a short write of that size.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -165,6 +172,28 @@ static int ensure_writable(write_budget *b, const sub_entry *e, int fd, size_t n
     }
 }
 
+/* Whether the thread that started the writer (the first subscribe's caller) had SIGPIPE
+ * blocked: CANN's uploader threads are created inside aclprofModelSubscribe and inherit
+ * that thread's signal mask. */
+static bool g_creator_blocks_sigpipe;
+
+/* The writer thread blocks every signal (start_writer); in the CANN writer mode SIGPIPE is
+ * unblocked for the write unless the creator had it blocked, as CANN's uploader threads
+ * would have it. Tracked per thread: one pthread_sigmask call per change, not per record. */
+static void sigpipe_as_cann(bool cann)
+{
+    static __thread int unblocked = 0;
+    int want = cann && !g_creator_blocks_sigpipe;
+    if (want == unblocked)
+        return;
+    cann = want;
+    sigset_t pipe_only;
+    sigemptyset(&pipe_only);
+    sigaddset(&pipe_only, SIGPIPE);
+    pthread_sigmask(cann ? SIG_UNBLOCK : SIG_BLOCK, &pipe_only, NULL);
+    unblocked = cann;
+}
+
 /* Writes one record; returns true if its last byte reached the fd. */
 static bool write_record(const q_item *it, write_budget *b, write_stats *ws)
 {
@@ -190,6 +219,8 @@ static bool write_record(const q_item *it, write_budget *b, write_stats *ws)
     const unsigned char *p = (const unsigned char *)&it->rec;
     size_t left = it->size;
     uint32_t chunk = mock_write_chunk();
+    bool cann = mock_pipe_writer_cann() != 0;
+    sigpipe_as_cann(cann);
     while (left > 0) {
         size_t n = (chunk != 0 && chunk < left) ? chunk : left;
         int w = ensure_writable(b, e, fd, n);
@@ -202,6 +233,8 @@ static bool write_record(const q_item *it, write_budget *b, write_stats *ws)
             p += r;
             left -= (size_t)r;
             b->bytes = b->bytes > (size_t)r ? b->bytes - (size_t)r : 0;
+            if (cann && left > 0)
+                return false;   /* CANN: a short write is not continued; the record is lost */
             continue;
         }
         if (r < 0 && errno == EINTR)
@@ -294,6 +327,7 @@ bool sub_start_writer(void)
     sigset_t all, old;
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);   /* the thread inherits this mask */
+    g_creator_blocks_sigpipe = sigismember(&old, SIGPIPE) == 1;
     g_writer_stop = false;
     int rc = pthread_create(&g_writer, NULL, writer_main, NULL);
     pthread_sigmask(SIG_SETMASK, &old, NULL);

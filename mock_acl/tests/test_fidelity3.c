@@ -5,6 +5,7 @@
 #include "test_session_common.h"
 #include "test_subscribe_common.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -351,6 +352,91 @@ TEST(unsubscribe_drops_queued_records_when_asked)
     aclmockReset();
 }
 
+/* ---- issue 22: CANN's thread shape (ACLMOCK_THREADS=cann; audit 3 section 1.3) ------------ */
+
+/* Threads of this process whose name starts with `prefix`. */
+static int threads_named(const char *prefix)
+{
+    char path[300], comm[32];
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (d == NULL)
+        return -1;
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(comm, sizeof comm, f) && strncmp(comm, prefix, strlen(prefix)) == 0)
+            n++;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+TEST(cann_thread_shape)
+{
+    setenv("ACLMOCK_THREADS", "cann", 1);
+    setenv("ACLMOCK_RESPONSE_WAIT_MS", "60000", 1);
+    aclmockReset();
+    unsetenv("ACLMOCK_THREADS");
+    unsetenv("ACLMOCK_RESPONSE_WAIT_MS");
+    uint32_t a = load_on(0), b = load_on(0), c = load_on(1);
+    REQUIRE(a != UINT32_MAX && b != UINT32_MAX && c != UINT32_MAX);
+    REQUIRE(pipe(g_fa) == 0 && pipe(g_fb) == 0 && pipe(g_fc) == 0);
+    aclprofSubscribeConfig *ca = aclprofCreateSubscribeConfig(1, ACL_AICORE_NONE, &g_fa[1]);
+    aclprofSubscribeConfig *cb = aclprofCreateSubscribeConfig(1, ACL_AICORE_NONE, &g_fb[1]);
+    aclprofSubscribeConfig *cc = aclprofCreateSubscribeConfig(1, ACL_AICORE_NONE, &g_fc[1]);
+    REQUIRE(ca && cb && cc);
+    CHECK_EQ(threads_named("MSVP_Upld"), 0);
+    /* device 0: its pair and the host's (64) */
+    CHECK_EQ(aclprofModelSubscribe(a, ca), ACL_SUCCESS);
+    CHECK_EQ(threads_named("MSVP_Upld_0"), 1);
+    CHECK_EQ(threads_named("MSVP_Upld_64"), 1);
+    CHECK_EQ(threads_named("MSVP_Upld_Pipe"), 2);
+    CHECK_EQ(aclprofModelSubscribe(b, cb), ACL_SUCCESS);   /* same device: no new thread */
+    CHECK_EQ(threads_named("MSVP_Upld"), 4);
+    CHECK_EQ(aclprofModelSubscribe(c, cc), ACL_SUCCESS);   /* device 1: two more */
+    CHECK_EQ(threads_named("MSVP_Upld_1"), 1);
+    CHECK_EQ(threads_named("MSVP_Upld"), 6);
+    CHECK_EQ(aclprofModelUnSubscribe(c), ACL_SUCCESS);     /* device 1's count 0: its pair ends */
+    CHECK_EQ(threads_named("MSVP_Upld_1"), 0);
+    CHECK_EQ(threads_named("MSVP_Upld"), 4);
+    CHECK_EQ(aclprofModelUnSubscribe(a), ACL_SUCCESS);
+    CHECK_EQ(aclprofModelUnSubscribe(b), ACL_SUCCESS);     /* the last: device 0 and host end */
+    CHECK_EQ(threads_named("MSVP_Upld"), 0);
+    aclprofDestroySubscribeConfig(ca);
+    aclprofDestroySubscribeConfig(cb);
+    aclprofDestroySubscribeConfig(cc);
+    close(g_fa[0]);
+    close(g_fb[0]);
+    close(g_fc[0]);
+    /* Every Start has a response thread waiting for the device; Finalize ends them. */
+    aclprofConfig *cfg = config1(0, ACL_PROF_ACL_API);
+    REQUIRE(cfg != NULL);
+    CHECK_EQ(aclprofInit(g_tmp, strlen(g_tmp)), ACL_SUCCESS);
+    CHECK_EQ(aclprofStart(cfg), ACL_SUCCESS);
+    CHECK_EQ(threads_named("DevRespHandler"), 1);
+    CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
+    CHECK_EQ(threads_named("DevRespHandler"), 1);   /* still waiting: no device answers */
+    CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
+    CHECK_EQ(threads_named("DevRespHandler"), 0);
+    aclprofDestroyConfig(cfg);
+    /* ACLMOCK_THREADS unset: none of them */
+    aclmockReset();
+    uint32_t d = load_on(0);
+    REQUIRE(d != UINT32_MAX && pipe(g_fa) == 0);
+    ca = aclprofCreateSubscribeConfig(1, ACL_AICORE_NONE, &g_fa[1]);
+    CHECK_EQ(aclprofModelSubscribe(d, ca), ACL_SUCCESS);
+    CHECK_EQ(threads_named("MSVP_Upld"), 0);
+    CHECK_EQ(aclprofModelUnSubscribe(d), ACL_SUCCESS);
+    aclprofDestroySubscribeConfig(ca);
+    close(g_fa[0]);
+}
+
 int main(void)
 {
     tmp_init();
@@ -362,6 +448,7 @@ int main(void)
     RUN(msproftx_after_stop_and_finalize_2026);
     RUN(refused_subscribe_on_an_idle_device_is_half_done);
     RUN(unsubscribe_drops_queued_records_when_asked);
+    RUN(cann_thread_shape);
     tmp_cleanup();
     return tc_summary(__FILE__);
 }

@@ -2,6 +2,9 @@
  * a stalled reader, EPIPE, a full queue, a reader that calls the mock while an unsubscribe
  * waits, fork() (src/subscribe_writer.c).
  */
+#include <signal.h>
+#include <sys/wait.h>
+
 #include "test_subscribe_common.h"
 
 /* A non-blocking write end, a one-page pipe and a reader that naps: the writer must take
@@ -258,6 +261,91 @@ TEST(fork_with_subscription)
     reader_free(&rd);
 }
 
+/* ---- ACLMOCK_PIPE_WRITER=cann (issue 22; CANN's PipeTransport, parser_transport.cpp:99-149) -- */
+
+/* In a child: SIGPIPE's disposition `sig`, the CANN writer, a pipe whose read end is closed,
+ * one execution (3 records). Exits 0 when all 3 were dropped and counted. */
+static void closed_reader_child(void (*sig)(int), bool block)
+{
+    alarm(10);
+    signal(SIGPIPE, sig);
+    if (block) {   /* the subscribing thread blocks SIGPIPE: the writer inherits it */
+        sigset_t p;
+        sigemptyset(&p);
+        sigaddset(&p, SIGPIPE);
+        pthread_sigmask(SIG_BLOCK, &p, NULL);
+    }
+    setenv("ACLMOCK_PIPE_WRITER", "cann", 1);
+    aclmockReset();
+    uint32_t model = load_std_model(0);
+    make_pipe(0);
+    close(g_pipe[0][0]);
+    aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
+    if (cfg == NULL)
+        _exit(3);
+    execute_empty(model);
+    aclmockWaitWriterIdle(5000);
+    aclmockStats s = stats();
+    _exit(s.recordsDropped == 3 && s.recordsWritten == 0 ? 0 : 1);
+}
+
+static int run_child(void (*sig)(int), bool block)
+{
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid == 0)
+        closed_reader_child(sig, block);
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return -1;
+    return status;
+}
+
+/* The CANN writer does not block SIGPIPE: a closed read end kills a process that keeps the
+ * default disposition; one that ignores SIGPIPE, or whose subscribing thread blocked it,
+ * gets EPIPE and the records are dropped. */
+TEST(cann_writer_sigpipe)
+{
+    int status = run_child(SIG_DFL, false);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGPIPE);
+    status = run_child(SIG_IGN, false);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* CANN's threads inherit the subscribing thread's mask: blocked there, EPIPE it is
+     * (what the binding does around aclprofModelSubscribe). */
+    status = run_child(SIG_DFL, true);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* The mock's own default (kind) writer blocks SIGPIPE: the process survives
+     * (reader_gone_epipe above, in this process). */
+}
+
+/* A short write is not continued: with a 30-byte write chunk each record's first 30 bytes
+ * reach the pipe and the rest is dropped, the record counted as dropped. */
+TEST(cann_writer_short_write_not_continued)
+{
+    setenv("ACLMOCK_PIPE_WRITER", "cann", 1);
+    aclmockReset();
+    unsetenv("ACLMOCK_PIPE_WRITER");
+    CHECK_EQ(aclmockSetWriteChunk(30), ACL_SUCCESS);
+    uint32_t model = load_std_model(0);
+    make_pipe(0);
+    aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
+    REQUIRE(cfg != NULL);
+    execute_empty(model);
+    CHECK_EQ(aclmockWaitWriterIdle(5000), ACL_SUCCESS);
+    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
+    unsigned char buf[512];
+    size_t got = 0;
+    for (ssize_t r; (r = read(g_pipe[0][0], buf + got, sizeof buf - got)) > 0;)
+        got += (size_t)r;
+    CHECK_EQ(got, 90);
+    aclmockStats s = stats();
+    CHECK_EQ(s.recordsDropped, 3);
+    CHECK_EQ(s.recordsWritten, 0);
+    CHECK_EQ(s.writeCalls, 3);
+    aclprofDestroySubscribeConfig(cfg);
+    close(g_pipe[0][0]);
+}
+
 int main(void)
 {
     tmp_init();
@@ -269,6 +357,8 @@ int main(void)
     RUN(queue_full_drops);
     RUN(reader_calls_mock_during_unsubscribe);
     RUN(fork_with_subscription);
+    RUN(cann_writer_sigpipe);
+    RUN(cann_writer_short_write_not_continued);
     int rc = test_summary();
     tmp_cleanup();
     return rc;

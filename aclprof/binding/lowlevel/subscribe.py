@@ -4,6 +4,9 @@ op getters over the bytes a subscription pipe delivers (``aclprofGetOp*``).
 
 from __future__ import annotations
 
+import contextlib
+import signal
+from collections.abc import Iterator
 from typing import Any
 
 from aclprof.binding.enums import AicoreMetrics
@@ -95,11 +98,36 @@ def destroy_subscribe_config(config: SubscribeConfig) -> None:
 
 
 def model_subscribe(model_id: int, config: SubscribeConfig) -> None:
-    """``aclprofModelSubscribe``."""
+    """``aclprofModelSubscribe``, called with SIGPIPE blocked in this thread (see
+    :func:`_sigpipe_blocked`)."""
     if not isinstance(config, SubscribeConfig):
         raise TypeError(f"config must be a SubscribeConfig, not {type(config).__name__}")
-    check(_fn("aclprofModelSubscribe")(_u32(model_id, "model_id"), config._get()),
-          "aclprofModelSubscribe", f"model {model_id}")
+    with _sigpipe_blocked():
+        rc = _fn("aclprofModelSubscribe")(_u32(model_id, "model_id"), config._get())
+    check(rc, "aclprofModelSubscribe", f"model {model_id}")
+
+
+@contextlib.contextmanager
+def _sigpipe_blocked() -> Iterator[None]:
+    """SIGPIPE blocked in the calling thread for the duration (restored after, unless it was
+    blocked already).
+
+    CANN's pipe uploaders (``MSVP_Upld_<dev>``, ``MSVP_Upld_Pipe``) are created inside
+    ``aclprofModelSubscribe`` and inherit this thread's signal mask. They write with a plain
+    ``write()`` (``parser_transport.cpp:99-149``): should the read end ever be closed while one
+    writes, an unblocked SIGPIPE kills the process when its disposition is the default (an
+    embedding application may restore it; Python itself ignores SIGPIPE). Blocked in them, the
+    write fails with EPIPE and CANN drops the record (issue 22; mock ``ACLMOCK_PIPE_WRITER=cann``).
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGPIPE})
+    try:
+        yield
+    finally:
+        if signal.SIGPIPE not in before:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGPIPE})
 
 
 def model_unsubscribe(model_id: int) -> None:
