@@ -24,6 +24,7 @@
 static void fork_prepare(void)
 {
     mock_lock();
+    mock_exception_fork_prepare();
     sub_fork_prepare();
     names_fork_prepare();
     mock_base_fork_prepare();   /* g_fault_lock, a leaf: last */
@@ -34,6 +35,7 @@ static void fork_parent(void)
     mock_base_fork_parent();
     names_fork_release();
     sub_fork_parent();
+    mock_exception_fork_parent();
     mock_unlock();
 }
 
@@ -45,6 +47,7 @@ static void fork_child(void)
     names_fork_release();
     models_fork_child();
     sub_fork_child();
+    mock_exception_fork_child();
 }
 
 /* At load: the settings from the environment, then the fork handlers. */
@@ -75,6 +78,7 @@ MOCK_EXPORT void aclmockReset(void)
     aclmockClearFaults();
     mock_settings_load();
     mock_records_reset();
+    mock_exception_reset();
     mock_unlock();
 }
 
@@ -96,6 +100,8 @@ MOCK_EXPORT int aclmockGetStats(aclmockStats *out)
     mock_subscribe_stats(out);
     mock_opdesc_stats(out);
     mock_model_stats(out);
+    mock_exception_stats(out);
+    mock_tensordesc_stats(out);
     mock_unlock();
     return ACL_SUCCESS;
 }
