@@ -34,7 +34,7 @@ from aclprof.binding.errors import check, code_name
 from aclprof.binding.loader import get_library
 
 __all__ = ["RawTensor", "RawFailure", "add_sink", "remove_sink", "set_info_callback",
-           "counters", "info_fields", "read_op_desc", "library_reset", "describe_code",
+           "counters", "info_fields", "read_op_desc", "library_reset", "describe_code", "enum_name",
            "OP_NAME_BUFFER", "UNKNOWN_RANK"]
 
 _log = logging.getLogger(__name__)
@@ -130,18 +130,18 @@ class _Hub:
             address = int(get_library().ffi.cast("uintptr_t", info))
             try:
                 info_callback(address)
-            except BaseException:  # noqa: BLE001 - nothing may reach the runtime's thread
+            except BaseException:  # nothing may reach the runtime's thread
                 self._count_error("the exception callback set with set_exception_info_callback")
         if sinks:
             try:
                 failure = _read_failure(info)
-            except BaseException:  # noqa: BLE001
+            except BaseException:
                 self._count_error("reading the exception info")
                 return
             for sink in sinks:
                 try:
                     sink(failure)
-                except BaseException:  # noqa: BLE001
+                except BaseException:
                     self._count_error(f"the failure sink {sink!r}")
 
     def _count_error(self, what: str) -> None:
@@ -156,7 +156,7 @@ _hub = _Hub()
 def _trampoline(info: Any) -> None:
     try:
         _hub.dispatch(info)
-    except BaseException:  # noqa: BLE001 - the last guard before C
+    except BaseException:  # the last guard before C
         _hub.errors += 1
 
 
@@ -282,6 +282,10 @@ def read_op_desc(device_id: int, stream_id: int, task_id: int
 def _read_failure(info: Any) -> RawFailure:
     device, stream, task, thread, code = info_fields(info)
     now = time.time_ns()
+    desc_code: int
+    name: str | None
+    inputs: tuple[RawTensor, ...]
+    outputs: tuple[RawTensor, ...]
     if task == _INVALID:  # a device-level failure (heartbeat, OOM): no task, no op
         desc_code, name, inputs, outputs = 0, None, (), ()
     else:
@@ -289,6 +293,12 @@ def _read_failure(info: Any) -> RawFailure:
     return RawFailure(device_id=device, stream_id=stream, task_id=task, thread_id=thread,
                       error_code=code, host_time_ns=now, op_name=name, inputs=inputs,
                       outputs=outputs, op_desc_code=desc_code)
+
+
+def enum_name(ctype: str, value: int) -> str:
+    """The C enumerator's name of ``value`` in ``aclDataType``/``aclFormat`` (``"ACL_FLOAT16"``),
+    or the number as text when the enum has no such value."""
+    return str(get_library().ffi.string(get_library().ffi.cast(ctype, value)))
 
 
 def describe_code(code: int) -> str:
