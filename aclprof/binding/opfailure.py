@@ -24,6 +24,7 @@ calling it when it is unregistered: ``aclrtExceptionInfoCallbackUnregister`` doe
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -151,6 +152,18 @@ class _Hub:
 
 
 _hub = _Hub()
+
+
+def _after_fork_in_child() -> None:
+    """A forked child has none of the parent's dispatcher threads: the parent's watches are
+    dropped here (a failure in the child would wait in a queue nobody drains), the lock made
+    new (another thread may have held it at the fork). The trampoline stays installed while
+    the pyACL-style callback is set (the child's copy of the library still calls it)."""
+    _hub.lock = threading.Lock()
+    _hub.sinks.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _trampoline(info: Any) -> None:
