@@ -13,6 +13,10 @@ from aclprof import demo as demo
 from aclprof import lowlevel as lowlevel
 from aclprof import mock as mock
 from aclprof import protocol as protocol
+from aclprof.api.failures import FailureWatch as FailureWatch
+from aclprof.api.failures import OpFailure as OpFailure
+from aclprof.api.failures import TensorDesc as TensorDesc
+from aclprof.api.failures import watch_failures as watch_failures
 from aclprof.api.markers import RangeHandle as RangeHandle
 from aclprof.api.markers import annotate as annotate
 from aclprof.api.markers import mark as mark

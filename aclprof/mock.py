@@ -12,7 +12,7 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from aclprof.binding import lowlevel, mockctl
+from aclprof.binding import lowlevel, mockctl, opfailure
 from aclprof.binding import state as _state
 from aclprof.binding.loader import get_library
 
@@ -24,6 +24,7 @@ __all__ = [
     "set_helper_host",
     "set_device_clock_offset", "set_devid_zero", "set_step_keypoints", "KEYPOINT_MODEL_CANN",
     "set_op_desc_layout", "set_chip", "set_unsubscribe_policy",
+    "inject_op_failure", "clear_op_failure", "set_exception_thread", "set_failed_op_record",
 ]
 
 _MODES = {0: "OFF", 1: "API_CTRL", 2: "SUBSCRIBE"}
@@ -49,6 +50,7 @@ def reset() -> None:
     """Return the mock to its freshly loaded state (sessions, models, stamps, faults)."""
     _state.tx_stopping()  # aclprof's cached stamps die with the mock's pool
     _call("aclmockReset")
+    opfailure.library_reset()  # the reset forgot the exception callback: install it again
 
 
 def mode() -> str:
@@ -152,7 +154,34 @@ def set_unsubscribe_policy(policy: str) -> None:
 
 # --- model runtime -------------------------------------------------------------------------
 
-_OP_KEYS = {"name", "type", "duration_ns", "jitter", "flag", "thread_id"}
+_OP_KEYS = {"name", "type", "duration_ns", "jitter", "flag", "thread_id", "inputs", "outputs"}
+_TENSOR_KEYS = {"dtype", "format", "shape"}
+
+
+def _int32(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not -2**31 <= value < 2**31:
+        raise ValueError(f"{what} must be an int32 (an aclDataType/aclFormat value), got {value!r}")
+    return value
+
+
+def _tensor_lines(kind: str, tensors: Any, where: str) -> list[str]:
+    """The model file's ``in``/``out`` lines of one op (README: "Model description files")."""
+    if not isinstance(tensors, (list, tuple)):
+        raise TypeError(f"{where} {kind}puts must be a list of dicts, not {type(tensors).__name__}")
+    lines = []
+    for k, t in enumerate(tensors):
+        what = f"{where} {kind}put {k}"
+        if not isinstance(t, Mapping) or set(t) - _TENSOR_KEYS or "shape" not in t:
+            raise ValueError(f"{what} must be a dict with keys dtype, format, shape, got {t!r}")
+        shape = t["shape"]
+        if not isinstance(shape, (list, tuple)) or len(shape) > 128 or any(
+                isinstance(d, bool) or not isinstance(d, int) or not -2 <= d < 2**63 for d in shape):
+            raise ValueError(f"{what} shape must be a list of at most 128 ints >= -2 (-1 unknown "
+                             f"dimension, [-2] unknown rank), got {shape!r}")
+        lines.append("\t".join([kind, str(_int32(t.get("dtype", 0), f"{what} dtype")),
+                                 str(_int32(t.get("format", 2), f"{what} format")),
+                                 ",".join(str(d) for d in shape)]))
+    return lines
 
 
 def _escape(value: Any, what: str) -> str:
@@ -183,8 +212,11 @@ def model_file(ops: Iterable[Mapping[str, Any]], path: str | os.PathLike[str], *
     """Write the model description that the mock's ``aclmdlLoadFromFile`` reads.
 
     ``ops`` is a list of dicts with keys ``name``, ``type`` (str or bytes; any bytes but
-    NUL), ``duration_ns`` and optionally ``jitter`` (ns, uniform +/-), ``flag`` and
-    ``thread_id``. The format is documented in mock_acl/README.md.
+    NUL), ``duration_ns`` and optionally ``jitter`` (ns, uniform +/-), ``flag``,
+    ``thread_id``, and ``inputs``/``outputs``: lists of ``{"dtype": aclDataType value,
+    "format": aclFormat value (default 2, ND), "shape": [dims]}``, what
+    ``aclmdlCreateAndGetOpDesc`` describes after an AI Core exception. The format is
+    documented in mock_acl/README.md.
     """
     lines = ["aclmock-model 1", f"device {_natural(device, 'device', 63)}"]
     if seed is not None:
@@ -203,6 +235,8 @@ def model_file(ops: Iterable[Mapping[str, Any]], path: str | os.PathLike[str], *
                   str(_natural(op.get("flag", 0), f"op {i} flag", 2**32 - 1)),
                   str(_natural(op.get("thread_id", 0), f"op {i} thread_id", 2**32 - 1))]
         lines.append("\t".join(fields))
+        lines += _tensor_lines("in", op.get("inputs", []), f"op {i}")
+        lines += _tensor_lines("out", op.get("outputs", []), f"op {i}")
         count += 1
     if count == 0:
         raise ValueError("a model needs at least one op")
@@ -271,3 +305,49 @@ def set_op_desc_layout(layout: str) -> None:
     the times at other offsets; the library's getters follow (audit row 14)."""
     value = _choice(layout, {"standard": 0, "shuffled": 1}, "layout")
     _ok(_call("aclmockSetOpDescLayout", value), "aclmockSetOpDescLayout")
+
+
+# --- AI Core exceptions (issue 24) ------------------------------------------------------------
+
+def inject_op_failure(model_id: int, op: str | int, *, every: int = 0, code: int = 507015,
+                      execute_code: int = 500002) -> None:
+    """Make op ``op`` (a name, or a position) of model ``model_id`` fail on the AI Core.
+
+    ``every=0``: the next execution only; ``every=N``: every N-th execution from now. The
+    exception callbacks get ``code`` (507015 ACL_ERROR_RT_AICORE_EXCEPTION by default) and
+    ``aclmdlExecute`` returns ``execute_code`` (500002 ACL_ERROR_GE_FAILURE: what GE's
+    synchronous execute makes of a failed stream). The ops before it run and are recorded;
+    the failed op and those after it do not run (see :func:`set_failed_op_record`).
+
+    Raises:
+        ValueError: no such model or op, or a value out of range.
+    """
+    _natural(model_id, "model_id", 2**32 - 1)
+    _natural(every, "every", 2**32 - 1)
+    _natural(code, "code", 2**32 - 1)
+    if isinstance(execute_code, bool) or not isinstance(execute_code, int) or not -2**31 <= execute_code < 2**31:
+        raise ValueError(f"execute_code must be an int32, got {execute_code!r}")
+    if isinstance(op, str):
+        name, index = op.encode("utf-8"), 0
+    else:
+        name, index = None, _natural(op, "op", 2**32 - 1)
+    if _call("aclmockInjectOpFailure", model_id, name, index, every, code, execute_code) != 0:
+        raise ValueError(f"inject_op_failure: model {model_id} is not loaded or has no op {op!r}")
+
+
+def clear_op_failure(model_id: int) -> None:
+    """Disarm :func:`inject_op_failure` for ``model_id``; ValueError if it is not loaded."""
+    if _call("aclmockClearOpFailure", _natural(model_id, "model_id", 2**32 - 1)) != 0:
+        raise ValueError(f"clear_op_failure: model {model_id} is not loaded")
+
+
+def set_exception_thread(which: str) -> None:
+    """Where the exception callbacks run: ``"report"`` (a runtime thread, as CANN's task-report
+    path; the default) or ``"caller"`` (the thread that called ``aclmdlExecute``)."""
+    value = _choice(which, {"report": 0, "caller": 1}, "which")
+    _ok(_call("aclmockSetExceptionThread", value), "aclmockSetExceptionThread")
+
+
+def set_failed_op_record(emit: bool) -> None:
+    """Whether the failed op's own record reaches a subscription (default: no)."""
+    _ok(_call("aclmockSetFailedOpRecord", int(bool(emit))), "aclmockSetFailedOpRecord")

@@ -35,6 +35,9 @@ typedef struct aclmockStats {
                                    closed the fd under ACLMOCK_UNSUB_DROP (as CANN) */
     uint64_t txEventsUnrecorded;/* msproftx events accepted while no MSPROFTX session ran (after
                                    Stop, before Finalize: CANN accepts them, nothing collects) */
+    uint64_t opFailures;        /* AI Core exceptions raised by injected failures */
+    uint64_t exceptionCallbacks;/* exception callback invocations (one per callback per failure) */
+    uint64_t tensorDescsInUse;  /* aclmdlCreateAndGetOpDesc arrays not yet destroyed */
 } aclmockStats;
 
 int aclmockVersion(void);
@@ -121,3 +124,22 @@ int aclmockSetChip(int chip);
 #define ACLMOCK_UNSUB_DRAIN 0
 #define ACLMOCK_UNSUB_DROP 1
 int aclmockSetUnsubscribePolicy(int policy);
+
+/* AI Core exceptions (issue 24; mock_acl/README.md "AI Core exceptions"). The op of model
+ * `modelId` named `opName` (or, when opName is NULL, at position `opIndex`) fails in the
+ * executions to come: once (everyNth 0) or in every everyNth-th one (1: every execution).
+ * The callbacks get `retcode` (0: 507015 ACL_ERROR_RT_AICORE_EXCEPTION); aclmdlExecute returns
+ * `executeCode` (0: 500002 ACL_ERROR_GE_FAILURE, what GE's synchronous execute makes of a
+ * failed stream). 0, or -1 for an unknown model or op. Cleared by aclmockClearOpFailure and
+ * aclmockReset. */
+int aclmockInjectOpFailure(uint32_t modelId, const char *opName, uint32_t opIndex,
+                           uint32_t everyNth, uint32_t retcode, int32_t executeCode);
+int aclmockClearOpFailure(uint32_t modelId);
+/* Which thread runs the exception callbacks (UNCERTAIN in the sources' reading: CANN runs them
+ * on its task-report path, not on the caller's thread). Env ACLMOCK_EXCEPTION_THREAD=report|caller. */
+#define ACLMOCK_EXC_REPORT_THREAD 0
+#define ACLMOCK_EXC_CALLER_THREAD 1
+int aclmockSetExceptionThread(int which);
+/* Whether the failed op's own record reaches a subscription (UNCERTAIN; default: dropped, the
+ * task never reports an end). Env ACLMOCK_FAILED_OP_RECORD=drop|emit. */
+int aclmockSetFailedOpRecord(int emit);

@@ -82,6 +82,7 @@ RULES: dict[Kind, tuple[str, frozenset[str]]] = {
     Kind.BATCH: ("agent", _CONNECT),
     Kind.LOSS: ("agent", _CONNECT),
     Kind.TRACE_DONE: ("agent", _CONNECT),
+    Kind.OP_FAILURE: ("agent", _CONNECT),
     Kind.STATUS: ("control", _CONNECT),
     Kind.SNAPSHOT: ("control", _ADMIN),
     Kind.STREAM: ("control", _ADMIN),
@@ -100,6 +101,7 @@ PAYLOADS: dict[Kind, object] = {
     Kind.BATCH: None,  # records: built by the probe
     Kind.LOSS: {"dropped": 0, "reason": "none"},
     Kind.TRACE_DONE: {"trace_id": 999999, "pause_ns": 0, "session_ns": 0},
+    Kind.OP_FAILURE: {"device": 0, "stream": 1, "task": 0, "thread": 1, "code": 507015},
     Kind.STATUS: {},
     Kind.SNAPSHOT: {"window": "all", "group_by": "type"},
     Kind.STREAM: {"filter": {}},

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import runpy
+import threading
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,58 @@ def test_msproftx_sample_records_every_event(tmp_path):
         kinds[event["kind"]] = kinds.get(event["kind"], 0) + 1
     assert kinds == {"mark": 200000, "push_pop": 200000, "range": 200000}
     assert mock.stats()["stampsInUse"] == 0
+
+
+FAILING_OPS = [
+    {"name": "conv1", "type": "Conv2D", "duration_ns": 2000,
+     "inputs": [{"dtype": 1, "format": 0, "shape": [8, 3, 224, 224]},
+                {"dtype": 1, "format": 4, "shape": [64, 3, 7, 7]}],
+     "outputs": [{"dtype": 1, "format": 3, "shape": [8, 4, 112, 112, 16]}]},
+    {"name": "relu1", "type": "Relu", "duration_ns": 200,
+     "inputs": [{"dtype": 1, "format": 3, "shape": [8, 4, 112, 112, 16]}],
+     "outputs": [{"dtype": 1, "format": 3, "shape": [8, 4, 112, 112, 16]}]},
+]
+
+
+def test_exception_sample_reads_the_failed_op_and_its_tensors(runtime, datasets, monkeypatch):
+    """The seed's AI Core exception sample, verbatim but for the import, reports the op the
+    mock failed: the spies see what its callback read, on the runtime's thread."""
+    model_id = mock.load_model(FAILING_OPS, device=0)
+    mock.inject_op_failure(model_id, "relu1")
+    seen: dict[str, object] = {"dims": []}
+    real_desc, real_dim = acl.mdl.create_and_get_op_desc, acl.get_tensor_desc_dim_v2
+    real_thread = acl.rt.get_thread_id_from_exception_info
+
+    def spy_desc(device_id, stream_id, task_id, length):
+        result = real_desc(device_id, stream_id, task_id, length)
+        seen["desc"] = (device_id, stream_id, task_id, result[0], result[2], result[4], result[5])
+        return result
+
+    def spy_dim(desc, index):
+        value, ret = real_dim(desc, index)
+        seen["dims"].append((value, ret))
+        return value, ret
+
+    def spy_thread(info):
+        seen["thread"] = real_thread(info)
+        seen["callback_thread"] = threading.get_native_id()
+        return seen["thread"]
+
+    monkeypatch.setattr(acl.mdl, "create_and_get_op_desc", spy_desc)
+    monkeypatch.setattr(acl, "get_tensor_desc_dim_v2", spy_dim)
+    monkeypatch.setattr(acl.rt, "get_thread_id_from_exception_info", spy_thread)
+    try:
+        namespace = runpy.run_path(str(SAMPLES / "exception_sample.py"), init_globals={
+            "model_id": model_id, "context": runtime, "input": datasets[0], "output": datasets[1]})
+    finally:
+        acl.rt.set_exception_info_callback(None)
+    assert namespace["ret"] == 500002  # ACL_ERROR_GE_FAILURE from the synchronous execute
+    # device 0, the model's stream (its id in the mock), task = the op's position, its name,
+    # one input and one output, every call 0.
+    assert seen["desc"] == (0, model_id, 1, "relu1", 1, 1, 0)
+    assert seen["dims"] == [(8, 0), (8, 0)]
+    assert seen["thread"] == threading.get_native_id(), "the thread that executed the model"
+    assert seen["callback_thread"] != threading.get_native_id(), "run on the runtime's thread"
+    stats = mock.stats()
+    assert stats["opFailures"] == 1 and stats["exceptionCallbacks"] == 1
+    assert stats["tensorDescsInUse"] == 0, "the sample destroyed both arrays"

@@ -64,6 +64,7 @@ from dataclasses import dataclass
 from aclprof._log import get_logger
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
+from aclprof.agent.failures import FailureReporter
 from aclprof.agent.items import Unwatch, Watch
 from aclprof.agent.sender import Sender
 from aclprof.agent.trace import Tracer
@@ -109,6 +110,13 @@ class AgentStats:
     models: tuple[int, ...]
     dropped_unread: int = 0
     goodbyes: int = 0
+    #: op failures (``start(failures=True)``): seen, queued as OP_FAILURE frames, dropped
+    #: (more than ``failures.MAX_PENDING`` waiting, or the watch's own queue full), and
+    #: held back because the daemon predates OP_FAILURE (protocol < 3)
+    failures_seen: int = 0
+    failures_queued: int = 0
+    failures_dropped: int = 0
+    failures_unsent: int = 0
 
     @property
     def dropped(self) -> int:
@@ -121,7 +129,8 @@ class Agent:
     def __init__(self, socket_path: str | os.PathLike[str] | None = None, *,
                  service: str | None = None, labels: Mapping[str, str] | None = None,
                  buffer_records: int = DEFAULT_BUFFER_RECORDS, connect_timeout: float = 1.0,
-                 backoff_max: float = _BACKOFF_MAX, trace_dir: str | os.PathLike[str] | None = None):
+                 backoff_max: float = _BACKOFF_MAX, trace_dir: str | os.PathLike[str] | None = None,
+                 failures: bool = False):
         import numpy as np  # noqa: F401  (the agent needs it; fail here, not on the thread)
 
         self.socket_path = resolve_socket_path(socket_path)
@@ -138,6 +147,8 @@ class Agent:
         # aclprof trace: TRACE_START from the daemon
         self._tracer = Tracer(self._buffer, trace_dir, pause=self._pause_for_trace, resume=self._resume_after_trace)
         self._conn.on_trace_start = self._tracer.on_start
+        # op failures (issue 24): attached before the sender starts, detached at stop
+        self._failures = FailureReporter(self._buffer) if failures else None
         self._sender.start()
 
     # -- service-facing API --------------------------------------------------------------------
@@ -274,7 +285,15 @@ class Agent:
             loss_reported=c.loss_reported,
             loss_pending=max(0, total_lost - c.loss_reported),
             frames_sent=c.frames_sent, bytes_sent=c.bytes_sent, models=models,
-            dropped_unread=dropped_unread, goodbyes=c.goodbyes)
+            dropped_unread=dropped_unread, goodbyes=c.goodbyes, **self._failure_stats())
+
+    def _failure_stats(self) -> dict[str, int]:
+        r = self._failures
+        if r is None:
+            return {}
+        return {"failures_seen": r.seen, "failures_queued": r.queued,
+                "failures_dropped": r.dropped + r.watch_dropped,
+                "failures_unsent": self._sender.failures_unsent}
 
     # -- stop --------------------------------------------------------------------------------
     def stop(self, timeout: float = 5.0) -> AgentStats:
@@ -285,6 +304,8 @@ class Agent:
             already = sender.stopping
             sender.stopping = True
         self._tracer.cancel(min(timeout, 5.0) + 5.0)  # its session stops; nothing is resumed
+        if self._failures is not None:
+            self._failures.close(min(timeout, 5.0))  # before the flush: queued failures go with it
         with self._lock:
             watched = [w for w in self._watched.values() if w.live]
         if not already:
@@ -306,7 +327,8 @@ _agent_lock = threading.Lock()
 
 def start(socket_path: str | os.PathLike[str] | None = None, *, service: str | None = None,
           labels: Mapping[str, str] | None = None, buffer_records: int | None = None,
-          backoff_max: float | None = None, trace_dir: str | os.PathLike[str] | None = None) -> Agent:
+          backoff_max: float | None = None, trace_dir: str | os.PathLike[str] | None = None,
+          failures: bool | None = None) -> Agent:
     """Start the agent, or return the running one.
 
     A second ``start()`` returns the running agent when every argument it passes (those
@@ -324,6 +346,9 @@ def start(socket_path: str | os.PathLike[str] | None = None, *, service: str | N
             0.1 s and double; default 5 s).
         trace_dir: where ``aclprof trace`` sessions write (a fresh private directory
             per trace in it; default the temporary directory, ``$TMPDIR`` or ``/tmp``).
+        failures: report this process's AI Core exceptions to the daemon (OP_FAILURE
+            frames; :func:`aclprof.watch_failures` underneath, beside any exception
+            callback of the application's own). Default off.
 
     The daemon does not need to be running: the agent connects when it appears.
     """
@@ -331,13 +356,17 @@ def start(socket_path: str | os.PathLike[str] | None = None, *, service: str | N
     with _agent_lock:
         if _agent is not None:
             _check_same(_agent, socket_path, service, labels, buffer_records, backoff_max)
+            if failures is not None and failures != (_agent._failures is not None):
+                raise ValueError(f"aclprof.agent.start(): an agent is already running with failures="
+                                 f"{_agent._failures is not None}; call aclprof.agent.stop() first to change it")
             if trace_dir is not None and os.fspath(trace_dir) != _agent._tracer.trace_dir:
                 raise ValueError(f"aclprof.agent.start(): an agent is already running with trace_dir="
                                  f"{_agent._tracer.trace_dir!r}; call aclprof.agent.stop() first to change it")
             return _agent
         _agent = Agent(socket_path, service=service, labels=labels,
                        buffer_records=DEFAULT_BUFFER_RECORDS if buffer_records is None else buffer_records,
-                       backoff_max=_BACKOFF_MAX if backoff_max is None else backoff_max, trace_dir=trace_dir)
+                       backoff_max=_BACKOFF_MAX if backoff_max is None else backoff_max, trace_dir=trace_dir,
+                       failures=bool(failures))
         return _agent
 
 

@@ -50,6 +50,7 @@ class Connection:
         self.connect_timeout = connect_timeout
         self.sock: socket.socket | None = None
         self.gen = 0
+        self.daemon_protocol = 1  # the WELCOME's "protocol" of the current connection
         self.names = NameMap()
         self.out = FrameBuffer(wire.HEADER.size + (1 << 15) * wire.RECORD_DTYPE.itemsize + (1 << 16))
         # totals over every connection
@@ -106,6 +107,11 @@ class Connection:
                           error=str(exc), failures=self.connect_failures)
             return False
         self.sock = sock
+        try:  # what this daemon understands: OP_FAILURE needs protocol 3 (daemon/PROTOCOL.md)
+            protocol = wire.decode_json(payload).get("protocol")
+        except wire.ProtocolError:
+            protocol = None
+        self.daemon_protocol = protocol if isinstance(protocol, int) and not isinstance(protocol, bool) else 1
         self.gen += 1
         self.connections += 1
         self.names.reset(self.gen)

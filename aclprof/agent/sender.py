@@ -53,6 +53,7 @@ _WARN_EVERY = 60.0
 #: the daemon closes agent connections that stay silent for its agent_idle_timeout
 HEARTBEAT_S = wire.AGENT_HEARTBEAT_S
 _HEARTBEAT = {"dropped": 0, "reason": "heartbeat"}
+_OP_FAILURE_PROTOCOL = 3  # the daemon protocol that knows OP_FAILURE frames (issue 24)
 _NAMES_STEP = 128  # names mapped per stop of the C framing call (GIL held ~0.2-0.5 ms each)
 
 
@@ -69,6 +70,7 @@ class Sender:
         self.stopping = False       # under buffer.lock
         self._flush_deadline = 0.0  # under buffer.lock; 0 until the stop's flush begins
         self._pumped = 0            # records moved by the last _pump
+        self.failures_unsent = 0    # OP_FAILURE frames held back from a daemon older than protocol 3
         # The unreachable-daemon warnings (sender thread only): since when no daemon, the
         # loss total then, and when the last warning went out with the loss total then.
         self._down_since: float | None = None
@@ -301,7 +303,10 @@ class Sender:
                         for other in self.watched.values():
                             if other is not w and other.model_id == w.model_id:
                                 other.announced = -1
-            else:  # a control frame in order with the records (TRACE_DONE)
+            elif item.kind == wire.Kind.OP_FAILURE and conn.daemon_protocol < _OP_FAILURE_PROTOCOL:
+                # an older daemon would close the connection on this kind: counted, not sent
+                self.failures_unsent += 1
+            else:  # a control frame in order with the records (TRACE_DONE, OP_FAILURE)
                 conn.queue_json(item.kind, item.payload)
         else:
             if native is not None and budget > 0:

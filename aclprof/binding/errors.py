@@ -61,6 +61,12 @@ _CODE_NAMES: dict[int, str] = {
     # GE codes aclmdlExecute passes through (cdefs/acl_runtime.h).
     145000: "ACL_ERROR_GE_PARAM_INVALID",
     145003: "ACL_ERROR_GE_EXEC_MODEL_ID_INVALID",
+    # Runtime codes of AI Core exceptions (cdefs/acl_runtime.h, issue 24).
+    107000: "ACL_ERROR_RT_PARAM_INVALID",
+    507011: "ACL_ERROR_RT_MODEL_EXECUTE",
+    507014: "ACL_ERROR_RT_AICORE_TIMEOUT",
+    507015: "ACL_ERROR_RT_AICORE_EXCEPTION",
+    507016: "ACL_ERROR_RT_AICORE_TRAP_EXCEPTION",
     -1: "PROFILING_FAILED",
 }
 

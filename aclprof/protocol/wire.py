@@ -39,7 +39,7 @@ __all__ = [
     "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
     "recv_frame", "FLAG_KEYPOINT", "keypoint_mask", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS",
     "MAX_REGEX_BYTES", "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "utf8_cut",
-    "AGENT_HEARTBEAT_S",
+    "AGENT_HEARTBEAT_S", "OP_FAILURE_MAX_TENSORS", "OP_FAILURE_MAX_DIMS", "OP_FAILURE_MAX_NAME",
 ]
 
 MAGIC = b"ACLP"
@@ -60,6 +60,12 @@ MAX_REGEX_BYTES = 1024  # a filter's type/name pattern
 #: the daemon takes a frame in one go on its loop (1 MiB of 70,000 short names: ~50 ms;
 #: a 16 MiB frame held every other client ~1 s), so this bounds one agent's stall
 MAX_NAMES_PAYLOAD = 1 << 20
+# One OP_FAILURE frame (issue 24): tensors per side, dims per tensor, characters of the op
+# name. Real ops are far inside (ACL_MAX_DIM_CNT is 128, but shapes of more than 8 dims are
+# rare); the agent cuts to these, the daemon refuses more.
+OP_FAILURE_MAX_TENSORS = 64
+OP_FAILURE_MAX_DIMS = 32
+OP_FAILURE_MAX_NAME = 1024
 #: the daemon ends a JSON Lines frame (STREAM_RECORDS, EXPORT_RECORDS) once it holds this
 #: many bytes, well within MAX_PAYLOAD: frames of a bounded size whatever the names
 FRAME_TARGET = 1 << 20
@@ -118,6 +124,9 @@ class Kind(enum.IntEnum):
     # daemon -> agent (additions to version 1: agents ignore kinds they do not know)
     GOODBYE = 15
     LIVE = 16  # {"live": bool}: whether a STREAM client watches (agents send more often)
+    # agent -> daemon, protocol 3 (issue 24): one AI Core exception; agents send it only to a
+    # daemon whose WELCOME says protocol >= 3 (an older daemon closes on an unknown kind)
+    OP_FAILURE = 17
     # CLI -> daemon (requests) and daemon -> CLI (replies)
     STATUS = 20
     STATUS_REPLY = 21

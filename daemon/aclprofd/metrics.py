@@ -208,6 +208,20 @@ class DaemonCollector:
         yield CounterMetricFamily("aclprofd_trace_dirs_refused", "TRACE_DONE directories not believed "
                                   "(not the replying uid's session directories)", value=tr.get("dirs_refused", 0))
         yield from limit_families(s)  # per-reason refusals, agents, shared tables (issue 19)
+        yield from failure_families(s.failures)
+
+
+def failure_families(f: dict[str, Any]) -> Iterator[Any]:
+    """AI Core exceptions agents reported (issue 24): one series per (service, device, model,
+    op type, code), at most aclprofd.failures.MAX_KEYS of them (later keys: "(other)")."""
+    fam = CounterMetricFamily("aclprofd_op_failures", "Op failures (AI Core exceptions) agents reported",
+                              labels=["service", "device", "model", "op_type", "code"])
+    for service, device, model, op_type, code, n in f.get("by_key", []):
+        fam.add_metric([service, str(device), model, op_type, str(code)], n)
+    yield fam
+    yield CounterMetricFamily("aclprofd_op_failures_unresolved",
+                              "Op failures whose model and op type the daemon could not find",
+                              value=f.get("unresolved", 0))
 
 
 class Metrics:

@@ -38,6 +38,7 @@ from .config import Settings
 from .conn import Conn, OutQueue
 from .control import Control
 from .detector.service import DetectorService
+from .failures import Failures
 from .fanout import Fanout
 from .handshake import PROTOCOL_VERSION, admit
 from .ingest import Ingest
@@ -103,6 +104,8 @@ class Daemon:
         self.control = Control(self, t)
         self.traces = Traces(self, t, self.fanout, t.limits.requested)
         self.ingest.handlers.update(self.traces.agent_handlers)  # TRACE_DONE
+        self.failures = Failures(self.aggregator.keys, t.limiter)
+        self.ingest.handlers.update(self.failures.agent_handlers)  # OP_FAILURE (protocol 3)
         self.control.handlers.update(self.traces.control_handlers)  # TRACE
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._published_mono = 0.0
@@ -307,6 +310,7 @@ class Daemon:
     def _on_close(self, conn: Conn) -> None:
         self.fanout.closed(conn)
         self.traces.closed(conn)
+        self.failures.closed(conn)
         if conn.role == "agent":
             self.persist.store(conn)
         self.memory.released(conn.names_bytes + len(conn.out))

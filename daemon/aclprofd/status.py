@@ -127,6 +127,8 @@ class CountersSnapshot:
     names_truncated: int = 0
     #: on-demand traces (aclprofd.trace.Traces.summary)
     traces: dict[str, Any] = field(default_factory=dict)
+    #: op failures agents reported (aclprofd.failures.Failures.summary)
+    failures: dict[str, Any] = field(default_factory=dict)
     #: the connection limits by reason (aclprofd.connlimits.REFUSAL_REASONS), agents closed
     #: for idling, agents open now and the most one uid holds
     connections_refused_by: tuple[tuple[str, int], ...] = ()
@@ -205,6 +207,10 @@ class _TraceStats(Protocol):
     def summary(self) -> dict[str, Any]: ...
 
 
+class _FailureStats(Protocol):
+    def summary(self) -> dict[str, Any]: ...
+
+
 class _IngestStats(Protocol):
     names_truncated: int
 
@@ -266,6 +272,8 @@ class SnapshotSource(Protocol):
     @property
     def ingest(self) -> _IngestStats: ...
     @property
+    def failures(self) -> _FailureStats: ...
+    @property
     def detection(self) -> _TableStats: ...
     @property
     def socket_problem(self) -> str | None: ...
@@ -310,11 +318,22 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         accept_errors=t.accept_errors, peer_gone=t.peer_gone, open_connections=open_all,
         slices_cut=t.slices_cut, slices_pending=len(t.pending),
         open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
-        traces=d.traces.summary(), recent=d.health.recent(agg, d.started_mono, mono, counters),
+        traces=d.traces.summary(), failures=d.failures.summary(),
+        recent=d.health.recent(agg, d.started_mono, mono, counters),
         connections_refused_by=tuple(sorted(t.limits.refused_by.items())),
         agent_idle_closed=t.limits.idle_closed_by["agent"], open_agents=open_agents,
         agents_largest_uid=agents_largest_uid, tables=tables,
         replies_truncated=c.truncations.as_dict(), metrics=_metrics_stats(d))
+
+
+def _failures_reply(f: dict[str, Any], top: int = 20) -> dict[str, Any]:
+    """STATUS's "failures": the totals, the ``top`` largest counts and the last failures."""
+    if not f:
+        return {}
+    by_key = sorted(f.get("by_key", []), key=lambda row: -row[-1])[:top]
+    keys = ("service", "device", "model", "op_type", "code", "count")
+    return {**{k: v for k, v in f.items() if k != "by_key"},
+            "by_key": [dict(zip(keys, row)) for row in by_key]}
 
 
 def _metrics_stats(d: SnapshotSource) -> dict[str, Any]:
@@ -408,5 +427,6 @@ def status_reply(s: CountersSnapshot, socket_path: str, cut: dict[str, int] | No
             "tables": {k: dict(v) for k, v in s.tables.items()},
             "names_truncated": s.names_truncated,
             "loop": {"slices_cut": s.slices_cut, "slices_pending": s.slices_pending},
-            "traces": dict(s.traces), "recent": {k: dict(v) for k, v in s.recent.items()},
+            "traces": dict(s.traces), "failures": _failures_reply(s.failures),
+            "recent": {k: dict(v) for k, v in s.recent.items()},
             "replies_truncated": s.replies_truncated, "socket": socket_path}

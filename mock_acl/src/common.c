@@ -70,6 +70,13 @@ static const char *const k_fault_functions[] = {
     "aclmdlLoadFromFile", "aclmdlExecute", "aclmdlUnload",
     "aclCreateDataBuffer", "aclDestroyDataBuffer", "aclmdlCreateDataset",
     "aclmdlDestroyDataset", "aclmdlAddDatasetBuffer", "aclmdlGetDatasetNumBuffers",
+    "aclrtSetExceptionInfoCallback", "aclrtExceptionInfoCallbackRegister",
+    "aclrtExceptionInfoCallbackUnregister", "aclrtGetTaskIdFromExceptionInfo",
+    "aclrtGetStreamIdFromExceptionInfo", "aclrtGetThreadIdFromExceptionInfo",
+    "aclrtGetDeviceIdFromExceptionInfo", "aclrtGetErrorCodeFromExceptionInfo",
+    "aclmdlCreateAndGetOpDesc", "aclGetTensorDescByIndex", "aclGetTensorDescAddress",
+    "aclGetTensorDescType", "aclGetTensorDescFormat", "aclGetTensorDescNumDims",
+    "aclGetTensorDescDimV2", "aclDestroyTensorDesc",
 };
 
 static bool fault_function_known(const char *function)

@@ -24,6 +24,7 @@
 static void fork_prepare(void)
 {
     mock_lock();
+    mock_exception_fork_prepare();
     sub_fork_prepare();
     mock_threads_fork_prepare();   /* after g_sub_lock, as device_up/down take it */
     names_fork_prepare();
@@ -36,6 +37,7 @@ static void fork_parent(void)
     names_fork_release();
     mock_threads_fork_parent();
     sub_fork_parent();
+    mock_exception_fork_parent();
     mock_unlock();
 }
 
@@ -48,6 +50,7 @@ static void fork_child(void)
     models_fork_child();
     mock_threads_fork_child();
     sub_fork_child();
+    mock_exception_fork_child();
 }
 
 /* At load: the settings from the environment, then the fork handlers. */
@@ -78,6 +81,7 @@ MOCK_EXPORT void aclmockReset(void)
     aclmockClearFaults();
     mock_settings_load();
     mock_records_reset();
+    mock_exception_reset();
     mock_unlock();
 }
 
@@ -99,6 +103,8 @@ MOCK_EXPORT int aclmockGetStats(aclmockStats *out)
     mock_subscribe_stats(out);
     mock_opdesc_stats(out);
     mock_model_stats(out);
+    mock_exception_stats(out);
+    mock_tensordesc_stats(out);
     mock_unlock();
     return ACL_SUCCESS;
 }

@@ -167,6 +167,15 @@ void mock_msproftx_finalize(void);
 void mock_msproftx_log_step(uint64_t index_id, int tag, uint64_t ts_ns);
 
 /* ---- model.c <-> subscribe.c, subscribe_queue.c ------------------------------------- */
+/* A tensor description of an op's input or output (model files' `in`/`out` lines), what
+ * aclmdlCreateAndGetOpDesc hands out after an AI Core exception. */
+typedef struct mock_tensor {
+    int32_t dtype;         /* aclDataType value, unchecked */
+    int32_t format;        /* aclFormat value, unchecked */
+    size_t ndims;
+    int64_t *dims;         /* ndims values; NULL when ndims is 0 (a scalar) */
+} mock_tensor;
+
 typedef struct mock_op {
     char *name;            /* may be empty; bytes, not necessarily UTF-8 */
     char *type;
@@ -174,6 +183,10 @@ typedef struct mock_op {
     uint64_t jitter_ns;    /* uniform in [-jitter, +jitter], clamped at 1 ns */
     uint32_t flag;         /* aclprofSubscribeOpFlag */
     uint32_t thread_id;
+    mock_tensor *inputs;   /* owned; NULL when the model file gives none */
+    size_t ninputs;
+    mock_tensor *outputs;
+    size_t noutputs;
 } mock_op;
 
 /* model_table.c (lock held): is the model loaded, and its device (0 if unknown). */
@@ -185,6 +198,24 @@ uint32_t mock_model_device(uint32_t model_id);
 void mock_subscribe_emit(uint32_t model_id, uint32_t device_id, const mock_op *op,
                          uint64_t start, uint64_t end);
 bool mock_model_subscribed(uint32_t model_id);
+
+/* ---- exception.c: AI Core exceptions (issue 24) -------------------------------------- */
+/* What CANN's runtime puts in the rtExceptionInfo it hands to the callbacks. */
+typedef struct mock_failure {
+    uint32_t device, stream, task, tid, retcode;
+} mock_failure;
+/* Called by aclmdlExecute (lock NOT held) when an op fails: runs every registered callback
+ * with a fresh info object (heap, freed after the callbacks: a kept pointer is a use after
+ * free, as CANN's stack object is), on the report thread or the caller's (setting), and
+ * returns once they all returned. */
+void mock_exception_raise(const mock_failure *f);
+bool mock_failed_op_record(void);      /* the failed op's record reaches a subscription */
+void mock_exception_reset(void);       /* lock held: no callbacks, settings from the env */
+void mock_exception_stats(aclmockStats *out);
+void mock_exception_fork_prepare(void);/* holds the callback and report locks */
+void mock_exception_fork_parent(void);
+void mock_exception_fork_child(void);  /* the report thread is gone in the child */
+void mock_tensordesc_stats(aclmockStats *out);   /* model_opdesc.c */
 
 /* ---- opdesc.c --------------------------------------------------------------------- */
 /* The record, ProfOpDesc, is cdefs/aclprof_records.h's (shared with aclprof's decoder). */

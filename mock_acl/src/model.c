@@ -133,26 +133,42 @@ MOCK_EXPORT aclError aclmdlExecute(uint32_t modelId, const aclmdlDataset *input,
     bool realtime = mock_realtime() != 0;
     pthread_mutex_lock(&m->exec_lock);
     uint64_t exec_no = m->exec_count++;
+    size_t fail_at = m->nops;   /* none */
+    bool fails = model_failure_due(m, &fail_at);
     uint64_t now = mock_now_ns();
     uint64_t t = now > m->cursor_ns ? now : m->cursor_ns;
+    size_t ran = 0;
     for (size_t k = 0; k < m->nops; k++) {
         uint64_t start = t;
         uint64_t end = sat_add(start, op_duration(m, exec_no, k));
         if (realtime && end > mock_now_ns())
             sleep_until_ns(end);
+        t = sat_add(end, m->gap_ns);
+        if (fails && k == fail_at && !mock_failed_op_record())
+            break;   /* the failed task reports no end: no record (README, UNCERTAIN) */
         /* The device clock (offset, unit) is derived from the nanosecond cursor, so it
          * is monotonic too and duration = end - start holds exactly in either unit. */
         mock_subscribe_emit(m->id, m->device, &m->ops[k], mock_device_time(start),
                             mock_device_time(end));
-        t = sat_add(end, m->gap_ns);
+        ran++;
+        if (fails && k == fail_at)
+            break;   /* the stream stops at the exception: later ops never run */
     }
     m->cursor_ns = t;
+    mock_failure failure = { .device = m->device, .stream = MODEL_STREAM_ID(m),
+                             .task = MODEL_TASK_ID(fail_at), .tid = mock_tid(),
+                             .retcode = m->fail_retcode };
+    aclError exec_ret = fails ? m->fail_execute_code : ACL_SUCCESS;
     pthread_mutex_unlock(&m->exec_lock);
     mock_lock();
-    mock_session_note_ops(m->device, m->id, m->nops);   /* what an API session collects */
+    mock_session_note_ops(m->device, m->id, ran);   /* what an API session collects */
     mock_unlock();
+    /* The model stays referenced while the callbacks run, so aclmdlCreateAndGetOpDesc
+     * finds it even if another thread unloads it meanwhile. */
+    if (fails)
+        mock_exception_raise(&failure);
     model_release(m);
-    return ACL_SUCCESS;
+    return exec_ret;
 }
 
 /* Unloading a subscribed model does NOT unsubscribe it, as in CANN: GE's unload path

@@ -13,6 +13,8 @@
 #define MODEL_MAGIC "aclmock-model 1"
 #define MAX_FILE_BYTES (256u << 20)       /* refuse absurd files instead of exhausting memory */
 #define MAX_OP_NS 1000000000000ull        /* 1000 s per op: keeps all time sums far from 2^64 */
+#define MAX_TENSOR_DIMS 128               /* more than any real tensor (CANN: ACL_MAX_DIM_CNT) */
+#define MAX_OP_TENSORS 4096               /* inputs (or outputs) per op */
 
 static bool parse_u64(const char *s, size_t n, uint64_t max, uint64_t *out)
 {
@@ -86,13 +88,105 @@ bad:
     return NULL;
 }
 
+static void tensors_free(mock_tensor *t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(t[i].dims);
+    free(t);
+}
+
+void mock_op_free(mock_op *op)
+{
+    free(op->name);
+    free(op->type);
+    tensors_free(op->inputs, op->ninputs);
+    tensors_free(op->outputs, op->noutputs);
+}
+
 void model_parsed_free(parsed *p)
 {
-    for (size_t i = 0; i < p->nops; i++) {
-        free(p->ops[i].name);
-        free(p->ops[i].type);
-    }
+    for (size_t i = 0; i < p->nops; i++)
+        mock_op_free(&p->ops[i]);
     free(p->ops);
+}
+
+/* A signed decimal that fits int64 (a leading '-' allowed), in [min, max]. */
+static bool parse_i64(const char *s, size_t n, int64_t min, int64_t max, int64_t *out)
+{
+    bool neg = n > 0 && s[0] == '-';
+    uint64_t mag;
+    if (!parse_u64(s + neg, n - neg, neg ? (uint64_t)INT64_MAX + 1 : (uint64_t)INT64_MAX, &mag))
+        return false;
+    int64_t v = neg ? (mag == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)mag) : (int64_t)mag;
+    if (v < min || v > max)
+        return false;
+    *out = v;
+    return true;
+}
+
+/* `in|out<TAB>dtype<TAB>format<TAB>dims`: a tensor of the op on the line before; dims are
+ * comma-separated signed decimals (-1: unknown), empty for a scalar. */
+static bool parse_tensor(parsed *p, const char *line, size_t len, bool input)
+{
+    if (p->nops == 0)
+        return false;   /* a tensor belongs to the op above it */
+    const char *f[4];
+    size_t fl[4], nf = 0;
+    const char *start = line;
+    for (size_t i = 0; i <= len; i++) {
+        if (i == len || line[i] == '\t') {
+            if (nf == 4)
+                return false;
+            f[nf] = start;
+            fl[nf] = (size_t)(line + i - start);
+            nf++;
+            start = line + i + 1;
+        }
+    }
+    if (nf != 4)
+        return false;
+    int64_t dtype, format;
+    if (!parse_i64(f[1], fl[1], INT32_MIN, INT32_MAX, &dtype) ||
+        !parse_i64(f[2], fl[2], INT32_MIN, INT32_MAX, &format))
+        return false;
+    size_t ndims = 0;
+    if (fl[3] > 0) {
+        ndims = 1;
+        for (size_t i = 0; i < fl[3]; i++)
+            ndims += f[3][i] == ',';
+    }
+    if (ndims > MAX_TENSOR_DIMS)
+        return false;
+    int64_t *dims = NULL;
+    if (ndims > 0 && (dims = malloc(ndims * sizeof *dims)) == NULL)
+        return false;
+    const char *d = f[3];
+    for (size_t k = 0; k < ndims; k++) {
+        const char *comma = memchr(d, ',', (size_t)(f[3] + fl[3] - d));
+        size_t dl = comma ? (size_t)(comma - d) : (size_t)(f[3] + fl[3] - d);
+        if (!parse_i64(d, dl, -2, INT64_MAX, &dims[k])) {   /* -1 unknown dim, -2 unknown rank */
+            free(dims);
+            return false;
+        }
+        d += dl + 1;
+    }
+    mock_op *op = &p->ops[p->nops - 1];
+    mock_tensor **arr = input ? &op->inputs : &op->outputs;
+    size_t *count = input ? &op->ninputs : &op->noutputs;
+    if (*count == MAX_OP_TENSORS) {
+        free(dims);
+        return false;
+    }
+    mock_tensor *n = realloc(*arr, (*count + 1) * sizeof *n);
+    if (n == NULL) {
+        free(dims);
+        return false;
+    }
+    n[*count] = (mock_tensor){ .dtype = (int32_t)dtype, .format = (int32_t)format,
+                               .ndims = ndims, .dims = dims };
+    *arr = n;
+    (*count)++;
+    return true;
 }
 
 /* `op<TAB>name<TAB>type<TAB>duration_ns[<TAB>jitter_ns[<TAB>flag[<TAB>thread_id]]]` */
@@ -207,8 +301,15 @@ static bool parse_model(const char *buf, size_t n, parsed *p)
         }
         if (len == 0 || line[0] == '#')
             continue;
-        bool ok = (len >= 3 && memcmp(line, "op\t", 3) == 0) ? parse_op(p, line, len)
-                                                             : parse_directive(p, line, len);
+        bool ok;
+        if (len >= 3 && memcmp(line, "op\t", 3) == 0)
+            ok = parse_op(p, line, len);
+        else if (len >= 3 && memcmp(line, "in\t", 3) == 0)
+            ok = parse_tensor(p, line, len, true);
+        else if (len >= 4 && memcmp(line, "out\t", 4) == 0)
+            ok = parse_tensor(p, line, len, false);
+        else
+            ok = parse_directive(p, line, len);
         if (!ok)
             return false;
     }

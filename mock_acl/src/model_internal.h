@@ -28,7 +28,20 @@ typedef struct mock_model {
     pthread_mutex_t exec_lock;      /* serialises executions; guards cursor/exec_count */
     uint64_t cursor_ns;             /* end of the last simulated execution (+ gap) */
     uint64_t exec_count;
+    /* An injected AI Core exception (aclmockInjectOpFailure); guarded by exec_lock. */
+    bool fail_armed;
+    size_t fail_op;                 /* position of the op that fails */
+    uint32_t fail_every;            /* 0: the next execution only; N: every N-th execution */
+    uint64_t fail_seen;             /* executions since the injection */
+    uint32_t fail_retcode;          /* what the callbacks read */
+    aclError fail_execute_code;     /* what aclmdlExecute returns */
 } mock_model;
+
+/* The stream a model's tasks run on (one model = one stream) and the task id of its op at
+ * position k: fixed at load, as GE assigns them, so aclmdlCreateAndGetOpDesc can find the op
+ * an exception names. */
+#define MODEL_STREAM_ID(m) ((m)->id)
+#define MODEL_TASK_ID(k) ((uint32_t)(k))
 
 /* All with g_mock_lock held. */
 mock_model *model_table_find(uint32_t id);     /* NULL if no model has that id */
@@ -41,6 +54,11 @@ mock_model *model_table_remove(uint32_t id);
 /* Any thread: drops one reference; the last frees the model (its ops, its exec_lock). */
 void model_release(mock_model *m);
 void model_free(mock_model *m);               /* a model no table or execution holds */
+
+/* ---- model_failure.c ----------------------------------------------------------------- */
+
+/* With m->exec_lock held, once per execution: does this execution fail, and at which op? */
+bool model_failure_due(mock_model *m, size_t *op);
 
 /* ---- model_file.c ------------------------------------------------------------------ */
 
@@ -58,6 +76,7 @@ typedef struct parsed {
  * file cannot be read or is malformed; `*p` then owns nothing. */
 bool model_file_load(const char *path, parsed *p);
 void model_parsed_free(parsed *p);
+void mock_op_free(mock_op *op);               /* its strings and tensor descriptions */
 
 /* ---- model_dataset.c --------------------------------------------------------------- */
 

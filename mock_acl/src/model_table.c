@@ -28,10 +28,8 @@ void models_fork_child(void)
 
 void model_free(mock_model *m)
 {
-    for (size_t i = 0; i < m->nops; i++) {
-        free(m->ops[i].name);
-        free(m->ops[i].type);
-    }
+    for (size_t i = 0; i < m->nops; i++)
+        mock_op_free(&m->ops[i]);
     free(m->ops);
     pthread_mutex_destroy(&m->exec_lock);
     free(m);

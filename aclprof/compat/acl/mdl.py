@@ -7,10 +7,10 @@ empty ones from :func:`create_dataset`.
 
 from __future__ import annotations
 
-from aclprof.compat.acl._common import Out, call, call_ptr, call_ret, ptr, text
+from aclprof.compat.acl._common import Out, TextOut, call, call_ptr, call_ret, ptr, text
 
 __all__ = ["load_from_file", "execute", "unload", "create_dataset", "destroy_dataset",
-           "add_dataset_buffer", "get_dataset_num_buffers"]
+           "add_dataset_buffer", "get_dataset_num_buffers", "create_and_get_op_desc"]
 
 
 def load_from_file(model_path: str) -> tuple[int, int]:
@@ -48,3 +48,20 @@ def add_dataset_buffer(dataset: int, data_buffer: int) -> tuple[int, int]:
 def get_dataset_num_buffers(dataset: int) -> int:
     """``aclmdlGetDatasetNumBuffers`` (0 for a NULL dataset)."""
     return call_ret("aclmdlGetDatasetNumBuffers", ptr(dataset, "aclmdlDataset *"))
+
+
+def create_and_get_op_desc(device_id: int, stream_id: int, task_id: int, op_name_len: int
+                           ) -> tuple[str, int, int, int, int, int]:
+    """``aclmdlCreateAndGetOpDesc``: the op a failed task ran, inside an exception callback.
+
+    Returns ``(op_name, input_desc, num_inputs, output_desc, num_outputs, ret)`` as pyACL
+    does; the two descriptions are arrays the caller frees with ``acl.destroy_tensor_desc``
+    and reads with ``acl.get_tensor_desc_by_index`` (indices below the counts: CANN does not
+    check them). ``op_name_len`` must exceed the name's length (else 100000).
+    """
+    if isinstance(op_name_len, bool) or not isinstance(op_name_len, int) or not 1 <= op_name_len <= 1 << 20:
+        raise TypeError(f"op_name_len must be an int in 1..{1 << 20}, not {op_name_len!r}")
+    ret, (name, inputs, n_in, outputs, n_out) = call(
+        "aclmdlCreateAndGetOpDesc", device_id, stream_id, task_id, TextOut(op_name_len), op_name_len,
+        Out("aclTensorDesc **"), Out("size_t *"), Out("aclTensorDesc **"), Out("size_t *"))
+    return name, inputs, n_in, outputs, n_out, ret

@@ -1,0 +1,167 @@
+"""Op failures agents report (OP_FAILURE frames, protocol 3; issue 24).
+
+Each frame is one AI Core exception of the agent's process: device, stream, task and thread
+ids, the error code, and when GE knew the op its name and tensor descriptions. The daemon
+counts failures per (service, device, model label, op type, code) and keeps the last
+``KEEP`` with their tensors, for STATUS, ``/metrics`` (``aclprofd_op_failures_total``) and
+``aclprof status``. Which model and op type: the agent knows only the op name (CANN's
+exception info names a stream and a task, not a model), so the daemon looks the name up among
+the aggregate keys of the same connection and device; found once, the failure gets that
+model and type, else ``model="", op_type=""`` and it counts as ``unresolved``.
+
+Bounded whatever agents send: a frame is checked against wire.py's limits (a bad one is a
+protocol error: the connection closes, as for any malformed frame), at most ``MAX_KEYS``
+count keys (later ones count under "(other)", counted in ``keys_refused``), and an agent
+that dropped failures says how many (``dropped_before``), so the totals include them.
+Loop thread only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from aclprof.protocol.safetext import scrub
+from aclprof.protocol.wire import (
+    OP_FAILURE_MAX_DIMS,
+    OP_FAILURE_MAX_NAME,
+    OP_FAILURE_MAX_TENSORS,
+    Kind,
+    ProtocolError,
+    decode_json,
+)
+
+from .conn import Conn
+
+if TYPE_CHECKING:
+    from .aggregate.keys import KeyRegistry
+    from .ratelimit import LogLimiter
+
+__all__ = ["Failures", "MAX_KEYS", "KEEP", "OTHER"]
+
+MAX_KEYS = 1024  # count keys (service, device, model, op type, code); each one is a series
+KEEP = 64  # last failures kept with their tensors
+OTHER = "(other)"
+_U32 = 0xFFFFFFFF
+_MAX_DROPPED = 1 << 32  # failures one frame may say the agent dropped before it
+_RESOLVE_CACHE = 4096  # (connection, device, op name) lookups remembered
+
+
+def _u32(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= _U32
+
+
+def _i32(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and -2**31 <= v < 2**31
+
+
+def _tensors(v: Any, side: str) -> list[dict[str, Any]]:
+    if not isinstance(v, list) or len(v) > OP_FAILURE_MAX_TENSORS:
+        raise ProtocolError(f"OP_FAILURE {side} must be a list of at most {OP_FAILURE_MAX_TENSORS} tensors")
+    out = []
+    for t in v:
+        if not (isinstance(t, list) and len(t) == 3 and _i32(t[0]) and _i32(t[1])):
+            raise ProtocolError(f"OP_FAILURE {side}: each tensor is [dtype, format, shape or null] (int32s)")
+        shape = t[2]
+        if shape is not None and not (isinstance(shape, list) and len(shape) <= OP_FAILURE_MAX_DIMS
+                                      and all(isinstance(d, int) and not isinstance(d, bool)
+                                              and -2 <= d < 2**63 for d in shape)):
+            raise ProtocolError(f"OP_FAILURE {side}: a shape is null or at most {OP_FAILURE_MAX_DIMS} "
+                                f"dimensions in [-2, 2**63)")
+        out.append({"dtype": t[0], "format": t[1], "shape": shape})
+    return out
+
+
+class Failures:
+    """The op failures of one daemon: counts, the last ones, and the OP_FAILURE handler."""
+
+    def __init__(self, keys: KeyRegistry, limiter: LogLimiter, max_keys: int = MAX_KEYS, keep: int = KEEP):
+        self.keys, self.limiter, self.max_keys = keys, limiter, max_keys
+        self.counts: dict[tuple[str, int, str, str, int], int] = {}
+        self.total = 0  # failures received, including those agents said they dropped
+        self.agent_dropped = 0  # of total: reported by dropped_before, no details
+        self.keys_refused = 0  # failures counted under "(other)" (MAX_KEYS reached)
+        self.unresolved = 0  # failures whose model and op type the daemon could not find
+        self.last: deque[dict[str, Any]] = deque(maxlen=keep)
+        self._resolved: dict[tuple[str, int, str], tuple[str, str]] = {}
+        self.agent_handlers = {Kind.OP_FAILURE: self.failure}
+
+    # ---- OP_FAILURE (agent) ---------------------------------------------------------------
+    def failure(self, conn: Conn, payload: memoryview) -> None:
+        obj = decode_json(payload)
+        ids: list[Any] = [obj.get(k) for k in ("device", "stream", "task", "thread", "code")]
+        name, dropped = obj.get("op_name"), obj.get("dropped_before", 0)
+        if not all(_u32(v) for v in ids) or not _i32(obj.get("op_desc_code", 0)):
+            raise ProtocolError("OP_FAILURE needs device, stream, task, thread and code as u32s")
+        if name is not None and (not isinstance(name, str) or len(name) > OP_FAILURE_MAX_NAME):
+            raise ProtocolError(f"OP_FAILURE op_name must be null or a string of at most {OP_FAILURE_MAX_NAME} "
+                                f"characters")
+        if not isinstance(dropped, int) or isinstance(dropped, bool) or not 0 <= dropped <= _MAX_DROPPED:
+            raise ProtocolError(f"OP_FAILURE dropped_before must be an integer in [0, {_MAX_DROPPED}]")
+        ts = obj.get("ts")
+        inputs, outputs = _tensors(obj.get("inputs", []), "inputs"), _tensors(obj.get("outputs", []), "outputs")
+        device, stream, task, thread, code = ids
+        name = None if name is None else scrub(name)
+        service = conn.service or ""
+        model, op_type = self._resolve(conn, device, name)
+        self._count((service, device, model, op_type, code), 1 + dropped)
+        self.agent_dropped += dropped
+        entry = {"ts": ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else time.time(),
+                 "host": conn.host, "pid": conn.pid or 0, "service": service, "device": device,
+                 "stream": stream, "task": task, "thread": thread, "code": code, "op_name": name,
+                 "op_type": op_type, "model": model, "op_desc_code": obj.get("op_desc_code", 0),
+                 "inputs": inputs, "outputs": outputs}
+        self.last.append(entry)
+        self.limiter.log("warning", "op failure", pid=conn.pid, service=service, device=device, op=name,
+                         op_type=op_type or None, model=model or None, code=code)
+
+    def _count(self, key: tuple[str, Any, str, str, Any], n: int) -> None:
+        if key not in self.counts and len(self.counts) >= self.max_keys:
+            self.keys_refused += n
+            key = (OTHER, 0, "", OTHER, 0)
+        self.counts[key] = self.counts.get(key, 0) + n
+        self.total += n
+
+    def _resolve(self, conn: Conn, device: Any, name: str | None) -> tuple[str, str]:
+        """(model label or id, op type) of op ``name`` among this connection's aggregate keys
+        on ``device``: found only when exactly one model and type have that name."""
+        if name is None:
+            self.unresolved += 1
+            return "", ""
+        cache_key = (conn.id, device, name)
+        found: tuple[str, str] | None
+        if cache_key in self._resolved:
+            found = self._resolved[cache_key]
+        else:
+            found = self._lookup(conn, device, name)
+            if found is not None:  # an unknown name may be learned later: not cached
+                if len(self._resolved) >= _RESOLVE_CACHE:
+                    self._resolved.clear()
+                self._resolved[cache_key] = found
+        if found is None:
+            self.unresolved += 1
+            return "", ""
+        return found
+
+    def _lookup(self, conn: Conn, device: Any, name: str) -> tuple[str, str] | None:
+        reg, n = self.keys, len(self.keys)
+        hits = np.flatnonzero((reg.pid[:n] == (conn.pid or 0)) & (reg.device[:n] == device))
+        found = {(reg.model_label[i] or str(int(reg.model[i])), reg.type[i])
+                 for i in hits.tolist() if reg.name[i] == name and reg.host[i] == conn.host}
+        return found.pop() if len(found) == 1 else None
+
+    def closed(self, conn: Conn) -> None:
+        """Forget the connection's cached lookups (its ids may be reused)."""
+        if self._resolved:
+            self._resolved = {k: v for k, v in self._resolved.items() if k[0] != conn.id}
+
+    # ---- reading --------------------------------------------------------------------------
+    def summary(self, last: int = 8) -> dict[str, Any]:
+        """For STATUS and the counters snapshot (copies: the snapshot is immutable)."""
+        return {"total": self.total, "agent_dropped": self.agent_dropped, "keys": len(self.counts),
+                "keys_refused": self.keys_refused, "unresolved": self.unresolved,
+                "by_key": [[*k, n] for k, n in self.counts.items()],
+                "last": [dict(e) for e in list(self.last)[-last:]]}
