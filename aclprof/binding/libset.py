@@ -69,7 +69,8 @@ def group_of(name: str) -> str:
     """The group of the C function ``name`` (one of :data:`GROUPS`' names)."""
     if name.startswith("aclmock"):
         return "mock controls"
-    if name.startswith(("aclmdl", "aclCreateDataBuffer", "aclDestroyDataBuffer")):
+    if name.startswith(("aclmdl", "aclCreateDataBuffer", "aclDestroyDataBuffer", "aclGetTensorDesc",
+                        "aclDestroyTensorDesc")):  # the last two: GE's api/acl/acl_model (issue 24)
         return "model"
     if name.startswith(("aclrt", "aclInit", "aclFinalize")):
         return "runtime"
