@@ -17,26 +17,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers.ascendrun import write_ascend
 
 from aclprof.exportfmt import ascend as fa
 
 
 def export(tmp_path: Path, batches, window=None) -> Path:
     """The process directory an AscendWriter writes for ``batches`` (one process)."""
-    root = tmp_path / "root"
-    root.mkdir()
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        w = fa.AscendWriter(fd, window)
-        try:
-            for b in batches:
-                w.add(b)
-            w.finish()
-        finally:
-            w.close()
-    finally:
-        os.close(fd)
-    (d,) = [root / x for x in os.listdir(root)]
+    _, dirs = write_ascend(tmp_path / "root", batches, window)
+    (d,) = dirs.values()
     return d
 
 
