@@ -82,8 +82,9 @@ def db_file_name(pid: int, first_ts: float, rank: int) -> str:
 
 
 class _ProcessDb:
-    """One process's rows, kept until :meth:`MsmonitorWriter.finish` writes its file (ranks are
-    known only once every process has been seen)."""
+    """One process's rows and session time (its first and last op's receive time), kept until
+    :meth:`MsmonitorWriter.finish` writes its file (ranks are known only once every process
+    has been seen)."""
 
     def __init__(self, r: dict[str, Any]):
         self.service = str(r.get("service") or "")
@@ -172,7 +173,7 @@ class MsmonitorWriter:
                                                    ("aclprof_pid", str(key[1])), ("aclprof_service",
                                                                                   scrub(p.service))])
             con.execute(_insert("HOST_INFO"), (NOT_COLLECTED, scrub(key[0])))
-            con.execute(_insert("SESSION_TIME_INFO"), (int(p.first_ts * 1e9), int(p.last_ts * 1e9)))
+            con.execute(_insert("SESSION_TIME_INFO"), (_ns(p.first_ts), _ns(p.last_ts)))
             devices = sorted(p.devices)
             con.executemany(_insert("NPU_INFO"), [(d, "UNKNOWN") for d in devices])
             con.executemany(_insert("RANK_DEVICE_MAP"), [(rank, d) for d in devices])
@@ -180,6 +181,12 @@ class MsmonitorWriter:
         finally:
             con.close()
         p.tasks, p.infos = [], []
+
+
+def _ns(ts: float) -> int:
+    """A receive time (Unix seconds, microsecond resolution) in whole nanoseconds, exactly:
+    ``ts * 1e9`` as a float is off by up to 128 ns at today's times."""
+    return round(ts * 1e6) * 1000
 
 
 def _insert(table: str) -> str:
