@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from aclprof.cli import baseline, captures, demo, diff, doctor, export, reset, status, tail, trace
+from aclprof.cli import baseline, captures, demo, diff, doctor, export, otlp, reset, status, tail, trace
 from aclprof.cli.client import DaemonError
 from aclprof.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_UNREACHABLE, CliError, print_error, quiet_broken_pipe
 from aclprof.cli.fleet import command as fleet
@@ -75,7 +75,7 @@ exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130
                         choices=["debug", "info", "warning", "error"], help="log level (default warning)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # The order of `aclprof --help`.
-    for command in (tail, top, status, export, diff, baseline, captures, trace, demo, doctor, reset, fleet):
+    for command in (tail, top, status, export, otlp, diff, baseline, captures, trace, demo, doctor, reset, fleet):
         command.add_parser(sub, fmt)
     return parser
 

@@ -1,0 +1,104 @@
+"""``aclprof otlp`` (issue 23 item 6): op durations pushed with the OpenTelemetry SDK's
+``OTLPMetricExporter`` as exponential histograms, received by PyPI ``oteltap`` (pinned 1.0.0):
+bucket for bucket our histogram (``aclprof.protocol.quantshift.bin_index``), with count, sum,
+min, max and attributes, on randomised workloads; and the command against a real daemon."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+from helpers.workloads import workload
+from hypothesis import given, settings
+
+pytest.importorskip("opentelemetry.sdk", reason="the otlp extra is not installed (pip install -e '.[otlp]')")
+pytest.importorskip("oteltap", reason="oteltap is not installed (pip install -e '.[interop]')")
+
+from helpers.otlpreceiver import Tap
+
+from aclprof.exportfmt.otlp import MAX_SIZE, METRIC, SCALE, OtlpPushFailed, collect, push
+from aclprof.protocol.quantshift import NBINS, bin_index
+
+pytestmark = pytest.mark.timeout(120)
+
+_Key = tuple[str, str, int, int, int, str]
+
+
+@pytest.fixture(scope="module")
+def tap() -> Any:
+    with Tap() as t:
+        yield t
+
+
+def ours(records: list[dict[str, Any]]) -> dict[_Key, np.ndarray]:
+    """Our histogram (the daemon's bins) of each attribute set's durations."""
+    by: dict[_Key, list[int]] = {}
+    for r in records:
+        if r.get("kind") != "keypoint":
+            by.setdefault((r["service"], r["host"], r["pid"], r["device"], r["model"], r["op_type"]), []).append(
+                r["duration_ns"])
+    return {k: np.bincount(bin_index(np.array(v, np.int64)), minlength=NBINS) for k, v in by.items()}
+
+
+def as_bins(point: Any) -> np.ndarray:
+    """A received point's buckets in our bins: zero_count is bin 0, OTel bucket i at scale 3 is
+    bin i + 1, and bucket -1 ((2**-1/8, 1] ns: a duration of 1 ns) is in our bin 1."""
+    assert point.scale == SCALE and point.zero_threshold == 0 and not any(point.negative.bucket_counts)
+    bins = np.zeros(NBINS, np.int64)
+    bins[0] = point.zero_count
+    for i, c in enumerate(point.positive.bucket_counts):
+        if c:  # the SDK sends its whole bucket array, zeros included
+            index = point.positive.offset + i
+            assert -1 <= index < NBINS - 2, index  # within 1 ns .. 2**40 ns
+            bins[max(index + 1, 1)] += c
+    return bins
+
+
+def _attrs(point: Any) -> _Key:
+    a = {kv.key: kv.value for kv in point.attributes}
+    return (a["service"].string_value, a["host"].string_value, a["pid"].int_value, a["device"].int_value,
+            a["model"].int_value, a["op_type"].string_value)
+
+
+def received(tap: Tap, records: list[dict[str, Any]]) -> dict[_Key, Any]:
+    c = collect([records])
+    got = tap.expect(c.series, lambda: push(c, tap.endpoint))
+    assert all(m.name == METRIC and m.unit == "ns" and m.exponential_histogram.aggregation_temporality == 1
+               for m, _ in got)  # 1: delta
+    return {_attrs(p): p for _, p in got}
+
+
+def test_buckets_at_the_edges_of_our_range(tap: Tap) -> None:
+    durations = [0, 0, 1, 2, 3, 255, 256, 257, 1000, 2**39 + 1, 2**40]
+    recs = [{"ts": 1.0, "host": "h", "pid": 5, "service": "s", "device": 1, "model": 2, "op_type": "T",
+             "duration_ns": d} for d in durations]
+    recs.append({"ts": 1.0, "host": "h", "pid": 5, "kind": "keypoint", "duration_ns": 7})
+    (key, p), = received(tap, recs).items()
+    assert key == ("s", "h", 5, 1, 2, "T")
+    assert (p.count, p.sum, p.min, p.max) == (len(durations), sum(durations), 0, 2**40)
+    assert list(as_bins(p)) == list(ours(recs)[key])
+    assert p.positive.offset == -1  # 1 ns: OTel's bucket -1, our bin 1
+    assert MAX_SIZE >= 40 * 2**SCALE + 1  # 1 ns .. 2**40 ns without lowering the scale
+
+
+@settings(max_examples=100)
+@given(workload())
+def test_oteltap_receives_our_histogram_bucket_for_bucket(tap: Tap, records: list[dict[str, Any]]) -> None:
+    want = ours(records)
+    got = received(tap, records)
+    assert got.keys() == want.keys()
+    disagreements = [k for k in want if list(as_bins(got[k])) != list(want[k])]
+    assert disagreements == []
+    for k, p in got.items():
+        d = [r["duration_ns"] for r in records if r.get("kind") != "keypoint" and (
+            r["service"], r["host"], r["pid"], r["device"], r["model"], r["op_type"]) == k]
+        assert (p.count, p.sum, p.min, p.max) == (len(d), sum(d), min(d), max(d))
+
+
+def test_a_refused_push_is_an_error() -> None:
+    from helpers.procs import free_port
+
+    c = collect([[{"ts": 1.0, "host": "h", "pid": 1, "op_type": "T", "duration_ns": 3}]])
+    with pytest.raises(OtlpPushFailed, match="did not accept"):
+        push(c, f"http://127.0.0.1:{free_port()}/v1/metrics", timeout=1.0)
