@@ -15,7 +15,7 @@ from hypothesis import given, settings
 pytest.importorskip("opentelemetry.sdk", reason="the otlp extra is not installed (pip install -e '.[otlp]')")
 pytest.importorskip("oteltap", reason="oteltap is not installed (pip install -e '.[interop]')")
 
-from helpers.otlpreceiver import Tap
+from helpers.otlpreceiver import Tap, as_bins
 
 from aclprof.exportfmt.otlp import MAX_SIZE, METRIC, SCALE, OtlpPushFailed, collect, push
 from aclprof.protocol.quantshift import NBINS, bin_index
@@ -39,20 +39,6 @@ def ours(records: list[dict[str, Any]]) -> dict[_Key, np.ndarray]:
             by.setdefault((r["service"], r["host"], r["pid"], r["device"], r["model"], r["op_type"]), []).append(
                 r["duration_ns"])
     return {k: np.bincount(bin_index(np.array(v, np.int64)), minlength=NBINS) for k, v in by.items()}
-
-
-def as_bins(point: Any) -> np.ndarray:
-    """A received point's buckets in our bins: zero_count is bin 0, OTel bucket i at scale 3 is
-    bin i + 1, and bucket -1 ((2**-1/8, 1] ns: a duration of 1 ns) is in our bin 1."""
-    assert point.scale == SCALE and point.zero_threshold == 0 and not any(point.negative.bucket_counts)
-    bins = np.zeros(NBINS, np.int64)
-    bins[0] = point.zero_count
-    for i, c in enumerate(point.positive.bucket_counts):
-        if c:  # the SDK sends its whole bucket array, zeros included
-            index = point.positive.offset + i
-            assert -1 <= index < NBINS - 2, index  # within 1 ns .. 2**40 ns
-            bins[max(index + 1, 1)] += c
-    return bins
 
 
 def _attrs(point: Any) -> _Key:

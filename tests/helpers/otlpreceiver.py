@@ -1,6 +1,7 @@
 """PyPI ``oteltap`` (an embeddable OTLP/HTTP receiver) on loopback, driven from synchronous
 tests: its asyncio loop runs on a thread of its own for the whole module; :meth:`Tap.expect`
-returns the metric data points received until as many as expected have arrived."""
+returns the metric data points received until as many as expected have arrived;
+:func:`as_bins` reads a point's buckets as our histogram's bins."""
 
 from __future__ import annotations
 
@@ -9,9 +10,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
+from aclprof.exportfmt.otlp import SCALE
+from aclprof.protocol.quantshift import NBINS
 from helpers.procs import free_port
 
-__all__ = ["Tap"]
+__all__ = ["Tap", "as_bins"]
 
 
 class Tap:
@@ -74,3 +79,17 @@ class Tap:
 
         push()
         return self._run(asyncio.wait_for(take(), timeout), timeout + 5)
+
+
+def as_bins(point: Any) -> np.ndarray:
+    """A received point's buckets in our bins: zero_count is bin 0, OTel bucket i at scale 3 is
+    bin i + 1, and bucket -1 ((2**-1/8, 1] ns: a duration of 1 ns) is in our bin 1."""
+    assert point.scale == SCALE and point.zero_threshold == 0 and not any(point.negative.bucket_counts)
+    bins = np.zeros(NBINS, np.int64)
+    bins[0] = point.zero_count
+    for i, c in enumerate(point.positive.bucket_counts):
+        if c:  # the SDK sends its whole bucket array, zeros included
+            index = point.positive.offset + i
+            assert -1 <= index < NBINS - 2, index  # within 1 ns .. 2**40 ns
+            bins[max(index + 1, 1)] += c
+    return bins
