@@ -126,3 +126,15 @@ def test_real_pprof_readers_agree_with_the_csv(tmp_path_factory: pytest.TempPath
     if got != merged:
         disagreements.append(("go pprof", "all", got, merged))
     assert disagreements == []
+
+
+def test_pprof_is_not_written_to_a_text_only_stdout(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from aclprof.cli.main import main
+
+    # a stdout without a binary buffer (embedding): refused before any daemon is asked (none is there)
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    assert main(["export", "--format", "pprof", "--socket", str(tmp_path / "none.sock")]) == 2
+    assert "--format pprof writes binary data: give -o FILE" in capsys.readouterr().err

@@ -115,3 +115,15 @@ def test_aclprof_otlp_received_by_oteltap(fed: Any) -> None:
         d = np.array(by[(a["service"].string_value, a["pid"].int_value, a["op_type"].string_value)])
         assert list(as_bins(point)) == list(np.bincount(bin_index(d), minlength=NBINS))
         assert (point.count, point.sum) == (len(d), int(d.sum()))
+
+
+def test_aclprof_otlp_says_when_the_endpoint_refuses(fed: Any) -> None:
+    pytest.importorskip("opentelemetry.sdk", reason="the otlp extra is not installed (pip install -e '.[otlp]')")
+    from helpers.procs import free_port
+
+    daemon, _ = fed
+    url = f"http://127.0.0.1:{free_port()}/v1/metrics"  # nothing listens there
+    p = cli("otlp", "--endpoint", url, "--timeout", "1", "--socket", daemon.socket)
+    assert p.returncode == 1 and f"{url} did not accept the metrics" in p.stderr, p.stderr
+    p = cli("otlp", "--endpoint", "ftp://x/v1/metrics", "--socket", daemon.socket)
+    assert p.returncode == 2 and "is not an http(s) URL" in p.stderr, p.stderr

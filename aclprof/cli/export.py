@@ -196,6 +196,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.format == "msmonitor-db":
         return cmd_export_msmonitor(args)
     writer = _WRITERS[args.format]
+    if args.format == "pprof" and (not args.output or args.output == "-"):
+        # gzip data: never onto a terminal, and a text-only stdout (embedding) cannot take it
+        if getattr(sys.stdout, "buffer", None) is None or sys.stdout.isatty():
+            raise CliError("--format pprof writes binary data: give -o FILE, or redirect stdout to a file or pipe", 2)
     output: _Output | None = None
     client: Any = None
     try:
