@@ -94,6 +94,7 @@ class _ProcessDb:
         self.tasks: list[tuple[int, ...]] = []
         self.infos: list[tuple[int, ...]] = []
         self.devices: set[int] = set()
+        self.na = self.sid(NOT_COLLECTED)
 
     def sid(self, text: str) -> int:
         """The STRING_IDS id of ``text`` (msMonitor's IdPool: ids from 0, in order of first use)."""
@@ -115,6 +116,7 @@ class MsmonitorWriter:
         self.records = 0  # records read (ops and keypoints)
         self.keypoints = 0  # step keypoints read and not written (not ops)
         self.ranks: dict[tuple[str, int], int] = {}  # (host, pid) -> rank, once finished
+        self._texts: dict[Any, str] = {}
         self.files: list[str] = []
 
     @property
@@ -137,12 +139,19 @@ class MsmonitorWriter:
             dur = int(r.get("duration_ns", max(0, int(r.get("end", start)) - start)))
             device = int(r.get("device", 0))
             p.devices.add(device)
-            na = p.sid(NOT_COLLECTED)
+            na = p.na
             task_id = len(p.tasks)
             p.tasks.append((start, start + dur, device, task_id, task_id, key[1], na, UINT32_MAX, UINT32_MAX,
                             UINT32_MAX, int(r.get("model", 0))))
-            p.infos.append((p.sid(scrub(str(r.get("op_name", "?")))), task_id, UINT32_MAX, UINT32_MAX, na,
-                            p.sid(scrub(str(r.get("op_type", "?")))), na, na, na, na, na, na, na, na, na))
+            p.infos.append((p.sid(self._text(r.get("op_name", "?"))), task_id, UINT32_MAX, UINT32_MAX, na,
+                            p.sid(self._text(r.get("op_type", "?"))), na, na, na, na, na, na, na, na, na))
+
+    def _text(self, raw: Any) -> str:
+        """A peer string as stored (lone surrogates replaced), computed once per distinct name."""
+        text = self._texts.get(raw)
+        if text is None:
+            text = self._texts[raw] = scrub(str(raw))
+        return text
 
     def finish(self) -> None:
         """Write one DB per process, ranks 0, 1, ... in (host, pid) order."""

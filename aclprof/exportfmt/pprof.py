@@ -116,6 +116,7 @@ def write_pprof(batches: Iterable[list[dict[str, Any]]], out: BinaryIO) -> int:
     """Export records as one gzipped pprof profile; the count of records read (step keypoints
     are read but not written)."""
     groups: dict[_Key, list[int]] = {}
+    shown: dict[Any, str] = {}  # raw name -> safe(name): a few distinct names, many records
     n = 0
     first_ts = last_ts = None
     for records in batches:
@@ -128,8 +129,14 @@ def write_pprof(batches: Iterable[list[dict[str, Any]]], out: BinaryIO) -> int:
                 continue
             start = int(r.get("start", 0))
             d = int(r.get("duration_ns", max(0, int(r.get("end", start)) - start)))
-            key = (safe(r.get("service") or ""), int(r.get("pid", 0)), int(r.get("device", 0)),
-                   int(r.get("model", 0)), safe(r.get("op_type", "?")), safe(r.get("op_name", "?")))
+            names = []
+            for raw in (r.get("service") or "", r.get("op_type", "?"), r.get("op_name", "?")):
+                text = shown.get(raw)
+                if text is None:
+                    text = shown[raw] = safe(raw)
+                names.append(text)
+            key = (names[0], int(r.get("pid", 0)), int(r.get("device", 0)), int(r.get("model", 0)), names[1],
+                   names[2])
             g = groups.get(key)
             if g is None:
                 groups[key] = [1, d]
