@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from helpers.pprofread import Key, add_sample, as_tuples, csv_totals, read_go_pprof
 from helpers.readers import compile_profile_proto, go_pprof, node_modules
-from helpers.workloads import workload
+from helpers.workloads import examples, workload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -103,7 +103,7 @@ def test_a_profile_parses_with_profile_proto(tmp_path: Path, pb2_dir: str) -> No
                     "golang-github-google-pprof-dev; or set ACLPROF_PPROF)")
 @pytest.mark.skipif(node_modules("pprof-format") is None, reason="node or npm's pprof-format is missing (.ci/run: "
                     "npm install --prefix .ci/node pprof-format@2.3.2; or set ACLPROF_NODE_MODULES)")
-@settings(max_examples=6)
+@settings(max_examples=examples(6))
 @given(st.lists(workload(), min_size=CASES_PER_EXAMPLE, max_size=CASES_PER_EXAMPLE))
 def test_real_pprof_readers_agree_with_the_csv(tmp_path_factory: pytest.TempPathFactory,
                                                 cases: list[list[dict[str, Any]]]) -> None:

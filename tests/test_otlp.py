@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers.workloads import workload
+from helpers.workloads import examples, workload
 from hypothesis import given, settings
 
 pytest.importorskip("opentelemetry.sdk", reason="the otlp extra is not installed (pip install -e '.[otlp]')")
@@ -68,7 +68,7 @@ def test_buckets_at_the_edges_of_our_range(tap: Tap) -> None:
     assert MAX_SIZE >= 40 * 2**SCALE + 1  # 1 ns .. 2**40 ns without lowering the scale
 
 
-@settings(max_examples=100)
+@settings(max_examples=examples(100))
 @given(workload())
 def test_oteltap_receives_our_histogram_bucket_for_bucket(tap: Tap, records: list[dict[str, Any]]) -> None:
     want = ours(records)

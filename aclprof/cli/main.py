@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
   aclprof status                       is the daemon healthy? who is connected?
   aclprof captures                     records kept around each latency regression flag
   aclprof export --since -10m --format ascend -o prof/   for MindStudio Insight, msprof-analyze
+  aclprof otlp --endpoint http://collector:4318/v1/metrics --since -1m   to OpenTelemetry
   aclprof diff baseline:good live:current   p50/p99 shifts per op type, with intervals
   aclprof trace --service bert --duration 5s   a Profiler session in that service's processes
   aclprof fleet --prometheus http://prom:9090   every host's ops, outliers flagged

@@ -14,10 +14,11 @@ written as msMonitor writes a field it did not collect: ``UINT32_MAX`` for numbe
 ``streamId``, ``taskId``, ``blockNum``), the string ``N/A`` for names (``taskType``, shapes,
 formats). ``opType`` holds the op type (msMonitor's mspti kernels have none and write ``N/A``).
 
-msprof-analyze keeps one file per rank (the newest, if several), so processes get the ranks
-0, 1, ... in (host, pid) order, not ``-1``: :attr:`MsmonitorWriter.ranks` says which is which,
-and each file's ``META_DATA`` names its host, pid and service. Step keypoints are not ops: they
-are not written (counted in :attr:`MsmonitorWriter.keypoints`).
+msprof-analyze keeps one file per rank (the newest, if several), so processes get the ranks 0, 1,
+... in (host, pid) order, not ``-1``: :attr:`MsmonitorWriter.ranks` says which is which, and each
+file's ``META_DATA`` names its host, pid and service. Names are escaped as in every export
+(:func:`aclprof.protocol.safetext.safe`). Step keypoints are not ops: they are not written (counted
+in :attr:`MsmonitorWriter.keypoints`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from aclprof.protocol.safetext import scrub
+from aclprof.protocol.safetext import safe
 
 __all__ = ["TABLES", "UINT32_MAX", "NOT_COLLECTED", "SCHEMA_META", "db_file_name", "MsmonitorWriter"]
 
@@ -147,10 +148,12 @@ class MsmonitorWriter:
                             p.sid(self._text(r.get("op_type", "?"))), na, na, na, na, na, na, na, na, na))
 
     def _text(self, raw: Any) -> str:
-        """A peer string as stored (lone surrogates replaced), computed once per distinct name."""
+        """A peer string as stored: control characters and lone surrogates escaped, as in every
+        export (msprof-analyze writes its csv files without quoting a carriage return: a raw
+        one would split a row). Computed once per distinct name."""
         text = self._texts.get(raw)
         if text is None:
-            text = self._texts[raw] = scrub(str(raw))
+            text = self._texts[raw] = safe(raw)
         return text
 
     def finish(self) -> None:
@@ -178,10 +181,10 @@ class MsmonitorWriter:
             con.executemany(_insert("STRING_IDS"), [(i, s) for s, i in p.strings.items()])
             con.executemany(_insert("ENUM_MSTX_EVENT_TYPE"), _MSTX_EVENT_TYPE)
             con.executemany(_insert("ENUM_API_TYPE"), _API_TYPE)
-            con.executemany(_insert("META_DATA"), [*SCHEMA_META, ("aclprof_host", scrub(key[0])),
+            con.executemany(_insert("META_DATA"), [*SCHEMA_META, ("aclprof_host", safe(key[0])),
                                                    ("aclprof_pid", str(key[1])), ("aclprof_service",
-                                                                                  scrub(p.service))])
-            con.execute(_insert("HOST_INFO"), (NOT_COLLECTED, scrub(key[0])))
+                                                                                  safe(p.service))])
+            con.execute(_insert("HOST_INFO"), (NOT_COLLECTED, safe(key[0])))
             con.execute(_insert("SESSION_TIME_INFO"), (_ns(p.first_ts), _ns(p.last_ts)))
             devices = sorted(p.devices)
             con.executemany(_insert("NPU_INFO"), [(d, "UNKNOWN") for d in devices])

@@ -10,14 +10,21 @@ as the csv does.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
 from hypothesis import strategies as st
 
-__all__ = ["durations", "names", "process_records", "workload"]
+__all__ = ["durations", "names", "process_records", "workload", "examples"]
 
-names = st.one_of(st.sampled_from(["Conv2D", "MatMul", 'Add,"odd"', "Relu", "trans data", "算子", "a\tb"]),
+
+def examples(n: int) -> int:
+    """A property test's example count: ``n`` in CI, times ``$ACLPROF_READER_CASES_SCALE`` for a
+    longer run (``ACLPROF_READER_CASES_SCALE=10 pytest tests/test_otlp.py ...``)."""
+    return n * max(1, int(os.environ.get("ACLPROF_READER_CASES_SCALE", "1")))
+
+names = st.one_of(st.sampled_from(["Conv2D", "MatMul", 'Add,"odd"', "Relu", "trans data", "算子", "a\tb", "cr\rlf\n"]),
                   st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=8))
 _EDGES = np.array([0, 1, 2, 3, 255, 256, 257] + [2**k for k in range(41)], np.int64)
 
