@@ -32,8 +32,11 @@ def write_dbs(root: Path, records: list[dict[str, Any]]) -> MsmonitorWriter:
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         w = MsmonitorWriter(fd)
-        w.add(records)
-        w.finish()
+        try:
+            w.add(records)
+            w.finish()
+        finally:
+            w.close()
     finally:
         os.close(fd)
     return w

@@ -30,9 +30,12 @@ def cmd_export_msmonitor(args: argparse.Namespace) -> int:
         client = connect(args, timeout=30.0)
         try:
             writer = MsmonitorWriter(target.fd)
-            for records in client.export(args.since, args.until, filter_from_args(args)):
-                writer.add(records)
-            writer.finish()
+            try:
+                for records in client.export(args.since, args.until, filter_from_args(args)):
+                    writer.add(records)
+                writer.finish()
+            finally:
+                writer.close()
         finally:
             client.close()
         target.commit()

@@ -83,19 +83,33 @@ def db_file_name(pid: int, first_ts: float, rank: int) -> str:
 
 
 class _ProcessDb:
-    """One process's rows and session time (its first and last op's receive time), kept until
-    :meth:`MsmonitorWriter.finish` writes its file (ranks are known only once every process
-    has been seen)."""
+    """One process's database, written as its records arrive (rows are not kept in memory)
+    under a temporary name: the rank in its final name is known only once every process has
+    been seen (:meth:`MsmonitorWriter.finish`)."""
 
-    def __init__(self, r: dict[str, Any]):
+    def __init__(self, root_fd: int, tmp_name: str, r: dict[str, Any]):
+        self.tmp_name = tmp_name
         self.service = str(r.get("service") or "")
         self.first_ts = float(r.get("ts", 0.0))
         self.last_ts = self.first_ts
         self.strings: dict[str, int] = {}
-        self.tasks: list[tuple[int, ...]] = []
-        self.infos: list[tuple[int, ...]] = []
+        self.tasks = 0
         self.devices: set[int] = set()
         self.na = self.sid(NOT_COLLECTED)
+        fd = os.open(tmp_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _FILE_MODE,
+                     dir_fd=root_fd)
+        os.close(fd)
+        self.con = sqlite3.connect(f"/proc/self/fd/{root_fd}/{tmp_name}", isolation_level=None)
+        try:
+            # no journal, no fsync: an interrupted export leaves only the staging directory
+            self.con.execute("PRAGMA journal_mode=OFF")
+            self.con.execute("PRAGMA synchronous=OFF")
+            self.con.execute("BEGIN")
+            for table, cols in TABLES.items():
+                self.con.execute(f"CREATE TABLE {table} ({', '.join(f'{c} {t}' for c, t in cols)})")
+        except BaseException:
+            self.con.close()
+            raise
 
     def sid(self, text: str) -> int:
         """The STRING_IDS id of ``text`` (msMonitor's IdPool: ids from 0, in order of first use)."""
@@ -104,12 +118,35 @@ class _ProcessDb:
             i = self.strings[text] = len(self.strings)
         return i
 
+    def rows(self, tasks: list[tuple[int, ...]], infos: list[tuple[int, ...]]) -> None:
+        self.con.executemany(_insert("TASK"), tasks)
+        self.con.executemany(_insert("COMPUTE_TASK_INFO"), infos)
+
+    def finish(self, host: str, pid: int, rank: int) -> None:
+        """The per-process tables, then commit (the connection stays open until :meth:`close`)."""
+        con = self.con
+        con.executemany(_insert("STRING_IDS"), [(i, s) for s, i in self.strings.items()])
+        con.executemany(_insert("ENUM_MSTX_EVENT_TYPE"), _MSTX_EVENT_TYPE)
+        con.executemany(_insert("ENUM_API_TYPE"), _API_TYPE)
+        con.executemany(_insert("META_DATA"), [*SCHEMA_META, ("aclprof_host", safe(host)), ("aclprof_pid", str(pid)),
+                                               ("aclprof_service", safe(self.service))])
+        con.execute(_insert("HOST_INFO"), (NOT_COLLECTED, safe(host)))
+        con.execute(_insert("SESSION_TIME_INFO"), (_ns(self.first_ts), _ns(self.last_ts)))
+        devices = sorted(self.devices)
+        con.executemany(_insert("NPU_INFO"), [(d, "UNKNOWN") for d in devices])
+        con.executemany(_insert("RANK_DEVICE_MAP"), [(rank, d) for d in devices])
+        con.execute("COMMIT")
+
+    def close(self) -> None:
+        self.con.close()
+
 
 class MsmonitorWriter:
-    """Collects export records per (host, pid) and writes one msMonitor DB per process into
-    ``root_fd`` (an open directory that only we use: the staging directory) at :meth:`finish`.
-    Files are created with ``O_EXCL|O_NOFOLLOW`` relative to ``root_fd`` and opened by SQLite
-    through ``/proc/self/fd`` (Linux), so a renamed or replaced path is never followed."""
+    """Writes one msMonitor DB per (host, pid) of the export records into ``root_fd`` (an open
+    directory that only we use: the staging directory). Files are created with
+    ``O_EXCL|O_NOFOLLOW`` relative to ``root_fd`` and opened by SQLite through ``/proc/self/fd``
+    (Linux), so a renamed or replaced path is never followed; :meth:`finish` gives them their
+    names, :meth:`close` releases them (also on failure)."""
 
     def __init__(self, root_fd: int):
         self._root = root_fd
@@ -125,7 +162,8 @@ class MsmonitorWriter:
         return len(self._procs)
 
     def add(self, records: Iterable[dict[str, Any]]) -> None:
-        """Keep the rows of a batch of export records."""
+        """Write the rows of a batch of export records."""
+        rows: dict[tuple[str, int], tuple[list[tuple[int, ...]], list[tuple[int, ...]]]] = {}
         for r in records:
             self.records += 1
             if r.get("kind") == "keypoint":
@@ -134,18 +172,22 @@ class MsmonitorWriter:
             key = (str(r.get("host", "?")), int(r.get("pid", 0)))
             p = self._procs.get(key)
             if p is None:
-                p = self._procs[key] = _ProcessDb(r)
+                p = self._procs[key] = _ProcessDb(self._root, f".process-{len(self._procs)}.db", r)
             p.last_ts = max(p.last_ts, float(r.get("ts", p.last_ts)))
             start = int(r.get("start", 0))
             dur = int(r.get("duration_ns", max(0, int(r.get("end", start)) - start)))
             device = int(r.get("device", 0))
             p.devices.add(device)
             na = p.na
-            task_id = len(p.tasks)
-            p.tasks.append((start, start + dur, device, task_id, task_id, key[1], na, UINT32_MAX, UINT32_MAX,
-                            UINT32_MAX, int(r.get("model", 0))))
-            p.infos.append((p.sid(self._text(r.get("op_name", "?"))), task_id, UINT32_MAX, UINT32_MAX, na,
-                            p.sid(self._text(r.get("op_type", "?"))), na, na, na, na, na, na, na, na, na))
+            task_id = p.tasks
+            p.tasks += 1
+            tasks, infos = rows.get(key) or rows.setdefault(key, ([], []))
+            tasks.append((start, start + dur, device, task_id, task_id, key[1], na, UINT32_MAX, UINT32_MAX,
+                          UINT32_MAX, int(r.get("model", 0))))
+            infos.append((p.sid(self._text(r.get("op_name", "?"))), task_id, UINT32_MAX, UINT32_MAX, na,
+                          p.sid(self._text(r.get("op_type", "?"))), na, na, na, na, na, na, na, na, na))
+        for key, (tasks, infos) in rows.items():
+            self._procs[key].rows(tasks, infos)
 
     def _text(self, raw: Any) -> str:
         """A peer string as stored: control characters and lone surrogates escaped, as in every
@@ -157,42 +199,21 @@ class MsmonitorWriter:
         return text
 
     def finish(self) -> None:
-        """Write one DB per process, ranks 0, 1, ... in (host, pid) order."""
+        """Complete each DB and give it its name: ranks 0, 1, ... in (host, pid) order."""
         for rank, key in enumerate(sorted(self._procs)):
+            p = self._procs[key]
             self.ranks[key] = rank
-            self._write(key, rank, self._procs[key])
+            p.finish(key[0], key[1], rank)
+            name = db_file_name(key[1], p.first_ts, rank)  # unique: the rank is
+            os.rename(p.tmp_name, name, src_dir_fd=self._root, dst_dir_fd=self._root)
+            self.files.append(name)
+        self.close()
 
-    def _write(self, key: tuple[str, int], rank: int, p: _ProcessDb) -> None:
-        name = db_file_name(key[1], p.first_ts, rank)
-        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, _FILE_MODE,
-                     dir_fd=self._root)
-        os.close(fd)
-        self.files.append(name)
-        # the journal is not needed: an interrupted export leaves only the staging directory
-        con = sqlite3.connect(f"/proc/self/fd/{self._root}/{name}", isolation_level=None)
-        try:
-            con.execute("PRAGMA journal_mode=OFF")
-            con.execute("PRAGMA synchronous=OFF")
-            con.execute("BEGIN")
-            for table, cols in TABLES.items():
-                con.execute(f"CREATE TABLE {table} ({', '.join(f'{c} {t}' for c, t in cols)})")
-            con.executemany(_insert("TASK"), p.tasks)
-            con.executemany(_insert("COMPUTE_TASK_INFO"), p.infos)
-            con.executemany(_insert("STRING_IDS"), [(i, s) for s, i in p.strings.items()])
-            con.executemany(_insert("ENUM_MSTX_EVENT_TYPE"), _MSTX_EVENT_TYPE)
-            con.executemany(_insert("ENUM_API_TYPE"), _API_TYPE)
-            con.executemany(_insert("META_DATA"), [*SCHEMA_META, ("aclprof_host", safe(key[0])),
-                                                   ("aclprof_pid", str(key[1])), ("aclprof_service",
-                                                                                  safe(p.service))])
-            con.execute(_insert("HOST_INFO"), (NOT_COLLECTED, safe(key[0])))
-            con.execute(_insert("SESSION_TIME_INFO"), (_ns(p.first_ts), _ns(p.last_ts)))
-            devices = sorted(p.devices)
-            con.executemany(_insert("NPU_INFO"), [(d, "UNKNOWN") for d in devices])
-            con.executemany(_insert("RANK_DEVICE_MAP"), [(rank, d) for d in devices])
-            con.execute("COMMIT")
-        finally:
-            con.close()
-        p.tasks, p.infos = [], []
+    def close(self) -> None:
+        """Close every database (idempotent; an unfinished one stays under its temporary name
+        in the staging directory, which the caller removes)."""
+        for p in self._procs.values():
+            p.close()
 
 
 def _ns(ts: float) -> int:

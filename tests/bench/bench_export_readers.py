@@ -31,9 +31,12 @@ def run_msmonitor(batches: list[list[dict]]) -> float:
     try:
         t = time.perf_counter()
         w = MsmonitorWriter(fd)
-        for b in batches:
-            w.add(b)
-        w.finish()
+        try:
+            for b in batches:
+                w.add(b)
+            w.finish()
+        finally:
+            w.close()
         return time.perf_counter() - t
     finally:
         os.close(fd)
