@@ -17,7 +17,7 @@ pytest.importorskip("oteltap", reason="oteltap is not installed (pip install -e 
 
 from helpers.otlpreceiver import Tap, as_bins
 
-from aclprof.exportfmt.otlp import MAX_SIZE, METRIC, SCALE, OtlpPushFailed, collect, push
+from aclprof.exportfmt.otlp import BATCH_POINTS, MAX_SIZE, METRIC, SCALE, OtlpPushFailed, collect, push
 from aclprof.protocol.quantshift import NBINS, bin_index
 
 pytestmark = pytest.mark.timeout(120)
@@ -88,3 +88,13 @@ def test_a_refused_push_is_an_error() -> None:
     c = collect([[{"ts": 1.0, "host": "h", "pid": 1, "op_type": "T", "duration_ns": 3}]])
     with pytest.raises(OtlpPushFailed, match="did not accept"):
         push(c, f"http://127.0.0.1:{free_port()}/v1/metrics", timeout=1.0)
+
+
+def test_many_series_arrive_in_several_requests_none_folded(tap: Tap) -> None:
+    n = BATCH_POINTS * 2 + 7  # three requests; more than the SDK's default cardinality limit (2000)
+    recs = [{"ts": 1.0, "host": "h", "pid": 1, "service": "s", "device": 0, "model": i % 4, "op_type": f"T{i}",
+             "duration_ns": 1000 + i} for i in range(n)]
+    c = collect([recs])
+    got = tap.expect(n, lambda: push(c, tap.endpoint))
+    assert len({id(m) for m, _ in got}) == 3  # a Metric message per request
+    assert len({_attrs(p) for _, p in got}) == n and sorted(p.sum for _, p in got) == [1000 + i for i in range(n)]

@@ -31,13 +31,15 @@ from typing import Any
 from aclprof.protocol.quantshift import BINS_PER_OCTAVE, NBINS
 from aclprof.protocol.safetext import scrub
 
-__all__ = ["METRIC", "SCALE", "MAX_SIZE", "OtlpUnavailable", "OtlpPushFailed", "Collected", "collect", "push"]
+__all__ = ["METRIC", "SCALE", "MAX_SIZE", "BATCH_POINTS", "OtlpUnavailable", "OtlpPushFailed", "Collected",
+           "collect", "push"]
 
 METRIC = "aclprof.op.duration"
 SCALE = 3  # 2**SCALE buckets per power of two: our histogram's BINS_PER_OCTAVE
 assert 2**SCALE == BINS_PER_OCTAVE
 MAX_SIZE = NBINS  # buckets -1 .. 319 (1 ns .. 2**40 ns) at scale 3, with room to spare
 _ATTRS = ("service", "host", "pid", "device", "model", "op_type")
+BATCH_POINTS = 1000  # data points per request (about 0.4 MB)
 
 
 class OtlpUnavailable(RuntimeError):
@@ -124,7 +126,10 @@ def push(collected: Collected, endpoint: str, headers: Mapping[str, str] | None 
     except ImportError as exc:
         raise OtlpUnavailable(f"the OTLP/HTTP exporter is not installed ({exc}): pip install 'aclprof[otlp]'") \
             from None
-    exporter = OTLPMetricExporter(endpoint=endpoint, headers=dict(headers or {}), timeout=timeout)
+    # requests of at most BATCH_POINTS points: the SDK sends each point's whole bucket array
+    # (MAX_SIZE counts), and receivers limit a request's size (4 MiB is common)
+    exporter = OTLPMetricExporter(endpoint=endpoint, headers=dict(headers or {}), timeout=timeout,
+                                  max_export_batch_size=BATCH_POINTS)
     try:
         result = exporter.export(collected.data, timeout_millis=timeout * 1000)
     finally:
