@@ -7,41 +7,21 @@ must equal the csv export's Count and Total Time of the same records, on randomi
 from __future__ import annotations
 
 import gzip
-import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers.pprofread import Key, add_sample, as_tuples, csv_totals, read_go_pprof
+from helpers.pprofread import Key, add_sample, as_tuples, csv_totals, read_go_pprof, read_pprof_format
 from helpers.readers import compile_profile_proto, go_pprof, node_modules
 from helpers.workloads import examples, workload
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aclprof.exportfmt.pprof import LEVELS, SAMPLE_TYPES, write_pprof
+from aclprof.exportfmt.pprof import SAMPLE_TYPES, write_pprof
 
-DECODE_JS = str(Path(__file__).parent / "readers" / "pprof_decode.js")
 CASES_PER_EXAMPLE = 8  # profiles per hypothesis example: the readers' start-up is paid per example
 PID_STRIDE = 10**7  # case i's pids are moved to i * PID_STRIDE + pid: Go's pprof reads the cases merged
-
-def read_pprof_format(modules: str, paths: list[Path]) -> list[dict[Key, tuple[int, int]]]:
-    """The totals npm's pprof-format decodes from each of ``paths`` (one node process)."""
-    p = subprocess.run(["node", DECODE_JS, *map(str, paths)], capture_output=True, text=True, timeout=60,
-                       env={"NODE_PATH": modules, "PATH": "/usr/bin:/bin"})
-    assert p.returncode == 0, p.stderr
-    out = []
-    for line in p.stdout.splitlines():
-        doc = json.loads(line)
-        assert doc["sampleTypes"] == [list(t) for t in SAMPLE_TYPES] and doc["defaultSampleType"] == "device time"
-        acc: dict[Key, list[int]] = {}
-        for s in doc["samples"]:
-            assert [f[1] for f in s["stack"]] == list(LEVELS)
-            add_sample(acc, [f[0] for f in s["stack"]], s["labels"], [int(v) for v in s["values"]])
-        out.append(as_tuples(acc))
-    return out
-
 
 def read_protobuf(pb2_dir: str, path: Path) -> dict[Key, tuple[int, int]]:
     """The totals the protobuf package's parser reads with google/pprof's profile.proto."""

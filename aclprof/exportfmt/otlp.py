@@ -11,15 +11,16 @@ temporality (one push is one window of records: a backend adds windows up). Step
 not ops: not recorded.
 
 Bucket for bucket, the same histogram as the daemon's aggregates
-(:mod:`aclprof.protocol.quantshift`, 8 bins per octave): OTel's scale ``s`` has base
-``2**(2**-s)``, and bucket ``i`` holds ``(base**i, base**(i+1)]``; at scale 3 that is
-``(2**(i/8), 2**((i+1)/8)]``, our bin ``b = i + 1`` (``(2**((b-1)/8), 2**(b/8)]``). So our bin ``b``
-is the data point's ``positive.bucket_counts[b - 1 - positive.offset]`` for ``b >= 1`` and
-``zero_count`` is our bin 0 (durations of 0). Two differences at the ends of our range, both
-kept as OTel defines them: a duration of exactly 1 ns is OTel's bucket -1 (``(2**-1/8, 1]``)
-and our bin 1, and durations above ``2**40`` ns (18 minutes) stay in OTel's own buckets where
-ours collect them in one overflow bin. :data:`MAX_SIZE` buckets cover 1 ns .. ``2**40`` ns at
-scale 3, so the SDK never lowers the scale within our range.
+(:mod:`aclprof.protocol.quantshift`, 8 bins per octave): OTel's scale ``s`` has base ``2**(2**-s)``,
+and bucket ``i`` holds ``(base**i, base**(i+1)]``; at scale 3 that is ``(2**(i/8), 2**((i+1)/8)]``,
+our bin ``b = i + 1`` (``(2**((b-1)/8), 2**(b/8)]``). So our bin ``b`` is the data point's
+``positive.bucket_counts[b - 1 - positive.offset]`` for ``b >= 1`` and ``zero_count`` is our bin 0
+(durations of 0). Two differences at the ends of our range, both kept as OTel defines them: a
+duration of exactly 1 ns is OTel's bucket -1 (``(2**-1/8, 1]``) and our bin 1, and durations above
+``2**40`` ns (18 minutes) stay in OTel's own buckets where ours collect them in one overflow bin. A
+series whose durations are all 0 has only ``zero_count``, and the SDK sends it with scale 0 (a scale
+means nothing without buckets). :data:`MAX_SIZE` buckets cover 1 ns .. ``2**40`` ns at scale 3, so
+the SDK never lowers the scale within our range.
 """
 
 from __future__ import annotations

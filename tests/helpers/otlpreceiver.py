@@ -84,7 +84,9 @@ class Tap:
 def as_bins(point: Any) -> np.ndarray:
     """A received point's buckets in our bins: zero_count is bin 0, OTel bucket i at scale 3 is
     bin i + 1, and bucket -1 ((2**-1/8, 1] ns: a duration of 1 ns) is in our bin 1."""
-    assert point.scale == SCALE and point.zero_threshold == 0 and not any(point.negative.bucket_counts)
+    # a point of zeros only has no bucket, and the SDK sends it with scale 0 (meaningless there)
+    assert point.scale == SCALE or not any(point.positive.bucket_counts), point.scale
+    assert point.zero_threshold == 0 and not any(point.negative.bucket_counts)
     bins = np.zeros(NBINS, np.int64)
     bins[0] = point.zero_count
     for i, c in enumerate(point.positive.bucket_counts):

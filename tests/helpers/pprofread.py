@@ -1,10 +1,12 @@
-"""Reading ``aclprof export --format pprof`` back with Go's pprof (``pprof -raw``), into the
-csv export's totals: {(service, pid, device, model, op type): (calls, nanoseconds)}."""
+"""Reading ``aclprof export --format pprof`` back with Go's pprof (``pprof -raw``) and npm's
+pprof-format (tests/readers/pprof_decode.js), into the csv export's totals: {(service, pid,
+device, model, op type): (calls, nanoseconds)}."""
 
 from __future__ import annotations
 
 import csv
 import io
+import json
 import re
 import subprocess
 from decimal import Decimal
@@ -12,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from aclprof.exportfmt.opcsv import write_csv
-from aclprof.exportfmt.pprof import LEVELS
+from aclprof.exportfmt.pprof import LEVELS, SAMPLE_TYPES
 
-__all__ = ["Key", "csv_totals", "add_sample", "as_tuples", "read_go_pprof"]
+__all__ = ["Key", "DECODE_JS", "csv_totals", "add_sample", "as_tuples", "read_go_pprof", "read_pprof_format"]
 
+DECODE_JS = str(Path(__file__).parent.parent / "readers" / "pprof_decode.js")
 Key = tuple[str, int, int, int, str]  # the csv's row key: service, pid, device, model, op type
 
 
@@ -71,3 +74,20 @@ def read_go_pprof(tool: str, paths: list[Path]) -> dict[Key, tuple[int, int]]:
         add_sample(acc, [names[x] for x in m.group(3).split()], labels, [int(m.group(1)), int(m.group(2))])
         i += 2
     return as_tuples(acc)
+
+
+def read_pprof_format(modules: str, paths: list[Path]) -> list[dict[Key, tuple[int, int]]]:
+    """The totals npm's pprof-format decodes from each of ``paths`` (one node process)."""
+    p = subprocess.run(["node", DECODE_JS, *map(str, paths)], capture_output=True, text=True, timeout=60,
+                       env={"NODE_PATH": modules, "PATH": "/usr/bin:/bin"})
+    assert p.returncode == 0, p.stderr
+    out = []
+    for line in p.stdout.splitlines():
+        doc = json.loads(line)
+        assert doc["sampleTypes"] == [list(t) for t in SAMPLE_TYPES] and doc["defaultSampleType"] == "device time"
+        acc: dict[Key, list[int]] = {}
+        for s in doc["samples"]:
+            assert [f[1] for f in s["stack"]] == list(LEVELS)
+            add_sample(acc, [f[0] for f in s["stack"]], s["labels"], [int(v) for v in s["values"]])
+        out.append(as_tuples(acc))
+    return out
