@@ -1,5 +1,5 @@
 """An export ended by SIGTERM or SIGHUP cleans up as one ended by Ctrl-C (issue 17): no
-hidden staging file (csv, chrome, jsonl) or directory (ascend) is left, an older target is
+hidden staging file (csv, chrome, jsonl, pprof) or directory (ascend, msmonitor-db) is left, an older target is
 kept as it was, and the exit status says which signal ended it (143, 129; 130 for Ctrl-C).
 SIGKILL cannot clean up: the next export into the same directory removes what it left,
 and never the staging entry of an export that is still running.
@@ -25,7 +25,8 @@ from aclprof.protocol import wire
 
 pytestmark = pytest.mark.timeout(60)
 
-FORMATS = ["csv", "chrome", "jsonl", "ascend"]
+FORMATS = ["csv", "chrome", "jsonl", "ascend", "pprof", "msmonitor-db"]
+DIR_FORMATS = ("ascend", "msmonitor-db")  # -o DIR
 
 
 def _rec(i: int) -> dict:
@@ -73,8 +74,8 @@ def _start_export(d: FakeDaemon, fmt: str, out) -> subprocess.Popen:
 @pytest.mark.parametrize("fmt", FORMATS)
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGINT], ids=["TERM", "HUP", "INT"])
 def test_a_signal_mid_export_leaves_nothing_behind(tmp_path, fmt, sig):
-    out = tmp_path / ("prof" if fmt == "ascend" else f"out.{fmt}")
-    if fmt != "ascend":
+    out = tmp_path / ("prof" if fmt in DIR_FORMATS else f"out.{fmt}")
+    if fmt not in DIR_FORMATS:
         out.write_text("old\n")  # an older export stays as it was
     d = FakeDaemon(_pausing)
     try:
@@ -86,7 +87,7 @@ def test_a_signal_mid_export_leaves_nothing_behind(tmp_path, fmt, sig):
     finally:
         d.close()
     assert _staged(tmp_path) == []
-    if fmt == "ascend":
+    if fmt in DIR_FORMATS:
         assert os.listdir(tmp_path) == []
     else:
         assert os.listdir(tmp_path) == [out.name] and out.read_text() == "old\n"

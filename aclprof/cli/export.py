@@ -12,6 +12,12 @@ the directories torch_npu's profiler writes (``ascend``).
   record; one process per inference process (``pid``), one thread per device and model
   (``tid = device * 100000 + model``), named by metadata events.
 - ``jsonl``: one record per line, as in ``daemon/PROTOCOL.md``.
+- ``pprof``: a gzipped pprof profile (``go tool pprof``, Pyroscope, speedscope): sample types
+  calls/count and device time/nanoseconds, stacks service <- model <- op type <- op name
+  (``aclprof.exportfmt.pprof``).
+- ``msmonitor-db``: ``-o DIR`` (missing or empty) gets one msMonitor SQLite DB per process,
+  ``msmonitor_<pid>_<time>_<rank>.db``, which ``msprof-analyze cluster -m compute_op_sum -d DIR``
+  reads (``aclprof.exportfmt.msmonitor``; README "Exporting for the Ascend tools").
 - ``ascend``: ``-o DIR`` (missing or empty) gets one ``<host>_<pid>_<time>_ascend_pt``
   directory per process, which MindStudio Insight and ``msprof-analyze compare`` open
   (``aclprof.cli.export_ascend``; README "Exporting for the Ascend tools").
@@ -29,6 +35,7 @@ from typing import Any, TextIO
 from aclprof.cli.argtypes import output_path, point_in_time
 from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args
 from aclprof.cli.export_ascend import cmd_export_ascend
+from aclprof.cli.export_msmonitor import cmd_export_msmonitor
 from aclprof.cli.exportloss import has_record_filters, lost_error
 from aclprof.cli.signals import deferred
 from aclprof.cli.staging import create_file as create_staging_file
@@ -36,6 +43,7 @@ from aclprof.cli.staging import sweep as sweep_staging
 from aclprof.exportfmt.chrome import write_chrome
 from aclprof.exportfmt.jsonl import write_jsonl
 from aclprof.exportfmt.opcsv import write_csv
+from aclprof.exportfmt.pprof import write_pprof
 
 __all__ = ["add_parser", "cmd_export"]
 
@@ -45,6 +53,8 @@ _EXAMPLES = """examples:
   aclprof export --since 2026-11-29T10:00:00 --until 2026-11-29T10:05:00 --format jsonl --type Conv
   aclprof export --since 1764410000 --format jsonl | wc -l
   aclprof export --since -10m --format ascend -o prof-after/   # msprof-analyze compare -d prof-after/...
+  aclprof export --since -10m --format pprof -o ops.pb.gz      # go tool pprof -http=: ops.pb.gz
+  aclprof export --since -10m --format msmonitor-db -o dbs/   # msprof-analyze cluster -m compute_op_sum -d dbs/
 
 times: ISO 8601 (local time unless it has an offset or Z), Unix seconds, now, or relative
 (-5m, '10s ago'); they select records by the daemon's receive time.
@@ -52,16 +62,18 @@ times: ISO 8601 (local time unless it has an offset or Z), Unix seconds, now, or
 
 
 def add_parser(sub: Any, fmt: Any) -> None:
-    p = sub.add_parser("export", help="export kept records (csv, chrome trace, jsonl, ascend)", formatter_class=fmt,
+    p = sub.add_parser("export", help="export kept records (csv, chrome trace, jsonl, ascend, pprof, msmonitor-db)",
+                       formatter_class=fmt,
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None, epilog=_EXAMPLES)
     p.add_argument("--since", type=point_in_time, metavar="T", default=None,
                    help="first receive time (default: the oldest kept record)")
     p.add_argument("--until", type=point_in_time, metavar="T", default=None, help="last receive time (default: now)")
-    p.add_argument("--format", choices=("csv", "chrome", "jsonl", "ascend"), required=True, help="output format")
+    p.add_argument("--format", choices=("csv", "chrome", "jsonl", "ascend", "pprof", "msmonitor-db"), required=True,
+                   help="output format")
     p.add_argument("-o", "--output", metavar="PATH", default=None, type=output_path,
                    help="output file, '-' for stdout (default: stdout); a symlink is followed, a FIFO or "
                         "device is written into, a regular file is replaced only once the export is complete. "
-                        "ascend: a directory, required, missing or empty; it appears once complete")
+                        "ascend, msmonitor-db: a directory, required, missing or empty; it appears once complete")
     add_filter_args(p)
     add_socket_arg(p)
     p.set_defaults(func=cmd_export)
@@ -80,7 +92,9 @@ class _TextSink:
         self._out.flush()
 
 
-_WRITERS: dict[str, Callable[[Any, Any], int]] = {"csv": write_csv, "chrome": write_chrome, "jsonl": write_jsonl}
+_WRITERS: dict[str, Callable[[Any, Any], int]] = {"csv": write_csv, "chrome": write_chrome, "jsonl": write_jsonl,
+                                                  "pprof": write_pprof}
+_BINARY = ("jsonl", "pprof")  # written as bytes
 
 
 class _Output:
@@ -179,7 +193,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         raise CliError("--since is after --until", 2)
     if args.format == "ascend":
         return cmd_export_ascend(args)
+    if args.format == "msmonitor-db":
+        return cmd_export_msmonitor(args)
     writer = _WRITERS[args.format]
+    if args.format == "pprof" and (not args.output or args.output == "-"):
+        # gzip data: never onto a terminal, and a text-only stdout (embedding) cannot take it
+        if getattr(sys.stdout, "buffer", None) is None or sys.stdout.isatty():
+            raise CliError("--format pprof writes binary data: give -o FILE, or redirect stdout to a file or pipe", 2)
     output: _Output | None = None
     client: Any = None
     try:
@@ -191,7 +211,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             source: Any = client.export_jsonl(args.since, args.until, filter_from_args(args))
         else:
             source = client.export(args.since, args.until, filter_from_args(args))
-        binary = args.format == "jsonl"
+        binary = args.format in _BINARY
         if output is not None:
             with deferred():  # the file object owns the fd from here on
                 f = open(output.fd, "wb") if binary else open(output.fd, "w", encoding="utf-8", newline="")

@@ -38,9 +38,9 @@ class StagedDir:
     it removes), and a symlink planted anywhere is refused, never followed. DIR itself may
     be a symlink given by the user (it is resolved, like a shell's ``cd``)."""
 
-    def __init__(self, path: str | None):
+    def __init__(self, path: str | None, fmt: str = "ascend"):
         if not path or path == "-":
-            raise CliError("--format ascend writes a directory: give it with -o DIR", 2)
+            raise CliError(f"--format {fmt} writes a directory: give it with -o DIR", 2)
         self.path = path
         self.final = os.path.realpath(path)
         self.parent, self.base = os.path.split(self.final)
