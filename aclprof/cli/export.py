@@ -11,6 +11,12 @@ the directories torch_npu's profiler writes (``ascend``).
   complete event (``ph: "X"``, ``ts``/``dur`` in microseconds of the library's clock) per
   record; one process per inference process (``pid``), one thread per device and model
   (``tid = device * 100000 + model``), named by metadata events.
+- ``kineto``: the Chrome trace shaped as PyTorch's profiler writes it (ops as ``kernel``
+  events named by op type, one stream per process and model), for HTA
+  (:mod:`aclprof.exportfmt.kineto`).
+- ``perfetto``: Perfetto's native protobuf trace (TrackEvent; the same tracks as
+  ``chrome``), exact nanoseconds, for large windows (:mod:`aclprof.exportfmt.perfetto`;
+  needs PyPI ``perfetto``: ``pip install 'aclprof[perfetto]'``).
 - ``jsonl``: one record per line, as in ``daemon/PROTOCOL.md``.
 - ``ascend``: ``-o DIR`` (missing or empty) gets one ``<host>_<pid>_<time>_ascend_pt``
   directory per process, which MindStudio Insight and ``msprof-analyze compare`` open
@@ -35,13 +41,16 @@ from aclprof.cli.staging import create_file as create_staging_file
 from aclprof.cli.staging import sweep as sweep_staging
 from aclprof.exportfmt.chrome import write_chrome
 from aclprof.exportfmt.jsonl import write_jsonl
+from aclprof.exportfmt.kineto import write_kineto
 from aclprof.exportfmt.opcsv import write_csv
+from aclprof.exportfmt.perfetto import MissingDependency, write_perfetto
 
 __all__ = ["add_parser", "cmd_export"]
 
 _EXAMPLES = """examples:
   aclprof export --since -5m --format csv -o op_statistic.csv
   aclprof export --since '1h ago' --until '30m ago' --format chrome -o trace.json   # open in ui.perfetto.dev
+  aclprof export --since -1h --format perfetto -o trace.pftrace   # large windows: opens ~fast in ui.perfetto.dev
   aclprof export --since 2026-11-29T10:00:00 --until 2026-11-29T10:05:00 --format jsonl --type Conv
   aclprof export --since 1764410000 --format jsonl | wc -l
   aclprof export --since -10m --format ascend -o prof-after/   # msprof-analyze compare -d prof-after/...
@@ -57,7 +66,8 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p.add_argument("--since", type=point_in_time, metavar="T", default=None,
                    help="first receive time (default: the oldest kept record)")
     p.add_argument("--until", type=point_in_time, metavar="T", default=None, help="last receive time (default: now)")
-    p.add_argument("--format", choices=("csv", "chrome", "jsonl", "ascend"), required=True, help="output format")
+    p.add_argument("--format", choices=("csv", "chrome", "kineto", "perfetto", "jsonl", "ascend"), required=True,
+                   help="output format")
     p.add_argument("-o", "--output", metavar="PATH", default=None, type=output_path,
                    help="output file, '-' for stdout (default: stdout); a symlink is followed, a FIFO or "
                         "device is written into, a regular file is replaced only once the export is complete. "
@@ -80,7 +90,9 @@ class _TextSink:
         self._out.flush()
 
 
-_WRITERS: dict[str, Callable[[Any, Any], int]] = {"csv": write_csv, "chrome": write_chrome, "jsonl": write_jsonl}
+_WRITERS: dict[str, Callable[[Any, Any], int]] = {"csv": write_csv, "chrome": write_chrome, "jsonl": write_jsonl,
+                                                  "kineto": write_kineto, "perfetto": write_perfetto}
+_BINARY = ("jsonl", "perfetto")
 
 
 class _Output:
@@ -174,6 +186,13 @@ def _umask() -> int:
     return old
 
 
+def _write(writer: Callable[[Any, Any], int], source: Any, out: Any) -> int:
+    try:
+        return writer(source, out)
+    except MissingDependency as exc:
+        raise CliError(f"aclprof export --format perfetto: {exc}", 2) from None
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     if args.since is not None and args.until is not None and args.since > args.until:
         raise CliError("--since is after --until", 2)
@@ -191,13 +210,13 @@ def cmd_export(args: argparse.Namespace) -> int:
             source: Any = client.export_jsonl(args.since, args.until, filter_from_args(args))
         else:
             source = client.export(args.since, args.until, filter_from_args(args))
-        binary = args.format == "jsonl"
+        binary = args.format in _BINARY
         if output is not None:
             with deferred():  # the file object owns the fd from here on
                 f = open(output.fd, "wb") if binary else open(output.fd, "w", encoding="utf-8", newline="")
                 output.fd = -1
             with f:
-                n = writer(source, f)
+                n = _write(writer, source, f)
             output.commit()
             print(f"exported {n:,} records to {args.output}", file=sys.stderr)
         else:
@@ -205,7 +224,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             out: Any = sys.stdout
             if binary:
                 out = getattr(sys.stdout, "buffer", None) or _TextSink(sys.stdout)
-            n = writer(source, out)
+            n = _write(writer, source, out)
             out.flush()
     finally:  # also on Ctrl-C, SIGTERM and SIGHUP (aclprof.cli.signals); a second one waits
         with deferred():

@@ -8,4 +8,4 @@ daemon's flight recorder (which may not import the CLI) write the same files wit
 imports ``aclprof.protocol`` only.
 """
 
-__all__ = ["ascend", "chrome", "jsonl", "opcsv", "tally"]
+__all__ = ["ascend", "chrome", "jsonl", "kineto", "opcsv", "perfetto", "tally", "tracks"]
