@@ -6,7 +6,9 @@ written exactly: three decimals) per record; one process per inference process (
 one thread per device and model (``tid = device * TID_STRIDE + model``), named by metadata
 events; a step keypoint is a ``step`` slice on its model's thread, so the ops of the step
 nest under it. Ops that overlap without nesting go on extra threads of their model
-(:mod:`aclprof.exportfmt.tracks`, ``tid + k * LANE_STRIDE``): a viewer drops the rest.
+(:mod:`aclprof.exportfmt.tracks`; ``tid = LANE_TID_BASE + n``, the process's n-th extra
+thread, named ``device d / model m #k``): a viewer drops the rest. Perfetto keeps 32 bits of
+a tid (measured: tid 2^32 + 1 merged with tid 1), so every tid stays below 2^32.
 
 Perfetto reads JSON times as doubles: they are exact there up to 2^52 ns (52 days of the
 device clock), off by a few ns beyond. ``--format perfetto`` (:mod:`.perfetto`) is exact.
@@ -20,11 +22,11 @@ from typing import Any, TextIO
 
 from .tracks import gather, lane_name
 
-__all__ = ["LANE_STRIDE", "TID_STRIDE", "format_us", "write_chrome"]
+__all__ = ["LANE_TID_BASE", "TID_STRIDE", "format_us", "json_string", "meta_json", "short_us", "write_chrome"]
 
 TID_STRIDE = 100000
-#: tid offset of a model's extra threads (lane k: tid + k * LANE_STRIDE)
-LANE_STRIDE = 10**12
+#: tids of the extra threads of overlapping ops: LANE_TID_BASE + n (n-th of the process)
+LANE_TID_BASE = 2**31
 
 
 def format_us(ns: int) -> str:
@@ -35,35 +37,68 @@ def format_us(ns: int) -> str:
     return "-" + format_us(-ns)
 
 
-def _us(ns: int) -> str:
+def short_us(ns: int) -> str:
     """:func:`format_us` without trailing zeros (a JSON number as short as json.dumps writes
     it: ``10``, ``2000.5``), for the trace's ``ts`` and ``dur`` (ns >= 0)."""
     q, r = divmod(ns, 1000)
     return f"{q}.{r:03d}".rstrip("0") if r else str(q)
 
 
+def meta_json(m: dict[str, Any]) -> str:
+    """A metadata event, its name as :func:`json_string` writes it."""
+    try:
+        j = json.dumps(m, separators=(",", ":"), ensure_ascii=False)
+        j.encode("utf-8")
+        return j
+    except UnicodeEncodeError:
+        return json.dumps(m, separators=(",", ":"))
+
+
+def json_string(s: str, memo: dict[str, str]) -> str:
+    """``s`` as a JSON string with non-ASCII characters as UTF-8, not ``\\uXXXX``: Perfetto's
+    JSON importer (v52) keeps ``\\u`` escapes in a ``cat`` as the six characters (measured:
+    ``\\u00dcbersetzung``). A string with a lone surrogate (a peer's undecodable name) is not
+    UTF-8: it keeps the escape. ``memo`` caches the names of one trace (they repeat)."""
+    j = memo.get(s)
+    if j is None:
+        try:
+            s.encode("utf-8")
+            j = json.dumps(s, ensure_ascii=False)
+        except UnicodeEncodeError:
+            j = json.dumps(s)
+        memo[s] = j
+    return j
+
+
 def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator: str = "aclprof export") -> int:
     """Export records (daemon/PROTOCOL.md "record" objects) as one Trace Event Format file;
-    the count of records written. Names are JSON-escaped as given (json.dumps is ASCII)."""
+    the count of records written. Names are written as given (JSON-escaped, UTF-8:
+    :func:`json_string`)."""
     g = gather(batches)
     out.write('{"displayTimeUnit":"ns","otherData":{"generator":%s,' % json.dumps(generator) +
               '"clock":"the ACL library\'s op timestamps (the device clock; CLOCK_MONOTONIC on the mock)"},'
               '"traceEvents":[\n')
     first = True
     threads: list[tuple[int, int, str]] = []
+    extra: dict[int, int] = {}  # pid -> extra threads so far
     dumps = json.dumps
+    memo: dict[str, str] = {}
     for pid, device, model, lane, slices in g.lanes():
-        tid = device * TID_STRIDE + model + lane * LANE_STRIDE
+        if lane:
+            extra[pid] = extra.get(pid, 0) + 1
+            tid = LANE_TID_BASE + extra[pid]
+        else:
+            tid = device * TID_STRIDE + model
         threads.append((pid, tid, lane_name(device, model, lane)))
         head = ',"ph":"X","ts":'
         tail = ',"pid":%d,"tid":%d,"args":' % (pid, tid)
         parts = []
         for s in slices:
-            parts.append('{"name":' + ('"step"' if s.keypoint else dumps(s.name)) + ',"cat":' +
-                         ('"step"' if s.keypoint else dumps(s.op_type)) + head + _us(s.start) + ',"dur":' +
-                         _us(s.dur) + tail +
-                         dumps({"op_type": s.op_type, "flag": s.flag, "thread_id": s.thread_id,
-                                "received_ts": s.received_ts}, separators=(",", ":")) + "}")
+            name = '"step","cat":"step"' if s.keypoint else (
+                json_string(s.name, memo) + ',"cat":' + json_string(s.op_type, memo))
+            parts.append('{"name":' + name + head + short_us(s.start) + ',"dur":' + short_us(s.dur) + tail +
+                         '{"op_type":' + json_string(s.op_type, memo) + ',"flag":' + dumps(s.flag) +
+                         ',"thread_id":' + dumps(s.thread_id) + ',"received_ts":' + dumps(s.received_ts) + "}}")
         if parts:
             out.write(("" if first else ",\n") + ",\n".join(parts))
             first = False
@@ -74,6 +109,6 @@ def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator
         meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": name}})
         meta.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
     if meta:
-        out.write(("" if first else ",\n") + ",\n".join(json.dumps(m, separators=(",", ":")) for m in meta))
+        out.write(("" if first else ",\n") + ",\n".join(meta_json(m) for m in meta))
     out.write("\n]}\n")
     return g.count

@@ -8,7 +8,8 @@ an instance, is ``args.op_name``); ``pid`` is the device (Kineto's GPU process),
 and ``args.stream`` a stream per (process, model, lane of overlapping ops)
 (:mod:`.tracks`; the records carry no stream id), ``args.device`` the device,
 ``args.correlation`` a unique id per op (there is no host launch to correlate with: none
-is invented). Step keypoints are ``cat: "user_annotation"`` events named ``step``.
+is invented). Step keypoints are ``cat: "user_annotation"`` events named ``step`` on their
+model's stream, without ``args.stream``: HTA takes every event with a stream for a kernel.
 ``distributedInfo.rank`` is 0: one file per host (written `"rank": 0`: HTA finds the rank by the
 regex `"rank":\s+(\d+)`, a space required). Times are exact microseconds.
 """
@@ -19,7 +20,7 @@ import json
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from .chrome import _us
+from .chrome import json_string, meta_json, short_us
 from .tracks import gather, lane_name
 
 __all__ = ["write_kineto"]
@@ -30,11 +31,11 @@ def write_kineto(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator
     g = gather(batches)
     out.write('{"schemaVersion":1,"distributedInfo":{"backend":"none","rank": 0,"world_size":1},'
               '"deviceProperties":[],"otherData":{"generator":%s},"traceEvents":[\n' % json.dumps(generator))
-    dumps = json.dumps
     streams: dict[tuple[int, int, int, int], int] = {}
     thread_names: list[tuple[int, int, str]] = []
     first = True
     correlation = 0
+    memo: dict[str, str] = {}
     for pid, device, model, lane, slices in g.lanes():
         stream = streams.setdefault((pid, device, model, lane), len(streams) + 1)
         thread_names.append((device, stream, f"stream {stream}: {g.processes[pid]}, {lane_name(device, model, lane)}"))
@@ -43,13 +44,13 @@ def write_kineto(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator
             correlation += 1
             if s.keypoint:
                 parts.append('{"ph":"X","cat":"user_annotation","name":"step","pid":%d,"tid":%d,"ts":%s,"dur":%s,'
-                             '"args":{"device":%d,"stream":%d,"model":%d}}'
-                             % (device, stream, _us(s.start), _us(s.dur), device, stream, model))
+                             '"args":{"device":%d,"model":%d}}'
+                             % (device, stream, short_us(s.start), short_us(s.dur), device, model))
                 continue
             parts.append('{"ph":"X","cat":"kernel","name":%s,"pid":%d,"tid":%d,"ts":%s,"dur":%s,"args":'
                          '{"device":%d,"stream":%d,"correlation":%d,"op_name":%s,"process":%d,"model":%d}}'
-                         % (dumps(s.op_type), device, stream, _us(s.start), _us(s.dur), device, stream, correlation,
-                            dumps(s.name), pid, model))
+                         % (json_string(s.op_type, memo), device, stream, short_us(s.start), short_us(s.dur), device,
+                            stream, correlation, json_string(s.name, memo), pid, model))
         if parts:
             out.write(("" if first else ",\n") + ",\n".join(parts))
             first = False
@@ -59,6 +60,6 @@ def write_kineto(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator
     for device, stream, name in thread_names:
         meta.append({"name": "thread_name", "ph": "M", "pid": device, "tid": stream, "args": {"name": name}})
     if meta:
-        out.write(("" if first else ",\n") + ",\n".join(dumps(m, separators=(",", ":")) for m in meta))
+        out.write(("" if first else ",\n") + ",\n".join(meta_json(m) for m in meta))
     out.write("\n]}\n")
     return g.count
