@@ -23,6 +23,8 @@ import io
 import json
 import math
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -330,3 +332,52 @@ def test_kineto_is_shaped_as_hta_expects():
     assert len({(e["tid"], e["args"]["stream"]) for e in kernels}) == 2
     assert all(e["tid"] == e["args"]["stream"] for e in kernels)
     assert len({e["args"]["correlation"] for e in kernels}) == 2
+
+
+@needs_trace_processor
+def test_a_flight_recorder_capture_loads_as_its_records_say(tp, tmp_path):
+    """The daemon's capture writer on real segment files (no daemon: as
+    tests/test_capture_writer.py): its trace.json in Perfetto, against the stored records
+    and their csv export; two models, steps around some ops, one op ending after its step."""
+    import numpy as np
+    from aclprofd.capture.writer import Job, Outcome, write_capture
+    from aclprofd.storage import Storage
+
+    from aclprof.protocol.wire import FLAG_KEYPOINT, RECORD_DTYPE
+
+    names = ["MatMul", 'Odd,"T"', "conv1", "ノード", "na", "keypoint_op"]
+    n = 2000
+    rng = np.random.default_rng(23)
+    r = np.zeros(n, RECORD_DTYPE)
+    i = np.arange(n)
+    r["model_id"] = 1 + i % 2
+    r["device_id"] = i % 2
+    r["op_type"] = rng.integers(1, 3, n)
+    r["op_name"] = rng.integers(3, 5, n)
+    r["duration"] = rng.integers(0, 5000, n)
+    r["start"] = 10**12 + i * 3000  # each model's ops 6 us apart, shorter than that
+    step = i % 200 < 2  # a step per model every 100 of its ops, holding the next 99
+    r["op_type"][step], r["op_name"][step], r["flag"][step] = 5, 6, FLAG_KEYPOINT
+    r["duration"][step] = 198 * 3000 + 1000
+    r["duration"][i % 200 == 198] = 6000  # this op ends after its step's end: a lane of its own
+    r["end"] = r["start"] + r["duration"]
+    r["thread_id"] = 7
+    st = Storage(str(tmp_path / "data"), segment_bytes=64 << 10)
+    t0 = time.time()
+    st.write("c1", {"host": "h", "pid": 42, "service": "svc", "labels": {}}, list(enumerate(names, start=1)),
+             [(t0, r.tobytes())])
+    st.flush()
+    job = Job(("svc", "1", "MatMul"), ({"quantile": "p99", "shift": 1.4},), t0 + 0.5, t0 - 1, t0 + 2,
+              tuple(st.files(t0 - 1, t0 + 2)), 20, 1 << 30, "h")
+    out = Outcome()
+    write_capture(job, str(tmp_path / "captures"), lambda need: ("cap", 1 << 30), threading.Event(), out)
+    st.close()
+    assert out.written == n
+    records = [{"ts": t0, "host": "h", "pid": 42, "service": "svc", "device": int(x["device_id"]),
+                "model": int(x["model_id"]), "op_type": names[x["op_type"] - 1], "op_name": names[x["op_name"] - 1],
+                "start": int(x["start"]), "end": int(x["end"]), "duration_ns": int(x["duration"]), "flag": 0,
+                "thread_id": 7, "kind": "keypoint" if x["flag"] & FLAG_KEYPOINT else "op"} for x in r]
+    assert check_in_perfetto(tp, tmp_path / "captures" / "cap" / "trace.json", records) == []
+    assert tp.query("select count(*) as n from slice where name = 'step'") == [{"n": 20}]
+    lanes = {x["name"] for x in tp.query("select name from thread where name like '%#%'")}
+    assert lanes == {"device 0 / model 1 #1", "device 1 / model 2 #1"}

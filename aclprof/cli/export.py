@@ -61,8 +61,9 @@ times: ISO 8601 (local time unless it has an offset or Z), Unix seconds, now, or
 
 
 def add_parser(sub: Any, fmt: Any) -> None:
-    p = sub.add_parser("export", help="export kept records (csv, chrome trace, jsonl, ascend)", formatter_class=fmt,
-                       description=__doc__.split("\n\n", 1)[1] if __doc__ else None, epilog=_EXAMPLES)
+    p = sub.add_parser("export", help="export kept records (csv, chrome/perfetto/kineto trace, jsonl, ascend)",
+                       formatter_class=fmt, description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+                       epilog=_EXAMPLES)
     p.add_argument("--since", type=point_in_time, metavar="T", default=None,
                    help="first receive time (default: the oldest kept record)")
     p.add_argument("--until", type=point_in_time, metavar="T", default=None, help="last receive time (default: now)")
