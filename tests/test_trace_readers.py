@@ -19,6 +19,7 @@ trace (one process per workload), so the readers start once per module.
 from __future__ import annotations
 
 import csv
+import importlib.util
 import io
 import json
 import math
@@ -77,8 +78,13 @@ def csv_totals(records: list[dict[str, Any]]) -> dict[tuple[int, str], tuple[int
     models), in ns: the csv writes exact microseconds with three decimals."""
     out = io.StringIO()
     write_csv([records], out)
+    return csv_file_totals(out.getvalue())
+
+
+def csv_file_totals(text: str) -> dict[tuple[int, str], tuple[int, int]]:
+    """:func:`csv_totals` of a csv export's text."""
     t: dict[tuple[int, str], tuple[int, int]] = {}
-    for row in csv.DictReader(io.StringIO(out.getvalue())):
+    for row in csv.DictReader(io.StringIO(text)):
         k = (int(row["PID"]), row["OP Type"])
         c, s = t.get(k, (0, 0))
         t[k] = (c + int(row["Count"]), s + us_to_ns(row["Total Time(us)"]))
@@ -381,3 +387,48 @@ def test_a_flight_recorder_capture_loads_as_its_records_say(tp, tmp_path):
     assert tp.query("select count(*) as n from slice where name = 'step'") == [{"n": 20}]
     lanes = {x["name"] for x in tp.query("select name from thread where name like '%#%'")}
     assert lanes == {"device 0 / model 1 #1", "device 1 / model 2 #1"}
+
+
+@needs_trace_processor
+def test_cli_exports_of_a_daemon_read_by_perfetto_and_hta(tp, tmp_path):
+    """``aclprof export`` end to end (two services sending to a real daemon, partly
+    overlapping ops): chrome and perfetto in Perfetto, kineto in HTA, all against the csv
+    file the same command wrote."""
+    from helpers.edgedata import Op, Service, cli_ok, started
+
+    t0 = 1_000_000_000
+    a = [Op("Conv2D", "conv1", 0, 1, t0 + i * 10_000, 1_000 + 37 * i) for i in range(40)]
+    a += [Op("MatMul", "fc1", 0, 1, t0 + 500 + i * 10_000, 2_000) for i in range(0, 40, 3)]  # overlaps conv1
+    b = [Op("Übersetzung", 'x "y"', 1, 2, t0 + i * 7_000, 6_999) for i in range(30)]
+    d = started([Service("svc-a", a), Service("svc-b", b)])
+    try:
+        for fmt, name in [("csv", "ops.csv"), ("chrome", "t.json"), ("perfetto", "t.pftrace"),
+                          ("kineto", "k/rank0.json"), ("jsonl", "r.jsonl")]:
+            (tmp_path / name).parent.mkdir(exist_ok=True)
+            cli_ok(d, "export", "--format", fmt, "-o", str(tmp_path / name))
+    finally:
+        d.cleanup()
+    records = [json.loads(x) for x in (tmp_path / "r.jsonl").read_text().splitlines()]
+    assert len(records) == len(a) + len(b)
+    assert csv_file_totals((tmp_path / "ops.csv").read_text()) == totals(records)
+    assert check_in_perfetto(tp, tmp_path / "t.json", records) == []
+    assert check_in_perfetto(tp, tmp_path / "t.pftrace", records) == []
+    if importlib.util.find_spec("hta") is not None:
+        assert check_in_hta(tmp_path / "k" / "rank0.json", records) == []
+
+
+def test_perfetto_format_without_its_library_is_a_usage_error(tmp_path):
+    """No PyPI perfetto: exit 2 naming the extra, before the daemon is asked (none here)."""
+    import subprocess
+    import sys
+
+    from helpers.procs import env
+
+    shadow = tmp_path / "shadow" / "perfetto"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('perfetto hidden by the test')\n")
+    p = subprocess.run([sys.executable, "-m", "aclprof", "export", "--format", "perfetto", "-o",
+                        str(tmp_path / "t.pftrace"), "--socket", str(tmp_path / "nothing.sock")],
+                       env=env(PYTHONPATH=str(shadow.parent)), capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2, p.stderr
+    assert "aclprof[perfetto]" in p.stderr and not (tmp_path / "t.pftrace").exists()

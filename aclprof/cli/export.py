@@ -43,7 +43,7 @@ from aclprof.exportfmt.chrome import write_chrome
 from aclprof.exportfmt.jsonl import write_jsonl
 from aclprof.exportfmt.kineto import write_kineto
 from aclprof.exportfmt.opcsv import write_csv
-from aclprof.exportfmt.perfetto import MissingDependency, write_perfetto
+from aclprof.exportfmt.perfetto import MissingDependency, trace_class, write_perfetto
 
 __all__ = ["add_parser", "cmd_export"]
 
@@ -187,19 +187,17 @@ def _umask() -> int:
     return old
 
 
-def _write(writer: Callable[[Any, Any], int], source: Any, out: Any) -> int:
-    try:
-        return writer(source, out)
-    except MissingDependency as exc:
-        raise CliError(f"aclprof export --format perfetto: {exc}", 2) from None
-
-
 def cmd_export(args: argparse.Namespace) -> int:
     if args.since is not None and args.until is not None and args.since > args.until:
         raise CliError("--since is after --until", 2)
     if args.format == "ascend":
         return cmd_export_ascend(args)
     writer = _WRITERS[args.format]
+    if args.format == "perfetto":
+        try:
+            trace_class()  # before the daemon is asked and a file is created
+        except MissingDependency as exc:
+            raise CliError(f"aclprof export --format perfetto: {exc}", 2) from None
     output: _Output | None = None
     client: Any = None
     try:
@@ -217,7 +215,7 @@ def cmd_export(args: argparse.Namespace) -> int:
                 f = open(output.fd, "wb") if binary else open(output.fd, "w", encoding="utf-8", newline="")
                 output.fd = -1
             with f:
-                n = _write(writer, source, f)
+                n = writer(source, f)
             output.commit()
             print(f"exported {n:,} records to {args.output}", file=sys.stderr)
         else:
@@ -225,7 +223,7 @@ def cmd_export(args: argparse.Namespace) -> int:
             out: Any = sys.stdout
             if binary:
                 out = getattr(sys.stdout, "buffer", None) or _TextSink(sys.stdout)
-            n = _write(writer, source, out)
+            n = writer(source, out)
             out.flush()
     finally:  # also on Ctrl-C, SIGTERM and SIGHUP (aclprof.cli.signals); a second one waits
         with deferred():

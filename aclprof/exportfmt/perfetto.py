@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 
 from .tracks import Slice, gather, lane_name
 
-__all__ = ["PACKETS_PER_WRITE", "SEQUENCE_ID", "write_perfetto", "MissingDependency"]
+__all__ = ["PACKETS_PER_WRITE", "SEQUENCE_ID", "MissingDependency", "trace_class", "write_perfetto"]
 
 #: packets serialized per write (one Trace message each)
 PACKETS_PER_WRITE = 4096
@@ -41,7 +41,8 @@ class MissingDependency(RuntimeError):
     """PyPI ``perfetto`` (its protobuf classes) is not installed."""
 
 
-def _trace_class() -> Any:
+def trace_class() -> Any:
+    """PyPI perfetto's ``Trace`` message class; :class:`MissingDependency` if it is missing."""
     try:
         from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace  # type: ignore[import-untyped,unused-ignore]
     except ImportError as exc:
@@ -55,7 +56,7 @@ def write_perfetto(batches: Iterable[list[dict[str, Any]]], out: BinaryIO) -> in
     """Export records (daemon/PROTOCOL.md "record" objects) as one Perfetto protobuf trace;
     the count of records written. Raises :class:`MissingDependency` before reading any
     record if PyPI ``perfetto`` is missing."""
-    trace_cls = _trace_class()
+    trace_cls = trace_class()
     g = gather(batches)
     trace = trace_cls()
     packets = trace.packet
