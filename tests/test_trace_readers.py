@@ -383,10 +383,13 @@ def test_a_flight_recorder_capture_loads_as_its_records_say(tp, tmp_path):
                 "model": int(x["model_id"]), "op_type": names[x["op_type"] - 1], "op_name": names[x["op_name"] - 1],
                 "start": int(x["start"]), "end": int(x["end"]), "duration_ns": int(x["duration"]), "flag": 0,
                 "thread_id": 7, "kind": "keypoint" if x["flag"] & FLAG_KEYPOINT else "op"} for x in r]
-    assert check_in_perfetto(tp, tmp_path / "captures" / "cap" / "trace.json", records) == []
-    assert tp.query("select count(*) as n from slice where name = 'step'") == [{"n": 20}]
-    lanes = {x["name"] for x in tp.query("select name from thread where name like '%#%'")}
-    assert lanes == {"device 0 / model 1 #1", "device 1 / model 2 #1"}
+    cap = tmp_path / "captures" / "cap"
+    assert json.loads((cap / "capture.json").read_text())["files"]["perfetto"] == "trace.pftrace"
+    for trace in ("trace.json", "trace.pftrace"):
+        assert check_in_perfetto(tp, cap / trace, records) == []
+        assert tp.query("select count(*) as n from slice where name = 'step'") == [{"n": 20}]
+        lanes = {x["name"] for x in tp.query("select name from thread where name like '%#%'")}
+        assert lanes == {"device 0 / model 1 #1", "device 1 / model 2 #1"}
 
 
 @needs_trace_processor
@@ -432,3 +435,14 @@ def test_perfetto_format_without_its_library_is_a_usage_error(tmp_path):
                        env=env(PYTHONPATH=str(shadow.parent)), capture_output=True, text=True, timeout=60)
     assert p.returncode == 2, p.stderr
     assert "aclprof[perfetto]" in p.stderr and not (tmp_path / "t.pftrace").exists()
+
+
+@needs_trace_processor
+def test_protobuf_names_with_a_lone_surrogate_show_its_escape(tp, tmp_path):
+    """A protobuf string must be UTF-8: a peer's undecodable name (a lone surrogate) is
+    written as its escape, as the other outputs write it, instead of failing the export."""
+    with open(tmp_path / "t.pftrace", "wb") as f:
+        assert write_perfetto([[_rec(1, 0, 5, op_name="\ud800x", op_type="T\udfff", service="s\ud800")]], f) == 1
+    tp.load(tmp_path / "t.pftrace")
+    assert tp.query("select name, category as cat from slice") == [{"name": "\\ud800x", "cat": "T\\udfff"}]
+    assert tp.query("select name from process where pid = 1") == [{"name": "s\\ud800 (pid 1) @h"}]

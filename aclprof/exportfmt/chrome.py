@@ -20,9 +20,10 @@ import json
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from .tracks import gather, lane_name
+from .tracks import Gathered, gather, lane_name
 
-__all__ = ["LANE_TID_BASE", "TID_STRIDE", "format_us", "json_string", "meta_json", "short_us", "write_chrome"]
+__all__ = ["LANE_TID_BASE", "TID_STRIDE", "format_us", "json_string", "meta_json", "short_us", "write_chrome",
+           "write_chrome_gathered"]
 
 TID_STRIDE = 100000
 #: tids of the extra threads of overlapping ops: LANE_TID_BASE + n (n-th of the process)
@@ -74,7 +75,12 @@ def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator
     """Export records (daemon/PROTOCOL.md "record" objects) as one Trace Event Format file;
     the count of records written. Names are written as given (JSON-escaped, UTF-8:
     :func:`json_string`)."""
-    g = gather(batches)
+    return write_chrome_gathered(gather(batches), out, generator)
+
+
+def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof export") -> int:
+    """:func:`write_chrome` of records already read by :func:`.tracks.gather` (the flight
+    recorder writes two traces of them)."""
     out.write('{"displayTimeUnit":"ns","otherData":{"generator":%s,' % json.dumps(generator) +
               '"clock":"the ACL library\'s op timestamps (the device clock; CLOCK_MONOTONIC on the mock)"},'
               '"traceEvents":[\n')

@@ -25,9 +25,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, BinaryIO
 
-from .tracks import Slice, gather, lane_name
+from .tracks import Gathered, Slice, gather, lane_name
 
-__all__ = ["PACKETS_PER_WRITE", "SEQUENCE_ID", "MissingDependency", "trace_class", "write_perfetto"]
+__all__ = ["PACKETS_PER_WRITE", "SEQUENCE_ID", "MissingDependency", "trace_class", "utf8_text", "write_perfetto",
+           "write_perfetto_gathered"]
 
 #: packets serialized per write (one Trace message each)
 PACKETS_PER_WRITE = 4096
@@ -56,8 +57,13 @@ def write_perfetto(batches: Iterable[list[dict[str, Any]]], out: BinaryIO) -> in
     """Export records (daemon/PROTOCOL.md "record" objects) as one Perfetto protobuf trace;
     the count of records written. Raises :class:`MissingDependency` before reading any
     record if PyPI ``perfetto`` is missing."""
+    trace_class()
+    return write_perfetto_gathered(gather(batches), out)
+
+
+def write_perfetto_gathered(g: Gathered, out: BinaryIO) -> int:
+    """:func:`write_perfetto` of records already read by :func:`.tracks.gather`."""
     trace_cls = trace_class()
-    g = gather(batches)
     trace = trace_cls()
     packets = trace.packet
 
@@ -78,7 +84,7 @@ def write_perfetto(batches: Iterable[list[dict[str, Any]]], out: BinaryIO) -> in
         td = p.track_descriptor
         td.uuid = process_uuid[pid] = len(process_uuid) + 1
         td.process.pid = pid
-        td.process.process_name = name
+        td.process.process_name = utf8_text(name)
     names: dict[str, int] = {}
     cats: dict[str, int] = {}
     next_uuid = len(process_uuid) + 1
@@ -111,6 +117,16 @@ def write_perfetto(batches: Iterable[list[dict[str, Any]]], out: BinaryIO) -> in
     return g.count
 
 
+def utf8_text(s: str) -> str:
+    """``s`` as a protobuf string may hold it (valid UTF-8): a lone surrogate (a peer's
+    undecodable name) becomes its ``\\udXXX`` escape, as the other outputs write it."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _begin(p: Any, s: Slice, uuid: int, names: dict[str, int], cats: dict[str, int]) -> None:
     p.timestamp = s.start
     p.trusted_packet_sequence_id = SEQUENCE_ID
@@ -124,13 +140,13 @@ def _begin(p: Any, s: Slice, uuid: int, names: dict[str, int], cats: dict[str, i
     if iid is None:
         iid = names[name] = len(names) + 1
         e = p.interned_data.event_names.add()
-        e.iid, e.name = iid, name
+        e.iid, e.name = iid, utf8_text(name)
     te.name_iid = iid
     cid = cats.get(cat)
     if cid is None:
         cid = cats[cat] = len(cats) + 1
         c = p.interned_data.event_categories.add()
-        c.iid, c.name = cid, cat
+        c.iid, c.name = cid, utf8_text(cat)
     te.category_iids.append(cid)
 
 
