@@ -134,8 +134,9 @@ def test_chrome_keypoints_show_the_step_and_a_missing_duration_is_end_minus_star
     n, doc = _chrome([[rec, kp], [bare]])
     assert n == 3
     ops = [e for e in doc["traceEvents"] if e["ph"] == "X"]
+    # one thread (pid 1, device 0, model 0): its slices in start order
     assert [(e["name"], e["cat"], e["ts"], e["dur"]) for e in ops] == [
-        ("c", "Conv", 4.0, 5.0), ("step", "step", 9.0, 0.0), ("?", "?", 0.0, 0.0)]
+        ("?", "?", 0.0, 0.0), ("c", "Conv", 4.0, 5.0), ("step", "step", 9.0, 0.0)]
     assert {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "process_name"} == {"process (pid 1) @?"}
 
 
@@ -260,6 +261,6 @@ def test_chrome_reads_left_out_fields_as_zero_and_prefers_the_records_duration()
     n, doc = _chrome([[{"start": 1000, "end": 9000, "duration_ns": 3000}, {"op_name": "x"}]])
     assert n == 2
     ops = [(e["pid"], e["tid"], e["ts"], e["dur"]) for e in doc["traceEvents"] if e["ph"] == "X"]
-    assert ops == [(0, 0, 1.0, 3.0), (0, 0, 0.0, 0.0)]
+    assert ops == [(0, 0, 0.0, 0.0), (0, 0, 1.0, 3.0)]  # one thread: in start order
     assert doc["otherData"]["clock"] == ("the ACL library's op timestamps (the device clock; CLOCK_MONOTONIC on "
                                          "the mock)")

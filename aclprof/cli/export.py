@@ -11,6 +11,12 @@ the directories torch_npu's profiler writes (``ascend``).
   complete event (``ph: "X"``, ``ts``/``dur`` in microseconds of the library's clock) per
   record; one process per inference process (``pid``), one thread per device and model
   (``tid = device * 100000 + model``), named by metadata events.
+- ``kineto``: the Chrome trace shaped as PyTorch's profiler writes it (ops as ``kernel``
+  events named by op type, one stream per process and model), for HTA
+  (:mod:`aclprof.exportfmt.kineto`).
+- ``perfetto``: Perfetto's native protobuf trace (TrackEvent; the same tracks as
+  ``chrome``), exact nanoseconds, for large windows (:mod:`aclprof.exportfmt.perfetto`;
+  needs PyPI ``perfetto``: ``pip install 'aclprof[perfetto]'``).
 - ``jsonl``: one record per line, as in ``daemon/PROTOCOL.md``.
 - ``pprof``: a gzipped pprof profile (``go tool pprof``, Pyroscope, speedscope): sample types
   calls/count and device time/nanoseconds, stacks service <- model <- op type <- op name
@@ -42,14 +48,17 @@ from aclprof.cli.staging import create_file as create_staging_file
 from aclprof.cli.staging import sweep as sweep_staging
 from aclprof.exportfmt.chrome import write_chrome
 from aclprof.exportfmt.jsonl import write_jsonl
+from aclprof.exportfmt.kineto import write_kineto
 from aclprof.exportfmt.opcsv import write_csv
 from aclprof.exportfmt.pprof import write_pprof
+from aclprof.exportfmt.perfetto import MissingDependency, trace_class, write_perfetto
 
 __all__ = ["add_parser", "cmd_export"]
 
 _EXAMPLES = """examples:
   aclprof export --since -5m --format csv -o op_statistic.csv
   aclprof export --since '1h ago' --until '30m ago' --format chrome -o trace.json   # open in ui.perfetto.dev
+  aclprof export --since -1h --format perfetto -o trace.pftrace   # large windows: opens ~fast in ui.perfetto.dev
   aclprof export --since 2026-11-29T10:00:00 --until 2026-11-29T10:05:00 --format jsonl --type Conv
   aclprof export --since 1764410000 --format jsonl | wc -l
   aclprof export --since -10m --format ascend -o prof-after/   # msprof-analyze compare -d prof-after/...
@@ -62,13 +71,15 @@ times: ISO 8601 (local time unless it has an offset or Z), Unix seconds, now, or
 
 
 def add_parser(sub: Any, fmt: Any) -> None:
-    p = sub.add_parser("export", help="export kept records (csv, chrome trace, jsonl, ascend, pprof, msmonitor-db)",
-                       formatter_class=fmt,
-                       description=__doc__.split("\n\n", 1)[1] if __doc__ else None, epilog=_EXAMPLES)
+    p = sub.add_parser("export", help="export kept records (csv, chrome/perfetto/kineto trace, jsonl, ascend, pprof, "
+                                      "msmonitor-db)",
+                       formatter_class=fmt, description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+                       epilog=_EXAMPLES)
     p.add_argument("--since", type=point_in_time, metavar="T", default=None,
                    help="first receive time (default: the oldest kept record)")
     p.add_argument("--until", type=point_in_time, metavar="T", default=None, help="last receive time (default: now)")
-    p.add_argument("--format", choices=("csv", "chrome", "jsonl", "ascend", "pprof", "msmonitor-db"), required=True,
+    p.add_argument("--format", choices=("csv", "chrome", "kineto", "perfetto", "jsonl", "ascend", "pprof", "msmonitor-db"),
+                   required=True,
                    help="output format")
     p.add_argument("-o", "--output", metavar="PATH", default=None, type=output_path,
                    help="output file, '-' for stdout (default: stdout); a symlink is followed, a FIFO or "
@@ -93,8 +104,9 @@ class _TextSink:
 
 
 _WRITERS: dict[str, Callable[[Any, Any], int]] = {"csv": write_csv, "chrome": write_chrome, "jsonl": write_jsonl,
+                                                  "kineto": write_kineto, "perfetto": write_perfetto,
                                                   "pprof": write_pprof}
-_BINARY = ("jsonl", "pprof")  # written as bytes
+_BINARY = ("jsonl", "perfetto", "pprof")  # written as bytes
 
 
 class _Output:
@@ -200,6 +212,11 @@ def cmd_export(args: argparse.Namespace) -> int:
         # gzip data: never onto a terminal, and a text-only stdout (embedding) cannot take it
         if getattr(sys.stdout, "buffer", None) is None or sys.stdout.isatty():
             raise CliError("--format pprof writes binary data: give -o FILE, or redirect stdout to a file or pipe", 2)
+    if args.format == "perfetto":
+        try:
+            trace_class()  # before the daemon is asked and a file is created
+        except MissingDependency as exc:
+            raise CliError(f"aclprof export --format perfetto: {exc}", 2) from None
     output: _Output | None = None
     client: Any = None
     try:

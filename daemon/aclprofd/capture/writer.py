@@ -14,6 +14,9 @@ byte budget is spent on the one that regressed), and writes into the capture dir
 
 - ``ascend/``: torch_npu's directories, one per process (:mod:`aclprof.exportfmt.ascend`);
 - ``trace.json``: the Chrome trace (:mod:`aclprof.exportfmt.chrome`);
+- ``trace.pftrace``: the same tracks as Perfetto's protobuf trace (:mod:`aclprof.exportfmt.perfetto`:
+  exact ns, loads faster), when PyPI ``perfetto`` is installed beside the daemon; otherwise
+  ``capture.json`` ``files.perfetto`` is null and ``files.perfetto_missing`` says why;
 - ``capture.json``: the flag (key, shift and its interval), the window, record counts.
 
 Bounds: each record's bytes in the three outputs are computed from its values
@@ -26,6 +29,7 @@ Records held in memory while reading are bounded the same way (``_HOLD``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -39,19 +43,31 @@ from typing import Any
 import numpy as np
 
 from aclprof.exportfmt.ascend import AscendWriter, span_openers
-from aclprof.exportfmt.chrome import write_chrome
+from aclprof.exportfmt.chrome import write_chrome_gathered
+from aclprof.exportfmt.perfetto import MissingDependency, trace_class, write_perfetto_gathered
+from aclprof.exportfmt.tracks import gather
 from aclprof.protocol.safetext import safe
 from aclprof.protocol.wire import HEADER, Kind
 
 from ..atomicfile import DIR_MODE, FILE_MODE, create_file, private_dir
 from ..records import NameJson, encode_frames, identity_head
 from ..storage import read_segment
-from .size import overhead, record_costs, span_costs
+from .size import overhead, pftrace_names, record_costs, span_costs
 
 __all__ = ["Job", "Outcome", "Aborted", "write_capture", "estimate", "job_to_json", "job_from_json", "main"]
 
 _HOLD = 1.25  # records held while reading: at most this many times what the byte bound takes
 _BATCH = 2048  # records per formatting batch (the stop flag is checked between batches)
+
+
+@functools.cache
+def pftrace_missing() -> str | None:
+    """Why trace.pftrace cannot be written (PyPI perfetto missing), or None."""
+    try:
+        trace_class()
+    except MissingDependency as exc:
+        return str(exc)
+    return None
 
 
 class Aborted(Exception):
@@ -84,6 +100,7 @@ class Outcome:
     processes: int = 0
     segments_gone: int = 0  # deleted by the storage caps before they were read
     read_problems: list[str] = field(default_factory=list)
+    perfetto_missing: str | None = None  # why trace.pftrace was not written
 
 
 @dataclass
@@ -152,7 +169,7 @@ def _take(parts: list[_Part], ch: Any, out: Outcome) -> _Part:
     """Append a chunk's records with their estimated bytes."""
     meta = ch.meta
     pid = int(meta.get("pid", 0))
-    base = record_costs(ch.records, pid, _name_costs(ch.names))
+    base = record_costs(ch.records, pid, _name_costs(ch.names), pftrace=pftrace_missing() is None)
     part = _Part(str(meta.get("host", "")), pid, meta.get("service"), ch.names, ch.records, ch.ts, base, base)
     parts.append(part)
     out.found += len(ch.records)
@@ -206,7 +223,12 @@ def _overhead(parts: list[_Part]) -> int:
     types = {(p.host, p.pid, int(x)) for p in parts for x in np.unique(p.records["op_type"]).tolist()}
     threads = {(p.host, p.pid, int(x)) for p in parts  # (device, model): named by metadata events
                for x in np.unique(p.records["device_id"].astype(np.int64) << 32 | p.records["model_id"]).tolist()}
-    return overhead(len(procs), len(types), len(threads))
+    names: set[str] = set()
+    if pftrace_missing() is None:
+        for p in parts:
+            for col in ("op_name", "op_type"):
+                names.update(p.names.get(int(i), f"#{i}") for i in np.unique(p.records[col]).tolist())
+    return overhead(len(procs), len(types), len(threads)) + pftrace_names(names)
 
 
 def _fit(parts: list[_Part], t: float, allowance: int, out: Outcome) -> None:
@@ -283,8 +305,14 @@ def write_capture(job: Job, root: str, room: Callable[[int], tuple[str, int]], s
                         ascend.add(batch)
                         yield batch
                 with open(create_file(os.path.join(staging, "trace.json")), "w", encoding="utf-8", newline="") as f:
-                    out.written = write_chrome(both(), f, generator="aclprofd flight recorder")
+                    g = gather(both())
+                    out.written = write_chrome_gathered(g, f, generator="aclprofd flight recorder")
                 ascend.finish()
+                out.perfetto_missing = pftrace_missing()
+                if out.perfetto_missing is None:
+                    with open(create_file(os.path.join(staging, "trace.pftrace")), "wb") as fb:
+                        write_perfetto_gathered(g, fb)
+                del g
             finally:
                 ascend.close()
             out.processes = ascend.processes
@@ -376,7 +404,8 @@ def _document(job: Job, name: str, out: Outcome) -> dict[str, Any]:
                     "read_problems": out.read_problems[:10]},
         "truncated": out.truncated > 0,
         "files": {"ascend": "ascend/ (one <host>_<pid>_<time>_ascend_pt directory per process)",
-                  "chrome": "trace.json"},
+                  "chrome": "trace.json", "perfetto": None if out.perfetto_missing else "trace.pftrace",
+                  "perfetto_missing": out.perfetto_missing},
     }
 
 

@@ -1,0 +1,162 @@
+"""Perfetto's native protobuf trace (``.pftrace``: a ``Trace`` of ``TracePacket``s with
+``TrackEvent``s) of export records: ``aclprof export --format perfetto``.
+
+The same tracks as the Chrome trace (:mod:`.chrome`, :mod:`.tracks`): a process track per
+inference process, a thread track per device and model (and per extra lane of overlapping
+ops), one slice per record (a ``SLICE_BEGIN`` and a ``SLICE_END`` packet) named by the op
+name with the op type as its category; a step keypoint is a ``step`` slice (category
+``step``) on its model's thread, the ops of the step nested under it. Times are the
+records' nanoseconds, exact at any value (JSON is read as doubles: exact up to 2^52 ns).
+Names and categories are interned (sent once per trace), so a record costs ~20 bytes.
+
+Why this format: exact times and names at any value (Perfetto's JSON importer reads numbers
+as doubles and keeps most escapes), ~4.4x smaller files (40 bytes per record against ~175),
+and no JSON size limit (MindStudio Insight advises against JSON of more than 1 GB). Not load
+speed: measured in the same trace processor (tests/bench/bench_trace_load.py, 1M records),
+it loads in about the time the JSON takes (7.9 against 8.3 CPU s per million; 1.0-1.4x over
+100k-1M records): the engine's per-event cost, not parsing, dominates both.
+
+Encoding: the message classes PyPI ``perfetto`` ships (``perfetto_trace_pb2``, generated
+from Perfetto's published protos; ``pip install 'aclprof[perfetto]'``), serialized by the
+``protobuf`` package, a ``Trace`` of up to :data:`PACKETS_PER_WRITE` packets at a time
+(a ``Trace``'s bytes are its packets' field-1 records, so the pieces concatenate into one
+trace).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, BinaryIO
+
+from .tracks import Gathered, Slice, gather, lane_name
+
+__all__ = ["PACKETS_PER_WRITE", "SEQUENCE_ID", "MissingDependency", "trace_class", "utf8_text", "write_perfetto",
+           "write_perfetto_gathered"]
+
+#: packets serialized per write (one Trace message each)
+PACKETS_PER_WRITE = 4096
+#: our one packet sequence (interned names and categories are per sequence)
+SEQUENCE_ID = 1
+_CLEARED = 1  # TracePacket.SEQ_INCREMENTAL_STATE_CLEARED
+_NEEDS_STATE = 2  # TracePacket.SEQ_NEEDS_INCREMENTAL_STATE
+
+
+class MissingDependency(RuntimeError):
+    """PyPI ``perfetto`` (its protobuf classes) is not installed."""
+
+
+def trace_class() -> Any:
+    """PyPI perfetto's ``Trace`` message class; :class:`MissingDependency` if it is missing."""
+    try:
+        from perfetto.protos.perfetto.trace.perfetto_trace_pb2 import Trace  # type: ignore[import-untyped,unused-ignore]
+    except ImportError as exc:
+        raise MissingDependency(
+            "the Perfetto protobuf trace needs PyPI 'perfetto' (its TrackEvent message classes): "
+            f"pip install 'aclprof[perfetto]' ({exc})") from None
+    return Trace
+
+
+def write_perfetto(batches: Iterable[list[dict[str, Any]]], out: BinaryIO) -> int:
+    """Export records (daemon/PROTOCOL.md "record" objects) as one Perfetto protobuf trace;
+    the count of records written. Raises :class:`MissingDependency` before reading any
+    record if PyPI ``perfetto`` is missing."""
+    trace_class()
+    return write_perfetto_gathered(gather(batches), out)
+
+
+def write_perfetto_gathered(g: Gathered, out: BinaryIO) -> int:
+    """:func:`write_perfetto` of records already read by :func:`.tracks.gather`."""
+    trace_cls = trace_class()
+    trace = trace_cls()
+    packets = trace.packet
+
+    def flush() -> None:
+        nonlocal trace, packets
+        if len(packets):
+            out.write(trace.SerializeToString())
+            trace = trace_cls()
+            packets = trace.packet
+
+    first = packets.add()
+    first.trusted_packet_sequence_id = SEQUENCE_ID
+    first.sequence_flags = _CLEARED
+    process_uuid: dict[int, int] = {}
+    for pid, name in g.processes.items():
+        p = packets.add()
+        p.trusted_packet_sequence_id = SEQUENCE_ID
+        td = p.track_descriptor
+        td.uuid = process_uuid[pid] = len(process_uuid) + 1
+        td.process.pid = pid
+        td.process.process_name = utf8_text(name)
+    names: dict[str, int] = {}
+    cats: dict[str, int] = {}
+    next_uuid = len(process_uuid) + 1
+    tid_of: dict[tuple[int, int, int, int], int] = {}
+    for pid, device, model, lane, slices in g.lanes():
+        next_uuid += 1
+        uuid = next_uuid
+        p = packets.add()
+        p.trusted_packet_sequence_id = SEQUENCE_ID
+        td = p.track_descriptor
+        td.uuid = uuid
+        td.parent_uuid = process_uuid[pid]
+        td.thread.pid = pid
+        # a tid unique in the process: Perfetto merges threads by (pid, tid)
+        td.thread.tid = tid_of.setdefault((pid, device, model, lane), len(tid_of) + 1)
+        td.thread.thread_name = lane_name(device, model, lane)
+        stack: list[int] = []  # ends of the open slices (the lane nests properly)
+        for s in slices:
+            while stack and stack[-1] <= s.start:
+                _end(packets.add(), stack.pop(), uuid)
+            _begin(packets.add(), s, uuid, names, cats)
+            stack.append(s.start + s.dur)
+            if len(packets) >= PACKETS_PER_WRITE:
+                flush()
+        while stack:
+            _end(packets.add(), stack.pop(), uuid)
+        if len(packets) >= PACKETS_PER_WRITE:
+            flush()
+    flush()
+    return g.count
+
+
+def utf8_text(s: str) -> str:
+    """``s`` as a protobuf string may hold it (valid UTF-8): a lone surrogate (a peer's
+    undecodable name) becomes its ``\\udXXX`` escape, as the other outputs write it."""
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _begin(p: Any, s: Slice, uuid: int, names: dict[str, int], cats: dict[str, int]) -> None:
+    p.timestamp = s.start
+    p.trusted_packet_sequence_id = SEQUENCE_ID
+    p.sequence_flags = _NEEDS_STATE
+    te = p.track_event
+    te.type = 1  # TYPE_SLICE_BEGIN
+    te.track_uuid = uuid
+    name = "step" if s.keypoint else s.name
+    cat = "step" if s.keypoint else s.op_type
+    iid = names.get(name)
+    if iid is None:
+        iid = names[name] = len(names) + 1
+        e = p.interned_data.event_names.add()
+        e.iid, e.name = iid, utf8_text(name)
+    te.name_iid = iid
+    cid = cats.get(cat)
+    if cid is None:
+        cid = cats[cat] = len(cats) + 1
+        c = p.interned_data.event_categories.add()
+        c.iid, c.name = cid, utf8_text(cat)
+    te.category_iids.append(cid)
+
+
+def _end(p: Any, ts: int, uuid: int) -> None:
+    p.timestamp = ts
+    p.trusted_packet_sequence_id = SEQUENCE_ID
+    p.sequence_flags = _NEEDS_STATE
+    te = p.track_event
+    te.type = 2  # TYPE_SLICE_END
+    te.track_uuid = uuid
