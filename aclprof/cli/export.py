@@ -50,8 +50,8 @@ from aclprof.exportfmt.chrome import write_chrome
 from aclprof.exportfmt.jsonl import write_jsonl
 from aclprof.exportfmt.kineto import write_kineto
 from aclprof.exportfmt.opcsv import write_csv
-from aclprof.exportfmt.pprof import write_pprof
 from aclprof.exportfmt.perfetto import MissingDependency, trace_class, write_perfetto
+from aclprof.exportfmt.pprof import write_pprof
 
 __all__ = ["add_parser", "cmd_export"]
 
@@ -78,9 +78,8 @@ def add_parser(sub: Any, fmt: Any) -> None:
     p.add_argument("--since", type=point_in_time, metavar="T", default=None,
                    help="first receive time (default: the oldest kept record)")
     p.add_argument("--until", type=point_in_time, metavar="T", default=None, help="last receive time (default: now)")
-    p.add_argument("--format", choices=("csv", "chrome", "kineto", "perfetto", "jsonl", "ascend", "pprof", "msmonitor-db"),
-                   required=True,
-                   help="output format")
+    p.add_argument("--format", required=True, help="output format",
+                   choices=("csv", "chrome", "kineto", "perfetto", "jsonl", "ascend", "pprof", "msmonitor-db"))
     p.add_argument("-o", "--output", metavar="PATH", default=None, type=output_path,
                    help="output file, '-' for stdout (default: stdout); a symlink is followed, a FIFO or "
                         "device is written into, a regular file is replaced only once the export is complete. "
