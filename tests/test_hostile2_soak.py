@@ -9,10 +9,15 @@ second's deltas at the tick and merged a slot's parts at the next second's first
 
 from __future__ import annotations
 
+import time
+import urllib.request
 from typing import Any
 
 import numpy as np
 import pytest
+from helpers.daemons import InProcess, agent, status
+from helpers.procs import free_port, wait_for
+from helpers.records import make_records
 
 from aclprof.protocol.quantshift import NBINS
 
@@ -131,3 +136,115 @@ def test_a_window_slot_merges_its_parts_as_they_come() -> None:
     slot.compact()
     assert int(slot.hcount.sum()) == total and len(slot.codes) <= 100 * 50
     assert int(slot.count.sum()) == 2000
+
+
+# ---- item: every daemon-wide table ages out what no live agent feeds (aggregate keys) ----------
+
+def _records(names: list[int], model: int = 1, n_each: int = 3) -> np.ndarray:
+    from aclprof.protocol.wire import RECORD_DTYPE
+
+    r = np.zeros(len(names) * n_each, RECORD_DTYPE)
+    r["model_id"], r["op_type"] = model, 1
+    r["op_name"] = np.repeat(names, n_each)
+    r["duration"] = 1000
+    return r
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_keys_of_a_gone_agent_age_out_and_free_their_room() -> None:
+    """Agent A fills the key table (its share is the whole table) and leaves; agent B's ops
+    count under "(other)". Once A's keys went unfed for the idle timeout they leave
+    (counted, with their records), A's share is given back, and B's next records get keys
+    of their own. On main the keys never go: B's ops stay "(other)" for the daemon's life."""
+    from aclprofd.aggregate.aggregator import Aggregator, KeySource
+
+    clock = _Clock()
+    agg = Aggregator(max_keys=8, windows=(10, 60), clock=clock)
+    a = KeySource("h", 11, "a", owner=(1000, 11))
+    b = KeySource("h", 22, "b", owner=(1001, 22))
+    names = {1: "T"} | {i: f"op{i}" for i in range(2, 12)}
+    agg.ingest(a, _records(list(range(2, 10))), names)  # 8 keys: the table is full
+    agg.ingest(b, _records([10, 11]), names)
+    assert agg.nkeys - 1 == 8 and agg.other_records == 6
+    live = {b.owner}
+    assert agg.age_out(clock.t + 30, 100, live.__contains__, [b]) == 0  # not idle long enough
+    clock.t += 50
+    agg.ingest(a, _records([2]), names)  # A feeds one key later: it stays longer
+    clock.t += 60
+    agg.ingest(b, _records([10, 11]), names)
+    gone = agg.age_out(clock.t, 100, live.__contains__, [b])  # A is not live now
+    assert gone == 7 and agg.aged_out == 7 and agg.aged_out_records == 7 * 3
+    assert agg.nkeys - 1 == 1  # A's key fed 60 s ago stays
+    agg.ingest(b, _records([10, 11]), names)
+    rows = {r["key"]: r["count"] for r in agg.snapshot("all", "name")["rows"]}
+    assert rows["op10"] == 3 and rows["op11"] == 3 and rows["(other)"] == 12 and rows["op2"] == 6
+    assert agg.keys.shares.largest() == 2  # A's share given back for its gone keys
+
+
+def test_renumbered_keys_keep_windows_caches_prometheus_and_the_detector_right() -> None:
+    """After an ageing pass renumbered the keys: the sliding windows, a live sender's cache,
+    the Prometheus counters (never lower: a gone key's counts stay in its series) and the
+    detector's key -> cell table all name the same ops as before."""
+    from aclprofd.aggregate.aggregator import Aggregator, KeySource
+    from aclprofd.detector.state import CellStore
+
+    clock = _Clock()
+    agg = Aggregator(max_keys=100, windows=(10, 60), clock=clock)
+    ident = agg.keys
+    cells = CellStore(lambda k: None if k == ident.other else (ident.service[k] or "", "m", ident.type[k],
+                                                               ident.name[k]), 30, 60)
+    agg.observer = cells.observe
+    agg.on_renumber = cells.renumber_keys
+    names = {1: "T"} | {i: f"op{i}" for i in range(2, 8)}
+    old = KeySource("h", 5, "svc", owner=(1000, 5))    # a process that left
+    new = KeySource("h", 6, "svc", owner=(1000, 6))    # its replacement, same service and ops
+    agg.ingest(old, _records([2, 3, 4, 5]), names)
+    agg.ingest(new, _records([4, 5, 6]), names)
+    before = {lab: (count, sum_ns) for lab, _, count, sum_ns in agg.prometheus_view()}
+    clock.t += 200
+    agg.ingest(new, _records([6, 7]), names)  # fed now: in the newest slot
+    assert agg.age_out(clock.t, 100, {new.owner}.__contains__, [new]) == 4  # the old process's 4 keys
+    after = {lab: (count, sum_ns) for lab, _, count, sum_ns in agg.prometheus_view()}
+    assert after == {lab: (c + 6 * (lab[-1] == "T"), s + 6000 * (lab[-1] == "T")) for lab, (c, s) in before.items()}
+    agg.ingest(new, _records([4, 5, 6, 7]), names)  # through the renumbered cache
+    by_key = {(r["pid"], r["key"]): r["count"] for r in agg.snapshot("all", "process")["rows"]}
+    assert by_key == {(6, "svc/6"): 3 * 3 + 2 * 3 + 4 * 3}
+    win = {r["key"]: r["count"] for r in agg.snapshot("10s", "name")["rows"]}
+    assert win == {"op4": 3, "op5": 3, "op6": 6, "op7": 6}
+    cells.roll(clock.t)
+    hist = dict(zip(cells.cells, cells.cur.sum(axis=1).tolist()))
+    assert hist[("svc", "m", "T", "op7")] == 6 and hist[("svc", "m", "T", "op4")] == 3 + 3 + 3
+
+
+def test_the_daemon_ages_out_a_gone_agents_keys_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    """In a daemon (windows 1 s and 2 s, aggregate_idle_timeout 1 s, looked for at every
+    flush): a gone agent's keys leave, counted in STATUS and /metrics; a live idle agent's
+    keys stay. The setting follows the config's style (file, env, flag; live on SIGHUP)."""
+    from aclprofd import config, server
+
+    monkeypatch.setattr(server, "KEY_AGE_EVERY_S", 0.0)
+    s = config.load({"socket": "/x"}, environ={"ACLPROFD_AGGREGATE_IDLE_TIMEOUT": "90m"})
+    assert s.aggregate_idle_timeout_s == 5400 and config.load({"socket": "/x"}, environ={}).aggregate_idle_timeout_s \
+        == 86400
+    port = free_port()
+    with InProcess(windows="1s,2s", aggregate_idle_timeout_s="1s", prometheus_port=port) as d:
+        # (agents of this test share one owner, this process: one at a time)
+        stays = agent(d.socket, service="stays")
+        stays.send_batch(make_records(100))
+        wait_for(lambda: status(d.socket)["records_total"] == 100)
+        time.sleep(2.5)  # idle past the timeout, connected: its keys stay
+        keys = status(d.socket)["tables"]["aggregate_keys"]
+        assert keys["in_use"] == 2 and keys["evicted"] == 0
+        stays.close()  # gone now: its keys leave
+        keys = wait_for(lambda: (lambda t: t if t["evicted"] == 2 else None)(
+            status(d.socket)["tables"]["aggregate_keys"]), timeout=20)
+        assert keys["in_use"] == 0 and keys["evicted_records"] == 100
+        wait_for(lambda: 'aclprofd_table_evicted_total{table="aggregate_keys"} 2.0' in urllib.request.urlopen(
+            f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode(), timeout=20)

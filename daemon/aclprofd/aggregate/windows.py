@@ -92,6 +92,23 @@ class SlidingWindows:
         # the same second, or the wall clock stepped back: keep adding to the newest slot
         return slots[-1]
 
+    def renumber(self, remap: np.ndarray) -> None:
+        """The keys were renumbered (``remap``: old -> new, -1 for a key gone, which no slot
+        holds: it was not fed within the longest window); the order of the kept keys is
+        unchanged, so the slots stay sorted."""
+        for slot in self.slots:
+            slot.compact()
+            keep = remap[slot.keys] >= 0
+            if not keep.all():
+                slot.keys, slot.count, slot.total, slot.min, slot.max = (
+                    a[keep] for a in (slot.keys, slot.count, slot.total, slot.min, slot.max))
+            slot.keys = narrow(remap[slot.keys])
+            hk, hb = np.divmod(slot.codes.astype(I64), NBINS)
+            new = remap[hk]
+            ok = new >= 0
+            slot.codes = narrow(new[ok] * NBINS + hb[ok])
+            slot.hcount = slot.hcount[ok]
+
     def names(self) -> list[str]:
         """The window names SNAPSHOT accepts besides "all" ("10s", "1m", ...)."""
         return [window_name(w) for w in self.seconds]

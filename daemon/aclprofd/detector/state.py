@@ -205,6 +205,16 @@ class CellStore:
         self.cell_group = cg
         self.cap = cap
 
+    def renumber_keys(self, remap: np.ndarray) -> None:
+        """The aggregator renumbered its keys (``remap``: old -> new, -1 gone): the key ->
+        cell table follows (a gone key's cell stays, for its other keys and its baseline)."""
+        old = self.key_cell
+        n = min(len(old), len(remap))
+        new = np.full(len(old), _UNKNOWN, np.int64)
+        idx = np.flatnonzero(remap[:n] >= 0)
+        new[remap[idx]] = old[idx]
+        self.key_cell = new
+
     # ---- ageing out (the detector's timer) -----------------------------------------------
     def age_out(self, now: float, idle_s: float, live: Callable[[Hashable | None], bool]) -> int:
         """Forget the cells that nothing fed for ``idle_s`` (at least the window, so none is
