@@ -150,10 +150,6 @@ def family_text(out: TextBuilder, family: Any, force: bool = False) -> None:
             out.add(line, 1)
 
 
-#: label sets rendered between two GIL yields (time.sleep(0)): ~1 ms of work
-YIELD_EVERY = 64
-
-
 def histogram_lines(name: str, labels: dict[str, str], cum: Sequence[int], count: int, sum_s: float) -> bytes:
     """The lines of one histogram label set, as generate_latest writes them (labels sorted,
     ``le`` among them)."""
@@ -181,12 +177,7 @@ def histogram_text(out: TextBuilder, name: str, doc: str, label_names: Sequence[
     used: dict[tuple[str, int], tuple[int, int]] = {}
     over: set[tuple[str, int]] = set()
     rows = sorted(zip(owners, series), key=lambda r: r[0][0])
-    for i, ((_, host, pid), (lab, cum, count, sum_ns)) in enumerate(rows):
-        if i % YIELD_EVERY == YIELD_EVERY - 1:
-            # rendering is the scrape thread's Python work (0.1-0.3 s for 40 k series): let
-            # the daemon's loop thread take the GIL now and then, rather than only when the
-            # interpreter's switch interval forces it (a 2x slower loop while rendering)
-            time.sleep(0)
+    for (_, host, pid), (lab, cum, count, sum_ns) in rows:
         agent = (host, pid)
         n, nbytes = used.get(agent, (0, 0))
         if n + SERIES_PER_HISTOGRAM > per_agent:
