@@ -9,6 +9,7 @@ second's deltas at the tick and merged a slot's parts at the next second's first
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.request
 from typing import Any
@@ -248,3 +249,55 @@ def test_the_daemon_ages_out_a_gone_agents_keys_and_says_so(monkeypatch: pytest.
         assert keys["in_use"] == 0 and keys["evicted_records"] == 100
         wait_for(lambda: 'aclprofd_table_evicted_total{table="aggregate_keys"} 2.0' in urllib.request.urlopen(
             f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode(), timeout=20)
+
+
+def test_a_trace_reply_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TRACE_DONE that completes a trace of 20 processes with ~1.5 MB of JSON each: the
+    daemon JSON-encodes about the reply's bytes, not twice them (main: the processes were
+    encoded to fit the reply budget, then the whole reply again: ~105 ms of the loop's CPU
+    for 11.8 MB in the soak's trace_paths)."""
+    import json
+
+    from helpers.daemons import Client
+
+    from aclprof.protocol.wire import Kind
+
+    encoded = [0]
+    real = json.dumps
+    loop: list[threading.Thread] = []
+
+    def counting(obj: Any, *a: Any, **k: Any) -> str:
+        text = real(obj, *a, **k)
+        if threading.current_thread() in loop:  # the daemon's, not this test's agents'
+            encoded[0] += len(text)
+        return text
+
+    ctrl = "\x01\x02\x1b" * 1266
+    with InProcess() as d:
+        loop.append(d.thread)
+        agents = [agent(d.socket, service="svc") for _ in range(20)]
+        c = Client(d.socket)
+        c.send_json(Kind.TRACE, {"service": "svc", "duration_s": 0.1})
+        tids = []
+        for a in agents:
+            while True:
+                kind, payload = a.recv()
+                if kind == Kind.TRACE_START:
+                    break
+            tids.append(json.loads(bytes(payload))["trace_id"])
+        monkeypatch.setattr(json, "dumps", counting)
+        for i, (a, tid) in enumerate(zip(agents, tids)):
+            dirs = [f"/{i}/{j}/" + ctrl for j in range(64)]
+            a.send_json(Kind.TRACE_DONE, {"trace_id": tid, "dirs": dirs, "pause_ns": 0, "session_ns": 0,
+                                          "paused_ts": None, "resumed_ts": None, "models": [], "gap_records": None,
+                                          "error": None})
+        c.sock.settimeout(30)
+        kind, payload = c.recv()
+        monkeypatch.undo()
+        assert kind == Kind.TRACE_REPLY, kind
+        reply = json.loads(bytes(payload))
+        assert reply["processes"] and len(reply["processes"]) + reply["truncated"]["processes"] == 20
+        assert encoded[0] < 1.5 * len(payload), (encoded[0], len(payload))
+        c.close()
+        for a in agents:
+            a.close()
