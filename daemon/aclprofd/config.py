@@ -229,6 +229,7 @@ class Settings:
     max_keys_per_uid: int = 5000
     max_cells_per_uid: int = 2048
     table_idle_timeout_s: float = 600.0
+    aggregate_idle_timeout_s: float = 86400.0
     admin_group: str | None = None
     #: a traced process that has not answered when every other one has (and the duration is
     #: over) is given this long more, then reported as silent (aclprofd.trace; issue 19)
@@ -360,6 +361,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("table_idle_timeout_s", "table_idle_timeout", "ACLPROFD_TABLE_IDLE_TIMEOUT", "--table-idle-timeout",
            parse_duration, True,
            "forget a detector cell whose agent is gone and that nothing fed this long (default 10m)"),
+    Option("aggregate_idle_timeout_s", "aggregate_idle_timeout", "ACLPROFD_AGGREGATE_IDLE_TIMEOUT",
+           "--aggregate-idle-timeout", parse_duration, True,
+           "forget an aggregate key (its since-start figures) whose agent is gone and that nothing fed this long "
+           "(default 24h, at least the longest window)"),
     Option("admin_group", "admin_group", "ACLPROFD_ADMIN_GROUP", "--admin-group", _opt_str, True,
            "members may send control requests besides STATUS (export, reset, snapshot, stream), as may "
            "root and the daemon's user"),

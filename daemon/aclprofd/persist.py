@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any, Protocol
 
 import structlog
@@ -20,6 +21,10 @@ from .storage import Storage
 __all__ = ["Persistence", "AGGREGATES_FILE", "StorageHolder"]
 
 AGGREGATES_FILE = "aggregates.npz"
+#: the aggregates are saved at most this often (and at a clean stop and a RESET): a save at
+#: every 1 s flush under steady traffic was a state copy on the loop and a writer thread
+#: encoding every key each second, competing with the loop for the GIL and the CPU (issue 19)
+AGGREGATES_SAVE_S = 10.0
 _log = structlog.get_logger("aclprofd")
 
 
@@ -40,6 +45,7 @@ class Persistence:
         self.data_dir = data_dir
         self._writer: threading.Thread | None = None  # the save being written (one at a time)
         self._outcome: tuple[int, BaseException | None] | None = None  # its result, for the loop
+        self._last_save = -AGGREGATES_SAVE_S  # monotonic time of the last save begun
 
     def store(self, conn: Conn) -> None:
         """Write ``conn``'s received batches to the current segment."""
@@ -89,6 +95,10 @@ class Persistence:
         agg = self.aggregator
         if self._writer is not None or not agg.dirty:
             return
+        now = time.monotonic()
+        if not wait and now < self._last_save + AGGREGATES_SAVE_S:
+            return
+        self._last_save = now
         changes, arrays, meta = agg.save_state()
         if wait:
             self._write(changes, arrays, meta)

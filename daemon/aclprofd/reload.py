@@ -83,6 +83,7 @@ def apply_reload(d: ReloadTarget, reload: Callable[[], Settings] | None) -> None
         d.storage.max_age_s = d.storage.losses.max_age_s = applied.max_age_s
     if d.metrics is not None:
         d.metrics.by_name = applied.prometheus_op_name
+    d.aggregator.prom_by_name = applied.prometheus_op_name
     limits = d.transport.limits
     limits.max_control, limits.control_idle_s = applied.max_control_connections, applied.control_idle_timeout_s
     limits.agent_idle_s, limits.max_agents_per_uid = applied.agent_idle_timeout_s, applied.max_agent_connections_per_uid

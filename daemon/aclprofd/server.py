@@ -56,6 +56,7 @@ __all__ = ["Daemon", "DaemonError", "serve", "sd_notify", "PROTOCOL_VERSION", "A
 _log = structlog.get_logger("aclprofd")
 
 _HELLO_TIMEOUT_S = 10.0         # a connection that has not said HELLO by then is closed
+KEY_AGE_EVERY_S = 10.0          # aggregate keys of gone agents are looked for this often (at a flush)
 DRAIN_S = 1.0                   # at a graceful stop, read what agents wrote for at most this long
 
 
@@ -93,6 +94,8 @@ class Daemon:
         self.aggregator = Aggregator(settings.max_keys, settings.windows,
                                      max_keys_per_agent=settings.max_keys_per_agent,
                                      max_keys_per_uid=settings.max_keys_per_uid)
+        self.aggregator.prom_by_name = settings.prometheus_op_name
+        self._next_key_age = 0.0
         self.persist = Persistence(self, self.aggregator, self.health, settings.data_dir)
         self.fanout = Fanout(self, t, self.counters, self.memory)
         self.ingest = Ingest(self.counters, self.health, self.aggregator, self.persist, self.fanout, self.memory,
@@ -318,6 +321,19 @@ class Daemon:
         conn.names, conn.names_order, conn.names_json, conn.names_bytes = {}, [], {}, 0
         conn.out = OutQueue()
 
+    def _age_keys(self, mono: float) -> None:
+        """Every ``KEY_AGE_EVERY_S``: the aggregate keys of gone agents that nothing fed for
+        ``aggregate_idle_timeout`` leave (aclprofd.aggregate.aggregator.Aggregator.age_out)."""
+        if mono < self._next_key_age:
+            return
+        self._next_key_age = mono + KEY_AGE_EVERY_S
+        live = self._agent_owners()
+        sources = [c.keysrc for c in self.transport.conns.values() if c.keysrc is not None and not c.closed]
+        gone = self.aggregator.age_out(time.time(), self.settings.aggregate_idle_timeout_s, live.__contains__,
+                                       sources)
+        if gone:
+            _log.info("aggregate keys aged out", keys=gone, idle_timeout_s=self.settings.aggregate_idle_timeout_s)
+
     def _on_protocol_error(self, conn: Conn) -> None:
         if not conn.refused:  # a refused request is logged by authz.authorize, not counted
             self.counters.protocol_errors += 1
@@ -335,6 +351,7 @@ class Daemon:
             elif conn.role is None and mono - conn.connected > _HELLO_TIMEOUT_S:
                 t.fail(conn, f"no HELLO within {_HELLO_TIMEOUT_S:g} s")
         t.limits.reap_idle(mono)
+        self._age_keys(mono)
         self.storage.flush()
         self.persist.save_aggregates()
         self.socket_file.check()

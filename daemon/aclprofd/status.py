@@ -299,7 +299,8 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
                    for a in t.conns.values() if a.role == "agent")
     open_all, open_control, open_anon = t.open_counts()
     open_agents, agents_largest_uid = t.limits.agent_counts()
-    tables = {"aggregate_keys": {"cap": agg.max_keys, "in_use": agg.nkeys - 1, **agg.keys.shares.stats()},
+    tables = {"aggregate_keys": {"cap": agg.max_keys, "in_use": agg.nkeys - 1, **agg.keys.shares.stats(),
+                                 "evicted": agg.aged_out, "evicted_records": agg.aged_out_records},
               "detector_cells": d.detection.table_stats()}
     return CountersSnapshot(
         taken_ts=now, uptime_s=round(mono - d.started_mono, 3), records_total=c.records_total,

@@ -685,6 +685,13 @@ def main(argv: list[str] | None = None) -> int:
     table(["worst STATUS round trips ms", "attacks running then"], [
         (f"{rtts[i] * 1e3:.0f}", ", ".join(sorted({n for n, a, b in spans if a <= rtt_at[i] + rtts[i] and b >= rtt_at[i]}))
          or "none") for i in worst])
+    per_attack: dict[str, list[float]] = {}
+    for i, rtt in enumerate(rtts):  # each round trip counts for every attack running during it
+        for n, a, b in spans:
+            if a <= rtt_at[i] + rtt and b >= rtt_at[i]:
+                per_attack.setdefault(n, []).append(rtt)
+    table(["attack", "STATUS round trips during it", "worst ms", "p99 ms"],
+          [(n, len(v), f"{max(v) * 1e3:.0f}", f"{pct(v, 99) * 1e3:.0f}") for n, v in sorted(per_attack.items())])
     if probe_failures:
         print("probe connection lost:", sorted(set(probe_failures)))
     shutil.rmtree(tmp, ignore_errors=True)

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -79,7 +79,7 @@ class Aggregator:
         self._clock = clock
         self._lock = threading.Lock()
         self.started_ts = clock()
-        # never shrinks; keys survive a reset so the connections' caches stay valid
+        # keys survive a reset (the connections' caches stay valid); age_out renumbers them
         self.keys = KeyRegistry(self.max_keys, self._grow_stats, max_keys_per_agent, max_keys_per_uid)
         self.other_key = self.keys.other
         self.groupings = Groupings()  # used under the lock
@@ -90,6 +90,17 @@ class Aggregator:
         # Prometheus series are never reset (RESET only restarts what `aclprof top` shows)
         self.prom = np.zeros((cap, NPROM), I64)
         self.prom_sum = np.zeros(cap, I64)
+        #: per key: when a record last came (the aggregator's clock; loaded keys: the load)
+        self.last_fed = np.zeros(cap, np.float64)
+        #: keys aged out (age_out) and their since-start records left with them
+        self.aged_out = 0
+        self.aged_out_records = 0
+        #: the Prometheus series /metrics renders are by op name too (the daemon sets it): an
+        #: aged-out key's counts stay in a key of the series it fed, so no counter goes back
+        self.prom_by_name = False
+        #: called (loop thread, under the lock) with ``remap`` (old key -> new, -1 gone)
+        #: after age_out renumbered the keys: the detector's key -> cell table
+        self.on_renumber: Callable[[np.ndarray], None] | None = None
         self._zero_since_start()
         self._saved_changes = self._changes  # nothing to save until something happens
         #: called (loop thread) with each batch's (key * NBINS + bin, count) deltas: the detector
@@ -119,6 +130,9 @@ class Aggregator:
         self.hist = grow(self.hist, old, (cap, NBINS))
         self.prom = grow(self.prom, old, (cap, NPROM))
         self.prom_sum = grow(self.prom_sum, old, cap)
+        last = np.zeros(cap, np.float64)
+        last[:old] = self.last_fed[:old]
+        self.last_fed = last
 
     # ---- ingestion ----------------------------------------------------------------------
     def ingest(self, src: KeySource, records: np.ndarray, names: dict[int, str],
@@ -170,6 +184,7 @@ class Aggregator:
             pk, pb = np.divmod(hcodes, NBINS)
             np.add.at(self.prom, (pk, prom_bucket(pb)), hcount)
             np.add.at(self.prom_sum, gkeys, total)
+            self.last_fed[gkeys] = now
             other = gkeys == self.other_key
             if other.any():
                 self.other_records += int(count[other].sum())
@@ -182,6 +197,70 @@ class Aggregator:
         """Start the aggregates again (since-start and windows; Prometheus series continue)."""
         with self._lock:
             self._zero_since_start()
+
+    # ---- ageing out -----------------------------------------------------------------------
+    def age_out(self, now: float, idle_s: float, live: Callable[[Any], bool],
+                sources: Iterable[KeySource] = ()) -> int:
+        """Forget the keys that nothing fed for ``idle_s`` (at least the longest window, so
+        no slot holds them) and whose owner (:attr:`KeyRegistry.owner`) is not ``live``
+        (None, a key loaded from disk, is not); the "other" key stays. Their since-start
+        figures go (counted: :attr:`aged_out`, :attr:`aged_out_records`), their Prometheus
+        counts move to a kept key of the same series (a series whose keys all went is no
+        longer shown: it goes stale, its counters never go back), and the keys are
+        renumbered in every table that holds key numbers: the arrays, the window slots, the
+        ``sources``' caches (the live senders') and the detector's (:attr:`on_renumber`).
+        Returns how many went."""
+        cutoff = now - max(idle_s, float(self.windows[-1]))
+        with self._lock:
+            n = self.nkeys
+            stale = np.flatnonzero(self.last_fed[:n] < cutoff)
+            owners = self.keys.owner
+            gone = [k for k in stale.tolist() if k != self.other_key and (owners[k] is None or not live(owners[k]))]
+            if not gone:
+                return 0
+            drop = np.zeros(n, bool)
+            drop[gone] = True
+            keep = np.flatnonzero(~drop)
+            self._fold_prom(keep, np.asarray(gone, I64))
+            remap = np.full(n, -1, I64)
+            remap[keep] = np.arange(len(keep), dtype=I64)
+            self.aged_out += len(gone)
+            self.aged_out_records += int(self.count[gone].sum())
+            m = len(keep)
+            for attr, fill in (("count", 0), ("total", 0), ("min", BIG), ("max", 0), ("prom_sum", 0)):
+                new = np.full(self.keys.capacity, fill, I64)
+                new[:m] = getattr(self, attr)[keep]
+                setattr(self, attr, new)
+            for attr in ("hist", "prom"):
+                old = getattr(self, attr)
+                new = np.zeros_like(old)
+                new[:m] = old[keep]
+                setattr(self, attr, new)
+            last = np.zeros_like(self.last_fed)
+            last[:m] = self.last_fed[keep]
+            self.last_fed = last
+            self.keys.compact(keep)
+            self.other_key = self.keys.other
+            self.sliding.renumber(remap)
+            for src in sources:
+                self.keys.recache(src, remap)
+            self.groupings = Groupings()  # rebuilt at the next use (one step per key)
+            self._changes += 1
+            if self.on_renumber is not None:
+                self.on_renumber(remap)
+        return len(gone)
+
+    def _fold_prom(self, keep: np.ndarray, gone: np.ndarray) -> None:
+        """The Prometheus counts of the keys ``gone`` added to the first kept key of the
+        series they fed (the grouping /metrics renders), if any (under the lock)."""
+        of = self.groupings.get(self.keys, "prom_name" if self.prom_by_name else "prom").of
+        n = len(of)
+        first = np.full(int(of.max()) + 1 if n else 0, n, I64)
+        np.minimum.at(first, of[keep], keep)
+        to = first[of[gone]]
+        moved = to < n
+        np.add.at(self.prom, to[moved], self.prom[gone[moved]])
+        np.add.at(self.prom_sum, to[moved], self.prom_sum[gone[moved]])
 
     # ---- persistence --------------------------------------------------------------------
     @property
@@ -231,6 +310,7 @@ class Aggregator:
                 mlabel = label[0] if label and isinstance(label[0], str) else ""
                 ident = (host, int(pid), int(device), int(model), op_type, op_name, mlabel)
                 index[i] = self.keys.get(ident, service)
+            self.last_fed[index] = self._clock()  # a loaded key ages from the start on
             np.add.at(self.count, index, a["count"])
             np.add.at(self.total, index, a["total"])
             np.minimum.at(self.min, index, a["min"])

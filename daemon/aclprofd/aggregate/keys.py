@@ -7,9 +7,11 @@ It is part of the key, so a model id that a process unloads and reuses for anoth
 (relabelled) model starts new rows instead of adding to the old model's; the ``service``
 is kept beside the key (first registration wins: it is constant per connection).
 
-Keys never go away (a reset keeps them, so the connections' caches stay valid). At most
-``max_keys`` keys are registered; later ones share the one "other" key, so memory stays
-bounded whatever the agents send. One agent (its ``owner``, :mod:`aclprofd.shares`)
+A reset keeps the keys (so the connections' caches stay valid); a key whose agent is gone
+and that nothing fed for ``aggregate_idle_timeout`` leaves (:meth:`KeyRegistry.compact`,
+called by :meth:`aclprofd.aggregate.aggregator.Aggregator.age_out`, which renumbers every
+table that holds key numbers). At most ``max_keys`` keys are registered; later ones share
+the one "other" key, so memory stays bounded whatever the agents send. One agent (its ``owner``, :mod:`aclprofd.shares`)
 registers at most ``per_agent`` of them (its further keys are "other", counted in
 :attr:`KeyRegistry.shares`), so one agent cannot fill the registry for everyone.
 """
@@ -193,6 +195,35 @@ class KeyRegistry:
         order = np.argsort(all_pairs, kind="stable")
         src.pairs, src.keys = all_pairs[order], all_keys[order]
         return out
+
+    def compact(self, keep: np.ndarray) -> None:
+        """Keep only the keys ``keep`` (ascending, the "other" key among them), renumbered
+        0, 1, ... in that order; the others' shares are given back (counted as evicted).
+        The lists change in place: the detector holds :attr:`owner`'s ``__getitem__``."""
+        kept = keep.tolist()
+        gone = np.setdiff1d(np.arange(len(self)), keep).tolist()
+        for k in gone:
+            self.shares.give_back(self.owner[k])
+        for lst in (self.owner, self.host, self.service, self.type, self.name, self.model_label):
+            lst[:] = [lst[k] for k in kept]
+        m = len(kept)
+        for attr in ("pid", "device", "model"):
+            arr = getattr(self, attr)
+            new = np.zeros(self.capacity, I64)
+            new[:m] = arr[keep]
+            setattr(self, attr, new)
+        self._index = {(self.host[i], int(self.pid[i]), int(self.device[i]), int(self.model[i]), self.type[i],
+                        self.name[i], self.model_label[i]): i for i in range(m)}
+        self.other = int(np.searchsorted(keep, self.other))
+
+    def recache(self, src: KeySource, remap: np.ndarray) -> None:
+        """A sender's cached pairs after :meth:`compact` (``remap``: old key -> new, -1 gone):
+        renumbered; those of keys gone, and those that went to "other" for want of room (there
+        is room now), are forgotten: they are looked up again at their next records."""
+        if len(src.keys):
+            new = remap[src.keys]
+            ok = (new >= 0) & (new != self.other)
+            src.pairs, src.keys = src.pairs[ok], new[ok]
 
     def mask(self, flt: Any) -> np.ndarray:
         """Keys matching a filter (``aclprofd.filters.Filter``; min_duration_ns is ignored:

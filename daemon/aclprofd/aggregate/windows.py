@@ -23,30 +23,40 @@ WindowFigures = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray
                       np.ndarray]
 
 _COLUMNS = ("keys", "count", "total", "min", "max", "codes", "hcount")
+#: a slot merges its parts once they hold this many histogram rows (a few ms of work), or as
+#: many as it holds merged already
+COMPACT_ROWS = 1 << 15
 
 
 class Slot:
     """One second of records, sparse: per key (count, total, min, max) and per (key, bin) counts."""
 
-    __slots__ = ("second", "keys", "count", "total", "min", "max", "codes", "hcount", "_parts")
+    __slots__ = ("second", "keys", "count", "total", "min", "max", "codes", "hcount", "_parts", "_rows")
 
     def __init__(self, second: int) -> None:
         self.second = second
         self._parts: list[tuple[np.ndarray, ...]] = []
+        self._rows = 0  # histogram rows in _parts
         self.keys = self.count = self.total = self.min = self.max = np.zeros(0, I64)
         self.codes = self.hcount = np.zeros(0, I64)
 
     def add(self, keys: np.ndarray, count: np.ndarray, total: np.ndarray, mn: np.ndarray, mx: np.ndarray,
             codes: np.ndarray, hcount: np.ndarray) -> None:
-        """Add one batch's figures (merged lazily, by :meth:`compact`)."""
+        """Add one batch's figures (merged lazily, by :meth:`compact`, at the latest once
+        the parts hold :data:`COMPACT_ROWS` histogram rows: a merge costs O(rows log rows),
+        so a second of 500 k records/s is merged in pieces, not in one sort at the next
+        second's first batch, which held the loop 50-70 ms of CPU: issue 19)."""
         self._parts.append((keys, count, total, mn, mx, codes, hcount))
+        self._rows += len(codes)
+        if self._rows >= max(COMPACT_ROWS, len(self.codes)):  # amortised: O(n log n) in all
+            self.compact()
 
     def compact(self) -> Slot:
         """Merge the parts added since the last compaction (duplicate keys combined)."""
         if not self._parts:
             return self
         parts = self._parts
-        self._parts = []
+        self._parts, self._rows = [], 0
         cols = [np.concatenate([getattr(self, n)] + [p[i] for p in parts]) for i, n in enumerate(_COLUMNS)]
         self.keys, self.count, self.total, self.min, self.max = group_stats(*cols[:5])
         codes, hcount = group_sum(cols[5], cols[6])
@@ -81,6 +91,23 @@ class SlidingWindows:
             return slots[-1]
         # the same second, or the wall clock stepped back: keep adding to the newest slot
         return slots[-1]
+
+    def renumber(self, remap: np.ndarray) -> None:
+        """The keys were renumbered (``remap``: old -> new, -1 for a key gone, which no slot
+        holds: it was not fed within the longest window); the order of the kept keys is
+        unchanged, so the slots stay sorted."""
+        for slot in self.slots:
+            slot.compact()
+            keep = remap[slot.keys] >= 0
+            if not keep.all():
+                slot.keys, slot.count, slot.total, slot.min, slot.max = (
+                    a[keep] for a in (slot.keys, slot.count, slot.total, slot.min, slot.max))
+            slot.keys = narrow(remap[slot.keys])
+            hk, hb = np.divmod(slot.codes.astype(I64), NBINS)
+            new = remap[hk]
+            ok = new >= 0
+            slot.codes = narrow(new[ok] * NBINS + hb[ok])
+            slot.hcount = slot.hcount[ok]
 
     def names(self) -> list[str]:
         """The window names SNAPSHOT accepts besides "all" ("10s", "1m", ...)."""

@@ -57,11 +57,13 @@ class WindowIndex:
         self.running = np.concatenate([[0.0], np.cumsum(counts, dtype=np.float64)])
 
 
-def dispersion(win: WindowIndex, hist: np.ndarray, cum: np.ndarray, q: float) -> np.ndarray:
+def dispersion(win: WindowIndex, hist: np.ndarray, cum: np.ndarray, q: float,
+               groups: np.ndarray | None = None) -> np.ndarray:
     """Per group (rows of ``hist``, the window's histograms, ``cum`` their cumulative sums):
     the overdispersion factor ``phi >= 1`` of the fraction of calls below the window's
     ``q``-quantile estimate; 1 where it cannot be estimated (fewer than :data:`MIN_SECONDS`
-    seconds, an empty row)."""
+    seconds, an empty row). ``groups``: the group number of each row (default: row i is
+    group i), when only some groups are evaluated."""
     g, s = len(hist), win.seconds
     phi = np.ones(g)
     if g == 0 or s < MIN_SECONDS:
@@ -75,7 +77,8 @@ def dispersion(win: WindowIndex, hist: np.ndarray, cum: np.ndarray, q: float) ->
     with np.errstate(divide="ignore", invalid="ignore"):
         frac = np.where(in_bin > 0, (rank - (cum[every, b] - in_bin)) / in_bin, 0.0)
     frac = np.clip(frac, 0.0, 1.0)
-    first = every * NBINS  # each group's first code, its quantile's bin, the next one, its end
+    # each group's first code, its quantile's bin, the next one, its end
+    first = (every if groups is None else np.asarray(groups, np.int64)) * NBINS
     at = first + b
     edges = np.concatenate([first, at, at + 1, first + NBINS])
     needles = (edges[None, :] + win.span * np.arange(s)[:, None]).reshape(-1)
