@@ -126,6 +126,47 @@ def test_slot_names_read_as_placeholders_until_copied():
     assert q.name(s, 0) is None and SlotNames(q, s)[2] == "?"
 
 
+def test_slot_names_are_fetched_in_bulk_as_the_one_by_one_getter_reads_them():
+    """AgentQueue.names (one C call for a run of names, issue 21) gives what name() gives
+    one at a time: invalid UTF-8 escaped, a name longer than its buffer fetched alone, and
+    nothing past the copied ones."""
+    from aclprof.binding.opdecode import NameTable
+
+    q = AgentQueue(10, -1)
+    s = q.add_slot()
+    table = NameTable(1 << 10)
+    raw = [b"conv", "r\u00e9lu".encode(), b"bad\xff\xfe", b"L" * 300_000, b"", *(f"op{i}".encode() for i in range(200))]
+    for r in raw:
+        table.add(r)
+    q.push(s, np.zeros(1, OP_DTYPE), table)
+    raw.insert(0, b"?")  # a table's id 0
+    want = [r.decode("utf-8", "backslashreplace") for r in raw]
+    assert [q.name(s, i) for i in range(len(raw))] == raw
+    assert q.names(s, 0, len(raw) + 5) == want  # stops at the copied ones
+    assert q.names(s, 3, 2) == want[3:5]
+    assert q.names(s + 1, 0, 3) == [] and q.names(s, len(raw), 3) == []
+    names = SlotNames(q, s)
+    assert names[1] == want[1] and names.upto(len(raw)) == want
+    assert names.upto(len(raw) + 2)[-2:] == ["?", "?"]  # not copied: placeholders
+
+
+def test_name_map_of_a_run_with_repeated_and_known_texts():
+    """NameMap.extend_run: new ids consecutive from the connection's next id, a text met
+    again (in the same run or another subscription's table) keeps its first id."""
+    from aclprof.agent.names import NameMap
+    from aclprof.agent.watched import Watched
+
+    m = NameMap()
+    m.reset(1)
+    a, b = Watched(1, 0, {}), Watched(2, 0, {})
+    assert m.extend_run(a, 2, ["x", "y", "z"]) == (0, ["x", "y", "z"])
+    assert a.name_map.tolist() == [0, 1, 2]
+    assert m.extend_run(b, 4, ["?", "y", "w", "?", "w"]) == (3, ["?", "w"])
+    assert b.name_map.tolist() == [3, 1, 4, 3, 4]
+    assert m.extend_run(b, 5, ["?", "y", "w", "?", "w", "x"]) == (5, [])
+    assert b.name_map.tolist() == [3, 1, 4, 3, 4, 0]
+
+
 @pytest.fixture
 def sock_path():
     d = tempfile.mkdtemp(prefix="aclp-")
