@@ -354,6 +354,54 @@ def test_frame_stops_where_python_is_needed_and_converts_like_convert():
     assert out.tobytes() == want.tobytes()
 
 
+def test_a_large_name_table_is_mapped_in_slices_that_give_the_gil_away(monkeypatch):
+    """A new connection maps a model's names 128 per stop of the C framing call, with a
+    real sleep between stops (issue 21: the stops alone gave the GIL away for microseconds,
+    and this thread took it straight back: ~1000 names held it for 1.7-3.4 ms in one go);
+    every name goes out once, in order, before the records using it."""
+    import aclprof.agent.sender as sender_module
+    from aclprof.agent.buffer import RecordBuffer
+    from aclprof.agent.connection import Connection
+    from aclprof.agent.sender import Sender
+    from aclprof.agent.watched import Watched
+    from aclprof.binding.opdecode import NameTable
+    from aclprof.protocol import wire
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(sender_module.time, "sleep", sleeps.append)
+    buf = RecordBuffer(1 << 16, native=True)
+    conn = Connection("/nonexistent", buf, service=None, labels={}, connect_timeout=0.1)
+    conn.gen = 1
+    conn.names.reset(1)
+    w = Watched(1, 0, {})
+    w.announced = 1
+    sink = buf.sink(w)
+    sender = Sender(buf, conn, {1: w}, backoff_max=1)
+    table = NameTable(1 << 12)
+    for i in range(1000):
+        table.add(f"layer{i}/op".encode())
+    rows = _rows(range(1000))
+    rows["op_name"] = np.arange(1, 1001)  # id 0 is the table's "?"
+    try:
+        sink.push(rows, table)
+        sender._pump()
+        frames = [(k, bytes(p)) for k, p in wire.FrameReader().feed(bytes(conn.out.pending()))]
+    finally:
+        buf.close()
+    names: dict[str, str] = {}
+    for kind, payload in frames:
+        if kind == wire.Kind.NAMES:
+            part = wire.decode_json(payload)["names"]
+            assert not set(part) & set(names)
+            names.update(part)
+    assert sorted(names.values()) == sorted(["?", *(f"layer{i}/op" for i in range(1000))])  # with the table's id 0
+    batch = [wire.decode_batch(p) for k, p in frames if k == wire.Kind.BATCH]
+    got = np.concatenate(batch)
+    assert len(got) == 1000
+    assert [names[str(i)] for i in got["op_name"].tolist()] == [f"layer{i}/op" for i in range(1000)]
+    assert len(sleeps) >= 1000 // 128 - 1 and all(0 < t <= 0.001 for t in sleeps)
+
+
 def test_queue_grows_as_rows_are_held_and_keeps_their_order():
     """The queue allocates room as rows are held (8192 at first, doubling up to the bound:
     an agent whose daemon keeps up holds little); growing a wrapped ring keeps the order."""
