@@ -1,0 +1,90 @@
+"""aclprof.protocol._batchgroup (issue 21): the aggregator's one C pass over a batch gives
+exactly what the numpy path gave: groups by (model/device, name/type) with their count,
+total, min and max, each op's group and its histogram bin (quantshift.bin_index), step
+keypoint records left out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aclprof.protocol._batchgroup import group
+from aclprof.protocol.quantshift import BIN_UPPER_NS, NBINS, bin_index
+from aclprof.protocol.wire import FLAG_KEYPOINT, RECORD_DTYPE
+
+
+def _group(recs: np.ndarray):
+    out = np.empty((8, max(1, len(recs))), np.int64)
+    ops, g = group(recs, BIN_UPPER_NS, out[0].view(np.uint64), out[1].view(np.uint64), *out[2:])
+    return ops, g, out
+
+
+def _reference(recs: np.ndarray):
+    ops = recs[(recs["flag"] & FLAG_KEYPOINT) == 0]
+    groups: dict[tuple[int, int], list[int]] = {}
+    inv = []
+    for r in ops.tolist():
+        model, name, typ, _flag, _thread, dev = r[0], r[1], r[2], r[3], r[4], r[5]
+        key = ((model << 32) | dev, (name << 32) | typ)
+        inv.append(list(groups).index(key) if key in groups else len(groups))
+        groups.setdefault(key, []).append(int(np.int64(np.uint64(r[8]).astype(np.int64))))
+    return ops, groups, inv
+
+
+def _random_batch(rng: np.random.Generator, n: int) -> np.ndarray:
+    recs = np.zeros(n, RECORD_DTYPE)
+    recs["model_id"] = rng.integers(0, 3, n) * 0xFFFF0000
+    recs["device_id"] = rng.integers(0, 2, n)
+    recs["op_name"] = rng.integers(0, 5, n) * 0x10000001
+    recs["op_type"] = rng.integers(0, 3, n)
+    recs["flag"] = np.where(rng.random(n) < 0.1, FLAG_KEYPOINT, 0) | rng.integers(0, 4, n)
+    edges = BIN_UPPER_NS[rng.integers(0, len(BIN_UPPER_NS), n)].astype(np.uint64)
+    picks = rng.integers(0, 5, n)
+    recs["duration"] = np.select(
+        [picks == 0, picks == 1, picks == 2, picks == 3],
+        [edges, edges + np.uint64(1), rng.integers(0, 1 << 45, n).astype(np.uint64),
+         np.uint64((1 << 64) - 5)],  # a negative int64: bin 0, like the numpy path
+        rng.integers(0, 3, n).astype(np.uint64))
+    return recs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_group_matches_the_reference_grouping_and_bin_index(seed):
+    rng = np.random.default_rng(seed)
+    recs = _random_batch(rng, int(rng.integers(1, 3000)))
+    ops, g, out = _group(recs)
+    want_ops, groups, inv = _reference(recs)
+    assert ops == len(want_ops) and g == len(groups)
+    keys = list(groups)
+    assert out[0, :g].view(np.uint64).tolist() == [k[0] for k in keys]
+    assert out[1, :g].view(np.uint64).tolist() == [k[1] for k in keys]
+    assert out[2, :g].tolist() == [len(v) for v in groups.values()]
+    assert out[3, :g].tolist() == [int(np.sum(np.array(v, np.int64))) for v in groups.values()]
+    assert out[4, :g].tolist() == [min(v) for v in groups.values()]
+    assert out[5, :g].tolist() == [max(v) for v in groups.values()]
+    assert out[6, :ops].tolist() == inv
+    assert out[7, :ops].tolist() == bin_index(want_ops["duration"].astype(np.int64)).tolist()
+    assert out[7, :ops].max() <= NBINS - 1
+
+
+def test_group_of_keypoints_only_and_of_nothing():
+    recs = np.zeros(3, RECORD_DTYPE)
+    recs["flag"] = FLAG_KEYPOINT
+    assert _group(recs)[:2] == (0, 0)
+    assert _group(recs[:0])[:2] == (0, 0)
+
+
+def test_group_refuses_bad_buffers():
+    recs = np.zeros(4, RECORD_DTYPE)
+    short = np.empty((8, 2), np.int64)
+    with pytest.raises(ValueError, match="needs 32"):
+        group(recs, BIN_UPPER_NS, short[0].view(np.uint64), short[1].view(np.uint64), *short[2:])
+    out = np.empty((8, 4), np.int64)
+    with pytest.raises(ValueError, match="whole number"):
+        group(recs.view(np.uint8)[:-1], BIN_UPPER_NS, out[0].view(np.uint64), out[1].view(np.uint64), *out[2:])
+    with pytest.raises(TypeError, match="takes 10 arguments"):
+        group(recs, BIN_UPPER_NS)
+    with pytest.raises(ValueError, match="read-only"):
+        ro = np.empty(4, np.int64)
+        ro.setflags(write=False)
+        group(recs, BIN_UPPER_NS, ro, *out[1:])
