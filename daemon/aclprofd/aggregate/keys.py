@@ -163,7 +163,7 @@ class KeyRegistry:
 
     def resolve(self, src: KeySource, dm: np.ndarray, codes: np.ndarray, names: dict[int, str]) -> np.ndarray:
         """Global key of each distinct (``dm`` = model << 32 | device, ``codes`` = name << 32
-        | type) pair of one batch (sorted, as the caller's runs are). Cached pairs are found
+        | type) pair of one batch. Cached pairs are found
         with one vectorised search; the others go through the registry, a Python step each,
         bounded: at most ``max_keys`` registrations in the registry's life, and at most
         FULL_LOOKUPS per batch once it is full (the rest are "other"). Raises KeyError(id) for
