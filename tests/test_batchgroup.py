@@ -88,3 +88,27 @@ def test_group_refuses_bad_buffers():
         ro = np.empty(4, np.int64)
         ro.setflags(write=False)
         group(recs, BIN_UPPER_NS, ro, *out[1:])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_count_bad_counts_what_the_daemons_rejects_refuses(seed):
+    """count_bad (the daemon's pre-check, issue 21) counts exactly the records Ingest.rejects
+    refuses: a duration above the limit, an end before the start, a model or device id of
+    0xFFFFFFFF; 0 lets the usual batch skip the numpy checks."""
+    from aclprof.protocol._batchgroup import count_bad
+
+    rng = np.random.default_rng(seed)
+    n = 500
+    recs = np.zeros(n, RECORD_DTYPE)
+    limit = 1 << 50
+    recs["duration"] = np.where(rng.random(n) < 0.05, limit + rng.integers(0, 2, n), rng.integers(0, limit, n))
+    recs["start"] = rng.integers(0, 1 << 62, n)
+    recs["end"] = np.where(rng.random(n) < 0.05, recs["start"] - 1, recs["start"] + rng.integers(0, 9, n))
+    recs["model_id"] = np.where(rng.random(n) < 0.03, 0xFFFFFFFF, rng.integers(0, 0xFFFFFFFF, n))
+    recs["device_id"] = np.where(rng.random(n) < 0.03, 0xFFFFFFFF, rng.integers(0, 0xFFFFFFFE, n))
+    bad = ((recs["duration"] > np.uint64(limit)) | (recs["end"] < recs["start"])
+           | (recs["model_id"] == 0xFFFFFFFF) | (recs["device_id"] == 0xFFFFFFFF))
+    assert bad.any() and count_bad(recs, limit) == int(bad.sum())
+    assert count_bad(recs[~bad], limit) == 0 and count_bad(recs[:0], limit) == 0
+    with pytest.raises(ValueError, match="whole number"):
+        count_bad(recs.view(np.uint8)[:-3], limit)
