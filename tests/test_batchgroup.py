@@ -112,3 +112,50 @@ def test_count_bad_counts_what_the_daemons_rejects_refuses(seed):
     assert count_bad(recs[~bad], limit) == 0 and count_bad(recs[:0], limit) == 0
     with pytest.raises(ValueError, match="whole number"):
         count_bad(recs.view(np.uint8)[:-3], limit)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fold_adds_like_the_numpy_ufunc_at_calls_it_replaces(seed):
+    """fold (issue 21) leaves the since-start arrays exactly as np.add.at / minimum.at /
+    maximum.at and the Prometheus bucket map did, repeated keys (the "other" key) included;
+    a bad index changes nothing."""
+    from aclprof.protocol._batchgroup import fold
+
+    rng = np.random.default_rng(seed)
+    cap, nprom = 50, 29
+    prom_of_bin = np.clip(-(-np.arange(NBINS) // 8) - 7, 0, nprom - 1).astype(np.int64)
+    acc = [rng.integers(0, 1000, cap), rng.integers(0, 10**6, cap), rng.integers(0, 10**6, cap),
+           rng.integers(0, 10**6, cap), rng.integers(0, 99, (cap, NBINS)), rng.integers(0, 99, (cap, nprom)),
+           rng.integers(0, 10**6, cap)]
+    acc = [a.astype(np.int64) for a in acc]
+    g = 40
+    keys = rng.integers(0, cap, g).astype(np.int64)
+    cols = [rng.integers(1, 50, g), rng.integers(0, 10**7, g), rng.integers(0, 10**6, g), rng.integers(0, 10**7, g)]
+    count, total, mn, mx = (c.astype(np.int64) for c in cols)
+    hcodes = np.unique(rng.integers(0, cap * NBINS, 200)).astype(np.int64)
+    hcount = rng.integers(1, 9, len(hcodes)).astype(np.int64)
+    want = [a.copy() for a in acc]
+    np.add.at(want[0], keys, count)
+    np.add.at(want[1], keys, total)
+    np.minimum.at(want[2], keys, mn)
+    np.maximum.at(want[3], keys, mx)
+    np.add.at(want[4].reshape(-1), hcodes, hcount)
+    pk, pb = np.divmod(hcodes, NBINS)
+    np.add.at(want[5], (pk, prom_of_bin[pb]), hcount)
+    np.add.at(want[6], keys, total)
+    fold(keys, count, total, mn, mx, hcodes, hcount, *acc, prom_of_bin)
+    for got, w in zip(acc, want):
+        assert np.array_equal(got, w)
+    before = [a.copy() for a in acc]
+    bad_keys = keys.copy()
+    bad_keys[-1] = cap
+    with pytest.raises(ValueError, match="outside the 50 rows"):
+        fold(bad_keys, count, total, mn, mx, hcodes, hcount, *acc, prom_of_bin)
+    bad_codes = hcodes.copy()
+    bad_codes[-1] = cap * NBINS
+    with pytest.raises(ValueError, match="outside the table"):
+        fold(keys, count, total, mn, mx, bad_codes, hcount, *acc, prom_of_bin)
+    with pytest.raises(ValueError, match="differ in length"):
+        fold(keys[:-1], count, total, mn, mx, hcodes, hcount, *acc, prom_of_bin)
+    for got, w in zip(acc, before):
+        assert np.array_equal(got, w)

@@ -36,6 +36,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from aclprof.protocol._batchgroup import fold as _fold
 from aclprof.protocol._batchgroup import group as _group
 from aclprof.protocol.quantshift import BIN_UPPER_NS
 from aclprof.protocol.wire import RECORD_DTYPE
@@ -56,6 +57,9 @@ from .quantiles import (
     prom_bucket,
 )
 from .windows import SlidingWindows, window_name
+
+#: the Prometheus bucket of each histogram bin (the C fold's table)
+_PROM_OF_BIN = np.ascontiguousarray(prom_bucket(np.arange(NBINS)), dtype=I64)
 
 __all__ = ["Aggregator", "KeySource", "NBINS", "BINS_PER_OCTAVE", "bin_index", "bin_value",
            "PROM_EXPONENTS", "OTHER", "STATE_FORMAT", "STATE_VERSION", "window_name", "GROUP_BY"]
@@ -153,15 +157,10 @@ class Aggregator:
             slot = self.sliding.slot_for(int(now))
             hcodes, hcount = np.unique(gkeys[inv] * NBINS + bins, return_counts=True)
             hcount = hcount.astype(I64)
-            # since start (duplicates in gkeys only for the "other" key: ufunc.at handles them)
-            np.add.at(self.count, gkeys, count)
-            np.add.at(self.total, gkeys, total)
-            np.minimum.at(self.min, gkeys, mn)
-            np.maximum.at(self.max, gkeys, mx)
-            np.add.at(self.hist.reshape(-1), hcodes, hcount)
-            pk, pb = np.divmod(hcodes, NBINS)
-            np.add.at(self.prom, (pk, prom_bucket(pb)), hcount)
-            np.add.at(self.prom_sum, gkeys, total)
+            # since start, and the Prometheus series, in one C pass (duplicates in gkeys
+            # only for the "other" key: added like ufunc.at adds them)
+            _fold(gkeys, count, total, mn, mx, hcodes, hcount, self.count, self.total, self.min, self.max,
+                  self.hist, self.prom, self.prom_sum, _PROM_OF_BIN)
             other = gkeys == self.other_key
             if other.any():
                 self.other_records += int(count[other].sum())
