@@ -4,7 +4,8 @@
 - `aclprof.binding._fast`: a small API-mode helper (C) for the hot paths; it calls the loaded
   library through function pointers handed to it at run time, so it links to nothing.
 - `aclprof.protocol._jsonl`: the daemon's JSON Lines record encoder, a plain CPython extension
-  (the daemon imports aclprof.protocol and must not load cffi).
+  (the daemon imports aclprof.protocol and must not load cffi); `aclprof.protocol._batchgroup`:
+  the aggregator's per-batch grouping of records, likewise.
 - `aclprof/_mock/libascendcl.so`: the mock library from mock_acl/src, so that the demo and
   the tests need no separate build step.
 """
@@ -61,6 +62,10 @@ if sys.platform != "linux":  # the mock uses pthreads, clock_gettime and Linux p
 setup(
     # _jsonl.c reads the wire record's layout from cdefs/aclprof_records.h (the one definition)
     ext_modules=[Extension("aclprof.protocol._jsonl", ["aclprof/protocol/_jsonl.c"],
+                           include_dirs=["cdefs"], depends=["cdefs/aclprof_records.h"],
+                           extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"]),
+                 # the aggregator's per-batch grouping (issue 21), beside _jsonl for the same reason
+                 Extension("aclprof.protocol._batchgroup", ["aclprof/protocol/_batchgroup.c"],
                            include_dirs=["cdefs"], depends=["cdefs/aclprof_records.h"],
                            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])],
     cffi_modules=["cdefs/build_ffi.py:abi_ffi", "cdefs/build_ffi.py:fast_ffi"],

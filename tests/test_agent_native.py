@@ -126,6 +126,47 @@ def test_slot_names_read_as_placeholders_until_copied():
     assert q.name(s, 0) is None and SlotNames(q, s)[2] == "?"
 
 
+def test_slot_names_are_fetched_in_bulk_as_the_one_by_one_getter_reads_them():
+    """AgentQueue.names (one C call for a run of names, issue 21) gives what name() gives
+    one at a time: invalid UTF-8 escaped, a name longer than its buffer fetched alone, and
+    nothing past the copied ones."""
+    from aclprof.binding.opdecode import NameTable
+
+    q = AgentQueue(10, -1)
+    s = q.add_slot()
+    table = NameTable(1 << 10)
+    raw = [b"conv", "r\u00e9lu".encode(), b"bad\xff\xfe", b"L" * 300_000, b"", *(f"op{i}".encode() for i in range(200))]
+    for r in raw:
+        table.add(r)
+    q.push(s, np.zeros(1, OP_DTYPE), table)
+    raw.insert(0, b"?")  # a table's id 0
+    want = [r.decode("utf-8", "backslashreplace") for r in raw]
+    assert [q.name(s, i) for i in range(len(raw))] == raw
+    assert q.names(s, 0, len(raw) + 5) == want  # stops at the copied ones
+    assert q.names(s, 3, 2) == want[3:5]
+    assert q.names(s + 1, 0, 3) == [] and q.names(s, len(raw), 3) == []
+    names = SlotNames(q, s)
+    assert names[1] == want[1] and names.upto(len(raw)) == want
+    assert names.upto(len(raw) + 2)[-2:] == ["?", "?"]  # not copied: placeholders
+
+
+def test_name_map_of_a_run_with_repeated_and_known_texts():
+    """NameMap.extend_run: new ids consecutive from the connection's next id, a text met
+    again (in the same run or another subscription's table) keeps its first id."""
+    from aclprof.agent.names import NameMap
+    from aclprof.agent.watched import Watched
+
+    m = NameMap()
+    m.reset(1)
+    a, b = Watched(1, 0, {}), Watched(2, 0, {})
+    assert m.extend_run(a, 2, ["x", "y", "z"]) == (0, ["x", "y", "z"])
+    assert a.name_map.tolist() == [0, 1, 2]
+    assert m.extend_run(b, 4, ["?", "y", "w", "?", "w"]) == (3, ["?", "w"])
+    assert b.name_map.tolist() == [3, 1, 4, 3, 4]
+    assert m.extend_run(b, 5, ["?", "y", "w", "?", "w", "x"]) == (5, [])
+    assert b.name_map.tolist() == [3, 1, 4, 3, 4, 0]
+
+
 @pytest.fixture
 def sock_path():
     d = tempfile.mkdtemp(prefix="aclp-")
@@ -311,6 +352,54 @@ def test_frame_stops_where_python_is_needed_and_converts_like_convert():
     want = np.zeros_like(out)
     assert convert(want, 0, rows, mapping) == -1
     assert out.tobytes() == want.tobytes()
+
+
+def test_a_large_name_table_is_mapped_in_slices_that_give_the_gil_away(monkeypatch):
+    """A new connection maps a model's names 128 per stop of the C framing call, with a
+    real sleep between stops (issue 21: the stops alone gave the GIL away for microseconds,
+    and this thread took it straight back: ~1000 names held it for 1.7-3.4 ms in one go);
+    every name goes out once, in order, before the records using it."""
+    import aclprof.agent.sender as sender_module
+    from aclprof.agent.buffer import RecordBuffer
+    from aclprof.agent.connection import Connection
+    from aclprof.agent.sender import Sender
+    from aclprof.agent.watched import Watched
+    from aclprof.binding.opdecode import NameTable
+    from aclprof.protocol import wire
+
+    sleeps: list[float] = []
+    monkeypatch.setattr(sender_module.time, "sleep", sleeps.append)
+    buf = RecordBuffer(1 << 16, native=True)
+    conn = Connection("/nonexistent", buf, service=None, labels={}, connect_timeout=0.1)
+    conn.gen = 1
+    conn.names.reset(1)
+    w = Watched(1, 0, {})
+    w.announced = 1
+    sink = buf.sink(w)
+    sender = Sender(buf, conn, {1: w}, backoff_max=1)
+    table = NameTable(1 << 12)
+    for i in range(1000):
+        table.add(f"layer{i}/op".encode())
+    rows = _rows(range(1000))
+    rows["op_name"] = np.arange(1, 1001)  # id 0 is the table's "?"
+    try:
+        sink.push(rows, table)
+        sender._pump()
+        frames = [(k, bytes(p)) for k, p in wire.FrameReader().feed(bytes(conn.out.pending()))]
+    finally:
+        buf.close()
+    names: dict[str, str] = {}
+    for kind, payload in frames:
+        if kind == wire.Kind.NAMES:
+            part = wire.decode_json(payload)["names"]
+            assert not set(part) & set(names)
+            names.update(part)
+    assert sorted(names.values()) == sorted(["?", *(f"layer{i}/op" for i in range(1000))])  # with the table's id 0
+    batch = [wire.decode_batch(p) for k, p in frames if k == wire.Kind.BATCH]
+    got = np.concatenate(batch)
+    assert len(got) == 1000
+    assert [names[str(i)] for i in got["op_name"].tolist()] == [f"layer{i}/op" for i in range(1000)]
+    assert len(sleeps) >= 1000 // 128 - 1 and all(0 < t <= 0.001 for t in sleeps)
 
 
 def test_queue_grows_as_rows_are_held_and_keeps_their_order():

@@ -395,3 +395,33 @@ def test_stream_device_filter(inproc):
     assert len(got) == 10 and {r["device"] for r in got} == {2}
     s.close()
     a.close()
+
+
+def test_pairs_whose_cache_hashes_collide_keep_their_own_keys():
+    """A sender's pair cache is searched by a 64-bit hash of (model/device, name/type)
+    (issue 21: a structured-array search cost ~1.5 us a record); two pairs with one hash
+    must still resolve to their own keys, batch after batch, alone or together."""
+    from aclprofd.aggregate.keys import pair_hash
+
+    agg = Aggregator()
+    src = KeySource("h", 1, "svc")
+    dm1, dm2 = np.uint64(1 << 32), np.uint64(2 << 32)  # model 1 and model 2, device 0
+    code1 = np.uint64((10 << 32) | 11)
+    code2 = code1 ^ pair_hash(np.array([dm1]), np.zeros(1, np.uint64))[0] \
+        ^ pair_hash(np.array([dm2]), np.zeros(1, np.uint64))[0]
+    assert pair_hash(np.array([dm1]), np.array([code1])) == pair_hash(np.array([dm2]), np.array([code2]))
+    assert int(code2) & 0xFFFFFFFF == 11  # the same type, another name id
+    names = {10: "conv", 11: "Conv2D", int(code2) >> 32: "other_op"}
+    reg = agg.keys
+
+    def resolve(pairs):
+        dm = np.array([p[0] for p in pairs], np.uint64)
+        codes = np.array([p[1] for p in pairs], np.uint64)
+        return [reg.identity(int(k))[2:6] for k in reg.resolve(src, dm, codes, names)]
+
+    one, two = [0, 1, "Conv2D", "conv"], [0, 2, "Conv2D", "other_op"]
+    for _ in range(3):
+        assert resolve([(dm1, code1)]) == [one]
+        assert resolve([(dm2, code2)]) == [two]
+        assert resolve([(dm1, code1), (dm2, code2)]) == [one, two]
+    assert len(src.hashes) == 1  # one of the colliding pairs is cached, the other looked up each time

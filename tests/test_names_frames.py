@@ -13,7 +13,7 @@ from helpers.procs import wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aclprof.protocol.wire import HEADER, MAX_NAME_BYTES, MAX_NAMES_PAYLOAD, Kind, encode_names
+from aclprof.protocol.wire import HEADER, MAX_NAME_BYTES, MAX_NAMES_PAYLOAD, Kind, encode_name_run, encode_names
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -54,6 +54,20 @@ def test_encode_names_round_trips_any_table(names):
     frames = encode_names(names)
     assert _union(frames) == {str(k): v for k, v in names.items()}
     assert all(len(p) <= MAX_NAMES_PAYLOAD for p in _payloads(frames))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31), st.lists(st.text(max_size=200), max_size=40))
+def test_a_name_run_encodes_to_the_same_bytes_as_its_table(first, texts):
+    """The agent's fast path (issue 21: one C JSON call per run of new names) sends exactly
+    what encode_names sends for the same ids."""
+    assert encode_name_run(first, texts) == encode_names({first + i: t for i, t in enumerate(texts)})
+
+
+def test_a_name_run_too_large_for_one_frame_is_split_like_encode_names():
+    texts = ["\x01" * MAX_NAME_BYTES if i % 7 == 0 else f"op{i}/" + "x" * 3000 for i in range(1500)]
+    frames = encode_name_run(10, texts)
+    assert len(frames) > 1 and frames == encode_names({10 + i: t for i, t in enumerate(texts)})
 
 
 def test_the_daemon_refuses_an_oversize_names_frame_and_only_that_connection():

@@ -41,21 +41,36 @@ class NameMap:
     def extend(self, w: Watched, top: int, names: Any) -> dict[str, str]:
         """Map ``w``'s name ids up to ``top`` (``names`` is the subscription's table);
         returns the names this connection has not seen, ``{str(conn_id): text}``."""
+        first, new = self.extend_run(w, top, names)
+        return {str(first + i): text for i, text in enumerate(new)}
+
+    def extend_run(self, w: Watched, top: int, names: Any) -> tuple[int, list[str]]:
+        """:meth:`extend`, the new names as ``(first connection id, texts)``: new ids are
+        consecutive (``wire.encode_name_run`` frames them in one go)."""
         mapping = self.mapping(w)
         have = 0 if mapping is None else len(mapping)
-        new: dict[str, str] = {}
-        if top < have:
-            return new
-        # The table only grows: map the ids not mapped yet, all at once.
-        extra = np.empty(top + 1 - have, np.uint32)
         ids = self.ids
-        for i in range(have, top + 1):
-            text = names[i]
-            cid = ids.get(text)
-            if cid is None:
-                cid = len(ids)
-                ids[text] = cid
-                new[str(cid)] = text
-            extra[i - have] = cid
-        w.name_map = extra if mapping is None else np.concatenate([mapping, extra])
-        return new
+        first = len(ids)
+        new: list[str] = []
+        if top < have:
+            return first, new
+        # The table only grows: map the ids not mapped yet, all at once.
+        texts = names.upto(top + 1)[have:] if hasattr(names, "upto") else names[have:top + 1]
+        known = list(map(ids.get, texts))
+        if known.count(None) == len(texts) and len(set(texts)) == len(texts):
+            # all new and distinct (a model on a new connection, the usual case): no
+            # Python per name (~0.05 us each instead of ~0.3)
+            ids.update(zip(texts, range(first, first + len(texts))))
+            new = list(texts)
+            arr = np.arange(first, first + len(texts), dtype=np.uint32)
+        else:
+            for k, text in enumerate(texts):
+                if known[k] is None:
+                    cid = ids.get(text)  # a text met earlier in this run
+                    if cid is None:
+                        cid = ids[text] = len(ids)
+                        new.append(text)
+                    known[k] = cid
+            arr = np.array(known, np.uint32)
+        w.name_map = arr if mapping is None else np.concatenate([mapping, arr])
+        return first, new

@@ -54,7 +54,8 @@ _WARN_EVERY = 60.0
 HEARTBEAT_S = wire.AGENT_HEARTBEAT_S
 _HEARTBEAT = {"dropped": 0, "reason": "heartbeat"}
 _OP_FAILURE_PROTOCOL = 3  # the daemon protocol that knows OP_FAILURE frames (issue 24)
-_NAMES_STEP = 128  # names mapped per stop of the C framing call (GIL held ~0.2-0.5 ms each)
+_NAMES_STEP = 128  # names mapped per stop of the C framing call (GIL held ~50 us each) ...
+_NAMES_PAUSE_S = 0.0001  # ... with a sleep between stops: a thread waiting for the GIL gets it
 
 
 class Sender:
@@ -345,11 +346,17 @@ class Sender:
                 # run of new names, not one per record), but at most _NAMES_STEP at a time:
                 # the next C call releases the GIL, so a model of thousands of names (all
                 # new on each connection) never holds it for milliseconds in one go
-                top = max(value, min(int(native.slot_counts(slot).names) - 1, value + _NAMES_STEP))
-                new_names = conn.names.extend(w, top, w.native_names)
-                for frame in wire.encode_names(new_names):
+                known = int(native.slot_counts(slot).names)
+                top = max(value, min(known - 1, value + _NAMES_STEP))
+                first, new_names = conn.names.extend_run(w, top, w.native_names)
+                for frame in wire.encode_name_run(first, new_names):
                     out.append(frame)
                 native.set_map(slot, gen, w.name_map)
+                if top + 1 < known:
+                    # more slices follow: give the GIL away for real between them (the next
+                    # C call releases it for microseconds only, and this thread would take it
+                    # straight back: the slices would add up to one hold of ~0.5-2 ms)
+                    time.sleep(_NAMES_PAUSE_S)
             elif code == DEVICE:
                 with self.buffer.lock:  # the trace thread reads the device under it
                     old, w.device, w.device_from = w.device, value, "records"
@@ -389,9 +396,9 @@ class Sender:
         at = out.reserve_records(n)
         top = convert(out.buf, at, data, names.mapping(w))
         if top >= 0:  # names this connection has no id for yet
-            new_names = names.extend(w, top, table)
+            first, new_names = names.extend_run(w, top, table)
             # NAMES frames (a large table in several) go before the first record using them
-            for frame in wire.encode_names(new_names):
+            for frame in wire.encode_name_run(first, new_names):
                 conn.out.append(frame)
             at = out.reserve_records(n)
             if convert(out.buf, at, data, names.mapping(w)) >= 0:

@@ -215,6 +215,10 @@ void aclprof_aq_totals_get(aclprof_agent_queue *q, aclprof_aq_totals *t);
 int aclprof_aq_slot_counts_get(aclprof_agent_queue *q, int slot, aclprof_aq_slot_counts *c);
 /* The slot's name `id` (NULL past the copied ones); the pointer stays valid until free. */
 const char *aclprof_aq_name(aclprof_agent_queue *q, int slot, uint32_t id, size_t *len);
+/* Names first.. of the slot, copied back to back into buf (cap bytes) with their lengths
+ * in lens, as many as are copied and fit (at most max); returns how many (one lock). */
+uint32_t aclprof_aq_names(aclprof_agent_queue *q, int slot, uint32_t first, uint32_t max, char *buf,
+                          uint64_t cap, uint32_t *lens);
 /* Drop every row held (counted in dropped); returns how many. */
 uint64_t aclprof_aq_discard(aclprof_agent_queue *q);
 /* Before the sender sleeps: 0 if wake_at rows are held already; else 1, and the next

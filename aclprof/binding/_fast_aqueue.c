@@ -372,6 +372,27 @@ const char *aclprof_aq_name(aclprof_agent_queue *q, int slot, uint32_t id, size_
     return p;
 }
 
+uint32_t aclprof_aq_names(aclprof_agent_queue *q, int slot, uint32_t first, uint32_t max, char *buf,
+                          uint64_t cap, uint32_t *lens)
+{
+    uint32_t n = 0;
+    uint64_t used = 0;
+    pthread_mutex_lock(&q->mu);
+    if (slot >= 0 && slot < q->nslots) {
+        const slot_t *s = &q->slots[slot];
+        for (uint64_t id = first; n < max && id < s->c.names; id++, n++) {
+            uint32_t len = s->lens[id];
+            if (len > cap - used)
+                break;
+            memcpy(buf + used, s->names[id], len);
+            used += len;
+            lens[n] = len;
+        }
+    }
+    pthread_mutex_unlock(&q->mu);
+    return n;
+}
+
 uint64_t aclprof_aq_discard(aclprof_agent_queue *q)
 {
     pthread_mutex_lock(&q->mu);

@@ -179,6 +179,37 @@ class AgentQueue:
                                          res))
         return code, int(res.records), int(res.head), int(res.slot), int(res.value)
 
+    def names(self, slot: int, first: int, count: int) -> list[str]:
+        """The slot's interned names ``first`` to ``first + count - 1`` (UTF-8, invalid
+        bytes as backslash escapes), fewer if fewer are copied: one C call (and one lock)
+        for the lot, one decode when they are ASCII (~0.05 us a name, not ~0.6)."""
+        out: list[str] = []
+        cap = min(1 << 20, max(1 << 12, 64 * count))
+        buf = _ffi.new("char[]", cap)
+        lens = _ffi.new("uint32_t[]", max(1, count))
+        while len(out) < count:
+            n = int(_lib.aclprof_aq_names(self._q, slot, first + len(out), count - len(out), buf, cap, lens))
+            if n == 0:  # none copied past here, or the next one is longer than buf
+                one = self.name(slot, first + len(out))
+                if one is None:
+                    break
+                out.append(one.decode("utf-8", "backslashreplace"))
+                continue
+            sizes = _ffi.unpack(lens, n)
+            raw = _ffi.buffer(buf, sum(sizes))[:]
+            # ASCII (the usual case): characters are bytes, one decode for the lot
+            at = 0
+            if raw.isascii():
+                text = raw.decode("ascii")
+                for size in sizes:
+                    out.append(text[at:at + size])
+                    at += size
+            else:
+                for size in sizes:
+                    out.append(raw[at:at + size].decode("utf-8", "backslashreplace"))
+                    at += size
+        return out
+
     def discard(self) -> int:
         """Drop every held row (counted); returns how many."""
         return int(_lib.aclprof_aq_discard(self._q))
@@ -215,11 +246,22 @@ class SlotNames:
         self._cache: list[str] = []
 
     def __getitem__(self, i: int) -> str:
+        self._fill(i + 1)
+        return self._cache[i]
+
+    def upto(self, stop: int) -> list[str]:
+        """Names ``0`` to ``stop - 1`` (the cached list itself: do not change it)."""
+        self._fill(stop)
+        return self._cache
+
+    def _fill(self, stop: int) -> None:
+        """Decode names up to ``stop`` into the cache, fetched in one call; an id the
+        queue holds no copy of is named "?"."""
         cache = self._cache
-        while len(cache) <= i:
-            raw = self._queue.name(self._slot, len(cache))
-            cache.append("?" if raw is None else raw.decode("utf-8", "backslashreplace"))
-        return cache[i]
+        if len(cache) >= stop:
+            return
+        cache.extend(self._queue.names(self._slot, len(cache), stop - len(cache)))
+        cache.extend("?" for _ in range(stop - len(cache)))
 
 
 class QueueSink:

@@ -38,8 +38,8 @@ __all__ = [
     "MAGIC", "VERSION", "HEADER", "MAX_PAYLOAD", "RECORD_DTYPE", "Kind", "ProtocolError",
     "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
     "recv_frame", "FLAG_KEYPOINT", "keypoint_mask", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS",
-    "MAX_REGEX_BYTES", "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "utf8_cut",
-    "AGENT_HEARTBEAT_S", "OP_FAILURE_MAX_TENSORS", "OP_FAILURE_MAX_DIMS", "OP_FAILURE_MAX_NAME",
+    "MAX_REGEX_BYTES", "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "encode_name_run",
+    "utf8_cut", "AGENT_HEARTBEAT_S", "OP_FAILURE_MAX_TENSORS", "OP_FAILURE_MAX_DIMS", "OP_FAILURE_MAX_NAME",
 ]
 
 MAGIC = b"ACLP"
@@ -199,6 +199,25 @@ def encode_names(names: Mapping[str, str] | Mapping[int, str]) -> list[bytes]:
     if parts:
         frames.append(encode(Kind.NAMES, (head + ",".join(parts) + tail).encode("ascii")))
     return frames
+
+
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # json.dumps(separators=...) makes one per call
+
+
+def encode_name_run(first: int, names: list[str]) -> list[bytes]:
+    """The NAMES frames of ``encode_names({first: names[0], first + 1: names[1], ...})``,
+    the same bytes, but built by one call of the C JSON encoder when they fit one frame
+    (the usual case): ~0.1 us a name instead of ~0.5 (issue 21: an agent maps every name
+    of a model again on each connection, on the thread that holds the GIL meanwhile)."""
+    if not names:
+        return []
+    table = dict(zip(map(str, range(first, first + len(names))), names))
+    # compact separators and ensure_ascii: each entry is exactly encode_names' '"id":'
+    # + json.dumps(name), joined by ','
+    body = _COMPACT.encode({"names": table})
+    if len(body) <= MAX_NAMES_PAYLOAD:  # ASCII: characters are bytes
+        return [encode(Kind.NAMES, body.encode("ascii"))]
+    return encode_names(table)
 
 
 def encode_batch(records: np.ndarray) -> bytes:

@@ -16,6 +16,7 @@ from typing import Any, TypeGuard
 import numpy as np
 import structlog
 
+from aclprof.protocol._batchgroup import count_bad
 from aclprof.protocol.safetext import scrub, truncate
 from aclprof.protocol.wire import (
     MAX_NAME_BYTES,
@@ -124,6 +125,8 @@ class Ingest:
         """Refuse records whose values no op can have (counted per reason in
         ``counters.records_rejected``): the good records, or None if all are good. One
         service's corrupt values must not reach the aggregates it shares with others."""
+        if recs.flags.c_contiguous and count_bad(recs, MAX_DURATION_NS) == 0:
+            return None  # the usual batch: one C pass instead of ten numpy calls
         too_long = recs["duration"] > np.uint64(MAX_DURATION_NS)
         backwards = recs["end"] < recs["start"]
         bad_id = (recs["model_id"] == np.uint32(_BAD_ID)) | (recs["device_id"] == np.uint32(_BAD_ID))

@@ -20,8 +20,9 @@ The parts, one module each:
 Memory is bounded: dense since-start arrays of ``max_keys x 322`` int64 (~26 MB at the
 default 10 000 keys) plus the slots (see :mod:`aclprofd.aggregate.windows`).
 
-Ingestion never loops over records in Python: a batch is sorted once by every field of the
-key and cut into runs (O(n log n) whatever it holds); the only Python loop is one cache
+Ingestion never loops over records in Python: one C pass (:mod:`aclprof.protocol._batchgroup`)
+groups a batch by every field of the key (a hash table: O(n) whatever it holds) with each
+group's count, total, min and max and each record's histogram bin; then a vectorised cache
 lookup per distinct key in the batch, plus a registry step for keys the connection never
 sent before (typically once per op for the connection's lifetime).
 """
@@ -35,7 +36,10 @@ from typing import Any, cast
 
 import numpy as np
 
-from aclprof.protocol.wire import keypoint_mask
+from aclprof.protocol._batchgroup import fold as _fold
+from aclprof.protocol._batchgroup import group as _group
+from aclprof.protocol.quantshift import BIN_UPPER_NS
+from aclprof.protocol.wire import RECORD_DTYPE
 
 from .groups import FIELDS, GROUP_BY, Groupings
 from .keys import OTHER, OTHER_IDENTITY, KeyRegistry, KeySource, grow
@@ -53,6 +57,9 @@ from .quantiles import (
     prom_bucket,
 )
 from .windows import SlidingWindows, window_name
+
+#: the Prometheus bucket of each histogram bin (the C fold's table)
+_PROM_OF_BIN = np.ascontiguousarray(prom_bucket(np.arange(NBINS)), dtype=I64)
 
 __all__ = ["Aggregator", "KeySource", "NBINS", "BINS_PER_OCTAVE", "bin_index", "bin_value",
            "PROM_EXPONENTS", "OTHER", "STATE_FORMAT", "STATE_VERSION", "window_name", "GROUP_BY"]
@@ -141,49 +148,33 @@ class Aggregator:
         (``wire.keypoint_mask``). Raises KeyError(id) if a record uses a name id that ``names``
         does not define (the caller treats it as a protocol error)."""
         # Step keypoint records are step boundaries, not ops: no aggregate of their own, and
-        # their "duration" (a whole step) would swamp the op figures.
-        keypoint = keypoint_mask(records)
-        if keypoint.any():
-            records = records[~keypoint]
-        if len(records) == 0:
+        # their "duration" (a whole step) would swamp the op figures. One C pass groups the
+        # others by (model/device, name/type), first appearance first (grouping by sorting
+        # took ~15 numpy calls: ~150 us a batch whatever its size, issue 21).
+        if records.dtype != RECORD_DTYPE:
+            raise TypeError(f"Aggregator.ingest needs RECORD_DTYPE records, not {records.dtype}")
+        n = len(records)
+        if n == 0:
+            return
+        recs = records if records.flags.c_contiguous else np.ascontiguousarray(records)
+        out = np.empty((8, n), I64)
+        udm, ucode = out[0].view(np.uint64), out[1].view(np.uint64)
+        ops, ngroups = _group(recs, BIN_UPPER_NS, udm, ucode, *out[2:])
+        if ops == 0:
             return
         now = self._clock() if now is None else now
-        # One sort over every field that makes a key, then runs of equal keys: O(n log n)
-        # whatever the batch holds. (Grouping by (device, model) with a mask per group was
-        # O(n x groups): 299 k model ids in one frame held the loop 46 s, issue 9.)
-        dm = (records["model_id"].astype(np.uint64) << np.uint64(32)) | records["device_id"].astype(np.uint64)
-        codes = (records["op_name"].astype(np.uint64) << np.uint64(32)) | records["op_type"].astype(np.uint64)
-        n = len(records)
-        order = np.lexsort((codes, dm))
-        sdm, scodes = dm[order], codes[order]
-        new_run = np.empty(n, bool)
-        new_run[0] = True
-        np.not_equal(sdm[1:], sdm[:-1], out=new_run[1:])
-        new_run[1:] |= scodes[1:] != scodes[:-1]
-        starts = np.flatnonzero(new_run)
-        inv = np.empty(n, np.intp)
-        inv[order] = np.cumsum(new_run) - 1
-        dur = records["duration"].astype(I64)
-        sd = dur[order]
-        count = np.diff(np.append(starts, n)).astype(I64)
-        total = np.add.reduceat(sd, starts)
-        mn = np.minimum.reduceat(sd, starts)
-        mx = np.maximum.reduceat(sd, starts)
-        bins = bin_index(dur)
+        gdm, gcode = udm[:ngroups], ucode[:ngroups]
+        count, total, mn, mx = (row[:ngroups] for row in out[2:6])
+        inv, bins = out[6, :ops], out[7, :ops]
         with self._lock:
-            gkeys = self.keys.resolve(src, sdm[starts], scodes[starts], names)
+            gkeys = self.keys.resolve(src, gdm, gcode, names)
             slot = self.sliding.slot_for(int(now))
             hcodes, hcount = np.unique(gkeys[inv] * NBINS + bins, return_counts=True)
             hcount = hcount.astype(I64)
-            # since start (duplicates in gkeys only for the "other" key: ufunc.at handles them)
-            np.add.at(self.count, gkeys, count)
-            np.add.at(self.total, gkeys, total)
-            np.minimum.at(self.min, gkeys, mn)
-            np.maximum.at(self.max, gkeys, mx)
-            np.add.at(self.hist.reshape(-1), hcodes, hcount)
-            pk, pb = np.divmod(hcodes, NBINS)
-            np.add.at(self.prom, (pk, prom_bucket(pb)), hcount)
-            np.add.at(self.prom_sum, gkeys, total)
+            # since start, and the Prometheus series, in one C pass (duplicates in gkeys
+            # only for the "other" key: added like ufunc.at adds them)
+            _fold(gkeys, count, total, mn, mx, hcodes, hcount, self.count, self.total, self.min, self.max,
+                  self.hist, self.prom, self.prom_sum, _PROM_OF_BIN)
             self.last_fed[gkeys] = now
             other = gkeys == self.other_key
             if other.any():

@@ -1,0 +1,161 @@
+"""aclprof.protocol._batchgroup (issue 21): the aggregator's one C pass over a batch gives
+exactly what the numpy path gave: groups by (model/device, name/type) with their count,
+total, min and max, each op's group and its histogram bin (quantshift.bin_index), step
+keypoint records left out."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from aclprof.protocol._batchgroup import group
+from aclprof.protocol.quantshift import BIN_UPPER_NS, NBINS, bin_index
+from aclprof.protocol.wire import FLAG_KEYPOINT, RECORD_DTYPE
+
+
+def _group(recs: np.ndarray):
+    out = np.empty((8, max(1, len(recs))), np.int64)
+    ops, g = group(recs, BIN_UPPER_NS, out[0].view(np.uint64), out[1].view(np.uint64), *out[2:])
+    return ops, g, out
+
+
+def _reference(recs: np.ndarray):
+    ops = recs[(recs["flag"] & FLAG_KEYPOINT) == 0]
+    groups: dict[tuple[int, int], list[int]] = {}
+    inv = []
+    for r in ops.tolist():
+        model, name, typ, _flag, _thread, dev = r[0], r[1], r[2], r[3], r[4], r[5]
+        key = ((model << 32) | dev, (name << 32) | typ)
+        inv.append(list(groups).index(key) if key in groups else len(groups))
+        groups.setdefault(key, []).append(int(np.int64(np.uint64(r[8]).astype(np.int64))))
+    return ops, groups, inv
+
+
+def _random_batch(rng: np.random.Generator, n: int) -> np.ndarray:
+    recs = np.zeros(n, RECORD_DTYPE)
+    recs["model_id"] = rng.integers(0, 3, n) * 0xFFFF0000
+    recs["device_id"] = rng.integers(0, 2, n)
+    recs["op_name"] = rng.integers(0, 5, n) * 0x10000001
+    recs["op_type"] = rng.integers(0, 3, n)
+    recs["flag"] = np.where(rng.random(n) < 0.1, FLAG_KEYPOINT, 0) | rng.integers(0, 4, n)
+    edges = BIN_UPPER_NS[rng.integers(0, len(BIN_UPPER_NS), n)].astype(np.uint64)
+    picks = rng.integers(0, 5, n)
+    recs["duration"] = np.select(
+        [picks == 0, picks == 1, picks == 2, picks == 3],
+        [edges, edges + np.uint64(1), rng.integers(0, 1 << 45, n).astype(np.uint64),
+         np.uint64((1 << 64) - 5)],  # a negative int64: bin 0, like the numpy path
+        rng.integers(0, 3, n).astype(np.uint64))
+    return recs
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_group_matches_the_reference_grouping_and_bin_index(seed):
+    rng = np.random.default_rng(seed)
+    recs = _random_batch(rng, int(rng.integers(1, 3000)))
+    ops, g, out = _group(recs)
+    want_ops, groups, inv = _reference(recs)
+    assert ops == len(want_ops) and g == len(groups)
+    keys = list(groups)
+    assert out[0, :g].view(np.uint64).tolist() == [k[0] for k in keys]
+    assert out[1, :g].view(np.uint64).tolist() == [k[1] for k in keys]
+    assert out[2, :g].tolist() == [len(v) for v in groups.values()]
+    assert out[3, :g].tolist() == [int(np.sum(np.array(v, np.int64))) for v in groups.values()]
+    assert out[4, :g].tolist() == [min(v) for v in groups.values()]
+    assert out[5, :g].tolist() == [max(v) for v in groups.values()]
+    assert out[6, :ops].tolist() == inv
+    assert out[7, :ops].tolist() == bin_index(want_ops["duration"].astype(np.int64)).tolist()
+    assert out[7, :ops].max() <= NBINS - 1
+
+
+def test_group_of_keypoints_only_and_of_nothing():
+    recs = np.zeros(3, RECORD_DTYPE)
+    recs["flag"] = FLAG_KEYPOINT
+    assert _group(recs)[:2] == (0, 0)
+    assert _group(recs[:0])[:2] == (0, 0)
+
+
+def test_group_refuses_bad_buffers():
+    recs = np.zeros(4, RECORD_DTYPE)
+    short = np.empty((8, 2), np.int64)
+    with pytest.raises(ValueError, match="needs 32"):
+        group(recs, BIN_UPPER_NS, short[0].view(np.uint64), short[1].view(np.uint64), *short[2:])
+    out = np.empty((8, 4), np.int64)
+    with pytest.raises(ValueError, match="whole number"):
+        group(recs.view(np.uint8)[:-1], BIN_UPPER_NS, out[0].view(np.uint64), out[1].view(np.uint64), *out[2:])
+    with pytest.raises(TypeError, match="takes 10 arguments"):
+        group(recs, BIN_UPPER_NS)
+    with pytest.raises(ValueError, match="read-only"):
+        ro = np.empty(4, np.int64)
+        ro.setflags(write=False)
+        group(recs, BIN_UPPER_NS, ro, *out[1:])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_count_bad_counts_what_the_daemons_rejects_refuses(seed):
+    """count_bad (the daemon's pre-check, issue 21) counts exactly the records Ingest.rejects
+    refuses: a duration above the limit, an end before the start, a model or device id of
+    0xFFFFFFFF; 0 lets the usual batch skip the numpy checks."""
+    from aclprof.protocol._batchgroup import count_bad
+
+    rng = np.random.default_rng(seed)
+    n = 500
+    recs = np.zeros(n, RECORD_DTYPE)
+    limit = 1 << 50
+    recs["duration"] = np.where(rng.random(n) < 0.05, limit + rng.integers(0, 2, n), rng.integers(0, limit, n))
+    recs["start"] = rng.integers(0, 1 << 62, n)
+    recs["end"] = np.where(rng.random(n) < 0.05, recs["start"] - 1, recs["start"] + rng.integers(0, 9, n))
+    recs["model_id"] = np.where(rng.random(n) < 0.03, 0xFFFFFFFF, rng.integers(0, 0xFFFFFFFF, n))
+    recs["device_id"] = np.where(rng.random(n) < 0.03, 0xFFFFFFFF, rng.integers(0, 0xFFFFFFFE, n))
+    bad = ((recs["duration"] > np.uint64(limit)) | (recs["end"] < recs["start"])
+           | (recs["model_id"] == 0xFFFFFFFF) | (recs["device_id"] == 0xFFFFFFFF))
+    assert bad.any() and count_bad(recs, limit) == int(bad.sum())
+    assert count_bad(recs[~bad], limit) == 0 and count_bad(recs[:0], limit) == 0
+    with pytest.raises(ValueError, match="whole number"):
+        count_bad(recs.view(np.uint8)[:-3], limit)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fold_adds_like_the_numpy_ufunc_at_calls_it_replaces(seed):
+    """fold (issue 21) leaves the since-start arrays exactly as np.add.at / minimum.at /
+    maximum.at and the Prometheus bucket map did, repeated keys (the "other" key) included;
+    a bad index changes nothing."""
+    from aclprof.protocol._batchgroup import fold
+
+    rng = np.random.default_rng(seed)
+    cap, nprom = 50, 29
+    prom_of_bin = np.clip(-(-np.arange(NBINS) // 8) - 7, 0, nprom - 1).astype(np.int64)
+    acc = [rng.integers(0, 1000, cap), rng.integers(0, 10**6, cap), rng.integers(0, 10**6, cap),
+           rng.integers(0, 10**6, cap), rng.integers(0, 99, (cap, NBINS)), rng.integers(0, 99, (cap, nprom)),
+           rng.integers(0, 10**6, cap)]
+    acc = [a.astype(np.int64) for a in acc]
+    g = 40
+    keys = rng.integers(0, cap, g).astype(np.int64)
+    cols = [rng.integers(1, 50, g), rng.integers(0, 10**7, g), rng.integers(0, 10**6, g), rng.integers(0, 10**7, g)]
+    count, total, mn, mx = (c.astype(np.int64) for c in cols)
+    hcodes = np.unique(rng.integers(0, cap * NBINS, 200)).astype(np.int64)
+    hcount = rng.integers(1, 9, len(hcodes)).astype(np.int64)
+    want = [a.copy() for a in acc]
+    np.add.at(want[0], keys, count)
+    np.add.at(want[1], keys, total)
+    np.minimum.at(want[2], keys, mn)
+    np.maximum.at(want[3], keys, mx)
+    np.add.at(want[4].reshape(-1), hcodes, hcount)
+    pk, pb = np.divmod(hcodes, NBINS)
+    np.add.at(want[5], (pk, prom_of_bin[pb]), hcount)
+    np.add.at(want[6], keys, total)
+    fold(keys, count, total, mn, mx, hcodes, hcount, *acc, prom_of_bin)
+    for got, w in zip(acc, want):
+        assert np.array_equal(got, w)
+    before = [a.copy() for a in acc]
+    bad_keys = keys.copy()
+    bad_keys[-1] = cap
+    with pytest.raises(ValueError, match="outside the 50 rows"):
+        fold(bad_keys, count, total, mn, mx, hcodes, hcount, *acc, prom_of_bin)
+    bad_codes = hcodes.copy()
+    bad_codes[-1] = cap * NBINS
+    with pytest.raises(ValueError, match="outside the table"):
+        fold(keys, count, total, mn, mx, bad_codes, hcount, *acc, prom_of_bin)
+    with pytest.raises(ValueError, match="differ in length"):
+        fold(keys[:-1], count, total, mn, mx, hcodes, hcount, *acc, prom_of_bin)
+    for got, w in zip(acc, before):
+        assert np.array_equal(got, w)
