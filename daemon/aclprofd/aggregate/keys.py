@@ -242,7 +242,8 @@ class KeyRegistry:
         if len(src.keys):
             new = remap[src.keys]
             ok = (new >= 0) & (new != self.other)
-            src.pairs, src.keys = src.pairs[ok], new[ok]
+            # a subset of a hash-sorted cache stays sorted
+            src.hashes, src.dms, src.codes, src.keys = src.hashes[ok], src.dms[ok], src.codes[ok], new[ok]
 
     def mask(self, flt: Any) -> np.ndarray:
         """Keys matching a filter (``aclprofd.filters.Filter``; min_duration_ns is ignored:
