@@ -45,10 +45,12 @@ from .quantiles import (
     BINS_PER_OCTAVE,
     I64,
     NBINS,
+    NFINE,
     NPROM,
     PROM_EXPONENTS,
     bin_index,
     bin_value,
+    fine_bucket,
     grouped_rows,
     prom_bucket,
 )
@@ -90,6 +92,8 @@ class Aggregator:
         # Prometheus series are never reset (RESET only restarts what `aclprof top` shows)
         self.prom = np.zeros((cap, NPROM), I64)
         self.prom_sum = np.zeros(cap, I64)
+        #: the fine buckets (FINE_EIGHTHS, +Inf) per key: what the fleet view reads; never reset
+        self.fine = np.zeros((cap, NFINE), I64)
         self._zero_since_start()
         self._saved_changes = self._changes  # nothing to save until something happens
         #: called (loop thread) with each batch's (key * NBINS + bin, count) deltas: the detector
@@ -119,6 +123,7 @@ class Aggregator:
         self.hist = grow(self.hist, old, (cap, NBINS))
         self.prom = grow(self.prom, old, (cap, NPROM))
         self.prom_sum = grow(self.prom_sum, old, cap)
+        self.fine = grow(self.fine, old, (cap, NFINE))
 
     # ---- ingestion ----------------------------------------------------------------------
     def ingest(self, src: KeySource, records: np.ndarray, names: dict[int, str],
@@ -169,6 +174,7 @@ class Aggregator:
             np.add.at(self.hist.reshape(-1), hcodes, hcount)
             pk, pb = np.divmod(hcodes, NBINS)
             np.add.at(self.prom, (pk, prom_bucket(pb)), hcount)
+            np.add.at(self.fine, (pk, fine_bucket(pb)), hcount)
             np.add.at(self.prom_sum, gkeys, total)
             other = gkeys == self.other_key
             if other.any():
@@ -312,13 +318,23 @@ class Aggregator:
         """:meth:`prometheus_view`, and beside each series its owner: ``(first key, host,
         pid)`` of the lowest key (the first registered) that feeds it, i.e. the agent process
         that created the series (the /metrics series budget charges it to that agent)."""
+        return self._series("prom_name" if by_name else "prom", "prom")
+
+    def prometheus_fine_series(self, by_name: bool = False) -> tuple[list[PromSeries], list[tuple[int, str, int]]]:
+        """The fine histogram (FINE_EIGHTHS buckets, then +Inf) per (service, model, op_type[,
+        op_name]): the devices of a host summed, as the fleet view sums them (series budget:
+        daemon/README.md "Fine buckets"); with owners as :meth:`prometheus_series`."""
+        return self._series("prom_fine_name" if by_name else "prom_fine", "fine")
+
+    def _series(self, grouping_name: str, which: str) -> tuple[list[PromSeries], list[tuple[int, str, int]]]:
         with self._lock:
             n = self.nkeys
-            grouping = self.groupings.get(self.keys, "prom_name" if by_name else "prom")
+            grouping = self.groupings.get(self.keys, grouping_name)
             key_group = grouping.of[:n]
             m = len(grouping.idents)
-            buckets = np.zeros((m, NPROM), I64)
-            np.add.at(buckets, key_group, self.prom[:n])
+            per_key = self.prom if which == "prom" else self.fine
+            buckets = np.zeros((m, per_key.shape[1]), I64)
+            np.add.at(buckets, key_group, per_key[:n])
             sums = np.zeros(m, I64)
             np.add.at(sums, key_group, self.prom_sum[:n])
             idents = cast("list[tuple[str, ...]]", list(grouping.idents))
