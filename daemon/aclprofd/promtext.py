@@ -7,8 +7,9 @@ text is written line by line, byte for byte as ``generate_latest`` writes it (sa
 types, label order and escaping: ``tests/test_hostile2_metrics.py`` compares them), into
 chunks of at most ``CHUNK`` bytes, and each series is admitted against the budget first:
 
-- a histogram label set (``SERIES_PER_HISTOGRAM`` series: its buckets, ``_count`` and
-  ``_sum``) is charged to the **agent** that created it: the (host, pid) of the first
+- a histogram label set (``SERIES_PER_HISTOGRAM`` series, ``SERIES_PER_FINE_HISTOGRAM`` for
+  the fine histogram: its buckets, ``_count`` and ``_sum``) is charged, against the share of
+  its histogram family, to the **agent** that created it: the (host, pid) of the first
   aggregate key that feeds it, i.e. one agent process (its service is a label of the
   series). Beyond ``per_agent`` series, or the same fraction of ``max_bytes``, an agent's
   newer label sets are left out;
