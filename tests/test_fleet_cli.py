@@ -131,7 +131,7 @@ def test_once_json_lists_hosts_and_flags_the_slow_one(capsys):
     assert row["calls_per_s"] == 60.0 and row["p99_s"] == 3.9e-4 and row["share"] == 1.0
     assert doc["outliers"][0]["host"] == "c" and doc["outliers"][0]["direction"] == "slow"
     assert doc["thresholds"] == {"min_count": 100.0, "min_hosts": 3, "z": 3.5, "mad_floor": 0.05}
-    assert "power-of-two buckets" in doc["quantile_resolution"]  # what p50_s and p99_s are worth
+    assert "8 buckets per power of two" in doc["quantile_resolution"]  # what p50_s and p99_s are worth
     assert set(prom.asked) == set(queries("1m").values())  # every query, nothing else
 
 
@@ -434,7 +434,7 @@ def test_once_on_an_80_column_terminal_keeps_every_number_whole():
                                    service="llm-inference-frontend"))) as prom:
         with in_pty("fleet", "--prometheus", prom.url, "--once", columns=80) as (proc, out, _):
             assert proc.wait(20) == 0
-            out.read_until(b"power-of-two buckets")
+            out.read_until(b"buckets per power of two")
     lines = screen_lines(out.seen)
     assert all(len(line) <= 80 for line in lines), lines
     text = "\n".join(lines)

@@ -108,11 +108,12 @@ def test_the_median_host_scores_zero(values: list[float]) -> None:
 def test_queries_group_by_the_host_label_and_merge_buckets_for_the_fleet() -> None:
     q = queries("30s", "instance", selector("llm", "Mat.*"))
     sel = '{service="llm",op_type=~"Mat.*"}'
-    assert q["calls"] == f"sum by (instance, service, op_type) (rate(aclprofd_op_duration_seconds_count{sel}[30s]))"
+    assert q["calls"] == ("sum by (instance, service, op_type) "
+                          f"(rate(aclprofd_op_duration_fine_seconds_count{sel}[30s]))")
     assert q["p99"] == ("histogram_quantile(0.99, sum by (instance, service, op_type, le) "
-                        f"(rate(aclprofd_op_duration_seconds_bucket{sel}[30s])))")
+                        f"(rate(aclprofd_op_duration_fine_seconds_bucket{sel}[30s])))")
     assert q["fleet_p99"] == ("histogram_quantile(0.99, sum by (service, op_type, le) "
-                              f"(rate(aclprofd_op_duration_seconds_bucket{sel}[30s])))")
+                              f"(rate(aclprofd_op_duration_fine_seconds_bucket{sel}[30s])))")
     assert set(q) == {"calls", "count", "device", "p50", "p99", "fleet_p50", "fleet_p99"}
 
 

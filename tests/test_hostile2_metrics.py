@@ -36,6 +36,7 @@ from aclprof.protocol.wire import Kind
 pytestmark = pytest.mark.timeout(120)
 
 SERIES_PER_SET = 31  # a histogram label set: 29 buckets, _count, _sum
+SERIES_PER_FINE = 220  # a fine histogram label set (issue 23): 218 buckets, _count, _sum
 
 
 def _scrape(port: int, headers: dict[str, str] | None = None) -> str:
@@ -50,9 +51,9 @@ def _value(text: str, sample: str) -> float:
     return float(m.group(1))
 
 
-def _label_sets(text: str, label: str, value: str) -> int:
+def _label_sets(text: str, label: str, value: str, family: str = "aclprofd_op_duration_seconds") -> int:
     return sum(1 for line in text.splitlines()
-               if line.startswith("aclprofd_op_duration_seconds_count{") and f'{label}="{value}"' in line)
+               if line.startswith(f"{family}_count{{") and f'{label}="{value}"' in line)
 
 
 def _relabel(a, n: int, label: str, batch: int = 1) -> None:
@@ -69,9 +70,11 @@ def _relabel(a, n: int, label: str, batch: int = 1) -> None:
 
 def test_one_agents_relabels_cannot_multiply_the_series():
     """Was: every relabel a new label set, without limit; now the attacker keeps its share
-    (5 label sets here), the victim keeps all of its series, the rest is counted."""
+    (5 fine label sets here, and 35 of the coarse histogram's: each family has its own share),
+    the victim keeps all of its series, the rest is counted."""
     port = free_port()
-    with InProcess(prometheus_port=port, prometheus_max_series_per_agent=5 * SERIES_PER_SET) as d:
+    fine = "aclprofd_op_duration_fine_seconds"
+    with InProcess(prometheus_port=port, prometheus_max_series_per_agent=5 * SERIES_PER_FINE) as d:
         victim = agent(d.socket, host="victim", service="victim")
         victim.send_batch(make_records(10))  # two label sets (Conv2D, MatMul)
         wait_for(lambda: status(d.socket)["records_total"] == 10)
@@ -79,10 +82,11 @@ def test_one_agents_relabels_cannot_multiply_the_series():
         _relabel(bad, 50, "m")
         wait_for(lambda: status(d.socket)["records_total"] == 60)
         text = _scrape(port)
-        assert _label_sets(text, "service", "victim") == 2
-        assert _label_sets(text, "service", "attacker") == 5
+        assert _label_sets(text, "service", "victim") == 2 == _label_sets(text, "service", "victim", fine)
+        assert _label_sets(text, "service", "attacker") == 35  # 5 * 220 // 31
+        assert _label_sets(text, "service", "attacker", fine) == 5
         refused = _value(text, 'aclprofd_metrics_series_refused{reason="agent_share"}')
-        assert refused == 45 * SERIES_PER_SET
+        assert refused == 15 * SERIES_PER_SET + 45 * SERIES_PER_FINE
         assert _value(text, "aclprofd_metrics_agents_over_share") == 1
         st = status(d.socket)["metrics"]
         assert st["series_refused"]["agent_share"] == refused and st["agents_over_share"] == 1
@@ -91,7 +95,8 @@ def test_one_agents_relabels_cannot_multiply_the_series():
         wait_for(lambda: status(d.socket)["records_total"] == 70)
         time.sleep(1.1)  # past the rendering's reuse time (FRESH_S)
         text = _scrape(port)
-        assert _label_sets(text, "service", "victim") == 4 and _label_sets(text, "service", "attacker") == 5
+        assert _label_sets(text, "service", "victim") == 4 and _label_sets(text, "service", "attacker") == 35
+        assert _label_sets(text, "service", "victim", fine) == 4 and _label_sets(text, "service", "attacker", fine) == 5
 
 
 def test_long_relabels_keep_the_scrape_inside_the_memory_budget():
@@ -133,9 +138,11 @@ def test_ten_thousand_relabels_stay_within_the_default_share():
         wait_for(lambda: status(d.socket)["records_total"] == 4000, timeout=60)
         text = _scrape(port)
         sets = _label_sets(text, "service", "a")
+        fine = _label_sets(text, "service", "a", "aclprofd_op_duration_fine_seconds")
         assert sets * SERIES_PER_SET <= 100_000 < 4000 * SERIES_PER_SET
+        assert fine == 100_000 // SERIES_PER_FINE  # the fine histogram's own share (issue 23)
         assert _value(text, 'aclprofd_metrics_series_refused{reason="agent_share"}') == \
-            (4000 - sets) * SERIES_PER_SET
+            (4000 - sets) * SERIES_PER_SET + (4000 - fine) * SERIES_PER_FINE
         assert status(d.socket)["metrics"]["series"] >= sets * SERIES_PER_SET
 
 

@@ -105,8 +105,8 @@ def _exprs(dash: dict) -> list[str]:
     exprs = [t["expr"] for p in _panels(dash) for t in p.get("targets", [])]
     for v in dash["templating"]["list"]:
         if v["type"] == "query":
-            m = re.fullmatch(r"label_values\((.+), (\w+)\)", v["definition"])
-            assert m, v["definition"]
+            m = re.fullmatch(r"label_values\((.+), (\w+)\)", v["query"]["query"])
+            assert m, v["query"]
             exprs.append(m.group(1))
     return exprs
 

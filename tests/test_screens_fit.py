@@ -242,7 +242,7 @@ def test_fleet_keeps_numbers_whole(width):
                 assert cell[head] == value
         if "Outliers (p99)" in cell:
             assert re.search(r"x\d+\.\d z=\+\d+\.\d$", cell["Outliers (p99)"])  # the numbers whole
-    assert "power-of-two buckets" in text  # what resolution the fleet's quantiles have
+    assert "buckets per power of two" in text  # what resolution the fleet's quantiles have
     if width == 200:
         assert not _hidden(text)
     # drill-down: the host's columns, the same rule

@@ -171,10 +171,11 @@ def test_top_help_and_readme_state_the_resolution_of_the_numbers():
     assert f"2**(1/{BINS_PER_OCTAVE})" in ops and half_bin in ops and "power-of-two" in ops and "≤" in ops
 
 
-def test_fleet_says_its_quantiles_are_power_of_two_buckets():
+def test_fleet_says_its_quantiles_are_eighth_octave_buckets():
     from aclprof.cli.fleet.view import RESOLUTION
 
-    assert "power-of-two buckets" in RESOLUTION and "2x" in RESOLUTION
+    assert "8 buckets per power of two" in RESOLUTION and "9 %" in RESOLUTION
     helptext = subprocess.run([sys.executable, "-m", "aclprof", "fleet", "--help"], capture_output=True, text=True,
                               env=env()).stdout
-    assert "power-of-two" in " ".join(helptext.split())
+    flat = " ".join(helptext.split())
+    assert "8 per power of two" in flat and "within 5 %" in flat

@@ -18,6 +18,10 @@ Series:
   daemon/README.md). Buckets are powers of two of nanoseconds (128 ns .. ~17 s), exact bin
   edges of the aggregator's histograms, the same on every host. Never reset (``RESET``
   only resets the aggregates that ``aclprof top`` shows).
+- ``aclprofd_op_duration_fine_seconds`` histogram, labels host, service, model, op_type (and
+  op_name): the same records with the devices summed, 8 buckets per power of two (every bin
+  edge of the aggregates, 128 ns .. ~17 s): what the fleet view, the recording rules and the
+  dashboards' quantiles read (histogram_quantile within 5 %; daemon/README.md "Fine buckets").
 - ``aclprofd_records_total``, ``aclprofd_agent_dropped_records_total{pid,service}``,
   ``aclprofd_connected_agents``, ``aclprofd_agent_lag_seconds{pid,service}``,
   ``aclprofd_storage_bytes``, ``aclprofd_stream_skipped_records_total``,
@@ -44,6 +48,7 @@ Series:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterator
 from typing import Any, Protocol
@@ -60,20 +65,31 @@ from .httpd import HttpServer, Request, Response
 from .limits_metrics import limit_families
 from .memory import Memory
 from .metrics_access import Access, AccessError, check_bind
-from .promtext import Budget, Rendering, TextBuilder, family_text, histogram_text
+from .promtext import FINE_LE, Budget, Rendering, TextBuilder, family_text, histogram_text
 from .status import CountersSnapshot
 
-__all__ = ["Metrics", "DaemonCollector", "HISTOGRAM", "histogram_labels", "FRESH_S", "CONTENT_TYPE"]
+__all__ = ["Metrics", "DaemonCollector", "HISTOGRAM", "FINE_HISTOGRAM", "histogram_labels", "fine_labels", "FRESH_S",
+           "CONTENT_TYPE"]
 
 #: a rendering serves the scrapes that arrive within this of its start
 FRESH_S = 1.0
+#: bytes kept under the /metrics share for the endpoint's own few lines
+OWN_BYTES = 4 << 10
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 HISTOGRAM = "aclprofd_op_duration_seconds"
 HISTOGRAM_DOC = "Op durations by service, device, model and op type"
+#: 8 buckets per power of two (the aggregates' own bin edges), devices summed: the fleet
+#: view, the recording rules and the dashboards' quantiles read it (daemon/README.md "Fine buckets")
+FINE_HISTOGRAM = "aclprofd_op_duration_fine_seconds"
+FINE_DOC = "Op durations by service, model and op type (devices summed), 8 buckets per power of two"
 
 
 def histogram_labels(by_name: bool) -> list[str]:
     return ["host", "service", "device", "model", "op_type"] + (["op_name"] if by_name else [])
+
+
+def fine_labels(by_name: bool) -> list[str]:
+    return ["host", "service", "model", "op_type"] + (["op_name"] if by_name else [])
 
 _LE = [floatToGoString(2.0**k * 1e-9) for k in PROM_EXPONENTS] + ["+Inf"]
 
@@ -120,6 +136,11 @@ class DaemonCollector:
             buckets = [(le, float(v)) for le, v in zip(_LE[:-1], cum[:-1].tolist())] + [("+Inf", float(count))]
             hist.add_metric([self.host_label, *lab], buckets, sum_ns / 1e9)
         yield hist
+        fine = HistogramMetricFamily(FINE_HISTOGRAM, FINE_DOC, labels=fine_labels(by_name))
+        for lab, cum, count, sum_ns in self.daemon.aggregator.prometheus_fine_series(by_name)[0]:
+            buckets = [(le, float(v)) for le, v in zip(FINE_LE[:-1], cum[:-1].tolist())] + [("+Inf", float(count))]
+            fine.add_metric([self.host_label, *lab], buckets, sum_ns / 1e9)
+        yield fine
         yield from detector_families(self.daemon.detection.published)
         yield from capture_families(getattr(self.daemon, "captures", None))
 
@@ -276,15 +297,26 @@ class Metrics:
     def render(self) -> Rendering:
         """A new rendering of every family within the budget (see :mod:`aclprofd.promtext`)."""
         started = time.monotonic()
-        out = self._building = TextBuilder(self.budget())
+        b = self.budget()
+        # the endpoint's own lines are always shown (forced): room is kept for them, since a
+        # large histogram label set (a fine one: 220 lines) can fill the text to the cap
+        out = self._building = TextBuilder(dataclasses.replace(b, max_bytes=max(b.max_bytes - OWN_BYTES, 0)))
         try:
             col = self.collector
             for fam in col.fixed_families(self.daemon.published):
                 family_text(out, fam)
             by_name = col.by_name
-            series, owners = self.daemon.aggregator.prometheus_series(by_name)
-            over = histogram_text(out, HISTOGRAM, HISTOGRAM_DOC, histogram_labels(by_name), col.host_label,
-                                  series, owners)
+            agg = self.daemon.aggregator
+            # each histogram family has its own per-agent share (of the same size); the
+            # total and the bytes bound them together (daemon/README.md "Fine buckets")
+            agents_over: set[tuple[str, int]] = set()
+            series, owners = agg.prometheus_series(by_name)
+            histogram_text(out, HISTOGRAM, HISTOGRAM_DOC, histogram_labels(by_name), col.host_label,
+                           series, owners, over=agents_over)
+            series, owners = agg.prometheus_fine_series(by_name)
+            histogram_text(out, FINE_HISTOGRAM, FINE_DOC, fine_labels(by_name), col.host_label, series, owners,
+                           les=FINE_LE, over=agents_over)
+            over = len(agents_over)
             del series, owners
             for fam in detector_families(self.daemon.detection.published):
                 family_text(out, fam)

@@ -7,8 +7,9 @@ text is written line by line, byte for byte as ``generate_latest`` writes it (sa
 types, label order and escaping: ``tests/test_hostile2_metrics.py`` compares them), into
 chunks of at most ``CHUNK`` bytes, and each series is admitted against the budget first:
 
-- a histogram label set (``SERIES_PER_HISTOGRAM`` series: its buckets, ``_count`` and
-  ``_sum``) is charged to the **agent** that created it: the (host, pid) of the first
+- a histogram label set (``SERIES_PER_HISTOGRAM`` series, ``SERIES_PER_FINE_HISTOGRAM`` for
+  the fine histogram: its buckets, ``_count`` and ``_sum``) is charged, against the share of
+  its histogram family, to the **agent** that created it: the (host, pid) of the first
   aggregate key that feeds it, i.e. one agent process (its service is a label of the
   series). Beyond ``per_agent`` series, or the same fraction of ``max_bytes``, an agent's
   newer label sets are left out;
@@ -32,17 +33,21 @@ from typing import Any
 from prometheus_client.utils import floatToGoString
 
 from .aggregate.aggregator import PromSeries
-from .aggregate.quantiles import NPROM, PROM_EXPONENTS
+from .aggregate.quantiles import BINS_PER_OCTAVE, FINE_EIGHTHS, NFINE, NPROM, PROM_EXPONENTS
 
 __all__ = ["Budget", "Rendering", "TextBuilder", "escape", "family_text", "histogram_lines",
-           "SERIES_PER_HISTOGRAM", "CHUNK", "REFUSAL_REASONS"]
+           "SERIES_PER_HISTOGRAM", "SERIES_PER_FINE_HISTOGRAM", "FINE_LE", "CHUNK", "REFUSAL_REASONS"]
 
 #: series of one histogram label set: NPROM bucket lines (the last is +Inf), _count, _sum
 SERIES_PER_HISTOGRAM = NPROM + 2
+#: series of one fine histogram label set (FINE_EIGHTHS buckets, +Inf, _count, _sum)
+SERIES_PER_FINE_HISTOGRAM = NFINE + 2
 #: the text is kept in chunks of about this size (sent as they are: no join, no copy)
 CHUNK = 64 << 10
 REFUSAL_REASONS = ("agent_share", "total", "bytes")
 _LE = [floatToGoString(2.0**k * 1e-9) for k in PROM_EXPONENTS] + ["+Inf"]
+#: the fine histogram's le values (seconds, as prometheus_client writes floats)
+FINE_LE = [floatToGoString(2.0 ** (j / BINS_PER_OCTAVE) * 1e-9) for j in FINE_EIGHTHS] + ["+Inf"]
 
 
 def escape(value: str) -> str:
@@ -150,15 +155,16 @@ def family_text(out: TextBuilder, family: Any, force: bool = False) -> None:
             out.add(line, 1)
 
 
-def histogram_lines(name: str, labels: dict[str, str], cum: Sequence[int], count: int, sum_s: float) -> bytes:
+def histogram_lines(name: str, labels: dict[str, str], cum: Sequence[int], count: int, sum_s: float,
+                    les: Sequence[str] = _LE) -> bytes:
     """The lines of one histogram label set, as generate_latest writes them (labels sorted,
-    ``le`` among them)."""
+    ``le`` among them); ``les`` the bucket bounds as text, the last "+Inf"."""
     items = sorted(labels.items())
     before = ",".join(f'{k}="{escape(v)}"' for k, v in items if k < "le")
     after = ",".join(f'{k}="{escape(v)}"' for k, v in items if k > "le")
     pre = f"{name}_bucket{{{before}{',' if before else ''}le=\""
     post = f"\"{',' if after else ''}{after}}} "
-    lines = [f"{pre}{le}{post}{floatToGoString(float(v))}\n" for le, v in zip(_LE[:-1], cum[:-1])]
+    lines = [f"{pre}{le}{post}{floatToGoString(float(v))}\n" for le, v in zip(les[:-1], cum[:-1])]
     lines.append(f"{pre}+Inf{post}{floatToGoString(float(count))}\n")
     both = ",".join(f'{k}="{escape(v)}"' for k, v in items)
     lab = f"{{{both}}}" if both else ""
@@ -168,28 +174,33 @@ def histogram_lines(name: str, labels: dict[str, str], cum: Sequence[int], count
 
 
 def histogram_text(out: TextBuilder, name: str, doc: str, label_names: Sequence[str], host_label: str,
-                   series: Iterable[PromSeries], owners: Sequence[tuple[int, str, int]]) -> int:
-    """The op histogram within the budget: label sets in the order of their first key,
-    each charged to its owner (host, pid); returns how many agents went over their share."""
+                   series: Iterable[PromSeries], owners: Sequence[tuple[int, str, int]], *,
+                   les: Sequence[str] = _LE, over: set[tuple[str, int]] | None = None) -> int:
+    """An op histogram within the budget: label sets in the order of their first key,
+    each charged to its owner (host, pid) against the agent's share of this histogram;
+    returns how many agents went over their share. ``les`` are its bucket bounds as text;
+    ``over`` collects the agents over their share across the histograms of one rendering."""
     out.add(_header(name, doc, "histogram"), 0)
     b = out.budget
     per_agent, agent_bytes = b.per_agent, b.agent_bytes
     used: dict[tuple[str, int], tuple[int, int]] = {}
-    over: set[tuple[str, int]] = set()
+    over = set() if over is None else over
+    per_set = len(les) + 2
     rows = sorted(zip(owners, series), key=lambda r: r[0][0])
     for (_, host, pid), (lab, cum, count, sum_ns) in rows:
         agent = (host, pid)
         n, nbytes = used.get(agent, (0, 0))
-        if n + SERIES_PER_HISTOGRAM > per_agent:
-            out.refused["agent_share"] += SERIES_PER_HISTOGRAM
+        if n + per_set > per_agent:
+            out.refused["agent_share"] += per_set
             over.add(agent)
             continue
-        data = histogram_lines(name, dict(zip(label_names, (host_label, *lab))), cum.tolist(), count, sum_ns / 1e9)
+        data = histogram_lines(name, dict(zip(label_names, (host_label, *lab))), cum.tolist(), count, sum_ns / 1e9,
+                               les)
         if nbytes + len(data) > agent_bytes:
-            out.refused["agent_share"] += SERIES_PER_HISTOGRAM
+            out.refused["agent_share"] += per_set
             over.add(agent)
             continue
-        if out.admit(SERIES_PER_HISTOGRAM, len(data)) is None:
-            used[agent] = (n + SERIES_PER_HISTOGRAM, nbytes + len(data))
-            out.add(data, SERIES_PER_HISTOGRAM)
+        if out.admit(per_set, len(data)) is None:
+            used[agent] = (n + per_set, nbytes + len(data))
+            out.add(data, per_set)
     return len(over)

@@ -3,9 +3,11 @@ the recording rules (``--rules``), side by side, on a real Prometheus server.
 
     python tests/bench/bench_fleet.py [--quick] [--hosts N] [--rounds R]
 
-A fake exporter on 127.0.0.1 serves the `aclprofd_op_duration_seconds` histograms of N
-hosts (label ``host``; 2 devices, 30 op types each, the daemon's 28 power-of-two buckets;
-counts grow linearly, 100 calls/s per series; host 0 three times slower), scraped every 2 s
+A fake exporter on 127.0.0.1 serves the op histograms of N hosts as aclprofd does (label
+``host``; 2 devices, 30 op types each): `aclprofd_op_duration_seconds` per device (28
+power-of-two buckets) and `aclprofd_op_duration_fine_seconds` with the devices summed (217
+buckets, 8 per power of two: what the fleet view reads since issue 23); counts grow
+linearly, 100 calls/s per device series; host 0 three times slower), scraped every 2 s
 by a Prometheus started like the tests' (tests/helpers/prometheus.py) with
 daemon/prometheus/recording.rules.yml loaded. Once the rules cover every host, the two
 variants run interleaved, in this process (no interpreter start-up): wall time of
@@ -34,6 +36,9 @@ DEVICES = 2
 EXPONENTS = range(7, 35)  # 2**7 .. 2**34 ns, as aclprofd
 
 
+FINE_EIGHTHS = range(56, 273)  # 2**(j/8) ns, as aclprofd's fine histogram
+
+
 def exposition(hosts: int, t: float) -> bytes:
     """The exporter's text at ``t`` seconds after start."""
     out = ["# TYPE aclprofd_op_duration_seconds histogram"]
@@ -50,6 +55,19 @@ def exposition(hosts: int, t: float) -> bytes:
                 out.append(f'aclprofd_op_duration_seconds_bucket{{{lab},le="+Inf"}} {n}')
                 out.append(f"aclprofd_op_duration_seconds_count{{{lab}}} {n}")
                 out.append(f"aclprofd_op_duration_seconds_sum{{{lab}}} {n * 2.0**k * 1e-9}")
+    out.append("# TYPE aclprofd_op_duration_fine_seconds histogram")
+    for h in range(hosts):
+        for o in range(OPS):
+            k = 14 + o % 8 + (1 if h == 0 and o == 0 else 0)
+            n = 100.0 * t * DEVICES
+            lab = f'host="h{h:04d}",service="llm",model="m@1",op_type="Op{o:02d}"'
+            for j in FINE_EIGHTHS:
+                le = repr(2.0 ** (j / 8) * 1e-9)
+                v = 0.0 if j < 8 * k - 8 else (n if j >= 8 * k else n * (j - 8 * k + 9) / 9)
+                out.append(f'aclprofd_op_duration_fine_seconds_bucket{{{lab},le="{le}"}} {v}')
+            out.append(f'aclprofd_op_duration_fine_seconds_bucket{{{lab},le="+Inf"}} {n}')
+            out.append(f"aclprofd_op_duration_fine_seconds_count{{{lab}}} {n}")
+            out.append(f"aclprofd_op_duration_fine_seconds_sum{{{lab}}} {n * 2.0**k * 1e-9}")
     return ("\n".join(out) + "\n").encode()
 
 
@@ -83,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"skipped: {SKIP_REASON}")
         return 0
     hosts, rounds = (10, 5) if args.quick else (args.hosts, args.rounds)
-    series = hosts * DEVICES * OPS * 31
+    series = hosts * (DEVICES * OPS * 31 + OPS * 220)
     B.header(f"aclprof fleet: raw histograms vs recording rules, {hosts} hosts ({series:,} raw series)", args.quick)
     srv, target = exporter(hosts)
     prom = Prometheus([target], [RULES_DIR / "recording.rules.yml"], interval="2s")

@@ -51,9 +51,10 @@ outliers: a host's p99 of an op type is scored against the other hosts' (robust 
 --min-count calls in the window, when at least --min-hosts hosts qualify; flagged at
 |z| >= --z (defaults 100 calls, 3 hosts, 3.5, 5 %: a host ~26 % off the median).
 
-resolution: p50 and p99 are Prometheus' histogram_quantile over aclprofd's power-of-two
-buckets (each spans 2x; the value is interpolated linearly inside it): up to 2x off, and it
-can exceed the max `aclprof top` shows on the host (Prometheus keeps no max).
+resolution: p50 and p99 are Prometheus' histogram_quantile over aclprofd's fine buckets
+(8 per power of two, each 9 % wide; the value is interpolated linearly inside it): within
+5 % of the exact quantile on lognormal and bimodal streams, at most 9 % off for any stream,
+and it can exceed the max `aclprof top` shows on the host (Prometheus keeps no max).
 """
 
 def add_parser(sub: Any, fmt: Any) -> None:

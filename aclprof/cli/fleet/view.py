@@ -82,7 +82,7 @@ class Fleet:
         return to_json(rows, prometheus=self.client.url, window=self.window, host_label=self.host_label,
                        source="recording rules" if self.rules else "histograms", time=round(self.time, 3),
                        drill_down_host=host, thresholds=self.thresholds.as_dict(), warnings=self.warnings,
-                       quantile_resolution="power-of-two buckets (histogram_quantile; up to 2x off)")
+                       quantile_resolution="8 buckets per power of two (histogram_quantile; at most 9 % off)")
 
 
 def _dur(seconds: float | None) -> str:
@@ -90,8 +90,8 @@ def _dur(seconds: float | None) -> str:
 
 
 #: what every fleet table says of its quantiles (README "Fleet")
-RESOLUTION = ("p50/p99: Prometheus' histogram_quantile over power-of-two buckets (each 2x wide: up to "
-              "2x off, no max known; exact max and 9 % bins: aclprof top on the host)")
+RESOLUTION = ("p50/p99: Prometheus' histogram_quantile over 8 buckets per power of two (each 9 % wide: "
+              "at most 9 % off, no max known; exact max: aclprof top on the host)")
 _HOST_CUT = 24  # a host name in the outlier cell (the cell holds numbers: the names are what shrinks)
 
 

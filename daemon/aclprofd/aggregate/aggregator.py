@@ -49,10 +49,12 @@ from .quantiles import (
     BINS_PER_OCTAVE,
     I64,
     NBINS,
+    NFINE,
     NPROM,
     PROM_EXPONENTS,
     bin_index,
     bin_value,
+    fine_bucket,
     grouped_rows,
     prom_bucket,
 )
@@ -108,6 +110,11 @@ class Aggregator:
         #: called (loop thread, under the lock) with ``remap`` (old key -> new, -1 gone)
         #: after age_out renumbered the keys: the detector's key -> cell table
         self.on_renumber: Callable[[np.ndarray], None] | None = None
+        #: the fine buckets (FINE_EIGHTHS, +Inf) per key: what the fleet view reads; never reset
+        self.fine = np.zeros((cap, NFINE), I64)
+        #: the fine series' own _sum per key: an aged-out key's counts move within the fine
+        #: grouping (devices summed), which may keep a series the prom grouping does not
+        self.fine_sum = np.zeros(cap, I64)
         self._zero_since_start()
         self._saved_changes = self._changes  # nothing to save until something happens
         #: called (loop thread) with each batch's (key * NBINS + bin, count) deltas: the detector
@@ -140,6 +147,8 @@ class Aggregator:
         last = np.zeros(cap, np.float64)
         last[:old] = self.last_fed[:old]
         self.last_fed = last
+        self.fine = grow(self.fine, old, (cap, NFINE))
+        self.fine_sum = grow(self.fine_sum, old, cap)
 
     # ---- ingestion ----------------------------------------------------------------------
     def ingest(self, src: KeySource, records: np.ndarray, names: dict[int, str],
@@ -176,6 +185,10 @@ class Aggregator:
             _fold(gkeys, count, total, mn, mx, hcodes, hcount, self.count, self.total, self.min, self.max,
                   self.hist, self.prom, self.prom_sum, _PROM_OF_BIN)
             self.last_fed[gkeys] = now
+            # the fleet view's fine buckets (issue 23): one more fold, in numpy
+            pk, pb = np.divmod(hcodes, NBINS)
+            np.add.at(self.fine, (pk, fine_bucket(pb)), hcount)
+            np.add.at(self.fine_sum, gkeys, total)
             other = gkeys == self.other_key
             if other.any():
                 self.other_records += int(count[other].sum())
@@ -218,11 +231,12 @@ class Aggregator:
             self.aged_out += len(gone)
             self.aged_out_records += int(self.count[gone].sum())
             m = len(keep)
-            for attr, fill in (("count", 0), ("total", 0), ("min", BIG), ("max", 0), ("prom_sum", 0)):
+            for attr, fill in (("count", 0), ("total", 0), ("min", BIG), ("max", 0), ("prom_sum", 0),
+                               ("fine_sum", 0)):
                 new = np.full(self.keys.capacity, fill, I64)
                 new[:m] = getattr(self, attr)[keep]
                 setattr(self, attr, new)
-            for attr in ("hist", "prom"):
+            for attr in ("hist", "prom", "fine"):
                 old = getattr(self, attr)
                 new = np.zeros_like(old)
                 new[:m] = old[keep]
@@ -243,15 +257,19 @@ class Aggregator:
 
     def _fold_prom(self, keep: np.ndarray, gone: np.ndarray) -> None:
         """The Prometheus counts of the keys ``gone`` added to the first kept key of the
-        series they fed (the grouping /metrics renders), if any (under the lock)."""
-        of = self.groupings.get(self.keys, "prom_name" if self.prom_by_name else "prom").of
-        n = len(of)
-        first = np.full(int(of.max()) + 1 if n else 0, n, I64)
-        np.minimum.at(first, of[keep], keep)
-        to = first[of[gone]]
-        moved = to < n
-        np.add.at(self.prom, to[moved], self.prom[gone[moved]])
-        np.add.at(self.prom_sum, to[moved], self.prom_sum[gone[moved]])
+        series they fed (the grouping /metrics renders), if any (under the lock); the same for
+        the fine histogram in its own grouping."""
+        fine = "prom_fine_name" if self.prom_by_name else "prom_fine"
+        for grouping, arrays in (("prom_name" if self.prom_by_name else "prom", (self.prom, self.prom_sum)),
+                                 (fine, (self.fine, self.fine_sum))):
+            of = self.groupings.get(self.keys, grouping).of
+            n = len(of)
+            first = np.full(int(of.max()) + 1 if n else 0, n, I64)
+            np.minimum.at(first, of[keep], keep)
+            to = first[of[gone]]
+            moved = to < n
+            for arr in arrays:
+                np.add.at(arr, to[moved], arr[gone[moved]])
 
     # ---- persistence --------------------------------------------------------------------
     @property
@@ -383,15 +401,25 @@ class Aggregator:
         """:meth:`prometheus_view`, and beside each series its owner: ``(first key, host,
         pid)`` of the lowest key (the first registered) that feeds it, i.e. the agent process
         that created the series (the /metrics series budget charges it to that agent)."""
+        return self._series("prom_name" if by_name else "prom", "prom")
+
+    def prometheus_fine_series(self, by_name: bool = False) -> tuple[list[PromSeries], list[tuple[int, str, int]]]:
+        """The fine histogram (FINE_EIGHTHS buckets, then +Inf) per (service, model, op_type[,
+        op_name]): the devices of a host summed, as the fleet view sums them (series budget:
+        daemon/README.md "Fine buckets"); with owners as :meth:`prometheus_series`."""
+        return self._series("prom_fine_name" if by_name else "prom_fine", "fine")
+
+    def _series(self, grouping_name: str, which: str) -> tuple[list[PromSeries], list[tuple[int, str, int]]]:
         with self._lock:
             n = self.nkeys
-            grouping = self.groupings.get(self.keys, "prom_name" if by_name else "prom")
+            grouping = self.groupings.get(self.keys, grouping_name)
             key_group = grouping.of[:n]
             m = len(grouping.idents)
-            buckets = np.zeros((m, NPROM), I64)
-            np.add.at(buckets, key_group, self.prom[:n])
+            per_key = self.prom if which == "prom" else self.fine
+            buckets = np.zeros((m, per_key.shape[1]), I64)
+            np.add.at(buckets, key_group, per_key[:n])
             sums = np.zeros(m, I64)
-            np.add.at(sums, key_group, self.prom_sum[:n])
+            np.add.at(sums, key_group, (self.prom_sum if which == "prom" else self.fine_sum)[:n])
             idents = cast("list[tuple[str, ...]]", list(grouping.idents))
             first = np.full(m, n, I64)
             np.minimum.at(first, key_group, np.arange(n, dtype=I64))

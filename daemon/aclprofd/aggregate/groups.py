@@ -17,7 +17,7 @@ import numpy as np
 from .keys import OTHER, KeyRegistry
 from .quantiles import I64
 
-__all__ = ["GROUP_BY", "Grouping", "Groupings", "FIELDS", "prom_labels"]
+__all__ = ["GROUP_BY", "Grouping", "Groupings", "FIELDS", "prom_labels", "prom_fine_labels"]
 
 #: the ``group_by`` values SNAPSHOT accepts, and the identity fields each grouping's rows carry
 FIELDS: dict[str, tuple[str, ...]] = {
@@ -87,6 +87,15 @@ def prom_labels(by_name: bool) -> Identify:
     return identify
 
 
+def prom_fine_labels(by_name: bool) -> Identify:
+    """The fine Prometheus histogram's series of a key: (service, model, op_type[, op_name]),
+    the devices summed (as the fleet view sums them)."""
+    def identify(reg: KeyRegistry, k: int) -> tuple[Hashable, str, dict[str, Any]]:
+        lab: tuple[str, ...] = (_svc(reg, k), reg.model_label[k] or str(int(reg.model[k])), reg.type[k])
+        return (*lab, reg.name[k]) if by_name else lab, "", {}
+    return identify
+
+
 class Grouping:
     """One grouping of the keys, extended as keys are added (:meth:`update`)."""
 
@@ -146,6 +155,8 @@ class Groupings:
                 g = Grouping(_IDENTIFY[group_by])
             elif group_by in ("prom", "prom_name"):
                 g = Grouping(prom_labels(group_by == "prom_name"), other_alone=False)
+            elif group_by in ("prom_fine", "prom_fine_name"):
+                g = Grouping(prom_fine_labels(group_by == "prom_fine_name"), other_alone=False)
             else:
                 raise ValueError(f"group_by must be one of {', '.join(GROUP_BY)}, not {group_by!r}")
             self._by[group_by] = g
