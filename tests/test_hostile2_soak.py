@@ -224,6 +224,31 @@ def test_renumbered_keys_keep_windows_caches_prometheus_and_the_detector_right()
     assert hist[("svc", "m", "T", "op7")] == 6 and hist[("svc", "m", "T", "op4")] == 3 + 3 + 3
 
 
+def test_an_aged_out_keys_fine_counts_stay_in_its_fine_series() -> None:
+    """The fine histogram sums devices: a gone process's key on device 1 moves its fine counts
+    (and _sum) to the kept key of the same service, model and op type on device 0, so the
+    fleet's counters never go back, though its per-device series goes stale."""
+    from aclprofd.aggregate.aggregator import Aggregator, KeySource
+
+    clock = _Clock()
+    agg = Aggregator(max_keys=100, windows=(10, 60), clock=clock)
+    names = {1: "T", 2: "op2"}
+    old, new = KeySource("h", 5, "svc", owner=(1000, 5)), KeySource("h", 6, "svc", owner=(1000, 6))
+    on_dev1 = _records([2])
+    on_dev1["device_id"] = 1
+    agg.ingest(old, on_dev1, names)
+    agg.ingest(new, _records([2]), names)
+    series, _ = agg.prometheus_fine_series()
+    before = {lab: (count, sum_ns) for lab, _, count, sum_ns in series}
+    assert before == {("svc", "1", "T"): (6, 6000)}
+    clock.t += 200
+    agg.ingest(new, _records([2]), names)
+    assert agg.age_out(clock.t, 100, {new.owner}.__contains__, [new]) == 1
+    series, _ = agg.prometheus_fine_series()
+    assert {lab: (count, sum_ns) for lab, _, count, sum_ns in series} == {("svc", "1", "T"): (9, 9000)}
+    assert {lab[1] for lab, *_ in agg.prometheus_view()} == {"0"}, "the device-1 series is gone (stale)"
+
+
 def test_the_daemon_ages_out_a_gone_agents_keys_and_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
     """In a daemon (windows 1 s and 2 s, aggregate_idle_timeout 1 s, looked for at every
     flush): a gone agent's keys leave, counted in STATUS and /metrics; a live idle agent's
