@@ -7,6 +7,8 @@ fraction of a second (tests/test_hostile2_metrics.py checks them against whole d
 from __future__ import annotations
 
 import socket
+import struct
+import threading
 import time
 from collections.abc import Iterator
 
@@ -22,16 +24,40 @@ BIG = (b"x" * (1 << 20),) * 32
 
 
 class Server:
-    def __init__(self, max_connections: int = 8, read_timeout: float = 30.0, write_timeout: float = 30.0) -> None:
+    """An HttpServer answering BODY, with headers that make the callback fail (``X-Fail``),
+    answer a large body that ``OWNER`` holds (``X-Big``), or close the connections still
+    sending OWNER's body first (``X-Drop``, as the daemon does for superseded renderings).
+    Any exception that escapes a thread while it lives (the listener's loop must never die)
+    fails :meth:`close`."""
+
+    def __init__(self, max_connections: int = 8, read_timeout: float = 30.0, write_timeout: float = 30.0,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
         self.requests: list[Request] = []
-        self.http = HttpServer("127.0.0.1", 0, self.respond, max_connections=max_connections,
-                               read_timeout=read_timeout, write_timeout=write_timeout)
+        self.dropped: list[int] = []
+        self.thread_errors: list[BaseException | None] = []
+        self._hook = threading.excepthook
+        threading.excepthook = lambda args: self.thread_errors.append(args.exc_value)
+        try:
+            self.http = HttpServer(host, port, self.respond, max_connections=max_connections,
+                                   read_timeout=read_timeout, write_timeout=write_timeout)
+        except BaseException:
+            threading.excepthook = self._hook
+            raise
         self.http.start()
+
+    def close(self) -> None:
+        try:
+            self.http.close()
+        finally:
+            threading.excepthook = self._hook
+        assert self.thread_errors == []
 
     def respond(self, req: Request) -> Response:
         self.requests.append(req)
         if req.headers.get("x-fail"):
             raise RuntimeError("bug")
+        if req.headers.get("x-drop"):
+            self.dropped.append(self.http.drop_owner(OWNER, "superseded"))
         if req.headers.get("x-big"):
             return Response(200, BIG, sum(map(len, BIG)), {}, owner=OWNER)
         return Response(200, (BODY[:5], b"", BODY[5:]), len(BODY), {"Content-Type": "text/plain; version=0.0.4"})
@@ -47,7 +73,7 @@ def server() -> Iterator[Server]:
     try:
         yield s
     finally:
-        s.http.close()
+        s.close()
 
 
 def read_response(s: socket.socket, buf: bytearray, head_only: bool = False) -> tuple[str, dict[str, str], bytes]:
@@ -137,6 +163,7 @@ def test_which_connections_are_kept(server: Server, raw: bytes, keep: bool):
     (b"GET /other HTTP/1.1\r\n\r\n", "404 Not Found", "only /metrics is served here", "not_found", True),
     (b"GET /other HTTP/1.0\r\n\r\n", "404 Not Found", "only /metrics is served here", "not_found", False),
     (b"GET /metrics\r\n\r\n", "400 Bad Request", "bad request line", "bad_request", False),
+    (b"\r\n\r\n", "400 Bad Request", "bad request line", "bad_request", False),
     (b"GET  /metrics HTTP/1.1\r\n\r\n", "400 Bad Request", "bad request line", "bad_request", False),
     (b"GET /metrics HTTP/2.0\r\n\r\n", "400 Bad Request", "only HTTP/1.0 and HTTP/1.1", "bad_request", False),
     (b"GET /metrics HTTP/1.1\r\nNoColon\r\n\r\n", "400 Bad Request", "bad header line", "bad_request", False),
@@ -147,8 +174,8 @@ def test_which_connections_are_kept(server: Server, raw: bytes, keep: bool):
      "a request body is not accepted", "bad_request", False),
     (b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", "400 Bad Request",
      "a request body is not accepted", "bad_request", False),
-], ids=["POST", "404", "404 1.0", "two words", "empty word", "HTTP/2", "no colon", "no name", "space in name",
-        "folded", "body", "chunked"])
+], ids=["POST", "404", "404 1.0", "two words", "empty head", "empty word", "HTTP/2", "no colon", "no name",
+        "space in name", "folded", "body", "chunked"])
 def test_refusals_are_answered_counted_and_close_unless_harmless(server: Server, raw, status, message, reason, keep):
     top, headers, body, was_closed = exchange(server, raw)
     assert top == f"HTTP/1.1 {status}"
@@ -201,7 +228,7 @@ def test_beyond_the_connection_cap_a_new_connection_gets_503():
             first.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
             assert read_response(first, bytearray())[2] == BODY
     finally:
-        server.http.close()
+        server.close()
 
 
 def test_close_stops_the_loop_and_closes_every_socket():
@@ -210,7 +237,7 @@ def test_close_stops_the_loop_and_closes_every_socket():
     try:
         s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
         read_response(s, bytearray())
-        server.http.close()
+        server.close()
         assert closed(s)
         assert not server.http._thread.is_alive()
         assert server.http.listener.fileno() == -1
@@ -233,7 +260,7 @@ def test_a_connection_that_asks_nothing_is_closed_at_the_read_timeout():
         wait_for(lambda: server.http.refused == {"read_timeout": 1}, timeout=5)
         assert server.http.conns == {}
     finally:
-        server.http.close()
+        server.close()
 
 
 def test_a_scraper_that_does_not_read_holds_the_body_until_the_write_timeout():
@@ -246,7 +273,7 @@ def test_a_scraper_that_does_not_read_holds_the_body_until_the_write_timeout():
             wait_for(lambda: server.http.refused == {"write_timeout": 1}, timeout=10)
             assert server.http.held() == [] and server.http.conns == {}
     finally:
-        server.http.close()
+        server.close()
 
 
 def test_at_the_cap_the_connection_waiting_longest_is_evicted_for_a_new_one():
@@ -262,4 +289,105 @@ def test_at_the_cap_the_connection_waiting_longest_is_evicted_for_a_new_one():
                 assert read_response(older, bytearray())[2] == BODY
         assert server.http.refused == {"evicted": 1}
     finally:
-        server.http.close()
+        server.close()
+
+
+def drain(s: socket.socket) -> int:
+    """Bytes read from ``s`` until the server closed it (EOF or reset)."""
+    s.settimeout(10)
+    n = 0
+    try:
+        while data := s.recv(1 << 20):
+            n += len(data)
+    except ConnectionResetError:
+        pass
+    return n
+
+
+def test_dropping_an_owner_closes_only_the_connections_sending_its_body():
+    """What the daemon does to the scrapers of a superseded rendering (metrics.py): from the
+    callback, on the listener's thread; the asking connection and the others are served."""
+    server = Server()
+    try:
+        with server.connect() as slow, server.connect() as idle, server.connect() as asking:
+            slow.sendall(b"GET /metrics HTTP/1.1\r\nX-Big: 1\r\n\r\n")
+            wait_for(lambda: server.http.held() == [OWNER], timeout=5)  # 32 MiB cannot all be sent
+            idle.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert read_response(idle, bytearray())[2] == BODY
+            asking.sendall(b"GET /metrics HTTP/1.1\r\nX-Drop: 1\r\n\r\n")
+            assert read_response(asking, bytearray())[2] == BODY
+            assert server.dropped == [1]
+            assert drain(slow) < sum(map(len, BIG))  # cut off before its body's end
+            assert server.http.held() == []
+            assert server.http.refused == {"superseded": 1}
+            for s in (idle, asking):  # kept and still served
+                s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+                assert read_response(s, bytearray())[2] == BODY
+        wait_for(lambda: server.http.conns == {}, timeout=5)
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("how", ["close", "close after half a request", "reset"])
+def test_a_client_that_goes_away_is_forgotten_and_its_place_is_free(how: str):
+    """At a cap of one connection: once a client is gone (closed, or reset), the next one is
+    served, not refused (its connection was dropped, not left counting against the cap)."""
+    server = Server(max_connections=1)
+    try:
+        s = server.connect()
+        if how == "reset":
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        if how == "close after half a request":
+            s.sendall(b"GET /metrics HTTP/1.1\r\nHost:")
+        wait_for(lambda: len(server.http.conns) == 1, timeout=5)
+        s.close()
+        wait_for(lambda: server.http.conns == {}, timeout=5)
+        top, _, body, _ = exchange(server, b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+        assert (top, body) == ("HTTP/1.1 200 OK", BODY)
+        assert server.http.refused == {} and server.http.served == 1
+    finally:
+        server.close()
+
+
+def test_a_restarted_listener_binds_its_port_again_at_once():
+    """The server closed the connection first (HTTP/1.0): its side of it waits in TIME_WAIT
+    for a minute, holding the port; a daemon restarted on the same port must still bind it."""
+    first = Server()
+    port = first.http.address[1]
+    try:
+        assert exchange(first, b"GET /metrics HTTP/1.0\r\n\r\n")[3]  # answered, closed by the server
+    finally:
+        first.close()
+    again = Server(port=port)
+    try:
+        assert again.http.address == ("127.0.0.1", port)
+        assert exchange(again, b"GET /metrics HTTP/1.1\r\n\r\n")[2] == BODY
+    finally:
+        again.close()
+
+
+def _has_ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not _has_ipv6_loopback(), reason="no IPv6 loopback (::1) on this machine")
+def test_on_ipv6_the_addresses_are_host_and_port_pairs():
+    """IPv6 socket addresses have four fields (flow info, scope id): the listener's address
+    and a request's peer and local address are (host, port), as for IPv4."""
+    server = Server(host="::1")
+    try:
+        port = server.http.address[1]
+        assert server.http.address == ("::1", port)
+        with socket.create_connection(("::1", port), timeout=10) as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert read_response(s, bytearray())[2] == BODY
+            me = s.getsockname()[:2]
+        req = server.requests[0]
+        assert (req.peer, req.local) == (me, ("::1", port))
+    finally:
+        server.close()
