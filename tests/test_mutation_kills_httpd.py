@@ -60,6 +60,9 @@ class Server:
             self.dropped.append(self.http.drop_owner(OWNER, "superseded"))
         if req.headers.get("x-big"):
             return Response(200, BIG, sum(map(len, BIG)), {}, owner=OWNER)
+        if req.headers.get("x-status"):  # the callback's own refusal (as metrics_access's 401/403)
+            status = int(req.headers["x-status"])
+            return Response(status, (b"no\n",), 3, {"Content-Type": "text/plain"}, reason=f"refused_{status}")
         return Response(200, (BODY[:5], b"", BODY[5:]), len(BODY), {"Content-Type": "text/plain; version=0.0.4"})
 
     def connect(self) -> socket.socket:
@@ -190,22 +193,36 @@ def test_refusals_are_answered_counted_and_close_unless_harmless(server: Server,
 
 
 def test_a_head_over_the_limit_is_431(server: Server):
+    too_large = ("HTTP/1.1 431 Request Header Fields Too Large", f"request head over {MAX_HEAD} bytes\n".encode(), True)
     # no end of head within MAX_HEAD bytes
-    top, _, body, was_closed = exchange(server, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * MAX_HEAD)
-    assert (top, body, was_closed) == ("HTTP/1.1 431 Request Header Fields Too Large",
-                                       f"request head over {MAX_HEAD} bytes\n".encode(), True)
+    top, headers, body, was_closed = exchange(server, b"GET /metrics HTTP/1.1\r\nX: " + b"a" * MAX_HEAD)
+    assert (top, body, was_closed) == too_large and headers["Connection"] == "close"
     # a complete head one byte over, and one exactly at the limit
     line = b"GET /metrics HTTP/1.1\r\nX: "
     over = line + b"a" * (MAX_HEAD - len(line) - 3) + b"\r\n\r\n"
     assert len(over) == MAX_HEAD + 1
-    assert exchange(server, over)[0] == "HTTP/1.1 431 Request Header Fields Too Large"
+    top, headers, body, was_closed = exchange(server, over)
+    assert (top, body, was_closed) == too_large and headers["Connection"] == "close"
     assert exchange(server, over[:-5] + b"\r\n\r\n")[0] == "HTTP/1.1 200 OK"
     assert server.http.refused == {"too_large": 2} and server.http.served == 1
 
 
+def test_exactly_max_head_bytes_without_the_end_of_the_head_is_431_at_once(server: Server):
+    """Its end (at least one more byte) would take the head over the limit: answered now,
+    not after the client's stall reaches the read timeout (30 s here)."""
+    line = b"GET /metrics HTTP/1.1\r\nX: "
+    head = line + b"a" * (MAX_HEAD - len(line) - 3) + b"\r\n\r"
+    assert len(head) == MAX_HEAD
+    top, _, _, was_closed = exchange(server, head)
+    assert (top, was_closed) == ("HTTP/1.1 431 Request Header Fields Too Large", True)
+    assert server.http.refused == {"too_large": 1}
+
+
 def test_a_failing_callback_is_a_500_and_the_listener_goes_on(server: Server):
-    top, _, body, was_closed = exchange(server, b"GET /metrics HTTP/1.1\r\nX-Fail: 1\r\n\r\n")
+    top, headers, body, was_closed = exchange(server, b"GET /metrics HTTP/1.1\r\nX-Fail: 1\r\n\r\n")
     assert (top, body, was_closed) == ("HTTP/1.1 500 Error", b"internal error: RuntimeError\n", True)
+    assert headers == {"Content-Length": str(len(body)), "Content-Type": "text/plain; charset=utf-8",
+                       "Connection": "close"}
     assert server.http.refused == {"internal_error": 1, "500": 1}
     assert exchange(server, b"GET /metrics HTTP/1.1\r\n\r\n")[2] == BODY
 
@@ -391,3 +408,40 @@ def test_on_ipv6_the_addresses_are_host_and_port_pairs():
         assert (req.peer, req.local) == (me, ("::1", port))
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("status, keep", [(403, True), (499, True), (500, False), (503, False)])
+def test_the_callbacks_refusals_are_counted_by_its_reason_and_a_5xx_closes(server: Server, status: int, keep: bool):
+    raw = f"GET /metrics HTTP/1.1\r\nX-Status: {status}\r\n\r\n".encode()
+    top, headers, body, was_closed = exchange(server, raw)
+    assert top.startswith(f"HTTP/1.1 {status} ") and body == b"no\n"
+    assert headers["Connection"] == ("keep-alive" if keep else "close") and was_closed is (not keep)
+    assert server.http.refused == {f"refused_{status}": 1} and server.http.served == 0
+
+
+def test_a_refused_head_request_is_counted_by_the_callbacks_reason(server: Server):
+    top, headers, _, _ = exchange(server, b"HEAD /metrics HTTP/1.1\r\nX-Status: 403\r\n\r\n", head_only=True)
+    assert (top, headers["Content-Length"]) == ("HTTP/1.1 403 Forbidden", "3")
+    assert server.http.refused == {"refused_403": 1}
+
+
+def test_a_request_pipelined_after_a_kept_refusal_is_answered(server: Server):
+    """A 404 keeps the connection: the request sent behind it in the same packet is served
+    without waiting for more bytes."""
+    with server.connect() as s:
+        buf = bytearray()
+        s.sendall(b"GET /other HTTP/1.1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n")
+        assert read_response(s, buf)[0] == "HTTP/1.1 404 Not Found"
+        assert read_response(s, buf)[2] == BODY
+    assert server.http.refused == {"not_found": 1} and server.http.served == 1
+
+
+def test_request_parsing_keeps_colons_in_values_and_cuts_the_query_at_its_first_mark(server: Server):
+    before = time.monotonic()
+    top, _, body, _ = exchange(server, b"GET /metrics?a=1?b=2 HTTP/1.1\r\nHost: example:9464\r\n"
+                                       b"Authorization: Bearer a:b\r\n\r\n")
+    after = time.monotonic()
+    assert (top, body) == ("HTTP/1.1 200 OK", BODY)
+    req = server.requests[0]
+    assert (req.path, req.headers) == ("/metrics", {"host": "example:9464", "authorization": "Bearer a:b"})
+    assert before <= req.arrived <= after  # when the head was complete (the metrics cache's freshness)

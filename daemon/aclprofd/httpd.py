@@ -227,7 +227,8 @@ class HttpServer:
         """Answer one request if its head is complete; True when there is none to answer."""
         end = c.buf.find(b"\r\n\r\n")
         if end < 0:
-            if len(c.buf) > MAX_HEAD:
+            # its end is at least one more byte: MAX_HEAD bytes without it can no longer fit
+            if len(c.buf) >= MAX_HEAD:
                 self._answer(c, _text(431, f"request head over {MAX_HEAD} bytes", "too_large"), keep=False)
             return True
         if end + 4 > MAX_HEAD:
