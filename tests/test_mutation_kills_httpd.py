@@ -445,3 +445,37 @@ def test_request_parsing_keeps_colons_in_values_and_cuts_the_query_at_its_first_
     req = server.requests[0]
     assert (req.path, req.headers) == ("/metrics", {"host": "example:9464", "authorization": "Bearer a:b"})
     assert before <= req.arrived <= after  # when the head was complete (the metrics cache's freshness)
+
+
+def test_a_body_larger_than_the_socket_buffers_arrives_whole_in_order():
+    """32 MiB cannot be sent in one call: the rest goes out as the client reads, from where
+    each partial send stopped."""
+    server = Server()
+    try:
+        with server.connect() as s:
+            s.sendall(b"GET /metrics HTTP/1.1\r\nX-Big: 1\r\n\r\nGET /metrics HTTP/1.1\r\n\r\n")
+            buf = bytearray()
+            top, headers, body = read_response(s, buf)
+            assert (top, headers["Content-Length"]) == ("HTTP/1.1 200 OK", str(32 << 20))
+            assert len(body) == 32 << 20 and body.count(b"x") == len(body)
+            assert read_response(s, buf)[2] == BODY  # the pipelined request, after the whole body
+        assert server.http.served == 2 and server.http.refused == {}
+    finally:
+        server.close()
+
+
+def test_a_client_that_resets_while_its_body_is_sent_is_dropped():
+    server = Server(max_connections=1)
+    try:
+        s = server.connect()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.sendall(b"GET /metrics HTTP/1.1\r\nX-Big: 1\r\n\r\n")
+        wait_for(lambda: server.http.held() == [OWNER], timeout=5)
+        s.close()  # a reset: the server's next send fails
+        wait_for(lambda: server.http.conns == {}, timeout=5)
+        assert server.http.held() == [] and server.http.refused == {}
+        top, _, body, _ = exchange(server, b"GET /metrics HTTP/1.1\r\n\r\n")  # its place is free
+        assert (top, body) == ("HTTP/1.1 200 OK", BODY)
+    finally:
+        server.close()

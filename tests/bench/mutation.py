@@ -27,6 +27,7 @@ Exit status 1 if a module is below ``min_kill_rate`` (or, with --ci, the sample 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import re
@@ -172,8 +173,8 @@ def run_module(name: str, spec: dict, base: dict, pytest_opts: dict, max_childre
         codes = {}
         for meta in metas:
             codes.update(json.loads(meta.read_text())["exit_code_by_key"])
-        if only:
-            codes = {k: v for k, v in codes.items() if k in only}
+        if only:  # names or mutmut's shell-style patterns (``...xǁControlǁsnapshot__mutmut_*``)
+            codes = {k: v for k, v in codes.items() if any(k == o or fnmatch.fnmatchcase(k, o) for o in only)}
         if None in codes.values():  # mutmut stopped before checking every mutant (e.g. a red clean run)
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
             return {"error": f"mutmut left mutants unchecked (exit {proc.returncode})", "elapsed": elapsed}
@@ -224,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--keep", type=Path, help="stage into this directory and keep it (for `mutmut browse`)")
     parser.add_argument("--only", type=Path, metavar="FILE",
-                        help="check only the mutants named in FILE, one a line (e.g. the survivors of a run, "
-                             "against tests added since); one module")
+                        help="check only the mutants named in FILE, one a line, or shell-style patterns of "
+                             "their names (e.g. the survivors of a run, against tests added since); one module")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in modules]
     if unknown:
