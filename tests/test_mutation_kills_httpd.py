@@ -6,6 +6,8 @@ fraction of a second (tests/test_hostile2_metrics.py checks them against whole d
 
 from __future__ import annotations
 
+import os
+import resource
 import socket
 import struct
 import threading
@@ -478,4 +480,28 @@ def test_a_client_that_resets_while_its_body_is_sent_is_dropped():
         top, _, body, _ = exchange(server, b"GET /metrics HTTP/1.1\r\n\r\n")  # its place is free
         assert (top, body) == ("HTTP/1.1 200 OK", BODY)
     finally:
+        server.close()
+
+
+def test_an_accept_that_fails_is_counted_and_the_client_is_taken_once_it_can_be():
+    """Out of file descriptors (EMFILE), accept() fails: counted ``accept_error``, the
+    listener goes on, and takes the waiting connection once a descriptor is free again."""
+    server = Server()
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # the client's descriptor, before the limit
+    try:
+        s.settimeout(10)
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        lowest_free = os.dup(0)
+        os.close(lowest_free)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lowest_free, hard))  # no new descriptor in this process
+        try:
+            s.connect(server.http.address)  # the kernel completes it; accept() gets no descriptor for it
+            wait_for(lambda: server.http.refused.get("accept_error"), timeout=5)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+        assert read_response(s, bytearray())[2] == BODY
+        assert set(server.http.refused) == {"accept_error"} and server.http.served == 1
+    finally:
+        s.close()
         server.close()
