@@ -485,11 +485,14 @@ def test_a_client_that_resets_while_its_body_is_sent_is_dropped():
 
 def test_an_accept_that_fails_is_counted_and_the_client_is_taken_once_it_can_be():
     """Out of file descriptors (EMFILE), accept() fails: counted ``accept_error``, the
-    listener goes on, and takes the waiting connection once a descriptor is free again."""
+    listener rests between attempts (it does not spin, failing tens of thousands of times a
+    second), serves its connections, and takes the waiting one once a descriptor is free."""
     server = Server()
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # the client's descriptor, before the limit
+    old = server.connect()
     try:
         s.settimeout(10)
+        wait_for(lambda: len(server.http.conns) == 1, timeout=5)  # `old` accepted before the limit
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         lowest_free = os.dup(0)
         os.close(lowest_free)
@@ -497,11 +500,16 @@ def test_an_accept_that_fails_is_counted_and_the_client_is_taken_once_it_can_be(
         try:
             s.connect(server.http.address)  # the kernel completes it; accept() gets no descriptor for it
             wait_for(lambda: server.http.refused.get("accept_error"), timeout=5)
+            old.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")  # an accepted connection is served meanwhile
+            assert read_response(old, bytearray())[2] == BODY
+            time.sleep(0.3)
+            assert server.http.refused["accept_error"] <= 10  # one attempt per rest (0.1 s), not a spin
         finally:
             resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
         s.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
         assert read_response(s, bytearray())[2] == BODY
-        assert set(server.http.refused) == {"accept_error"} and server.http.served == 1
+        assert set(server.http.refused) == {"accept_error"} and server.http.served == 2
     finally:
+        old.close()
         s.close()
         server.close()
