@@ -2,6 +2,10 @@
 requests over a socket and the exact responses, refusals and their counters. Little timing:
 the timeouts and eviction are waited for by polling with a deadline, with timeouts of a
 fraction of a second (tests/test_hostile2_metrics.py checks them against whole daemons).
+
+A listener thread that dies (an exception) fails the test at once, not after a client's
+timeout: every wait here checks for it (:func:`recv`, :func:`wait_for`), so that a mutant
+that crashes the loop costs the mutation run a fraction of a second, not its time limit.
 """
 
 from __future__ import annotations
@@ -16,13 +20,43 @@ from collections.abc import Iterator
 
 import pytest
 from aclprofd.httpd import EVICT_AFTER_S, MAX_HEAD, HttpServer, Request, Response
-from helpers.procs import wait_for
+from helpers import procs
 
 BODY = b"hello metrics\n"
 
 
 OWNER = object()  # what a large body belongs to (a rendering, in the daemon)
 BIG = (b"x" * (1 << 20),) * 32
+
+
+LIVE: list[Server] = []  # the servers of the running test
+
+
+def check_listeners() -> None:
+    """Fail now if an exception escaped a thread of a live server (its listener died)."""
+    for server in LIVE:
+        assert server.thread_errors == [], f"a thread died: {server.thread_errors!r}"
+
+
+def wait_for(predicate, timeout: float = 5.0):
+    """helpers.procs.wait_for, failing at once if a listener died."""
+    def check():
+        check_listeners()
+        return predicate()
+    return procs.wait_for(check, timeout=timeout)
+
+
+def recv(s: socket.socket, n: int, timeout: float = 10.0) -> bytes:
+    """``s.recv(n)`` within ``timeout``, failing at once if a listener died."""
+    deadline = time.monotonic() + timeout
+    s.settimeout(0.1)
+    while True:
+        try:
+            return s.recv(n)
+        except TimeoutError:
+            check_listeners()
+            if time.monotonic() > deadline:
+                raise
 
 
 class Server:
@@ -46,12 +80,14 @@ class Server:
             threading.excepthook = self._hook
             raise
         self.http.start()
+        LIVE.append(self)
 
     def close(self) -> None:
         try:
             self.http.close()
         finally:
             threading.excepthook = self._hook
+            LIVE.remove(self)
         assert self.thread_errors == []
 
     def respond(self, req: Request) -> Response:
@@ -84,7 +120,7 @@ def server() -> Iterator[Server]:
 def read_response(s: socket.socket, buf: bytearray, head_only: bool = False) -> tuple[str, dict[str, str], bytes]:
     """One response from ``s`` (``buf`` keeps what was read beyond it)."""
     while b"\r\n\r\n" not in buf:
-        data = s.recv(65536)
+        data = recv(s, 65536)
         assert data, f"closed before a response: {bytes(buf)!r}"
         buf += data
     end = buf.index(b"\r\n\r\n")
@@ -93,7 +129,7 @@ def read_response(s: socket.socket, buf: bytearray, head_only: bool = False) -> 
     headers = dict(ln.split(": ", 1) for ln in lines)
     n = 0 if head_only else int(headers["Content-Length"])
     while len(buf) < n:
-        data = s.recv(65536)
+        data = recv(s, 65536)
         assert data
         buf += data
     body = bytes(buf[:n])
@@ -102,9 +138,8 @@ def read_response(s: socket.socket, buf: bytearray, head_only: bool = False) -> 
 
 
 def closed(s: socket.socket) -> bool:
-    s.settimeout(5)
     try:
-        return s.recv(1) == b""
+        return recv(s, 1, timeout=5) == b""
     except ConnectionResetError:
         return True
 
@@ -238,7 +273,7 @@ def test_beyond_the_connection_cap_a_new_connection_gets_503():
             with server.connect() as second:
                 data = b""
                 while True:
-                    part = second.recv(4096)
+                    part = recv(second, 4096)
                     if not part:
                         break
                     data += part
@@ -313,10 +348,9 @@ def test_at_the_cap_the_connection_waiting_longest_is_evicted_for_a_new_one():
 
 def drain(s: socket.socket) -> int:
     """Bytes read from ``s`` until the server closed it (EOF or reset)."""
-    s.settimeout(10)
     n = 0
     try:
-        while data := s.recv(1 << 20):
+        while data := recv(s, 1 << 20):
             n += len(data)
     except ConnectionResetError:
         pass
