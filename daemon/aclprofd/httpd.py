@@ -33,7 +33,8 @@ MAX_HEAD = 8 << 10              # request line + headers, at most
 EVICT_AFTER_S = 1.0             # at the cap, a connection waiting this long for a request may be evicted
 _RECV = 16 << 10
 _TICK_S = 0.5                   # deadlines are checked at least this often
-_ACCEPT_PAUSE_S = 0.1           # after a failed accept (out of descriptors), the listener rests this long
+_ACCEPT_PAUSE_S = 0.1           # after a failed accept (out of descriptors), the listener rests this
+                                # long at least (until the first loop pass after it: at most _TICK_S)
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
@@ -135,8 +136,7 @@ class HttpServer:
     # ---- the loop ----------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop:
-            wait = _TICK_S if self._resume_accept is None else self._resume_accept - time.monotonic()
-            for key, mask in self.sel.select(min(_TICK_S, max(wait, 0.0))):
+            for key, mask in self.sel.select(_TICK_S):
                 if key.data is None:
                     self._accept()
                 elif key.data == "wake":
