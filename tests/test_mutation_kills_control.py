@@ -7,11 +7,13 @@ of this process, so a mutant of control.py is live here; the deployed-daemon tes
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import tempfile
 import time
 
+import numpy as np
 import pytest
 from aclprofd import authz, control
 from helpers.daemons import DAEMON_LOGS, Client, InProcess, agent, status
@@ -258,3 +260,42 @@ def test_a_snapshot_too_large_for_its_frame_keeps_its_heaviest_rows_and_says_so(
         assert [r["op_type"] for r in cut["rows"]] == ["Heavy"]
         assert cut["truncated"] == {"rows": 1}
         assert status(d.socket)["replies_truncated"] == {"replies": 1, "items": {"snapshot.rows": 1}}
+
+
+def test_a_snapshot_filtered_by_service_shows_that_services_shift_not_the_worst_one(tmp_path):
+    """Two services on one op type, both judged against a pinned baseline: MatMul of "slow"
+    at p99 x1.3, of "mild" at x1.1. The unfiltered SNAPSHOT shows the worst (1.3); filtered
+    by a service it shows that service's own shift, and none for a service with no rows."""
+    from aclprofd.baselines import BaselineStore
+    from helpers.streams import bin_probabilities
+
+    from aclprof.protocol import baselinefmt
+
+    median, n = 100_000, 200_000
+    base = np.floor(bin_probabilities(median, 0.3) * n)
+    cells = [(svc, "1", "MatMul", "fc1") for svc in ("slow", "mild")]
+    BaselineStore(str(tmp_path / "data")).save("good", baselinefmt.encode("good", cells, np.stack([base, base]), {}))
+    rng = np.random.default_rng(7)
+    with InProcess(data_dir=tmp_path / "data", detector_baseline="good", detector_window_s="2s",
+                   detector_min_count="200") as d:
+        slow, mild = agent(d.socket, service="slow"), agent(d.socket, service="mild")
+        c = Client(d.socket)
+
+        def shifts() -> dict | None:
+            for a, factor, device in ((slow, 1.3, 0), (mild, 1.1, 1)):
+                durations = rng.lognormal(math.log(median * factor), 0.3, 400).astype(np.int64)
+                a.send_batch(make_records(400, device=device, types=(2,), names=(4,), durations=durations))
+            got = {svc: c.request(Kind.SNAPSHOT, {"window": "10s", "filter": {"service": svc} if svc else {}})
+                   for svc in (None, "slow", "mild", "absent")}
+            out = {svc: {r["key"]: r["shift_p99"] for r in reply["rows"]} for svc, reply in got.items()}
+            return out if out["slow"].get("MatMul") and out["mild"].get("MatMul") else None
+
+        try:
+            got = wait_for(shifts, timeout=20, interval=0.1, what="both services' MatMul judged")
+        finally:
+            for x in (slow, mild, c):
+                x.close()
+    assert got["slow"] == {"MatMul": pytest.approx(1.3, abs=0.06)}
+    assert got["mild"] == {"MatMul": pytest.approx(1.1, abs=0.06)}
+    assert got[None] == {"MatMul": got["slow"]["MatMul"]}  # unfiltered: the worst of the op type's services
+    assert got["absent"] == {}  # no rows of a service that sent nothing

@@ -71,3 +71,26 @@ def test_dropped_sums_every_reason():
                            dropped_decode_error=4000, callback_errors=0, names_missing=0,
                            names_overflowed=0, truncated_bytes=0, reader_lag_ns=None)
     assert st.dropped == 4321
+
+
+def test_merge_folds_in_a_state_kept_elsewhere_newest_end_and_smallest_gap(now):
+    """The agent mode's C loop keeps its own (newest end, smallest arrival - end), in host
+    ns, and the reader folds it in with ``merge``: the same rule as ``note``, whichever
+    came first."""
+    lag = LagClock("us", "calibrated")
+    lag.merge(100_000, 900)  # host ns already: not scaled by the time unit
+    now["ns"] = 200_000
+    assert lag.lag() == (200_000 - 100_000 - 900, "calibrated")
+    lag.merge(50_000, 2_950)  # an older end and a larger gap change nothing
+    assert lag.lag() == (200_000 - 100_000 - 900, "calibrated")
+    lag.merge(150_000, 500)  # a newer end and a smaller gap, both taken
+    assert lag.lag() == (200_000 - 150_000 - 500, "calibrated")
+    lag.merge(160_000, 700)  # the end only
+    lag.merge(10_000, 100)   # the gap only
+    assert lag.lag() == (200_000 - 160_000 - 100, "calibrated")
+    lag.note(np.array([170], dtype=np.uint64), arrival=170_050)  # 170 us: a newer end, gap 50, by note
+    assert lag.lag() == (200_000 - 170_000 - 50, "calibrated")
+    after_note = LagClock("ns", "host")
+    after_note.note(np.array([1_000], dtype=np.uint64), arrival=1_200)
+    after_note.merge(900, 0)
+    assert after_note.lag() == (200_000 - 1_000, "host")

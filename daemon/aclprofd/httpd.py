@@ -33,6 +33,8 @@ MAX_HEAD = 8 << 10              # request line + headers, at most
 EVICT_AFTER_S = 1.0             # at the cap, a connection waiting this long for a request may be evicted
 _RECV = 16 << 10
 _TICK_S = 0.5                   # deadlines are checked at least this often
+_ACCEPT_PAUSE_S = 0.1           # after a failed accept (out of descriptors), the listener rests this
+                                # long at least (until the first loop pass after it: at most _TICK_S)
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 431: "Request Header Fields Too Large", 503: "Service Unavailable"}
 
@@ -108,6 +110,7 @@ class HttpServer:
         self.refused: dict[str, int] = {}
         self.served = 0
         self._stop = False
+        self._resume_accept: float | None = None  # when a paused listener is watched again
         self._thread = threading.Thread(target=self._run, name="aclprofd-metrics", daemon=True)
 
     def start(self) -> None:
@@ -150,6 +153,9 @@ class HttpServer:
                     elif not c.writing and mask & selectors.EVENT_READ:
                         self._read(c)
             now = time.monotonic()
+            if self._resume_accept is not None and now >= self._resume_accept:
+                self._resume_accept = None
+                self.sel.register(self.listener, selectors.EVENT_READ, None)
             for c in list(self.conns.values()):
                 if now > c.deadline:
                     self.count("write_timeout" if c.writing else "read_timeout")
@@ -162,7 +168,12 @@ class HttpServer:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
+                # out of descriptors (EMFILE, ENFILE) or memory: the connection stays queued and
+                # the listener readable, so retrying at once would spin the loop (tens of
+                # thousands of failures a second): it rests, connections are served meanwhile
                 self.count("accept_error")
+                self.sel.unregister(self.listener)
+                self._resume_accept = time.monotonic() + _ACCEPT_PAUSE_S
                 return
             if len(self.conns) >= self.max_connections and not self._evict_waiting():
                 self.count("connections")
@@ -227,7 +238,8 @@ class HttpServer:
         """Answer one request if its head is complete; True when there is none to answer."""
         end = c.buf.find(b"\r\n\r\n")
         if end < 0:
-            if len(c.buf) > MAX_HEAD:
+            # its end is at least one more byte: MAX_HEAD bytes without it can no longer fit
+            if len(c.buf) >= MAX_HEAD:
                 self._answer(c, _text(431, f"request head over {MAX_HEAD} bytes", "too_large"), keep=False)
             return True
         if end + 4 > MAX_HEAD:

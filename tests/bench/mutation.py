@@ -27,6 +27,7 @@ Exit status 1 if a module is below ``min_kill_rate`` (or, with --ci, the sample 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import re
@@ -79,6 +80,27 @@ def equivalent_mutants() -> dict[str, str]:
     return out
 
 
+TIMEOUT_KEYS = ("timeout_multiplier", "timeout_constant")
+
+
+def module_timeouts(spec: dict) -> dict[str, float]:
+    """A module's own limit on a mutant's wall time, ``(clean time of the mutant's tests +
+    timeout_constant) * timeout_multiplier`` (mutmut's rule; the clean time is what the
+    same tests took in the unmutated run mutmut starts with). A module whose tests wait on
+    sockets (httpd) sets a tighter one than ``[tool.mutmut]``'s: a mutant that stops its
+    listener leaves each test waiting for a client timeout of seconds, and at 4x the clean
+    time those waits, not the tests, made up most of its run."""
+    out = {}
+    for key in TIMEOUT_KEYS:
+        if key in spec:
+            value = spec[key]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                sys.exit(f"mutation.py: {spec['path']}: {key} = {value!r} is not a positive number "
+                         "(see [tool.aclprof.mutation.modules] in pyproject.toml)")
+            out[key] = float(value)
+    return out
+
+
 def staged_path(path: str) -> str:
     """Where a repository path lives in the flat staging copy."""
     return path.removeprefix("daemon/")
@@ -116,12 +138,13 @@ def stage(workdir: Path) -> list[str]:
 
 
 def write_pyproject(workdir: Path, base: dict, pytest_opts: dict, module: str, tests: list[str],
-                    also_copy: list[str]) -> None:
+                    also_copy: list[str], timeouts: dict[str, float]) -> None:
     conf = dict(base)
     conf["source_paths"] = ["aclprof", "aclprofd"]
     conf["only_mutate"] = [staged_path(module)]
     conf["also_copy"] = also_copy
     conf["pytest_add_cli_args_test_selection"] = list(tests)
+    conf.update(timeouts)
 
     def toml_value(v: object) -> str:
         return json.dumps(v)  # lists of strings, numbers and booleans: JSON is valid TOML here
@@ -137,7 +160,7 @@ def run_module(name: str, spec: dict, base: dict, pytest_opts: dict, max_childre
     workdir.mkdir(parents=True, exist_ok=True)
     try:
         also_copy = stage(workdir)
-        write_pyproject(workdir, base, pytest_opts, spec["path"], spec["tests"], also_copy)
+        write_pyproject(workdir, base, pytest_opts, spec["path"], spec["tests"], also_copy, module_timeouts(spec))
         env = dict(os.environ, ACLPROF_BACKEND="mock", PYTHONDONTWRITEBYTECODE="1")
         cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(max_children)] + (only or [])
         t0 = time.monotonic()
@@ -150,8 +173,8 @@ def run_module(name: str, spec: dict, base: dict, pytest_opts: dict, max_childre
         codes = {}
         for meta in metas:
             codes.update(json.loads(meta.read_text())["exit_code_by_key"])
-        if only:
-            codes = {k: v for k, v in codes.items() if k in only}
+        if only:  # names or mutmut's shell-style patterns (``...xǁControlǁsnapshot__mutmut_*``)
+            codes = {k: v for k, v in codes.items() if any(k == o or fnmatch.fnmatchcase(k, o) for o in only)}
         if None in codes.values():  # mutmut stopped before checking every mutant (e.g. a red clean run)
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-4000:])
             return {"error": f"mutmut left mutants unchecked (exit {proc.returncode})", "elapsed": elapsed}
@@ -202,8 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     parser.add_argument("--keep", type=Path, help="stage into this directory and keep it (for `mutmut browse`)")
     parser.add_argument("--only", type=Path, metavar="FILE",
-                        help="check only the mutants named in FILE, one a line (e.g. the survivors of a run, "
-                             "against tests added since); one module")
+                        help="check only the mutants named in FILE, one a line, or shell-style patterns of "
+                             "their names (e.g. the survivors of a run, against tests added since); one module")
     args = parser.parse_args(argv)
     unknown = [m for m in args.modules if m not in modules]
     if unknown:
