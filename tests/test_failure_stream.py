@@ -197,3 +197,53 @@ def _failures(path: str) -> dict:
     from helpers.daemons import status
 
     return status(path)["failures"]
+
+
+def test_status_and_top_show_the_failures(daemon):
+    from helpers.edgedata import screen_rows
+    from helpers.procs import cli
+
+    model = mock.load_model(OPS)
+    agent.start(daemon.socket, service="svc-a", failures=True)
+    agent.watch(model, labels={"model": "resnet"})
+    execute(model)
+    wait_for(lambda: _status(daemon.socket)["records_total"] == 2, 10, what="records")
+    healthy = cli("top", "--once", "--window", "all", "--group", "type", "--socket", daemon.socket)
+    assert healthy.returncode == 0 and "Count" in healthy.stdout and "Fail" not in healthy.stdout, healthy.stdout
+    mock.inject_op_failure(model, "relu1", every=1)
+    assert execute(model, 3) == 3
+    wait_for(lambda: _failures(daemon.socket).get("total") == 3, 10, what="the failures")
+    c = Client(daemon.socket)
+    try:
+        by_type = {r["key"]: r for r in c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "type"})["rows"]}
+        assert (by_type["Relu"]["failures"], by_type["Conv2D"]["failures"]) == (3, 0)
+        (m,) = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "model"})["rows"]
+        assert (m["model"], m["failures"]) == ("resnet", 3)
+        (svc,) = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "service"})["rows"]
+        assert svc["failures"] == 3
+        # the request's filter applies: another op type's filter, another device's: none
+        rows = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "service", "filter": {"type": "Conv"}})["rows"]
+        assert [r["failures"] for r in rows] == [0]
+        rows = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "name", "filter": {"device": 1}})["rows"]
+        assert rows == []
+        by_name = {r["key"]: r["failures"]
+                   for r in c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "name"})["rows"]}
+        assert by_name == {"conv1": 0, "relu1": 3}
+    finally:
+        c.close()
+    top = cli("top", "--once", "--window", "all", "--group", "type", "--socket", daemon.socket)
+    assert top.returncode == 0, top.stderr
+    rows = screen_rows(top.stdout)
+    assert "Fail" in top.stdout and rows["Relu"][-1] == "3" and rows["Conv2D"][-1] == "0", top.stdout
+    st = cli("status", "--socket", daemon.socket)
+    assert st.returncode == 0, st.stderr
+    assert "op failures: 3 total" in st.stdout, st.stdout
+    assert "3 x svc-a/resnet Relu dev 0 507015 ACL_ERROR_RT_AICORE_EXCEPTION" in st.stdout, st.stdout
+    last = [line for line in st.stdout.splitlines() if line.startswith("  last ")]
+    assert len(last) == 3 and "relu1: 507015" in last[0] and "in [float16[8x4x112x112x16] NC1HWC0]" in last[0]
+
+
+def _status(path: str) -> dict:
+    from helpers.daemons import status
+
+    return status(path)

@@ -21,9 +21,10 @@ from aclprof.cli.common import (
     format_ns,
     use_colour,
 )
+from aclprof.cli.failurefmt import tensors_text
 from aclprof.cli.fit import Col, Fitted, cut, fit, hidden_note, wrap_lines
 from aclprof.cli.fit import cells as cells_of
-from aclprof.protocol.failurenames import failure_code_name, tensor_text
+from aclprof.protocol.failurenames import failure_code_name
 from aclprof.protocol.safetext import safe
 
 if TYPE_CHECKING:
@@ -152,10 +153,6 @@ def _strip(text: str) -> str:
 FAILURE_MARK = "!! FAILED"
 
 
-def _tensors(v: Any) -> str:
-    return ", ".join(safe(tensor_text(t)) for t in v) if isinstance(v, list) else "?"
-
-
 def _failure_line(r: dict[str, Any], colour: bool, width: int | None = None) -> str:
     """A ``{"kind": "failure"}`` line (PROTOCOL.md "Op failures"): an AI Core exception of an
     op, on a line of its own that starts with a marker; shortened to ``width`` from the
@@ -173,7 +170,7 @@ def _failure_line(r: dict[str, Any], colour: bool, width: int | None = None) -> 
     head = (f"{mark} {t} {safe(r.get('service') or '-')} pid {safe(r.get('pid', '?'))} "
             f"dev {safe(r.get('device', '?'))} model {safe(r.get('model') or '?')} {op_type} {op_name}")
     what = f" {safe(code)} {safe(name)}"
-    tensors = f" in [{_tensors(r.get('inputs'))}] out [{_tensors(r.get('outputs'))}]"
+    tensors = f" in [{tensors_text(r.get('inputs'))}] out [{tensors_text(r.get('outputs'))}]"
     full = head + what + tensors
     if width is None or cells_of(_strip(full)) <= width:
         return full

@@ -55,9 +55,24 @@ if TYPE_CHECKING:
     from .ratelimit import LogLimiter
     from .transport import Outbox
 
-__all__ = ["Failures", "FailuresHost", "MAX_KEYS", "KEEP", "OTHER", "stream_line_matches"]
+__all__ = ["Failures", "FailuresHost", "MAX_KEYS", "MAX_ROW_KEYS", "KEEP", "OTHER", "stream_line_matches"]
+
+#: per SNAPSHOT grouping, a row's identity from a row key (see ``Failures.rows``)
+_ROW_OF: dict[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]] = {
+    "type": lambda k: (k[7],), "name": lambda k: (k[8],), "service": lambda k: (k[2] or None,),
+    "process": lambda k: (k[0], k[1], k[2] or None), "device": lambda k: (k[3],),
+    "model": lambda k: (k[2] or None, k[5], k[6], k[1]),
+}
+#: the same fields of a SNAPSHOT row (aclprofd.aggregate.groups.FIELDS)
+_ROW_FIELDS: dict[str, tuple[str, ...]] = {
+    "type": ("op_type",), "name": ("op_name",), "service": ("service",), "process": ("host", "pid", "service"),
+    "device": ("device",), "model": ("service", "model", "model_id", "pid"),
+}
 
 MAX_KEYS = 1024  # count keys (service, device, model, op type, code); each one is a series
+#: SNAPSHOT's count keys (host, pid, service, device, model, op type, op name): per row of any
+#: grouping; beyond it failures count in ``row_keys_refused`` and in no row
+MAX_ROW_KEYS = 4096
 KEEP = 64  # last failures kept with their tensors
 OTHER = "(other)"
 _U32 = 0xFFFFFFFF
@@ -128,7 +143,10 @@ class Failures:
         self.keys_refused = 0  # failures counted under "(other)" (MAX_KEYS reached)
         self.unresolved = 0  # failures whose model and op type the daemon could not find
         self.last: deque[dict[str, Any]] = deque(maxlen=keep)
-        self._resolved: dict[tuple[str, int, str], tuple[str, str, int | None]] = {}
+        self._resolved: dict[tuple[str, int, str], tuple[str, str, int | None, str | None]] = {}
+        #: (host, pid, service, device, model, model label or None, model id, op type, op name) -> count
+        self.rows: dict[tuple[Any, ...], int] = {}
+        self.row_keys_refused = 0
         self.agent_handlers = {Kind.OP_FAILURE: self.failure}
 
     # ---- OP_FAILURE (agent) ---------------------------------------------------------------
@@ -148,8 +166,14 @@ class Failures:
         device, stream, task, thread, code = ids
         name = None if name is None else scrub(name)
         service = conn.service or ""
-        model, op_type, model_id = self._resolve(conn, device, name)
+        model, op_type, model_id, label = self._resolve(conn, device, name)
         self._count((service, device, model, op_type, code), 1 + dropped)
+        if model_id is not None:  # a SNAPSHOT row has a known op type and model
+            row = (conn.host, conn.pid or 0, service, device, model, label, model_id, op_type, name)
+            if row in self.rows or len(self.rows) < MAX_ROW_KEYS:
+                self.rows[row] = self.rows.get(row, 0) + 1 + dropped
+            else:
+                self.row_keys_refused += 1 + dropped
         self.agent_dropped += dropped
         entry = {"ts": ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else time.time(),
                  "host": conn.host, "pid": conn.pid or 0, "service": service, "device": device,
@@ -198,14 +222,15 @@ class Failures:
         self.counts[key] = self.counts.get(key, 0) + n
         self.total += n
 
-    def _resolve(self, conn: Conn, device: Any, name: str | None) -> tuple[str, str, int | None]:
-        """(model label or id, op type, model id) of op ``name`` among this connection's
-        aggregate keys on ``device``: found only when exactly one model and type have that name."""
+    def _resolve(self, conn: Conn, device: Any, name: str | None) -> tuple[str, str, int | None, str | None]:
+        """(model label or id, op type, model id, model label or None) of op ``name`` among this
+        connection's aggregate keys on ``device``: found only when exactly one model and type
+        have that name."""
         if name is None:
             self.unresolved += 1
-            return "", "", None
+            return "", "", None, None
         cache_key = (conn.id, device, name)
-        found: tuple[str, str, int | None] | None
+        found: tuple[str, str, int | None, str | None] | None
         if cache_key in self._resolved:
             found = self._resolved[cache_key]
         else:
@@ -216,17 +241,19 @@ class Failures:
                 self._resolved[cache_key] = found
         if found is None:
             self.unresolved += 1
-            return "", "", None
+            return "", "", None, None
         return found
 
-    def _lookup(self, conn: Conn, device: Any, name: str) -> tuple[str, str, int | None] | None:
+    def _lookup(self, conn: Conn, device: Any, name: str) -> tuple[str, str, int | None, str | None] | None:
         reg, n = self.keys, len(self.keys)
         hits = np.flatnonzero((reg.pid[:n] == (conn.pid or 0)) & (reg.device[:n] == device))
-        found = {(reg.model_label[i] or str(int(reg.model[i])), reg.type[i], int(reg.model[i]))
+        found = {(reg.model_label[i] or str(int(reg.model[i])), reg.type[i], int(reg.model[i]),
+                  reg.model_label[i] or None)
                  for i in hits.tolist() if reg.name[i] == name and reg.host[i] == conn.host}
         if len({f[:2] for f in found}) != 1:
             return None
-        return found.pop() if len(found) == 1 else (*next(iter(found))[:2], None)
+        # one model label and type but several model ids (reloaded): no one model row
+        return found.pop() if len(found) == 1 else (*next(iter(found))[:2], None, None)
 
     def closed(self, conn: Conn) -> None:
         """Forget the connection's cached lookups (its ids may be reused)."""
@@ -234,10 +261,33 @@ class Failures:
             self._resolved = {k: v for k, v in self._resolved.items() if k[0] != conn.id}
 
     # ---- reading --------------------------------------------------------------------------
+    def annotate(self, reply: dict[str, Any], flt: Filter) -> None:
+        """SNAPSHOT: each row gets ``failures``, the failures since the daemon started (every
+        window: a failure has no duration to put in one) of the ops in that row and the
+        request's filter (its min_duration aside). One pass over the row keys, one lookup a row."""
+        of, fields = _ROW_OF.get(reply.get("group_by", "")), _ROW_FIELDS.get(reply.get("group_by", ""))
+        if of is None or fields is None:
+            return
+        per: dict[tuple[Any, ...], int] = {}
+        for k, n in self.rows.items():
+            host, pid, service, device, _, _, model_id, op_type, name = k
+            if not flt.source_matches(host, pid, service or None) \
+                    or (flt.device is not None and flt.device != device) \
+                    or (flt.model is not None and flt.model != model_id) \
+                    or (flt.type_re is not None and not flt.type_re.search(op_type)) \
+                    or (flt.name_re is not None and not (name and flt.name_re.search(name))):
+                continue
+            ident = of(k)
+            per[ident] = per.get(ident, 0) + n
+        for r in reply.get("rows", []):
+            r["failures"] = per.get(tuple(r.get(f) for f in fields), 0)
+
+
     def summary(self, last: int = 8) -> dict[str, Any]:
         """For STATUS and the counters snapshot (copies: the snapshot is immutable)."""
         return {"total": self.total, "agent_dropped": self.agent_dropped, "keys": len(self.counts),
                 "keys_refused": self.keys_refused, "unresolved": self.unresolved,
                 "lines_sent": self.lines_sent, "lines_skipped": self.lines_skipped,
+                "row_keys_refused": self.row_keys_refused,
                 "by_key": [[*k, n] for k, n in self.counts.items()],
                 "last": [dict(e) for e in list(self.last)[-last:]]}
