@@ -9,7 +9,7 @@ record; one process per inference process (``pid``), one thread per device and m
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 __all__ = ["TID_STRIDE", "write_chrome"]
@@ -17,9 +17,12 @@ __all__ = ["TID_STRIDE", "write_chrome"]
 TID_STRIDE = 100000
 
 
-def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator: str = "aclprof export") -> int:
+def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator: str = "aclprof export",
+                 extra: Callable[[], list[dict[str, Any]]] | None = None) -> int:
     """Export records (daemon/PROTOCOL.md "record" objects) as one Trace Event Format file;
-    the count of records written. Names are JSON-escaped as given (json.dumps is ASCII)."""
+    the count of records written. Names are JSON-escaped as given (json.dumps is ASCII).
+    ``extra``: called once the records are written, more trace events to add (the flight
+    recorder's op failures: instant events placed by the records it saw)."""
     out.write('{"displayTimeUnit":"ns","otherData":{"generator":%s,' % json.dumps(generator) +
               '"clock":"the ACL library\'s op timestamps (the device clock; CLOCK_MONOTONIC on the mock)"},'
               '"traceEvents":[\n')
@@ -51,6 +54,10 @@ def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator
             out.write(("" if first else ",\n") + ",\n".join(parts))
             first = False
         n += len(records)
+    events = extra() if extra is not None else []
+    if events:
+        out.write(("" if first else ",\n") + ",\n".join(json.dumps(e, separators=(",", ":")) for e in events))
+        first = False
     meta = []
     for pid, name in processes.items():
         meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
