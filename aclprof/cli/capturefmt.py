@@ -31,6 +31,10 @@ def capture_line(item: dict[str, Any]) -> str:
     shift = item.get("shift")
     what = f"{item.get('quantile') or '?'} x{num(shift):.2f} [{num(item.get('lower')):.2f}, " \
            f"{num(item.get('upper')):.2f}]" if isinstance(shift, (int, float)) else "shift ?"
+    failure = item.get("failure")
+    if item.get("trigger") == "failure" and isinstance(failure, dict):  # an op failure started it (issue 24)
+        what = f"FAILED {failure.get('op_name') or '?'} dev {failure.get('device', '?')} " \
+               f"{failure.get('code', '?')} {failure.get('code_name') or ''}".rstrip()
     records = item.get("records")
     rec = f"{records:,} records" if isinstance(records, int) else "unreadable capture.json"
     trunc = " TRUNCATED" if item.get("truncated") else ""
@@ -45,7 +49,7 @@ def format_captures(cap: dict[str, Any]) -> str:
              f"{_size(num(cap.get('bytes')))} of {_size(num(cap.get('max_bytes')))} in {cap.get('dir', '?')}"
              f"{'' if cap.get('enabled', True) else ' (flight recorder disabled: capture_enabled = false)'}"]
     if not items:
-        lines.append("  no captures yet: one is made when the regression detector raises a flag")
+        lines.append("  no captures yet: one is made when the regression detector raises a flag or an op fails")
     lines += ["  " + capture_line(i) for i in items]
     trouble = [f"{num(cap.get(k)):,.0f} {what}" for k, what in (
         ("errors_total", "failed"), ("dropped_total", "dropped (writer behind)"),

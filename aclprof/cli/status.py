@@ -12,6 +12,7 @@ from typing import Any
 from aclprof.cli.argtypes import seconds
 from aclprof.cli.capturefmt import status_lines
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, CliError, add_socket_arg, connect, format_ns
+from aclprof.cli.failurefmt import failure_lines
 from aclprof.cli.fit import wrap_lines
 from aclprof.cli.top.header import as_list, num, window_seconds
 from aclprof.protocol.safetext import safe
@@ -228,6 +229,7 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None, wid
         lines.append(f"replies cut to fit their frame since the start: {rt:,}")
     lines += metrics_lines(st)
     lines += detector_lines(st)
+    lines += failure_lines(st)
     # Service, host, labels and problems carry peers' strings: each line is escaped as a
     # whole, so none can drive the terminal or forge another line.
     escaped = [safe(line) for line in lines]

@@ -21,14 +21,17 @@ from aclprof.cli.common import (
     format_ns,
     use_colour,
 )
+from aclprof.cli.failurefmt import tensors_text
 from aclprof.cli.fit import Col, Fitted, cut, fit, hidden_note, wrap_lines
 from aclprof.cli.fit import cells as cells_of
+from aclprof.protocol.failurenames import failure_code_name
 from aclprof.protocol.safetext import safe
 
 if TYPE_CHECKING:
     from aclprof.cli.client import Client
 
-__all__ = ["add_parser", "cmd_tail", "tail_line", "tail_layout", "RECONNECTED", "STOPPED", "CLOSED_RUNNING"]
+__all__ = ["add_parser", "cmd_tail", "tail_line", "tail_layout", "RECONNECTED", "STOPPED", "CLOSED_RUNNING",
+           "FAILURE_MARK"]
 
 _EXAMPLES = """examples:
   aclprof tail                                  every op of every process
@@ -142,7 +145,47 @@ def _gap_line(r: dict[str, Any], colour: bool, layout: Fitted | None = None, wid
 
 
 def _strip(text: str) -> str:
-    return text.replace("\x1b[31m", "").replace("\x1b[33m", "").replace("\x1b[0m", "")
+    return (text.replace("\x1b[1;31m", "").replace("\x1b[31m", "").replace("\x1b[33m", "")
+            .replace("\x1b[0m", ""))
+
+
+#: what starts a failure line (``grep '^!! '`` finds them among the records)
+FAILURE_MARK = "!! FAILED"
+
+
+def _failure_line(r: dict[str, Any], colour: bool, width: int | None = None) -> str:
+    """A ``{"kind": "failure"}`` line (PROTOCOL.md "Op failures"): an AI Core exception of an
+    op, on a line of its own that starts with a marker; shortened to ``width`` from the
+    right (the tensors go first, then the op name), the marker, op type and code kept."""
+    ts = r.get("ts")
+    if isinstance(ts, (int, float)):
+        t = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
+    else:
+        t = "-"
+    mark = f"\x1b[1;31m{FAILURE_MARK}\x1b[0m" if colour else FAILURE_MARK
+    code = r.get("code")
+    name = r.get("code_name") or failure_code_name(code)
+    op_type = safe(r.get("op_type") or "?")
+    op_name = safe(r.get("op_name")) if r.get("op_name") is not None else f"task {safe(r.get('task', '?'))}"
+    head = (f"{mark} {t} {safe(r.get('service') or '-')} pid {safe(r.get('pid', '?'))} "
+            f"dev {safe(r.get('device', '?'))} model {safe(r.get('model') or '?')} {op_type} {op_name}")
+    what = f" {safe(code)} {safe(name)}"
+    tensors = f" in [{tensors_text(r.get('inputs'))}] out [{tensors_text(r.get('outputs'))}]"
+    full = head + what + tensors
+    if width is None or cells_of(_strip(full)) <= width:
+        return full
+    if cells_of(_strip(head + what)) <= width:
+        room = width - cells_of(_strip(head + what))
+        return head + what + (cut(tensors, room) if room > 8 else "")
+    # narrower: the marker, time, device, op type and code (its name while it fits), then
+    # the op name in what is left
+    dev = f"dev {safe(r.get('device', '?'))}"
+    for short in (f"{mark} {t} {dev} {op_type}{what}", f"{mark} {t} {dev} {op_type} {safe(code)}",
+                  f"{mark} {t[:8]} {cut(op_type, 12)} {safe(code)}"):
+        if cells_of(_strip(short)) <= width:
+            break
+    room = width - cells_of(_strip(short)) - 1
+    return short + (" " + cut(op_name, room, "middle") if room > 4 else "")
 
 
 def tail_line(r: dict[str, Any], colour: bool, layout: Fitted | None = None, width: int | None = None) -> str:
@@ -151,6 +194,8 @@ def tail_line(r: dict[str, Any], colour: bool, layout: Fitted | None = None, wid
     least important fields left out."""
     if r.get("kind") == "gap":
         return _gap_line(r, colour, layout, width)
+    if r.get("kind") == "failure":
+        return _failure_line(r, colour, width)
     ts = r.get("ts")
     if isinstance(ts, (int, float)):
         t = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"

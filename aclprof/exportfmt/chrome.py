@@ -17,7 +17,7 @@ device clock), off by a few ns beyond. ``--format perfetto`` (:mod:`.perfetto`) 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
 from .tracks import Gathered, gather, lane_name
@@ -84,14 +84,17 @@ def json_string(s: str, memo: dict[str, str]) -> str:
     return j
 
 
-def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator: str = "aclprof export") -> int:
+def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator: str = "aclprof export",
+                 extra: Callable[[], list[dict[str, Any]]] | None = None) -> int:
     """Export records (daemon/PROTOCOL.md "record" objects) as one Trace Event Format file;
     the count of records written. Names are written as given (JSON-escaped, UTF-8:
-    :func:`json_string`)."""
-    return write_chrome_gathered(gather(batches), out, generator)
+    :func:`json_string`). ``extra``: called once the records are written, more trace events to
+    add (the flight recorder's op failures: instant events placed by the records it saw)."""
+    return write_chrome_gathered(gather(batches), out, generator, extra)
 
 
-def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof export") -> int:
+def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof export",
+                          extra: Callable[[], list[dict[str, Any]]] | None = None) -> int:
     """:func:`write_chrome` of records already read by :func:`.tracks.gather` (the flight
     recorder writes two traces of them)."""
     out.write('{"displayTimeUnit":"ns","otherData":{"generator":%s,' % json.dumps(generator) +
@@ -99,12 +102,12 @@ def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof ex
               '"traceEvents":[\n')
     first = True
     threads: list[tuple[int, int, str]] = []
-    extra: dict[int, int] = {}  # pid -> extra threads so far
+    lanes_of: dict[int, int] = {}  # pid -> extra threads so far
     memo: dict[str, str] = {}
     for pid, device, model, lane, slices in g.lanes():
         if lane:
-            extra[pid] = extra.get(pid, 0) + 1
-            tid = LANE_TID_BASE + extra[pid]
+            lanes_of[pid] = lanes_of.get(pid, 0) + 1
+            tid = LANE_TID_BASE + lanes_of[pid]
         else:
             tid = device * TID_STRIDE + model
         threads.append((pid, tid, lane_name(device, model, lane)))
@@ -120,6 +123,10 @@ def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof ex
         if parts:
             out.write(("" if first else ",\n") + ",\n".join(parts))
             first = False
+    events = extra() if extra is not None else []
+    if events:
+        out.write(("" if first else ",\n") + ",\n".join(json.dumps(e, separators=(",", ":")) for e in events))
+        first = False
     meta = []
     for pid, name in g.processes.items():
         meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})

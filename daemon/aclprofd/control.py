@@ -21,6 +21,7 @@ from .capture.recorder import CaptureService
 from .config import Settings
 from .conn import Conn
 from .detector.service import DetectorService
+from .failures import Failures
 from .fanout import Fanout
 from .filters import Filter
 from .persist import Persistence
@@ -47,6 +48,8 @@ class ControlHost(Protocol):
     def detection(self) -> DetectorService: ...
     @property
     def captures(self) -> CaptureService: ...
+    @property
+    def failures(self) -> Failures: ...
     @property
     def fanout(self) -> Fanout: ...
     @property
@@ -102,6 +105,7 @@ class Control:
         except (ValueError, TypeError) as exc:
             raise ProtocolError(str(exc)) from None
         self.host.detection.detector.annotate(reply, getattr(flt, "service", None))  # shift_p99 per op type
+        self.host.failures.annotate(reply, flt)  # op failures per row (issue 24)
         # rows are sorted by total_ns: the cut keeps the heaviest (long op names in JSON
         # escapes could otherwise pass the frame limit and fail top for every user)
         reply["rows"], left_out, _ = take(reply["rows"], REPLY_BUDGET)

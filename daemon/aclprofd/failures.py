@@ -14,16 +14,26 @@ protocol error: the connection closes, as for any malformed frame), at most ``MA
 count keys (later ones count under "(other)", counted in ``keys_refused``), and an agent
 that dropped failures says how many (``dropped_before``), so the totals include them.
 Loop thread only.
+
+STREAM clients (``aclprof tail``) whose filter takes the failure get a ``{"kind": "failure"}``
+line, after the records of that connection already pending (they ran before the failure):
+the filter's host, pid, service, device, model id, op type and op name apply (an unresolved
+failure has no model or type: a ``model``/``type`` filter does not take it); it has no
+duration, so ``min_duration`` does not hide it. A client that does not read gets no line
+(``lines_skipped``), as for gap lines. Listeners (the flight recorder) get each entry.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
+from aclprof.protocol.failurenames import failure_code_name
 from aclprof.protocol.safetext import scrub
 from aclprof.protocol.wire import (
     OP_FAILURE_MAX_DIMS,
@@ -34,15 +44,35 @@ from aclprof.protocol.wire import (
     decode_json,
 )
 
+from .config import Settings
 from .conn import Conn
+from .records import append_frame
 
 if TYPE_CHECKING:
     from .aggregate.keys import KeyRegistry
+    from .fanout import Fanout
+    from .filters import Filter
     from .ratelimit import LogLimiter
+    from .transport import Outbox
 
-__all__ = ["Failures", "MAX_KEYS", "KEEP", "OTHER"]
+__all__ = ["Failures", "FailuresHost", "MAX_KEYS", "MAX_ROW_KEYS", "KEEP", "OTHER", "stream_line_matches"]
+
+#: per SNAPSHOT grouping, a row's identity from a row key (see ``Failures.rows``)
+_ROW_OF: dict[str, Callable[[tuple[Any, ...]], tuple[Any, ...]]] = {
+    "type": lambda k: (k[7],), "name": lambda k: (k[8],), "service": lambda k: (k[2] or None,),
+    "process": lambda k: (k[0], k[1], k[2] or None), "device": lambda k: (k[3],),
+    "model": lambda k: (k[2] or None, k[5], k[6], k[1]),
+}
+#: the same fields of a SNAPSHOT row (aclprofd.aggregate.groups.FIELDS)
+_ROW_FIELDS: dict[str, tuple[str, ...]] = {
+    "type": ("op_type",), "name": ("op_name",), "service": ("service",), "process": ("host", "pid", "service"),
+    "device": ("device",), "model": ("service", "model", "model_id", "pid"),
+}
 
 MAX_KEYS = 1024  # count keys (service, device, model, op type, code); each one is a series
+#: SNAPSHOT's count keys (host, pid, service, device, model, op type, op name): per row of any
+#: grouping; beyond it failures count in ``row_keys_refused`` and in no row
+MAX_ROW_KEYS = 4096
 KEEP = 64  # last failures kept with their tensors
 OTHER = "(other)"
 _U32 = 0xFFFFFFFF
@@ -75,18 +105,48 @@ def _tensors(v: Any, side: str) -> list[dict[str, Any]]:
     return out
 
 
-class Failures:
-    """The op failures of one daemon: counts, the last ones, and the OP_FAILURE handler."""
+class FailuresHost(Protocol):
+    """What the failure lines read of the daemon's changing state (:class:`aclprofd.server.Daemon`)."""
 
-    def __init__(self, keys: KeyRegistry, limiter: LogLimiter, max_keys: int = MAX_KEYS, keep: int = KEEP):
+    settings: Settings  # ``stream_buffer``, the failure line's bound (SIGHUP may change it)
+
+
+def stream_line_matches(flt: Filter, entry: dict[str, Any]) -> bool:
+    """Whether a STREAM filter takes a failure ``entry`` (of :meth:`Failures.failure`)."""
+    if not flt.source_matches(entry["host"], entry["pid"], entry["service"] or None):
+        return False
+    if flt.device is not None and flt.device != entry["device"]:
+        return False
+    if flt.model is not None and flt.model != entry.get("model_id"):
+        return False
+    if flt.type_re is not None and not (entry["op_type"] and flt.type_re.search(entry["op_type"])):
+        return False
+    return flt.name_re is None or bool(entry["op_name"] and flt.name_re.search(entry["op_name"]))
+
+
+class Failures:
+    """The op failures of one daemon: counts, the last ones, and the OP_FAILURE handler.
+
+    ``host``, ``fanout`` and ``outbox`` (all or none): the STREAM failure lines;
+    ``listeners``: called with each entry (the flight recorder), after the line is queued."""
+
+    def __init__(self, keys: KeyRegistry, limiter: LogLimiter, max_keys: int = MAX_KEYS, keep: int = KEEP,
+                 host: FailuresHost | None = None, fanout: Fanout | None = None, outbox: Outbox | None = None):
         self.keys, self.limiter, self.max_keys = keys, limiter, max_keys
+        self.host, self.fanout, self.outbox = host, fanout, outbox
+        self.listeners: list[Callable[[Conn, dict[str, Any]], None]] = []
+        self.lines_sent = 0  # failure lines queued for STREAM clients
+        self.lines_skipped = 0  # failure lines not queued for a STREAM client that does not read
         self.counts: dict[tuple[str, int, str, str, int], int] = {}
         self.total = 0  # failures received, including those agents said they dropped
         self.agent_dropped = 0  # of total: reported by dropped_before, no details
         self.keys_refused = 0  # failures counted under "(other)" (MAX_KEYS reached)
         self.unresolved = 0  # failures whose model and op type the daemon could not find
         self.last: deque[dict[str, Any]] = deque(maxlen=keep)
-        self._resolved: dict[tuple[str, int, str], tuple[str, str]] = {}
+        self._resolved: dict[tuple[str, int, str], tuple[str, str, int | None, str | None]] = {}
+        #: (host, pid, service, device, model, model label or None, model id, op type, op name) -> count
+        self.rows: dict[tuple[Any, ...], int] = {}
+        self.row_keys_refused = 0
         self.agent_handlers = {Kind.OP_FAILURE: self.failure}
 
     # ---- OP_FAILURE (agent) ---------------------------------------------------------------
@@ -106,17 +166,54 @@ class Failures:
         device, stream, task, thread, code = ids
         name = None if name is None else scrub(name)
         service = conn.service or ""
-        model, op_type = self._resolve(conn, device, name)
+        model, op_type, model_id, label = self._resolve(conn, device, name)
         self._count((service, device, model, op_type, code), 1 + dropped)
+        if model_id is not None:  # a SNAPSHOT row has a known op type and model
+            row = (conn.host, conn.pid or 0, service, device, model, label, model_id, op_type, name)
+            if row in self.rows or len(self.rows) < MAX_ROW_KEYS:
+                self.rows[row] = self.rows.get(row, 0) + 1 + dropped
+            else:
+                self.row_keys_refused += 1 + dropped
         self.agent_dropped += dropped
         entry = {"ts": ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else time.time(),
                  "host": conn.host, "pid": conn.pid or 0, "service": service, "device": device,
-                 "stream": stream, "task": task, "thread": thread, "code": code, "op_name": name,
-                 "op_type": op_type, "model": model, "op_desc_code": obj.get("op_desc_code", 0),
-                 "inputs": inputs, "outputs": outputs}
+                 "stream": stream, "task": task, "thread": thread, "code": code,
+                 "code_name": failure_code_name(code), "op_name": name,
+                 "op_type": op_type, "model": model, "model_id": model_id,
+                 "op_desc_code": obj.get("op_desc_code", 0), "inputs": inputs, "outputs": outputs,
+                 "dropped_before": dropped}
         self.last.append(entry)
         self.limiter.log("warning", "op failure", pid=conn.pid, service=service, device=device, op=name,
                          op_type=op_type or None, model=model or None, code=code)
+        self._stream(entry)
+        for listener in self.listeners:
+            listener(conn, entry)
+
+    def _stream(self, entry: dict[str, Any]) -> None:
+        """A ``{"kind": "failure"}`` line for every STREAM client whose filter takes it,
+        after the records it already has pending (they ran before the failure)."""
+        fan, outbox, host = self.fanout, self.outbox, self.host
+        if fan is None or outbox is None or host is None or not fan.streaming:
+            return
+        line: bytes | None = None
+        limit = host.settings.stream_buffer_bytes
+        for c in list(outbox.conns.values()):
+            flt = c.stream
+            if flt is None or c.closed or not stream_line_matches(flt, entry):
+                continue
+            if line is None:
+                fan.pump_streams()  # the records already pending first: they came before it
+                if c.closed:
+                    continue
+                line = json.dumps({"kind": "failure", **entry}, separators=(",", ":")).encode() + b"\n"
+            if len(c.out) > limit:
+                # a client that does not read: no line (STATUS still counts the failure), so a
+                # failure storm cannot grow its buffer past the stream's bound
+                self.lines_skipped += 1
+                continue
+            append_frame(c.out, Kind.STREAM_RECORDS, line)
+            self.lines_sent += 1
+            outbox.send(c)
 
     def _count(self, key: tuple[str, Any, str, str, Any], n: int) -> None:
         if key not in self.counts and len(self.counts) >= self.max_keys:
@@ -125,14 +222,15 @@ class Failures:
         self.counts[key] = self.counts.get(key, 0) + n
         self.total += n
 
-    def _resolve(self, conn: Conn, device: Any, name: str | None) -> tuple[str, str]:
-        """(model label or id, op type) of op ``name`` among this connection's aggregate keys
-        on ``device``: found only when exactly one model and type have that name."""
+    def _resolve(self, conn: Conn, device: Any, name: str | None) -> tuple[str, str, int | None, str | None]:
+        """(model label or id, op type, model id, model label or None) of op ``name`` among this
+        connection's aggregate keys on ``device``: found only when exactly one model and type
+        have that name."""
         if name is None:
             self.unresolved += 1
-            return "", ""
+            return "", "", None, None
         cache_key = (conn.id, device, name)
-        found: tuple[str, str] | None
+        found: tuple[str, str, int | None, str | None] | None
         if cache_key in self._resolved:
             found = self._resolved[cache_key]
         else:
@@ -143,15 +241,19 @@ class Failures:
                 self._resolved[cache_key] = found
         if found is None:
             self.unresolved += 1
-            return "", ""
+            return "", "", None, None
         return found
 
-    def _lookup(self, conn: Conn, device: Any, name: str) -> tuple[str, str] | None:
+    def _lookup(self, conn: Conn, device: Any, name: str) -> tuple[str, str, int | None, str | None] | None:
         reg, n = self.keys, len(self.keys)
         hits = np.flatnonzero((reg.pid[:n] == (conn.pid or 0)) & (reg.device[:n] == device))
-        found = {(reg.model_label[i] or str(int(reg.model[i])), reg.type[i])
+        found = {(reg.model_label[i] or str(int(reg.model[i])), reg.type[i], int(reg.model[i]),
+                  reg.model_label[i] or None)
                  for i in hits.tolist() if reg.name[i] == name and reg.host[i] == conn.host}
-        return found.pop() if len(found) == 1 else None
+        if len({f[:2] for f in found}) != 1:
+            return None
+        # one model label and type but several model ids (reloaded): no one model row
+        return found.pop() if len(found) == 1 else (*next(iter(found))[:2], None, None)
 
     def closed(self, conn: Conn) -> None:
         """Forget the connection's cached lookups (its ids may be reused)."""
@@ -159,9 +261,33 @@ class Failures:
             self._resolved = {k: v for k, v in self._resolved.items() if k[0] != conn.id}
 
     # ---- reading --------------------------------------------------------------------------
+    def annotate(self, reply: dict[str, Any], flt: Filter) -> None:
+        """SNAPSHOT: each row gets ``failures``, the failures since the daemon started (every
+        window: a failure has no duration to put in one) of the ops in that row and the
+        request's filter (its min_duration aside). One pass over the row keys, one lookup a row."""
+        of, fields = _ROW_OF.get(reply.get("group_by", "")), _ROW_FIELDS.get(reply.get("group_by", ""))
+        if of is None or fields is None:
+            return
+        per: dict[tuple[Any, ...], int] = {}
+        for k, n in self.rows.items():
+            host, pid, service, device, _, _, model_id, op_type, name = k
+            if not flt.source_matches(host, pid, service or None) \
+                    or (flt.device is not None and flt.device != device) \
+                    or (flt.model is not None and flt.model != model_id) \
+                    or (flt.type_re is not None and not flt.type_re.search(op_type)) \
+                    or (flt.name_re is not None and not (name and flt.name_re.search(name))):
+                continue
+            ident = of(k)
+            per[ident] = per.get(ident, 0) + n
+        for r in reply.get("rows", []):
+            r["failures"] = per.get(tuple(r.get(f) for f in fields), 0)
+
+
     def summary(self, last: int = 8) -> dict[str, Any]:
         """For STATUS and the counters snapshot (copies: the snapshot is immutable)."""
         return {"total": self.total, "agent_dropped": self.agent_dropped, "keys": len(self.counts),
                 "keys_refused": self.keys_refused, "unresolved": self.unresolved,
+                "lines_sent": self.lines_sent, "lines_skipped": self.lines_skipped,
+                "row_keys_refused": self.row_keys_refused,
                 "by_key": [[*k, n] for k, n in self.counts.items()],
                 "last": [dict(e) for e in list(self.last)[-last:]]}

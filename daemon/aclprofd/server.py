@@ -107,8 +107,9 @@ class Daemon:
         self.control = Control(self, t)
         self.traces = Traces(self, t, self.fanout, t.limits.requested)
         self.ingest.handlers.update(self.traces.agent_handlers)  # TRACE_DONE
-        self.failures = Failures(self.aggregator.keys, t.limiter)
+        self.failures = Failures(self.aggregator.keys, t.limiter, host=self, fanout=self.fanout, outbox=t)
         self.ingest.handlers.update(self.failures.agent_handlers)  # OP_FAILURE (protocol 3)
+        self.failures.listeners.append(self.captures.failure)  # a capture around each failure
         self.control.handlers.update(self.traces.control_handlers)  # TRACE
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._published_mono = 0.0

@@ -17,6 +17,9 @@ line by line from stdin and answers each with one JSON line on stdout:
     burst N     execute the model N times, without waiting for the mock's pipe writer
                 (with --writer-delay-us, records are still queued after it)
                                                     -> {"emitted": total}
+    fail OP N E run the model N times with op OP (a name) failing on the AI Core every E-th
+                execution (E=1: every one), then disarm it (issue 24; needs --failures)
+                                                    -> {"failed": executions that failed, "emitted": total}
     stats       the agent's and the mock's counters -> {...}
     stop        agent.stop(); final counters; exit  -> {...}
 """
@@ -64,6 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--unsubscribe", default="drain", choices=["drain", "drop"],
                         help="mock.set_unsubscribe_policy (drop: as CANN, audit 3 row 1b)")
     parser.add_argument("--writer-delay-us", type=int, default=0, help="mock.set_writer_delay_us")
+    parser.add_argument("--failures", action="store_true", help="agent.start(failures=True): report op failures")
     args = parser.parse_args(argv)
 
     import structlog
@@ -77,12 +81,15 @@ def main(argv: list[str] | None = None) -> int:
     aclprof.use_mock()
     ops = {"fixed": FIXED_OPS, "resnet": _models.resnet_like_ops(),
            "transformer": _models.transformer_like_ops()}[args.ops]
+    if args.failures:  # GE describes a failed op only when it has inputs and outputs (mock_acl/README.md)
+        ops = [{**op, "inputs": [{"dtype": 1, "format": 2, "shape": [8, 64]}],
+                "outputs": [{"dtype": 1, "format": 2, "shape": [8, 64]}]} for op in ops]
     model = mock.load_model(ops, device=args.device, seed=1)
     mock.set_realtime(args.realtime)
     mock.set_unsubscribe_policy(args.unsubscribe)
     mock.set_writer_delay_us(args.writer_delay_us)
     agent.start(args.socket, service=args.service, labels={"test": "1"}, buffer_records=args.buffer,
-                backoff_max=args.backoff_max, trace_dir=args.trace_dir)
+                backoff_max=args.backoff_max, trace_dir=args.trace_dir, failures=args.failures)
     labels = {"model": args.ops if args.model_label is None else args.model_label}
     if not labels["model"]:
         del labels["model"]
@@ -115,6 +122,19 @@ def main(argv: list[str] | None = None) -> int:
             model = mock.load_model(slowed, device=args.device, seed=1)
             agent.watch(model, labels=labels, device=args.device)
             print(json.dumps({"model": model}), flush=True)
+        elif cmd[0] == "fail":
+            from aclprof.binding.errors import AclError
+
+            mock.inject_op_failure(model, cmd[1], every=int(cmd[3]))
+            failed = 0
+            for _ in range(int(cmd[2])):
+                try:
+                    mock.execute(model)
+                except AclError:
+                    failed += 1
+            mock.clear_op_failure(model)
+            mock.wait_writer_idle()
+            print(json.dumps({"failed": failed, "emitted": mock.stats()["recordsEmitted"]}), flush=True)
         elif cmd[0] == "stats":
             print(json.dumps(_report(agent, mock)), flush=True)
         elif cmd[0] == "stop":

@@ -22,7 +22,8 @@ RESOLUTION = (f"numbers: Count, Total, Avg and Max are exact (the daemon's sums 
               f"come from log-scale bins 2**(1/{BINS_PER_OCTAVE}) wide ({_BIN_PCT:.0f} %), shown as the bin's "
               f"middle: at most {_MID_PCT:.1f} % off; a quantile whose bin lies past the row's max is shown as "
               "the max, marked '≤' (it can be no more); Shift: the regression detector's flagged quantile, "
-              "else p99, against its baseline")
+              "else p99, against its baseline; Fail: the op failures (AI Core exceptions) of the row since the "
+              "daemon started, whatever the window")
 
 
 def shift_cell(row: dict[str, Any]) -> Any:

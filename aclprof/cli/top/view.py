@@ -231,6 +231,8 @@ _STATS: tuple[tuple[str, str | None, int], ...] = (
     ("Count", "count", 2), ("Total", "total", 1), ("Avg", "avg", 3), ("p50", None, 6), ("p99", "p99", 2),
     ("Max", "max", 5), ("% time", None, 4))
 _SHIFT_PRIORITY = 3
+#: the op failures column (a daemon that counts them per row: issue 24): hidden after Total
+_FAIL_PRIORITY = 2
 #: what the hidden-columns note suggests (the live view has the help key)
 HIDDEN_HINT_LIVE = "widen the terminal or press h"
 HIDDEN_HINT_ONCE = "widen the terminal, --sort one of them, or --json"
@@ -260,6 +262,11 @@ def table_parts(snap: dict[str, Any], view: TopView, limit: int = 0,
     shift = any("shift_p99" in r or "flagged" in r for r in rows)  # a daemon with the regression detector
     if shift:
         cols.append(Col("Shift", _SHIFT_PRIORITY))
+    # failures since the daemon started, whatever the window: shown once a row has one (a
+    # healthy fleet's screen keeps its columns; aclprof status says there were none)
+    failures = any(num(r.get("failures")) > 0 for r in rows)
+    if failures:
+        cols.append(Col("Fail", _FAIL_PRIORITY))
     body = []
     for r in rows:
         # keys, services and names are peers' strings: escaped, never markup or terminal control
@@ -272,6 +279,9 @@ def table_parts(snap: dict[str, Any], view: TopView, limit: int = 0,
                   quantile_cell(r.get("p99_ns"), top), stat_cell(top), f"{num(r.get('pct_time')):.1f}"]
         if shift:
             cells.append(shift_cell(r))
+        if failures:
+            n = int(num(r.get("failures")))
+            cells.append(Text(f"{n:,}", style="bold red") if n else "0")
         body.append(cells)
     table, hidden = fit_table(cols, body, width)
     return table, hidden, more

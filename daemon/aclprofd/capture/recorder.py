@@ -1,5 +1,6 @@
-"""The flight recorder: when the regression detector raises a new flag, keep the raw records
-of the seconds around it as a capture (daemon/README.md "Flight recorder").
+"""The flight recorder: when the regression detector raises a new flag, or an agent reports an
+op failure (issue 24, :meth:`CaptureService.failure`), keep the raw records of the seconds
+around it as a capture (daemon/README.md "Flight recorder").
 
 On the loop thread (:meth:`CaptureService.tick`, every turn, cheap): the detector's newest
 view is compared with the last one seen; a flag (key and quantile) that the previous view
@@ -45,6 +46,8 @@ _log = structlog.get_logger("aclprofd")
 QUEUE_MAX = 4  # captures waiting for the worker; more are dropped (counted)
 _JOIN_S = 5.0
 _STATUS_ITEMS = 1000  # capture_max_count's upper bound: STATUS lists them all
+_FAILURES_PER_CAPTURE = 64  # op failures one capture names (more are counted as rate limited)
+_FAILURE_KEYS = 4096  # (service, op) pairs whose last failure capture is remembered
 
 Key = tuple[str, str, str]
 
@@ -56,6 +59,7 @@ class _Pending:
     flag_ts: float
     since_ts: float
     until_ts: float
+    failures: tuple[dict[str, Any], ...] = ()  # op failures that started or joined it (issue 24)
 
 
 class CaptureHost(Protocol):
@@ -80,6 +84,9 @@ class CaptureService:
         self._queue: queue.Queue[Job | None] = queue.Queue(maxsize=QUEUE_MAX)
         self.pending: list[_Pending] = []
         self._last: dict[Key, float] = {}  # wall time of each key's last scheduled capture
+        self._last_failure: dict[tuple[str, str], float] = {}  # (service, op): its last failure capture
+        self.failures_joined = 0  # op failures added to a capture already scheduled for their service
+        self.failures_rate_limited = 0  # op failures with no capture (one per (service, op) per interval)
         self._seen: DetectorView | None = None
         self._flagged: set[tuple[Any, ...]] = set()  # (service, model, op_type, quantile) flagged in _seen
         self._stopping = threading.Event()
@@ -188,6 +195,40 @@ class CaptureService:
             _log.info("regression flagged; capture scheduled", service=key[0], model=key[1], op_type=key[2],
                       until_ts=t + s.capture_after_s)
 
+    def failure(self, _conn: object, entry: dict[str, Any]) -> None:
+        """An op failure (a :class:`aclprofd.failures.Failures` listener, loop thread): a capture
+        of its service around it, the ops before it and its window after; at most one per
+        (service, op) per ``capture_min_interval`` (a failure storm is one capture, the rest
+        counted). A failure while a capture of its service waits for its window joins it."""
+        s = self.host.settings
+        if not s.capture_enabled:
+            return
+        t = time.time()  # the daemon's receive time: the clock of the records' ``ts``
+        service = entry.get("service") or ""
+        op = entry.get("op_name") or entry.get("op_type") or f"task {entry.get('task')}"
+        failure = {**entry, "received_ts": t}
+        joined = next((p for p in self.pending if p.key[0] == service and t <= p.until_ts), None)
+        if joined is not None:
+            if len(joined.failures) < _FAILURES_PER_CAPTURE:
+                joined.failures += (failure,)
+                self.failures_joined += 1
+                return
+        last = self._last_failure.get((service, op))
+        if joined is not None or (last is not None and t - last < s.capture_min_interval_s):
+            self.failures_rate_limited += 1
+            return
+        if len(self._last_failure) >= _FAILURE_KEYS:  # forget those whose interval is over
+            self._last_failure = {k: v for k, v in self._last_failure.items() if t - v < s.capture_min_interval_s}
+        if len(self.pending) >= s.capture_max_count or len(self._last_failure) >= _FAILURE_KEYS:
+            self.dropped += 1
+            _log.warning("op failure; no capture (too many waiting)", service=service, op=op,
+                         pending=len(self.pending))
+            return
+        self._last_failure[(service, op)] = t
+        key = (service, str(entry.get("model") or ""), str(entry.get("op_type") or op))
+        self.pending.append(_Pending(key, (), t, t - s.capture_before_s, t + s.capture_after_s, (failure,)))
+        _log.info("op failure; capture scheduled", service=service, op=op, until_ts=t + s.capture_after_s)
+
     def _submit(self, p: _Pending) -> None:
         storage = self.host.storage
         if storage is None:  # the daemon is closing: nothing to read from
@@ -196,7 +237,7 @@ class CaptureService:
         s = self.host.settings
         job = Job(p.key, p.flags, p.flag_ts, p.since_ts, p.until_ts,
                   tuple(storage.files(p.since_ts, p.until_ts)), s.capture_max_count, s.capture_max_bytes,
-                  str(getattr(self.host.detection.detector, "host", "") or ""))
+                  str(getattr(self.host.detection.detector, "host", "") or ""), p.failures)
         try:
             self._queue.put_nowait(job)
         except queue.Full:
@@ -296,6 +337,8 @@ class CaptureService:
                 "last_error": self.last_error, "truncated_total": self.truncated,
                 "records_written_total": self.records_written, "records_truncated_total": self.records_truncated,
                 "rate_limited_total": self.rate_limited, "dropped_total": self.dropped,
+                "failures_joined_total": self.failures_joined,
+                "failures_rate_limited_total": self.failures_rate_limited,
                 "abandoned_total": self.abandoned, "evicted_total": self.store.evicted,
                 "skipped_entries": len(self.store.skipped),
                 "pending": len(self.pending), "queued": self._queue.qsize() + int(self.busy),

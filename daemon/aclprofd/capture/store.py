@@ -84,7 +84,18 @@ def summary_of(doc: Any) -> dict[str, Any]:
             "since_ts": _number(window.get("since_ts")), "until_ts": _number(window.get("until_ts")),
             "records": written if type(written) is int else None,
             "truncated": doc.get("truncated") if isinstance(doc.get("truncated"), bool) else None,
+            "trigger": _text(doc.get("trigger")) or "regression", "failure": _failure(doc.get("failure")),
             "readable": readable}
+
+
+def _failure(value: Any) -> dict[str, Any] | None:
+    """The op failure that started a capture: its op, type, device and code (issue 24)."""
+    if not isinstance(value, dict):
+        return None
+    code, device = value.get("code"), value.get("device")
+    return {"op_name": _text(value.get("op_name")), "op_type": _text(value.get("op_type")),
+            "device": device if type(device) is int else None, "code": code if type(code) is int else None,
+            "code_name": _text(value.get("code_name"))}
 
 
 def _text(value: Any) -> str | None:

@@ -15,9 +15,11 @@ byte budget is spent on the one that regressed), and writes into the capture dir
 - ``ascend/``: torch_npu's directories, one per process (:mod:`aclprof.exportfmt.ascend`);
 - ``trace.json``: the Chrome trace (:mod:`aclprof.exportfmt.chrome`);
 - ``trace.pftrace``: the same tracks as Perfetto's protobuf trace (:mod:`aclprof.exportfmt.perfetto`:
-  exact ns, loads faster), when PyPI ``perfetto`` is installed beside the daemon; otherwise
-  ``capture.json`` ``files.perfetto`` is null and ``files.perfetto_missing`` says why;
-- ``capture.json``: the flag (key, shift and its interval), the window, record counts.
+  exact ns), when PyPI ``perfetto`` is installed beside the daemon; otherwise
+  ``capture.json`` ``files.perfetto`` is null and ``files.perfetto_missing`` says why (an op
+  failure's instant event is in trace.json only);
+- ``capture.json``: the flag (key, shift and its interval) or the op failure that started it
+  (``trigger``), the window, record counts.
 
 Bounds: each record's bytes in the three outputs are computed from its values
 (:mod:`aclprofd.capture.size`: an upper bound within a few percent of the files); when the
@@ -43,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from aclprof.exportfmt.ascend import AscendWriter, span_openers
-from aclprof.exportfmt.chrome import write_chrome_gathered
+from aclprof.exportfmt.chrome import TID_STRIDE, write_chrome_gathered
 from aclprof.exportfmt.perfetto import MissingDependency, trace_class, write_perfetto_gathered
 from aclprof.exportfmt.tracks import gather
 from aclprof.protocol.safetext import safe
@@ -87,6 +89,9 @@ class Job:
     max_count: int
     max_bytes: int
     host: str
+    #: op failures (aclprofd.failures entries, plus ``received_ts``) this capture is about or
+    #: that joined it: capture.json names them, trace.json shows each as an instant event
+    failures: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
@@ -300,13 +305,17 @@ def write_capture(job: Job, root: str, room: Callable[[int], tuple[str, int]], s
             window = {"since_ts": job.since_ts, "until_ts": job.until_ts, "filter": {"service": job.key[0]}}
             ascend = AscendWriter(fd, window=window)
             try:
+                marks = _FailureMarks(job.failures)
+
                 def both() -> Iterator[list[dict[str, Any]]]:
                     for batch in _batches(parts, stop):
                         ascend.add(batch)
+                        marks.see(batch)
                         yield batch
                 with open(create_file(os.path.join(staging, "trace.json")), "w", encoding="utf-8", newline="") as f:
                     g = gather(both())
-                    out.written = write_chrome_gathered(g, f, generator="aclprofd flight recorder")
+                    out.written = write_chrome_gathered(g, f, generator="aclprofd flight recorder",
+                                                        extra=marks.events)
                 ascend.finish()
                 out.perfetto_missing = pftrace_missing()
                 if out.perfetto_missing is None:
@@ -328,6 +337,62 @@ def write_capture(job: Job, root: str, room: Callable[[int], tuple[str, int]], s
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return doc
+
+
+class _FailureMarks:
+    """Where each op failure goes in trace.json. A failure has only host (wall) time, the
+    records the device's clock; so it is put at the end of the last op of its process and
+    device (and model, when known) that the daemon received before the failure: the op it
+    followed in the agent's stream (the failed op itself has no record, as in CANN). With no
+    such op, after the last op of its process in the capture; with none, at the trace's end."""
+
+    def __init__(self, failures: tuple[dict[str, Any], ...]):
+        self.failures = failures
+        # per failure: (received ts, end ns, tid) of the best op so far, and of any op of its pid
+        self.best: list[tuple[float, int, int] | None] = [None] * len(failures)
+        self.any: list[tuple[int, int] | None] = [None] * len(failures)
+        self.last_end = 0
+
+    def see(self, batch: list[dict[str, Any]]) -> None:
+        if not self.failures:
+            return
+        for r in batch:
+            end, ts = int(r.get("end", 0)), r.get("ts")
+            self.last_end = max(self.last_end, end)
+            for i, f in enumerate(self.failures):
+                if r.get("pid") != f.get("pid"):
+                    continue
+                tid = int(r.get("device", 0)) * TID_STRIDE + int(r.get("model", 0))
+                a = self.any[i]
+                if a is None or end > a[0]:
+                    self.any[i] = (end, tid)
+                if r.get("device") != f.get("device") or (f.get("model_id") is not None
+                                                          and r.get("model") != f.get("model_id")):
+                    continue
+                if not isinstance(ts, (int, float)) or ts > float(f.get("received_ts", 0.0)):
+                    continue
+                b = self.best[i]
+                if b is None or (ts, end) > (b[0], b[1]):
+                    self.best[i] = (ts, end, tid)
+
+    def events(self) -> list[dict[str, Any]]:
+        out = []
+        for i, f in enumerate(self.failures):
+            b, a = self.best[i], self.any[i]
+            if b is not None:
+                end, tid, placed = b[1], b[2], "after the last op of its process and device received before it"
+            elif a is not None:
+                end, tid, placed = a[0], a[1], "after the last op of its process in this capture"
+            else:
+                end, tid, placed = self.last_end, int(f.get("device", 0)) * TID_STRIDE, "no op of its process here"
+            name = f.get("op_name")
+            out.append({"name": f"FAILED {name if name is not None else 'task ' + str(f.get('task'))}",
+                        "cat": "op_failure", "ph": "i", "s": "t", "ts": end / 1e3, "pid": f.get("pid", 0),
+                        "tid": tid,
+                        "args": {k: f.get(k) for k in ("op_type", "model", "device", "stream", "task", "thread",
+                                                       "code", "code_name", "inputs", "outputs", "ts")}
+                        | {"placed": placed}})
+        return out
 
 
 def _narrow(top: str) -> None:
@@ -355,7 +420,7 @@ def job_from_json(text: str) -> Job:
     return Job(key=tuple(d["key"]), flags=tuple(d["flags"]), flag_ts=float(d["flag_ts"]),
                since_ts=float(d["since_ts"]), until_ts=float(d["until_ts"]),
                files=tuple((str(p), int(n)) for p, n in d["files"]), max_count=int(d["max_count"]),
-               max_bytes=int(d["max_bytes"]), host=str(d["host"]))
+               max_bytes=int(d["max_bytes"]), host=str(d["host"]), failures=tuple(d.get("failures") or ()))
 
 
 def main() -> int:
@@ -388,14 +453,19 @@ def main() -> int:
 
 
 def _document(job: Job, name: str, out: Outcome) -> dict[str, Any]:
-    """capture.json: what was flagged, the window, the counts."""
-    first = job.flags[0]
+    """capture.json: what was flagged (or failed), the window, the counts."""
+    first = job.flags[0] if job.flags else {}
     return {
         "name": name, "generator": "aclprofd flight recorder", "host": job.host, "created_ts": time.time(),
+        # what started the capture: a regression flag, or an op failure (issue 24)
+        "trigger": "failure" if job.failures and job.failures[0].get("received_ts") == job.flag_ts else "regression",
         "flag": {"service": job.key[0], "model": job.key[1], "op_type": job.key[2],
                  "quantile": first.get("quantile"), "shift": first.get("shift"), "lower": first.get("lower"),
                  "upper": first.get("upper"), "since_ts": job.flag_ts},
         "flags": [dict(f) for f in job.flags],  # every quantile of the key flagged at that evaluation
+        # the op failures of this capture (the first started it when trigger is "failure")
+        "failure": dict(job.failures[0]) if job.failures else None,
+        "failures": [dict(f) for f in job.failures],
         "window": {"since_ts": job.since_ts, "until_ts": job.until_ts, "before_s": job.flag_ts - job.since_ts,
                    "after_s": job.until_ts - job.flag_ts, "clock": "the daemon's receive time (Unix seconds)",
                    "selection": "every process and op type of the flagged service"},
