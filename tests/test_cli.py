@@ -99,7 +99,8 @@ def test_help_and_usage_errors(capsys):
 _COMMANDS = ("tail", "top", "status", "export", "demo", "doctor", "reset")
 _SHARED = ("aclprof.cli.common", "aclprof.cli.client", "aclprof.cli.launch", "aclprof.cli.top.view",
            "aclprof.cli.top.keys", "aclprof.cli.top.header", "aclprof.cli.top.live", "aclprof.cli.top.baseline",
-           "aclprof.cli.export_ascend", "aclprof.cli.exportloss", "aclprof.cli.capturefmt", "aclprof.cli.failurefmt",
+           "aclprof.cli.export_ascend", "aclprof.cli.export_msmonitor", "aclprof.cli.exportloss",
+           "aclprof.cli.capturefmt", "aclprof.cli.failurefmt",
            "aclprof.cli.fit",
            "aclprof.cli.top.cells", "aclprof.cli.signals", "aclprof.cli.staging", "aclprof.cli.argtypes",
            "aclprof.cli.doctor_deploy", "aclprof.cli.doctor_check")
