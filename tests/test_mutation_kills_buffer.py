@@ -35,6 +35,7 @@ def test_bound_must_be_positive():
         RecordBuffer(0)
     b = RecordBuffer(1)
     assert b.bound == 1
+    assert b.native is None  # agent mode (the C queue) only when asked for
     b.close()
 
 
@@ -315,17 +316,27 @@ def test_arm_with_python_items_does_not_arm_the_queue(nbuf):
 
 
 def test_close_detaches_the_queue_from_the_pipe_it_closes(nbuf):
+    """After close() a reader's push must write its wake-up to no descriptor: not to
+    the closed pipe's numbers (reused by the next open) and not to stdout."""
     b, sink = nbuf
     b.close()
     r, w = os.pipe2(os.O_NONBLOCK)  # may reuse the closed descriptors' numbers
+    out_r, out_w = os.pipe2(os.O_NONBLOCK)
+    stdout = os.dup(1)
     try:
+        os.dup2(out_w, 1)
         assert b.native.arm(1) is True
         sink.push(rows(1), None)
-        with pytest.raises(BlockingIOError):
-            os.read(r, 10)  # the queue wrote to no descriptor
     finally:
-        os.close(r)
-        os.close(w)
+        os.dup2(stdout, 1)
+        os.close(stdout)
+    try:
+        for fd in (r, out_r):
+            with pytest.raises(BlockingIOError):
+                os.read(fd, 10)  # the queue wrote to neither
+    finally:
+        for fd in (r, w, out_r, out_w):
+            os.close(fd)
 
 
 def test_close_in_a_forked_child_does_not_call_into_the_queue(nbuf, monkeypatch):
