@@ -35,6 +35,7 @@ def test_bound_must_be_positive():
         RecordBuffer(0)
     b = RecordBuffer(1)
     assert b.bound == 1
+    assert b.native is None  # agent mode (the C queue) only when asked for
     b.close()
 
 
@@ -192,3 +193,158 @@ def test_close_closes_both_fds_once():
 def test_a_sender_that_never_armed_is_never_woken(buf):
     buf.add_batch(W, recs(5), None)
     assert not woken(buf)
+
+
+# -- put_back and agent mode (issue 21's C queue beside the Python items) -------------------
+
+def test_put_back_returns_items_to_the_front_in_order_and_counts_their_records(buf):
+    buf.add_batch(W, recs(2), None)
+    buf.add_batch(W, recs(3, 2), None)
+    taken, n = buf.take(100)
+    assert n == 5 and buf.buffered == 0
+    buf.add_batch(W, recs(1, 5), None)  # arrived while the taken ones were out
+    ctl = Watch(W)
+    assert buf.put_back([taken[0], ctl, taken[1]]) == 5  # the control item has no records
+    assert buf.buffered == 6
+    assert list(buf.items)[:3] == [taken[0], ctl, taken[1]]
+    assert data(buf.items[3]) == [5]
+    assert buf.put_back([]) == 0 and buf.buffered == 6
+
+
+def rows(n: int) -> np.ndarray:
+    from aclprof.api.records import OP_DTYPE
+    d = np.zeros(n, OP_DTYPE)
+    d["start"] = np.arange(n)
+    return d
+
+
+@pytest.fixture
+def nbuf():
+    from aclprof.agent.watched import Watched
+    b = RecordBuffer(5, native=True)
+    sink = b.sink(Watched(1, 0, {}))
+    yield b, sink
+    b.close()
+
+
+def test_wake_pipe_is_non_blocking_and_not_inherited(buf):
+    for fd in (buf.wake_r, buf.wake_w):
+        assert os.get_blocking(fd) is False
+        assert os.get_inheritable(fd) is False
+
+
+def test_native_queue_has_the_buffers_bound_and_wakes_through_its_pipe(nbuf):
+    b, sink = nbuf
+    assert b.arm(wake_at=1, now_if_items=True) is True
+    sink.push(rows(7), None)  # bound 5: the 2 oldest dropped in the queue
+    assert woken(b)
+    with b.lock:
+        assert b.totals() == (7, 2, 5)
+    assert b.lost_total() == 2
+
+
+def test_seq_is_the_queues_tail_or_zero_without_it(buf, nbuf):
+    assert buf.seq() == 0
+    buf.add_batch(W, recs(3), None)
+    assert buf.seq() == 0  # Python batches have no sequence
+    b, sink = nbuf
+    assert b.seq() == 0
+    sink.push(rows(3), None)
+    assert b.seq() == 3
+    b.native.take(10)
+    assert b.seq() == 3  # the tail, not what is held
+
+
+def test_empty_looks_at_the_items_and_the_queue(nbuf):
+    b, sink = nbuf
+    assert b.empty() is True
+    sink.push(rows(1), None)
+    assert b.empty() is False  # no Python item, one row held in C
+    b.native.take(10)
+    assert b.empty() is True
+    b.items.append(Watch(W))
+    assert b.empty() is False
+
+
+def test_discard_all_counts_both_halves(nbuf):
+    b, sink = nbuf
+    b.add_batch(W, recs(2), None)
+    sink.push(rows(3), None)
+    assert b.discard_all() == 5
+    assert b.dropped == 2  # the queue's 3 are counted in the queue
+    assert b.lost_total() == 5 and b.empty()
+    assert b.discard_all() == 0 and b.lost_total() == 5
+
+
+def test_lost_total_adds_the_queues_drops_to_the_three_counters(nbuf):
+    b, sink = nbuf
+    sink.push(rows(8), None)  # 3 dropped by the queue
+    b.dropped, b.dropped_subscription, b.dropped_unread = 1, 20, 300
+    assert b.lost_total() == 324
+
+
+def test_arm_asks_the_queue_for_wake_at_records(nbuf):
+    b, sink = nbuf
+    sink.push(rows(2), None)
+    assert b.arm(wake_at=3, now_if_items=False) is True  # 2 < 3 held in C
+    assert not woken(b)
+    sink.push(rows(1), None)
+    assert woken(b)  # the queue woke it at exactly 3
+
+
+def test_arm_with_rows_in_the_queue_refuses_and_disarms_both_halves(nbuf):
+    b, sink = nbuf
+    sink.push(rows(1), None)
+    assert b.arm(wake_at=4, now_if_items=True) is False  # one row is work: no sleep
+    b.add_batch(W, recs(4), None)
+    sink.push(rows(4), None)
+    assert not woken(b)  # neither half was left armed
+    b.native.take(10)
+    b.take(10)
+    sink.push(rows(2), None)
+    assert b.arm(wake_at=2, now_if_items=False) is False  # 2 held >= 2
+    sink.push(rows(3), None)
+    assert not woken(b)
+
+
+def test_arm_with_python_items_does_not_arm_the_queue(nbuf):
+    b, sink = nbuf
+    b.add_batch(W, recs(1), None)
+    assert b.arm(wake_at=5, now_if_items=True) is False
+    sink.push(rows(5), None)
+    assert not woken(b)
+
+
+def test_close_detaches_the_queue_from_the_pipe_it_closes(nbuf):
+    """After close() a reader's push must write its wake-up to no descriptor: not to
+    the closed pipe's numbers (reused by the next open) and not to stdout."""
+    b, sink = nbuf
+    b.close()
+    r, w = os.pipe2(os.O_NONBLOCK)  # may reuse the closed descriptors' numbers
+    out_r, out_w = os.pipe2(os.O_NONBLOCK)
+    stdout = os.dup(1)
+    try:
+        os.dup2(out_w, 1)
+        assert b.native.arm(1) is True
+        sink.push(rows(1), None)
+    finally:
+        os.dup2(stdout, 1)
+        os.close(stdout)
+    try:
+        for fd in (r, out_r):
+            with pytest.raises(BlockingIOError):
+                os.read(fd, 10)  # the queue wrote to neither
+    finally:
+        for fd in (r, w, out_r, out_w):
+            os.close(fd)
+
+
+def test_close_in_a_forked_child_does_not_call_into_the_queue(nbuf, monkeypatch):
+    b, _ = nbuf
+
+    def locked(fd: int) -> None:
+        raise AssertionError("the queue's mutex may be held by a reader of the parent")
+
+    monkeypatch.setattr(b.native, "set_wake_fd", locked)
+    b.close(in_child=True)
+    assert (b.wake_r, b.wake_w) == (-1, -1)
