@@ -109,3 +109,28 @@ def test_a_bill_payload_keeps_the_top_types_and_folds_the_rest():
 def test_frame_kinds_are_unique():
     """An IntEnum makes a repeated value an alias: REQUEST_BILL must not be TRACE_START."""
     assert len({k.value for k in Kind}) == len(list(Kind)) == len(Kind.__members__)
+
+
+def test_aclprof_requests_lists_the_slowest_with_filters(daemon, capsys):
+    from aclprof.cli.main import main
+
+    agent.start(daemon.socket, service="svc-cli")
+    agent.report_bills([_bill("fast-a", 10_000, version="A"), _bill("slow-b", 90_000, version="B"),
+                        _bill("mid-b", 50_000, version="B")])
+    wait_for(lambda: status(daemon.socket)["request_bills"].get("total") == 3, 10, what="the bills")
+    assert main(["requests", "--socket", daemon.socket]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split()[0] for ln in lines[1:]] == ["slow-b", "mid-b", "fast-a"]
+    assert "T1 2.0us x2" in lines[1] and "svc-cli" in lines[1]
+    assert main(["requests", "--socket", daemon.socket, "--attr", "version=B", "--top", "1", "--json"]) == 0
+    (only,) = [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
+    assert only["id"] == "slow-b" and only["attrs"] == {"version": "B"}
+    assert main(["requests", "--socket", daemon.socket, "--model", "4"]) == 0
+    assert "no request bills kept (received 3)" in capsys.readouterr().out
+    assert main(["requests", "--socket", daemon.socket, "--attr", "novalue"]) == 2
+
+
+def test_a_malformed_requests_query_is_refused(daemon):
+    c = Client(daemon.socket, "control")
+    c.send_json(Kind.REQUESTS, {"top": 0})
+    assert c.closed_by_peer()

@@ -156,6 +156,9 @@ class Kind(enum.IntEnum):
     TRACE_DONE = 19
     TRACE = 50
     TRACE_REPLY = 51
+    # request bills (issue 25): REQUESTS from the CLI (aclprof requests) and its one reply
+    REQUESTS = 52
+    REQUESTS_REPLY = 53
     # protocol 2: STREAM and EXPORT end with END; a STREAM reports skipped records apart
     END = 31
     STREAM_SKIPPED = 32

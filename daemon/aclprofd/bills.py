@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aclprof.protocol.safetext import scrub
 from aclprof.protocol.wire import (
@@ -27,17 +27,22 @@ from aclprof.protocol.wire import (
     Kind,
     ProtocolError,
     decode_json,
+    encode_json,
 )
 
 from .conn import Conn
 
-__all__ = ["RequestBills", "KEEP", "MAX_SERVICES"]
+if TYPE_CHECKING:
+    from .transport import Outbox
+
+__all__ = ["RequestBills", "KEEP", "MAX_SERVICES", "MAX_TOP"]
 
 KEEP = 256  # bills kept per service
 MAX_SERVICES = 256
 _MAX_NS = 1 << 62
 _MAX_DROPPED = 1 << 32
 _U32 = 0xFFFFFFFF
+MAX_TOP = 1000  # bills one REQUESTS reply may carry
 
 
 def _count(v: Any, top: int = _MAX_NS) -> bool:
@@ -53,13 +58,36 @@ def _text(v: Any, what: str) -> str:
 class RequestBills:
     """The last bills per service, their counters, and the REQUEST_BILL handler."""
 
-    def __init__(self, keep: int = KEEP, max_services: int = MAX_SERVICES):
-        self.keep, self.max_services = keep, max_services
+    def __init__(self, outbox: Outbox | None = None, keep: int = KEEP, max_services: int = MAX_SERVICES):
+        self.outbox, self.keep, self.max_services = outbox, keep, max_services
         self.by_service: dict[str, deque[dict[str, Any]]] = {}
         self.total = 0  # bills received, including those agents said they dropped
         self.agent_dropped = 0
         self.services_refused = 0  # bills of services beyond MAX_SERVICES (counted, not kept)
         self.agent_handlers = {Kind.REQUEST_BILL: self.bill}
+        self.control_handlers = {Kind.REQUESTS: self.request}
+
+    def request(self, conn: Conn, req: dict[str, Any]) -> None:
+        """REQUESTS (control): the slowest kept bills matching the filters."""
+        if not isinstance(req, dict):
+            raise ProtocolError("REQUESTS must be a JSON object")
+        service, since, model = req.get("service"), req.get("since"), req.get("model")
+        attrs, top = req.get("attrs") or {}, req.get("top", 20)
+        if service is not None and not isinstance(service, str):
+            raise ProtocolError("REQUESTS service must be a string or null")
+        if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))):
+            raise ProtocolError("REQUESTS since must be a unix time (number) or null")
+        if model is not None and not _count(model, _U32):
+            raise ProtocolError("REQUESTS model must be a u32 or null")
+        if not isinstance(attrs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()):
+            raise ProtocolError("REQUESTS attrs must be an object of strings")
+        if not _count(top, MAX_TOP) or top == 0:
+            raise ProtocolError(f"REQUESTS top must be an integer in [1, {MAX_TOP}]")
+        bills = self.slowest(top, service=service, since=since, attrs=attrs, model=model)
+        if self.outbox is not None:
+            self.outbox.queue(conn, encode_json(Kind.REQUESTS_REPLY, {
+                "bills": bills, "total": self.total, "agent_dropped": self.agent_dropped,
+                "services_refused": self.services_refused}))
 
     def bill(self, conn: Conn, payload: memoryview) -> None:
         obj = decode_json(payload)
@@ -113,7 +141,7 @@ class RequestBills:
                      "complete": obj.get("complete") is True})
 
     def slowest(self, top: int = 20, service: str | None = None, since: float | None = None,
-                attrs: dict[str, str] | None = None) -> list[dict[str, Any]]:
+                attrs: dict[str, str] | None = None, model: int | None = None) -> list[dict[str, Any]]:
         """The ``top`` kept bills with the longest wall time, filtered."""
         out = []
         for svc, kept in self.by_service.items():
@@ -123,6 +151,8 @@ class RequestBills:
                 if since is not None and b["ts"] < since:
                     continue
                 if attrs and any(b["attrs"].get(k) != v for k, v in attrs.items()):
+                    continue
+                if model is not None and model not in b["models"]:
                     continue
                 out.append(b)
         out.sort(key=lambda b: -b["wall_ns"])

@@ -110,8 +110,9 @@ class Daemon:
         self.ingest.handlers.update(self.traces.agent_handlers)  # TRACE_DONE
         self.failures = Failures(self.aggregator.keys, t.limiter)
         self.ingest.handlers.update(self.failures.agent_handlers)  # OP_FAILURE (protocol 3)
-        self.bills = RequestBills()
+        self.bills = RequestBills(t)
         self.ingest.handlers.update(self.bills.agent_handlers)  # REQUEST_BILL (protocol 4)
+        self.control.handlers.update(self.bills.control_handlers)  # REQUESTS
         self.control.handlers.update(self.traces.control_handlers)  # TRACE
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._published_mono = 0.0
