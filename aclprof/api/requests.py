@@ -159,16 +159,22 @@ class Request:
     __slots__ = ("id", "attrs", "traceparent", "_key", "_tid", "_token", "_range", "_announced")
 
     def __init__(self, id: str, traceparent: str | None = None, **attrs: str):
-        self.id = _check_text("aclprof.request", "id", id, _MAX_ID_BYTES)
+        # Built once per request: the common case (a short str id, no attributes) checks
+        # with one type test and one len, the rest only when given.
+        if type(id) is not str or len(id) > _MAX_ID_BYTES // 4:
+            _check_text("aclprof.request", "id", id, _MAX_ID_BYTES)
+        self.id = id
         if traceparent is not None:
             if not isinstance(traceparent, str) or not _TRACEPARENT.match(traceparent):
                 raise ValueError(f"aclprof.request: traceparent must be a W3C trace context "
                                  f"'00-<32 hex>-<16 hex>-<2 hex>', got {traceparent!r}")
         self.traceparent = traceparent
-        if len(attrs) > _MAX_ATTRS:
-            raise ValueError(f"aclprof.request: at most {_MAX_ATTRS} attributes, got {len(attrs)}")
-        for name, value in attrs.items():
-            _check_text("aclprof.request", f"attribute {name!r}", value, _MAX_ATTR_BYTES)
+        if attrs:
+            if len(attrs) > _MAX_ATTRS:
+                raise ValueError(f"aclprof.request: at most {_MAX_ATTRS} attributes, got {len(attrs)}")
+            for name, value in attrs.items():
+                if type(value) is not str or len(value) > _MAX_ATTR_BYTES // 4:
+                    _check_text("aclprof.request", f"attribute {name!r}", value, _MAX_ATTR_BYTES)
         self.attrs: Mapping[str, str] = attrs
         self._key = 0
         self._tid = 0
