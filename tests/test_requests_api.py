@@ -153,3 +153,25 @@ def test_100k_open_requests_cost_only_the_ring():
     assert st.queued <= 1024
     assert st.started - before.started == 100_000 and st.ended == before.ended
     assert st.dropped - before.dropped == 100_000 - st.queued
+
+
+def test_a_request_is_an_msproftx_range_in_a_profiling_session(out_dir, tx_events):
+    from aclprof import DataType
+
+    prof = aclprof.Profiler(out_dir, devices=(0,), data_types=DataType.ACL_API | DataType.MSPROFTX)
+    prof.start()
+    try:
+        with aclprof.request("in-session"):
+            aclprof.mark("inside")
+    finally:
+        prof.stop()
+    with aclprof.request("after"):  # no session: no range, no error
+        pass
+    (result,) = prof.result_dirs
+    events = tx_events(result)
+    ranges = [e for e in events if e["kind"] == "range"]
+    assert [r["message"] for r in ranges] == ["aclprof request"]
+    (mark,) = [e for e in events if e["kind"] == "mark"]
+    assert ranges[0]["start_ns"] <= mark["start_ns"] <= ranges[0]["end_ns"]
+    windows, _ = _windows(rq.drain())
+    assert len(windows) == 2
