@@ -202,3 +202,30 @@ def test_clock_map_follows_100_ppm_drift_and_an_hour_offset(ppm):
     assert -5_000 <= err <= 150_000, err
     if ppm < 0:
         assert abs(fixed_err) > 1_000_000  # why the map fits drift
+
+
+def test_thousands_of_windows_on_a_thread_each_get_their_ops():
+    book = BillBook(early_ns=0, late_ns=10, hold_ns=0)
+    evs = []
+    for k in range(1, 3001):
+        evs += [(rq.START, k, 7, k * 1000), (rq.END, k, 7, k * 1000 + 500)]
+    book.feed_events(_events(*evs))
+    data, names = _batch([(7, k * 1000 + 100, k * 1000 + 200) for k in range(1, 3001)])
+    book.feed_batch(data, names, arrival_ns=3000 * 1000 + 200)  # D = 0
+    bills = book.collect(10**12)
+    assert book.stats.ops_attributed == 3000 and all(b.ops == 1 for b in bills)
+
+
+def test_a_long_open_window_around_later_ones_makes_their_ops_ambiguous():
+    """Nesting seen once makes every lookup on that thread a full scan: an op inside both
+    the long window and a short one is never silently given to one of them."""
+    book = BillBook(early_ns=0, late_ns=0, hold_ns=0)
+    evs = [(rq.START, 1, 7, 0)]
+    for k in range(2, 40):
+        evs += [(rq.START, k, 7, k * 1000), (rq.END, k, 7, k * 1000 + 500)]
+    book.feed_events(_events(*evs))
+    data, names = _batch([(7, 2100, 2200), (7, 39_900, 39_950)])
+    book.feed_batch(data, names, arrival_ns=39_950)
+    book.collect(39_950)
+    st = book.stats
+    assert st.unattributed_ambiguous == 1 and st.ops_attributed == 1  # 39_900: only the long one

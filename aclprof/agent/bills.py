@@ -23,6 +23,7 @@ and ``max_bills`` finished bills waiting to be taken (the oldest dropped, counte
 from __future__ import annotations
 
 import time
+from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,6 +35,10 @@ from aclprof.agent.clockmap import ClockMap
 from aclprof.api.requests import START, Request, RequestEvent
 
 __all__ = ["Bill", "BillBook", "BillStats"]
+
+
+def _start(w: list[Any]) -> int:
+    return int(w[0])
 
 
 @dataclass(frozen=True)
@@ -138,6 +143,8 @@ class BillBook:
         self._open: dict[tuple[int, int], list[Any]] = {}  # (key, tid) -> window, oldest first
         self._closing: deque[tuple[int, int, list[Any]]] = deque()  # (end, tid, window)
         self._horizon: dict[int, int] = {}  # tid -> newest end of a window already closed
+        self._overlapped: set[int] = set()  # threads that had two windows open at once
+        self._open_on: dict[int, int] = {}  # tid -> windows open on it now
         self._bills: deque[Bill] = deque(maxlen=max_bills)
 
     # --- request windows ------------------------------------------------------------------
@@ -159,7 +166,11 @@ class BillBook:
                 if len(self._open) >= self.max_open:
                     self._evict_oldest()
                 w: list[Any] = [t, None, key]
-                self._windows.setdefault(tid, []).append(w)
+                ws = self._windows.setdefault(tid, [])
+                if self._open_on.get(tid, 0) or (ws and ws[-1][0] > t):
+                    self._overlapped.add(tid)  # nested/interleaved (or out of order): full scans
+                self._open_on[tid] = self._open_on.get(tid, 0) + 1
+                ws.append(w)
                 self._open[(key, tid)] = w
             else:
                 closed = self._open.pop((key, tid), None)
@@ -170,6 +181,7 @@ class BillBook:
                         acc.complete = False
                     continue
                 closed[1] = t
+                self._open_on[tid] -= 1
                 self._closing.append((t, tid, closed))
                 acc = self._accs[key]
                 acc.end = max(acc.end, t)
@@ -178,6 +190,7 @@ class BillBook:
     def _evict_oldest(self) -> None:
         (key, tid), w = next(iter(self._open.items()))
         del self._open[(key, tid)]
+        self._open_on[tid] -= 1
         self.stats.windows_evicted += 1
         acc = self._accs[key]
         acc.complete = False
@@ -246,20 +259,25 @@ class BillBook:
             self.stats.ops_attributed += 1
 
     def _match(self, tid: int, hs: int) -> _Acc | None:
+        # A thread's windows are in start order (one thread records them one after the
+        # other): skip those that start after the op, then walk back. While the thread never
+        # had two windows open at once its windows are disjoint, so the walk stops at the
+        # first closed window that ended (with late_ns) before the op: cost ~O(log n) at
+        # thousands of requests per second per thread, not O(windows within the grace).
+        ws = self._windows.get(tid)
         found: list[Any] | None = None
-        exact = 0
         near = 0
-        for w in self._windows.get(tid, ()):
-            start, end = w[0], w[1]
-            if end is None:
-                if hs >= start - self.early_ns:
+        if ws:
+            early, late = self.early_ns, self.late_ns
+            disjoint = tid not in self._overlapped
+            for i in range(bisect_right(ws, hs + early, key=_start) - 1, -1, -1):
+                w = ws[i]
+                end = w[1]
+                if end is None or hs <= end + late:
                     near += 1
-                    exact += hs >= start
                     found = w
-            elif start - self.early_ns <= hs <= end + self.late_ns:
-                near += 1
-                exact += start <= hs <= end
-                found = w
+                elif disjoint:
+                    break
         if near == 1 and found is not None:
             return self._accs[found[2]]
         if near > 1:
