@@ -3,6 +3,7 @@
 - :class:`Profiler`: a profiling session (init, config, start ... stop, finalize).
 - msproftx markers: :func:`mark`, :func:`push`/:func:`pop`, :class:`range`, :class:`annotate`.
 - :class:`StepInfo`: step timestamps.
+- :func:`request`: mark a service request, for its op bill (:mod:`aclprof.api.requests`).
 - :func:`subscribe`: operator records of a model, decoded by a background reader.
 - :mod:`aclprof.lowlevel`: a 1:1 layer over every C function.
 - :mod:`aclprof.mock`: controls of the bundled mock library (``ACLPROF_BACKEND=mock``).

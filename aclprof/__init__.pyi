@@ -26,6 +26,8 @@ from aclprof.api.markers import range as range
 from aclprof.api.markers import set_strict as set_strict
 from aclprof.api.records import OpBatch as OpBatch
 from aclprof.api.records import OpRecord as OpRecord
+from aclprof.api.requests import Request as Request
+from aclprof.api.requests import request as request
 from aclprof.api.session import Profiler as Profiler
 from aclprof.api.step import StepInfo as StepInfo
 from aclprof.api.subscription import Subscription as Subscription

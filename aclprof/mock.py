@@ -22,7 +22,8 @@ __all__ = [
     "set_write_chunk", "set_corrupt_every", "set_writer_delay_us", "set_emit_log",
     "wait_writer_idle", "model_file", "load_model", "execute", "unload",
     "set_helper_host",
-    "set_device_clock_offset", "set_devid_zero", "set_step_keypoints", "KEYPOINT_MODEL_CANN",
+    "set_device_clock_offset", "set_device_clock_drift", "set_stamp_thread",
+    "set_devid_zero", "set_step_keypoints", "KEYPOINT_MODEL_CANN",
     "set_op_desc_layout", "set_chip", "set_unsubscribe_policy",
     "inject_op_failure", "clear_op_failure", "set_exception_thread", "set_failed_op_record",
 ]
@@ -285,6 +286,23 @@ def set_device_clock_offset(offset_ns: int) -> None:
     if isinstance(offset_ns, bool) or not isinstance(offset_ns, int) or not -2**63 <= offset_ns < 2**63:
         raise ValueError(f"offset_ns must be an int64, got {offset_ns!r}")
     _ok(_call("aclmockSetDeviceClockOffset", offset_ns), "aclmockSetDeviceClockOffset")
+
+
+def set_device_clock_drift(ppm: float) -> None:
+    """Make the device clock gain ``ppm`` parts per million against the host's (negative:
+    lose), from now on, without a jump; ``|ppm| <= 1000``. Real device counters drift a
+    few ppm to tens of ppm against CLOCK_MONOTONIC; request attribution (issue 25) has to
+    follow it."""
+    if isinstance(ppm, bool) or not isinstance(ppm, (int, float)) or not -1000 <= ppm <= 1000:
+        raise ValueError(f"set_device_clock_drift: ppm must be a number in [-1000, 1000], got {ppm!r}")
+    _ok(_call("aclmockSetDeviceClockDrift", round(ppm * 1000)), "aclmockSetDeviceClockDrift")
+
+
+def set_stamp_thread(enabled: bool) -> None:
+    """Stamp each op record's ``threadId`` with the kernel tid (``threading.get_native_id()``)
+    of the thread that executed the model, as CANN reports the launching host thread,
+    instead of the model file's ``thread_id``."""
+    _ok(_call("aclmockSetStampThread", int(bool(enabled))), "aclmockSetStampThread")
 
 
 def set_devid_zero(enabled: bool) -> None:

@@ -83,6 +83,14 @@ int aclmockSetHelperHost(int enabled);
  * does not line up with the host's clock; default 0; env ACLMOCK_DEVICE_CLOCK_OFFSET_NS.
  * Rejected if it would make the current device time negative. */
 int aclmockSetDeviceClockOffset(int64_t offsetNs);
+/* Device clock drift (issue 25): the counter gains ppb ns per 10^9 host ns (negative: loses),
+ * |ppb| <= 10^6 (1000 ppm), from the moment of the call (no jump). Default 0; env
+ * ACLMOCK_DEVICE_CLOCK_DRIFT_PPB. */
+int aclmockSetDeviceClockDrift(int64_t ppb);
+/* 1: op records carry the kernel tid (gettid) of the thread that executed the model as
+ * threadId, for request attribution (issue 25); 0 (default): the model file's thread_id.
+ * Env ACLMOCK_STAMP_THREAD=0|1. */
+int aclmockSetStampThread(int enabled);
 /* 1: op records carry devId 0, as on CANN's Analyzer::ConstructAndUploadData path; 0 (the
  * default): the model's device. Env ACLMOCK_DEVID_ZERO=0|1. */
 int aclmockSetDevIdZero(int enabled);

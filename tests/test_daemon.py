@@ -27,7 +27,7 @@ def daemon():
 
 def test_handshake_welcome(daemon):
     c = Client(daemon.socket)
-    assert c.welcome["protocol"] == 3  # 2: JSON Lines records, END; 3: OP_FAILURE (PROTOCOL.md)
+    assert c.welcome["protocol"] == 4  # 2: JSON Lines records, END; 3: OP_FAILURE; 4: REQUEST_BILL (PROTOCOL.md)
     assert c.welcome["pid"] == os.getpid()
     assert isinstance(c.welcome["version"], str) and c.welcome["started_ts"] <= time.time()
     c.close()

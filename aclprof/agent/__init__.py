@@ -58,10 +58,12 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aclprof._log import get_logger
+from aclprof.agent.billsend import BillReporter
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
 from aclprof.agent.failures import FailureReporter
@@ -71,7 +73,10 @@ from aclprof.agent.trace import Tracer
 from aclprof.agent.watched import Watched
 from aclprof.protocol.paths import resolve_socket_path
 
-__all__ = ["start", "watch", "unwatch", "stop", "stats", "running", "Agent", "AgentStats",
+if TYPE_CHECKING:
+    from aclprof.agent.bills import Bill
+
+__all__ = ["start", "watch", "unwatch", "report_bills", "stop", "stats", "running", "Agent", "AgentStats",
            "DEFAULT_BUFFER_RECORDS"]
 
 _log = get_logger(__name__)
@@ -117,6 +122,11 @@ class AgentStats:
     failures_queued: int = 0
     failures_dropped: int = 0
     failures_unsent: int = 0
+    #: request bills (issue 25): queued as REQUEST_BILL frames, dropped (more than
+    #: ``billsend.MAX_PENDING`` waiting), held back from a daemon older than protocol 4
+    bills_queued: int = 0
+    bills_dropped: int = 0
+    bills_unsent: int = 0
 
     @property
     def dropped(self) -> int:
@@ -149,6 +159,7 @@ class Agent:
         self._conn.on_trace_start = self._tracer.on_start
         # op failures (issue 24): attached before the sender starts, detached at stop
         self._failures = FailureReporter(self._buffer) if failures else None
+        self._bills = BillReporter(self._buffer)  # request bills (issue 25)
         self._sender.start()
 
     # -- service-facing API --------------------------------------------------------------------
@@ -285,7 +296,13 @@ class Agent:
             loss_reported=c.loss_reported,
             loss_pending=max(0, total_lost - c.loss_reported),
             frames_sent=c.frames_sent, bytes_sent=c.bytes_sent, models=models,
-            dropped_unread=dropped_unread, goodbyes=c.goodbyes, **self._failure_stats())
+            dropped_unread=dropped_unread, goodbyes=c.goodbyes, bills_queued=self._bills.queued,
+            bills_dropped=self._bills.dropped, bills_unsent=self._sender.bills_unsent, **self._failure_stats())
+
+    def report_bills(self, bills: Iterable[Bill]) -> None:
+        """Send request bills (:class:`aclprof.agent.bills.Bill`, from a
+        :class:`~aclprof.agent.bills.BillBook`) to the daemon as REQUEST_BILL frames."""
+        self._bills.submit(bills)
 
     def _failure_stats(self) -> dict[str, int]:
         r = self._failures
@@ -421,6 +438,11 @@ def _thread_device() -> int | None:
         return lowlevel.rt_get_device()
     except AclError:  # no context on this thread: the device is not known here
         return None
+
+
+def report_bills(bills: Iterable[Bill]) -> None:
+    """Send request bills to the daemon (see :meth:`Agent.report_bills`)."""
+    _require().report_bills(bills)
 
 
 def unwatch(model_id: int) -> None:

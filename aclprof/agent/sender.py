@@ -54,6 +54,7 @@ _WARN_EVERY = 60.0
 HEARTBEAT_S = wire.AGENT_HEARTBEAT_S
 _HEARTBEAT = {"dropped": 0, "reason": "heartbeat"}
 _OP_FAILURE_PROTOCOL = 3  # the daemon protocol that knows OP_FAILURE frames (issue 24)
+_REQUEST_BILL_PROTOCOL = 4  # ... and REQUEST_BILL frames (issue 25)
 _NAMES_STEP = 128  # names mapped per stop of the C framing call (GIL held ~50 us each) ...
 _NAMES_PAUSE_S = 0.0001  # ... with a sleep between stops: a thread waiting for the GIL gets it
 
@@ -72,6 +73,7 @@ class Sender:
         self._flush_deadline = 0.0  # under buffer.lock; 0 until the stop's flush begins
         self._pumped = 0            # records moved by the last _pump
         self.failures_unsent = 0    # OP_FAILURE frames held back from a daemon older than protocol 3
+        self.bills_unsent = 0       # REQUEST_BILL frames held back from a daemon older than protocol 4
         # The unreachable-daemon warnings (sender thread only): since when no daemon, the
         # loss total then, and when the last warning went out with the loss total then.
         self._down_since: float | None = None
@@ -307,6 +309,8 @@ class Sender:
             elif item.kind == wire.Kind.OP_FAILURE and conn.daemon_protocol < _OP_FAILURE_PROTOCOL:
                 # an older daemon would close the connection on this kind: counted, not sent
                 self.failures_unsent += 1
+            elif item.kind == wire.Kind.REQUEST_BILL and conn.daemon_protocol < _REQUEST_BILL_PROTOCOL:
+                self.bills_unsent += 1
             else:  # a control frame in order with the records (TRACE_DONE, OP_FAILURE)
                 conn.queue_json(item.kind, item.payload)
         else:

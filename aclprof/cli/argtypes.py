@@ -25,7 +25,7 @@ from typing import NoReturn, TypeVar
 from aclprof.protocol.filterregex import BadFilterRegex, compile_filter_regex
 from aclprof.protocol.wire import MAX_IDENT_BYTES
 
-__all__ = ["parse_duration_ns", "parse_time", "regex_problem", "seconds", "integer", "number", "name",
+__all__ = ["parse_duration_ns", "parse_time", "regex_problem", "seconds", "integer", "number", "name", "key_value",
            "socket_path", "output_path", "input_path", "regex", "min_duration", "point_in_time", "checked",
            "model_id", "pid", "device_id", "row_limit", "FLOAT_MAX", "MAX_U32", "MAX_PID", "MAX_SECONDS",
            "MAX_SOCKET_PATH_BYTES", "LATEST_TIME"]
@@ -201,6 +201,17 @@ def name(what: str, max_bytes: int = MAX_IDENT_BYTES) -> Callable[[str], str]:
 
     parse.__name__ = "name"
     return parse
+
+
+def key_value(text: str) -> tuple[str, str]:
+    """``KEY=VALUE`` (a request attribute, ``aclprof requests --attr``): a non-empty key,
+    each side at most 1024 characters (a request bill keeps no longer text)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        _refuse(f"{text[:40]!r} is not KEY=VALUE (e.g. version=B)")
+    if len(key) > 1024 or len(value) > 1024:
+        _refuse(f"{text[:40]!r}...: a key or value is at most 1024 characters")
+    return key, value
 
 
 def socket_path(text: str) -> str:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from aclprof.cli import baseline, captures, demo, diff, doctor, export, otlp, reset, status, tail, trace
+from aclprof.cli import baseline, captures, demo, diff, doctor, export, otlp, requests, reset, status, tail, trace
 from aclprof.cli.client import DaemonError
 from aclprof.cli.common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_UNREACHABLE, CliError, print_error, quiet_broken_pipe
 from aclprof.cli.fleet import command as fleet
@@ -61,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
   aclprof tail -F --device 0           every op of device 0; reconnects when the daemon restarts
   aclprof status                       is the daemon healthy? who is connected?
   aclprof captures                     records kept around each latency regression flag
+  aclprof requests --since -10m        the slowest requests and the op types that made them slow
   aclprof export --since -10m --format ascend -o prof/   for MindStudio Insight, msprof-analyze
   aclprof otlp --endpoint http://collector:4318/v1/metrics --since -1m   to OpenTelemetry
   aclprof diff baseline:good live:current   p50/p99 shifts per op type, with intervals
@@ -76,7 +77,8 @@ exit codes: 0 ok, 1 error or unhealthy, 2 usage error or daemon unreachable, 130
                         choices=["debug", "info", "warning", "error"], help="log level (default warning)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     # The order of `aclprof --help`.
-    for command in (tail, top, status, export, otlp, diff, baseline, captures, trace, demo, doctor, reset, fleet):
+    for command in (tail, top, status, requests, export, otlp, diff, baseline, captures, trace, demo, doctor, reset,
+                    fleet):
         command.add_parser(sub, fmt)
     return parser
 

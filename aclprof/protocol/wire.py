@@ -40,6 +40,7 @@ __all__ = [
     "recv_frame", "FLAG_KEYPOINT", "keypoint_mask", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS",
     "MAX_REGEX_BYTES", "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "encode_name_run",
     "utf8_cut", "AGENT_HEARTBEAT_S", "OP_FAILURE_MAX_TENSORS", "OP_FAILURE_MAX_DIMS", "OP_FAILURE_MAX_NAME",
+    "REQUEST_BILL_MAX_TYPES", "REQUEST_BILL_MAX_ATTRS", "REQUEST_BILL_MAX_MODELS", "REQUEST_BILL_MAX_TEXT",
 ]
 
 MAGIC = b"ACLP"
@@ -66,6 +67,12 @@ MAX_NAMES_PAYLOAD = 1 << 20
 OP_FAILURE_MAX_TENSORS = 64
 OP_FAILURE_MAX_DIMS = 32
 OP_FAILURE_MAX_NAME = 1024
+# REQUEST_BILL (issue 25): the most op types, attributes and models one bill carries, and
+# the longest text (request id, attribute, op type or name) in it
+REQUEST_BILL_MAX_TYPES = 16
+REQUEST_BILL_MAX_ATTRS = 16
+REQUEST_BILL_MAX_MODELS = 16
+REQUEST_BILL_MAX_TEXT = 1024
 #: the daemon ends a JSON Lines frame (STREAM_RECORDS, EXPORT_RECORDS) once it holds this
 #: many bytes, well within MAX_PAYLOAD: frames of a bounded size whatever the names
 FRAME_TARGET = 1 << 20
@@ -127,6 +134,9 @@ class Kind(enum.IntEnum):
     # agent -> daemon, protocol 3 (issue 24): one AI Core exception; agents send it only to a
     # daemon whose WELCOME says protocol >= 3 (an older daemon closes on an unknown kind)
     OP_FAILURE = 17
+    # agent -> daemon, protocol 4 (issue 25): one request's bill; sent only to a daemon whose
+    # WELCOME says protocol >= 4
+    REQUEST_BILL = 60  # (18 is TRACE_START: kinds stay unique across directions)
     # CLI -> daemon (requests) and daemon -> CLI (replies)
     STATUS = 20
     STATUS_REPLY = 21
@@ -146,6 +156,9 @@ class Kind(enum.IntEnum):
     TRACE_DONE = 19
     TRACE = 50
     TRACE_REPLY = 51
+    # request bills (issue 25): REQUESTS from the CLI (aclprof requests) and its one reply
+    REQUESTS = 52
+    REQUESTS_REPLY = 53
     # protocol 2: STREAM and EXPORT end with END; a STREAM reports skipped records apart
     END = 31
     STREAM_SKIPPED = 32

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["PROTOCOL_VERSION", "hello", "admit", "is_int", "is_labels", "peer_credentials"]
 
 #: 2: STREAM/EXPORT payloads are JSON Lines; both end with END; STREAM_SKIPPED (PROTOCOL.md)
-PROTOCOL_VERSION = 3  # 3: agents may send OP_FAILURE (daemon/PROTOCOL.md)
+PROTOCOL_VERSION = 4  # 3: agents may send OP_FAILURE; 4: REQUEST_BILL (daemon/PROTOCOL.md)
 _log = structlog.get_logger("aclprofd")
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 

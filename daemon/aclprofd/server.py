@@ -33,6 +33,7 @@ import structlog
 from aclprof.protocol.wire import Kind, ProtocolError
 
 from .aggregate.aggregator import Aggregator
+from .bills import RequestBills
 from .capture.recorder import CaptureService
 from .config import Settings
 from .conn import Conn, OutQueue
@@ -110,6 +111,9 @@ class Daemon:
         self.failures = Failures(self.aggregator.keys, t.limiter, host=self, fanout=self.fanout, outbox=t)
         self.ingest.handlers.update(self.failures.agent_handlers)  # OP_FAILURE (protocol 3)
         self.failures.listeners.append(self.captures.failure)  # a capture around each failure
+        self.bills = RequestBills(t)
+        self.ingest.handlers.update(self.bills.agent_handlers)  # REQUEST_BILL (protocol 4)
+        self.control.handlers.update(self.bills.control_handlers)  # REQUESTS
         self.control.handlers.update(self.traces.control_handlers)  # TRACE
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._published_mono = 0.0

@@ -129,6 +129,8 @@ class CountersSnapshot:
     traces: dict[str, Any] = field(default_factory=dict)
     #: op failures agents reported (aclprofd.failures.Failures.summary)
     failures: dict[str, Any] = field(default_factory=dict)
+    #: request bills agents sent (aclprofd.bills.RequestBills.summary; issue 25)
+    request_bills: dict[str, Any] = field(default_factory=dict)
     #: the connection limits by reason (aclprofd.connlimits.REFUSAL_REASONS), agents closed
     #: for idling, agents open now and the most one uid holds
     connections_refused_by: tuple[tuple[str, int], ...] = ()
@@ -274,6 +276,8 @@ class SnapshotSource(Protocol):
     @property
     def failures(self) -> _FailureStats: ...
     @property
+    def bills(self) -> _FailureStats: ...
+    @property
     def detection(self) -> _TableStats: ...
     @property
     def socket_problem(self) -> str | None: ...
@@ -319,7 +323,7 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         accept_errors=t.accept_errors, peer_gone=t.peer_gone, open_connections=open_all,
         slices_cut=t.slices_cut, slices_pending=len(t.pending),
         open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
-        traces=d.traces.summary(), failures=d.failures.summary(),
+        traces=d.traces.summary(), failures=d.failures.summary(), request_bills=d.bills.summary(),
         recent=d.health.recent(agg, d.started_mono, mono, counters),
         connections_refused_by=tuple(sorted(t.limits.refused_by.items())),
         agent_idle_closed=t.limits.idle_closed_by["agent"], open_agents=open_agents,
@@ -429,5 +433,6 @@ def status_reply(s: CountersSnapshot, socket_path: str, cut: dict[str, int] | No
             "names_truncated": s.names_truncated,
             "loop": {"slices_cut": s.slices_cut, "slices_pending": s.slices_pending},
             "traces": dict(s.traces), "failures": _failures_reply(s.failures),
+            "request_bills": dict(s.request_bills),
             "recent": {k: dict(v) for k, v in s.recent.items()},
             "replies_truncated": s.replies_truncated, "socket": socket_path}

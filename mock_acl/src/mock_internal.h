@@ -234,6 +234,8 @@ void mock_records_reset(void);
  * the record time unit (ns or us). */
 uint64_t mock_device_time(uint64_t host_ns);
 bool mock_devid_zero(void);                  /* op records carry devId 0 */
+bool mock_stamp_thread(void);                /* threadId = the executing thread's tid */
+#define ACLMOCK_MAX_DRIFT_PPB 1000000         /* 1000 ppm */
 bool mock_step_keypoints(uint32_t *model_id);/* keypoints on? and the model id they carry */
 /* stepinfo.c -> subscribe_queue.c (g_mock_lock held): one step ended during a subscription;
  * host CLOCK_MONOTONIC times of its start and end. */

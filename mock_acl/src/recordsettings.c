@@ -18,6 +18,13 @@
 #define KEYPOINT_MODEL_DEFAULT 0xFFFFFFFFu
 
 static _Atomic int64_t g_clock_offset_ns;
+/* Drift (issue 25): the device counter runs fast or slow by g_drift_ppb parts per 10^9
+ * against the host clock, counted from g_drift_anchor_ns (host time of the last change). */
+static _Atomic int64_t g_drift_ppb;
+static _Atomic uint64_t g_drift_anchor_ns;
+/* 1: a record's threadId is the kernel tid of the thread that executed the model (as the
+ * host thread id CANN reports, UNVERIFIED on an NPU) instead of the model file's value. */
+static atomic_int g_stamp_thread;
 static atomic_int g_devid_zero;
 static atomic_int g_keypoints = 1;
 static atomic_uint g_keypoint_model = KEYPOINT_MODEL_DEFAULT;
@@ -46,6 +53,9 @@ static bool parse_flag(const char *v, int *out)
 static void load_env(void)
 {
     atomic_store(&g_clock_offset_ns, 0);
+    atomic_store(&g_drift_ppb, 0);
+    atomic_store(&g_drift_anchor_ns, mock_now_ns());
+    atomic_store(&g_stamp_thread, 0);
     atomic_store(&g_devid_zero, 0);
     atomic_store(&g_keypoints, 1);
     atomic_store(&g_keypoint_model, KEYPOINT_MODEL_DEFAULT);
@@ -60,7 +70,22 @@ static void load_env(void)
         else
             warn_env("ACLMOCK_DEVICE_CLOCK_OFFSET_NS", v);
     }
+    if ((v = getenv("ACLMOCK_DEVICE_CLOCK_DRIFT_PPB")) != NULL && *v) {
+        errno = 0;
+        char *end;
+        long long ppb = strtoll(v, &end, 10);
+        if (errno == 0 && *end == '\0' && ppb >= -ACLMOCK_MAX_DRIFT_PPB && ppb <= ACLMOCK_MAX_DRIFT_PPB)
+            atomic_store(&g_drift_ppb, (int64_t)ppb);
+        else
+            warn_env("ACLMOCK_DEVICE_CLOCK_DRIFT_PPB", v);
+    }
     int flag;
+    if ((v = getenv("ACLMOCK_STAMP_THREAD")) != NULL && *v) {
+        if (parse_flag(v, &flag))
+            atomic_store(&g_stamp_thread, flag);
+        else
+            warn_env("ACLMOCK_STAMP_THREAD", v);
+    }
     if ((v = getenv("ACLMOCK_DEVID_ZERO")) != NULL && *v) {
         if (parse_flag(v, &flag))
             atomic_store(&g_devid_zero, flag);
@@ -98,6 +123,12 @@ uint64_t mock_device_time(uint64_t host_ns)
 {
     /* Unsigned wrap-around adds a negative offset; offset_ok keeps the result >= 0. */
     uint64_t t = host_ns + (uint64_t)atomic_load(&g_clock_offset_ns);
+    int64_t ppb = atomic_load(&g_drift_ppb);
+    if (ppb != 0) {
+        /* Drift accumulates from the anchor; |ppb| < 10^9 keeps the counter monotonic. */
+        __int128 since = (__int128)host_ns - (__int128)atomic_load(&g_drift_anchor_ns);
+        t += (uint64_t)(int64_t)(since * ppb / 1000000000);
+    }
     return mock_time_unit() == ACLMOCK_TIME_US ? t / 1000 : t;
 }
 
@@ -117,6 +148,33 @@ MOCK_EXPORT int aclmockSetDeviceClockOffset(int64_t offsetNs)
     if (!offset_ok(offsetNs))
         return ACL_ERROR_INVALID_PARAM;
     atomic_store(&g_clock_offset_ns, offsetNs);
+    return ACL_SUCCESS;
+}
+
+MOCK_EXPORT int aclmockSetDeviceClockDrift(int64_t ppb)
+{
+    if (ppb < -ACLMOCK_MAX_DRIFT_PPB || ppb > ACLMOCK_MAX_DRIFT_PPB)
+        return ACL_ERROR_INVALID_PARAM;
+    /* Fold the drift so far into the offset, so that the device clock does not jump. */
+    uint64_t now = mock_now_ns();
+    int64_t old = atomic_load(&g_drift_ppb);
+    __int128 since = (__int128)now - (__int128)atomic_load(&g_drift_anchor_ns);
+    atomic_fetch_add(&g_clock_offset_ns, (int64_t)(since * old / 1000000000));
+    atomic_store(&g_drift_anchor_ns, now);
+    atomic_store(&g_drift_ppb, ppb);
+    return ACL_SUCCESS;
+}
+
+bool mock_stamp_thread(void)
+{
+    return atomic_load(&g_stamp_thread) != 0;
+}
+
+MOCK_EXPORT int aclmockSetStampThread(int enabled)
+{
+    if (enabled != 0 && enabled != 1)
+        return ACL_ERROR_INVALID_PARAM;
+    atomic_store(&g_stamp_thread, enabled);
     return ACL_SUCCESS;
 }
 

@@ -113,7 +113,7 @@ void mock_subscribe_emit(uint32_t model_id, uint32_t device_id, const mock_op *o
     memset(&r, 0, sizeof r);   /* padding and cubeFops/vectorFops stay 0, as in CANN */
     r.modelId = model_id;
     r.flag = op->flag;
-    r.threadId = op->thread_id;
+    r.threadId = mock_stamp_thread() ? mock_tid() : op->thread_id;
     if (e->time_info) {
         r.start = start;
         r.end = end;

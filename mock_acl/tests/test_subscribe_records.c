@@ -2,6 +2,9 @@
  * shuffled layout, the emit log, step keypoints, device clock and devId (src/opdesc.c,
  * subscribe_queue.c, subscribe_log.c, recordsettings.c).
  */
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include "test_subscribe_common.h"
 
 TEST(crc_reference_vectors)
@@ -450,6 +453,37 @@ TEST(device_clock_offset_and_devid_zero)
     reader_free(&rd);
 }
 
+/* Issue 25: the executing thread's tid as threadId, and a drifting device clock that
+ * stretches durations by the drift (1000 ppm: a 1000 ns op lasts 1001 ns, +-1 rounding). */
+TEST(stamp_thread_and_clock_drift)
+{
+    CHECK_EQ(aclmockSetStampThread(2), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmockSetDeviceClockDrift(1000001), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmockSetDeviceClockDrift(-1000001), ACL_ERROR_INVALID_PARAM);
+    CHECK_EQ(aclmockSetStampThread(1), ACL_SUCCESS);
+    CHECK_EQ(aclmockSetDeviceClockDrift(1000000), ACL_SUCCESS);
+    uint32_t model = load_std_model(3);
+    make_pipe(0);
+    reader rd;
+    reader_start(&rd, g_pipe[0][0], 80, 80 * 4, true);
+    aclprofSubscribeConfig *cfg = subscribe_std(model, 0);
+    REQUIRE(cfg != NULL);
+    CHECK_EQ(execute_empty(model), ACL_SUCCESS);
+    CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
+    reader_join(&rd);
+    REQUIRE(rd.ndecoded == 3);
+    for (size_t i = 0; i < 3; i++) {
+        const unsigned char *r = rd.buf + i * 80;
+        CHECK_EQ(rd32(r, OFF_TID), (uint32_t)syscall(SYS_gettid));
+        uint64_t dur = rd64(r, OFF_DUR);
+        CHECK(dur >= 1 && dur == rd64(r, OFF_END) - rd64(r, OFF_START));
+    }
+    aclprofDestroySubscribeConfig(cfg);
+    close(g_pipe[0][0]);
+    reader_free(&rd);
+    aclmockReset();
+}
+
 /* The ACLMOCK_* defaults of this area are read at aclmockReset (and at load); an invalid
  * value keeps the default. */
 TEST(record_settings_from_env)
@@ -504,6 +538,7 @@ int main(void)
     RUN(keypoints_default_unrouted);
     RUN(keypoints_routed_to_model);
     RUN(device_clock_offset_and_devid_zero);
+    RUN(stamp_thread_and_clock_drift);
     RUN(record_settings_from_env);
     int rc = test_summary();
     tmp_cleanup();

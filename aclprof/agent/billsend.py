@@ -1,0 +1,71 @@
+"""The agent's request-bill reporter: each finished :class:`~aclprof.agent.bills.Bill` as one
+compact REQUEST_BILL frame to the daemon (issue 25; daemon/PROTOCOL.md "REQUEST_BILL").
+
+A bill is a summary, not per-op copies: the request's id, attributes and traceparent, wall
+and device time, op count, the ``wire.REQUEST_BILL_MAX_TYPES`` op types with the most device
+time (the rest folded into one ``"(other)"`` entry), the slowest op and the models. Frames
+go into the agent's buffer as control items, in order with the records; at most
+``MAX_PENDING`` wait at once (more are dropped and counted, and the next frame that gets
+through says how many in ``dropped_before``). Only a daemon whose WELCOME says protocol >= 4
+is sent them (the sender counts the others as ``bills_unsent``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from aclprof.agent.buffer import RecordBuffer
+from aclprof.agent.items import JsonFrame
+from aclprof.protocol import wire
+
+if TYPE_CHECKING:  # the agent imports this module; bills (numpy, api.requests) only when used
+    from aclprof.agent.bills import Bill
+
+__all__ = ["BillReporter", "MAX_PENDING", "bill_payload", "OTHER"]
+
+#: bill frames that may wait in the agent's buffer at once
+MAX_PENDING = 1024
+OTHER = "(other)"
+_TEXT = wire.REQUEST_BILL_MAX_TEXT
+
+
+def bill_payload(bill: Bill, dropped_before: int = 0) -> dict[str, Any]:
+    """The REQUEST_BILL frame's JSON for ``bill`` (cut to the daemon's limits)."""
+    ranked = sorted(bill.by_type.items(), key=lambda kv: -kv[1][0])
+    top = ranked[:wire.REQUEST_BILL_MAX_TYPES]
+    types: list[list[Any]] = [[t[:_TEXT], ns, n] for t, (ns, n) in top]
+    rest = ranked[wire.REQUEST_BILL_MAX_TYPES:]
+    if rest:
+        types.append([OTHER, sum(v[0] for _, v in rest), sum(v[1] for _, v in rest)])
+    attrs = dict(list(bill.attrs.items())[:wire.REQUEST_BILL_MAX_ATTRS])
+    slowest = None if bill.slowest is None else [bill.slowest[0][:_TEXT], bill.slowest[1][:_TEXT], bill.slowest[2]]
+    return {"id": bill.request_id[:_TEXT], "attrs": {k[:_TEXT]: v[:_TEXT] for k, v in attrs.items()},
+            "traceparent": bill.traceparent, "wall_ns": bill.wall_ns, "device_ns": bill.device_ns,
+            "ops": bill.ops, "models": list(bill.models[:wire.REQUEST_BILL_MAX_MODELS]), "types": types,
+            "slowest": slowest, "complete": bill.complete, "dropped_before": dropped_before}
+
+
+class BillReporter:
+    """Turns bills into REQUEST_BILL items of the agent's buffer."""
+
+    def __init__(self, buffer: RecordBuffer):
+        self.buffer = buffer
+        self.queued = 0
+        self.dropped = 0
+        self._unreported = 0  # of dropped, not yet told to the daemon in a dropped_before
+
+    def submit(self, bills: Iterable[Bill]) -> None:
+        buf = self.buffer
+        with buf.lock:
+            pending = sum(1 for it in buf.items if isinstance(it, JsonFrame) and it.kind == wire.Kind.REQUEST_BILL)
+            for bill in bills:
+                if pending >= MAX_PENDING:
+                    self.dropped += 1
+                    self._unreported += 1
+                    continue
+                buf.items.append(JsonFrame(wire.Kind.REQUEST_BILL, bill_payload(bill, self._unreported), buf.seq()))
+                self._unreported = 0
+                self.queued += 1
+                pending += 1
+        buf.wake()

@@ -1,0 +1,96 @@
+"""Device time -> host ``CLOCK_MONOTONIC``, for billing op records to requests (issue 25).
+
+An op record's start/end are the device's counter (fidelity audit row 11), a clock with an
+unknown offset to the host's and a small rate error (drift, ppm). What the host knows is
+when each batch *arrived*: a record that ended at device time ``end`` and arrived at host
+time ``arrival`` gives ``D = device - host >= end - arrival`` (it cannot arrive before it
+ended). The subscription's :class:`~aclprof.api.subscription.stats.LagClock` keeps the
+best such bound for ever, which is right for a fixed offset; with drift the bound of a
+minute ago is stale. This map keeps the best bound per arrival bucket (``bucket_ns``, the
+newest ``buckets`` of them), fits the drift as the least-squares slope of those bounds, and
+lifts the line until it is above every bound (so it is the tightest line of that slope
+that the data allow).
+
+Accuracy (what the tests prove on the mock): every bound is below the true ``D``, so the
+mapped host time of a record is never earlier than the truth by more than the slope's error
+over the buckets' span, and it is later than the truth by at most the fastest delivery
+seen in the touching bucket (a read of the pipe right after the write: tens of
+microseconds on the mock; on CANN, whatever its uploader adds, UNVERIFIED). Attribution
+therefore allows ops to map a little after a request's end (``late_ns`` in
+:mod:`aclprof.agent.bills`) and hardly before its start.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["ClockMap"]
+
+_MAX_SLOPE = 1e-3  # 1000 ppm: a larger fitted drift is noise, not a clock
+
+
+class ClockMap:
+    """Fit of ``D(device) = device - host`` from batch arrivals (host ns units throughout;
+    ``factor`` converts the library's unit, 1000 for µs)."""
+
+    __slots__ = ("factor", "bucket_ns", "buckets", "_bounds", "_fit", "notes")
+
+    def __init__(self, factor: int = 1, *, bucket_ns: int = 250_000_000, buckets: int = 16):
+        if factor not in (1, 1000):
+            raise ValueError(f"ClockMap: factor must be 1 (ns) or 1000 (us), got {factor!r}")
+        if bucket_ns <= 0 or buckets < 1:
+            raise ValueError(f"ClockMap: bucket_ns and buckets must be positive, got {bucket_ns}, {buckets}")
+        self.factor = factor
+        self.bucket_ns = bucket_ns
+        self.buckets = buckets
+        # arrival bucket -> (best bound end - arrival, that record's end), host ns units
+        self._bounds: dict[int, tuple[int, int]] = {}
+        self._fit: tuple[float, int, int] | None = None  # (slope, reference end, D at it)
+        self.notes = 0
+
+    @property
+    def ready(self) -> bool:
+        return bool(self._bounds)
+
+    def note(self, newest_end: int, arrival: int) -> None:
+        """A batch whose newest record ended at ``newest_end`` (library units) arrived at
+        host time ``arrival``."""
+        end = int(newest_end) * self.factor
+        if end == 0:
+            return  # no time info
+        bound = end - arrival
+        b = arrival // self.bucket_ns
+        old = self._bounds.get(b)
+        if old is None or bound > old[0]:
+            self._bounds[b] = (bound, end)
+            if old is None and len(self._bounds) > self.buckets:
+                del self._bounds[min(self._bounds)]
+            self._fit = None
+        self.notes += 1
+
+    def _refit(self) -> tuple[float, int, int]:
+        pts = list(self._bounds.values())
+        ref = pts[-1][1]
+        slope = 0.0
+        if len(pts) >= 3:
+            x = np.array([e - ref for _, e in pts], dtype=np.float64)
+            y = np.array([d for d, _ in pts], dtype=np.float64)
+            if x.max() - x.min() > 0:
+                slope = float(np.polyfit(x, y, 1)[0])
+                slope = max(-_MAX_SLOPE, min(_MAX_SLOPE, slope))
+        d_ref = max(d - round(slope * (e - ref)) for d, e in pts)
+        self._fit = (slope, ref, d_ref)
+        return self._fit
+
+    def offset_at(self, device: int) -> int:
+        """``D`` at a device time (host ns units)."""
+        slope, ref, d_ref = self._fit or self._refit()
+        return d_ref + round(slope * (device - ref))
+
+    def to_host(self, device: np.ndarray) -> np.ndarray:
+        """Host ns of device times (library units), as int64."""
+        if not self._bounds:
+            raise RuntimeError("ClockMap.to_host: no batch noted yet (call note() first)")
+        slope, ref, d_ref = self._fit or self._refit()
+        dev = device.astype(np.int64) * self.factor
+        return dev - (d_ref + np.round(slope * (dev - ref)).astype(np.int64))

@@ -1,0 +1,164 @@
+"""Request bills agents send (REQUEST_BILL frames, protocol 4; issue 25).
+
+Each frame is the compact bill of one request of the agent's process (``aclprof.request``):
+its id and attributes, wall and device time, op count, device time and count of its top op
+types, the slowest op and the models it ran. The daemon keeps the last ``KEEP`` bills of each
+service (at most ``MAX_SERVICES`` services; the bills of later ones are counted in
+``services_refused`` and not kept) for STATUS's slowest requests and ``aclprof requests``.
+
+Bounded whatever agents send: a frame is checked against wire.py's ``REQUEST_BILL_*`` limits
+(a bad one is a protocol error: the connection closes, as for any malformed frame), and an
+agent that dropped bills says how many (``dropped_before``), so the totals include them.
+Loop thread only.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any
+
+from aclprof.protocol.safetext import scrub
+from aclprof.protocol.wire import (
+    REQUEST_BILL_MAX_ATTRS,
+    REQUEST_BILL_MAX_MODELS,
+    REQUEST_BILL_MAX_TEXT,
+    REQUEST_BILL_MAX_TYPES,
+    Kind,
+    ProtocolError,
+    decode_json,
+    encode_json,
+)
+
+from .conn import Conn
+
+if TYPE_CHECKING:
+    from .transport import Outbox
+
+__all__ = ["RequestBills", "KEEP", "MAX_SERVICES", "MAX_TOP"]
+
+KEEP = 256  # bills kept per service
+MAX_SERVICES = 256
+_MAX_NS = 1 << 62
+_MAX_DROPPED = 1 << 32
+_U32 = 0xFFFFFFFF
+MAX_TOP = 1000  # bills one REQUESTS reply may carry
+
+
+def _count(v: Any, top: int = _MAX_NS) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= top
+
+
+def _text(v: Any, what: str) -> str:
+    if not isinstance(v, str) or len(v) > REQUEST_BILL_MAX_TEXT:
+        raise ProtocolError(f"REQUEST_BILL {what} must be a string of at most {REQUEST_BILL_MAX_TEXT} characters")
+    return scrub(v)
+
+
+class RequestBills:
+    """The last bills per service, their counters, and the REQUEST_BILL handler."""
+
+    def __init__(self, outbox: Outbox | None = None, keep: int = KEEP, max_services: int = MAX_SERVICES):
+        self.outbox, self.keep, self.max_services = outbox, keep, max_services
+        self.by_service: dict[str, deque[dict[str, Any]]] = {}
+        self.total = 0  # bills received, including those agents said they dropped
+        self.agent_dropped = 0
+        self.services_refused = 0  # bills of services beyond MAX_SERVICES (counted, not kept)
+        self.agent_handlers = {Kind.REQUEST_BILL: self.bill}
+        self.control_handlers = {Kind.REQUESTS: self.request}
+
+    def request(self, conn: Conn, req: dict[str, Any]) -> None:
+        """REQUESTS (control): the slowest kept bills matching the filters."""
+        if not isinstance(req, dict):
+            raise ProtocolError("REQUESTS must be a JSON object")
+        service, since, model = req.get("service"), req.get("since"), req.get("model")
+        attrs, top = req.get("attrs") or {}, req.get("top", 20)
+        if service is not None and not isinstance(service, str):
+            raise ProtocolError("REQUESTS service must be a string or null")
+        if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))):
+            raise ProtocolError("REQUESTS since must be a unix time (number) or null")
+        if model is not None and not _count(model, _U32):
+            raise ProtocolError("REQUESTS model must be a u32 or null")
+        if not isinstance(attrs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()):
+            raise ProtocolError("REQUESTS attrs must be an object of strings")
+        if not _count(top, MAX_TOP) or top == 0:
+            raise ProtocolError(f"REQUESTS top must be an integer in [1, {MAX_TOP}]")
+        bills = self.slowest(top, service=service, since=since, attrs=attrs, model=model)
+        if self.outbox is not None:
+            self.outbox.queue(conn, encode_json(Kind.REQUESTS_REPLY, {
+                "bills": bills, "total": self.total, "agent_dropped": self.agent_dropped,
+                "services_refused": self.services_refused}))
+
+    def bill(self, conn: Conn, payload: memoryview) -> None:
+        obj = decode_json(payload)
+        if not isinstance(obj, dict):
+            raise ProtocolError("REQUEST_BILL must be a JSON object")
+        rid = _text(obj.get("id"), "id")
+        attrs = obj.get("attrs", {})
+        if not isinstance(attrs, dict) or len(attrs) > REQUEST_BILL_MAX_ATTRS:
+            raise ProtocolError(f"REQUEST_BILL attrs must be an object of at most {REQUEST_BILL_MAX_ATTRS} strings")
+        attrs = {_text(k, "attribute name"): _text(v, "attribute value") for k, v in attrs.items()}
+        tp = obj.get("traceparent")
+        if tp is not None:
+            tp = _text(tp, "traceparent")
+        nums = [obj.get(k) for k in ("wall_ns", "device_ns", "ops")]
+        if not all(_count(v) for v in nums):
+            raise ProtocolError("REQUEST_BILL needs wall_ns, device_ns and ops as integers >= 0")
+        models = obj.get("models", [])
+        if (not isinstance(models, list) or len(models) > REQUEST_BILL_MAX_MODELS
+                or not all(_count(m, _U32) for m in models)):
+            raise ProtocolError(f"REQUEST_BILL models must be at most {REQUEST_BILL_MAX_MODELS} u32s")
+        types = obj.get("types", [])
+        if not isinstance(types, list) or len(types) > REQUEST_BILL_MAX_TYPES + 1:
+            raise ProtocolError(f"REQUEST_BILL types must be at most {REQUEST_BILL_MAX_TYPES + 1} entries")
+        clean_types = []
+        for t in types:
+            if not (isinstance(t, list) and len(t) == 3 and _count(t[1]) and _count(t[2])):
+                raise ProtocolError("REQUEST_BILL types are [op type, device ns, count]")
+            clean_types.append([_text(t[0], "op type"), t[1], t[2]])
+        slowest = obj.get("slowest")
+        if slowest is not None:
+            if not (isinstance(slowest, list) and len(slowest) == 3 and _count(slowest[2])):
+                raise ProtocolError("REQUEST_BILL slowest is null or [op type, op name, device ns]")
+            slowest = [_text(slowest[0], "slowest op type"), _text(slowest[1], "slowest op name"), slowest[2]]
+        dropped = obj.get("dropped_before", 0)
+        if not _count(dropped, _MAX_DROPPED):
+            raise ProtocolError(f"REQUEST_BILL dropped_before must be an integer in [0, {_MAX_DROPPED}]")
+        ts = obj.get("ts")
+        service = conn.service or ""
+        self.total += 1 + dropped
+        self.agent_dropped += dropped
+        kept = self.by_service.get(service)
+        if kept is None:
+            if len(self.by_service) >= self.max_services:
+                self.services_refused += 1
+                return
+            kept = self.by_service[service] = deque(maxlen=self.keep)
+        kept.append({"ts": ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else time.time(),
+                     "host": conn.host, "pid": conn.pid or 0, "service": service, "id": rid, "attrs": attrs,
+                     "traceparent": tp, "wall_ns": nums[0], "device_ns": nums[1], "ops": nums[2],
+                     "models": models, "types": clean_types, "slowest": slowest,
+                     "complete": obj.get("complete") is True})
+
+    def slowest(self, top: int = 20, service: str | None = None, since: float | None = None,
+                attrs: dict[str, str] | None = None, model: int | None = None) -> list[dict[str, Any]]:
+        """The ``top`` kept bills with the longest wall time, filtered."""
+        out = []
+        for svc, kept in self.by_service.items():
+            if service is not None and svc != service:
+                continue
+            for b in kept:
+                if since is not None and b["ts"] < since:
+                    continue
+                if attrs and any(b["attrs"].get(k) != v for k, v in attrs.items()):
+                    continue
+                if model is not None and model not in b["models"]:
+                    continue
+                out.append(b)
+        out.sort(key=lambda b: -b["wall_ns"])
+        return [dict(b) for b in out[:top]]
+
+    def summary(self, top: int = 20) -> dict[str, Any]:
+        """For STATUS and the counters snapshot (copies: the snapshot is immutable)."""
+        return {"total": self.total, "agent_dropped": self.agent_dropped, "services": len(self.by_service),
+                "services_refused": self.services_refused, "slowest": self.slowest(top)}
