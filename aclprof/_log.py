@@ -47,18 +47,20 @@ if hasattr(os, "register_at_fork"):
 
 
 class _LazyLogger:
-    __slots__ = ("_name", "_structlog")
+    __slots__ = ("_name",)
 
     def __init__(self, name: str):
         self._name = name
-        self._structlog: Any = None
 
     def __getattr__(self, level: str) -> Callable[..., None]:
         structlog = _structlog()
         if structlog.is_configured():
-            if self._structlog is None:
-                self._structlog = structlog.get_logger(self._name)
-            bound: Callable[..., None] = getattr(self._structlog, level)
+            # A new proxy per message, not one kept for the module's life: with
+            # cache_logger_on_first_use a kept proxy stays bound to the logger (and output
+            # file) of the configuration it first met, so an application that configures
+            # structlog again (or a test that restores it) would keep writing to the old one.
+            # Messages are rare; the proxy costs a microsecond or two.
+            bound: Callable[..., None] = getattr(structlog.get_logger(self._name), level)
             return bound
         method = getattr(logging.getLogger(self._name), level)
 

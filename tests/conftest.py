@@ -4,7 +4,8 @@ The helpers the tests import live in the ``helpers`` package; this module holds 
 - The mock is selected before anything loads a library, and environment variables that
   would change the mock's or aclprof's defaults are removed first.
 - ``_fresh_mock`` (autouse) resets the mock and aclprof's msproftx state before and after
-  every test, so nothing leaks from one test into the next.
+  every test, so nothing leaks from one test into the next; ``_structlog_restored`` (autouse)
+  puts back structlog's configuration a test changed.
 - ``out_dir`` is an output directory that does not exist yet (aclprof creates it).
 - ``tx_events`` / ``device_config`` / ``session_info`` read back what the mock wrote into a
   ``PROF_*`` directory (format: mock_acl/README.md).
@@ -71,6 +72,22 @@ def _fresh_mock():
     _reset_all()
     yield
     _reset_all()
+
+
+@pytest.fixture(autouse=True)
+def _structlog_restored():
+    """A test that configures structlog (an in-process CLI or daemon entry point does) leaves
+    it as it found it: its output file is pytest's capture of that test, closed afterwards,
+    and a later test's library logger writing to it fails ("I/O operation on closed file";
+    seen in full runs, test_mutation_kills_connection after CLI tests)."""
+    import structlog
+
+    was_configured, config = structlog.is_configured(), structlog.get_config()
+    yield
+    if structlog.is_configured() != was_configured or structlog.get_config() != config:
+        structlog.reset_defaults()
+        if was_configured:
+            structlog.configure(**config)
 
 
 @pytest.fixture

@@ -173,9 +173,9 @@ def test_cli_client_stream_returns_at_end_and_export_checks_count():
 def test_dispatch_tables_and_forbidden_kinds_close_only_that_connection(daemon):
     d = daemon.daemon
     assert set(d.control.handlers) == {Kind.STATUS, Kind.SNAPSHOT, Kind.STREAM, Kind.EXPORT, Kind.RESET, Kind.TRACE,
-                                       Kind.BASELINE_SAVE, Kind.BASELINE_LIST, Kind.BASELINE_GET}
+                                       Kind.BASELINE_SAVE, Kind.BASELINE_LIST, Kind.BASELINE_GET, Kind.REQUESTS}
     assert set(d.ingest.handlers) == {Kind.BATCH, Kind.NAMES, Kind.LOSS, Kind.WATCH, Kind.UNWATCH, Kind.TRACE_DONE,
-                                      Kind.OP_FAILURE}
+                                      Kind.OP_FAILURE, Kind.REQUEST_BILL}
     good = agent(daemon.socket, service="good")
     watcher = Client(daemon.socket)
     cases = [
@@ -186,6 +186,8 @@ def test_dispatch_tables_and_forbidden_kinds_close_only_that_connection(daemon):
         (agent(daemon.socket), encode(Kind.TRACE, b"{}"), "TRACE is not allowed from an agent"),
         (Client(daemon.socket), encode(Kind.TRACE_DONE, b"{}"), "TRACE_DONE is not allowed from a control client"),
         (Client(daemon.socket), encode(Kind.OP_FAILURE, b"{}"), "OP_FAILURE is not allowed from a control client"),
+        (Client(daemon.socket), encode(Kind.REQUEST_BILL, b"{}"), "REQUEST_BILL is not allowed from a control client"),
+        (agent(daemon.socket), encode(Kind.REQUESTS, b"{}"), "REQUESTS is not allowed from an agent"),
         (Client(daemon.socket), HEADER.pack(MAGIC, 1, 28, 0, 2) + b"{}", "unknown frame kind 28"),
     ]
     before = watcher.request(Kind.STATUS)["protocol_errors"]

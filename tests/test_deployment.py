@@ -83,6 +83,7 @@ RULES: dict[Kind, tuple[str, frozenset[str]]] = {
     Kind.LOSS: ("agent", _CONNECT),
     Kind.TRACE_DONE: ("agent", _CONNECT),
     Kind.OP_FAILURE: ("agent", _CONNECT),
+    Kind.REQUEST_BILL: ("agent", _CONNECT),
     Kind.STATUS: ("control", _CONNECT),
     Kind.SNAPSHOT: ("control", _ADMIN),
     Kind.STREAM: ("control", _ADMIN),
@@ -92,6 +93,7 @@ RULES: dict[Kind, tuple[str, frozenset[str]]] = {
     Kind.BASELINE_SAVE: ("control", _ADMIN),
     Kind.BASELINE_LIST: ("control", _ADMIN),
     Kind.BASELINE_GET: ("control", _ADMIN),
+    Kind.REQUESTS: ("control", _ADMIN),
 }
 #: a valid request of each kind (the probe sends it; an allowed one must not be refused)
 PAYLOADS: dict[Kind, object] = {
@@ -102,6 +104,7 @@ PAYLOADS: dict[Kind, object] = {
     Kind.LOSS: {"dropped": 0, "reason": "none"},
     Kind.TRACE_DONE: {"trace_id": 999999, "pause_ns": 0, "session_ns": 0},
     Kind.OP_FAILURE: {"device": 0, "stream": 1, "task": 0, "thread": 1, "code": 507015},
+    Kind.REQUEST_BILL: {"id": "probe", "wall_ns": 1000, "device_ns": 0, "ops": 0},
     Kind.STATUS: {},
     Kind.SNAPSHOT: {"window": "all", "group_by": "type"},
     Kind.STREAM: {"filter": {}},
@@ -111,6 +114,7 @@ PAYLOADS: dict[Kind, object] = {
     Kind.BASELINE_SAVE: {"name": "probe"},
     Kind.BASELINE_LIST: {},
     Kind.BASELINE_GET: {"name": "probe"},
+    Kind.REQUESTS: {},
 }
 
 

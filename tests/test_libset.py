@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from aclprof.binding.loader import mock_library_path
+
 REPO = Path(__file__).resolve().parent.parent
 
 GROUPS_SCRIPT = r"""
@@ -77,7 +79,8 @@ def test_ascend_home_prefers_libmsprofiler_over_the_compat_library(run_python, m
     # A libascendcl.so beside it (the deprecated path) is not the one taken.
     home = tmp_path / "home"
     shutil.copytree(split_dir, home / "lib64")
-    shutil.copy(REPO / "aclprof" / "_mock" / "libascendcl.so", home / "lib64" / "libascendcl.so")
+    # the installed mock (an installed package, editable or not: not necessarily the checkout)
+    shutil.copy(mock_library_path(), home / "lib64" / "libascendcl.so")
     out = _run(run_python, make_env, home / "lib64", ASCEND_HOME_PATH=str(home))
     assert out["path"] == str((home / "lib64" / "libmsprofiler.so").resolve())
 
