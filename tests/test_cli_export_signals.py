@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from helpers.fakedaemon import FakeDaemon
-from helpers.procs import env, wait_for
+from helpers.procs import env, short_tmpdir, wait_for
 
 from aclprof.cli import staging
 from aclprof.protocol import wire
@@ -239,23 +241,28 @@ def test_an_ignored_signal_stays_ignored():
 # -- the other command that stages files: demo's temporary directory ------------------------
 
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM], ids=["HUP", "TERM"])
-def test_demo_ended_by_a_signal_stops_its_processes_and_removes_its_directory(tmp_path, sig):
+def test_demo_ended_by_a_signal_stops_its_processes_and_removes_its_directory(sig):
     """``aclprof demo`` keeps a daemon, services and their data in a temporary directory: a
     closed terminal (SIGHUP) removed nothing on the old code (only SIGTERM had a handler)."""
+    # a short TMPDIR: the demo's daemon socket lives in it, and pytest's tmp_path (longer in an
+    # xdist worker: .../popen-gw1/...) left the socket path over the 107 bytes of a Unix socket
+    tmp = Path(short_tmpdir("acld-demo-"))
     p = subprocess.Popen([sys.executable, "-m", "aclprof", "demo", "--duration", "60"], stdout=subprocess.DEVNULL,
-                         stderr=subprocess.PIPE, text=True, env=env(TMPDIR=str(tmp_path)),
+                         stderr=subprocess.PIPE, text=True, env=env(TMPDIR=str(tmp)),
                          preexec_fn=_sigint_default)
     try:
         # running: the daemon logged its start and the services connected (their log has lines)
-        wait_for(lambda: [d for d in tmp_path.iterdir() if (d / "services.log").exists()], timeout=30,
+        wait_for(lambda: [d for d in tmp.iterdir() if (d / "services.log").exists()], timeout=30,
                  what="the demo running")
-        (demo_dir,) = list(tmp_path.iterdir())
+        (demo_dir,) = list(tmp.iterdir())
         p.send_signal(sig)
         assert p.wait(30) == 128 + sig
     finally:
         if p.poll() is None:
             p.kill()
             p.wait()
+        demo_left = list(tmp.iterdir())
+        shutil.rmtree(tmp, ignore_errors=True)
     assert "Traceback" not in p.stderr.read()
-    assert not demo_dir.exists()
+    assert demo_left == []  # the demo removed its directory itself
     assert subprocess.run(["pgrep", "-f", str(demo_dir)], capture_output=True).stdout == b""

@@ -176,9 +176,15 @@ def test_a_peer_without_credentials_may_send_status_only(db: GroupDb):
     assert c.refused is True
 
 
-def test_a_refusal_is_logged_with_the_request_and_the_peer(db: GroupDb):
+def test_a_refusal_is_logged_with_the_request_and_the_peer(db: GroupDb, monkeypatch):
+    import structlog
+    from aclprofd import authz
     from structlog.testing import capture_logs
 
+    # a logger of this test's own: an earlier in-process daemon in this process (any test file
+    # before this one, in whatever order pytest or a pytest-xdist worker runs them) pointed the
+    # module's _log at the daemon log file (helpers.daemons), past capture_logs
+    monkeypatch.setattr(authz, "_log", structlog.get_logger("aclprofd"))
     c = conn((10, 1003, OTHER_GID))
     with capture_logs() as logs, pytest.raises(ProtocolError):
         authorize(settings(), c, Kind.EXPORT)
