@@ -14,6 +14,8 @@ import argparse
 import os
 import stat
 import sys
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 from aclprof.cli.common import EXIT_OK, CliError, connect, filter_from_args
 from aclprof.cli.exportloss import has_record_filters, lost_error
@@ -23,7 +25,7 @@ from aclprof.cli.staging import remove_tree
 from aclprof.cli.staging import sweep as sweep_staging
 from aclprof.exportfmt.ascend import _DIR_MODE, AscendWriter
 
-__all__ = ["StagedDir", "cmd_export_ascend"]
+__all__ = ["StagedDir", "DirWriter", "export_to_dir", "cmd_export_ascend"]
 
 
 # -- the target directory --------------------------------------------------------------------
@@ -126,17 +128,33 @@ def _umask() -> int:
 
 # -- the command -----------------------------------------------------------------------------
 
-def cmd_export_ascend(args: argparse.Namespace) -> int:
-    """``aclprof export --format ascend -o DIR`` (called by :mod:`aclprof.cli.export`)."""
+class DirWriter(Protocol):
+    """What :func:`export_to_dir` drives: a writer of one directory export."""
+
+    records: int
+
+    def add(self, records: Any) -> None: ...
+    def finish(self) -> None: ...
+    def close(self) -> None: ...
+
+
+W = TypeVar("W", bound=DirWriter)
+
+
+def export_to_dir(args: argparse.Namespace, fmt: str, make_writer: Callable[[int, dict[str, Any]], W]) -> W | None:
+    """The daemon's records of the window into ``make_writer(fd of the staged directory,
+    filter)``, the directory renamed to ``-o DIR`` once complete (:class:`StagedDir`); the
+    writer, or None when no record matched (said on stderr, DIR left empty). Raises the
+    export's loss error (exit 1) when records of the window were lost to a storage failure."""
     target: StagedDir | None = None
     try:
         with deferred():  # a staging directory is created only with `target` set to remove it
-            target = StagedDir(args.output)
+            target = StagedDir(args.output, fmt)
         assert target is not None
         filt = filter_from_args(args)
         client = connect(args, timeout=30.0)
         try:
-            writer = AscendWriter(target.fd, window={"since_ts": args.since, "until_ts": args.until, "filter": filt})
+            writer = make_writer(target.fd, filt)
             try:
                 for records in client.export(args.since, args.until, filt):
                     writer.add(records)
@@ -156,7 +174,15 @@ def cmd_export_ascend(args: argparse.Namespace) -> int:
     if writer.records == 0:
         print(f"no records matched (check --since/--until and the filters); {args.output} is empty",
               file=sys.stderr)
-    else:
+        return None
+    return writer
+
+
+def cmd_export_ascend(args: argparse.Namespace) -> int:
+    """``aclprof export --format ascend -o DIR`` (called by :mod:`aclprof.cli.export`)."""
+    writer = export_to_dir(args, "ascend", lambda fd, filt: AscendWriter(
+        fd, window={"since_ts": args.since, "until_ts": args.until, "filter": filt}))
+    if writer is not None:
         print(f"exported {writer.records:,} records of {writer.processes} process(es) to {args.output}",
               file=sys.stderr)
     return EXIT_OK
