@@ -8,31 +8,12 @@ import time
 
 import pytest
 from helpers.daemons import Client, InProcess
+from helpers.opfailures import OPS, execute
 from helpers.procs import wait_for
 
 import aclprof.agent as agent
 from aclprof import mock
-from aclprof.binding.errors import AclError
 from aclprof.protocol.wire import Kind
-
-OPS = [
-    {"name": "conv1", "type": "Conv2D", "duration_ns": 2000,
-     "inputs": [{"dtype": 1, "format": 0, "shape": [8, 3, 224, 224]}],
-     "outputs": [{"dtype": 1, "format": 3, "shape": [8, 4, 112, 112, 16]}]},
-    {"name": "relu1", "type": "Relu", "duration_ns": 300,
-     "inputs": [{"dtype": 1, "format": 3, "shape": [8, 4, 112, 112, 16]}],
-     "outputs": [{"dtype": 1, "format": 3, "shape": [8, 4, 112, 112, 16]}]},
-]
-
-
-def execute(model: int, times: int = 1) -> int:
-    failed = 0
-    for _ in range(times):
-        try:
-            mock.execute(model)
-        except AclError:
-            failed += 1
-    return failed
 
 
 @pytest.fixture
