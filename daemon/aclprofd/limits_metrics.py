@@ -16,22 +16,29 @@ per-agent shares (issue 19), from one counters snapshot: kept apart from
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from .status import CountersSnapshot
 
-__all__ = ["limit_families"]
+__all__ = ["limit_families", "by_label"]
+
+
+def by_label(family: type[CounterMetricFamily] | type[GaugeMetricFamily], name: str, doc: str, label: str,
+             items: Iterable[tuple[str, float]]) -> Metric:
+    """A family with one series per ``(label value, value)`` of ``items`` (a counter or gauge
+    by reason, by table, ...)."""
+    fam = family(name, doc, labels=[label])
+    for value_of_label, n in items:
+        fam.add_metric([value_of_label], n)
+    return fam
 
 
 def limit_families(s: CountersSnapshot) -> Iterator[Metric]:
-    refused = CounterMetricFamily("aclprofd_connections_refused_by_reason",
-                                  "Connections refused or evicted by the connection limits, by reason",
-                                  labels=["reason"])
-    for reason, n in s.connections_refused_by:
-        refused.add_metric([reason], n)
-    yield refused
+    yield by_label(CounterMetricFamily, "aclprofd_connections_refused_by_reason",
+                   "Connections refused or evicted by the connection limits, by reason", "reason",
+                   s.connections_refused_by)
     yield CounterMetricFamily("aclprofd_agent_idle_closed", "Agent connections closed for sending nothing",
                               value=s.agent_idle_closed)
     yield GaugeMetricFamily("aclprofd_agent_connections_open", "Agent connections open now", value=s.open_agents)

@@ -62,7 +62,7 @@ from .config import Settings
 from .detector.engine import DetectorView
 from .detector.metrics import detector_families
 from .httpd import HttpServer, Request, Response
-from .limits_metrics import limit_families
+from .limits_metrics import by_label, limit_families
 from .memory import Memory
 from .metrics_access import Access, AccessError, check_bind
 from .promtext import FINE_LE, Budget, Rendering, TextBuilder, family_text, histogram_text
@@ -173,27 +173,18 @@ class DaemonCollector:
         yield CounterMetricFamily("aclprofd_aggregate_other_records",
                                   "Records aggregated under '(other)' (key cap reached)",
                                   value=s.aggregate_other_records)
-        rejected = CounterMetricFamily("aclprofd_records_rejected",
-                                       "Records refused at ingest for impossible values", labels=["reason"])
-        for reason, n in s.records_rejected:
-            rejected.add_metric([reason], n)
-        yield rejected
+        yield by_label(CounterMetricFamily, "aclprofd_records_rejected",
+                       "Records refused at ingest for impossible values", "reason", s.records_rejected)
         yield GaugeMetricFamily("aclprofd_memory_budget_bytes", "The memory_budget setting", value=s.memory_budget)
         yield GaugeMetricFamily("aclprofd_memory_used_bytes",
                                 "Bytes held for clients (queued replies, name tables, unstored records)",
                                 value=s.memory_used)
-        refused = CounterMetricFamily("aclprofd_memory_refused",
-                                      "Requests refused by the memory budget, by what they would have grown",
-                                      labels=["what"])
-        for what, n in s.memory_refused:
-            refused.add_metric([what], n)
-        yield refused
-        cut = CounterMetricFamily("aclprofd_reply_items_truncated",
-                                  "Items replies left out to fit their frame (status.agents, snapshot.rows, "
-                                  "baseline.rows, ...)", labels=["what"])
-        for what, n in (s.replies_truncated.get("items") or {}).items():
-            cut.add_metric([what], n)
-        yield cut
+        yield by_label(CounterMetricFamily, "aclprofd_memory_refused",
+                       "Requests refused by the memory budget, by what they would have grown", "what",
+                       s.memory_refused)
+        yield by_label(CounterMetricFamily, "aclprofd_reply_items_truncated",
+                       "Items replies left out to fit their frame (status.agents, snapshot.rows, baseline.rows, ...)",
+                       "what", (s.replies_truncated.get("items") or {}).items())
         for name, doc, value in (
                 ("aclprofd_internal_errors", "Connections closed for an exception while serving them (a bug)",
                  s.internal_errors),
@@ -335,23 +326,18 @@ class Metrics:
         """The endpoint's own figures (always shown: a few series)."""
         yield GaugeMetricFamily("aclprofd_metrics_series", "Series in this /metrics rendering (before these)",
                                 value=out.series)
-        refused = GaugeMetricFamily("aclprofd_metrics_series_refused",
-                                    "Series left out of this rendering by the series budget, by reason",
-                                    labels=["reason"])
-        for reason, n in out.refused.items():
-            refused.add_metric([reason], n)
-        yield refused
+        yield by_label(GaugeMetricFamily, "aclprofd_metrics_series_refused",
+                       "Series left out of this rendering by the series budget, by reason", "reason",
+                       out.refused.items())
         yield GaugeMetricFamily("aclprofd_metrics_agents_over_share",
                                 "Agents (host, pid) with op duration series left out for their share", value=over)
         yield GaugeMetricFamily("aclprofd_metrics_bytes", "Bytes of this rendering (before these lines)",
                                 value=out.size)
         yield GaugeMetricFamily("aclprofd_metrics_render_seconds", "Time to render this text (before these lines)",
                                 value=round(time.monotonic() - started, 6))
-        req = CounterMetricFamily("aclprofd_metrics_requests_refused",
-                                  "HTTP requests to /metrics refused or timed out, by reason", labels=["reason"])
-        for reason, n in sorted(dict(self.server.refused).items()):
-            req.add_metric([reason], n)
-        yield req
+        yield by_label(CounterMetricFamily, "aclprofd_metrics_requests_refused",
+                       "HTTP requests to /metrics refused or timed out, by reason", "reason",
+                       sorted(dict(self.server.refused).items()))
         yield CounterMetricFamily("aclprofd_metrics_requests", "HTTP requests to /metrics answered 200",
                                   value=self.server.served)
 
