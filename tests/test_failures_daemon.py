@@ -143,3 +143,5 @@ def test_failure_storm_with_no_daemon_is_bounded_and_counted(tmp_path):
         t0 = time.monotonic()
         agent.stop(1)
         assert time.monotonic() - t0 < 10
+    # no daemon ever came: the queued frames were never sent, and are counted dropped too
+    assert agent.stats().failures_dropped == 50 + MAX_PENDING

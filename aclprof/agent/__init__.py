@@ -71,6 +71,7 @@ from aclprof.agent.items import Unwatch, Watch
 from aclprof.agent.sender import Sender
 from aclprof.agent.trace import Tracer
 from aclprof.agent.watched import Watched
+from aclprof.protocol import wire
 from aclprof.protocol.paths import resolve_socket_path
 
 if TYPE_CHECKING:
@@ -116,8 +117,9 @@ class AgentStats:
     dropped_unread: int = 0
     goodbyes: int = 0
     #: op failures (``start(failures=True)``): seen, queued as OP_FAILURE frames, dropped
-    #: (more than ``failures.MAX_PENDING`` waiting, or the watch's own queue full), and
-    #: held back because the daemon predates OP_FAILURE (protocol < 3)
+    #: (more than ``failures.MAX_PENDING`` waiting, the watch's own queue full, or still
+    #: buffered when the agent stopped: never sent), and held back because the daemon
+    #: predates OP_FAILURE (protocol < 3)
     failures_seen: int = 0
     failures_queued: int = 0
     failures_dropped: int = 0
@@ -308,8 +310,9 @@ class Agent:
         r = self._failures
         if r is None:
             return {}
+        unsent_at_stop = self._buffer.frames_discarded.get(wire.Kind.OP_FAILURE, 0)
         return {"failures_seen": r.seen, "failures_queued": r.queued,
-                "failures_dropped": r.dropped + r.watch_dropped,
+                "failures_dropped": r.dropped + r.watch_dropped + unsent_at_stop,
                 "failures_unsent": self._sender.failures_unsent}
 
     # -- stop --------------------------------------------------------------------------------

@@ -21,7 +21,7 @@ import os
 import threading
 from typing import Any
 
-from aclprof.agent.items import Batch, Item
+from aclprof.agent.items import Batch, Item, JsonFrame
 from aclprof.agent.watched import Watched
 from aclprof.binding.agentpath import AgentQueue, QueueSink, SlotNames
 
@@ -48,6 +48,9 @@ class RecordBuffer:
         self.records_in = 0
         self.dropped = 0
         self.dropped_unread = 0
+        #: JSON control frames still buffered when the sender exited, by kind (an OP_FAILURE
+        #: that never reached a daemon is a lost failure: the agent's stats count it)
+        self.frames_discarded: dict[int, int] = {}
         self.dropped_subscription = 0
         self._sleeping = False
         self._wake_at = 1  # buffered records that wake a sleeping sender
@@ -166,6 +169,9 @@ class RecordBuffer:
             leftover = self.buffered
             self.dropped += leftover
             self.buffered = 0
+            for item in self.items:
+                if isinstance(item, JsonFrame):
+                    self.frames_discarded[item.kind] = self.frames_discarded.get(item.kind, 0) + 1
             self.items.clear()
         if self.native is not None:
             leftover += self.native.discard()  # counted in the queue's own dropped
