@@ -110,13 +110,15 @@ class FakeDaemon:
             missing = ids - set(conn.names)
             if missing:
                 raise wire.ProtocolError(f"undefined name ids {sorted(missing)[:5]}")
-            with self._lock:
-                conn.count += len(recs)
             if self.keep_records:
                 names = conn.names
                 for r in recs.tolist():
                     # (model_id, op_name, op_type, flag, thread_id, device_id, start, end, duration, ex)
                     conn.records.append((r[0], r[5], names[r[2]], names[r[1]], r[8], r[7]))
+            with self._lock:
+                # counted once the records are kept: a test that waits for the count then reads
+                # the records (it read a batch half appended on a loaded machine)
+                conn.count += len(recs)
         elif kind == wire.Kind.LOSS:
             obj = wire.decode_json(payload)
             with self._lock:
