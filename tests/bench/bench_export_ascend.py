@@ -33,12 +33,14 @@ def make_batches(n: int) -> list[list[dict]]:
     return [recs[i:i + 2048] for i in range(0, n, 2048)]
 
 
-def run_ascend(batches: list[list[dict]]) -> float:
-    root = tempfile.mkdtemp(prefix="bench-ascend-")
+def run_dir_writer(make_writer, batches: list[list[dict]], prefix: str = "bench-ascend-") -> float:
+    """Seconds to write ``batches`` with ``make_writer(directory fd)`` (a directory export's
+    writer: add, finish, close) into a fresh temporary directory."""
+    root = tempfile.mkdtemp(prefix=prefix)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         t = time.perf_counter()
-        w = AscendWriter(fd)
+        w = make_writer(fd)
         try:
             for b in batches:
                 w.add(b)
@@ -49,6 +51,10 @@ def run_ascend(batches: list[list[dict]]) -> float:
     finally:
         os.close(fd)
         shutil.rmtree(root)
+
+
+def run_ascend(batches: list[list[dict]]) -> float:
+    return run_dir_writer(AscendWriter, batches)
 
 
 def run_text(writer, batches: list[list[dict]]) -> float:

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import argparse
 import io
-import os
-import shutil
 import statistics
-import tempfile
 import time
 
-from bench_export_ascend import make_batches
+from bench_export_ascend import make_batches, run_dir_writer
 
 from aclprof.exportfmt.msmonitor import MsmonitorWriter
 from aclprof.exportfmt.opcsv import write_csv
@@ -26,21 +23,7 @@ from aclprof.exportfmt.pprof import write_pprof
 
 
 def run_msmonitor(batches: list[list[dict]]) -> float:
-    root = tempfile.mkdtemp(prefix="bench-msmonitor-")
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        t = time.perf_counter()
-        w = MsmonitorWriter(fd)
-        try:
-            for b in batches:
-                w.add(b)
-            w.finish()
-        finally:
-            w.close()
-        return time.perf_counter() - t
-    finally:
-        os.close(fd)
-        shutil.rmtree(root)
+    return run_dir_writer(MsmonitorWriter, batches, "bench-msmonitor-")
 
 
 def run_stream(writer, batches: list[list[dict]], out) -> float:
