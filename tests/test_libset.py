@@ -125,3 +125,25 @@ def test_the_bundled_mock_gives_every_group_itself(run_python, make_env):
     assert len(files) == 1 and next(iter(files))[0].endswith("libascendcl.so")
     assert set(out["groups"]) == {"session", "op-desc getters", "msproftx", "step info", "runtime",
                                   "model", "mock controls"}
+
+
+# Loaded libraries are never unloaded: at interpreter exit cffi frees its Lib objects, and a
+# dlclose then unmapped the library under CANN's still-waiting response thread (SIGSEGV at exit).
+KEPT_MAPPED = r"""
+import gc, sys
+from aclprof.binding import _acl_ffi, loader
+path = sys.argv[1]
+handle = loader._dlopen(path, _acl_ffi.ffi)
+assert handle.aclprofInit is not None
+del handle
+gc.collect()
+print(any(line.rstrip().endswith(path) for line in open("/proc/self/maps")))
+"""
+
+
+def test_a_loaded_library_stays_mapped_when_its_handles_are_freed(run_python, make_env, tmp_path):
+    copy = tmp_path / "libcopy.so"  # a file no other handle in the process has opened
+    shutil.copy(mock_library_path(), copy)
+    proc = run_python("", env=make_env(ACLPROF_BACKEND="mock"), args=["-c", KEPT_MAPPED, str(copy)])
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True"]

@@ -152,7 +152,7 @@ def check_runtime_opens(library: str, ffi: Any) -> list[Any]:
             continue  # not part of this library set
         for name in names:
             try:
-                handles.append(ffi.dlopen(name, ffi.RTLD_LAZY | ffi.RTLD_LOCAL))
+                handles.append(ffi.dlopen(name, ffi.RTLD_LAZY | ffi.RTLD_LOCAL | ffi.RTLD_NODELETE))
             except OSError as exc:
                 raise LibraryDependencyError(
                     library, name, f"{opener}, which {os.path.basename(library)} loads, opens it "

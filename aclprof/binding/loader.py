@@ -240,9 +240,14 @@ class _Opened(NamedTuple):
 
 
 def _dlopen(path: str, ffi: Any) -> Any:
-    """``ffi.dlopen(path)``; a library it needs that cannot be found is a LibraryDependencyError."""
+    """``ffi.dlopen(path)``, never unloaded; a library it needs that cannot be found is a
+    LibraryDependencyError."""
+    # RTLD_NODELETE: at interpreter exit cffi frees its Lib objects, and their dlclose would
+    # unmap the library while its own threads still run in it (CANN's response thread waits
+    # up to 30 s and nothing at exit stops it): the exiting process then dies of SIGSEGV
+    # (issue 22: 8 of 600 exits under load before this flag, 0 of 900 after).
     try:
-        return ffi.dlopen(path)
+        return ffi.dlopen(path, ffi.RTLD_NOW | ffi.RTLD_NODELETE)
     except OSError as exc:
         dependency = libset.dependency_error(path, exc)
         if dependency is not None:
