@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +35,9 @@ from aclprof.agent.clockmap import ClockMap
 from aclprof.api.requests import START, Request, RequestEvent
 
 __all__ = ["Bill", "BillBook", "BillStats"]
+
+
+_OPEN = 1 << 62  # the end of a window still open (later than any host time)
 
 
 def _start(w: list[Any]) -> int:
@@ -134,7 +137,7 @@ class BillBook:
         self.early_ns, self.late_ns, self.grace_ns = early_ns, late_ns, grace_ns
         self.max_open, self.by_name = max_open, by_name
         self.hold_ns, self.max_held_ops = hold_ns, max_held_ops
-        self._held: deque[tuple[int, np.ndarray, Any]] = deque()  # (arrival, ops, names)
+        self._held: deque[tuple[int, np.ndarray, Callable[[int], Any]]] = deque()  # (arrival, ops, names_of)
         self._held_ops = 0
         self.stats = BillStats()
         self._accs: dict[int, _Acc] = {}
@@ -214,11 +217,27 @@ class BillBook:
         ops = data[~data["keypoint"]] if "keypoint" in (data.dtype.names or ()) else data
         if len(data):
             self.clock.note(int(data["end"].max()), arrival_ns)
+        self._hold(arrival_ns, ops, lambda _slot: names)
+
+    def feed_columns(self, ops: np.ndarray, notes: np.ndarray, names_of: Callable[[int], Any],
+                     arrival_ns: int | None = None) -> None:
+        """Take what the agent's C tap gathered (:class:`aclprof.binding.billtap.BillTap`):
+        ``ops`` (fields start, end, thread_id, model_id, op_type, op_name, slot; keypoints
+        already left out) and the reads' clock ``notes`` (arrival, newest_end).
+        ``names_of(slot)`` gives the name table the slot's ids index. The ops are held
+        from the newest note's arrival (or ``arrival_ns``)."""
+        for arrival, end in zip(notes["arrival"].tolist(), notes["newest_end"].tolist()):
+            self.clock.note(end, arrival)
+        if arrival_ns is None:
+            arrival_ns = int(notes["arrival"].max()) if len(notes) else time.monotonic_ns()
+        self._hold(arrival_ns, ops, names_of)
+
+    def _hold(self, arrival_ns: int, ops: np.ndarray, names_of: Callable[[int], Any]) -> None:
         n = len(ops)
         self.stats.ops_seen += n
         if not n:
             return
-        self._held.append((arrival_ns, ops, names))
+        self._held.append((arrival_ns, ops, names_of))
         self._held_ops += n
         while self._held_ops > self.max_held_ops:  # bounded: settle the oldest early
             self._settle_one()
@@ -228,35 +247,98 @@ class BillBook:
             self._settle_one()
 
     def _settle_one(self) -> None:
-        _, ops, names = self._held.popleft()
+        _, ops, names_of = self._held.popleft()
         self._held_ops -= len(ops)
         if not self.clock.ready:
             self.stats.unattributed_no_clock += len(ops)
             return
-        host = self.clock.to_host(ops["start"]).tolist()
+        host = self.clock.to_host(ops["start"])
         dur = (ops["end"].astype(np.int64) - ops["start"].astype(np.int64)) * self.clock.factor
-        for i, (tid, hs, ns) in enumerate(zip(ops["thread_id"].tolist(), host, dur.tolist())):
-            acc = self._match(tid, hs)
-            if acc is None:
-                continue
-            op_type = names[int(ops["op_type"][i])]
+        keys = self._window_keys(ops["thread_id"], host)
+        att = np.flatnonzero(keys)
+        if not len(att):
+            return
+        self.stats.ops_attributed += len(att)
+        slots = ops["slot"][att] if "slot" in (ops.dtype.names or ()) else np.zeros(len(att), np.uint32)
+        k, s, m = keys[att], slots, ops["model_id"][att]
+        t, nm, d = ops["op_type"][att], ops["op_name"][att], dur[att]
+        # one group per (request, slot, model, op type), its ops by device time: the group's
+        # last op is its slowest; Python then runs once per group, not per op
+        order = np.lexsort((d, t, m, s, k))
+        k, s, m, t, nm, d = k[order], s[order], m[order], t[order], nm[order], d[order]
+        firsts = np.flatnonzero(np.r_[True, (k[1:] != k[:-1]) | (s[1:] != s[:-1]) | (m[1:] != m[:-1])
+                                      | (t[1:] != t[:-1])])
+        lasts = np.r_[firsts[1:], len(k)] - 1
+        sums = np.add.reduceat(d, firsts).tolist()
+        counts = (lasts - firsts + 1).tolist()
+        for g, (i, j) in enumerate(zip(firsts.tolist(), lasts.tolist())):
+            acc = self._accs[int(k[i])]
+            names = names_of(int(s[i]))
+            op_type = names[int(t[i])]
+            ns, c = sums[g], counts[g]
             entry = acc.by_type.get(op_type)
             if entry is None:
-                acc.by_type[op_type] = [ns, 1]
+                acc.by_type[op_type] = [ns, c]
             else:
                 entry[0] += ns
-                entry[1] += 1
-            op_name = names[int(ops["op_name"][i])]
-            if acc.by_name is not None:
-                e2 = acc.by_name.setdefault(op_name, [0, 0])
-                e2[0] += ns
-                e2[1] += 1
+                entry[1] += c
             acc.device_ns += ns
-            acc.ops += 1
-            acc.models.add(int(ops["model_id"][i]))
-            if acc.slowest is None or ns > acc.slowest[2]:
-                acc.slowest = (op_type, op_name, ns)
-            self.stats.ops_attributed += 1
+            acc.ops += c
+            acc.models.add(int(m[i]))
+            top = int(d[j])
+            if acc.slowest is None or top > acc.slowest[2]:
+                acc.slowest = (op_type, names[int(nm[j])], top)
+        if self.by_name:
+            self._by_name(k, s, nm, d, names_of)
+
+    def _by_name(self, k: np.ndarray, s: np.ndarray, nm: np.ndarray, d: np.ndarray,
+                 names_of: Callable[[int], Any]) -> None:
+        order = np.lexsort((nm, s, k))
+        k, s, nm, d = k[order], s[order], nm[order], d[order]
+        firsts = np.flatnonzero(np.r_[True, (k[1:] != k[:-1]) | (s[1:] != s[:-1]) | (nm[1:] != nm[:-1])])
+        counts = np.diff(np.r_[firsts, len(k)]).tolist()
+        for i, ns, c in zip(firsts.tolist(), np.add.reduceat(d, firsts).tolist(), counts):
+            acc = self._accs[int(k[i])]
+            if acc.by_name is None:
+                continue
+            e = acc.by_name.setdefault(names_of(int(s[i]))[int(nm[i])], [0, 0])
+            e[0] += ns
+            e[1] += c
+
+    def _window_keys(self, tids: np.ndarray, host: np.ndarray) -> np.ndarray:
+        """Per op, the key of the one request window that holds it (0: none, counted)."""
+        keys = np.zeros(len(tids), np.int64)
+        st = self.stats
+        early, late = self.early_ns, self.late_ns
+        for tid in np.unique(tids).tolist():
+            sel = np.flatnonzero(tids == tid)
+            hs = host[sel]
+            ws = self._windows.get(tid)
+            if ws and tid in self._overlapped:  # nested windows: the full scan, op by op
+                for j, h in zip(sel.tolist(), hs.tolist()):
+                    acc = self._match(tid, h)
+                    if acc is not None:
+                        keys[j] = acc.key
+                continue
+            if ws:
+                # The thread's windows are disjoint and in start order, so their ends are in
+                # order too (only the last may be open): the windows holding an op are those
+                # from the first whose end (+late) reaches it to the last that starts (-early)
+                # before it; _match's walk, for all the thread's ops at once.
+                starts = np.fromiter((w[0] for w in ws), np.int64, len(ws))
+                ends = np.fromiter((_OPEN if w[1] is None else w[1] + late for w in ws), np.int64, len(ws))
+                last = np.searchsorted(starts, hs + early, "right") - 1
+                near = np.maximum(0, last - np.searchsorted(ends, hs, "left") + 1)
+                one = near == 1
+                wkeys = np.fromiter((w[2] for w in ws), np.int64, len(ws))
+                keys[sel[one]] = wkeys[last[one]]
+                st.unattributed_ambiguous += int(np.count_nonzero(near > 1))
+                hs = hs[near == 0]
+            if len(hs):
+                n_late = int(np.count_nonzero(hs <= self._horizon.get(tid, -1) + late))
+                st.unattributed_late += n_late
+                st.unattributed_no_window += len(hs) - n_late
+        return keys
 
     def _match(self, tid: int, hs: int) -> _Acc | None:
         # A thread's windows are in start order (one thread records them one after the

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from aclprof._log import get_logger
+from aclprof.agent.billfeed import BillFeeder
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
 from aclprof.agent.items import Batch, Unwatch, Watch
@@ -74,6 +75,7 @@ class Sender:
         self._pumped = 0            # records moved by the last _pump
         self.failures_unsent = 0    # OP_FAILURE frames held back from a daemon older than protocol 3
         self.bills_unsent = 0       # REQUEST_BILL frames held back from a daemon older than protocol 4
+        self.bill_feeder: BillFeeder | None = None  # request attribution (set before start)
         # The unreachable-daemon warnings (sender thread only): since when no daemon, the
         # loss total then, and when the last warning went out with the loss total then.
         self._down_since: float | None = None
@@ -121,6 +123,8 @@ class Sender:
             flushing = stopping and deadline > 0
             if flushing and now >= deadline:
                 return
+            if self.bill_feeder is not None:
+                self.bill_feeder.pump(now)  # nothing until a request is marked
             if conn.sock is None:
                 if now >= next_attempt or flushing:
                     if self._connect():

@@ -39,6 +39,7 @@ from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
 from aclprof.api import markers
+from aclprof.binding.billtap import note_requests_marked
 
 __all__ = ["request", "Request", "RequestEvent", "START", "END", "RequestRingStats", "current", "drain", "stats",
            "set_ring_capacity", "DEFAULT_RING_CAPACITY"]
@@ -118,12 +119,21 @@ _dropped = 0
 # One message for every request: a message per request id would fill the stamp cache of
 # aclprof.api.markers (4096 messages) with ids used once.
 _TX_RANGE = markers.range("aclprof request")
+# False until the first window: then the agent's C tap starts keeping op columns (a service
+# that never marks a request pays nothing for attribution).
+_marked = False
 _current: contextvars.ContextVar[Request | None] = contextvars.ContextVar("aclprof_request", default=None)
 
 
 def _count_value(counter: itertools.count) -> int:  # type: ignore[type-arg]
     # An itertools.count's repr is "count(N)": reading it does not advance it.
     return int(repr(counter)[6:-1])
+
+
+def _note_marked() -> None:
+    global _marked
+    _marked = True
+    note_requests_marked()
 
 
 def _count_drop() -> None:
@@ -188,6 +198,8 @@ class Request:
         return self._key
 
     def _start_window(self) -> int:
+        if not _marked:
+            _note_marked()
         if not self._key:
             self._key = next(_keys)
         tid = _tid()
@@ -209,6 +221,8 @@ class Request:
         key = self._key
         if not key:
             key = self._key = next(_keys)
+        if not _marked:
+            _note_marked()
         tid = _tls.tid
         if not tid:
             tid = _tid()

@@ -30,4 +30,9 @@
  * loader binds the op getters (under its lock), so later calls never race to initialise. */
 ACLPROF_FAST_HIDDEN void aclprof_crc_init(void);
 
+/* _fast_billtap.c: the reader's hand-off of one read's rows (n packed aclprof_op_row) that
+ * arrived at host ns `arrival`; nothing unless a request was marked. */
+ACLPROF_FAST_HIDDEN void aclprof_tap_feed(aclprof_bill_tap *t, int slot, const uint8_t *rows, uint64_t n,
+                                          int64_t arrival);
+
 #endif

@@ -1,0 +1,181 @@
+"""Request bills in agent mode (issue 25): op records never reach Python there (C reader ->
+C queue -> C framing), so the queue's readers feed a C tap (``_fast_billtap.c``) that the
+sender takes per wake-up and attributes vectorised. End to end: a service in agent mode
+marks requests against the mock's ground truth, and the daemon's ``aclprof requests`` shows
+bills that reconcile with it. The tap alone: off until a request is marked (a fresh
+process), bounded and counted, keypoints left out.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+from helpers.daemons import InProcess
+from helpers.procs import wait_for
+
+import aclprof
+import aclprof.agent as agent
+from aclprof import mock
+from aclprof.api import requests as rq
+from aclprof.api.records import OP_DTYPE
+from aclprof.binding.agentpath import AgentQueue
+from aclprof.binding.billtap import BillTap, note_requests_marked
+
+pytestmark = pytest.mark.timeout(90)
+
+MODEL_A = [{"name": "conv1", "type": "Conv2D", "duration_ns": 300_000},
+           {"name": "relu1", "type": "Relu", "duration_ns": 50_000}]
+MODEL_B = [{"name": "mm", "type": "MatMul", "duration_ns": 400_000},
+           {"name": "add", "type": "Add", "duration_ns": 30_000},
+           {"name": "sm", "type": "Softmax", "duration_ns": 70_000}]
+PLANS = [["A"], ["B"], ["A", "B"], ["A", "A", "B"], []]
+HOUR = 3600 * 10**9
+
+
+def _rows(starts, keypoint_at=()) -> np.ndarray:
+    d = np.zeros(len(starts), OP_DTYPE)
+    d["start"] = starts
+    d["end"] = np.asarray(starts) + 10
+    d["thread_id"] = 77
+    d["model_id"] = 5
+    d["op_type"], d["op_name"] = 1, 2
+    for i in keypoint_at:
+        d["keypoint"][i] = True
+    return d
+
+
+@pytest.fixture
+def daemon():
+    rq.drain()
+    with InProcess() as d:
+        yield d
+    agent.stop(2)
+    rq.drain()
+
+
+@pytest.mark.parametrize(("offset", "ppm"), [(0, 0), (HOUR, 100)], ids=["same-clock", "ahead-1h-fast"])
+def test_agent_mode_bills_reach_aclprof_requests_and_reconcile(daemon, capsys, offset, ppm):
+    from aclprof.cli.main import main
+
+    mock.set_realtime(True)
+    mock.set_stamp_thread(True)
+    mock.set_device_clock_offset(offset)
+    mock.set_device_clock_drift(ppm)
+    models = {"A": mock.load_model(MODEL_A), "B": mock.load_model(MODEL_B)}
+    ops_of = {"A": MODEL_A, "B": MODEL_B}
+    agent.start(daemon.socket, service="svc-wired")
+    for m in models.values():
+        agent.watch(m)
+    wait_for(lambda: agent.stats().connected, 10, what="the agent connected")
+    truth: dict[str, list[str]] = {}
+
+    def client(i: int) -> None:
+        for j in range(15):
+            plan = PLANS[(i + j) % len(PLANS)]
+            rid = f"t{i}-r{j}"
+            truth[rid] = plan
+            with aclprof.request(rid, thread=str(i)):
+                for name in plan:
+                    mock.execute(models[name])
+            time.sleep(0.0015)  # requests on one thread are apart (as in test_request_bills)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    emitted = sum(len(ops_of[m]) for plan in truth.values() for m in plan)
+    # bills close grace_ns (2 s) after their request: wait for all of them at the daemon
+    wait_for(lambda: agent.stats().bills_queued == len(truth), 20, what="every request billed")
+
+    def kept() -> list[dict]:
+        assert main(["requests", "--socket", daemon.socket, "--service", "svc-wired", "--top", "200",
+                     "--json"]) == 0
+        return [json.loads(ln) for ln in capsys.readouterr().out.splitlines()]
+
+    wait_for(lambda: len(kept()) == len(truth), 10, what="the bills at the daemon")
+    bills = {b["id"]: b for b in kept()}
+    st = agent.stats()
+    assert st.bill_ops_tapped == emitted and st.bill_ops_dropped == 0
+    assert st.bill_ops_attributed == emitted and st.bill_ops_unattributed == 0, st
+    assert set(bills) == set(truth)
+    worst = 0.0
+    for rid, plan in truth.items():
+        bill = bills[rid]
+        want_types: dict[str, int] = {}
+        want_ns = 0
+        for m in plan:
+            for op in ops_of[m]:
+                want_types[op["type"]] = want_types.get(op["type"], 0) + 1
+                want_ns += op["duration_ns"]
+        assert {t: n for t, _, n in bill["types"]} == want_types, rid
+        assert bill["ops"] == sum(want_types.values()) and bill["complete"]
+        assert sorted(bill["models"]) == sorted({models[m] for m in plan})
+        assert bill["attrs"] == {"thread": rid[1]}
+        if want_ns:
+            err = abs(bill["device_ns"] - want_ns) / want_ns
+            worst = max(worst, err)
+            assert err <= 0.02, (rid, bill["device_ns"], want_ns)
+            assert bill["slowest"][0] in ("Conv2D", "MatMul")
+        else:
+            assert bill["ops"] == 0 and bill["slowest"] is None
+    print(f"agent mode: {len(truth)} requests, {emitted} ops, worst device-time error {worst:.6%}")
+
+
+def test_the_tap_keeps_nothing_until_a_request_is_marked():
+    # a fresh process: the "marked" switch is per process and never turns off
+    code = textwrap.dedent("""
+        import os
+        import numpy as np
+        from aclprof.api.records import OP_DTYPE
+        from aclprof.binding.agentpath import AgentQueue
+        from aclprof.binding.billtap import BillTap, requests_marked
+        r, w = os.pipe()
+        q, tap = AgentQueue(100, w), BillTap()
+        q.set_tap(tap)
+        slot = q.add_slot()
+        rows = np.zeros(4, OP_DTYPE)
+        rows["end"] = 5
+        q.push(slot, rows)
+        before = (requests_marked(), tap.counts().ops_in, len(tap.take()[1]))
+        import aclprof
+        with aclprof.request("first"):
+            q.push(slot, rows)
+        after = (requests_marked(), tap.counts().ops_in, len(tap.take()[1]))
+        print(before, after)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.split("\n")[0] == "(False, 0, 0) (True, 4, 1)", out.stderr
+
+
+def test_the_tap_is_bounded_counted_and_leaves_keypoints_out():
+    import os
+
+    note_requests_marked()
+    r, w = os.pipe()
+    try:
+        q, tap = AgentQueue(100, w), BillTap(max_ops=3, max_notes=1)
+        q.set_tap(tap)
+        slot = q.add_slot()
+        q.push(slot, _rows([10, 20, 30], keypoint_at=[1]))  # 2 ops, 1 keypoint
+        q.push(slot, _rows([40, 50]))  # the tap holds 3: 50 is dropped; its note too
+        c = tap.counts()
+        assert (c.ops_in, c.dropped, c.notes_dropped, c.held) == (4, 1, 1, 3)
+        ops, notes = tap.take()
+        assert ops["start"].tolist() == [10, 30, 40] and set(ops["slot"].tolist()) == {slot}
+        assert ops["thread_id"].tolist() == [77] * 3 and ops["end"].tolist() == [20, 40, 50]
+        assert notes["newest_end"].tolist() == [40] and notes["ops"].tolist() == [2]
+        assert tap.counts().held == 0 and tap.counts().taken == 3
+        assert q.totals()[0] == 5  # the queue itself keeps every row (keypoints too)
+        with pytest.raises(ValueError, match="max_ops"):
+            BillTap(max_ops=0)
+    finally:
+        os.close(r)
+        os.close(w)
