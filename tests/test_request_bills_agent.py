@@ -179,3 +179,28 @@ def test_the_tap_is_bounded_counted_and_leaves_keypoints_out():
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_the_agent_bills_the_ended_requests_at_stop_and_counts_the_open_ones(daemon):
+    import contextvars
+
+    from helpers.daemons import status
+
+    mock.set_realtime(True)
+    mock.set_stamp_thread(True)
+    model = mock.load_model(MODEL_A)
+    agent.start(daemon.socket, service="svc-stop")
+    agent.watch(model)
+    wait_for(lambda: agent.stats().connected, 10, what="the agent connected")
+    for i in range(3):
+        with aclprof.request(f"done-{i}"):
+            mock.execute(model)
+        time.sleep(0.0015)  # apart by more than late_ns: back to back, ops would be ambiguous
+    left_open = aclprof.request("never-ended")
+    contextvars.copy_context().run(left_open.__enter__)
+    mock.execute(model)
+    st = agent.stop(5)  # well within the bills' 2 s grace: billed at the stop, not dropped
+    assert st.bills_queued == 3 and st.bills_unfinished_at_stop == 1, st
+    assert st.bill_ops_attributed == 8 and st.bill_ops_unattributed == 0, st
+    got = status(daemon.socket)["request_bills"]
+    assert got["total"] == 3 and {b["id"] for b in got["slowest"]} == {"done-0", "done-1", "done-2"}

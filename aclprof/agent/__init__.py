@@ -137,6 +137,8 @@ class AgentStats:
     bill_ops_dropped: int = 0
     bill_ops_attributed: int = 0
     bill_ops_unattributed: int = 0
+    #: requests still open when the agent stopped (bills of the ended ones are sent at stop)
+    bills_unfinished_at_stop: int = 0
 
     @property
     def dropped(self) -> int:
@@ -319,7 +321,8 @@ class Agent:
         s = feeder.stats()
         return {"bill_ops_tapped": s["bill_ops_tapped"], "bill_ops_dropped": s["bill_ops_dropped"],
                 "bill_ops_attributed": s.get("bill_ops_attributed", 0),
-                "bill_ops_unattributed": s.get("bill_ops_unattributed", 0)}
+                "bill_ops_unattributed": s.get("bill_ops_unattributed", 0),
+                "bills_unfinished_at_stop": s.get("bills_unfinished_at_stop", 0)}
 
     @property
     def bill_book(self) -> BillBook | None:

@@ -18,10 +18,12 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
+# imported here, at the agent's start on the service's thread: not in the sender thread's
+# first feed, where the import (tens of ms on a busy host) would hold the GIL mid-run
+from aclprof.agent.bills import BillBook
 from aclprof.binding.billtap import BillTap, requests_marked
 
 if TYPE_CHECKING:
-    from aclprof.agent.bills import BillBook
     from aclprof.agent.billsend import BillReporter
     from aclprof.agent.buffer import RecordBuffer
 
@@ -48,6 +50,7 @@ class BillFeeder:
         self._book_options = dict(book_options or {})
         self._next = 0.0
         self.feeds = 0
+        self.unfinished_at_stop = 0  # requests still open when the agent stopped: never billed
 
     def pump(self, now: float | None = None, *, force: bool = False) -> None:
         """Feed the book and report its finished bills, at most every ``every_s`` (or now
@@ -63,14 +66,25 @@ class BillFeeder:
 
         book = self.book
         if book is None:
-            from aclprof.agent.bills import BillBook
-
             book = self.book = BillBook(**self._book_options)
         ops, notes = self.tap.take()
         book.feed_events(rq.drain())
         book.feed_columns(ops, notes, self._names_of)
         bills = book.collect()
         self.feeds += 1
+        if bills:
+            self.reporter.submit(bills)
+
+    def finish(self) -> None:
+        """The agent stops (its subscriptions are closed): attribute everything the tap
+        holds and bill every request whose windows all ended, without waiting for the
+        hold and the grace; requests still open are counted (``unfinished_at_stop``)."""
+        self.pump(force=True)
+        book = self.book
+        if book is None:
+            return
+        bills = book.collect(time.monotonic_ns() + book.hold_ns + book.grace_ns)
+        self.unfinished_at_stop = book.pending()["requests"]
         if bills:
             self.reporter.submit(bills)
 
@@ -94,5 +108,5 @@ class BillFeeder:
         if book is not None:
             st = book.stats
             out.update(bill_ops_attributed=st.ops_attributed, bill_ops_unattributed=st.unattributed,
-                       bill_windows_evicted=st.windows_evicted)
+                       bill_windows_evicted=st.windows_evicted, bills_unfinished_at_stop=self.unfinished_at_stop)
         return out

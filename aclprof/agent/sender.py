@@ -76,6 +76,7 @@ class Sender:
         self.failures_unsent = 0    # OP_FAILURE frames held back from a daemon older than protocol 3
         self.bills_unsent = 0       # REQUEST_BILL frames held back from a daemon older than protocol 4
         self.bill_feeder: BillFeeder | None = None  # request attribution (set before start)
+        self._bills_finished = False
         # The unreachable-daemon warnings (sender thread only): since when no daemon, the
         # loss total then, and when the last warning went out with the loss total then.
         self._down_since: float | None = None
@@ -124,7 +125,11 @@ class Sender:
             if flushing and now >= deadline:
                 return
             if self.bill_feeder is not None:
-                self.bill_feeder.pump(now)  # nothing until a request is marked
+                if flushing and not self._bills_finished:
+                    self._bills_finished = True  # the readers are closed: bill what they read
+                    self.bill_feeder.finish()
+                else:
+                    self.bill_feeder.pump(now)  # nothing until a request is marked
             if conn.sock is None:
                 if now >= next_attempt or flushing:
                     if self._connect():
