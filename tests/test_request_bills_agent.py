@@ -204,3 +204,29 @@ def test_the_agent_bills_the_ended_requests_at_stop_and_counts_the_open_ones(dae
     assert st.bill_ops_attributed == 8 and st.bill_ops_unattributed == 0, st
     got = status(daemon.socket)["request_bills"]
     assert got["total"] == 3 and {b["id"] for b in got["slowest"]} == {"done-0", "done-1", "done-2"}
+
+
+def test_the_demo_service_bills_slow_requests_with_their_rerank_ops(daemon, run_python):
+    """``aclprof demo --requests``'s service: every 10th request also runs the re-ranking
+    model; the daemon's bills say so, and the summary sets the two side by side."""
+    from aclprof.cli.client import Client as ControlClient
+    from aclprof.cli.demo import bills_side_by_side
+    from aclprof.protocol import wire
+
+    proc = run_python("", args=["-m", "aclprof.demo.service", "--socket", daemon.socket, "--model", "resnet",
+                                "--service", "svc-demo", "--rate", "200", "--duration", "1.2", "--requests"])
+    assert proc.returncode == 0, proc.stderr
+    with ControlClient(daemon.socket, timeout=5.0) as c:
+        def bills(kind: str) -> list[dict]:
+            return c.request(wire.Kind.REQUESTS, {"attrs": {"kind": kind}, "top": 1000},
+                             wire.Kind.REQUESTS_REPLY).get("bills") or []
+
+        slow, fast = bills("slow"), bills("fast")
+    assert slow and len(fast) >= 5 * len(slow)
+    assert all({t for t, _, _ in b["types"]} >= {"TopKV2", "Conv2D"} for b in slow)
+    assert not any("TopKV2" in {t for t, _, _ in b["types"]} for b in fast)
+    text = bills_side_by_side(slow[0], fast[len(fast) // 2])
+    lines = text.splitlines()
+    assert "SLOW" in lines[2] and "FAST" in lines[2]
+    (topk,) = [ln for ln in lines if ln.lstrip().startswith("TopKV2")]
+    assert topk.rstrip().endswith("-") and " x3 " in topk  # three re-ranks in the slow one, none in the fast

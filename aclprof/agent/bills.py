@@ -271,11 +271,16 @@ class BillBook:
         lasts = np.r_[firsts[1:], len(k)] - 1
         sums = np.add.reduceat(d, firsts).tolist()
         counts = (lasts - firsts + 1).tolist()
-        for g, (i, j) in enumerate(zip(firsts.tolist(), lasts.tolist())):
-            acc = self._accs[int(k[i])]
-            names = names_of(int(s[i]))
-            op_type = names[int(t[i])]
-            ns, c = sums[g], counts[g]
+        accs = self._accs
+        tables: dict[int, Any] = {}
+        for key, slot, model, typ, ns, c, top, top_name in zip(
+                k[firsts].tolist(), s[firsts].tolist(), m[firsts].tolist(), t[firsts].tolist(), sums, counts,
+                d[lasts].tolist(), nm[lasts].tolist()):
+            acc = accs[key]
+            names = tables.get(slot)
+            if names is None:
+                names = tables[slot] = names_of(slot)
+            op_type = names[typ]
             entry = acc.by_type.get(op_type)
             if entry is None:
                 acc.by_type[op_type] = [ns, c]
@@ -284,10 +289,9 @@ class BillBook:
                 entry[1] += c
             acc.device_ns += ns
             acc.ops += c
-            acc.models.add(int(m[i]))
-            top = int(d[j])
+            acc.models.add(model)
             if acc.slowest is None or top > acc.slowest[2]:
-                acc.slowest = (op_type, names[int(nm[j])], top)
+                acc.slowest = (op_type, names[top_name], top)
         if self.by_name:
             self._by_name(k, s, nm, d, names_of)
 
@@ -297,11 +301,16 @@ class BillBook:
         k, s, nm, d = k[order], s[order], nm[order], d[order]
         firsts = np.flatnonzero(np.r_[True, (k[1:] != k[:-1]) | (s[1:] != s[:-1]) | (nm[1:] != nm[:-1])])
         counts = np.diff(np.r_[firsts, len(k)]).tolist()
-        for i, ns, c in zip(firsts.tolist(), np.add.reduceat(d, firsts).tolist(), counts):
-            acc = self._accs[int(k[i])]
+        tables: dict[int, Any] = {}
+        for key, slot, name, ns, c in zip(k[firsts].tolist(), s[firsts].tolist(), nm[firsts].tolist(),
+                                          np.add.reduceat(d, firsts).tolist(), counts):
+            acc = self._accs[key]
             if acc.by_name is None:
                 continue
-            e = acc.by_name.setdefault(names_of(int(s[i]))[int(nm[i])], [0, 0])
+            names = tables.get(slot)
+            if names is None:
+                names = tables[slot] = names_of(slot)
+            e = acc.by_name.setdefault(names[name], [0, 0])
             e[0] += ns
             e[1] += c
 
