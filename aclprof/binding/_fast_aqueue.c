@@ -236,7 +236,7 @@ int aclprof_aq_push(aclprof_agent_queue *q, int slot, const aclprof_interner *in
         append_locked(q, slot, rows, n);
     aclprof_bill_tap *tap = ok ? q->tap : NULL;
     pthread_mutex_unlock(&q->mu);
-    aclprof_tap_feed(tap, slot, rows, n, mono_ns());
+    aclprof_tap_feed(tap, slot, rows, n, mono_ns(), 0, 0);
     return ok ? 0 : -1;
 }
 
@@ -287,11 +287,15 @@ int64_t aclprof_aq_run(aclprof_agent_queue *q, int slot, aclprof_interner *in, i
         return -EINVAL;
     for (;;) {
         counts->corrupt = counts->missing_names = counts->keypoints = 0;
+        uint64_t had = filled; /* a partial record's bytes before this read */
         int64_t got = aclprof_read_ops(in, fd, wake_fd, buf, filled, cap, rec_size, coalesce_ns,
                                        validate, default_device, out, counts, flags);
         if (got < 0)
             return got;
         int64_t arrival = mono_ns();
+        /* the rows whose bytes came with the read's first read(): a tighter clock note (with a
+         * corrupt record left out, row i may not be record i: then none) */
+        uint64_t first_rows = counts->corrupt ? 0 : (had + (uint64_t)aclprof_read_first_bytes) / rec_size;
         filled = counts->left;
         if (got > 0) {
             pthread_mutex_lock(&q->mu);
@@ -322,7 +326,7 @@ int64_t aclprof_aq_run(aclprof_agent_queue *q, int slot, aclprof_interner *in, i
             }
             aclprof_bill_tap *tap = q->tap;
             pthread_mutex_unlock(&q->mu);
-            aclprof_tap_feed(tap, slot, out, counts->rows, arrival);
+            aclprof_tap_feed(tap, slot, out, counts->rows, arrival, first_rows, aclprof_read_first_ns);
         }
         if (*flags & (ACLPROF_READ_EOF | ACLPROF_READ_WOKEN))
             return 0;

@@ -87,7 +87,8 @@ static inline uint64_t ld64(const uint8_t *p)
 
 #define AT(field) (offsetof(aclprof_op_row, rec) + offsetof(aclprof_record, field))
 
-void aclprof_tap_feed(aclprof_bill_tap *t, int slot, const uint8_t *rows, uint64_t n, int64_t arrival)
+void aclprof_tap_feed(aclprof_bill_tap *t, int slot, const uint8_t *rows, uint64_t n, int64_t arrival,
+                      uint64_t note_rows, int64_t note_at)
 {
     if (!t || !n || !aclprof_requests_marked())
         return;
@@ -98,11 +99,15 @@ void aclprof_tap_feed(aclprof_bill_tap *t, int slot, const uint8_t *rows, uint64
         pthread_mutex_unlock(&t->mu);
         return;
     }
+    if (note_rows == 0 || note_rows > n) {
+        note_rows = n;
+        note_at = arrival;
+    }
     uint64_t newest = 0, kept = 0;
     for (uint64_t i = 0; i < n; i++) {
         const uint8_t *r = rows + i * sizeof(aclprof_op_row);
         uint64_t end = ld64(r + AT(end));
-        if (end > newest)
+        if (i < note_rows && end > newest)
             newest = end;
         if (r[offsetof(aclprof_op_row, keypoint)])
             continue; /* a step marker, not an op: it bills nothing (it still dates the read) */
@@ -127,7 +132,7 @@ void aclprof_tap_feed(aclprof_bill_tap *t, int slot, const uint8_t *rows, uint64
             t->c.notes_dropped++;
         } else {
             aclprof_tap_note *nt = &t->notes[t->n_notes++];
-            nt->arrival = arrival;
+            nt->arrival = note_at;
             nt->newest_end = newest;
             nt->ops = kept;
         }
