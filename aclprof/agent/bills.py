@@ -2,8 +2,8 @@
 
 Inputs: the request windows of :mod:`aclprof.api.requests` (request, kernel tid, host
 ``CLOCK_MONOTONIC`` start/end) and op batches with their arrival times. An op belongs to
-the request whose window is on the op record's ``threadId`` (the host thread that ran the
-model: our reading of CANN, UNVERIFIED on an NPU; the mock stamps it with
+the request whose window is on the op record's ``threadId`` (in CANN the kernel tid of the
+host thread that submitted the op's task, README "Request bills"; the mock stamps it with
 ``aclprof.mock.set_stamp_thread``) and whose span holds the op's start mapped to the host
 clock (:class:`~aclprof.agent.clockmap.ClockMap`). The mapped time is never much earlier
 than the truth and later by up to the delivery delay, so a window matches from
