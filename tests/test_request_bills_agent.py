@@ -230,3 +230,22 @@ def test_the_demo_service_bills_slow_requests_with_their_rerank_ops(daemon, run_
     assert "SLOW" in lines[2] and "FAST" in lines[2]
     (topk,) = [ln for ln in lines if ln.lstrip().startswith("TopKV2")]
     assert topk.rstrip().endswith("-") and " x3 " in topk  # three re-ranks in the slow one, none in the fast
+
+
+def test_a_failure_in_attribution_turns_bills_off_and_records_still_stream(daemon, monkeypatch):
+    from aclprof.agent.bills import BillBook
+
+    def broken(self, *a, **k):
+        raise RuntimeError("a bug in attribution")
+
+    monkeypatch.setattr(BillBook, "feed_columns", broken)
+    mock.set_realtime(True)
+    model = mock.load_model(MODEL_A)
+    agent.start(daemon.socket, service="svc-broken")
+    agent.watch(model)
+    with aclprof.request("r"):
+        mock.execute(model)
+    wait_for(lambda: agent.stats().bills_failed, 10, what="bills turned off")
+    mock.execute(model)
+    wait_for(lambda: agent.stats().records_sent == 4, 10, what="the records still sent")
+    assert agent.stats().connected

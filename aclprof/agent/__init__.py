@@ -139,6 +139,8 @@ class AgentStats:
     bill_ops_unattributed: int = 0
     #: requests still open when the agent stopped (bills of the ended ones are sent at stop)
     bills_unfinished_at_stop: int = 0
+    #: request attribution raised (a bug, logged at ERROR): bills are off, records still stream
+    bills_failed: bool = False
 
     @property
     def dropped(self) -> int:
@@ -173,7 +175,7 @@ class Agent:
         self._failures = FailureReporter(self._buffer) if failures else None
         self._bills = BillReporter(self._buffer)  # request bills (issue 25)
         # ... fed from the C queue's tap by the sender thread once a request is marked
-        self._sender.bill_feeder = BillFeeder(self._buffer, self._bills)
+        self._bill_feeder = self._sender.bill_feeder = BillFeeder(self._buffer, self._bills)
         self._sender.start()
 
     # -- service-facing API --------------------------------------------------------------------
@@ -312,13 +314,10 @@ class Agent:
             frames_sent=c.frames_sent, bytes_sent=c.bytes_sent, models=models,
             dropped_unread=dropped_unread, goodbyes=c.goodbyes, bills_queued=self._bills.queued,
             bills_dropped=self._bills.dropped, bills_unsent=self._sender.bills_unsent, **self._failure_stats(),
-            **self._bill_feed_stats())
+            bills_failed=self._sender.bills_failed, **self._bill_feed_stats())
 
     def _bill_feed_stats(self) -> dict[str, int]:
-        feeder = self._sender.bill_feeder
-        if feeder is None:
-            return {}
-        s = feeder.stats()
+        s = self._bill_feeder.stats()
         return {"bill_ops_tapped": s["bill_ops_tapped"], "bill_ops_dropped": s["bill_ops_dropped"],
                 "bill_ops_attributed": s.get("bill_ops_attributed", 0),
                 "bill_ops_unattributed": s.get("bill_ops_unattributed", 0),
@@ -328,8 +327,7 @@ class Agent:
     def bill_book(self) -> BillBook | None:
         """The book the agent attributes ops in (None until a request was marked): its
         ``stats`` say why ops went unattributed. Read-only use: the sender thread owns it."""
-        feeder = self._sender.bill_feeder
-        return None if feeder is None else feeder.book
+        return self._bill_feeder.book
 
     def report_bills(self, bills: Iterable[Bill]) -> None:
         """Send request bills (:class:`aclprof.agent.bills.Bill`, from a
