@@ -254,6 +254,16 @@ class BillBook:
         while self._held_ops > self.max_held_ops:  # bounded: settle the oldest early
             self._settle_one()
 
+    def settle_one(self, now_ns: int | None = None) -> bool:
+        """Attribute the oldest held chunk of ops if its hold is over; False if none is due.
+        (The agent settles chunk by chunk, giving the GIL away between them.)"""
+        if now_ns is None:
+            now_ns = time.monotonic_ns()
+        if not self._held or self._held[0][0] + self.hold_ns > now_ns:
+            return False
+        self._settle_one()
+        return True
+
     def _settle(self, now_ns: int) -> None:
         while self._held and self._held[0][0] + self.hold_ns <= now_ns:
             self._settle_one()
@@ -330,7 +340,8 @@ class BillBook:
         keys = np.zeros(len(tids), np.int64)
         st = self.stats
         early, late = self.early_ns, self.late_ns
-        for tid in np.unique(tids).tolist():
+        order = np.sort(tids)  # not np.unique: its first use imports numpy.ma (see _group_starts)
+        for tid in order[_group_starts((order,))].tolist():
             sel = np.flatnonzero(tids == tid)
             hs = host[sel]
             ws = self._windows.get(tid)
