@@ -238,6 +238,23 @@ def test_usage_errors_exit_2(daemon: Any, capsys: Any) -> None:
     assert "--device, --type select op records, not request bills" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("missing", ["opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http"])
+def test_without_the_extra_the_command_says_so_before_connecting(missing: str, monkeypatch: Any, capsys: Any) -> None:
+    import builtins
+
+    real = builtins.__import__
+
+    def absent(name: str, *args: Any, **kwargs: Any) -> Any:  # as if not installed
+        if name == missing or name.startswith(missing + "."):
+            raise ImportError(f"No module named {name!r}")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", absent)
+    assert main(["otlp", "--traces", "--endpoint", "http://127.0.0.1:4318/v1/traces", "--socket", "/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert "is not installed" in err and "pip install 'aclprof[otlp]'" in err and "no daemon socket" not in err, err
+
+
 def test_a_refused_push_exits_1(daemon: Any, capsys: Any) -> None:
     _serve(daemon.socket, "svc-refused", 1)
     wait_for(lambda: status(daemon.socket)["request_bills"].get("total") == 1, 10, what="the bill")

@@ -38,9 +38,13 @@ def _check(args: argparse.Namespace) -> None:
 
 def cmd_otlp_traces(args: argparse.Namespace) -> int:
     """Exit 0 once every bill that matched was pushed (or none matched); 1 if some could not be."""
-    from aclprof.exportfmt.otlp_traces import push_spans, spans
+    from aclprof.exportfmt.otlp_traces import push_spans, require, spans
 
     _check(args)
+    try:
+        require()
+    except OtlpUnavailable as exc:
+        raise CliError(f"aclprof otlp --traces: {exc}", 2) from None
     client = connect(args, timeout=30.0)
     try:
         protocol = int(client.welcome.get("protocol", 1))

@@ -43,7 +43,7 @@ from typing import Any
 from aclprof.protocol import traceparent as w3c
 from aclprof.protocol.version import __version__
 
-__all__ = ["SPAN_NAME", "EVENT_NAME", "BATCH_SPANS", "Spans", "spans", "push_spans", "span_ids"]
+__all__ = ["SPAN_NAME", "EVENT_NAME", "BATCH_SPANS", "Spans", "spans", "push_spans", "span_ids", "require"]
 
 SPAN_NAME = "aclprof.request"
 EVENT_NAME = "aclprof.op_type"
@@ -102,6 +102,19 @@ def _sdk() -> Any:
         raise OtlpUnavailable(f"the OpenTelemetry SDK is not installed ({exc}): pip install 'aclprof[otlp]'") from None
     IdGenerator.register(_BillIds)
     return api, sdk, Resource, SimpleSpanProcessor, InMemorySpanExporter, ALWAYS_ON
+
+
+def require() -> None:
+    """:class:`~aclprof.exportfmt.otlp.OtlpUnavailable` unless the SDK and its OTLP/HTTP
+    exporter import (checked before any work, so a missing extra is said first)."""
+    from aclprof.exportfmt.otlp import OtlpUnavailable
+
+    _sdk()
+    try:
+        from opentelemetry.exporter.otlp.proto.http import trace_exporter  # noqa: F401
+    except ImportError as exc:
+        raise OtlpUnavailable(f"the OTLP/HTTP exporter is not installed ({exc}): pip install 'aclprof[otlp]'") \
+            from None
 
 
 def _attributes(bill: Mapping[str, Any]) -> dict[str, Any]:
