@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import aclprof
-from aclprof.protocol.traceparent import TraceParent, parse
+from aclprof.protocol.traceparent import TraceParent, check, parse
 
 TP = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
@@ -17,6 +17,8 @@ def test_the_fields_as_integers() -> None:
     assert parse(TP).sampled and not parse(TP[:-2] + "00").sampled
     # a later version: its extra fields follow a '-' and are ignored
     assert parse("01" + TP[2:] + "-what-comes-next") == TraceParent(1, *parse(TP)[1:])
+    check(TP)
+    check("01" + TP[2:] + "-what-comes-next")
 
 
 @pytest.mark.parametrize(("bad", "rule"), [
@@ -31,9 +33,10 @@ def test_the_fields_as_integers() -> None:
     (TP[:36] + "0" * 16 + TP[52:], "parent id of all zeros"),
 ])
 def test_each_broken_rule_is_named(bad: str, rule: str) -> None:
-    with pytest.raises(ValueError, match="traceparent") as info:
-        parse(bad)
-    assert rule in str(info.value) and repr(bad) in str(info.value)
+    for fn in (parse, check):  # check: the fast path aclprof.request takes, the same rules
+        with pytest.raises(ValueError, match="traceparent") as info:
+            fn(bad)
+        assert rule in str(info.value) and repr(bad) in str(info.value)
 
 
 def test_a_non_string_is_named() -> None:

@@ -38,7 +38,7 @@ from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
 from aclprof.api import markers
-from aclprof.protocol.traceparent import parse as _parse_traceparent
+from aclprof.protocol.traceparent import check as _check_traceparent
 
 __all__ = ["request", "Request", "RequestEvent", "START", "END", "RequestRingStats", "current", "drain", "stats",
            "set_ring_capacity", "DEFAULT_RING_CAPACITY"]
@@ -164,7 +164,7 @@ class Request:
         self.id = id
         if traceparent is not None:
             try:
-                _parse_traceparent(traceparent)
+                _check_traceparent(traceparent)
             except ValueError as exc:
                 raise ValueError(f"aclprof.request: {exc}") from None
             # a later version's extra fields are for that version's readers: the four known
