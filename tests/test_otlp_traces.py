@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 from helpers.daemons import InProcess, status
 from helpers.procs import free_port, wait_for
+from helpers.workloads import examples, names
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import aclprof
 import aclprof.agent as agent
@@ -112,6 +115,33 @@ def test_each_bill_is_its_span_exactly(tap: Tap) -> None:
     res = {s.attributes["aclprof.request.id"]: dict(s.resource.attributes) for s in made.spans}
     assert res["joins"] == {**res["joins"], "service.name": "svc", "host.name": "h", "process.pid": 7}
     assert res["other-svc"]["service.name"] == "unknown_service" and res["other-svc"]["process.pid"] == 9
+
+
+_ns = st.integers(0, 2**62)
+_bills = st.lists(st.fixed_dictionaries({
+    "ts": st.just(1.0), "host": names, "pid": st.integers(0, 2**31), "service": st.one_of(st.just(""), names),
+    "id": names, "attrs": st.dictionaries(names, names, max_size=16),
+    "traceparent": st.one_of(st.none(), st.tuples(
+        st.integers(1, 2**128 - 1), st.integers(1, 2**64 - 1), st.integers(0, 255)).map(
+        lambda t: f"00-{t[0]:032x}-{t[1]:016x}-{t[2]:02x}")),
+    "start_unix_ns": st.integers(0, 2**62), "wall_ns": st.integers(0, 2**40), "device_ns": _ns,
+    "ops": _ns, "models": st.lists(st.integers(0, 2**32 - 1), max_size=16),
+    "types": st.lists(st.tuples(names, _ns, _ns).map(list), max_size=17),
+    "slowest": st.one_of(st.none(), st.tuples(names, names, _ns).map(list)), "complete": st.booleans(),
+}), min_size=1, max_size=8, unique_by=lambda b: (b["host"], b["pid"], b["service"], b["id"], b["start_unix_ns"]))
+
+
+@settings(max_examples=examples(30))
+@given(_bills)
+def test_random_bills_arrive_as_their_spans(tap: Tap, bills: list[dict[str, Any]]) -> None:
+    from aclprof.exportfmt.otlp_traces import push_spans
+
+    made = spans(bills)
+    got = tap.expect_spans(len(bills), lambda: push_spans(made, tap.traces_endpoint), quiet=0.05)
+    by_key = {(s.span_id, _attrs(s.attributes)["aclprof.request.id"]): s for s in got}
+    assert len(got) == len(by_key) == len(bills)
+    for b in bills:
+        assert_span_is_the_bill(by_key[(span_ids(b)[1].to_bytes(8, "big"), b["id"])], b)
 
 
 def test_the_same_bill_is_the_same_span() -> None:

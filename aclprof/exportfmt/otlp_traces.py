@@ -36,6 +36,7 @@ not pushed and is counted in :attr:`Spans.no_start`.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,8 +64,8 @@ class Spans:
 def span_ids(bill: Mapping[str, Any]) -> tuple[int, int]:
     """(trace id, span id) derived from the bill: the trace id is used only when the bill has
     no valid traceparent. Never zero (zero means invalid in OpenTelemetry)."""
-    key = "\0".join(str(bill.get(k)) for k in ("host", "pid", "service", "id", "start_unix_ns"))
-    h = hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=24).digest()
+    key = json.dumps([bill.get(k) for k in ("host", "pid", "service", "id", "start_unix_ns")])  # unambiguous
+    h = hashlib.blake2b(key.encode(), digest_size=24).digest()
     trace_id = int.from_bytes(h[:16], "big") or 1
     span_id = int.from_bytes(h[16:], "big") & _MASK64 or 1
     return trace_id, span_id
