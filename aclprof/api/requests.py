@@ -29,7 +29,6 @@ import contextvars
 import functools
 import itertools
 import os
-import re
 import threading
 import time
 from collections import deque
@@ -39,6 +38,7 @@ from types import TracebackType
 from typing import Any, NamedTuple, TypeVar
 
 from aclprof.api import markers
+from aclprof.protocol.traceparent import check as _check_traceparent
 
 __all__ = ["request", "Request", "RequestEvent", "START", "END", "RequestRingStats", "current", "drain", "stats",
            "set_ring_capacity", "DEFAULT_RING_CAPACITY"]
@@ -50,8 +50,6 @@ DEFAULT_RING_CAPACITY = 1 << 16
 _MAX_ID_BYTES = 256
 _MAX_ATTRS = 16
 _MAX_ATTR_BYTES = 256
-# W3C trace context, version 00: version-traceid-parentid-flags, lower-case hex.
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 _now = time.monotonic_ns
 
@@ -165,9 +163,13 @@ class Request:
             _check_text("aclprof.request", "id", id, _MAX_ID_BYTES)
         self.id = id
         if traceparent is not None:
-            if not isinstance(traceparent, str) or not _TRACEPARENT.match(traceparent):
-                raise ValueError(f"aclprof.request: traceparent must be a W3C trace context "
-                                 f"'00-<32 hex>-<16 hex>-<2 hex>', got {traceparent!r}")
+            try:
+                _check_traceparent(traceparent)
+            except ValueError as exc:
+                raise ValueError(f"aclprof.request: {exc}") from None
+            # a later version's extra fields are for that version's readers: the four known
+            # fields are what a bill's span needs (and keep the bill frame small)
+            traceparent = traceparent[:55]
         self.traceparent = traceparent
         if attrs:
             if len(attrs) > _MAX_ATTRS:
