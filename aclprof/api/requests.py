@@ -29,13 +29,13 @@ from __future__ import annotations
 
 import contextvars
 import functools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
 
 from aclprof.api import _reqring, markers
 from aclprof.binding.billtap import note_requests_marked
+from aclprof.protocol.traceparent import check as _check_traceparent
 
 __all__ = ["request", "Request", "RequestEvent", "START", "END", "RequestRingStats", "current", "drain", "stats",
            "set_ring_capacity", "DEFAULT_RING_CAPACITY"]
@@ -47,8 +47,6 @@ DEFAULT_RING_CAPACITY: int = _reqring.DEFAULT_CAPACITY
 _MAX_ID_BYTES = 256
 _MAX_ATTRS = 16
 _MAX_ATTR_BYTES = 256
-# W3C trace context, version 00: version-traceid-parentid-flags, lower-case hex.
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 
 #: Event kinds.
 START, END = _reqring.START, _reqring.END
@@ -99,9 +97,13 @@ def _validate(id: str, traceparent: str | None = None, **attrs: str) -> tuple[st
     if type(id) is not str or len(id) > _MAX_ID_BYTES // 4:
         _check_text("aclprof.request", "id", id, _MAX_ID_BYTES)
     if traceparent is not None:
-        if not isinstance(traceparent, str) or not _TRACEPARENT.match(traceparent):
-            raise ValueError(f"aclprof.request: traceparent must be a W3C trace context "
-                             f"'00-<32 hex>-<16 hex>-<2 hex>', got {traceparent!r}")
+        try:
+            _check_traceparent(traceparent)
+        except ValueError as exc:
+            raise ValueError(f"aclprof.request: {exc}") from None
+        # a later version's extra fields are for that version's readers: the four known
+        # fields are what a bill's span needs (and keep the bill frame small)
+        traceparent = traceparent[:55]
     if len(attrs) > _MAX_ATTRS:
         raise ValueError(f"aclprof.request: at most {_MAX_ATTRS} attributes, got {len(attrs)}")
     for name, value in attrs.items():
