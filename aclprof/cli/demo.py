@@ -165,7 +165,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         summary = _summary(socket_path, results, time.monotonic() - started)
         print(summary, flush=True)
         if args.requests:
-            print(request_bills_text(socket_path), flush=True)
+            print(request_bills_text(socket_path, results), flush=True)
         if args.keep:
             print(f"kept {tmp} (daemon.log, services.log, data/)")
         return EXIT_OK
@@ -283,9 +283,10 @@ def summary_text(results: list[dict[str, Any]], elapsed: float, st: dict[str, An
     return "\n".join(wrap_lines(lines, width)) + "\n" + buf.getvalue()
 
 
-def request_bills_text(socket_path: str) -> str:
+def request_bills_text(socket_path: str, results: list[dict[str, Any]]) -> str:
     """``--requests``: the slowest request's bill next to a typical (median) fast one's, as
-    the daemon keeps them (``aclprof requests``)."""
+    the daemon keeps them (``aclprof requests``), and how many ops the services' agents
+    billed to a request (the rest counted, never guessed)."""
     from aclprof.cli.client import Client, DaemonError
     from aclprof.protocol import wire
 
@@ -297,9 +298,16 @@ def request_bills_text(socket_path: str) -> str:
                              wire.Kind.REQUESTS_REPLY).get("bills") or []
     except DaemonError as exc:
         return f"  (request bills: daemon unreachable at the end: {exc})"
+    agents = [r.get("agent") or {} for r in results]
+    billed = sum(int(a.get("bill_ops_attributed", 0)) for a in agents)
+    unbilled = sum(int(a.get("bill_ops_unattributed", 0)) for a in agents)
+    counts = (f"\n  ops billed to a request: {billed:,} of {billed + unbilled:,}; {unbilled:,} unattributed "
+              "(an op within 1 ms of two requests' windows, e.g. requests run back to back when a "
+              "service falls behind, is counted, never guessed)")
+    fast = [b for b in fast if b.get("ops")]
     if not slow or not fast:
-        return "  request bills: none kept (see `aclprof requests`)"
-    return bills_side_by_side(slow[0], fast[len(fast) // 2])
+        return "  request bills: none kept (see `aclprof requests`)" + counts
+    return bills_side_by_side(slow[0], fast[len(fast) // 2]) + counts
 
 
 def bills_side_by_side(slow: dict[str, Any], fast: dict[str, Any]) -> str:
