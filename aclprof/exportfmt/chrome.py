@@ -20,14 +20,17 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
+from .requests import CATEGORY, RequestSpan, link, request_lane_name
 from .tracks import Gathered, gather, lane_name
 
-__all__ = ["LANE_TID_BASE", "TID_STRIDE", "format_us", "json_string", "meta_json", "short_us", "write_chrome",
-           "write_chrome_gathered"]
+__all__ = ["LANE_TID_BASE", "REQUEST_TID_BASE", "TID_STRIDE", "format_us", "json_string", "meta_json", "short_us",
+           "write_chrome", "write_chrome_gathered"]
 
 TID_STRIDE = 100000
 #: tids of the extra threads of overlapping ops: LANE_TID_BASE + n (n-th of the process)
 LANE_TID_BASE = 2**31
+#: tids of the request threads (:mod:`.requests`): REQUEST_TID_BASE + n (n-th of the process)
+REQUEST_TID_BASE = 3 * 2**30
 
 
 def format_us(ns: int) -> str:
@@ -85,16 +88,19 @@ def json_string(s: str, memo: dict[str, str]) -> str:
 
 
 def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator: str = "aclprof export",
-                 extra: Callable[[], list[dict[str, Any]]] | None = None) -> int:
+                 extra: Callable[[], list[dict[str, Any]]] | None = None,
+                 requests: list[RequestSpan] | None = None) -> int:
     """Export records (daemon/PROTOCOL.md "record" objects) as one Trace Event Format file;
     the count of records written. Names are written as given (JSON-escaped, UTF-8:
     :func:`json_string`). ``extra``: called once the records are written, more trace events to
-    add (the flight recorder's op failures: instant events placed by the records it saw)."""
-    return write_chrome_gathered(gather(batches), out, generator, extra)
+    add (the flight recorder's op failures: instant events placed by the records it saw).
+    ``requests``: request windows shown with flows to their ops (:mod:`.requests`)."""
+    return write_chrome_gathered(gather(batches), out, generator, extra, requests)
 
 
 def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof export",
-                          extra: Callable[[], list[dict[str, Any]]] | None = None) -> int:
+                          extra: Callable[[], list[dict[str, Any]]] | None = None,
+                          requests: list[RequestSpan] | None = None) -> int:
     """:func:`write_chrome` of records already read by :func:`.tracks.gather` (the flight
     recorder writes two traces of them)."""
     out.write('{"displayTimeUnit":"ns","otherData":{"generator":%s,' % json.dumps(generator) +
@@ -104,6 +110,7 @@ def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof ex
     threads: list[tuple[int, int, str]] = []
     lanes_of: dict[int, int] = {}  # pid -> extra threads so far
     memo: dict[str, str] = {}
+    op_tid: dict[int, int] = {}  # id(slice) -> its thread's tid, for the request flows
     for pid, device, model, lane, slices in g.lanes():
         if lane:
             lanes_of[pid] = lanes_of.get(pid, 0) + 1
@@ -111,6 +118,8 @@ def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof ex
         else:
             tid = device * TID_STRIDE + model
         threads.append((pid, tid, lane_name(device, model, lane)))
+        if requests:
+            op_tid.update((id(s), tid) for s in slices)
         head = ',"ph":"X","ts":'
         tail = ',"pid":%d,"tid":%d,"args":' % (pid, tid)
         parts = []
@@ -122,6 +131,11 @@ def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof ex
                          ',"thread_id":' + _scalar(s.thread_id) + ',"received_ts":' + _scalar(s.received_ts) + "}}")
         if parts:
             out.write(("" if first else ",\n") + ",\n".join(parts))
+            first = False
+    if requests:
+        text = _request_events(g, requests, threads, memo, op_tid)
+        if text:
+            out.write(("" if first else ",\n") + text)
             first = False
     events = extra() if extra is not None else []
     if events:
@@ -137,3 +151,38 @@ def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof ex
         out.write(("" if first else ",\n") + ",\n".join(meta_json(m) for m in meta))
     out.write("\n]}\n")
     return g.count
+
+
+_FLOW = '{"name":"bill","cat":"' + CATEGORY + '","ph":'
+
+
+def _request_events(g: Gathered, spans: list[RequestSpan], threads: list[tuple[int, int, str]],
+                    memo: dict[str, str], op_tid: dict[int, int]) -> str:
+    """The request slices and their flows (Trace Event Format flow events ``s``/``f``, the
+    ``f`` bound to the enclosing slice: the op, which starts at the flow's time; written
+    after every slice, so an op starting with its step still takes it). Adds the request
+    threads to ``threads`` (named with the others)."""
+    links = link(g, spans)
+    parts = []
+    flows = []
+    flow_id = 0
+    per_pid: dict[int, int] = {}
+    for pid, thread_id, lane, idx in links.lanes(spans):
+        per_pid[pid] = per_pid.get(pid, 0) + 1
+        tid = REQUEST_TID_BASE + per_pid[pid]
+        threads.append((pid, tid, request_lane_name(thread_id, lane)))
+        where = ',"pid":%d,"tid":%d' % (pid, tid)
+        for i in idx:
+            sp = spans[i]
+            args = {"request_id": sp.request_id, "thread_id": sp.thread_id, "ops": len(links.ops_of[i]),
+                    "device_ns": links.device_ns(i), **{f"attr.{k}": v for k, v in sp.attrs.items()}}
+            ts = short_us(sp.start)
+            parts.append('{"name":' + json_string(sp.request_id, memo) + ',"cat":"' + CATEGORY + '","ph":"X","ts":' +
+                         ts + ',"dur":' + short_us(max(0, sp.end - sp.start)) + where + ',"args":' + meta_json(args) +
+                         "}")
+            for s in links.ops_of[i]:
+                flow_id += 1
+                flows.append(_FLOW + '"s","id":%d,"ts":%s%s}' % (flow_id, ts, where))
+                flows.append(_FLOW + '"f","bp":"e","id":%d,"ts":%s,"pid":%d,"tid":%d}'
+                             % (flow_id, short_us(s.start), pid, op_tid[id(s)]))
+    return ",\n".join(parts + flows)

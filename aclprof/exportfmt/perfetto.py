@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, BinaryIO
 
+from .requests import CATEGORY, RequestSpan, link, request_lane_name
 from .tracks import Gathered, Slice, gather, lane_name
 
 __all__ = ["PACKETS_PER_WRITE", "SEQUENCE_ID", "MissingDependency", "trace_class", "utf8_text", "write_perfetto",
@@ -56,15 +57,18 @@ def trace_class() -> Any:
     return Trace
 
 
-def write_perfetto(batches: Iterable[list[dict[str, Any]]], out: BinaryIO) -> int:
+def write_perfetto(batches: Iterable[list[dict[str, Any]]], out: BinaryIO,
+                   requests: list[RequestSpan] | None = None) -> int:
     """Export records (daemon/PROTOCOL.md "record" objects) as one Perfetto protobuf trace;
     the count of records written. Raises :class:`MissingDependency` before reading any
-    record if PyPI ``perfetto`` is missing."""
+    record if PyPI ``perfetto`` is missing. ``requests``: request windows shown with flows
+    to their ops (:mod:`.requests`: the request slice's ``flow_ids``, each op's
+    ``terminating_flow_ids``)."""
     trace_class()
-    return write_perfetto_gathered(gather(batches), out)
+    return write_perfetto_gathered(gather(batches), out, requests)
 
 
-def write_perfetto_gathered(g: Gathered, out: BinaryIO) -> int:
+def write_perfetto_gathered(g: Gathered, out: BinaryIO, requests: list[RequestSpan] | None = None) -> int:
     """:func:`write_perfetto` of records already read by :func:`.tracks.gather`."""
     trace_cls = trace_class()
     trace = trace_cls()
@@ -92,6 +96,14 @@ def write_perfetto_gathered(g: Gathered, out: BinaryIO) -> int:
     cats: dict[str, int] = {}
     next_uuid = len(process_uuid) + 1
     tid_of: dict[tuple[int, int, int, int], int] = {}
+    flow_of: dict[int, int] = {}  # id(op slice) -> the flow from its request
+    links = link(g, requests) if requests else None
+    if links is not None:
+        n = 0
+        for ops in links.ops_of:
+            for op in ops:
+                n += 1
+                flow_of[id(op)] = n
     for pid, device, model, lane, slices in g.lanes():
         next_uuid += 1
         uuid = next_uuid
@@ -109,6 +121,10 @@ def write_perfetto_gathered(g: Gathered, out: BinaryIO) -> int:
             while stack and stack[-1] <= s.start:
                 _end(packets.add(), stack.pop(), uuid)
             _begin(packets.add(), s, uuid, names, cats)
+            if flow_of:
+                f = flow_of.get(id(s))
+                if f is not None:
+                    packets[-1].track_event.terminating_flow_ids.append(f)
             stack.append(s.start + s.dur)
             if len(packets) >= PACKETS_PER_WRITE:
                 flush()
@@ -116,8 +132,54 @@ def write_perfetto_gathered(g: Gathered, out: BinaryIO) -> int:
             _end(packets.add(), stack.pop(), uuid)
         if len(packets) >= PACKETS_PER_WRITE:
             flush()
+    if links is not None and requests:
+        tids = len(tid_of)
+        for pid, thread_id, lane, idx in links.lanes(requests):
+            next_uuid += 1
+            uuid = next_uuid
+            if pid not in process_uuid:
+                process_uuid[pid] = _process(packets, pid, next_uuid)
+            p = packets.add()
+            p.trusted_packet_sequence_id = SEQUENCE_ID
+            td = p.track_descriptor
+            td.uuid, td.parent_uuid = uuid, process_uuid[pid]
+            tids += 1
+            td.thread.pid, td.thread.tid, td.thread.thread_name = pid, tids, request_lane_name(thread_id, lane)
+            stack = []
+            for i in idx:
+                sp = requests[i]
+                while stack and stack[-1] <= sp.start:
+                    _end(packets.add(), stack.pop(), uuid)
+                r = Slice(sp.start, max(0, sp.end - sp.start), sp.request_id, CATEGORY, False, None, None, None)
+                _begin(packets.add(), r, uuid, names, cats)
+                te = packets[-1].track_event
+                te.flow_ids.extend(flow_of[id(op)] for op in links.ops_of[i])
+                args: dict[str, int | str] = {
+                    "request_id": sp.request_id, "thread_id": sp.thread_id, "ops": len(links.ops_of[i]),
+                    "device_ns": links.device_ns(i), **{f"attr.{k}": v for k, v in sp.attrs.items()}}
+                for k, v in args.items():
+                    a = te.debug_annotations.add()
+                    a.name = k
+                    if isinstance(v, int):
+                        a.int_value = v
+                    else:
+                        a.string_value = utf8_text(v)
+                stack.append(r.start + r.dur)
+                if len(packets) >= PACKETS_PER_WRITE:
+                    flush()
+            while stack:
+                _end(packets.add(), stack.pop(), uuid)
     flush()
     return g.count
+
+
+def _process(packets: Any, pid: int, uuid: int) -> int:
+    """A process track for requests of a process that sent no records; its uuid."""
+    p = packets.add()
+    p.trusted_packet_sequence_id = SEQUENCE_ID
+    p.track_descriptor.uuid = uuid + (1 << 40)  # apart from the thread tracks' uuids
+    p.track_descriptor.process.pid = pid
+    return int(p.track_descriptor.uuid)
 
 
 def utf8_text(s: str) -> str:

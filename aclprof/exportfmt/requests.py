@@ -1,0 +1,143 @@
+"""Request bills in the trace exports (issue 25): each request (``aclprof.request``) as a
+slice on a track of its host thread, with a flow to every op attributed to it.
+
+The input is one :class:`RequestSpan` per request window: the process, the host thread
+(kernel tid) the window ran on, and its start and end **in the records' clock** (the
+device clock the op records carry; the agent maps its host ``CLOCK_MONOTONIC`` windows
+there with its clock map: on the mock, without an offset, the two are the same clock).
+:func:`link` attributes the export's ops to the spans with the bill's rule
+(:mod:`aclprof.agent.bills`): an op belongs to the span of its process whose thread is the
+op record's ``thread_id`` and whose window holds the op's start; an op that two spans hold
+(overlapping requests on one thread) is linked to neither and counted in
+:attr:`Links.ambiguous`, never guessed; ops outside every span stay unlinked.
+
+How the writers show it: a thread per (process, host thread) named ``requests (thread T)``
+(overlapping requests of one thread on extra lanes ``#k``, as ops are: :mod:`.tracks`),
+one slice per span named by the request id, category ``request``, its args the request id,
+attributes, ops linked and their device time; one flow per linked op from the request slice
+to the op's slice (Perfetto's ``flow`` table: ``slice_out`` the request, ``slice_in`` the op).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from .tracks import Gathered, Slice, assign_lanes
+
+__all__ = ["CATEGORY", "Links", "RequestSpan", "link", "request_lane_name", "spans_from_json"]
+
+#: the category of request slices (ops carry their op type, steps ``step``)
+CATEGORY = "request"
+
+
+@dataclass(frozen=True)
+class RequestSpan:
+    """One window of one request: ``thread_id`` is the host thread's kernel tid (what op
+    records carry in ``thread_id``); ``start``/``end`` ns in the records' clock."""
+    request_id: str
+    pid: int
+    thread_id: int
+    start: int
+    end: int
+    attrs: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Links:
+    """What :func:`link` found: per span (same order as given) the op slices it holds,
+    the ops two spans held (linked to neither) and the ops no span held."""
+    ops_of: list[list[Slice]]
+    ambiguous: int = 0
+    unlinked: int = 0
+
+    @property
+    def linked(self) -> int:
+        return sum(len(x) for x in self.ops_of)
+
+    def device_ns(self, i: int) -> int:
+        return sum(s.dur for s in self.ops_of[i])
+
+    def lanes(self, spans: list[RequestSpan]) -> Iterator[tuple[int, int, int, list[int]]]:
+        """(pid, thread id, lane, indexes of its spans sorted by start) for every lane of
+        request slices: a lane's spans nest or are disjoint."""
+        by: dict[tuple[int, int], list[int]] = {}
+        for i, sp in enumerate(spans):
+            by.setdefault((sp.pid, sp.thread_id), []).append(i)
+        for (pid, tid), idx in by.items():
+            lane_of = assign_lanes([(spans[i].start, max(spans[i].start, spans[i].end)) for i in idx])
+            per: dict[int, list[int]] = {}
+            for i, k in zip(idx, lane_of):
+                per.setdefault(k, []).append(i)
+            for k in sorted(per):
+                yield pid, tid, k, sorted(per[k], key=lambda i: (spans[i].start, -spans[i].end))
+
+
+def request_lane_name(thread_id: int, lane: int) -> str:
+    """The name of a request track: ``requests (thread T)``, ``#k`` for lane k > 0."""
+    return f"requests (thread {thread_id})" + (f" #{lane}" if lane else "")
+
+
+def link(g: Gathered, spans: list[RequestSpan]) -> Links:
+    """The ops of ``g`` each span holds (see the module's doc for the rule)."""
+    # (pid, tid) -> its spans' starts (sorted), span indexes, and the latest end so far: the
+    # walk back from the op's start stops where no earlier span reaches it
+    index: dict[tuple[int, int], tuple[list[int], list[int], list[int]]] = {}
+    for i in sorted(range(len(spans)), key=lambda i: spans[i].start):
+        sp = spans[i]
+        starts, idx, reach = index.setdefault((sp.pid, sp.thread_id), ([], [], []))
+        starts.append(sp.start)
+        idx.append(i)
+        reach.append(max(sp.end, reach[-1]) if reach else sp.end)
+    out = Links([[] for _ in spans])
+    for (pid, _device, _model), slices in g.threads.items():
+        for s in slices:
+            if s.keypoint:
+                continue
+            hit = None
+            try:
+                entry = index.get((pid, int(s.thread_id)))
+            except (TypeError, ValueError):
+                entry = None
+            if entry is not None:
+                starts, idx, reach = entry
+                n = 0
+                for j in range(bisect_right(starts, s.start) - 1, -1, -1):
+                    if reach[j] < s.start:
+                        break
+                    if s.start <= spans[idx[j]].end:
+                        n += 1
+                        hit = idx[j]
+                if n > 1:
+                    out.ambiguous += 1
+                    continue
+            if hit is None:
+                out.unlinked += 1
+            else:
+                out.ops_of[hit].append(s)
+    return out
+
+
+def spans_from_json(items: Iterable[Any]) -> list[RequestSpan]:
+    """Spans from JSON objects ``{"id", "pid", "thread_id", "start", "end", "attrs"?}``
+    (a request file of ``aclprof export --requests``); ValueError naming the bad item."""
+    out = []
+    for n, it in enumerate(items):
+        try:
+            if not isinstance(it, dict):
+                raise TypeError("not an object")
+            rid, attrs = it["id"], it.get("attrs") or {}
+            nums = [it[k] for k in ("pid", "thread_id", "start", "end")]
+            if not isinstance(rid, str) or not all(isinstance(v, int) and not isinstance(v, bool) for v in nums):
+                raise TypeError("id must be a string, pid/thread_id/start/end integers")
+            if nums[3] < nums[2]:
+                raise ValueError("end before start")
+            if not isinstance(attrs, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                                      for k, v in attrs.items()):
+                raise TypeError("attrs must be an object of strings")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"request span #{n} ({str(it)[:200]}): {exc}") from None
+        out.append(RequestSpan(rid, nums[0], nums[1], nums[2], nums[3], dict(attrs)))
+    return out
