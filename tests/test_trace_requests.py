@@ -29,6 +29,7 @@ from aclprof.exportfmt.chrome import write_chrome
 from aclprof.exportfmt.perfetto import MissingDependency, write_perfetto
 from aclprof.exportfmt.requests import RequestSpan, link
 from aclprof.exportfmt.tracks import gather
+from aclprof.protocol.wire import Kind
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -177,16 +178,17 @@ def test_an_op_two_requests_hold_is_linked_to_neither():
     assert (links.ambiguous, links.unlinked, links.linked) == (1, 2, 2)  # o1 both; o2 after all, o4 other pid
 
 
-def test_spans_from_json_names_the_bad_item():
-    from aclprof.exportfmt.requests import spans_from_json
+def test_spans_from_bills_names_the_bad_bill():
+    from aclprof.exportfmt.requests import spans_from_bills
 
-    good = {"id": "r1", "pid": 1, "thread_id": 7, "start": 10, "end": 20, "attrs": {"v": "2"}}
-    assert spans_from_json([good]) == [RequestSpan("r1", 1, 7, 10, 20, {"v": "2"})]
-    for bad, why in [({**good, "end": 5}, "end before start"), ({**good, "pid": "1"}, "integers"),
-                     ({k: v for k, v in good.items() if k != "start"}, "'start'"),
-                     ({**good, "attrs": {"v": 2}}, "attrs")]:
-        with pytest.raises(ValueError, match=f"request span #1 .*{why}"):
-            spans_from_json([good, bad])
+    good = {"id": "r1", "pid": 1, "attrs": {"v": "2"}, "windows": [[7, 10, 20], [8, 30, 40]]}
+    assert spans_from_bills([good, {"id": "r2", "pid": 1}]) == [
+        RequestSpan("r1", 1, 7, 10, 20, {"v": "2"}), RequestSpan("r1", 1, 8, 30, 40, {"v": "2"})]
+    for bad, why in [({**good, "windows": [[7, 20, 10]]}, "ends before it starts"),
+                     ({**good, "pid": "1"}, "pid an integer"), ({"pid": 1}, "'id'"),
+                     ({**good, "windows": [[7, 1]]}, "windows must be"), ({**good, "attrs": {"v": 2}}, "attrs")]:
+        with pytest.raises(ValueError, match=f"request bill #1 .*{why}"):
+            spans_from_bills([good, bad])
 
 
 def test_no_requests_writes_the_trace_of_before():
@@ -196,3 +198,121 @@ def test_no_requests_writes_the_trace_of_before():
     write_chrome([recs], a)
     write_chrome([recs], b, requests=[])
     assert a.getvalue() == b.getvalue() and '"request"' not in a.getvalue()
+
+
+def _flows(t: TraceProcessor) -> dict[str, dict[str, tuple[int, int]]]:
+    got: dict[str, dict[str, tuple[int, int]]] = {}
+    for r in t.query(_FLOWS_SQL):
+        got.setdefault(r["rid"], {})[r["cat"]] = (r["total"], r["n"])
+    return got
+
+
+@needs_trace_processor
+def test_cli_export_requests_of_a_daemon_in_perfetto(tp, tmp_path):
+    """``aclprof export --requests`` end to end: an agent sends ops (thread 7) and bills with
+    their windows to a real daemon; both traces' flows hold exactly the ops in each window."""
+    from helpers.daemons import status
+    from helpers.edgedata import Op, Service, cli_ok, started
+    from helpers.procs import wait_for
+
+    t0 = 1_000_000_000
+    ops = [Op("Conv2D" if i % 2 else "MatMul", f"op{i}", 0, 1, t0 + i * 10_000, 3_000 + i) for i in range(30)]
+    bill = {"wall_ns": 1, "device_ns": 1, "ops": 1, "attrs": {"version": "B"}}
+    bills = [{**bill, "id": "r1", "windows": [[7, t0, t0 + 95_000]]},  # ops 0-9
+             {**bill, "id": "r2", "windows": [[7, t0 + 150_000, t0 + 200_000], [7, t0 + 250_000, t0 + 250_000]]},
+             {**bill, "id": "r3"},  # an agent without windows: no slice
+             {**bill, "id": "r4", "windows": [[8, t0, t0 + 300_000]]}]  # another thread: no op
+    svc = Service("svc-req", ops, bills=bills)
+    d = started([svc])
+    try:
+        wait_for(lambda: status(d.socket)["request_bills"].get("total") == 4, 10, what="the bills kept")
+        for fmt, name in [("chrome", "t.json"), ("perfetto", "t.pftrace")]:
+            cli_ok(d, "export", "--format", fmt, "--requests", "-o", str(tmp_path / name))
+    finally:
+        d.cleanup()
+
+    def want_of(lo: int, hi: int) -> dict[str, tuple[int, int]]:
+        out: dict[str, list[int]] = {}
+        for op in ops:
+            if lo <= op.start <= hi:
+                e = out.setdefault(op.op_type, [0, 0])
+                e[0] += op.dur
+                e[1] += 1
+        return {k: (v[0], v[1]) for k, v in out.items()}
+
+    r2 = want_of(t0 + 150_000, t0 + 200_000)
+    for k, v in want_of(t0 + 250_000, t0 + 250_000).items():
+        r2[k] = (r2.get(k, (0, 0))[0] + v[0], r2.get(k, (0, 0))[1] + v[1])
+    for name in ("t.json", "t.pftrace"):
+        tp.load(tmp_path / name)
+        assert tp.stats_errors() == []
+        assert _flows(tp) == {"r1": want_of(t0, t0 + 95_000), "r2": r2}, name
+        rows = tp.query("select s.name as name, p.pid as pid, t.name as tname from slice s join thread_track tt "
+                        "on s.track_id = tt.id join thread t using (utid) join process p using (upid) "
+                        "where s.category = 'request' order by s.ts, t.name")
+        assert [(r["name"], r["pid"], r["tname"]) for r in rows] == [
+            ("r1", svc.pid, "requests (thread 7)"), ("r4", svc.pid, "requests (thread 8)"),
+            ("r2", svc.pid, "requests (thread 7)"), ("r2", svc.pid, "requests (thread 7)")], name
+
+
+def test_a_bill_carries_its_windows_in_the_records_clock():
+    """BillBook maps a request's host windows to the device clock the op records carry (the
+    trace exports draw them there): with the device an hour ahead, the windows are an hour
+    ahead too, to within the clock map's error; the windows beyond the limit are counted."""
+    import numpy as np
+
+    from aclprof.agent.bills import BillBook
+    from aclprof.protocol.wire import RECORD_DTYPE, REQUEST_BILL_MAX_WINDOWS
+
+    hour = 3600 * 10**9
+    book = BillBook(hold_ns=0, grace_ns=0)
+    evs = [(rq.START, 1, 7, 1000), (rq.END, 1, 7, 2000)]
+    for k in range(REQUEST_BILL_MAX_WINDOWS + 2):  # request 2: 18 windows on thread 9
+        evs += [(rq.START, 2, 9, 10_000 + 100 * k), (rq.END, 2, 9, 10_050 + 100 * k)]
+    book.feed_events([(kind, key, tid, t, None) for kind, key, tid, t in evs])
+    data = np.zeros(1, dtype=RECORD_DTYPE)
+    data["start"], data["end"] = hour + 100, hour + 200  # arrived right after it ended: D = 1 h
+    book.feed_batch(data, ["?"], arrival_ns=200)
+    bills = {b.key: b for b in book.collect(10**9)}
+    assert bills[1].windows == ((7, hour + 1000, hour + 2000),) and bills[1].windows_cut == 0
+    assert len(bills[2].windows) == REQUEST_BILL_MAX_WINDOWS and bills[2].windows_cut == 2
+    assert bills[2].windows[0] == (9, hour + 10_000, hour + 10_050)
+
+
+def test_the_bill_frame_and_the_daemon_keep_the_windows():
+    from aclprof.agent.bills import Bill
+    from aclprof.agent.billsend import bill_payload
+
+    b = Bill(request_id="r", key=1, attrs={}, traceparent=None, start_ns=0, end_ns=5, device_ns=0, ops=0,
+             by_type={}, slowest=None, models=(), windows=((7, 10, 20),), windows_cut=3)
+    p = bill_payload(b)
+    assert p["windows"] == [[7, 10, 20]] and p["windows_cut"] == 3
+    assert "windows" not in bill_payload(Bill(**{**b.__dict__, "windows": (), "windows_cut": 0}))
+
+
+@pytest.mark.parametrize("windows", [[[7, 20, 10]], [[7, 1]], [[-1, 1, 2]], [[7, 1, 2]] * 17, {"a": 1},
+                                     [[7, 1, 2**70]], [[True, 1, 2]]])
+def test_forged_windows_cost_only_their_connection(windows):
+    from helpers.daemons import Client, InProcess, status
+    from helpers.procs import wait_for
+
+    bill = {"id": "x", "wall_ns": 1, "device_ns": 1, "ops": 1}
+    with InProcess() as d:
+        bad = Client(d.socket, "agent", service="forger")
+        bad.send_json(Kind.REQUEST_BILL, {**bill, "windows": windows})
+        assert bad.closed_by_peer()
+        wait_for(lambda: status(d.socket)["protocol_errors"] == 1, 10, what="the protocol error")
+        good = Client(d.socket, "agent", service="good")
+        good.send_json(Kind.REQUEST_BILL, {**bill, "windows": [[7, 1, 2]], "windows_cut": 4})
+        wait_for(lambda: status(d.socket)["request_bills"].get("total") == 1, 10, what="the good bill")
+        kept = status(d.socket)["request_bills"]["slowest"]
+        assert [(b["service"], b["windows"], b["windows_cut"]) for b in kept] == [("good", [[7, 1, 2]], 4)]
+
+
+def test_requests_with_a_format_that_cannot_show_them_is_a_usage_error(tmp_path):
+    from helpers.procs import cli
+
+    p = cli("export", "--format", "csv", "--requests", "-o", str(tmp_path / "x.csv"),
+            "--socket", str(tmp_path / "nothing.sock"))
+    assert p.returncode == 2 and "--requests needs --format chrome or perfetto (not csv)" in p.stderr, p.stderr
+    assert not (tmp_path / "x.csv").exists()

@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
-from .requests import CATEGORY, RequestSpan, link, request_lane_name
+from .requests import CATEGORY, REQUEST_TID_BASE, RequestSpan, link, request_lane_name
 from .tracks import Gathered, gather, lane_name
 
 __all__ = ["LANE_TID_BASE", "REQUEST_TID_BASE", "TID_STRIDE", "format_us", "json_string", "meta_json", "short_us",
@@ -29,8 +29,6 @@ __all__ = ["LANE_TID_BASE", "REQUEST_TID_BASE", "TID_STRIDE", "format_us", "json
 TID_STRIDE = 100000
 #: tids of the extra threads of overlapping ops: LANE_TID_BASE + n (n-th of the process)
 LANE_TID_BASE = 2**31
-#: tids of the request threads (:mod:`.requests`): REQUEST_TID_BASE + n (n-th of the process)
-REQUEST_TID_BASE = 3 * 2**30
 
 
 def format_us(ns: int) -> str:

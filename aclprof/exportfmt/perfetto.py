@@ -28,7 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, BinaryIO
 
-from .requests import CATEGORY, RequestSpan, link, request_lane_name
+from .requests import CATEGORY, REQUEST_TID_BASE, RequestSpan, link, request_lane_name
 from .tracks import Gathered, Slice, gather, lane_name
 
 __all__ = ["PACKETS_PER_WRITE", "SEQUENCE_ID", "MissingDependency", "trace_class", "utf8_text", "write_perfetto",
@@ -104,36 +104,10 @@ def write_perfetto_gathered(g: Gathered, out: BinaryIO, requests: list[RequestSp
             for op in ops:
                 n += 1
                 flow_of[id(op)] = n
-    for pid, device, model, lane, slices in g.lanes():
-        next_uuid += 1
-        uuid = next_uuid
-        p = packets.add()
-        p.trusted_packet_sequence_id = SEQUENCE_ID
-        td = p.track_descriptor
-        td.uuid = uuid
-        td.parent_uuid = process_uuid[pid]
-        td.thread.pid = pid
-        # a tid unique in the process: Perfetto merges threads by (pid, tid)
-        td.thread.tid = tid_of.setdefault((pid, device, model, lane), len(tid_of) + 1)
-        td.thread.thread_name = lane_name(device, model, lane)
-        stack: list[int] = []  # ends of the open slices (the lane nests properly)
-        for s in slices:
-            while stack and stack[-1] <= s.start:
-                _end(packets.add(), stack.pop(), uuid)
-            _begin(packets.add(), s, uuid, names, cats)
-            if flow_of:
-                f = flow_of.get(id(s))
-                if f is not None:
-                    packets[-1].track_event.terminating_flow_ids.append(f)
-            stack.append(s.start + s.dur)
-            if len(packets) >= PACKETS_PER_WRITE:
-                flush()
-        while stack:
-            _end(packets.add(), stack.pop(), uuid)
-        if len(packets) >= PACKETS_PER_WRITE:
-            flush()
+    # requests first: at an equal time the sorter keeps file order, and an op's
+    # terminating flow must come after the request slice that begins it
     if links is not None and requests:
-        tids = len(tid_of)
+        tids = REQUEST_TID_BASE  # a tid per request track, apart from the op tracks' (1, 2, ...)
         for pid, thread_id, lane, idx in links.lanes(requests):
             next_uuid += 1
             uuid = next_uuid
@@ -145,7 +119,7 @@ def write_perfetto_gathered(g: Gathered, out: BinaryIO, requests: list[RequestSp
             td.uuid, td.parent_uuid = uuid, process_uuid[pid]
             tids += 1
             td.thread.pid, td.thread.tid, td.thread.thread_name = pid, tids, request_lane_name(thread_id, lane)
-            stack = []
+            stack: list[int] = []
             for i in idx:
                 sp = requests[i]
                 while stack and stack[-1] <= sp.start:
@@ -169,6 +143,34 @@ def write_perfetto_gathered(g: Gathered, out: BinaryIO, requests: list[RequestSp
                     flush()
             while stack:
                 _end(packets.add(), stack.pop(), uuid)
+    for pid, device, model, lane, slices in g.lanes():
+        next_uuid += 1
+        uuid = next_uuid
+        p = packets.add()
+        p.trusted_packet_sequence_id = SEQUENCE_ID
+        td = p.track_descriptor
+        td.uuid = uuid
+        td.parent_uuid = process_uuid[pid]
+        td.thread.pid = pid
+        # a tid unique in the process: Perfetto merges threads by (pid, tid)
+        td.thread.tid = tid_of.setdefault((pid, device, model, lane), len(tid_of) + 1)
+        td.thread.thread_name = lane_name(device, model, lane)
+        stack = []  # ends of the open slices (the lane nests properly)
+        for s in slices:
+            while stack and stack[-1] <= s.start:
+                _end(packets.add(), stack.pop(), uuid)
+            _begin(packets.add(), s, uuid, names, cats)
+            if flow_of:
+                f = flow_of.get(id(s))
+                if f is not None:
+                    packets[-1].track_event.terminating_flow_ids.append(f)
+            stack.append(s.start + s.dur)
+            if len(packets) >= PACKETS_PER_WRITE:
+                flush()
+        while stack:
+            _end(packets.add(), stack.pop(), uuid)
+        if len(packets) >= PACKETS_PER_WRITE:
+            flush()
     flush()
     return g.count
 

@@ -27,10 +27,12 @@ from typing import Any
 
 from .tracks import Gathered, Slice, assign_lanes
 
-__all__ = ["CATEGORY", "Links", "RequestSpan", "link", "request_lane_name", "spans_from_json"]
+__all__ = ["CATEGORY", "REQUEST_TID_BASE", "Links", "RequestSpan", "link", "request_lane_name", "spans_from_bills"]
 
 #: the category of request slices (ops carry their op type, steps ``step``)
 CATEGORY = "request"
+#: tids of the request threads: REQUEST_TID_BASE + n (the n-th of the process)
+REQUEST_TID_BASE = 3 * 2**30
 
 
 @dataclass(frozen=True)
@@ -120,24 +122,29 @@ def link(g: Gathered, spans: list[RequestSpan]) -> Links:
     return out
 
 
-def spans_from_json(items: Iterable[Any]) -> list[RequestSpan]:
-    """Spans from JSON objects ``{"id", "pid", "thread_id", "start", "end", "attrs"?}``
-    (a request file of ``aclprof export --requests``); ValueError naming the bad item."""
+def spans_from_bills(bills: Iterable[Any]) -> list[RequestSpan]:
+    """The spans of request bills as the daemon keeps them (REQUESTS_REPLY's ``bills``:
+    ``id``, ``pid``, ``attrs`` and ``windows`` [[thread id, start, end]]); a bill without
+    windows (an agent without a clock yet, or before they were sent) gives none.
+    ValueError naming the bad bill."""
     out = []
-    for n, it in enumerate(items):
+    for n, b in enumerate(bills):
         try:
-            if not isinstance(it, dict):
+            if not isinstance(b, dict):
                 raise TypeError("not an object")
-            rid, attrs = it["id"], it.get("attrs") or {}
-            nums = [it[k] for k in ("pid", "thread_id", "start", "end")]
-            if not isinstance(rid, str) or not all(isinstance(v, int) and not isinstance(v, bool) for v in nums):
-                raise TypeError("id must be a string, pid/thread_id/start/end integers")
-            if nums[3] < nums[2]:
-                raise ValueError("end before start")
+            rid, pid, attrs = b["id"], b.get("pid", 0), b.get("attrs") or {}
+            if not isinstance(rid, str) or not isinstance(pid, int) or isinstance(pid, bool):
+                raise TypeError("id must be a string, pid an integer")
             if not isinstance(attrs, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                       for k, v in attrs.items()):
                 raise TypeError("attrs must be an object of strings")
+            for w in b.get("windows") or []:
+                if not (isinstance(w, list) and len(w) == 3 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                     for v in w)):
+                    raise TypeError("windows must be [thread id, start, end] integer lists")
+                if w[2] < w[1]:
+                    raise ValueError(f"window {w} ends before it starts")
+                out.append(RequestSpan(rid, pid, w[0], w[1], w[2], dict(attrs)))
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"request span #{n} ({str(it)[:200]}): {exc}") from None
-        out.append(RequestSpan(rid, nums[0], nums[1], nums[2], nums[3], dict(attrs)))
+            raise ValueError(f"request bill #{n} ({str(b)[:200]}): {exc}") from None
     return out
