@@ -24,10 +24,11 @@ from helpers.perfetto_tp import SKIP_REASON, TraceProcessor, needs_trace_process
 import aclprof
 from aclprof import mock
 from aclprof.agent.bills import BillBook
+from aclprof.agent.billsend import bill_payload
 from aclprof.api import requests as rq
 from aclprof.exportfmt.chrome import write_chrome
 from aclprof.exportfmt.perfetto import MissingDependency, write_perfetto
-from aclprof.exportfmt.requests import RequestSpan, link
+from aclprof.exportfmt.requests import RequestSpan, link, spans_from_bills
 from aclprof.exportfmt.tracks import gather
 from aclprof.protocol.wire import Kind
 
@@ -49,18 +50,10 @@ def tp():
         yield t
 
 
-def _spans(events: list[Any]) -> list[RequestSpan]:
-    """The request windows of the ring's events (START/END per request and thread)."""
-    open_: dict[tuple[int, int], tuple[int, Any]] = {}
-    out = []
-    for kind, key, tid, t, req in events:
-        if kind == rq.START:
-            open_[(key, tid)] = (t, req)
-        else:
-            start, r = open_.pop((key, tid))
-            out.append(RequestSpan(r.id, PID, tid, start, t, dict(r.attrs)))
-    assert not open_
-    return out
+def _spans(bills: dict[str, Any]) -> list[RequestSpan]:
+    """The request windows of the bills, as the daemon gets them (REQUEST_BILL frames) and
+    ``aclprof export --requests`` reads them back (pid: the daemon's, from the connection)."""
+    return spans_from_bills([{**bill_payload(b), "pid": PID} for b in bills.values()])
 
 
 def _run_service() -> tuple[list[dict[str, Any]], list[RequestSpan], dict[str, Any]]:
@@ -73,16 +66,16 @@ def _run_service() -> tuple[list[dict[str, Any]], list[RequestSpan], dict[str, A
     models = {"A": mock.load_model(MODEL_A), "B": mock.load_model(MODEL_B)}
     book = BillBook(hold_ns=50_000_000, grace_ns=100_000_000)
     lock = threading.Lock()
-    events: list[Any] = []
     records: list[dict[str, Any]] = []
 
     def feed_events() -> None:
-        evs = rq.drain()
-        events.extend(evs)
-        book.feed_events(evs)
+        book.feed_events(rq.drain())
 
     def on_batch(batch: Any) -> None:
-        arrival = time.monotonic_ns()
+        # arrival = the batch's last end (the device clock is the host's here): a scheduling
+        # delay on a loaded machine would map ops later than the book's late margin, and
+        # this test is about the trace matching the bills, not about the clock map
+        arrival = int(batch.data["end"].max())
         with lock:
             feed_events()
             book.feed_batch(batch.data, batch.names, arrival)
@@ -116,7 +109,8 @@ def _run_service() -> tuple[list[dict[str, Any]], list[RequestSpan], dict[str, A
         feed_events()
         bills = {b.request_id: b for b in book.collect(time.monotonic_ns() + 10 * 10**9)}
     assert book.stats.unattributed == 0, book.stats
-    return records, _spans(events), bills
+    assert all(b.windows and not b.windows_cut for b in bills.values())
+    return records, _spans(bills), bills
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +212,7 @@ def test_cli_export_requests_of_a_daemon_in_perfetto(tp, tmp_path):
     t0 = 1_000_000_000
     ops = [Op("Conv2D" if i % 2 else "MatMul", f"op{i}", 0, 1, t0 + i * 10_000, 3_000 + i) for i in range(30)]
     bill = {"wall_ns": 1, "device_ns": 1, "ops": 1, "attrs": {"version": "B"}}
-    bills = [{**bill, "id": "r1", "windows": [[7, t0, t0 + 95_000]]},  # ops 0-9
+    bills = [{**bill, "id": "r1", "windows": [[7, t0 + 1_000, t0 + 95_000]], "window_margin": [1_000, 0]},  # ops 0-9
              {**bill, "id": "r2", "windows": [[7, t0 + 150_000, t0 + 200_000], [7, t0 + 250_000, t0 + 250_000]]},
              {**bill, "id": "r3"},  # an agent without windows: no slice
              {**bill, "id": "r4", "windows": [[8, t0, t0 + 300_000]]}]  # another thread: no op
@@ -275,6 +269,7 @@ def test_a_bill_carries_its_windows_in_the_records_clock():
     book.feed_batch(data, ["?"], arrival_ns=200)
     bills = {b.key: b for b in book.collect(10**9)}
     assert bills[1].windows == ((7, hour + 1000, hour + 2000),) and bills[1].windows_cut == 0
+    assert bills[1].window_margin == (book.early_ns, book.late_ns)
     assert len(bills[2].windows) == REQUEST_BILL_MAX_WINDOWS and bills[2].windows_cut == 2
     assert bills[2].windows[0] == (9, hour + 10_000, hour + 10_050)
 
@@ -286,12 +281,12 @@ def test_the_bill_frame_and_the_daemon_keep_the_windows():
     b = Bill(request_id="r", key=1, attrs={}, traceparent=None, start_ns=0, end_ns=5, device_ns=0, ops=0,
              by_type={}, slowest=None, models=(), windows=((7, 10, 20),), windows_cut=3)
     p = bill_payload(b)
-    assert p["windows"] == [[7, 10, 20]] and p["windows_cut"] == 3
+    assert p["windows"] == [[7, 10, 20]] and p["windows_cut"] == 3 and p["window_margin"] == [0, 0]
     assert "windows" not in bill_payload(Bill(**{**b.__dict__, "windows": (), "windows_cut": 0}))
 
 
 @pytest.mark.parametrize("windows", [[[7, 20, 10]], [[7, 1]], [[-1, 1, 2]], [[7, 1, 2]] * 17, {"a": 1},
-                                     [[7, 1, 2**70]], [[True, 1, 2]]])
+                                     [[7, 1, 2**70]], [[True, 1, 2]], "margin"])
 def test_forged_windows_cost_only_their_connection(windows):
     from helpers.daemons import Client, InProcess, status
     from helpers.procs import wait_for
@@ -299,14 +294,17 @@ def test_forged_windows_cost_only_their_connection(windows):
     bill = {"id": "x", "wall_ns": 1, "device_ns": 1, "ops": 1}
     with InProcess() as d:
         bad = Client(d.socket, "agent", service="forger")
-        bad.send_json(Kind.REQUEST_BILL, {**bill, "windows": windows})
+        forged = {**bill, "windows": [[7, 1, 2]], "window_margin": [-1, 0]} if windows == "margin" else {
+            **bill, "windows": windows}
+        bad.send_json(Kind.REQUEST_BILL, forged)
         assert bad.closed_by_peer()
         wait_for(lambda: status(d.socket)["protocol_errors"] == 1, 10, what="the protocol error")
         good = Client(d.socket, "agent", service="good")
         good.send_json(Kind.REQUEST_BILL, {**bill, "windows": [[7, 1, 2]], "windows_cut": 4})
         wait_for(lambda: status(d.socket)["request_bills"].get("total") == 1, 10, what="the good bill")
         kept = status(d.socket)["request_bills"]["slowest"]
-        assert [(b["service"], b["windows"], b["windows_cut"]) for b in kept] == [("good", [[7, 1, 2]], 4)]
+        assert [(b["service"], b["windows"], b["windows_cut"], b["window_margin"]) for b in kept] == [
+            ("good", [[7, 1, 2]], 4, [0, 0])]
 
 
 def test_requests_with_a_format_that_cannot_show_them_is_a_usage_error(tmp_path):

@@ -67,6 +67,9 @@ class Bill:
     #: the first ``wire.REQUEST_BILL_MAX_WINDOWS``, the rest counted in ``windows_cut``
     windows: tuple[tuple[int, int, int], ...] = ()
     windows_cut: int = 0
+    #: (early, late): how far before/after a window an op still counted (the book's
+    #: early_ns/late_ns in the records' units), so a trace links the ops the bill counted
+    window_margin: tuple[int, int] = (0, 0)
 
     @property
     def wall_ns(self) -> int:
@@ -350,7 +353,8 @@ class BillBook:
         to_device, factor = self.clock.to_device, self.clock.factor  # records count in 1/factor ns
         done = [(tid, w) for tid, w in acc.windows if w[1] is not None]
         return {"windows": tuple((tid, to_device(w[0]) // factor, -(-to_device(w[1]) // factor)) for tid, w in done),
-                "windows_cut": acc.windows_cut + len(acc.windows) - len(done)}
+                "windows_cut": acc.windows_cut + len(acc.windows) - len(done),
+                "window_margin": (-(-self.early_ns // factor), -(-self.late_ns // factor))}
 
     def pending(self) -> dict[str, int]:
         """Sizes of what the book holds now (all bounded)."""

@@ -47,6 +47,7 @@ def bill_payload(bill: Bill, dropped_before: int = 0) -> dict[str, Any]:
     if bill.windows or bill.windows_cut:  # for the trace exports (aclprof/exportfmt/requests.py)
         payload["windows"] = [list(w) for w in bill.windows[:wire.REQUEST_BILL_MAX_WINDOWS]]
         payload["windows_cut"] = bill.windows_cut + max(0, len(bill.windows) - wire.REQUEST_BILL_MAX_WINDOWS)
+        payload["window_margin"] = list(bill.window_margin)
     return payload
 
 

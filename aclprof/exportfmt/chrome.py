@@ -174,9 +174,10 @@ def _request_events(g: Gathered, spans: list[RequestSpan], threads: list[tuple[i
             sp = spans[i]
             args = {"request_id": sp.request_id, "thread_id": sp.thread_id, "ops": len(links.ops_of[i]),
                     "device_ns": links.device_ns(i), **{f"attr.{k}": v for k, v in sp.attrs.items()}}
-            ts = short_us(sp.start)
+            start, end = links.drawn(spans, i)
+            ts = short_us(start)
             parts.append('{"name":' + json_string(sp.request_id, memo) + ',"cat":"' + CATEGORY + '","ph":"X","ts":' +
-                         ts + ',"dur":' + short_us(max(0, sp.end - sp.start)) + where + ',"args":' + meta_json(args) +
+                         ts + ',"dur":' + short_us(end - start) + where + ',"args":' + meta_json(args) +
                          "}")
             for s in links.ops_of[i]:
                 flow_id += 1

@@ -122,9 +122,10 @@ def write_perfetto_gathered(g: Gathered, out: BinaryIO, requests: list[RequestSp
             stack: list[int] = []
             for i in idx:
                 sp = requests[i]
-                while stack and stack[-1] <= sp.start:
+                start, end = links.drawn(requests, i)
+                while stack and stack[-1] <= start:
                     _end(packets.add(), stack.pop(), uuid)
-                r = Slice(sp.start, max(0, sp.end - sp.start), sp.request_id, CATEGORY, False, None, None, None)
+                r = Slice(start, end - start, sp.request_id, CATEGORY, False, None, None, None)
                 _begin(packets.add(), r, uuid, names, cats)
                 te = packets[-1].track_event
                 te.flow_ids.extend(flow_of[id(op)] for op in links.ops_of[i])

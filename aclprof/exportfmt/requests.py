@@ -8,7 +8,8 @@ there with its clock map: on the mock, without an offset, the two are the same c
 :func:`link` attributes the export's ops to the spans with the bill's rule
 (:mod:`aclprof.agent.bills`): an op belongs to the span of its process whose thread is the
 op record's ``thread_id`` and whose window holds the op's start; an op that two spans hold
-(overlapping requests on one thread) is linked to neither and counted in
+(overlapping requests on one thread; a window reaches ``early`` before its start and
+``late`` after its end, the bill's margins) is linked to neither and counted in
 :attr:`Links.ambiguous`, never guessed; ops outside every span stay unlinked.
 
 How the writers show it: a thread per (process, host thread) named ``requests (thread T)``
@@ -38,13 +39,17 @@ REQUEST_TID_BASE = 3 * 2**30
 @dataclass(frozen=True)
 class RequestSpan:
     """One window of one request: ``thread_id`` is the host thread's kernel tid (what op
-    records carry in ``thread_id``); ``start``/``end`` ns in the records' clock."""
+    records carry in ``thread_id``); ``start``/``end`` in the records' clock and units. An op
+    is held from ``start - early`` to ``end + late`` (the bill's own margins, so the trace
+    links what the bill counted); the slice drawn is ``start`` to ``end``."""
     request_id: str
     pid: int
     thread_id: int
     start: int
     end: int
     attrs: dict[str, str] = field(default_factory=dict)
+    early: int = 0
+    late: int = 0
 
 
 @dataclass
@@ -62,6 +67,14 @@ class Links:
     def device_ns(self, i: int) -> int:
         return sum(s.dur for s in self.ops_of[i])
 
+    def drawn(self, spans: list[RequestSpan], i: int) -> tuple[int, int]:
+        """(start, end) of span ``i``'s slice: its window, from its first op if that started
+        earlier (within the bill's early margin): a flow must leave its slice before it
+        arrives, or Perfetto drops it."""
+        sp = spans[i]
+        start = min([sp.start, *(s.start for s in self.ops_of[i])])
+        return start, max(start, sp.end)
+
     def lanes(self, spans: list[RequestSpan]) -> Iterator[tuple[int, int, int, list[int]]]:
         """(pid, thread id, lane, indexes of its spans sorted by start) for every lane of
         request slices: a lane's spans nest or are disjoint."""
@@ -69,12 +82,12 @@ class Links:
         for i, sp in enumerate(spans):
             by.setdefault((sp.pid, sp.thread_id), []).append(i)
         for (pid, tid), idx in by.items():
-            lane_of = assign_lanes([(spans[i].start, max(spans[i].start, spans[i].end)) for i in idx])
+            lane_of = assign_lanes([self.drawn(spans, i) for i in idx])
             per: dict[int, list[int]] = {}
             for i, k in zip(idx, lane_of):
                 per.setdefault(k, []).append(i)
             for k in sorted(per):
-                yield pid, tid, k, sorted(per[k], key=lambda i: (spans[i].start, -spans[i].end))
+                yield pid, tid, k, sorted(per[k], key=lambda i: (self.drawn(spans, i)[0], -self.drawn(spans, i)[1]))
 
 
 def request_lane_name(thread_id: int, lane: int) -> str:
@@ -87,12 +100,12 @@ def link(g: Gathered, spans: list[RequestSpan]) -> Links:
     # (pid, tid) -> its spans' starts (sorted), span indexes, and the latest end so far: the
     # walk back from the op's start stops where no earlier span reaches it
     index: dict[tuple[int, int], tuple[list[int], list[int], list[int]]] = {}
-    for i in sorted(range(len(spans)), key=lambda i: spans[i].start):
+    for i in sorted(range(len(spans)), key=lambda i: spans[i].start - spans[i].early):
         sp = spans[i]
         starts, idx, reach = index.setdefault((sp.pid, sp.thread_id), ([], [], []))
-        starts.append(sp.start)
+        starts.append(sp.start - sp.early)
         idx.append(i)
-        reach.append(max(sp.end, reach[-1]) if reach else sp.end)
+        reach.append(max(sp.end + sp.late, reach[-1]) if reach else sp.end + sp.late)
     out = Links([[] for _ in spans])
     for (pid, _device, _model), slices in g.threads.items():
         for s in slices:
@@ -109,7 +122,7 @@ def link(g: Gathered, spans: list[RequestSpan]) -> Links:
                 for j in range(bisect_right(starts, s.start) - 1, -1, -1):
                     if reach[j] < s.start:
                         break
-                    if s.start <= spans[idx[j]].end:
+                    if s.start <= spans[idx[j]].end + spans[idx[j]].late:
                         n += 1
                         hit = idx[j]
                 if n > 1:
@@ -124,7 +137,8 @@ def link(g: Gathered, spans: list[RequestSpan]) -> Links:
 
 def spans_from_bills(bills: Iterable[Any]) -> list[RequestSpan]:
     """The spans of request bills as the daemon keeps them (REQUESTS_REPLY's ``bills``:
-    ``id``, ``pid``, ``attrs`` and ``windows`` [[thread id, start, end]]); a bill without
+    ``id``, ``pid``, ``attrs``, ``windows`` [[thread id, start, end]] and ``window_margin``
+    [early, late]); a bill without
     windows (an agent without a clock yet, or before they were sent) gives none.
     ValueError naming the bad bill."""
     out = []
@@ -138,13 +152,17 @@ def spans_from_bills(bills: Iterable[Any]) -> list[RequestSpan]:
             if not isinstance(attrs, dict) or not all(isinstance(k, str) and isinstance(v, str)
                                                       for k, v in attrs.items()):
                 raise TypeError("attrs must be an object of strings")
+            margin = b.get("window_margin") or [0, 0]
+            if not (isinstance(margin, list) and len(margin) == 2
+                    and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in margin)):
+                raise TypeError("window_margin must be [early, late], integers >= 0")
             for w in b.get("windows") or []:
                 if not (isinstance(w, list) and len(w) == 3 and all(isinstance(v, int) and not isinstance(v, bool)
                                                                      for v in w)):
                     raise TypeError("windows must be [thread id, start, end] integer lists")
                 if w[2] < w[1]:
                     raise ValueError(f"window {w} ends before it starts")
-                out.append(RequestSpan(rid, pid, w[0], w[1], w[2], dict(attrs)))
+                out.append(RequestSpan(rid, pid, w[0], w[1], w[2], dict(attrs), margin[0], margin[1]))
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"request bill #{n} ({str(b)[:200]}): {exc}") from None
     return out

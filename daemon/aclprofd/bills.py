@@ -142,7 +142,7 @@ class RequestBills:
                      "models": models, "types": clean_types, "slowest": slowest,
                      "complete": obj.get("complete") is True})
         if windows is not None:
-            kept[-1]["windows"], kept[-1]["windows_cut"] = windows
+            kept[-1]["windows"], kept[-1]["windows_cut"], kept[-1]["window_margin"] = windows
 
     def slowest(self, top: int = 20, service: str | None = None, since: float | None = None,
                 attrs: dict[str, str] | None = None, model: int | None = None) -> list[dict[str, Any]]:
@@ -168,10 +168,11 @@ class RequestBills:
                 "services_refused": self.services_refused, "slowest": self.slowest(top)}
 
 
-def _windows(obj: dict[str, Any]) -> tuple[list[list[int]], int] | None:
-    """A bill's optional ``windows`` ([[thread id, start, end]], the op records' clock) and
-    ``windows_cut``, checked; None when the agent sent none."""
-    windows, cut = obj.get("windows"), obj.get("windows_cut", 0)
+def _windows(obj: dict[str, Any]) -> tuple[list[list[int]], int, list[int]] | None:
+    """A bill's optional ``windows`` ([[thread id, start, end]], the op records' clock),
+    ``windows_cut`` and ``window_margin`` ([early, late]), checked; None when the agent sent
+    no windows."""
+    windows, cut, margin = obj.get("windows"), obj.get("windows_cut", 0), obj.get("window_margin", [0, 0])
     if windows is None:
         return None
     if (not isinstance(windows, list) or len(windows) > REQUEST_BILL_MAX_WINDOWS
@@ -181,5 +182,7 @@ def _windows(obj: dict[str, Any]) -> tuple[list[list[int]], int] | None:
                             "[thread id (u32), start, end >= start] lists")
     if not _count(cut, _MAX_DROPPED):
         raise ProtocolError(f"REQUEST_BILL windows_cut must be an integer in [0, {_MAX_DROPPED}]")
-    return [list(w) for w in windows], cut
+    if not (isinstance(margin, list) and len(margin) == 2 and all(_count(v) for v in margin)):
+        raise ProtocolError("REQUEST_BILL window_margin must be [early, late], integers in [0, 2**62]")
+    return [list(w) for w in windows], cut, list(margin)
 
