@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
-from .requests import CATEGORY, REQUEST_TID_BASE, RequestSpan, link, request_lane_name
+from .requests import REQUEST_TID_BASE, RequestSpan
 from .tracks import Gathered, gather, lane_name
 
 __all__ = ["LANE_TID_BASE", "REQUEST_TID_BASE", "TID_STRIDE", "format_us", "json_string", "meta_json", "short_us",
@@ -131,7 +131,9 @@ def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof ex
             out.write(("" if first else ",\n") + ",\n".join(parts))
             first = False
     if requests:
-        text = _request_events(g, requests, threads, memo, op_tid)
+        from .chrome_requests import request_events  # it uses this module's helpers
+
+        text = request_events(g, requests, threads, memo, op_tid)
         if text:
             out.write(("" if first else ",\n") + text)
             first = False
@@ -149,39 +151,3 @@ def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof ex
         out.write(("" if first else ",\n") + ",\n".join(meta_json(m) for m in meta))
     out.write("\n]}\n")
     return g.count
-
-
-_FLOW = '{"name":"bill","cat":"' + CATEGORY + '","ph":'
-
-
-def _request_events(g: Gathered, spans: list[RequestSpan], threads: list[tuple[int, int, str]],
-                    memo: dict[str, str], op_tid: dict[int, int]) -> str:
-    """The request slices and their flows (Trace Event Format flow events ``s``/``f``, the
-    ``f`` bound to the enclosing slice: the op, which starts at the flow's time; written
-    after every slice, so an op starting with its step still takes it). Adds the request
-    threads to ``threads`` (named with the others)."""
-    links = link(g, spans)
-    parts = []
-    flows = []
-    flow_id = 0
-    per_pid: dict[int, int] = {}
-    for pid, thread_id, lane, idx in links.lanes(spans):
-        per_pid[pid] = per_pid.get(pid, 0) + 1
-        tid = REQUEST_TID_BASE + per_pid[pid]
-        threads.append((pid, tid, request_lane_name(thread_id, lane)))
-        where = ',"pid":%d,"tid":%d' % (pid, tid)
-        for i in idx:
-            sp = spans[i]
-            args = {"request_id": sp.request_id, "thread_id": sp.thread_id, "ops": len(links.ops_of[i]),
-                    "device_ns": links.device_ns(i), **{f"attr.{k}": v for k, v in sp.attrs.items()}}
-            start, end = links.drawn(spans, i)
-            ts = short_us(start)
-            parts.append('{"name":' + json_string(sp.request_id, memo) + ',"cat":"' + CATEGORY + '","ph":"X","ts":' +
-                         ts + ',"dur":' + short_us(end - start) + where + ',"args":' + meta_json(args) +
-                         "}")
-            for s in links.ops_of[i]:
-                flow_id += 1
-                flows.append(_FLOW + '"s","id":%d,"ts":%s%s}' % (flow_id, ts, where))
-                flows.append(_FLOW + '"f","bp":"e","id":%d,"ts":%s,"pid":%d,"tid":%d}'
-                             % (flow_id, short_us(s.start), pid, op_tid[id(s)]))
-    return ",\n".join(parts + flows)

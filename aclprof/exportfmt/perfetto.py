@@ -12,9 +12,17 @@ Names and categories are interned (sent once per trace), so a record costs ~20 b
 Why this format: exact times and names at any value (Perfetto's JSON importer reads numbers
 as doubles and keeps most escapes), ~4.4x smaller files (40 bytes per record against ~175),
 and no JSON size limit (MindStudio Insight advises against JSON of more than 1 GB). Not load
-speed: measured in the same trace processor (tests/bench/bench_trace_load.py, 1M records),
-it loads in about the time the JSON takes (7.9 against 8.3 CPU s per million; 1.0-1.4x over
-100k-1M records): the engine's per-event cost, not parsing, dominates both.
+speed, measured in the same trace processor (tests/bench/bench_trace_load.py): about 1.2x
+faster than the JSON (1.2-1.5x in an engine already warm, as fast as a fresh one's first
+load), never 5x. Why: a fresh wasm engine spends most of its first load's CPU compiling
+itself (V8 tiering the 11 MB wasm up), the same for both formats; once warm, a TrackEvent
+slice costs ~3 CPU s per million, its floor (two packets per slice, each tokenized, sorted
+and parsed: a bare slice on one track, one interned name and no category costs the same),
+against ~1.1 for a bare JSON ``X`` event and ~3.8 for ours with its four args. 5x below
+today's JSON would need ~0.8. Tried, none moved it by more than noise (100k-300k records,
+loaded machine): events in global time order (no sort), one sequence per track with
+``TrackEventDefaults.track_uuid``, no ``sequence_flags``, incremental clocks with delta
+timestamps (slower: 1.3x), 1-32 MB feed chunks.
 
 Encoding: the message classes PyPI ``perfetto`` ships (``perfetto_trace_pb2``, generated
 from Perfetto's published protos; ``pip install 'aclprof[perfetto]'``), serialized by the
