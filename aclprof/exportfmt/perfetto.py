@@ -12,17 +12,20 @@ Names and categories are interned (sent once per trace), so a record costs ~20 b
 Why this format: exact times and names at any value (Perfetto's JSON importer reads numbers
 as doubles and keeps most escapes), ~4.4x smaller files (40 bytes per record against ~175),
 and no JSON size limit (MindStudio Insight advises against JSON of more than 1 GB). Not load
-speed, measured in the same trace processor (tests/bench/bench_trace_load.py): about 1.2x
-faster than the JSON (1.2-1.5x in an engine already warm, as fast as a fresh one's first
-load), never 5x. Why: a fresh wasm engine spends most of its first load's CPU compiling
+speed, measured in the same trace processor (tests/bench/bench_trace_load.py, 300k and 1M
+records, load 9-16): 1.0-1.2x faster than the JSON in a fresh engine, 1.0-1.4x in a warm
+one; never 5x. Why: a fresh wasm engine spends about half its first load's CPU compiling
 itself (V8 tiering the 11 MB wasm up), the same for both formats; once warm, a TrackEvent
-slice costs ~3 CPU s per million, its floor (two packets per slice, each tokenized, sorted
-and parsed: a bare slice on one track, one interned name and no category costs the same),
-against ~1.1 for a bare JSON ``X`` event and ~3.8 for ours with its four args. 5x below
-today's JSON would need ~0.8. Tried, none moved it by more than noise (100k-300k records,
-loaded machine): events in global time order (no sort), one sequence per track with
-``TrackEventDefaults.track_uuid``, no ``sequence_flags``, incremental clocks with delta
-timestamps (slower: 1.3x), 1-32 MB feed chunks.
+slice costs ~3.1-3.4 CPU s per million, its floor (two packets per slice, each tokenized,
+sorted and parsed: a bare slice on one track with one interned name and no category costs
+the same), against ~1.1-1.2 for a bare JSON ``X`` event and ~3.5-3.8 for our JSON with its
+four args. 5x below today's JSON would need ~0.7. Tried, none moved it by more than the
+noise (100k-300k records): events in global time order (no sort), one sequence per track
+with ``TrackEventDefaults.track_uuid``, no ``sequence_flags``, incremental clocks with delta
+timestamps (~1.2x slower), feed chunks of 1-32 MB. Where a warm engine's protobuf time goes
+(V8 CPU profile, v52): the sorter's sink ~9 %, protozero field decoding ~10 %, TrackEvent
+tokenizing ~5 %, the args reflection pass over each TrackEvent ~3 %, string hashing ~5 %,
+the slice tracker ~5 %: spread over the per-packet path, no one hot spot to avoid.
 
 Encoding: the message classes PyPI ``perfetto`` ships (``perfetto_trace_pb2``, generated
 from Perfetto's published protos; ``pip install 'aclprof[perfetto]'``), serialized by the
