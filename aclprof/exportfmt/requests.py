@@ -17,6 +17,10 @@ How the writers show it: a thread per (process, host thread) named ``requests (t
 one slice per span named by the request id, category ``request``, its args the request id,
 attributes, ops linked and their device time; one flow per linked op from the request slice
 to the op's slice (Perfetto's ``flow`` table: ``slice_out`` the request, ``slice_in`` the op).
+The protobuf names both ends by id (``flow_ids``, ``terminating_flow_ids``); the Chrome JSON
+binds a flow's end to the innermost slice open at the op's start on its track, so there an
+op that starts at the same ns as a longer op of its lane holding it (equal starts nest) would
+take the longer op's flow: the JSON's one inexactness, absent from the protobuf.
 """
 
 from __future__ import annotations
