@@ -5,7 +5,8 @@
   library through function pointers handed to it at run time, so it links to nothing.
 - `aclprof.protocol._jsonl`: the daemon's JSON Lines record encoder, a plain CPython extension
   (the daemon imports aclprof.protocol and must not load cffi); `aclprof.protocol._batchgroup`:
-  the aggregator's per-batch grouping of records, likewise.
+  the aggregator's per-batch grouping of records, likewise; `aclprof.api._reqring`:
+  aclprof.request's enter/exit and its event ring (issue 25).
 - `aclprof/_mock/libascendcl.so`: the mock library from mock_acl/src, so that the demo and
   the tests need no separate build step.
 """
@@ -67,7 +68,11 @@ setup(
                  # the aggregator's per-batch grouping (issue 21), beside _jsonl for the same reason
                  Extension("aclprof.protocol._batchgroup", ["aclprof/protocol/_batchgroup.c"],
                            include_dirs=["cdefs"], depends=["cdefs/aclprof_records.h"],
-                           extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"])],
+                           extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"]),
+                 # aclprof.request's enter/exit and event ring (issue 25): a CPython extension, as a
+                 # cffi call alone costs a fifth of its 1 us budget and releases the GIL
+                 Extension("aclprof.api._reqring", ["aclprof/api/_reqring.c"],
+                           extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Werror"])],
     cffi_modules=["cdefs/build_ffi.py:abi_ffi", "cdefs/build_ffi.py:fast_ffi"],
     cmdclass={"build_ext": BuildExtWithMock},
 )

@@ -5,7 +5,9 @@ mock, agent <- cli, demo; the daemon (aclprofd) sits on protocol and exportfmt (
 formats, on protocol alone; the CLI uses it too). A module may import its own layer and the
 layers below it, never one above (an import that runs back up makes
 the daemon or the CLI drag in the binding, or creates cycles). ``aclprof._log`` (the logging
-policy) and ``aclprof.protocol.version`` may be imported from anywhere.
+policy), ``aclprof.protocol.version`` and ``aclprof.protocol.traceparent`` (W3C header
+parsing: the api checks what it is given, exportfmt parents spans on it) may be imported
+from anywhere.
 
 Only cffi-aware modules may use ``ffi``: the binding layer, by rule.
 """
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parent.parent
-ALWAYS = ("aclprof._log", "aclprof.protocol.version")
+ALWAYS = ("aclprof._log", "aclprof.protocol.version", "aclprof.protocol.traceparent")
 
 # layer -> the aclprof/aclprofd packages it may import (besides ALWAYS and itself)
 ALLOWED: dict[str, tuple[str, ...]] = {

@@ -9,6 +9,7 @@ thread's tid, runs in real time, and moves its device clock +-1 h and drifts it 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -229,3 +230,36 @@ def test_a_long_open_window_around_later_ones_makes_their_ops_ambiguous():
     book.collect(39_950)
     st = book.stats
     assert st.unattributed_ambiguous == 1 and st.ops_attributed == 1  # 39_900: only the long one
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_vectorised_attribution_is_the_per_op_match(seed):
+    """BillBook attributes a thread's ops in one vectorised pass (searchsorted over its
+    disjoint windows); each op must get what the per-op walk (``_match``) gives it: the same
+    window, or the same unattributed reason. Random windows back to back and apart, some
+    open, ops inside, between, before and after them."""
+    rng = np.random.default_rng(seed)
+    book = BillBook(early_ns=100, late_ns=1_000, hold_ns=0, grace_ns=10**12)
+    events, t, key = [], 0, 0
+    for tid in (7, 8):
+        t = 10_000
+        for _ in range(40):
+            key += 1
+            t += int(rng.choice([0, 200, 900, 5_000]))  # gap: back to back .. far apart
+            start, t = t, t + int(rng.integers(1, 4_000))
+            events.append((rq.START, key, tid, start, aclprof.request(f"r{key}")))
+            if rng.random() > 0.05 or tid == 8:
+                events.append((rq.END, key, tid, t, None))
+            else:
+                break  # an open window: the thread's last
+    book.feed_events(sorted(events, key=lambda e: (e[2], e[3], e[0] == rq.START)))
+    n = 3000
+    tids = rng.choice(np.array([7, 8, 9], np.uint32), n)
+    host = rng.integers(0, t + 5_000, n).astype(np.int64)
+    got = book._window_keys(tids, host)
+    vectorised = dataclasses.asdict(book.stats)
+    book.stats = type(book.stats)()
+    want = [(acc.key if (acc := book._match(int(tid), int(h))) is not None else 0) for tid, h in zip(tids, host)]
+    assert got.tolist() == want
+    assert dataclasses.asdict(book.stats) == vectorised
+    assert vectorised["unattributed_ambiguous"] and vectorised["unattributed_no_window"] and any(want)

@@ -64,6 +64,8 @@ def test_an_old_daemon_is_never_sent_bills(daemon, monkeypatch):
     {"id": "x", "wall_ns": 1, "device_ns": 1, "ops": 1, "attrs": {"k": 1}},
     {"id": "x" * 1025, "wall_ns": 1, "device_ns": 1, "ops": 1},
     {"id": "x", "wall_ns": 1, "device_ns": 1, "ops": 1, "dropped_before": 2**70},
+    {"id": "x", "wall_ns": 1, "device_ns": 1, "ops": 1, "start_unix_ns": -1},
+    {"id": "x", "wall_ns": 1, "device_ns": 1, "ops": 1, "start_unix_ns": "1700000000"},
 ])
 def test_a_forged_bill_costs_only_its_connection(daemon, payload):
     bad = Client(daemon.socket, "agent", service="forger")
@@ -133,4 +135,7 @@ def test_aclprof_requests_lists_the_slowest_with_filters(daemon, capsys):
 def test_a_malformed_requests_query_is_refused(daemon):
     c = Client(daemon.socket, "control")
     c.send_json(Kind.REQUESTS, {"top": 0})
+    assert c.closed_by_peer()
+    c = Client(daemon.socket, "control")
+    c.send_json(Kind.REQUESTS, {"until": "now"})
     assert c.closed_by_peer()

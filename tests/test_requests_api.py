@@ -175,3 +175,59 @@ def test_a_request_is_an_msproftx_range_in_a_profiling_session(out_dir, tx_event
     assert ranges[0]["start_ns"] <= mark["start_ns"] <= ranges[0]["end_ns"]
     windows, _ = _windows(rq.drain())
     assert len(windows) == 2
+
+
+def test_a_request_whose_first_start_was_dropped_announces_itself_on_the_next_window():
+    """The request (id, attributes) rides on its first START the ring kept: with that START
+    dropped on a full ring, the next window's START carries it, so the bill keeps its id."""
+    rq.set_ring_capacity(2)
+    with aclprof.request("filler"):
+        pass  # the ring is full now
+    req = aclprof.request("late", route="/r")
+    with req:
+        pass  # START and END dropped, counted
+    rq.drain()
+    with req.on_this_thread():
+        pass
+    (start, end) = rq.drain()
+    assert start.kind == rq.START and start.request is req and start.key == req.key
+    assert end.kind == rq.END and end.request is None
+
+
+def test_attributes_are_copied_and_the_checks_name_the_argument():
+    attrs = {"route": "/a"}
+    req = aclprof.request("x", **attrs)
+    attrs["route"] = "/b"
+    assert dict(req.attrs) == {"route": "/a"}
+    assert dict(aclprof.request("y").attrs) == {} and aclprof.request("y").traceparent is None
+    with pytest.raises(ValueError, match="at most 16 attributes"):
+        aclprof.request("x", **{f"k{i}": "v" for i in range(17)})
+    with pytest.raises(ValueError, match="id is longer than 256 bytes"):
+        aclprof.request("é" * 129)
+    with pytest.raises(ValueError, match="attribute 'k' is longer than 256 bytes"):
+        aclprof.request("x", k="v" * 257)
+    assert len(aclprof.request("i" * 256).id) == 256  # at the limit: fine
+
+
+def test_a_forked_child_records_its_own_thread_id():
+    import os
+
+    with aclprof.request("parent"):
+        pass
+    rq.drain()
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            with aclprof.request("child"):
+                pass
+            got = [(e.kind, e.tid) for e in rq.drain()]
+            os.write(w, repr(got == [(rq.START, os.getpid()), (rq.END, os.getpid())]).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    try:
+        assert os.read(r, 100) == b"True"
+    finally:
+        os.close(r)
+        os.waitpid(pid, 0)

@@ -63,6 +63,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from aclprof._log import get_logger
+from aclprof.agent.billfeed import BillFeeder
 from aclprof.agent.billsend import BillReporter
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
@@ -75,7 +76,7 @@ from aclprof.protocol import wire
 from aclprof.protocol.paths import resolve_socket_path
 
 if TYPE_CHECKING:
-    from aclprof.agent.bills import Bill
+    from aclprof.agent.bills import Bill, BillBook
 
 __all__ = ["start", "watch", "unwatch", "report_bills", "stop", "stats", "running", "Agent", "AgentStats",
            "DEFAULT_BUFFER_RECORDS"]
@@ -129,6 +130,17 @@ class AgentStats:
     bills_queued: int = 0
     bills_dropped: int = 0
     bills_unsent: int = 0
+    #: request attribution in agent mode (issue 25; 0 until a request is marked): ops the C
+    #: tap kept for it, ops it dropped (full between two feeds), ops billed to a request and
+    #: ops no window (or several) held, counted by reason in the book's stats
+    bill_ops_tapped: int = 0
+    bill_ops_dropped: int = 0
+    bill_ops_attributed: int = 0
+    bill_ops_unattributed: int = 0
+    #: requests still open when the agent stopped (bills of the ended ones are sent at stop)
+    bills_unfinished_at_stop: int = 0
+    #: request attribution raised (a bug, logged at ERROR): bills are off, records still stream
+    bills_failed: bool = False
 
     @property
     def dropped(self) -> int:
@@ -162,6 +174,8 @@ class Agent:
         # op failures (issue 24): attached before the sender starts, detached at stop
         self._failures = FailureReporter(self._buffer) if failures else None
         self._bills = BillReporter(self._buffer)  # request bills (issue 25)
+        # ... fed from the C queue's tap by the sender thread once a request is marked
+        self._bill_feeder = self._sender.bill_feeder = BillFeeder(self._buffer, self._bills)
         self._sender.start()
 
     # -- service-facing API --------------------------------------------------------------------
@@ -299,7 +313,21 @@ class Agent:
             loss_pending=max(0, total_lost - c.loss_reported),
             frames_sent=c.frames_sent, bytes_sent=c.bytes_sent, models=models,
             dropped_unread=dropped_unread, goodbyes=c.goodbyes, bills_queued=self._bills.queued,
-            bills_dropped=self._bills.dropped, bills_unsent=self._sender.bills_unsent, **self._failure_stats())
+            bills_dropped=self._bills.dropped, bills_unsent=self._sender.bills_unsent, **self._failure_stats(),
+            bills_failed=self._sender.bills_failed, **self._bill_feed_stats())
+
+    def _bill_feed_stats(self) -> dict[str, int]:
+        s = self._bill_feeder.stats()
+        return {"bill_ops_tapped": s["bill_ops_tapped"], "bill_ops_dropped": s["bill_ops_dropped"],
+                "bill_ops_attributed": s.get("bill_ops_attributed", 0),
+                "bill_ops_unattributed": s.get("bill_ops_unattributed", 0),
+                "bills_unfinished_at_stop": s.get("bills_unfinished_at_stop", 0)}
+
+    @property
+    def bill_book(self) -> BillBook | None:
+        """The book the agent attributes ops in (None until a request was marked): its
+        ``stats`` say why ops went unattributed. Read-only use: the sender thread owns it."""
+        return self._bill_feeder.book
 
     def report_bills(self, bills: Iterable[Bill]) -> None:
         """Send request bills (:class:`aclprof.agent.bills.Bill`, from a

@@ -2,8 +2,8 @@
 
 Inputs: the request windows of :mod:`aclprof.api.requests` (request, kernel tid, host
 ``CLOCK_MONOTONIC`` start/end) and op batches with their arrival times. An op belongs to
-the request whose window is on the op record's ``threadId`` (the host thread that ran the
-model: our reading of CANN, UNVERIFIED on an NPU; the mock stamps it with
+the request whose window is on the op record's ``threadId`` (in CANN the kernel tid of the
+host thread that submitted the op's task, README "Request bills"; the mock stamps it with
 ``aclprof.mock.set_stamp_thread``) and whose span holds the op's start mapped to the host
 clock (:class:`~aclprof.agent.clockmap.ClockMap`). The mapped time is never much earlier
 than the truth and later by up to the delivery delay, so a window matches from
@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_right
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,21 @@ from aclprof.api.requests import START, Request, RequestEvent
 from aclprof.protocol.wire import REQUEST_BILL_MAX_WINDOWS
 
 __all__ = ["Bill", "BillBook", "BillStats"]
+
+
+_OPEN = 1 << 62  # the end of a window still open (later than any host time)
+
+
+def _group_starts(columns: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Where each run of equal rows (over ``columns``, sorted) starts. (Not ``np.r_``: its
+    first use imports numpy.ma, ~80 ms holding the GIL in the agent's sender.)"""
+    n = len(columns[0])
+    brk = np.zeros(n, bool)
+    if n:
+        brk[0] = True
+        for c in columns:
+            brk[1:] |= c[1:] != c[:-1]
+    return np.flatnonzero(brk)
 
 
 def _start(w: list[Any]) -> int:
@@ -145,7 +160,7 @@ class BillBook:
         self.early_ns, self.late_ns, self.grace_ns = early_ns, late_ns, grace_ns
         self.max_open, self.by_name = max_open, by_name
         self.hold_ns, self.max_held_ops = hold_ns, max_held_ops
-        self._held: deque[tuple[int, np.ndarray, Any]] = deque()  # (arrival, ops, names)
+        self._held: deque[tuple[int, np.ndarray, Callable[[int], Any]]] = deque()  # (arrival, ops, names_of)
         self._held_ops = 0
         self.stats = BillStats()
         self._accs: dict[int, _Acc] = {}
@@ -229,49 +244,147 @@ class BillBook:
         ops = data[~data["keypoint"]] if "keypoint" in (data.dtype.names or ()) else data
         if len(data):
             self.clock.note(int(data["end"].max()), arrival_ns)
+        self._hold(arrival_ns, ops, lambda _slot: names)
+
+    def feed_columns(self, ops: np.ndarray, notes: np.ndarray, names_of: Callable[[int], Any],
+                     arrival_ns: int | None = None) -> None:
+        """Take what the agent's C tap gathered (:class:`aclprof.binding.billtap.BillTap`):
+        ``ops`` (fields start, end, thread_id, model_id, op_type, op_name, slot; keypoints
+        already left out) and the reads' clock ``notes`` (arrival, newest_end).
+        ``names_of(slot)`` gives the name table the slot's ids index. The ops are held
+        from the newest note's arrival (or ``arrival_ns``)."""
+        for arrival, end in zip(notes["arrival"].tolist(), notes["newest_end"].tolist()):
+            self.clock.note(end, arrival)
+        if arrival_ns is None:
+            arrival_ns = int(notes["arrival"].max()) if len(notes) else time.monotonic_ns()
+        self._hold(arrival_ns, ops, names_of)
+
+    def _hold(self, arrival_ns: int, ops: np.ndarray, names_of: Callable[[int], Any]) -> None:
         n = len(ops)
         self.stats.ops_seen += n
         if not n:
             return
-        self._held.append((arrival_ns, ops, names))
+        self._held.append((arrival_ns, ops, names_of))
         self._held_ops += n
         while self._held_ops > self.max_held_ops:  # bounded: settle the oldest early
             self._settle_one()
+
+    def settle_one(self, now_ns: int | None = None) -> bool:
+        """Attribute the oldest held chunk of ops if its hold is over; False if none is due.
+        (The agent settles chunk by chunk, giving the GIL away between them.)"""
+        if now_ns is None:
+            now_ns = time.monotonic_ns()
+        if not self._held or self._held[0][0] + self.hold_ns > now_ns:
+            return False
+        self._settle_one()
+        return True
 
     def _settle(self, now_ns: int) -> None:
         while self._held and self._held[0][0] + self.hold_ns <= now_ns:
             self._settle_one()
 
     def _settle_one(self) -> None:
-        _, ops, names = self._held.popleft()
+        _, ops, names_of = self._held.popleft()
         self._held_ops -= len(ops)
         if not self.clock.ready:
             self.stats.unattributed_no_clock += len(ops)
             return
-        host = self.clock.to_host(ops["start"]).tolist()
+        host = self.clock.to_host(ops["start"])
         dur = (ops["end"].astype(np.int64) - ops["start"].astype(np.int64)) * self.clock.factor
-        for i, (tid, hs, ns) in enumerate(zip(ops["thread_id"].tolist(), host, dur.tolist())):
-            acc = self._match(tid, hs)
-            if acc is None:
-                continue
-            op_type = names[int(ops["op_type"][i])]
+        keys = self._window_keys(ops["thread_id"], host)
+        att = np.flatnonzero(keys)
+        if not len(att):
+            return
+        self.stats.ops_attributed += len(att)
+        slots = ops["slot"][att] if "slot" in (ops.dtype.names or ()) else np.zeros(len(att), np.uint32)
+        k, s, m = keys[att], slots, ops["model_id"][att]
+        t, nm, d = ops["op_type"][att], ops["op_name"][att], dur[att]
+        # one group per (request, slot, model, op type), its ops by device time: the group's
+        # last op is its slowest; Python then runs once per group, not per op
+        order = np.lexsort((d, t, m, s, k))
+        k, s, m, t, nm, d = k[order], s[order], m[order], t[order], nm[order], d[order]
+        firsts = _group_starts((k, s, m, t))
+        lasts = np.append(firsts[1:], len(k)) - 1
+        sums = np.add.reduceat(d, firsts).tolist()
+        counts = (lasts - firsts + 1).tolist()
+        accs = self._accs
+        tables: dict[int, Any] = {}
+        for key, slot, model, typ, ns, c, top, top_name in zip(
+                k[firsts].tolist(), s[firsts].tolist(), m[firsts].tolist(), t[firsts].tolist(), sums, counts,
+                d[lasts].tolist(), nm[lasts].tolist()):
+            acc = accs[key]
+            names = tables.get(slot)
+            if names is None:
+                names = tables[slot] = names_of(slot)
+            op_type = names[typ]
             entry = acc.by_type.get(op_type)
             if entry is None:
-                acc.by_type[op_type] = [ns, 1]
+                acc.by_type[op_type] = [ns, c]
             else:
                 entry[0] += ns
-                entry[1] += 1
-            op_name = names[int(ops["op_name"][i])]
-            if acc.by_name is not None:
-                e2 = acc.by_name.setdefault(op_name, [0, 0])
-                e2[0] += ns
-                e2[1] += 1
+                entry[1] += c
             acc.device_ns += ns
-            acc.ops += 1
-            acc.models.add(int(ops["model_id"][i]))
-            if acc.slowest is None or ns > acc.slowest[2]:
-                acc.slowest = (op_type, op_name, ns)
-            self.stats.ops_attributed += 1
+            acc.ops += c
+            acc.models.add(model)
+            if acc.slowest is None or top > acc.slowest[2]:
+                acc.slowest = (op_type, names[top_name], top)
+        if self.by_name:
+            self._by_name(k, s, nm, d, names_of)
+
+    def _by_name(self, k: np.ndarray, s: np.ndarray, nm: np.ndarray, d: np.ndarray,
+                 names_of: Callable[[int], Any]) -> None:
+        order = np.lexsort((nm, s, k))
+        k, s, nm, d = k[order], s[order], nm[order], d[order]
+        firsts = _group_starts((k, s, nm))
+        counts = np.diff(np.append(firsts, len(k))).tolist()
+        tables: dict[int, Any] = {}
+        for key, slot, name, ns, c in zip(k[firsts].tolist(), s[firsts].tolist(), nm[firsts].tolist(),
+                                          np.add.reduceat(d, firsts).tolist(), counts):
+            acc = self._accs[key]
+            if acc.by_name is None:
+                continue
+            names = tables.get(slot)
+            if names is None:
+                names = tables[slot] = names_of(slot)
+            e = acc.by_name.setdefault(names[name], [0, 0])
+            e[0] += ns
+            e[1] += c
+
+    def _window_keys(self, tids: np.ndarray, host: np.ndarray) -> np.ndarray:
+        """Per op, the key of the one request window that holds it (0: none, counted)."""
+        keys = np.zeros(len(tids), np.int64)
+        st = self.stats
+        early, late = self.early_ns, self.late_ns
+        order = np.sort(tids)  # not np.unique: its first use imports numpy.ma (see _group_starts)
+        for tid in order[_group_starts((order,))].tolist():
+            sel = np.flatnonzero(tids == tid)
+            hs = host[sel]
+            ws = self._windows.get(tid)
+            if ws and tid in self._overlapped:  # nested windows: the full scan, op by op
+                for j, h in zip(sel.tolist(), hs.tolist()):
+                    acc = self._match(tid, h)
+                    if acc is not None:
+                        keys[j] = acc.key
+                continue
+            if ws:
+                # The thread's windows are disjoint and in start order, so their ends are in
+                # order too (only the last may be open): the windows holding an op are those
+                # from the first whose end (+late) reaches it to the last that starts (-early)
+                # before it; _match's walk, for all the thread's ops at once.
+                starts = np.fromiter((w[0] for w in ws), np.int64, len(ws))
+                ends = np.fromiter((_OPEN if w[1] is None else w[1] + late for w in ws), np.int64, len(ws))
+                last = np.searchsorted(starts, hs + early, "right") - 1
+                near = np.maximum(0, last - np.searchsorted(ends, hs, "left") + 1)
+                one = near == 1
+                wkeys = np.fromiter((w[2] for w in ws), np.int64, len(ws))
+                keys[sel[one]] = wkeys[last[one]]
+                st.unattributed_ambiguous += int(np.count_nonzero(near > 1))
+                hs = hs[near == 0]
+            if len(hs):
+                n_late = int(np.count_nonzero(hs <= self._horizon.get(tid, -1) + late))
+                st.unattributed_late += n_late
+                st.unattributed_no_window += len(hs) - n_late
+        return keys
 
     def _match(self, tid: int, hs: int) -> _Acc | None:
         # A thread's windows are in start order (one thread records them one after the

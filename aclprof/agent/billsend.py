@@ -1,8 +1,8 @@
 """The agent's request-bill reporter: each finished :class:`~aclprof.agent.bills.Bill` as one
 compact REQUEST_BILL frame to the daemon (issue 25; daemon/PROTOCOL.md "REQUEST_BILL").
 
-A bill is a summary, not per-op copies: the request's id, attributes and traceparent, wall
-and device time, op count, the ``wire.REQUEST_BILL_MAX_TYPES`` op types with the most device
+A bill is a summary, not per-op copies: the request's id, attributes and traceparent, its start
+on the unix clock, wall and device time, op count, the ``wire.REQUEST_BILL_MAX_TYPES`` op types with the most device
 time (the rest folded into one ``"(other)"`` entry), the slowest op and the models. Frames
 go into the agent's buffer as control items, in order with the records; at most
 ``MAX_PENDING`` wait at once (more are dropped and counted, and the next frame that gets
@@ -12,6 +12,7 @@ is sent them (the sender counts the others as ``bills_unsent``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +23,18 @@ from aclprof.protocol import wire
 if TYPE_CHECKING:  # the agent imports this module; bills (numpy, api.requests) only when used
     from aclprof.agent.bills import Bill
 
-__all__ = ["BillReporter", "MAX_PENDING", "bill_payload", "OTHER"]
+__all__ = ["BillReporter", "MAX_PENDING", "bill_payload", "start_unix_ns", "OTHER"]
 
 #: bill frames that may wait in the agent's buffer at once
 MAX_PENDING = 1024
 OTHER = "(other)"
 _TEXT = wire.REQUEST_BILL_MAX_TEXT
+
+
+def start_unix_ns(monotonic_ns: int) -> int:
+    """A host ``CLOCK_MONOTONIC`` time (a bill's start) on the unix clock, for the request's
+    span in the OTLP trace export: read now, so the offset includes any clock step since."""
+    return max(0, monotonic_ns + time.time_ns() - time.monotonic_ns())
 
 
 def bill_payload(bill: Bill, dropped_before: int = 0) -> dict[str, Any]:
@@ -41,9 +48,10 @@ def bill_payload(bill: Bill, dropped_before: int = 0) -> dict[str, Any]:
     attrs = dict(list(bill.attrs.items())[:wire.REQUEST_BILL_MAX_ATTRS])
     slowest = None if bill.slowest is None else [bill.slowest[0][:_TEXT], bill.slowest[1][:_TEXT], bill.slowest[2]]
     payload = {"id": bill.request_id[:_TEXT], "attrs": {k[:_TEXT]: v[:_TEXT] for k, v in attrs.items()},
-            "traceparent": bill.traceparent, "wall_ns": bill.wall_ns, "device_ns": bill.device_ns,
-            "ops": bill.ops, "models": list(bill.models[:wire.REQUEST_BILL_MAX_MODELS]), "types": types,
-            "slowest": slowest, "complete": bill.complete, "dropped_before": dropped_before}
+               "traceparent": bill.traceparent, "start_unix_ns": start_unix_ns(bill.start_ns),
+               "wall_ns": bill.wall_ns, "device_ns": bill.device_ns,
+               "ops": bill.ops, "models": list(bill.models[:wire.REQUEST_BILL_MAX_MODELS]), "types": types,
+               "slowest": slowest, "complete": bill.complete, "dropped_before": dropped_before}
     if bill.windows or bill.windows_cut:  # for the trace exports (aclprof/exportfmt/requests.py)
         payload["windows"] = [list(w) for w in bill.windows[:wire.REQUEST_BILL_MAX_WINDOWS]]
         payload["windows_cut"] = bill.windows_cut + max(0, len(bill.windows) - wire.REQUEST_BILL_MAX_WINDOWS)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from aclprof._log import get_logger
+from aclprof.agent.billfeed import BillFeeder
 from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.connection import Connection
 from aclprof.agent.items import Batch, Unwatch, Watch
@@ -74,6 +75,9 @@ class Sender:
         self._pumped = 0            # records moved by the last _pump
         self.failures_unsent = 0    # OP_FAILURE frames held back from a daemon older than protocol 3
         self.bills_unsent = 0       # REQUEST_BILL frames held back from a daemon older than protocol 4
+        self.bill_feeder: BillFeeder | None = None  # request attribution (set before start)
+        self._bills_finished = False
+        self.bills_failed = False  # request attribution raised: bills turned off (logged)
         # The unreachable-daemon warnings (sender thread only): since when no daemon, the
         # loss total then, and when the last warning went out with the loss total then.
         self._down_since: float | None = None
@@ -121,6 +125,8 @@ class Sender:
             flushing = stopping and deadline > 0
             if flushing and now >= deadline:
                 return
+            if self.bill_feeder is not None:
+                self._feed_bills(now, flushing)
             if conn.sock is None:
                 if now >= next_attempt or flushing:
                     if self._connect():
@@ -158,6 +164,23 @@ class Sender:
             if not buffer.arm(_WAKE_RECORDS if busy else 1, now_if_items=stopping or not busy):
                 continue
             self._sleep((_LIVE_COALESCE_S if conn.live else _COALESCE_S) if busy else _CHECK_DROPS_EVERY)
+
+    def _feed_bills(self, now: float, flushing: bool) -> None:
+        """Request attribution's turn (nothing until a request is marked). A failure there
+        turns request bills off for this agent, said at ERROR, and never stops the records."""
+        feeder = self.bill_feeder
+        assert feeder is not None
+        try:
+            if flushing and not self._bills_finished:
+                self._bills_finished = True  # the readers are closed: bill what they read
+                feeder.finish()
+            else:
+                feeder.pump(now)
+        except Exception:
+            _log.exception("request bills failed in the aclprof agent; they are off from now on (op records "
+                           "still stream)")
+            self.bill_feeder = None
+            self.bills_failed = True
 
     def _heartbeat(self, now: float) -> None:
         """Nothing was sent for HEARTBEAT_S on this connection: send a heartbeat, a LOSS of

@@ -1,6 +1,6 @@
 /* Hot-path helpers compiled in cffi API mode (see cdefs/build_ffi.py): this file is the
  * cdef cffi reads, and the C files (_fast_tx.c, _fast_ops.c, _fast_crc.c, _fast_agent.c,
- * _fast_aqueue.c, _fast_dl.c) include it, so the
+ * _fast_aqueue.c, _fast_billtap.c, _fast_dl.c) include it, so the
  * compiler checks them against it. cffi's cdef parser takes plain declarations and integer
  * #defines only.
  * The loader binds the vendor library's function pointers once with aclprof_fast_bind_*();
@@ -256,6 +256,53 @@ int aclprof_aq_set_map(aclprof_agent_queue *q, int slot, int64_t gen, const uint
                        uint32_t len);
 int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32_t max,
                      uint32_t max_devices, uint8_t *out, aclprof_aq_frame_result *res);
+
+/* ---- request bills: the agent's op tap (_fast_billtap.c, issue 25) ----
+ * In agent mode op rows never reach Python; the subscription's reader (aclprof_aq_run,
+ * aclprof_aq_push) also hands each read to the queue's tap (aclprof_aq_set_tap): per op the
+ * columns request attribution needs, per read one clock note. The sender takes both with
+ * one call per wake-up. Off (one relaxed load per read, nothing allocated) until a request
+ * was marked in the process: aclprof_requests_note_marked(), which aclprof.request calls on
+ * its first window. Bounded: past max_ops (max_notes) held, the newest are dropped, counted. */
+typedef struct {
+    uint64_t start;     /* device start, library units */
+    uint64_t end;
+    uint32_t thread_id; /* the record's threadId */
+    uint32_t model_id;
+    uint32_t op_type;   /* the slot's name ids (its subscription's interner) */
+    uint32_t op_name;
+    uint32_t slot;
+    uint32_t reserved;
+} aclprof_tap_op;
+
+typedef struct {
+    int64_t arrival;     /* host CLOCK_MONOTONIC ns when the read returned */
+    uint64_t newest_end; /* the largest end of the read's records (library units) */
+    uint64_t ops;        /* ops of the read the tap kept */
+} aclprof_tap_note;
+
+typedef struct {
+    uint64_t ops_in;        /* ops fed (keypoints are not ops) */
+    uint64_t dropped;       /* ops dropped: the tap was full (or out of memory) */
+    uint64_t notes_dropped; /* clock notes dropped the same way */
+    uint64_t taken;         /* ops taken by aclprof_tap_take */
+    uint64_t held;          /* ops held now */
+    uint64_t notes_held;    /* notes held now */
+} aclprof_tap_counts;
+
+typedef struct aclprof_bill_tap aclprof_bill_tap;
+void aclprof_requests_note_marked(void);
+int aclprof_requests_marked(void);
+/* NULL when out of memory or a bound is 0. */
+aclprof_bill_tap *aclprof_tap_new(uint32_t max_ops, uint32_t max_notes);
+void aclprof_tap_free(aclprof_bill_tap *t);
+/* Take up to max_ops ops and max_notes notes, oldest first; returns the ops taken,
+ * *n_notes the notes. */
+uint32_t aclprof_tap_take(aclprof_bill_tap *t, aclprof_tap_op *ops, uint32_t max_ops,
+                          aclprof_tap_note *notes, uint32_t max_notes, uint32_t *n_notes);
+void aclprof_tap_counts_get(aclprof_bill_tap *t, aclprof_tap_counts *c);
+/* The tap the queue's readers feed (NULL: none). The tap must outlive the queue's use of it. */
+void aclprof_aq_set_tap(aclprof_agent_queue *q, aclprof_bill_tap *t);
 
 /* ---- the library set (_fast_dl.c) ----
  * The file (dladdr's dli_fname) that defines the function at `address`: its length, 0 when

@@ -41,6 +41,7 @@ struct aclprof_agent_queue {
     int nslots, cap_slots;
     int wake_fd, sleeping;
     uint64_t wake_at;
+    aclprof_bill_tap *tap; /* request bills (_fast_billtap.c): fed each read, NULL: none */
 };
 
 static int64_t mono_ns(void)
@@ -93,6 +94,13 @@ void aclprof_aq_set_wake_fd(aclprof_agent_queue *q, int wake_fd)
 {
     pthread_mutex_lock(&q->mu);
     q->wake_fd = wake_fd;
+    pthread_mutex_unlock(&q->mu);
+}
+
+void aclprof_aq_set_tap(aclprof_agent_queue *q, aclprof_bill_tap *t)
+{
+    pthread_mutex_lock(&q->mu);
+    q->tap = t;
     pthread_mutex_unlock(&q->mu);
 }
 
@@ -226,7 +234,9 @@ int aclprof_aq_push(aclprof_agent_queue *q, int slot, const aclprof_interner *in
         copy_names_locked(&q->slots[slot], in);
     if (ok && n)
         append_locked(q, slot, rows, n);
+    aclprof_bill_tap *tap = ok ? q->tap : NULL;
     pthread_mutex_unlock(&q->mu);
+    aclprof_tap_feed(tap, slot, rows, n, mono_ns(), 0, 0);
     return ok ? 0 : -1;
 }
 
@@ -277,11 +287,15 @@ int64_t aclprof_aq_run(aclprof_agent_queue *q, int slot, aclprof_interner *in, i
         return -EINVAL;
     for (;;) {
         counts->corrupt = counts->missing_names = counts->keypoints = 0;
+        uint64_t had = filled; /* a partial record's bytes before this read */
         int64_t got = aclprof_read_ops(in, fd, wake_fd, buf, filled, cap, rec_size, coalesce_ns,
                                        validate, default_device, out, counts, flags);
         if (got < 0)
             return got;
         int64_t arrival = mono_ns();
+        /* the rows whose bytes came with the read's first read(): a tighter clock note (with a
+         * corrupt record left out, row i may not be record i: then none) */
+        uint64_t first_rows = counts->corrupt ? 0 : (had + (uint64_t)aclprof_read_first_bytes) / rec_size;
         filled = counts->left;
         if (got > 0) {
             pthread_mutex_lock(&q->mu);
@@ -310,7 +324,9 @@ int64_t aclprof_aq_run(aclprof_agent_queue *q, int slot, aclprof_interner *in, i
                         s->c.lag_offset = arrival - end;
                 }
             }
+            aclprof_bill_tap *tap = q->tap;
             pthread_mutex_unlock(&q->mu);
+            aclprof_tap_feed(tap, slot, out, counts->rows, arrival, first_rows, aclprof_read_first_ns);
         }
         if (*flags & (ACLPROF_READ_EOF | ACLPROF_READ_WOKEN))
             return 0;

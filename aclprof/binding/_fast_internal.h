@@ -30,4 +30,18 @@
  * loader binds the op getters (under its lock), so later calls never race to initialise. */
 ACLPROF_FAST_HIDDEN void aclprof_crc_init(void);
 
+/* _fast_ops.c: the calling thread's last aclprof_read_pipe: when its first read() returned
+ * (host CLOCK_MONOTONIC ns) and what it got. A read that then coalesces returns up to
+ * coalesce_ns later; the records of that first read were all written before this time, a
+ * tighter clock bound than the return (issue 25's tap). */
+ACLPROF_FAST_HIDDEN extern _Thread_local int64_t aclprof_read_first_ns;
+ACLPROF_FAST_HIDDEN extern _Thread_local int64_t aclprof_read_first_bytes;
+
+/* _fast_billtap.c: the reader's hand-off of one read's rows (n packed aclprof_op_row),
+ * nothing unless a request was marked. The read's clock note: the newest end of the first
+ * note_rows rows, all written before host ns note_at (note_rows 0: of all n, before
+ * arrival). */
+ACLPROF_FAST_HIDDEN void aclprof_tap_feed(aclprof_bill_tap *t, int slot, const uint8_t *rows, uint64_t n,
+                                          int64_t arrival, uint64_t note_rows, int64_t note_at);
+
 #endif

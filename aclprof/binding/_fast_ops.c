@@ -204,6 +204,9 @@ static int64_t read_some(int fd, uint8_t *buf, uint64_t room, int *flags)
     }
 }
 
+_Thread_local int64_t aclprof_read_first_ns;
+_Thread_local int64_t aclprof_read_first_bytes;
+
 int64_t aclprof_read_pipe(int fd, int wake_fd, uint8_t *buf, uint64_t cap, int64_t coalesce_ns,
                           int *flags)
 {
@@ -227,6 +230,8 @@ int64_t aclprof_read_pipe(int fd, int wake_fd, uint8_t *buf, uint64_t cap, int64
     }
     int64_t first = now_ns();
     int64_t got = read_some(fd, buf, cap, flags);
+    aclprof_read_first_ns = now_ns(); /* every byte of this first read was written before now */
+    aclprof_read_first_bytes = got;
     if (got <= 0 || (uint64_t)got >= cap / 2 || coalesce_ns <= 0)
         return got;
     /* A small read: let more records arrive before Python is woken for them. */

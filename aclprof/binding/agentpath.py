@@ -100,9 +100,16 @@ class AgentQueue:
         self._res = _ffi.new("aclprof_aq_frame_result *")
         self._rows = np.empty(0, np.uint8)
         self._slots = np.empty(0, np.uint32)
+        self._tap: Any = None
 
     def set_wake_fd(self, fd: int) -> None:
         _lib.aclprof_aq_set_wake_fd(self._q, fd)
+
+    def set_tap(self, tap: Any) -> None:
+        """The request-bill tap (:class:`aclprof.binding.billtap.BillTap`, None: none) the
+        queue's readers feed; kept referenced here for as long as the readers may feed it."""
+        _lib.aclprof_aq_set_tap(self._q, _ffi.NULL if tap is None else tap.cdata)
+        self._tap = tap
 
     def add_slot(self) -> int:
         """A new slot id (one per watched subscription)."""

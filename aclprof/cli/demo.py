@@ -36,6 +36,8 @@ _EXAMPLES = """examples:
   aclprof demo                         20 s, two services (ResNet-like + transformer-like), live top
   aclprof demo --duration 60 --services 4
   aclprof demo --duration 10 | cat     (not a terminal: a table every 2 s, then the summary)
+  aclprof demo --requests              every inference a request; the summary sets a slow request's
+                                       bill next to a fast one's (issue 25)
 """
 
 
@@ -50,6 +52,9 @@ def add_parser(sub: Any, fmt: Any) -> None:
                    help="inferences per second per service (default 150: ~10-20 k ops/s each)")
     p.add_argument("--interval", type=seconds(), default=1.0, help="seconds between top refreshes (default 1)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (segments, logs)")
+    p.add_argument("--requests", action="store_true",
+                   help="services mark each inference as a request (every 10th slow: it also runs a re-ranking "
+                        "model); the summary shows the slowest request's bill next to a typical fast one's")
     p.set_defaults(func=cmd_demo)
 
 
@@ -148,7 +153,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
             with deferred():
                 proc = _spawn([sys.executable, "-m", "aclprof.demo.service", "--socket", socket_path,
                                "--model", kind, "--service", name, "--device", str(i % 8),
-                               "--rate", str(args.rate), "--watch-stdin"],
+                               "--rate", str(args.rate), "--watch-stdin",
+                               *(["--requests"] if args.requests else [])],
                               env, service_log, tmp, stdout=subprocess.PIPE, stdin=subprocess.PIPE)
                 children.append(proc)
                 services.append(proc)
@@ -158,6 +164,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
         results = _stop_services(services)
         summary = _summary(socket_path, results, time.monotonic() - started)
         print(summary, flush=True)
+        if args.requests:
+            print(request_bills_text(socket_path, results), flush=True)
         if args.keep:
             print(f"kept {tmp} (daemon.log, services.log, data/)")
         return EXIT_OK
@@ -273,6 +281,61 @@ def summary_text(results: list[dict[str, Any]], elapsed: float, st: dict[str, An
     console.print(render_table(by_service, TopView("all", "service", "total"), 10, keys=False, width=width))
     console.print(render_table(snap, TopView("all", "type", "total"), 10, keys=False, width=width))
     return "\n".join(wrap_lines(lines, width)) + "\n" + buf.getvalue()
+
+
+def request_bills_text(socket_path: str, results: list[dict[str, Any]]) -> str:
+    """``--requests``: the slowest request's bill next to a typical (median) fast one's, as
+    the daemon keeps them (``aclprof requests``), and how many ops the services' agents
+    billed to a request (the rest counted, never guessed)."""
+    from aclprof.cli.client import Client, DaemonError
+    from aclprof.protocol import wire
+
+    try:
+        with Client(socket_path, timeout=5.0) as c:
+            slow = c.request(wire.Kind.REQUESTS, {"attrs": {"kind": "slow"}, "top": 1},
+                             wire.Kind.REQUESTS_REPLY).get("bills") or []
+            fast = c.request(wire.Kind.REQUESTS, {"attrs": {"kind": "fast"}, "top": 1000},
+                             wire.Kind.REQUESTS_REPLY).get("bills") or []
+    except DaemonError as exc:
+        return f"  (request bills: daemon unreachable at the end: {exc})"
+    agents = [r.get("agent") or {} for r in results]
+    billed = sum(int(a.get("bill_ops_attributed", 0)) for a in agents)
+    unbilled = sum(int(a.get("bill_ops_unattributed", 0)) for a in agents)
+    counts = (f"\n  ops billed to a request: {billed:,} of {billed + unbilled:,}; {unbilled:,} unattributed "
+              "(an op within 1 ms of two requests' windows, e.g. requests run back to back when a "
+              "service falls behind, is counted, never guessed)")
+    fast = [b for b in fast if b.get("ops")]
+    if not slow or not fast:
+        return "  request bills: none kept (see `aclprof requests`)" + counts
+    return bills_side_by_side(slow[0], fast[len(fast) // 2]) + counts
+
+
+def bills_side_by_side(slow: dict[str, Any], fast: dict[str, Any]) -> str:
+    """Two bills as two columns: wall, device time and share, ops, then each op type's
+    device time and count (the union of both bills' types, the slow bill's order)."""
+
+    def head(b: dict[str, Any]) -> list[str]:
+        wall, dev = b.get("wall_ns") or 0, b.get("device_ns") or 0
+        return [str(b.get("id")), f"wall {format_ns(wall)}", f"device {format_ns(dev)}"
+                + (f" ({dev / wall:.0%})" if wall else ""), f"{b.get('ops', 0)} ops"]
+
+    types = {t: (ns, n) for t, ns, n in slow.get("types") or []}
+    ftypes = {t: (ns, n) for t, ns, n in fast.get("types") or []}
+    order = list(types) + [t for t in ftypes if t not in types]
+    left, right = head(slow), head(fast)
+    for t in order:
+        for col, table in ((left, types), (right, ftypes)):
+            ns, n = table.get(t, (0, 0))
+            col.append(f"{t:<12} {format_ns(ns):>9} x{n}" if n else f"{t:<12} {'-':>9}")
+    sl = slow.get("slowest")
+    left.append(f"slowest op: {sl[1]} ({sl[0]}) {format_ns(sl[2])}" if sl else "slowest op: -")
+    fl = fast.get("slowest")
+    right.append(f"slowest op: {fl[1]} ({fl[0]}) {format_ns(fl[2])}" if fl else "slowest op: -")
+    width = max(len(x) for x in left) + 4
+    lines = ["\nrequest bills (aclprof requests): the slowest request next to a typical fast one",
+             f"  {'SLOW':<{width}}FAST"]
+    lines += [f"  {a:<{width}}{b}" for a, b in zip(left, right)]
+    return "\n".join(lines)
 
 
 def summary_width() -> int:

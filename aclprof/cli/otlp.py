@@ -7,6 +7,9 @@ Python call per op record, which the daemon's ingest (numpy batches of up to 10^
 must not pay, and the daemon's deployment needs no SDK. Run from a timer with windows that
 tile (``--since``/``--until``), the pushes are deltas that add up to the exact totals.
 What is pushed and the bucket arithmetic: :mod:`aclprof.exportfmt.otlp`.
+
+With ``--traces``, the request bills the daemon kept instead, as spans
+(:mod:`aclprof.cli.otlp_traces`, :mod:`aclprof.exportfmt.otlp_traces`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 from aclprof.cli.argtypes import checked, point_in_time, seconds
 from aclprof.cli.common import EXIT_OK, CliError, add_filter_args, add_socket_arg, connect, filter_from_args
 from aclprof.cli.exportloss import has_record_filters, lost_error
+from aclprof.cli.otlp_traces import cmd_otlp_traces
 from aclprof.exportfmt.otlp import METRIC, OtlpPushFailed, OtlpUnavailable, collect, push
 
 __all__ = ["add_parser", "cmd_otlp"]
@@ -26,6 +30,7 @@ __all__ = ["add_parser", "cmd_otlp"]
 _EXAMPLES = """examples:
   aclprof otlp --endpoint http://collector:4318/v1/metrics --since -1m
   aclprof otlp --endpoint https://otlp.example/v1/metrics --header 'Authorization=Bearer T' --since -5m --until now
+  aclprof otlp --traces --endpoint http://collector:4318/v1/traces --since -1m --until now
 """
 
 
@@ -50,7 +55,11 @@ def add_parser(sub: Any, fmt: Any) -> None:
                        formatter_class=fmt, description=__doc__.split("\n\n", 1)[0] if __doc__ else None,
                        epilog=_EXAMPLES)
     p.add_argument("--endpoint", required=True, metavar="URL", type=checked(_endpoint),
-                   help="OTLP/HTTP (protobuf) metrics endpoint, path included (http://host:4318/v1/metrics)")
+                   help="OTLP/HTTP (protobuf) metrics endpoint, path included (http://host:4318/v1/metrics); "
+                        "with --traces the traces endpoint (http://host:4318/v1/traces)")
+    p.add_argument("--traces", action="store_true",
+                   help="push the request bills the daemon kept as spans (aclprof.request; README \"Request bills "
+                        "in OpenTelemetry traces\"); --since/--until select by receive time")
     p.add_argument("--header", action="append", default=[], metavar="NAME=VALUE", type=checked(_header),
                    help="HTTP header to send (repeatable), e.g. authorization")
     p.add_argument("--timeout", type=seconds(0.0, 600.0), default=10.0, metavar="S",
@@ -66,6 +75,8 @@ def add_parser(sub: Any, fmt: Any) -> None:
 def cmd_otlp(args: argparse.Namespace) -> int:
     if args.since is not None and args.until is not None and args.since > args.until:
         raise CliError("--since is after --until", 2)
+    if args.traces:
+        return cmd_otlp_traces(args)
     client = connect(args, timeout=30.0)
     try:
         collected = collect(client.export(args.since, args.until, filter_from_args(args)))

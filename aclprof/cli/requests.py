@@ -79,7 +79,8 @@ def cmd_requests(args: argparse.Namespace) -> int:
         return EXIT_OK
     if not bills:
         print(f"no request bills kept (received {reply.get('total', 0)}); mark requests with aclprof.request "
-              "and send their bills with aclprof.agent.report_bills")
+              "in a service streaming with aclprof.agent (it bills them), or send bills with "
+              "aclprof.agent.report_bills")
         return EXIT_OK
     print("\n".join(render(bills)))
     return EXIT_OK

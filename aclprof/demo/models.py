@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["resnet_like_ops", "transformer_like_ops", "MODELS"]
+__all__ = ["resnet_like_ops", "transformer_like_ops", "rerank_ops", "MODELS"]
 
 
 def resnet_like_ops() -> list[dict[str, Any]]:
@@ -55,6 +55,14 @@ def transformer_like_ops(layers: int = 6) -> list[dict[str, Any]]:
         ]
     ops.append({"name": "pooler/dense", "type": "MatMulV2", "duration_ns": 3_000, "jitter": 300})
     return ops
+
+
+def rerank_ops() -> list[dict[str, Any]]:
+    """A re-ranking head some requests also run (``aclprof demo --requests``: the slow ones),
+    ~0.5 ms: a wide MatMul, TopK over the candidates and a gather."""
+    return [{"name": "rerank/score", "type": "MatMulV2", "duration_ns": 60_000, "jitter": 6_000},
+            {"name": "rerank/topk", "type": "TopKV2", "duration_ns": 140_000, "jitter": 14_000},
+            {"name": "rerank/gather", "type": "GatherV2", "duration_ns": 8_000, "jitter": 800}]
 
 
 MODELS = {"resnet": resnet_like_ops, "transformer": transformer_like_ops}

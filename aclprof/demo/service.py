@@ -32,6 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=200.0, help="inferences per second (0: back to back)")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds (0: until stopped)")
     parser.add_argument("--watch-stdin", action="store_true", help="stop at end of stdin (parent gone)")
+    parser.add_argument("--requests", action="store_true",
+                        help="mark each inference as a request (aclprof.request); every 10th is slow: it also "
+                             "runs a re-ranking model three times (issue 25: the bills show which ops)")
     args = parser.parse_args(argv)
 
     import structlog
@@ -57,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     mock.set_realtime(True)
     agent.start(args.socket, service=args.service or args.model, labels={"demo": "1"})
     agent.watch(model, labels={"model": args.model}, device=args.device)
+    rerank = None
+    if args.requests:
+        mock.set_stamp_thread(True)  # records carry the executing thread, as CANN's do
+        rerank = mock.load_model(_models.rerank_ops(), device=args.device, seed=os.getpid() + 1)
+        agent.watch(rerank, labels={"model": "rerank"}, device=args.device)
     start = time.monotonic()
     period = 1.0 / args.rate if args.rate > 0 else 0.0
     i = 0
@@ -68,7 +76,14 @@ def main(argv: list[str] | None = None) -> int:
             ready, _, _ = select.select([sys.stdin], [], [], 0)
             if ready and not sys.stdin.buffer.read(1):  # EOF: the demo closed our stdin
                 break
-        mock.execute(model, 1)
+        if rerank is None:
+            mock.execute(model, 1)
+        else:
+            slow = i % 10 == 9
+            with aclprof.request(f"{args.service or args.model}-{i}", kind="slow" if slow else "fast"):
+                mock.execute(model, 1)
+                if slow:
+                    mock.execute(rerank, 3)
         i += 1
         if period:
             delay = start + i * period - time.monotonic()

@@ -72,23 +72,25 @@ class RequestBills:
         """REQUESTS (control): the slowest kept bills matching the filters."""
         if not isinstance(req, dict):
             raise ProtocolError("REQUESTS must be a JSON object")
-        service, since, model = req.get("service"), req.get("since"), req.get("model")
+        service, since, until, model = req.get("service"), req.get("since"), req.get("until"), req.get("model")
         attrs, top = req.get("attrs") or {}, req.get("top", 20)
         if service is not None and not isinstance(service, str):
             raise ProtocolError("REQUESTS service must be a string or null")
         if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))):
             raise ProtocolError("REQUESTS since must be a unix time (number) or null")
+        if until is not None and (isinstance(until, bool) or not isinstance(until, (int, float))):
+            raise ProtocolError("REQUESTS until must be a unix time (number) or null")
         if model is not None and not _count(model, _U32):
             raise ProtocolError("REQUESTS model must be a u32 or null")
         if not isinstance(attrs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in attrs.items()):
             raise ProtocolError("REQUESTS attrs must be an object of strings")
         if not _count(top, MAX_TOP) or top == 0:
             raise ProtocolError(f"REQUESTS top must be an integer in [1, {MAX_TOP}]")
-        bills = self.slowest(top, service=service, since=since, attrs=attrs, model=model)
+        matching = self._matching(service=service, since=since, until=until, attrs=attrs, model=model)
         if self.outbox is not None:
             self.outbox.queue(conn, encode_json(Kind.REQUESTS_REPLY, {
-                "bills": bills, "total": self.total, "agent_dropped": self.agent_dropped,
-                "services_refused": self.services_refused}))
+                "bills": [dict(b) for b in matching[:top]], "matched": len(matching), "total": self.total,
+                "agent_dropped": self.agent_dropped, "services_refused": self.services_refused}))
 
     def bill(self, conn: Conn, payload: memoryview) -> None:
         obj = decode_json(payload)
@@ -126,6 +128,9 @@ class RequestBills:
         dropped = obj.get("dropped_before", 0)
         if not _count(dropped, _MAX_DROPPED):
             raise ProtocolError(f"REQUEST_BILL dropped_before must be an integer in [0, {_MAX_DROPPED}]")
+        start = obj.get("start_unix_ns")
+        if start is not None and not _count(start):
+            raise ProtocolError("REQUEST_BILL start_unix_ns must be null or an integer in [0, 2**62]")
         ts = obj.get("ts")
         service = conn.service or ""
         self.total += 1 + dropped
@@ -138,8 +143,8 @@ class RequestBills:
             kept = self.by_service[service] = deque(maxlen=self.keep)
         kept.append({"ts": ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else time.time(),
                      "host": conn.host, "pid": conn.pid or 0, "service": service, "id": rid, "attrs": attrs,
-                     "traceparent": tp, "wall_ns": nums[0], "device_ns": nums[1], "ops": nums[2],
-                     "models": models, "types": clean_types, "slowest": slowest,
+                     "traceparent": tp, "start_unix_ns": start, "wall_ns": nums[0], "device_ns": nums[1],
+                     "ops": nums[2], "models": models, "types": clean_types, "slowest": slowest,
                      "complete": obj.get("complete") is True})
         if windows is not None:
             kept[-1]["windows"], kept[-1]["windows_cut"], kept[-1]["window_margin"] = windows
@@ -147,6 +152,11 @@ class RequestBills:
     def slowest(self, top: int = 20, service: str | None = None, since: float | None = None,
                 attrs: dict[str, str] | None = None, model: int | None = None) -> list[dict[str, Any]]:
         """The ``top`` kept bills with the longest wall time, filtered."""
+        return [dict(b) for b in self._matching(service=service, since=since, attrs=attrs, model=model)[:top]]
+
+    def _matching(self, service: str | None = None, since: float | None = None, until: float | None = None,
+                  attrs: dict[str, str] | None = None, model: int | None = None) -> list[dict[str, Any]]:
+        """The kept bills the filters take (received in [since, until]), longest wall time first."""
         out = []
         for svc, kept in self.by_service.items():
             if service is not None and svc != service:
@@ -154,13 +164,15 @@ class RequestBills:
             for b in kept:
                 if since is not None and b["ts"] < since:
                     continue
+                if until is not None and b["ts"] > until:
+                    continue
                 if attrs and any(b["attrs"].get(k) != v for k, v in attrs.items()):
                     continue
                 if model is not None and model not in b["models"]:
                     continue
                 out.append(b)
         out.sort(key=lambda b: -b["wall_ns"])
-        return [dict(b) for b in out[:top]]
+        return out
 
     def summary(self, top: int = 20) -> dict[str, Any]:
         """For STATUS and the counters snapshot (copies: the snapshot is immutable)."""

@@ -1,7 +1,7 @@
 """Agent overhead: mock inference step time with ``aclprof.agent`` streaming vs without.
 
     python tests/bench/bench_agent_overhead.py [--quick] [--rounds R] [--steps S] [--nice-daemon N] [--with-tail]
-                                               [--hog {off,on,both}] [--curve] [--numpy-consumer]
+                                               [--hog {off,on,both}] [--curve] [--numpy-consumer] [--requests]
 
 A step is one ``aclmdlExecute`` of a realtime mock model (1000 ops x 10 us = 10 ms, 100 k
 ops/s), timed from Python. Rounds rotate between
@@ -32,6 +32,13 @@ batches from the queue, with the GIL-held time per acquisition of the reader and
 consumer. Every agent variant prints the GIL held per wake-up of the agent's threads (the
 sender's pump; the reader's Python deliveries, none in agent mode since issue 21).
 
+With ``--requests`` (issue 25) the agent variant is ``agent+requests``: every step runs inside
+``with aclprof.request(...)`` and the mock stamps each record with the executing thread, so the
+agent's C tap keeps every op and its sender attributes them all to the steps' requests
+(vectorised, every 0.1 s) and sends their bills; the run prints how many ops were attributed.
+(A separate run: once a process marked a request, its agent attributes for good, so a plain
+``agent`` row after it would not be plain.)
+
 The overhead is median(agent) / median(off) - 1, and the median of per-round ratios. The
 goal is at most 5 %. Every record is accounted for (sent + lost = emitted).
 
@@ -56,7 +63,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _benchlib as B
-from bench_distortion import calibrate_python_work, make_ops, run_steps
+from bench_distortion import calibrate_python_work, make_ops, python_work, run_steps
 
 from aclprof.cli.launch import daemon_argv
 
@@ -273,6 +280,12 @@ def wake_timer() -> WakeTimer:
         pass
     else:
         t.wrap(AgentQueue, "frame", "C", inner=True)
+    try:
+        from aclprof.agent.billfeed import BillFeeder
+    except ImportError:  # before issue 25's agent wiring
+        pass
+    else:
+        t.wrap(BillFeeder, "pump", "bill feed")  # request attribution (--requests)
     return t
 
 
@@ -318,6 +331,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--curve", action="store_true",
                         help="only the CPU-per-op curve at 10k, 100k, 1M ops/s (daemon with detector + tail)")
     parser.add_argument("--curve-seconds", type=float, default=3.0, help="seconds per rate of --curve")
+    parser.add_argument("--requests", action="store_true",
+                        help="the agent variant marks every step as a request and attributes every op (issue 25)")
     parser.add_argument("--numpy-consumer", action="store_true",
                         help="only the Python numpy-batch consumer: GIL held per acquisition")
     args = parser.parse_args(argv)
@@ -341,8 +356,11 @@ def main(argv: list[str] | None = None) -> int:
     root = tempfile.mkdtemp(prefix="aclp-bench-")
     daemon, socket = start_daemon(root, args.sink)
     daemons = [daemon]
-    sockets = {"agent": socket}
-    pids = {"agent": daemon.pid}
+    agent_name = "agent+requests" if args.requests else "agent"
+    sockets = {agent_name: socket}
+    pids = {agent_name: daemon.pid}
+    if args.requests:
+        mock.set_stamp_thread(True)  # records carry the executing thread: attribution by thread
     if args.nice_daemon:
         name = f"agent nice{args.nice_daemon}"
         niced, sockets[name] = start_daemon(root, args.sink, args.nice_daemon)
@@ -434,12 +452,31 @@ def native_pump_us(records: int, reps: int = 50) -> float:
     return best * 1e6
 
 
+def run_request_steps(mock: Any, model_id: int, steps: int, work: int = 0) -> list[float]:
+    """:func:`run_steps` with each step a request (``aclprof.request``), timed with it."""
+    import aclprof
+    from aclprof.binding import lowlevel
+
+    out = []
+    execute, request = lowlevel.mdl_execute, aclprof.request
+    with lowlevel.mdl_create_dataset() as inputs, lowlevel.mdl_create_dataset() as outputs:
+        for i in range(steps):
+            t0 = time.perf_counter()
+            with request(f"step-{i}", bench="overhead"):
+                if work:
+                    python_work(work)
+                execute(model_id, inputs, outputs)
+            out.append((time.perf_counter() - t0) * 1e6)
+    return out
+
+
 def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: list[tuple[str, int]],
           rounds: int, steps: int, op_ns: int, sockets: dict[str, str], pids: dict[str, int]) -> None:
     """One interleaved table (quiet, or with the hog running)."""
     per_step: dict[str, list[float]] = {}
     gil: dict[str, list[int]] = {}
     totals = {"emitted": 0, "sent": 0, "lost": 0}
+    billing = {"tapped": 0, "tap dropped": 0, "attributed": 0, "unattributed": 0, "bills": 0}
     cpu: dict[str, dict[str, float]] = {}
     wakes = WakeTimer()
     wake_wall = [0.0]
@@ -449,7 +486,7 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
         c0, t0 = _thread_cpu(), time.perf_counter()
         d0 = _proc_cpu(dpid) if dpid else 0.0
         with B.GilProbe() as probe:
-            t = run_steps(mock, model, steps, w)
+            t = (run_request_steps if name.startswith("agent+requests") else run_steps)(mock, model, steps, w)
         c1, wall = _thread_cpu(), time.perf_counter() - t0
         if dpid:
             c0["daemon"], c1["daemon"] = 0.0, _proc_cpu(dpid) - d0
@@ -498,6 +535,10 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
         totals["emitted"] += emitted
         totals["sent"] += st.records_sent
         totals["lost"] += st.loss_reported + st.loss_pending
+        for k, v in (("tapped", st.bill_ops_tapped), ("tap dropped", st.bill_ops_dropped),
+                     ("attributed", st.bill_ops_attributed), ("unattributed", st.bill_ops_unattributed),
+                     ("bills", st.bills_queued)):
+            billing[k] += v
         if st.records_sent != emitted:  # say where a loss came from (counted either way)
             print(f"  {name}: {emitted - st.records_sent:,} of {emitted:,} records not sent: {st}")
         return B.med(t)
@@ -541,7 +582,7 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
                      f"max {max(aa) - max(off_t):+.0f} us")
         for an in agents:
             a = per_step[f"{an}{sfx}"]
-            if not suffix and an == "agent":
+            if not suffix and an in ("agent", "agent+requests"):
                 slow = B.med(a) / base - 1
             for q in (99, 99.9):
                 d = B.pct(a, q) / B.pct(off_t, q) - 1
@@ -555,6 +596,9 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
         print(f"resolution (A/A, the same variant twice): {line}")
     print(f"\nrecords: {totals['emitted']:,} emitted in agent rounds, {totals['sent']:,} sent, "
           f"{totals['lost']:,} lost (sent + lost = emitted: {totals['sent'] + totals['lost'] == totals['emitted']})")
+    if args.requests:  # ops still held (0.25 s) or in open bills (2 s) at each round's stop are neither
+        print("request attribution in the agent rounds: " + ", ".join(f"{v:,} {k}" for k, v in billing.items())
+              + " (every round's requests are billed at its agent's stop)")
     print(f"goal: agent overhead <= 5% at {args.ops / (args.ops * op_ns / 1e9) / 1e3:.0f} k ops/s: "
           f"{B.verdict(slow <= GOAL)} ({slow * 100:+.1f}%)")
     for label, ok, value in goals:

@@ -1,7 +1,8 @@
 """PyPI ``oteltap`` (an embeddable OTLP/HTTP receiver) on loopback, driven from synchronous
 tests: its asyncio loop runs on a thread of its own for the whole module; :meth:`Tap.expect`
-returns the metric data points received until as many as expected have arrived;
-:func:`as_bins` reads a point's buckets as our histogram's bins."""
+returns the metric data points received until as many as expected have arrived
+(:meth:`Tap.expect_spans` the spans, at ``tap.traces_endpoint``); :func:`as_bins` reads a
+point's buckets as our histogram's bins."""
 
 from __future__ import annotations
 
@@ -20,18 +21,21 @@ __all__ = ["Tap", "as_bins"]
 
 
 class Tap:
-    """``with Tap() as tap:`` a receiver at ``tap.endpoint`` (``/v1/metrics``)."""
+    """``with Tap() as tap:`` a receiver at ``tap.endpoint`` (``/v1/metrics``) and
+    ``tap.traces_endpoint`` (``/v1/traces``)."""
 
     def __init__(self) -> None:
         from oteltap import OtelTapHttpProtobufReceiver, OtelTapHttpProtobufReceiverSettings
 
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}/v1/metrics"
+        self.traces_endpoint = f"http://127.0.0.1:{self.port}/v1/traces"
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="oteltap", daemon=True)
         self._receiver = OtelTapHttpProtobufReceiver(OtelTapHttpProtobufReceiverSettings(http_port=self.port))
         self._metrics: asyncio.Queue[Any] | None = None
-        self._pump: asyncio.Task[None] | None = None
+        self._spans: asyncio.Queue[Any] | None = None
+        self._pumps: list[asyncio.Task[None]] = []
 
     def __enter__(self) -> Tap:
         self._thread.start()
@@ -51,19 +55,19 @@ class Tap:
 
     async def _start(self) -> None:
         await self._receiver.start()
-        self._metrics = asyncio.Queue()
-        queue = self._metrics
+        self._metrics, self._spans = asyncio.Queue(), asyncio.Queue()
 
-        async def pump() -> None:
-            async for m in self._receiver.stream_metrics():
+        async def pump(stream: Any, queue: asyncio.Queue[Any]) -> None:
+            async for m in stream:
                 queue.put_nowait(m)
 
-        self._pump = asyncio.create_task(pump())
-        await asyncio.sleep(0)  # the stream is subscribed before anything is pushed
+        self._pumps = [asyncio.create_task(pump(self._receiver.stream_metrics(), self._metrics)),
+                       asyncio.create_task(pump(self._receiver.stream_traces(), self._spans))]
+        await asyncio.sleep(0)  # the streams are subscribed before anything is pushed
 
     async def _stop(self) -> None:
-        if self._pump is not None:
-            self._pump.cancel()
+        for pump in self._pumps:
+            pump.cancel()
         await self._receiver.stop()
 
     def expect(self, points: int, push: Callable[[], None], timeout: float = 20.0) -> list[tuple[Any, Any]]:
@@ -79,6 +83,26 @@ class Tap:
 
         push()
         return self._run(asyncio.wait_for(take(), timeout), timeout + 5)
+
+
+    def expect_spans(self, spans: int, push: Callable[[], None], timeout: float = 20.0,
+                     quiet: float = 0.5) -> list[Any]:
+        """Run ``push`` and return the spans (``opentelemetry.proto.trace.v1.Span``; the receiver
+        hands out spans without their resource) received once ``spans`` have arrived and no
+        other came for ``quiet`` seconds (so a test sees a span too many)."""
+        async def take() -> list[Any]:
+            assert self._spans is not None
+            out = []
+            while len(out) < spans:
+                out.append(await self._spans.get())
+            while True:
+                try:
+                    out.append(await asyncio.wait_for(self._spans.get(), quiet))
+                except asyncio.TimeoutError:
+                    return out
+
+        push()
+        return self._run(asyncio.wait_for(take(), timeout + quiet), timeout + quiet + 5)
 
 
 def as_bins(point: Any) -> np.ndarray:
