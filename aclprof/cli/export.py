@@ -217,7 +217,7 @@ def _request_spans(client: Any, args: argparse.Namespace) -> list[RequestSpan]:
         raise CliError(f"aclprof export --requests: the daemon speaks protocol {protocol}; request bills need 4 "
                        "(upgrade aclprofd)", 2)
     reply = client.request(wire.Kind.REQUESTS, {"service": args.service, "model": args.model, "since": args.since,
-                                                "top": REQUESTS_TOP}, wire.Kind.REQUESTS_REPLY)
+                                                "until": args.until, "top": REQUESTS_TOP}, wire.Kind.REQUESTS_REPLY)
     bills = [b for b in reply.get("bills") or [] if isinstance(b, dict)
              and (args.until is None or not isinstance(b.get("ts"), (int, float)) or b["ts"] <= args.until)
              and (args.pid is None or b.get("pid") == args.pid)]
