@@ -33,6 +33,7 @@ import numpy as np
 
 from aclprof.agent.clockmap import ClockMap
 from aclprof.api.requests import START, Request, RequestEvent
+from aclprof.protocol.wire import REQUEST_BILL_MAX_WINDOWS
 
 __all__ = ["Bill", "BillBook", "BillStats"]
 
@@ -76,6 +77,14 @@ class Bill:
     models: tuple[int, ...]
     complete: bool = True
     by_name: dict[str, tuple[int, int]] | None = None
+    #: the request's windows for the trace exports: (host thread id, start, end) in the op
+    #: records' clock and units (mapped with the book's clock map; empty without a clock);
+    #: the first ``wire.REQUEST_BILL_MAX_WINDOWS``, the rest counted in ``windows_cut``
+    windows: tuple[tuple[int, int, int], ...] = ()
+    windows_cut: int = 0
+    #: (early, late): how far before/after a window an op still counted (the book's
+    #: early_ns/late_ns in the records' units), so a trace links the ops the bill counted
+    window_margin: tuple[int, int] = (0, 0)
 
     @property
     def wall_ns(self) -> int:
@@ -127,6 +136,8 @@ class _Acc:
     by_name: dict[str, list[int]] | None = None
     slowest: tuple[str, str, int] | None = None
     models: set[int] = field(default_factory=set)
+    windows: list[tuple[int, list[Any]]] = field(default_factory=list)  # (tid, window), the first few
+    windows_cut: int = 0
 
 
 class BillBook:
@@ -181,6 +192,10 @@ class BillBook:
                 if len(self._open) >= self.max_open:
                     self._evict_oldest()
                 w: list[Any] = [t, None, key]
+                if len(acc.windows) < REQUEST_BILL_MAX_WINDOWS:
+                    acc.windows.append((tid, w))
+                else:
+                    acc.windows_cut += 1
                 ws = self._windows.setdefault(tid, [])
                 if self._open_on.get(tid, 0) or (ws and ws[-1][0] > t):
                     self._overlapped.add(tid)  # nested/interleaved (or out of order): full scans
@@ -441,7 +456,18 @@ class BillBook:
             start_ns=acc.start, end_ns=acc.end, device_ns=acc.device_ns, ops=acc.ops,
             by_type={t: (v[0], v[1]) for t, v in acc.by_type.items()}, slowest=acc.slowest,
             models=tuple(sorted(acc.models)), complete=acc.complete and req is not None,
-            by_name=None if acc.by_name is None else {n: (v[0], v[1]) for n, v in acc.by_name.items()}))
+            by_name=None if acc.by_name is None else {n: (v[0], v[1]) for n, v in acc.by_name.items()},
+            **self._windows_of(acc)))
+
+    def _windows_of(self, acc: _Acc) -> dict[str, Any]:
+        """Bill.windows/windows_cut: the windows that closed, in the records' clock."""
+        if not self.clock.ready:
+            return {"windows_cut": len(acc.windows) + acc.windows_cut}
+        to_device, factor = self.clock.to_device, self.clock.factor  # records count in 1/factor ns
+        done = [(tid, w) for tid, w in acc.windows if w[1] is not None]
+        return {"windows": tuple((tid, to_device(w[0]) // factor, -(-to_device(w[1]) // factor)) for tid, w in done),
+                "windows_cut": acc.windows_cut + len(acc.windows) - len(done),
+                "window_margin": (-(-self.early_ns // factor), -(-self.late_ns // factor))}
 
     def pending(self) -> dict[str, int]:
         """Sizes of what the book holds now (all bounded)."""

@@ -47,11 +47,16 @@ def bill_payload(bill: Bill, dropped_before: int = 0) -> dict[str, Any]:
         types.append([OTHER, sum(v[0] for _, v in rest), sum(v[1] for _, v in rest)])
     attrs = dict(list(bill.attrs.items())[:wire.REQUEST_BILL_MAX_ATTRS])
     slowest = None if bill.slowest is None else [bill.slowest[0][:_TEXT], bill.slowest[1][:_TEXT], bill.slowest[2]]
-    return {"id": bill.request_id[:_TEXT], "attrs": {k[:_TEXT]: v[:_TEXT] for k, v in attrs.items()},
-            "traceparent": bill.traceparent, "start_unix_ns": start_unix_ns(bill.start_ns),
-            "wall_ns": bill.wall_ns, "device_ns": bill.device_ns,
-            "ops": bill.ops, "models": list(bill.models[:wire.REQUEST_BILL_MAX_MODELS]), "types": types,
-            "slowest": slowest, "complete": bill.complete, "dropped_before": dropped_before}
+    payload = {"id": bill.request_id[:_TEXT], "attrs": {k[:_TEXT]: v[:_TEXT] for k, v in attrs.items()},
+               "traceparent": bill.traceparent, "start_unix_ns": start_unix_ns(bill.start_ns),
+               "wall_ns": bill.wall_ns, "device_ns": bill.device_ns,
+               "ops": bill.ops, "models": list(bill.models[:wire.REQUEST_BILL_MAX_MODELS]), "types": types,
+               "slowest": slowest, "complete": bill.complete, "dropped_before": dropped_before}
+    if bill.windows or bill.windows_cut:  # for the trace exports (aclprof/exportfmt/requests.py)
+        payload["windows"] = [list(w) for w in bill.windows[:wire.REQUEST_BILL_MAX_WINDOWS]]
+        payload["windows_cut"] = bill.windows_cut + max(0, len(bill.windows) - wire.REQUEST_BILL_MAX_WINDOWS)
+        payload["window_margin"] = list(bill.window_margin)
+    return payload
 
 
 class BillReporter:

@@ -94,3 +94,13 @@ class ClockMap:
         slope, ref, d_ref = self._fit or self._refit()
         dev = device.astype(np.int64) * self.factor
         return dev - (d_ref + np.round(slope * (dev - ref)).astype(np.int64))
+
+    def to_device(self, host: int) -> int:
+        """The device time (host ns units, as records' ``start`` times ``factor``) of a host
+        time: the inverse of :meth:`to_host` (one fixed-point step; the slope is at most
+        1e-3, so the step's error is below a nanosecond per 10^6 ns of offset change)."""
+        if not self._bounds:
+            raise RuntimeError("ClockMap.to_device: no batch noted yet (call note() first)")
+        slope, ref, d_ref = self._fit or self._refit()
+        dev = host + d_ref + round(slope * (host + d_ref - ref))
+        return host + d_ref + round(slope * (dev - ref))

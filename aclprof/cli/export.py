@@ -32,6 +32,7 @@ the directories torch_npu's profiler writes (``ascend``).
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import stat
 import sys
@@ -52,13 +53,16 @@ from aclprof.exportfmt.kineto import write_kineto
 from aclprof.exportfmt.opcsv import write_csv
 from aclprof.exportfmt.perfetto import MissingDependency, trace_class, write_perfetto
 from aclprof.exportfmt.pprof import write_pprof
+from aclprof.exportfmt.requests import RequestSpan, spans_from_bills
+from aclprof.protocol import wire
 
 __all__ = ["add_parser", "cmd_export"]
 
 _EXAMPLES = """examples:
   aclprof export --since -5m --format csv -o op_statistic.csv
   aclprof export --since '1h ago' --until '30m ago' --format chrome -o trace.json   # open in ui.perfetto.dev
-  aclprof export --since -1h --format perfetto -o trace.pftrace   # large windows: opens ~fast in ui.perfetto.dev
+  aclprof export --since -1h --format perfetto -o trace.pftrace   # large windows: exact ns, 4x smaller files
+  aclprof export --since -5m --format perfetto --requests -o t.pftrace   # request bills: slices + flows to ops
   aclprof export --since 2026-11-29T10:00:00 --until 2026-11-29T10:05:00 --format jsonl --type Conv
   aclprof export --since 1764410000 --format jsonl | wc -l
   aclprof export --since -10m --format ascend -o prof-after/   # msprof-analyze compare -d prof-after/...
@@ -84,6 +88,9 @@ def add_parser(sub: Any, fmt: Any) -> None:
                    help="output file, '-' for stdout (default: stdout); a symlink is followed, a FIFO or "
                         "device is written into, a regular file is replaced only once the export is complete. "
                         "ascend, msmonitor-db: a directory, required, missing or empty; it appears once complete")
+    p.add_argument("--requests", action="store_true",
+                   help="chrome, perfetto: also the request bills the daemon keeps (aclprof requests) as slices "
+                        "on their host threads with flows to their ops (the 1000 slowest of the window)")
     add_filter_args(p)
     add_socket_arg(p)
     p.set_defaults(func=cmd_export)
@@ -199,6 +206,34 @@ def _umask() -> int:
     return old
 
 
+#: the most bills one REQUESTS reply carries (daemon/aclprofd/bills.py MAX_TOP)
+REQUESTS_TOP = 1000
+
+
+def _request_spans(client: Any, args: argparse.Namespace) -> list[RequestSpan]:
+    """The request windows of the kept bills in the export's window (``--requests``)."""
+    protocol = int(client.welcome.get("protocol", 1))
+    if protocol < 4:
+        raise CliError(f"aclprof export --requests: the daemon speaks protocol {protocol}; request bills need 4 "
+                       "(upgrade aclprofd)", 2)
+    reply = client.request(wire.Kind.REQUESTS, {"service": args.service, "model": args.model, "since": args.since,
+                                                "until": args.until, "top": REQUESTS_TOP}, wire.Kind.REQUESTS_REPLY)
+    bills = [b for b in reply.get("bills") or [] if isinstance(b, dict)
+             and (args.until is None or not isinstance(b.get("ts"), (int, float)) or b["ts"] <= args.until)
+             and (args.pid is None or b.get("pid") == args.pid)]
+    try:
+        spans = spans_from_bills(bills)
+    except ValueError as exc:
+        raise CliError(f"aclprof export --requests: the daemon sent a bad bill: {exc}", 1) from None
+    if len(reply.get("bills") or []) >= REQUESTS_TOP:
+        print(f"aclprof export --requests: only the {REQUESTS_TOP} slowest requests of the window are shown",
+              file=sys.stderr)
+    if bills and not spans:
+        print(f"aclprof export --requests: none of the {len(bills)} bills has windows (agents older than this "
+              "aclprof, or without a clock yet)", file=sys.stderr)
+    return spans
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     if args.since is not None and args.until is not None and args.since > args.until:
         raise CliError("--since is after --until", 2)
@@ -206,7 +241,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         return cmd_export_ascend(args)
     if args.format == "msmonitor-db":
         return cmd_export_msmonitor(args)
-    writer = _WRITERS[args.format]
+    writer: Callable[..., int] = _WRITERS[args.format]
+    if args.requests and args.format not in ("chrome", "perfetto"):
+        raise CliError(f"--requests needs --format chrome or perfetto (not {args.format})", 2)
     if args.format == "pprof" and (not args.output or args.output == "-"):
         # gzip data: never onto a terminal, and a text-only stdout (embedding) cannot take it
         if getattr(sys.stdout, "buffer", None) is None or sys.stdout.isatty():
@@ -223,6 +260,8 @@ def cmd_export(args: argparse.Namespace) -> int:
             if args.output and args.output != "-":
                 output = _Output(args.output)
         client = connect(args, timeout=30.0)
+        if args.requests:
+            writer = functools.partial(writer, requests=_request_spans(client, args))
         if args.format == "jsonl":
             source: Any = client.export_jsonl(args.since, args.until, filter_from_args(args))
         else:

@@ -20,10 +20,11 @@ import json
 from collections.abc import Callable, Iterable
 from typing import Any, TextIO
 
+from .requests import REQUEST_TID_BASE, RequestSpan
 from .tracks import Gathered, gather, lane_name
 
-__all__ = ["LANE_TID_BASE", "TID_STRIDE", "format_us", "json_string", "meta_json", "short_us", "write_chrome",
-           "write_chrome_gathered"]
+__all__ = ["LANE_TID_BASE", "REQUEST_TID_BASE", "TID_STRIDE", "format_us", "json_string", "meta_json", "short_us",
+           "write_chrome", "write_chrome_gathered"]
 
 TID_STRIDE = 100000
 #: tids of the extra threads of overlapping ops: LANE_TID_BASE + n (n-th of the process)
@@ -85,16 +86,19 @@ def json_string(s: str, memo: dict[str, str]) -> str:
 
 
 def write_chrome(batches: Iterable[list[dict[str, Any]]], out: TextIO, generator: str = "aclprof export",
-                 extra: Callable[[], list[dict[str, Any]]] | None = None) -> int:
+                 extra: Callable[[], list[dict[str, Any]]] | None = None,
+                 requests: list[RequestSpan] | None = None) -> int:
     """Export records (daemon/PROTOCOL.md "record" objects) as one Trace Event Format file;
     the count of records written. Names are written as given (JSON-escaped, UTF-8:
     :func:`json_string`). ``extra``: called once the records are written, more trace events to
-    add (the flight recorder's op failures: instant events placed by the records it saw)."""
-    return write_chrome_gathered(gather(batches), out, generator, extra)
+    add (the flight recorder's op failures: instant events placed by the records it saw).
+    ``requests``: request windows shown with flows to their ops (:mod:`.requests`)."""
+    return write_chrome_gathered(gather(batches), out, generator, extra, requests)
 
 
 def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof export",
-                          extra: Callable[[], list[dict[str, Any]]] | None = None) -> int:
+                          extra: Callable[[], list[dict[str, Any]]] | None = None,
+                          requests: list[RequestSpan] | None = None) -> int:
     """:func:`write_chrome` of records already read by :func:`.tracks.gather` (the flight
     recorder writes two traces of them)."""
     out.write('{"displayTimeUnit":"ns","otherData":{"generator":%s,' % json.dumps(generator) +
@@ -104,6 +108,7 @@ def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof ex
     threads: list[tuple[int, int, str]] = []
     lanes_of: dict[int, int] = {}  # pid -> extra threads so far
     memo: dict[str, str] = {}
+    op_tid: dict[int, int] = {}  # id(slice) -> its thread's tid, for the request flows
     for pid, device, model, lane, slices in g.lanes():
         if lane:
             lanes_of[pid] = lanes_of.get(pid, 0) + 1
@@ -111,6 +116,8 @@ def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof ex
         else:
             tid = device * TID_STRIDE + model
         threads.append((pid, tid, lane_name(device, model, lane)))
+        if requests:
+            op_tid.update((id(s), tid) for s in slices)
         head = ',"ph":"X","ts":'
         tail = ',"pid":%d,"tid":%d,"args":' % (pid, tid)
         parts = []
@@ -122,6 +129,13 @@ def write_chrome_gathered(g: Gathered, out: TextIO, generator: str = "aclprof ex
                          ',"thread_id":' + _scalar(s.thread_id) + ',"received_ts":' + _scalar(s.received_ts) + "}}")
         if parts:
             out.write(("" if first else ",\n") + ",\n".join(parts))
+            first = False
+    if requests:
+        from .chrome_requests import request_events  # it uses this module's helpers
+
+        text = request_events(g, requests, threads, memo, op_tid)
+        if text:
+            out.write(("" if first else ",\n") + text)
             first = False
     events = extra() if extra is not None else []
     if events:

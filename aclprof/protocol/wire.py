@@ -41,6 +41,7 @@ __all__ = [
     "MAX_REGEX_BYTES", "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "encode_name_run",
     "utf8_cut", "AGENT_HEARTBEAT_S", "OP_FAILURE_MAX_TENSORS", "OP_FAILURE_MAX_DIMS", "OP_FAILURE_MAX_NAME",
     "REQUEST_BILL_MAX_TYPES", "REQUEST_BILL_MAX_ATTRS", "REQUEST_BILL_MAX_MODELS", "REQUEST_BILL_MAX_TEXT",
+    "REQUEST_BILL_MAX_WINDOWS",
 ]
 
 MAGIC = b"ACLP"
@@ -73,6 +74,9 @@ REQUEST_BILL_MAX_TYPES = 16
 REQUEST_BILL_MAX_ATTRS = 16
 REQUEST_BILL_MAX_MODELS = 16
 REQUEST_BILL_MAX_TEXT = 1024
+#: request windows one bill carries for the trace exports (thread id, start, end in the op
+#: records' clock: aclprof/exportfmt/requests.py); the rest counted in windows_cut
+REQUEST_BILL_MAX_WINDOWS = 16
 #: the daemon ends a JSON Lines frame (STREAM_RECORDS, EXPORT_RECORDS) once it holds this
 #: many bytes, well within MAX_PAYLOAD: frames of a bounded size whatever the names
 FRAME_TARGET = 1 << 20

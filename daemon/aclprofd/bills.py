@@ -24,6 +24,7 @@ from aclprof.protocol.wire import (
     REQUEST_BILL_MAX_MODELS,
     REQUEST_BILL_MAX_TEXT,
     REQUEST_BILL_MAX_TYPES,
+    REQUEST_BILL_MAX_WINDOWS,
     Kind,
     ProtocolError,
     decode_json,
@@ -123,6 +124,7 @@ class RequestBills:
             if not (isinstance(slowest, list) and len(slowest) == 3 and _count(slowest[2])):
                 raise ProtocolError("REQUEST_BILL slowest is null or [op type, op name, device ns]")
             slowest = [_text(slowest[0], "slowest op type"), _text(slowest[1], "slowest op name"), slowest[2]]
+        windows = _windows(obj)
         dropped = obj.get("dropped_before", 0)
         if not _count(dropped, _MAX_DROPPED):
             raise ProtocolError(f"REQUEST_BILL dropped_before must be an integer in [0, {_MAX_DROPPED}]")
@@ -144,6 +146,8 @@ class RequestBills:
                      "traceparent": tp, "start_unix_ns": start, "wall_ns": nums[0], "device_ns": nums[1],
                      "ops": nums[2], "models": models, "types": clean_types, "slowest": slowest,
                      "complete": obj.get("complete") is True})
+        if windows is not None:
+            kept[-1]["windows"], kept[-1]["windows_cut"], kept[-1]["window_margin"] = windows
 
     def slowest(self, top: int = 20, service: str | None = None, since: float | None = None,
                 attrs: dict[str, str] | None = None, model: int | None = None) -> list[dict[str, Any]]:
@@ -174,3 +178,23 @@ class RequestBills:
         """For STATUS and the counters snapshot (copies: the snapshot is immutable)."""
         return {"total": self.total, "agent_dropped": self.agent_dropped, "services": len(self.by_service),
                 "services_refused": self.services_refused, "slowest": self.slowest(top)}
+
+
+def _windows(obj: dict[str, Any]) -> tuple[list[list[int]], int, list[int]] | None:
+    """A bill's optional ``windows`` ([[thread id, start, end]], the op records' clock),
+    ``windows_cut`` and ``window_margin`` ([early, late]), checked; None when the agent sent
+    no windows."""
+    windows, cut, margin = obj.get("windows"), obj.get("windows_cut", 0), obj.get("window_margin", [0, 0])
+    if windows is None:
+        return None
+    if (not isinstance(windows, list) or len(windows) > REQUEST_BILL_MAX_WINDOWS
+            or not all(isinstance(w, list) and len(w) == 3 and _count(w[0], _U32) and _count(w[1]) and _count(w[2])
+                       and w[1] <= w[2] for w in windows)):
+        raise ProtocolError(f"REQUEST_BILL windows must be at most {REQUEST_BILL_MAX_WINDOWS} "
+                            "[thread id (u32), start, end >= start] lists")
+    if not _count(cut, _MAX_DROPPED):
+        raise ProtocolError(f"REQUEST_BILL windows_cut must be an integer in [0, {_MAX_DROPPED}]")
+    if not (isinstance(margin, list) and len(margin) == 2 and all(_count(v) for v in margin)):
+        raise ProtocolError("REQUEST_BILL window_margin must be [early, late], integers in [0, 2**62]")
+    return [list(w) for w in windows], cut, list(margin)
+

@@ -42,6 +42,7 @@ class Service:
     host: str = "edgehost"
     model_labels: dict[int, dict[str, str]] = field(default_factory=dict)  # model id -> WATCH labels
     pid: int = 0  # set by send()
+    bills: list[dict[str, Any]] = field(default_factory=list)  # REQUEST_BILL payloads, sent after the ops
 
 
 _SENDER = r'''
@@ -69,6 +70,7 @@ for mid, labels in spec["watch"].items():
 out += wire.encode_names({v: k for k, v in ids.items()})
 if len(r):
     out.append(wire.encode_batch(r))
+out += [wire.encode_json(Kind.REQUEST_BILL, b) for b in spec["bills"]]
 s.sendall(b"".join(out))
 s.shutdown(socket.SHUT_WR)
 reader, pending, kinds = wire.FrameReader(ignore_unknown=True), [], []
@@ -87,7 +89,7 @@ def send(socket_path: str, svc: Service) -> int:
     """Stream ``svc``'s ops to the daemon from a child process; its pid (also set in ``svc``)."""
     spec = {"socket": socket_path, "host": svc.host, "service": svc.name,
             "watch": {str(k): v for k, v in svc.model_labels.items()},
-            "ops": [op.__dict__ for op in svc.ops]}
+            "ops": [op.__dict__ for op in svc.ops], "bills": svc.bills}
     p = subprocess.run([sys.executable, "-c", _SENDER], input=json.dumps(spec), capture_output=True, text=True,
                        timeout=60, env=env())
     assert p.returncode == 0, p.stderr
