@@ -33,9 +33,11 @@ from aclprof.protocol.wire import (
 from .conn import Conn
 
 if TYPE_CHECKING:
+    from .fanout import Fanout
+    from .filters import Filter
     from .transport import Outbox
 
-__all__ = ["RequestBills", "KEEP", "MAX_SERVICES", "MAX_TOP"]
+__all__ = ["RequestBills", "KEEP", "MAX_SERVICES", "MAX_TOP", "line_matches"]
 
 KEEP = 256  # bills kept per service
 MAX_SERVICES = 256
@@ -55,11 +57,26 @@ def _text(v: Any, what: str) -> str:
     return scrub(v)
 
 
+def line_matches(flt: Filter, entry: dict[str, Any]) -> bool:
+    """Whether a STREAM filter takes a bill's ``{"kind": "request"}`` line: its host, pid and
+    service match, its model (if any) is one the request ran, and it selects no device, op
+    type, op name or minimum duration (those select ops; a bill is not one)."""
+    if not flt.source_matches(entry["host"], entry["pid"], entry["service"] or None):
+        return False
+    if flt.device is not None or flt.type_re is not None or flt.name_re is not None \
+            or flt.min_duration_ns is not None:
+        return False
+    return flt.model is None or flt.model in entry["models"]
+
+
 class RequestBills:
     """The last bills per service, their counters, and the REQUEST_BILL handler."""
 
-    def __init__(self, outbox: Outbox | None = None, keep: int = KEEP, max_services: int = MAX_SERVICES):
-        self.outbox, self.keep, self.max_services = outbox, keep, max_services
+    def __init__(self, outbox: Outbox | None = None, keep: int = KEEP, max_services: int = MAX_SERVICES,
+                 fanout: Fanout | None = None):
+        self.outbox, self.keep, self.max_services, self.fanout = outbox, keep, max_services, fanout
+        self.lines_sent = 0  # request lines queued for STREAM clients (aclprof tail)
+        self.lines_skipped = 0  # not queued for a STREAM client that does not read
         self.by_service: dict[str, deque[dict[str, Any]]] = {}
         self.total = 0  # bills received, including those agents said they dropped
         self.agent_dropped = 0
@@ -128,17 +145,22 @@ class RequestBills:
         service = conn.service or ""
         self.total += 1 + dropped
         self.agent_dropped += dropped
+        entry = {"ts": ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else time.time(),
+                 "host": conn.host, "pid": conn.pid or 0, "service": service, "id": rid, "attrs": attrs,
+                 "traceparent": tp, "wall_ns": nums[0], "device_ns": nums[1], "ops": nums[2],
+                 "models": models, "types": clean_types, "slowest": slowest,
+                 "complete": obj.get("complete") is True}
+        if self.fanout is not None:  # aclprof tail: the bill as a line of its own, as it closes
+            sent, skipped = self.fanout.stream_line({"kind": "request", **entry}, lambda f: line_matches(f, entry))
+            self.lines_sent += sent
+            self.lines_skipped += skipped
         kept = self.by_service.get(service)
         if kept is None:
             if len(self.by_service) >= self.max_services:
                 self.services_refused += 1
                 return
             kept = self.by_service[service] = deque(maxlen=self.keep)
-        kept.append({"ts": ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else time.time(),
-                     "host": conn.host, "pid": conn.pid or 0, "service": service, "id": rid, "attrs": attrs,
-                     "traceparent": tp, "wall_ns": nums[0], "device_ns": nums[1], "ops": nums[2],
-                     "models": models, "types": clean_types, "slowest": slowest,
-                     "complete": obj.get("complete") is True})
+        kept.append(entry)
 
     def slowest(self, top: int = 20, service: str | None = None, since: float | None = None,
                 attrs: dict[str, str] | None = None, model: int | None = None) -> list[dict[str, Any]]:
@@ -161,4 +183,5 @@ class RequestBills:
     def summary(self, top: int = 20) -> dict[str, Any]:
         """For STATUS and the counters snapshot (copies: the snapshot is immutable)."""
         return {"total": self.total, "agent_dropped": self.agent_dropped, "services": len(self.by_service),
-                "services_refused": self.services_refused, "slowest": self.slowest(top)}
+                "services_refused": self.services_refused, "lines_sent": self.lines_sent,
+                "lines_skipped": self.lines_skipped, "slowest": self.slowest(top)}
