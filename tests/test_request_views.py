@@ -6,6 +6,7 @@ Bills reach a real daemon through the public path: ``aclprof.agent.report_bills`
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -78,3 +79,102 @@ def test_tail_gets_each_bill_as_a_line_of_its_own_when_its_filter_takes_it(daemo
     finally:
         for c in (everything, by_model, other_model, by_type, other_service):
             c.close()
+
+
+# ---- /metrics: per-model request device-time histograms --------------------------------
+#: device times (ns) of the bills fed, against the power-of-two bucket edges: 1 ms is in
+#: le=2**20 ns (1.048576 ms), 3 ms in le=2**22, 100 us in le=2**17
+_DEVICE = {"req-a": 1_000_000, "req-b": 3_000_000, "req-c": 100_000}
+
+
+@pytest.fixture
+def prom_daemon():
+    from helpers.procs import free_port
+    from helpers.prometheus import PROMETHEUS, SKIP_REASON, prometheus_server
+
+    if PROMETHEUS is None:
+        pytest.skip(SKIP_REASON)
+    port = free_port()
+    with InProcess(prometheus_port=port, prometheus_host_label="h1") as d:
+        with prometheus_server([f"127.0.0.1:{port}"], interval="500ms") as prom:
+            yield d, port, prom
+    agent.stop(2)
+
+
+def _scrape(port: int) -> bytes:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+        return r.read()
+
+
+@pytest.mark.timeout(120)
+def test_request_device_time_histograms_read_back_exactly_by_prometheus(prom_daemon):
+    import subprocess
+
+    from helpers.opfailures import OPS
+    from helpers.prometheus import PROMTOOL
+
+    from aclprof import mock
+
+    d, port, prom = prom_daemon
+    model = mock.load_model(OPS)
+    agent.start(d.socket, service="svc-hist")
+    agent.watch(model, labels={"model": "resnet"})
+    two = tuple(sorted((model, model + 1000)))
+    agent.report_bills([_bill("req-a", 2 * _DEVICE["req-a"], _DEVICE["req-a"], models=(model,)),
+                        _bill("req-b", 2 * _DEVICE["req-b"], _DEVICE["req-b"], models=(model,)),
+                        _bill("req-c", 2 * _DEVICE["req-c"], _DEVICE["req-c"], models=two),
+                        _bill("req-empty", 5000, 0, models=())])
+    wait_for(lambda: status(d.socket)["request_bills"].get("total") == 4, 10, what="the bills")
+    sel = 'service="svc-hist",host="h1"'
+
+    def read(q: str) -> dict[str, float]:
+        return {r["metric"].get("model", ""): float(r["value"][1]) for r in prom.query(q)}
+
+    counts = wait_for(lambda: (lambda c: c if sum(c.values()) == 4 else None)(
+        read(f"aclprofd_request_device_seconds_count{{{sel}}}")), 30, interval=0.3, what="the scraped counts")
+    both = f"resnet+{model + 1000}"
+    assert counts == {"resnet": 2, both: 1, "": 1}
+    sums = read(f"aclprofd_request_device_seconds_sum{{{sel}}}")
+    assert sums["resnet"] == pytest.approx(4e-3, rel=1e-12) and sums[both] == pytest.approx(1e-4, rel=1e-12)
+    assert sums[""] == 0
+    # the bucket edges: 1 ms is below 2**20 ns, 3 ms above 2**21 ns and below 2**22 ns
+    le = {k: read(f'aclprofd_request_device_seconds_bucket{{{sel},le="{2.0 ** k * 1e-9!r}"}}')["resnet"]
+          for k in (19, 20, 21, 22)}
+    assert le == {19: 0, 20: 1, 21: 1, 22: 2}
+    text = _scrape(port)
+    assert PROMTOOL is not None
+    p = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True, timeout=60)
+    assert (p.returncode, p.stdout.decode() + p.stderr.decode()) == (0, "")
+
+
+def test_request_histogram_label_sets_are_bounded_and_charged_to_their_agent(monkeypatch):
+    import socket
+
+    import aclprofd.bills as bills_mod
+    from aclprofd.conn import Conn
+    from aclprofd.promtext import Budget, TextBuilder, histogram_text
+
+    from aclprof.agent.billsend import bill_payload
+
+    monkeypatch.setattr(bills_mod, "MAX_HIST_SETS", 3)
+    a, b = socket.socketpair()
+    try:
+        conn = Conn(a, "c1")
+        conn.pid, conn.host, conn.service = 7, "h", "s"
+        store = bills_mod.RequestBills()
+        for m in range(5):
+            store.bill(conn, memoryview(json.dumps(
+                bill_payload(_bill(f"r{m}", 2000, 1000, models=(m,)))).encode()))
+        series, owners = store.prometheus_series()
+        assert [(lab, n, total) for lab, _, n, total in series] == \
+            [(("s", "0"), 1, 1000), (("s", "1"), 1, 1000), (bills_mod.OTHER_SET, 3, 3000)]
+        assert store.hist_sets_refused == 3 and owners == [(0, "h", 7), (1, "h", 7), (2, "h", 7)]
+        # each label set is 31 series charged to its agent: a share of 62 shows two of them
+        out = TextBuilder(Budget(max_series=1000, per_agent=62, max_bytes=1 << 20))
+        histogram_text(out, "x_seconds", "doc", ["host", "service", "model"], "h1", series, owners)
+        assert out.series == 62 and out.refused["agent_share"] == 31
+    finally:
+        a.close()
+        b.close()

@@ -18,6 +18,8 @@ import time
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from aclprof.protocol.safetext import scrub
 from aclprof.protocol.wire import (
     REQUEST_BILL_MAX_ATTRS,
@@ -30,6 +32,7 @@ from aclprof.protocol.wire import (
     encode_json,
 )
 
+from .aggregate.quantiles import NPROM, PROM_EXPONENTS
 from .conn import Conn
 
 if TYPE_CHECKING:
@@ -37,7 +40,8 @@ if TYPE_CHECKING:
     from .filters import Filter
     from .transport import Outbox
 
-__all__ = ["RequestBills", "KEEP", "MAX_SERVICES", "MAX_TOP", "line_matches"]
+__all__ = ["RequestBills", "KEEP", "MAX_SERVICES", "MAX_TOP", "MAX_HIST_SETS", "OTHER_SET", "line_matches",
+           "models_label"]
 
 KEEP = 256  # bills kept per service
 MAX_SERVICES = 256
@@ -45,6 +49,23 @@ _MAX_NS = 1 << 62
 _MAX_DROPPED = 1 << 32
 _U32 = 0xFFFFFFFF
 MAX_TOP = 1000  # bills one REQUESTS reply may carry
+#: (service, models) label sets of the request device-time histogram (31 series each); the
+#: bills of later ones are observed under OTHER_SET, counted in ``hist_sets_refused``
+MAX_HIST_SETS = 1024
+OTHER_SET = ("", "(other)")
+_LOW = PROM_EXPONENTS[0]
+
+
+def models_label(conn: Conn, models: list[int]) -> str:
+    """The ``model`` label of a bill: the labels (WATCH ``labels``, else the id as text) of
+    the models it ran, in id order, joined by "+" ("" for a request without ops)."""
+    named = conn.keysrc.model_labels if conn.keysrc is not None else {}
+    return "+".join(named.get(m) or str(m) for m in sorted(set(models)))
+
+
+def _bucket(ns: int) -> int:
+    """The index of the first power-of-two bucket (le = 2**7 .. 2**34 ns, then +Inf) that holds ``ns``."""
+    return min(max((ns - 1).bit_length() - _LOW, 0), NPROM - 1)
 
 
 def _count(v: Any, top: int = _MAX_NS) -> bool:
@@ -77,6 +98,10 @@ class RequestBills:
         self.outbox, self.keep, self.max_services, self.fanout = outbox, keep, max_services, fanout
         self.lines_sent = 0  # request lines queued for STREAM clients (aclprof tail)
         self.lines_skipped = 0  # not queued for a STREAM client that does not read
+        #: (service, model label) -> [bucket counts (NPROM), count, sum of device ns], with the
+        #: (host, pid) that created it (its owner in the /metrics series budget), in creation order
+        self.hist: dict[tuple[str, str], tuple[np.ndarray, list[int], tuple[str, int]]] = {}
+        self.hist_sets_refused = 0  # bills observed under OTHER_SET
         self.by_service: dict[str, deque[dict[str, Any]]] = {}
         self.total = 0  # bills received, including those agents said they dropped
         self.agent_dropped = 0
@@ -150,6 +175,7 @@ class RequestBills:
                  "traceparent": tp, "wall_ns": nums[0], "device_ns": nums[1], "ops": nums[2],
                  "models": models, "types": clean_types, "slowest": slowest,
                  "complete": obj.get("complete") is True}
+        self._observe(conn, service, models, obj["device_ns"])  # an int >= 0: checked above
         if self.fanout is not None:  # aclprof tail: the bill as a line of its own, as it closes
             sent, skipped = self.fanout.stream_line({"kind": "request", **entry}, lambda f: line_matches(f, entry))
             self.lines_sent += sent
@@ -161,6 +187,32 @@ class RequestBills:
                 return
             kept = self.by_service[service] = deque(maxlen=self.keep)
         kept.append(entry)
+
+    def _observe(self, conn: Conn, service: str, models: list[int], device_ns: int) -> None:
+        """The bill's device time into its (service, models) histogram (/metrics)."""
+        key = (service, models_label(conn, models))
+        h = self.hist.get(key)
+        if h is None:
+            if len(self.hist) >= MAX_HIST_SETS - 1:  # the last set is kept for OTHER_SET
+                self.hist_sets_refused += 1
+                key = OTHER_SET
+                h = self.hist.get(key)
+            if h is None:
+                h = self.hist[key] = (np.zeros(NPROM, np.int64), [0, 0], (conn.host, conn.pid or 0))
+        h[0][_bucket(device_ns)] += 1
+        h[1][0] += 1
+        h[1][1] += device_ns
+
+    def prometheus_series(self) -> tuple[list[tuple[tuple[str, str], np.ndarray, int, int]],
+                                         list[tuple[int, str, int]]]:
+        """The histogram's label sets for :func:`aclprofd.promtext.histogram_text`: ((service,
+        model), cumulative bucket counts, count, sum ns) and their owners (order, host, pid).
+        Copies: the counters snapshot /metrics reads is immutable."""
+        series, owners = [], []
+        for i, (key, (counts, (n, total), (host, pid))) in enumerate(self.hist.items()):
+            series.append((key, np.cumsum(counts), n, total))
+            owners.append((i, host, pid))
+        return series, owners
 
     def slowest(self, top: int = 20, service: str | None = None, since: float | None = None,
                 attrs: dict[str, str] | None = None, model: int | None = None) -> list[dict[str, Any]]:
@@ -184,4 +236,5 @@ class RequestBills:
         """For STATUS and the counters snapshot (copies: the snapshot is immutable)."""
         return {"total": self.total, "agent_dropped": self.agent_dropped, "services": len(self.by_service),
                 "services_refused": self.services_refused, "lines_sent": self.lines_sent,
-                "lines_skipped": self.lines_skipped, "slowest": self.slowest(top)}
+                "lines_skipped": self.lines_skipped, "hist_sets": len(self.hist),
+                "hist_sets_refused": self.hist_sets_refused, "slowest": self.slowest(top)}
