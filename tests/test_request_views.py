@@ -178,3 +178,67 @@ def test_request_histogram_label_sets_are_bounded_and_charged_to_their_agent(mon
     finally:
         a.close()
         b.close()
+
+
+# ---- aclprof diff by request attribute ----------------------------------------------------
+def _versioned(version: str, i: int, factor: int) -> Bill:
+    """Bill ``i`` (1..100) of a version: MatMul 1 ms + i us (times ``factor``), Relu 200 us +
+    i/10 us, the wall 5 ms more than the device time."""
+    mm, relu = factor * (1_000_000 + 1000 * i), 200_000 + 100 * i
+    return Bill(request_id=f"{version}-{i}", key=1, attrs={"version": version}, traceparent=None, start_ns=0,
+                end_ns=mm + relu + 5_000_000, device_ns=mm + relu, ops=2,
+                by_type={"MatMul": (mm, 1), "Relu": (relu, 1)}, slowest=("MatMul", "fc", mm), models=(1,))
+
+
+def test_diff_by_request_attribute_gives_exact_quantiles_direction_and_ranking(daemon, capsys):
+    from aclprof.cli.main import main
+
+    agent.start(daemon.socket, service="svc-ab")
+    agent.report_bills([_versioned("A", i, 1) for i in range(1, 101)] +
+                       [_versioned("B", i, 2) for i in range(1, 101)])
+    wait_for(lambda: status(daemon.socket)["request_bills"].get("total") == 200, 10, what="the bills")
+    args = ["--socket", daemon.socket, "--min-count", "50", "--json"]
+    assert main(["diff", "requests:version=A", "requests:version=B", *args]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rows = {r["key"]: r for r in out["rows"]}
+    # ranked by the p99 shift: MatMul doubled, the device time by (2 x 1.099 + 0.2099) / 1.3089,
+    # the wall by a smaller factor (its 5 ms of host time did not move), Relu not at all
+    assert [r["key"] for r in out["rows"]] == ["MatMul", "(request device)", "(request wall)", "Relu"]
+    assert [rows[k]["verdict"] for k in ("MatMul", "(request device)", "(request wall)", "Relu")] == \
+        ["slower", "slower", "slower", ""]
+    assert all(r["n_a"] == r["n_b"] == 100 for r in out["rows"])
+    # nearest rank: p99 of 100 samples is the 99th, p50 the 50th
+    mm, dev, wall = rows["MatMul"]["p99"], rows["(request device)"]["p99"], rows["(request wall)"]["p50"]
+    assert (mm["a_exact_ns"], mm["b_exact_ns"], mm["exact_shift"]) == (1_099_000, 2_198_000, 2.0)
+    assert (dev["a_exact_ns"], dev["b_exact_ns"]) == (1_099_000 + 209_900, 2_198_000 + 209_900)
+    assert (wall["a_exact_ns"], wall["b_exact_ns"]) == (6_255_000, 7_305_000)
+    assert rows["Relu"]["p99"]["exact_shift"] == 1.0 and rows["Relu"]["p99"]["shift"] == 1.0
+    # and the other way round: faster, the largest shift (the least improvement) first as ever
+    assert main(["diff", "requests:version=B", "requests:version=A", *args]) == 0
+    back = json.loads(capsys.readouterr().out)
+    assert [(r["key"], r["verdict"]) for r in back["rows"]] == \
+        [("Relu", ""), ("(request wall)", "faster"), ("(request device)", "faster"), ("MatMul", "faster")]
+    # the table shows the exact figures
+    assert main(["diff", "requests:version=A", "requests:version=B", "--socket", daemon.socket,
+                 "--min-count", "50"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].startswith("PER REQUEST") and table[1].split()[:1] == ["MatMul"]
+    assert "1.10ms" in table[1] and "2.20ms" in table[1]
+
+
+def test_diff_by_request_attribute_refuses_what_it_cannot_compare(daemon, capsys, tmp_path):
+    from aclprof.cli.main import main
+
+    agent.start(daemon.socket, service="svc-ab")
+    agent.report_bills([_versioned("A", 1, 1)])
+    wait_for(lambda: status(daemon.socket)["request_bills"].get("total") == 1, 10, what="the bill")
+    sock = ["--socket", daemon.socket]
+    assert main(["diff", "requests:version", "requests:version=B", *sock]) == 2
+    assert "not KEY=VALUE" in capsys.readouterr().err
+    assert main(["diff", "requests:version=A", "requests:version=C", *sock]) == 1
+    assert "requests:version=C: no kept request bill has these attributes" in capsys.readouterr().err
+    export = tmp_path / "ops.jsonl"
+    export.write_text(json.dumps({"service": "s", "model": "1", "op_type": "MatMul", "op_name": "fc",
+                                  "duration_ns": 5}) + "\n")
+    assert main(["diff", "requests:version=A", str(export), *sock]) == 2
+    assert "request bills only" in capsys.readouterr().err

@@ -6,6 +6,11 @@ the daemon's regression detector judges (aclprof/protocol/quantshift.py): "slowe
 a ratio's interval lies above 1 and the ratio is at least --min-effect above it, "faster"
 in the other direction, "too few" below --min-count samples. Rows are ranked by the p99
 shift, largest first. Services and models are merged (filter with --service).
+
+With request bills on both sides (requests:KEY=VALUE, issue 25) the rows are per request:
+its wall time, its device time and each op type's device time in it, one sample per
+request; the p50 and p99 shown are exact (nearest rank), the intervals and the verdict
+come from the same binned test as for ops.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import numpy as np
 
 from aclprof.cli.argtypes import MAX_PID, checked, integer, name
 from aclprof.cli.common import EXIT_OK, CliError, add_socket_arg, connect, format_ns
+from aclprof.cli.diff_requests import exact_quantile
 from aclprof.cli.diff_sources import Histograms, check_spec, load_source, needs_daemon
 from aclprof.protocol.detectorparams import MIN_COUNT, MIN_EFFECT, Z
 from aclprof.protocol.quantshift import IMPROVEMENT, NBINS, REGRESSION, judge, shift
@@ -32,6 +38,7 @@ _EXAMPLES = """sources (A is the reference, B is compared with it):
   window:SINCE..UNTIL    records the daemon kept (times as in export: -2h, '10m ago', ISO, now)
   FILE.jsonl | -         an `aclprof export --format jsonl` file (- for stdin)
   FILE.json              a saved baseline file
+  requests:KEY=VALUE,..  the request bills the daemon kept with these attributes (aclprof.request)
   DIR                    kernel_details.csv files below DIR (ascend export, torch_npu profiler)
 
 examples:
@@ -39,6 +46,8 @@ examples:
   aclprof diff before.jsonl after.jsonl --by name --limit 20
   aclprof diff window:-1d..-23h window:-1h..now
   aclprof diff baseline:good baseline:canary --json | jq '.rows[] | select(.verdict=="slower")'
+  aclprof diff requests:version=A requests:version=B --service chat --min-count 50
+                         p99 request device time (and each op type's) of version B against A
 
 exit codes: 0 done (whatever it found), 1 error, 2 usage error (a malformed input file too) or daemon
 unreachable
@@ -84,6 +93,9 @@ def _num(x: float, digits: int = 4) -> float | None:
 def compare(a: Histograms, b: Histograms, *, by: str = "type", service: str | None = None,
             min_effect: float = 0.05, min_count: int = 200, z: float = 4.0) -> dict[str, Any]:
     """The diff as a JSON-ready object (what ``--json`` prints)."""
+    if (a.samples is None) != (b.samples is None):
+        raise CliError(f"aclprof diff: {a.spec} and {b.spec}: compare request bills (requests:KEY=VALUE) with "
+                       "request bills only; op sources have no per-request rows", 2)
     ga, gb = _grouped(a, by, service), _grouped(b, by, service)
     keys = sorted(set(ga) & set(gb))
     base = np.stack([ga[k] for k in keys]) if keys else np.zeros((0, NBINS))
@@ -99,6 +111,9 @@ def compare(a: Histograms, b: Histograms, *, by: str = "type", service: str | No
         for i, r in enumerate(rows):
             r[qn] = {"a_ns": _num(s.base[i], 1), "b_ns": _num(s.cur[i], 1), "shift": _num(s.ratio[i]),
                      "lower": _num(s.lower[i]), "upper": _num(s.upper[i])}
+            if a.samples is not None and b.samples is not None:  # request bills: exact too
+                ea, eb = exact_quantile(a.samples[r["key"]], q), exact_quantile(b.samples[r["key"]], q)
+                r[qn].update(a_exact_ns=ea, b_exact_ns=eb, exact_shift=_num(eb / ea) if ea else None)
     for i, r in enumerate(rows):
         few = r["n_a"] < min_count or r["n_b"] < min_count
         r["verdict"] = ("too few" if few else "slower" if verdicts[i] == REGRESSION
@@ -121,9 +136,13 @@ def _table(result: dict[str, Any], limit: int | None) -> str:
     head = ["OP TYPE" if result["by"] == "type" else "OP NAME", "N A", "N B", "P50 A", "P50 B", "P50 B/A [CI]",
             "P99 A", "P99 B", "P99 B/A [CI]", "VERDICT"]
     rows = result["rows"][:limit] if limit else result["rows"]
-    cells = [[safe(r["key"]), f"{r['n_a']:.0f}", f"{r['n_b']:.0f}", format_ns(r["p50"]["a_ns"]),
-              format_ns(r["p50"]["b_ns"]), _shift_cell(r["p50"]), format_ns(r["p99"]["a_ns"]),
-              format_ns(r["p99"]["b_ns"]), _shift_cell(r["p99"]), r["verdict"]] for r in rows]
+    exact = bool(rows) and "a_exact_ns" in rows[0]["p50"]
+    if exact:  # request bills: per-request rows, exact quantiles
+        head[0] = "PER REQUEST"
+    a_, b_ = ("a_exact_ns", "b_exact_ns") if exact else ("a_ns", "b_ns")
+    cells = [[safe(r["key"]), f"{r['n_a']:.0f}", f"{r['n_b']:.0f}", format_ns(r["p50"][a_]),
+              format_ns(r["p50"][b_]), _shift_cell(r["p50"]), format_ns(r["p99"][a_]),
+              format_ns(r["p99"][b_]), _shift_cell(r["p99"]), r["verdict"]] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *cells)]
     lines = ["  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in [head, *cells]]
