@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 from helpers.daemons import Client, InProcess, status
@@ -15,6 +16,7 @@ from helpers.procs import wait_for
 
 import aclprof.agent as agent
 from aclprof.agent.bills import Bill
+from aclprof.cli.common import format_ns
 from aclprof.protocol.wire import Kind
 
 
@@ -242,3 +244,119 @@ def test_diff_by_request_attribute_refuses_what_it_cannot_compare(daemon, capsys
                                   "duration_ns": 5}) + "\n")
     assert main(["diff", "requests:version=A", str(export), *sock]) == 2
     assert "request bills only" in capsys.readouterr().err
+
+
+# ---- the detector and the flight recorder name the requests a regression hurt -------------
+def test_hurt_ranks_the_window_s_bills_of_the_flagged_model_by_the_flagged_type():
+    import socket
+
+    from aclprofd.aggregate.keys import KeySource
+    from aclprofd.bills import RequestBills, hurt_summary
+    from aclprofd.conn import Conn
+
+    from aclprof.agent.billsend import bill_payload
+
+    a, b = socket.socketpair()
+    try:
+        conn = Conn(a, "c1")
+        conn.pid, conn.host, conn.service = 7, "h", "svc"
+        conn.keysrc = KeySource("h", 7, "svc")
+        conn.keysrc.set_label(3, "resnet")
+        store = RequestBills()
+
+        def feed(rid: str, ts: float, matmul: int, models: tuple[int, ...] = (3,)) -> None:
+            p = bill_payload(_bill(rid, 10_000_000, 4 * matmul // 3 if matmul else 1000, models=models))
+            p["ts"] = ts
+            store.bill(conn, memoryview(json.dumps(p).encode()))
+
+        feed("old", 50.0, 9_000_000)        # before the window
+        feed("small", 100.0, 300_000)
+        feed("big", 101.0, 3_000_000)
+        feed("mid-b", 102.0, 1_500_000)
+        feed("mid-a", 103.0, 1_500_000)     # a tie: by id
+        feed("other-model", 104.0, 8_000_000, models=(4,))
+        feed("no-matmul", 105.0, 0)         # only Relu
+        got = store.hurt("svc", "resnet", "MatMul", since=90.0)
+        assert [(r["id"], r["op_ns"]) for r in got] == [("big", 3_000_000), ("mid-a", 1_500_000),
+                                                         ("mid-b", 1_500_000)]
+        assert store.hurt("svc", "4", "MatMul", since=90.0)[0]["id"] == "other-model"
+        assert store.hurt("svc", "resnet", "MatMul", since=90.0, until=100.5)[0]["id"] == "small"
+        assert store.hurt("other", "resnet", "MatMul", since=0.0) == []
+        flag = {"service": "svc", "model": "resnet", "op_type": "MatMul", "since_ts": 130.0}
+        summary = hurt_summary(store, flag, window_s=30.0)
+        assert [r["id"] for r in summary] == ["big", "mid-a", "mid-b"]
+        assert set(summary[0]) == {"id", "pid", "ts", "op_type", "op_ns", "device_ns", "wall_ns", "attrs"}
+    finally:
+        a.close()
+        b.close()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_regression_flag_and_its_capture_name_the_requests_it_hurt_most():
+    from helpers.daemons import running
+    from helpers.opfailures import OPS
+    from helpers.procs import Worker, cli, short_tmpdir
+
+    from aclprof import mock
+
+    detect_fast = ("--detector-window", "2s", "--detector-trailing", "4s", "--detector-min-count", "200",
+                   "--detector-persistence", "2")
+    root = short_tmpdir("aclp-")
+    with running(root, *detect_fast, "--capture-before", "8s", "--capture-after", "1s") as d:
+        worker = Worker(d.socket, "--service", "svc")
+        # this process is another of the service's processes: it marks requests and reports
+        # their bills, its model labelled as the worker's ("fixed"), so the flags name it
+        mine = mock.load_model(OPS)
+        agent.start(d.socket, service="svc")
+        agent.watch(mine, labels={"model": "fixed"})
+        sent: list[tuple[str, int]] = []
+
+        def drive(seconds: float, slow: bool) -> None:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                worker.run(40)
+                k = len(sent)
+                matmul = (2_000_000 + 1000 * k) if slow else (1_000_000 + 1000 * (k % 7))
+                sent.append((f"req-{k}", matmul))
+                agent.report_bills([Bill(request_id=f"req-{k}", key=1, attrs={"route": "/chat"}, traceparent=None,
+                                         start_ns=0, end_ns=3 * matmul, device_ns=matmul + 5000, ops=2,
+                                         by_type={"MatMulV2": (matmul, 1), "Relu": (5000, 1)},
+                                         slowest=("MatMulV2", "mm", matmul), models=(mine,))])
+                time.sleep(0.1)
+
+        try:
+            drive(5.0, slow=False)
+            worker.cmd("slow MatMulV2 2")
+
+            def flagged_and_captured() -> dict | None:
+                drive(0.3, slow=True)
+                wait_for(lambda: d.status()["request_bills"]["total"] == len(sent), 10, what="every bill")
+                st = d.status()
+                up = any(f["op_type"] == "MatMulV2" for f in st["detector"]["flags"])
+                return st if up and st["captures"]["count"] else None
+            st = wait_for(flagged_and_captured, timeout=40, what="a flag and its capture")
+        finally:
+            worker.kill()
+            agent.stop(2)
+        (flag, *_) = [f for f in st["detector"]["flags"] if f["op_type"] == "MatMulV2"]
+        hurt = flag["requests"]
+        # the three bills with the most MatMulV2 device time: the last three sent (all slow)
+        assert [(r["id"], r["op_ns"]) for r in hurt] == sorted(sent, key=lambda s: -s[1])[:3]
+        assert all(r["op_type"] == "MatMulV2" and r["attrs"] == {"route": "/chat"} for r in hurt)
+        # what `aclprof status` prints of that reply (the flag may have cleared since)
+        from aclprof.cli.status import format_status
+
+        text = format_status(st)
+        assert f"    hurt most: {hurt[0]['id']} (MatMulV2 {format_ns(hurt[0]['op_ns'])} of " in text
+        # the capture holds the bills its window's flagged type cost most, whole
+        item = st["captures"]["newest"]
+        doc = json.loads((Path(item["path"]) / "capture.json").read_text())
+        reqs = doc["requests"]
+        window = doc["window"]
+        assert len(reqs) == 3 and [r["op_ns"] for r in reqs] == sorted((r["op_ns"] for r in reqs), reverse=True)
+        assert all(r["op_ns"] >= 2_000_000 and window["since_ts"] <= r["ts"] <= window["until_ts"] for r in reqs)
+        assert reqs[0]["types"][0] == ["MatMulV2", reqs[0]["op_ns"], 1] and reqs[0]["service"] == "svc"
+        assert [r["id"] for r in item["requests"]] == [r["id"] for r in reqs]
+        listed = cli("captures", "--socket", d.socket, check=True).stdout
+        assert f"requests hurt most: {reqs[0]['id']} (MatMulV2 " in listed

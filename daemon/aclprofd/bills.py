@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     from .filters import Filter
     from .transport import Outbox
 
-__all__ = ["RequestBills", "KEEP", "MAX_SERVICES", "MAX_TOP", "MAX_HIST_SETS", "OTHER_SET", "line_matches",
-           "models_label"]
+__all__ = ["RequestBills", "KEEP", "MAX_SERVICES", "MAX_TOP", "MAX_HIST_SETS", "OTHER_SET", "HURT_TOP",
+           "line_matches", "hurt_summary", "models_label"]
 
 KEEP = 256  # bills kept per service
 MAX_SERVICES = 256
@@ -49,6 +49,8 @@ _MAX_NS = 1 << 62
 _MAX_DROPPED = 1 << 32
 _U32 = 0xFFFFFFFF
 MAX_TOP = 1000  # bills one REQUESTS reply may carry
+_SHORT = 64
+HURT_TOP = 3  # requests a regression flag names (STATUS detector.flags[].requests)
 #: (service, models) label sets of the request device-time histogram (31 series each); the
 #: bills of later ones are observed under OTHER_SET, counted in ``hist_sets_refused``
 MAX_HIST_SETS = 1024
@@ -59,8 +61,13 @@ _LOW = PROM_EXPONENTS[0]
 def models_label(conn: Conn, models: list[int]) -> str:
     """The ``model`` label of a bill: the labels (WATCH ``labels``, else the id as text) of
     the models it ran, in id order, joined by "+" ("" for a request without ops)."""
+    return "+".join(_labels(conn, sorted(set(models))))
+
+
+def _labels(conn: Conn, models: list[int]) -> list[str]:
+    """Each model's label (as the detector's flags and the op histograms name it)."""
     named = conn.keysrc.model_labels if conn.keysrc is not None else {}
-    return "+".join(named.get(m) or str(m) for m in sorted(set(models)))
+    return [named.get(m) or str(m) for m in models]
 
 
 def _bucket(ns: int) -> int:
@@ -88,6 +95,18 @@ def line_matches(flt: Filter, entry: dict[str, Any]) -> bool:
             or flt.min_duration_ns is not None:
         return False
     return flt.model is None or flt.model in entry["models"]
+
+
+def hurt_summary(bills: RequestBills, flag: dict[str, Any], window_s: float) -> list[dict[str, Any]]:
+    """The requests a detector ``flag`` hurt most, compact (STATUS, capture summaries): the
+    bills received from one detector window before it was raised on (its evidence) that
+    spent the most device time in its op type."""
+    since = float(flag.get("since_ts") or 0.0) - window_s
+    return [{**{k: b[k] for k in ("id", "pid", "ts", "op_type", "op_ns", "device_ns", "wall_ns")},
+             # a few attributes, cut: STATUS carries up to its flags budget of these
+             "attrs": {k[:_SHORT]: v[:_SHORT] for k, v in list(b["attrs"].items())[:4]}}
+            for b in bills.hurt(str(flag.get("service") or ""), str(flag.get("model") or ""),
+                                str(flag.get("op_type") or ""), since)]
 
 
 class RequestBills:
@@ -173,8 +192,8 @@ class RequestBills:
         entry = {"ts": ts if isinstance(ts, (int, float)) and not isinstance(ts, bool) else time.time(),
                  "host": conn.host, "pid": conn.pid or 0, "service": service, "id": rid, "attrs": attrs,
                  "traceparent": tp, "wall_ns": nums[0], "device_ns": nums[1], "ops": nums[2],
-                 "models": models, "types": clean_types, "slowest": slowest,
-                 "complete": obj.get("complete") is True}
+                 "models": models, "model_labels": _labels(conn, models), "types": clean_types,
+                 "slowest": slowest, "complete": obj.get("complete") is True}
         self._observe(conn, service, models, obj["device_ns"])  # an int >= 0: checked above
         if self.fanout is not None:  # aclprof tail: the bill as a line of its own, as it closes
             sent, skipped = self.fanout.stream_line({"kind": "request", **entry}, lambda f: line_matches(f, entry))
@@ -213,6 +232,22 @@ class RequestBills:
             series.append((key, np.cumsum(counts), n, total))
             owners.append((i, host, pid))
         return series, owners
+
+    def hurt(self, service: str, model: str, op_type: str, since: float, until: float | None = None,
+             top: int = HURT_TOP) -> list[dict[str, Any]]:
+        """The kept bills of ``service`` received in [since, until] that ran ``model`` (label or
+        id as text, as a detector flag names it) and spent the most device time in ``op_type``:
+        the requests a regression of that op type hurt most, most device time in it first
+        (copies). A type the agent folded into "(other)" (beyond its top 16) is not seen."""
+        found = []
+        for b in self.by_service.get(service, ()):
+            if b["ts"] < since or (until is not None and b["ts"] > until) or model not in b["model_labels"]:
+                continue
+            ns = next((t[1] for t in b["types"] if t[0] == op_type), None)
+            if ns:
+                found.append((ns, b))
+        found.sort(key=lambda x: (-x[0], x[1]["id"]))
+        return [{**b, "op_type": op_type, "op_ns": ns} for ns, b in found[:top]]
 
     def slowest(self, top: int = 20, service: str | None = None, since: float | None = None,
                 attrs: dict[str, str] | None = None, model: int | None = None) -> list[dict[str, Any]]:
