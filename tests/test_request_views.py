@@ -199,7 +199,7 @@ def test_diff_by_request_attribute_gives_exact_quantiles_direction_and_ranking(d
     agent.report_bills([_versioned("A", i, 1) for i in range(1, 101)] +
                        [_versioned("B", i, 2) for i in range(1, 101)])
     wait_for(lambda: status(daemon.socket)["request_bills"].get("total") == 200, 10, what="the bills")
-    args = ["--socket", daemon.socket, "--min-count", "50", "--json"]
+    args = ["--socket", daemon.socket, "--min-count", "50", "--json", "--service", "svc-ab"]
     assert main(["diff", "requests:version=A", "requests:version=B", *args]) == 0
     out = json.loads(capsys.readouterr().out)
     rows = {r["key"]: r for r in out["rows"]}

@@ -67,11 +67,12 @@ def load_requests(spec: str, client: Client, service: str | None) -> Histograms:
         raise CliError(f"{spec}: no kept request bill has these attributes"
                        + (f" in service {service!r}" if service is not None else "")
                        + " (aclprof requests --attr KEY=VALUE lists them)")
-    return from_bills(spec, bills)
+    return from_bills(spec, bills, service)
 
 
-def from_bills(spec: str, bills: list[dict[str, Any]]) -> Histograms:
-    """One sample per bill per row (see the module's docstring), binned and kept raw."""
+def from_bills(spec: str, bills: list[dict[str, Any]], service: str | None = None) -> Histograms:
+    """One sample per bill per row (see the module's docstring), binned and kept raw; the rows'
+    service is ``service`` (the daemon filtered by it) or "" (services merged)."""
     from aclprof.cli.diff_sources import Histograms
 
     types = sorted({t[0] for b in bills for t in (b.get("types") or [])})
@@ -86,7 +87,7 @@ def from_bills(spec: str, bills: list[dict[str, Any]]) -> Histograms:
     hists = np.zeros((len(rows), NBINS))
     for i, v in enumerate(samples.values()):
         np.add.at(hists[i], bin_index(v), 1.0)
-    return Histograms(spec, [("", "", k, "") for k in rows], hists, samples)
+    return Histograms(spec, [(service or "", "", k, "") for k in rows], hists, samples)
 
 
 def exact_quantile(sorted_samples: np.ndarray, q: float) -> float:
