@@ -10,6 +10,7 @@ import json
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from helpers.daemons import Client, InProcess, status
 from helpers.procs import wait_for
@@ -360,3 +361,48 @@ def test_a_regression_flag_and_its_capture_name_the_requests_it_hurt_most():
         assert [r["id"] for r in item["requests"]] == [r["id"] for r in reqs]
         listed = cli("captures", "--socket", d.socket, check=True).stdout
         assert f"requests hurt most: {reqs[0]['id']} (MatMulV2 " in listed
+
+
+def test_status_flags_name_the_requests_they_hurt_in_process(daemon, monkeypatch):
+    """The STATUS side alone, in process (a mutant of control.py is live here): a flag the
+    detector shows gets the bills of its service, model and op type, a copy (the detector's
+    published flag is not changed)."""
+    flag = {"service": "svc-st", "model": "3", "op_type": "MatMul", "quantile": "p99", "shift": 1.5,
+            "lower": 1.2, "upper": 1.8, "since_ts": time.time()}
+    monkeypatch.setattr(daemon.daemon.detection, "status", lambda: {"flags": [flag], "flags_count": 1})
+    agent.start(daemon.socket, service="svc-st")
+    agent.report_bills([_bill("r-small", 2_000_000), _bill("r-big", 8_000_000, version="B"),
+                        _bill("r-other-model", 9_000_000, models=(4,))])
+    wait_for(lambda: status(daemon.socket)["request_bills"].get("total") == 3, 10, what="the bills")
+    (shown,) = status(daemon.socket)["detector"]["flags"]
+    assert [(r["id"], r["op_type"], r["op_ns"]) for r in shown["requests"]] == \
+        [("r-big", "MatMul", 3_000_000), ("r-small", "MatMul", 750_000)]
+    assert shown["requests"][0]["attrs"] == {"version": "B"} and "requests" not in flag
+
+
+def test_compare_request_rows_without_a_daemon():
+    """diff.compare on request Histograms (a mutant of diff.py is live here): exact quantiles,
+    the verdicts, the ranking, and a request source against an op source refused."""
+    from aclprof.cli.common import CliError
+    from aclprof.cli.diff import compare
+    from aclprof.cli.diff_requests import DEVICE, WALL, from_bills
+    from aclprof.cli.diff_sources import Histograms
+
+    def bills(version: str, factor: int) -> list[dict]:
+        from aclprof.agent.billsend import bill_payload
+
+        return [bill_payload(_versioned(version, i, factor)) for i in range(1, 101)]
+
+    a, b = from_bills("A", bills("A", 1)), from_bills("B", bills("B", 3))
+    out = compare(a, b, min_count=50)
+    assert [r["key"] for r in out["rows"]] == ["MatMul", DEVICE, WALL, "Relu"]
+    mm = out["rows"][0]
+    assert (mm["p50"]["a_exact_ns"], mm["p50"]["b_exact_ns"], mm["p50"]["exact_shift"]) == \
+        (1_050_000, 3_150_000, 3.0)
+    assert [r["verdict"] for r in out["rows"]] == ["slower", "slower", "slower", ""]
+    assert compare(a, b, min_count=101)["rows"][0]["verdict"] == "too few"
+    back = compare(b, a, min_count=50)
+    assert [r["verdict"] for r in back["rows"]] == ["", "faster", "faster", "faster"]
+    ops = Histograms("ops", [("", "", "MatMul", "fc")], np.zeros((1, a.hists.shape[1])))
+    with pytest.raises(CliError, match="request bills only"):
+        compare(a, ops)
