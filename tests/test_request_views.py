@@ -212,10 +212,13 @@ def test_diff_by_request_attribute_gives_exact_quantiles_direction_and_ranking(d
     assert all(r["n_a"] == r["n_b"] == 100 for r in out["rows"])
     # nearest rank: p99 of 100 samples is the 99th, p50 the 50th
     mm, dev, wall = rows["MatMul"]["p99"], rows["(request device)"]["p99"], rows["(request wall)"]["p50"]
-    assert (mm["a_exact_ns"], mm["b_exact_ns"], mm["exact_shift"]) == (1_099_000, 2_198_000, 2.0)
-    assert (dev["a_exact_ns"], dev["b_exact_ns"]) == (1_099_000 + 209_900, 2_198_000 + 209_900)
-    assert (wall["a_exact_ns"], wall["b_exact_ns"]) == (6_255_000, 7_305_000)
-    assert rows["Relu"]["p99"]["exact_shift"] == 1.0 and rows["Relu"]["p99"]["shift"] == 1.0
+    assert (mm["a_ns"], mm["b_ns"], mm["shift"]) == (1_099_000, 2_198_000, 2.0)
+    assert (dev["a_ns"], dev["b_ns"]) == (1_099_000 + 209_900, 2_198_000 + 209_900)
+    assert (wall["a_ns"], wall["b_ns"]) == (6_255_000, 7_305_000)
+    # the interval: the samples at ranks 50 -+ 4 x sqrt(100 x 0.5 x 0.5), the 30th and 70th
+    # (wall A_i = 6.2 ms + 1.1 us x i, B_i = 7.2 ms + 2.1 us x i): B's low over A's high and back
+    assert (wall["lower"], wall["upper"]) == (round(7_263_000 / 6_277_000, 4), round(7_347_000 / 6_233_000, 4))
+    assert rows["Relu"]["p99"]["shift"] == 1.0 and out["exact"] is True
     # and the other way round: faster, the largest shift (the least improvement) first as ever
     assert main(["diff", "requests:version=B", "requests:version=A", *args]) == 0
     back = json.loads(capsys.readouterr().out)
@@ -383,26 +386,39 @@ def test_status_flags_name_the_requests_they_hurt_in_process(daemon, monkeypatch
 def test_compare_request_rows_without_a_daemon():
     """diff.compare on request Histograms (a mutant of diff.py is live here): exact quantiles,
     the verdicts, the ranking, and a request source against an op source refused."""
+    from aclprof.agent.billsend import bill_payload
     from aclprof.cli.common import CliError
     from aclprof.cli.diff import compare
     from aclprof.cli.diff_requests import DEVICE, WALL, from_bills
     from aclprof.cli.diff_sources import Histograms
 
     def bills(version: str, factor: int) -> list[dict]:
-        from aclprof.agent.billsend import bill_payload
-
         return [bill_payload(_versioned(version, i, factor)) for i in range(1, 101)]
 
     a, b = from_bills("A", bills("A", 1)), from_bills("B", bills("B", 3))
     out = compare(a, b, min_count=50)
     assert [r["key"] for r in out["rows"]] == ["MatMul", DEVICE, WALL, "Relu"]
     mm = out["rows"][0]
-    assert (mm["p50"]["a_exact_ns"], mm["p50"]["b_exact_ns"], mm["p50"]["exact_shift"]) == \
-        (1_050_000, 3_150_000, 3.0)
+    assert (mm["p50"]["a_ns"], mm["p50"]["b_ns"], mm["p50"]["shift"]) == (1_050_000, 3_150_000, 3.0)
+    # nearest rank at 50 -+ 20: the 30th and 70th values
+    assert (mm["p50"]["lower"], mm["p50"]["upper"]) == (round(3 * 1_030_000 / 1_070_000, 4),
+                                                       round(3 * 1_070_000 / 1_030_000, 4))
     assert [r["verdict"] for r in out["rows"]] == ["slower", "slower", "slower", ""]
     assert compare(a, b, min_count=101)["rows"][0]["verdict"] == "too few"
     back = compare(b, a, min_count=50)
     assert [r["verdict"] for r in back["rows"]] == ["", "faster", "faster", "faster"]
     ops = Histograms("ops", [("", "", "MatMul", "fc")], np.zeros((1, a.hists.shape[1])))
-    with pytest.raises(CliError, match="request bills only"):
+    with pytest.raises(CliError, match=r"^aclprof diff: A and ops: compare request bills") as e:
         compare(a, ops)
+    assert e.value.code == 2
+    from aclprof.cli.diff import _table
+
+    head, first, *_ = _table(out, None).splitlines()
+    assert head.split()[:2] == ["PER", "REQUEST"]
+    assert first.split()[:7] == ["MatMul", "100", "100", "1.05ms", "3.15ms", "3.000", "[2.89,3.12]"]
+    assert first.split()[7:9] == ["1.10ms", "3.30ms"]
+    # a type one request of 61 has: its p50 is 0 (no ratio), its p99 (the 61st value) that one
+    rare_bill = dict(bill_payload(_versioned("A", 1, 1)), types=[["Rare", 5000, 1]])
+    few = from_bills("A", [*bills("A", 1)[:60], rare_bill])
+    rare = next(r for r in compare(few, few, min_count=1)["rows"] if r["key"] == "Rare")
+    assert (rare["p50"]["a_ns"], rare["p50"]["shift"], rare["p99"]["a_ns"]) == (0.0, None, 5000.0)

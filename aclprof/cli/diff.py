@@ -9,8 +9,8 @@ shift, largest first. Services and models are merged (filter with --service).
 
 With request bills on both sides (requests:KEY=VALUE, issue 25) the rows are per request:
 its wall time, its device time and each op type's device time in it, one sample per
-request; the p50 and p99 shown are exact (nearest rank), the intervals and the verdict
-come from the same binned test as for ops.
+request; the quantiles, their intervals and the shift bounds are read from the requests'
+values themselves (exact, nearest rank), the verdict by the same rule as for ops.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import numpy as np
 
 from aclprof.cli.argtypes import MAX_PID, checked, integer, name
 from aclprof.cli.common import EXIT_OK, CliError, add_socket_arg, connect, format_ns
-from aclprof.cli.diff_requests import exact_quantile
+from aclprof.cli.diff_requests import sample_shift
 from aclprof.cli.diff_sources import Histograms, check_spec, load_source, needs_daemon
 from aclprof.protocol.detectorparams import MIN_COUNT, MIN_EFFECT, Z
 from aclprof.protocol.quantshift import IMPROVEMENT, NBINS, REGRESSION, judge, shift
@@ -103,24 +103,25 @@ def compare(a: Histograms, b: Histograms, *, by: str = "type", service: str | No
     rows: list[dict[str, Any]] = [{"key": k, "n_a": round(float(base[i].sum()), 1),
                                    "n_b": round(float(cur[i].sum()), 1)} for i, k in enumerate(keys)]
     verdicts = np.zeros(len(keys), np.int8)
+    exact = a.samples is not None and b.samples is not None
     for q, qn in ((0.5, "p50"), (0.99, "p99")):
-        s = shift(base, cur, q, z)
+        if exact:  # request bills: the raw samples, exact (aclprof.cli.diff_requests)
+            s = sample_shift([a.samples[k] for k in keys], [b.samples[k] for k in keys], q, z)  # type: ignore[index]
+        else:
+            s = shift(base, cur, q, z)
         v = judge(s, min_effect, min_count)
         verdicts = np.where(v == REGRESSION, REGRESSION, np.where((v == IMPROVEMENT) & (verdicts != REGRESSION),
                                                                    IMPROVEMENT, verdicts))
         for i, r in enumerate(rows):
             r[qn] = {"a_ns": _num(s.base[i], 1), "b_ns": _num(s.cur[i], 1), "shift": _num(s.ratio[i]),
                      "lower": _num(s.lower[i]), "upper": _num(s.upper[i])}
-            if a.samples is not None and b.samples is not None:  # request bills: exact too
-                ea, eb = exact_quantile(a.samples[r["key"]], q), exact_quantile(b.samples[r["key"]], q)
-                r[qn].update(a_exact_ns=ea, b_exact_ns=eb, exact_shift=_num(eb / ea) if ea else None)
     for i, r in enumerate(rows):
         few = r["n_a"] < min_count or r["n_b"] < min_count
         r["verdict"] = ("too few" if few else "slower" if verdicts[i] == REGRESSION
                         else "faster" if verdicts[i] == IMPROVEMENT else "")
     rows.sort(key=lambda r: (r["p99"]["shift"] is None, -(r["p99"]["shift"] or 0.0), r["key"]))
     return {"a": a.spec, "b": b.spec, "by": by, "service": service, "min_effect": min_effect,
-            "min_count": min_count, "z": z, "rows": rows,
+            "min_count": min_count, "z": z, "exact": exact, "rows": rows,
             "only_in_a": sorted(set(ga) - set(gb)), "only_in_b": sorted(set(gb) - set(ga))}
 
 
@@ -136,13 +137,11 @@ def _table(result: dict[str, Any], limit: int | None) -> str:
     head = ["OP TYPE" if result["by"] == "type" else "OP NAME", "N A", "N B", "P50 A", "P50 B", "P50 B/A [CI]",
             "P99 A", "P99 B", "P99 B/A [CI]", "VERDICT"]
     rows = result["rows"][:limit] if limit else result["rows"]
-    exact = bool(rows) and "a_exact_ns" in rows[0]["p50"]
-    if exact:  # request bills: per-request rows, exact quantiles
+    if result.get("exact"):  # request bills: per-request rows, exact quantiles
         head[0] = "PER REQUEST"
-    a_, b_ = ("a_exact_ns", "b_exact_ns") if exact else ("a_ns", "b_ns")
-    cells = [[safe(r["key"]), f"{r['n_a']:.0f}", f"{r['n_b']:.0f}", format_ns(r["p50"][a_]),
-              format_ns(r["p50"][b_]), _shift_cell(r["p50"]), format_ns(r["p99"][a_]),
-              format_ns(r["p99"][b_]), _shift_cell(r["p99"]), r["verdict"]] for r in rows]
+    cells = [[safe(r["key"]), f"{r['n_a']:.0f}", f"{r['n_b']:.0f}", format_ns(r["p50"]["a_ns"]),
+              format_ns(r["p50"]["b_ns"]), _shift_cell(r["p50"]), format_ns(r["p99"]["a_ns"]),
+              format_ns(r["p99"]["b_ns"]), _shift_cell(r["p99"]), r["verdict"]] for r in rows]
     widths = [max(len(x) for x in col) for col in zip(head, *cells)]
     lines = ["  ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(row, widths))).rstrip()
              for row in [head, *cells]]

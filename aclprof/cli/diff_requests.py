@@ -6,25 +6,28 @@ wall and device time), and for each op type in any bill, that type's device time
 request (0 in a bill without it; ``(other)`` is what the agent folded beyond its top 16
 types). So ``aclprof diff requests:version=A requests:version=B`` compares, for example, the
 p99 request device time of version B with A's, and ranks the op types by how much their
-per-request p99 moved. The raw samples are kept: the diff reports exact (nearest-rank)
-quantiles next to the binned ones its intervals are computed from.
+per-request p99 moved. The raw samples are kept: the quantiles, their intervals and the ratio
+bounds are read from them (nearest rank at quantshift's ranks: exact), not from bins, and the
+verdict follows the same rule (:func:`aclprof.protocol.quantshift.judge`).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from aclprof.cli.common import EXIT_UNREACHABLE, CliError
-from aclprof.protocol.quantshift import NBINS, bin_index
+from aclprof.protocol.quantshift import NBINS, Shift, bin_index
 
 if TYPE_CHECKING:
     from aclprof.cli.client import Client
     from aclprof.cli.diff_sources import Histograms
 
-__all__ = ["WALL", "DEVICE", "parse_attrs", "load_requests", "from_bills", "exact_quantile", "MAX_BILLS"]
+__all__ = ["WALL", "DEVICE", "parse_attrs", "load_requests", "from_bills", "exact_quantile", "sample_shift",
+           "MAX_BILLS"]
 
 WALL, DEVICE = "(request wall)", "(request device)"
 #: bills one REQUESTS reply carries at most (aclprofd.bills.MAX_TOP): a source that matches more
@@ -90,7 +93,33 @@ def from_bills(spec: str, bills: list[dict[str, Any]], service: str | None = Non
     return Histograms(spec, [(service or "", "", k, "") for k in rows], hists, samples)
 
 
+def _ci(sorted_samples: np.ndarray, q: float, z: float) -> tuple[float, float, float]:
+    """(low, estimate, high) of quantile ``q``: the samples at the ranks quantshift reads off a
+    histogram (n q -+ z sqrt(n q (1 - q)), clipped to [1, n]), by nearest rank (exact)."""
+    n = len(sorted_samples)
+    if not n:
+        return math.nan, math.nan, math.nan
+    half = z * math.sqrt(n * q * (1.0 - q))
+    ranks = [min(max(r, 1.0), float(n)) for r in (n * q - half, n * q, n * q + half)]
+    lo, est, hi = (float(sorted_samples[math.ceil(r - 1e-9) - 1]) for r in ranks)
+    return lo, est, hi
+
+
 def exact_quantile(sorted_samples: np.ndarray, q: float) -> float:
     """The nearest-rank quantile: the smallest sample with at least ``q`` of them at or below it."""
-    n = len(sorted_samples)
-    return float(sorted_samples[max(0, int(np.ceil(q * n)) - 1)])
+    return _ci(sorted_samples, q, 0.0)[1]
+
+
+def sample_shift(base: list[np.ndarray], cur: list[np.ndarray], q: float, z: float) -> Shift:
+    """:func:`aclprof.protocol.quantshift.shift` on raw samples (row i: ``base[i]`` against
+    ``cur[i]``, each sorted): exact quantiles and intervals, the ratio bounds as there, so
+    :func:`~aclprof.protocol.quantshift.judge` gives the verdict by the same rule."""
+    b = np.array([_ci(x, q, z) for x in base]).reshape(-1, 3)
+    c = np.array([_ci(x, q, z) for x in cur]).reshape(-1, 3)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(b[:, 1] > 0, c[:, 1] / b[:, 1], np.nan)
+        lower = np.where(b[:, 2] > 0, c[:, 0] / b[:, 2], np.nan)
+        upper = np.where(b[:, 0] > 0, c[:, 2] / b[:, 0], np.nan)
+    nb = np.array([float(len(x)) for x in base])
+    nc = np.array([float(len(x)) for x in cur])
+    return Shift(q, b[:, 1], b[:, 0], b[:, 2], nb, c[:, 1], c[:, 0], c[:, 2], nc, ratio, lower, upper)
