@@ -422,3 +422,15 @@ def test_compare_request_rows_without_a_daemon():
     few = from_bills("A", [*bills("A", 1)[:60], rare_bill])
     rare = next(r for r in compare(few, few, min_count=1)["rows"] if r["key"] == "Rare")
     assert (rare["p50"]["a_ns"], rare["p50"]["shift"], rare["p99"]["a_ns"]) == (0.0, None, 5000.0)
+
+
+def test_diff_reads_tail_json_with_bill_lines_as_its_ops(tmp_path):
+    """``aclprof tail --json`` now has request lines among the records: diff skips them."""
+    from aclprof.cli.diff_sources import load_source
+
+    f = tmp_path / "tail.jsonl"
+    op = {"kind": "op", "service": "s", "model": "1", "op_type": "MatMul", "op_name": "fc", "duration_ns": 5000}
+    bill = {"kind": "request", "service": "s", "id": "r1", "wall_ns": 9, "device_ns": 5, "ops": 1}
+    f.write_text("\n".join(json.dumps(x) for x in (op, bill, op)) + "\n")
+    h = load_source(str(f), None)
+    assert h.cells == [("s", "1", "MatMul", "fc")] and h.hists.sum() == 2

@@ -225,8 +225,8 @@ def _from_jsonl(spec: str, f: Any) -> Histograms:
             r = json.loads(line)
             if not isinstance(r, dict):
                 raise ValueError("not an object")
-            if r.get("kind") == "keypoint":
-                continue  # a step boundary, not an op
+            if r.get("kind") in ("keypoint", "request"):
+                continue  # a step boundary or a request's bill (aclprof tail --json), not an op
             d = r["duration_ns"]
             if not isinstance(d, int) or isinstance(d, bool) or not 0 <= d <= _MAX_DURATION_NS:
                 raise ValueError(f"duration_ns must be an integer in [0, 2**63): {_short(d)}")
