@@ -434,3 +434,25 @@ def test_diff_reads_tail_json_with_bill_lines_as_its_ops(tmp_path):
     f.write_text("\n".join(json.dumps(x) for x in (op, bill, op)) + "\n")
     h = load_source(str(f), None)
     assert h.cells == [("s", "1", "MatMul", "fc")] and h.hists.sum() == 2
+
+
+def test_status_cuts_flags_and_captures_to_their_budgets_and_says_so(daemon, monkeypatch):
+    """The STATUS flags and captures lists (with the flags' requests) stay in their shares of
+    the reply; what they leave out is marked and counted, and ``newest`` is the first item."""
+    from aclprofd.status import STATUS_CAPTURES_BUDGET, STATUS_FLAGS_BUDGET
+
+    pad = "x" * 200
+    flags = [{"service": f"s{i}", "model": pad, "op_type": "MatMul", "quantile": "p99", "shift": 1.5,
+              "lower": 1.2, "upper": 1.8, "since_ts": 1.0} for i in range(STATUS_FLAGS_BUDGET // 200)]
+    items = [{"name": f"c{i}", "path": pad} for i in range(STATUS_CAPTURES_BUDGET // 200)]
+    real = daemon.daemon.captures.status
+    monkeypatch.setattr(daemon.daemon.detection, "status", lambda: {"flags": list(flags)})
+    monkeypatch.setattr(daemon.daemon.captures, "status", lambda: {**real(), "items": list(items)})
+    reply = status(daemon.socket)
+    shown, caps = reply["detector"]["flags"], reply["captures"]
+    assert 0 < len(shown) < len(flags) and [f["service"] for f in shown] == [f"s{i}" for i in range(len(shown))]
+    assert all(f["requests"] == [] for f in shown)
+    assert 0 < len(caps["items"]) < len(items) and caps["newest"] == items[0]
+    assert reply["truncated"] == {"flags": len(flags) - len(shown), "captures": len(items) - len(caps["items"])}
+    assert status(daemon.socket)["replies_truncated"]["items"] == {
+        "status.flags": len(flags) - len(shown), "status.captures": len(items) - len(caps["items"])}
