@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from aclprof.cli.common import format_ns
 from aclprof.cli.top.header import as_list, num
 from aclprof.protocol.safetext import safe
 
-__all__ = ["format_captures", "capture_line", "status_lines"]
+__all__ = ["format_captures", "capture_line", "status_lines", "hurt_text"]
 
 
 def _size(n: float) -> str:
@@ -26,6 +27,15 @@ def _when(ts: Any) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
 
 
+def hurt_text(requests: Any) -> str:
+    """The requests a flag hurt most (issue 25: STATUS ``detector.flags[].requests``, a
+    capture's ``requests``): ``id (MatMul 2.10ms of 8.00ms)``, comma-separated."""
+    if not isinstance(requests, list):
+        return ""
+    return ", ".join(safe(f"{r.get('id')} ({r.get('op_type')} {format_ns(r.get('op_ns'))} of "
+                          f"{format_ns(r.get('wall_ns'))})") for r in requests if isinstance(r, dict))
+
+
 def capture_line(item: dict[str, Any]) -> str:
     """One capture: when, the flagged key and shift with its interval, records, size, path."""
     shift = item.get("shift")
@@ -38,8 +48,10 @@ def capture_line(item: dict[str, Any]) -> str:
     records = item.get("records")
     rec = f"{records:,} records" if isinstance(records, int) else "unreadable capture.json"
     trunc = " TRUNCATED" if item.get("truncated") else ""
+    hurt = hurt_text(item.get("requests"))
     return (f"{_when(item.get('flag_ts'))}  {item.get('service') or '-'} {item.get('op_type') or '?'} {what}, "
-            f"{rec}{trunc}, {_size(num(item.get('bytes')))}: {item.get('path', '?')}")
+            f"{rec}{trunc}, {_size(num(item.get('bytes')))}: {item.get('path', '?')}"
+            + (f"; requests hurt most: {hurt}" if hurt else ""))
 
 
 def format_captures(cap: dict[str, Any]) -> str:

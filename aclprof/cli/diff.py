@@ -6,6 +6,11 @@ the daemon's regression detector judges (aclprof/protocol/quantshift.py): "slowe
 a ratio's interval lies above 1 and the ratio is at least --min-effect above it, "faster"
 in the other direction, "too few" below --min-count samples. Rows are ranked by the p99
 shift, largest first. Services and models are merged (filter with --service).
+
+With request bills on both sides (requests:KEY=VALUE, issue 25) the rows are per request:
+its wall time, its device time and each op type's device time in it, one sample per
+request; the quantiles, their intervals and the shift bounds are read from the requests'
+values themselves (exact, nearest rank), the verdict by the same rule as for ops.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import numpy as np
 
 from aclprof.cli.argtypes import MAX_PID, checked, integer, name
 from aclprof.cli.common import EXIT_OK, CliError, add_socket_arg, connect, format_ns
+from aclprof.cli.diff_requests import sample_shift
 from aclprof.cli.diff_sources import Histograms, check_spec, load_source, needs_daemon
 from aclprof.protocol.detectorparams import MIN_COUNT, MIN_EFFECT, Z
 from aclprof.protocol.quantshift import IMPROVEMENT, NBINS, REGRESSION, judge, shift
@@ -32,6 +38,7 @@ _EXAMPLES = """sources (A is the reference, B is compared with it):
   window:SINCE..UNTIL    records the daemon kept (times as in export: -2h, '10m ago', ISO, now)
   FILE.jsonl | -         an `aclprof export --format jsonl` file (- for stdin)
   FILE.json              a saved baseline file
+  requests:KEY=VALUE,..  the request bills the daemon kept with these attributes (aclprof.request)
   DIR                    kernel_details.csv files below DIR (ascend export, torch_npu profiler)
 
 examples:
@@ -39,6 +46,8 @@ examples:
   aclprof diff before.jsonl after.jsonl --by name --limit 20
   aclprof diff window:-1d..-23h window:-1h..now
   aclprof diff baseline:good baseline:canary --json | jq '.rows[] | select(.verdict=="slower")'
+  aclprof diff requests:version=A requests:version=B --service chat --min-count 50
+                         p99 request device time (and each op type's) of version B against A
 
 exit codes: 0 done (whatever it found), 1 error, 2 usage error (a malformed input file too) or daemon
 unreachable
@@ -84,6 +93,9 @@ def _num(x: float, digits: int = 4) -> float | None:
 def compare(a: Histograms, b: Histograms, *, by: str = "type", service: str | None = None,
             min_effect: float = 0.05, min_count: int = 200, z: float = 4.0) -> dict[str, Any]:
     """The diff as a JSON-ready object (what ``--json`` prints)."""
+    if (a.samples is None) != (b.samples is None):
+        raise CliError(f"aclprof diff: {a.spec} and {b.spec}: compare request bills (requests:KEY=VALUE) with "
+                       "request bills only; op sources have no per-request rows", 2)
     ga, gb = _grouped(a, by, service), _grouped(b, by, service)
     keys = sorted(set(ga) & set(gb))
     base = np.stack([ga[k] for k in keys]) if keys else np.zeros((0, NBINS))
@@ -91,8 +103,12 @@ def compare(a: Histograms, b: Histograms, *, by: str = "type", service: str | No
     rows: list[dict[str, Any]] = [{"key": k, "n_a": round(float(base[i].sum()), 1),
                                    "n_b": round(float(cur[i].sum()), 1)} for i, k in enumerate(keys)]
     verdicts = np.zeros(len(keys), np.int8)
+    exact = a.samples is not None and b.samples is not None
     for q, qn in ((0.5, "p50"), (0.99, "p99")):
-        s = shift(base, cur, q, z)
+        if exact:  # request bills: the raw samples, exact (aclprof.cli.diff_requests)
+            s = sample_shift([a.samples[k] for k in keys], [b.samples[k] for k in keys], q, z)  # type: ignore[index]
+        else:
+            s = shift(base, cur, q, z)
         v = judge(s, min_effect, min_count)
         verdicts = np.where(v == REGRESSION, REGRESSION, np.where((v == IMPROVEMENT) & (verdicts != REGRESSION),
                                                                    IMPROVEMENT, verdicts))
@@ -105,7 +121,7 @@ def compare(a: Histograms, b: Histograms, *, by: str = "type", service: str | No
                         else "faster" if verdicts[i] == IMPROVEMENT else "")
     rows.sort(key=lambda r: (r["p99"]["shift"] is None, -(r["p99"]["shift"] or 0.0), r["key"]))
     return {"a": a.spec, "b": b.spec, "by": by, "service": service, "min_effect": min_effect,
-            "min_count": min_count, "z": z, "rows": rows,
+            "min_count": min_count, "z": z, "exact": exact, "rows": rows,
             "only_in_a": sorted(set(ga) - set(gb)), "only_in_b": sorted(set(gb) - set(ga))}
 
 
@@ -121,6 +137,8 @@ def _table(result: dict[str, Any], limit: int | None) -> str:
     head = ["OP TYPE" if result["by"] == "type" else "OP NAME", "N A", "N B", "P50 A", "P50 B", "P50 B/A [CI]",
             "P99 A", "P99 B", "P99 B/A [CI]", "VERDICT"]
     rows = result["rows"][:limit] if limit else result["rows"]
+    if result.get("exact"):  # request bills: per-request rows, exact quantiles
+        head[0] = "PER REQUEST"
     cells = [[safe(r["key"]), f"{r['n_a']:.0f}", f"{r['n_b']:.0f}", format_ns(r["p50"]["a_ns"]),
               format_ns(r["p50"]["b_ns"]), _shift_cell(r["p50"]), format_ns(r["p99"]["a_ns"]),
               format_ns(r["p99"]["b_ns"]), _shift_cell(r["p99"]), r["verdict"]] for r in rows]

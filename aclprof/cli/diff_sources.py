@@ -11,7 +11,9 @@ A source spec is one of:
 - a path to an ``aclprof export --format jsonl`` file (``-`` is stdin);
 - a path to a saved baseline ``.json`` file (as in the daemon's ``baselines/`` directory);
 - a directory holding ``kernel_details.csv`` files (an ``ascend`` export or a torch_npu
-  profiler output: ``Type``, ``Name``, ``Duration(us)`` columns), searched recursively.
+  profiler output: ``Type``, ``Name``, ``Duration(us)`` columns), searched recursively;
+- ``requests:KEY=VALUE[,KEY=VALUE...]``: the request bills the daemon kept with these
+  attributes (:mod:`aclprof.cli.diff_requests`: rows are per-request quantities).
 
 Everything ends as :class:`Histograms`: cells ``(service, model, op_type, op_name)`` and
 their dense histograms (the daemon's bins). A malformed input is a :class:`CliError` naming
@@ -58,6 +60,9 @@ class Histograms:
     spec: str
     cells: list[Cell]
     hists: np.ndarray
+    #: the raw samples (sorted) per op type when the source keeps them (request bills): the
+    #: diff then reports exact quantiles too
+    samples: dict[str, np.ndarray] | None = None
 
 
 def window_times(rest: str) -> tuple[float, float]:
@@ -81,17 +86,22 @@ def check_spec(text: str) -> str:
         window_times(rest)
     elif kind == "baseline" and rest:
         baselinefmt.check_name(rest)
+    elif kind == "requests" and rest:
+        from aclprof.cli.diff_requests import parse_attrs
+
+        parse_attrs(rest)
     elif kind == "live" and rest:
         if rest not in LIVE:
             raise ValueError(f"live:{rest}: use live:current, live:trailing or live:recent")
     elif text != "-" and not os.path.exists(text):
-        raise ValueError(f"{text!r} is neither baseline:NAME, live:WHICH nor an existing file or directory")
+        raise ValueError(f"{text!r} is neither baseline:NAME, live:WHICH, window:SINCE..UNTIL, requests:KEY=VALUE "
+                         "nor an existing file or directory")
     return text
 
 
 def needs_daemon(spec: str) -> bool:
     kind, _, rest = spec.partition(":")
-    return kind in ("baseline", "live", "window") and bool(rest)
+    return kind in ("baseline", "live", "window", "requests") and bool(rest)
 
 
 def load_source(spec: str, client: Client | None, stdin: IO[bytes] | None = None,
@@ -108,6 +118,12 @@ def load_source(spec: str, client: Client | None, stdin: IO[bytes] | None = None
         if lost is not None:  # a window with records lost to a storage failure would compare as complete
             raise CliError(f"{spec}: {lost}", lost.code)
         return hist
+    if kind == "requests" and rest:
+        if client is None:
+            raise CliError(f"{spec}: needs the daemon", EXIT_UNREACHABLE)
+        from aclprof.cli.diff_requests import load_requests
+
+        return load_requests(spec, client, service)
     if kind in ("baseline", "live") and rest:
         if client is None:
             raise CliError(f"{spec}: needs the daemon", EXIT_UNREACHABLE)
@@ -209,8 +225,8 @@ def _from_jsonl(spec: str, f: Any) -> Histograms:
             r = json.loads(line)
             if not isinstance(r, dict):
                 raise ValueError("not an object")
-            if r.get("kind") == "keypoint":
-                continue  # a step boundary, not an op
+            if r.get("kind") in ("keypoint", "request"):
+                continue  # a step boundary or a request's bill (aclprof tail --json), not an op
             d = r["duration_ns"]
             if not isinstance(d, int) or isinstance(d, bool) or not 0 <= d <= _MAX_DURATION_NS:
                 raise ValueError(f"duration_ns must be an integer in [0, 2**63): {_short(d)}")

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from aclprof.cli.argtypes import seconds
-from aclprof.cli.capturefmt import status_lines
+from aclprof.cli.capturefmt import hurt_text, status_lines
 from aclprof.cli.common import EXIT_ERROR, EXIT_OK, EXIT_UNREACHABLE, CliError, add_socket_arg, connect, format_ns
 from aclprof.cli.failurefmt import failure_lines
 from aclprof.cli.fit import wrap_lines
@@ -276,6 +276,9 @@ def detector_lines(st: dict[str, Any]) -> list[str]:
         lines.append(f"  {f.get('service') or '-'}/{f.get('model', '?')} {f.get('op_type', '?')} "
                      f"{f.get('quantile', '?')} {_pct(f.get('shift'))} "
                      f"[{_pct(f.get('lower'))}, {_pct(f.get('upper'))}]{when}")
+        hurt = hurt_text(f.get("requests"))
+        if hurt:
+            lines.append(f"    hurt most: {hurt}")
     if isinstance(count, int) and count > min(len(flags), _MAX_FLAG_LINES):
         lines.append(f"  ... {count - min(len(flags), _MAX_FLAG_LINES):,} more (aclprof status --json)")
     return lines

@@ -31,7 +31,8 @@ if TYPE_CHECKING:
     from aclprof.cli.client import Client
 
 __all__ = ["add_parser", "cmd_tail", "tail_line", "tail_layout", "RECONNECTED", "STOPPED", "CLOSED_RUNNING",
-           "FAILURE_MARK"]
+           "FAILURE_MARK",
+           "REQUEST_MARK", "request_line"]
 
 _EXAMPLES = """examples:
   aclprof tail                                  every op of every process
@@ -39,6 +40,7 @@ _EXAMPLES = """examples:
   aclprof tail --pid 4242 --model 1 --json | jq .duration_ns
   aclprof tail | head -20                       (exits quietly on a closed pipe)
   aclprof tail -F --device 0                    follow the daemon across restarts
+  aclprof tail --service api | grep '^== request'   request bills only, as they close
 """
 
 EXIT_USAGE = EXIT_UNREACHABLE  # 2: a usage error, as argparse's
@@ -59,7 +61,10 @@ def add_parser(sub: Any, fmt: Any) -> None:
     """Register ``aclprof tail`` on the subparsers ``sub``."""
     p = sub.add_parser("tail", help="live stream of op records", formatter_class=fmt,
                        description="A live stream of op records, one line each (time the daemon "
-                                   "received it, service, pid, device, model, op type, duration, op name).",
+                                   "received it, service, pid, device, model, op type, duration, op name); "
+                                   "op failures ('!! FAILED') and, as each closes, the bills of requests "
+                                   "marked with aclprof.request ('== request': id, wall and device time, "
+                                   "top op types, slowest op) on lines of their own.",
                        epilog=_EXAMPLES)
     add_filter_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object per line (the record of daemon/PROTOCOL.md)")
@@ -145,7 +150,7 @@ def _gap_line(r: dict[str, Any], colour: bool, layout: Fitted | None = None, wid
 
 
 def _strip(text: str) -> str:
-    return (text.replace("\x1b[1;31m", "").replace("\x1b[31m", "").replace("\x1b[33m", "")
+    return (text.replace("\x1b[1;31m", "").replace("\x1b[31m", "").replace("\x1b[33m", "").replace("\x1b[1;36m", "")
             .replace("\x1b[0m", ""))
 
 
@@ -188,6 +193,42 @@ def _failure_line(r: dict[str, Any], colour: bool, width: int | None = None) -> 
     return short + (" " + cut(op_name, room, "middle") if room > 4 else "")
 
 
+#: what starts a request bill's line (``grep '^== request '`` finds them among the records)
+REQUEST_MARK = "== request"
+
+
+def request_line(r: dict[str, Any], colour: bool, width: int | None = None) -> str:
+    """A ``{"kind": "request"}`` line (PROTOCOL.md "Request bills"): the bill of a request
+    of ``aclprof.request`` as it closes, on a line of its own after the ops it billed: id,
+    wall and device time, ops, top op types, slowest op, attributes. Shortened to ``width``
+    from the right (attributes first, then the slowest op, then the op types)."""
+    ts = r.get("ts")
+    if isinstance(ts, (int, float)):
+        t = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
+    else:
+        t = "-"
+    mark = f"\x1b[1;36m{REQUEST_MARK}\x1b[0m" if colour else REQUEST_MARK
+    wall, dev = r.get("wall_ns"), r.get("device_ns")
+    share = f" ({100 * dev / wall:.0f}%)" if isinstance(wall, int) and isinstance(dev, int) and wall > 0 else ""
+    head = (f"{mark} {safe(r.get('id', '?'))} {t} {safe(r.get('service') or '-')} pid {safe(r.get('pid', '?'))} "
+            f"wall {format_ns(wall)} device {format_ns(dev)}{share} {safe(r.get('ops', '?'))} ops"
+            + ("" if r.get("complete", True) else " (incomplete)"))
+    types = r.get("types") or []
+    top = " ".join(f"{safe(t_[0])} {format_ns(t_[1])} x{safe(t_[2])}" for t_ in types[:3] if len(t_) == 3)
+    slow = r.get("slowest")
+    parts = [head, f"| {top}" if top else "",
+             f"| slowest {safe(slow[0])} {safe(slow[1])} {format_ns(slow[2])}" if slow else "",
+             ("| " + " ".join(f"{safe(k)}={safe(v)}" for k, v in (r.get("attrs") or {}).items()))
+             if r.get("attrs") else ""]
+    parts = [p for p in parts if p]
+    while width is not None and len(parts) > 1 and cells_of(_strip(" ".join(parts))) > width:
+        parts.pop()
+    line = " ".join(parts)
+    if width is not None and cells_of(_strip(line)) > width:
+        return cut(_strip(line), width)
+    return line
+
+
 def tail_line(r: dict[str, Any], colour: bool, layout: Fitted | None = None, width: int | None = None) -> str:
     """One record (a decoded JSON Lines object) as one human line; with a ``layout``
     (:func:`tail_layout`) at most ``width`` cells: names shortened, numbers whole, the
@@ -196,6 +237,8 @@ def tail_line(r: dict[str, Any], colour: bool, layout: Fitted | None = None, wid
         return _gap_line(r, colour, layout, width)
     if r.get("kind") == "failure":
         return _failure_line(r, colour, width)
+    if r.get("kind") == "request":
+        return request_line(r, colour, width)
     ts = r.get("ts")
     if isinstance(ts, (int, float)):
         t = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"

@@ -17,6 +17,7 @@ from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json
 
 from .aggregate.aggregator import Aggregator
 from .authz import authorize, is_admin
+from .bills import RequestBills, hurt_summary
 from .capture.recorder import CaptureService
 from .config import Settings
 from .conn import Conn
@@ -51,6 +52,8 @@ class ControlHost(Protocol):
     @property
     def failures(self) -> Failures: ...
     @property
+    def bills(self) -> RequestBills: ...
+    @property
     def fanout(self) -> Fanout: ...
     @property
     def persist(self) -> Persistence: ...
@@ -81,6 +84,9 @@ class Control:
         cut: dict[str, int] = {}  # what the reply leaves out to fit its frame (aclprofd.replyfit)
         reply = status_reply(snap, self.host.settings.socket, cut)
         reply["detector"] = det = self.host.detection.status()
+        # each flag names the requests it hurt most (issue 25): copies, the view is shared
+        det["flags"] = [{**f, "requests": hurt_summary(self.host.bills, f, self.host.settings.detector_window_s)}
+                        for f in det.get("flags") or []]
         det["flags"], cut["flags"], _ = take(det.get("flags") or [], STATUS_FLAGS_BUDGET)
         reply["captures"] = cap = self.host.captures.status()  # the flight recorder (aclprofd.capture.recorder)
         cap["items"], cut["captures"], _ = take(cap.get("items") or [], STATUS_CAPTURES_BUDGET)

@@ -25,7 +25,6 @@ duration, so ``min_duration`` does not hide it. A client that does not read gets
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from collections.abc import Callable
@@ -46,7 +45,6 @@ from aclprof.protocol.wire import (
 
 from .config import Settings
 from .conn import Conn
-from .records import append_frame
 
 if TYPE_CHECKING:
     from .aggregate.keys import KeyRegistry
@@ -193,27 +191,11 @@ class Failures:
         """A ``{"kind": "failure"}`` line for every STREAM client whose filter takes it,
         after the records it already has pending (they ran before the failure)."""
         fan, outbox, host = self.fanout, self.outbox, self.host
-        if fan is None or outbox is None or host is None or not fan.streaming:
+        if fan is None or outbox is None or host is None:
             return
-        line: bytes | None = None
-        limit = host.settings.stream_buffer_bytes
-        for c in list(outbox.conns.values()):
-            flt = c.stream
-            if flt is None or c.closed or not stream_line_matches(flt, entry):
-                continue
-            if line is None:
-                fan.pump_streams()  # the records already pending first: they came before it
-                if c.closed:
-                    continue
-                line = json.dumps({"kind": "failure", **entry}, separators=(",", ":")).encode() + b"\n"
-            if len(c.out) > limit:
-                # a client that does not read: no line (STATUS still counts the failure), so a
-                # failure storm cannot grow its buffer past the stream's bound
-                self.lines_skipped += 1
-                continue
-            append_frame(c.out, Kind.STREAM_RECORDS, line)
-            self.lines_sent += 1
-            outbox.send(c)
+        sent, skipped = fan.stream_line({"kind": "failure", **entry}, lambda flt: stream_line_matches(flt, entry))
+        self.lines_sent += sent
+        self.lines_skipped += skipped
 
     def _count(self, key: tuple[str, Any, str, str, Any], n: int) -> None:
         if key not in self.counts and len(self.counts) >= self.max_keys:

@@ -21,9 +21,10 @@ outside any frame handler.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -33,7 +34,7 @@ from .config import Settings
 from .conn import Conn
 from .filters import Filter, NameMatcher
 from .memory import Memory
-from .records import FRAME_RECORDS, NameJson, encode_frames, identity_head
+from .records import FRAME_RECORDS, NameJson, append_frame, encode_frames, identity_head
 from .status import Counters
 from .storage import Storage
 from .transport import Outbox
@@ -171,6 +172,33 @@ class Fanout:
             stream_room -= cost
             client.stream_pending.append((src, now, sel))
             client.stream_pending_n += k
+
+    def stream_line(self, obj: dict[str, Any], matches: Callable[[Filter], bool]) -> tuple[int, int]:
+        """One JSON line (an op failure, a request bill: PROTOCOL.md) for every STREAM client
+        whose filter ``matches``, after the records it already has pending (they came first).
+        A client whose buffer is over its ``stream_buffer`` gets no line, so a storm of them
+        cannot grow it past the stream's bound. Returns (lines queued, lines skipped)."""
+        if not self.streaming:
+            return 0, 0
+        line: bytes | None = None
+        limit = self.host.settings.stream_buffer_bytes
+        sent = skipped = 0
+        for c in list(self.outbox.conns.values()):
+            flt = c.stream
+            if flt is None or c.closed or not matches(flt):
+                continue
+            if line is None:
+                self.pump_streams()  # the records already pending first: they came before it
+                if c.closed:
+                    continue
+                line = json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+            if len(c.out) > limit:
+                skipped += 1
+                continue
+            append_frame(c.out, Kind.STREAM_RECORDS, line)
+            sent += 1
+            self.outbox.send(c)
+        return sent, skipped
 
     def pump_streams(self) -> None:
         """Encode what each STREAM client has pending (once per loop turn) and send it."""

@@ -22,6 +22,10 @@ Series:
   op_name): the same records with the devices summed, 8 buckets per power of two (every bin
   edge of the aggregates, 128 ns .. ~17 s): what the fleet view, the recording rules and the
   dashboards' quantiles read (histogram_quantile within 5 %; daemon/README.md "Fine buckets").
+- ``aclprofd_request_device_seconds`` histogram, labels host, service, model (the labels of
+  the models the request ran joined by "+", "" for a request without ops): the device time of
+  each request bill (issue 25), the op histogram's buckets; at most
+  aclprofd.bills.MAX_HIST_SETS label sets, each charged to its agent's share like the op ones.
 - ``aclprofd_records_total``, ``aclprofd_agent_dropped_records_total{pid,service}``,
   ``aclprofd_connected_agents``, ``aclprofd_agent_lag_seconds{pid,service}``,
   ``aclprofd_storage_bytes``, ``aclprofd_stream_skipped_records_total``,
@@ -82,6 +86,10 @@ HISTOGRAM_DOC = "Op durations by service, device, model and op type"
 #: view, the recording rules and the dashboards' quantiles read it (daemon/README.md "Fine buckets")
 FINE_HISTOGRAM = "aclprofd_op_duration_fine_seconds"
 FINE_DOC = "Op durations by service, model and op type (devices summed), 8 buckets per power of two"
+#: request bills (issue 25): each bill's device time, by service and the models it ran
+REQUEST_HISTOGRAM = "aclprofd_request_device_seconds"
+REQUEST_DOC = "Device time of the requests agents billed (aclprof.request), by service and the models they ran"
+REQUEST_LABELS = ["host", "service", "model"]
 
 
 def histogram_labels(by_name: bool) -> list[str]:
@@ -141,6 +149,11 @@ class DaemonCollector:
             buckets = [(le, float(v)) for le, v in zip(FINE_LE[:-1], cum[:-1].tolist())] + [("+Inf", float(count))]
             fine.add_metric([self.host_label, *lab], buckets, sum_ns / 1e9)
         yield fine
+        req = HistogramMetricFamily(REQUEST_HISTOGRAM, REQUEST_DOC, labels=REQUEST_LABELS)
+        for lab, cum, count, sum_ns in s.request_hist[0]:
+            buckets = [(le, float(v)) for le, v in zip(_LE[:-1], cum[:-1].tolist())] + [("+Inf", float(count))]
+            req.add_metric([self.host_label, *lab], buckets, sum_ns / 1e9)
+        yield req
         yield from detector_families(self.daemon.detection.published)
         yield from capture_families(getattr(self.daemon, "captures", None))
 
@@ -307,6 +320,9 @@ class Metrics:
             series, owners = agg.prometheus_fine_series(by_name)
             histogram_text(out, FINE_HISTOGRAM, FINE_DOC, fine_labels(by_name), col.host_label, series, owners,
                            les=FINE_LE, over=agents_over)
+            series, owners = self.daemon.published.request_hist
+            histogram_text(out, REQUEST_HISTOGRAM, REQUEST_DOC, REQUEST_LABELS, col.host_label, series, owners,
+                           over=agents_over)
             over = len(agents_over)
             del series, owners
             for fam in detector_families(self.daemon.detection.published):

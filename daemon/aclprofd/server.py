@@ -111,7 +111,7 @@ class Daemon:
         self.failures = Failures(self.aggregator.keys, t.limiter, host=self, fanout=self.fanout, outbox=t)
         self.ingest.handlers.update(self.failures.agent_handlers)  # OP_FAILURE (protocol 3)
         self.failures.listeners.append(self.captures.failure)  # a capture around each failure
-        self.bills = RequestBills(t)
+        self.bills = RequestBills(t, fanout=self.fanout)
         self.ingest.handlers.update(self.bills.agent_handlers)  # REQUEST_BILL (protocol 4)
         self.control.handlers.update(self.bills.control_handlers)  # REQUESTS
         self.control.handlers.update(self.traces.control_handlers)  # TRACE

@@ -131,6 +131,8 @@ class CountersSnapshot:
     failures: dict[str, Any] = field(default_factory=dict)
     #: request bills agents sent (aclprofd.bills.RequestBills.summary; issue 25)
     request_bills: dict[str, Any] = field(default_factory=dict)
+    #: the request device-time histogram's label sets and owners (RequestBills.prometheus_series)
+    request_hist: tuple[Any, Any] = ((), ())
     #: the connection limits by reason (aclprofd.connlimits.REFUSAL_REASONS), agents closed
     #: for idling, agents open now and the most one uid holds
     connections_refused_by: tuple[tuple[str, int], ...] = ()
@@ -213,6 +215,11 @@ class _FailureStats(Protocol):
     def summary(self) -> dict[str, Any]: ...
 
 
+class _BillStats(Protocol):
+    def summary(self) -> dict[str, Any]: ...
+    def prometheus_series(self) -> tuple[Any, Any]: ...
+
+
 class _IngestStats(Protocol):
     names_truncated: int
 
@@ -276,7 +283,7 @@ class SnapshotSource(Protocol):
     @property
     def failures(self) -> _FailureStats: ...
     @property
-    def bills(self) -> _FailureStats: ...
+    def bills(self) -> _BillStats: ...
     @property
     def detection(self) -> _TableStats: ...
     @property
@@ -324,6 +331,7 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         slices_cut=t.slices_cut, slices_pending=len(t.pending),
         open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
         traces=d.traces.summary(), failures=d.failures.summary(), request_bills=d.bills.summary(),
+        request_hist=d.bills.prometheus_series(),
         recent=d.health.recent(agg, d.started_mono, mono, counters),
         connections_refused_by=tuple(sorted(t.limits.refused_by.items())),
         agent_idle_closed=t.limits.idle_closed_by["agent"], open_agents=open_agents,

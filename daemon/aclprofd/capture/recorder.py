@@ -62,6 +62,17 @@ class _Pending:
     failures: tuple[dict[str, Any], ...] = ()  # op failures that started or joined it (issue 24)
 
 
+class _Bills(Protocol):
+    """The request bills (:class:`aclprofd.bills.RequestBills`, issue 25)."""
+
+    def hurt(self, service: str, model: str, op_type: str, since: float, until: float | None = None,
+             top: int = ...) -> list[dict[str, Any]]: ...
+
+
+#: request bills one capture.json holds at most (those its flags hurt most)
+MAX_CAPTURE_BILLS = 16
+
+
 class CaptureHost(Protocol):
     """What the flight recorder uses of the daemon (:class:`aclprofd.server.Daemon`)."""
 
@@ -70,6 +81,8 @@ class CaptureHost(Protocol):
 
     @property
     def detection(self) -> DetectorService: ...
+    @property
+    def bills(self) -> _Bills: ...
 
     def flush(self) -> None:
         """Write the received records to the segment files."""
@@ -237,13 +250,27 @@ class CaptureService:
         s = self.host.settings
         job = Job(p.key, p.flags, p.flag_ts, p.since_ts, p.until_ts,
                   tuple(storage.files(p.since_ts, p.until_ts)), s.capture_max_count, s.capture_max_bytes,
-                  str(getattr(self.host.detection.detector, "host", "") or ""), p.failures)
+                  str(getattr(self.host.detection.detector, "host", "") or ""), p.failures, self._bills_of(p))
         try:
             self._queue.put_nowait(job)
         except queue.Full:
             self.dropped += 1
             _log.warning("capture dropped: the writer is behind", service=p.key[0], op_type=p.key[2],
                          queued=QUEUE_MAX)
+
+    def _bills_of(self, p: _Pending) -> tuple[dict[str, Any], ...]:
+        """The request bills received in the capture's window that its flags (or its failed
+        op) hurt most: per flagged (service, model, op type), the most device time in that
+        type first; at most MAX_CAPTURE_BILLS, each once (issue 25)."""
+        keys = sorted({(str(f["service"]), str(f["model"]), str(f["op_type"])) for f in p.flags} or {p.key})
+        seen: set[tuple[Any, Any]] = set()
+        out: list[dict[str, Any]] = []
+        for service, model, op_type in keys:
+            for b in self.host.bills.hurt(service, model, op_type, p.since_ts, p.until_ts):
+                if (b["pid"], b["id"]) not in seen and len(out) < MAX_CAPTURE_BILLS:
+                    seen.add((b["pid"], b["id"]))
+                    out.append(b)
+        return tuple(out)
 
     # ---- worker side --------------------------------------------------------------------
     def _work(self) -> None:

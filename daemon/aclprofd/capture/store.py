@@ -85,7 +85,18 @@ def summary_of(doc: Any) -> dict[str, Any]:
             "records": written if type(written) is int else None,
             "truncated": doc.get("truncated") if isinstance(doc.get("truncated"), bool) else None,
             "trigger": _text(doc.get("trigger")) or "regression", "failure": _failure(doc.get("failure")),
-            "readable": readable}
+            "requests": _requests(doc.get("requests")), "readable": readable}
+
+
+def _requests(value: Any) -> list[dict[str, Any]]:
+    """The first request bills of a capture (issue 25): id, op type and its device time, wall time."""
+    if not isinstance(value, list):
+        return []
+    return [{"id": _text(b.get("id")), "op_type": _text(b.get("op_type")), "op_ns": _number(b.get("op_ns")),
+             "wall_ns": _number(b.get("wall_ns"))} for b in value[:_MAX_REQUESTS] if isinstance(b, dict)]
+
+
+_MAX_REQUESTS = 3
 
 
 def _failure(value: Any) -> dict[str, Any] | None:

@@ -92,6 +92,9 @@ class Job:
     #: op failures (aclprofd.failures entries, plus ``received_ts``) this capture is about or
     #: that joined it: capture.json names them, trace.json shows each as an instant event
     failures: tuple[dict[str, Any], ...] = ()
+    #: request bills (aclprofd.bills) the flags hurt most, with ``op_type``/``op_ns``: the
+    #: flagged type's device time in each (issue 25); capture.json lists them whole
+    requests: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
@@ -420,7 +423,8 @@ def job_from_json(text: str) -> Job:
     return Job(key=tuple(d["key"]), flags=tuple(d["flags"]), flag_ts=float(d["flag_ts"]),
                since_ts=float(d["since_ts"]), until_ts=float(d["until_ts"]),
                files=tuple((str(p), int(n)) for p, n in d["files"]), max_count=int(d["max_count"]),
-               max_bytes=int(d["max_bytes"]), host=str(d["host"]), failures=tuple(d.get("failures") or ()))
+               max_bytes=int(d["max_bytes"]), host=str(d["host"]), failures=tuple(d.get("failures") or ()),
+               requests=tuple(d.get("requests") or ()))
 
 
 def main() -> int:
@@ -466,6 +470,9 @@ def _document(job: Job, name: str, out: Outcome) -> dict[str, Any]:
         # the op failures of this capture (the first started it when trigger is "failure")
         "failure": dict(job.failures[0]) if job.failures else None,
         "failures": [dict(f) for f in job.failures],
+        # the request bills of the window the flagged op types cost most (issue 25), those
+        # with the most device time in a flagged type first
+        "requests": [dict(b) for b in job.requests],
         "window": {"since_ts": job.since_ts, "until_ts": job.until_ts, "before_s": job.flag_ts - job.since_ts,
                    "after_s": job.until_ts - job.flag_ts, "clock": "the daemon's receive time (Unix seconds)",
                    "selection": "every process and op type of the flagged service"},
