@@ -159,3 +159,71 @@ def test_fold_adds_like_the_numpy_ufunc_at_calls_it_replaces(seed):
         fold(keys[:-1], count, total, mn, mx, hcodes, hcount, *acc, prom_of_bin)
     for got, w in zip(acc, before):
         assert np.array_equal(got, w)
+
+
+def _sum_reference(codes: np.ndarray, counts: np.ndarray | None) -> tuple[list[int], list[int]]:
+    sums: dict[int, int] = {}
+    for i, c in enumerate(codes.tolist()):
+        sums[c] = sums.get(c, 0) + (1 if counts is None else int(counts[i]))
+    keys = sorted(sums)
+    # int64 wrap, like numpy's sum
+    return keys, [int(np.int64(np.uint64(sums[k] % 2**64).astype(np.int64))) for k in keys]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sum_codes_combines_equal_codes_into_sorted_exact_sums(seed):
+    """The detector's, the windows' and the aggregator's merges (issue 21: they were
+    np.unique + a float bincount): distinct codes ascending, their counts summed exactly,
+    negative codes and counts, wide and narrow code ranges, sums that wrap like int64."""
+    from aclprof.protocol._batchgroup import sum_codes
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    spread = [3, 200, 5000, 2**40, 2**62][seed % 5]
+    codes = rng.integers(-spread, spread, n, dtype=np.int64)
+    counts = rng.integers(-5, 2**62 if seed % 3 == 0 else 50, n, dtype=np.int64)
+    for cnt in (counts, None):
+        oc, os_ = np.empty(n, np.int64), np.empty(n, np.int64)
+        m = sum_codes(codes, cnt, oc, os_)
+        keys, sums = _sum_reference(codes, cnt)
+        assert oc[:m].tolist() == keys
+        assert os_[:m].tolist() == sums
+
+
+def test_sum_codes_of_nothing_and_of_extremes():
+    from aclprof.protocol._batchgroup import sum_codes
+    out = np.empty((2, 4), np.int64)
+    assert sum_codes(np.zeros(0, np.int64), None, out[0], out[1]) == 0
+    big = np.array([2**63 - 1, -2**63, 0, -2**63], np.int64)
+    m = sum_codes(big, np.array([1, 2, 3, 4], np.int64), out[0], out[1])
+    assert out[0, :m].tolist() == [-2**63, 0, 2**63 - 1]
+    assert out[1, :m].tolist() == [6, 3, 1]
+
+
+def test_sum_codes_refuses_bad_buffers():
+    from aclprof.protocol._batchgroup import sum_codes
+    codes = np.arange(4, dtype=np.int64)
+    room = np.empty(4, np.int64)
+    with pytest.raises(ValueError, match="counts"):
+        sum_codes(codes, np.ones(3, np.int64), room, room.copy())
+    with pytest.raises(ValueError, match="room"):
+        sum_codes(codes, None, np.empty(3, np.int64), room)
+    with pytest.raises(ValueError, match="int64"):
+        sum_codes(np.zeros(3, np.int8), None, room, room.copy())
+    with pytest.raises(TypeError):
+        sum_codes(codes, None, room)
+
+
+def test_group_sum_gives_what_np_unique_and_bincount_gave():
+    """quantiles.group_sum (now sum_codes) against the numpy calls it replaces, on the
+    narrowed int32 codes the window slots keep."""
+    from aclprofd.aggregate.quantiles import group_sum
+    rng = np.random.default_rng(5)
+    codes = rng.integers(0, 40_000, 20_000).astype(np.int32)
+    counts = rng.integers(1, 1000, 20_000).astype(np.int32)
+    u, inv = np.unique(codes, return_inverse=True)
+    want = np.bincount(inv, weights=counts, minlength=len(u)).astype(np.int64)
+    got_u, got = group_sum(codes, counts)
+    assert got_u.dtype == np.int64 and got.dtype == np.int64
+    assert np.array_equal(got_u, u) and np.array_equal(got, want)
+    got_u, got = group_sum(codes, None)
+    assert np.array_equal(got, np.bincount(inv, minlength=len(u)))

@@ -55,6 +55,7 @@ from .quantiles import (
     bin_index,
     bin_value,
     fine_bucket,
+    group_sum,
     grouped_rows,
     prom_bucket,
 )
@@ -178,8 +179,7 @@ class Aggregator:
         with self._lock:
             gkeys = self.keys.resolve(src, gdm, gcode, names)
             slot = self.sliding.slot_for(int(now))
-            hcodes, hcount = np.unique(gkeys[inv] * NBINS + bins, return_counts=True)
-            hcount = hcount.astype(I64)
+            hcodes, hcount = group_sum(gkeys[inv] * NBINS + bins, None)
             # since start, and the Prometheus series, in one C pass (duplicates in gkeys
             # only for the "other" key: added like ufunc.at adds them)
             _fold(gkeys, count, total, mn, mx, hcodes, hcount, self.count, self.total, self.min, self.max,

@@ -40,6 +40,7 @@ import numpy as np
 
 from aclprof.protocol.quantshift import NBINS
 
+from ..aggregate.quantiles import group_sum
 from ..shares import Shares
 
 __all__ = ["CellStore", "Cell", "Group", "MAX_CELLS"]
@@ -140,8 +141,7 @@ class CellStore:
             return self._pending[0]  # merged already, nothing since
         codes = np.concatenate([c for c, _ in self._pending])
         counts = np.concatenate([n for _, n in self._pending])
-        codes, inv = np.unique(codes, return_inverse=True)
-        merged = codes, np.bincount(inv, weights=counts, minlength=len(codes)).astype(np.int64)
+        merged = group_sum(codes, counts)
         self._pending, self._pending_rows, self._merged_rows = [merged], 0, len(codes)
         return merged
 
@@ -272,8 +272,7 @@ class CellStore:
         if self._pending:
             codes, counts = self._merge_pending()
             self._pending, self._pending_rows, self._merged_rows = [], 0, 0
-            gcodes, ginv = np.unique(self.cell_group[codes // NBINS] * NBINS + codes % NBINS, return_inverse=True)
-            gcounts = np.bincount(ginv, weights=counts, minlength=len(gcodes)).astype(np.int64)
+            gcodes, gcounts = group_sum(self.cell_group[codes // NBINS] * NBINS + codes % NBINS, counts)
             # codes and gcodes are unique: plain fancy-index adds (ufunc.at is ~10x slower)
             self.cur.reshape(-1)[codes] += counts
             self.gcur.reshape(-1)[gcodes] += gcounts
