@@ -227,3 +227,60 @@ def test_group_sum_gives_what_np_unique_and_bincount_gave():
     assert np.array_equal(got_u, u) and np.array_equal(got, want)
     got_u, got = group_sum(codes, None)
     assert np.array_equal(got, np.bincount(inv, minlength=len(u)))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_cache_lookup_finds_what_the_numpy_search_found(seed):
+    """KeyRegistry.resolve's cache search (issue 21: pair_hash, searchsorted and three
+    gathers in numpy before): same hashes, same hits and keys, misses in order, including
+    pairs whose hash is cached for another pair (a collision: a miss) and an empty cache."""
+    from aclprofd.aggregate.keys import pair_hash
+
+    from aclprof.protocol._batchgroup import cache_lookup
+    rng = np.random.default_rng(seed)
+    m, n = int(rng.integers(0, 300)), int(rng.integers(1, 400))
+    cdm = rng.integers(0, 6, m).astype(np.uint64) << np.uint64(32) | rng.integers(0, 3, m).astype(np.uint64)
+    ccode = rng.integers(0, 2**40, m).astype(np.uint64)
+    hashes = pair_hash(cdm, ccode)
+    order = np.argsort(hashes, kind="stable")
+    hashes, cdm, ccode = hashes[order], cdm[order], ccode[order]
+    first = np.r_[True, hashes[1:] != hashes[:-1]] if m else np.zeros(0, bool)
+    hashes, cdm, ccode = hashes[first], cdm[first], ccode[first]
+    ckeys = rng.integers(0, 10**6, len(hashes)).astype(np.int64)
+    # the batch: some cached pairs, some new ones, one that collides with a cached hash
+    pick = rng.integers(0, max(1, len(hashes)), n)
+    dm = np.where(rng.random(n) < 0.6, cdm[pick] if len(hashes) else 0, rng.integers(0, 2**60, n)).astype(np.uint64)
+    code = np.where(rng.random(n) < 0.6, ccode[pick] if len(hashes) else 0,
+                    rng.integers(0, 2**40, n)).astype(np.uint64)
+    if len(hashes):
+        dm[0] = cdm[0] ^ np.uint64(1 << 33)  # same hash as entry 0 once code is matched to it
+        code[0] = pair_hash(dm[:1], np.zeros(1, np.uint64))[0] ^ hashes[0]
+        assert pair_hash(dm[:1], code[:1])[0] == hashes[0]
+    h, out, miss = np.empty(n, np.uint64), np.full(n, -7, np.int64), np.empty(n, np.int64)
+    nmiss = cache_lookup(hashes, cdm, ccode, ckeys, dm, code, h, out, miss)
+    want_h = pair_hash(dm, code)
+    assert np.array_equal(h, want_h)
+    if len(hashes):
+        pos = np.minimum(np.searchsorted(hashes, want_h), len(hashes) - 1)
+        hit = (hashes[pos] == want_h) & (cdm[pos] == dm) & (ccode[pos] == code)
+        assert np.array_equal(out[hit], ckeys[pos[hit]])
+    else:
+        hit = np.zeros(n, bool)
+    assert miss[:nmiss].tolist() == np.flatnonzero(~hit).tolist()
+    assert (out[~hit] == -7).all()
+    if len(hashes):
+        assert not hit[0]  # the colliding pair misses
+
+
+def test_cache_lookup_refuses_bad_buffers():
+    from aclprof.protocol._batchgroup import cache_lookup
+    z, one = np.zeros(0, np.uint64), np.ones(2, np.uint64)
+    out = np.empty(2, np.int64)
+    with pytest.raises(ValueError, match="cache's columns"):
+        cache_lookup(one, z, z, np.zeros(0, np.int64), one, one, one.copy(), out, out.copy())
+    with pytest.raises(ValueError, match="short"):
+        cache_lookup(z, z, z, np.zeros(0, np.int64), one, one, one.copy(), out[:1], out.copy())
+    with pytest.raises(ValueError, match="64-bit"):
+        cache_lookup(z, z, z, np.zeros(0, np.int64), np.ones(3, np.int32), one, one.copy(), out, out.copy())
+    with pytest.raises(BufferError):
+        cache_lookup(z, z, z, np.zeros(0, np.int64), one, one, one.copy(), out, bytes(16))
