@@ -284,3 +284,43 @@ def test_cache_lookup_refuses_bad_buffers():
         cache_lookup(z, z, z, np.zeros(0, np.int64), np.ones(3, np.int32), one, one.copy(), out, out.copy())
     with pytest.raises(BufferError):
         cache_lookup(z, z, z, np.zeros(0, np.int64), one, one, one.copy(), out, bytes(16))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fold_buckets_adds_like_the_divmod_and_ufunc_at_it_replaces(seed):
+    """The aggregator's fine buckets (issue 21: a divmod, the bucket map and two ufunc.at
+    before): repeated keys and codes add up, sums wrap like int64."""
+    from aclprofd.aggregate.quantiles import NFINE, fine_bucket
+
+    from aclprof.protocol._batchgroup import fold_buckets
+    rng = np.random.default_rng(seed)
+    cap, g, h = 7, int(rng.integers(1, 30)), int(rng.integers(1, 60))
+    keys = rng.integers(0, cap, g).astype(np.int64)
+    total = rng.integers(-2**62, 2**62, g).astype(np.int64)
+    hcodes = (rng.integers(0, cap, h) * NBINS + rng.integers(0, NBINS, h)).astype(np.int64)
+    hcount = rng.integers(1, 1000, h).astype(np.int64)
+    acc, acc_sum = rng.integers(0, 50, (cap, NFINE)).astype(np.int64), rng.integers(0, 50, cap).astype(np.int64)
+    want, want_sum = acc.copy(), acc_sum.copy()
+    pk, pb = np.divmod(hcodes, NBINS)
+    np.add.at(want, (pk, fine_bucket(pb)), hcount)
+    with np.errstate(over="ignore"):
+        np.add.at(want_sum, keys, total)
+    of_bin = np.ascontiguousarray(fine_bucket(np.arange(NBINS)), dtype=np.int64)
+    fold_buckets(keys, total, hcodes, hcount, acc, acc_sum, of_bin)
+    assert np.array_equal(acc, want) and np.array_equal(acc_sum, want_sum)
+
+
+def test_fold_buckets_writes_nothing_on_a_bad_index():
+    from aclprof.protocol._batchgroup import fold_buckets
+    acc, acc_sum, of_bin = np.zeros((3, 4), np.int64), np.zeros(3, np.int64), np.array([0, 1, 3], np.int64)
+    one = np.ones(1, np.int64)
+    with pytest.raises(ValueError, match="key 3"):
+        fold_buckets(np.array([0, 3], np.int64), np.ones(2, np.int64), one * 2, one, acc, acc_sum, of_bin)
+    with pytest.raises(ValueError, match="code 9"):
+        fold_buckets(np.array([0], np.int64), one, np.array([1, 9], np.int64), np.ones(2, np.int64), acc,
+                     acc_sum, of_bin)
+    with pytest.raises(ValueError, match="code 2"):  # bin 2 maps past the 4 buckets
+        fold_buckets(np.array([0], np.int64), one, one * 2, one, acc, acc_sum, np.array([0, 1, 4], np.int64))
+    with pytest.raises(ValueError, match="one row per key"):
+        fold_buckets(one * 0, one, one, one, np.zeros(7, np.int64), acc_sum, of_bin)
+    assert not acc.any() and not acc_sum.any()
