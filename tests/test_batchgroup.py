@@ -324,3 +324,40 @@ def test_fold_buckets_writes_nothing_on_a_bad_index():
     with pytest.raises(ValueError, match="one row per key"):
         fold_buckets(one * 0, one, one, one, np.zeros(7, np.int64), acc_sum, of_bin)
     assert not acc.any() and not acc_sum.any()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_map_cells_maps_keys_to_cells_like_the_numpy_steps(seed):
+    """The detector's per-batch step (issue 21: ~12 numpy calls before): known keys become
+    cell codes in order, keys not judged or refused (-2, -3) are summed as untracked."""
+    from aclprof.protocol._batchgroup import map_cells
+    rng = np.random.default_rng(seed)
+    nkeys, n = 40, int(rng.integers(1, 200))
+    key_cell = rng.choice(np.array([-3, -2, 0, 1, 2, 5, 9, 17], np.int64), nkeys)
+    hcodes = (rng.integers(0, nkeys, n) * NBINS + rng.integers(0, NBINS, n)).astype(np.int64)
+    hcount = rng.integers(1, 10**12, n).astype(np.int64)
+    out = np.empty((2, n), np.int64)
+    m, untracked = map_cells(hcodes, hcount, key_cell, NBINS, out[0], out[1])
+    cells = key_cell[hcodes // NBINS]
+    ok = cells >= 0
+    assert untracked == int(hcount[~ok].sum())
+    assert out[0, :m].tolist() == (cells[ok] * NBINS + hcodes[ok] % NBINS).tolist()
+    assert out[1, :m].tolist() == hcount[ok].tolist()
+
+
+def test_map_cells_asks_for_unknown_keys_first_and_refuses_bad_input():
+    from aclprof.protocol._batchgroup import map_cells
+    key_cell = np.array([0, -1, 1], np.int64)
+    out = np.zeros((2, 2), np.int64)
+    # key 1 unknown, key 7 past the table: -1, nothing written
+    assert map_cells(np.array([0, NBINS], np.int64), np.ones(2, np.int64), key_cell, NBINS, out[0], out[1]) \
+        == (-1, 0)
+    assert map_cells(np.array([7 * NBINS], np.int64), np.ones(1, np.int64), key_cell, NBINS, out[0], out[1]) \
+        == (-1, 0)
+    assert not out.any()
+    with pytest.raises(ValueError, match="negative"):
+        map_cells(np.array([-1], np.int64), np.ones(1, np.int64), key_cell, NBINS, out[0], out[1])
+    with pytest.raises(ValueError, match="short"):
+        map_cells(np.zeros(3, np.int64), np.ones(3, np.int64), key_cell, NBINS, out[0], out[1])
+    with pytest.raises(ValueError, match="nbins"):
+        map_cells(np.zeros(1, np.int64), np.ones(1, np.int64), key_cell, 0, out[0], out[1])

@@ -603,6 +603,84 @@ done:
 PyDoc_STRVAR(fold_buckets_doc, "fold_buckets(keys, total, hcodes, hcount, acc, acc_sum, of_bin) -> None\n\n"
                                "Add a batch's bucket counts and sums in place (see the module's source).");
 
+/* map_cells(hcodes, hcount, key_cell, nbins, out_codes, out_counts) -> (m, untracked)
+ *
+ * The detector's per-batch step (aclprofd.detector.state.CellStore.observe): each
+ * (key * nbins + bin) code of a batch becomes (cell * nbins + bin) with cell =
+ * key_cell[key]; rows whose cell is negative below -1 (not judged, or refused for want of
+ * room) are left out and their counts summed into `untracked`; the others go to
+ * out_codes[:m] / out_counts[:m] in order. m is -1 (nothing written, untracked 0) if a key
+ * is past key_cell or still unknown (-1): the caller registers it, once per key in the
+ * daemon's life, and calls again. What ~12 numpy calls a batch did (issue 21). */
+static PyObject *map_cells(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    enum { NARG = 6 };
+    if (nargs != NARG) {
+        PyErr_Format(PyExc_TypeError, "map_cells takes %d arguments (%zd given)", NARG, nargs);
+        return NULL;
+    }
+    long long nbins = PyLong_AsLongLong(args[3]);
+    if (nbins == -1 && PyErr_Occurred())
+        return NULL;
+    if (nbins < 1) {
+        PyErr_SetString(PyExc_ValueError, "map_cells: nbins must be positive");
+        return NULL;
+    }
+    Py_buffer b[NARG];
+    int idx[5] = {0, 1, 2, 4, 5}, got = 0;
+    PyObject *result = NULL;
+    for (; got < 5; got++) {
+        int a = idx[got];
+        if (PyObject_GetBuffer(args[a], &b[a], PyBUF_C_CONTIGUOUS | (a >= 4 ? PyBUF_WRITABLE : 0)) < 0)
+            goto done;
+        if (b[a].len % 8) {
+            PyErr_Format(PyExc_ValueError, "map_cells: argument %d is not int64", a + 1);
+            got++;
+            goto done;
+        }
+    }
+    Py_ssize_t n = b[0].len / 8, nkeys = b[2].len / 8;
+    if (b[1].len != b[0].len || b[4].len < b[0].len || b[5].len < b[0].len) {
+        PyErr_SetString(PyExc_ValueError, "map_cells: hcodes and hcount differ in length, or an output is short");
+        goto done;
+    }
+    const int64_t *hc = b[0].buf, *hn = b[1].buf, *kc = b[2].buf;
+    int64_t *oc = b[4].buf, *on = b[5].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (hc[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "map_cells: negative histogram code %lld", (long long)hc[i]);
+            goto done;
+        }
+        int64_t key = hc[i] / nbins;
+        if (key >= nkeys || kc[key] == -1) {
+            result = Py_BuildValue("(ni)", (Py_ssize_t)-1, 0);
+            goto done;
+        }
+    }
+    Py_ssize_t m = 0;
+    uint64_t untracked = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t cell = kc[hc[i] / nbins];
+        if (cell < 0) {
+            untracked += (uint64_t)hn[i];
+            continue;
+        }
+        oc[m] = cell * nbins + hc[i] % nbins;
+        on[m] = hn[i];
+        m++;
+    }
+    result = Py_BuildValue("(nL)", m, (long long)untracked);
+done:
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&b[idx[k]]);
+    return result;
+}
+
+PyDoc_STRVAR(map_cells_doc, "map_cells(hcodes, hcount, key_cell, nbins, out_codes, out_counts) -> (m, untracked)\n\n"
+                            "A batch's key histogram codes as the detector's cell codes (see the module's "
+                            "source).");
+
 PyDoc_STRVAR(fold_doc, "fold(keys, count, total, mn, mx, hcodes, hcount, acc_count, acc_total, acc_min, acc_max, "
                        "acc_hist, acc_prom, acc_prom_sum, prom_of_bin) -> None\n\nAdd a batch's figures "
                        "to the since-start accumulators in place (see the module's source).");
@@ -622,6 +700,7 @@ static PyMethodDef methods[] = {
     {"fold", (PyCFunction)(void (*)(void))fold, METH_FASTCALL, fold_doc},
     {"cache_lookup", (PyCFunction)(void (*)(void))cache_lookup, METH_FASTCALL, cache_lookup_doc},
     {"fold_buckets", (PyCFunction)(void (*)(void))fold_buckets, METH_FASTCALL, fold_buckets_doc},
+    {"map_cells", (PyCFunction)(void (*)(void))map_cells, METH_FASTCALL, map_cells_doc},
     {"sum_codes", (PyCFunction)(void (*)(void))sum_codes, METH_FASTCALL, sum_codes_doc},
     {NULL, NULL, 0, NULL},
 };
