@@ -356,10 +356,7 @@ class Sender:
                 # new on each connection) never holds it for milliseconds in one go
                 known = int(native.slot_counts(slot).names)
                 top = max(value, min(known - 1, value + _NAMES_STEP))
-                first, new_names = conn.names.extend_run(w, top, w.native_names)
-                for frame in wire.encode_name_run(first, new_names):
-                    out.append(frame)
-                native.set_map(slot, gen, w.name_map)
+                self._names_slice(w, slot, top)
                 if top + 1 < known:
                     # more slices follow: give the GIL away for real between them (the next
                     # C call releases it for microseconds only, and this thread would take it
@@ -374,6 +371,17 @@ class Sender:
                 conn.announce(w)
         self._pumped += moved
         return moved, limit is None or head >= limit
+
+    def _names_slice(self, w: Watched, slot: int, top: int) -> None:
+        """Map ``w``'s names up to id ``top`` on this connection and frame them (NAMES), and
+        give the C queue the new map: one GIL hold of a names pump (at most _NAMES_STEP names:
+        the benchmark times it, the GIL hold per acquisition, issue 21)."""
+        conn, native = self.conn, self.buffer.native
+        assert native is not None
+        first, new_names = conn.names.extend_run(w, top, w.native_names)
+        for frame in wire.encode_name_run(first, new_names):
+            conn.out.append(frame)
+        native.set_map(slot, conn.gen, w.name_map)
 
     def _send_records(self, w: Watched, parts: list[Any], table: Any) -> None:
         """Append ``w``'s batches ``parts`` to the open BATCH frame (WATCH and NAMES first
