@@ -159,3 +159,205 @@ def test_fold_adds_like_the_numpy_ufunc_at_calls_it_replaces(seed):
         fold(keys[:-1], count, total, mn, mx, hcodes, hcount, *acc, prom_of_bin)
     for got, w in zip(acc, before):
         assert np.array_equal(got, w)
+
+
+def _sum_reference(codes: np.ndarray, counts: np.ndarray | None) -> tuple[list[int], list[int]]:
+    sums: dict[int, int] = {}
+    for i, c in enumerate(codes.tolist()):
+        sums[c] = sums.get(c, 0) + (1 if counts is None else int(counts[i]))
+    keys = sorted(sums)
+    # int64 wrap, like numpy's sum
+    return keys, [int(np.int64(np.uint64(sums[k] % 2**64).astype(np.int64))) for k in keys]
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_sum_codes_combines_equal_codes_into_sorted_exact_sums(seed):
+    """The detector's, the windows' and the aggregator's merges (issue 21: they were
+    np.unique + a float bincount): distinct codes ascending, their counts summed exactly,
+    negative codes and counts, wide and narrow code ranges, sums that wrap like int64."""
+    from aclprof.protocol._batchgroup import sum_codes
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(1, 3000))
+    spread = [3, 200, 5000, 2**40, 2**62][seed % 5]
+    codes = rng.integers(-spread, spread, n, dtype=np.int64)
+    counts = rng.integers(-5, 2**62 if seed % 3 == 0 else 50, n, dtype=np.int64)
+    for cnt in (counts, None):
+        oc, os_ = np.empty(n, np.int64), np.empty(n, np.int64)
+        m = sum_codes(codes, cnt, oc, os_)
+        keys, sums = _sum_reference(codes, cnt)
+        assert oc[:m].tolist() == keys
+        assert os_[:m].tolist() == sums
+
+
+def test_sum_codes_of_nothing_and_of_extremes():
+    from aclprof.protocol._batchgroup import sum_codes
+    out = np.empty((2, 4), np.int64)
+    assert sum_codes(np.zeros(0, np.int64), None, out[0], out[1]) == 0
+    big = np.array([2**63 - 1, -2**63, 0, -2**63], np.int64)
+    m = sum_codes(big, np.array([1, 2, 3, 4], np.int64), out[0], out[1])
+    assert out[0, :m].tolist() == [-2**63, 0, 2**63 - 1]
+    assert out[1, :m].tolist() == [6, 3, 1]
+
+
+def test_sum_codes_refuses_bad_buffers():
+    from aclprof.protocol._batchgroup import sum_codes
+    codes = np.arange(4, dtype=np.int64)
+    room = np.empty(4, np.int64)
+    with pytest.raises(ValueError, match="counts"):
+        sum_codes(codes, np.ones(3, np.int64), room, room.copy())
+    with pytest.raises(ValueError, match="room"):
+        sum_codes(codes, None, np.empty(3, np.int64), room)
+    with pytest.raises(ValueError, match="int64"):
+        sum_codes(np.zeros(3, np.int8), None, room, room.copy())
+    with pytest.raises(TypeError):
+        sum_codes(codes, None, room)
+
+
+def test_group_sum_gives_what_np_unique_and_bincount_gave():
+    """quantiles.group_sum (now sum_codes) against the numpy calls it replaces, on the
+    narrowed int32 codes the window slots keep."""
+    from aclprofd.aggregate.quantiles import group_sum
+    rng = np.random.default_rng(5)
+    codes = rng.integers(0, 40_000, 20_000).astype(np.int32)
+    counts = rng.integers(1, 1000, 20_000).astype(np.int32)
+    u, inv = np.unique(codes, return_inverse=True)
+    want = np.bincount(inv, weights=counts, minlength=len(u)).astype(np.int64)
+    got_u, got = group_sum(codes, counts)
+    assert got_u.dtype == np.int64 and got.dtype == np.int64
+    assert np.array_equal(got_u, u) and np.array_equal(got, want)
+    got_u, got = group_sum(codes, None)
+    assert np.array_equal(got, np.bincount(inv, minlength=len(u)))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_cache_lookup_finds_what_the_numpy_search_found(seed):
+    """KeyRegistry.resolve's cache search (issue 21: pair_hash, searchsorted and three
+    gathers in numpy before): same hashes, same hits and keys, misses in order, including
+    pairs whose hash is cached for another pair (a collision: a miss) and an empty cache."""
+    from aclprofd.aggregate.keys import pair_hash
+
+    from aclprof.protocol._batchgroup import cache_lookup
+    rng = np.random.default_rng(seed)
+    m, n = int(rng.integers(0, 300)), int(rng.integers(1, 400))
+    cdm = rng.integers(0, 6, m).astype(np.uint64) << np.uint64(32) | rng.integers(0, 3, m).astype(np.uint64)
+    ccode = rng.integers(0, 2**40, m).astype(np.uint64)
+    hashes = pair_hash(cdm, ccode)
+    order = np.argsort(hashes, kind="stable")
+    hashes, cdm, ccode = hashes[order], cdm[order], ccode[order]
+    first = np.r_[True, hashes[1:] != hashes[:-1]] if m else np.zeros(0, bool)
+    hashes, cdm, ccode = hashes[first], cdm[first], ccode[first]
+    ckeys = rng.integers(0, 10**6, len(hashes)).astype(np.int64)
+    # the batch: some cached pairs, some new ones, one that collides with a cached hash
+    pick = rng.integers(0, max(1, len(hashes)), n)
+    dm = np.where(rng.random(n) < 0.6, cdm[pick] if len(hashes) else 0, rng.integers(0, 2**60, n)).astype(np.uint64)
+    code = np.where(rng.random(n) < 0.6, ccode[pick] if len(hashes) else 0,
+                    rng.integers(0, 2**40, n)).astype(np.uint64)
+    if len(hashes):
+        dm[0] = cdm[0] ^ np.uint64(1 << 33)  # same hash as entry 0 once code is matched to it
+        code[0] = pair_hash(dm[:1], np.zeros(1, np.uint64))[0] ^ hashes[0]
+        assert pair_hash(dm[:1], code[:1])[0] == hashes[0]
+    h, out, miss = np.empty(n, np.uint64), np.full(n, -7, np.int64), np.empty(n, np.int64)
+    nmiss = cache_lookup(hashes, cdm, ccode, ckeys, dm, code, h, out, miss)
+    want_h = pair_hash(dm, code)
+    assert np.array_equal(h, want_h)
+    if len(hashes):
+        pos = np.minimum(np.searchsorted(hashes, want_h), len(hashes) - 1)
+        hit = (hashes[pos] == want_h) & (cdm[pos] == dm) & (ccode[pos] == code)
+        assert np.array_equal(out[hit], ckeys[pos[hit]])
+    else:
+        hit = np.zeros(n, bool)
+    assert miss[:nmiss].tolist() == np.flatnonzero(~hit).tolist()
+    assert (out[~hit] == -7).all()
+    if len(hashes):
+        assert not hit[0]  # the colliding pair misses
+
+
+def test_cache_lookup_refuses_bad_buffers():
+    from aclprof.protocol._batchgroup import cache_lookup
+    z, one = np.zeros(0, np.uint64), np.ones(2, np.uint64)
+    out = np.empty(2, np.int64)
+    with pytest.raises(ValueError, match="cache's columns"):
+        cache_lookup(one, z, z, np.zeros(0, np.int64), one, one, one.copy(), out, out.copy())
+    with pytest.raises(ValueError, match="short"):
+        cache_lookup(z, z, z, np.zeros(0, np.int64), one, one, one.copy(), out[:1], out.copy())
+    with pytest.raises(ValueError, match="64-bit"):
+        cache_lookup(z, z, z, np.zeros(0, np.int64), np.ones(3, np.int32), one, one.copy(), out, out.copy())
+    with pytest.raises(BufferError):
+        cache_lookup(z, z, z, np.zeros(0, np.int64), one, one, one.copy(), out, bytes(16))
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_fold_buckets_adds_like_the_divmod_and_ufunc_at_it_replaces(seed):
+    """The aggregator's fine buckets (issue 21: a divmod, the bucket map and two ufunc.at
+    before): repeated keys and codes add up, sums wrap like int64."""
+    from aclprofd.aggregate.quantiles import NFINE, fine_bucket
+
+    from aclprof.protocol._batchgroup import fold_buckets
+    rng = np.random.default_rng(seed)
+    cap, g, h = 7, int(rng.integers(1, 30)), int(rng.integers(1, 60))
+    keys = rng.integers(0, cap, g).astype(np.int64)
+    total = rng.integers(-2**62, 2**62, g).astype(np.int64)
+    hcodes = (rng.integers(0, cap, h) * NBINS + rng.integers(0, NBINS, h)).astype(np.int64)
+    hcount = rng.integers(1, 1000, h).astype(np.int64)
+    acc, acc_sum = rng.integers(0, 50, (cap, NFINE)).astype(np.int64), rng.integers(0, 50, cap).astype(np.int64)
+    want, want_sum = acc.copy(), acc_sum.copy()
+    pk, pb = np.divmod(hcodes, NBINS)
+    np.add.at(want, (pk, fine_bucket(pb)), hcount)
+    with np.errstate(over="ignore"):
+        np.add.at(want_sum, keys, total)
+    of_bin = np.ascontiguousarray(fine_bucket(np.arange(NBINS)), dtype=np.int64)
+    fold_buckets(keys, total, hcodes, hcount, acc, acc_sum, of_bin)
+    assert np.array_equal(acc, want) and np.array_equal(acc_sum, want_sum)
+
+
+def test_fold_buckets_writes_nothing_on_a_bad_index():
+    from aclprof.protocol._batchgroup import fold_buckets
+    acc, acc_sum, of_bin = np.zeros((3, 4), np.int64), np.zeros(3, np.int64), np.array([0, 1, 3], np.int64)
+    one = np.ones(1, np.int64)
+    with pytest.raises(ValueError, match="key 3"):
+        fold_buckets(np.array([0, 3], np.int64), np.ones(2, np.int64), one * 2, one, acc, acc_sum, of_bin)
+    with pytest.raises(ValueError, match="code 9"):
+        fold_buckets(np.array([0], np.int64), one, np.array([1, 9], np.int64), np.ones(2, np.int64), acc,
+                     acc_sum, of_bin)
+    with pytest.raises(ValueError, match="code 2"):  # bin 2 maps past the 4 buckets
+        fold_buckets(np.array([0], np.int64), one, one * 2, one, acc, acc_sum, np.array([0, 1, 4], np.int64))
+    with pytest.raises(ValueError, match="one row per key"):
+        fold_buckets(one * 0, one, one, one, np.zeros(7, np.int64), acc_sum, of_bin)
+    assert not acc.any() and not acc_sum.any()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_map_cells_maps_keys_to_cells_like_the_numpy_steps(seed):
+    """The detector's per-batch step (issue 21: ~12 numpy calls before): known keys become
+    cell codes in order, keys not judged or refused (-2, -3) are summed as untracked."""
+    from aclprof.protocol._batchgroup import map_cells
+    rng = np.random.default_rng(seed)
+    nkeys, n = 40, int(rng.integers(1, 200))
+    key_cell = rng.choice(np.array([-3, -2, 0, 1, 2, 5, 9, 17], np.int64), nkeys)
+    hcodes = (rng.integers(0, nkeys, n) * NBINS + rng.integers(0, NBINS, n)).astype(np.int64)
+    hcount = rng.integers(1, 10**12, n).astype(np.int64)
+    out = np.empty((2, n), np.int64)
+    m, untracked = map_cells(hcodes, hcount, key_cell, NBINS, out[0], out[1])
+    cells = key_cell[hcodes // NBINS]
+    ok = cells >= 0
+    assert untracked == int(hcount[~ok].sum())
+    assert out[0, :m].tolist() == (cells[ok] * NBINS + hcodes[ok] % NBINS).tolist()
+    assert out[1, :m].tolist() == hcount[ok].tolist()
+
+
+def test_map_cells_asks_for_unknown_keys_first_and_refuses_bad_input():
+    from aclprof.protocol._batchgroup import map_cells
+    key_cell = np.array([0, -1, 1], np.int64)
+    out = np.zeros((2, 2), np.int64)
+    # key 1 unknown, key 7 past the table: -1, nothing written
+    assert map_cells(np.array([0, NBINS], np.int64), np.ones(2, np.int64), key_cell, NBINS, out[0], out[1]) \
+        == (-1, 0)
+    assert map_cells(np.array([7 * NBINS], np.int64), np.ones(1, np.int64), key_cell, NBINS, out[0], out[1]) \
+        == (-1, 0)
+    assert not out.any()
+    with pytest.raises(ValueError, match="negative"):
+        map_cells(np.array([-1], np.int64), np.ones(1, np.int64), key_cell, NBINS, out[0], out[1])
+    with pytest.raises(ValueError, match="short"):
+        map_cells(np.zeros(3, np.int64), np.ones(3, np.int64), key_cell, NBINS, out[0], out[1])
+    with pytest.raises(ValueError, match="nbins"):
+        map_cells(np.zeros(1, np.int64), np.ones(1, np.int64), key_cell, 0, out[0], out[1])

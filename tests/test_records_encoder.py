@@ -265,3 +265,34 @@ def test_the_encoder_under_test_is_the_one_asked_for():
     assert aclprofd.records._encode_frames is _jsonl.encode_frames
     if path:
         assert _jsonl.__file__ == path
+
+
+def test_a_connections_name_literals_are_looked_up_once_across_calls():
+    """Issue 21: the encoder keeps its name cache from one call to the next for the same
+    cache dict (a STREAM pump's calls for one agent), so each id is looked up once, not once
+    per call; another dict gets its own literals, and a miss that raised leaves nothing."""
+    calls = []
+
+    def miss(nid):  # not stored in the dict: only the encoder's own cache can skip it
+        calls.append(nid)
+        return b'"n%d"' % nid
+
+    cache: dict[int, bytes] = {}
+    recs = make(500, names=3, seed=2)
+    first = _jsonl.encode_frames(recs, 1.0, b"", cache, miss, 23, 2048, FRAME_TARGET, MAX_PAYLOAD)
+    assert sorted(set(calls)) == sorted(calls)  # each id once in the call
+    n = len(calls)
+    again = _jsonl.encode_frames(recs, 1.0, b"", cache, miss, 23, 2048, FRAME_TARGET, MAX_PAYLOAD)
+    assert again == first and len(calls) == n  # nothing looked up again
+    other = {k: b'"o%d"' % k for k in range(3)}
+    out = _jsonl.encode_frames(recs, 1.0, b"", other, miss, 23, 2048, FRAME_TARGET, MAX_PAYLOAD)
+    assert b'"o0"' in out or b'"o1"' in out or b'"o2"' in out
+    assert b'"n' not in out  # not the first dict's literals
+
+    def bad(nid):
+        raise RuntimeError("miss failed")
+
+    with pytest.raises(RuntimeError, match="miss failed"):
+        _jsonl.encode_frames(recs, 1.0, b"", {}, bad, 23, 2048, FRAME_TARGET, MAX_PAYLOAD)
+    calls.clear()
+    assert _jsonl.encode_frames(recs, 1.0, b"", cache, miss, 23, 2048, FRAME_TARGET, MAX_PAYLOAD) == first

@@ -23,7 +23,7 @@ It never slows or breaks the service it runs in:
 - The GIL (the service's step thread needs it to return from ``aclmdlExecute``,
   and waits behind any other thread holding it, longer when the holder is descheduled on a
   busy host): the readers never take it while records flow, and the sender wakes every 50 ms
-  (10 ms while someone watches), taking it for tens of microseconds each time. The agent
+  (25 ms while someone watches), taking it for tens of microseconds each time. The agent
   never changes the interpreter's switch interval or any other global setting.
 - With no daemon (not started yet, restarting, gone) the agent keeps the newest records
   up to the bound, counts what it drops, and reconnects with exponential backoff

@@ -41,8 +41,12 @@ _BACKOFF_MIN = 0.1
 _CHECK_DROPS_EVERY = 0.2          # s between polls of the subscriptions' own drop counters
 _COALESCE_S = 0.05                # while records flow: at most this long between sends (each
                                   # wake-up takes the GIL; 50 ms: ~20 a second, not 100) ...
-_LIVE_COALESCE_S = 0.01           # ... or this while the daemon says someone watches (LIVE:
-                                  # `aclprof tail` shows records within ~10 ms, not ~50)
+_LIVE_COALESCE_S = 0.025          # ... or this while the daemon says someone watches (LIVE:
+                                  # `aclprof tail` shows records within ~25 ms, not ~50; 10 ms
+                                  # cost the host 1.6 us of CPU per op at 100 k ops/s against
+                                  # 1.1 at 25 ms, and the service 85 GIL takes a second, not
+                                  # 37: each frame's fixed cost in the sender and the daemon,
+                                  # issue 21)
 _WAKE_RECORDS = 8192              # ... or until this many records are buffered
 # An unreachable daemon is a WARNING (ops must learn that records are being lost; at INFO
 # it went unseen while 29,200 records were dropped), but rate-limited: the first after
@@ -375,10 +379,7 @@ class Sender:
                 # new on each connection) never holds it for milliseconds in one go
                 known = int(native.slot_counts(slot).names)
                 top = max(value, min(known - 1, value + _NAMES_STEP))
-                first, new_names = conn.names.extend_run(w, top, w.native_names)
-                for frame in wire.encode_name_run(first, new_names):
-                    out.append(frame)
-                native.set_map(slot, gen, w.name_map)
+                self._names_slice(w, slot, top)
                 if top + 1 < known:
                     # more slices follow: give the GIL away for real between them (the next
                     # C call releases it for microseconds only, and this thread would take it
@@ -393,6 +394,17 @@ class Sender:
                 conn.announce(w)
         self._pumped += moved
         return moved, limit is None or head >= limit
+
+    def _names_slice(self, w: Watched, slot: int, top: int) -> None:
+        """Map ``w``'s names up to id ``top`` on this connection and frame them (NAMES), and
+        give the C queue the new map: one GIL hold of a names pump (at most _NAMES_STEP names:
+        the benchmark times it, the GIL hold per acquisition, issue 21)."""
+        conn, native = self.conn, self.buffer.native
+        assert native is not None
+        first, new_names = conn.names.extend_run(w, top, w.native_names)
+        for frame in wire.encode_name_run(first, new_names):
+            conn.out.append(frame)
+        native.set_map(slot, conn.gen, w.name_map)
 
     def _send_records(self, w: Watched, parts: list[Any], table: Any) -> None:
         """Append ``w``'s batches ``parts`` to the open BATCH frame (WATCH and NAMES first

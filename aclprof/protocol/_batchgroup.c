@@ -299,6 +299,388 @@ done:
     return result;
 }
 
+/* sum_codes(codes, counts, out_codes, out_sums) -> m
+ *
+ * Equal codes combined: out_codes[:m] the distinct codes, ascending, out_sums[:m] the sum of
+ * their counts (int64, wrapping like numpy's; counts None: each code counts 1). codes and
+ * counts are int64 buffers of one length n, the outputs writable int64 buffers of at least n
+ * elements (out_codes may be codes itself: it is read before it is written).
+ *
+ * Why: the aggregator's per-batch histogram codes, the detector's pending deltas and the
+ * sliding windows' slot compaction did this with np.unique(return_inverse/counts) and a
+ * float bincount, an O(n log n) argsort of every row: ~2.5 ms of loop CPU per 37 k rows of
+ * which 5 k are distinct (the detector's merge, every 32 k rows: ~0.15 us per record at
+ * 100 k ops/s, issue 21). Here: one hash pass over the rows, then an LSD radix sort of the
+ * distinct codes only (11-bit digits over the bits their range needs). */
+typedef struct {
+    uint64_t key; /* the code, sign bit flipped: unsigned order = signed order */
+    int64_t sum;
+} code_sum;
+
+static int radix_sort(code_sum *a, Py_ssize_t m)
+{
+    if (m < 2)
+        return 0;
+    uint64_t lo = a[0].key, hi = a[0].key;
+    for (Py_ssize_t i = 1; i < m; i++) {
+        if (a[i].key < lo)
+            lo = a[i].key;
+        if (a[i].key > hi)
+            hi = a[i].key;
+    }
+    uint64_t span = hi - lo;
+    int bits = 0;
+    while (bits < 64 && (span >> bits) != 0)
+        bits++;
+    if (bits == 0)
+        return 0; /* one distinct code (cannot happen: they are distinct) */
+    code_sum *tmp = malloc((size_t)m * sizeof *tmp);
+    if (tmp == NULL)
+        return -1;
+    enum { DIGIT = 11, NB = 1 << DIGIT };
+    Py_ssize_t count[NB];
+    code_sum *src = a, *dst = tmp;
+    for (int shift = 0; shift < bits; shift += DIGIT) {
+        memset(count, 0, sizeof count);
+        for (Py_ssize_t i = 0; i < m; i++)
+            count[((src[i].key - lo) >> shift) & (NB - 1)]++;
+        Py_ssize_t at = 0;
+        for (int d = 0; d < NB; d++) {
+            Py_ssize_t c = count[d];
+            count[d] = at;
+            at += c;
+        }
+        for (Py_ssize_t i = 0; i < m; i++)
+            dst[count[((src[i].key - lo) >> shift) & (NB - 1)]++] = src[i];
+        code_sum *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, (size_t)m * sizeof *a);
+    free(tmp);
+    return 0;
+}
+
+static PyObject *sum_codes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 4) {
+        PyErr_Format(PyExc_TypeError, "sum_codes takes 4 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_buffer cv = {0}, nv = {0}, oc = {0}, os = {0};
+    int have_cv = 0, have_nv = 0, have_oc = 0, have_os = 0;
+    uint32_t *slots = NULL;
+    code_sum *u = NULL;
+    PyObject *result = NULL;
+    if (PyObject_GetBuffer(args[0], &cv, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    have_cv = 1;
+    if (cv.len % 8) {
+        PyErr_SetString(PyExc_ValueError, "sum_codes: codes must be int64");
+        goto done;
+    }
+    Py_ssize_t n = cv.len / 8;
+    if (args[1] != Py_None) {
+        if (PyObject_GetBuffer(args[1], &nv, PyBUF_C_CONTIGUOUS) < 0)
+            goto done;
+        have_nv = 1;
+        if (nv.len != cv.len) {
+            PyErr_Format(PyExc_ValueError, "sum_codes: %zd codes but %zd bytes of int64 counts", n, nv.len);
+            goto done;
+        }
+    }
+    if (PyObject_GetBuffer(args[2], &oc, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        goto done;
+    have_oc = 1;
+    if (PyObject_GetBuffer(args[3], &os, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        goto done;
+    have_os = 1;
+    if (oc.len < cv.len || os.len < cv.len) {
+        PyErr_Format(PyExc_ValueError, "sum_codes: the outputs need room for %zd int64 values", n);
+        goto done;
+    }
+    if (n > (Py_ssize_t)UINT32_MAX - 1) {
+        PyErr_Format(PyExc_ValueError, "sum_codes: %zd codes is more than one call takes", n);
+        goto done;
+    }
+    const int64_t *codes = cv.buf, *counts = have_nv ? nv.buf : NULL;
+    size_t cap = 16;
+    while (cap < (size_t)n * 2)
+        cap <<= 1;
+    slots = calloc(cap, sizeof *slots); /* distinct index + 1; 0: empty */
+    u = malloc((size_t)(n ? n : 1) * sizeof *u);
+    if (slots == NULL || u == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    size_t mask = cap - 1;
+    Py_ssize_t m = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t key = (uint64_t)codes[i] ^ 0x8000000000000000ull;
+        uint64_t c = counts ? (uint64_t)counts[i] : 1u;
+        size_t at = (size_t)mix(key, 0) & mask;
+        for (;;) {
+            uint32_t s = slots[at];
+            if (s == 0) {
+                slots[at] = (uint32_t)(m + 1);
+                u[m].key = key;
+                u[m].sum = (int64_t)c;
+                m++;
+                break;
+            }
+            if (u[s - 1].key == key) {
+                u[s - 1].sum = (int64_t)((uint64_t)u[s - 1].sum + c);
+                break;
+            }
+            at = (at + 1) & mask;
+        }
+    }
+    if (radix_sort(u, m) < 0) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    int64_t *ocodes = oc.buf, *osums = os.buf;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        ocodes[i] = (int64_t)(u[i].key ^ 0x8000000000000000ull);
+        osums[i] = u[i].sum;
+    }
+    result = PyLong_FromSsize_t(m);
+done:
+    free(slots);
+    free(u);
+    if (have_os)
+        PyBuffer_Release(&os);
+    if (have_oc)
+        PyBuffer_Release(&oc);
+    if (have_nv)
+        PyBuffer_Release(&nv);
+    if (have_cv)
+        PyBuffer_Release(&cv);
+    return result;
+}
+
+PyDoc_STRVAR(sum_codes_doc, "sum_codes(codes, counts, out_codes, out_sums) -> m\n\nThe distinct int64 codes, "
+                            "ascending, into out_codes[:m] and the sums of their counts (None: 1 each) into "
+                            "out_sums[:m].");
+
+/* cache_lookup(hashes, dms, codes, keys, dm, code, out_hash, out_key, out_miss) -> nmiss
+ *
+ * A sender's key cache (aclprofd.aggregate.keys.KeySource: hashes ascending, one entry per
+ * hash, with its pair (dms, codes) and key) searched for each pair (dm[i], code[i]) of a
+ * batch: out_hash[i] = keys.pair_hash = dm * 0x9E3779B97F4A7C15 ^ code (uint64, wrapping);
+ * a hit (the first entry of that hash, as np.searchsorted finds it, holds the same pair)
+ * sets out_key[i], a miss puts i in out_miss (ascending) and leaves out_key[i] as it was.
+ * What pair_hash, a searchsorted, three gathers and compares and a flatnonzero did (~10
+ * numpy calls a batch: ~160 us of loop CPU per batch of 1000 distinct ops, issue 21). */
+static PyObject *cache_lookup(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    enum { NARG = 9 };
+    if (nargs != NARG) {
+        PyErr_Format(PyExc_TypeError, "cache_lookup takes %d arguments (%zd given)", NARG, nargs);
+        return NULL;
+    }
+    Py_buffer b[NARG];
+    int got = 0;
+    PyObject *result = NULL;
+    for (; got < NARG; got++) {
+        if (PyObject_GetBuffer(args[got], &b[got], PyBUF_C_CONTIGUOUS | (got >= 6 ? PyBUF_WRITABLE : 0)) < 0)
+            goto done;
+        if (b[got].len % 8) {
+            PyErr_Format(PyExc_ValueError, "cache_lookup: argument %d is not a 64-bit array", got + 1);
+            got++;
+            goto done;
+        }
+    }
+    Py_ssize_t m = b[0].len / 8, n = b[4].len / 8;
+    if (b[1].len / 8 != m || b[2].len / 8 != m || b[3].len / 8 != m) {
+        PyErr_SetString(PyExc_ValueError, "cache_lookup: the cache's columns differ in length");
+        goto done;
+    }
+    if (b[5].len / 8 != n || b[6].len / 8 < n || b[7].len / 8 < n || b[8].len / 8 < n) {
+        PyErr_SetString(PyExc_ValueError, "cache_lookup: dm and code differ in length, or an output is short");
+        goto done;
+    }
+    const uint64_t *hashes = b[0].buf, *dms = b[1].buf, *codes = b[2].buf, *dm = b[4].buf, *code = b[5].buf;
+    const int64_t *keys = b[3].buf;
+    uint64_t *out_hash = b[6].buf;
+    int64_t *out_key = b[7].buf, *out_miss = b[8].buf;
+    Py_ssize_t nmiss = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        uint64_t h = (dm[i] * 0x9E3779B97F4A7C15ull) ^ code[i];
+        out_hash[i] = h;
+        Py_ssize_t lo = 0, hi = m; /* the first entry with hashes[lo] >= h */
+        while (lo < hi) {
+            Py_ssize_t mid = lo + (hi - lo) / 2;
+            if (hashes[mid] < h)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo < m && hashes[lo] == h && dms[lo] == dm[i] && codes[lo] == code[i])
+            out_key[i] = keys[lo];
+        else
+            out_miss[nmiss++] = i;
+    }
+    result = PyLong_FromSsize_t(nmiss);
+done:
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&b[k]);
+    return result;
+}
+
+PyDoc_STRVAR(cache_lookup_doc, "cache_lookup(hashes, dms, codes, keys, dm, code, out_hash, out_key, out_miss) "
+                               "-> nmiss\n\nSearch a sender's sorted key cache for a batch's pairs (see the "
+                               "module's source).");
+
+/* fold_buckets(keys, total, hcodes, hcount, acc, acc_sum, of_bin) -> None
+ *
+ * One more set of bucketed counters folded in place, like fold's Prometheus part: per
+ * group g acc_sum[keys[g]] += total[g]; per (key * nbins + bin) code acc[key * nb +
+ * of_bin[bin]] += its count (nbins = len(of_bin), nb = len(acc) / len(acc_sum)). The
+ * aggregator's fine buckets (issue 23) did it with a divmod, the bucket map and two
+ * ufunc.at calls (~90 us a batch of 1000 distinct ops, issue 21). Every index is checked
+ * before anything is written: a bad one is a ValueError and nothing changes. */
+static PyObject *fold_buckets(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    enum { NARG = 7 };
+    if (nargs != NARG) {
+        PyErr_Format(PyExc_TypeError, "fold_buckets takes %d arguments (%zd given)", NARG, nargs);
+        return NULL;
+    }
+    Py_buffer b[NARG];
+    int got = 0;
+    PyObject *result = NULL;
+    for (; got < NARG; got++) {
+        int writable = got == 4 || got == 5;
+        if (PyObject_GetBuffer(args[got], &b[got], PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
+            goto done;
+        if (b[got].len % 8) {
+            PyErr_Format(PyExc_ValueError, "fold_buckets: argument %d is not int64", got + 1);
+            got++;
+            goto done;
+        }
+    }
+    Py_ssize_t g = b[0].len / 8, h = b[2].len / 8, cap = b[5].len / 8, nbins = b[6].len / 8;
+    if (b[1].len / 8 != g || b[3].len / 8 != h) {
+        PyErr_SetString(PyExc_ValueError, "fold_buckets: keys and total (or hcodes and hcount) differ in length");
+        goto done;
+    }
+    if (cap == 0 || nbins == 0 || b[4].len / 8 % cap) {
+        PyErr_SetString(PyExc_ValueError, "fold_buckets: acc does not have one row per key of acc_sum");
+        goto done;
+    }
+    Py_ssize_t nb = b[4].len / 8 / cap;
+    const int64_t *keys = b[0].buf, *tot = b[1].buf, *hc = b[2].buf, *hn = b[3].buf, *ob = b[6].buf;
+    int64_t *acc = b[4].buf, *asum = b[5].buf;
+    for (Py_ssize_t i = 0; i < g; i++)
+        if (keys[i] < 0 || keys[i] >= cap) {
+            PyErr_Format(PyExc_ValueError, "fold_buckets: key %lld outside the %zd rows", (long long)keys[i], cap);
+            goto done;
+        }
+    for (Py_ssize_t i = 0; i < h; i++)
+        if (hc[i] < 0 || hc[i] >= cap * nbins || ob[hc[i] % nbins] < 0 || ob[hc[i] % nbins] >= nb) {
+            PyErr_Format(PyExc_ValueError, "fold_buckets: histogram code %lld outside the table", (long long)hc[i]);
+            goto done;
+        }
+    for (Py_ssize_t i = 0; i < g; i++)
+        asum[keys[i]] = (int64_t)((uint64_t)asum[keys[i]] + (uint64_t)tot[i]); /* int64 wrap, like numpy */
+    for (Py_ssize_t i = 0; i < h; i++) {
+        int64_t *p = &acc[hc[i] / nbins * nb + ob[hc[i] % nbins]];
+        *p = (int64_t)((uint64_t)*p + (uint64_t)hn[i]);
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&b[k]);
+    return result;
+}
+
+PyDoc_STRVAR(fold_buckets_doc, "fold_buckets(keys, total, hcodes, hcount, acc, acc_sum, of_bin) -> None\n\n"
+                               "Add a batch's bucket counts and sums in place (see the module's source).");
+
+/* map_cells(hcodes, hcount, key_cell, nbins, out_codes, out_counts) -> (m, untracked)
+ *
+ * The detector's per-batch step (aclprofd.detector.state.CellStore.observe): each
+ * (key * nbins + bin) code of a batch becomes (cell * nbins + bin) with cell =
+ * key_cell[key]; rows whose cell is negative below -1 (not judged, or refused for want of
+ * room) are left out and their counts summed into `untracked`; the others go to
+ * out_codes[:m] / out_counts[:m] in order. m is -1 (nothing written, untracked 0) if a key
+ * is past key_cell or still unknown (-1): the caller registers it, once per key in the
+ * daemon's life, and calls again. What ~12 numpy calls a batch did (issue 21). */
+static PyObject *map_cells(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    enum { NARG = 6 };
+    if (nargs != NARG) {
+        PyErr_Format(PyExc_TypeError, "map_cells takes %d arguments (%zd given)", NARG, nargs);
+        return NULL;
+    }
+    long long nbins = PyLong_AsLongLong(args[3]);
+    if (nbins == -1 && PyErr_Occurred())
+        return NULL;
+    if (nbins < 1) {
+        PyErr_SetString(PyExc_ValueError, "map_cells: nbins must be positive");
+        return NULL;
+    }
+    Py_buffer b[NARG];
+    int idx[5] = {0, 1, 2, 4, 5}, got = 0;
+    PyObject *result = NULL;
+    for (; got < 5; got++) {
+        int a = idx[got];
+        if (PyObject_GetBuffer(args[a], &b[a], PyBUF_C_CONTIGUOUS | (a >= 4 ? PyBUF_WRITABLE : 0)) < 0)
+            goto done;
+        if (b[a].len % 8) {
+            PyErr_Format(PyExc_ValueError, "map_cells: argument %d is not int64", a + 1);
+            got++;
+            goto done;
+        }
+    }
+    Py_ssize_t n = b[0].len / 8, nkeys = b[2].len / 8;
+    if (b[1].len != b[0].len || b[4].len < b[0].len || b[5].len < b[0].len) {
+        PyErr_SetString(PyExc_ValueError, "map_cells: hcodes and hcount differ in length, or an output is short");
+        goto done;
+    }
+    const int64_t *hc = b[0].buf, *hn = b[1].buf, *kc = b[2].buf;
+    int64_t *oc = b[4].buf, *on = b[5].buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (hc[i] < 0) {
+            PyErr_Format(PyExc_ValueError, "map_cells: negative histogram code %lld", (long long)hc[i]);
+            goto done;
+        }
+        int64_t key = hc[i] / nbins;
+        if (key >= nkeys || kc[key] == -1) {
+            result = Py_BuildValue("(ni)", (Py_ssize_t)-1, 0);
+            goto done;
+        }
+    }
+    Py_ssize_t m = 0;
+    uint64_t untracked = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t cell = kc[hc[i] / nbins];
+        if (cell < 0) {
+            untracked += (uint64_t)hn[i];
+            continue;
+        }
+        oc[m] = cell * nbins + hc[i] % nbins;
+        on[m] = hn[i];
+        m++;
+    }
+    result = Py_BuildValue("(nL)", m, (long long)untracked);
+done:
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&b[idx[k]]);
+    return result;
+}
+
+PyDoc_STRVAR(map_cells_doc, "map_cells(hcodes, hcount, key_cell, nbins, out_codes, out_counts) -> (m, untracked)\n\n"
+                            "A batch's key histogram codes as the detector's cell codes (see the module's "
+                            "source).");
+
 PyDoc_STRVAR(fold_doc, "fold(keys, count, total, mn, mx, hcodes, hcount, acc_count, acc_total, acc_min, acc_max, "
                        "acc_hist, acc_prom, acc_prom_sum, prom_of_bin) -> None\n\nAdd a batch's figures "
                        "to the since-start accumulators in place (see the module's source).");
@@ -316,6 +698,10 @@ static PyMethodDef methods[] = {
     {"group", (PyCFunction)(void (*)(void))group, METH_FASTCALL, group_doc},
     {"count_bad", (PyCFunction)(void (*)(void))count_bad, METH_FASTCALL, count_bad_doc},
     {"fold", (PyCFunction)(void (*)(void))fold, METH_FASTCALL, fold_doc},
+    {"cache_lookup", (PyCFunction)(void (*)(void))cache_lookup, METH_FASTCALL, cache_lookup_doc},
+    {"fold_buckets", (PyCFunction)(void (*)(void))fold_buckets, METH_FASTCALL, fold_buckets_doc},
+    {"map_cells", (PyCFunction)(void (*)(void))map_cells, METH_FASTCALL, map_cells_doc},
+    {"sum_codes", (PyCFunction)(void (*)(void))sum_codes, METH_FASTCALL, sum_codes_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -43,7 +43,9 @@ FRAME_RECORDS = 2048  # at most this many records per STREAM_RECORDS / EXPORT_RE
 class NameJson:
     """Name id -> its JSON string literal (UTF-8 bytes), cached in :attr:`cache` (unknown
     ids: ``"#<id>"``); names stored before the ingest limit are cut to MAX_NAME_BYTES, so
-    no line passes it. The C encoder looks ids up in ``cache`` and calls this on a miss."""
+    no line passes it. The C encoder looks ids up in ``cache`` and calls this on a miss; it
+    keeps the literals of the last ``cache`` it was given across calls, so an entry, once
+    set, must never change (a redefined id ends its connection: the next one has a new dict)."""
 
     __slots__ = ("names", "cache")
 

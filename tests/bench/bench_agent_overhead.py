@@ -268,6 +268,10 @@ def wake_timer() -> WakeTimer:
 
     t = WakeTimer()
     t.wrap(Sender, "_pump", "sender pump")
+    # a names pump's slices: the sender sleeps between them, so each is one GIL hold of its
+    # own (taken off the pump's Python part like the compiled calls; printed apart)
+    if hasattr(Sender, "_names_slice"):
+        t.wrap(Sender, "_names_slice", "sender: a names slice", inner=True)
     t.wrap(Decoder, "finish", "reader: wrap a batch")
     t.wrap(Reader, "_deliver", "reader: deliver a batch")
     # the compiled calls inside a pump run without the GIL: their time is taken off
@@ -303,8 +307,14 @@ def print_wakes(timer: WakeTimer, wall: float, label: str) -> None:
                      f"{sum(v) / wall / 1e4:.2f} % of the time")
     python = timer.cpu_us.get("sender pump, Python", [])
     if python:
-        parts.append(f"sender pump less its compiled calls (which release the GIL): CPU p50 "
+        sliced = " and names slices" if timer.cpu_us.get("sender: a names slice") else ""
+        parts.append(f"sender pump less its compiled calls (which release the GIL){sliced}: CPU p50 "
                      f"{B.pct(python, 50):.1f} / p99 {B.pct(python, 99):.1f} us per pump")
+        slices = timer.cpu_us.get("sender: a names slice", [])
+        if slices:
+            parts.append(f"GIL held per acquisition by the sender: p99 "
+                         f"{max(B.pct(python, 99), B.pct(slices, 99)):.1f} / max "
+                         f"{max(max(python), max(slices)):.0f} us CPU")
     print(f"GIL held per wake-up ({label}): " + "; ".join(parts))
 
 
@@ -323,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
                              "interleaved with the others in the same run")
     parser.add_argument("--with-tail", action="store_true",
                         help="keep `aclprof tail --json > /dev/null` streaming from the daemon(s) the whole run: "
-                             "agents are then LIVE and send every ~10 ms instead of ~50 ms")
+                             "agents are then LIVE and send every ~25 ms instead of ~50 ms")
     parser.add_argument("--work-ms", type=float, default=5.0,
                         help="pure-Python work per step in the second half of the variants (0: none)")
     parser.add_argument("--hog", choices=("off", "on", "both"), default="both",

@@ -124,15 +124,18 @@ def stage(workdir: Path) -> list[str]:
             # its data files at their repository path too: tests read daemon/aclprofd/*.toml there
             (workdir / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, workdir / rel)
+    # _batchgroup (issue 21): the aggregator and the detector import it, and _reqring (issue 25)
+    # aclprof.request: without them their modules' unmutated test run failed in the staging copy
     for pattern in ("aclprof/binding/_fast*.so", "aclprof/binding/_acl_ffi.py", "aclprof/_mock/*.so",
-                    "aclprof/protocol/_jsonl*.so", "aclprof/protocol/_batchgroup*.so"):
+                    "aclprof/protocol/_jsonl*.so", "aclprof/protocol/_batchgroup*.so",
+                    "aclprof/api/_reqring*.so"):
         for src in ROOT.glob(pattern):
             shutil.copy2(src, workdir / src.relative_to(ROOT))
     built = (list((workdir / "aclprof" / "binding").glob("_fast*.so")) + list((workdir / "aclprof" / "_mock").glob("*.so"))
              + list((workdir / "aclprof" / "protocol").glob("_jsonl*.so"))
              + list((workdir / "aclprof" / "protocol").glob("_batchgroup*.so")))
     if len(built) < 4 or not (workdir / "aclprof" / "binding" / "_acl_ffi.py").exists():
-        sys.exit("mutation.py: aclprof/binding/_fast*.so, _acl_ffi.py, aclprof/_mock/*.so or "
+        sys.exit("mutation.py: aclprof/binding/_fast*.so, _acl_ffi.py, aclprof/_mock/*.so, "
                  "aclprof/protocol/_jsonl*.so or _batchgroup*.so missing: "
                  "run `pip install -e .` in the checkout first (the staging copy reuses the build)")
     return sorted(p.name for p in workdir.iterdir() if p.name not in ("aclprof", "aclprofd", "pyproject.toml"))

@@ -37,6 +37,7 @@ from typing import Any, cast
 import numpy as np
 
 from aclprof.protocol._batchgroup import fold as _fold
+from aclprof.protocol._batchgroup import fold_buckets as _fold_buckets
 from aclprof.protocol._batchgroup import group as _group
 from aclprof.protocol.quantshift import BIN_UPPER_NS
 from aclprof.protocol.wire import RECORD_DTYPE
@@ -55,6 +56,7 @@ from .quantiles import (
     bin_index,
     bin_value,
     fine_bucket,
+    group_sum,
     grouped_rows,
     prom_bucket,
 )
@@ -62,6 +64,7 @@ from .windows import SlidingWindows, window_name
 
 #: the Prometheus bucket of each histogram bin (the C fold's table)
 _PROM_OF_BIN = np.ascontiguousarray(prom_bucket(np.arange(NBINS)), dtype=I64)
+_FINE_OF_BIN = np.ascontiguousarray(fine_bucket(np.arange(NBINS)), dtype=I64)
 
 __all__ = ["Aggregator", "KeySource", "NBINS", "BINS_PER_OCTAVE", "bin_index", "bin_value",
            "PROM_EXPONENTS", "OTHER", "STATE_FORMAT", "STATE_VERSION", "window_name", "GROUP_BY"]
@@ -178,17 +181,14 @@ class Aggregator:
         with self._lock:
             gkeys = self.keys.resolve(src, gdm, gcode, names)
             slot = self.sliding.slot_for(int(now))
-            hcodes, hcount = np.unique(gkeys[inv] * NBINS + bins, return_counts=True)
-            hcount = hcount.astype(I64)
+            hcodes, hcount = group_sum(gkeys[inv] * NBINS + bins, None)
             # since start, and the Prometheus series, in one C pass (duplicates in gkeys
             # only for the "other" key: added like ufunc.at adds them)
             _fold(gkeys, count, total, mn, mx, hcodes, hcount, self.count, self.total, self.min, self.max,
                   self.hist, self.prom, self.prom_sum, _PROM_OF_BIN)
             self.last_fed[gkeys] = now
-            # the fleet view's fine buckets (issue 23): one more fold, in numpy
-            pk, pb = np.divmod(hcodes, NBINS)
-            np.add.at(self.fine, (pk, fine_bucket(pb)), hcount)
-            np.add.at(self.fine_sum, gkeys, total)
+            # the fleet view's fine buckets (issue 23): one more fold, in C
+            _fold_buckets(gkeys, total, hcodes, hcount, self.fine, self.fine_sum, _FINE_OF_BIN)
             other = gkeys == self.other_key
             if other.any():
                 self.other_records += int(count[other].sum())

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from aclprof.protocol._batchgroup import cache_lookup as _cache_lookup
+
 from ..shares import Shares
 from .quantiles import I64
 
@@ -170,19 +172,18 @@ class KeyRegistry:
         bounded: at most ``max_keys`` registrations in the registry's life, and at most
         FULL_LOOKUPS per batch once it is full (the rest are "other"). Raises KeyError(id) for
         a name id that ``names`` does not define."""
-        h = pair_hash(dm, codes)
-        out = np.empty(len(codes), I64)
+        # one C pass: pair_hash, the search and the check of each hit (issue 21)
+        n = len(codes)
+        dm = np.ascontiguousarray(dm, dtype=np.uint64)
+        codes = np.ascontiguousarray(codes, dtype=np.uint64)
+        h = np.empty(n, np.uint64)
+        out = np.empty(n, I64)
+        missbuf = np.empty(n, I64)
         known = src.hashes
-        if len(known):
-            pos = np.searchsorted(known, h)
-            np.minimum(pos, len(known) - 1, out=pos)
-            hit = (known[pos] == h) & (src.dms[pos] == dm) & (src.codes[pos] == codes)
-            out[hit] = src.keys[pos[hit]]
-            miss = np.flatnonzero(~hit)
-        else:
-            miss = np.arange(len(codes))
-        if not len(miss):
+        nmiss = _cache_lookup(known, src.dms, src.codes, src.keys, dm, codes, h, out, missbuf)
+        if not nmiss:
             return out
+        miss = missbuf[:nmiss]
         mc = codes[miss]
         ids = src.defined(names)
         for part in ((mc >> np.uint64(32)).astype(np.int64), (mc & np.uint64(0xFFFFFFFF)).astype(np.int64)):

@@ -38,8 +38,10 @@ from collections.abc import Callable, Hashable
 
 import numpy as np
 
+from aclprof.protocol._batchgroup import map_cells as _map_cells
 from aclprof.protocol.quantshift import NBINS
 
+from ..aggregate.quantiles import group_sum
 from ..shares import Shares
 
 __all__ = ["CellStore", "Cell", "Group", "MAX_CELLS"]
@@ -110,26 +112,30 @@ class CellStore:
         """One batch's histogram deltas: ``hcodes = key * NBINS + bin`` with their counts."""
         if len(hcodes) == 0:
             return
-        keys = hcodes // NBINS
+        hcodes = np.ascontiguousarray(hcodes, dtype=np.int64)
+        hcount = np.ascontiguousarray(hcount, dtype=np.int64)
+        out = np.empty((2, len(hcodes)), np.int64)
+        # one C pass (issue 21: ~12 numpy calls a batch before); -1: a key to register first
+        m, untracked = _map_cells(hcodes, hcount, self.key_cell, NBINS, out[0], out[1])
+        if m < 0:
+            self._learn_keys(hcodes // NBINS)
+            m, untracked = _map_cells(hcodes, hcount, self.key_cell, NBINS, out[0], out[1])
+        self.untracked += untracked
+        self._pending.append((out[0, :m], out[1, :m]))
+        self._pending_rows += m
+        if self._pending_rows >= max(PENDING_MERGE_ROWS, self._merged_rows):
+            self._merge_pending()
+
+    def _learn_keys(self, keys: np.ndarray) -> None:
+        """The cells of keys not looked up yet (once per key in the daemon's life)."""
         top = int(keys.max())
         if top >= len(self.key_cell):
             grown = np.full(max(top + 1, 2 * len(self.key_cell), 64), _UNKNOWN, np.int64)
             grown[:len(self.key_cell)] = self.key_cell
             self.key_cell = grown
         cells = self.key_cell[keys]
-        unknown = cells == _UNKNOWN
-        if unknown.any():
-            for k in np.unique(keys[unknown]).tolist():  # once per key in the daemon's life
-                self.key_cell[k] = self._cell_of(k)
-            cells = self.key_cell[keys]
-        ok = cells >= 0
-        if not ok.all():
-            self.untracked += int(hcount[~ok].sum())
-            cells, hcodes, hcount = cells[ok], hcodes[ok], hcount[ok]
-        self._pending.append((cells * NBINS + hcodes % NBINS, hcount.astype(np.int64)))
-        self._pending_rows += len(hcount)
-        if self._pending_rows >= max(PENDING_MERGE_ROWS, self._merged_rows):
-            self._merge_pending()
+        for k in np.unique(keys[cells == _UNKNOWN]).tolist():
+            self.key_cell[k] = self._cell_of(k)
 
     def _merge_pending(self) -> tuple[np.ndarray, np.ndarray]:
         """The pending deltas as one (sorted unique codes, summed counts) pair, kept as the
@@ -140,8 +146,7 @@ class CellStore:
             return self._pending[0]  # merged already, nothing since
         codes = np.concatenate([c for c, _ in self._pending])
         counts = np.concatenate([n for _, n in self._pending])
-        codes, inv = np.unique(codes, return_inverse=True)
-        merged = codes, np.bincount(inv, weights=counts, minlength=len(codes)).astype(np.int64)
+        merged = group_sum(codes, counts)
         self._pending, self._pending_rows, self._merged_rows = [merged], 0, len(codes)
         return merged
 
@@ -272,8 +277,7 @@ class CellStore:
         if self._pending:
             codes, counts = self._merge_pending()
             self._pending, self._pending_rows, self._merged_rows = [], 0, 0
-            gcodes, ginv = np.unique(self.cell_group[codes // NBINS] * NBINS + codes % NBINS, return_inverse=True)
-            gcounts = np.bincount(ginv, weights=counts, minlength=len(gcodes)).astype(np.int64)
+            gcodes, gcounts = group_sum(self.cell_group[codes // NBINS] * NBINS + codes % NBINS, counts)
             # codes and gcodes are unique: plain fancy-index adds (ufunc.at is ~10x slower)
             self.cur.reshape(-1)[codes] += counts
             self.gcur.reshape(-1)[gcodes] += gcounts
