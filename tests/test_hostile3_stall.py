@@ -49,3 +49,80 @@ def test_an_export_that_matches_nothing_reads_one_chunk_per_pump_step(monkeypatc
         c.close()
     assert sum(chunks_in.values()) >= 12, chunks_in
     assert max(chunks_in.values()) == 1, chunks_in  # main: every chunk in one pump call
+
+
+def _names_frame(first: int, n: int) -> bytes:
+    """One NAMES frame of ``n`` short names from id ``first`` (~19 bytes each: 55,000 make
+    the 1 MiB a frame may hold)."""
+    from aclprof.protocol.wire import encode_names
+
+    frames = encode_names({first + i: f"n{first + i:08d}" for i in range(n)})
+    assert len(frames) == 1
+    return frames[0]
+
+
+def test_a_large_names_frame_is_defined_over_several_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NAMES frame of 50,000 names is defined NAMES_STEP (8192) names a step, the
+    connection's slice of a loop turn ending between steps (main: the whole frame in one
+    piece, 65-78 ms of the loop under load); the table ends whole: records using its first
+    and its last names are aggregated under them."""
+    from aclprofd import transport
+    from aclprofd.ingest import Ingest
+
+    from aclprof.protocol.wire import Kind
+
+    monkeypatch.setattr(transport, "SLICE_S", 0.0)  # every step ends its slice: countable turns
+    turn = [0]
+    turns_defining: set[int] = set()  # the loop turns in which the frame's names were defined
+    real_names = Ingest.names
+
+    def names(self: Any, conn: Any, payload: memoryview) -> Iterator[None] | None:
+        turns_defining.add(turn[0])
+        work = real_names(self, conn, payload)
+        if work is None:
+            return None
+
+        def steps() -> Iterator[None]:
+            for _ in work:
+                turns_defining.add(turn[0])
+                yield
+        return steps()
+
+    monkeypatch.setattr(Ingest, "names", names)
+    n = 50_000
+    with InProcess() as d:
+        sel = d.daemon.transport.sel
+        real_select = sel.select
+
+        def select(timeout: float | None = None) -> Any:
+            turn[0] += 1
+            return real_select(timeout)
+
+        monkeypatch.setattr(sel, "select", select)
+        a = Client(d.socket, "agent", service="tables")
+        a.sock.sendall(_names_frame(1, n))
+        a.send_batch(make_records(4, types=(1, n), names=(2, n - 1)))
+        c = Client(d.socket)
+        wait_for(lambda: c.request(Kind.STATUS)["records_total"] == 4, what="the records read")
+        assert len(turns_defining) >= 6, turns_defining  # 50,000 / 8192 steps; main: 1
+        rows = c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "name"})["rows"]
+        got = {r["op_name"]: r["count"] for r in rows}
+        assert got == {"n00000002": 2, f"n{n - 1:08d}": 2}, got
+        a.close()
+        c.close()
+
+
+def test_a_bad_id_late_in_a_large_names_frame_still_ends_the_connection() -> None:
+    """The frame's last name has an id that is no integer: the connection ends with that
+    error, as when the frame was defined in one piece, and the daemon serves the others."""
+    from aclprof.protocol.wire import Kind, decode_json, encode
+
+    n = 30_000
+    body = _names_frame(1, n)[12:-2] + b',"x7":"bad"}}'  # the payload, its last name's id not an integer
+    with InProcess() as d:
+        a = Client(d.socket, "agent", service="bad-table")
+        a.sock.sendall(encode(Kind.NAMES, body))
+        kind, payload = a.recv()
+        assert kind == Kind.ERROR and "name id 'x7' is not an integer" in decode_json(payload)["message"]
+        assert status(d.socket)["protocol_errors"] == 1
+        a.close()
