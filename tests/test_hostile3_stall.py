@@ -8,6 +8,7 @@ the work is cut into steps, with no timing: they count what a step does).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -126,3 +127,64 @@ def test_a_bad_id_late_in_a_large_names_frame_still_ends_the_connection() -> Non
         assert kind == Kind.ERROR and "name id 'x7' is not an integer" in decode_json(payload)["message"]
         assert status(d.socket)["protocol_errors"] == 1
         a.close()
+
+
+def test_a_large_trace_reply_is_built_over_several_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The TRACE_DONE that completes a trace of 20 processes with ~1.5 MB of JSON each: the
+    reply is encoded a process a step, the steps spread over loop turns (main: ~12 MB of
+    JSON in the one handling of that frame, 56-58 ms of the loop in the soak's trace_paths),
+    and the reply is whole: every process listed or counted as cut."""
+    import json
+
+    from aclprofd import transport
+
+    from aclprof.protocol.wire import Kind
+
+    monkeypatch.setattr(transport, "SLICE_S", 0.0)  # every step ends its slice: countable turns
+    turn = [0]
+    turns_encoding: set[int] = set()  # loop turns in which a process's result was encoded
+    real_dumps = json.dumps
+    ctrl = "\x01\x02\x1b" * 1266
+    with InProcess() as d:
+        loop = d.thread
+
+        def dumps(obj: Any, *a: Any, **k: Any) -> str:
+            text = real_dumps(obj, *a, **k)
+            if len(text) > 100_000 and threading.current_thread() is loop:
+                turns_encoding.add(turn[0])
+            return text
+
+        sel = d.daemon.transport.sel
+        real_select = sel.select
+
+        def select(timeout: float | None = None) -> Any:
+            turn[0] += 1
+            return real_select(timeout)
+
+        monkeypatch.setattr(sel, "select", select)
+        agents = [agent(d.socket, service="svc") for _ in range(20)]
+        c = Client(d.socket)
+        c.send_json(Kind.TRACE, {"service": "svc", "duration_s": 0.1})
+        tids = []
+        for a in agents:
+            while True:
+                kind, payload = a.recv()
+                if kind == Kind.TRACE_START:
+                    break
+            tids.append(json.loads(bytes(payload))["trace_id"])
+        monkeypatch.setattr(json, "dumps", dumps)
+        for i, (a, tid) in enumerate(zip(agents, tids)):
+            a.send_json(Kind.TRACE_DONE, {"trace_id": tid, "dirs": [f"/{i}/{j}/" + ctrl for j in range(64)],
+                                          "pause_ns": 0, "session_ns": 0, "paused_ts": None, "resumed_ts": None,
+                                          "models": [], "gap_records": None, "error": None})
+        c.sock.settimeout(30)
+        kind, payload = c.recv()
+        monkeypatch.setattr(json, "dumps", real_dumps)
+        assert kind == Kind.TRACE_REPLY, kind
+        reply = json.loads(bytes(payload))
+        listed = len(reply["processes"])
+        assert listed >= 5 and listed + reply["truncated"]["processes"] == 20, (listed, reply["truncated"])
+        assert len(turns_encoding) >= listed, (turns_encoding, listed)  # main: 1
+        c.close()
+        for a in agents:
+            a.close()
