@@ -144,6 +144,9 @@ class Conn:
         # (aclprofd.transport; charged in held())
         self.frames: Iterator[tuple[Kind, memoryview]] | None = None
         self.frames_bytes = 0
+        # the rest of a frame whose handling is cut into steps (a large NAMES table): resumed
+        # before this connection's next frame, a slice's worth per loop turn (aclprofd.transport)
+        self.work: Iterator[None] | None = None
         self.models: dict[int, dict[str, Any]] = {}
         # JSON bytes of each model entry and of host/service/labels (-1: not measured yet),
         # measured once so that STATUS fits its frame without measuring again (aclprofd.replyfit)

@@ -10,7 +10,8 @@ beyond the reader's buffer; both share that one copy.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from itertools import islice
 from typing import Any, TypeGuard
 
 import numpy as np
@@ -64,8 +65,14 @@ _INT64_MAX = (1 << 63) - 1
 #: (~55,000 names in 1 MiB cost the loop 15-50 ms each: 8 MiB of them at once held every
 #: client ~0.4-1 s)
 _NAMES_YIELD = 64 << 10
+#: names of one NAMES frame defined per step: a 1 MiB frame (~55,000 names) was defined in
+#: one piece, 65-78 ms of the loop under load (issue 19); now its steps are spread over loop
+#: turns (aclprofd.transport), the other clients served between them
+NAMES_STEP = 8192
 
-Handler = Callable[[Conn, memoryview], None]
+#: one agent frame; a handler whose work is cut into steps returns them (aclprofd.transport
+#: runs a slice's worth per loop turn, before the connection's next frame)
+Handler = Callable[[Conn, memoryview], Iterator[None] | None]
 
 
 def note_lag(conn: Conn, recs: np.ndarray) -> None:
@@ -183,7 +190,7 @@ class Ingest:
         if self.fanout.streaming:
             self.fanout.offer(conn, np.frombuffer(owned, dtype=RECORD_DTYPE), now)
 
-    def names(self, conn: Conn, payload: memoryview) -> None:
+    def names(self, conn: Conn, payload: memoryview) -> Iterator[None] | None:
         if len(payload) > MAX_NAMES_PAYLOAD:
             # parsed in one go on the loop: a 16 MiB table would hold every client ~1.5 s
             raise ProtocolError(f"NAMES frame of {len(payload)} bytes: at most {MAX_NAMES_PAYLOAD} per frame "
@@ -213,6 +220,26 @@ class Ingest:
                 f"({self.memory.budget} bytes) or over the budget itself; "
                 f"define only the names your records use")
         conn.names_bytes += cost
+        large = len(payload) >= _NAMES_YIELD
+        if len(names) <= NAMES_STEP:
+            self._define(conn, names)
+            conn.yield_read = large  # one large table frame per loop turn: the other clients go first
+            return None
+        return self._define_steps(conn, names, large)
+
+    def _define_steps(self, conn: Conn, names: dict[str, str], large: bool) -> Iterator[None]:
+        """A large table's names, ``NAMES_STEP`` a step (in the frame's order, so the
+        connection's table and its definition order end as one piece would leave them; a
+        bad name ends the connection at its step, as it would have ended it at once)."""
+        items = iter(names.items())
+        while part := dict(islice(items, NAMES_STEP)):
+            self._define(conn, part)
+            yield
+        conn.yield_read = large
+
+    def _define(self, conn: Conn, names: dict[str, str]) -> None:
+        """Define ``names`` (JSON id text -> name, every name a str, already charged)."""
+        vals = list(names.values())
         try:
             ids = list(map(int, names))
         except ValueError:
@@ -245,8 +272,6 @@ class Ingest:
             del table[nid]
         conn.names.update(table)
         conn.names_order.extend(table.items())
-        if len(payload) >= _NAMES_YIELD:
-            conn.yield_read = True  # one large table frame per loop turn: the other clients go first
 
     def loss(self, conn: Conn, payload: memoryview) -> None:
         obj: dict[str, Any] = decode_json(payload)

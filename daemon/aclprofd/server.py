@@ -24,7 +24,7 @@ import os
 import selectors
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import nullcontext
 from typing import Any
 
@@ -289,8 +289,9 @@ class Daemon:
                 t.send_last(conn, goodbye_frame(conn))
                 t.close_conn(conn, "daemon stopping")
 
-    def _handle(self, conn: Conn, kind: Kind, payload: memoryview) -> None:
-        """One frame: HELLO first, then the dispatch table of the connection's role."""
+    def _handle(self, conn: Conn, kind: Kind, payload: memoryview) -> Iterator[None] | None:
+        """One frame: HELLO first, then the dispatch table of the connection's role. An agent
+        frame whose handling is cut into steps returns them (the transport runs them)."""
         if conn.role is None:
             if kind != Kind.HELLO:
                 raise ProtocolError(f"expected HELLO, got {kind.name}")
@@ -299,10 +300,10 @@ class Daemon:
             if refusal is not None:
                 # before WELCOME: the agent's handshake fails with this reason and it backs off
                 self.transport.fail(conn, refusal, quiet=True, protocol_error=False)
-                return
+                return None
             self.transport.queue(conn, welcome)
             if conn.closed:  # the peer left before WELCOME could be written: it is gone
-                return
+                return None
             self.transport.limits.admitted(conn)  # the connection limits per role (aclprofd.connlimits)
             if conn.role == "agent" and not conn.closed:
                 self.fanout.agent_admitted(conn)  # LIVE, if a STREAM client watches
@@ -311,9 +312,10 @@ class Daemon:
             handler = self.ingest.handlers.get(kind)
             if handler is None:
                 raise ProtocolError(f"{kind.name} is not allowed from an agent")
-            handler(conn, payload)
+            return handler(conn, payload)
         else:
             self.control.handle(conn, kind, payload)
+        return None
 
     def _on_close(self, conn: Conn) -> None:
         self.fanout.closed(conn)

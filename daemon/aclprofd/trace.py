@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeGuard
 
@@ -38,7 +38,7 @@ import structlog
 
 from aclprof.protocol import trace as proto
 from aclprof.protocol.safetext import scrub, truncate
-from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode, encode_json
+from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode_json, header
 
 from .config import Settings
 from .conn import Conn
@@ -240,7 +240,7 @@ class Traces:
         self.outbox.queue(conn, encode_json(Kind.TRACE_REPLY, {"ok": False, "error": message, "processes": []}))
 
     # ---- TRACE_DONE (agent) ---------------------------------------------------------------
-    def done(self, conn: Conn, payload: memoryview) -> None:
+    def done(self, conn: Conn, payload: memoryview) -> Iterator[None] | None:
         obj = decode_json(payload)
         tid, pause_ns, gap = obj.get("trace_id"), obj.get("pause_ns", 0), obj.get("gap_records")
         session_ns = obj.get("session_ns", 0)
@@ -273,7 +273,7 @@ class Traces:
         part = t.parts.get(conn.id) if t is not None else None
         if t is None or part is None or part.result is not None:
             self.outbox.limiter.log("info", "late or unknown TRACE_DONE", trace=tid, pid=conn.pid, pause_ns=pause_ns)
-            return
+            return None
         # checked only for a reply that is awaited: a flood of TRACE_DONE costs no file system calls
         result["dirs"], refused = check_dirs(result["dirs"], tid, owner_key(conn)[0])
         if refused:
@@ -281,7 +281,7 @@ class Traces:
             self.dirs_refused += len(refused)
             self.outbox.limiter.log("warning", "trace: directories not believed", trace=tid, pid=conn.pid,
                                     uid=owner_key(conn)[0], refused=refused[:4])
-        self._settle(t, part, result)
+        return self._settle(t, part, result)  # the reply's steps if this answer was the last
 
     def _mark_gap(self, src: Conn, result: dict[str, Any]) -> None:
         """A ``{"kind": "gap"}`` line for every STREAM client whose filter takes ``src``,
@@ -310,7 +310,10 @@ class Traces:
             self.outbox.send(c)
 
     # ---- endings --------------------------------------------------------------------------
-    def _settle(self, t: _Trace, part: _Part, result: dict[str, Any]) -> None:
+    def _settle(self, t: _Trace, part: _Part, result: dict[str, Any]) -> Iterator[None] | None:
+        """``part`` has its result; once every part has one, the trace ends: the steps that
+        build its reply are returned (a TRACE_DONE handler gives them to the transport, which
+        runs them over loop turns) or, for the other callers, run at once (:meth:`_finish`)."""
         part.result = result
         t.last_answer = time.monotonic()
         if result.get("error"):
@@ -318,37 +321,55 @@ class Traces:
         if self._by_agent.get(part.agent.id) == t.id:
             del self._by_agent[part.agent.id]
         if all(p.result is not None for p in t.parts.values()):
-            self._finish(t)
+            return self._reply_steps(t)
+        return None
 
-    def _finish(self, t: _Trace) -> None:
+    def _finish(self, t: _Trace, steps: Iterator[None] | None) -> None:
+        """Run the reply's ``steps`` (from :meth:`_settle`) now, if any."""
+        for _ in steps or ():
+            pass
+
+    def _reply_steps(self, t: _Trace) -> Iterator[None]:
+        """End ``t``: TRACE_REPLY to its client, a step per process encoded. Each process may
+        list 64 paths of 4096 characters (six-fold in JSON escapes): the list is cut to the
+        reply budget, the cut said and counted (aclprofd.replyfit). Each process is encoded
+        once and the frame joined from those texts in one piece: measuring the list and
+        encoding the reply again was two encodings of up to 16 MB, ~105 ms of the loop's CPU
+        at the TRACE_DONE that completed the trace, and the reply was held four times over
+        (texts, payload str, payload bytes, frame) (issue 19)."""
         self.active.pop(t.id, None)
         processes = sorted((p.result for p in t.parts.values() if p.result is not None),
                            key=lambda r: (str(r.get("service")), r.get("pid") or 0))
         ok = all(not r.get("error") for r in processes)
         _log.info("trace finished", trace=t.id, ok=ok, processes=len(processes),
                   errors=[r["error"] for r in processes if r.get("error")], excluded=len(t.excluded))
-        if t.client is not None and not t.client.closed:
-            # each process may list 64 paths of 4096 characters (six-fold in JSON escapes): the
-            # list is cut to the reply budget, the cut said and counted (aclprofd.replyfit)
-            # Each process is encoded once, and the reply is spliced from those texts: measuring
-            # the list (replyfit.take) and encoding the reply again was two encodings of up to
-            # 16 MB, ~105 ms of the loop's CPU at the TRACE_DONE that completed the trace (issue 19)
-            texts: list[str] = []
-            used = 2  # the brackets
-            for r in processes:
-                text = json.dumps(r, separators=(",", ":"))
-                if used + len(text) + (1 if texts else 0) > REPLY_BUDGET:
-                    break
-                texts.append(text)
-                used += len(text) + (1 if len(texts) > 1 else 0)
-            reply = {"ok": ok, "error": None if ok else "some processes did not trace (see processes[].error)",
-                     "trace_id": t.id, "service": t.service, "pid": t.pid, "duration_s": t.duration_s,
-                     "data_types": list(t.data_types),
-                     "excluded": t.excluded[:_MAX_EXCLUDED], "excluded_total": len(t.excluded)}
-            self.host.counters.truncations.note(reply, "trace", {"processes": len(processes) - len(texts)})
-            head = json.dumps(reply, separators=(",", ":"))
-            payload = f'{head[:-1]},"processes":[{",".join(texts)}]}}'.encode()
-            self.outbox.queue(t.client, encode(Kind.TRACE_REPLY, payload))
+        if t.client is None or t.client.closed:
+            return
+        texts: list[bytes] = []
+        used = 2  # the brackets
+        for r in processes:
+            text = json.dumps(r, separators=(",", ":")).encode()  # ASCII (JSON escapes)
+            if used + len(text) + (1 if texts else 0) > REPLY_BUDGET:
+                break
+            texts.append(text)
+            used += len(text) + (1 if len(texts) > 1 else 0)
+            yield  # the next process on the next step (another loop turn if the slice is over)
+        reply = {"ok": ok, "error": None if ok else "some processes did not trace (see processes[].error)",
+                 "trace_id": t.id, "service": t.service, "pid": t.pid, "duration_s": t.duration_s,
+                 "data_types": list(t.data_types),
+                 "excluded": t.excluded[:_MAX_EXCLUDED], "excluded_total": len(t.excluded)}
+        self.host.counters.truncations.note(reply, "trace", {"processes": len(processes) - len(texts)})
+        parts = [json.dumps(reply, separators=(",", ":"))[:-1].encode() + b',"processes":[']
+        for i, text in enumerate(texts):
+            if i:
+                parts.append(b",")
+            parts.append(text)
+        parts.append(b"]}")
+        parts.insert(0, header(Kind.TRACE_REPLY, sum(map(len, parts))))
+        frame = b"".join(parts)  # the one copy of the reply
+        del parts, texts
+        if t.client is not None and not t.client.closed:  # it may have gone during the steps
+            self.outbox.queue(t.client, frame)
 
     def closed(self, conn: Conn) -> None:
         """``conn`` is closing (the loop's close hook): an agent's part ends with an error
@@ -365,7 +386,7 @@ class Traces:
                        "look for its PROF_* directory under the agent's trace_dir)") if self._stopping else (
                     "the process's connection closed during the trace (it exited or was killed?); its PROF_* "
                     "directory, if any, is incomplete")
-                self._settle(t, part, self._failed(conn, why))
+                self._finish(t, self._settle(t, part, self._failed(conn, why)))
         for t in self.active.values():
             if t.client is conn:
                 t.client = None
@@ -402,7 +423,7 @@ class Traces:
                 else:
                     why = (f"no reply within {t.duration_s + REPLY_GRACE_S:g} s (agent too old to know "
                            f"TRACE_START, or hung?)")
-                self._settle(t, part, self._failed(part.agent, why))
+                self._finish(t, self._settle(t, part, self._failed(part.agent, why)))
 
     @staticmethod
     def _failed(agent: Conn, error: str) -> dict[str, Any]:

@@ -29,7 +29,7 @@ import selectors
 import socket
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Protocol
 
 import structlog
@@ -80,7 +80,9 @@ def goodbye_frame(conn: Conn) -> bytes:
 
 
 #: what the transport does with a frame: ``(conn, kind, payload)``; raises ProtocolError
-FrameHandler = Callable[[Conn, Kind, memoryview], None]
+#: what to do with one frame; a handler whose work is cut into steps returns them (an
+#: iterator run a slice's worth per loop turn before the connection's next frame: Conn.work)
+FrameHandler = Callable[[Conn, Kind, memoryview], Iterator[None] | None]
 
 
 class Transport:
@@ -274,18 +276,26 @@ class Transport:
         conn.frames = None
         self.pending.pop(conn.sock.fileno(), None)
         try:
-            for kind, payload in it:
-                self._handle(conn, kind, payload)
+            more = True  # this slice may take another frame
+            if conn.work is not None:  # a frame begun in an earlier turn
+                if not self._steps(conn, end):
+                    return None if conn.closed else self._cut(conn, it, frames)
+                handled = True
+                frames -= 1
+                if frames <= 0 or conn.yield_read or time.monotonic() >= end:
+                    self._cut(conn, it, frames)  # that frame ended this slice
+                    more = False
+            for kind, payload in it if more else ():
+                conn.work = self._handle(conn, kind, payload)
+                if conn.work is not None and not conn.closed and not self._steps(conn, end):
+                    return None if conn.closed else self._cut(conn, it, frames)  # its other steps next turn
                 if conn.closed:
                     return None
                 handled = True
                 frames -= 1
                 if frames <= 0 or conn.yield_read or time.monotonic() >= end:
                     # this connection's slice is over: the rest of its frames next turn
-                    conn.yield_read = False
-                    conn.frames = it
-                    self.pending[conn.sock.fileno()] = conn
-                    self.slices_cut += 1
+                    self._cut(conn, it, frames)
                     break
         except ProtocolError as exc:
             self.fail(conn, str(exc))
@@ -306,6 +316,28 @@ class Transport:
             # a whole frame (a control request, an agent's records or heartbeat): not idle.
             # Bytes of a frame never finished do not count: a trickle cannot hold a slot.
             self.limits.requested(conn, time.monotonic())
+        return frames
+
+    def _steps(self, conn: Conn, end: float) -> bool:
+        """Run the steps of ``conn``'s frame in hand (:attr:`Conn.work`) until they are done
+        (True) or the slice's ``end`` (monotonic) has come (False: the rest next turn)."""
+        work = conn.work
+        assert work is not None
+        for _ in work:
+            if conn.closed:
+                return False
+            if time.monotonic() >= end:
+                return False
+        conn.work = None
+        return True
+
+    def _cut(self, conn: Conn, it: Iterator[tuple[Kind, memoryview]], frames: int) -> int:
+        """End ``conn``'s slice: its frames left (and the steps of the one in hand, if any)
+        wait in :attr:`pending` for the next turn."""
+        conn.yield_read = False
+        conn.frames = it
+        self.pending[conn.sock.fileno()] = conn
+        self.slices_cut += 1
         return frames
 
     def send(self, conn: Conn) -> None:
@@ -395,7 +427,7 @@ class Transport:
             pass
         self.conns.pop(conn.sock.fileno(), None)
         self.pending.pop(conn.sock.fileno(), None)
-        conn.frames, conn.frames_bytes = None, 0
+        conn.frames, conn.frames_bytes, conn.work = None, 0, None
         conn.sock.close()
         self._on_close(conn)
         if log and (conn.role is not None or reason):
