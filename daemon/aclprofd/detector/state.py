@@ -147,7 +147,7 @@ class CellStore:
         codes = np.concatenate([c for c, _ in self._pending])
         counts = np.concatenate([n for _, n in self._pending])
         merged = group_sum(codes, counts)
-        self._pending, self._pending_rows, self._merged_rows = [merged], 0, len(codes)
+        self._pending, self._pending_rows, self._merged_rows = [merged], 0, len(merged[0])
         return merged
 
     def _cell_of(self, key: int) -> int:
