@@ -276,6 +276,9 @@ def test_two_traces_at_once_the_second_is_refused(inproc, tmp_path):
 def test_agent_that_dies_mid_trace_is_answered_with_its_error(daemon, tmp_path):
     w = Worker(daemon.socket, "--service", "dies", "--trace-dir", str(tmp_path))
     try:
+        # registered first: an empty model list below must mean "paused by the trace", not "not
+        # connected yet" (under load the trace then found no process and replied with none)
+        wait_for(lambda: _models(daemon.socket, w.pid) == [w.model], what="the worker's subscription")
         proc = _cli_popen("trace", "--service", "dies", "--duration", "20s", "--json", "--socket", daemon.socket)
         wait_for(lambda: _models(daemon.socket, w.pid) == [], what="the trace to start")
         t0 = time.monotonic()
