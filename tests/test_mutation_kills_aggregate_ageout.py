@@ -169,6 +169,10 @@ def test_without_series_by_op_name_a_gone_keys_fine_counts_move_to_its_op_types_
     assert {lab: (c, s) for lab, _, c, s in agg.prometheus_view()} == {("svc", "0", "1", "T"): (7, 7000)}
 
 
+def _window(agg: Aggregator, now: float) -> dict[str, tuple[int, int, int]]:
+    return {r["key"]: (r["count"], r["p50_ns"], r["max_ns"]) for r in agg.snapshot("10s", "name", now=now)["rows"]}
+
+
 def test_renumbering_keeps_the_other_keys_window_figures_and_every_keys_quantiles() -> None:
     """Records of "(other)" (key 0) and of a kept key in the 10 s window survive the ageing
     pass's renumbering of the window slots: counts and the quantiles read from the slots'
@@ -181,11 +185,10 @@ def test_renumbering_keeps_the_other_keys_window_figures_and_every_keys_quantile
     clock.t = T0 + 200
     agg.ingest(new, records([3], n_each=4, duration=5000), NAMES)
     agg.ingest(new, records([4], n_each=2, duration=300), NAMES)  # the table is full: "(other)"
-    before = {r["key"]: (r["count"], r["p50_ns"], r["max_ns"]) for r in agg.snapshot("10s", "name", now=clock.t)["rows"]}
+    before = _window(agg, clock.t)
     assert before == {"op3": (4, 5000, 5000), "(other)": (2, 300, 300)}
     assert agg.age_out(clock.t, 100, {new.owner}.__contains__, [new]) == 1
-    after = {r["key"]: (r["count"], r["p50_ns"], r["max_ns"]) for r in agg.snapshot("10s", "name", now=clock.t)["rows"]}
-    assert after == before
+    assert _window(agg, clock.t) == before
     assert agg.keys.shares.largest() == 1  # b's one key keeps its share; a's was given back
 
 
