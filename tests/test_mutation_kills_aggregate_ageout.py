@@ -265,3 +265,22 @@ def test_a_loaded_key_ages_from_the_load_on(tmp_path: Path) -> None:
     again.load(path)
     assert again.age_out(T0 + 1050, 100, nobody) == 0
     assert again.age_out(T0 + 1101, 100, nobody) == 2 and again.aged_out_records == 6
+
+
+def test_every_change_after_a_save_leaves_the_aggregates_dirty(tmp_path: Path) -> None:
+    """save, then an ingestion and an ageing pass (either order): still something to save
+    (each change moves the count forward; none may bring it back to the saved one)."""
+    for ingest_first in (True, False):
+        clock = Clock()
+        agg = Aggregator(max_keys=10, windows=(10, 60), clock=clock)
+        src = KeySource("h", 1, "svc", owner=(0, 1))
+        agg.ingest(src, records([2]), NAMES)
+        clock.t = T0 + 200
+        agg.ingest(src, records([3]), NAMES)
+        agg.save(str(tmp_path / "a.npz"))
+        if ingest_first:
+            agg.ingest(src, records([3]), NAMES)
+        agg.age_out(clock.t, 100, nobody)
+        if not ingest_first:
+            agg.ingest(src, records([3]), NAMES)
+        assert agg.aged_out == 1 and agg.dirty, ingest_first

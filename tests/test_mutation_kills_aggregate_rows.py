@@ -141,3 +141,72 @@ def test_the_other_keys_prometheus_series_has_its_labels() -> None:
     fine = {lab: c for lab, _, c, _ in agg.prometheus_fine_series()[0]}
     assert len(prom) == 2 and all(len(lab) == 4 for lab in prom) and sorted(prom.values()) == [2, 3]
     assert len(fine) == 2 and all(len(lab) == 3 for lab in fine) and sorted(fine.values()) == [2, 3]
+
+
+def test_a_non_contiguous_batch_is_aggregated_like_its_copy() -> None:
+    """A strided view of records (every other one) goes to the C pass as a contiguous copy."""
+    agg = Aggregator(clock=lambda: T0)
+    recs = np.concatenate([records([1000] * 4, name=3), records([5000] * 4, name=4)])
+    view = recs[::2]
+    assert not view.flags.c_contiguous
+    agg.ingest(KeySource("h", 1, "a"), view, NAMES)
+    rows = {r["key"]: (r["count"], r["total_ns"]) for r in agg.snapshot("all", "name")["rows"]}
+    assert rows == {"op3": (2, 2000), "op4": (2, 10000)}
+
+
+def test_an_undefined_name_id_is_named_in_the_error() -> None:
+    agg = Aggregator(clock=lambda: T0)
+    with pytest.raises(KeyError) as info:
+        agg.ingest(KeySource("h", 1, "a"), records([1000], name=77), NAMES)
+    assert info.value.args == (77,)
+
+
+def test_cached_pairs_are_resolved_without_the_registry() -> None:
+    """A sender's pairs seen before are found in its cache (one vectorised search): the
+    registry is asked only for new pairs, one step each, whichever cache entry they hit
+    (the last one too)."""
+    agg = Aggregator(clock=lambda: T0)
+    src = KeySource("h", 1, "a")
+    reg = agg.keys
+    asked: list[tuple] = []
+    real = reg.get
+
+    def counting(ident, *a, **k):  # type: ignore[no-untyped-def]
+        asked.append(ident)
+        return real(ident, *a, **k)
+
+    reg.get = counting  # type: ignore[method-assign]
+    batch = np.concatenate([records([1000], name=n) for n in range(3, 9)])
+    agg.ingest(src, batch, NAMES)
+    assert len(asked) == 6
+    asked.clear()
+    for _ in range(2):
+        agg.ingest(src, batch, NAMES)
+    assert asked == []
+    agg.ingest(src, np.concatenate([batch, records([1000], name=9)]), NAMES)
+    assert [ident[5] for ident in asked] == ["op9"]
+    assert sum(r["count"] for r in agg.snapshot("all", "name")["rows"]) == 6 * 4 + 1
+
+
+def test_a_full_registry_looks_up_at_most_full_lookups_uncached_pairs_a_batch() -> None:
+    """Registry full (10 keys of 10): a reconnected sender (same process, empty cache) sends
+    4200 pairs, its 10 registered ones at positions 4094-4103. FULL_LOOKUPS (4096) of them
+    are looked up: the first two registered ones are found, the rest count as "(other)"."""
+    from aclprofd.aggregate.keys import FULL_LOOKUPS
+
+    assert FULL_LOOKUPS == 4096
+    names = {1: "T"} | {i: f"op{i}" for i in range(3, 4300)}
+    agg = Aggregator(max_keys=10, clock=lambda: T0)
+    agg.ingest(KeySource("h", 1, "a"), np.concatenate([records([1000], name=n) for n in range(3, 13)]), names)
+    order = [*range(100, 100 + 4094), *range(3, 13), *range(4194, 4194 + 96)]
+    assert len(order) == 4200 and len(set(order)) == 4200 and max(order) < 4300
+    again = KeySource("h", 1, "a")
+    agg.ingest(again, _named(order), names)
+    rows = {r["key"]: r["count"] for r in agg.snapshot("all", "name")["rows"]}
+    assert rows == {"op3": 2, "op4": 2} | {f"op{n}": 1 for n in range(5, 13)} | {"(other)": 4198}
+
+
+def _named(names: list[int]) -> np.ndarray:
+    r = records([1000] * len(names))
+    r["op_name"] = names
+    return r
