@@ -15,7 +15,8 @@ CFG = DetectorConfig(window_s=10, trailing_s=60)
 
 
 def identity(k: int) -> tuple[str, str, str, str]:
-    return ("svc", "m", "T", f"op{k}")
+    """Key k is op ``opk`` of op type ``Tk`` (a group of its own)."""
+    return ("svc", "m", f"T{k}", f"op{k}")
 
 
 def feed(det: Detector, keys: list[int], n: int = 5, b: int = 100) -> None:
@@ -88,3 +89,41 @@ def test_a_new_baseline_restarts_streaks_calm_counts_and_flags() -> None:
 def test_before_its_first_tick_the_detector_publishes_an_empty_view() -> None:
     det = Detector(identity, CFG)
     assert det.published.groups == 0 and det.published.flags == () and det.published.rows == ()
+
+
+def test_a_group_with_exactly_min_count_calls_on_each_side_is_judged() -> None:
+    """min_count is inclusive: 5 calls a second for 100 s puts exactly 50 (min_count) in the
+    10 s window; the group is judged and published with n_cur = 50."""
+    det = Detector(identity, DetectorConfig(window_s=10, trailing_s=60, min_count=50))
+    for t in range(100):
+        feed(det, [0], n=5)
+        det.tick(1000.0 + t)
+    (row,) = det.published.rows
+    assert row["p50"]["n_cur"] == 50 and row["p50"]["n_base"] >= 50
+
+
+def test_a_group_without_baseline_samples_is_not_judged(monkeypatch: Any) -> None:
+    """A new op type with current samples but no baseline yet is left out of the judgement
+    (a judgement of it would be "not regressed": work for nothing, issue 19), as is a group
+    whose current window emptied while its baseline holds samples."""
+    from aclprofd.detector import engine
+
+    rows: list[int] = []
+    real = engine.shift
+
+    def counting(base: np.ndarray, cur: np.ndarray, *a: Any, **k: Any) -> Any:
+        rows.append(len(cur))
+        return real(base, cur, *a, **k)
+
+    monkeypatch.setattr(engine, "shift", counting)
+    det = Detector(identity, DetectorConfig(window_s=10, trailing_s=60, min_count=50))
+    for t in range(100):
+        feed(det, [0], n=10)           # old: both sides
+        if t >= 95:
+            feed(det, [1], n=60)       # new: current samples only
+        if t < 30:
+            feed(det, [2], n=10)       # gone quiet: baseline only
+        rows.clear()
+        det.tick(1000.0 + t)
+    assert rows and max(rows) == 1
+    assert [r["op_type"] for r in det.published.rows] == ["T0"] and det.published.groups == 3
