@@ -95,11 +95,13 @@ def test_a_group_with_exactly_min_count_calls_on_each_side_is_judged() -> None:
     """min_count is inclusive: 5 calls a second for 100 s puts exactly 50 (min_count) in the
     10 s window; the group is judged and published with n_cur = 50."""
     det = Detector(identity, DetectorConfig(window_s=10, trailing_s=60, min_count=50))
+    det.host = "node-a"
     for t in range(100):
         feed(det, [0], n=5)
         det.tick(1000.0 + t)
     (row,) = det.published.rows
     assert row["p50"]["n_cur"] == 50 and row["p50"]["n_base"] >= 50
+    assert (det.published.ts, det.published.host, det.published.baseline) == (1099.0, "node-a", None)
 
 
 def test_a_group_without_baseline_samples_is_not_judged(monkeypatch: Any) -> None:
