@@ -10,7 +10,7 @@ Usage (from the checkout, with the ``mutation`` extra and an editable install bu
 Why a staging copy: mutmut 3 names a mutant after its file's path (``daemon/aclprofd/x.py``
 would be ``daemon.aclprofd.x``, but the tests import ``aclprofd.x``) and imports the mutated
 tree from ``mutants/`` first on sys.path. So the script lays out a flat copy (``aclprof/``
-with its compiled ``_fast`` and bundled mock ``.so`` as built by the editable install,
+with its compiled extensions and bundled mock ``.so`` as built by the editable install,
 ``daemon/aclprofd`` as ``aclprofd/``, ``tests/``) in a temporary directory, writes its
 pyproject.toml from this one's ``[tool.mutmut]`` plus, per module, ``only_mutate`` and the
 module's focused test files, and runs ``mutmut run`` there, once per module.
@@ -124,19 +124,18 @@ def stage(workdir: Path) -> list[str]:
             # its data files at their repository path too: tests read daemon/aclprofd/*.toml there
             (workdir / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, workdir / rel)
-    # _batchgroup (issue 21): the aggregator and the detector import it, and _reqring (issue 25)
-    # aclprof.request: without them their modules' unmutated test run failed in the staging copy
-    for pattern in ("aclprof/binding/_fast*.so", "aclprof/binding/_acl_ffi.py", "aclprof/_mock/*.so",
-                    "aclprof/protocol/_jsonl*.so", "aclprof/protocol/_batchgroup*.so",
-                    "aclprof/api/_reqring*.so"):
+    # every extension the editable install built (a new C module in aclprof/protocol or
+    # aclprof/api, like _batchgroup or _reqring, is found by its source: missing, its
+    # importers fail the clean run)
+    for pattern in ("aclprof/**/*.so", "aclprof/binding/_acl_ffi.py"):
         for src in ROOT.glob(pattern):
             shutil.copy2(src, workdir / src.relative_to(ROOT))
-    built = (list((workdir / "aclprof" / "binding").glob("_fast*.so")) + list((workdir / "aclprof" / "_mock").glob("*.so"))
-             + list((workdir / "aclprof" / "protocol").glob("_jsonl*.so"))
-             + list((workdir / "aclprof" / "protocol").glob("_batchgroup*.so")))
-    if len(built) < 4 or not (workdir / "aclprof" / "binding" / "_acl_ffi.py").exists():
-        sys.exit("mutation.py: aclprof/binding/_fast*.so, _acl_ffi.py, aclprof/_mock/*.so, "
-                 "aclprof/protocol/_jsonl*.so or _batchgroup*.so missing: "
+    needed = ["aclprof/binding/_fast*.so", "aclprof/_mock/*.so", "aclprof/binding/_acl_ffi.py",
+              *(f"{c.parent.relative_to(ROOT)}/{c.stem}*.so"
+                for c in sorted([*ROOT.glob("aclprof/protocol/_*.c"), *ROOT.glob("aclprof/api/_*.c")]))]
+    missing = [pattern for pattern in needed if not list(workdir.glob(pattern))]
+    if missing:
+        sys.exit(f"mutation.py: {', '.join(missing)} missing: "
                  "run `pip install -e .` in the checkout first (the staging copy reuses the build)")
     return sorted(p.name for p in workdir.iterdir() if p.name not in ("aclprof", "aclprofd", "pyproject.toml"))
 
