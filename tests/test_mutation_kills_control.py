@@ -134,6 +134,18 @@ def test_export_refuses_bounds_that_are_not_numbers(daemon: InProcess, req):
 
 
 def test_a_second_export_on_the_same_connection_is_refused(daemon: InProcess):
+    # The first EXPORT must still be running when the second is read: the two frames come in
+    # one read, but the loop may cut the connection's slice between them, and an EXPORT of an
+    # empty store could end first (then the second one is rightly taken). With more output
+    # than the daemon buffers (2 MiB) plus the socket's, and a client that reads nothing yet,
+    # the first cannot end before the second is handled.
+    a = agent(daemon.socket, service="bulk")
+    try:
+        for _ in range(10):
+            a.send_batch(make_records(4000))
+        wait_for(lambda: status(daemon.socket)["records_total"] == 40_000)
+    finally:
+        a.close()
     c = Client(daemon.socket)
     try:
         req = {"since_ts": 0, "until_ts": 1.5e18, "filter": {}}
