@@ -210,3 +210,17 @@ def _named(names: list[int]) -> np.ndarray:
     r = records([1000] * len(names))
     r["op_name"] = names
     return r
+
+
+def test_a_groups_total_beyond_2_to_the_53_ns_is_exact() -> None:
+    """Row totals are integer sums: float weights rounded 2**53 + 1 ns (~104 days) to 2**53."""
+    from aclprofd.aggregate.quantiles import grouped_rows
+
+    keys = np.array([0, 1, 2], np.int64)
+    count = np.array([1, 1, 3], np.int64)
+    total = np.array([2**53, 1, 7], np.int64)
+    rows = grouped_rows(np.array([0, 0, 1], np.int64), ["a", "b"], np.ones(3, bool), keys, count, total,
+                        np.array([1, 1, 1], np.int64), np.array([2**53, 1, 5], np.int64),
+                        np.array([0, 1, 2], np.int64), np.array([10, 10, 10], np.int64),
+                        np.array([1, 1, 3], np.int64))
+    assert [(r["key"], r["count"], r["total_ns"]) for r in rows] == [("a", 2, 2**53 + 1), ("b", 3, 7)]
