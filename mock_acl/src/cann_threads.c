@@ -15,6 +15,7 @@
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <time.h>
 
 #include "mock_internal.h"
@@ -33,6 +34,28 @@ static pthread_once_t g_thr_once = PTHREAD_ONCE_INIT;
 static uploader_pair g_upl[MOCK_MAX_DEVICES + 1];
 static unsigned g_resp_gen;    /* Finalize and reset end the waiting response threads */
 static unsigned g_resp_live;
+
+/* The response threads are joinable, so that Finalize returns once they are gone from the
+ * process (a detached thread could still be listed in /proc/self/task after it signalled its
+ * end). One that timed out by itself is joined by the next Start (or by Finalize / reset). */
+typedef struct resp_thread {
+    pthread_t t;
+    unsigned gen;
+    bool done;
+    struct resp_thread *next;
+} resp_thread;
+static resp_thread *g_resp;    /* guarded by g_thr_lock */
+
+/* Joins and frees a list taken off g_resp (without g_thr_lock: the threads take it). */
+static void resp_join(resp_thread *r)
+{
+    while (r != NULL) {
+        resp_thread *next = r->next;
+        pthread_join(r->t, NULL);
+        free(r);
+        r = next;
+    }
+}
 
 static void cv_init(void)
 {
@@ -60,7 +83,8 @@ static void *uploader_main(void *arg)
 
 static void *response_main(void *arg)
 {
-    unsigned gen = (unsigned)(uintptr_t)arg;
+    resp_thread *self = arg;
+    unsigned gen = self->gen;
     uint64_t wait_ns = (uint64_t)mock_response_wait_ms() * 1000000u;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
@@ -72,13 +96,14 @@ static void *response_main(void *arg)
             break;
     }
     g_resp_live--;
+    self->done = true;
     pthread_cond_broadcast(&g_thr_cv);
     pthread_mutex_unlock(&g_thr_lock);
     return NULL;
 }
 
 /* Created with every signal blocked (the thread inherits the mask). */
-static bool spawn(pthread_t *t, void *(*fn)(void *), void *arg, const char *name, bool detach)
+static bool spawn(pthread_t *t, void *(*fn)(void *), void *arg, const char *name)
 {
     sigset_t all, old;
     sigfillset(&all);
@@ -88,8 +113,6 @@ static bool spawn(pthread_t *t, void *(*fn)(void *), void *arg, const char *name
     if (rc != 0)
         return false;
     pthread_setname_np(*t, name);
-    if (detach)
-        pthread_detach(*t);
     return true;
 }
 
@@ -113,9 +136,9 @@ void mock_threads_device_up(uint32_t dev)
     char name[16];
     snprintf(name, sizeof name, "MSVP_Upld_%u", dev < HOST_SLOT ? dev : 64u);
     /* A thread that cannot be created is only a shape that differs: the mock works alike. */
-    if (!spawn(&p->t[0], uploader_main, p, name, false))
+    if (!spawn(&p->t[0], uploader_main, p, name))
         p->t[0] = 0;
-    if (!spawn(&p->t[1], uploader_main, p, "MSVP_Upld_Pipe", false))
+    if (!spawn(&p->t[1], uploader_main, p, "MSVP_Upld_Pipe"))
         p->t[1] = 0;
 }
 
@@ -142,16 +165,37 @@ void mock_threads_response_start(void)
 {
     if (!mock_threads_cann())
         return;
+    resp_thread *r = calloc(1, sizeof *r), *ended = NULL;
     pthread_mutex_lock(&g_thr_lock);
-    unsigned gen = g_resp_gen;
-    g_resp_live++;
-    pthread_mutex_unlock(&g_thr_lock);
-    pthread_t t;
-    if (!spawn(&t, response_main, (void *)(uintptr_t)gen, "DevRespHandler", true)) {
-        pthread_mutex_lock(&g_thr_lock);
-        g_resp_live--;
-        pthread_mutex_unlock(&g_thr_lock);
+    for (resp_thread **pp = &g_resp; *pp != NULL;) {   /* the ones that timed out by themselves */
+        resp_thread *q = *pp;
+        if (q->done) {
+            *pp = q->next;
+            q->next = ended;
+            ended = q;
+        } else {
+            pp = &q->next;
+        }
     }
+    if (r != NULL) {
+        r->gen = g_resp_gen;
+        g_resp_live++;
+    }
+    pthread_mutex_unlock(&g_thr_lock);
+    resp_join(ended);
+    if (r == NULL)
+        return;
+    /* Listed before it runs (under the lock), so that Finalize joins it. */
+    pthread_mutex_lock(&g_thr_lock);
+    if (spawn(&r->t, response_main, r, "DevRespHandler")) {
+        r->next = g_resp;
+        g_resp = r;
+        r = NULL;
+    } else {
+        g_resp_live--;
+    }
+    pthread_mutex_unlock(&g_thr_lock);
+    free(r);
 }
 
 /* Finalize and reset: the waiting response threads end (and are gone on return). */
@@ -162,7 +206,10 @@ void mock_threads_response_end(void)
     pthread_cond_broadcast(&g_thr_cv);
     while (g_resp_live > 0)
         pthread_cond_wait(&g_thr_cv, &g_thr_lock);
+    resp_thread *all = g_resp;
+    g_resp = NULL;
     pthread_mutex_unlock(&g_thr_lock);
+    resp_join(all);
 }
 
 void mock_threads_reset(void)
@@ -189,6 +236,7 @@ void mock_threads_fork_child(void)
         g_upl[d] = (uploader_pair){ 0 };
     g_resp_live = 0;
     g_resp_gen++;
+    g_resp = NULL;   /* the parent's threads: not joinable here (their nodes are left) */
     pthread_mutex_init(&g_thr_lock, NULL);
     cv_init();
 }

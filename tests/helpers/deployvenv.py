@@ -8,6 +8,7 @@ builds it once per session."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import os
 import shutil
@@ -46,11 +47,26 @@ def deploy_venv() -> Path:
     venv = Path(f"/tmp/aclprof-deploy-venv-{digest}")
     if (venv / ".complete").exists():
         return venv
+    # One build at a time: the suite's xdist workers (and concurrent sessions) each need it at
+    # about the same time; the ones that wait find it made instead of building it again.
+    with open(f"{venv}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (venv / ".complete").exists():
+            return venv
+        return _make(venv)
+
+
+def _make(venv: Path) -> Path:
+    """Builds the venv (called with its lock held)."""
     for old in Path("/tmp").glob("aclprof-deploy-venv-*"):
-        # other sources' venvs: another test session may be using one, so only stale ones go
+        # other sources' venvs (and their locks): another test session may be using one, so
+        # only stale ones go
         with contextlib.suppress(OSError):
             if time.time() - old.stat().st_mtime > 86400:
-                shutil.rmtree(old, ignore_errors=True)
+                if old.is_dir():
+                    shutil.rmtree(old, ignore_errors=True)
+                else:
+                    old.unlink()
     tmp = Path(f"{venv}.{os.getpid()}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     subprocess.run([SYSTEM_PY, "-m", "venv", str(tmp)], check=True, capture_output=True)
