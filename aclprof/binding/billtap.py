@@ -26,25 +26,27 @@ _fast: Any = import_built("_fast")
 _ffi, _lib = _fast.ffi, _fast.lib
 
 
-def _dtype(ctype: str, fields: tuple[tuple[str, str], ...]) -> np.dtype:
-    """A numpy dtype laid out as the C struct ``ctype`` (offsets from cffi; sizes checked)."""
+_INTS = {f"{u}int{b}_t" for u in ("", "u") for b in (8, 16, 32, 64)}
+
+
+def _dtype(ctype: str, names: tuple[str, ...]) -> np.dtype:
+    """A numpy dtype laid out as the C struct ``ctype``: offsets, integer types and size all
+    from cffi (nothing kept by hand beside the header)."""
     c_fields = dict(_ffi.typeof(ctype).fields)
-    names = [f for f, _ in fields]
-    dt = np.dtype({"names": names, "formats": [t for _, t in fields],
-                   "offsets": [c_fields[f].offset for f in names], "itemsize": _ffi.sizeof(ctype)})
-    got: Any = dt.fields or {}
+    formats = []
     for name in names:
-        if got[name][0].itemsize != _ffi.sizeof(c_fields[name].type):
-            raise TypeError(f"aclprof.binding.billtap: field {name} of {ctype} has another size in C")
-    return dt
+        cname = c_fields[name].type.cname  # "uint64_t", "int64_t", "uint32_t"
+        if cname not in _INTS:
+            raise TypeError(f"aclprof.binding.billtap: field {name} of {ctype} is {cname}, not a fixed-width integer")
+        formats.append(np.dtype(cname[:-2]))
+    return np.dtype({"names": list(names), "formats": formats,
+                     "offsets": [c_fields[f].offset for f in names], "itemsize": _ffi.sizeof(ctype)})
 
 
 #: one op of the tap (``aclprof_tap_op``)
-TAP_OP_DTYPE = _dtype("aclprof_tap_op", (("start", "<u8"), ("end", "<u8"), ("thread_id", "<u4"),
-                                         ("model_id", "<u4"), ("op_type", "<u4"), ("op_name", "<u4"),
-                                         ("slot", "<u4")))
+TAP_OP_DTYPE = _dtype("aclprof_tap_op", ("start", "end", "thread_id", "model_id", "op_type", "op_name", "slot"))
 #: one clock note (``aclprof_tap_note``)
-TAP_NOTE_DTYPE = _dtype("aclprof_tap_note", (("arrival", "<i8"), ("newest_end", "<u8"), ("ops", "<u8")))
+TAP_NOTE_DTYPE = _dtype("aclprof_tap_note", ("arrival", "newest_end", "ops"))
 
 
 def note_requests_marked() -> None:

@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 from aclprof.cli.argtypes import MAX_PID, checked, integer, name
-from aclprof.cli.common import EXIT_OK, CliError, add_socket_arg, connect, format_ns
-from aclprof.cli.diff_requests import sample_shift
+from aclprof.cli.common import EXIT_OK, EXIT_UNREACHABLE, CliError, add_socket_arg, connect, format_ns
+from aclprof.cli.diff_requests import load_requests, parse_attrs, sample_shift
 from aclprof.cli.diff_sources import Histograms, check_spec, load_source, needs_daemon
 from aclprof.protocol.detectorparams import MIN_COUNT, MIN_EFFECT, Z
 from aclprof.protocol.quantshift import IMPROVEMENT, NBINS, REGRESSION, judge, shift
@@ -54,12 +54,31 @@ unreachable
 """
 
 
+def _check_spec(text: str) -> str:
+    """:func:`check_spec`, with ``requests:KEY=VALUE`` specs (aclprof.cli.diff_requests)."""
+    kind, _, rest = text.partition(":")
+    if kind == "requests" and rest:
+        parse_attrs(rest)
+        return text
+    return check_spec(text)
+
+
+def _load(spec: str, client: Any, service: str | None = None) -> Histograms:
+    """:func:`load_source`, with ``requests:`` specs: the daemon's kept request bills."""
+    kind, _, rest = spec.partition(":")
+    if kind == "requests" and rest:
+        if client is None:
+            raise CliError(f"{spec}: needs the daemon", EXIT_UNREACHABLE)
+        return load_requests(spec, client, service)
+    return load_source(spec, client, service=service)
+
+
 def add_parser(sub: Any, fmt: Any) -> None:
     p = sub.add_parser("diff", help="op latency shifts between two baselines, exports or windows",
                        formatter_class=fmt, description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
                        epilog=_EXAMPLES)
-    p.add_argument("a", type=checked(check_spec), metavar="A", help="the reference")
-    p.add_argument("b", type=checked(check_spec), metavar="B", help="compared with A")
+    p.add_argument("a", type=checked(_check_spec), metavar="A", help="the reference")
+    p.add_argument("b", type=checked(_check_spec), metavar="B", help="compared with A")
     p.add_argument("--by", choices=("type", "name"), default="type", help="rows per op type (default) or name")
     p.add_argument("--service", metavar="NAME", default=None, type=name("service name"), help="only this service's ops")
     # the same rules as the daemon's detector_* settings (aclprof.protocol.detectorparams)
@@ -161,9 +180,9 @@ def cmd_diff(args: argparse.Namespace) -> int:
     if needs_daemon(args.a) or needs_daemon(args.b):
         with connect(args) as client:
             client.settimeout(60.0)  # an export of a long window streams for a while
-            a, b = (load_source(s, client, service=args.service) for s in (args.a, args.b))
+            a, b = (_load(s, client, service=args.service) for s in (args.a, args.b))
     else:
-        a, b = load_source(args.a, None), load_source(args.b, None)
+        a, b = _load(args.a, None), _load(args.b, None)
     result = compare(a, b, by=args.by, service=args.service, min_effect=args.min_effect,
                      min_count=args.min_count, z=args.z)
     if args.json:

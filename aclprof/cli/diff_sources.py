@@ -86,10 +86,6 @@ def check_spec(text: str) -> str:
         window_times(rest)
     elif kind == "baseline" and rest:
         baselinefmt.check_name(rest)
-    elif kind == "requests" and rest:
-        from aclprof.cli.diff_requests import parse_attrs
-
-        parse_attrs(rest)
     elif kind == "live" and rest:
         if rest not in LIVE:
             raise ValueError(f"live:{rest}: use live:current, live:trailing or live:recent")
@@ -118,12 +114,6 @@ def load_source(spec: str, client: Client | None, stdin: IO[bytes] | None = None
         if lost is not None:  # a window with records lost to a storage failure would compare as complete
             raise CliError(f"{spec}: {lost}", lost.code)
         return hist
-    if kind == "requests" and rest:
-        if client is None:
-            raise CliError(f"{spec}: needs the daemon", EXIT_UNREACHABLE)
-        from aclprof.cli.diff_requests import load_requests
-
-        return load_requests(spec, client, service)
     if kind in ("baseline", "live") and rest:
         if client is None:
             raise CliError(f"{spec}: needs the daemon", EXIT_UNREACHABLE)
