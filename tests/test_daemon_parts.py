@@ -95,11 +95,33 @@ def test_memory_used_is_the_sum_of_what_each_connection_holds():
             return self.n
 
     refused: dict[str, int] = {}
-    m = Memory({3: Held(100), 4: Held(23)}, 1000, refused)  # type: ignore[dict-item]
+    tables = [50]
+    m = Memory({3: Held(100), 4: Held(23)}, 1000, refused, rss=lambda: 300)  # type: ignore[dict-item]
+    m.tables.append(lambda: tables[0])
+    m.start()  # the base: resident bytes less the tables then
+    assert (m.base, m.own(), m.slack()) == (250, 300, 1000 // 8)
+    assert m.share() == 1000 - 300 - 125 == 575  # the clients' share
     assert m.used() == 123
-    assert m.fits(877) and not m.fits(878)
+    assert m.fits(575 - 123) and not m.fits(576 - 123)
+    assert (m.names_share(), m.reply_cap(), m.metrics_share()) == (575 // 8, 575 // 4, 575 // 4)
+    tables[0] = 150  # the tables grew: read again at the next flush
+    m.refresh()
+    assert m.share() == 475 and not m.fits(475 - 122)
     m.refuse("names")
     assert refused == {"names": 1}
+
+
+def test_a_budget_that_leaves_clients_under_a_quarter_of_it_is_refused():
+    from aclprofd.memory import Memory
+
+    m = Memory({}, 160 << 20, {}, rss=lambda: 90 << 20)
+    m.start()  # 160 - 90 - 20 = 50 MiB for clients: at least 40
+    assert m.too_small(144 << 20) is None  # 144 - 90 - 18 = 36: a quarter, just
+    msg = m.too_small((144 << 20) - 8)
+    assert msg is not None and "90.0 MiB resident at start, its base" in msg and "to 145MiB or more" in msg, msg
+    small = Memory({}, 100 << 20, {}, rss=lambda: 90 << 20)
+    with pytest.raises(ValueError, match=r"memory_budget of 104857600 bytes \(100.0 MiB\) is too small"):
+        small.start()
 
 
 def test_a_conn_holds_its_queue_names_unstored_records_and_partial_frame():
@@ -135,18 +157,21 @@ def _names_refused(sock_path: str, table: dict[int, str]) -> str | None:
 
 
 def test_sighup_memory_budget_reaches_the_budget_checks(tmp_path):
-    """memory_budget is live: after a reload the names share (an eighth of the budget) is the
-    new budget's, in the refusal and in STATUS (the budget is no longer read off the settings
-    at each check, so the reload must hand it over)."""
-    table = {i: f"op_name_{i:06d}" for i in range(2, 200)}  # ~5 KB charged: far below 64 MiB / 8
+    """memory_budget is live: after a reload the names share (an eighth of the clients'
+    share of the budget) is the new budget's, in the refusal and in STATUS (the budget is no
+    longer read off the settings at each check, so the reload must hand it over)."""
+    table = {i: f"op_name_{i:06d}" for i in range(2, 2000)}  # ~430 KB charged: far below 64 MiB / 8
     with InProcess(memory_budget="64MiB", data_dir=tmp_path / "data") as d:
         assert _names_refused(d.socket, table) is None
-        d.daemon._reload = lambda: dataclasses.replace(d.settings, memory_budget_bytes=16 << 10)
+        d.daemon._reload = lambda: dataclasses.replace(d.settings, memory_budget_bytes=2 << 20)
         d.daemon.request_reload()
-        wait_for(lambda: status(d.socket)["memory"]["budget_bytes"] == 16 << 10)
+        wait_for(lambda: status(d.socket)["memory"]["budget_bytes"] == 2 << 20)
         msg = _names_refused(d.socket, table)
-        assert msg is not None and "NAMES refused" in msg and f"({(16 << 10) // 8} bytes)" in msg, msg
-        assert status(d.socket)["memory"]["refused"].get("names") == 1
+        mem = status(d.socket)["memory"]
+        share = mem["clients_share_bytes"] // 8
+        assert share < 430_000
+        assert msg is not None and "NAMES refused" in msg and f"({share} bytes)" in msg, (msg, mem)
+        assert mem["refused"].get("names") == 1
 
 
 def test_one_rate_limit_rule_for_log_lines():
