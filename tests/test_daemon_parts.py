@@ -199,3 +199,20 @@ def test_goodbye_is_built_in_one_place():
     assert kind == Kind.GOODBYE and decode_json(payload) == {"records": 12, "dropped": 3}
     src = "\n".join(p.read_text(encoding="utf-8") for p in Path(REPO, "daemon", "aclprofd").glob("*.py"))
     assert src.count("Kind.GOODBYE") == 1
+
+
+def test_table_bytes_count_each_array_once_views_included():
+    """The tables' share of the budget is read from the arrays themselves (aclprofd.memory
+    array_bytes): a view is its base's bytes, counted once; the daemon's nested objects and
+    lists of them are walked, dicts not."""
+    import numpy as np
+    from aclprofd.aggregate.aggregator import Aggregator
+    from aclprofd.memory import array_bytes
+
+    agg = Aggregator(100)
+    own = array_bytes(agg)
+    assert own >= agg.hist.nbytes + agg.fine.nbytes + agg.prom.nbytes
+    agg.extra_view = agg.hist[:3]  # a view of a counted array: nothing more
+    agg.extra_list = [np.zeros(1000, np.int64)]  # a list of arrays: walked
+    agg.extra_dict = {"x": np.zeros(1000, np.int64)}  # dicts: not walked
+    assert array_bytes(agg) == own + 8000
