@@ -105,8 +105,15 @@ def test_memory_used_is_the_sum_of_what_each_connection_holds():
     assert m.fits(575 - 123) and not m.fits(576 - 123)
     assert (m.names_share(), m.reply_cap(), m.metrics_share()) == (575 // 8, 575 // 4, 575 // 4)
     tables[0] = 150  # the tables grew: read again at the next flush
+    assert m.problem() is None
     m.refresh()
     assert m.share() == 475 and not m.fits(475 - 122)
+    assert m.problem() is None  # 475 >= 1000 // 4
+    tables[0] = 400
+    m.refresh()
+    assert m.share() == 225
+    msg = m.problem()  # a STATUS problem: under a quarter of the budget left to clients
+    assert msg is not None and "leave clients 0 MiB of memory_budget (0 MiB), under a quarter" in msg, msg
     m.refuse("names")
     assert refused == {"names": 1}
 

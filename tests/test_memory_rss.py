@@ -122,3 +122,28 @@ def test_a_reload_to_a_budget_too_small_keeps_the_running_one(tmp):
         assert status(d.socket)["memory"]["budget_bytes"] == BUDGET_MIB << 20
         line = next(x for x in d.log_lines() if "memory_budget refused" in x.get("event", ""))
         assert "41943040 bytes (40.0 MiB) is too small" in line["error"], line
+
+
+def test_tables_grown_past_three_quarters_of_the_budget_are_a_status_problem():
+    """The tables are bounded by max_keys, not refused: when they leave the clients under a
+    quarter of the budget, STATUS says so (a problem naming the figures and the fix) and
+    the clients' share shrinks with them (in-process: only the tables count)."""
+    import numpy as np
+    from helpers.daemons import InProcess
+    from helpers.records import make_records
+
+    with InProcess(memory_budget_bytes=16 << 20) as d:
+        before = status(d.socket)
+        assert before["healthy"] and before["memory"]["clients_share_bytes"] > 12 << 20, before["memory"]
+        a = agent(d.socket)
+        batch = np.concatenate([make_records(2, model=m) for m in range(1, 400)])
+        a.send_batch(batch)
+        wait_for(lambda: status(d.socket)["records_total"] == len(batch))
+
+        def problem() -> list[str]:
+            return [p for p in status(d.socket)["problems"] if p.startswith("memory: ")]
+        wait_for(lambda: problem() != [])  # the tables are read again at the next flush
+        st = status(d.socket)
+        assert "under a quarter: raise memory_budget or lower max_keys" in problem()[0], st["problems"]
+        assert st["memory"]["tables_bytes"] > 10 << 20 and st["memory"]["clients_share_bytes"] < 4 << 20
+        a.close()

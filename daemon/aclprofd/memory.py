@@ -97,6 +97,16 @@ class Memory:
                 f"is kept for allocator slack, and clients must get at least a quarter of it; set memory_budget "
                 f"to {least}MiB or more (daemon/README.md \"Memory budget\")")
 
+    def problem(self) -> str | None:
+        """A STATUS problem while the tables have grown so that the clients' share is under a
+        quarter of the budget (they are bounded by ``max_keys``, not refused), else None."""
+        share = self.share()
+        if share >= self.budget // MIN_SHARE_DIV:
+            return None
+        return (f"memory: the daemon's base ({self.base / 2**20:.0f} MiB) and tables ({self.tables_bytes / 2**20:.0f} "
+                f"MiB) leave clients {share / 2**20:.0f} MiB of memory_budget ({self.budget / 2**20:.0f} MiB), under "
+                f"a quarter: raise memory_budget or lower max_keys (daemon/README.md \"Memory budget\")")
+
     def own(self) -> int:
         """Bytes the daemon holds itself: its base and its tables (at the last refresh)."""
         return self.base + self.tables_bytes

@@ -232,6 +232,7 @@ class _MemoryUse(Protocol):
     def used(self) -> int: ...
     def slack(self) -> int: ...
     def share(self) -> int: ...
+    def problem(self) -> str | None: ...
 
 
 class _LimitStats(Protocol):
@@ -334,7 +335,8 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         agents=agents, storage=storage, aggregate_keys=agg.nkeys - 1,
         aggregate_cap=agg.max_keys, aggregate_other_records=agg.other_records,
         aggregate_windows=(*agg.window_names(), "all"), aggregate_since_ts=agg.reset_ts,
-        problems=tuple(d.health.problems(d.socket_problem, d.storage, agg, now)),
+        problems=tuple(d.health.problems(d.socket_problem, d.storage, agg, now))
+        + tuple(p for p in (t.memory.problem(),) if p),
         records_rejected=tuple(sorted(c.records_rejected.items())),
         memory_budget=d.settings.memory_budget_bytes, memory_used=t.memory.used(), memory_own=_memory_own(t.memory),
         memory_refused=tuple(sorted(c.memory_refused.items())),
