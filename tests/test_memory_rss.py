@@ -147,3 +147,22 @@ def test_tables_grown_past_three_quarters_of_the_budget_are_a_status_problem():
         assert "under a quarter: raise memory_budget or lower max_keys" in problem()[0], st["problems"]
         assert st["memory"]["tables_bytes"] > 10 << 20 and st["memory"]["clients_share_bytes"] < 4 << 20
         a.close()
+
+
+def test_metrics_show_the_daemons_own_bytes_and_the_clients_share():
+    """/metrics has the split STATUS shows: the daemon's own bytes (base + tables) and the
+    clients' share of memory_budget."""
+    import urllib.request
+
+    from helpers.daemons import InProcess
+    from helpers.procs import free_port
+
+    port = free_port()
+    with InProcess(prometheus_port=port, memory_budget_bytes=64 << 20) as d:
+        mem = status(d.socket)["memory"]
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+            text = r.read().decode()
+        values = {line.split()[0]: float(line.split()[1]) for line in text.splitlines()
+                  if line.startswith("aclprofd_memory_") and not line.startswith("#")}
+        assert values["aclprofd_memory_clients_share_bytes"] == mem["clients_share_bytes"] > 0, (values, mem)
+        assert values["aclprofd_memory_own_bytes"] == mem["base_bytes"] + mem["tables_bytes"] > 0
