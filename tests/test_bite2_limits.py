@@ -565,13 +565,15 @@ def test_a_segment_size_at_a_quarter_of_the_disk_cap_is_kept_and_one_byte_over_i
 
 def test_the_name_table_share_is_an_eighth_of_the_budget_to_the_byte():
     """NAMES is charged len(name) + NAME_OVERHEAD per name; a table costing exactly the
-    share (memory_budget // 8) is taken, one byte more is refused and counted."""
+    share (an eighth of the clients' share of memory_budget) is taken, one byte more is
+    refused and counted."""
     from aclprofd.ingest import NAME_OVERHEAD
 
     budget = 16 << 20
-    share = budget // 8
     for extra, ok in ((-1, True), (0, True), (1, False)):
         with InProcess(memory_budget_bytes=budget) as d:
+            share = _status(d)["memory"]["clients_share_bytes"] // 8
+            assert budget // 16 < share < budget // 8
             n = 200
             each = (share + extra - NAME_OVERHEAD) // n - NAME_OVERHEAD - 1
             names = {i: "n" * each for i in range(n)}

@@ -313,7 +313,7 @@ def test_socket_file_recreated_during_an_accept_pause_is_registered_once_when_it
 
     sock = os.path.join(tmp, "u.sock")
     d = ServerDaemon(config.load({"socket": sock, "data_dir": os.path.join(tmp, "data"), "prometheus_port": "0"},
-                                 environ={}))
+                                 environ={}), rss=lambda: 0)  # in-process: the test's RSS is not its base
     d.start()
     try:
         t = d.transport

@@ -32,7 +32,7 @@ def _alive(d) -> bool:
 def test_stream_client_that_never_reads_status_replies_is_closed_and_counted(tmp):
     """STREAM, then STATUS requests without reading a reply: the per-connection reply cap
     applies to stream connections too (on main it did not: the daemon grew without limit)."""
-    with running(tmp, "--memory-budget", "32MiB") as d:
+    with running(tmp, "--memory-budget", "128MiB") as d:  # 32 MiB: less than the daemon holds itself
         c = Client(d.socket)
         c.send_json(Kind.STREAM, {"filter": {}})
         c.sock.settimeout(2.0)
@@ -54,7 +54,7 @@ def test_stream_client_that_never_reads_status_replies_is_closed_and_counted(tmp
 
 def test_name_table_is_bounded_by_the_memory_budget(tmp):
     """An agent defining names it never uses is refused once its table passes its share."""
-    with running(tmp, "--memory-budget", "32MiB") as d:
+    with running(tmp, "--memory-budget", "128MiB") as d:  # 32 MiB: less than the daemon holds itself
         a = agent(d.socket)
         closed = False
         for base in range(0, 2_000_000, 50_000):

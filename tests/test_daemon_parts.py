@@ -95,11 +95,40 @@ def test_memory_used_is_the_sum_of_what_each_connection_holds():
             return self.n
 
     refused: dict[str, int] = {}
-    m = Memory({3: Held(100), 4: Held(23)}, 1000, refused)  # type: ignore[dict-item]
+    tables = [50]
+    m = Memory({3: Held(100), 4: Held(23)}, 1000, refused, rss=lambda: 300)  # type: ignore[dict-item]
+    m.tables.append(lambda: tables[0])
+    m.start()  # the base: resident bytes less the tables then
+    assert (m.base, m.own(), m.slack()) == (250, 300, 1000 // 8)
+    assert m.share() == 1000 - 300 - 125 == 575  # the clients' share
     assert m.used() == 123
-    assert m.fits(877) and not m.fits(878)
+    assert m.fits(575 - 123) and not m.fits(576 - 123)
+    assert (m.names_share(), m.reply_cap(), m.metrics_share()) == (575 // 8, 575 // 4, 575 // 4)
+    tables[0] = 150  # the tables grew: read again at the next flush
+    assert m.problem() is None
+    m.refresh()
+    assert m.share() == 475 and not m.fits(475 - 122)
+    assert m.problem() is None  # 475 >= 1000 // 4
+    tables[0] = 400
+    m.refresh()
+    assert m.share() == 225
+    msg = m.problem()  # a STATUS problem: under a quarter of the budget left to clients
+    assert msg is not None and "leave clients 0 MiB of memory_budget (0 MiB), under a quarter" in msg, msg
     m.refuse("names")
     assert refused == {"names": 1}
+
+
+def test_a_budget_that_leaves_clients_under_a_quarter_of_it_is_refused():
+    from aclprofd.memory import Memory
+
+    m = Memory({}, 160 << 20, {}, rss=lambda: 90 << 20)
+    m.start()  # 160 - 90 - 20 = 50 MiB for clients: at least 40
+    assert m.too_small(144 << 20) is None  # 144 - 90 - 18 = 36: a quarter, just
+    msg = m.too_small((144 << 20) - 8)
+    assert msg is not None and "90.0 MiB resident at start, its base" in msg and "to 145MiB or more" in msg, msg
+    small = Memory({}, 100 << 20, {}, rss=lambda: 90 << 20)
+    with pytest.raises(ValueError, match=r"memory_budget of 104857600 bytes \(100.0 MiB\) is too small"):
+        small.start()
 
 
 def test_a_conn_holds_its_queue_names_unstored_records_and_partial_frame():
@@ -135,18 +164,21 @@ def _names_refused(sock_path: str, table: dict[int, str]) -> str | None:
 
 
 def test_sighup_memory_budget_reaches_the_budget_checks(tmp_path):
-    """memory_budget is live: after a reload the names share (an eighth of the budget) is the
-    new budget's, in the refusal and in STATUS (the budget is no longer read off the settings
-    at each check, so the reload must hand it over)."""
-    table = {i: f"op_name_{i:06d}" for i in range(2, 200)}  # ~5 KB charged: far below 64 MiB / 8
+    """memory_budget is live: after a reload the names share (an eighth of the clients'
+    share of the budget) is the new budget's, in the refusal and in STATUS (the budget is no
+    longer read off the settings at each check, so the reload must hand it over)."""
+    table = {i: f"op_name_{i:06d}" for i in range(2, 2000)}  # ~430 KB charged: far below 64 MiB / 8
     with InProcess(memory_budget="64MiB", data_dir=tmp_path / "data") as d:
         assert _names_refused(d.socket, table) is None
-        d.daemon._reload = lambda: dataclasses.replace(d.settings, memory_budget_bytes=16 << 10)
+        d.daemon._reload = lambda: dataclasses.replace(d.settings, memory_budget_bytes=2 << 20)
         d.daemon.request_reload()
-        wait_for(lambda: status(d.socket)["memory"]["budget_bytes"] == 16 << 10)
+        wait_for(lambda: status(d.socket)["memory"]["budget_bytes"] == 2 << 20)
         msg = _names_refused(d.socket, table)
-        assert msg is not None and "NAMES refused" in msg and f"({(16 << 10) // 8} bytes)" in msg, msg
-        assert status(d.socket)["memory"]["refused"].get("names") == 1
+        mem = status(d.socket)["memory"]
+        share = mem["clients_share_bytes"] // 8
+        assert share < 430_000
+        assert msg is not None and "NAMES refused" in msg and f"({share} bytes)" in msg, (msg, mem)
+        assert mem["refused"].get("names") == 1
 
 
 def test_one_rate_limit_rule_for_log_lines():
@@ -174,3 +206,20 @@ def test_goodbye_is_built_in_one_place():
     assert kind == Kind.GOODBYE and decode_json(payload) == {"records": 12, "dropped": 3}
     src = "\n".join(p.read_text(encoding="utf-8") for p in Path(REPO, "daemon", "aclprofd").glob("*.py"))
     assert src.count("Kind.GOODBYE") == 1
+
+
+def test_table_bytes_count_each_array_once_views_included():
+    """The tables' share of the budget is read from the arrays themselves (aclprofd.memory
+    array_bytes): a view is its base's bytes, counted once; the daemon's nested objects and
+    lists of them are walked, dicts not."""
+    import numpy as np
+    from aclprofd.aggregate.aggregator import Aggregator
+    from aclprofd.memory import array_bytes
+
+    agg = Aggregator(100)
+    own = array_bytes(agg)
+    assert own >= agg.hist.nbytes + agg.fine.nbytes + agg.prom.nbytes
+    agg.extra_view = agg.hist[:3]  # a view of a counted array: nothing more
+    agg.extra_list = [np.zeros(1000, np.int64)]  # a list of arrays: walked
+    agg.extra_dict = {"x": np.zeros(1000, np.int64)}  # dicts: not walked
+    assert array_bytes(agg) == own + 8000

@@ -323,7 +323,7 @@ def test_large_names_frames_are_taken_one_per_loop_turn(tmp):
     _route_inprocess_daemon_logs()
     path = os.path.join(tmp, "d.sock")
     d = Daemon(config.load({"socket": path, "data_dir": os.path.join(tmp, "data"), "prometheus_port": "0"},
-                           environ={}))
+                           environ={}), rss=lambda: 0)  # in-process: the test's RSS is not its base
     d.start()
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:

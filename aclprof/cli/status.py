@@ -217,8 +217,11 @@ def format_status(st: dict[str, Any], devices: dict[str, Any] | None = None, wid
     mem = st.get("memory") or {}
     if mem:
         refused = mem.get("refused") or {}
+        share = (f" (clients' share {_bytes(float(mem['clients_share_bytes']))}; the daemon's own "
+                 f"{_bytes(float(mem.get('base_bytes', 0)) + float(mem.get('tables_bytes', 0)))})"
+                 if "clients_share_bytes" in mem else "")
         lines.append(f"memory: {_bytes(float(mem.get('used_bytes', 0)))} of {_bytes(float(mem.get('budget_bytes', 0)))}"
-                     f" budget held for clients"
+                     f" budget held for clients{share}"
                      + ("; refused: " + ", ".join(f"{k} {v:,}" for k, v in sorted(refused.items())) if refused else ""))
     other_cuts = [f"{cut[k]:,} {what}" for k, what in (("problems", "problems"), ("flags", "detector flags"),
                                                         ("captures", "captures")) if cut.get(k)]

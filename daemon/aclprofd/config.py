@@ -330,8 +330,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("stream_buffer_bytes", "stream_buffer", "ACLPROFD_STREAM_BUFFER", "--stream-buffer", parse_size, True,
            "outgoing buffer per STREAM client; when full its records are skipped and counted (default 8MiB)"),
     Option("memory_budget_bytes", "memory_budget", "ACLPROFD_MEMORY_BUDGET", "--memory-budget", parse_size, True,
-           "what all clients together may make the daemon hold (queued replies, name tables, unstored "
-           "records); a client past its share is refused and counted (default 512MiB)"),
+           "the daemon's RSS: its own base and tables, an eighth for allocator slack, and the rest for "
+           "what all clients together may make it hold (queued replies, name tables, unstored records); "
+           "a client past its share is refused and counted (default 512MiB)"),
     Option("control_idle_timeout_s", "control_idle_timeout", "ACLPROFD_CONTROL_IDLE_TIMEOUT",
            "--control-idle-timeout", parse_duration, True,
            "close a control client that sends no request this long and neither streams nor exports (default 60s)"),

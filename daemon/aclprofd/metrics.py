@@ -32,8 +32,9 @@ Series:
   ``aclprofd_protocol_errors_total``, ``aclprofd_aggregate_keys``,
   ``aclprofd_aggregate_other_records_total``, ``aclprofd_storage_write_errors_total``,
   ``aclprofd_records_rejected_total{reason}`` (impossible values refused at ingest),
-  ``aclprofd_memory_budget_bytes``, ``aclprofd_memory_used_bytes``,
-  ``aclprofd_memory_refused_total{what}`` (requests refused by the memory budget),
+  ``aclprofd_memory_budget_bytes``, ``aclprofd_memory_used_bytes``, ``aclprofd_memory_own_bytes``,
+  ``aclprofd_memory_clients_share_bytes``, ``aclprofd_memory_refused_total{what}`` (requests
+  refused by the memory budget),
   ``aclprofd_internal_errors_total``, ``aclprofd_connections_refused_total``,
   ``aclprofd_control_idle_closed_total``, ``aclprofd_accept_errors_total``,
   ``aclprofd_connections_peer_gone_total`` (peers that left before reading their replies:
@@ -192,6 +193,13 @@ class DaemonCollector:
         yield GaugeMetricFamily("aclprofd_memory_used_bytes",
                                 "Bytes held for clients (queued replies, name tables, unstored records)",
                                 value=s.memory_used)
+        own = dict(s.memory_own)
+        yield GaugeMetricFamily("aclprofd_memory_own_bytes", "Bytes of memory_budget the daemon holds itself "
+                                "(its base at start and its aggregate and detector tables)",
+                                value=own.get("base_bytes", 0) + own.get("tables_bytes", 0))
+        yield GaugeMetricFamily("aclprofd_memory_clients_share_bytes", "Bytes of memory_budget clients may make "
+                                "the daemon hold (the budget less its own and an eighth for allocator slack)",
+                                value=own.get("clients_share_bytes", 0))
         yield by_label(CounterMetricFamily, "aclprofd_memory_refused",
                        "Requests refused by the memory budget, by what they would have grown", "what",
                        s.memory_refused)

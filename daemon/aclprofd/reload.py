@@ -74,6 +74,10 @@ def apply_reload(d: ReloadTarget, reload: Callable[[], Settings] | None) -> None
     except Exception as exc:  # a bad config file must not kill a running daemon
         _log.error("config reload failed; keeping the running settings", error=str(exc))
         return
+    problem = d.memory.too_small(new.memory_budget_bytes)
+    if problem:  # the running budget stays: a smaller one would leave clients too little
+        _log.error("config reload: memory_budget refused; keeping the running one", error=problem)
+        new = replace(new, memory_budget_bytes=d.memory.budget)
     live, restart = changed(d.settings, new)
     live_fields = {o.field: getattr(new, o.field) for o in OPTIONS if o.live}
     d.settings = applied = replace(d.settings, **live_fields)

@@ -43,6 +43,7 @@ from .failures import Failures
 from .fanout import Fanout
 from .handshake import PROTOCOL_VERSION, admit
 from .ingest import Ingest
+from .memory import array_bytes
 from .persist import AGGREGATES_FILE, Persistence
 from .reload import apply_reload, signal_handlers
 from .socketfile import SocketFile
@@ -69,7 +70,8 @@ class Daemon:
     then :meth:`run` until :meth:`stop` or a signal; :meth:`close` always.
     """
 
-    def __init__(self, settings: Settings, *, reload: Callable[[], Settings] | None = None):
+    def __init__(self, settings: Settings, *, reload: Callable[[], Settings] | None = None,
+                 rss: Callable[[], int] | None = None):
         self.settings = settings
         self._reload = reload
         self.started_ts = time.time()
@@ -91,6 +93,8 @@ class Daemon:
                                        agent_idle_s=settings.agent_idle_timeout_s,
                                        max_agents_per_uid=settings.max_agent_connections_per_uid)
         self.memory = t.memory
+        if rss is not None:  # a daemon sharing its process (the tests' in-process ones)
+            self.memory.rss = rss
         self.socket_file = SocketFile(t, settings.socket, settings.socket_group)
         self.aggregator = Aggregator(settings.max_keys, settings.windows,
                                      max_keys_per_agent=settings.max_keys_per_agent,
@@ -115,6 +119,9 @@ class Daemon:
         self.ingest.handlers.update(self.bills.agent_handlers)  # REQUEST_BILL (protocol 4)
         self.control.handlers.update(self.bills.control_handlers)  # REQUESTS
         self.control.handlers.update(self.traces.control_handlers)  # TRACE
+        # what the daemon holds itself comes off the budget first (aclprofd.memory)
+        self.memory.tables.extend([lambda: array_bytes(self.aggregator),
+                                   lambda: array_bytes(self.detection.detector)])
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._published_mono = 0.0
         self._stop = threading.Event()
@@ -178,6 +185,11 @@ class Daemon:
                 raise DaemonError(f"cannot serve Prometheus metrics on {s.prometheus_host}:{s.prometheus_port}: "
                                   f"{getattr(exc, 'strerror', None) or exc}") from None
         self.captures.start()  # last: a failed start leaves no worker thread behind
+        try:
+            self.memory.start()  # the base: the daemon up, its aggregates loaded
+        except ValueError as exc:
+            self.close()
+            raise DaemonError(str(exc)) from None
         _log.info("listening", socket=s.socket, data_dir=s.data_dir, pid=os.getpid(),
                   prometheus=f"{s.prometheus_host}:{s.prometheus_port}" if s.prometheus_port else None)
 
@@ -363,6 +375,7 @@ class Daemon:
         self.persist.save_aggregates()
         self.socket_file.check()
         self.memory.trim_if_due(mono)
+        self.memory.refresh()
         self.health.other_records(self.aggregator.other_records)
 
 

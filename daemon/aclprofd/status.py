@@ -107,6 +107,8 @@ class CountersSnapshot:
     memory_budget: int = 0
     memory_used: int = 0
     memory_refused: tuple[tuple[str, int], ...] = ()
+    #: what the daemon holds itself (base, tables), the slack headroom, the clients' share
+    memory_own: tuple[tuple[str, int], ...] = ()
     #: connections (aclprofd.transport): closed for a bug while serving them, refused or
     #: evicted by the connection limits, control clients closed for idling, failed accepts
     internal_errors: int = 0
@@ -225,7 +227,12 @@ class _IngestStats(Protocol):
 
 
 class _MemoryUse(Protocol):
+    base: int
+    tables_bytes: int
     def used(self) -> int: ...
+    def slack(self) -> int: ...
+    def share(self) -> int: ...
+    def problem(self) -> str | None: ...
 
 
 class _LimitStats(Protocol):
@@ -290,6 +297,13 @@ class SnapshotSource(Protocol):
     def socket_problem(self) -> str | None: ...
 
 
+def _memory_own(m: _MemoryUse) -> tuple[tuple[str, int], ...]:
+    """STATUS "memory": what the daemon holds itself, the slack, and what clients may hold
+    (daemon/README.md "Memory budget"; the tables as of the last flush)."""
+    return (("base_bytes", m.base), ("tables_bytes", m.tables_bytes), ("slack_bytes", m.slack()),
+            ("clients_share_bytes", m.share()))
+
+
 def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
     """One consistent copy of the daemon's counters (call on the loop thread)."""
     now, mono = time.time(), time.monotonic()
@@ -321,9 +335,10 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         agents=agents, storage=storage, aggregate_keys=agg.nkeys - 1,
         aggregate_cap=agg.max_keys, aggregate_other_records=agg.other_records,
         aggregate_windows=(*agg.window_names(), "all"), aggregate_since_ts=agg.reset_ts,
-        problems=tuple(d.health.problems(d.socket_problem, d.storage, agg, now)),
+        problems=tuple(d.health.problems(d.socket_problem, d.storage, agg, now))
+        + tuple(p for p in (t.memory.problem(),) if p),
         records_rejected=tuple(sorted(c.records_rejected.items())),
-        memory_budget=d.settings.memory_budget_bytes, memory_used=t.memory.used(),
+        memory_budget=d.settings.memory_budget_bytes, memory_used=t.memory.used(), memory_own=_memory_own(t.memory),
         memory_refused=tuple(sorted(c.memory_refused.items())),
         internal_errors=t.internal_errors, connections_refused=t.limits.refused,
         idle_closed=t.limits.idle_closed,
@@ -429,7 +444,7 @@ def status_reply(s: CountersSnapshot, socket_path: str, cut: dict[str, int] | No
             "steps_total": s.steps_total,
             "stream_skipped": s.stream_skipped_total, "protocol_errors": s.protocol_errors,
             "records_rejected": dict(s.records_rejected),
-            "memory": {"budget_bytes": s.memory_budget, "used_bytes": s.memory_used,
+            "memory": {"budget_bytes": s.memory_budget, "used_bytes": s.memory_used, **dict(s.memory_own),
                        "refused": dict(s.memory_refused)},
             "connections": {"refused": s.connections_refused, "idle_closed": s.idle_closed,
                             "accept_errors": s.accept_errors, "internal_errors": s.internal_errors,

@@ -713,6 +713,10 @@ def main(argv: list[str] | None = None) -> int:
         ("storage records_lost / write_errors", f"{storage.get('records_lost', 0)} / {storage.get('write_errors', 0)}"),
         ("records refused (impossible values)", st.get("records_rejected")),
         ("memory refusals", (st.get("memory") or {}).get("refused")),
+        ("memory MiB at the end: base / tables / slack / clients' share",
+         " / ".join(f"{m[k] / 2**20:.0f}" if k in m else "n/a"
+                    for m in [st.get("memory") or {}]
+                    for k in ("base_bytes", "tables_bytes", "slack_bytes", "clients_share_bytes"))),
         ("stream records skipped", st.get("stream_skipped")),
         ("connections refused / idle closed / accept errors / internal errors",
          " / ".join(str((st.get("connections") or {}).get(k)) for k in
