@@ -220,6 +220,46 @@ static PyObject *count_bad(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return PyLong_FromSsize_t(bad);
 }
 
+/* A TypeError naming `fn` unless it was given `want` arguments. */
+static int check_nargs(const char *fn, Py_ssize_t nargs, int want)
+{
+    if (nargs == want)
+        return 0;
+    PyErr_Format(PyExc_TypeError, "%s takes %d arguments (%zd given)", fn, want, nargs);
+    return -1;
+}
+
+/* Releases b[i] for each bit i of `take` below `narg` (what take_arrays acquired). */
+static void release_arrays(Py_buffer *b, int narg, unsigned take)
+{
+    for (int i = 0; i < narg; i++)
+        if (take >> i & 1u)
+            PyBuffer_Release(&b[i]);
+}
+
+/* The buffers of a function's array arguments: args[i] for each bit i of `take` (C-contiguous,
+ * a whole number of 64-bit items; writable where `writable` has bit i). On an error (named
+ * with `fn` and the argument's position) nothing stays acquired and -1 is returned. */
+static int take_arrays(const char *fn, PyObject *const *args, int narg, unsigned take, unsigned writable,
+                       Py_buffer *b)
+{
+    for (int i = 0; i < narg; i++) {
+        if (!(take >> i & 1u))
+            continue;
+        int flags = PyBUF_C_CONTIGUOUS | (writable >> i & 1u ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(args[i], &b[i], flags) < 0) {
+            release_arrays(b, i, take);
+            return -1;
+        }
+        if (b[i].len % 8) {
+            PyErr_Format(PyExc_ValueError, "%s: argument %d is not an array of 64-bit integers", fn, i + 1);
+            release_arrays(b, i + 1, take);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* fold(keys, count, total, mn, mx, hcodes, hcount, acc_count, acc_total, acc_min, acc_max,
  *      acc_hist, acc_prom, acc_prom_sum, prom_of_bin) -> None
  *
@@ -233,23 +273,11 @@ static PyObject *fold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
     enum { NIN = 7, NACC = 7, NARG = NIN + NACC + 1 };
-    if (nargs != NARG) {
-        PyErr_Format(PyExc_TypeError, "fold takes %d arguments (%zd given)", NARG, nargs);
-        return NULL;
-    }
+    const unsigned all = (1u << NARG) - 1, accs = ((1u << NACC) - 1) << NIN;
     Py_buffer b[NARG];
-    int got = 0;
     PyObject *result = NULL;
-    for (; got < NARG; got++) {
-        int writable = got >= NIN && got < NIN + NACC;
-        if (PyObject_GetBuffer(args[got], &b[got], PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
-            goto done;
-        if (b[got].len % 8) {
-            PyErr_Format(PyExc_ValueError, "fold: argument %d is not int64", got + 1);
-            got++;
-            goto done;
-        }
-    }
+    if (check_nargs("fold", nargs, NARG) < 0 || take_arrays("fold", args, NARG, all, accs, b) < 0)
+        return NULL;
     Py_ssize_t g = b[0].len / 8, h = b[5].len / 8, cap = b[7].len / 8, nbins = b[14].len / 8;
     if (b[1].len / 8 != g || b[2].len / 8 != g || b[3].len / 8 != g || b[4].len / 8 != g || b[6].len / 8 != h) {
         PyErr_SetString(PyExc_ValueError, "fold: the group columns (and the code columns) differ in length");
@@ -294,8 +322,7 @@ static PyObject *fold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    for (int k = 0; k < got; k++)
-        PyBuffer_Release(&b[k]);
+    release_arrays(b, NARG, all);
     return result;
 }
 
@@ -478,22 +505,11 @@ static PyObject *cache_lookup(PyObject *self, PyObject *const *args, Py_ssize_t 
 {
     (void)self;
     enum { NARG = 9 };
-    if (nargs != NARG) {
-        PyErr_Format(PyExc_TypeError, "cache_lookup takes %d arguments (%zd given)", NARG, nargs);
-        return NULL;
-    }
+    const unsigned all = (1u << NARG) - 1, outs = all & ~((1u << 6) - 1);
     Py_buffer b[NARG];
-    int got = 0;
     PyObject *result = NULL;
-    for (; got < NARG; got++) {
-        if (PyObject_GetBuffer(args[got], &b[got], PyBUF_C_CONTIGUOUS | (got >= 6 ? PyBUF_WRITABLE : 0)) < 0)
-            goto done;
-        if (b[got].len % 8) {
-            PyErr_Format(PyExc_ValueError, "cache_lookup: argument %d is not a 64-bit array", got + 1);
-            got++;
-            goto done;
-        }
-    }
+    if (check_nargs("cache_lookup", nargs, NARG) < 0 || take_arrays("cache_lookup", args, NARG, all, outs, b) < 0)
+        return NULL;
     Py_ssize_t m = b[0].len / 8, n = b[4].len / 8;
     if (b[1].len / 8 != m || b[2].len / 8 != m || b[3].len / 8 != m) {
         PyErr_SetString(PyExc_ValueError, "cache_lookup: the cache's columns differ in length");
@@ -526,8 +542,7 @@ static PyObject *cache_lookup(PyObject *self, PyObject *const *args, Py_ssize_t 
     }
     result = PyLong_FromSsize_t(nmiss);
 done:
-    for (int k = 0; k < got; k++)
-        PyBuffer_Release(&b[k]);
+    release_arrays(b, NARG, all);
     return result;
 }
 
@@ -547,23 +562,11 @@ static PyObject *fold_buckets(PyObject *self, PyObject *const *args, Py_ssize_t 
 {
     (void)self;
     enum { NARG = 7 };
-    if (nargs != NARG) {
-        PyErr_Format(PyExc_TypeError, "fold_buckets takes %d arguments (%zd given)", NARG, nargs);
-        return NULL;
-    }
+    const unsigned all = (1u << NARG) - 1, accs = 1u << 4 | 1u << 5;
     Py_buffer b[NARG];
-    int got = 0;
     PyObject *result = NULL;
-    for (; got < NARG; got++) {
-        int writable = got == 4 || got == 5;
-        if (PyObject_GetBuffer(args[got], &b[got], PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0)) < 0)
-            goto done;
-        if (b[got].len % 8) {
-            PyErr_Format(PyExc_ValueError, "fold_buckets: argument %d is not int64", got + 1);
-            got++;
-            goto done;
-        }
-    }
+    if (check_nargs("fold_buckets", nargs, NARG) < 0 || take_arrays("fold_buckets", args, NARG, all, accs, b) < 0)
+        return NULL;
     Py_ssize_t g = b[0].len / 8, h = b[2].len / 8, cap = b[5].len / 8, nbins = b[6].len / 8;
     if (b[1].len / 8 != g || b[3].len / 8 != h) {
         PyErr_SetString(PyExc_ValueError, "fold_buckets: keys and total (or hcodes and hcount) differ in length");
@@ -595,8 +598,7 @@ static PyObject *fold_buckets(PyObject *self, PyObject *const *args, Py_ssize_t 
     Py_INCREF(Py_None);
     result = Py_None;
 done:
-    for (int k = 0; k < got; k++)
-        PyBuffer_Release(&b[k]);
+    release_arrays(b, NARG, all);
     return result;
 }
 
@@ -616,10 +618,8 @@ static PyObject *map_cells(PyObject *self, PyObject *const *args, Py_ssize_t nar
 {
     (void)self;
     enum { NARG = 6 };
-    if (nargs != NARG) {
-        PyErr_Format(PyExc_TypeError, "map_cells takes %d arguments (%zd given)", NARG, nargs);
+    if (check_nargs("map_cells", nargs, NARG) < 0)
         return NULL;
-    }
     long long nbins = PyLong_AsLongLong(args[3]);
     if (nbins == -1 && PyErr_Occurred())
         return NULL;
@@ -627,19 +627,11 @@ static PyObject *map_cells(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_SetString(PyExc_ValueError, "map_cells: nbins must be positive");
         return NULL;
     }
+    const unsigned arrays = (1u << NARG) - 1 - (1u << 3), outs = 1u << 4 | 1u << 5; /* args[3] is nbins */
     Py_buffer b[NARG];
-    int idx[5] = {0, 1, 2, 4, 5}, got = 0;
     PyObject *result = NULL;
-    for (; got < 5; got++) {
-        int a = idx[got];
-        if (PyObject_GetBuffer(args[a], &b[a], PyBUF_C_CONTIGUOUS | (a >= 4 ? PyBUF_WRITABLE : 0)) < 0)
-            goto done;
-        if (b[a].len % 8) {
-            PyErr_Format(PyExc_ValueError, "map_cells: argument %d is not int64", a + 1);
-            got++;
-            goto done;
-        }
-    }
+    if (take_arrays("map_cells", args, NARG, arrays, outs, b) < 0)
+        return NULL;
     Py_ssize_t n = b[0].len / 8, nkeys = b[2].len / 8;
     if (b[1].len != b[0].len || b[4].len < b[0].len || b[5].len < b[0].len) {
         PyErr_SetString(PyExc_ValueError, "map_cells: hcodes and hcount differ in length, or an output is short");
@@ -672,8 +664,7 @@ static PyObject *map_cells(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     result = Py_BuildValue("(nL)", m, (long long)untracked);
 done:
-    for (int k = 0; k < got; k++)
-        PyBuffer_Release(&b[idx[k]]);
+    release_arrays(b, NARG, arrays);
     return result;
 }
 
