@@ -15,20 +15,13 @@ import time
 
 import numpy as np
 import pytest
+from helpers.requestmix import HOUR, MODEL_A, MODEL_B, OPS_OF, expected, run_clients
 
 import aclprof
 from aclprof import mock
 from aclprof.agent.bills import BillBook
 from aclprof.agent.clockmap import ClockMap
 from aclprof.api import requests as rq
-
-MODEL_A = [{"name": "conv1", "type": "Conv2D", "duration_ns": 300_000},
-           {"name": "relu1", "type": "Relu", "duration_ns": 50_000}]
-MODEL_B = [{"name": "mm", "type": "MatMul", "duration_ns": 400_000},
-           {"name": "add", "type": "Add", "duration_ns": 30_000},
-           {"name": "sm", "type": "Softmax", "duration_ns": 70_000}]
-PLANS = [["A"], ["B"], ["A", "B"], ["A", "A", "B"], []]
-HOUR = 3600 * 10**9
 
 
 @pytest.fixture(autouse=True)
@@ -51,7 +44,6 @@ def test_bills_reconcile_with_the_ground_truth(offset, ppm):
     mock.set_device_clock_offset(_behind() if offset is None else offset)
     mock.set_device_clock_drift(ppm)
     models = {"A": mock.load_model(MODEL_A), "B": mock.load_model(MODEL_B)}
-    ops_of = {"A": MODEL_A, "B": MODEL_B}
     book = BillBook(by_name=True, hold_ns=100_000_000, grace_ns=200_000_000)
     lock = threading.Lock()
 
@@ -61,7 +53,6 @@ def test_bills_reconcile_with_the_ground_truth(offset, ppm):
             book.feed_events(rq.drain())
             book.feed_batch(batch.data, batch.names, arrival)
 
-    truth: dict[str, list[str]] = {}
     bills = {}
     done = threading.Event()
 
@@ -75,21 +66,7 @@ def test_bills_reconcile_with_the_ground_truth(offset, ppm):
     collecting = threading.Thread(target=collector)
     collecting.start()
     try:
-        def client(i: int) -> None:
-            for j in range(20):
-                plan = PLANS[(i + j) % len(PLANS)]
-                rid = f"t{i}-r{j}"
-                truth[rid] = plan
-                with aclprof.request(rid, thread=str(i)):
-                    for name in plan:
-                        mock.execute(models[name])
-                time.sleep(0.0015)  # requests on one thread are apart (see the test's doc)
-
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        truth = run_clients(models, 4, 20)
     finally:
         for s in subs:
             s.close()
@@ -100,7 +77,7 @@ def test_bills_reconcile_with_the_ground_truth(offset, ppm):
         bills.update((b.request_id, b) for b in book.collect(time.monotonic_ns() + 10 * 10**9))
 
     st = book.stats
-    emitted = sum(len(ops_of[m]) for plan in truth.values() for m in plan)
+    emitted = sum(len(OPS_OF[m]) for plan in truth.values() for m in plan)
     assert st.ops_seen == emitted
     assert st.ops_attributed + st.unattributed == emitted
     assert st.unattributed == 0, st
@@ -109,12 +86,7 @@ def test_bills_reconcile_with_the_ground_truth(offset, ppm):
     worst = 0.0
     for rid, plan in truth.items():
         bill = bills[rid]
-        want_types: dict[str, int] = {}
-        want_ns = 0
-        for m in plan:
-            for op in ops_of[m]:
-                want_types[op["type"]] = want_types.get(op["type"], 0) + 1
-                want_ns += op["duration_ns"]
+        want_types, want_ns = expected(plan)
         assert {t: c for t, (_, c) in bill.by_type.items()} == want_types, rid
         assert bill.models == tuple(sorted({models[m] for m in plan}))
         assert bill.complete and bill.attrs == {"thread": rid[1]}

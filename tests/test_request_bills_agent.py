@@ -12,13 +12,13 @@ import json
 import subprocess
 import sys
 import textwrap
-import threading
 import time
 
 import numpy as np
 import pytest
 from helpers.daemons import InProcess
 from helpers.procs import wait_for
+from helpers.requestmix import HOUR, MODEL_A, MODEL_B, OPS_OF, expected, run_clients
 
 import aclprof
 import aclprof.agent as agent
@@ -30,13 +30,6 @@ from aclprof.binding.billtap import BillTap, note_requests_marked
 
 pytestmark = pytest.mark.timeout(90)
 
-MODEL_A = [{"name": "conv1", "type": "Conv2D", "duration_ns": 300_000},
-           {"name": "relu1", "type": "Relu", "duration_ns": 50_000}]
-MODEL_B = [{"name": "mm", "type": "MatMul", "duration_ns": 400_000},
-           {"name": "add", "type": "Add", "duration_ns": 30_000},
-           {"name": "sm", "type": "Softmax", "duration_ns": 70_000}]
-PLANS = [["A"], ["B"], ["A", "B"], ["A", "A", "B"], []]
-HOUR = 3600 * 10**9
 
 
 def _rows(starts, keypoint_at=()) -> np.ndarray:
@@ -69,29 +62,12 @@ def test_agent_mode_bills_reach_aclprof_requests_and_reconcile(daemon, capsys, o
     mock.set_device_clock_offset(offset)
     mock.set_device_clock_drift(ppm)
     models = {"A": mock.load_model(MODEL_A), "B": mock.load_model(MODEL_B)}
-    ops_of = {"A": MODEL_A, "B": MODEL_B}
     agent.start(daemon.socket, service="svc-wired")
     for m in models.values():
         agent.watch(m)
     wait_for(lambda: agent.stats().connected, 10, what="the agent connected")
-    truth: dict[str, list[str]] = {}
-
-    def client(i: int) -> None:
-        for j in range(15):
-            plan = PLANS[(i + j) % len(PLANS)]
-            rid = f"t{i}-r{j}"
-            truth[rid] = plan
-            with aclprof.request(rid, thread=str(i)):
-                for name in plan:
-                    mock.execute(models[name])
-            time.sleep(0.0015)  # requests on one thread are apart (as in test_request_bills)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    emitted = sum(len(ops_of[m]) for plan in truth.values() for m in plan)
+    truth = run_clients(models, 4, 15)
+    emitted = sum(len(OPS_OF[m]) for plan in truth.values() for m in plan)
     # bills close grace_ns (2 s) after their request: wait for all of them at the daemon
     wait_for(lambda: agent.stats().bills_queued == len(truth), 20, what="every request billed")
 
@@ -109,12 +85,7 @@ def test_agent_mode_bills_reach_aclprof_requests_and_reconcile(daemon, capsys, o
     worst = 0.0
     for rid, plan in truth.items():
         bill = bills[rid]
-        want_types: dict[str, int] = {}
-        want_ns = 0
-        for m in plan:
-            for op in ops_of[m]:
-                want_types[op["type"]] = want_types.get(op["type"], 0) + 1
-                want_ns += op["duration_ns"]
+        want_types, want_ns = expected(plan)
         assert {t: n for t, _, n in bill["types"]} == want_types, rid
         assert bill["ops"] == sum(want_types.values()) and bill["complete"]
         assert sorted(bill["models"]) == sorted({models[m] for m in plan})

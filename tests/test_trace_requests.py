@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 from helpers.perfetto_tp import SKIP_REASON, TraceProcessor, needs_trace_processor
+from helpers.requestmix import run_clients
 
 import aclprof
 from aclprof import mock
@@ -86,18 +87,7 @@ def _run_service() -> tuple[list[dict[str, Any]], list[RequestSpan], dict[str, A
 
     subs = [aclprof.subscribe(m, batch_callback=on_batch) for m in models.values()]
     try:
-        def client(i: int) -> None:
-            for j in range(8):
-                with aclprof.request(f"t{i}-r{j}", client=str(i)):
-                    for name in PLANS[(i + j) % len(PLANS)]:
-                        mock.execute(models[name])
-                time.sleep(0.0015)  # requests of one thread apart (BillBook's late_ns)
-
-        threads = [threading.Thread(target=client, args=(i,)) for i in range(3)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_clients(models, 3, 8, attr="client", plans=PLANS)
     finally:
         for s in subs:
             s.close()
