@@ -16,7 +16,7 @@ import time
 import urllib.request
 
 import pytest
-from helpers.daemons import Client, InProcess, agent, running, status
+from helpers.daemons import Client, InProcess, agent, running, status, trace_done, traced_agents
 from helpers.procs import cli, free_port, short_tmpdir
 from helpers.records import make_records
 
@@ -362,19 +362,9 @@ def test_trace_reply_of_processes_listing_huge_paths_fits_its_frame():
     of JSON per process, 30 MB in all: the reply could not be encoded (main: the client got
     no TRACE_REPLY). Now the processes that fit are listed and the rest counted."""
     with InProcess() as d:
-        agents = [agent(d.socket, service="svc") for _ in range(20)]
-        c = Client(d.socket)
-        c.send_json(Kind.TRACE, {"service": "svc", "duration_s": 0.1})
-        for i, a in enumerate(agents):
-            while True:
-                kind, payload = a.recv()
-                if kind == Kind.TRACE_START:
-                    break
-            tid = json.loads(bytes(payload))["trace_id"]
-            dirs = [f"/{i}/{j}/" + _CTRL * 15 for j in range(64)]
-            a.send_json(Kind.TRACE_DONE, {"trace_id": tid, "dirs": dirs, "pause_ns": 0, "session_ns": 0,
-                                          "paused_ts": None, "resumed_ts": None, "models": [], "gap_records": None,
-                                          "error": None})
+        agents, c, tids = traced_agents(d.socket, 20)
+        for i, (a, tid) in enumerate(zip(agents, tids)):
+            trace_done(a, tid, [f"/{i}/{j}/" + _CTRL * 15 for j in range(64)])
         c.sock.settimeout(30)
         kind, payload = c.recv()
         assert kind == Kind.TRACE_REPLY, kind

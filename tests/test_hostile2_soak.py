@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from helpers.daemons import InProcess, agent, status
+from helpers.daemons import InProcess, agent, status, trace_done, traced_agents
 from helpers.procs import free_port, wait_for
 from helpers.records import make_records
 
@@ -284,8 +284,6 @@ def test_a_trace_reply_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
     for 11.8 MB in the soak's trace_paths)."""
     import json
 
-    from helpers.daemons import Client
-
     from aclprof.protocol.wire import Kind
 
     encoded = [0]
@@ -301,22 +299,10 @@ def test_a_trace_reply_is_encoded_once(monkeypatch: pytest.MonkeyPatch) -> None:
     ctrl = "\x01\x02\x1b" * 1266
     with InProcess() as d:
         loop.append(d.thread)
-        agents = [agent(d.socket, service="svc") for _ in range(20)]
-        c = Client(d.socket)
-        c.send_json(Kind.TRACE, {"service": "svc", "duration_s": 0.1})
-        tids = []
-        for a in agents:
-            while True:
-                kind, payload = a.recv()
-                if kind == Kind.TRACE_START:
-                    break
-            tids.append(json.loads(bytes(payload))["trace_id"])
+        agents, c, tids = traced_agents(d.socket, 20)
         monkeypatch.setattr(json, "dumps", counting)
         for i, (a, tid) in enumerate(zip(agents, tids)):
-            dirs = [f"/{i}/{j}/" + ctrl for j in range(64)]
-            a.send_json(Kind.TRACE_DONE, {"trace_id": tid, "dirs": dirs, "pause_ns": 0, "session_ns": 0,
-                                          "paused_ts": None, "resumed_ts": None, "models": [], "gap_records": None,
-                                          "error": None})
+            trace_done(a, tid, [f"/{i}/{j}/" + ctrl for j in range(64)])
         c.sock.settimeout(30)
         kind, payload = c.recv()
         monkeypatch.undo()

@@ -128,6 +128,30 @@ def agent(path: str, *, names: dict[int, str] | None = None, **kw: Any) -> Clien
     return c
 
 
+def traced_agents(path: str, n: int, service: str = "svc") -> tuple[list[Client], Client, list[int]]:
+    """``n`` agents of ``service`` and a control client that asked for a short TRACE of it:
+    the agents (each past its TRACE_START), the client (its TRACE_REPLY to come once every
+    agent sent :func:`trace_done`) and each agent's trace id."""
+    agents = [agent(path, service=service) for _ in range(n)]
+    c = Client(path)
+    c.send_json(Kind.TRACE, {"service": service, "duration_s": 0.1})
+    tids = []
+    for a in agents:
+        while True:
+            kind, payload = a.recv()
+            if kind == Kind.TRACE_START:
+                break
+        tids.append(json.loads(bytes(payload))["trace_id"])
+    return agents, c, tids
+
+
+def trace_done(a: Client, tid: int, dirs: list[str]) -> None:
+    """An agent's TRACE_DONE for trace ``tid``: its PROF directories, nothing else to say."""
+    a.send_json(Kind.TRACE_DONE, {"trace_id": tid, "dirs": dirs, "pause_ns": 0, "session_ns": 0,
+                                  "paused_ts": None, "resumed_ts": None, "models": [], "gap_records": None,
+                                  "error": None})
+
+
 def status(path: str) -> dict:
     """One STATUS request on a fresh control connection."""
     c = Client(path)
