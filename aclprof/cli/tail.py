@@ -158,15 +158,18 @@ def _strip(text: str) -> str:
 FAILURE_MARK = "!! FAILED"
 
 
+def _clock_ms(ts: Any) -> str:
+    """Local time of a line's ``ts`` (Unix seconds) to the millisecond, or "-"."""
+    if not isinstance(ts, (int, float)):
+        return "-"
+    return time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
+
+
 def _failure_line(r: dict[str, Any], colour: bool, width: int | None = None) -> str:
     """A ``{"kind": "failure"}`` line (PROTOCOL.md "Op failures"): an AI Core exception of an
     op, on a line of its own that starts with a marker; shortened to ``width`` from the
     right (the tensors go first, then the op name), the marker, op type and code kept."""
-    ts = r.get("ts")
-    if isinstance(ts, (int, float)):
-        t = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
-    else:
-        t = "-"
+    t = _clock_ms(r.get("ts"))
     mark = f"\x1b[1;31m{FAILURE_MARK}\x1b[0m" if colour else FAILURE_MARK
     code = r.get("code")
     name = r.get("code_name") or failure_code_name(code)
@@ -202,11 +205,7 @@ def request_line(r: dict[str, Any], colour: bool, width: int | None = None) -> s
     of ``aclprof.request`` as it closes, on a line of its own after the ops it billed: id,
     wall and device time, ops, top op types, slowest op, attributes. Shortened to ``width``
     from the right (attributes first, then the slowest op, then the op types)."""
-    ts = r.get("ts")
-    if isinstance(ts, (int, float)):
-        t = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
-    else:
-        t = "-"
+    t = _clock_ms(r.get("ts"))
     mark = f"\x1b[1;36m{REQUEST_MARK}\x1b[0m" if colour else REQUEST_MARK
     wall, dev = r.get("wall_ns"), r.get("device_ns")
     share = f" ({100 * dev / wall:.0f}%)" if isinstance(wall, int) and isinstance(dev, int) and wall > 0 else ""
@@ -239,11 +238,7 @@ def tail_line(r: dict[str, Any], colour: bool, layout: Fitted | None = None, wid
         return _failure_line(r, colour, width)
     if r.get("kind") == "request":
         return request_line(r, colour, width)
-    ts = r.get("ts")
-    if isinstance(ts, (int, float)):
-        t = time.strftime("%H:%M:%S", time.localtime(ts)) + f".{int((ts % 1) * 1000):03d}"
-    else:
-        t = "-"
+    t = _clock_ms(r.get("ts"))
     dur = format_ns(r.get("duration_ns"))
     # the service, op type and name are peers' strings: escaped (no terminal control, no
     # forged line), and cut so that the columns stay aligned
