@@ -145,3 +145,30 @@ def test_failure_storm_with_no_daemon_is_bounded_and_counted(tmp_path):
         assert time.monotonic() - t0 < 10
     # no daemon ever came: the queued frames were never sent, and are counted dropped too
     assert agent.stats().failures_dropped == 50 + MAX_PENDING
+
+
+def test_a_storms_last_drops_reach_a_daemon_that_comes_later():
+    """The failures dropped after the last queued frame are counted in the newest waiting frame,
+    so a daemon counts every one even though no failure follows them (a count carried by the
+    *next* frame never arrived: 50 failures missing from the daemon's total)."""
+    import os
+
+    from helpers.procs import short_tmpdir
+
+    from aclprof.agent.failures import MAX_PENDING
+
+    model = mock.load_model(OPS)
+    sock = os.path.join(short_tmpdir(), "d.sock")
+    agent.start(sock, service="storm", failures=True)
+    try:
+        mock.inject_op_failure(model, "relu1", every=1)
+        n = MAX_PENDING + 50
+        assert execute(model, n) == n
+        wait_for(lambda: agent.stats().failures_seen == n, 20, what="every failure handed over")
+        assert agent.stats().failures_dropped == 50
+        with InProcess(socket=sock):
+            wait_for(lambda: status(sock)["failures"].get("total") == n, 20, what="every failure counted")
+            f = status(sock)["failures"]
+            assert f["agent_dropped"] == 50 and f["total"] == n
+    finally:
+        agent.stop(1)

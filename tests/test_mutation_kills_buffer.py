@@ -348,3 +348,22 @@ def test_close_in_a_forked_child_does_not_call_into_the_queue(nbuf, monkeypatch)
     monkeypatch.setattr(b.native, "set_wake_fd", locked)
     b.close(in_child=True)
     assert (b.wake_r, b.wake_w) == (-1, -1)
+
+
+def test_frames_past_the_limit_are_counted_in_the_newest_waiting_frame(buf):
+    from aclprof.protocol.wire import Kind
+
+    assert buf.add_frames(Kind.OP_FAILURE, [{"n": i, "dropped_before": 0} for i in range(3)], 3) == 0
+    assert buf.add_frames(Kind.REQUEST_BILL, [{"b": 0, "dropped_before": 0}], 3) == 0  # another kind: its own limit
+    assert buf.add_frames(Kind.OP_FAILURE, [{"n": 3}, {"n": 4}], 3) == 2
+    frames = [it.payload for it in buf.items]
+    assert frames == [{"n": 0, "dropped_before": 0}, {"n": 1, "dropped_before": 0}, {"n": 2, "dropped_before": 2},
+                      {"b": 0, "dropped_before": 0}]
+    assert woken(buf)
+    taken, _ = buf.take(10)
+    assert len(taken) == 4 and not buf.items
+    # the waiting ones were taken: the next frame is queued again, not folded into a taken one
+    assert buf.add_frames(Kind.OP_FAILURE, [{"n": 5, "dropped_before": 0}], 3) == 0
+    assert [it.payload for it in buf.items] == [{"n": 5, "dropped_before": 0}]
+    with pytest.raises(ValueError, match=r"^limit must be at least 1$"):
+        buf.add_frames(Kind.OP_FAILURE, [{}], 0)

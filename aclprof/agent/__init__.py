@@ -339,8 +339,9 @@ class Agent:
         if r is None:
             return {}
         unsent_at_stop = self._buffer.frames_discarded.get(wire.Kind.OP_FAILURE, 0)
-        return {"failures_seen": r.seen, "failures_queued": r.queued,
-                "failures_dropped": r.dropped + r.watch_dropped + unsent_at_stop,
+        seen, queued, dropped = r.counts()
+        return {"failures_seen": seen, "failures_queued": queued,
+                "failures_dropped": dropped + r.watch_dropped + unsent_at_stop,
                 "failures_unsent": self._sender.failures_unsent}
 
     # -- stop --------------------------------------------------------------------------------

@@ -5,8 +5,8 @@ A bill is a summary, not per-op copies: the request's id, attributes and tracepa
 on the unix clock, wall and device time, op count, the ``wire.REQUEST_BILL_MAX_TYPES`` op types with the most device
 time (the rest folded into one ``"(other)"`` entry), the slowest op and the models. Frames
 go into the agent's buffer as control items, in order with the records; at most
-``MAX_PENDING`` wait at once (more are dropped and counted, and the next frame that gets
-through says how many in ``dropped_before``). Only a daemon whose WELCOME says protocol >= 4
+``MAX_PENDING`` wait at once (more are dropped and counted, and the newest waiting frame says
+how many in ``dropped_before``: :meth:`RecordBuffer.add_frames`). Only a daemon whose WELCOME says protocol >= 4
 is sent them (the sender counts the others as ``bills_unsent``).
 """
 
@@ -17,7 +17,6 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from aclprof.agent.buffer import RecordBuffer
-from aclprof.agent.items import JsonFrame
 from aclprof.protocol import wire
 
 if TYPE_CHECKING:  # the agent imports this module; bills (numpy, api.requests) only when used
@@ -66,19 +65,10 @@ class BillReporter:
         self.buffer = buffer
         self.queued = 0
         self.dropped = 0
-        self._unreported = 0  # of dropped, not yet told to the daemon in a dropped_before
 
     def submit(self, bills: Iterable[Bill]) -> None:
-        buf = self.buffer
-        with buf.lock:
-            pending = sum(1 for it in buf.items if isinstance(it, JsonFrame) and it.kind == wire.Kind.REQUEST_BILL)
-            for bill in bills:
-                if pending >= MAX_PENDING:
-                    self.dropped += 1
-                    self._unreported += 1
-                    continue
-                buf.items.append(JsonFrame(wire.Kind.REQUEST_BILL, bill_payload(bill, self._unreported), buf.seq()))
-                self._unreported = 0
-                self.queued += 1
-                pending += 1
-        buf.wake()
+        bills = list(bills)
+        dropped = self.buffer.add_frames(wire.Kind.REQUEST_BILL, (bill_payload(b) for b in bills), MAX_PENDING)
+        with self.buffer.lock:  # the agent's counters' lock: bills come from the feeder and from report_bills
+            self.dropped += dropped
+            self.queued += len(bills) - dropped

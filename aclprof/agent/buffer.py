@@ -19,11 +19,13 @@ from __future__ import annotations
 import collections
 import os
 import threading
+from collections.abc import Iterable
 from typing import Any
 
 from aclprof.agent.items import Batch, Item, JsonFrame
 from aclprof.agent.watched import Watched
 from aclprof.binding.agentpath import AgentQueue, QueueSink, SlotNames
+from aclprof.protocol import wire
 
 __all__ = ["RecordBuffer"]
 
@@ -75,6 +77,31 @@ class RecordBuffer:
     def seq(self) -> int:
         """Where a control item queued now goes among the C queue's records."""
         return 0 if self.native is None else self.native.tail()
+
+    def add_frames(self, kind: wire.Kind, payloads: Iterable[dict[str, Any]], limit: int) -> int:
+        """Append JSON frames of ``kind`` while fewer than ``limit`` of that kind wait in the
+        buffer; returns how many payloads were dropped instead.
+
+        A dropped payload is counted in the newest waiting frame of its kind (its
+        ``dropped_before`` grows by one), not in the next frame queued: the count then reaches
+        the daemon with a frame that is already on its way, even when no later frame comes
+        (a storm's last failures dropped would otherwise never be counted by the daemon)."""
+        if limit < 1:
+            raise ValueError("limit must be at least 1")
+        dropped = 0
+        with self.lock:
+            waiting = [it for it in self.items if isinstance(it, JsonFrame) and it.kind == kind]
+            count, newest = len(waiting), (waiting[-1] if waiting else None)
+            for payload in payloads:
+                if count >= limit and newest is not None:
+                    newest.payload["dropped_before"] = newest.payload.get("dropped_before", 0) + 1
+                    dropped += 1
+                    continue
+                newest = JsonFrame(kind, payload, self.seq())
+                self.items.append(newest)
+                count += 1
+        self.wake()
+        return dropped
 
     def totals(self) -> tuple[int, int, int]:
         """``(records_in, dropped, buffered)`` of both halves, one snapshot each; call

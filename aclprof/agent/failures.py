@@ -6,8 +6,8 @@ bounded queue; the handler runs on the watch's dispatcher thread) and appends ea
 the agent's buffer as a control item, in order with the records buffered before it, so a
 ``tail`` shows the failure after the ops that ran before it. At most ``MAX_PENDING`` failure
 frames wait in the buffer (a storm of failures with no daemon must not grow it); more are
-dropped and counted, and the next frame that gets through says how many (``dropped_before``),
-so the daemon counts them too.
+dropped and counted, and the newest waiting frame says how many (``dropped_before``), so the
+daemon counts them too (:meth:`RecordBuffer.add_frames`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import time
 from typing import Any
 
 from aclprof.agent.buffer import RecordBuffer
-from aclprof.agent.items import JsonFrame
 from aclprof.api.failures import FailureWatch, OpFailure, TensorDesc, watch_failures
 from aclprof.protocol import wire
 
@@ -34,7 +33,7 @@ def _tensor(t: TensorDesc) -> list[Any]:
     return [t.dtype, t.format, shape]
 
 
-def failure_payload(f: OpFailure, dropped_before: int) -> dict[str, Any]:
+def failure_payload(f: OpFailure, dropped_before: int = 0) -> dict[str, Any]:
     """The OP_FAILURE frame's JSON for ``f`` (cut to the daemon's limits)."""
     return {"device": f.device_id, "stream": f.stream_id, "task": f.task_id, "thread": f.thread_id,
             "code": f.error_code, "op_name": None if f.op_name is None else f.op_name[:MAX_NAME_CHARS],
@@ -52,23 +51,19 @@ class FailureReporter:
         self.seen = 0  # failures handed to the reporter
         self.queued = 0  # frames put in the buffer
         self.dropped = 0  # not queued: MAX_PENDING frames waited already
-        self._unreported = 0  # of dropped, not yet told to the daemon in a dropped_before
         self._watch: FailureWatch | None = watch_failures(self._on_failure, queue_size=queue_size)
 
     def _on_failure(self, failure: OpFailure) -> None:
-        buf = self.buffer
-        with buf.lock:
+        dropped = self.buffer.add_frames(wire.Kind.OP_FAILURE, [failure_payload(failure)], MAX_PENDING)
+        with self.buffer.lock:  # the agent's counters' lock
             self.seen += 1
-            pending = sum(1 for it in buf.items if isinstance(it, JsonFrame) and it.kind == wire.Kind.OP_FAILURE)
-            if pending >= MAX_PENDING:
-                self.dropped += 1
-                self._unreported += 1
-                return
-            payload = failure_payload(failure, self._unreported)
-            self._unreported = 0
-            buf.items.append(JsonFrame(wire.Kind.OP_FAILURE, payload, buf.seq()))
-            self.queued += 1
-        buf.wake()
+            self.dropped += dropped
+            self.queued += 1 - dropped
+
+    def counts(self) -> tuple[int, int, int]:
+        """``(seen, queued, dropped)``, one consistent set."""
+        with self.buffer.lock:
+            return self.seen, self.queued, self.dropped
 
     @property
     def watch_dropped(self) -> int:
