@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 
 import aclprof
 from aclprof import mock
+from aclprof.api.subscription.decoder import Decoder
 from aclprof.binding import lowlevel
 from aclprof.binding._fast import lib as fast
 from aclprof.binding.enums import AicoreMetrics
@@ -256,6 +257,20 @@ def test_both_readings_of_the_getters_give_the_old_names_up_to_the_limit(entries
                                                           refused + absent), rule
         results.append(got)
     assert results[0] == results[1]
+
+
+def test_the_decoder_counts_cut_names_per_record():
+    name, op_type = "é" * (NAME_LIMIT // 2 + 1), "t" * (NAME_LIMIT + 1)  # 2-byte characters
+    model = mock.load_model([{"name": name, "type": "Add", "duration_ns": 10},
+                             {"name": "short", "type": op_type, "duration_ns": 10},
+                             {"name": "short", "type": "Add", "duration_ns": 10}])
+    raw = capture(model, 3)
+    decoder = Decoder(80)
+    records = [r for b in decoder.feed(raw) for r in b.records()]
+    assert [(r.op_name, r.op_type) for r in records] == [
+        ("é" * (NAME_LIMIT // 2), "Add"), ("short", "t" * NAME_LIMIT), ("short", "Add")] * 3
+    assert decoder.names_cut == 6 and decoder.names_missing == 0
+    assert mock.stats()["nameTableEntries"] == 0
 
 
 def test_a_cut_name_is_counted_in_the_subscription_stats():
