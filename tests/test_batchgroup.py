@@ -361,3 +361,54 @@ def test_map_cells_asks_for_unknown_keys_first_and_refuses_bad_input():
         map_cells(np.zeros(3, np.int64), np.ones(3, np.int64), key_cell, NBINS, out[0], out[1])
     with pytest.raises(ValueError, match="nbins"):
         map_cells(np.zeros(1, np.int64), np.ones(1, np.int64), key_cell, 0, out[0], out[1])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_batch_facts_gives_the_steps_device_and_newest_end_the_numpy_calls_gave(seed):
+    """batch_facts (Ingest.batch's one pass for the steps count and the lag clock) gives what
+    count_nonzero(keypoint_mask), the one-device check and ends.max() gave; and note_lag fed
+    with it leaves a connection's clock offsets and lag as its numpy path does."""
+    from types import SimpleNamespace
+
+    import aclprofd.ingest as ingest
+
+    from aclprof.protocol._batchgroup import batch_facts
+    from aclprof.protocol.wire import keypoint_mask
+
+    rng = np.random.default_rng(seed)
+    conns = [SimpleNamespace(clock_offsets={}, lag_ns=None) for _ in range(2)]
+    now = [10**18]
+    for n in (1, 7, 300, 2600):
+        recs = _random_batch(rng, n)
+        recs["end"] = rng.integers(0, 1 << 63, n, dtype=np.uint64) * np.uint64(rng.integers(1, 3))
+        if rng.random() < 0.5:
+            recs["device_id"] = recs["device_id"][0]
+        if rng.random() < 0.3:
+            recs["end"][rng.integers(0, n)] = np.uint64((1 << 64) - 1)
+        dev = recs["device_id"]
+        one = bool((dev == dev[0]).all())
+        want = (int(np.count_nonzero(keypoint_mask(recs))), int(dev[0]) if one else -1, int(recs["end"].max()))
+        facts = batch_facts(recs)
+        assert facts == want
+        now[0] += int(rng.integers(0, 10**9))
+        mp = pytest.MonkeyPatch()
+        mp.setattr(ingest.time, "monotonic_ns", lambda: now[0])
+        try:
+            ingest.note_lag(conns[0], recs)
+            ingest.note_lag(conns[1], recs, facts[1], facts[2])
+        finally:
+            mp.undo()
+        assert vars(conns[0]) == vars(conns[1])
+    assert batch_facts(np.zeros(0, RECORD_DTYPE)) == (0, 0, 0)
+
+
+def test_batch_facts_refuses_bad_buffers():
+    from aclprof.protocol._batchgroup import batch_facts
+
+    recs = np.zeros(4, RECORD_DTYPE)
+    with pytest.raises(ValueError, match="whole number"):
+        batch_facts(recs.view(np.uint8)[:-1])
+    with pytest.raises(TypeError, match="takes 1 argument"):
+        batch_facts(recs, 1)
+    with pytest.raises(ValueError, match="not C-contiguous"):
+        batch_facts(recs[::2])

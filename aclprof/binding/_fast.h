@@ -63,6 +63,10 @@ aclprof_interner *aclprof_interner_new(uint32_t max_entries);
 void aclprof_interner_free(aclprof_interner *in);
 uint32_t aclprof_interner_size(const aclprof_interner *in);
 uint64_t aclprof_interner_overflows(const aclprof_interner *in);
+/* Names and types longer than ACLPROF_NAME_LIMIT bytes: interned cut to that many bytes (at
+ * a UTF-8 character boundary), counted here. */
+#define ACLPROF_NAME_LIMIT 16384
+uint64_t aclprof_interner_cut(const aclprof_interner *in);
 const char *aclprof_interner_entry(const aclprof_interner *in, uint32_t id, size_t *len);
 /* Intern s (the getters' fallback decodes in Python and keeps this table aligned with its
  * own list); returns its id, 0 when the table is full (counted as an overflow). */
@@ -119,7 +123,9 @@ typedef struct {
 /* For the n records of rec_size bytes at buf, sizes 80 and 72 only (sizeof(ProfOpDesc) and
  * offsetof(ProfOpDesc, devId)): check each one's signature (if validate; a CORRUPT record
  * is not passed to the getters), fetch its type and name once each through the library
- * (the getters on a one-record slice, index 0, so the cost stays linear), intern them, and
+ * (the getters on a one-record slice, index 0, so the cost stays linear; one Get call per
+ * string, the Len call only for a string the Get refused), intern them (cut to
+ * ACLPROF_NAME_LIMIT bytes, counted, if longer), and
  * decode the numeric fields: each valid record of buf becomes one
  * aclprof_op_row of out (rows are packed: out gets the valid records only, in order).
  * device_id 0 (CANN's "not filled") and 72-byte records read default_device. keypoint is

@@ -2,10 +2,11 @@
  * (see _fast.h).
  *
  * Why in C: the library keeps op names and types in a side table that only its getters can
- * read (and each read frees the entry), so every record needs four calls (TypeLen, Type,
- * NameLen, Name). Doing them here instead of in Python is what makes the reader fast; calling
- * them on one-record slices keeps each call O(1), because the library re-checks the signature
- * of every record in the buffer it is given. Signatures are checked by _fast_crc.c. */
+ * read (and each read frees the entry), so every record needs at least two calls (Type,
+ * Name; see fetch() for why the Len calls are skipped). Doing them here instead of in Python
+ * is what makes the reader fast; calling them on one-record slices keeps each call O(1),
+ * because the library re-checks the signature of every record in the buffer it is given.
+ * Signatures are checked by _fast_crc.c. */
 #define _POSIX_C_SOURCE 200809L /* poll, nanosleep, clock_gettime under -std=c11 */
 #include "_fast_internal.h"
 
@@ -38,12 +39,19 @@ typedef struct {
     uint32_t hash;
 } entry_t;
 
+/* A name or type longer than this many bytes is cut to it (at a UTF-8 character boundary)
+ * and counted (aclprof_interner_cut); fetch() reads names through a buffer of NAME_BUF
+ * bytes, which is what makes one Get call per string exact up to this length. */
+#define NAME_BUF (ACLPROF_NAME_LIMIT + 2)
+
 struct aclprof_interner {
     entry_t *entries;   /* dense, id = index */
     uint32_t size, cap_entries, max_entries;
     uint32_t *slots;    /* id + 1, 0 = empty */
     uint32_t nslots;    /* power of two, kept under 50% full */
     uint64_t overflows;
+    uint64_t cut;       /* names and types cut to ACLPROF_NAME_LIMIT bytes */
+    char *namebuf;      /* NAME_BUF bytes, all zero between fetches */
 };
 
 static uint32_t fnv1a(const char *p, size_t n)
@@ -116,7 +124,8 @@ aclprof_interner *aclprof_interner_new(uint32_t max_entries)
     in->max_entries = max_entries < 2 ? 2 : max_entries;
     in->cap_entries = 256;
     in->entries = malloc(in->cap_entries * sizeof *in->entries);
-    if (!in->entries || interner_grow_slots(in) != 0) {
+    in->namebuf = calloc(1, NAME_BUF);
+    if (!in->entries || !in->namebuf || interner_grow_slots(in) != 0) {
         aclprof_interner_free(in);
         return NULL;
     }
@@ -132,6 +141,7 @@ void aclprof_interner_free(aclprof_interner *in)
         free(in->entries[id].bytes);
     free(in->entries);
     free(in->slots);
+    free(in->namebuf);
     free(in);
 }
 
@@ -143,6 +153,11 @@ uint32_t aclprof_interner_size(const aclprof_interner *in)
 uint64_t aclprof_interner_overflows(const aclprof_interner *in)
 {
     return in->overflows;
+}
+
+uint64_t aclprof_interner_cut(const aclprof_interner *in)
+{
+    return in->cut;
 }
 
 uint32_t aclprof_interner_add(aclprof_interner *in, const char *s, uint32_t len)
@@ -160,23 +175,54 @@ const char *aclprof_interner_entry(const aclprof_interner *in, uint32_t id, size
     return in->entries[id].bytes;
 }
 
-/* Fetch one string through a Len+Get pair; returns its id, or UINT32_MAX on failure. */
+/* Intern s[0, len), cut to ACLPROF_NAME_LIMIT bytes (counted) if longer: the cut backs off
+ * to the start of a UTF-8 character it would split (at most 3 bytes). */
+static uint32_t keep(aclprof_interner *in, const char *s, size_t len)
+{
+    if (len > ACLPROF_NAME_LIMIT) {
+        len = ACLPROF_NAME_LIMIT;
+        for (int k = 0; k < 3 && ((uint8_t)s[len] & 0xC0) == 0x80; k++)
+            len--;
+        in->cut++;
+    }
+    return intern(in, s, len);
+}
+
+/* Fetch one string; returns its id, or UINT32_MAX when the library has none for rec.
+ *
+ * One Get call into the zeroed NAME_BUF-byte buffer, no Len call first: half the library
+ * calls (each of which re-checks the record's CRC and takes the library's lock). The real
+ * getter (op_desc_parser.cpp; reference section 3.4) copies strlen bytes with memcpy_s,
+ * which refuses (entry kept) when strlen > bufLen, then writes buf[bufLen-1] = 0 and erases
+ * the entry; CANN's docs instead say a short buffer truncates. Under either reading a string
+ * of at most ACLPROF_NAME_LIMIT (= NAME_BUF - 2) bytes comes back whole, ended by a zero of
+ * the buffer (exact, as the Len+Get pair gave it), and any longer one comes back as
+ * NAME_BUF - 1 bytes or is refused: both are cut to the limit by keep(), so the result
+ * does not depend on the reading. Refused (a long string, or none at all): the Len+Get
+ * pair, as before. Only the bytes a call wrote are zeroed again afterwards. */
 static uint32_t fetch(aclprof_interner *in, len_fn get_len, str_fn get, const uint8_t *rec,
                       uint32_t rec_size)
 {
-    size_t len = 0;
-    if (!get_len || !get || get_len(rec, rec_size, 0, &len) != 0 || len == 0)
+    if (!get_len || !get)
         return UINT32_MAX;
-    char stackbuf[512];
-    char *buf = len <= sizeof stackbuf ? stackbuf : malloc(len);
+    char *nb = in->namebuf;
+    if (get(rec, rec_size, 0, nb, NAME_BUF) == 0) {
+        size_t got = strnlen(nb, NAME_BUF);
+        uint32_t id = keep(in, nb, got);
+        memset(nb, 0, got < NAME_BUF ? got + 1 : NAME_BUF);
+        return id;
+    }
+    memset(nb, 0, NAME_BUF); /* a refused Get may have written it (securec clears it) */
+    size_t len = 0;
+    if (get_len(rec, rec_size, 0, &len) != 0 || len == 0)
+        return UINT32_MAX;
+    char *buf = calloc(1, len); /* the library NUL-terminates only at [len-1] */
     if (!buf)
         return UINT32_MAX;
-    memset(buf, 0, len); /* the library NUL-terminates only at [len-1] */
     uint32_t id = UINT32_MAX;
     if (get(rec, rec_size, 0, buf, len) == 0)
-        id = intern(in, buf, len - 1);
-    if (buf != stackbuf)
-        free(buf);
+        id = keep(in, buf, len - 1);
+    free(buf);
     return id;
 }
 

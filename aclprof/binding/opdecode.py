@@ -16,13 +16,17 @@ from typing import Any
 from aclprof.binding.built import import_built
 from aclprof.binding.layout import OP_ROW_DTYPE, RAW_SIZES
 
-__all__ = ["NameTable", "signature", "read_pipe", "READ_EOF", "READ_WOKEN", "OP_ROW_SIZE"]
+__all__ = ["NameTable", "signature", "read_pipe", "READ_EOF", "READ_WOKEN", "OP_ROW_SIZE", "NAME_LIMIT"]
 
 #: Flags :func:`read_pipe` returns (``_fast.h`` ACLPROF_READ_*).
 READ_EOF, READ_WOKEN = 1, 2
 #: Bytes of the packed row :meth:`NameTable.decode_ops` writes (``aclprof_op_row``,
 #: whose dtype is :data:`aclprof.binding.layout.OP_ROW_DTYPE`).
 OP_ROW_SIZE = OP_ROW_DTYPE.itemsize
+#: Bytes of an op name or type the C loop keeps (``_fast.h`` ACLPROF_NAME_LIMIT): a longer
+#: one is cut to this (at a UTF-8 character boundary) and counted (:attr:`NameTable.cut`).
+#: One library Get call per string is exact up to this length (``_fast_ops.c`` fetch()).
+NAME_LIMIT = 16384
 
 
 def _fast() -> Any:
@@ -123,6 +127,11 @@ class NameTable:
     def overflows(self) -> int:
         """Names that did not fit (they read as the placeholder)."""
         return int(self._lib.aclprof_interner_overflows(self._table))
+
+    @property
+    def cut(self) -> int:
+        """Names and types the C loop cut to :data:`NAME_LIMIT` bytes (they were longer)."""
+        return int(self._lib.aclprof_interner_cut(self._table))
 
 
 def signature(record: bytes, record_size: int) -> int:

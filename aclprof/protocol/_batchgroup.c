@@ -220,6 +220,43 @@ static PyObject *count_bad(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return PyLong_FromSsize_t(bad);
 }
 
+/* batch_facts(records) -> (keypoints, device, max_end): how many records are step keypoints
+ * (ACLPROF_FLAG_KEYPOINT), the device id every record has (-1 when they differ) and the
+ * largest end (0 for none). aclprofd.ingest reads these of every batch (the steps count
+ * and the lag clock): one pass instead of the ~8 numpy calls over strided fields (~60 us a
+ * batch of 2,600 records, issue 21). */
+static PyObject *batch_facts(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 1) {
+        PyErr_Format(PyExc_TypeError, "batch_facts takes 1 argument (%zd given)", nargs);
+        return NULL;
+    }
+    Py_buffer rv;
+    if (PyObject_GetBuffer(args[0], &rv, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (rv.len % REC_SIZE) {
+        PyErr_Format(PyExc_ValueError, "batch_facts: %zd bytes of records is not a whole number of %zd-byte "
+                                       "records", rv.len, REC_SIZE);
+        PyBuffer_Release(&rv);
+        return NULL;
+    }
+    Py_ssize_t n = rv.len / REC_SIZE, keypoints = 0;
+    const char *rec = rv.buf;
+    uint32_t dev = n ? ld32(rec + AT(device_id)) : 0;
+    int same = 1;
+    uint64_t max_end = 0;
+    for (Py_ssize_t i = 0; i < n; i++, rec += REC_SIZE) {
+        keypoints += (ld32(rec + AT(flag)) & (uint32_t)ACLPROF_FLAG_KEYPOINT) != 0;
+        same &= ld32(rec + AT(device_id)) == dev;
+        uint64_t end = ld64(rec + AT(end));
+        if (end > max_end)
+            max_end = end;
+    }
+    PyBuffer_Release(&rv);
+    return Py_BuildValue("(nLK)", keypoints, same ? (long long)dev : -1LL, (unsigned long long)max_end);
+}
+
 /* A TypeError naming `fn` unless it was given `want` arguments. */
 static int check_nargs(const char *fn, Py_ssize_t nargs, int want)
 {
@@ -680,6 +717,10 @@ PyDoc_STRVAR(count_bad_doc, "count_bad(records, max_duration) -> int\n\nHow many
                             "duration above max_duration, an end before their start, or a model or "
                             "device id of 0xFFFFFFFF.");
 
+PyDoc_STRVAR(batch_facts_doc, "batch_facts(records) -> (keypoints, device, max_end)\n\nHow many wire "
+                              "records are step keypoints, the device id they all have (-1 if they differ) "
+                              "and the largest end (0 for none).");
+
 PyDoc_STRVAR(group_doc,
              "group(records, upper, out_dm, out_code, out_count, out_total, out_min, out_max, out_inv, out_bin)"
              " -> (ops, groups)\n\nGroup a batch's non-keypoint wire records by (model/device, name/type); "
@@ -688,6 +729,7 @@ PyDoc_STRVAR(group_doc,
 static PyMethodDef methods[] = {
     {"group", (PyCFunction)(void (*)(void))group, METH_FASTCALL, group_doc},
     {"count_bad", (PyCFunction)(void (*)(void))count_bad, METH_FASTCALL, count_bad_doc},
+    {"batch_facts", (PyCFunction)(void (*)(void))batch_facts, METH_FASTCALL, batch_facts_doc},
     {"fold", (PyCFunction)(void (*)(void))fold, METH_FASTCALL, fold_doc},
     {"cache_lookup", (PyCFunction)(void (*)(void))cache_lookup, METH_FASTCALL, cache_lookup_doc},
     {"fold_buckets", (PyCFunction)(void (*)(void))fold_buckets, METH_FASTCALL, fold_buckets_doc},

@@ -213,6 +213,7 @@ class Subscription(Closing):
             layout_mismatch=c.layout_mismatch,
             records_decoded_by_getters=c.by_getters,
             reader_stuck=self._reader_stuck(),
+            names_cut=c.names_cut,
         )
 
     @property

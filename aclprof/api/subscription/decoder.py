@@ -308,3 +308,8 @@ class Decoder:
     @property
     def names_overflowed(self) -> int:
         return self._table.overflows
+
+    @property
+    def names_cut(self) -> int:
+        """Names and types cut to ``NAME_LIMIT`` bytes (``aclprof.binding.opdecode``)."""
+        return self._table.cut

@@ -79,6 +79,7 @@ class ReaderCounts(NamedTuple):
     keypoints: int = 0
     layout_mismatch: bool = False
     by_getters: int = 0
+    names_cut: int = 0
 
 
 class Reader:
@@ -156,7 +157,8 @@ class Reader:
             delivered=published.delivered + c.delivered,
             corrupt=published.corrupt + c.corrupt,
             names_missing=published.names_missing + c.missing_names,
-            keypoints=published.keypoints + c.keypoints)
+            keypoints=published.keypoints + c.keypoints,
+            names_cut=self.decoder.names_cut)  # the C loop's interner: live
 
     def live_bytes(self) -> int:
         """Bytes read so far (live progress, outside the identity)."""
@@ -177,7 +179,8 @@ class Reader:
         self._published = ReaderCounts(
             self.bytes_read, d.records_read, d.records_decoded, self.delivered,
             self.dropped_callback, self.callback_errors, d.corrupt, d.failed, d.names_missing,
-            d.names_overflowed, self.truncated, d.keypoints, d.layout_mismatch, d.by_getters)
+            d.names_overflowed, self.truncated, d.keypoints, d.layout_mismatch, d.by_getters,
+            d.names_cut)
 
     def _publish(self) -> None:
         with self.stats_lock:

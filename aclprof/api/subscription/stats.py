@@ -28,7 +28,9 @@ class SubscriptionStats:
     none of these counts until it is delivered or dropped, so ``records_read`` can trail
     ``bytes_read`` by that batch. ``names_missing`` counts delivered records whose name or
     type the library could not return, ``names_overflowed`` those whose name did not fit the
-    subscription's interned table (1 M distinct strings); both read ``"?"``.
+    subscription's interned table (1 M distinct strings); both read ``"?"``. ``names_cut``
+    counts delivered names and types longer than 16 KiB (``aclprof.binding.opdecode.NAME_LIMIT``),
+    delivered cut to that many bytes (the daemon keeps 4 KiB of a name anyway).
 
     ``dropped_decode_error`` counts records lost to a failure of the binding itself: a
     batch the decoder raised on, and after any other reader failure, everything the reader
@@ -79,6 +81,7 @@ class SubscriptionStats:
     layout_mismatch: bool = False
     records_decoded_by_getters: int = 0
     reader_stuck: bool = False
+    names_cut: int = 0
 
     @property
     def dropped(self) -> int:
