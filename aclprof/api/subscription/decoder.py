@@ -272,6 +272,8 @@ class Decoder:
         out = np.zeros(len(rows), dtype=OP_DTYPE)
         for name in rows[0] if rows else ():
             out[name] = [r[name] for r in rows]
+        if len(out):  # the reader's lag clock reads it, as after the C path's batches
+            self.max_end = max(self.max_end, int(out["end"].max()))
         self._mark_keypoints(out)
         return OpBatch(out, self.names)
 
