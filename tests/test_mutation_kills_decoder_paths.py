@@ -151,6 +151,17 @@ def test_a_second_finish_after_one_read_returns_none(pipe):
     assert (dec.records_read, dec.records_decoded, dec.filled) == (4, 4, 0)
 
 
+def test_one_record_read_is_one_batch(pipe):
+    model = mock.load_model(OPS[1:2])
+    raw = capture_records(model, 2)
+    dec = Decoder(80)
+    dec.feed(raw[:80])
+    os.write(pipe[1], raw[80:])
+    assert dec.read(pipe[0], -1, 0)[0] == 80
+    batch = dec.finish()
+    assert batch is not None and _pairs(batch) == PAIRS[1:2] and dec.records_read == 2
+
+
 def test_a_failing_wrap_after_read_counts_its_records_every_time(pipe, monkeypatch):
     dec = Decoder(80)
     model = mock.load_model(OPS[1:2])
