@@ -275,6 +275,18 @@ def test_the_fallback_keeps_the_newest_end_for_the_lag_clock(shuffled, emit_log)
     assert dec.max_end == max(ends)
 
 
+def test_the_fallback_leaves_max_end_0_for_records_without_times(shuffled):
+    """0 is the lag clock's "no times" (time_info off): nothing decoded keeps it, and
+    records whose times are all 0 too."""
+    model = mock.load_model(OPS[1:2])
+    raw = capture_records(model, 2, time_info=False)
+    dec = Decoder(80)
+    assert dec.max_end == 0
+    (batch,) = dec.feed(raw)
+    assert dec.by_getters == 2 and batch.data["end"].tolist() == [0, 0]
+    assert dec.max_end == 0
+
+
 def test_a_subscription_through_the_fallback_measures_its_lag(shuffled):
     model = mock.load_model(OPS[1:2])
     with aclprof.subscribe(model, read_records=1) as sub:

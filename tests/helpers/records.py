@@ -89,10 +89,12 @@ class EmitLog:
         return [e for e in lines if model_id is None or e.model_id == model_id]
 
 
-def capture_records(model: int, iterations: int) -> bytes:
+def capture_records(model: int, iterations: int, *, time_info: bool = True) -> bytes:
     """The raw op records the library writes for ``iterations`` runs of ``model``, read
     from a pipe of our own through the low-level layer; their names are NOT fetched (they
-    stay in the library's table until a decoder, or the test, fetches them)."""
+    stay in the library's table until a decoder, or the test, fetches them). Without
+    ``time_info`` (times 0) the subscription asks for AI Core metrics: CANN refuses a
+    subscription with neither."""
     import os
 
     from aclprof import mock
@@ -101,7 +103,8 @@ def capture_records(model: int, iterations: int) -> bytes:
 
     r, w = os.pipe()
     cell = lowlevel.FdCell(w)
-    config = lowlevel.create_subscribe_config(True, AicoreMetrics.NONE, cell)
+    metrics = AicoreMetrics.NONE if time_info else AicoreMetrics.PIPE_UTILIZATION
+    config = lowlevel.create_subscribe_config(time_info, metrics, cell)
     try:
         lowlevel.model_subscribe(model, config)
         mock.execute(model, iterations)
