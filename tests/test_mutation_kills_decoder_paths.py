@@ -121,11 +121,12 @@ def test_run_sink_counts_corrupt_records_and_skips_them(pipe):
     _free_names(original[80:160])  # the corrupt record's names were never fetched
 
 
-def test_run_sink_refuses_before_the_layout_check():
+def test_run_sink_refuses_before_the_layout_check(pipe):
     dec = Decoder(80)
     queue = AgentQueue(10, -1)
+    _close_writer(pipe)  # at EOF: a run that went ahead would return at once
     with pytest.raises(RuntimeError, match=r"^Decoder\.run_sink: the record layout is not checked yet$"):
-        dec.run_sink(QueueSink(queue, queue.add_slot()), -1, -1, 0, 1)
+        dec.run_sink(QueueSink(queue, queue.add_slot()), pipe[0], -1, 0, 1)
     assert queue.totals()[0] == 0
 
 
@@ -217,6 +218,17 @@ def test_the_fallback_marks_nothing_before_both_keypoint_strings_are_seen(shuffl
     dec = Decoder(80)
     (batch,) = dec.feed(raw)
     assert batch.data["keypoint"].tolist() == [False, False] and dec.keypoints == 0
+
+
+def test_the_fallback_marks_no_op_named_like_its_type_before_any_keypoint(shuffled):
+    """Before "keypoint_op" and "na" are seen nothing is a keypoint, whatever ids a
+    record's name and type share (here one string, id 1, for both)."""
+    model = mock.load_model([{"name": "Relu", "type": "Relu", "duration_ns": 10}])
+    raw = capture_records(model, 1)
+    dec = Decoder(80)
+    (batch,) = dec.feed(raw)
+    assert batch.data["op_name"].tolist() == batch.data["op_type"].tolist() == [1]
+    assert batch.data["keypoint"].tolist() == [False] and dec.keypoints == 0
 
 
 def test_the_fallback_counts_every_corrupt_record_and_decodes_single_and_empty_batches(shuffled):
