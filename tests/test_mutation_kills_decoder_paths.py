@@ -259,6 +259,23 @@ def test_the_fallback_interns_a_repeated_name_once_in_both_tables(shuffled):
     assert batch.data["op_name"].tolist() == [1, 3] * 3
 
 
+def test_the_fallback_past_the_interners_capacity_reads_placeholders_and_counts_them(shuffled, monkeypatch):
+    """As the C path does (test_decoder.py::test_interner_overflow_names_read_as_placeholder):
+    past the cap names read "?" and are counted, and the names list stays the C table's
+    (an agent's sink copies names from the table). Failed before: the fallback kept adding
+    to its list past the cap, out of step with the table."""
+    monkeypatch.setattr(decoder_module, "_MAX_NAMES", 4)  # "?" + 3 strings
+    model = mock.load_model([{"name": f"op{i}", "type": "T", "duration_ns": 10} for i in range(4)])
+    raw = capture_records(model, 1)
+    dec = Decoder(80)
+    (batch,) = dec.feed(raw)
+    assert dec.by_getters == 4
+    assert _pairs(batch) == [("op0", "T"), ("op1", "T"), ("?", "T"), ("?", "T")]
+    assert dec.names_overflowed == 2
+    assert dec.names == ["?", "op0", "T", "op1"] and len(dec.table) == 4
+    assert mock.stats()["nameTableEntries"] == 0  # the library's entries were still fetched
+
+
 def test_the_fallback_reads_flag_0_from_an_older_cann_without_the_getter(shuffled, monkeypatch):
     model = mock.load_model(OPS[3:4])  # flag 1 in the model
     raw = capture_records(model, 1)
