@@ -11,7 +11,7 @@ import numpy as np
 
 from aclprof.protocol.wire import RECORD_DTYPE
 
-__all__ = ["make_records", "Emitted", "record_key", "read_emit_log", "EmitLog"]
+__all__ = ["make_records", "Emitted", "record_key", "read_emit_log", "EmitLog", "capture_records"]
 
 
 def make_records(n: int, *, model: int = 1, device: int = 0, types: tuple[int, ...] = (1, 2),
@@ -87,3 +87,34 @@ class EmitLog:
     def read(self, model_id: int | None = None) -> list[Emitted]:
         lines = read_emit_log(self.path) if self.path.exists() else []
         return [e for e in lines if model_id is None or e.model_id == model_id]
+
+
+def capture_records(model: int, iterations: int, *, time_info: bool = True) -> bytes:
+    """The raw op records the library writes for ``iterations`` runs of ``model``, read
+    from a pipe of our own through the low-level layer; their names are NOT fetched (they
+    stay in the library's table until a decoder, or the test, fetches them). Without
+    ``time_info`` (times 0) the subscription asks for AI Core metrics: CANN refuses a
+    subscription with neither."""
+    import os
+
+    from aclprof import mock
+    from aclprof.binding import lowlevel
+    from aclprof.binding.enums import AicoreMetrics
+
+    r, w = os.pipe()
+    cell = lowlevel.FdCell(w)
+    metrics = AicoreMetrics.NONE if time_info else AicoreMetrics.PIPE_UTILIZATION
+    config = lowlevel.create_subscribe_config(time_info, metrics, cell)
+    try:
+        lowlevel.model_subscribe(model, config)
+        mock.execute(model, iterations)
+        lowlevel.model_unsubscribe(model)  # flushes, closes w and writes -1 into the cell
+        parts = []
+        while chunk := os.read(r, 1 << 16):
+            parts.append(chunk)
+        return b"".join(parts)
+    finally:
+        os.close(r)
+        config.close()
+        if cell.value >= 0:
+            os.close(cell.value)

@@ -272,6 +272,8 @@ class Decoder:
         out = np.zeros(len(rows), dtype=OP_DTYPE)
         for name in rows[0] if rows else ():
             out[name] = [r[name] for r in rows]
+        if len(out):  # the reader's lag clock reads it, as after the C path's batches
+            self.max_end = max(self.max_end, int(out["end"].max()))
         self._mark_keypoints(out)
         return OpBatch(out, self.names)
 
@@ -283,14 +285,15 @@ class Decoder:
             return 0
 
     def _intern_py(self, data: bytes) -> int:
-        text = data.decode("utf-8", "backslashreplace")
-        try:
-            return self.names.index(text)
-        except ValueError:
-            self._append_name(text)
-            # the C table too, aligned (an agent's sink copies the names from it)
-            self._table.add(text.encode("utf-8", "surrogateescape"))
-            return len(self.names) - 1
+        """The id of a name the getters gave, interned in the C table as the C path's are:
+        one lookup, not a scan of :attr:`names`; ``names`` stays aligned with the table (an
+        agent's sink copies the names from it); past ``_MAX_NAMES`` the placeholder "?"
+        (id 0), counted in :attr:`names_overflowed`. (Before, a full table still grew
+        ``names`` without bound, out of step with the table.)"""
+        # backslashreplace output has no lone surrogate: encoding it back cannot fail
+        name_id = self._table.add(data.decode("utf-8", "backslashreplace").encode("utf-8"))
+        self._sync_names()
+        return name_id
 
     def _append_name(self, text: str) -> None:
         if text == KEYPOINT_NAME:
