@@ -106,36 +106,43 @@ def test_daemon_names_and_loss_times_are_utc_in_every_zone(zone):
     assert _iso(TS) == "2025-11-29T07:06:40.500Z"
 
 
+@pytest.fixture(scope="module")
+def one_record() -> Iterator[tuple]:
+    """One daemon holding one record for every zone's child (each reads it in its own TZ)."""
+    svc = Service("tzsvc", [Op("Cast", "c0", 0, 1, 10_000, 500)])
+    d = started([svc])
+    try:
+        yield d, svc
+    finally:
+        d.cleanup()
+
+
 @pytest.mark.parametrize("tz", list(ZONES))
-def test_export_since_local_wall_clock_and_ascend_dir_in_a_child_with_tz(tz: str, tmp_path: Path):
+def test_export_since_local_wall_clock_and_ascend_dir_in_a_child_with_tz(tz: str, tmp_path: Path, one_record):
     """The CLI as a user runs it, with TZ in its environment: ``--since`` given as the local
     wall clock of a minute ago finds the records, a minute ahead finds none; the ascend
     directory is named with the local time of the first record's receive time."""
     if not Path("/usr/share/zoneinfo", tz).exists():
         pytest.skip(f"no tzdata for {tz}")
     offset = ZONES[tz][0]
-    svc = Service("tzsvc", [Op("Cast", "c0", 0, 1, 10_000, 500)])
-    d = started([svc])
-    try:
-        def local_iso(ts: float) -> str:  # the zone's wall clock, by arithmetic on UTC
-            return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts + offset))
+    d, svc = one_record
+    def local_iso(ts: float) -> str:  # the zone's wall clock, by arithmetic on UTC
+        return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(ts + offset))
 
-        def export(*args: str) -> str:
-            p = subprocess.run([sys.executable, "-m", "aclprof", "export", *args, "--socket", d.socket],
-                               env=env(TZ=tz), capture_output=True, text=True, timeout=60)
-            assert p.returncode == 0, p.stderr
-            return p.stdout
+    def export(*args: str) -> str:
+        p = subprocess.run([sys.executable, "-m", "aclprof", "export", *args, "--socket", d.socket],
+                           env=env(TZ=tz), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
 
-        lines = export("--format", "jsonl", "-o", "-")
-        (rec,) = [json.loads(x) for x in lines.splitlines()]
-        ts = rec["ts"]
-        assert export("--format", "jsonl", "-o", "-", "--since", local_iso(ts - 60)).count("\n") == 1
-        assert export("--format", "jsonl", "-o", "-", "--since", local_iso(ts + 60)) == ""
-        export("--format", "ascend", "-o", str(tmp_path / "a"))
-        (proc,) = list((tmp_path / "a").iterdir())
-        stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(ts + offset))
-        assert proc.name == f"edgehost_{svc.pid}_{stamp}_ascend_pt", (proc.name, stamp)
-        rows = list(csv.DictReader(open(proc / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", newline="")))
-        assert len(rows) == 1
-    finally:
-        d.cleanup()
+    lines = export("--format", "jsonl", "-o", "-")
+    (rec,) = [json.loads(x) for x in lines.splitlines()]
+    ts = rec["ts"]
+    assert export("--format", "jsonl", "-o", "-", "--since", local_iso(ts - 60)).count("\n") == 1
+    assert export("--format", "jsonl", "-o", "-", "--since", local_iso(ts + 60)) == ""
+    export("--format", "ascend", "-o", str(tmp_path / "a"))
+    (proc,) = list((tmp_path / "a").iterdir())
+    stamp = time.strftime("%Y%m%d%H%M%S", time.gmtime(ts + offset))
+    assert proc.name == f"edgehost_{svc.pid}_{stamp}_ascend_pt", (proc.name, stamp)
+    rows = list(csv.DictReader(open(proc / "ASCEND_PROFILER_OUTPUT" / "kernel_details.csv", newline="")))
+    assert len(rows) == 1

@@ -15,6 +15,7 @@ Only cffi-aware modules may use ``ffi``: the binding layer, by rule.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -46,7 +47,10 @@ ALLOWED: dict[str, tuple[str, ...]] = {
 }
 
 
+@functools.cache
 def _modules() -> list[tuple[str, Path]]:
+    """Every module of the two packages (walked once: _known asked it for every import of
+    every module, ~400 walks of the tree per test run)."""
     out = []
     for root, prefix in ((REPO / "aclprof", "aclprof"), (REPO / "daemon" / "aclprofd", "aclprofd")):
         for path in sorted(root.rglob("*.py")):
@@ -65,8 +69,14 @@ def _layer(module: str) -> str | None:
     return None
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """A module's syntax tree, parsed once for both tests."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _imports(module: str, path: Path) -> list[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     found = []
     for node in ast.walk(tree):
@@ -83,8 +93,13 @@ def _imports(module: str, path: Path) -> list[str]:
     return [f for f in found if f.split(".")[0] in ("aclprof", "aclprofd")]
 
 
+@functools.cache
+def _module_names() -> frozenset[str]:
+    return frozenset(m for m, _ in _modules())
+
+
 def _known(name: str) -> bool:
-    return any(name == m for m, _ in _modules())
+    return name in _module_names()
 
 
 @pytest.mark.parametrize("module,path", _modules(), ids=[m for m, _ in _modules()])
@@ -101,7 +116,7 @@ def test_no_import_runs_back_up(module, path):
 
 
 def _uses_cffi(module: str, path: Path) -> bool:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = _tree(path)
     uses = sorted({n.attr if isinstance(n, ast.Attribute) else n.id for n in ast.walk(tree)
                    if (isinstance(n, ast.Name) and n.id == "ffi")
                    or (isinstance(n, ast.Attribute) and n.attr == "ffi")})

@@ -66,8 +66,19 @@ class Fanout:
 
     def __init__(self, host: FanoutHost, outbox: Outbox, counters: Counters, memory: Memory):
         self.host, self.outbox, self.counters, self.memory = host, outbox, counters, memory
-        self.streaming = 0  # STREAM clients connected (ingest skips the fan-out when 0)
+        # the STREAM clients and the running EXPORTs, open ones only, in the order they began
+        # (ordered sets): the pumps, the fan-out and a new agent's LIVE check visit these, not
+        # every connection, so a loop turn and a handshake cost the same with 10 or 3,800
+        # agents connected (a pass over all connections per turn made each handshake
+        # O(open connections): 1.4 ms at 3,500 agents against 0.24 ms at 10)
+        self._streams: dict[Conn, None] = {}
+        self._exports: dict[Conn, None] = {}
         self._live_check_at = 0.0  # monotonic time an agent's LIVE false falls due (0: none)
+
+    @property
+    def streaming(self) -> int:
+        """STREAM clients connected (ingest skips the fan-out when 0)."""
+        return len(self._streams)
 
     # ---- LIVE: an agent sends more often while a STREAM client may get its records --------
     def _wants_live(self, agent: Conn, filters: list[Filter]) -> bool:
@@ -77,10 +88,9 @@ class Fanout:
         """Tell each agent (all, or ``agents``) LIVE true at once when a STREAM client's
         filter admits its records, LIVE false LIVE_LINGER_S after none does any more."""
         now = time.monotonic()
-        conns = list(self.outbox.conns.values())
-        filters = [c.stream for c in conns if c.stream is not None and not c.closed]
+        filters = [c.stream for c in self._streams if c.stream is not None and not c.closed]
         due = 0.0
-        for a in conns if agents is None else agents:
+        for a in list(self.outbox.conns.values()) if agents is None else agents:
             if a.role != "agent" or a.closed:
                 continue
             if self._wants_live(a, filters):
@@ -108,16 +118,17 @@ class Fanout:
 
     # ---- STREAM -------------------------------------------------------------------------
     def start_stream(self, conn: Conn, flt: Filter) -> None:
-        if conn.stream is None:
-            self.streaming += 1
+        if not conn.closed:  # closed: closed() has run, the sets hold open connections only
+            self._streams[conn] = None
         conn.stream = flt
         conn.matchers = {}
         self._update_live()
 
     def closed(self, conn: Conn) -> None:
         """``conn`` is closing (called by the loop)."""
-        if conn.stream is not None:
-            self.streaming -= 1
+        self._exports.pop(conn, None)
+        if conn in self._streams:
+            del self._streams[conn]
             # ``conn`` is closed already, so its filter no longer counts: LIVE false falls due
             # for the agents no other stream watches
             self._update_live()
@@ -144,7 +155,7 @@ class Fanout:
         limit = self.host.settings.stream_buffer_bytes
         room, stream_room = self._stream_room()
         same: dict[bytes, np.ndarray] = {}  # mask bytes -> the selection (b"": everything)
-        for client in self.outbox.conns.values():
+        for client in self._streams:
             flt = client.stream
             if flt is None or client.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
                 continue
@@ -183,7 +194,7 @@ class Fanout:
         line: bytes | None = None
         limit = self.host.settings.stream_buffer_bytes
         sent = skipped = 0
-        for c in list(self.outbox.conns.values()):
+        for c in list(self._streams):
             flt = c.stream
             if flt is None or c.closed or not matches(flt):
                 continue
@@ -210,7 +221,7 @@ class Fanout:
         # (selection, first record) -> (the selection, its frames): a batch queued for several
         # clients (the same array object, see offer) is encoded once in this pump
         encoded: dict[tuple[int, int], tuple[np.ndarray, bytes]] = {}
-        for c in list(self.outbox.conns.values()):
+        for c in list(self._streams):
             if c.stream is None or c.closed or not (c.stream_pending or (c.stream_skipped and not c.out)):
                 continue
             if not room:
@@ -274,16 +285,19 @@ class Fanout:
     # ---- EXPORT -------------------------------------------------------------------------
     def start_export(self, conn: Conn, since: float | None, until: float | None, flt: Filter) -> None:
         conn.export = self._export(since, until, flt)
+        if not conn.closed:
+            self._exports[conn] = None
 
     @property
     def exporting(self) -> bool:
         """An EXPORT could produce more now (the loop then does not sleep)."""
-        return any(c.export is not None and len(c.out) < EXPORT_OUT_LOW for c in self.outbox.conns.values())
+        return any(c.export is not None and len(c.out) < EXPORT_OUT_LOW for c in self._exports)
 
     def pump_exports(self) -> None:
         deadline = time.monotonic() + EXPORT_SLICE_S
-        for c in list(self.outbox.conns.values()):
+        for c in list(self._exports):
             if c.export is None or c.closed:
+                self._exports.pop(c, None)
                 continue
             try:
                 while c.export is not None and not c.closed and len(c.out) < EXPORT_OUT_LOW:
@@ -296,8 +310,11 @@ class Fanout:
                         break
             except Exception as exc:
                 c.export = None
+                self._exports.pop(c, None)
                 self.outbox.internal_error(c, "EXPORT", exc)
                 continue
+            if c.export is None:
+                self._exports.pop(c, None)
             if c.out and not c.closed:
                 self.outbox.send(c)
 
@@ -350,6 +367,7 @@ class Fanout:
                 c.out += encode_json(Kind.END, {"records": c.stream_sent, "skipped": c.stream_skipped_all})
             elif c.export is not None:
                 c.export = None
+                self._exports.pop(c, None)
                 c.out += encode_json(Kind.ERROR, {"message": "the daemon is stopping; the export is incomplete"})
             else:
                 continue

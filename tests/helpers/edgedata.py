@@ -118,8 +118,8 @@ def started(services: list[Service], *args: str, prometheus_port: int = 0) -> An
     """A child daemon (``helpers.daemons.Daemon``) with ``services`` sent and stored: every
     record read (STATUS) and flushed to the segment files (an export sees them all). The
     caller cleans it up (``d.cleanup()``)."""
-    from .daemons import Daemon, status
-    from .procs import cli, wait_for
+    from .daemons import Client, Daemon, status
+    from .procs import wait_for
 
     d = Daemon(None, "--prometheus-host-label", "edgehost", *args, prometheus_port=prometheus_port).start()
     try:
@@ -129,8 +129,13 @@ def started(services: list[Service], *args: str, prometheus_port: int = 0) -> An
         wait_for(lambda: status(d.socket)["records_total"] == n, what=f"{n} records read")
 
         def exported() -> bool:
-            p = cli("export", "--format", "jsonl", "-o", "-", "--socket", d.socket)
-            return p.returncode == 0 and len(p.stdout.splitlines()) == n
+            # over the wire, not `aclprof export` in a child (a Python start, under coverage
+            # a second or two, per daemon): the tests run the CLI's exports themselves
+            c = Client(d.socket)
+            try:
+                return len(c.export()) == n
+            finally:
+                c.close()
         wait_for(exported, timeout=20, interval=0.1, what=f"{n} records stored")
     except BaseException:
         d.cleanup()
