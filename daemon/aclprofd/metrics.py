@@ -42,7 +42,8 @@ Series:
   ``aclprofd_storage_corrupt_chunks_total``,
   ``aclprofd_storage_records_lost_total``, ``aclprofd_storage_names_skipped_total``,
   ``aclprofd_reply_items_truncated_total{what}`` (items replies left out to fit their
-  frame: STATUS ``replies_truncated``)
+  frame: STATUS ``replies_truncated``), ``aclprofd_loop_stalls_total{step}`` (loop turns of
+  100 ms or more by their longest step: :mod:`aclprofd.stalls`)
   (the hardening counters; STATUS reports the same numbers).
 - the endpoint's own: ``aclprofd_metrics_series``, ``aclprofd_metrics_series_refused{reason}``
   (left out by the series budget: ``agent_share``, ``total``, ``bytes``),
@@ -240,6 +241,8 @@ class DaemonCollector:
                                   "trace_straggler_grace", value=tr.get("stragglers_cut", 0))
         yield CounterMetricFamily("aclprofd_trace_dirs_refused", "TRACE_DONE directories not believed "
                                   "(not the replying uid's session directories)", value=tr.get("dirs_refused", 0))
+        yield by_label(CounterMetricFamily, "aclprofd_loop_stalls", "Event loop turns of 100 ms or more, by their "
+                       "longest step (STATUS loop.stalls)", "step", sorted(s.loop_stalls.get("by_step", {}).items()))
         yield from limit_families(s)  # per-reason refusals, agents, shared tables (issue 19)
         yield from failure_families(s.failures)
 

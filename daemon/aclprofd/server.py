@@ -48,6 +48,7 @@ from .persist import AGGREGATES_FILE, Persistence
 from .reload import apply_reload, signal_handlers
 from .socketfile import SocketFile
 from .sockets import DaemonError, Waker, sd_notify
+from .stalls import LoopStalls
 from .status import PUBLISH_S, Counters, CountersSnapshot, Health, take_snapshot
 from .storage import Storage
 from .trace import Traces
@@ -80,6 +81,7 @@ class Daemon:
         self.metrics: Any = None
         self.counters = Counters()
         self.health = Health()
+        self.stalls = LoopStalls()  # what made the long turns long (STATUS loop.stalls)
         # The parts, each given what it uses: explicit collaborators (the transport is the
         # Outbox they answer clients through), or, for the daemon's changing state (settings
         # and storage, replaced by a reload or a start), the daemon seen through the part's
@@ -128,6 +130,7 @@ class Daemon:
         self._reload_requested = False
         self._waker = Waker()
         self.ready = threading.Event()
+        self._last_kind = ""
 
     @property
     def socket_problem(self) -> str | None:
@@ -225,19 +228,27 @@ class Daemon:
                     0.0, min(next_flush - now, 0.1 if stop_event is not None else 1.0,
                              self._published_mono + PUBLISH_S - now, self.detection.due(now)))
                 self._turn(timeout)
+                st = self.stalls
                 if self._reload_requested:
                     self._reload_requested = False
-                    apply_reload(self, self._reload)
+                    with st.timed("reload"):
+                        apply_reload(self, self._reload)
                     flush_every = self.settings.flush_interval_s
                 now = time.monotonic()
-                self.traces.tick(now)  # trace replies that timed out
+                with st.timed("traces"):
+                    self.traces.tick(now)  # trace replies that timed out
                 if now >= next_flush:
-                    self.flush()
+                    with st.timed("flush"):
+                        self.flush()
                     next_flush = time.monotonic() + flush_every
                 if now >= self._published_mono + PUBLISH_S:
-                    self.publish()
-                self.detection.tick(now)
-                self.captures.tick()
+                    with st.timed("publish"):
+                        self.publish()
+                with st.timed("detector"):
+                    self.detection.tick(now)
+                with st.timed("captures"):
+                    self.captures.tick()
+                st.end()
         finally:
             sd_notify("STOPPING=1")
             self.socket_file.stop_listening()
@@ -248,22 +259,32 @@ class Daemon:
 
     def _turn(self, timeout: float) -> None:
         """One select and everything it makes ready, then the stream and export pumps."""
-        t = self.transport
-        for key, mask in t.sel.select(t.accept_timeout(timeout)):
+        t, st = self.transport, self.stalls
+        events = t.sel.select(t.accept_timeout(timeout))
+        st.begin()
+        for key, mask in events:
             data = key.data
             if data == "listen":
-                t.accept()
+                with st.timed("accept"):
+                    t.accept()
             elif data == "wake":
                 self._waker.drain()
             else:
                 conn: Conn = data
+                t0, c0 = time.perf_counter(), time.thread_time()
+                self._last_kind = ""
                 if mask & selectors.EVENT_READ and not conn.closed:
                     t.read(conn)
                 if mask & selectors.EVENT_WRITE and not conn.closed:
                     t.send(conn)
-        t.serve_pending()  # the connections whose frames wait from an earlier turn
-        self.fanout.pump_streams()
-        self.fanout.pump_exports()
+                st.step(f"{conn.role or 'new'} {self._last_kind or 'send'}", time.perf_counter() - t0,
+                        time.thread_time() - c0)
+        with st.timed("pending slices"):
+            t.serve_pending()  # the connections whose frames wait from an earlier turn
+        with st.timed("streams"):
+            self.fanout.pump_streams()
+        with st.timed("exports"):
+            self.fanout.pump_exports()
 
     def close(self) -> None:
         """Close every connection, the storage, metrics, and remove our socket file."""
@@ -304,6 +325,7 @@ class Daemon:
     def _handle(self, conn: Conn, kind: Kind, payload: memoryview) -> Iterator[None] | None:
         """One frame: HELLO first, then the dispatch table of the connection's role. An agent
         frame whose handling is cut into steps returns them (the transport runs them)."""
+        self._last_kind = kind.name  # the stall attribution's name of this turn's step
         if conn.role is None:
             if kind != Kind.HELLO:
                 raise ProtocolError(f"expected HELLO, got {kind.name}")

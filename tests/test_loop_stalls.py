@@ -1,0 +1,53 @@
+"""The loop's stall attribution (aclprofd.stalls, issue 19): a turn of STALL_S or more is
+counted under its longest step, and STATUS reports it (fake clocks: no timing)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.daemons import InProcess, status
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_long_turn_is_counted_under_its_longest_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aclprofd import stalls
+
+    wall, cpu = _Clock(), _Clock()
+    monkeypatch.setattr(stalls.time, "perf_counter", wall)
+    monkeypatch.setattr(stalls.time, "thread_time", cpu)
+    s = stalls.LoopStalls()
+    s.begin()
+    with s.timed("flush"):
+        wall.t += 0.02
+    s.step("control SNAPSHOT", 0.15, 0.14)
+    wall.t += 0.18
+    cpu.t += 0.16
+    s.end()
+    s.begin()
+    wall.t += 0.05  # a short turn: no stall
+    s.end()
+    out = s.summary()
+    assert out["turns"] == 2
+    assert out["by_step"] == {"control SNAPSHOT": 1}
+    assert out["longest"]["step"] == "control SNAPSHOT"
+    assert out["longest"]["ms"] == pytest.approx(200.0)
+    assert out["longest"]["step_cpu_ms"] == pytest.approx(140.0)
+    assert out["longest"]["unexplained_ms"] == pytest.approx(30.0)  # 200 - 20 - 150
+
+
+def test_status_reports_the_loops_stalls(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aclprofd import stalls
+
+    monkeypatch.setattr(stalls, "STALL_S", 0.0)  # every turn is a stall: attributed to a step
+    with InProcess() as d:
+        st = status(d.socket)
+    loop = st["loop"]["stalls"]
+    assert loop["turns"] >= 1
+    assert sum(loop["by_step"].values()) >= 1
+    assert loop["longest"]["step"] in loop["by_step"]
