@@ -182,7 +182,7 @@ class Daemon:
         if s.prometheus_port:
             from .metrics import Metrics
             try:
-                self.metrics = Metrics(self, s)
+                self.metrics = Metrics(self, s, self._waker.wake)
             except (OSError, ValueError) as exc:  # ValueError: aclprofd.metrics_access.AccessError
                 self.close()
                 raise DaemonError(f"cannot serve Prometheus metrics on {s.prometheus_host}:{s.prometheus_port}: "
@@ -224,7 +224,8 @@ class Daemon:
                 now = time.monotonic()
                 # frames left from a slice (aclprofd.transport): no sleep, the selector would
                 # not wake for bytes already read
-                timeout = 0.0 if self.fanout.exporting or self.transport.pending else max(
+                rendering = self.metrics is not None and self.metrics.jobs.pending  # /metrics, in slices
+                timeout = 0.0 if self.fanout.exporting or self.transport.pending or rendering else max(
                     0.0, min(next_flush - now, 0.1 if stop_event is not None else 1.0,
                              self._published_mono + PUBLISH_S - now, self.detection.due(now)))
                 self._turn(timeout)
@@ -285,6 +286,9 @@ class Daemon:
             self.fanout.pump_streams()
         with st.timed("exports"):
             self.fanout.pump_exports()
+        if self.metrics is not None:
+            with st.timed("metrics render"):
+                self.metrics.jobs.pump()  # a slice of a /metrics rendering (aclprofd.loopjobs)
 
     def close(self) -> None:
         """Close every connection, the storage, metrics, and remove our socket file."""

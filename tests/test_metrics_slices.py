@@ -1,0 +1,160 @@
+"""Issue 19, the last goal: the /metrics rendering runs on the event loop in bounded slices
+(aclprofd.loopjobs), not on the HTTP thread holding the GIL for its whole length while the
+loop waits behind it (0.3-1 s per rendering under the soak). No timing: a gate holds a
+rendering open while a STATUS is answered, and the thread that ran its steps is named.
+"""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from collections.abc import Callable, Generator, Iterator
+from typing import Any
+
+import pytest
+from helpers.daemons import InProcess, agent, status
+from helpers.procs import free_port, wait_for
+from helpers.records import make_records
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def _scrape(port: int, out: list[Any]) -> None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            out.append((r.status, r.read().decode()))
+    except Exception as exc:  # the test thread reports it
+        out.append((0, repr(exc)))
+
+
+def test_a_status_is_answered_between_two_slices_of_one_rendering(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aclprofd import loopjobs, metrics
+
+    monkeypatch.setattr(loopjobs, "SLICE_S", 0.0)  # one step per loop turn
+    gate, entered = threading.Event(), threading.Event()
+    threads: set[int] = set()
+    real = metrics.detector_families
+
+    def held(view: Any) -> Iterator[Any]:
+        # the rendering cannot end before the gate opens: one step (a family) per loop turn
+        entered.set()
+        while not gate.is_set():
+            threads.add(threading.get_ident())
+            yield metrics.GaugeMetricFamily("aclprofd_test_held", "a rendering held open by the test")
+        yield from real(view)
+
+    monkeypatch.setattr(metrics, "detector_families", held)
+    port = free_port()
+    with InProcess(prometheus_port=port) as d:
+        a = agent(d.socket, names={1: "T", 2: "n", 3: "N", 4: "M"})
+        a.send_batch(make_records(100))
+        wait_for(lambda: status(d.socket)["records_total"] == 100, what="the records read")
+        got: list[Any] = []
+        scraper = threading.Thread(target=_scrape, args=(port, got))
+        scraper.start()
+        assert entered.wait(20), "the rendering never began"
+        st = status(d.socket)  # served by the loop while the rendering is held open
+        assert d.daemon.metrics.jobs.pending  # the gate is still shut: the rendering has not ended
+        gate.set()
+        scraper.join(30)
+        a.close()
+        loop_thread = d.thread.ident
+    assert st["records_total"] == 100
+    assert got and got[0][0] == 200, got
+    assert "aclprofd_op_duration_seconds_count{" in got[0][1]
+    assert "aclprofd_metrics_series " in got[0][1]  # the rendering is whole: its own lines last
+    assert threads == {loop_thread}  # main: the HTTP thread ran the whole rendering
+
+
+def _pump_until(jobs: Any, done: Callable[[], bool]) -> None:
+    while not done():
+        jobs.pump()
+
+
+def test_loop_jobs_hand_back_the_value_and_the_exception(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aclprofd import loopjobs
+    from aclprofd.loopjobs import LoopJobs
+
+    steps_run: list[int] = []
+
+    def steps() -> Generator[None, None, str]:
+        for i in range(5):
+            steps_run.append(i)
+            yield
+        return "text"
+
+    jobs = LoopJobs(wake=lambda: None)
+    results: list[Any] = []
+    t = threading.Thread(target=lambda: results.append(jobs.run(steps, 30)))
+    t.start()
+    wait_for(lambda: jobs.pending, what="the job handed over")
+    monkeypatch.setattr(loopjobs, "SLICE_S", 0.0)
+    pumps = 0
+    while jobs.pending:
+        jobs.pump()
+        pumps += 1
+    t.join(10)
+    assert results == ["text"] and steps_run == [0, 1, 2, 3, 4]
+    assert pumps == 6  # one step a slice: 5 yields, then the return
+
+    def broken() -> Generator[None, None, str]:
+        yield
+        raise ValueError("a bug in the rendering")
+
+    errors: list[BaseException] = []
+
+    def run_broken() -> None:
+        try:
+            jobs.run(broken, 30)
+        except ValueError as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=run_broken)
+    t.start()
+    wait_for(lambda: jobs.pending, what="the job handed over")
+    _pump_until(jobs, lambda: not jobs.pending)
+    t.join(10)
+    assert [str(e) for e in errors] == ["a bug in the rendering"]  # the caller's, not the loop's
+
+
+def test_a_job_not_done_in_time_or_at_stop_is_dropped_and_its_steps_closed() -> None:
+    from aclprofd.loopjobs import JobNotDone, LoopJobs
+
+    closed: list[str] = []
+
+    def endless() -> Generator[None, None, str]:
+        try:
+            while True:
+                yield
+        finally:
+            closed.append("closed")
+
+    jobs = LoopJobs(wake=lambda: None)
+    jobs.pump()  # nothing to do
+    stop = threading.Event()
+    pumper = threading.Thread(target=lambda: [jobs.pump() for _ in iter(stop.is_set, True)])
+    pumper.start()
+    try:
+        with pytest.raises(JobNotDone, match=r"not done within 0\.2 s"):
+            jobs.run(endless, 0.2)
+    finally:
+        stop.set()
+        pumper.join(10)
+    assert closed == ["closed"] and not jobs.pending
+    # the daemon stops while a scrape waits: it is answered at once, and so is any later one
+    waiting: list[BaseException] = []
+
+    def wait_one() -> None:
+        try:
+            jobs.run(endless, 30)
+        except JobNotDone as exc:
+            waiting.append(exc)
+
+    t = threading.Thread(target=wait_one)
+    t.start()
+    wait_for(lambda: jobs.pending, what="the job handed over")
+    jobs.close()
+    t.join(10)
+    assert [str(e) for e in waiting] == ["the daemon is stopping"]
+    with pytest.raises(JobNotDone, match="stopping"):
+        jobs.run(endless, 30)
