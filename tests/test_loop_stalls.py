@@ -21,6 +21,8 @@ def test_a_long_turn_is_counted_under_its_longest_step(monkeypatch: pytest.Monke
     wall, cpu = _Clock(), _Clock()
     monkeypatch.setattr(stalls.time, "perf_counter", wall)
     monkeypatch.setattr(stalls.time, "thread_time", cpu)
+    proc = _Clock()
+    monkeypatch.setattr(stalls.time, "process_time", proc)
     s = stalls.LoopStalls()
     s.begin()
     with s.timed("flush"):
@@ -28,6 +30,7 @@ def test_a_long_turn_is_counted_under_its_longest_step(monkeypatch: pytest.Monke
     s.step("control SNAPSHOT", 0.15, 0.14)
     wall.t += 0.18
     cpu.t += 0.16
+    proc.t += 0.16 + 0.012  # another thread of the daemon ran 12 ms meanwhile
     s.end()
     s.begin()
     wall.t += 0.05  # a short turn: no stall
@@ -39,6 +42,7 @@ def test_a_long_turn_is_counted_under_its_longest_step(monkeypatch: pytest.Monke
     assert out["longest"]["ms"] == pytest.approx(200.0)
     assert out["longest"]["step_cpu_ms"] == pytest.approx(140.0)
     assert out["longest"]["unexplained_ms"] == pytest.approx(30.0)  # 200 - 20 - 150
+    assert out["longest"]["other_threads_cpu_ms"] == pytest.approx(12.0)
 
 
 def test_status_reports_the_loops_stalls(monkeypatch: pytest.MonkeyPatch) -> None:

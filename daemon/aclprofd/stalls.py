@@ -5,12 +5,14 @@ the worst STATUS round trip. Each turn (from its select's return to the next sel
 timed, and so is each step in it (a frame handled, a connection's sends, a pump, a flush, a
 /metrics slice...), wall and CPU of the loop thread. A turn of ``STALL_S`` or more is a
 **stall**, counted under the name of its longest step; STATUS ``loop.stalls`` reports the
-counts, the longest turn (its step, that step's wall and CPU) and the time no step
-explains (a turn whose wall is far above its CPU waited for the GIL or for a CPU: another
-thread or process ran). A stall of ``LOG_STALL_S`` or more is logged, at most one line per
+counts, the longest turn (its step, that step's wall and CPU), the time no step explains,
+and the CPU the daemon's other threads used meanwhile: a turn whose wall is far above its
+CPU waited for the GIL (then the other threads' CPU is high: the /metrics listener, the
+aggregates writer, the flight recorder) or for a CPU (another process ran). A stall of ``LOG_STALL_S`` or more is logged, at most one line per
 ``LOG_EVERY_S`` (the worst since the last line), so an operator sees it without a flood.
 
-Timing a step costs two clock reads on each side (``perf_counter``, ``thread_time``).
+Timing a step costs two clock reads on each side (``perf_counter``, ``thread_time``); a
+turn one more (``process_time``).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class LoopStalls:
         self.stalls: dict[str, int] = {}
         #: the longest turn: its wall and CPU, its longest step, that step's wall and CPU
         self.longest: dict[str, Any] = {}
-        self._t0 = self._c0 = 0.0
+        self._t0 = self._c0 = self._p0 = 0.0
         self._in_turn = False
         self._step = ("", 0.0, 0.0)  # the longest step of this turn: what, wall, cpu
         self._explained = 0.0
@@ -46,7 +48,7 @@ class LoopStalls:
 
     def begin(self) -> None:
         """A turn begins (its select returned)."""
-        self._t0, self._c0 = time.perf_counter(), time.thread_time()
+        self._t0, self._c0, self._p0 = time.perf_counter(), time.thread_time(), time.process_time()
         self._step, self._explained, self._in_turn = ("", 0.0, 0.0), 0.0, True
 
     def step(self, what: str, wall: float, cpu: float) -> None:
@@ -69,12 +71,14 @@ class LoopStalls:
         if wall < STALL_S:
             return
         cpu = time.thread_time() - self._c0
+        others = max(time.process_time() - self._p0 - cpu, 0.0)  # the daemon's other threads
         what, s_wall, s_cpu = self._step
         what = what or "unattributed"
         self.stalls[what] = self.stalls.get(what, 0) + 1
         turn = {"ms": round(wall * 1e3, 1), "cpu_ms": round(cpu * 1e3, 1), "step": what,
                 "step_ms": round(s_wall * 1e3, 1), "step_cpu_ms": round(s_cpu * 1e3, 1),
-                "unexplained_ms": round(max(wall - self._explained, 0.0) * 1e3, 1), "ts": round(time.time(), 3)}
+                "unexplained_ms": round(max(wall - self._explained, 0.0) * 1e3, 1),
+                "other_threads_cpu_ms": round(others * 1e3, 1), "ts": round(time.time(), 3)}
         if wall * 1e3 > self.longest.get("ms", 0.0):
             self.longest = turn
         if wall >= LOG_STALL_S and (self._unlogged is None or turn["ms"] > self._unlogged["ms"]):
