@@ -8,8 +8,9 @@ timed, and so is each step in it (a frame handled, a connection's sends, a pump,
 counts, the longest turn (its step, that step's wall and CPU), the time no step explains,
 and the CPU the daemon's other threads used meanwhile: a turn whose wall is far above its
 CPU waited for the GIL (then the other threads' CPU is high: the /metrics listener, the
-aggregates writer, the flight recorder) or for a CPU (another process ran). A stall of ``LOG_STALL_S`` or more is logged, at most one line per
-``LOG_EVERY_S`` (the worst since the last line), so an operator sees it without a flood.
+aggregates writer, the flight recorder) or for a CPU (another process ran). A stall of
+``LOG_STALL_S`` or more is logged, at most one line per ``LOG_EVERY_S`` (the worst since the
+last line), so an operator sees it without a flood.
 
 Timing a step costs two clock reads on each side (``perf_counter``, ``thread_time``); a
 turn one more (``process_time``).
