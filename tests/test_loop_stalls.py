@@ -35,9 +35,15 @@ def test_a_long_turn_is_counted_under_its_longest_step(monkeypatch: pytest.Monke
     s.begin()
     wall.t += 0.05  # a short turn: no stall
     s.end()
+    for ms in range(101, 101 + stalls.KEEP):  # shorter stalls: kept among the longest, in order
+        s.begin()
+        s.step("flush", ms / 1e3, 0.0)
+        wall.t += ms / 1e3
+        s.end()
     out = s.summary()
-    assert out["turns"] == 2
-    assert out["by_step"] == {"control SNAPSHOT": 1}
+    assert out["turns"] == 2 + stalls.KEEP
+    assert out["by_step"] == {"control SNAPSHOT": 1, "flush": stalls.KEEP}
+    assert [t["ms"] for t in out["worst"]] == [200.0, *[float(ms) for ms in range(100 + stalls.KEEP, 101, -1)]]
     assert out["longest"]["step"] == "control SNAPSHOT"
     assert out["longest"]["ms"] == pytest.approx(200.0)
     assert out["longest"]["step_cpu_ms"] == pytest.approx(140.0)

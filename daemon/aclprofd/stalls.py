@@ -23,11 +23,12 @@ from typing import Any
 
 import structlog
 
-__all__ = ["LoopStalls", "STALL_S", "LOG_STALL_S", "LOG_EVERY_S"]
+__all__ = ["LoopStalls", "STALL_S", "LOG_STALL_S", "LOG_EVERY_S", "KEEP"]
 
 STALL_S = 0.1           # a turn at least this long is a stall (counted by its longest step)
 LOG_STALL_S = 0.25      # a stall at least this long is logged (rate-limited)
 LOG_EVERY_S = 10.0      # at most one stall line this often
+KEEP = 5                # the longest turns kept (STATUS loop.stalls.worst)
 
 _log = structlog.get_logger("aclprofd")
 
@@ -38,8 +39,8 @@ class LoopStalls:
     def __init__(self) -> None:
         self.turns = 0
         self.stalls: dict[str, int] = {}
-        #: the longest turn: its wall and CPU, its longest step, that step's wall and CPU
-        self.longest: dict[str, Any] = {}
+        #: the KEEP longest turns, longest first: wall and CPU, the longest step, its wall and CPU
+        self.worst: list[dict[str, Any]] = []
         self._t0 = self._c0 = self._p0 = 0.0
         self._in_turn = False
         self._step = ("", 0.0, 0.0)  # the longest step of this turn: what, wall, cpu
@@ -80,8 +81,8 @@ class LoopStalls:
                 "step_ms": round(s_wall * 1e3, 1), "step_cpu_ms": round(s_cpu * 1e3, 1),
                 "unexplained_ms": round(max(wall - self._explained, 0.0) * 1e3, 1),
                 "other_threads_cpu_ms": round(others * 1e3, 1), "ts": round(time.time(), 3)}
-        if wall * 1e3 > self.longest.get("ms", 0.0):
-            self.longest = turn
+        if len(self.worst) < KEEP or turn["ms"] > self.worst[-1]["ms"]:
+            self.worst = sorted([*self.worst, turn], key=lambda x: -x["ms"])[:KEEP]
         if wall >= LOG_STALL_S and (self._unlogged is None or turn["ms"] > self._unlogged["ms"]):
             self._unlogged = turn
         if self._unlogged is not None and time.monotonic() >= self._next_log:
@@ -90,9 +91,9 @@ class LoopStalls:
             self._unlogged = None
 
     def summary(self) -> dict[str, Any]:
-        """STATUS ``loop.stalls``: turns, stalls by longest step, the longest turn."""
+        """STATUS ``loop.stalls``: turns, stalls by longest step, the longest turns."""
         return {"turns": self.turns, "stall_ms": STALL_S * 1e3, "by_step": dict(self.stalls),
-                "longest": dict(self.longest)}
+                "longest": dict(self.worst[0]) if self.worst else {}, "worst": [dict(t) for t in self.worst]}
 
 
 class _Timer:
