@@ -158,3 +158,45 @@ def test_a_job_not_done_in_time_or_at_stop_is_dropped_and_its_steps_closed() -> 
     assert [str(e) for e in waiting] == ["the daemon is stopping"]
     with pytest.raises(JobNotDone, match="stopping"):
         jobs.run(endless, 30)
+
+
+def test_the_timers_flush_stores_one_agent_a_step_over_several_loop_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The flush timer's work is cut into steps, one agent's records each, run a slice per
+    loop turn (main: every agent's records, up to 4 MiB each, then the caps and the
+    aggregates, in the one turn the timer fell in)."""
+    from aclprofd import loopjobs
+    from aclprofd.persist import Persistence
+
+    monkeypatch.setattr(loopjobs, "SLICE_S", 0.0)  # one step per loop turn
+    armed = threading.Event()
+    stored_in: list[int] = []
+    turn = [0]
+    real_store = Persistence.store
+
+    def store(self: Any, conn: Any) -> None:
+        if not armed.is_set():
+            return  # held back: every agent's records wait for the same timer flush
+        if conn.pending_store:
+            stored_in.append(turn[0])
+        real_store(self, conn)
+
+    monkeypatch.setattr(Persistence, "store", store)
+    with InProcess() as d:  # the timer flushes every 0.1 s
+        sel = d.daemon.transport.sel
+        real_select = sel.select
+
+        def select(timeout: float | None = None) -> Any:
+            turn[0] += 1
+            return real_select(timeout)
+
+        monkeypatch.setattr(sel, "select", select)
+        agents = [agent(d.socket, names={1: "T", 2: "n", 3: "N", 4: "M"}, service=f"s{i}") for i in range(3)]
+        for a in agents:
+            a.send_batch(make_records(100))
+        wait_for(lambda: sum(1 for c in list(d.daemon.conns.values()) if c.pending_store) == 3,
+                 what="three agents' records waiting for a flush")
+        armed.set()
+        wait_for(lambda: len(stored_in) == 3, what="the three agents stored by the timer's flush")
+        for a in agents:
+            a.close()
+    assert len(set(stored_in)) == 3, stored_in  # main: all three in one turn (or two, armed mid-flush)

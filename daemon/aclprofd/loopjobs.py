@@ -18,14 +18,24 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any, Generic, TypeVar
 
-__all__ = ["LoopJobs", "JobNotDone", "SLICE_S"]
+__all__ = ["LoopJobs", "JobNotDone", "SLICE_S", "run_slice"]
 
 SLICE_S = 0.005   # steps of a job run in one loop turn until this much wall time is spent
 
 T = TypeVar("T")
+
+
+def run_slice(steps: Iterator[None], slice_s: float | None = None) -> bool:
+    """Run ``steps`` for one slice (``SLICE_S`` of wall time, one step at least); True when
+    they have ended (the loop's own stepped work: the flush, aclprofd.server)."""
+    end = time.perf_counter() + (SLICE_S if slice_s is None else slice_s)
+    for _ in steps:
+        if time.perf_counter() >= end:
+            return False
+    return True
 
 
 class JobNotDone(Exception):

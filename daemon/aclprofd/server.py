@@ -43,6 +43,7 @@ from .failures import Failures
 from .fanout import Fanout
 from .handshake import PROTOCOL_VERSION, admit
 from .ingest import Ingest
+from .loopjobs import run_slice
 from .memory import array_bytes
 from .persist import AGGREGATES_FILE, Persistence
 from .reload import apply_reload, signal_handlers
@@ -131,6 +132,7 @@ class Daemon:
         self._waker = Waker()
         self.ready = threading.Event()
         self._last_kind = ""
+        self._flushing: Iterator[None] | None = None  # the timer's flush, in steps over loop turns
 
     @property
     def socket_problem(self) -> str | None:
@@ -225,7 +227,8 @@ class Daemon:
                 # frames left from a slice (aclprofd.transport): no sleep, the selector would
                 # not wake for bytes already read
                 rendering = self.metrics is not None and self.metrics.jobs.pending  # /metrics, in slices
-                timeout = 0.0 if self.fanout.exporting or self.transport.pending or rendering else max(
+                busy = self.fanout.exporting or self.transport.pending or rendering or self._flushing is not None
+                timeout = 0.0 if busy else max(
                     0.0, min(next_flush - now, 0.1 if stop_event is not None else 1.0,
                              self._published_mono + PUBLISH_S - now, self.detection.due(now)))
                 self._turn(timeout)
@@ -239,9 +242,12 @@ class Daemon:
                 with st.timed("traces"):
                     self.traces.tick(now)  # trace replies that timed out
                 if now >= next_flush:
+                    self._flushing = self.flush_steps()  # (one not ended: its rest is in this one)
+                    next_flush = now + flush_every
+                if self._flushing is not None:
                     with st.timed("flush"):
-                        self.flush()
-                    next_flush = time.monotonic() + flush_every
+                        if run_slice(self._flushing):
+                            self._flushing = None
                 if now >= self._published_mono + PUBLISH_S:
                     with st.timed("publish"):
                         self.publish()
@@ -384,22 +390,37 @@ class Daemon:
             self.counters.protocol_errors += 1
 
     def flush(self) -> None:
-        """Write every connection's received records to the current segment and flush; close
-        connections that never said HELLO; save the aggregates; trim the heap now and then."""
-        if self.storage is None:
-            return
+        """The whole flush now (an EXPORT includes what was received until it; the stop)."""
+        self._flushing = None  # a stepped one under way: this one does all it had left
+        for _ in self.flush_steps():
+            pass
+
+    def flush_steps(self) -> Iterator[None]:
+        """Write every connection's received records to the current segment, one agent a
+        step (up to STORE_PENDING_MAX bytes each: aclprofd.ingest), then, a step each, close
+        connections that never said HELLO, apply the storage caps, save the aggregates, trim
+        the heap now and then. The loop's flush timer runs them a slice per turn
+        (aclprofd.loopjobs.run_slice): a flush of 4 agents at 125 k records/s was 30-60 ms of
+        the loop's CPU in one turn, and several times that of wall at load 4 (issue 19)."""
         mono = time.monotonic()
         t = self.transport
         for conn in list(t.conns.values()):
             if conn.role == "agent":
-                self.persist.store(conn)
-            elif conn.role is None and mono - conn.connected > _HELLO_TIMEOUT_S:
+                if conn.pending_store and not conn.closed:
+                    self.persist.store(conn)
+                    yield
+            elif conn.role is None and not conn.closed and mono - conn.connected > _HELLO_TIMEOUT_S:
                 t.fail(conn, f"no HELLO within {_HELLO_TIMEOUT_S:g} s")
         t.limits.reap_idle(mono)
         self._age_keys(mono)
+        yield
+        if self.storage is None:
+            return
         self.storage.flush()
+        yield
         self.persist.save_aggregates()
         self.socket_file.check()
+        yield
         self.memory.trim_if_due(mono)
         self.memory.refresh()
         self.health.other_records(self.aggregator.other_records)
