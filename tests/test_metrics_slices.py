@@ -200,3 +200,34 @@ def test_the_timers_flush_stores_one_agent_a_step_over_several_loop_turns(monkey
         for a in agents:
             a.close()
     assert len(set(stored_in)) == 3, stored_in  # main: all three in one turn (or two, armed mid-flush)
+
+
+@pytest.mark.parametrize("fine", [False, True])
+def test_a_histogram_step_renders_at_most_lines_per_step_lines(fine: bool) -> None:
+    """A step of the op histogram and of the fine one (220 lines a label set) is bounded in
+    lines, not in label sets: 64 fine label sets a step were 14,000 lines."""
+    import numpy as np
+    from aclprofd.promtext import (
+        FINE_LE,
+        LINES_PER_STEP,
+        SERIES_PER_FINE_HISTOGRAM,
+        SERIES_PER_HISTOGRAM,
+        Budget,
+        TextBuilder,
+        histogram_steps,
+    )
+
+    les = FINE_LE if fine else None
+    per_set = SERIES_PER_FINE_HISTOGRAM if fine else SERIES_PER_HISTOGRAM
+    n = 3 * LINES_PER_STEP // per_set + 5
+    cum = np.arange(per_set - 2, dtype=np.int64)
+    series = [((f"op{i}",), cum, int(cum[-1]), 1000) for i in range(n)]
+    owners = [(i, "h", 1) for i in range(n)]
+    out = TextBuilder(Budget(max_series=10**8, per_agent=10**8, max_bytes=1 << 34))
+    kw: dict[str, Any] = {"les": les} if fine else {}
+    lines_at_yield = [out.series for _ in histogram_steps(out, "m", "d", ["host", "op_type"], "x", series, owners,
+                                                             over=set(), **kw)]
+    steps = np.diff([0, *lines_at_yield, out.series])
+    assert out.series == n * per_set  # every label set rendered
+    assert len(steps) >= 4
+    assert steps.max() <= LINES_PER_STEP, steps.max()

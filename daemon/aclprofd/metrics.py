@@ -327,7 +327,7 @@ class Metrics:
 
     def render_steps(self) -> Generator[None, None, Rendering]:
         """A new rendering of every family within the budget (see :mod:`aclprofd.promtext`),
-        in steps of a family or of promtext.SETS_PER_STEP histogram label sets: the event
+        in steps of a family or of promtext.LINES_PER_STEP histogram lines: the event
         loop runs them a slice per turn (:mod:`aclprofd.loopjobs`), its other work between."""
         started = time.monotonic()
         b = self.budget()

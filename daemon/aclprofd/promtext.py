@@ -36,7 +36,7 @@ from .aggregate.aggregator import PromSeries
 from .aggregate.quantiles import BINS_PER_OCTAVE, FINE_EIGHTHS, NFINE, NPROM, PROM_EXPONENTS
 
 __all__ = ["Budget", "Rendering", "TextBuilder", "escape", "family_text", "histogram_lines", "histogram_steps",
-           "SETS_PER_STEP",
+           "LINES_PER_STEP",
            "SERIES_PER_HISTOGRAM", "SERIES_PER_FINE_HISTOGRAM", "FINE_LE", "CHUNK", "REFUSAL_REASONS"]
 
 #: series of one histogram label set: NPROM bucket lines (the last is +Inf), _count, _sum
@@ -46,8 +46,9 @@ SERIES_PER_FINE_HISTOGRAM = NFINE + 2
 #: the text is kept in chunks of about this size (sent as they are: no join, no copy)
 CHUNK = 64 << 10
 REFUSAL_REASONS = ("agent_share", "total", "bytes")
-#: label sets rendered between two yields of histogram_steps (a step of ~1-2 ms)
-SETS_PER_STEP = 64
+#: lines (series) rendered between two yields of histogram_steps, at most (a step of ~1-2 ms):
+#: 66 label sets of the op histogram (31 lines each), 9 of the fine one (220 lines each)
+LINES_PER_STEP = 2048
 _LE = [floatToGoString(2.0**k * 1e-9) for k in PROM_EXPONENTS] + ["+Inf"]
 #: the fine histogram's le values (seconds, as prometheus_client writes floats)
 FINE_LE = [floatToGoString(2.0 ** (j / BINS_PER_OCTAVE) * 1e-9) for j in FINE_EIGHTHS] + ["+Inf"]
@@ -192,16 +193,17 @@ def histogram_steps(out: TextBuilder, name: str, doc: str, label_names: Sequence
     """An op histogram within the budget: label sets in the order of their first key,
     each charged to its owner (host, pid) against the agent's share of this histogram;
     ``les`` are its bucket bounds as text; ``over`` collects the agents over their share
-    across the histograms of one rendering. Yields after every ``SETS_PER_STEP`` label
-    sets (the event loop renders in slices: aclprofd.loopjobs)."""
+    across the histograms of one rendering. Yields after every ``LINES_PER_STEP`` lines'
+    worth of label sets (the event loop renders in slices: aclprofd.loopjobs)."""
     out.add(_header(name, doc, "histogram"), 0)
     b = out.budget
     per_agent, agent_bytes = b.per_agent, b.agent_bytes
     used: dict[tuple[str, int], tuple[int, int]] = {}
     per_set = len(les) + 2
+    every = max(1, LINES_PER_STEP // per_set)
     rows = sorted(zip(owners, series), key=lambda r: r[0][0])
     for i, ((_, host, pid), (lab, cum, count, sum_ns)) in enumerate(rows, 1):
-        if i % SETS_PER_STEP == 0:
+        if i % every == 0:
             yield
         agent = (host, pid)
         n, nbytes = used.get(agent, (0, 0))
