@@ -61,3 +61,24 @@ def test_status_reports_the_loops_stalls(monkeypatch: pytest.MonkeyPatch) -> Non
     assert loop["turns"] >= 1
     assert sum(loop["by_step"].values()) >= 1
     assert loop["longest"]["step"] in loop["by_step"]
+
+
+def test_the_collectors_passes_are_timed_and_put_in_the_stall(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from aclprofd import stalls
+
+    monkeypatch.setattr(stalls, "STALL_S", 0.0)
+    s = stalls.LoopStalls()
+    s.watch_gc()
+    try:
+        s.begin()
+        gc.collect()  # a full pass (generation 2) inside the turn
+        s.end()
+    finally:
+        s.unwatch_gc()
+    out = s.summary()
+    assert out["gc"]["gen2"]["passes"] >= 1
+    assert out["longest"]["gc_ms"] >= out["gc"]["gen2"]["ms"] - 0.1 > 0  # (rounding)
+    gc.collect()  # no longer watched
+    assert s.summary()["gc"]["gen2"]["passes"] == out["gc"]["gen2"]["passes"]

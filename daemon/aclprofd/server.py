@@ -217,6 +217,7 @@ class Daemon:
 
     def _serve(self, stop_event: threading.Event | None) -> None:
         """The loop until a stop, then the graceful stop (drain, GOODBYE, END)."""
+        self.stalls.watch_gc()
         self.ready.set()
         sd_notify("READY=1\nSTATUS=listening")
         flush_every = self.settings.flush_interval_s
@@ -257,6 +258,7 @@ class Daemon:
                     self.captures.tick()
                 st.end()
         finally:
+            self.stalls.unwatch_gc()
             sd_notify("STOPPING=1")
             self.socket_file.stop_listening()
             self.traces.stopping()  # the agents' closes below answer waiting TRACE clients

@@ -8,7 +8,9 @@ timed, and so is each step in it (a frame handled, a connection's sends, a pump,
 counts, the longest turn (its step, that step's wall and CPU), the time no step explains,
 and the CPU the daemon's other threads used meanwhile: a turn whose wall is far above its
 CPU waited for the GIL (then the other threads' CPU is high: the /metrics listener, the
-aggregates writer, the flight recorder) or for a CPU (another process ran). A stall of
+aggregates writer, the flight recorder) or for a CPU (another process ran), and the time the
+garbage collector took in it (its passes are timed by generation, whatever thread ran them:
+they hold the GIL). A stall of
 ``LOG_STALL_S`` or more is logged, at most one line per ``LOG_EVERY_S`` (the worst since the
 last line), so an operator sees it without a flood.
 
@@ -18,6 +20,7 @@ turn one more (``process_time``).
 
 from __future__ import annotations
 
+import gc
 import time
 from typing import Any
 
@@ -47,11 +50,35 @@ class LoopStalls:
         self._explained = 0.0
         self._unlogged: dict[str, Any] | None = None
         self._next_log = 0.0
+        #: the garbage collector's passes (any thread: they hold the GIL), by generation
+        self.gc_passes = [0, 0, 0]
+        self.gc_s = [0.0, 0.0, 0.0]
+        self._gc_t0 = 0.0
+        self._gc_in_turn = 0.0
+
+    def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._gc_t0 = time.perf_counter()
+            return
+        dt = time.perf_counter() - self._gc_t0
+        g = info.get("generation", 2)
+        self.gc_passes[g] += 1
+        self.gc_s[g] += dt
+        self._gc_in_turn += dt
+
+    def watch_gc(self) -> None:
+        """Time the collector's passes (STATUS ``loop.stalls.gc``, a stall's ``gc_ms``)."""
+        if self._on_gc not in gc.callbacks:
+            gc.callbacks.append(self._on_gc)
+
+    def unwatch_gc(self) -> None:
+        if self._on_gc in gc.callbacks:
+            gc.callbacks.remove(self._on_gc)
 
     def begin(self) -> None:
         """A turn begins (its select returned)."""
         self._t0, self._c0, self._p0 = time.perf_counter(), time.thread_time(), time.process_time()
-        self._step, self._explained, self._in_turn = ("", 0.0, 0.0), 0.0, True
+        self._step, self._explained, self._in_turn, self._gc_in_turn = ("", 0.0, 0.0), 0.0, True, 0.0
 
     def step(self, what: str, wall: float, cpu: float) -> None:
         """A step of this turn took ``wall`` seconds (``cpu`` of them on this thread)."""
@@ -80,7 +107,8 @@ class LoopStalls:
         turn = {"ms": round(wall * 1e3, 1), "cpu_ms": round(cpu * 1e3, 1), "step": what,
                 "step_ms": round(s_wall * 1e3, 1), "step_cpu_ms": round(s_cpu * 1e3, 1),
                 "unexplained_ms": round(max(wall - self._explained, 0.0) * 1e3, 1),
-                "other_threads_cpu_ms": round(others * 1e3, 1), "ts": round(time.time(), 3)}
+                "other_threads_cpu_ms": round(others * 1e3, 1), "gc_ms": round(self._gc_in_turn * 1e3, 1),
+                "ts": round(time.time(), 3)}
         if len(self.worst) < KEEP or turn["ms"] > self.worst[-1]["ms"]:
             self.worst = sorted([*self.worst, turn], key=lambda x: -x["ms"])[:KEEP]
         if wall >= LOG_STALL_S and (self._unlogged is None or turn["ms"] > self._unlogged["ms"]):
@@ -93,7 +121,8 @@ class LoopStalls:
     def summary(self) -> dict[str, Any]:
         """STATUS ``loop.stalls``: turns, stalls by longest step, the longest turns."""
         return {"turns": self.turns, "stall_ms": STALL_S * 1e3, "by_step": dict(self.stalls),
-                "longest": dict(self.worst[0]) if self.worst else {}, "worst": [dict(t) for t in self.worst]}
+                "longest": dict(self.worst[0]) if self.worst else {}, "worst": [dict(t) for t in self.worst],
+                "gc": {f"gen{g}": {"passes": self.gc_passes[g], "ms": round(self.gc_s[g] * 1e3, 1)} for g in range(3)}}
 
 
 class _Timer:
