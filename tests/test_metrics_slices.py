@@ -231,3 +231,38 @@ def test_a_histogram_step_renders_at_most_lines_per_step_lines(fine: bool) -> No
     assert out.series == n * per_set  # every label set rendered
     assert len(steps) >= 4
     assert steps.max() <= LINES_PER_STEP, steps.max()
+
+
+def test_a_rendering_longer_than_fresh_s_serves_the_scrape_that_follows_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rendering serves the scrapes arriving within FRESH_S of its *end*: one that took
+    longer than FRESH_S (1 s under load) is not redone for each scraper that waited for it
+    (main: within FRESH_S of its start, so every waiting scraper rendered again)."""
+    import time
+
+    from aclprofd import metrics
+
+    gate, entered = threading.Event(), threading.Event()
+    real = metrics.detector_families
+
+    def held(view: Any) -> Iterator[Any]:
+        entered.set()
+        gate.wait(10)  # (on the loop thread on the branch: the loop waits, the test only scrapes)
+        yield from real(view)
+
+    monkeypatch.setattr(metrics, "detector_families", held)
+    port = free_port()
+    with InProcess(prometheus_port=port) as d:
+        first: list[Any] = []
+        scraper = threading.Thread(target=_scrape, args=(port, first))
+        scraper.start()
+        assert entered.wait(20), "the rendering never began"
+        time.sleep(metrics.FRESH_S + 0.3)  # the rendering is now older than FRESH_S from its start
+        monkeypatch.setattr(metrics, "detector_families", real)
+        gate.set()
+        scraper.join(30)
+        renders = d.daemon.metrics.renders
+        second: list[Any] = []
+        _scrape(port, second)  # right after the first: within FRESH_S of the rendering's end
+        assert d.daemon.metrics.renders == renders == 1
+    assert first[0][0] == second[0][0] == 200
+    assert first[0][1] == second[0][1]  # the same rendering
