@@ -266,3 +266,84 @@ def test_a_rendering_longer_than_fresh_s_serves_the_scrape_that_follows_it(monke
         assert d.daemon.metrics.renders == renders == 1
     assert first[0][0] == second[0][0] == 200
     assert first[0][1] == second[0][1]  # the same rendering
+
+
+def test_take_encoded_keeps_what_take_keeps_and_its_json_byte_for_byte() -> None:
+    import json
+
+    from aclprofd import replyfit
+
+    rows = [{"op": "\x01" * (i * 37 % 3000), "n": i} for i in range(400)]
+    largest = max(len(json.dumps(r, separators=(",", ":"))) for r in rows)
+    for budget in (2, 50, 10_000, 400_000, 10**9):
+        parts: list[str] = []
+        steps = replyfit.take_encoded(rows, budget, parts)
+        step_bytes: list[int] = []
+        while True:
+            before = sum(map(len, parts))
+            try:
+                next(steps)
+            except StopIteration as stop:
+                kept, left = stop.value
+                break
+            step_bytes.append(sum(map(len, parts)) - before)
+        want, want_left, _ = replyfit.take(rows, budget)
+        assert (kept, left) == (len(want), want_left), budget
+        assert "[" + ",".join(parts) + "]" == json.dumps(want, separators=(",", ":"))
+        # ~3.6 MB of escapes in all: steps of about STEP_BYTES (a chunk sized from the last: items of
+        # mixed sizes may make one a few times that; main: all of it in one piece)
+        assert max(step_bytes, default=0) <= max(4 * replyfit.STEP_BYTES, largest), step_bytes
+        if budget == 10**9:
+            assert len(step_bytes) >= len(json.dumps(rows)) // (4 * replyfit.STEP_BYTES)
+
+
+def test_a_large_snapshot_reply_is_encoded_over_several_loop_turns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SNAPSHOT whose rows are megabytes of JSON (long labels of control characters; here
+    kilobytes, in steps of 2 KiB) is encoded a step at a time over loop turns, each row once
+    (main: measured, then encoded again, in the one turn its frame was read: 78 ms of the
+    loop's CPU in the soak)."""
+    from aclprofd import replyfit, transport
+
+    from aclprof.protocol.wire import Kind
+
+    monkeypatch.setattr(replyfit, "STEP_BYTES", 2 << 10)
+    monkeypatch.setattr(transport, "SLICE_S", 0.0)  # every step ends its slice: countable turns
+    with InProcess() as d:
+        a = agent(d.socket, names={1: "T", 2: "n", 3: "N", 4: "M"})
+        ctrl = "\x01\x1b" * 64  # 128 bytes, 768 of JSON escapes
+        for m in range(20):
+            a.send_json(Kind.WATCH, {"model_id": m, "device": 0, "labels": {"model": f"{m:02d}{ctrl}"}})
+            a.send_batch(make_records(10, model=m))
+        wait_for(lambda: status(d.socket)["records_total"] == 200, what="the records read")
+        turn = [0]
+        sel = d.daemon.transport.sel
+        real_select = sel.select
+
+        def select(timeout: float | None = None) -> Any:
+            turn[0] += 1
+            return real_select(timeout)
+
+        dumped_in: list[int] = []
+        real_dumps = replyfit.json.JSONEncoder.encode
+
+        def encode(self: Any, o: Any) -> str:
+            rows = o if isinstance(o, list) else [o]
+            if rows and isinstance(rows[0], dict) and "pct_time" in rows[0]:  # SNAPSHOT rows
+                dumped_in.append(turn[0])
+            return real_dumps(self, o)
+
+        monkeypatch.setattr(sel, "select", select)
+        monkeypatch.setattr(replyfit.json.JSONEncoder, "encode", encode)
+        from helpers.daemons import Client
+        c = Client(d.socket)
+        c.send_json(Kind.SNAPSHOT, {"window": "all", "group_by": "model"})
+        kind, payload = c.recv()
+        monkeypatch.undo()
+        c.close()
+        a.close()
+    import json
+    reply = json.loads(bytes(payload))
+    assert kind == Kind.SNAPSHOT_REPLY
+    assert len(reply["rows"]) == 20 and "truncated" not in reply
+    assert sorted(r["model"] for r in reply["rows"]) == [f"{m:02d}{ctrl}" for m in range(20)]
+    assert len(set(dumped_in)) >= 5, dumped_in  # ~16 KB of rows in 2 KiB steps

@@ -360,7 +360,7 @@ class Daemon:
                 raise ProtocolError(f"{kind.name} is not allowed from an agent")
             return handler(conn, payload)
         else:
-            self.control.handle(conn, kind, payload)
+            return self.control.handle(conn, kind, payload)  # a SNAPSHOT's reply: in steps
         return None
 
     def _on_close(self, conn: Conn) -> None:
