@@ -215,6 +215,7 @@ def test_a_histogram_step_renders_at_most_lines_per_step_lines(fine: bool) -> No
         Budget,
         TextBuilder,
         histogram_steps,
+        histogram_text,
     )
 
     les = FINE_LE if fine else None
@@ -229,8 +230,14 @@ def test_a_histogram_step_renders_at_most_lines_per_step_lines(fine: bool) -> No
                                                              over=set(), **kw)]
     steps = np.diff([0, *lines_at_yield, out.series])
     assert out.series == n * per_set  # every label set rendered
-    assert len(steps) >= 4
-    assert steps.max() <= LINES_PER_STEP, steps.max()
+    every = LINES_PER_STEP // per_set  # label sets a step: as many as fit (a yield before set i * every)
+    assert steps[0] == (every - 1) * per_set and set(steps[1:-1].tolist()) == {every * per_set}, steps
+    assert 0 < steps[-1] <= LINES_PER_STEP
+    text = out.finish(0.0, 0)
+    assert b"".join(text.chunks).count(b"\n") == 2 + n * per_set  # HELP, TYPE, each set's lines
+    one = TextBuilder(Budget(max_series=10**8, per_agent=10**8, max_bytes=1 << 34))
+    histogram_text(one, "m", "d", ["host", "op_type"], "x", series, owners, **kw)
+    assert one.finish(0.0, 0).chunks == text.chunks  # in one piece: the same text
 
 
 def test_a_rendering_longer_than_fresh_s_serves_the_scrape_that_follows_it(monkeypatch: pytest.MonkeyPatch) -> None:

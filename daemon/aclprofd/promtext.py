@@ -179,9 +179,9 @@ def histogram_lines(name: str, labels: dict[str, str], cum: Sequence[int], count
 
 def histogram_text(out: TextBuilder, name: str, doc: str, label_names: Sequence[str], host_label: str,
                    series: Iterable[PromSeries], owners: Sequence[tuple[int, str, int]], *,
-                   les: Sequence[str] = _LE, over: set[tuple[str, int]] | None = None) -> int:
+                   les: Sequence[str] = _LE) -> int:
     """:func:`histogram_steps` in one piece; returns how many agents went over their share."""
-    over = set() if over is None else over
+    over: set[tuple[str, int]] = set()
     for _ in histogram_steps(out, name, doc, label_names, host_label, series, owners, les=les, over=over):
         pass
     return len(over)
