@@ -354,3 +354,34 @@ def test_a_large_snapshot_reply_is_encoded_over_several_loop_turns(monkeypatch: 
     assert len(reply["rows"]) == 20 and "truncated" not in reply
     assert sorted(r["model"] for r in reply["rows"]) == [f"{m:02d}{ctrl}" for m in range(20)]
     assert len(set(dumped_in)) >= 5, dumped_in  # ~16 KB of rows in 2 KiB steps
+
+
+def test_a_stepped_snapshot_still_carries_each_rows_failures_for_its_filter() -> None:
+    """The rows' failures (issue 24) are counted with the request's filter before the rows
+    are encoded in steps: a service's SNAPSHOT shows its failures, another service's none."""
+    from helpers.daemons import Client
+    from helpers.opfailures import OPS, execute
+
+    import aclprof.agent as agent
+    from aclprof import mock
+    from aclprof.protocol.wire import Kind
+
+    try:
+        with InProcess() as d:
+            model = mock.load_model(OPS)
+            agent.start(d.socket, service="svc-a", failures=True)
+            agent.watch(model, labels={"model": "resnet"})
+            execute(model)
+            wait_for(lambda: status(d.socket)["records_total"] == 2, 10, what="records")
+            mock.inject_op_failure(model, "relu1")
+            assert execute(model) == 1
+            wait_for(lambda: status(d.socket)["failures"].get("total") == 1, 10, what="the failure in STATUS")
+            c = Client(d.socket)
+            got = {svc: c.request(Kind.SNAPSHOT, {"window": "all", "group_by": "type", "filter": {"service": svc}})
+                   for svc in ("svc-a", "svc-b")}
+            c.close()
+    finally:
+        agent.stop(2)
+    mine = {r["key"]: r["failures"] for r in got["svc-a"]["rows"]}
+    assert mine.get("Relu") == 1 and sum(mine.values()) == 1, mine
+    assert got["svc-b"]["rows"] == []
