@@ -731,9 +731,10 @@ def _tick_at(d: InProcess, when: Callable[[], float | None]) -> None:
     assert isinstance(server.time, _Clock)
     done = threading.Event()
     errors: list[BaseException] = []
-    orig = d.daemon.flush
+    orig = d.daemon.flush_steps
 
-    def flush() -> None:
+    def flush_steps() -> Iterator[None]:
+        # the timer's flush runs in steps over loop turns: here in one piece, at the time
         try:
             t = None if done.is_set() else when()
         except BaseException as exc:  # reported on the test's thread
@@ -741,17 +742,19 @@ def _tick_at(d: InProcess, when: Callable[[], float | None]) -> None:
             done.set()
             t = None
         if t is None:
-            orig()
+            yield from orig()
             return
         server.time.frozen = t
         try:
-            orig()
+            for _ in orig():
+                pass
         finally:
             server.time.frozen = None
             done.set()
-            d.daemon.flush = orig  # type: ignore[method-assign]
+            d.daemon.flush_steps = orig  # type: ignore[method-assign]
+        yield
 
-    d.daemon.flush = flush  # type: ignore[method-assign]
+    d.daemon.flush_steps = flush_steps  # type: ignore[method-assign]
     assert done.wait(10), "no flush tick"
     if errors:
         raise errors[0]

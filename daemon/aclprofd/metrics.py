@@ -42,7 +42,8 @@ Series:
   ``aclprofd_storage_corrupt_chunks_total``,
   ``aclprofd_storage_records_lost_total``, ``aclprofd_storage_names_skipped_total``,
   ``aclprofd_reply_items_truncated_total{what}`` (items replies left out to fit their
-  frame: STATUS ``replies_truncated``)
+  frame: STATUS ``replies_truncated``), ``aclprofd_loop_stalls_total{step}`` (loop turns of
+  100 ms or more by their longest step: :mod:`aclprofd.stalls`)
   (the hardening counters; STATUS reports the same numbers).
 - the endpoint's own: ``aclprofd_metrics_series``, ``aclprofd_metrics_series_refused{reason}``
   (left out by the series budget: ``agent_share``, ``total``, ``bytes``),
@@ -55,8 +56,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Iterator
-from typing import Any, Protocol
+from collections.abc import Callable, Generator, Iterator
+from typing import Any, Protocol, cast
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
@@ -68,16 +69,19 @@ from .detector.engine import DetectorView
 from .detector.metrics import detector_families
 from .httpd import HttpServer, Request, Response
 from .limits_metrics import by_label, limit_families
+from .loopjobs import JobNotDone, LoopJobs
 from .memory import Memory
 from .metrics_access import Access, AccessError, check_bind
-from .promtext import FINE_LE, Budget, Rendering, TextBuilder, family_text, histogram_text
+from .promtext import FINE_LE, Budget, Rendering, TextBuilder, family_text, histogram_steps
 from .status import CountersSnapshot
 
 __all__ = ["Metrics", "DaemonCollector", "HISTOGRAM", "FINE_HISTOGRAM", "histogram_labels", "fine_labels", "FRESH_S",
            "CONTENT_TYPE"]
 
-#: a rendering serves the scrapes that arrive within this of its start
+#: a rendering serves the scrapes that arrive within this of its end
 FRESH_S = 1.0
+#: a scrape waits this long at most for the loop to render (then 503 render_not_done)
+RENDER_TIMEOUT_S = 30.0
 #: bytes kept under the /metrics share for the endpoint's own few lines
 OWN_BYTES = 4 << 10
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -240,6 +244,8 @@ class DaemonCollector:
                                   "trace_straggler_grace", value=tr.get("stragglers_cut", 0))
         yield CounterMetricFamily("aclprofd_trace_dirs_refused", "TRACE_DONE directories not believed "
                                   "(not the replying uid's session directories)", value=tr.get("dirs_refused", 0))
+        yield by_label(CounterMetricFamily, "aclprofd_loop_stalls", "Event loop turns of 100 ms or more, by their "
+                       "longest step (STATUS loop.stalls)", "step", sorted(s.loop_stalls.get("by_step", {}).items()))
         yield from limit_families(s)  # per-reason refusals, agents, shared tables (issue 19)
         yield from failure_families(s.failures)
 
@@ -262,14 +268,18 @@ class Metrics:
     the access rule (:mod:`aclprofd.metrics_access`) and the rendering within the series
     budget (:mod:`aclprofd.promtext`).
 
-    One rendering serves every scrape that arrives within ``FRESH_S`` of its start; the
-    listener is one thread, so scrapes that arrive while it renders wait for it and share it
+    One rendering serves every scrape that arrives within ``FRESH_S`` of its end. It is
+    rendered by the event loop, a slice per turn (:meth:`render_steps`, :mod:`aclprofd.loopjobs`:
+    no second thread holds the GIL for the whole rendering while the loop waits); the
+    listener is one thread and waits for it, so scrapes that arrive meanwhile share it
     (N parallel scrapes: one rendering, sent N times from the same chunks). The rendering,
     and an older one still being sent, are counted in the memory budget (:meth:`held`).
     Constructing binds (OSError) and checks the access settings (AccessError)."""
 
-    def __init__(self, daemon: MetricsSource, settings: Settings):
+    def __init__(self, daemon: MetricsSource, settings: Settings, wake: Callable[[], None]):
         self.daemon = daemon
+        #: the renderings run on the event loop in slices (its turns call jobs.pump)
+        self.jobs = LoopJobs(wake)
         self.settings = settings
         self.collector = DaemonCollector(daemon, settings.prometheus_op_name, settings.prometheus_host_label)
         self.access = Access(settings)
@@ -305,9 +315,20 @@ class Metrics:
         share = self._memory.metrics_share() if self._memory is not None else s.memory_budget_bytes // 4
         return Budget(s.prometheus_max_series, s.prometheus_max_series_per_agent, share)
 
-    # ---- rendering (the HTTP thread) -----------------------------------------------------
+    # ---- rendering (the event loop, in slices) -------------------------------------------
     def render(self) -> Rendering:
-        """A new rendering of every family within the budget (see :mod:`aclprofd.promtext`)."""
+        """A new rendering in one piece, on the calling thread (tests, benchmarks)."""
+        steps = self.render_steps()
+        while True:
+            try:
+                next(steps)
+            except StopIteration as stop:
+                return cast(Rendering, stop.value)
+
+    def render_steps(self) -> Generator[None, None, Rendering]:
+        """A new rendering of every family within the budget (see :mod:`aclprofd.promtext`),
+        in steps of a family or of promtext.LINES_PER_STEP histogram lines: the event
+        loop runs them a slice per turn (:mod:`aclprofd.loopjobs`), its other work between."""
         started = time.monotonic()
         b = self.budget()
         # the endpoint's own lines are always shown (forced): room is kept for them, since a
@@ -317,26 +338,31 @@ class Metrics:
             col = self.collector
             for fam in col.fixed_families(self.daemon.published):
                 family_text(out, fam)
+                yield
             by_name = col.by_name
             agg = self.daemon.aggregator
             # each histogram family has its own per-agent share (of the same size); the
             # total and the bytes bound them together (daemon/README.md "Fine buckets")
             agents_over: set[tuple[str, int]] = set()
             series, owners = agg.prometheus_series(by_name)
-            histogram_text(out, HISTOGRAM, HISTOGRAM_DOC, histogram_labels(by_name), col.host_label,
-                           series, owners, over=agents_over)
+            yield
+            yield from histogram_steps(out, HISTOGRAM, HISTOGRAM_DOC, histogram_labels(by_name), col.host_label,
+                                       series, owners, over=agents_over)
             series, owners = agg.prometheus_fine_series(by_name)
-            histogram_text(out, FINE_HISTOGRAM, FINE_DOC, fine_labels(by_name), col.host_label, series, owners,
-                           les=FINE_LE, over=agents_over)
+            yield
+            yield from histogram_steps(out, FINE_HISTOGRAM, FINE_DOC, fine_labels(by_name), col.host_label, series,
+                                       owners, les=FINE_LE, over=agents_over)
             series, owners = self.daemon.published.request_hist
-            histogram_text(out, REQUEST_HISTOGRAM, REQUEST_DOC, REQUEST_LABELS, col.host_label, series, owners,
-                           over=agents_over)
+            yield from histogram_steps(out, REQUEST_HISTOGRAM, REQUEST_DOC, REQUEST_LABELS, col.host_label, series,
+                                       owners, over=agents_over)
             over = len(agents_over)
             del series, owners
             for fam in detector_families(self.daemon.detection.published):
                 family_text(out, fam)
+                yield
             for fam in capture_families(getattr(self.daemon, "captures", None)):
                 family_text(out, fam)
+            yield
             for fam in self._own_families(out, over, started):
                 family_text(out, fam, force=True)
             r = out.finish(started, over)
@@ -376,9 +402,14 @@ class Metrics:
             return Response(decision.status, (body,), len(body),
                             {"Content-Type": "text/plain; charset=utf-8", **extra}, reason=decision.reason)
         r = self._cache
-        if r is None or r.started < req.arrived - FRESH_S:
+        if r is None or r.started + r.seconds < req.arrived - FRESH_S:
             self._cache = None  # an older one not being sent is garbage now, not held beside the new one
-            r = self._cache = self.render()
+            try:
+                r = self._cache = self.jobs.run(self.render_steps, RENDER_TIMEOUT_S)
+            except JobNotDone as exc:
+                body = f"the rendering of /metrics did not end: {exc}\n".encode()
+                return Response(503, (body,), len(body), {"Content-Type": "text/plain; charset=utf-8"},
+                                reason="render_not_done")
             self._retire(r)
         return Response(200, r.chunks, r.size, {"Content-Type": CONTENT_TYPE}, owner=r)
 
@@ -411,6 +442,7 @@ class Metrics:
                 "max_series_per_agent": self.settings.prometheus_max_series_per_agent}
 
     def close(self) -> None:
+        self.jobs.close()  # a scrape waiting for a rendering is answered 503 (the loop has ended)
         if self._memory is not None and self.held in self._memory.holders:
             self._memory.holders.remove(self.held)
         self.server.close()

@@ -26,7 +26,7 @@ STATUS and by /metrics itself.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,8 @@ from prometheus_client.utils import floatToGoString
 from .aggregate.aggregator import PromSeries
 from .aggregate.quantiles import BINS_PER_OCTAVE, FINE_EIGHTHS, NFINE, NPROM, PROM_EXPONENTS
 
-__all__ = ["Budget", "Rendering", "TextBuilder", "escape", "family_text", "histogram_lines",
+__all__ = ["Budget", "Rendering", "TextBuilder", "escape", "family_text", "histogram_lines", "histogram_steps",
+           "LINES_PER_STEP",
            "SERIES_PER_HISTOGRAM", "SERIES_PER_FINE_HISTOGRAM", "FINE_LE", "CHUNK", "REFUSAL_REASONS"]
 
 #: series of one histogram label set: NPROM bucket lines (the last is +Inf), _count, _sum
@@ -45,6 +46,9 @@ SERIES_PER_FINE_HISTOGRAM = NFINE + 2
 #: the text is kept in chunks of about this size (sent as they are: no join, no copy)
 CHUNK = 64 << 10
 REFUSAL_REASONS = ("agent_share", "total", "bytes")
+#: lines (series) rendered between two yields of histogram_steps, at most (a step of ~1-2 ms):
+#: 66 label sets of the op histogram (31 lines each), 9 of the fine one (220 lines each)
+LINES_PER_STEP = 2048
 _LE = [floatToGoString(2.0**k * 1e-9) for k in PROM_EXPONENTS] + ["+Inf"]
 #: the fine histogram's le values (seconds, as prometheus_client writes floats)
 FINE_LE = [floatToGoString(2.0 ** (j / BINS_PER_OCTAVE) * 1e-9) for j in FINE_EIGHTHS] + ["+Inf"]
@@ -175,19 +179,32 @@ def histogram_lines(name: str, labels: dict[str, str], cum: Sequence[int], count
 
 def histogram_text(out: TextBuilder, name: str, doc: str, label_names: Sequence[str], host_label: str,
                    series: Iterable[PromSeries], owners: Sequence[tuple[int, str, int]], *,
-                   les: Sequence[str] = _LE, over: set[tuple[str, int]] | None = None) -> int:
+                   les: Sequence[str] = _LE) -> int:
+    """:func:`histogram_steps` in one piece; returns how many agents went over their share."""
+    over: set[tuple[str, int]] = set()
+    for _ in histogram_steps(out, name, doc, label_names, host_label, series, owners, les=les, over=over):
+        pass
+    return len(over)
+
+
+def histogram_steps(out: TextBuilder, name: str, doc: str, label_names: Sequence[str], host_label: str,
+                    series: Iterable[PromSeries], owners: Sequence[tuple[int, str, int]], *,
+                    les: Sequence[str] = _LE, over: set[tuple[str, int]]) -> Iterator[None]:
     """An op histogram within the budget: label sets in the order of their first key,
     each charged to its owner (host, pid) against the agent's share of this histogram;
-    returns how many agents went over their share. ``les`` are its bucket bounds as text;
-    ``over`` collects the agents over their share across the histograms of one rendering."""
+    ``les`` are its bucket bounds as text; ``over`` collects the agents over their share
+    across the histograms of one rendering. Yields after every ``LINES_PER_STEP`` lines'
+    worth of label sets (the event loop renders in slices: aclprofd.loopjobs)."""
     out.add(_header(name, doc, "histogram"), 0)
     b = out.budget
     per_agent, agent_bytes = b.per_agent, b.agent_bytes
     used: dict[tuple[str, int], tuple[int, int]] = {}
-    over = set() if over is None else over
     per_set = len(les) + 2
+    every = max(1, LINES_PER_STEP // per_set)
     rows = sorted(zip(owners, series), key=lambda r: r[0][0])
-    for (_, host, pid), (lab, cum, count, sum_ns) in rows:
+    for i, ((_, host, pid), (lab, cum, count, sum_ns)) in enumerate(rows, 1):
+        if i % every == 0:
+            yield
         agent = (host, pid)
         n, nbytes = used.get(agent, (0, 0))
         if n + per_set > per_agent:
@@ -203,4 +220,3 @@ def histogram_text(out: TextBuilder, name: str, doc: str, label_names: Sequence[
         if out.admit(per_set, len(data)) is None:
             used[agent] = (n + per_set, nbytes + len(data))
             out.add(data, per_set)
-    return len(over)

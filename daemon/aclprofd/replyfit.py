@@ -20,12 +20,13 @@ strings are; a reply whose fixed part alone would not fit is a bug, never a peer
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any, TypeVar
 
 from aclprof.protocol.wire import MAX_PAYLOAD
 
-__all__ = ["REPLY_BUDGET", "json_size", "take", "fair_shares", "Truncations", "cut_text", "ERROR_TEXT_MAX"]
+__all__ = ["REPLY_BUDGET", "json_size", "take", "take_encoded", "fair_shares", "Truncations", "cut_text",
+           "ERROR_TEXT_MAX", "STEP_BYTES"]
 
 T = TypeVar("T")
 
@@ -35,6 +36,8 @@ REPLY_BUDGET = MAX_PAYLOAD - (4 << 20)
 #: characters of an ERROR frame's message (peers' strings can be in it)
 ERROR_TEXT_MAX = 4096
 _CHUNK = 64  # items measured in one json.dumps call (one C call for many small rows)
+#: take_encoded yields after about this many bytes of JSON encoded (a step of a few ms)
+STEP_BYTES = 256 << 10
 
 
 def json_size(obj: Any) -> int:
@@ -63,6 +66,38 @@ def take(items: Sequence[T], budget: int, size: Callable[[Any], int] = json_size
             used += s
             i += 1
     return list(items), 0, used
+
+
+def take_encoded(items: Sequence[Any], budget: int, parts: list[str]) -> Generator[None, None, tuple[int, int]]:
+    """:func:`take` in steps, keeping the JSON: appends to ``parts`` the compact JSON of the
+    kept prefix's items (``"[" + ",".join(parts) + "]"`` is ``json.dumps`` of the kept list,
+    byte for byte), yields between chunks of about ``STEP_BYTES`` of JSON (sized from the
+    previous chunk's bytes per item; the first is one item), and returns ``(kept,
+    left_out)``. A reply built on it encodes its rows once, over several loop turns."""
+    dumps = json.JSONEncoder(separators=(",", ":")).encode
+    used, n, i, chunk_len = 2, len(items), 0, 1
+    while i < n:
+        if i:
+            yield
+        chunk = items[i:i + chunk_len]
+        text = dumps(list(chunk))
+        # the next chunk: about STEP_BYTES at this chunk's bytes per item (a step of a few ms)
+        chunk_len = max(1, min(_CHUNK, STEP_BYTES * len(chunk) // max(len(text), 1)))
+        s = len(text) - 2 + (1 if i else 0)
+        if used + s <= budget:
+            used += s
+            if len(text) > 2:
+                parts.append(text[1:-1])
+            i += len(chunk)
+            continue
+        for item in chunk:  # the chunk does not fit whole: one by one
+            one = dumps(item)
+            if used + len(one) + (1 if i else 0) > budget:
+                return i, n - i
+            used += len(one) + (1 if i else 0)
+            parts.append(one)
+            i += 1
+    return i, 0
 
 
 def fair_shares(needs: Sequence[int], budget: int) -> list[int]:

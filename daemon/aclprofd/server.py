@@ -43,11 +43,13 @@ from .failures import Failures
 from .fanout import Fanout
 from .handshake import PROTOCOL_VERSION, admit
 from .ingest import Ingest
+from .loopjobs import run_slice
 from .memory import array_bytes
 from .persist import AGGREGATES_FILE, Persistence
 from .reload import apply_reload, signal_handlers
 from .socketfile import SocketFile
 from .sockets import DaemonError, Waker, sd_notify
+from .stalls import LoopStalls
 from .status import PUBLISH_S, Counters, CountersSnapshot, Health, take_snapshot
 from .storage import Storage
 from .trace import Traces
@@ -80,6 +82,7 @@ class Daemon:
         self.metrics: Any = None
         self.counters = Counters()
         self.health = Health()
+        self.stalls = LoopStalls()  # what made the long turns long (STATUS loop.stalls)
         # The parts, each given what it uses: explicit collaborators (the transport is the
         # Outbox they answer clients through), or, for the daemon's changing state (settings
         # and storage, replaced by a reload or a start), the daemon seen through the part's
@@ -128,6 +131,8 @@ class Daemon:
         self._reload_requested = False
         self._waker = Waker()
         self.ready = threading.Event()
+        self._last_kind = ""
+        self._flushing: Iterator[None] | None = None  # the timer's flush, in steps over loop turns
 
     @property
     def socket_problem(self) -> str | None:
@@ -179,7 +184,7 @@ class Daemon:
         if s.prometheus_port:
             from .metrics import Metrics
             try:
-                self.metrics = Metrics(self, s)
+                self.metrics = Metrics(self, s, self._waker.wake)
             except (OSError, ValueError) as exc:  # ValueError: aclprofd.metrics_access.AccessError
                 self.close()
                 raise DaemonError(f"cannot serve Prometheus metrics on {s.prometheus_host}:{s.prometheus_port}: "
@@ -212,6 +217,7 @@ class Daemon:
 
     def _serve(self, stop_event: threading.Event | None) -> None:
         """The loop until a stop, then the graceful stop (drain, GOODBYE, END)."""
+        self.stalls.watch_gc()
         self.ready.set()
         sd_notify("READY=1\nSTATUS=listening")
         flush_every = self.settings.flush_interval_s
@@ -221,24 +227,38 @@ class Daemon:
                 now = time.monotonic()
                 # frames left from a slice (aclprofd.transport): no sleep, the selector would
                 # not wake for bytes already read
-                timeout = 0.0 if self.fanout.exporting or self.transport.pending else max(
+                rendering = self.metrics is not None and self.metrics.jobs.pending  # /metrics, in slices
+                busy = self.fanout.exporting or self.transport.pending or rendering or self._flushing is not None
+                timeout = 0.0 if busy else max(
                     0.0, min(next_flush - now, 0.1 if stop_event is not None else 1.0,
                              self._published_mono + PUBLISH_S - now, self.detection.due(now)))
                 self._turn(timeout)
+                st = self.stalls
                 if self._reload_requested:
                     self._reload_requested = False
-                    apply_reload(self, self._reload)
+                    with st.timed("reload"):
+                        apply_reload(self, self._reload)
                     flush_every = self.settings.flush_interval_s
                 now = time.monotonic()
-                self.traces.tick(now)  # trace replies that timed out
+                with st.timed("traces"):
+                    self.traces.tick(now)  # trace replies that timed out
                 if now >= next_flush:
-                    self.flush()
-                    next_flush = time.monotonic() + flush_every
+                    self._flushing = self.flush_steps()  # (one not ended: its rest is in this one)
+                    next_flush = now + flush_every
+                if self._flushing is not None:
+                    with st.timed("flush"):
+                        if run_slice(self._flushing):
+                            self._flushing = None
                 if now >= self._published_mono + PUBLISH_S:
-                    self.publish()
-                self.detection.tick(now)
-                self.captures.tick()
+                    with st.timed("publish"):
+                        self.publish()
+                with st.timed("detector"):
+                    self.detection.tick(now)
+                with st.timed("captures"):
+                    self.captures.tick()
+                st.end()
         finally:
+            self.stalls.unwatch_gc()
             sd_notify("STOPPING=1")
             self.socket_file.stop_listening()
             self.traces.stopping()  # the agents' closes below answer waiting TRACE clients
@@ -248,22 +268,35 @@ class Daemon:
 
     def _turn(self, timeout: float) -> None:
         """One select and everything it makes ready, then the stream and export pumps."""
-        t = self.transport
-        for key, mask in t.sel.select(t.accept_timeout(timeout)):
+        t, st = self.transport, self.stalls
+        events = t.sel.select(t.accept_timeout(timeout))
+        st.begin()
+        for key, mask in events:
             data = key.data
             if data == "listen":
-                t.accept()
+                with st.timed("accept"):
+                    t.accept()
             elif data == "wake":
                 self._waker.drain()
             else:
                 conn: Conn = data
+                t0, c0 = time.perf_counter(), time.thread_time()
+                self._last_kind = ""
                 if mask & selectors.EVENT_READ and not conn.closed:
                     t.read(conn)
                 if mask & selectors.EVENT_WRITE and not conn.closed:
                     t.send(conn)
-        t.serve_pending()  # the connections whose frames wait from an earlier turn
-        self.fanout.pump_streams()
-        self.fanout.pump_exports()
+                st.step(f"{conn.role or 'new'} {self._last_kind or 'send'}", time.perf_counter() - t0,
+                        time.thread_time() - c0)
+        with st.timed("pending slices"):
+            t.serve_pending()  # the connections whose frames wait from an earlier turn
+        with st.timed("streams"):
+            self.fanout.pump_streams()
+        with st.timed("exports"):
+            self.fanout.pump_exports()
+        if self.metrics is not None:
+            with st.timed("metrics render"):
+                self.metrics.jobs.pump()  # a slice of a /metrics rendering (aclprofd.loopjobs)
 
     def close(self) -> None:
         """Close every connection, the storage, metrics, and remove our socket file."""
@@ -304,6 +337,7 @@ class Daemon:
     def _handle(self, conn: Conn, kind: Kind, payload: memoryview) -> Iterator[None] | None:
         """One frame: HELLO first, then the dispatch table of the connection's role. An agent
         frame whose handling is cut into steps returns them (the transport runs them)."""
+        self._last_kind = kind.name  # the stall attribution's name of this turn's step
         if conn.role is None:
             if kind != Kind.HELLO:
                 raise ProtocolError(f"expected HELLO, got {kind.name}")
@@ -326,7 +360,7 @@ class Daemon:
                 raise ProtocolError(f"{kind.name} is not allowed from an agent")
             return handler(conn, payload)
         else:
-            self.control.handle(conn, kind, payload)
+            return self.control.handle(conn, kind, payload)  # a SNAPSHOT's reply: in steps
         return None
 
     def _on_close(self, conn: Conn) -> None:
@@ -358,22 +392,37 @@ class Daemon:
             self.counters.protocol_errors += 1
 
     def flush(self) -> None:
-        """Write every connection's received records to the current segment and flush; close
-        connections that never said HELLO; save the aggregates; trim the heap now and then."""
-        if self.storage is None:
-            return
+        """The whole flush now (an EXPORT includes what was received until it; the stop)."""
+        self._flushing = None  # a stepped one under way: this one does all it had left
+        for _ in self.flush_steps():
+            pass
+
+    def flush_steps(self) -> Iterator[None]:
+        """Write every connection's received records to the current segment, one agent a
+        step (up to STORE_PENDING_MAX bytes each: aclprofd.ingest), then, a step each, close
+        connections that never said HELLO, apply the storage caps, save the aggregates, trim
+        the heap now and then. The loop's flush timer runs them a slice per turn
+        (aclprofd.loopjobs.run_slice): a flush of 4 agents at 125 k records/s was 30-60 ms of
+        the loop's CPU in one turn, and several times that of wall at load 4 (issue 19)."""
         mono = time.monotonic()
         t = self.transport
         for conn in list(t.conns.values()):
             if conn.role == "agent":
-                self.persist.store(conn)
-            elif conn.role is None and mono - conn.connected > _HELLO_TIMEOUT_S:
+                if conn.pending_store and not conn.closed:
+                    self.persist.store(conn)
+                    yield
+            elif conn.role is None and not conn.closed and mono - conn.connected > _HELLO_TIMEOUT_S:
                 t.fail(conn, f"no HELLO within {_HELLO_TIMEOUT_S:g} s")
         t.limits.reap_idle(mono)
         self._age_keys(mono)
+        yield
+        if self.storage is None:
+            return
         self.storage.flush()
+        yield
         self.persist.save_aggregates()
         self.socket_file.check()
+        yield
         self.memory.trim_if_due(mono)
         self.memory.refresh()
         self.health.other_records(self.aggregator.other_records)

@@ -121,6 +121,8 @@ class CountersSnapshot:
     #: (aclprofd.transport FRAMES_PER_TURN / SLICE_S), and those waiting now
     slices_cut: int = 0
     slices_pending: int = 0
+    #: the loop's long turns by their longest step (aclprofd.stalls.LoopStalls.summary)
+    loop_stalls: dict[str, Any] = field(default_factory=dict)
     #: connections open now: all, control clients, not yet said HELLO
     open_connections: int = 0
     open_control: int = 0
@@ -270,6 +272,10 @@ class _TransportStats(Protocol):
     def open_counts(self) -> tuple[int, int, int]: ...
 
 
+class _StallStats(Protocol):
+    def summary(self) -> dict[str, Any]: ...
+
+
 class SnapshotSource(Protocol):
     """What :func:`take_snapshot` reads: the daemon (:class:`aclprofd.server.Daemon`)."""
 
@@ -279,6 +285,8 @@ class SnapshotSource(Protocol):
     storage: Storage | None
     started_mono: float
 
+    @property
+    def stalls(self) -> _StallStats: ...
     @property
     def transport(self) -> _TransportStats: ...
     @property
@@ -343,7 +351,7 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         internal_errors=t.internal_errors, connections_refused=t.limits.refused,
         idle_closed=t.limits.idle_closed,
         accept_errors=t.accept_errors, peer_gone=t.peer_gone, open_connections=open_all,
-        slices_cut=t.slices_cut, slices_pending=len(t.pending),
+        slices_cut=t.slices_cut, slices_pending=len(t.pending), loop_stalls=d.stalls.summary(),
         open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
         traces=d.traces.summary(), failures=d.failures.summary(), request_bills=d.bills.summary(),
         request_hist=d.bills.prometheus_series(),
@@ -454,7 +462,7 @@ def status_reply(s: CountersSnapshot, socket_path: str, cut: dict[str, int] | No
                             "agents": s.open_agents, "agents_largest_uid": s.agents_largest_uid},
             "tables": {k: dict(v) for k, v in s.tables.items()},
             "names_truncated": s.names_truncated,
-            "loop": {"slices_cut": s.slices_cut, "slices_pending": s.slices_pending},
+            "loop": {"slices_cut": s.slices_cut, "slices_pending": s.slices_pending, "stalls": s.loop_stalls},
             "traces": dict(s.traces), "failures": _failures_reply(s.failures),
             "request_bills": dict(s.request_bills),
             "recent": {k: dict(v) for k, v in s.recent.items()},

@@ -756,6 +756,10 @@ def main(argv: list[str] | None = None) -> int:
     print()
     table(["attack (rounds in the loop)", "outcomes"], [(k, ", ".join(f"{r} x{n}" for r, n in v.items()))
                                                         for k, v in attacks.items()])
+    ls = (st.get("loop") or {}).get("stalls") or {}
+    print("loop stalls (the daemon's attribution, turns >= 100 ms by longest step):", ls.get("by_step"))
+    for turn in ls.get("worst") or [ls.get("longest")]:
+        print("long loop turn:", turn)
     print("problems at the end:", [p[:100] for p in st.get("problems") or []])
     worst = sorted(range(len(rtts)), key=lambda i: -rtts[i])[:5]
     table(["worst STATUS round trips ms", "attacks running then"], [

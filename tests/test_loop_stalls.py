@@ -1,0 +1,84 @@
+"""The loop's stall attribution (aclprofd.stalls, issue 19): a turn of STALL_S or more is
+counted under its longest step, and STATUS reports it (fake clocks: no timing)."""
+
+from __future__ import annotations
+
+import pytest
+from helpers.daemons import InProcess, status
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_long_turn_is_counted_under_its_longest_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aclprofd import stalls
+
+    wall, cpu = _Clock(), _Clock()
+    monkeypatch.setattr(stalls.time, "perf_counter", wall)
+    monkeypatch.setattr(stalls.time, "thread_time", cpu)
+    proc = _Clock()
+    monkeypatch.setattr(stalls.time, "process_time", proc)
+    s = stalls.LoopStalls()
+    s.begin()
+    with s.timed("flush"):
+        wall.t += 0.02
+    s.step("control SNAPSHOT", 0.15, 0.14)
+    wall.t += 0.18
+    cpu.t += 0.16
+    proc.t += 0.16 + 0.012  # another thread of the daemon ran 12 ms meanwhile
+    s.end()
+    s.begin()
+    wall.t += 0.05  # a short turn: no stall
+    s.end()
+    for ms in range(101, 101 + stalls.KEEP):  # shorter stalls: kept among the longest, in order
+        s.begin()
+        s.step("flush", ms / 1e3, 0.0)
+        wall.t += ms / 1e3
+        s.end()
+    out = s.summary()
+    assert out["turns"] == 2 + stalls.KEEP
+    assert out["by_step"] == {"control SNAPSHOT": 1, "flush": stalls.KEEP}
+    assert [t["ms"] for t in out["worst"]] == [200.0, *[float(ms) for ms in range(100 + stalls.KEEP, 101, -1)]]
+    assert out["longest"]["step"] == "control SNAPSHOT"
+    assert out["longest"]["ms"] == pytest.approx(200.0)
+    assert out["longest"]["step_cpu_ms"] == pytest.approx(140.0)
+    assert out["longest"]["unexplained_ms"] == pytest.approx(30.0)  # 200 - 20 - 150
+    assert out["longest"]["other_threads_cpu_ms"] == pytest.approx(12.0)
+
+
+def test_status_reports_the_loops_stalls(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aclprofd import stalls
+
+    monkeypatch.setattr(stalls, "STALL_S", 0.0)  # every turn is a stall: attributed to a step
+    with InProcess() as d:
+        st = status(d.socket)
+    loop = st["loop"]["stalls"]
+    assert loop["turns"] >= 1
+    assert sum(loop["by_step"].values()) >= 1
+    assert loop["longest"]["step"] in loop["by_step"]
+
+
+def test_the_collectors_passes_are_timed_and_put_in_the_stall(monkeypatch: pytest.MonkeyPatch) -> None:
+    import gc
+
+    from aclprofd import stalls
+
+    monkeypatch.setattr(stalls, "STALL_S", 0.0)
+    s = stalls.LoopStalls()
+    s.watch_gc()
+    try:
+        s.begin()
+        gc.collect()  # a full pass (generation 2) inside the turn
+        s.end()
+    finally:
+        s.unwatch_gc()
+    out = s.summary()
+    assert out["gc"]["gen2"]["passes"] >= 1
+    assert out["longest"]["gc_ms"] >= out["gc"]["gen2"]["ms"] - 0.1 > 0  # (rounding)
+    gc.collect()  # no longer watched
+    assert s.summary()["gc"]["gen2"]["passes"] == out["gc"]["gen2"]["passes"]
