@@ -1,0 +1,271 @@
+"""aclprofd.storage in-process: a chunk's metadata checked before use (each refusal with its
+reason), the reader's problems, the names a chunk states when the table is large
+(STATE_USED_ONLY), the files a reader on another thread gets, STATUS fields, the data
+directory's lock. Written against the survivors of the mutation run of 2026-12-02 night
+(tests/bench/MUTATION.md). Segment files are built from the documented format
+(daemon/README.md "Segment files"), as test_formats.py does."""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import struct
+import time
+import zlib
+
+import numpy as np
+import pytest
+from aclprofd import storage
+from aclprofd.storage import LOCK_FILE, DataDirLocked, Storage, read_segment
+from helpers.records import make_records
+
+from aclprof.protocol.wire import RECORD_DTYPE
+
+FILE_HEADER = struct.Struct("<8sHHIdII")  # magic, version, reserved, header size, created, pid, reserved
+CHUNK_HEADER = struct.Struct("<4sIII")    # "ACK1", M, D, CRC-32 of metadata + data
+
+
+def records(n: int) -> bytes:
+    return make_records(n, start=1_000_000).tobytes()
+
+
+def meta_of(n: int = 2, **over) -> dict:
+    m = {"host": "h", "pid": 1, "service": None, "labels": {}, "conn": "x", "names": {"5": "conv"},
+         "batches": [[n, 100.0]], "ts_first": 100.0, "ts_last": 100.0}
+    m.update(over)
+    return m
+
+
+def segment(chunks: list[tuple[bytes, bytes]], magic: bytes = b"ACK1") -> bytes:
+    out = io.BytesIO()
+    out.write(FILE_HEADER.pack(b"ACLPSEG\0", 1, 0, 32, 1.0e9, 7, 0))
+    for mb, body in chunks:
+        out.write(CHUNK_HEADER.pack(magic, len(mb), len(body), zlib.crc32(mb + body)))
+        out.write(mb + body)
+    return out.getvalue()
+
+
+def read_problems(tmp_path, data: bytes) -> tuple[list, list[str]]:
+    path = tmp_path / "seg-00000001.acps"
+    path.write_bytes(data)
+    problems: list[str] = []
+    return list(read_segment(str(path), problems=problems)), problems
+
+
+GOOD = json.dumps(meta_of()).encode()
+
+
+@pytest.mark.parametrize("meta, reason", [
+    ([1, 2], "metadata is a JSON list, not an object"),
+    (meta_of(names=[["5", "conv"]]), "names is not an object of id -> string"),
+    (meta_of(names={"x5": "conv"}), "names is not an object of id -> string"),
+    (meta_of(names={"5": 5}), "names is not an object of id -> string"),
+    (meta_of(batches={"0": [2, 1.0]}), "batches is not a list of [count, time]"),
+    (meta_of(batches=[[2, 1.0, 3]]), "batches is not a list of [count, time]"),
+    (meta_of(batches=[[2.0, 1.0]]), "batches is not a list of [count, time]"),
+    (meta_of(batches=[[True, 1.0]]), "batches is not a list of [count, time]"),
+    (meta_of(batches=[[-1, 1.0]]), "batches is not a list of [count, time]"),
+    (meta_of(batches=[[2, "1.0"]]), "batches is not a list of [count, time]"),
+    (meta_of(batches="[[2, 1.0]]"), "batches is not a list of [count, time]"),
+    (meta_of(batches=None), "batches is not a list of [count, time]"),
+    (meta_of(ts_first="100"), "ts_first is not a number"),
+    (meta_of(ts_last=None), "ts_last is not a number"),
+    (meta_of(host=5), "host/pid/service/conn have the wrong types"),
+    (meta_of(pid="1"), "host/pid/service/conn have the wrong types"),
+    (meta_of(pid=True), "host/pid/service/conn have the wrong types"),
+    (meta_of(service=3), "host/pid/service/conn have the wrong types"),
+    (meta_of(conn=3), "host/pid/service/conn have the wrong types"),
+])
+def test_metadata_that_cannot_be_used_is_refused_with_its_reason(tmp_path, meta, reason):
+    chunks, problems = read_problems(tmp_path, segment([(GOOD, records(2)), (json.dumps(meta).encode(), records(2))]))
+    assert len(chunks) == 1
+    assert problems == [f"seg-00000001.acps@{32 + CHUNK_HEADER.size + len(GOOD) + 2 * RECORD_DTYPE.itemsize}: {reason}"]
+
+
+def test_metadata_without_the_optional_fields_is_used(tmp_path):
+    """names, host, pid and conn may be absent (the reader's defaults); service may be null."""
+    m = meta_of()
+    for k in ("names", "host", "pid", "conn"):
+        del m[k]
+    chunks, problems = read_problems(tmp_path, segment([(json.dumps(m).encode(), records(2))]))
+    assert problems == [] and len(chunks) == 1 and chunks[0].names == {}
+
+
+@pytest.mark.parametrize("damage, reason", [
+    ("magic", "bad chunk magic"),
+    ("crc", "CRC mismatch"),
+    ("json", "metadata is not JSON"),
+    ("count", "record count does not match the data"),
+    ("partial", "record count does not match the data"),
+])
+def test_each_damage_is_named(tmp_path, damage, reason):
+    body = records(2)
+    if damage == "magic":
+        data = segment([(GOOD, body)], magic=b"ACK2")
+    elif damage == "crc":
+        data = bytearray(segment([(GOOD, body)]))
+        data[-1] ^= 1
+        data = bytes(data)
+    elif damage == "json":
+        data = segment([(b"{not json", body)])
+    elif damage == "count":
+        data = segment([(json.dumps(meta_of(3)).encode(), body)])
+    else:  # a data length that is not whole records, the counts summing to it in bytes
+        data = segment([(json.dumps(meta_of(1)).encode(), body[:RECORD_DTYPE.itemsize] + b"x")])
+    chunks, problems = read_problems(tmp_path, data)
+    assert chunks == [] and problems == [f"seg-00000001.acps@32: {reason}"]
+
+
+def test_a_chunk_after_a_good_one_is_found_by_its_lengths(tmp_path):
+    """Chunks of different metadata and data lengths one after another: each found where the
+    previous one's header says it ends."""
+    m2 = json.dumps(meta_of(3, names={"6": "relu", "7": "x" * 50})).encode()
+    chunks, problems = read_problems(tmp_path, segment([(GOOD, records(2)), (m2, records(3)), (GOOD, records(2))]))
+    assert problems == [] and [len(c.records) for c in chunks] == [2, 3, 2]
+    assert chunks[2].names == {5: "conv", 6: "relu", 7: "x" * 50}
+
+
+def test_a_read_limit_stops_at_the_size_the_writer_had(tmp_path):
+    chunk_len = CHUNK_HEADER.size + len(GOOD) + 2 * RECORD_DTYPE.itemsize
+    path = tmp_path / "seg-00000001.acps"
+    path.write_bytes(segment([(GOOD, records(2))] * 3))
+    assert len(list(read_segment(str(path), limit=32 + chunk_len))) == 1
+    assert len(list(read_segment(str(path), limit=32 + 2 * chunk_len))) == 2
+    assert len(list(read_segment(str(path)))) == 3
+
+
+def test_a_chunk_outside_the_time_range_still_states_its_names(tmp_path):
+    early = json.dumps(meta_of(names={"5": "conv"}, batches=[[2, 10.0]], ts_first=10.0, ts_last=10.0)).encode()
+    late = json.dumps(meta_of(names={}, batches=[[2, 100.0]])).encode()
+    path = tmp_path / "seg-00000001.acps"
+    path.write_bytes(segment([(early, records(2)), (late, records(2))]))
+    for since, until in ((50.0, None), (None, 50.0)):
+        got = list(read_segment(str(path), since, until))
+        assert len(got) == 1, (since, until)
+    (chunk,) = read_segment(str(path), 50.0, None)
+    assert chunk.names == {5: "conv"} and chunk.ts.dtype == np.float64 and chunk.ts.tolist() == [100.0, 100.0]
+
+
+def test_storage_read_counts_its_problems_and_keeps_the_last(tmp_path):
+    for i in (5, 6):  # two damaged files found at start
+        (tmp_path / f"seg-0000000{i}.acps").write_bytes(segment([(b"{bad", records(1))]))
+    st = Storage(str(tmp_path))
+    try:
+        assert list(st.read()) == []
+        assert st.corrupt_chunks == 2 and st.last_read_problem == "seg-00000006.acps@32: metadata is not JSON"
+        list(st.read())
+        assert st.corrupt_chunks == 4
+    finally:
+        st.close()
+
+
+# ---- writing: the names a chunk states --------------------------------------------------------
+
+def test_beyond_state_used_only_a_chunk_states_only_the_names_its_records_use(tmp_path, monkeypatch):
+    monkeypatch.setattr(storage, "STATE_USED_ONLY", 10)
+    table = {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "fc1", 9: "unused_long_name"}
+    names = list(table.items())
+    st = Storage(str(tmp_path))
+    try:
+        st.write("c", {"host": "h", "pid": 1}, names, [(100.0, make_records(2, types=(1,), names=(3,)).tobytes())],
+                 table)
+        st.write("c", {"host": "h", "pid": 1}, names, [(101.0, make_records(2, types=(1, 2), names=(3, 4)).tobytes())],
+                 table)
+        st.write("c", {"host": "h", "pid": 1}, names, [(102.0, make_records(1, types=(2,), names=(4,)).tobytes())],
+                 table)
+        st.flush()
+        metas = [c.meta["names"] for c in st.read()]
+        chunks = list(st.read())
+    finally:
+        st.close()
+    assert metas == [{"1": "Conv2D", "3": "conv1"}, {"2": "MatMul", "4": "fc1"}, {}]
+    assert chunks[2].names == {1: "Conv2D", 3: "conv1", 2: "MatMul", 4: "fc1"}
+
+
+def test_below_state_used_only_the_whole_table_goes_once(tmp_path):
+    table = {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "fc1", 9: "unused"}
+    st = Storage(str(tmp_path))
+    try:
+        for t in (100.0, 101.0):
+            st.write("c", {"host": "h", "pid": 1}, list(table.items()),
+                     [(t, make_records(2, types=(1,), names=(3,)).tobytes())], table)
+        st.flush()
+        metas = [c.meta["names"] for c in st.read()]
+    finally:
+        st.close()
+    assert metas == [{str(k): v for k, v in table.items()}, {}]
+
+
+# ---- what other threads and STATUS read -------------------------------------------------------
+
+def test_files_gives_the_segments_that_may_hold_a_time_range(tmp_path):
+    st = Storage(str(tmp_path), segment_bytes=4096)
+    try:
+        base = time.time() - 60  # (recent: older segments would go to the age cap)
+        for t in range(8):
+            st.write("c", {"host": "h"}, [], [(base + t, make_records(30).tobytes())])
+        st.flush()
+        every = st.files()
+        assert len(every) >= 3 and every == sorted(every)
+        assert all(os.path.getsize(p) == size for p, size in every)
+        # each file's time range, read back
+        segs = [(min(c.ts.min() for c in read_segment(p)), max(c.ts.max() for c in read_segment(p))) for p, _ in every]
+        first_end = segs[0][1]
+        assert st.files(until_ts=segs[0][0]) == every[:1]
+        assert st.files(until_ts=segs[0][0] - 1e-3) == []
+        assert st.files(since_ts=first_end) == every
+        assert st.files(since_ts=first_end + 1e-3) == every[1:]
+        assert st.files(since_ts=base + 1e6) == every[-1:]  # the current segment: it may receive more
+        assert st.files(since_ts=first_end + 1e-3, until_ts=segs[1][0]) == every[1:2]
+    finally:
+        st.close()
+
+
+def test_status_fields_of_the_storage(tmp_path):
+    st = Storage(str(tmp_path))
+    try:
+        s = st.stats()
+        assert {"records_lost": 0, "names_skipped": 0, "loss_periods": 0, "failing": False}.items() <= s.items()
+        assert s["dir_access"] == st.dir_access.as_dict()
+    finally:
+        st.close()
+
+
+# ---- the data directory's lock ------------------------------------------------------------------
+
+def test_a_second_storage_on_a_locked_directory_names_the_holder(tmp_path):
+    first = Storage(str(tmp_path))
+    try:
+        assert (tmp_path / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+        with pytest.raises(DataDirLocked) as err:
+            Storage(str(tmp_path))
+        e = err.value
+        assert e.errno == errno.EWOULDBLOCK and e.filename == str(tmp_path)
+        assert e.strerror == (f"in use by another aclprofd (pid {os.getpid()}); give each daemon "
+                              "its own --data-dir")
+        # refused without touching the holder's lock file
+        assert (tmp_path / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+    finally:
+        first.close()
+
+
+def test_a_lock_file_with_another_pid_is_rewritten_by_the_new_holder(tmp_path):
+    (tmp_path / LOCK_FILE).write_text("123456789\n")
+    st = Storage(str(tmp_path))
+    try:
+        assert (tmp_path / LOCK_FILE).read_text() == f"{os.getpid()}\n"
+    finally:
+        st.close()
+
+
+def test_a_lock_file_that_is_a_symlink_is_not_followed(tmp_path):
+    target = tmp_path / "elsewhere"
+    target.write_text("x")
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / LOCK_FILE).symlink_to(target)
+    with pytest.raises(OSError) as err:
+        Storage(str(d))
+    assert err.value.errno == errno.ELOOP and target.read_text() == "x"
