@@ -149,14 +149,14 @@ def test_a_chunk_outside_the_time_range_still_states_its_names(tmp_path):
 
 
 def test_storage_read_counts_its_problems_and_keeps_the_last(tmp_path):
-    for i in (5, 6):  # two damaged files found at start
+    for i in (5, 6, 7):  # three damaged files found at start
         (tmp_path / f"seg-0000000{i}.acps").write_bytes(segment([(b"{bad", records(1))]))
     st = Storage(str(tmp_path))
     try:
         assert list(st.read()) == []
-        assert st.corrupt_chunks == 2 and st.last_read_problem == "seg-00000006.acps@32: metadata is not JSON"
+        assert st.corrupt_chunks == 3 and st.last_read_problem == "seg-00000007.acps@32: metadata is not JSON"
         list(st.read())
-        assert st.corrupt_chunks == 4
+        assert st.corrupt_chunks == 6
     finally:
         st.close()
 
@@ -269,3 +269,61 @@ def test_a_lock_file_that_is_a_symlink_is_not_followed(tmp_path):
     with pytest.raises(OSError) as err:
         Storage(str(d))
     assert err.value.errno == errno.ELOOP and target.read_text() == "x"
+
+
+def test_a_held_lock_with_no_pid_written_yet_names_an_unknown_holder(tmp_path):
+    """The holder between its lock and its pid (an empty lock file): "pid ?"."""
+    first = Storage(str(tmp_path))
+    try:
+        (tmp_path / LOCK_FILE).write_text("")
+        with pytest.raises(DataDirLocked, match=r"in use by another aclprofd \(pid \?\);"):
+            Storage(str(tmp_path))
+    finally:
+        first.close()
+
+
+def test_closing_releases_the_directory_and_a_second_close_is_harmless(tmp_path):
+    st = Storage(str(tmp_path))
+    assert st.last_read_problem is None and st.corrupt_chunks == 0
+    st.close()
+    st.close()
+    again = Storage(str(tmp_path))  # the lock was released: no DataDirLocked
+    again.close()
+
+
+def test_names_in_the_way_of_new_segments_are_skipped_and_counted(tmp_path):
+    for seq in (1, 2, 4):  # directories where the writer's next segments would go
+        os.mkdir(tmp_path / f"seg-{seq:08d}.acps")
+    st = Storage(str(tmp_path), segment_bytes=4096)
+    try:
+        base = time.time() - 60
+        for t in range(6):
+            st.write("c", {"host": "h"}, [], [(base + t, make_records(30).tobytes())])
+        st.flush()
+        files = sorted(p.name for p in tmp_path.iterdir() if p.is_file() and p.name.startswith("seg-"))
+        assert files[:2] == ["seg-00000003.acps", "seg-00000005.acps"]
+        assert st.names_skipped == 3 and st.stats()["names_skipped"] == 3 and st.records_lost == 0
+    finally:
+        st.close()
+
+
+def test_name_tries_names_in_the_way_lose_the_write_and_say_why(tmp_path, monkeypatch):
+    monkeypatch.setattr(storage, "_NAME_TRIES", 3)
+    for seq in (1, 2, 3):
+        os.mkdir(tmp_path / f"seg-{seq:08d}.acps")
+    st = Storage(str(tmp_path))
+    try:
+        t = time.time()
+        st.write("c", {"host": "h", "pid": 9, "service": "s"}, [], [(t, make_records(4).tobytes())])
+        path = tmp_path / "seg-00000003.acps"
+        assert st.records_lost == 4 and st.names_skipped == 3
+        assert st.last_error == f"FileExistsError: [Errno {errno.EEXIST}] 3 segment names in a row are taken: '{path}'"
+        assert st.losses.failing is True and st.stats()["failing"] is True and st.stats()["loss_periods"] == 1
+        (p,) = st.losses.periods
+        assert (p.since_ts, p.until_ts, p.records, p.host, p.pid, p.service) == (t, t, 4, "h", 9, "s")
+        assert p.error == st.last_error
+        os.rmdir(path)
+        st.write("c", {"host": "h", "pid": 9, "service": "s"}, [], [(t + 1, make_records(1).tobytes())])
+        assert st.losses.failing is False and st.records_lost == 4
+    finally:
+        st.close()
