@@ -327,3 +327,47 @@ def test_name_tries_names_in_the_way_lose_the_write_and_say_why(tmp_path, monkey
         assert st.losses.failing is False and st.records_lost == 4
     finally:
         st.close()
+
+
+def test_a_write_split_over_chunks_states_the_used_names_in_each(tmp_path, monkeypatch):
+    """Beyond STATE_USED_ONLY, a write whose batches do not fit one segment: each chunk states
+    the names of its own records."""
+    monkeypatch.setattr(storage, "STATE_USED_ONLY", 10)
+    table = {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "fc1", 9: "unused_long_name"}
+    n = 4096 // RECORD_DTYPE.itemsize // 2 + 1  # two batches of n records overflow a 4 KiB segment
+    st = Storage(str(tmp_path), segment_bytes=4096)
+    try:
+        t = time.time()
+        st.write("c", {"host": "h", "pid": 1}, list(table.items()),
+                 [(t, make_records(n, types=(1,), names=(3,)).tobytes()),
+                  (t + 1, make_records(n, types=(2,), names=(4,)).tobytes())], table)
+        st.flush()
+        metas = [c.meta["names"] for c in st.read()]
+    finally:
+        st.close()
+    assert metas == [{"1": "Conv2D", "3": "conv1"}, {"2": "MatMul", "4": "fc1"}]
+
+
+def test_a_chunk_written_a_few_bytes_at_a_time_lands_whole(tmp_path, monkeypatch):
+    """writev may write part of a chunk (a signal, a full pipe of a FUSE disk): the rest is
+    written after it, nothing twice."""
+    real = os.writev
+    calls = []
+
+    def partial(fd, bufs):
+        data = b"".join(bytes(b) for b in bufs)
+        calls.append(len(data))
+        return real(fd, [data[:100]])
+
+    st = Storage(str(tmp_path))
+    try:
+        recs = make_records(20)
+        monkeypatch.setattr(storage.os, "writev", partial)
+        st.write("c", {"host": "h", "pid": 1}, [(3, "conv1")], [(time.time(), recs.tobytes())])
+        monkeypatch.setattr(storage.os, "writev", real)
+        st.flush()
+        (chunk,) = st.read()
+    finally:
+        st.close()
+    assert len(calls) > 5 and chunk.records.tobytes() == recs.tobytes() and chunk.names == {3: "conv1"}
+    assert st.records_lost == 0
