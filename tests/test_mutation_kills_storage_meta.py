@@ -371,3 +371,43 @@ def test_a_chunk_written_a_few_bytes_at_a_time_lands_whole(tmp_path, monkeypatch
         st.close()
     assert len(calls) > 5 and chunk.records.tobytes() == recs.tobytes() and chunk.names == {3: "conv1"}
     assert st.records_lost == 0
+
+
+def test_a_batch_of_zero_records_in_the_metadata_is_accepted(tmp_path):
+    m = json.dumps(meta_of(2, batches=[[0, 99.0], [2, 100.0]], ts_first=99.0)).encode()
+    chunks, problems = read_problems(tmp_path, segment([(m, records(2))]))
+    assert problems == [] and [len(c.records) for c in chunks] == [2] and chunks[0].ts.tolist() == [100.0, 100.0]
+
+
+def test_a_lock_file_of_bytes_that_are_not_utf8_still_names_the_holder(tmp_path):
+    first = Storage(str(tmp_path))
+    try:
+        (tmp_path / LOCK_FILE).write_bytes(b"\xff12\n")
+        with pytest.raises(DataDirLocked, match="pid \ufffd12"):
+            Storage(str(tmp_path))
+    finally:
+        first.close()
+
+
+def test_a_torn_chunk_that_cannot_be_cut_back_closes_the_segment_and_the_next_write_opens_one(tmp_path, monkeypatch):
+    st = Storage(str(tmp_path))
+    try:
+        t = time.time()
+        st.write("c", {"host": "h", "pid": 1}, [], [(t, records(2))])
+        real_writev, real_ftruncate = os.writev, os.ftruncate
+
+        def fail(*a):
+            raise OSError(errno.EIO, "Input/output error")
+
+        monkeypatch.setattr(storage.os, "writev", fail)
+        monkeypatch.setattr(storage.os, "ftruncate", fail)
+        st.write("c", {"host": "h", "pid": 1}, [], [(t + 1, records(3))])
+        monkeypatch.setattr(storage.os, "writev", real_writev)
+        monkeypatch.setattr(storage.os, "ftruncate", real_ftruncate)
+        assert st.records_lost == 3
+        st.write("c", {"host": "h", "pid": 1}, [], [(t + 2, records(1))])
+        st.flush()
+        assert [len(c.records) for c in st.read()] == [2, 1]
+        assert len([p for p in tmp_path.iterdir() if p.name.startswith("seg-")]) == 2
+    finally:
+        st.close()
