@@ -411,3 +411,34 @@ def test_a_torn_chunk_that_cannot_be_cut_back_closes_the_segment_and_the_next_wr
         assert len([p for p in tmp_path.iterdir() if p.name.startswith("seg-")]) == 2
     finally:
         st.close()
+
+
+def test_a_damaged_segment_is_logged_with_the_problem_and_the_count(tmp_path, monkeypatch):
+    import structlog
+
+    monkeypatch.setattr(storage, "_log", structlog.get_logger("aclprofd"))  # not a proxy cached elsewhere
+    for i in (5, 6):
+        (tmp_path / f"seg-0000000{i}.acps").write_bytes(segment([(b"{bad", records(1))]))
+    st = Storage(str(tmp_path))
+    try:
+        with structlog.testing.capture_logs() as logs:
+            list(st.read())
+    finally:
+        st.close()
+    assert [(e["event"], e["log_level"], e["problem"], e["corrupt_chunks"]) for e in logs] == [
+        ("segment damaged; the rest of it is skipped", "warning", f"seg-0000000{i}.acps@32: metadata is not JSON", n)
+        for n, i in ((1, 5), (2, 6))]
+
+
+def test_a_segment_that_cannot_be_read_is_a_problem_named_by_its_file(tmp_path):
+    st = Storage(str(tmp_path))
+    try:
+        st.write("c", {"host": "h", "pid": 1}, [], [(time.time(), records(2))])
+        st.flush()
+        (seg,) = [p for p in tmp_path.iterdir() if p.name.startswith("seg-")]
+        seg.unlink()
+        seg.mkdir()  # in its place something open() reads as EISDIR
+        assert list(st.read()) == []
+        assert st.corrupt_chunks == 1 and st.last_read_problem == f"{seg.name}: Is a directory"
+    finally:
+        st.close()
