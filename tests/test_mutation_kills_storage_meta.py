@@ -442,3 +442,92 @@ def test_a_segment_that_cannot_be_read_is_a_problem_named_by_its_file(tmp_path):
         assert st.corrupt_chunks == 1 and st.last_read_problem == f"{seg.name}: Is a directory"
     finally:
         st.close()
+
+
+def test_whole_second_batch_times_are_read_as_floats(tmp_path):
+    m = json.dumps(meta_of(2, batches=[[2, 100]], ts_first=100, ts_last=100)).encode()
+    (chunk,), problems = read_problems(tmp_path, segment([(m, records(2))]))
+    assert problems == [] and chunk.ts.dtype == np.float64 and chunk.ts.tolist() == [100.0, 100.0]
+
+
+def test_names_of_exactly_state_used_only_characters_go_whole(tmp_path, monkeypatch):
+    table = {1: "ab", 3: "cd", 9: "zz"}
+    monkeypatch.setattr(storage, "STATE_USED_ONLY", 6)  # the table's 6 characters: not beyond it
+    st = Storage(str(tmp_path))
+    try:
+        st.write("c", {"host": "h", "pid": 1}, list(table.items()),
+                 [(time.time(), make_records(2, types=(1,), names=(3,)).tobytes())], table)
+        st.flush()
+        (chunk,) = st.read()
+    finally:
+        st.close()
+    assert chunk.meta["names"] == {"1": "ab", "3": "cd", "9": "zz"}
+
+
+def test_a_write_without_the_table_after_used_only_chunks_states_the_names_not_stated_yet(tmp_path, monkeypatch):
+    monkeypatch.setattr(storage, "STATE_USED_ONLY", 10)
+    table = {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "fc1"}
+    st = Storage(str(tmp_path))
+    try:
+        t = time.time()
+        st.write("c", {"host": "h", "pid": 1}, list(table.items()),
+                 [(t, make_records(1, types=(1,), names=(3,)).tobytes())], table)
+        st.write("c", {"host": "h", "pid": 1}, list(table.items()),
+                 [(t + 1, make_records(1, types=(2,), names=(4,)).tobytes())])
+        st.flush()
+        metas = [c.meta["names"] for c in st.read()]
+    finally:
+        st.close()
+    assert metas == [{"1": "Conv2D", "3": "conv1"}, {"2": "MatMul", "4": "fc1"}]
+
+
+def test_a_segment_deleted_while_a_read_is_under_way_is_passed_over(tmp_path):
+    st = Storage(str(tmp_path), segment_bytes=4096)
+    try:
+        t = time.time() - 60
+        n = 4096 // RECORD_DTYPE.itemsize - 4  # one chunk a segment
+        for i in range(3):
+            st.write("c", {"host": "h", "pid": 1}, [], [(t + i, make_records(n).tobytes())])
+        st.flush()
+        paths = [p for p, _ in st.files()]
+        assert len(paths) == 3
+        reading = st.read()
+        first = next(reading)
+        os.unlink(paths[1])  # as a cap deletes it on the loop meanwhile
+        rest = list(reading)
+        assert [first.ts[0], *(c.ts[0] for c in rest)] == [t, t + 2]
+    finally:
+        st.close()
+
+
+def test_a_batch_that_fills_the_segment_exactly_stays_in_it(tmp_path):
+    """Batches of a write go to the current segment while they fit in segment_bytes, the
+    last one exactly."""
+    b = make_records(10).tobytes()
+    st = Storage(str(tmp_path), segment_bytes=FILE_HEADER.size + 2 * len(b))
+    try:
+        t = time.time()
+        st.write("c", {"host": "h"}, [], [(t, b), (t, b)])  # 32 + 2 batches: exactly segment_bytes
+        st.flush()
+        assert [len(c.records) for c in st.read()] == [20] and len(st.files()) == 1
+    finally:
+        st.close()
+
+
+def test_a_chunk_whose_data_ends_exactly_at_segment_bytes_joins_the_current_segment(tmp_path):
+    b = make_records(10).tobytes()
+    st0 = Storage(str(tmp_path / "probe"))
+    try:
+        st0.write("c", {"host": "h"}, [], [(time.time(), b)])
+        first = st0.files()[0][1]  # header and one chunk
+    finally:
+        st0.close()
+    st = Storage(str(tmp_path / "d"), segment_bytes=first + len(b))
+    try:
+        t = time.time()
+        st.write("c", {"host": "h"}, [], [(t, b)])
+        st.write("c", {"host": "h"}, [], [(t, b)])  # size so far + its data == segment_bytes: no rotation
+        st.flush()
+        assert len(st.files()) == 1 and [len(c.records) for c in st.read()] == [10, 10]
+    finally:
+        st.close()
