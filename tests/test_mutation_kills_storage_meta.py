@@ -516,15 +516,15 @@ def test_a_batch_that_fills_the_segment_exactly_stays_in_it(tmp_path):
 
 def test_a_chunk_whose_data_ends_exactly_at_segment_bytes_joins_the_current_segment(tmp_path):
     b = make_records(10).tobytes()
+    t = float(int(time.time()))  # the same time in every chunk: metadata of the same length
     st0 = Storage(str(tmp_path / "probe"))
     try:
-        st0.write("c", {"host": "h"}, [], [(time.time(), b)])
+        st0.write("c", {"host": "h"}, [], [(t, b)])
         first = st0.files()[0][1]  # header and one chunk
     finally:
         st0.close()
     st = Storage(str(tmp_path / "d"), segment_bytes=first + len(b))
     try:
-        t = time.time()
         st.write("c", {"host": "h"}, [], [(t, b)])
         st.write("c", {"host": "h"}, [], [(t, b)])  # size so far + its data == segment_bytes: no rotation
         st.flush()
