@@ -307,17 +307,17 @@ def test_names_in_the_way_of_new_segments_are_skipped_and_counted(tmp_path):
         st.close()
 
 
-def test_name_tries_names_in_the_way_lose_the_write_and_say_why(tmp_path, monkeypatch):
-    monkeypatch.setattr(storage, "_NAME_TRIES", 3)
-    for seq in (1, 2, 3):
+def test_a_thousand_names_in_the_way_lose_the_write_and_say_why(tmp_path):
+    for seq in range(1, 1001):
         os.mkdir(tmp_path / f"seg-{seq:08d}.acps")
     st = Storage(str(tmp_path))
     try:
         t = time.time()
         st.write("c", {"host": "h", "pid": 9, "service": "s"}, [], [(t, make_records(4).tobytes())])
-        path = tmp_path / "seg-00000003.acps"
-        assert st.records_lost == 4 and st.names_skipped == 3
-        assert st.last_error == f"FileExistsError: [Errno {errno.EEXIST}] 3 segment names in a row are taken: '{path}'"
+        path = tmp_path / "seg-00001000.acps"
+        assert st.records_lost == 4 and st.names_skipped == 1000
+        assert st.last_error == \
+            f"FileExistsError: [Errno {errno.EEXIST}] 1000 segment names in a row are taken: '{path}'"
         assert st.losses.failing is True and st.stats()["failing"] is True and st.stats()["loss_periods"] == 1
         (p,) = st.losses.periods
         assert (p.since_ts, p.until_ts, p.records, p.host, p.pid, p.service) == (t, t, 4, "h", 9, "s")
