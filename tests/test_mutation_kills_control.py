@@ -16,6 +16,7 @@ import time
 import numpy as np
 import pytest
 from aclprofd import authz, control
+from aclprofd.persist import AGGREGATES_FILE
 from helpers.daemons import DAEMON_LOGS, Client, InProcess, agent, status
 from helpers.procs import free_port, wait_for
 from helpers.records import make_records
@@ -230,7 +231,11 @@ def test_reset_empties_the_aggregates_and_a_crash_after_it_does_not_bring_them_b
                 a.close()
             c = Client(d.socket)
             try:
-                c.export()  # flushes, and so saves the aggregates with the 5 records
+                c.export()  # flushes, and so saves the aggregates with the 5 records ...
+                # ... on the writer thread: on disk before RESET, so that a RESET that only
+                # started a save (or skipped one: the last was under AGGREGATES_SAVE_S ago)
+                # leaves the 5 records in the copy
+                wait_for(lambda: os.path.exists(os.path.join(data, AGGREGATES_FILE)), what="the first save")
                 assert len(c.request(Kind.SNAPSHOT, {})["rows"]) == 2
                 assert c.request(Kind.RESET) == {}
                 assert {"event": "aggregates reset", "by_pid": os.getpid(), "level": "info"} in \
@@ -312,3 +317,27 @@ def test_a_snapshot_filtered_by_service_shows_that_services_shift_not_the_worst_
     assert got["mild"] == {"MatMul": pytest.approx(1.1, abs=0.06)}
     assert got[None] == {"MatMul": got["slow"]["MatMul"]}  # unfiltered: the worst of the op type's services
     assert got["absent"] == {}  # no rows of a service that sent nothing
+
+
+def test_a_snapshot_filtered_by_service_counts_that_services_op_failures_only():
+    """Two services' MatMul/fc1 ops, 2 op failures of fc1 in "fa" (one said dropped before
+    it), 1 in "fb": each service's SNAPSHOT row carries its own count, the unfiltered one both."""
+    with InProcess() as d:
+        agents = {svc: agent(d.socket, service=svc) for svc in ("fa", "fb")}
+        c = Client(d.socket)
+        try:
+            # one device each: this process's two connections are one source (host, pid)
+            for device, a in enumerate(agents.values()):
+                a.send_batch(make_records(3, device=device, types=(2,), names=(4,)))
+            wait_for(lambda: status(d.socket)["records_total"] == 6)
+            for device, (svc, dropped) in enumerate((("fa", 1), ("fb", 0))):
+                agents[svc].send_json(Kind.OP_FAILURE, {"device": device, "stream": 1, "task": 1, "thread": 1,
+                                                        "code": 507015, "op_name": "fc1", "dropped_before": dropped})
+            wait_for(lambda: status(d.socket)["failures"].get("total") == 3, what="the failures")
+            got = {svc: [(r["key"], r["failures"]) for r in
+                         c.request(Kind.SNAPSHOT, {"filter": {"service": svc} if svc else {}})["rows"]]
+                   for svc in ("fa", "fb", None)}
+        finally:
+            for x in (*agents.values(), c):
+                x.close()
+    assert got == {"fa": [("MatMul", 2)], "fb": [("MatMul", 1)], None: [("MatMul", 3)]}
