@@ -13,11 +13,10 @@
 from __future__ import annotations
 
 import itertools
-import os
 import struct
 
 import pytest
-from helpers.records import read_emit_log, record_key
+from helpers.records import capture_records, read_emit_log, record_key
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +24,6 @@ from aclprof import mock
 from aclprof.api.records import OP_DTYPE
 from aclprof.api.subscription.decoder import Decoder
 from aclprof.binding import lowlevel
-from aclprof.binding.enums import AicoreMetrics
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
@@ -196,26 +194,6 @@ OPS = [
 ]
 
 
-def capture(model: int, iterations: int) -> bytes:
-    """Subscribe through the low-level layer with a pipe of our own, run the model, and
-    return the raw bytes the library wrote, without fetching any name."""
-    r, w = os.pipe()
-    cell = lowlevel.FdCell(w)
-    config = lowlevel.create_subscribe_config(True, AicoreMetrics.NONE, cell)
-    try:
-        lowlevel.model_subscribe(model, config)
-        mock.execute(model, iterations)
-        lowlevel.model_unsubscribe(model)  # flushes, closes w and writes -1 into the cell
-        assert cell.value == -1
-        parts = []
-        while chunk := os.read(r, 1 << 16):
-            parts.append(chunk)
-        return b"".join(parts)
-    finally:
-        os.close(r)
-        config.close()
-        if cell.value >= 0:
-            os.close(cell.value)
 
 
 def fetch_names(record: bytes) -> tuple[bytes, bytes]:
@@ -238,7 +216,7 @@ def test_mock_records_rechunked_and_flipped_decode_exactly(tmp_path):
         mock.set_op_desc_size(size)
         log = tmp_path / f"emit-{next(counter)}.log"
         mock.set_emit_log(log)
-        raw = capture(model, iterations)
+        raw = capture_records(model, iterations)
         mock.set_emit_log(None)
         emitted = read_emit_log(log)
         n = len(emitted)
@@ -283,7 +261,7 @@ def test_mock_records_through_the_getter_fallback():
     getters (one-record slices): names, types and times still come out right."""
     model = mock.load_model(OPS, device=DEVICE)
     mock.set_emit_log(None)
-    raw = capture(model, 2)
+    raw = capture_records(model, 2)
     decoder = Decoder(80, default_device=DEVICE)
     decoder._raw = None  # as if aclprofGetOpDescSize had returned a size we do not know
     corrupt = bytearray(raw)
@@ -310,7 +288,7 @@ def test_interner_overflow_names_read_as_placeholder(monkeypatch):
     monkeypatch.setattr(decoder_module, "_MAX_NAMES", 4)  # "?" + 3 strings
     ops = [{"name": f"op{i}", "type": "T", "duration_ns": 10} for i in range(4)]
     model = mock.load_model(ops)
-    raw = capture(model, 1)
+    raw = capture_records(model, 1)
     decoder = Decoder(80)
     records = [r for b in decoder.feed(raw) for r in b.records()]
     assert [(r.op_name, r.op_type) for r in records] == [

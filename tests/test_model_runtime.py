@@ -6,6 +6,7 @@ counters, return codes), not only what the binding says."""
 from __future__ import annotations
 
 import pytest
+from helpers.records import capture_records
 
 import aclprof
 from aclprof import mock
@@ -160,28 +161,6 @@ def test_str2id_never_passes_null(bad):
 
 # ---- helper host (audit section 4 item 4) -----------------------------------------------------
 
-def _capture(model: int) -> bytes:
-    """One execution's raw records, read from a pipe of our own (no name fetched)."""
-    import os
-
-    from aclprof.binding.enums import AicoreMetrics
-
-    r, w = os.pipe()
-    cell = ll.FdCell(w)
-    config = ll.create_subscribe_config(True, AicoreMetrics.NONE, cell)
-    try:
-        ll.model_subscribe(model, config)
-        mock.execute(model)
-        ll.model_unsubscribe(model)  # flushes and closes w
-        parts = []
-        while chunk := os.read(r, 1 << 16):
-            parts.append(chunk)
-        return b"".join(parts)
-    finally:
-        os.close(r)
-        config.close()
-        if cell.value >= 0:
-            os.close(cell.value)
 
 
 def test_helper_host_time_values_are_errors_not_timestamps(no_leaks):
@@ -191,7 +170,7 @@ def test_helper_host_time_values_are_errors_not_timestamps(no_leaks):
     from aclprof.api.subscription.decoder import Decoder
 
     model = mock.load_model(OPS)
-    raw = _capture(model)
+    raw = capture_records(model, 1)
     assert len(raw) == 160
     record = raw[:80]
     real = ll.get_op_times(record, 0)

@@ -24,15 +24,14 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.records import capture_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import aclprof
 from aclprof import mock
 from aclprof.api.subscription.decoder import Decoder
-from aclprof.binding import lowlevel
 from aclprof.binding._fast import lib as fast
-from aclprof.binding.enums import AicoreMetrics
 from aclprof.binding.layout import OP_ROW_DTYPE
 from aclprof.binding.loader import get_library
 from aclprof.binding.opdecode import NAME_LIMIT, NameTable
@@ -70,27 +69,6 @@ def counting(calls: Counter) -> dict[str, Any]:
     return out
 
 
-def capture(model: int, iterations: int) -> bytes:
-    """The raw bytes the library writes for ``iterations`` runs of ``model`` (names not
-    fetched: they stay in the library's table)."""
-    import os
-
-    r, w = os.pipe()
-    cell = lowlevel.FdCell(w)
-    config = lowlevel.create_subscribe_config(True, AicoreMetrics.NONE, cell)
-    try:
-        lowlevel.model_subscribe(model, config)
-        mock.execute(model, iterations)
-        lowlevel.model_unsubscribe(model)  # flushes, closes w and writes -1 into the cell
-        parts = []
-        while chunk := os.read(r, 1 << 16):
-            parts.append(chunk)
-        return b"".join(parts)
-    finally:
-        os.close(r)
-        config.close()
-        if cell.value >= 0:
-            os.close(cell.value)
 
 
 def decode(raw: bytes, validate: bool = True) -> tuple[NameTable, list[tuple[bytes, bytes]], Any]:
@@ -126,7 +104,7 @@ def test_one_get_call_per_string_and_no_len_call(bind_getters):
     ops = [{"name": f"layer{i}/conv", "type": "Conv2D" if i % 2 else "MatMul", "duration_ns": 100}
            for i in range(5)]
     model = mock.load_model(ops)
-    raw = capture(model, 3)
+    raw = capture_records(model, 3)
     calls: Counter = Counter()
     wrappers = counting(calls)  # kept alive while bound
     bind_getters(wrappers)
@@ -150,7 +128,7 @@ def test_long_names_from_the_mock_are_cut_at_the_limit_and_counted(bind_getters)
     types = [b"T" * k for k in reversed(LENGTHS)] + [b"Add"]
     ops = [{"name": n, "type": t, "duration_ns": 10} for n, t in zip(names, types)]
     model = mock.load_model(ops)
-    raw = capture(model, 1)
+    raw = capture_records(model, 1)
     calls: Counter = Counter()
     wrappers = counting(calls)  # kept alive while bound
     bind_getters(wrappers)
@@ -264,7 +242,7 @@ def test_the_decoder_counts_cut_names_per_record():
     model = mock.load_model([{"name": name, "type": "Add", "duration_ns": 10},
                              {"name": "short", "type": op_type, "duration_ns": 10},
                              {"name": "short", "type": "Add", "duration_ns": 10}])
-    raw = capture(model, 3)
+    raw = capture_records(model, 3)
     decoder = Decoder(80)
     records = [r for b in decoder.feed(raw) for r in b.records()]
     assert [(r.op_name, r.op_type) for r in records] == [

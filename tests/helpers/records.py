@@ -109,6 +109,7 @@ def capture_records(model: int, iterations: int, *, time_info: bool = True) -> b
         lowlevel.model_subscribe(model, config)
         mock.execute(model, iterations)
         lowlevel.model_unsubscribe(model)  # flushes, closes w and writes -1 into the cell
+        assert cell.value == -1
         parts = []
         while chunk := os.read(r, 1 << 16):
             parts.append(chunk)
