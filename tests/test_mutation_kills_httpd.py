@@ -264,23 +264,53 @@ def test_a_failing_callback_is_a_500_and_the_listener_goes_on(server: Server):
     assert exchange(server, b"GET /metrics HTTP/1.1\r\n\r\n")[2] == BODY
 
 
-def test_beyond_the_connection_cap_a_new_connection_gets_503():
+def test_beyond_the_connection_cap_a_new_connection_waits_for_a_slot():
+    """Every connection busy (answered under EVICT_AFTER_S ago): the new one is held, not
+    refused, and answered as soon as the busy one ends; later ones wait in the backlog."""
     server = Server(max_connections=1)
     try:
         with server.connect() as first:
             first.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
             assert read_response(first, bytearray())[2] == BODY  # accepted and answered: not ripe for eviction
+            with server.connect() as second, server.connect() as third:
+                second.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+                third.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+                wait_for(lambda: server.http._held is not None)
+                second.settimeout(0.3)
+                with pytest.raises(TimeoutError):  # held: its request stays unread
+                    second.recv(1)
+                assert len(server.requests) == 1
+                first.close()
+                assert read_response(second, bytearray())[2] == BODY
+                second.close()
+                assert read_response(third, bytearray())[2] == BODY
+            assert server.http.refused == {}
+    finally:
+        server.close()
+
+
+def test_a_connection_held_past_the_read_timeout_gets_503():
+    """Every slot sending to a client that does not read: the held connection is answered
+    503 after ``read_timeout`` (counted), and the listener accepts again."""
+    server = Server(max_connections=1, read_timeout=0.4)
+    try:
+        with server.connect() as busy:
+            busy.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            busy.sendall(b"GET /metrics HTTP/1.1\r\nX-Big: 1\r\n\r\n")
+            wait_for(lambda: len(server.requests) == 1)
             with server.connect() as second:
+                t0 = time.monotonic()
                 data = b""
-                while True:
-                    part = recv(second, 4096)
-                    if not part:
-                        break
+                while part := recv(second, 4096):
                     data += part
                 assert data == b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                assert time.monotonic() - t0 >= 0.4
             assert server.http.refused == {"connections": 1}
-            first.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
-            assert read_response(first, bytearray())[2] == BODY
+            assert server.http._held is None
+            busy.close()
+        with server.connect() as third:
+            third.sendall(b"GET /metrics HTTP/1.1\r\n\r\n")
+            assert read_response(third, bytearray())[2] == BODY
     finally:
         server.close()
 

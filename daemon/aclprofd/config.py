@@ -296,7 +296,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("prometheus_max_connections", "prometheus_max_connections", "ACLPROFD_PROMETHEUS_MAX_CONNECTIONS",
            "--prometheus-max-connections", _parse_positive_int, False,
            "HTTP connections to /metrics at once; one more evicts the one waiting longest for a request, "
-           "or gets 503 when all are being answered; counted (default 16)"),
+           "or waits for a slot when all are being answered (503 after the read timeout); counted (default 16)"),
     Option("prometheus_read_timeout_s", "prometheus_read_timeout", "ACLPROFD_PROMETHEUS_READ_TIMEOUT",
            "--prometheus-read-timeout", parse_duration, False,
            "a /metrics request must arrive within this (default 10s)"),

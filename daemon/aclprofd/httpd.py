@@ -4,8 +4,12 @@
 request held a daemon thread for ever (476 threads after 10 s of slow clients). Here:
 
 - at most ``max_connections`` connections; one more evicts the one that has waited longest
-  for a request, if at least ``EVICT_AFTER_S`` (counted ``evicted``), else is answered 503
-  and closed (counted ``connections``);
+  for a request, if at least ``EVICT_AFTER_S`` (counted ``evicted``), else it waits: it is
+  held accepted but unread (its request stays in the kernel's buffer) and the listener stops
+  accepting, so later ones wait in the listen backlog, until a connection ends or becomes
+  evictable. A burst of scrapes (20 at once, each answered in well under a second) thus
+  delays a scraper instead of failing it; one held past ``read_timeout`` (every connection
+  busy sending to clients that do not read) gets 503 and is closed (counted ``connections``);
 - a request's head (request line and headers, at most ``MAX_HEAD`` bytes, else 431) must
   arrive within ``read_timeout`` of the connection or of the previous response;
 - a response must be taken by the client within ``write_timeout`` (a scraper that never
@@ -111,6 +115,8 @@ class HttpServer:
         self.served = 0
         self._stop = False
         self._resume_accept: float | None = None  # when a paused listener is watched again
+        #: at the cap: the one connection accepted but not admitted yet, and since when
+        self._held: tuple[socket.socket, tuple[str, int], float] | None = None
         self._thread = threading.Thread(target=self._run, name="aclprofd-metrics", daemon=True)
 
     def start(self) -> None:
@@ -126,6 +132,9 @@ class HttpServer:
             self._thread.join(10)
         for c in list(self.conns.values()):
             self._drop(c)
+        if self._held is not None:
+            self._held[0].close()
+            self._held = None
         self.sel.close()
         for s in (self.listener, self._wake_r, self._wake_w):
             s.close()
@@ -160,9 +169,11 @@ class HttpServer:
                 if now > c.deadline:
                     self.count("write_timeout" if c.writing else "read_timeout")
                     self._drop(c)
+            if self._held is not None:
+                self._admit_held(now)
 
     def _accept(self) -> None:
-        while True:
+        while self._held is None:
             try:
                 sock, addr = self.listener.accept()
             except (BlockingIOError, InterruptedError):
@@ -172,22 +183,48 @@ class HttpServer:
                 # the listener readable, so retrying at once would spin the loop (tens of
                 # thousands of failures a second): it rests, connections are served meanwhile
                 self.count("accept_error")
-                self.sel.unregister(self.listener)
+                self._pause_listener()
                 self._resume_accept = time.monotonic() + _ACCEPT_PAUSE_S
                 return
-            if len(self.conns) >= self.max_connections and not self._evict_waiting():
-                self.count("connections")
-                try:  # best effort: the client learns why; never waits on it
-                    sock.setblocking(False)
-                    sock.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-                except OSError:
-                    pass
-                sock.close()
-                continue
             sock.setblocking(False)
-            c = _Conn(sock, addr[:2], sock.getsockname()[:2], time.monotonic() + self.read_timeout)
-            self.conns[sock.fileno()] = c
-            self.sel.register(sock, selectors.EVENT_READ, c)
+            if len(self.conns) >= self.max_connections and not self._evict_waiting():
+                # every connection is busy: this one waits (unread) and the next ones wait in
+                # the listen backlog, until a slot frees (_admit_held, each loop pass)
+                self._held = (sock, addr[:2], time.monotonic())
+                self._pause_listener()
+                return
+            self._register(sock, addr[:2])
+
+    def _register(self, sock: socket.socket, peer: tuple[str, int]) -> None:
+        c = _Conn(sock, peer, sock.getsockname()[:2], time.monotonic() + self.read_timeout)
+        self.conns[sock.fileno()] = c
+        self.sel.register(sock, selectors.EVENT_READ, c)
+
+    def _pause_listener(self) -> None:
+        try:
+            self.sel.unregister(self.listener)
+        except KeyError:  # already paused (held connection, then an accept error)
+            pass
+
+    def _admit_held(self, now: float) -> None:
+        """Admit the held connection once a slot is free (or one is evictable); past
+        ``read_timeout`` of waiting, answer it 503 instead: the listener accepts again."""
+        assert self._held is not None
+        sock, peer, since = self._held
+        if len(self.conns) < self.max_connections or self._evict_waiting():
+            self._register(sock, peer)
+        elif now - since > self.read_timeout:
+            self.count("connections")
+            try:  # best effort: the client learns why; never waits on it
+                sock.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+            except OSError:
+                pass
+            sock.close()
+        else:
+            return
+        self._held = None
+        if self._resume_accept is None:
+            self.sel.register(self.listener, selectors.EVENT_READ, None)
 
     def _evict_waiting(self) -> bool:
         """At the cap, close the connection that has waited longest for its next request
