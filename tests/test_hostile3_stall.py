@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from helpers.daemons import Client, InProcess, agent, status, trace_done, traced_agents
+from helpers.daemons import Client, InProcess, agent, count_loop_turns, status, trace_done, traced_agents
 from helpers.procs import wait_for
 from helpers.records import make_records
 
@@ -50,18 +50,6 @@ def test_an_export_that_matches_nothing_reads_one_chunk_per_pump_step(monkeypatc
         c.close()
     assert sum(chunks_in.values()) >= 12, chunks_in
     assert max(chunks_in.values()) == 1, chunks_in  # main: every chunk in one pump call
-
-
-def _count_turns(monkeypatch: pytest.MonkeyPatch, d: InProcess, turn: list[int]) -> None:
-    """``turn[0]`` counts the daemon's loop turns from now on (a turn begins at each select)."""
-    sel = d.daemon.transport.sel
-    real_select = sel.select
-
-    def select(timeout: float | None = None) -> Any:
-        turn[0] += 1
-        return real_select(timeout)
-
-    monkeypatch.setattr(sel, "select", select)
 
 
 def _names_frame(first: int, n: int) -> bytes:
@@ -104,7 +92,7 @@ def test_a_large_names_frame_is_defined_over_several_turns(monkeypatch: pytest.M
     monkeypatch.setattr(Ingest, "names", names)
     n = 50_000
     with InProcess() as d:
-        _count_turns(monkeypatch, d, turn)
+        count_loop_turns(monkeypatch, d, turn)
         a = Client(d.socket, "agent", service="tables")
         a.sock.sendall(_names_frame(1, n))
         a.send_batch(make_records(4, types=(1, n), names=(2, n - 1)))
@@ -159,7 +147,7 @@ def test_a_large_trace_reply_is_built_over_several_turns(monkeypatch: pytest.Mon
                 turns_encoding.add(turn[0])
             return text
 
-        _count_turns(monkeypatch, d, turn)
+        count_loop_turns(monkeypatch, d, turn)
         agents, c, tids = traced_agents(d.socket, 20)
         monkeypatch.setattr(json, "dumps", dumps)
         for i, (a, tid) in enumerate(zip(agents, tids)):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 import pytest
-from helpers.daemons import InProcess, agent, status
+from helpers.daemons import Client, InProcess, agent, count_loop_turns, status
 from helpers.procs import free_port, wait_for
 from helpers.records import make_records
 
@@ -71,6 +71,22 @@ def _pump_until(jobs: Any, done: Callable[[], bool]) -> None:
         jobs.pump()
 
 
+def _run_on_a_thread(jobs: Any, job: Callable[[], Any], limit: float, errors: list[BaseException],
+                     expect: type[BaseException]) -> threading.Thread:
+    """``jobs.run(job, limit)`` on a thread, as a scrape's thread does, keeping the ``expect``
+    exception it raises; returns once the loop has the job."""
+    def run() -> None:
+        try:
+            jobs.run(job, limit)
+        except expect as exc:
+            errors.append(exc)
+
+    t = threading.Thread(target=run)
+    t.start()
+    wait_for(lambda: jobs.pending, what="the job handed over")
+    return t
+
+
 def test_loop_jobs_hand_back_the_value_and_the_exception(monkeypatch: pytest.MonkeyPatch) -> None:
     from aclprofd import loopjobs
     from aclprofd.loopjobs import LoopJobs
@@ -102,16 +118,7 @@ def test_loop_jobs_hand_back_the_value_and_the_exception(monkeypatch: pytest.Mon
         raise ValueError("a bug in the rendering")
 
     errors: list[BaseException] = []
-
-    def run_broken() -> None:
-        try:
-            jobs.run(broken, 30)
-        except ValueError as exc:
-            errors.append(exc)
-
-    t = threading.Thread(target=run_broken)
-    t.start()
-    wait_for(lambda: jobs.pending, what="the job handed over")
+    t = _run_on_a_thread(jobs, broken, 30, errors, ValueError)
     _pump_until(jobs, lambda: not jobs.pending)
     t.join(10)
     assert [str(e) for e in errors] == ["a bug in the rendering"]  # the caller's, not the loop's
@@ -143,16 +150,7 @@ def test_a_job_not_done_in_time_or_at_stop_is_dropped_and_its_steps_closed() -> 
     assert closed == ["closed"] and not jobs.pending
     # the daemon stops while a scrape waits: it is answered at once, and so is any later one
     waiting: list[BaseException] = []
-
-    def wait_one() -> None:
-        try:
-            jobs.run(endless, 30)
-        except JobNotDone as exc:
-            waiting.append(exc)
-
-    t = threading.Thread(target=wait_one)
-    t.start()
-    wait_for(lambda: jobs.pending, what="the job handed over")
+    t = _run_on_a_thread(jobs, endless, 30, waiting, JobNotDone)
     jobs.close()
     t.join(10)
     assert [str(e) for e in waiting] == ["the daemon is stopping"]
@@ -182,14 +180,7 @@ def test_the_timers_flush_stores_one_agent_a_step_over_several_loop_turns(monkey
 
     monkeypatch.setattr(Persistence, "store", store)
     with InProcess() as d:  # the timer flushes every 0.1 s
-        sel = d.daemon.transport.sel
-        real_select = sel.select
-
-        def select(timeout: float | None = None) -> Any:
-            turn[0] += 1
-            return real_select(timeout)
-
-        monkeypatch.setattr(sel, "select", select)
+        count_loop_turns(monkeypatch, d, turn)
         agents = [agent(d.socket, names={1: "T", 2: "n", 3: "N", 4: "M"}, service=f"s{i}") for i in range(3)]
         for a in agents:
             a.send_batch(make_records(100))
@@ -323,13 +314,6 @@ def test_a_large_snapshot_reply_is_encoded_over_several_loop_turns(monkeypatch: 
             a.send_batch(make_records(10, model=m))
         wait_for(lambda: status(d.socket)["records_total"] == 200, what="the records read")
         turn = [0]
-        sel = d.daemon.transport.sel
-        real_select = sel.select
-
-        def select(timeout: float | None = None) -> Any:
-            turn[0] += 1
-            return real_select(timeout)
-
         dumped_in: list[int] = []
         real_dumps = replyfit.json.JSONEncoder.encode
 
@@ -339,9 +323,8 @@ def test_a_large_snapshot_reply_is_encoded_over_several_loop_turns(monkeypatch: 
                 dumped_in.append(turn[0])
             return real_dumps(self, o)
 
-        monkeypatch.setattr(sel, "select", select)
+        count_loop_turns(monkeypatch, d, turn)
         monkeypatch.setattr(replyfit.json.JSONEncoder, "encode", encode)
-        from helpers.daemons import Client
         c = Client(d.socket)
         c.send_json(Kind.SNAPSHOT, {"window": "all", "group_by": "model"})
         kind, payload = c.recv()
@@ -359,7 +342,6 @@ def test_a_large_snapshot_reply_is_encoded_over_several_loop_turns(monkeypatch: 
 def test_a_stepped_snapshot_still_carries_each_rows_failures_for_its_filter() -> None:
     """The rows' failures (issue 24) are counted with the request's filter before the rows
     are encoded in steps: a service's SNAPSHOT shows its failures, another service's none."""
-    from helpers.daemons import Client
     from helpers.opfailures import OPS, execute
 
     import aclprof.agent as agent

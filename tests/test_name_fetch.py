@@ -50,10 +50,18 @@ def _bind(fns: dict[str, Any]) -> None:
 
 @pytest.fixture
 def bind_getters() -> Iterator[Callable[[dict[str, Any]], None]]:
-    """Bind other getter pointers into the C loop; the library's own are put back after."""
+    """Bind other getter pointers into the C loop, keeping them (cffi callbacks) alive until
+    the library's own are put back after the test."""
     library = get_library()
-    yield _bind
+    bound: list[dict[str, Any]] = []
+
+    def bind(fns: dict[str, Any]) -> None:
+        bound.append(fns)
+        _bind(fns)
+
+    yield bind
     _bind({name: library.functions[name] for name in GETTERS})
+    bound.clear()
 
 
 def counting(calls: Counter) -> dict[str, Any]:
@@ -82,6 +90,17 @@ def decode(raw: bytes, validate: bool = True) -> tuple[NameTable, list[tuple[byt
     return table, [(strings[r["op_name"]], strings[r["op_type"]]) for r in out[:rows]], counts
 
 
+def decode_counted(bind_getters: Callable[[dict[str, Any]], None], ops: list[dict[str, Any]], runs: int
+                   ) -> tuple[NameTable, list[tuple[bytes, bytes]], Any, Counter]:
+    """Run ``ops`` on the mock ``runs`` times and decode the records through getters that
+    count their calls: (table, [(name, type)], counts, calls)."""
+    raw = capture_records(mock.load_model(ops), runs)
+    calls: Counter = Counter()
+    bind_getters(counting(calls))
+    table, names, counts = decode(raw)
+    return table, names, counts, calls
+
+
 def expected(name: bytes) -> bytes:
     """What the loop keeps of ``name``: all of it up to NAME_LIMIT bytes, else the first
     NAME_LIMIT bytes less a UTF-8 character they would split."""
@@ -103,12 +122,7 @@ def test_one_get_call_per_string_and_no_len_call(bind_getters):
     """Two library calls per record (was four: TypeLen, Type, NameLen, Name)."""
     ops = [{"name": f"layer{i}/conv", "type": "Conv2D" if i % 2 else "MatMul", "duration_ns": 100}
            for i in range(5)]
-    model = mock.load_model(ops)
-    raw = capture_records(model, 3)
-    calls: Counter = Counter()
-    wrappers = counting(calls)  # kept alive while bound
-    bind_getters(wrappers)
-    table, names, counts = decode(raw)
+    table, names, counts, calls = decode_counted(bind_getters, ops, 3)
     assert names == [(op["name"].encode(), op["type"].encode()) for op in ops] * 3
     assert calls == Counter({"aclprofGetOpType": 15, "aclprofGetOpName": 15})
     assert counts.missing_names == 0 and table.cut == 0
@@ -127,12 +141,7 @@ def test_long_names_from_the_mock_are_cut_at_the_limit_and_counted(bind_getters)
     names = [b"n" * k for k in LENGTHS] + [b"a" * (NAME_LIMIT - 1) + "é".encode() + b"tail"]
     types = [b"T" * k for k in reversed(LENGTHS)] + [b"Add"]
     ops = [{"name": n, "type": t, "duration_ns": 10} for n, t in zip(names, types)]
-    model = mock.load_model(ops)
-    raw = capture_records(model, 1)
-    calls: Counter = Counter()
-    wrappers = counting(calls)  # kept alive while bound
-    bind_getters(wrappers)
-    table, got, counts = decode(raw)
+    table, got, counts, calls = decode_counted(bind_getters, ops, 1)
     assert got == [(expected(n), expected(t)) for n, t in zip(names, types)]
     assert got[-1][0] == b"a" * (NAME_LIMIT - 1)  # the é would not fit whole
     longer = sum(len(s) > NAME_LIMIT for s in names + types)

@@ -437,3 +437,16 @@ def fake_control_daemon(replies: dict) -> tuple[str, Any]:
 
     threading.Thread(target=serve, daemon=True).start()
     return path, srv.close
+
+
+def count_loop_turns(monkeypatch: Any, d: InProcess, turn: list[int]) -> None:
+    """``turn[0]`` counts ``d``'s event-loop turns from now on (a turn begins at each select),
+    so a test can say in which turn something happened."""
+    sel = d.daemon.transport.sel
+    real_select = sel.select
+
+    def select(timeout: float | None = None) -> Any:
+        turn[0] += 1
+        return real_select(timeout)
+
+    monkeypatch.setattr(sel, "select", select)
