@@ -26,7 +26,7 @@ from aclprofd.records import (
     identity_head,
     jsonl_payloads,
 )
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from aclprof.protocol import _jsonl
@@ -154,6 +154,7 @@ name_text = st.text(alphabet=st.sampled_from(HOSTILE_CHARS) | st.characters(code
                     max_size=40)
 
 
+@example(names={}, host="", service=None, pid=0, n=2, seed=0, ts=[0.0, -0.0])  # -0.0 keeps its sign
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(names=st.dictionaries(st.integers(0, 5), name_text, max_size=6),
        host=name_text, service=st.none() | name_text, pid=st.integers(0, 2**31 - 1),

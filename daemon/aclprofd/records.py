@@ -107,7 +107,9 @@ def encode_records_py(records: np.ndarray, ts: np.ndarray | float, host: str, pi
     ts_text: dict[float, str] = {}
 
     def ts_head(t: float) -> str:
-        text = ts_text[t] = '{"ts":%s,' % _ts_text(t) + head
+        text = '{"ts":%s,' % _ts_text(t) + head
+        if t != 0.0:  # 0.0 and -0.0 are one dict key, but "%.6f" (and the C encoder) tell them apart
+            ts_text[t] = text
         return text
 
     if isinstance(ts, np.ndarray):
