@@ -1,7 +1,11 @@
 """The loop's stall attribution (aclprofd.stalls, issue 19): a turn of STALL_S or more is
-counted under its longest step, and STATUS reports it (fake clocks: no timing)."""
+counted under its longest step, and STATUS reports it (fake clocks: no timing); the kernel's
+split of a real turn's off-CPU time into waiting for a CPU and asleep."""
 
 from __future__ import annotations
+
+import os
+import time
 
 import pytest
 from helpers.daemons import InProcess, status
@@ -82,3 +86,51 @@ def test_the_collectors_passes_are_timed_and_put_in_the_stall(monkeypatch: pytes
     assert out["longest"]["gc_ms"] >= out["gc"]["gen2"]["ms"] - 0.1 > 0  # (rounding)
     gc.collect()  # no longer watched
     assert s.summary()["gc"]["gen2"]["passes"] == out["gc"]["gen2"]["passes"]
+
+
+def _spin(seconds: float) -> None:
+    end = time.thread_time() + seconds
+    while time.thread_time() < end:
+        pass
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/thread-self/schedstat"), reason="no schedstat")
+def test_a_stall_says_whether_the_loop_slept_or_waited_for_a_cpu() -> None:
+    """A turn asleep 120 ms (a blocking write, the GIL) is ``blocked_ms``; a turn that
+    computes 120 ms is CPU, not blocked (its preemption, under load, is ``runqueue_ms``).
+    Wall = CPU + run queue + blocked."""
+    from aclprofd import stalls
+
+    s = stalls.LoopStalls()
+    try:
+        s.begin()
+        time.sleep(0.12)
+        s.end()
+        slept = s.summary()["longest"]
+        s.begin()
+        _spin(0.12)
+        s.end()
+        worst = s.summary()["worst"]
+    finally:
+        s.close()
+        s.close()  # idempotent
+    spun = next(t for t in worst if t["cpu_ms"] >= 100)
+    assert slept["blocked_ms"] >= 115, slept
+    assert spun["blocked_ms"] < 0.5 * spun["ms"], spun
+    for t in (slept, spun):
+        assert t["cpu_ms"] + t["runqueue_ms"] + t["blocked_ms"] == pytest.approx(t["ms"], abs=0.5), t
+
+
+def test_without_schedstat_a_stall_leaves_the_split_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    from aclprofd import stalls
+
+    def refuse(*args: object, **kw: object) -> int:
+        raise FileNotFoundError("no schedstat")
+
+    monkeypatch.setattr(stalls.os, "open", refuse)
+    s = stalls.LoopStalls()
+    s.begin()
+    time.sleep(0.11)
+    s.end()
+    turn = s.summary()["longest"]
+    assert turn["ms"] >= 100 and "runqueue_ms" not in turn and "blocked_ms" not in turn

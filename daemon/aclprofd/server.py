@@ -259,6 +259,7 @@ class Daemon:
                 st.end()
         finally:
             self.stalls.unwatch_gc()
+            self.stalls.close()
             sd_notify("STOPPING=1")
             self.socket_file.stop_listening()
             self.traces.stopping()  # the agents' closes below answer waiting TRACE clients

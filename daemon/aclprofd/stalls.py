@@ -14,13 +14,21 @@ they hold the GIL). A stall of
 ``LOG_STALL_S`` or more is logged, at most one line per ``LOG_EVERY_S`` (the worst since the
 last line), so an operator sees it without a flood.
 
+Which of the two (and whether the thread blocked on I/O instead) the kernel tells: the loop
+thread's ``/proc/thread-self/schedstat`` gives its time on a CPU and its time waiting in a
+run queue (runnable, not running: another process or thread had the CPU); what is left of
+the wall is time asleep (a disk write, the GIL, a lock). A stall reports both
+(``runqueue_ms``, ``blocked_ms``); without that file (not Linux, no schedstats) they are
+left out.
+
 Timing a step costs two clock reads on each side (``perf_counter``, ``thread_time``); a
-turn one more (``process_time``).
+turn two more (``process_time`` and a ``pread`` of schedstat: ~1 us each).
 """
 
 from __future__ import annotations
 
 import gc
+import os
 import time
 from typing import Any
 
@@ -55,6 +63,10 @@ class LoopStalls:
         self.gc_s = [0.0, 0.0, 0.0]
         self._gc_t0 = 0.0
         self._gc_in_turn = 0.0
+        #: the loop thread's schedstat (opened by its first turn: thread-self is the opener's)
+        self._sched_fd: int | None = None
+        self._sched_ok = True
+        self._q0 = 0
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -75,8 +87,32 @@ class LoopStalls:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
 
+    def _runqueue_ns(self) -> int | None:
+        """The loop thread's time waiting in a run queue so far (ns), or None without schedstat."""
+        if self._sched_fd is None:
+            if not self._sched_ok:
+                return None
+            try:
+                self._sched_fd = os.open("/proc/thread-self/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                self._sched_ok = False
+                return None
+        try:
+            return int(os.pread(self._sched_fd, 128, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            self.close()
+            self._sched_ok = False
+            return None
+
+    def close(self) -> None:
+        """Close the schedstat file (the loop ends); idempotent."""
+        if self._sched_fd is not None:
+            os.close(self._sched_fd)
+            self._sched_fd = None
+
     def begin(self) -> None:
         """A turn begins (its select returned)."""
+        self._q0 = self._runqueue_ns() or 0
         self._t0, self._c0, self._p0 = time.perf_counter(), time.thread_time(), time.process_time()
         self._step, self._explained, self._in_turn, self._gc_in_turn = ("", 0.0, 0.0), 0.0, True, 0.0
 
@@ -101,6 +137,7 @@ class LoopStalls:
             return
         cpu = time.thread_time() - self._c0
         others = max(time.process_time() - self._p0 - cpu, 0.0)  # the daemon's other threads
+        q1 = self._runqueue_ns()
         what, s_wall, s_cpu = self._step
         what = what or "unattributed"
         self.stalls[what] = self.stalls.get(what, 0) + 1
@@ -109,6 +146,10 @@ class LoopStalls:
                 "unexplained_ms": round(max(wall - self._explained, 0.0) * 1e3, 1),
                 "other_threads_cpu_ms": round(others * 1e3, 1), "gc_ms": round(self._gc_in_turn * 1e3, 1),
                 "ts": round(time.time(), 3)}
+        if q1 is not None:
+            queued = max(q1 - self._q0, 0) / 1e9
+            turn["runqueue_ms"] = round(queued * 1e3, 1)  # runnable, no CPU given: the OS
+            turn["blocked_ms"] = round(max(wall - cpu - queued, 0.0) * 1e3, 1)  # asleep: I/O, GIL, a lock
         if len(self.worst) < KEEP or turn["ms"] > self.worst[-1]["ms"]:
             self.worst = sorted([*self.worst, turn], key=lambda x: -x["ms"])[:KEEP]
         if wall >= LOG_STALL_S and (self._unlogged is None or turn["ms"] > self._unlogged["ms"]):
