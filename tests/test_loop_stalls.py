@@ -4,11 +4,13 @@ split of a real turn's off-CPU time into waiting for a CPU and asleep."""
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 
 import pytest
-from helpers.daemons import InProcess, status
+from helpers.daemons import InProcess, running, status
+from helpers.procs import short_tmpdir
 
 
 class _Clock:
@@ -134,3 +136,15 @@ def test_without_schedstat_a_stall_leaves_the_split_out(monkeypatch: pytest.Monk
     s.end()
     turn = s.summary()["longest"]
     assert turn["ms"] >= 100 and "runqueue_ms" not in turn and "blocked_ms" not in turn
+
+
+def test_the_daemon_freezes_what_it_loaded_before_serving() -> None:
+    """aclprofd's start-up objects (modules, configuration, restored tables) are frozen out
+    of the collector's sight (gc.freeze): a full collection on the loop scans only what came
+    later (5-11 ms less per pass). In-process daemons do not freeze (a test process's
+    garbage would never be freed): a real one is started."""
+    with running(short_tmpdir()) as d:
+        frozen = status(d.socket)["loop"]["stalls"]["gc"]["frozen"]
+    assert frozen > 10_000, frozen
+    with InProcess() as inproc:
+        assert status(inproc.socket)["loop"]["stalls"]["gc"]["frozen"] == gc.get_freeze_count() == 0

@@ -163,7 +163,8 @@ class LoopStalls:
         """STATUS ``loop.stalls``: turns, stalls by longest step, the longest turns."""
         return {"turns": self.turns, "stall_ms": STALL_S * 1e3, "by_step": dict(self.stalls),
                 "longest": dict(self.worst[0]) if self.worst else {}, "worst": [dict(t) for t in self.worst],
-                "gc": {f"gen{g}": {"passes": self.gc_passes[g], "ms": round(self.gc_s[g] * 1e3, 1)} for g in range(3)}}
+                "gc": {**{f"gen{g}": {"passes": self.gc_passes[g], "ms": round(self.gc_s[g] * 1e3, 1)}
+                          for g in range(3)}, "frozen": gc.get_freeze_count()}}
 
 
 class _Timer:
