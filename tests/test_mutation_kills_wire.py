@@ -5,6 +5,7 @@ messages, frames split at every byte, bytearray/memoryview input, recv_frame).""
 from __future__ import annotations
 
 import itertools
+import json
 import socket
 import struct
 
@@ -275,3 +276,59 @@ def test_names_frames_are_filled_exactly_to_the_limit():
     # the same at the second frame's limit (its size is counted afresh, head and tail included)
     third = encode_names({**full, **{2000 + i: "y" * k for i in range(4)}, 2004: "y" * (k + 1)})
     assert [len(f) - HEADER.size for f in third] == [MAX_NAMES_PAYLOAD, MAX_NAMES_PAYLOAD - k - 10, 12 + k + 10]
+
+
+# ---- 2026-12-03: the record layout's function, decode_json's messages, a name run at the limit ---
+
+def test_the_record_layout_function_gives_the_c_headers_record_in_list_form():
+    """``_record_dtype`` runs once, at import (where no mutant is live): called again here,
+    it must give ``aclprof_record`` (cdefs/aclprof_records.h) as the plain list form."""
+    want = np.dtype([("model_id", "<u4"), ("op_name", "<u4"), ("op_type", "<u4"), ("flag", "<u4"),
+                     ("thread_id", "<u4"), ("device_id", "<u4"), ("start", "<u8"), ("end", "<u8"),
+                     ("duration", "<u8"), ("execution_time", "<u8")])
+    got = wire._record_dtype()
+    assert got == want and repr(got) == repr(want) and got.itemsize == 56
+    assert [got.fields[n][1] for n in got.names] == [0, 4, 8, 12, 16, 20, 24, 32, 40, 48]
+
+
+def test_a_record_layout_with_padding_keeps_the_c_offsets_and_size(monkeypatch):
+    """The list form only when the C struct has no padding (today's); a field table with a
+    gap and a tail keeps both (as the C encoder would read the struct), not packed fields."""
+    from aclprof.protocol import _jsonl
+
+    monkeypatch.setattr(_jsonl, "RECORD_FIELDS", (("a", 0, 4), ("b", 8, 8)))
+    monkeypatch.setattr(_jsonl, "RECORD_SIZE", 24)
+    got = wire._record_dtype()
+    assert got.names == ("a", "b") and got.itemsize == 24
+    assert [got.fields[n][1] for n in got.names] == [0, 8]
+    assert got.fields["a"][0] == np.dtype("<u4") and got.fields["b"][0] == np.dtype("<u8")
+
+
+@pytest.mark.parametrize("payload", [b"[" * 200_000, b'{"a":' * 200_000])
+def test_decode_json_names_a_payload_nested_too_deeply(payload):
+    with pytest.raises(ProtocolError, match=r"^payload is not JSON this side accepts: nested too deeply$"):
+        wire.decode_json(payload)
+
+
+@pytest.mark.parametrize("payload", [b"{not json", b'{"n": ' + b"7" * 5000 + b"}", b'{"k": "\xff"}'])
+def test_decode_json_says_why_a_payload_is_not_json(payload):
+    with pytest.raises(ValueError) as cause:  # JSONDecodeError, the digit limit, UnicodeDecodeError
+        json.loads(str(payload, "utf-8"))
+    why = str(cause.value)
+    assert 0 < len(why) < 200  # every such message is short: the cut at 200 never applies
+    with pytest.raises(ProtocolError) as info:
+        wire.decode_json(payload)
+    assert str(info.value) == "payload is not JSON: " + why
+
+
+def test_a_name_run_of_exactly_the_limit_is_one_frame_and_one_byte_more_is_two():
+    """The same packing as test_names_frames_are_filled_exactly_to_the_limit, through the
+    agent's fast path: the frames are encode_names' either way."""
+    from aclprof.protocol.wire import HEADER, MAX_NAMES_PAYLOAD, encode_name_run, encode_names
+
+    k = (MAX_NAMES_PAYLOAD - 11) // 5 - 10  # five entries '"1000":"x..."' fill a payload exactly
+    (frame,) = encode_name_run(1000, ["x" * k] * 5)
+    assert len(frame) - HEADER.size == MAX_NAMES_PAYLOAD
+    assert [frame] == encode_names({1000 + i: "x" * k for i in range(5)})
+    over = encode_name_run(1000, ["x" * k] * 4 + ["x" * (k + 1)])
+    assert [len(f) - HEADER.size for f in over] == [MAX_NAMES_PAYLOAD - k - 10, 12 + k + 10]
