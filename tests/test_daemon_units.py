@@ -99,6 +99,32 @@ def test_multi_model_batches_and_filters():
         agg.ingest(src, make_records(1, types=(99,)), NAMES)
 
 
+def test_a_batch_of_many_new_keys_grows_the_key_arrays_once(monkeypatch: pytest.MonkeyPatch):
+    """4096 new keys in one batch: the per-key arrays grow once to fit them (main: six
+    doublings, six copies of the 322-bin histograms in one loop step), new rows are zero
+    (calloc'd, not written) and every record lands in its own key."""
+    agg = Aggregator(max_keys=10_000)
+    growths: list[tuple[int, int]] = []
+    real = agg._grow_stats
+
+    def counted(old: int, cap: int) -> None:
+        growths.append((old, cap))
+        real(old, cap)
+
+    monkeypatch.setattr(agg.keys, "_on_grow", counted)
+    recs = make_records(4096, types=(1,), names=(3,), durations=1000)
+    recs["model_id"] = np.arange(4096)
+    agg.ingest(KeySource("h", 1, None), recs, NAMES)
+    assert growths == [(64, 4097)]
+    n = agg.nkeys
+    assert n == 4097  # "other" and the 4096
+    assert agg.count[:n].sum() == 4096 and agg.hist[:n].sum() == 4096 and agg.total[:n].sum() == 4096 * 1000
+    assert not agg.hist[n:].any() and not agg.count[n:].any()
+    recs["model_id"] += 4096  # 4096 more: room for them, at most the cap
+    agg.ingest(KeySource("h", 1, None), recs, NAMES)
+    assert growths[1:] == [(4097, 8194)]
+
+
 def test_prometheus_view_is_not_reset():
     agg = Aggregator(clock=Clock())
     agg.ingest(KeySource("h", 1, None), make_records(4, durations=1000), NAMES)

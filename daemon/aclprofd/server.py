@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import nullcontext
 from typing import Any
 
+import numpy.ma  # noqa: F401  (numpy 2.4's np.unique imports it at its first call: 30-40 ms at start, not in a loop turn)
 import structlog
 
 from aclprof.protocol.wire import Kind, ProtocolError
