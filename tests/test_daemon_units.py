@@ -125,6 +125,19 @@ def test_a_batch_of_many_new_keys_grows_the_key_arrays_once(monkeypatch: pytest.
     assert growths[1:] == [(4097, 8194)]
 
 
+def test_the_growth_for_new_keys_stops_at_the_senders_share():
+    """A sender whose share is 100 keys sends 4096 new ones: the arrays grow for what the
+    share lets it add, not for the batch (the memory budget counts their capacity)."""
+    agg = Aggregator(max_keys=10_000, max_keys_per_agent=100)
+    recs = make_records(4096, types=(1,), names=(3,), durations=1000)
+    recs["model_id"] = np.arange(4096)
+    agg.ingest(KeySource("h", 1, None, owner=(1000, 1)), recs, NAMES)
+    assert agg.nkeys == 101 and agg.keys.capacity == 128  # doubling from 64, as one by one
+    assert agg.keys.shares.refused == 4096 - 100 and agg.count[:101].sum() == 4096
+    assert agg.keys.shares.room((1000, 1), 50) == 0 and agg.keys.shares.room((1000, 2), 50) == 50
+    assert agg.keys.shares.room(None, 7) == 7
+
+
 def test_prometheus_view_is_not_reset():
     agg = Aggregator(clock=Clock())
     agg.ingest(KeySource("h", 1, None), make_records(4, durations=1000), NAMES)

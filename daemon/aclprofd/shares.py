@@ -65,6 +65,16 @@ class Shares:
             self._uid_held[uid] = u + 1
         return True
 
+    def room(self, owner: Hashable | None, limit: int) -> int:
+        """How many more entries ``owner`` may take now (its share, its uid's), at most ``limit``."""
+        if owner is None:
+            return limit
+        room = min(limit, self.per_owner - self._held.get(owner, 0))
+        uid = self._uid(owner)
+        if uid is not None and self.per_uid is not None:
+            room = min(room, self.per_uid - self._uid_held.get(uid, 0))
+        return max(room, 0)
+
     def give_back(self, owner: Hashable | None) -> None:
         """An entry of ``owner`` left the table."""
         if owner is None:

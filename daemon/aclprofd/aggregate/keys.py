@@ -201,7 +201,7 @@ class KeyRegistry:
         # room left in the registry, plus FULL_LOOKUPS lookups of keys it may already hold
         todo = min(len(miss), max(0, self.max_keys + 1 - len(self)) + FULL_LOOKUPS)
         labels, owner = src.model_labels, src.owner
-        self.reserve(todo)
+        self.reserve(self.shares.room(owner, todo))  # what the sender's share lets it add at most
         for j, (d, code) in enumerate(zip(dm[miss[:todo]].tolist(), mc[:todo].tolist())):
             new_keys[j] = self.get((src.host, src.pid, d & 0xFFFFFFFF, d >> 32, names[code & 0xFFFFFFFF],
                                     names[code >> 32], labels.get(d >> 32, "")), src.service, owner)
