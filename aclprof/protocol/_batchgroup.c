@@ -297,6 +297,72 @@ static int take_arrays(const char *fn, PyObject *const *args, int narg, unsigned
     return 0;
 }
 
+/* The checks and additions fold, fold_buckets and fold_batch share (one copy of each). */
+
+/* A ValueError naming `fn` unless every keys[i] (i < g) is a row of `cap` rows. */
+static int check_keys(const char *fn, Py_ssize_t g, const int64_t *keys, Py_ssize_t cap)
+{
+    for (Py_ssize_t i = 0; i < g; i++)
+        if (keys[i] < 0 || keys[i] >= cap) {
+            PyErr_Format(PyExc_ValueError, "%s: key %lld outside the %zd rows", fn, (long long)keys[i], cap);
+            return -1;
+        }
+    return 0;
+}
+
+/* A ValueError naming `fn` unless every (key * nbins + bin) code hc[i] (i < h) is in the
+ * table: key below `cap`, and the bin's bucket of_bin[bin] below `nb`. */
+static int check_codes(const char *fn, Py_ssize_t h, const int64_t *hc, Py_ssize_t cap, Py_ssize_t nbins,
+                       const int64_t *of_bin, Py_ssize_t nb)
+{
+    for (Py_ssize_t i = 0; i < h; i++)
+        if (hc[i] < 0 || hc[i] >= cap * nbins || of_bin[hc[i] % nbins] < 0 || of_bin[hc[i] % nbins] >= nb) {
+            PyErr_Format(PyExc_ValueError, "%s: histogram code %lld outside the table", fn, (long long)hc[i]);
+            return -1;
+        }
+    return 0;
+}
+
+static inline void add_to(int64_t *p, int64_t v)
+{
+    *p = (int64_t)((uint64_t)*p + (uint64_t)v); /* int64 wrap, like numpy */
+}
+
+/* Per group i < g: acount/atotal/amin/amax of row keys[i] take its count, total, min, max. */
+static void fold_groups(Py_ssize_t g, const int64_t *keys, const int64_t *cnt, const int64_t *tot,
+                        const int64_t *mn, const int64_t *mx, int64_t *acount, int64_t *atotal, int64_t *amin,
+                        int64_t *amax)
+{
+    for (Py_ssize_t i = 0; i < g; i++) {
+        int64_t k = keys[i];
+        add_to(&acount[k], cnt[i]);
+        add_to(&atotal[k], tot[i]);
+        if (mn[i] < amin[k])
+            amin[k] = mn[i];
+        if (mx[i] > amax[k])
+            amax[k] = mx[i];
+    }
+}
+
+/* asum[keys[i]] += tot[i] for i < g. */
+static void add_sums(Py_ssize_t g, const int64_t *keys, const int64_t *tot, int64_t *asum)
+{
+    for (Py_ssize_t i = 0; i < g; i++)
+        add_to(&asum[keys[i]], tot[i]);
+}
+
+/* Per code i < h: its count hn[i] to acc[key * nb + of_bin[bin]], and to ahist[code] unless
+ * ahist is NULL. */
+static void add_buckets(Py_ssize_t h, const int64_t *hc, const int64_t *hn, Py_ssize_t nbins, int64_t *ahist,
+                        int64_t *acc, Py_ssize_t nb, const int64_t *of_bin)
+{
+    for (Py_ssize_t i = 0; i < h; i++) {
+        if (ahist != NULL)
+            add_to(&ahist[hc[i]], hn[i]);
+        add_to(&acc[hc[i] / nbins * nb + of_bin[hc[i] % nbins]], hn[i]);
+    }
+}
+
 /* fold(keys, count, total, mn, mx, hcodes, hcount, acc_count, acc_total, acc_min, acc_max,
  *      acc_hist, acc_prom, acc_prom_sum, prom_of_bin) -> None
  *
@@ -328,34 +394,11 @@ static PyObject *fold(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     Py_ssize_t nprom = b[12].len / 8 / cap;
     const int64_t *keys = b[0].buf, *cnt = b[1].buf, *tot = b[2].buf, *mn = b[3].buf, *mx = b[4].buf;
     const int64_t *hc = b[5].buf, *hn = b[6].buf, *pob = b[14].buf;
-    int64_t *acount = b[7].buf, *atotal = b[8].buf, *amin = b[9].buf, *amax = b[10].buf, *ahist = b[11].buf;
-    int64_t *aprom = b[12].buf, *apsum = b[13].buf;
-    for (Py_ssize_t i = 0; i < g; i++)
-        if (keys[i] < 0 || keys[i] >= cap) {
-            PyErr_Format(PyExc_ValueError, "fold: key %lld outside the %zd rows", (long long)keys[i], cap);
-            goto done;
-        }
-    for (Py_ssize_t i = 0; i < h; i++)
-        if (hc[i] < 0 || hc[i] >= cap * nbins || pob[hc[i] % nbins] < 0 || pob[hc[i] % nbins] >= nprom) {
-            PyErr_Format(PyExc_ValueError, "fold: histogram code %lld outside the table", (long long)hc[i]);
-            goto done;
-        }
-    for (Py_ssize_t i = 0; i < g; i++) {
-        int64_t k = keys[i];
-        acount[k] = (int64_t)((uint64_t)acount[k] + (uint64_t)cnt[i]); /* int64 wrap, like numpy */
-        atotal[k] = (int64_t)((uint64_t)atotal[k] + (uint64_t)tot[i]);
-        apsum[k] = (int64_t)((uint64_t)apsum[k] + (uint64_t)tot[i]);
-        if (mn[i] < amin[k])
-            amin[k] = mn[i];
-        if (mx[i] > amax[k])
-            amax[k] = mx[i];
-    }
-    for (Py_ssize_t i = 0; i < h; i++) {
-        int64_t k = hc[i] / nbins, bin = hc[i] % nbins;
-        ahist[hc[i]] = (int64_t)((uint64_t)ahist[hc[i]] + (uint64_t)hn[i]);
-        int64_t *p = &aprom[k * nprom + pob[bin]];
-        *p = (int64_t)((uint64_t)*p + (uint64_t)hn[i]);
-    }
+    if (check_keys("fold", g, keys, cap) < 0 || check_codes("fold", h, hc, cap, nbins, pob, nprom) < 0)
+        goto done;
+    fold_groups(g, keys, cnt, tot, mn, mx, b[7].buf, b[8].buf, b[9].buf, b[10].buf);
+    add_sums(g, keys, tot, b[13].buf);
+    add_buckets(h, hc, hn, nbins, b[11].buf, b[12].buf, nprom, pob);
     Py_INCREF(Py_None);
     result = Py_None;
 done:
@@ -426,6 +469,60 @@ static int radix_sort(code_sum *a, Py_ssize_t m)
     return 0;
 }
 
+/* The distinct codes of n rows, ascending, into ocodes[:m] and the sums of their counts
+ * (counts NULL: 1 each) into osums[:m]; returns m, or -1 with MemoryError set. The code of
+ * row i is codes[i], or, with codes NULL, keys[inv[i]] * nbins + bins[i] (fold_batch: a
+ * batch's histogram codes, never made into an array). The outputs may be the inputs: they
+ * are written after every row was read. */
+static Py_ssize_t sum_rows(Py_ssize_t n, const int64_t *codes, const int64_t *counts, const int64_t *keys,
+                           const int64_t *inv, const int64_t *bins, int64_t nbins, int64_t *ocodes, int64_t *osums)
+{
+    size_t cap = 16;
+    while (cap < (size_t)n * 2)
+        cap <<= 1;
+    uint32_t *slots = calloc(cap, sizeof *slots); /* distinct index + 1; 0: empty */
+    code_sum *u = malloc((size_t)(n ? n : 1) * sizeof *u);
+    Py_ssize_t m = 0;
+    if (slots == NULL || u == NULL)
+        goto nomem;
+    size_t mask = cap - 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t code = codes != NULL ? codes[i] : keys[inv[i]] * nbins + bins[i];
+        uint64_t key = (uint64_t)code ^ 0x8000000000000000ull;
+        uint64_t c = counts ? (uint64_t)counts[i] : 1u;
+        size_t at = (size_t)mix(key, 0) & mask;
+        for (;;) {
+            uint32_t s = slots[at];
+            if (s == 0) {
+                slots[at] = (uint32_t)(m + 1);
+                u[m].key = key;
+                u[m].sum = (int64_t)c;
+                m++;
+                break;
+            }
+            if (u[s - 1].key == key) {
+                u[s - 1].sum = (int64_t)((uint64_t)u[s - 1].sum + c);
+                break;
+            }
+            at = (at + 1) & mask;
+        }
+    }
+    if (radix_sort(u, m) < 0)
+        goto nomem;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        ocodes[i] = (int64_t)(u[i].key ^ 0x8000000000000000ull);
+        osums[i] = u[i].sum;
+    }
+    free(slots);
+    free(u);
+    return m;
+nomem:
+    free(slots);
+    free(u);
+    PyErr_NoMemory();
+    return -1;
+}
+
 static PyObject *sum_codes(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
@@ -435,8 +532,6 @@ static PyObject *sum_codes(PyObject *self, PyObject *const *args, Py_ssize_t nar
     }
     Py_buffer cv = {0}, nv = {0}, oc = {0}, os = {0};
     int have_cv = 0, have_nv = 0, have_oc = 0, have_os = 0;
-    uint32_t *slots = NULL;
-    code_sum *u = NULL;
     PyObject *result = NULL;
     if (PyObject_GetBuffer(args[0], &cv, PyBUF_C_CONTIGUOUS) < 0)
         return NULL;
@@ -469,51 +564,11 @@ static PyObject *sum_codes(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyErr_Format(PyExc_ValueError, "sum_codes: %zd codes is more than one call takes", n);
         goto done;
     }
-    const int64_t *codes = cv.buf, *counts = have_nv ? nv.buf : NULL;
-    size_t cap = 16;
-    while (cap < (size_t)n * 2)
-        cap <<= 1;
-    slots = calloc(cap, sizeof *slots); /* distinct index + 1; 0: empty */
-    u = malloc((size_t)(n ? n : 1) * sizeof *u);
-    if (slots == NULL || u == NULL) {
-        PyErr_NoMemory();
+    Py_ssize_t m = sum_rows(n, cv.buf, have_nv ? nv.buf : NULL, NULL, NULL, NULL, 0, oc.buf, os.buf);
+    if (m < 0)
         goto done;
-    }
-    size_t mask = cap - 1;
-    Py_ssize_t m = 0;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t key = (uint64_t)codes[i] ^ 0x8000000000000000ull;
-        uint64_t c = counts ? (uint64_t)counts[i] : 1u;
-        size_t at = (size_t)mix(key, 0) & mask;
-        for (;;) {
-            uint32_t s = slots[at];
-            if (s == 0) {
-                slots[at] = (uint32_t)(m + 1);
-                u[m].key = key;
-                u[m].sum = (int64_t)c;
-                m++;
-                break;
-            }
-            if (u[s - 1].key == key) {
-                u[s - 1].sum = (int64_t)((uint64_t)u[s - 1].sum + c);
-                break;
-            }
-            at = (at + 1) & mask;
-        }
-    }
-    if (radix_sort(u, m) < 0) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    int64_t *ocodes = oc.buf, *osums = os.buf;
-    for (Py_ssize_t i = 0; i < m; i++) {
-        ocodes[i] = (int64_t)(u[i].key ^ 0x8000000000000000ull);
-        osums[i] = u[i].sum;
-    }
     result = PyLong_FromSsize_t(m);
 done:
-    free(slots);
-    free(u);
     if (have_os)
         PyBuffer_Release(&os);
     if (have_oc)
@@ -614,24 +669,11 @@ static PyObject *fold_buckets(PyObject *self, PyObject *const *args, Py_ssize_t 
         goto done;
     }
     Py_ssize_t nb = b[4].len / 8 / cap;
-    const int64_t *keys = b[0].buf, *tot = b[1].buf, *hc = b[2].buf, *hn = b[3].buf, *ob = b[6].buf;
-    int64_t *acc = b[4].buf, *asum = b[5].buf;
-    for (Py_ssize_t i = 0; i < g; i++)
-        if (keys[i] < 0 || keys[i] >= cap) {
-            PyErr_Format(PyExc_ValueError, "fold_buckets: key %lld outside the %zd rows", (long long)keys[i], cap);
-            goto done;
-        }
-    for (Py_ssize_t i = 0; i < h; i++)
-        if (hc[i] < 0 || hc[i] >= cap * nbins || ob[hc[i] % nbins] < 0 || ob[hc[i] % nbins] >= nb) {
-            PyErr_Format(PyExc_ValueError, "fold_buckets: histogram code %lld outside the table", (long long)hc[i]);
-            goto done;
-        }
-    for (Py_ssize_t i = 0; i < g; i++)
-        asum[keys[i]] = (int64_t)((uint64_t)asum[keys[i]] + (uint64_t)tot[i]); /* int64 wrap, like numpy */
-    for (Py_ssize_t i = 0; i < h; i++) {
-        int64_t *p = &acc[hc[i] / nbins * nb + ob[hc[i] % nbins]];
-        *p = (int64_t)((uint64_t)*p + (uint64_t)hn[i]);
-    }
+    const int64_t *keys = b[0].buf, *hc = b[2].buf, *ob = b[6].buf;
+    if (check_keys("fold_buckets", g, keys, cap) < 0 || check_codes("fold_buckets", h, hc, cap, nbins, ob, nb) < 0)
+        goto done;
+    add_sums(g, keys, b[1].buf, b[5].buf);
+    add_buckets(h, hc, b[3].buf, nbins, NULL, b[4].buf, nb, ob);
     Py_INCREF(Py_None);
     result = Py_None;
 done:
@@ -641,6 +683,92 @@ done:
 
 PyDoc_STRVAR(fold_buckets_doc, "fold_buckets(keys, total, hcodes, hcount, acc, acc_sum, of_bin) -> None\n\n"
                                "Add a batch's bucket counts and sums in place (see the module's source).");
+
+/* fold_batch(keys, inv, bins, count, total, mn, mx, acc_count, acc_total, acc_min, acc_max,
+ *            acc_hist, acc_prom, acc_prom_sum, prom_of_bin, acc_fine, acc_fine_sum, fine_of_bin,
+ *            last_fed, now, other, out_codes, out_counts) -> (m, other_records)
+ *
+ * The aggregator's whole per-batch step after `group` and the key lookup
+ * (aclprofd.aggregate.aggregator.Aggregator.ingest), in place and in one call: per op i its
+ * histogram code keys[inv[i]] * nbins + bins[i] (nbins = len(prom_of_bin) = len(fine_of_bin)),
+ * the distinct codes ascending with their counts into out_codes[:m] / out_counts[:m] (what
+ * sum_codes gives); then fold's and fold_buckets' additions of those codes and of the groups
+ * (count, total, min, max; keys[g] may repeat: the "other" key), last_fed[keys[g]] = now
+ * (float64), and other_records, the count of the groups whose key is `other`. What a gather,
+ * a multiply-add, sum_codes, fold, fold_buckets, a fancy assignment and a masked sum did
+ * (seven numpy and C calls and four temporaries a batch, issue 21). Every index (keys, inv,
+ * bins, the bucket tables) is checked before anything is written: a bad one is a
+ * ValueError and nothing changes. */
+static PyObject *fold_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    enum { NARG = 23, NOW = 19, OTHER = 20 };
+    const unsigned arrays = ((1u << NARG) - 1) & ~(1u << NOW | 1u << OTHER);
+    const unsigned outs = (0x7Fu << 7) | 1u << 15 | 1u << 16 | 1u << 18 | 1u << 21 | 1u << 22;
+    if (check_nargs("fold_batch", nargs, NARG) < 0)
+        return NULL;
+    double now = PyFloat_AsDouble(args[NOW]);
+    if (now == -1.0 && PyErr_Occurred())
+        return NULL;
+    long long other = PyLong_AsLongLong(args[OTHER]);
+    if (other == -1 && PyErr_Occurred())
+        return NULL;
+    Py_buffer b[NARG];
+    PyObject *result = NULL;
+    if (take_arrays("fold_batch", args, NARG, arrays, outs & ~(1u << 14 | 1u << 17), b) < 0)
+        return NULL;
+    Py_ssize_t g = b[0].len / 8, n = b[1].len / 8, cap = b[7].len / 8, nbins = b[14].len / 8;
+    if (b[2].len / 8 != n || b[3].len / 8 != g || b[4].len / 8 != g || b[5].len / 8 != g || b[6].len / 8 != g
+        || b[21].len / 8 < n || b[22].len / 8 < n) {
+        PyErr_SetString(PyExc_ValueError, "fold_batch: the group columns (or inv and bins) differ in length, or "
+                                          "an output is short");
+        goto done;
+    }
+    if (cap == 0 || nbins == 0 || b[17].len / 8 != nbins || b[8].len / 8 != cap || b[9].len / 8 != cap
+        || b[10].len / 8 != cap || b[13].len / 8 != cap || b[16].len / 8 != cap || b[18].len / 8 != cap
+        || b[11].len / 8 != cap * nbins || b[12].len / 8 % cap || b[15].len / 8 % cap) {
+        PyErr_SetString(PyExc_ValueError, "fold_batch: the accumulators do not have one row per key (or the "
+                                          "bucket tables differ in length)");
+        goto done;
+    }
+    Py_ssize_t nprom = b[12].len / 8 / cap, nfine = b[15].len / 8 / cap;
+    const int64_t *keys = b[0].buf, *inv = b[1].buf, *bins = b[2].buf, *cnt = b[3].buf, *tot = b[4].buf;
+    const int64_t *pob = b[14].buf, *fob = b[17].buf;
+    if (check_keys("fold_batch", g, keys, cap) < 0)
+        goto done;
+    for (Py_ssize_t i = 0; i < nbins; i++)
+        if (pob[i] < 0 || pob[i] >= nprom || fob[i] < 0 || fob[i] >= nfine) {
+            PyErr_Format(PyExc_ValueError, "fold_batch: bin %zd has no bucket in the table", i);
+            goto done;
+        }
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (inv[i] < 0 || inv[i] >= g || bins[i] < 0 || bins[i] >= nbins) {
+            PyErr_Format(PyExc_ValueError, "fold_batch: op %zd has group %lld and bin %lld, outside the batch's "
+                                           "%zd groups and %zd bins", i, (long long)inv[i], (long long)bins[i], g,
+                         nbins);
+            goto done;
+        }
+    int64_t *hc = b[21].buf, *hn = b[22].buf;
+    Py_ssize_t m = sum_rows(n, NULL, NULL, keys, inv, bins, nbins, hc, hn);
+    if (m < 0)
+        goto done;
+    fold_groups(g, keys, cnt, tot, b[5].buf, b[6].buf, b[7].buf, b[8].buf, b[9].buf, b[10].buf);
+    add_sums(g, keys, tot, b[13].buf);
+    add_buckets(m, hc, hn, nbins, b[11].buf, b[12].buf, nprom, pob);
+    add_sums(g, keys, tot, b[16].buf);
+    add_buckets(m, hc, hn, nbins, NULL, b[15].buf, nfine, fob);
+    double *last = b[18].buf;
+    uint64_t others = 0;
+    for (Py_ssize_t i = 0; i < g; i++) {
+        last[keys[i]] = now;
+        if (keys[i] == other)
+            others += (uint64_t)cnt[i];
+    }
+    result = Py_BuildValue("(nL)", m, (long long)others);
+done:
+    release_arrays(b, NARG, arrays);
+    return result;
+}
 
 /* map_cells(hcodes, hcount, key_cell, nbins, out_codes, out_counts) -> (m, untracked)
  *
@@ -709,6 +837,12 @@ PyDoc_STRVAR(map_cells_doc, "map_cells(hcodes, hcount, key_cell, nbins, out_code
                             "A batch's key histogram codes as the detector's cell codes (see the module's "
                             "source).");
 
+PyDoc_STRVAR(fold_batch_doc, "fold_batch(keys, inv, bins, count, total, mn, mx, acc_count, acc_total, acc_min, "
+                             "acc_max, acc_hist, acc_prom, acc_prom_sum, prom_of_bin, acc_fine, acc_fine_sum, "
+                             "fine_of_bin, last_fed, now, other, out_codes, out_counts) -> (m, other_records)\n\n"
+                             "A batch's histogram codes and all its since-start additions in one call (see the "
+                             "module's source).");
+
 PyDoc_STRVAR(fold_doc, "fold(keys, count, total, mn, mx, hcodes, hcount, acc_count, acc_total, acc_min, acc_max, "
                        "acc_hist, acc_prom, acc_prom_sum, prom_of_bin) -> None\n\nAdd a batch's figures "
                        "to the since-start accumulators in place (see the module's source).");
@@ -733,6 +867,7 @@ static PyMethodDef methods[] = {
     {"fold", (PyCFunction)(void (*)(void))fold, METH_FASTCALL, fold_doc},
     {"cache_lookup", (PyCFunction)(void (*)(void))cache_lookup, METH_FASTCALL, cache_lookup_doc},
     {"fold_buckets", (PyCFunction)(void (*)(void))fold_buckets, METH_FASTCALL, fold_buckets_doc},
+    {"fold_batch", (PyCFunction)(void (*)(void))fold_batch, METH_FASTCALL, fold_batch_doc},
     {"map_cells", (PyCFunction)(void (*)(void))map_cells, METH_FASTCALL, map_cells_doc},
     {"sum_codes", (PyCFunction)(void (*)(void))sum_codes, METH_FASTCALL, sum_codes_doc},
     {NULL, NULL, 0, NULL},

@@ -22,9 +22,10 @@ default 10 000 keys) plus the slots (see :mod:`aclprofd.aggregate.windows`).
 
 Ingestion never loops over records in Python: one C pass (:mod:`aclprof.protocol._batchgroup`)
 groups a batch by every field of the key (a hash table: O(n) whatever it holds) with each
-group's count, total, min and max and each record's histogram bin; then a vectorised cache
-lookup per distinct key in the batch, plus a registry step for keys the connection never
-sent before (typically once per op for the connection's lifetime).
+group's count, total, min and max and each record's histogram bin; then a C cache lookup per
+distinct key in the batch, plus a registry step for keys the connection never sent before
+(typically once per op for the connection's lifetime); then one more C call adds it all to
+the since-start figures (``fold_batch``).
 """
 
 from __future__ import annotations
@@ -36,8 +37,7 @@ from typing import Any, cast
 
 import numpy as np
 
-from aclprof.protocol._batchgroup import fold as _fold
-from aclprof.protocol._batchgroup import fold_buckets as _fold_buckets
+from aclprof.protocol._batchgroup import fold_batch as _fold_batch
 from aclprof.protocol._batchgroup import group as _group
 from aclprof.protocol.quantshift import BIN_UPPER_NS
 from aclprof.protocol.wire import RECORD_DTYPE
@@ -56,7 +56,6 @@ from .quantiles import (
     bin_index,
     bin_value,
     fine_bucket,
-    group_sum,
     grouped_rows,
     prom_bucket,
 )
@@ -181,21 +180,27 @@ class Aggregator:
         with self._lock:
             gkeys = self.keys.resolve(src, gdm, gcode, names)
             slot = self.sliding.slot_for(int(now))
-            hcodes, hcount = group_sum(gkeys[inv] * NBINS + bins, None)
-            # since start, and the Prometheus series, in one C pass (duplicates in gkeys
-            # only for the "other" key: added like ufunc.at adds them)
-            _fold(gkeys, count, total, mn, mx, hcodes, hcount, self.count, self.total, self.min, self.max,
-                  self.hist, self.prom, self.prom_sum, _PROM_OF_BIN)
-            self.last_fed[gkeys] = now
-            # the fleet view's fine buckets (issue 23): one more fold, in C
-            _fold_buckets(gkeys, total, hcodes, hcount, self.fine, self.fine_sum, _FINE_OF_BIN)
-            other = gkeys == self.other_key
-            if other.any():
-                self.other_records += int(count[other].sum())
+            hcodes, hcount = self._fold_batch(gkeys, inv, bins, count, total, mn, mx, now)
             slot.add(gkeys, count, total, mn, mx, hcodes, hcount)
             self._changes += 1
         if self.observer is not None:
             self.observer(hcodes, hcount)
+
+    def _fold_batch(self, gkeys: np.ndarray, inv: np.ndarray, bins: np.ndarray, count: np.ndarray,
+                    total: np.ndarray, mn: np.ndarray, mx: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:
+        """A batch's groups (their keys, count, total, min, max) and ops (their group, their
+        bin) into every since-start figure (called under the lock); returns the batch's
+        (key * NBINS + bin) codes, ascending, and their counts (the slot's and the detector's
+        input). One C call: counts, extremes, histogram, Prometheus and fine buckets, last fed
+        and the "other" key's records were seven numpy and C calls and four temporaries a
+        batch (issue 21). Duplicates in gkeys, only ever the "other" key, are added like
+        ufunc.at adds them. tests/helpers/aggregate_reference.py keeps the steps it replaced."""
+        codes = np.empty((2, len(inv)), I64)
+        m, other = _fold_batch(gkeys, inv, bins, count, total, mn, mx, self.count, self.total, self.min, self.max,
+                               self.hist, self.prom, self.prom_sum, _PROM_OF_BIN, self.fine, self.fine_sum,
+                               _FINE_OF_BIN, self.last_fed, float(now), self.other_key, codes[0], codes[1])
+        self.other_records += other
+        return codes[0, :m].copy(), codes[1, :m].copy()
 
     def reset(self) -> None:
         """Start the aggregates again (since-start and windows; Prometheus series continue)."""
