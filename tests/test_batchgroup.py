@@ -67,6 +67,20 @@ def test_group_matches_the_reference_grouping_and_bin_index(seed):
     assert out[7, :ops].max() <= NBINS - 1
 
 
+def test_group_bins_every_edge_and_power_of_two_as_bin_index_does():
+    """The bin search starts from the duration's octave (issue 21): on, beside and between
+    every bin edge, around every power of two, and past the last edge it finds bin_index's bin."""
+    twos = np.uint64(1) << np.arange(64, dtype=np.uint64)
+    edges = BIN_UPPER_NS.astype(np.uint64)
+    d = np.unique(np.concatenate([np.arange(0, 2100, dtype=np.uint64), edges, edges + np.uint64(1),
+                                  edges - np.uint64(1), twos, twos + np.uint64(1), twos - np.uint64(1)]))
+    recs = np.zeros(len(d), RECORD_DTYPE)
+    recs["duration"] = d
+    ops, _, out = _group(recs)
+    assert ops == len(d)
+    assert out[7, :ops].tolist() == bin_index(d.astype(np.int64)).tolist()
+
+
 def test_group_of_keypoints_only_and_of_nothing():
     recs = np.zeros(3, RECORD_DTYPE)
     recs["flag"] = FLAG_KEYPOINT

@@ -57,12 +57,26 @@ static inline uint64_t mix(uint64_t dm, uint64_t code)
     return h ^ (h >> 32);
 }
 
-/* The first b with d <= upper[b], nb (the overflow bin, index nb) past the last. */
+/* The first b with d <= upper[b] (upper ascending), nb (the overflow bin, index nb) past the
+ * last. The search starts from the octave of d (the table has 8 bins per power of two:
+ * upper[8k] is about 2**k), a hint only: it is used when the bin before it is below d (so no
+ * earlier bin can be the answer) and then a few steps up find the answer; otherwise a
+ * binary search of the table does, as it did for every op (~9 unpredictable branches: most
+ * of `group`'s time, issue 21). */
 static inline int64_t bin_of(int64_t d, const int64_t *upper, Py_ssize_t nb)
 {
     if (d <= 0)
         return 0;
-    Py_ssize_t lo = 0, hi = nb; /* answer in [lo, hi] */
+    Py_ssize_t lo = 8 * (Py_ssize_t)(63 - __builtin_clzll((uint64_t)d)) - 1, hi = nb; /* answer in [lo, hi] */
+    if (lo > nb)
+        lo = nb;
+    if (lo > 0 && d > upper[lo - 1]) {
+        for (int k = 0; k < 12 && lo < nb; k++, lo++)
+            if (d <= upper[lo])
+                return lo;
+    } else {
+        lo = 0;
+    }
     while (lo < hi) {
         Py_ssize_t mid = lo + (hi - lo) / 2;
         if (d <= upper[mid])

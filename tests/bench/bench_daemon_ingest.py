@@ -2,6 +2,15 @@
 
     python tests/bench/bench_daemon_ingest.py [--duration 120] [--agents 4] [--batch 4096]
                                               [--ops 200] [--quick]
+    python tests/bench/bench_daemon_ingest.py --stages [--quick]
+
+``--stages`` (issue 21): no daemon; the daemon's per-record stages at 100 k ops/s, in-process,
+on one replayed stream (batches of 2632 records of a 1000-op model, what an agent sends every
+~26 ms, the clock advancing as it would): the aggregator's fold in one C call (``fold_batch``)
+vs the steps it replaced (tests/helpers/aggregate_reference.py), interleaved, with an A/A
+pair and the per-round ratio; then what else the daemon spends per record (the detector's
+observe, the tail's JSON encoding, the memory budget's table walk per flush) in us per
+record at 100 k ops/s.
 
 Starts the installed ``aclprofd`` (Prometheus off, a temporary data dir with a 512 MiB disk cap so
 rotation runs during the test) and N agent *processes* speaking the wire protocol directly
@@ -121,7 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rate", type=float, default=0.0,
                     help="total records/s the agents aim at (0: as fast as the daemon takes them)")
     ap.add_argument("--quick", action="store_true", help="20 s")
+    ap.add_argument("--stages", action="store_true",
+                    help="no daemon: the per-record stages in-process, fold_batch vs the steps it replaced")
     args = ap.parse_args(argv)
+    if args.stages:
+        return stages(args.quick)
     duration = 20.0 if args.quick else args.duration
     tmp = tempfile.mkdtemp(prefix="acldb-", dir="/tmp")
     path = os.path.join(tmp, "d.sock")
@@ -182,6 +195,112 @@ def main(argv: list[str] | None = None) -> int:
             f"{rows[max(0, int(len(rows) * f) - 1)][3] / 2**20:.1f}" for f in (0.25, 0.5, 0.75, 1.0)) if rows else "-"),
         ("storage bytes / segments", f"{st['storage']['bytes']:,} / {st['storage']['segments']}"),
         ("daemon exit code (SIGTERM)", rc),
+    ])
+    shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+STAGE_BATCH = 2632  # records per BATCH at 100 k ops/s (an agent sends every ~26 ms)
+
+
+def _stage_stream(batches: int) -> tuple[dict[int, str], list[np.ndarray]]:
+    """A 1000-op model's names and ``batches`` batches of its records (lognormal durations)."""
+    rng = np.random.default_rng(1)
+    names = {i + 1: t for i, t in enumerate(("MatMulV2", "Add", "SoftmaxV2", "LayerNormV3", "FastGelu", "Cast"))}
+    names |= {100 + i: f"layer{i // 40}/block/op_{i}" for i in range(1000)}
+    k = np.arange(STAGE_BATCH) % 1000
+    out = []
+    for _ in range(batches):
+        r = np.zeros(STAGE_BATCH, RECORD_DTYPE)
+        r["model_id"], r["op_type"], r["op_name"], r["thread_id"] = 1, k % 6 + 1, 100 + k, 1
+        r["duration"] = (10_000 * rng.lognormal(0, 0.3, STAGE_BATCH)).astype(np.uint64)
+        r["end"] = 1 << 40
+        r["start"] = r["end"] - r["duration"]
+        out.append(r)
+    return names, out
+
+
+def stages(quick: bool) -> int:
+    """The daemon's per-record stages in-process (see the module docstring)."""
+    import queue
+
+    sys.path.insert(0, os.path.dirname(HERE))  # tests/: the reference fold
+    from _benchlib import header, interleaved, med, per_round_ratio
+    from aclprofd import config
+    from aclprofd.aggregate.aggregator import Aggregator
+    from aclprofd.aggregate.keys import KeySource
+    from aclprofd.detector.service import DetectorService
+    from aclprofd.memory import array_bytes
+    from aclprofd.records import NameJson, encode_frames, identity_head
+    from helpers.aggregate_reference import ReferenceAggregator
+
+    from aclprof.protocol._batchgroup import group
+    from aclprof.protocol.quantshift import BIN_UPPER_NS
+    from aclprof.protocol.wire import Kind as K
+
+    header("aclprofd per-record stages at 100 k ops/s (in-process, one replayed stream)", quick)
+    rounds, per_round = (5, 40) if quick else (15, 80)
+    names, stream = _stage_stream(8)
+    tmp = tempfile.mkdtemp(prefix="acldb-")
+    settings = config.load({"socket": os.path.join(tmp, "s"), "data_dir": tmp}, environ={})
+
+    def make(cls: type[Aggregator]) -> tuple[Aggregator, KeySource, list[float], DetectorService]:
+        clock = [1.7e9]
+        agg = cls(clock=lambda: clock[0])
+        det = DetectorService(settings, agg, queue.Queue(), live_owners=set, truncations={})
+        src = KeySource("bench", 1, "svc")
+        agg.ingest(src, stream[0], names, clock[0])  # the keys registered: what follows is the steady state
+        return agg, src, clock, det
+
+    fed = {"fold_batch (new)": make(Aggregator), "fold_batch again (A/A)": make(Aggregator),
+           "the replaced steps (old)": make(ReferenceAggregator)}
+
+    def variant(name: str):
+        agg, src, clock, _ = fed[name]
+
+        def run() -> float:
+            t0 = time.perf_counter()
+            for i in range(per_round):
+                clock[0] += STAGE_BATCH / 100_000  # 100 k ops/s: slots roll over every ~38 batches
+                agg.ingest(src, stream[i % len(stream)], names, clock[0])
+            return (time.perf_counter() - t0) / (per_round * STAGE_BATCH) * 1e9
+        return run
+
+    samples = interleaved({name: variant(name) for name in fed}, rounds)
+    new, aa, old = list(fed)
+    rows = [(name, f"{med(samples[name]):.1f}", f"{min(samples[name]):.1f}") for name in fed]
+    table(["Aggregator.ingest + detector observe", "ns/record (median)", "min"], rows)
+    print(f"ratio old / new (median of per-round ratios): {med(per_round_ratio(samples, old, new)):.2f}x")
+    print(f"A/A: new again / new: {med(per_round_ratio(samples, aa, new)):.2f}x (the run's noise)")
+    a, b = fed[new][0], fed[old][0]
+    same = all(np.array_equal(getattr(a, f), getattr(b, f)) for f in ("count", "total", "min", "max", "hist", "prom",
+                                                                       "prom_sum", "fine", "fine_sum"))
+    print(f"identical since-start figures, new vs old after the same batches: {same}")
+
+    # what else the daemon does per record at 100 k ops/s (us per record)
+    def best(fn, reps: int) -> float:
+        out = float("inf")
+        for _ in range(5):
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                fn()
+            out = min(out, (time.perf_counter() - t0) / reps)
+        return out
+
+    head, nj = identity_head("bench", 1, "svc"), NameJson(names, {})
+    enc = best(lambda: [encode_frames(stream[0][i:i + 1024], 1.7e9, head, nj, K.STREAM_RECORDS)
+                        for i in range(0, STAGE_BATCH, 1024)], 20) / STAGE_BATCH
+    agg, _, _, det = fed[new]
+    walk = best(lambda: (array_bytes(agg), array_bytes(det.detector)), 5)
+    scratch = np.empty((8, STAGE_BATCH), np.int64)
+    grouping = best(lambda: group(stream[1], BIN_UPPER_NS, scratch[0].view(np.uint64), scratch[1].view(np.uint64),
+                                  *scratch[2:]), 50) / STAGE_BATCH
+    table(["stage (100 k ops/s)", "us per record"], [
+        ("aggregate + detector observe (fold_batch)", f"{med(samples[new]) / 1e3:.3f}"),
+        ("  of which group (C: key pairs and bins)", f"{grouping * 1e6:.3f}"),
+        ("aggregate + detector observe (replaced steps)", f"{med(samples[old]) / 1e3:.3f}"),
+        ("tail: JSON Lines encoding (C, warm name cache)", f"{enc * 1e6:.3f}"),
+        (f"memory budget table walk, {walk * 1e3:.1f} ms per flush (1/s)", f"{walk / 100_000 * 1e6:.3f}"),
     ])
     shutil.rmtree(tmp, ignore_errors=True)
     return 0
