@@ -288,8 +288,7 @@ class Daemon:
                     t.read(conn)
                 if mask & selectors.EVENT_WRITE and not conn.closed:
                     t.send(conn)
-                st.step(f"{conn.role or 'new'} {self._last_kind or 'send'}", time.perf_counter() - t0,
-                        time.thread_time() - c0)
+                st.ended(f"{conn.role or 'new'} {self._last_kind or 'send'}", t0, c0)
         with st.timed("pending slices"):
             t.serve_pending()  # the connections whose frames wait from an earlier turn
         with st.timed("streams"):
