@@ -64,6 +64,8 @@ class LoopStalls:
         self.gc_s = [0.0, 0.0, 0.0]
         self._gc_t0 = 0.0
         self._gc_in_turn = 0.0
+        #: objects frozen out of the collector's sight when the loop started (:meth:`watch_gc`)
+        self.frozen = 0
         #: the loop thread's schedstat (opened by its first turn: thread-self is the opener's)
         self._sched_fd: int | None = None
         self._sched_ok = True
@@ -80,7 +82,12 @@ class LoopStalls:
         self._gc_in_turn += dt
 
     def watch_gc(self) -> None:
-        """Time the collector's passes (STATUS ``loop.stalls.gc``, a stall's ``gc_ms``)."""
+        """Time the collector's passes (STATUS ``loop.stalls.gc``, a stall's ``gc_ms``), and
+        count the objects frozen by now (aclprofd.main freezes before the loop starts, and
+        nothing later does): ``gc.get_freeze_count`` walks every frozen object (~36k, ~3 ms),
+        and :meth:`summary` runs at every counters snapshot, ten a second (issue 21: it was
+        ~40 % of the loop's CPU at 10 k ops/s)."""
+        self.frozen = gc.get_freeze_count()
         if self._on_gc not in gc.callbacks:
             gc.callbacks.append(self._on_gc)
 
@@ -176,7 +183,7 @@ class LoopStalls:
         return {"turns": self.turns, "stall_ms": STALL_S * 1e3, "by_step": dict(self.stalls),
                 "longest": dict(self.worst[0]) if self.worst else {}, "worst": [dict(t) for t in self.worst],
                 "gc": {**{f"gen{g}": {"passes": self.gc_passes[g], "ms": round(self.gc_s[g] * 1e3, 1)}
-                          for g in range(3)}, "frozen": gc.get_freeze_count()}}
+                          for g in range(3)}, "frozen": self.frozen}}
 
 
 class _Timer:
