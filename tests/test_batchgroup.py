@@ -426,3 +426,12 @@ def test_batch_facts_refuses_bad_buffers():
         batch_facts(recs, 1)
     with pytest.raises(ValueError, match="not C-contiguous"):
         batch_facts(recs[::2])
+
+
+@pytest.mark.parametrize("fn, extra", [("count_bad", (1,)), ("batch_facts", ())])
+def test_a_buffer_that_is_not_whole_records_is_refused_by_name(fn: str, extra: tuple) -> None:
+    from aclprof.protocol import _batchgroup
+
+    with pytest.raises(ValueError, match=rf"^{fn}: 57 bytes of records is not a whole number of 56-byte records$"):
+        getattr(_batchgroup, fn)(b"\0" * 57, *extra)
+    assert getattr(_batchgroup, fn)(b"\0" * 56, *extra) is not None  # one record: accepted

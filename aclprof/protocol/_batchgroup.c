@@ -87,6 +87,21 @@ static inline int64_t bin_of(int64_t d, const int64_t *upper, Py_ssize_t nb)
     return lo;
 }
 
+/* `obj`'s buffer of whole RECORD_DTYPE records into `rv` (released on an error, which names
+ * `fn`); the number of records, or -1. */
+static Py_ssize_t get_records(const char *fn, PyObject *obj, Py_buffer *rv)
+{
+    if (PyObject_GetBuffer(obj, rv, PyBUF_C_CONTIGUOUS) < 0)
+        return -1;
+    if (rv->len % REC_SIZE) {
+        PyErr_Format(PyExc_ValueError, "%s: %zd bytes of records is not a whole number of %zd-byte records", fn,
+                     rv->len, REC_SIZE);
+        PyBuffer_Release(rv);
+        return -1;
+    }
+    return rv->len / REC_SIZE;
+}
+
 static int get_out(PyObject *obj, Py_buffer *b, Py_ssize_t n, const char *name)
 {
     if (PyObject_GetBuffer(obj, b, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
@@ -115,15 +130,10 @@ static PyObject *group(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     int have_rv = 0, have_uv = 0, nout = 0;
     uint32_t *slots = NULL;
     PyObject *result = NULL;
-    if (PyObject_GetBuffer(args[0], &rv, PyBUF_C_CONTIGUOUS) < 0)
+    Py_ssize_t n = get_records("group", args[0], &rv);
+    if (n < 0)
         return NULL;
     have_rv = 1;
-    if (rv.len % REC_SIZE) {
-        PyErr_Format(PyExc_ValueError, "group: %zd bytes of records is not a whole number of %zd-byte records",
-                     rv.len, REC_SIZE);
-        goto done;
-    }
-    Py_ssize_t n = rv.len / REC_SIZE;
     if (PyObject_GetBuffer(args[1], &uv, PyBUF_C_CONTIGUOUS) < 0)
         goto done;
     have_uv = 1;
@@ -216,15 +226,9 @@ static PyObject *count_bad(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (max_duration == (unsigned long long)-1 && PyErr_Occurred())
         return NULL;
     Py_buffer rv;
-    if (PyObject_GetBuffer(args[0], &rv, PyBUF_C_CONTIGUOUS) < 0)
+    Py_ssize_t n = get_records("count_bad", args[0], &rv), bad = 0;
+    if (n < 0)
         return NULL;
-    if (rv.len % REC_SIZE) {
-        PyErr_Format(PyExc_ValueError, "count_bad: %zd bytes of records is not a whole number of %zd-byte "
-                                       "records", rv.len, REC_SIZE);
-        PyBuffer_Release(&rv);
-        return NULL;
-    }
-    Py_ssize_t n = rv.len / REC_SIZE, bad = 0;
     const char *rec = rv.buf;
     for (Py_ssize_t i = 0; i < n; i++, rec += REC_SIZE) {
         bad += ld64(rec + AT(duration)) > max_duration || ld64(rec + AT(end)) < ld64(rec + AT(start))
@@ -247,15 +251,9 @@ static PyObject *batch_facts(PyObject *self, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     Py_buffer rv;
-    if (PyObject_GetBuffer(args[0], &rv, PyBUF_C_CONTIGUOUS) < 0)
+    Py_ssize_t n = get_records("batch_facts", args[0], &rv), keypoints = 0;
+    if (n < 0)
         return NULL;
-    if (rv.len % REC_SIZE) {
-        PyErr_Format(PyExc_ValueError, "batch_facts: %zd bytes of records is not a whole number of %zd-byte "
-                                       "records", rv.len, REC_SIZE);
-        PyBuffer_Release(&rv);
-        return NULL;
-    }
-    Py_ssize_t n = rv.len / REC_SIZE, keypoints = 0;
     const char *rec = rv.buf;
     uint32_t dev = n ? ld32(rec + AT(device_id)) : 0;
     int same = 1;
