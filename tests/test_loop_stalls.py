@@ -33,7 +33,7 @@ def test_a_long_turn_is_counted_under_its_longest_step(monkeypatch: pytest.Monke
     s.begin()
     with s.timed("flush"):
         wall.t += 0.02
-    s.step("control SNAPSHOT", 0.15, 0.14)
+    s.ended("control SNAPSHOT", wall.t - 0.15, cpu.t - 0.14)  # a step of 150 ms wall, 140 ms CPU
     wall.t += 0.18
     cpu.t += 0.16
     proc.t += 0.16 + 0.012  # another thread of the daemon ran 12 ms meanwhile
@@ -43,7 +43,7 @@ def test_a_long_turn_is_counted_under_its_longest_step(monkeypatch: pytest.Monke
     s.end()
     for ms in range(101, 101 + stalls.KEEP):  # shorter stalls: kept among the longest, in order
         s.begin()
-        s.step("flush", ms / 1e3, 0.0)
+        s.ended("flush", wall.t - ms / 1e3, cpu.t)  # ms of wall, no CPU
         wall.t += ms / 1e3
         s.end()
     out = s.summary()

@@ -124,16 +124,10 @@ class LoopStalls:
         self._t0, self._c0, self._p0 = time.perf_counter(), time.thread_time(), time.process_time()
         self._step, self._explained, self._in_turn, self._gc_in_turn = ("", 0.0, 0.0), 0.0, True, 0.0
 
-    def step(self, what: str, wall: float, cpu: float) -> None:
-        """A step of this turn took ``wall`` seconds (``cpu`` of them on this thread)."""
-        self._explained += wall
-        if wall > self._step[1]:
-            self._step = (what, wall, cpu)
-
     def ended(self, what: str, t0: float, c0: float) -> None:
         """A step begun at ``t0`` (``perf_counter``) and ``c0`` (``thread_time``) ended now:
-        :meth:`step` with its wall and CPU, the CPU read only if it is this turn's longest
-        step so far, the one step whose CPU a stall reports (a ``thread_time`` read takes
+        its wall counts as explained, and it becomes the turn's longest step if it is, its
+        CPU read only then, the one step whose CPU a stall reports (a ``thread_time`` read takes
         1-3 us on a VM, the scheduler's lock; at 100 k ops/s the loop timed ~1300 steps a
         second, issue 21)."""
         wall = time.perf_counter() - t0

@@ -142,16 +142,16 @@ class KeyRegistry:
             self._on_grow(old, cap)
 
     def reserve(self, more: int) -> None:
-        """Room for ``more`` keys now, in one growth: a batch of thousands of new keys grows
-        the per-key arrays once, not once per doubling (each a copy of the histograms)."""
+        """Room for ``more`` keys now, in one growth (doubling, at least 64, at most the cap):
+        a batch of thousands of new keys grows the per-key arrays once, not once per doubling
+        (each a copy of the histograms)."""
         need = min(len(self) + more, self.max_keys + 1)
         if need > self.capacity:
             self._grow(min(max(64, 2 * self.capacity, need), self.max_keys + 1))
 
     def _add(self, key: Key, service: str | None, owner: Hashable | None = None) -> int:
         idx = len(self.host)
-        if idx >= self.capacity:
-            self._grow(min(max(64, 2 * self.capacity), self.max_keys + 1))
+        self.reserve(1)
         host, pid, device, model, op_type, op_name, label = key
         self.host.append(host)
         self.service.append(service)
