@@ -106,14 +106,23 @@ def test_the_agents_sender_sends_more_often_while_live(daemon, monkeypatch, tmp_
     from aclprof import mock
     from aclprof.agent import sender
 
-    sleeps: list[float] = []
+    from aclprof.agent.connection import Connection
+
+    sleeps: list[float] = []  # the coalescing window of each wait for records, however it waits
     orig = sender.Sender._sleep
+    orig_pump = Connection.pump
 
     def record(self, timeout):
         sleeps.append(timeout)
         orig(self, timeout)
 
+    def record_pump(self, pump, **kw):
+        if pump.busy:  # records flow: the C loop waits coalesce_s between frames
+            sleeps.append(kw["coalesce_s"])
+        return orig_pump(self, pump, **kw)
+
     monkeypatch.setattr(sender.Sender, "_sleep", record)
+    monkeypatch.setattr(Connection, "pump", record_pump)
     a = agent_mod.start(daemon.socket, service="live")
     stop = threading.Event()
     try:

@@ -195,8 +195,6 @@ class Agent:
         w = Watched(model_id, device, {str(k): str(v) for k, v in (labels or {}).items()}, device_from)
         buffer = self._buffer
         sink = buffer.sink(w)  # the model's slot in the C queue its reader fills
-        # The WATCH item goes in before the subscription can deliver anything.
-        item = Watch(w, buffer.seq())
         with self._lock:
             if self._sender.stopping:
                 raise RuntimeError("the aclprof agent is stopping")
@@ -210,6 +208,8 @@ class Agent:
                 tracer.deferred[model_id] = (device, dict(w.labels))
                 return
             self._watched[model_id] = w
+            # The WATCH item goes in before the subscription can deliver anything.
+            item = Watch(w, buffer.seq())
             buffer.items.append(item)
 
         try:
@@ -224,10 +224,7 @@ class Agent:
             with self._lock:
                 w.live = False
                 self._watched.pop(model_id, None)
-                try:
-                    buffer.items.remove(item)
-                except ValueError:
-                    pass
+                buffer.remove_item(item)
             raise
         buffer.wake()
 

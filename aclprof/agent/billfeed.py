@@ -55,6 +55,11 @@ class BillFeeder:
         self.feeds = 0
         self.unfinished_at_stop = 0  # requests still open when the agent stopped: never billed
 
+    def next_due(self, now: float) -> float:
+        """When :meth:`pump` next has work (``time.monotonic()``): never until a request is
+        marked (the sender's C loop then waits for records alone)."""
+        return max(now, self._next) if requests_marked() else float("inf")
+
     def pump(self, now: float | None = None, *, force: bool = False) -> None:
         """Feed the book and report its finished bills, at most every ``every_s`` (or now
         with ``force``)."""

@@ -24,7 +24,7 @@ from typing import Any
 
 from aclprof.agent.items import Batch, Item, JsonFrame
 from aclprof.agent.watched import Watched
-from aclprof.binding.agentpath import AgentQueue, QueueSink, SlotNames
+from aclprof.binding.agentpath import AgentQueue, Pump, QueueSink, SlotNames
 from aclprof.protocol import wire
 
 __all__ = ["RecordBuffer"]
@@ -59,6 +59,8 @@ class RecordBuffer:
         self.wake_r, self.wake_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
         #: agent mode: the C record queue, and which Watched each of its slots is
         self.native: AgentQueue | None = AgentQueue(self.bound, self.wake_w) if native else None
+        #: agent mode: the sender's C loop over the queue (aclprof.agent.sender)
+        self.pump: Pump | None = Pump(self.native) if self.native is not None else None
         self.slots: dict[int, Watched] = {}
 
     # -- agent mode (the C queue) --------------------------------------------------------
@@ -75,8 +77,31 @@ class RecordBuffer:
         return QueueSink(self.native, slot)
 
     def seq(self) -> int:
-        """Where a control item queued now goes among the C queue's records."""
-        return 0 if self.native is None else self.native.tail()
+        """Where a control item queued now goes among the C queue's records; call with
+        :attr:`lock` held and append the item before releasing it: the C queue holds back
+        the records from there on (its barrier) until the sender has taken the item."""
+        return 0 if self.native is None else self.native.mark()
+
+    def remove_item(self, item: Item) -> None:
+        """Take back an item queued but not to be sent (a watch that failed); call with
+        :attr:`lock` held."""
+        try:
+            self.items.remove(item)
+        except ValueError:
+            pass
+        self._sync_barrier_locked()
+
+    def _sync_barrier_locked(self) -> None:
+        """The C queue's barrier at the oldest control item still buffered (under lock):
+        the sender framing in C stops there and hands over to Python."""
+        native = self.native
+        if native is None:
+            return
+        for item in self.items:
+            if not isinstance(item, Batch):
+                native.set_barrier(item.seq)
+                return
+        native.set_barrier(None)
 
     def add_frames(self, kind: wire.Kind, payloads: Iterable[dict[str, Any]], limit: int) -> int:
         """Append JSON frames of ``kind`` while fewer than ``limit`` of that kind wait in the
@@ -163,6 +188,7 @@ class RecordBuffer:
                 taken, records = list(items), self.buffered
                 items.clear()
                 self.buffered = 0
+                self._sync_barrier_locked()
                 return taken, records
             while items and records < max_records:
                 item = items[0]
@@ -174,6 +200,7 @@ class RecordBuffer:
                     records += n
                 items.popleft()
                 taken.append(item)
+            self._sync_barrier_locked()
         return taken, records
 
     def put_back(self, items: list[Item]) -> int:
@@ -182,6 +209,7 @@ class RecordBuffer:
         with self.lock:
             self.items.extendleft(reversed(items))
             self.buffered += records
+            self._sync_barrier_locked()
         return records
 
     def empty(self) -> bool:
@@ -200,6 +228,7 @@ class RecordBuffer:
                 if isinstance(item, JsonFrame):
                     self.frames_discarded[item.kind] = self.frames_discarded.get(item.kind, 0) + 1
             self.items.clear()
+            self._sync_barrier_locked()
         if self.native is not None:
             leftover += self.native.discard()  # counted in the queue's own dropped
         return leftover
@@ -250,6 +279,8 @@ class RecordBuffer:
         child, where a reader of the parent may have held the queue's mutex at the fork)."""
         if self.native is not None and not in_child:
             self.native.set_wake_fd(-1)
+        if self.pump is not None:
+            self.pump.close()
         for fd in (self.wake_r, self.wake_w):
             try:
                 os.close(fd)

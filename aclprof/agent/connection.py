@@ -20,6 +20,7 @@ from aclprof.agent.buffer import RecordBuffer
 from aclprof.agent.frames import FrameBuffer
 from aclprof.agent.names import NameMap
 from aclprof.agent.watched import Watched
+from aclprof.binding.agentpath import PUMP_ERROR, Pump, PumpResult
 from aclprof.protocol import wire
 
 __all__ = ["Connection"]
@@ -226,6 +227,31 @@ class Connection:
             self.frames_sent += out.frames
             out.clear()
         return True
+
+    def pump(self, pump: Pump, *, py_fd: int, coalesce_s: float, wake_rows: int, until: float,
+             max_rows: int, max_devices: int) -> PumpResult:
+        """Agent mode: run the sender's C loop (:class:`~aclprof.binding.agentpath.Pump`) on
+        this connection until Python is needed, and take in what it did: the buffer's pending
+        bytes, what the whole chunks it wrote carried (as :meth:`flush` counts them), and a
+        failed send (the connection is closed). The caller handles the result's code."""
+        sock = self.sock
+        if sock is None:
+            raise RuntimeError("Connection.pump: not connected")
+        out = self.out
+        out.end_batch()
+        r = pump.run(out.buf, (out.start, out.end, out.records, out.loss, out.frames), sock=sock.fileno(),
+                     py_fd=py_fd, gen=self.gen, coalesce_s=coalesce_s, wake_rows=wake_rows, until=until,
+                     max_rows=max_rows, max_devices=max_devices)
+        out.start, out.end, out.records, out.loss, out.frames = r.start, r.end, r.records, r.loss, r.frames
+        self.bytes_sent += r.sent_bytes
+        self.records_sent += r.sent_records
+        self.loss_reported += r.sent_loss
+        self._conn_records += r.sent_records
+        self._conn_loss += r.sent_loss
+        self.frames_sent += r.sent_frames
+        if r.code == PUMP_ERROR:
+            self.disconnect(f"send failed: {os.strerror(r.err)}")
+        return r
 
     def wait_writable(self, wake_fd: int) -> None:
         """Wait (at most 50 ms, or until ``wake_fd`` is readable) for room, then write."""

@@ -27,7 +27,7 @@ from aclprof.agent.connection import Connection
 from aclprof.agent.items import Batch, Unwatch, Watch
 from aclprof.agent.watched import Watched
 from aclprof.api.records import OP_DTYPE
-from aclprof.binding.agentpath import DEVICE, FRAMED, NEED_NAMES, NEED_WATCH, convert
+from aclprof.binding.agentpath import DEVICE, FRAMED, NEED_NAMES, NEED_WATCH, PUMP_INCOMING, PUMP_PYTHON, convert
 from aclprof.binding.lowlevel import MAX_DEVICES
 from aclprof.protocol import wire
 from aclprof.protocol.paths import permission_hint
@@ -160,6 +160,10 @@ class Sender:
                 continue
             if not self._pumped:
                 self._heartbeat(now)
+            if buffer.pump is not None and not stopping and conn.sock is not None:
+                # agent mode: the steady state runs in C without the GIL until Python is needed
+                self._serve(now, next_drop_check)
+                continue
             # While records flow, gather them for _COALESCE_S between sends (fewer, larger
             # frames and wake-ups: less GIL and CPU taken from the service), for
             # _LIVE_COALESCE_S while a STREAM client watches; when idle, sleep until the
@@ -346,6 +350,31 @@ class Sender:
         out.end_batch()
         return conn.flush()
 
+    def _serve(self, now: float, until: float) -> None:
+        """Agent mode, the steady state: one C call (:meth:`Connection.pump`) waits for the
+        queue's rows, frames and writes them without the GIL, and returns only for Python's
+        work: control items or a stop (the wake pipe), the daemon speaking, a framing stop
+        (WATCH, NAMES, a device), or ``until`` (the periodic drop poll and heartbeat; bills)."""
+        conn, buffer = self.conn, self.buffer
+        pump = buffer.pump
+        assert pump is not None
+        # as the Python loop: records just sent, the next frame coalesces; none, the first
+        # record goes at once (a record behind a control item is not held back a window)
+        pump.busy = self._pumped > 0
+        feeder = self.bill_feeder
+        if feeder is not None:
+            until = min(until, feeder.next_due(now))
+        r = conn.pump(pump, py_fd=buffer.wake_r, coalesce_s=_LIVE_COALESCE_S if conn.live else _COALESCE_S,
+                      wake_rows=_WAKE_RECORDS, until=until, max_rows=MAX_FRAME_RECORDS, max_devices=MAX_DEVICES)
+        self._pumped += r.sent_records
+        if r.code == PUMP_PYTHON:
+            buffer.drain_wake()
+        elif r.code == PUMP_INCOMING:
+            conn.check_incoming()
+        elif r.code in (NEED_WATCH, NEED_NAMES, DEVICE):
+            self._on_stop(r.code, r.slot, r.value)
+        # PUMP_TIMEOUT: the loop does its periodic work; PUMP_ERROR: the connection is closed
+
     def _drain_native(self, limit: int | None, budget: int) -> tuple[int, bool]:
         """Agent mode: move up to ``budget`` records of the C queue (those before sequence
         ``limit``) into the open BATCH frame, one C call (no GIL) per run; Python only
@@ -364,36 +393,43 @@ class Sender:
                 moved += n
             if code == FRAMED or moved >= budget:
                 break
-            w = self.buffer.slots.get(slot)
-            if w is None:
-                raise RuntimeError(f"aclprof agent: records of an unknown queue slot {slot} (a bug)")
-            if code == NEED_WATCH:
-                if w.announced == gen:
-                    w.announced = gen  # announced by Python already (at connect): tell the queue
-                else:
-                    conn.announce(w)
-            elif code == NEED_NAMES:
-                # the slot's names so far, not only up to this row's (one NAMES frame for a
-                # run of new names, not one per record), but at most _NAMES_STEP at a time:
-                # the next C call releases the GIL, so a model of thousands of names (all
-                # new on each connection) never holds it for milliseconds in one go
-                known = int(native.slot_counts(slot).names)
-                top = max(value, min(known - 1, value + _NAMES_STEP))
-                self._names_slice(w, slot, top)
-                if top + 1 < known:
-                    # more slices follow: give the GIL away for real between them (the next
-                    # C call releases it for microseconds only, and this thread would take it
-                    # straight back: the slices would add up to one hold of ~0.5-2 ms)
-                    time.sleep(_NAMES_PAUSE_S)
-            elif code == DEVICE:
-                with self.buffer.lock:  # the trace thread reads the device under it
-                    old, w.device, w.device_from = w.device, value, "records"
-                _log.info("the watched model's device learned from its records", model_id=w.model_id,
-                          device=value, was=old)
-                w.announced = -1
-                conn.announce(w)
+            self._on_stop(code, slot, value)
         self._pumped += moved
         return moved, limit is None or head >= limit
+
+    def _on_stop(self, code: int, slot: int, value: int) -> None:
+        """Python's part where framing stopped for it: announce the slot's model (WATCH),
+        map and send its new names (NAMES), or take the device its records name."""
+        conn, native, gen = self.conn, self.buffer.native, self.conn.gen
+        assert native is not None
+        w = self.buffer.slots.get(slot)
+        if w is None:
+            raise RuntimeError(f"aclprof agent: records of an unknown queue slot {slot} (a bug)")
+        if code == NEED_WATCH:
+            if w.announced == gen:
+                w.announced = gen  # announced by Python already (at connect): tell the queue
+            else:
+                conn.announce(w)
+        elif code == NEED_NAMES:
+            # the slot's names so far, not only up to this row's (one NAMES frame for a
+            # run of new names, not one per record), but at most _NAMES_STEP at a time:
+            # the next C call releases the GIL, so a model of thousands of names (all
+            # new on each connection) never holds it for milliseconds in one go
+            known = int(native.slot_counts(slot).names)
+            top = max(value, min(known - 1, value + _NAMES_STEP))
+            self._names_slice(w, slot, top)
+            if top + 1 < known:
+                # more slices follow: give the GIL away for real between them (the next
+                # C call releases it for microseconds only, and this thread would take it
+                # straight back: the slices would add up to one hold of ~0.5-2 ms)
+                time.sleep(_NAMES_PAUSE_S)
+        elif code == DEVICE:
+            with self.buffer.lock:  # the trace thread reads the device under it
+                old, w.device, w.device_from = w.device, value, "records"
+            _log.info("the watched model's device learned from its records", model_id=w.model_id,
+                      device=value, was=old)
+            w.announced = -1
+            conn.announce(w)
 
     def _names_slice(self, w: Watched, slot: int, top: int) -> None:
         """Map ``w``'s names up to id ``top`` on this connection and frame them (NAMES), and

@@ -231,6 +231,20 @@ uint64_t aclprof_aq_discard(aclprof_agent_queue *q);
  * append that brings the queue to wake_at rows writes wake_fd once. */
 int aclprof_aq_arm(aclprof_agent_queue *q, uint64_t wake_at);
 void aclprof_aq_disarm(aclprof_agent_queue *q);
+/* The same, writing fd instead (the pump's own pipe: its wake-ups are told apart from
+ * Python's); -2: the queue's wake_fd. */
+int aclprof_aq_arm_to(aclprof_agent_queue *q, uint64_t wake_at, int fd);
+/* Control items among the records: Python queues a WATCH, UNWATCH or TRACE_DONE at the
+ * queue's tail (aclprof_aq_mark returns it) and no framing call passes the smallest such
+ * sequence until Python, having handled the items, moves the barrier on
+ * (aclprof_aq_set_barrier; UINT64_MAX: no item waits). Marking and reading the tail are one
+ * step under the queue's lock, so no record queued after the item goes out before it while
+ * the sender frames in C. */
+uint64_t aclprof_aq_mark(aclprof_agent_queue *q);
+void aclprof_aq_set_barrier(aclprof_agent_queue *q, uint64_t at);
+/* Rows that may be framed now (held, before the barrier); *at_barrier: none may, but rows
+ * wait behind the barrier (Python has an item to send first). */
+uint64_t aclprof_aq_ready(aclprof_agent_queue *q, int *at_barrier);
 
 /* The sender's side in one call per pump (aclprof_aq_frame): take the held rows, those
  * before sequence `limit`, at most max, and write them as wire records at out (the open
@@ -262,6 +276,45 @@ int aclprof_aq_set_map(aclprof_agent_queue *q, int slot, int64_t gen, const uint
                        uint32_t len);
 int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32_t max,
                      uint32_t max_devices, uint8_t *out, aclprof_aq_frame_result *res);
+
+/* ---- the agent's sender in C (_fast_apump.c, issue 21) ----
+ * Between Python's turns the sender thread sits in one call, without the GIL: it waits for
+ * rows (coalescing: at most coalesce_ns after the last frame while records flow, or until
+ * wake_rows are held; when idle, until the first row), frames them as BATCH frames into the
+ * connection's buffer (aclprof_aq_frame) and writes them to the socket, waiting for room
+ * when it is full. A chunk of frames (the pending bytes) is written whole before the next is
+ * built, and what whole chunks carried is counted in sent_* for the connection's accounting.
+ * It returns only when Python is needed: */
+#define ACLPROF_PUMP_PYTHON 10    /* py_fd readable (control items, a stop), or the barrier reached */
+#define ACLPROF_PUMP_INCOMING 11  /* the daemon sent something, or hung up */
+#define ACLPROF_PUMP_TIMEOUT 12   /* until_ns passed (Python's periodic work) */
+#define ACLPROF_PUMP_ERROR 13     /* send or poll failed: err */
+/* ... or with aclprof_aq_frame's NEED_WATCH / NEED_NAMES / DEVICE stop (slot, value); the rows
+ * framed before the stop are pending in buf, closed as a BATCH frame. */
+typedef struct {
+    int64_t gen;            /* the connection (aclprof_aq_frame's gen) */
+    uint32_t max_devices;
+    uint32_t max_rows;      /* records per BATCH frame at most */
+    int sock;               /* the connected socket (non-blocking) */
+    int py_fd;              /* Python's wake pipe (read end): never read here */
+    int rows_r, rows_w;     /* the pump's own wake pipe: the queue writes rows_w, the pump drains rows_r */
+    int64_t coalesce_ns;
+    uint64_t wake_rows;
+    int64_t until_ns;       /* CLOCK_MONOTONIC */
+} aclprof_aq_pump_args;
+typedef struct {
+    /* in and out: the connection's buffer and its pending bytes [start, end), no BATCH
+     * frame open, and what the pending bytes carry */
+    uint8_t *buf;
+    uint64_t cap, start, end;
+    uint64_t records, loss, frames;
+    int busy;               /* records flowed at the last frame (the coalescing state) */
+    /* out: what the whole chunks written by the call carried, bytes written, a stop */
+    uint64_t sent_bytes, sent_records, sent_loss, sent_frames;
+    uint32_t slot, value;
+    int err;
+} aclprof_aq_pump_io;
+int aclprof_aq_pump(aclprof_agent_queue *q, const aclprof_aq_pump_args *a, aclprof_aq_pump_io *io);
 
 /* ---- request bills: the agent's op tap (_fast_billtap.c, issue 25) ----
  * In agent mode op rows never reach Python; the subscription's reader (aclprof_aq_run,

@@ -40,7 +40,10 @@ struct aclprof_agent_queue {
     slot_t *slots;
     int nslots, cap_slots;
     int wake_fd, sleeping;
+    int wake_to;        /* the fd the armed wake-up goes to: wake_fd, or the pump's own pipe */
     uint64_t wake_at;
+    uint64_t barrier;   /* rows from this sequence on wait for a Python control item queued at it
+                         * (aclprof_aq_mark): no framing call passes it; UINT64_MAX: none */
     aclprof_bill_tap *tap; /* request bills (_fast_billtap.c): fed each read, NULL: none */
 };
 
@@ -68,7 +71,8 @@ aclprof_agent_queue *aclprof_aq_new(uint64_t bound, int wake_fd)
         free(q);
         return NULL;
     }
-    q->wake_fd = wake_fd;
+    q->wake_fd = q->wake_to = wake_fd;
+    q->barrier = UINT64_MAX;
     return q;
 }
 
@@ -93,7 +97,8 @@ void aclprof_aq_free(aclprof_agent_queue *q)
 void aclprof_aq_set_wake_fd(aclprof_agent_queue *q, int wake_fd)
 {
     pthread_mutex_lock(&q->mu);
-    q->wake_fd = wake_fd;
+    q->wake_fd = q->wake_to = wake_fd; /* -1 at close: no write to a pipe about to close */
+    q->sleeping = 0;
     pthread_mutex_unlock(&q->mu);
 }
 
@@ -215,10 +220,10 @@ static void append_locked(aclprof_agent_queue *q, int slot, const uint8_t *rows,
     }
     q->t.tail += n;
     q->t.records_in += n;
-    if (q->sleeping && q->t.tail - q->t.head >= q->wake_at && q->wake_fd >= 0) {
+    if (q->sleeping && q->t.tail - q->t.head >= q->wake_at && q->wake_to >= 0) {
         q->sleeping = 0;
         char b = 'q';
-        ssize_t w = write(q->wake_fd, &b, 1); /* full pipe: a wake-up is pending anyway */
+        ssize_t w = write(q->wake_to, &b, 1); /* full pipe: a wake-up is pending anyway */
         (void)w;
     }
 }
@@ -422,14 +427,47 @@ uint64_t aclprof_aq_discard(aclprof_agent_queue *q)
 
 int aclprof_aq_arm(aclprof_agent_queue *q, uint64_t wake_at)
 {
+    return aclprof_aq_arm_to(q, wake_at, -2);
+}
+
+int aclprof_aq_arm_to(aclprof_agent_queue *q, uint64_t wake_at, int fd)
+{
     pthread_mutex_lock(&q->mu);
     int sleep = q->t.tail - q->t.head < wake_at;
     if (sleep) {
         q->wake_at = wake_at;
+        q->wake_to = fd == -2 ? q->wake_fd : fd;
         q->sleeping = 1;
     }
     pthread_mutex_unlock(&q->mu);
     return sleep;
+}
+
+uint64_t aclprof_aq_mark(aclprof_agent_queue *q)
+{
+    pthread_mutex_lock(&q->mu);
+    uint64_t at = q->t.tail;
+    if (at < q->barrier)
+        q->barrier = at;
+    pthread_mutex_unlock(&q->mu);
+    return at;
+}
+
+void aclprof_aq_set_barrier(aclprof_agent_queue *q, uint64_t at)
+{
+    pthread_mutex_lock(&q->mu);
+    q->barrier = at;
+    pthread_mutex_unlock(&q->mu);
+}
+
+uint64_t aclprof_aq_ready(aclprof_agent_queue *q, int *at_barrier)
+{
+    pthread_mutex_lock(&q->mu);
+    uint64_t end = q->t.tail < q->barrier ? q->t.tail : q->barrier;
+    uint64_t n = end > q->t.head ? end - q->t.head : 0;
+    *at_barrier = n == 0 && q->t.tail > q->t.head;
+    pthread_mutex_unlock(&q->mu);
+    return n;
 }
 
 void aclprof_aq_disarm(aclprof_agent_queue *q)
@@ -498,6 +536,8 @@ int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32
     int code = ACLPROF_AQ_FRAMED;
     uint64_t n = 0;
     pthread_mutex_lock(&q->mu);
+    if (q->barrier < limit)
+        limit = q->barrier;
     uint64_t end = q->t.tail < limit ? q->t.tail : limit;
     int cur = -1; /* the slot whose checks passed last (runs of one slot are the rule) */
     const slot_t *s = NULL;

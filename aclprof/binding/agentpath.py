@@ -12,7 +12,7 @@ that work.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -20,7 +20,8 @@ from aclprof.binding.built import import_built
 from aclprof.binding.layout import FLAG_KEYPOINT, OP_ROW_DTYPE, RECORD_SIZE
 
 __all__ = ["convert", "WIRE_RECORD_SIZE", "FLAG_KEYPOINT", "AgentQueue", "QueueSink", "SlotNames",
-           "FRAMED", "NEED_WATCH", "NEED_NAMES", "DEVICE"]
+           "FRAMED", "NEED_WATCH", "NEED_NAMES", "DEVICE", "Pump", "PumpResult", "PUMP_PYTHON", "PUMP_INCOMING",
+           "PUMP_TIMEOUT", "PUMP_ERROR"]
 
 _fast: Any = import_built("_fast")
 _ffi, _lib = _fast.ffi, _fast.lib
@@ -77,6 +78,8 @@ def convert(out: np.ndarray, at: int, data: np.ndarray, mapping: np.ndarray | No
 _ROW = OP_ROW_DTYPE.itemsize
 #: AgentQueue.frame's codes (``_fast.h`` ACLPROF_AQ_*)
 FRAMED, NEED_WATCH, NEED_NAMES, DEVICE = 0, 1, 2, 3
+#: Pump.run's own codes (``_fast.h`` ACLPROF_PUMP_*); it also returns the three stops above
+PUMP_PYTHON, PUMP_INCOMING, PUMP_TIMEOUT, PUMP_ERROR = 10, 11, 12, 13
 _NO_LIMIT = (1 << 64) - 1
 
 
@@ -133,6 +136,16 @@ class AgentQueue:
         interner = _ffi.NULL if table is None else table._table
         if _lib.aclprof_aq_push(self._q, slot, interner, _ffi.from_buffer("uint8_t[]", rows), len(rows)) != 0:
             raise ValueError(f"AgentQueue.push: no slot {slot}")
+
+    def mark(self) -> int:
+        """A control item is queued now: the queue's tail (its place among the records),
+        and no framing call passes it until :meth:`set_barrier` moves the barrier on."""
+        return int(_lib.aclprof_aq_mark(self._q))
+
+    def set_barrier(self, at: int | None) -> None:
+        """Rows from sequence ``at`` on wait for Python (the oldest control item not yet
+        handled); None: none waits."""
+        _lib.aclprof_aq_set_barrier(self._q, _NO_LIMIT if at is None else max(0, at))
 
     def tail(self) -> int:
         """The sequence number the next appended row gets."""
@@ -240,6 +253,79 @@ class AgentQueue:
         length = _ffi.new("size_t *")
         p = _lib.aclprof_aq_name(self._q, slot, i, length)
         return None if p == _ffi.NULL else _ffi.unpack(p, length[0])
+
+
+class PumpResult(NamedTuple):
+    """What one :meth:`Pump.run` did: why it returned (``code``: a PUMP_* code or a framing
+    stop with its ``slot`` and ``value``), ``err`` (errno of PUMP_ERROR), the buffer's pending
+    bytes and what they carry after it, and what the whole chunks it wrote carried."""
+
+    code: int
+    slot: int
+    value: int
+    err: int
+    start: int
+    end: int
+    records: int
+    loss: int
+    frames: int
+    sent_bytes: int
+    sent_records: int
+    sent_loss: int
+    sent_frames: int
+
+
+class Pump:
+    """The agent's sender between Python's turns (``aclprof_aq_pump``): one call, GIL
+    released, that waits for ``queue``'s rows, frames them into the connection's buffer and
+    writes them to its socket, until Python is needed. Owns the pipe the queue wakes it
+    through (its wake-ups are told apart from Python's); :meth:`close` closes it."""
+
+    def __init__(self, queue: AgentQueue):
+        self.queue = queue
+        self.rows_r, self.rows_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self._a = _ffi.new("aclprof_aq_pump_args *")
+        self._io = _ffi.new("aclprof_aq_pump_io *")
+        self._a.rows_r, self._a.rows_w = self.rows_r, self.rows_w
+        #: records flowed at the last frame: the next call coalesces (kept between calls)
+        self.busy = False
+
+    def run(self, buf: np.ndarray, pending: tuple[int, int, int, int, int], *, sock: int, py_fd: int, gen: int,
+            coalesce_s: float, wake_rows: int, until: float, max_rows: int, max_devices: int) -> PumpResult:
+        """Run until Python is needed. ``buf`` is the connection's buffer (uint8) and
+        ``pending`` its ``(start, end, records, loss, frames)`` (no BATCH frame open);
+        ``until`` is a ``time.monotonic()`` time."""
+        if self.rows_r < 0:
+            raise ValueError("Pump.run: the pump is closed")
+        start, end, records, loss, frames = pending
+        if buf.dtype != np.uint8 or not 0 <= start <= end <= len(buf):
+            raise ValueError(f"Pump.run: pending bytes [{start}, {end}) outside a buffer of {len(buf)}")
+        a, io = self._a, self._io
+        a.gen, a.max_devices, a.max_rows = gen, max_devices, max_rows
+        a.sock, a.py_fd = sock, py_fd
+        a.coalesce_ns, a.wake_rows = int(coalesce_s * 1e9), max(1, wake_rows)
+        a.until_ns = int(until * 1e9)
+        io.buf = _ffi.from_buffer("uint8_t[]", buf, require_writable=True)
+        io.cap, io.start, io.end = len(buf), start, end
+        io.records, io.loss, io.frames = records, loss, frames
+        io.busy = int(self.busy)
+        code = int(_lib.aclprof_aq_pump(self.queue._q, a, io))
+        io.buf = _ffi.NULL  # the buffer may be replaced: no pointer to it outlives the call
+        self.busy = bool(io.busy)
+        return PumpResult(code, int(io.slot), int(io.value), int(io.err), int(io.start), int(io.end),
+                          int(io.records), int(io.loss), int(io.frames), int(io.sent_bytes), int(io.sent_records),
+                          int(io.sent_loss), int(io.sent_frames))
+
+    def close(self) -> None:
+        """Close the pipe (idempotent); the queue must no longer be armed to it (it is
+        disarmed before each call returns)."""
+        for fd in (self.rows_r, self.rows_w):
+            if fd >= 0:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        self.rows_r = self.rows_w = -1
 
 
 class SlotNames:

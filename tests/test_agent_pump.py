@@ -1,0 +1,284 @@
+"""Issue 21: the agent's sender in C between Python's turns (``aclprof_aq_pump``, wrapped by
+``aclprof.binding.agentpath.Pump``). One call, without the GIL, waits for the queue's rows,
+frames them as BATCH frames and writes them to the socket; it returns only when Python is
+needed. Each return reason, the coalescing, the control-item barrier, a peer that does not
+read (a chunk counts as sent only once written whole) and bad arguments, on a socketpair
+read back by the wire's own frame reader; then the agent end to end (no Python per wake-up).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from aclprof.api.records import OP_DTYPE
+from aclprof.binding.agentpath import (
+    NEED_NAMES,
+    NEED_WATCH,
+    PUMP_ERROR,
+    PUMP_INCOMING,
+    PUMP_PYTHON,
+    PUMP_TIMEOUT,
+    AgentQueue,
+    Pump,
+)
+from aclprof.protocol import wire
+
+pytestmark = pytest.mark.timeout(60)
+
+GEN = 3
+CAP = wire.HEADER.size + 4096 * wire.RECORD_DTYPE.itemsize
+
+
+def _rows(starts, name: int = 0, typ: int = 1) -> np.ndarray:
+    d = np.zeros(len(starts), OP_DTYPE)
+    d["start"] = starts
+    d["end"] = np.asarray(starts) + 10
+    d["model_id"] = 7
+    d["op_name"], d["op_type"] = name, typ
+    return d
+
+
+class Rig:
+    """A queue with one announced, mapped slot, its pump, a socketpair and a wake pipe."""
+
+    def __init__(self, bound: int = 100_000):
+        self.py_r, self.py_w = os.pipe2(os.O_CLOEXEC | os.O_NONBLOCK)
+        self.q = AgentQueue(bound, -1)
+        self.slot = self.q.add_slot()
+        self.q.set_slot(self.slot, GEN, 0, False)
+        self.q.set_map(self.slot, GEN, np.array([50, 51], np.uint32))  # ids 0, 1 -> 50, 51
+        self.pump = Pump(self.q)
+        self.ours, self.peer = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.ours.setblocking(False)
+        self.buf = np.zeros(CAP, np.uint8)
+        self.pending = (0, 0, 0, 0, 0)
+        self.reader = wire.FrameReader()
+
+    def run(self, seconds: float = 0.3, *, busy: bool = False, coalesce_s: float = 0.05, wake_rows: int = 8192,
+            max_rows: int = 4096):
+        self.pump.busy = busy
+        r = self.pump.run(self.buf, self.pending, sock=self.ours.fileno(), py_fd=self.py_r, gen=GEN,
+                          coalesce_s=coalesce_s, wake_rows=wake_rows, until=time.monotonic() + seconds,
+                          max_rows=max_rows, max_devices=64)
+        self.pending = (r.start, r.end, r.records, r.loss, r.frames)
+        return r
+
+    def frames(self) -> list[tuple[int, bytes]]:
+        """Every whole frame the peer can read now."""
+        self.peer.setblocking(False)
+        out = []
+        try:
+            while data := self.peer.recv(1 << 20):
+                out += [(int(k), bytes(p)) for k, p in self.reader.feed(data)]
+        except BlockingIOError:
+            pass
+        return out
+
+    def close(self) -> None:
+        self.pump.close()
+        self.ours.close()
+        self.peer.close()
+        os.close(self.py_r)
+        os.close(self.py_w)
+
+
+@pytest.fixture
+def rig():
+    r = Rig()
+    yield r
+    r.close()
+
+
+def _records(frames) -> np.ndarray:
+    parts = [np.frombuffer(p, wire.RECORD_DTYPE) for k, p in frames if k == wire.Kind.BATCH]
+    return np.concatenate(parts) if parts else np.zeros(0, wire.RECORD_DTYPE)
+
+
+def test_idle_the_first_row_goes_at_once_remapped_and_counted(rig):
+    """Idle, a row pushed mid-call is framed and written in that call; the record on the
+    wire carries the connection's name ids; sent_* count the whole chunk."""
+    threading.Timer(0.05, lambda: rig.q.push(rig.slot, _rows([1000]))).start()
+    t0 = time.monotonic()
+    r = rig.run(1.0, coalesce_s=5.0)  # a window far longer than the call: idle does not wait one
+    assert r.code == PUMP_TIMEOUT and time.monotonic() - t0 >= 0.9
+    assert (r.sent_records, r.sent_frames, r.sent_bytes) == (1, 1, wire.HEADER.size + wire.RECORD_DTYPE.itemsize)
+    assert (r.start, r.end, r.records) == (0, 0, 0) and rig.pump.busy
+    recs = _records(rig.frames())
+    assert recs["start"].tolist() == [1000] and recs["op_name"].tolist() == [50] and recs["op_type"].tolist() == [51]
+
+
+def test_while_records_flow_it_waits_the_window_or_the_wake_rows(rig):
+    """Busy: rows wait for the coalescing window (none sent in a call shorter than it) unless
+    wake_rows gather first; then they go as one frame."""
+    rig.q.push(rig.slot, _rows(range(5)))
+    r = rig.run(0.2, busy=True, coalesce_s=10.0, wake_rows=100)
+    assert r.code == PUMP_TIMEOUT and r.sent_records == 0 and rig.frames() == []
+    threading.Timer(0.05, lambda: rig.q.push(rig.slot, _rows(range(5, 100)))).start()
+    r = rig.run(1.0, busy=True, coalesce_s=10.0, wake_rows=100)
+    assert r.sent_records == 100 and r.sent_frames == 1
+    frames = rig.frames()
+    assert [k for k, _ in frames] == [wire.Kind.BATCH] and _records(frames)["start"].tolist() == list(range(100))
+    # a short window: the rows go when it ends, fewer than wake_rows
+    rig.q.push(rig.slot, _rows([7]))
+    r = rig.run(0.5, busy=True, coalesce_s=0.02, wake_rows=100)
+    assert r.sent_records == 1
+
+
+def test_a_chunk_is_cut_at_max_rows(rig):
+    rig.q.push(rig.slot, _rows(range(250)))
+    r = rig.run(0.2, max_rows=100)
+    assert r.sent_records == 250 and r.sent_frames == 3
+    assert [len(p) // wire.RECORD_DTYPE.itemsize for k, p in rig.frames()] == [100, 100, 50]
+
+
+def test_python_wake_pipe_returns_at_once_and_is_left_unread(rig):
+    os.write(rig.py_w, b"x")
+    t0 = time.monotonic()
+    r = rig.run(5.0)
+    assert r.code == PUMP_PYTHON and time.monotonic() - t0 < 2.0
+    assert os.read(rig.py_r, 10) == b"x"  # Python drains its own pipe
+
+
+def test_rows_stop_at_a_control_items_barrier(rig):
+    """Rows queued before a marked item go out, then the pump hands over to Python; the rows
+    after the item wait until the barrier is moved on."""
+    rig.q.push(rig.slot, _rows(range(3)))
+    seq = rig.q.mark()
+    rig.q.push(rig.slot, _rows(range(3, 6)))
+    r = rig.run(5.0)
+    assert seq == 3 and r.code == PUMP_PYTHON and r.sent_records == 3
+    assert _records(rig.frames())["start"].tolist() == [0, 1, 2]
+    assert rig.q.totals()[2] == 3  # the three behind the barrier are still held
+    rig.q.set_barrier(None)
+    r = rig.run(0.2)
+    assert r.sent_records == 3 and _records(rig.frames())["start"].tolist() == [3, 4, 5]
+
+
+def test_the_daemon_speaking_or_hanging_up_returns(rig):
+    frame = wire.encode_json(wire.Kind.LIVE, {"live": True})
+    rig.peer.sendall(frame)
+    assert rig.run(5.0).code == PUMP_INCOMING
+    assert rig.ours.recv(1 << 16) == frame  # left for Python to read
+    r = rig.run(0.2)
+    assert r.code == PUMP_TIMEOUT  # nothing more said: it waits
+    rig.peer.shutdown(socket.SHUT_WR)
+    assert rig.run(5.0).code == PUMP_INCOMING
+
+
+def test_a_send_to_a_closed_peer_fails_with_its_errno(rig):
+    rig.peer.close()
+    rig.q.push(rig.slot, _rows(range(10)))
+    r = rig.run(5.0)
+    # the hang-up may be seen first (INCOMING: Python reads the EOF) or the send fail (EPIPE)
+    assert r.code in (PUMP_ERROR, PUMP_INCOMING)
+    if r.code == PUMP_ERROR:
+        assert r.err in (32, 104) and r.sent_records == 0
+
+
+def test_a_peer_that_never_reads_leaves_the_chunk_pending_and_uncounted(rig):
+    """The socket fills; the call waits for room until `until` and returns with the chunk
+    partly written: nothing of it counts as sent, the pending bytes are handed back."""
+    rig.ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    rig.q.push(rig.slot, _rows(range(4000)))
+    r = rig.run(0.3)
+    assert r.code == PUMP_TIMEOUT
+    assert r.sent_records == 0 and r.sent_frames == 0 and 0 < r.sent_bytes
+    assert r.records == 4000 and r.frames == 1 and r.start == r.sent_bytes < r.end
+    # the peer reads: the next call finishes the chunk and counts it once
+    got = []
+    t = threading.Thread(target=lambda: got.append(_drain(rig.peer, r.end)))
+    t.start()
+    r2 = rig.run(5.0)
+    t.join(10)
+    assert r2.sent_records == 4000 and r2.sent_frames == 1 and r2.sent_bytes == r.end - r.start
+    assert got == [r.end]
+
+
+def _drain(sock: socket.socket, n: int) -> int:
+    sock.setblocking(True)
+    got = 0
+    while got < n:
+        got += len(sock.recv(1 << 16))
+    return got
+
+
+def test_rows_of_an_unannounced_or_unmapped_slot_stop_for_python(rig):
+    other = rig.q.add_slot()
+    rig.q.push(rig.slot, _rows(range(2)))
+    rig.q.push(other, _rows([9]))
+    r = rig.run(5.0)
+    assert r.code == NEED_WATCH and r.slot == other
+    # the rows before the stop are framed and pending, closed as a frame of their own
+    assert r.records == 2 and r.frames == 1 and r.end > r.start
+    rig.q.set_slot(other, GEN, 0, False)
+    r = rig.run(5.0)
+    assert r.code == NEED_NAMES and r.slot == other and r.value == 1
+    assert r.sent_records == 2  # the pending chunk went out first
+
+
+def test_bad_arguments_are_refused(rig):
+    with pytest.raises(ValueError, match="outside a buffer"):
+        rig.pump.run(rig.buf, (10, 5, 0, 0, 0), sock=rig.ours.fileno(), py_fd=rig.py_r, gen=GEN, coalesce_s=0.05,
+                     wake_rows=1, until=time.monotonic() + 1, max_rows=10, max_devices=64)
+    tiny = np.zeros(8, np.uint8)  # no room for one record
+    r = rig.pump.run(tiny, (0, 0, 0, 0, 0), sock=rig.ours.fileno(), py_fd=rig.py_r, gen=GEN, coalesce_s=0.05,
+                     wake_rows=1, until=time.monotonic() + 1, max_rows=10, max_devices=64)
+    assert r.code == PUMP_ERROR and r.err == 22
+    rig.pump.close()
+    rig.pump.close()  # idempotent
+    with pytest.raises(ValueError, match="closed"):
+        rig.run(0.1)
+
+
+def test_the_agent_streams_with_python_only_for_its_periodic_work(tmp_path):
+    """End to end (mock model at ~50 k ops/s, the wire fake daemon): the records go out
+    while the sender's Python runs only for its periodic work (5 turns a second: the drop
+    poll), not once per frame; every record arrives. The Python loop woke ~20 times a
+    second to frame and send (50 ms coalescing), more with records in flight."""
+    from helpers.agent_worker import FIXED_OPS
+    from helpers.procs import wait_for
+    from helpers.wiredaemon import FakeDaemon
+
+    import aclprof.agent as agent
+    from aclprof import mock
+    from aclprof.agent.sender import Sender
+
+    sock = str(tmp_path / "d.sock")
+    turns: list[float] = []
+    original = Sender._pump
+
+    def counting(self):
+        turns.append(time.monotonic())
+        return original(self)
+
+    fake = FakeDaemon(sock)
+    Sender._pump = counting  # type: ignore[method-assign]
+    try:
+        a = agent.start(sock)
+        model = mock.load_model(FIXED_OPS)
+        agent.watch(model)
+        wait_for(lambda: a.stats().connected, what="connect")
+        emitted, t0 = 0, time.monotonic()
+        n0 = len(turns)
+        while time.monotonic() - t0 < 2.0:
+            mock.execute(model, 20)
+            emitted += 20 * len(FIXED_OPS)
+            time.sleep(0.002)
+        mock.wait_writer_idle()
+        wall = time.monotonic() - t0
+        wait_for(lambda: fake.received == emitted, what="delivery")
+        per_s = (len(turns) - n0) / wall
+        assert per_s <= 9, f"{per_s:.1f} Python turns a second"
+        final = agent.stop()
+        assert final.records_sent == final.records_in == emitted and final.dropped == 0
+        assert fake.errors() == []
+    finally:
+        Sender._pump = original  # type: ignore[method-assign]
+        agent.stop(2)
+        fake.close()
