@@ -222,6 +222,9 @@ def test_the_reader_runs_no_python_per_batch(sock_path, agent, monkeypatch):
         st = sub.stats
         assert st.records_read == st.delivered + st.dropped + st.queued == emitted
         assert st.bytes_read == emitted * 80 and st.reader_lag_ns is not None
+        # nor were the names decoded in Python, not even at the first batch (they reach the
+        # daemon from the queue's copy: below)
+        assert sub.names == ["?"]  # the table's placeholder, id 0, only
         final = agent.stop()
         assert final.records_in == final.records_sent == emitted and final.dropped == 0
         assert fake.errors() == []

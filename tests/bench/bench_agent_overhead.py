@@ -268,6 +268,8 @@ def wake_timer() -> WakeTimer:
 
     t = WakeTimer()
     t.wrap(Sender, "_pump", "sender pump")
+    if hasattr(Sender, "_serve"):  # the sender's C loop between Python's turns (issue 21)
+        t.wrap(Sender, "_serve", "sender serve")
     # a names pump's slices: the sender sleeps between them, so each is one GIL hold of its
     # own (taken off the pump's Python part like the compiled calls; printed apart)
     if hasattr(Sender, "_names_slice"):
@@ -284,6 +286,12 @@ def wake_timer() -> WakeTimer:
         pass
     else:
         t.wrap(AgentQueue, "frame", "C", inner=True)
+    try:
+        from aclprof.binding.agentpath import Pump
+    except ImportError:  # before the C sender loop
+        pass
+    else:
+        t.wrap(Pump, "run", "C", inner=True)
     try:
         from aclprof.agent.billfeed import BillFeeder
     except ImportError:  # before issue 25's agent wiring
@@ -315,6 +323,10 @@ def print_wakes(timer: WakeTimer, wall: float, label: str) -> None:
             parts.append(f"GIL held per acquisition by the sender: p99 "
                          f"{max(B.pct(python, 99), B.pct(slices, 99)):.1f} / max "
                          f"{max(max(python), max(slices)):.0f} us CPU")
+    serve = timer.cpu_us.get("sender serve, Python", [])
+    if serve:
+        parts.append(f"sender serve less its C loop (which releases the GIL): CPU p50 {B.pct(serve, 50):.1f} / "
+                     f"p99 {B.pct(serve, 99):.1f} / max {max(serve):.0f} us per return to Python")
     print(f"GIL held per wake-up ({label}): " + "; ".join(parts))
 
 

@@ -57,6 +57,11 @@ class Decoder:
         # max_end (decode_ops), and whole, rows, left (read_ops).
         self._counts = self._table.new_counts()
         self.names: list[str] = []
+        #: decode the interned names into :attr:`names` with each batch: off in agent mode,
+        #: where the names go to the agent's queue from C and nothing in Python reads them
+        #: (a model's thousands of names decoded one by one held the GIL ~1 ms at its first
+        #: batch, inside the service's first steps)
+        self.names_in_python = True
         self._kp_name = self._kp_type = -1  # interned ids of "keypoint_op" / "na", once seen
         self._sync_names()
         self.records_read = 0
@@ -199,7 +204,8 @@ class Decoder:
         records keeps 11 KB, not the whole scratch). The copy is of the bytes: copying the
         packed structured rows field by field takes ~25x longer (~185 us for 4096 rows),
         all of it with the GIL held."""
-        self._sync_names()
+        if self.names_in_python:
+            self._sync_names()
         counts = self._counts
         self.corrupt += counts.corrupt
         self.names_missing += counts.missing_names

@@ -107,6 +107,7 @@ class Reader:
         #: agent mode (issue 21): an aclprof.binding.agentpath.QueueSink the records go to,
         #: from C once the layout is checked (no Python per batch); its slot counts them
         self._sink = sink
+        decoder.names_in_python = sink is None  # agent mode: the queue holds the names
         self.on_exit = on_exit
         self.coalesce_ns = COALESCE_NS
         self.bytes_read = 0
