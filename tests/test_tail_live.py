@@ -105,7 +105,6 @@ def test_the_agents_sender_sends_more_often_while_live(daemon, monkeypatch, tmp_
     from aclprof import agent as agent_mod
     from aclprof import mock
     from aclprof.agent import sender
-
     from aclprof.agent.connection import Connection
 
     sleeps: list[float] = []  # the coalescing window of each wait for records, however it waits
