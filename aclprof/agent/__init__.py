@@ -12,19 +12,25 @@ It never slows or breaks the service it runs in:
   call (:class:`aclprof.binding.agentpath.QueueSink`) that waits for the pipe, reads,
   checks, decodes and names the records and appends them to the agent's bounded record
   queue in C, until EOF, without the GIL (only the first batch, which the layout check
-  decodes in Python, is pushed from Python). When the queue holds more than
-  ``buffer_records`` records the *oldest* are dropped and counted: the newest are kept.
+  decodes in Python, is pushed from Python, its names left to the queue). When the queue
+  holds more than ``buffer_records`` records the *oldest* are dropped and counted: the
+  newest are kept.
 - One sender thread moves the queued records into wire frames (``aclprof.protocol.wire``)
-  with one compiled call per wake-up (``aclprof_aq_frame``: the name ids remapped to
-  connection-scoped ids, the keypoint flag folded in), stopping for Python only where it is
-  needed (a WATCH, NAMES frames for new names, a device learned from the records), and
-  writes with non-blocking sends. A slow daemon fills the queue, never the service's
+  and writes them, in its steady state inside one compiled call without the GIL
+  (:class:`aclprof.binding.agentpath.Pump`, ``aclprof_aq_pump``: it waits for records,
+  coalescing them, frames them with the name ids remapped to connection-scoped ids and the
+  keypoint flag folded in, and makes non-blocking sends, waiting for room when the socket
+  is full). It returns to Python only where Python is needed: a control item to send in
+  its place among the records (WATCH, UNWATCH, TRACE_DONE, OP_FAILURE, REQUEST_BILL: the
+  queue holds the records queued after one until Python has sent it), NAMES frames for new
+  names, a device learned from the records, the daemon's frames, and every 0.2 s for the
+  drop counters and the heartbeat. A slow daemon fills the queue, never the service's
   threads.
 - The GIL (the service's step thread needs it to return from ``aclmdlExecute``,
   and waits behind any other thread holding it, longer when the holder is descheduled on a
-  busy host): the readers never take it while records flow, and the sender wakes every 50 ms
-  (25 ms while someone watches), taking it for tens of microseconds each time. The agent
-  never changes the interpreter's switch interval or any other global setting.
+  busy host): the readers never take it while records flow, and the sender about 5 times a
+  second while they do (it took it ~40 times a second, on every frame, before the C loop).
+  The agent never changes the interpreter's switch interval or any other global setting.
 - With no daemon (not started yet, restarting, gone) the agent keeps the newest records
   up to the bound, counts what it drops, and reconnects with exponential backoff
   (0.1 s doubling to 5 s). Each (re)connection sends HELLO, WATCH for every live model,

@@ -4,7 +4,10 @@ and stop within a bounded time whatever the daemon does.
 Its loop: connect when disconnected (0.1 s doubling to ``backoff_max``); every 0.2 s
 fold the subscriptions' own drop counters in; take a chunk of items from the buffer,
 convert it into frames (WATCH/UNWATCH/NAMES/BATCH) and write it with non-blocking sends;
-wait for room while a chunk is partly written; otherwise sleep until records arrive.
+wait for room while a chunk is partly written; otherwise sleep until records arrive. In
+agent mode, connected and not stopping, that last step is the C loop instead
+(:meth:`Sender._serve`): waiting, framing and writing the queue's records without the GIL
+until Python is needed (a control item, new names, the daemon's frames, the 0.2 s poll).
 Stopping: after ``request_stop`` it flushes until the buffer is empty and a final LOSS is
 written, or the deadline passes, or no daemon answers; the thread never blocks longer than
 one poll (50 ms) or one connection attempt (``connect_timeout``) at a time, so
