@@ -253,9 +253,9 @@ def test_the_agent_streams_with_python_only_for_its_periodic_work(tmp_path):
     turns: list[float] = []
     original = Sender._pump
 
-    def counting(self):
+    def counting(self, **kw):
         turns.append(time.monotonic())
-        return original(self)
+        return original(self, **kw)
 
     fake = FakeDaemon(sock)
     Sender._pump = counting  # type: ignore[method-assign]

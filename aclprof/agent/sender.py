@@ -151,9 +151,13 @@ class Sender:
             if now >= next_drop_check:
                 self.poll_subscription_drops()
                 next_drop_check = now + _CHECK_DROPS_EVERY
-            if not self._pump():
+            # agent mode, connected and not stopping: the C loop frames the queue's records
+            # and writes the pending bytes; Python's pass only sends the control items in
+            # their place (with the records before each)
+            serving = buffer.pump is not None and not stopping and conn.sock is not None
+            if not self._pump(drain=not serving):
                 continue  # connection lost; loop reconnects
-            if conn.out:
+            if conn.out and not serving:
                 conn.wait_writable(buffer.wake_r)
                 continue
             if flushing and buffer.empty():
@@ -163,8 +167,7 @@ class Sender:
                 continue
             if not self._pumped:
                 self._heartbeat(now)
-            if buffer.pump is not None and not stopping and conn.sock is not None:
-                # agent mode: the steady state runs in C without the GIL until Python is needed
+            if serving:  # the steady state runs in C without the GIL until Python is needed
                 self._serve(now, next_drop_check)
                 continue
             # While records flow, gather them for _COALESCE_S between sends (fewer, larger
@@ -289,13 +292,15 @@ class Sender:
                     self.buffer.dropped_subscription += dropped - w.sub_dropped_seen
                     w.sub_dropped_seen = dropped
 
-    def _pump(self) -> bool:
+    def _pump(self, drain: bool = True) -> bool:
         """Move a chunk of buffered items into frames and write them. False if the
-        connection broke. A partly written chunk is finished before the next is built."""
+        connection broke. A partly written chunk is finished before the next is built.
+        ``drain``: the C queue's records after the last control item too (not when the C
+        loop is about to take them)."""
         self._pumped = 0
         conn = self.conn
         if conn.out:
-            return conn.flush()
+            return drain is False or conn.flush()
         items, self._pumped = self.buffer.take(MAX_FRAME_RECORDS)
         native = self.buffer.native
         if not items and native is None:
@@ -348,7 +353,7 @@ class Sender:
             else:  # a control frame in order with the records (TRACE_DONE, OP_FAILURE)
                 conn.queue_json(item.kind, item.payload)
         else:
-            if native is not None and budget > 0:
+            if native is not None and budget > 0 and drain:
                 self._drain_native(None, budget)
         out.end_batch()
         return conn.flush()
@@ -361,9 +366,8 @@ class Sender:
         conn, buffer = self.conn, self.buffer
         pump = buffer.pump
         assert pump is not None
-        # as the Python loop: records just sent, the next frame coalesces; none, the first
-        # record goes at once (a record behind a control item is not held back a window)
-        pump.busy = self._pumped > 0
+        if self._pumped:  # Python just framed records: the next frame coalesces
+            pump.busy = True  # (else the loop's own state: idle after a window with none)
         feeder = self.bill_feeder
         if feeder is not None:
             until = min(until, feeder.next_due(now))
