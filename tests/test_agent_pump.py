@@ -236,11 +236,14 @@ def test_bad_arguments_are_refused(rig):
         rig.run(0.1)
 
 
-def test_the_agent_streams_with_python_only_for_its_periodic_work(tmp_path):
+@pytest.mark.parametrize("slow_daemon", [False, True])
+def test_the_agent_streams_with_python_only_for_its_periodic_work(tmp_path, slow_daemon):
     """End to end (mock model at ~50 k ops/s, the wire fake daemon): the records go out
     while the sender's Python runs only for its periodic work (5 turns a second: the drop
-    poll), not once per frame; every record arrives. The Python loop woke ~20 times a
-    second to frame and send (50 ms coalescing), more with records in flight."""
+    poll), not once per frame, and frames none of them itself, also when the daemon reads
+    slowly (the socket full: the C loop waits for room); every record arrives. The Python
+    loop woke ~20 times a second to frame and send (50 ms coalescing); the first C loop
+    was bypassed while a chunk waited for room (Python framed and waited itself)."""
     from helpers.agent_worker import FIXED_OPS
     from helpers.procs import wait_for
     from helpers.wiredaemon import FakeDaemon
@@ -251,14 +254,28 @@ def test_the_agent_streams_with_python_only_for_its_periodic_work(tmp_path):
 
     sock = str(tmp_path / "d.sock")
     turns: list[float] = []
-    original = Sender._pump
+    by_python: list[int] = []  # records Python framed after the last control item
+    original, original_drain = Sender._pump, Sender._drain_native
 
     def counting(self, **kw):
         turns.append(time.monotonic())
         return original(self, **kw)
 
-    fake = FakeDaemon(sock)
+    def draining(self, limit, budget):
+        moved, reached = original_drain(self, limit, budget)
+        if limit is None:
+            by_python.append(moved)
+        return moved, reached
+
+    class SlowDaemon(FakeDaemon):
+        def _handle(self, sock, conn, kind, payload):
+            super()._handle(sock, conn, kind, payload)
+            if kind == wire.Kind.BATCH:
+                time.sleep(0.03)  # ~20 k records a frame at most: the agent's socket fills
+
+    fake = (SlowDaemon if slow_daemon else FakeDaemon)(sock)
     Sender._pump = counting  # type: ignore[method-assign]
+    Sender._drain_native = draining  # type: ignore[method-assign]
     try:
         a = agent.start(sock)
         model = mock.load_model(FIXED_OPS)
@@ -275,10 +292,11 @@ def test_the_agent_streams_with_python_only_for_its_periodic_work(tmp_path):
         wait_for(lambda: fake.received == emitted, what="delivery")
         per_s = (len(turns) - n0) / wall
         assert per_s <= 9, f"{per_s:.1f} Python turns a second"
+        assert sum(by_python) == 0
         final = agent.stop()
         assert final.records_sent == final.records_in == emitted and final.dropped == 0
         assert fake.errors() == []
     finally:
-        Sender._pump = original  # type: ignore[method-assign]
+        Sender._pump, Sender._drain_native = original, original_drain  # type: ignore[method-assign]
         agent.stop(2)
         fake.close()
