@@ -160,6 +160,20 @@ def test_rows_stop_at_a_control_items_barrier(rig):
     assert r.sent_records == 3 and _records(rig.frames())["start"].tolist() == [3, 4, 5]
 
 
+def test_a_barrier_cuts_the_coalescing_window_short_without_spinning(rig):
+    """Busy, with rows behind a control item: the rows before it go at once (not after the
+    window) and the call hands over to Python, having used next to no CPU (a first version
+    spun, re-arming, until the window ended)."""
+    rig.q.push(rig.slot, _rows(range(3)))
+    rig.q.mark()
+    rig.q.push(rig.slot, _rows(range(3, 6)))
+    t0, c0 = time.monotonic(), time.thread_time()
+    r = rig.run(5.0, busy=True, coalesce_s=1.0, wake_rows=1000)
+    wall, cpu = time.monotonic() - t0, time.thread_time() - c0
+    assert r.code == PUMP_PYTHON and r.sent_records == 3
+    assert wall < 0.5 and cpu < 0.1
+
+
 def test_the_daemon_speaking_or_hanging_up_returns(rig):
     frame = wire.encode_json(wire.Kind.LIVE, {"live": True})
     rig.peer.sendall(frame)

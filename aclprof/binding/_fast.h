@@ -242,9 +242,9 @@ int aclprof_aq_arm_to(aclprof_agent_queue *q, uint64_t wake_at, int fd);
  * the sender frames in C. */
 uint64_t aclprof_aq_mark(aclprof_agent_queue *q);
 void aclprof_aq_set_barrier(aclprof_agent_queue *q, uint64_t at);
-/* Rows that may be framed now (held, before the barrier); *at_barrier: none may, but rows
- * wait behind the barrier (Python has an item to send first). */
-uint64_t aclprof_aq_ready(aclprof_agent_queue *q, int *at_barrier);
+/* Rows that may be framed now (held, before the barrier); *behind: rows wait behind the
+ * barrier (Python has an item to send before them). */
+uint64_t aclprof_aq_ready(aclprof_agent_queue *q, int *behind);
 
 /* The sender's side in one call per pump (aclprof_aq_frame): take the held rows, those
  * before sequence `limit`, at most max, and write them as wire records at out (the open

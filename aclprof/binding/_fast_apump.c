@@ -131,16 +131,17 @@ int aclprof_aq_pump(aclprof_agent_queue *q, const aclprof_aq_pump_args *a, aclpr
         int64_t now = now_ns();
         if (now >= a->until_ns)
             return ACLPROF_PUMP_TIMEOUT;
-        int at_barrier = 0;
-        uint64_t ready = aclprof_aq_ready(q, &at_barrier);
-        if (at_barrier)
+        int behind = 0;
+        uint64_t ready = aclprof_aq_ready(q, &behind);
+        if (behind && ready == 0)
             return ACLPROF_PUMP_PYTHON; /* an item goes before the next rows: Python sends it */
         /* As the Python loop did: while records flow, gather them for coalesce_ns between
          * frames or until wake_rows are held (fewer, larger frames); a window with nothing
          * in it makes the pump idle, and when idle the first row goes at once. */
         if (ready == 0 && io->busy && now - last >= a->coalesce_ns)
             io->busy = 0;
-        int go = ready > 0 && (!io->busy || ready >= a->wake_rows || now - last >= a->coalesce_ns);
+        /* rows behind a barrier: the ones before it go now, and Python sends the item */
+        int go = ready > 0 && (!io->busy || behind || ready >= a->wake_rows || now - last >= a->coalesce_ns);
         if (!go) {
             uint64_t want = io->busy ? a->wake_rows : 1;
             int64_t deadline = io->busy && last + a->coalesce_ns < a->until_ns ? last + a->coalesce_ns

@@ -460,12 +460,12 @@ void aclprof_aq_set_barrier(aclprof_agent_queue *q, uint64_t at)
     pthread_mutex_unlock(&q->mu);
 }
 
-uint64_t aclprof_aq_ready(aclprof_agent_queue *q, int *at_barrier)
+uint64_t aclprof_aq_ready(aclprof_agent_queue *q, int *behind)
 {
     pthread_mutex_lock(&q->mu);
     uint64_t end = q->t.tail < q->barrier ? q->t.tail : q->barrier;
     uint64_t n = end > q->t.head ? end - q->t.head : 0;
-    *at_barrier = n == 0 && q->t.tail > q->t.head;
+    *behind = q->t.tail > (end > q->t.head ? end : q->t.head);
     pthread_mutex_unlock(&q->mu);
     return n;
 }
