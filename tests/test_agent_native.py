@@ -479,3 +479,30 @@ def test_queue_accounting_holds_under_random_use():
         last = starts[-1] if starts else last
         records_in, dropped, held, head = q.totals()
         assert records_in == seq and held <= 20_000 and records_in == taken + dropped + held
+
+
+def test_corrupt_records_in_agent_mode_are_the_subscriptions_drops(sock_path, agent):
+    """The C loop's corrupt records are what ``Subscription.dropped`` (polled by the sender,
+    five times a second) and the full stats snapshot count, and what the agent reports
+    lost: emitted = sent + lost."""
+    from aclprof import mock
+
+    fake = FakeDaemon(sock_path)
+    try:
+        mock.set_corrupt_every(7)
+        a = agent.start(sock_path)
+        model = mock.load_model(FIXED_OPS)
+        agent.watch(model)
+        mock.execute(model, 70)
+        mock.wait_writer_idle()
+        emitted = 70 * len(FIXED_OPS)
+        corrupt = mock.stats()["recordsCorrupted"]
+        sub = a._watched[model].sub
+        wait_for(lambda: sub.stats.records_read == emitted, what="reading")
+        assert corrupt == emitted // 7 and sub.dropped == sub.stats.dropped == corrupt
+        final = agent.stop()
+        assert final.records_sent == emitted - corrupt == fake.received
+        assert final.dropped_subscription == corrupt
+    finally:
+        mock.set_corrupt_every(0)
+        fake.close()

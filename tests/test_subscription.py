@@ -286,7 +286,7 @@ def test_corrupt_records_counted_and_skipped(emit_log, k):
     assert mock.stats()["recordsCorrupted"] == len(corrupt)
     assert [record_key(r) for r in records] == [e.key() for e in emitted if not e.corrupt]
     st = sub.stats
-    assert st.dropped_corrupt == len(corrupt)
+    assert st.dropped_corrupt == len(corrupt) and sub.dropped == st.dropped == len(corrupt)
     assert st.delivered == len(emitted) - len(corrupt)
     assert st.delivered + st.dropped == len(emitted)
     assert st.records_decoded == st.delivered
@@ -405,7 +405,7 @@ def test_drop_oldest_keeps_the_newest(emit_log, read_records):
     assert [record_key(r) for r in records] == [e.key() for e in emitted[-QUEUE:]]
     st = sub.stats
     assert st.delivered == QUEUE
-    assert st.dropped_queue_full == len(emitted) - QUEUE
+    assert st.dropped_queue_full == len(emitted) - QUEUE == sub.dropped
     assert st.delivered + st.dropped == mock.stats()["recordsEmitted"]
     assert_accounted(sub, emitted)
 

@@ -254,8 +254,9 @@ class Agent:
         buffer = self._buffer
         with self._lock:
             w.live = False
-            buffer.dropped_subscription += w.sub.stats.dropped - w.sub_dropped_seen
-            w.sub_dropped_seen = w.sub.stats.dropped
+            dropped = w.sub.dropped
+            buffer.dropped_subscription += dropped - w.sub_dropped_seen
+            w.sub_dropped_seen = dropped
             buffer.items.append(Unwatch(w, buffer.seq()))
             if self._watched.get(w.model_id) is w:
                 del self._watched[w.model_id]
@@ -304,7 +305,7 @@ class Agent:
             dropped_unread = b.dropped_unread
             models = tuple(sorted(m for m, w in self._watched.items() if w.live))
             sub_dropped = b.dropped_subscription + sum(
-                (w.sub.stats.dropped - w.sub_dropped_seen) for w in self._watched.values()
+                (w.sub.dropped - w.sub_dropped_seen) for w in self._watched.values()
                 if w.live and w.sub is not None)
         total_lost = dropped_buffer + sub_dropped + dropped_unread
         return AgentStats(

@@ -286,7 +286,7 @@ class Sender:
         with self.buffer.lock:
             watched = [w for w in self.watched.values() if w.live and w.sub is not None]
         for w in watched:
-            dropped = w.sub.stats.dropped
+            dropped = w.sub.dropped
             if dropped != w.sub_dropped_seen:
                 with self.buffer.lock:
                     self.buffer.dropped_subscription += dropped - w.sub_dropped_seen

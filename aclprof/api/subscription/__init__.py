@@ -217,6 +217,15 @@ class Subscription(Closing):
         )
 
     @property
+    def dropped(self) -> int:
+        """``stats.dropped`` alone (records dropped for any reason), without the rest of the
+        snapshot: the agent reads it five times a second, and the whole snapshot took
+        ~140 us of GIL each time."""
+        r = self._reader
+        with r.stats_lock:
+            return self._queue.dropped_full + r.dropped()
+
+    @property
     def names(self) -> list[str]:
         """The interned op name/type table that batches index into."""
         return self._decoder.names

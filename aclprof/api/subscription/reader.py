@@ -161,6 +161,13 @@ class Reader:
             keypoints=published.keypoints + c.keypoints,
             names_cut=self.decoder.names_cut)  # the C loop's interner: live
 
+    def dropped(self) -> int:
+        """What :meth:`counts` says was dropped by the reader (corrupt, callback errors, decode
+        failures), without building the rest; call with ``stats_lock`` held."""
+        p = self._published
+        corrupt = p.corrupt if self._sink is None else p.corrupt + self._sink.counts().corrupt
+        return corrupt + p.dropped_callback + p.failed
+
     def live_bytes(self) -> int:
         """Bytes read so far (live progress, outside the identity)."""
         if self._sink is None:
