@@ -299,8 +299,8 @@ class Sender:
         loop is about to take them)."""
         self._pumped = 0
         conn = self.conn
-        if conn.out:
-            return drain is False or conn.flush()
+        if conn.out:  # the C loop, when it serves, writes them itself
+            return conn.flush() if drain else True
         items, self._pumped = self.buffer.take(MAX_FRAME_RECORDS)
         native = self.buffer.native
         if not items and native is None:
@@ -373,7 +373,6 @@ class Sender:
             until = min(until, feeder.next_due(now))
         r = conn.pump(pump, py_fd=buffer.wake_r, coalesce_s=_LIVE_COALESCE_S if conn.live else _COALESCE_S,
                       wake_rows=_WAKE_RECORDS, until=until, max_rows=MAX_FRAME_RECORDS, max_devices=MAX_DEVICES)
-        self._pumped += r.sent_records
         if r.code == PUMP_PYTHON:
             buffer.drain_wake()
         elif r.code == PUMP_INCOMING:
