@@ -113,21 +113,19 @@ int aclprof_aq_pump(aclprof_agent_queue *q, const aclprof_aq_pump_args *a, aclpr
     }
     int64_t last = now_ns(); /* while busy, the next frame waits until last + coalesce_ns */
     for (;;) {
-        /* what is pending goes first: a chunk is written whole before the next is built */
-        if (io->start < io->end) {
-            int r = send_pending(a->sock, io);
-            if (r < 0) {
-                io->err = -r;
-                return ACLPROF_PUMP_ERROR;
-            }
-            if (io->start < io->end) {
-                int code = wait_for(a, io, POLLOUT, a->until_ns);
-                if (code)
-                    return code;
-                continue;
-            }
+        /* what is pending goes first: a chunk is written whole (and counted) before the
+         * next is built */
+        int r = send_pending(a->sock, io);
+        if (r < 0) {
+            io->err = -r;
+            return ACLPROF_PUMP_ERROR;
         }
-        io->start = io->end = 0;
+        if (io->start < io->end) {
+            int code = wait_for(a, io, POLLOUT, a->until_ns);
+            if (code)
+                return code;
+            continue;
+        }
         int64_t now = now_ns();
         if (now >= a->until_ns)
             return ACLPROF_PUMP_TIMEOUT;
