@@ -314,3 +314,52 @@ def test_the_agent_streams_with_python_only_for_its_periodic_work(tmp_path, slow
         Sender._pump, Sender._drain_native = original, original_drain  # type: ignore[method-assign]
         agent.stop(2)
         fake.close()
+
+
+def test_a_forked_child_closes_its_copy_of_the_pump_pipe_and_the_parent_streams_on(tmp_path):
+    """fork() while the sender sits in the C loop: the child forgets the parent's agent and
+    closes its copies of the pump's pipe (it would otherwise hold fds it never uses); the
+    parent's loop goes on and every record arrives."""
+    from helpers.agent_worker import FIXED_OPS
+    from helpers.procs import wait_for
+    from helpers.wiredaemon import FakeDaemon
+
+    import aclprof.agent as agent
+    from aclprof import mock
+
+    sock = str(tmp_path / "d.sock")
+    fake = FakeDaemon(sock)
+    try:
+        a = agent.start(sock)
+        model = mock.load_model(FIXED_OPS)
+        agent.watch(model)
+        mock.execute(model, 10)
+        mock.wait_writer_idle()
+        wait_for(lambda: fake.received == 10 * len(FIXED_OPS), what="delivery")
+        pump = a._buffer.pump
+        fds = (pump.rows_r, pump.rows_w)
+        r, w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report whether its copies are closed, then leave at once
+            closed = []
+            for fd in fds:
+                try:
+                    os.fstat(fd)
+                    closed.append(False)
+                except OSError:
+                    closed.append(True)
+            os.write(w, b"1" if all(closed) and pump.rows_r == -1 and agent._agent is None else b"0")
+            os._exit(0)
+        os.close(w)
+        assert os.read(r, 1) == b"1"
+        os.close(r)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert all(os.fstat(fd) for fd in fds)  # the parent's are open
+        mock.execute(model, 10)
+        mock.wait_writer_idle()
+        wait_for(lambda: fake.received == 20 * len(FIXED_OPS), what="delivery after the fork")
+        final = agent.stop()
+        assert final.records_sent == final.records_in == 20 * len(FIXED_OPS)
+    finally:
+        agent.stop(2)
+        fake.close()
