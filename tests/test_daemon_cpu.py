@@ -1,0 +1,98 @@
+"""The daemon's CPU per op (issue 21): work removed per loop turn and per frame, each with
+the behaviour it keeps."""
+
+from __future__ import annotations
+
+import socket
+
+import numpy as np
+import pytest
+from helpers.daemons import Client, InProcess, agent
+from helpers.procs import wait_for
+from helpers.records import make_records
+
+from aclprof.protocol.wire import Kind, encode_batch
+
+
+@pytest.fixture
+def daemon():
+    d = InProcess()
+    yield d
+    d.stop()
+
+
+def _wmem_max() -> int:
+    try:
+        with open("/proc/sys/net/core/wmem_max") as f:
+            return int(f.read())
+    except OSError:
+        pytest.skip("no /proc/sys/net/core/wmem_max")
+
+
+def test_a_stream_clients_socket_gets_a_send_buffer_that_holds_a_frames_json(daemon):
+    """A STREAM client's kernel send buffer is widened (aclprofd.fanout.STREAM_SNDBUF): a
+    batch's JSON at 100 k ops/s (~580 KB) leaves in one sendmsg instead of three, each
+    partial send a loop turn of its own. Linux gives twice what is asked, capped at twice
+    net.core.wmem_max; the default is net.core.wmem_default (~208 KiB)."""
+    from aclprofd.fanout import STREAM_SNDBUF
+
+    s = Client(daemon.socket)
+    s.send_json(Kind.STREAM, {"filter": {}})
+    wait_for(lambda: any(c.stream is not None for c in list(daemon.daemon.conns.values())))
+    [conn] = [c for c in list(daemon.daemon.conns.values()) if c.stream is not None]
+    got = conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF)
+    assert got >= 2 * min(STREAM_SNDBUF, _wmem_max()), got
+    # and the records still arrive, every one
+    a = agent(daemon.socket, service="svc")
+    a.send_batch(make_records(3000, durations=np.full(3000, 1000)))
+    n = 0
+    while n < 3000:
+        records, skipped, kind = s.stream_frames()
+        assert kind == Kind.STREAM_RECORDS and skipped == 0
+        n += len(records)
+    assert n == 3000
+
+
+class _Sock:
+    """A non-blocking socket stand-in that counts its reads: each chunk once, then EAGAIN."""
+
+    def __init__(self, chunks: list[bytes]):
+        self.chunks, self.reads = list(chunks), 0
+
+    def recv_into(self, buf: bytearray) -> int:
+        self.reads += 1
+        if not self.chunks:
+            raise BlockingIOError
+        data = self.chunks.pop(0)
+        buf[:len(data)] = data
+        return len(data)
+
+    def fileno(self) -> int:
+        return 99
+
+
+def _transport(frames: list[tuple]):
+    from aclprofd.transport import Transport
+
+    return Transport(lambda c, k, p: frames.append((k, len(p))) and None, on_close=lambda c: None,
+                     on_protocol_error=lambda c: None, memory_budget=64 << 20, memory_refused={})
+
+
+def test_a_short_read_ends_the_connections_read_without_asking_again():
+    """A recv that returned less than the buffer emptied the socket: the loop does not ask
+    again only to get EAGAIN (a syscall and an exception per frame); the selector says when
+    more comes. The graceful stop's drain (no budget) still reads until EAGAIN."""
+    from aclprofd.conn import Conn
+    from aclprofd.transport import READ_BUDGET
+
+    frame = encode_batch(make_records(100))
+    frames: list[tuple] = []
+    t = _transport(frames)
+    sock = _Sock([frame])
+    conn = Conn(sock, "x")  # type: ignore[arg-type]
+    conn.role = "control"  # past HELLO: the handler gets the frame
+    t.receive(conn, budget=READ_BUDGET)
+    assert sock.reads == 1 and [k for k, _ in frames] == [Kind.BATCH]
+    sock.chunks.append(frame)
+    t.receive(conn, budget=None)  # the drain: until EAGAIN
+    assert sock.reads == 3 and len(frames) == 2
