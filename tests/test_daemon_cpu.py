@@ -96,3 +96,47 @@ def test_a_short_read_ends_the_connections_read_without_asking_again():
     sock.chunks.append(frame)
     t.receive(conn, budget=None)  # the drain: until EAGAIN
     assert sock.reads == 3 and len(frames) == 2
+
+
+def _metric(text: str, name: str) -> float:
+    [line] = [ln for ln in text.splitlines() if ln.startswith(name + " ")]
+    return float(line.split()[-1])
+
+
+def test_a_scrape_shows_the_counters_as_its_rendering_begins(monkeypatch):
+    """The loop publishes its counters snapshot once a second (aclprofd.status.PUBLISH_S,
+    was ten times), so a /metrics rendering publishes one itself when it begins on the
+    loop: a scrape right after records arrive counts them (here the loop's own publishing
+    is put an hour away, so only the scrape's can show them)."""
+    import urllib.request
+
+    import aclprofd.server
+    from helpers.procs import free_port
+
+    port = free_port()
+    with InProcess(prometheus_port=port) as d:
+        monkeypatch.setattr(aclprofd.server, "PUBLISH_S", 3600.0)
+        a = agent(d.socket, service="svc")
+        a.send_batch(make_records(10))  # the loop's next periodic publish (from start) shows these
+        wait_for(lambda: d.daemon.published.records_total == 10)
+        a.send_batch(make_records(1234))
+        wait_for(lambda: d.daemon.counters.records_total == 1244)
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+        assert _metric(text, "aclprofd_records_total") == 1244
+        a.close()
+
+
+def test_an_idle_loop_wakes_about_once_a_second(tmp_path):
+    """With nothing to do the daemon's loop sleeps until its next timer: the counters'
+    publishing is once a second (it woke the loop ten times a second before issue 21).
+    STATUS counts the loop's turns; the two requests add a turn or two each."""
+    import time
+
+    from helpers.daemons import running, status
+
+    with running(str(tmp_path), flush_interval="30") as d:
+        time.sleep(1.5)  # started: the first publishes and the detector's first tick are behind
+        before = status(d.socket)["loop"]["stalls"]["turns"]
+        time.sleep(4.0)
+        turns = status(d.socket)["loop"]["stalls"]["turns"] - before
+        assert turns <= 14, turns  # publish and the detector's tick, 1/s each at most; was >= 40

@@ -127,7 +127,7 @@ class Daemon:
         self.memory.tables.extend([lambda: array_bytes(self.aggregator),
                                    lambda: array_bytes(self.detection.detector)])
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
-        self._published_mono = 0.0
+        self._next_publish = 0.0  # monotonic time the loop's next periodic publish is due
         self._stop = threading.Event()
         self._reload_requested = False
         self._waker = Waker()
@@ -156,7 +156,6 @@ class Daemon:
     def publish(self) -> CountersSnapshot:
         """Take a counters snapshot and publish it for /metrics (loop thread)."""
         self.published = snap = take_snapshot(self)
-        self._published_mono = time.monotonic()
         return snap
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -232,7 +231,7 @@ class Daemon:
                 busy = self.fanout.exporting or self.transport.pending or rendering or self._flushing is not None
                 timeout = 0.0 if busy else max(
                     0.0, min(next_flush - now, 0.1 if stop_event is not None else 1.0,
-                             self._published_mono + PUBLISH_S - now, self.detection.due(now)))
+                             self._next_publish - now, self.detection.due(now)))
                 self._turn(timeout)
                 st = self.stalls
                 if self._reload_requested:
@@ -250,9 +249,12 @@ class Daemon:
                     with st.timed("flush"):
                         if run_slice(self._flushing):
                             self._flushing = None
-                if now >= self._published_mono + PUBLISH_S:
+                if now >= self._next_publish:
                     with st.timed("publish"):
                         self.publish()
+                    # due a whole PUBLISH_S after this snapshot (the history's samples are a
+                    # second apart at least); STATUS and /metrics publish between, due or not
+                    self._next_publish = time.monotonic() + PUBLISH_S
                 with st.timed("detector"):
                     self.detection.tick(now)
                 with st.timed("captures"):
