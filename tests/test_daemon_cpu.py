@@ -114,15 +114,14 @@ def test_a_scrape_shows_the_counters_as_its_rendering_begins(monkeypatch):
     from helpers.procs import free_port
 
     port = free_port()
+    monkeypatch.setattr(aclprofd.server, "PUBLISH_S", 3600.0)  # the loop publishes at its start only
     with InProcess(prometheus_port=port) as d:
-        monkeypatch.setattr(aclprofd.server, "PUBLISH_S", 3600.0)
         a = agent(d.socket, service="svc")
-        a.send_batch(make_records(10))  # the loop's next periodic publish (from start) shows these
-        wait_for(lambda: d.daemon.published.records_total == 10)
         a.send_batch(make_records(1234))
-        wait_for(lambda: d.daemon.counters.records_total == 1244)
+        wait_for(lambda: d.daemon.counters.records_total == 1234)
+        assert d.daemon.published.records_total == 0
         text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-        assert _metric(text, "aclprofd_records_total") == 1244
+        assert _metric(text, "aclprofd_records_total") == 1234
         a.close()
 
 
@@ -140,3 +139,24 @@ def test_an_idle_loop_wakes_about_once_a_second(tmp_path):
         time.sleep(4.0)
         turns = status(d.socket)["loop"]["stalls"]["turns"] - before
         assert turns <= 14, turns  # publish and the detector's tick, 1/s each at most; was >= 40
+
+
+def test_an_idle_loop_times_only_the_steps_that_have_work(monkeypatch):
+    """A loop step is timed (two clock reads, a timer) only when it has work: no frames
+    waiting, no EXPORT, no TRACE, the detector not due are not steps of the turn (they were
+    six timed steps of every turn); the stall attribution still names every step that works."""
+    import time
+
+    from helpers.daemons import count_loop_turns
+
+    with InProcess(flush_interval_s=30) as d:
+        time.sleep(0.5)
+        steps: list[str] = []
+        real = d.daemon.stalls.ended
+        monkeypatch.setattr(d.daemon.stalls, "ended", lambda what, t0, c0: steps.append(what) or real(what, t0, c0))
+        turns = [0]
+        count_loop_turns(monkeypatch, d, turns)
+        time.sleep(1.5)
+        assert turns[0] >= 5
+        assert set(steps) <= {"streams", "captures", "detector", "publish", "flush"}, set(steps)
+        assert len(steps) <= 2.5 * turns[0], (len(steps), turns)  # streams and captures; was 6 a turn

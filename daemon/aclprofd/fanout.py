@@ -310,6 +310,11 @@ class Fanout:
             self._exports[conn] = None
 
     @property
+    def exports_running(self) -> bool:
+        """An EXPORT is under way (the loop's exports step has work)."""
+        return bool(self._exports)
+
+    @property
     def exporting(self) -> bool:
         """An EXPORT could produce more now (the loop then does not sleep)."""
         return any(c.export is not None and len(c.out) < EXPORT_OUT_LOW for c in self._exports)

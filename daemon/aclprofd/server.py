@@ -240,8 +240,12 @@ class Daemon:
                         apply_reload(self, self._reload)
                     flush_every = self.settings.flush_interval_s
                 now = time.monotonic()
-                with st.timed("traces"):
-                    self.traces.tick(now)  # trace replies that timed out
+                # a step is timed only when it has work (two clock reads and a timer each,
+                # five idle steps a turn at ~100 turns a second: issue 21); an idle one's
+                # few microseconds are the turn's unexplained time
+                if self.traces.active:
+                    with st.timed("traces"):
+                        self.traces.tick(now)  # trace replies that timed out
                 if now >= next_flush:
                     self._flushing = self.flush_steps()  # (one not ended: its rest is in this one)
                     next_flush = now + flush_every
@@ -255,8 +259,9 @@ class Daemon:
                     # due a whole PUBLISH_S after this snapshot (the history's samples are a
                     # second apart at least); STATUS and /metrics publish between, due or not
                     self._next_publish = time.monotonic() + PUBLISH_S
-                with st.timed("detector"):
-                    self.detection.tick(now)
+                if not self.detection.due(now):
+                    with st.timed("detector"):
+                        self.detection.tick(now)
                 with st.timed("captures"):
                     self.captures.tick()
                 st.end()
@@ -291,12 +296,16 @@ class Daemon:
                 if mask & selectors.EVENT_WRITE and not conn.closed:
                     t.send(conn)
                 st.ended(f"{conn.role or 'new'} {self._last_kind or 'send'}", t0, c0)
-        with st.timed("pending slices"):
-            t.serve_pending()  # the connections whose frames wait from an earlier turn
+        if t.pending:
+            with st.timed("pending slices"):
+                t.serve_pending()  # the connections whose frames wait from an earlier turn
+        else:
+            t.serve_pending()  # none wait: this only starts the next turn
         with st.timed("streams"):
             self.fanout.pump_streams()
-        with st.timed("exports"):
-            self.fanout.pump_exports()
+        if self.fanout.exports_running:
+            with st.timed("exports"):
+                self.fanout.pump_exports()
         if self.metrics is not None:
             with st.timed("metrics render"):
                 self.metrics.jobs.pump()  # a slice of a /metrics rendering (aclprofd.loopjobs)
