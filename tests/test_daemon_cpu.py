@@ -160,3 +160,43 @@ def test_an_idle_loop_times_only_the_steps_that_have_work(monkeypatch):
         assert turns[0] >= 5
         assert set(steps) <= {"streams", "captures", "detector", "publish", "flush"}, set(steps)
         assert len(steps) <= 2.5 * turns[0], (len(steps), turns)  # streams and captures; was 6 a turn
+
+
+def test_the_tables_are_walked_every_10s_or_when_a_capacity_grew():
+    """The memory budget reads its tables' bytes by walking their arrays (~1-2 ms at 1000
+    keys): at a flush every TABLES_EVERY_S, or at the first flush after a table's capacity
+    changed (a doubling is most of any growth), not at every flush (once a second)."""
+    from aclprofd.memory import TABLES_EVERY_S, Memory
+
+    table, cap = [1000], [64]
+    m = Memory({}, 512 << 20, {}, rss=lambda: 0)
+    m.tables.append(lambda: table[0])
+    m.capacities.append(lambda: cap[0])
+    m.start()
+    assert (m.walks, m.tables_bytes) == (1, 1000)
+    m.refresh_if_due(100.0)  # the first flush walks
+    table[0] = 5000
+    for t in (101.0, 102.0, 100.0 + TABLES_EVERY_S - 0.1):
+        m.refresh_if_due(t)
+    assert (m.walks, m.tables_bytes) == (2, 1000)  # flushes within 10 s: no walk
+    cap[0] = 128  # a table grew: the next flush walks
+    m.refresh_if_due(110.0)
+    assert (m.walks, m.tables_bytes) == (3, 5000)
+    table[0] = 7000
+    m.refresh_if_due(115.0)
+    assert m.walks == 3
+    m.refresh_if_due(120.0)  # 10 s after the last walk
+    assert (m.walks, m.tables_bytes) == (4, 7000)
+
+
+def test_status_shows_the_tables_grow_as_keys_come(daemon):
+    """New keys grow the aggregate table's capacity: STATUS shows the larger tables at the
+    next flush, not 10 s later."""
+    from helpers.daemons import status
+
+    before = status(daemon.socket)["memory"]["tables_bytes"]
+    names = {1: "Conv2D", 2: "MatMul", **{i: f"op{i}" for i in range(3, 603)}}
+    a = agent(daemon.socket, service="svc", names=names)
+    a.send_batch(make_records(600, names=tuple(range(3, 603))))
+    wait_for(lambda: status(daemon.socket)["memory"]["tables_bytes"] > before, timeout=3.0)
+    a.close()

@@ -126,6 +126,8 @@ class Daemon:
         # what the daemon holds itself comes off the budget first (aclprofd.memory)
         self.memory.tables.extend([lambda: array_bytes(self.aggregator),
                                    lambda: array_bytes(self.detection.detector)])
+        self.memory.capacities.extend([lambda: self.aggregator.keys.capacity,
+                                       lambda: self.detection.detector.store.cap])
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
         self._next_publish = 0.0  # monotonic time the loop's next periodic publish is due
         self._stop = threading.Event()
@@ -436,7 +438,7 @@ class Daemon:
         self.socket_file.check()
         yield
         self.memory.trim_if_due(mono)
-        self.memory.refresh()
+        self.memory.refresh_if_due(mono)
         self.health.other_records(self.aggregator.other_records)
 
 

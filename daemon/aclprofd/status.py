@@ -311,7 +311,7 @@ class SnapshotSource(Protocol):
 
 def _memory_own(m: _MemoryUse) -> tuple[tuple[str, int], ...]:
     """STATUS "memory": what the daemon holds itself, the slack, and what clients may hold
-    (daemon/README.md "Memory budget"; the tables as of the last flush)."""
+    (daemon/README.md "Memory budget"; the tables as of their last walk: aclprofd.memory.TABLES_EVERY_S)."""
     return (("base_bytes", m.base), ("tables_bytes", m.tables_bytes), ("slack_bytes", m.slack()),
             ("clients_share_bytes", m.share()))
 
