@@ -29,7 +29,7 @@ class CounterHistory:
     def __init__(self, started: float, keep_s: float) -> None:
         self.keep_s = max(float(keep_s), SAMPLE_EVERY_S)
         # parallel lists (times ascending): a window's base is found by bisection, however
-        # long the longest window (an hour is 3,600 samples; STATUS is published 10 times a second)
+        # long the longest window (an hour is 3,600 samples; STATUS may be asked for many times a second)
         self.times: list[float] = [started]
         self.values: list[dict[str, int]] = [dict.fromkeys(RECENT_COUNTERS, 0)]
 

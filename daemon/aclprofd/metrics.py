@@ -119,6 +119,7 @@ class MetricsSource(Protocol):
 
     @property
     def published(self) -> CountersSnapshot: ...
+    def publish(self) -> CountersSnapshot: ...
     @property
     def aggregator(self) -> Aggregator: ...
     @property
@@ -325,6 +326,13 @@ class Metrics:
             except StopIteration as stop:
                 return cast(Rendering, stop.value)
 
+    def _scrape_steps(self) -> Generator[None, None, Rendering]:
+        """A scrape's rendering on the event loop: a counters snapshot published now first
+        (the loop's own publishing is once a second, aclprofd.status.PUBLISH_S), so a
+        scrape shows the counters as they are when its rendering begins."""
+        self.daemon.publish()
+        return (yield from self.render_steps())
+
     def render_steps(self) -> Generator[None, None, Rendering]:
         """A new rendering of every family within the budget (see :mod:`aclprofd.promtext`),
         in steps of a family or of promtext.LINES_PER_STEP histogram lines: the event
@@ -405,7 +413,7 @@ class Metrics:
         if r is None or r.started + r.seconds < req.arrived - FRESH_S:
             self._cache = None  # an older one not being sent is garbage now, not held beside the new one
             try:
-                r = self._cache = self.jobs.run(self.render_steps, RENDER_TIMEOUT_S)
+                r = self._cache = self.jobs.run(self._scrape_steps, RENDER_TIMEOUT_S)
             except JobNotDone as exc:
                 body = f"the rendering of /metrics did not end: {exc}\n".encode()
                 return Response(503, (body,), len(body), {"Content-Type": "text/plain; charset=utf-8"},

@@ -126,8 +126,10 @@ class Daemon:
         # what the daemon holds itself comes off the budget first (aclprofd.memory)
         self.memory.tables.extend([lambda: array_bytes(self.aggregator),
                                    lambda: array_bytes(self.detection.detector)])
+        self.memory.capacities.extend([lambda: self.aggregator.keys.capacity,
+                                       lambda: self.detection.detector.store.cap])
         self.published: CountersSnapshot = take_snapshot(self)  # what /metrics reads
-        self._published_mono = 0.0
+        self._next_publish = 0.0  # monotonic time the loop's next periodic publish is due
         self._stop = threading.Event()
         self._reload_requested = False
         self._waker = Waker()
@@ -156,7 +158,6 @@ class Daemon:
     def publish(self) -> CountersSnapshot:
         """Take a counters snapshot and publish it for /metrics (loop thread)."""
         self.published = snap = take_snapshot(self)
-        self._published_mono = time.monotonic()
         return snap
 
     # ---- lifecycle ----------------------------------------------------------------------
@@ -232,7 +233,7 @@ class Daemon:
                 busy = self.fanout.exporting or self.transport.pending or rendering or self._flushing is not None
                 timeout = 0.0 if busy else max(
                     0.0, min(next_flush - now, 0.1 if stop_event is not None else 1.0,
-                             self._published_mono + PUBLISH_S - now, self.detection.due(now)))
+                             self._next_publish - now, self.detection.due(now)))
                 self._turn(timeout)
                 st = self.stalls
                 if self._reload_requested:
@@ -241,8 +242,12 @@ class Daemon:
                         apply_reload(self, self._reload)
                     flush_every = self.settings.flush_interval_s
                 now = time.monotonic()
-                with st.timed("traces"):
-                    self.traces.tick(now)  # trace replies that timed out
+                # a step is timed only when it has work (two clock reads and a timer each,
+                # five idle steps a turn at ~100 turns a second: issue 21); an idle one's
+                # few microseconds are the turn's unexplained time
+                if self.traces.active:
+                    with st.timed("traces"):
+                        self.traces.tick(now)  # trace replies that timed out
                 if now >= next_flush:
                     self._flushing = self.flush_steps()  # (one not ended: its rest is in this one)
                     next_flush = now + flush_every
@@ -250,11 +255,15 @@ class Daemon:
                     with st.timed("flush"):
                         if run_slice(self._flushing):
                             self._flushing = None
-                if now >= self._published_mono + PUBLISH_S:
+                if now >= self._next_publish:
                     with st.timed("publish"):
                         self.publish()
-                with st.timed("detector"):
-                    self.detection.tick(now)
+                    # due a whole PUBLISH_S after this snapshot (the history's samples are a
+                    # second apart at least); STATUS and /metrics publish between, due or not
+                    self._next_publish = time.monotonic() + PUBLISH_S
+                if not self.detection.due(now):
+                    with st.timed("detector"):
+                        self.detection.tick(now)
                 with st.timed("captures"):
                     self.captures.tick()
                 st.end()
@@ -289,12 +298,16 @@ class Daemon:
                 if mask & selectors.EVENT_WRITE and not conn.closed:
                     t.send(conn)
                 st.ended(f"{conn.role or 'new'} {self._last_kind or 'send'}", t0, c0)
-        with st.timed("pending slices"):
-            t.serve_pending()  # the connections whose frames wait from an earlier turn
+        if t.pending:
+            with st.timed("pending slices"):
+                t.serve_pending()  # the connections whose frames wait from an earlier turn
+        else:
+            t.serve_pending()  # none wait: this only starts the next turn
         with st.timed("streams"):
             self.fanout.pump_streams()
-        with st.timed("exports"):
-            self.fanout.pump_exports()
+        if self.fanout.exports_running:
+            with st.timed("exports"):
+                self.fanout.pump_exports()
         if self.metrics is not None:
             with st.timed("metrics render"):
                 self.metrics.jobs.pump()  # a slice of a /metrics rendering (aclprofd.loopjobs)
@@ -425,7 +438,7 @@ class Daemon:
         self.socket_file.check()
         yield
         self.memory.trim_if_due(mono)
-        self.memory.refresh()
+        self.memory.refresh_if_due(mono)
         self.health.other_records(self.aggregator.other_records)
 
 

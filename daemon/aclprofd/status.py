@@ -3,8 +3,9 @@ STATUS reply.
 
 The loop owns :class:`Counters` (mutated on the loop thread only). :func:`take_snapshot`
 copies them, with per-agent figures and storage and aggregate sizes, into one frozen
-:class:`CountersSnapshot`; the loop publishes it (``Daemon.published``) at most every
-``PUBLISH_S`` and whenever it answers STATUS. Both the STATUS reply and the Prometheus
+:class:`CountersSnapshot`; the loop publishes it (``Daemon.published``) every
+``PUBLISH_S`` (the recent counters' history samples once a second) and whenever it answers
+STATUS or begins a /metrics rendering. Both the STATUS reply and the Prometheus
 collector (another thread) read only snapshots, so they show the same consistent numbers
 and the collector never walks the loop's live containers.
 """
@@ -29,7 +30,10 @@ from .storage import Storage
 __all__ = ["Counters", "AgentSnapshot", "CountersSnapshot", "Health", "take_snapshot", "status_reply",
            "PUBLISH_S", "SnapshotSource", "STATUS_FLAGS_BUDGET", "STATUS_CAPTURES_BUDGET"]
 
-PUBLISH_S = 0.1  # the loop publishes a new snapshot at most this often (and on STATUS)
+#: the loop publishes a new snapshot this often, and at each STATUS and /metrics rendering,
+#: which so never read an older one: ten a second cost ~0.1-0.4 ms of loop CPU each, and
+#: woke an idle loop as often (issue 21); the history (CounterHistory) samples once a second
+PUBLISH_S = 1.0
 _MAX_DROP_KEYS = 1000
 
 
@@ -307,7 +311,7 @@ class SnapshotSource(Protocol):
 
 def _memory_own(m: _MemoryUse) -> tuple[tuple[str, int], ...]:
     """STATUS "memory": what the daemon holds itself, the slack, and what clients may hold
-    (daemon/README.md "Memory budget"; the tables as of the last flush)."""
+    (daemon/README.md "Memory budget"; the tables as of their last walk: aclprofd.memory.TABLES_EVERY_S)."""
     return (("base_bytes", m.base), ("tables_bytes", m.tables_bytes), ("slack_bytes", m.slack()),
             ("clients_share_bytes", m.share()))
 

@@ -260,6 +260,11 @@ class Transport:
             frames = self._feed(conn, data, frames, end)
             if frames is None or conn.frames is not None:
                 return
+            if sliced and n < _RECV:
+                # a short read emptied the socket: asking again would only raise EAGAIN (a
+                # syscall and an exception per frame); the selector (level-triggered) says
+                # when more comes. The stop's drain (no budget) still reads until EAGAIN.
+                return
 
     def _feed(self, conn: Conn, data: bytes | None, frames: int, end: float) -> int | None:
         """Handle the frames ``data`` completes (None: resume the frames left in

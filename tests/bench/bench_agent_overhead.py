@@ -1,7 +1,8 @@
 """Agent overhead: mock inference step time with ``aclprof.agent`` streaming vs without.
 
     python tests/bench/bench_agent_overhead.py [--quick] [--rounds R] [--steps S] [--nice-daemon N] [--with-tail]
-                                               [--hog {off,on,both}] [--curve] [--numpy-consumer] [--requests]
+                                               [--hog {off,on,both}] [--curve [--curve-daemon NAME=PATH]...]
+                                               [--numpy-consumer] [--requests]
 
 A step is one ``aclmdlExecute`` of a realtime mock model (1000 ops x 10 us = 10 ms, 100 k
 ops/s), timed from Python. Rounds rotate between
@@ -27,7 +28,9 @@ as unrelated work on a production host does.
 ``--curve``: host CPU per op across the stack (the subscription's reader, the agent's
 sender, the daemon with its detector, an ``aclprof tail --json`` client attached) at 10 k,
 100 k and 1 M ops/s: it must fall or stay flat as the rate grows (batching, not
-per-record wake-ups). ``--numpy-consumer``: a Python ``subscribe`` consumer reading numpy
+per-record wake-ups); ``--curve-daemon NAME=PATH`` (repeatable) runs it against each
+``aclprofd`` in turn, ``--curve-rounds`` times (e.g. main's and a branch's, one of them
+twice for the A/A row). ``--numpy-consumer``: a Python ``subscribe`` consumer reading numpy
 batches from the queue, with the GIL-held time per acquisition of the reader and of the
 consumer. Every agent variant prints the GIL held per wake-up of the agent's threads (the
 sender's pump; the reader's Python deliveries, none in agent mode since issue 21).
@@ -174,13 +177,14 @@ def sender_pump_us(records_per_batch: int, batches: int, reps: int = 50) -> floa
     return best * 1e6
 
 
-def start_daemon(root: str, sink: str = "daemon", nice: int = 0) -> tuple[subprocess.Popen, str]:
+def start_daemon(root: str, sink: str = "daemon", nice: int = 0,
+                 argv: list[str] | None = None) -> tuple[subprocess.Popen, str]:
     socket = os.path.join(root, f"d{nice}.sock")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROF_", "ACLMOCK_", "ACLPROFD_"))}
     if sink == "null":
         cmd = [sys.executable, "-c", _NULL_SINK, socket]
     else:
-        cmd = [*daemon_argv(), "--socket", socket, "--data-dir",
+        cmd = [*(argv or daemon_argv()), "--socket", socket, "--data-dir",
                os.path.join(root, f"data{nice}"), "--prometheus-port", "0", "--log-level", "warning"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             preexec_fn=(lambda: os.nice(nice)) if nice else None)
@@ -353,6 +357,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--curve", action="store_true",
                         help="only the CPU-per-op curve at 10k, 100k, 1M ops/s (daemon with detector + tail)")
     parser.add_argument("--curve-seconds", type=float, default=3.0, help="seconds per rate of --curve")
+    parser.add_argument("--curve-daemon", action="append", default=[], metavar="NAME=PATH",
+                        help="--curve against this aclprofd executable (repeatable: the daemons alternate, "
+                             "--curve-rounds times, one table each; name one twice for the A/A row); "
+                             "default: this installation's")
+    parser.add_argument("--curve-rounds", type=int, default=1, help="rounds of --curve over the daemons")
     parser.add_argument("--requests", action="store_true",
                         help="the agent variant marks every step as a request and attributes every op (issue 25)")
     parser.add_argument("--numpy-consumer", action="store_true",
@@ -631,14 +640,43 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
 
 def curve(args: Any, aclprof: Any) -> int:
     """Host CPU per op across reader + sender + daemon (detector on, a tail attached) at
-    10 k, 100 k and 1 M ops/s of a realtime model (1000 ops per step)."""
+    10 k, 100 k and 1 M ops/s of a realtime model (1000 ops per step). With
+    ``--curve-daemon NAME=PATH`` (repeated) the daemons take turns, ``--curve-rounds``
+    times, so two builds (and an A/A pair) are compared under the same load."""
+    B.header("host CPU per op across the stack (reader + agent sender + daemon with detector, tail attached)",
+             args.quick)
+    daemons = [tuple(d.split("=", 1)) for d in args.curve_daemon] or [("this", "")]
+    tables: dict[str, list[list[tuple[str, ...]]]] = {}
+    for r in range(args.curve_rounds):
+        for name, path in daemons:
+            tables.setdefault(name, []).append(curve_rows(args, [path] if path else None))
+            if len(daemons) > 1 or args.curve_rounds > 1:
+                print(f"round {r + 1}, daemon {name}: " + ", ".join(f"{row[0]} {row[4]} %" for row in tables[name][-1]),
+                      flush=True)
+    for name, runs in tables.items():
+        if len(daemons) > 1:
+            print(f"\ndaemon {name} ({dict(daemons)[name] or 'this installation'}), round by round:")
+        for rows in runs:
+            B.table(("target ops/s", "achieved", "reader CPU %", "sender CPU %", "daemon CPU %",
+                     "us CPU per op (reader+sender+daemon)", "tail us/op", "sender wakes/s", "pump p99 us",
+                     "accounted"), rows)
+    if len(daemons) > 1 or args.curve_rounds > 1:
+        print("\nmedian daemon CPU % of a core over the rounds (the A/A pair: the same daemon twice):")
+        for name, runs in tables.items():
+            print(f"  {name:>12}: " + ", ".join(
+                f"{runs[0][i][0]} {B.med([float(rows[i][4]) for rows in runs]):.1f} %" for i in range(len(runs[0]))))
+    print("goal: <= 0.5 us of host CPU per op at 100k ops/s, falling or flat with the rate")
+    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
+    return 0
+
+
+def curve_rows(args: Any, argv: list[str] | None) -> list[tuple[str, ...]]:
+    """One run of the curve against the daemon ``argv`` (None: this installation's)."""
     import aclprof.agent as agent
     import aclprof.mock as mock
 
-    B.header("host CPU per op across the stack (reader + agent sender + daemon with detector, tail attached)",
-             args.quick)
     root = tempfile.mkdtemp(prefix="aclp-bench-")
-    daemon, sock = start_daemon(root)
+    daemon, sock = start_daemon(root, argv=argv)
     tail = start_tail(sock)
     hog_proc = None
     if args.hog == "on":
@@ -687,12 +725,7 @@ def curve(args: Any, aclprof: Any) -> int:
         daemon.terminate()
         daemon.wait(10)
         shutil.rmtree(root, ignore_errors=True)
-    B.table(("target ops/s", "achieved", "reader CPU %", "sender CPU %", "daemon CPU %",
-             "us CPU per op (reader+sender+daemon)", "tail us/op", "sender wakes/s", "pump p99 us",
-             "accounted"), rows)
-    print("goal: <= 0.5 us of host CPU per op at 100k ops/s, falling or flat with the rate")
-    print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
-    return 0
+    return rows
 
 
 def numpy_consumer(args: Any, aclprof: Any) -> int:
