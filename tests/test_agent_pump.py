@@ -264,7 +264,9 @@ def test_the_agent_streams_with_python_only_for_its_periodic_work(tmp_path, slow
 
     import aclprof.agent as agent
     from aclprof import mock
+    from aclprof.agent import billfeed
     from aclprof.agent.sender import Sender
+    from aclprof.binding.billtap import requests_marked
 
     sock = str(tmp_path / "d.sock")
     turns: list[float] = []
@@ -305,7 +307,10 @@ def test_the_agent_streams_with_python_only_for_its_periodic_work(tmp_path, slow
         wall = time.monotonic() - t0
         wait_for(lambda: fake.received == emitted, what="delivery")
         per_s = (len(turns) - n0) / wall
-        assert per_s <= 9, f"{per_s:.1f} Python turns a second"
+        # 5 a second for the drop poll, 10 more once this process marked a request (the
+        # bill feed's 0.1 s: the flag is process-wide, set by an earlier test in this worker)
+        periodic = 5 + (1 / billfeed.EVERY_S if requests_marked() else 0)
+        assert per_s <= periodic + 4, f"{per_s:.1f} Python turns a second"
         assert sum(by_python) == 0
         final = agent.stop()
         assert final.records_sent == final.records_in == emitted and final.dropped == 0
