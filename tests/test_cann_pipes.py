@@ -114,6 +114,7 @@ def test_exit_with_live_subscriptions_on_several_devices(run_python, make_env):
     for threads in ("one", "cann"):
         proc = run_python(EXIT_WITH_LIVE, env=_cann_env(make_env, ACLMOCK_THREADS=threads), timeout=30)
         assert proc.returncode == 0, (threads, proc.returncode, proc.stderr)
+        assert proc.stdout.strip(), (threads, "the exit report printed nothing", proc.stderr)
         out = json.loads(proc.stdout.strip().splitlines()[-1])
         assert out["emitted"] == 4 * 4 * 25 and out["written"] == out["emitted"] and out["dropped"] == 0
         assert sorted(out["got"].values()) == [100, 100, 100, 100], out  # every record delivered
