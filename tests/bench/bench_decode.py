@@ -120,7 +120,7 @@ def inner(args: argparse.Namespace) -> int:
     for name in table.entries(0):
         digest.update(len(name).to_bytes(4, "little") + name)
     print(f"records={total} counted={counted} corrupt={counts.corrupt} missing={counts.missing_names} "
-          f"keypoints={counts.keypoints} names={len(table)} digest={digest.hexdigest()[:16]}")
+          f"keypoints={counts.keypoints} names={len(table)} predicted={getattr(table, 'predicted', 0)} digest={digest.hexdigest()[:16]}")
     for m in ids:
         mock.unload(m)
     del aclprof
