@@ -1,4 +1,4 @@
-"""How the C decode loop fetches op names and types (``_fast_ops.c`` fetch(), issue 21).
+"""How the C decode loop fetches op names and types (``_fast_names.c`` fetch(), issue 21).
 
 The library's getters are one-shot (a successful Get erases the string), so a name can be
 asked for once. The loop makes one Get call per string into a zeroed buffer of
