@@ -1,6 +1,7 @@
 """The subscription reader's decode cost per op record, in CPU instructions (callgrind).
 
     python tests/bench/bench_decode.py [--quick] [--records N] [--batch R] [--model agent|subscribe|mixed]
+                                       [--baseline OTHER_VENV/bin/python]
 
 What runs: the model(s) are subscribed to a pipe of our own; each iteration executes them
 once (realtime off), waits until the mock's writer is idle, and reads the pipe R records at
@@ -20,8 +21,10 @@ forms: CheckData's CRC-32C of the record, the side table's lookup and erasure, i
 mutex): the floor a reader cannot remove, the API being one-shot Get calls on
 one-record slices. ``ours`` is the rest (our CRC check, interning, row writing, the
 read syscalls' user-space side). The same child runs twice (``A`` and ``A again``): the
-two must agree (the A/A row). The child also prints a digest of every row and interned
-name, so two versions of the code can be checked to decode identically.
+two must agree (the A/A row). The child also prints a digest of every row's columns
+that do not depend on time (ids, model, flag, device, keypoint) and of every interned name;
+``--baseline`` measures another interpreter's aclprof first (a venv of main) and says
+whether it decoded the same.
 
 Models: ``agent`` is ``bench_agent_overhead.py``'s (1000 ops, names like
 ``layer3/attention/MatMul_7``); ``subscribe`` is ``bench_subscribe.py``'s (200 ops of a
@@ -40,6 +43,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import _benchlib as B
@@ -145,10 +149,10 @@ def _inclusive(out_file: str) -> tuple[int, dict[str, int]]:
     return total, found
 
 
-def measure(args: argparse.Namespace, tmp: str, label: str) -> dict[str, object]:
+def measure(args: argparse.Namespace, tmp: str, label: str, python: str) -> dict[str, Any]:
     out_file = os.path.join(tmp, f"callgrind.{label.replace(' ', '_')}")
     cmd = ["valgrind", "--tool=callgrind", f"--toggle-collect={TOGGLE}", f"--callgrind-out-file={out_file}",
-           sys.executable, os.path.abspath(__file__), "--inner", "--records", str(args.records),
+           python, os.path.abspath(__file__), "--inner", "--records", str(args.records),
            "--batch", str(args.batch), "--model", args.model]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("records=")), None)
@@ -166,10 +170,13 @@ def measure(args: argparse.Namespace, tmp: str, label: str) -> dict[str, object]
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer records (< 20 s without valgrind's start-up)")
+    parser.add_argument("--quick", action="store_true", help="fewer records")
     parser.add_argument("--records", type=int, default=None, help="records captured (default 20000, quick 5000)")
     parser.add_argument("--batch", type=int, default=200, help="records per read_ops call (default 200)")
     parser.add_argument("--model", choices=("agent", "subscribe", "mixed"), default="agent")
+    parser.add_argument("--baseline", metavar="PYTHON", default=None,
+                        help="also measure the aclprof another interpreter imports (e.g. a venv of main), first, "
+                             "and check that it decodes the same rows and names")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.records = args.records or (5_000 if args.quick else 20_000)
@@ -182,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
              f"{args.records:,} records, {args.batch} per read)", args.quick)
     tmp = tempfile.mkdtemp(prefix="aclprof-bench-decode-")
     try:
-        runs = [measure(args, tmp, label) for label in ("A", "A again")]
+        runs = [measure(args, tmp, "baseline", args.baseline)] if args.baseline else []
+        runs += [measure(args, tmp, label, sys.executable) for label in ("A", "A again")]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rows = []
@@ -194,8 +202,13 @@ def main(argv: list[str] | None = None) -> int:
                      f["names"], f["digest"]))
     B.table(("run", "Ir/op total", "library (mock getters)", "of it table resizes", "ours", "library %", "records counted",
              "corrupt", "missing", "names", "rows+names digest"), rows)
-    a, b = runs
+    a, b = runs[-2:]
     print(f"A/A: total {100 * (b['total'] / a['total'] - 1):+.3f} %, ours {100 * (b['ours'] / a['ours'] - 1):+.3f} %")
+    if args.baseline:
+        base = runs[0]
+        same = base["fields"]["digest"] == a["fields"]["digest"]
+        print(f"A / baseline: total {a['total'] / base['total']:.3f}x, ours {a['ours'] / base['ours']:.3f}x; "
+              f"rows and names {'identical' if same else 'DIFFERENT'}")
     print("library: the floor (one Type and one Name Get per record, each re-checking the record's CRC); "
           "its table resizes come from the bench's bursts (a whole iteration at once, realtime off)")
     print("getters (Ir/op): " + ", ".join(f"{k} {v:.1f}" for k, v in sorted(a["getters"].items())))
