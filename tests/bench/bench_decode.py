@@ -20,11 +20,12 @@ count of the mock's four getters (``aclprofGetOpType``/``Name`` and their ``Len`
 forms: CheckData's CRC-32C of the record, the side table's lookup and erasure, its
 mutex): the floor a reader cannot remove, the API being one-shot Get calls on
 one-record slices. ``ours`` is the rest (our CRC check, interning, row writing, the
-read syscalls' user-space side). The same child runs twice (``A`` and ``A again``): the
-two must agree (the A/A row). The child also prints a digest of every row's columns
-that do not depend on time (ids, model, flag, device, keypoint) and of every interned name;
-``--baseline`` measures another interpreter's aclprof first (a venv of main) and says
-whether it decoded the same.
+read syscalls' user-space side). The counted iterations are two halves, dumped apart
+(``A`` and ``A again``: the same code on the same kind of records, the A/A row; the child
+calls ``aclprof_interner_cut`` between them, callgrind's dump marker). The child also
+prints a digest of every row's columns that do not depend on time (ids, model, flag,
+device, keypoint) and of every interned name; ``--baseline`` measures another
+interpreter's aclprof first (a venv of main) and says whether it decoded the same.
 
 Models: ``agent`` is ``bench_agent_overhead.py``'s (1000 ops, names like
 ``layer3/attention/MatMul_7``); ``subscribe`` is ``bench_subscribe.py``'s (200 ops of a
@@ -51,6 +52,7 @@ import _benchlib as B
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 LIBRARY_FUNCTIONS = ("aclprofGetOpType", "aclprofGetOpName", "aclprofGetOpTypeLen", "aclprofGetOpNameLen")
 TOGGLE = "aclprof_read_ops"
+MARKER = "aclprof_interner_cut"  # the child calls it once, between its two halves
 
 
 def _ops(model: str) -> list[dict]:
@@ -82,7 +84,8 @@ def inner(args: argparse.Namespace) -> int:
     models = ["agent", "subscribe"] if args.model == "mixed" else [args.model]
     ids = [mock.load_model(_ops(m), seed=1) for m in models]
     per_iteration = sum(len(_ops(m)) for m in models)
-    iterations = max(2, args.records // per_iteration)
+    half = max(1, args.records // per_iteration // 2)
+    iterations = 1 + 2 * half  # the warm-up, then the two halves (A, A again)
     size = 80
     r, w = os.pipe()
     fcntl.fcntl(w, _F_SETPIPE_SZ, 1 << 20)  # one iteration of every model fits
@@ -95,8 +98,11 @@ def inner(args: argparse.Namespace) -> int:
     out = np.zeros(max(args.batch, per_iteration), OP_ROW_DTYPE)
     buffer = bytearray(args.batch * size)
     digest = hashlib.sha256()
-    total = counted = 0
+    total = 0
+    counted = [0, 0]
     for it in range(iterations):
+        if it == 1 + half:
+            _ = table.cut  # the marker: callgrind dumps the first half's counts after this call
         for m in ids:
             mock.execute(m, 1)
         mock.wait_writer_idle(600)
@@ -115,7 +121,7 @@ def inner(args: argparse.Namespace) -> int:
             assert n % size == 0 and counts.left == 0, (n, counts.left)
             digest.update(_stable(out[:counts.rows]))
             expect -= n
-            counted += n // size
+            counted[it > half] += n // size
         total += per_iteration
     for m in ids:
         lowlevel.model_unsubscribe(m)  # the last one closes w
@@ -123,7 +129,7 @@ def inner(args: argparse.Namespace) -> int:
     config.close()
     for name in table.entries(0):
         digest.update(len(name).to_bytes(4, "little") + name)
-    print(f"records={total} counted={counted} corrupt={counts.corrupt} missing={counts.missing_names} "
+    print(f"records={total} counted={counted[0]},{counted[1]} corrupt={counts.corrupt} missing={counts.missing_names} "
           f"keypoints={counts.keypoints} names={len(table)} predicted={getattr(table, 'predicted', 0)} digest={digest.hexdigest()[:16]}")
     for m in ids:
         mock.unload(m)
@@ -149,29 +155,36 @@ def _inclusive(out_file: str) -> tuple[int, dict[str, int]]:
     return total, found
 
 
-def measure(args: argparse.Namespace, tmp: str, label: str, python: str) -> dict[str, Any]:
-    out_file = os.path.join(tmp, f"callgrind.{label.replace(' ', '_')}")
-    cmd = ["valgrind", "--tool=callgrind", f"--toggle-collect={TOGGLE}", f"--callgrind-out-file={out_file}",
-           python, os.path.abspath(__file__), "--inner", "--records", str(args.records),
-           "--batch", str(args.batch), "--model", args.model]
+def measure(args: argparse.Namespace, tmp: str, label: str, python: str) -> list[dict[str, Any]]:
+    """One child under callgrind: the two halves' counts per op (``label``, ``label again``)."""
+    out_file = os.path.join(tmp, f"callgrind.{label}")
+    cmd = ["valgrind", "--tool=callgrind", f"--toggle-collect={TOGGLE}", f"--dump-after={MARKER}",
+           f"--callgrind-out-file={out_file}", python, os.path.abspath(__file__), "--inner",
+           "--records", str(args.records), "--batch", str(args.batch), "--model", args.model]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     line = next((x for x in proc.stdout.splitlines() if x.startswith("records=")), None)
     if proc.returncode != 0 or line is None:
         sys.stderr.write(proc.stdout + proc.stderr)
         raise SystemExit(f"{label}: the callgrind child failed (exit {proc.returncode})")
     fields = dict(kv.split("=") for kv in line.split())
-    total, lib = _inclusive(out_file)
-    counted = int(fields["counted"])
-    resize = lib.pop("table_resize", 0)  # called by the getters: inside their counts already
-    library = sum(lib.values())
-    return {"label": label, "fields": fields, "total": total / counted, "library": library / counted,
-            "ours": (total - library) / counted, "resize": resize / counted, "getters": {k: v / counted for k, v in lib.items()}}
+    runs = []
+    # the marker's dump (the first half) is <file>.1, the end's (the second half) <file>
+    for part, name, counted in ((out_file + ".1", label, fields["counted"].split(",")[0]),
+                                (out_file, f"{label} again", fields["counted"].split(",")[1])):
+        total, lib = _inclusive(part)
+        n = int(counted)
+        resize = lib.pop("table_resize", 0)  # called by the getters: inside their counts already
+        library = sum(lib.values())
+        runs.append({"label": name, "fields": {**fields, "counted": counted}, "total": total / n,
+                     "library": library / n, "ours": (total - library) / n, "resize": resize / n,
+                     "getters": {k: v / n for k, v in lib.items()}})
+    return runs
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer records")
-    parser.add_argument("--records", type=int, default=None, help="records captured (default 20000, quick 5000)")
+    parser.add_argument("--records", type=int, default=None, help="records decoded (default 20000, quick 2000)")
     parser.add_argument("--batch", type=int, default=200, help="records per read_ops call (default 200)")
     parser.add_argument("--model", choices=("agent", "subscribe", "mixed"), default="agent")
     parser.add_argument("--baseline", metavar="PYTHON", default=None,
@@ -179,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                              "and check that it decodes the same rows and names")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    args.records = args.records or (5_000 if args.quick else 20_000)
+    args.records = args.records or (2_000 if args.quick else 20_000)
     if args.inner:
         return inner(args)
     if shutil.which("valgrind") is None or shutil.which("callgrind_annotate") is None:
@@ -189,8 +202,8 @@ def main(argv: list[str] | None = None) -> int:
              f"{args.records:,} records, {args.batch} per read)", args.quick)
     tmp = tempfile.mkdtemp(prefix="aclprof-bench-decode-")
     try:
-        runs = [measure(args, tmp, "baseline", args.baseline)] if args.baseline else []
-        runs += [measure(args, tmp, label, sys.executable) for label in ("A", "A again")]
+        runs = measure(args, tmp, "baseline", args.baseline) if args.baseline else []
+        runs += measure(args, tmp, "A", sys.executable)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     rows = []
@@ -205,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     a, b = runs[-2:]
     print(f"A/A: total {100 * (b['total'] / a['total'] - 1):+.3f} %, ours {100 * (b['ours'] / a['ours'] - 1):+.3f} %")
     if args.baseline:
-        base = runs[0]
+        base = runs[0]  # its first half, as A is
         same = base["fields"]["digest"] == a["fields"]["digest"]
         print(f"A / baseline: total {a['total'] / base['total']:.3f}x, ours {a['ours'] / base['ours']:.3f}x; "
               f"rows and names {'identical' if same else 'DIFFERENT'}")
