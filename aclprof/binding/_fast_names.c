@@ -4,11 +4,12 @@
  * Why a prediction: ops repeat in model order every step, so the record after an op named X
  * is, nearly always, the same op as the last time X was seen. Each entry remembers the
  * (type, name) ids of the record that followed the last record it named; the fetched bytes
- * are compared with that guess (one memcmp of len + 1 bytes: the bytes and the zero after
- * them), and only a miss hashes and probes. A guess is only ever a shortcut to the id the
+ * are compared with that guess (the 8-byte words holding its bytes and the zero after them:
+ * guess_holds), and only a miss hashes and probes. A guess is only ever a shortcut to the id the
  * hash lookup would give for the same bytes (each string has one id), so hits and misses
  * decode identically; a model whose order changes, or two models in one pipe, just miss
- * more (counted: aclprof_interner_predicted). Issue 21: this was ~45 % of our CPU per op. */
+ * more (counted: aclprof_interner_predicted). Issue 21: hashing and probing every string was
+ * over half of our instructions per record (bench_decode.py). */
 #include "_fast_internal.h"
 
 /* Pointer types from the library's own prototypes (cdefs/acl_prof.h); the name getters
