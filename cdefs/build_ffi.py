@@ -11,11 +11,12 @@ Two modules come out of this file:
   calls, the op-record name loop, CRC-32C). It links to no vendor library: the loader hands it
   the loaded library's function pointers, so the same binary serves the mock and real CANN.
   Its sources sit beside the module, one file per seam, compiled into the one extension:
-  ``_fast_tx.c`` (msproftx stamp cache and per-thread stacks), ``_fast_ops.c`` (op-record name
-  loop and interner), ``_fast_crc.c`` (CRC-32C), ``_fast_agent.c`` (the agent's
-  record conversion), ``_fast_aqueue.c`` (the agent's record queue: the reader loop that fills
-  it and the sender's framing call, issue 21), ``_fast_apump.c`` (the agent's sender between
-  Python's turns: wait, frame, write, all without the GIL), ``_fast_billtap.c`` (the request-bill tap the
+  ``_fast_tx.c`` (msproftx stamp cache and per-thread stacks), ``_fast_ops.c`` (op-record
+  pipe read and decode loop), ``_fast_names.c`` (its name fetch and interner), ``_fast_crc.c``
+  (CRC-32C), ``_fast_agent.c`` (the agent's record conversion), ``_fast_aqueue.c`` (the agent's
+  record queue: the reader loop that fills it and the sender's framing call, issue 21),
+  ``_fast_apump.c`` (the agent's sender between Python's turns: wait, frame, write, all without
+  the GIL), ``_fast_billtap.c`` (the request-bill tap the
   queue's readers feed, issue 25); ``_fast.h`` is both the cdef and the header the
   C files include, and ``_fast_internal.h`` brings in ``cdefs/`` so the function-pointer types
   derive from the library's real prototypes. One extension rather than three: the files share
@@ -46,8 +47,8 @@ abi_ffi = FFI()
 abi_ffi.cdef(_read_cdefs())
 abi_ffi.set_source("aclprof.binding._acl_ffi", None)
 
-FAST_SOURCES = ("_fast_tx.c", "_fast_ops.c", "_fast_crc.c", "_fast_agent.c", "_fast_aqueue.c", "_fast_apump.c",
-                "_fast_billtap.c", "_fast_dl.c")
+FAST_SOURCES = ("_fast_tx.c", "_fast_ops.c", "_fast_names.c", "_fast_crc.c", "_fast_agent.c", "_fast_aqueue.c",
+                "_fast_apump.c", "_fast_billtap.c", "_fast_dl.c")
 
 
 def _source_path(path: Path) -> str:

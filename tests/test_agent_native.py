@@ -234,6 +234,38 @@ def test_the_reader_runs_no_python_per_batch(sock_path, agent, monkeypatch):
         fake.close()
 
 
+def test_the_agent_reader_gathers_records_longer_than_a_python_consumer(sock_path, agent):
+    """An agent's subscription lets a small read gather for AGENT_COALESCE_NS (10 ms), not
+    the 2 ms of a Python consumer: its batches wait for the sender (every 25-50 ms) anyway,
+    and each of the reader's timed sleeps costs it CPU (issue 21). A realtime model at
+    100 k ops/s for 0.4 s: at most one read per 10 ms (2 ms gave ~200), every record
+    delivered."""
+    import time
+
+    from aclprof import mock
+    from aclprof.api.subscription.reader import AGENT_COALESCE_NS, COALESCE_NS
+
+    assert AGENT_COALESCE_NS == 10_000_000 > COALESCE_NS
+    fake = FakeDaemon(sock_path)
+    try:
+        a = agent.start(sock_path)
+        model = mock.load_model([{"name": f"op{i}", "type": "Add", "duration_ns": 10_000} for i in range(100)])
+        agent.watch(model)
+        assert a._watched[model].sub._reader.coalesce_ns == AGENT_COALESCE_NS
+        mock.set_realtime(True)
+        t0 = time.monotonic()
+        mock.execute(model, 400)  # 40,000 ops of 10 us: 0.4 s (longer on a loaded machine)
+        mock.wait_writer_idle()
+        wall = time.monotonic() - t0
+        wait_for(lambda: fake.received == 40_000, what="delivery")
+        # a read that starts small then sleeps 10 ms (at most one per 10 ms of the run), one
+        # of half the buffer or more (2048 records: a reader held off the CPU) does not
+        assert _reads(a, model) <= wall / (AGENT_COALESCE_NS / 1e9) + 40_000 / 2048 + 2
+        assert agent.stop().records_sent == 40_000
+    finally:
+        fake.close()
+
+
 def test_control_frames_keep_their_place_when_a_chunk_is_cut_short(sock_path, agent, monkeypatch):
     """Buffered with no daemon: records, UNWATCH, WATCH again, records. With chunks of 64
     records the UNWATCH waits for the records before it over several pumps; the daemon

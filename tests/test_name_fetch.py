@@ -1,4 +1,4 @@
-"""How the C decode loop fetches op names and types (``_fast_ops.c`` fetch(), issue 21).
+"""How the C decode loop fetches op names and types (``_fast_names.c`` fetch(), issue 21).
 
 The library's getters are one-shot (a successful Get erases the string), so a name can be
 asked for once. The loop makes one Get call per string into a zeroed buffer of
@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from helpers.fakegetters import GETTERS, FakeLibrary, bind, bound, counting, expected_string
 from helpers.records import capture_records
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -38,45 +39,20 @@ from aclprof.binding.opdecode import NAME_LIMIT, NameTable
 
 pytestmark = pytest.mark.usefixtures("no_leaks")
 
-GETTERS = ("aclprofGetOpTypeLen", "aclprofGetOpType", "aclprofGetOpNameLen", "aclprofGetOpName")
-LEN_T = "int(*)(const void *, size_t, uint32_t, size_t *)"
-STR_T = "int(*)(const void *, size_t, uint32_t, char *, size_t)"
-
-
-def _bind(fns: dict[str, Any]) -> None:
-    ffi = get_library().ffi
-    fast.aclprof_fast_bind_ops(*(int(ffi.cast("uintptr_t", fns[name])) for name in GETTERS))
-
-
 @pytest.fixture
 def bind_getters() -> Iterator[Callable[[dict[str, Any]], None]]:
     """Bind other getter pointers into the C loop, keeping them (cffi callbacks) alive until
     the library's own are put back after the test."""
     library = get_library()
-    bound: list[dict[str, Any]] = []
+    kept: list[dict[str, Any]] = []
 
-    def bind(fns: dict[str, Any]) -> None:
-        bound.append(fns)
-        _bind(fns)
+    def bind_kept(fns: dict[str, Any]) -> None:
+        kept.append(fns)
+        bind(fns)
 
-    yield bind
-    _bind({name: library.functions[name] for name in GETTERS})
-    bound.clear()
-
-
-def counting(calls: Counter) -> dict[str, Any]:
-    """Callbacks that count each getter call and forward it to the library's own."""
-    library = get_library()
-    ffi, real = library.ffi, library.functions
-    out = {}
-    for name in GETTERS:
-        def forward(*args: Any, _name: str = name) -> int:
-            calls[_name] += 1
-            return int(real[_name](*args))
-        out[name] = ffi.callback(LEN_T if name.endswith("Len") else STR_T, forward)
-    return out
-
-
+    yield bind_kept
+    bind({name: library.functions[name] for name in GETTERS})
+    kept.clear()
 
 
 def decode(raw: bytes, validate: bool = True) -> tuple[NameTable, list[tuple[bytes, bytes]], Any]:
@@ -102,16 +78,8 @@ def decode_counted(bind_getters: Callable[[dict[str, Any]], None], ops: list[dic
 
 
 def expected(name: bytes) -> bytes:
-    """What the loop keeps of ``name``: all of it up to NAME_LIMIT bytes, else the first
-    NAME_LIMIT bytes less a UTF-8 character they would split."""
-    if len(name) <= NAME_LIMIT:
-        return name
-    cut = NAME_LIMIT
-    for _ in range(3):
-        if name[cut] & 0xC0 != 0x80:
-            break
-        cut -= 1
-    return name[:cut]
+    """What the loop keeps of ``name`` (cut to NAME_LIMIT at a UTF-8 boundary if longer)."""
+    return expected_string(name, NAME_LIMIT)
 
 
 def test_the_limit_is_the_compiled_one():
@@ -153,55 +121,6 @@ def test_long_names_from_the_mock_are_cut_at_the_limit_and_counted(bind_getters)
     assert mock.stats()["nameTableEntries"] == 0
 
 
-class FakeLibrary:
-    """Getters over a side table keyed by the record's opIndex, one-shot like CANN's.
-
-    ``rule="source"``: op_desc_parser.cpp with securec's memcpy_s: a string longer than the
-    buffer is refused (the buffer cleared, the entry kept); else its bytes are copied,
-    buf[len-1] = 0 and the entry erased. ``rule="docs"``: a short buffer truncates (the
-    first len-1 bytes and a NUL; erased). Both leave the buffer's other bytes alone."""
-
-    def __init__(self, rule: str, table: dict[int, tuple[bytes | None, bytes | None]]):
-        ffi = get_library().ffi
-        self.rule, self.table, self.calls = rule, table, Counter()
-        self.fns = {"aclprofGetOpTypeLen": ffi.callback(LEN_T, lambda *a: self._len(1, *a)),
-                    "aclprofGetOpNameLen": ffi.callback(LEN_T, lambda *a: self._len(0, *a)),
-                    "aclprofGetOpType": ffi.callback(STR_T, lambda *a: self._get(1, *a)),
-                    "aclprofGetOpName": ffi.callback(STR_T, lambda *a: self._get(0, *a))}
-        self._ffi = ffi
-
-    def _string(self, which: int, data: Any) -> bytes | None:
-        (index,) = struct.unpack("<Q", bytes(self._ffi.buffer(data, 80)[16:24]))
-        entry = self.table.get(index)
-        return None if entry is None else entry[which]
-
-    def _len(self, which: int, data: Any, size: int, i: int, out: Any) -> int:
-        self.calls["len"] += 1
-        s = self._string(which, data)
-        if s is None:
-            return 100000
-        out[0] = len(s) + 1
-        return 0
-
-    def _get(self, which: int, data: Any, size: int, i: int, buf: Any, buf_len: int) -> int:
-        self.calls["get"] += 1
-        s = self._string(which, data)
-        if s is None:
-            return 100000
-        if len(s) > buf_len:
-            if self.rule == "source":
-                self._ffi.memmove(buf, bytes(buf_len), buf_len)
-                return 100000
-            s = s[:buf_len - 1]
-        self._ffi.memmove(buf, s, len(s))
-        buf[buf_len - 1] = b"\0"
-        (index,) = struct.unpack("<Q", bytes(self._ffi.buffer(data, 80)[16:24]))
-        pair = list(self.table[index])
-        pair[which] = None
-        self.table[index] = (pair[0], pair[1])
-        return 0
-
-
 def record(index: int) -> bytes:
     return struct.pack("<IIIIQ", 0, 1, 0, 0, index) + bytes(56)
 
@@ -224,12 +143,8 @@ def test_both_readings_of_the_getters_give_the_old_names_up_to_the_limit(entries
     results = []
     for rule in ("source", "docs"):
         fake = FakeLibrary(rule, {i + 1: pair for i, pair in enumerate(entries)})
-        _bind(fake.fns)
-        try:
+        with bound(fake.fns):
             table, got, counts = decode(raw, validate=False)
-        finally:
-            library = get_library()
-            _bind({name: library.functions[name] for name in GETTERS})
         assert all(pair == (None, None) for pair in fake.table.values()), rule
         assert got == [(b"?" if n is None else expected(n), b"?" if t is None else expected(t))
                        for n, t in entries], rule

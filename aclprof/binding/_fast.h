@@ -1,6 +1,6 @@
 /* Hot-path helpers compiled in cffi API mode (see cdefs/build_ffi.py): this file is the
- * cdef cffi reads, and the C files (_fast_tx.c, _fast_ops.c, _fast_crc.c, _fast_agent.c,
- * _fast_aqueue.c, _fast_billtap.c, _fast_dl.c) include it, so the
+ * cdef cffi reads, and the C files (_fast_tx.c, _fast_ops.c, _fast_names.c, _fast_crc.c,
+ * _fast_agent.c, _fast_aqueue.c, _fast_billtap.c, _fast_dl.c) include it, so the
  * compiler checks them against it. cffi's cdef parser takes plain declarations and integer
  * #defines only.
  * The loader binds the vendor library's function pointers once with aclprof_fast_bind_*();
@@ -67,6 +67,10 @@ uint64_t aclprof_interner_overflows(const aclprof_interner *in);
  * a UTF-8 character boundary), counted here. */
 #define ACLPROF_NAME_LIMIT 16384
 uint64_t aclprof_interner_cut(const aclprof_interner *in);
+/* Strings the decode loop named by predicting their id from the record before (the same op
+ * as the last time that record's op was seen: model order), without hashing; the others
+ * were looked up. Either way the id is the same (see _fast_names.c). */
+uint64_t aclprof_interner_predicted(const aclprof_interner *in);
 const char *aclprof_interner_entry(const aclprof_interner *in, uint32_t id, size_t *len);
 /* Intern s (the getters' fallback decodes in Python and keeps this table aligned with its
  * own list); returns its id, 0 when the table is full (counted as an overflow). */

@@ -30,6 +30,12 @@
  * loader binds the op getters (under its lock), so later calls never race to initialise. */
 ACLPROF_FAST_HIDDEN void aclprof_crc_init(void);
 
+/* _fast_names.c: fetch rec's type and name once each through the library (the entries are
+ * one-shot) and intern them into *type and *name (UINT32_MAX: the library had none, or
+ * refused it). Returns 1 when they are the step keypoint's "na" / "keypoint_op", else 0. */
+ACLPROF_FAST_HIDDEN int aclprof_names_fetch(aclprof_interner *in, const uint8_t *rec, uint32_t rec_size,
+                                            uint32_t *type, uint32_t *name);
+
 /* _fast_ops.c: the calling thread's last aclprof_read_pipe: when its first read() returned
  * (host CLOCK_MONOTONIC ns) and what it got. A read that then coalesces returns up to
  * coalesce_ns later; the records of that first read were all written before this time, a

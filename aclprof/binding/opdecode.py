@@ -5,7 +5,9 @@
 that the api layer holds no cffi object. The C loop (``_fast_ops.c``,
 ``aclprof_decode_ops``, GIL released) checks each record's signature, fetches its name and
 type through the library's one-shot getters exactly once (the fetch frees the library's
-table entry), interning them into :class:`NameTable`, and writes the numeric fields.
+table entry), interning them into :class:`NameTable` (``_fast_names.c``: the id guessed from
+model order and checked, a hash lookup only when the guess misses), and writes the numeric
+fields.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ READ_EOF, READ_WOKEN = 1, 2
 OP_ROW_SIZE = OP_ROW_DTYPE.itemsize
 #: Bytes of an op name or type the C loop keeps (``_fast.h`` ACLPROF_NAME_LIMIT): a longer
 #: one is cut to this (at a UTF-8 character boundary) and counted (:attr:`NameTable.cut`).
-#: One library Get call per string is exact up to this length (``_fast_ops.c`` fetch()).
+#: One library Get call per string is exact up to this length (``_fast_names.c`` fetch()).
 NAME_LIMIT = 16384
 
 
@@ -127,6 +129,13 @@ class NameTable:
     def overflows(self) -> int:
         """Names that did not fit (they read as the placeholder)."""
         return int(self._lib.aclprof_interner_overflows(self._table))
+
+    @property
+    def predicted(self) -> int:
+        """Names and types the C loop named from its guess of the record's op (the one that
+        followed the previous record's op last time: model order) without a hash lookup;
+        the same ids either way, only cheaper."""
+        return int(self._lib.aclprof_interner_predicted(self._table))
 
     @property
     def cut(self) -> int:

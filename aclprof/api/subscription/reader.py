@@ -44,7 +44,7 @@ from aclprof.api.subscription.queue import BatchQueue
 from aclprof.api.subscription.stats import LagClock
 from aclprof.binding.opdecode import READ_EOF, READ_WOKEN
 
-__all__ = ["Reader", "COALESCE_NS"]
+__all__ = ["Reader", "COALESCE_NS", "AGENT_COALESCE_NS"]
 
 #: After a small read, how long the reader lets records gather before it takes the GIL to
 #: deliver them (issue 12). At 100 k records/s that is ~200 records per batch and ~500
@@ -52,6 +52,15 @@ __all__ = ["Reader", "COALESCE_NS"]
 #: this much to the reader's lag. A read of half the buffer or more is delivered at once,
 #: so throughput is not capped by it.
 COALESCE_NS = 2_000_000
+
+#: The same for a subscription of the agent (issue 21): its batches go to the agent's queue
+#: in C, never to Python, and the agent's sender takes them only every 25-50 ms, so
+#: gathering longer delays nothing the daemon sees by more than this (a tenth of the `tail`
+#: p99 goal of 100 ms) and saves the wake-ups: on a 2-core VM each timed sleep costs the
+#: reader ~30-50 us of CPU, so 2 ms cost ~2.5 % of a core at any rate and 10 ms ~0.5 %. The
+#: pipe (1 MiB, ~13 ms at 1 M records/s) still holds what arrives meanwhile, and a read of
+#: half the buffer or more never waits.
+AGENT_COALESCE_NS = 10_000_000
 
 _log = get_logger("aclprof.api.subscription")
 
@@ -109,7 +118,7 @@ class Reader:
         self._sink = sink
         decoder.names_in_python = sink is None  # agent mode: the queue holds the names
         self.on_exit = on_exit
-        self.coalesce_ns = COALESCE_NS
+        self.coalesce_ns = AGENT_COALESCE_NS if sink is not None else COALESCE_NS
         self.bytes_read = 0
         self.truncated = 0
         self.delivered = 0  # to callbacks; the queue counts its own
