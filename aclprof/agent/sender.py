@@ -63,7 +63,10 @@ HEARTBEAT_S = wire.AGENT_HEARTBEAT_S
 _HEARTBEAT = {"dropped": 0, "reason": "heartbeat"}
 _OP_FAILURE_PROTOCOL = 3  # the daemon protocol that knows OP_FAILURE frames (issue 24)
 _REQUEST_BILL_PROTOCOL = 4  # ... and REQUEST_BILL frames (issue 25)
-_NAMES_STEP = 128  # names mapped per stop of the C framing call (GIL held ~50 us each) ...
+# names mapped per stop of the C framing call: 32 hold the GIL ~100 us on a 2-core VM (128
+# held it ~380 us, and a model's 1000 names in 8 such holds slowed the service's first steps
+# after a connection by 0.3 ms on average, up to 7 ms: tests/bench/bench_agent_overhead.py) ...
+_NAMES_STEP = 32
 _NAMES_PAUSE_S = 0.0001  # ... with a sleep between stops: a thread waiting for the GIL gets it
 
 
