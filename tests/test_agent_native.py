@@ -17,6 +17,7 @@ import tempfile
 import numpy as np
 import pytest
 from helpers.agent_worker import FIXED_OPS
+from helpers.agentstream import watch_and_run
 from helpers.procs import wait_for
 from helpers.wiredaemon import FakeDaemon
 
@@ -342,12 +343,7 @@ def test_the_getters_fallback_streams_names_through_the_queue(sock_path, agent):
     mock.set_op_desc_layout("shuffled")
     fake = FakeDaemon(sock_path)
     try:
-        a = agent.start(sock_path)
-        model = mock.load_model(FIXED_OPS)
-        agent.watch(model)
-        mock.execute(model, 30)
-        mock.wait_writer_idle()
-        emitted = 30 * len(FIXED_OPS)
+        a, model, emitted = watch_and_run(agent, sock_path, 30)
         wait_for(lambda: fake.received == emitted, what="delivery")
         assert a._watched[model].sub.stats.layout_mismatch is True
         conn = fake.conns[0]
@@ -522,12 +518,7 @@ def test_corrupt_records_in_agent_mode_are_the_subscriptions_drops(sock_path, ag
     fake = FakeDaemon(sock_path)
     try:
         mock.set_corrupt_every(7)
-        a = agent.start(sock_path)
-        model = mock.load_model(FIXED_OPS)
-        agent.watch(model)
-        mock.execute(model, 70)
-        mock.wait_writer_idle()
-        emitted = 70 * len(FIXED_OPS)
+        a, model, emitted = watch_and_run(agent, sock_path, 70)
         corrupt = mock.stats()["recordsCorrupted"]
         sub = a._watched[model].sub
         wait_for(lambda: sub.stats.records_read == emitted, what="reading")

@@ -326,6 +326,7 @@ def test_a_forked_child_closes_its_copy_of_the_pump_pipe_and_the_parent_streams_
     closes its copies of the pump's pipe (it would otherwise hold fds it never uses); the
     parent's loop goes on and every record arrives."""
     from helpers.agent_worker import FIXED_OPS
+    from helpers.agentstream import watch_and_run
     from helpers.procs import wait_for
     from helpers.wiredaemon import FakeDaemon
 
@@ -335,12 +336,8 @@ def test_a_forked_child_closes_its_copy_of_the_pump_pipe_and_the_parent_streams_
     sock = str(tmp_path / "d.sock")
     fake = FakeDaemon(sock)
     try:
-        a = agent.start(sock)
-        model = mock.load_model(FIXED_OPS)
-        agent.watch(model)
-        mock.execute(model, 10)
-        mock.wait_writer_idle()
-        wait_for(lambda: fake.received == 10 * len(FIXED_OPS), what="delivery")
+        a, model, emitted = watch_and_run(agent, sock, 10)
+        wait_for(lambda: fake.received == emitted, what="delivery")
         pump = a._buffer.pump
         fds = (pump.rows_r, pump.rows_w)
         r, w = os.pipe()
