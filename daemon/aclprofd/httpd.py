@@ -211,18 +211,21 @@ class HttpServer:
         ``read_timeout`` of waiting, answer it 503 instead: the listener accepts again."""
         assert self._held is not None
         sock, peer, since = self._held
-        if len(self.conns) < self.max_connections or self._evict_waiting():
+        admit = len(self.conns) < self.max_connections or self._evict_waiting()
+        if not admit and now - since <= self.read_timeout:
+            return
+        # the state first, then the socket: whoever sees the 503 (or the admission) sees no
+        # connection held (the test saw the answer before this thread cleared it)
+        self._held = None
+        if admit:
             self._register(sock, peer)
-        elif now - since > self.read_timeout:
+        else:
             self.count("connections")
             try:  # best effort: the client learns why; never waits on it
                 sock.send(b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             except OSError:
                 pass
             sock.close()
-        else:
-            return
-        self._held = None
         if self._resume_accept is None:
             self.sel.register(self.listener, selectors.EVENT_READ, None)
 
