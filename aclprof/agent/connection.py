@@ -220,13 +220,17 @@ class Connection:
             return False
         self.bytes_sent += sent_total
         if not out:
-            self.records_sent += out.records
-            self.loss_reported += out.loss
-            self._conn_records += out.records
-            self._conn_loss += out.loss
-            self.frames_sent += out.frames
+            self._chunk_sent(out.records, out.loss, out.frames)
             out.clear()
         return True
+
+    def _chunk_sent(self, records: int, loss: int, frames: int) -> None:
+        """Whole chunks of frames carrying these were written (a GOODBYE compares them)."""
+        self.records_sent += records
+        self.loss_reported += loss
+        self._conn_records += records
+        self._conn_loss += loss
+        self.frames_sent += frames
 
     def pump(self, pump: Pump, *, py_fd: int, coalesce_s: float, wake_rows: int, until: float,
              max_rows: int, max_devices: int) -> PumpResult:
@@ -244,11 +248,7 @@ class Connection:
                      max_rows=max_rows, max_devices=max_devices)
         out.start, out.end, out.records, out.loss, out.frames = r.start, r.end, r.records, r.loss, r.frames
         self.bytes_sent += r.sent_bytes
-        self.records_sent += r.sent_records
-        self.loss_reported += r.sent_loss
-        self._conn_records += r.sent_records
-        self._conn_loss += r.sent_loss
-        self.frames_sent += r.sent_frames
+        self._chunk_sent(r.sent_records, r.sent_loss, r.sent_frames)
         if r.code == PUMP_ERROR:
             self.disconnect(f"send failed: {os.strerror(r.err)}")
         return r

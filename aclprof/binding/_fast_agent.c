@@ -11,21 +11,6 @@
 #error "aclprof.binding._fast writes little-endian wire records from native op rows: port the stores"
 #endif
 
-/* One 4-byte field of a record at p (rows are 57 bytes apart: never aligned). */
-static inline uint32_t ld32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void st32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, sizeof v);
-}
-
-#define REC_AT(field) offsetof(aclprof_op_row, rec) + offsetof(aclprof_record, field)
-
 int64_t aclprof_agent_convert(uint8_t *out, const uint8_t *data, uint32_t n, uint32_t in_size,
                               const uint32_t *map, uint32_t map_len)
 {
@@ -34,7 +19,7 @@ int64_t aclprof_agent_convert(uint8_t *out, const uint8_t *data, uint32_t n, uin
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *src = data + (size_t)i * in_size;
         uint8_t *dst = out + (size_t)i * sizeof(aclprof_record);
-        uint32_t name = ld32(src + REC_AT(op_name)), type = ld32(src + REC_AT(op_type));
+        uint32_t name = ld32(src + ACLPROF_ROW_AT(op_name)), type = ld32(src + ACLPROF_ROW_AT(op_type));
         uint32_t hi = name > type ? name : type;
         if (hi > top)
             top = hi;
@@ -48,7 +33,7 @@ int64_t aclprof_agent_convert(uint8_t *out, const uint8_t *data, uint32_t n, uin
          * a copy into a local struct and out again ran at half this speed (gcc keeps the
          * struct in memory: two 56-byte copies per record). */
         memcpy(dst, src + offsetof(aclprof_op_row, rec), sizeof(aclprof_record));
-        uint32_t flag = ld32(src + REC_AT(flag));
+        uint32_t flag = ld32(src + ACLPROF_ROW_AT(flag));
         if (src[offsetof(aclprof_op_row, keypoint)])
             flag |= (uint32_t)ACLPROF_FLAG_KEYPOINT;
         st32(dst + offsetof(aclprof_record, op_name), map[name]);

@@ -22,13 +22,6 @@
 #define KIND_BATCH 13
 #define REC sizeof(aclprof_record)
 
-static int64_t now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void put_header(uint8_t *p, uint32_t length)
 {
     memcpy(p, "ACLP", 4);
@@ -81,7 +74,7 @@ static int wait_for(const aclprof_aq_pump_args *a, aclprof_aq_pump_io *io, short
         {.fd = a->py_fd, .events = POLLIN},
         {.fd = a->rows_r, .events = POLLIN},
     };
-    int64_t left = deadline_ns - now_ns();
+    int64_t left = deadline_ns - aclprof_mono_ns();
     int ms = left <= 0 ? 0 : (int)((left + 999999) / 1000000);
     int r = poll(fds, 3, ms);
     if (r < 0) {
@@ -96,7 +89,7 @@ static int wait_for(const aclprof_aq_pump_args *a, aclprof_aq_pump_io *io, short
         return ACLPROF_PUMP_PYTHON;
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL))
         return ACLPROF_PUMP_INCOMING;
-    if (now_ns() >= a->until_ns)
+    if (aclprof_mono_ns() >= a->until_ns)
         return ACLPROF_PUMP_TIMEOUT;
     return 0;
 }
@@ -111,7 +104,7 @@ int aclprof_aq_pump(aclprof_agent_queue *q, const aclprof_aq_pump_args *a, aclpr
         io->err = EINVAL;
         return ACLPROF_PUMP_ERROR;
     }
-    int64_t last = now_ns(); /* while busy, the next frame waits until last + coalesce_ns */
+    int64_t last = aclprof_mono_ns(); /* while busy, the next frame waits until last + coalesce_ns */
     for (;;) {
         /* what is pending goes first: a chunk is written whole (and counted) before the
          * next is built */
@@ -126,7 +119,7 @@ int aclprof_aq_pump(aclprof_agent_queue *q, const aclprof_aq_pump_args *a, aclpr
                 return code;
             continue;
         }
-        int64_t now = now_ns();
+        int64_t now = aclprof_mono_ns();
         if (now >= a->until_ns)
             return ACLPROF_PUMP_TIMEOUT;
         int behind = 0;

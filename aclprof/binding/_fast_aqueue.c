@@ -47,13 +47,6 @@ struct aclprof_agent_queue {
     aclprof_bill_tap *tap; /* request bills (_fast_billtap.c): fed each read, NULL: none */
 };
 
-static int64_t mono_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 aclprof_agent_queue *aclprof_aq_new(uint64_t bound, int wake_fd)
 {
     if (bound < 1 || bound > ((uint64_t)1 << 32))
@@ -241,7 +234,7 @@ int aclprof_aq_push(aclprof_agent_queue *q, int slot, const aclprof_interner *in
         append_locked(q, slot, rows, n);
     aclprof_bill_tap *tap = ok ? q->tap : NULL;
     pthread_mutex_unlock(&q->mu);
-    aclprof_tap_feed(tap, slot, rows, n, mono_ns(), 0, 0);
+    aclprof_tap_feed(tap, slot, rows, n, aclprof_mono_ns(), 0, 0);
     return ok ? 0 : -1;
 }
 
@@ -297,7 +290,7 @@ int64_t aclprof_aq_run(aclprof_agent_queue *q, int slot, aclprof_interner *in, i
                                        validate, default_device, out, counts, flags);
         if (got < 0)
             return got;
-        int64_t arrival = mono_ns();
+        int64_t arrival = aclprof_mono_ns();
         /* the rows whose bytes came with the read's first read(): a tighter clock note (with a
          * corrupt record left out, row i may not be record i: then none) */
         uint64_t first_rows = counts->corrupt ? 0 : (had + (uint64_t)aclprof_read_first_bytes) / rec_size;
@@ -516,20 +509,6 @@ int aclprof_aq_set_map(aclprof_agent_queue *q, int slot, int64_t gen, const uint
     return ok ? 0 : -1;
 }
 
-static inline uint32_t ld32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void st32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, sizeof v);
-}
-
-#define REC_AT(field) (offsetof(aclprof_op_row, rec) + offsetof(aclprof_record, field))
-
 int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32_t max,
                      uint32_t max_devices, uint8_t *out, aclprof_aq_frame_result *res)
 {
@@ -555,7 +534,7 @@ int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32
             }
             cur = slot;
         }
-        uint32_t name = ld32(src + REC_AT(op_name)), type = ld32(src + REC_AT(op_type));
+        uint32_t name = ld32(src + ACLPROF_ROW_AT(op_name)), type = ld32(src + ACLPROF_ROW_AT(op_type));
         uint32_t hi = name > type ? name : type;
         uint32_t map_len = s->map_gen == gen ? s->map_len : 0;
         if (hi >= map_len) {
@@ -564,7 +543,7 @@ int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32
             res->value = hi;
             break;
         }
-        uint32_t dev = ld32(src + REC_AT(device_id));
+        uint32_t dev = ld32(src + ACLPROF_ROW_AT(device_id));
         if (s->learn && dev != 0 && dev < max_devices && dev != s->device) {
             code = ACLPROF_AQ_DEVICE;
             res->slot = (uint32_t)slot;
@@ -573,7 +552,7 @@ int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32
         }
         uint8_t *dst = out + n * sizeof(aclprof_record);
         memcpy(dst, src + offsetof(aclprof_op_row, rec), sizeof(aclprof_record));
-        uint32_t flag = ld32(src + REC_AT(flag));
+        uint32_t flag = ld32(src + ACLPROF_ROW_AT(flag));
         if (src[offsetof(aclprof_op_row, keypoint)])
             flag |= (uint32_t)ACLPROF_FLAG_KEYPOINT;
         st32(dst + offsetof(aclprof_record, op_name), s->map[name]);

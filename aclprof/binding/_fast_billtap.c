@@ -71,21 +71,12 @@ static int ready_locked(aclprof_bill_tap *t)
     return t->ops && t->notes;
 }
 
-static inline uint32_t ld32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 static inline uint64_t ld64(const uint8_t *p)
 {
     uint64_t v;
     memcpy(&v, p, sizeof v);
     return v;
 }
-
-#define AT(field) (offsetof(aclprof_op_row, rec) + offsetof(aclprof_record, field))
 
 void aclprof_tap_feed(aclprof_bill_tap *t, int slot, const uint8_t *rows, uint64_t n, int64_t arrival,
                       uint64_t note_rows, int64_t note_at)
@@ -106,7 +97,7 @@ void aclprof_tap_feed(aclprof_bill_tap *t, int slot, const uint8_t *rows, uint64
     uint64_t newest = 0, kept = 0;
     for (uint64_t i = 0; i < n; i++) {
         const uint8_t *r = rows + i * sizeof(aclprof_op_row);
-        uint64_t end = ld64(r + AT(end));
+        uint64_t end = ld64(r + ACLPROF_ROW_AT(end));
         if (i < note_rows && end > newest)
             newest = end;
         if (r[offsetof(aclprof_op_row, keypoint)])
@@ -117,12 +108,12 @@ void aclprof_tap_feed(aclprof_bill_tap *t, int slot, const uint8_t *rows, uint64
             continue;
         }
         aclprof_tap_op *o = &t->ops[t->n_ops++];
-        o->start = ld64(r + AT(start));
+        o->start = ld64(r + ACLPROF_ROW_AT(start));
         o->end = end;
-        o->thread_id = ld32(r + AT(thread_id));
-        o->model_id = ld32(r + AT(model_id));
-        o->op_type = ld32(r + AT(op_type));
-        o->op_name = ld32(r + AT(op_name));
+        o->thread_id = ld32(r + ACLPROF_ROW_AT(thread_id));
+        o->model_id = ld32(r + ACLPROF_ROW_AT(model_id));
+        o->op_type = ld32(r + ACLPROF_ROW_AT(op_type));
+        o->op_name = ld32(r + ACLPROF_ROW_AT(op_name));
         o->slot = (uint32_t)slot;
         o->reserved = 0;
         kept++;

@@ -47,6 +47,26 @@ ACLPROF_FAST_HIDDEN extern _Thread_local int64_t aclprof_read_first_bytes;
  * nothing unless a request was marked. The read's clock note: the newest end of the first
  * note_rows rows, all written before host ns note_at (note_rows 0: of all n, before
  * arrival). */
+/* _fast_ops.c: the host's CLOCK_MONOTONIC in ns (the clock Python's time.monotonic reads). */
+ACLPROF_FAST_HIDDEN int64_t aclprof_mono_ns(void);
+
+/* A 4-byte field at p, native order: records and rows are packed (57-byte rows are never
+ * aligned), so every load and store goes through memcpy. */
+static inline uint32_t ld32(const uint8_t *p)
+{
+    uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void st32(uint8_t *p, uint32_t v)
+{
+    memcpy(p, &v, sizeof v);
+}
+
+/* Where a field of an op row's record is (the record starts the packed row). */
+#define ACLPROF_ROW_AT(field) (offsetof(aclprof_op_row, rec) + offsetof(aclprof_record, field))
+
 ACLPROF_FAST_HIDDEN void aclprof_tap_feed(aclprof_bill_tap *t, int slot, const uint8_t *rows, uint64_t n,
                                           int64_t arrival, uint64_t note_rows, int64_t note_at);
 

@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 /* --- the reader's GIL-free half (issue 12; see _fast.h) --- */
-static int64_t now_ns(void)
+int64_t aclprof_mono_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -63,16 +63,16 @@ int64_t aclprof_read_pipe(int fd, int wake_fd, uint8_t *buf, uint64_t cap, int64
             return 0;
         }
     }
-    int64_t first = now_ns();
+    int64_t first = aclprof_mono_ns();
     int64_t got = read_some(fd, buf, cap, flags);
-    aclprof_read_first_ns = now_ns(); /* every byte of this first read was written before now */
+    aclprof_read_first_ns = aclprof_mono_ns(); /* every byte of this first read was written before now */
     aclprof_read_first_bytes = got;
     if (got <= 0 || (uint64_t)got >= cap / 2 || coalesce_ns <= 0)
         return got;
     /* A small read: let more records arrive before Python is woken for them. */
     int64_t deadline = first + coalesce_ns;
     while ((uint64_t)got < cap && !(*flags & ACLPROF_READ_EOF)) {
-        int64_t left = deadline - now_ns();
+        int64_t left = deadline - aclprof_mono_ns();
         if (left > 0) {
             struct timespec ts = {(time_t)(left / 1000000000), (long)(left % 1000000000)};
             while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
@@ -88,7 +88,7 @@ int64_t aclprof_read_pipe(int fd, int wake_fd, uint8_t *buf, uint64_t cap, int64
         if (n < 0)
             break; /* the next call reports it; what was read is returned */
         got += n;
-        if (now_ns() >= deadline)
+        if (aclprof_mono_ns() >= deadline)
             break;
     }
     return got;

@@ -261,7 +261,7 @@ class Daemon:
                     # due a whole PUBLISH_S after this snapshot (the history's samples are a
                     # second apart at least); STATUS and /metrics publish between, due or not
                     self._next_publish = time.monotonic() + PUBLISH_S
-                if not self.detection.due(now):
+                if self.detection.due(now) == 0:  # seconds to its next evaluation
                     with st.timed("detector"):
                         self.detection.tick(now)
                 with st.timed("captures"):
@@ -298,11 +298,10 @@ class Daemon:
                 if mask & selectors.EVENT_WRITE and not conn.closed:
                     t.send(conn)
                 st.ended(f"{conn.role or 'new'} {self._last_kind or 'send'}", t0, c0)
-        if t.pending:
-            with st.timed("pending slices"):
-                t.serve_pending()  # the connections whose frames wait from an earlier turn
-        else:
-            t.serve_pending()  # none wait: this only starts the next turn
+        # the connections whose frames wait from an earlier turn (timed only when some do:
+        # with none, the call only starts the next turn)
+        with st.timed("pending slices") if t.pending else nullcontext():
+            t.serve_pending()
         with st.timed("streams"):
             self.fanout.pump_streams()
         if self.fanout.exports_running:
