@@ -71,13 +71,6 @@ static int ready_locked(aclprof_bill_tap *t)
     return t->ops && t->notes;
 }
 
-static inline uint64_t ld64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
 void aclprof_tap_feed(aclprof_bill_tap *t, int slot, const uint8_t *rows, uint64_t n, int64_t arrival,
                       uint64_t note_rows, int64_t note_at)
 {

@@ -50,11 +50,18 @@ ACLPROF_FAST_HIDDEN extern _Thread_local int64_t aclprof_read_first_bytes;
 /* _fast_ops.c: the host's CLOCK_MONOTONIC in ns (the clock Python's time.monotonic reads). */
 ACLPROF_FAST_HIDDEN int64_t aclprof_mono_ns(void);
 
-/* A 4-byte field at p, native order: records and rows are packed (57-byte rows are never
+/* A 4- or 8-byte field at p, native order: records and rows are packed (57-byte rows are never
  * aligned), so every load and store goes through memcpy. */
 static inline uint32_t ld32(const uint8_t *p)
 {
     uint32_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline uint64_t ld64(const uint8_t *p)
+{
+    uint64_t v;
     memcpy(&v, p, sizeof v);
     return v;
 }

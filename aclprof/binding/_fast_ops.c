@@ -104,21 +104,6 @@ static int desc_size_ok(uint32_t rec_size)
     return rec_size == DESC_SIZE || rec_size == DESC_SIZE_OLD;
 }
 
-/* Field loads from an unaligned record (the pipe's bytes). */
-static inline uint32_t u32_at(const uint8_t *rec, size_t off)
-{
-    uint32_t v;
-    memcpy(&v, rec + off, sizeof v);
-    return v;
-}
-
-static inline uint64_t u64_at(const uint8_t *rec, size_t off)
-{
-    uint64_t v;
-    memcpy(&v, rec + off, sizeof v);
-    return v;
-}
-
 uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n,
                             uint32_t rec_size, int validate, uint32_t default_device,
                             uint8_t *out, aclprof_decode_counts *counts)
@@ -129,7 +114,7 @@ uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n
     uint64_t missing = 0, keypoints = 0, max_end = counts->max_end;
     for (uint32_t i = 0; i < n; i++) {
         const uint8_t *rec = buf + (size_t)i * rec_size;
-        if (validate && u32_at(rec, offsetof(ProfOpDesc, signature)) != aclprof_signature(rec, rec_size))
+        if (validate && ld32(rec + offsetof(ProfOpDesc, signature)) != aclprof_signature(rec, rec_size))
             continue;
         uint32_t t, m;
         /* keypoint: name and type are "keypoint_op" / "na" (ids known once interned, so the
@@ -139,20 +124,20 @@ uint32_t aclprof_decode_ops(aclprof_interner *in, const uint8_t *buf, uint32_t n
             missing++;
         keypoints += (uint64_t)keypoint;
         /* a 72-byte record has no devId; 0 is CANN's "not filled" */
-        uint32_t dev = rec_size == DESC_SIZE ? u32_at(rec, offsetof(ProfOpDesc, devId)) : 0;
-        uint64_t end = u64_at(rec, offsetof(ProfOpDesc, end));
+        uint32_t dev = rec_size == DESC_SIZE ? ld32(rec + offsetof(ProfOpDesc, devId)) : 0;
+        uint64_t end = ld64(rec + offsetof(ProfOpDesc, end));
         aclprof_op_row row = {
             .rec = {
-                .model_id = u32_at(rec, offsetof(ProfOpDesc, modelId)),
+                .model_id = ld32(rec + offsetof(ProfOpDesc, modelId)),
                 .op_name = m == UINT32_MAX ? 0 : m,
                 .op_type = t == UINT32_MAX ? 0 : t,
-                .flag = u32_at(rec, offsetof(ProfOpDesc, flag)),
-                .thread_id = u32_at(rec, offsetof(ProfOpDesc, threadId)),
+                .flag = ld32(rec + offsetof(ProfOpDesc, flag)),
+                .thread_id = ld32(rec + offsetof(ProfOpDesc, threadId)),
                 .device_id = dev != 0 ? dev : default_device,
-                .start = u64_at(rec, offsetof(ProfOpDesc, start)),
+                .start = ld64(rec + offsetof(ProfOpDesc, start)),
                 .end = end,
-                .duration = u64_at(rec, offsetof(ProfOpDesc, duration)),
-                .execution_time = u64_at(rec, offsetof(ProfOpDesc, executionTime)),
+                .duration = ld64(rec + offsetof(ProfOpDesc, duration)),
+                .execution_time = ld64(rec + offsetof(ProfOpDesc, executionTime)),
             },
             .keypoint = keypoint != 0,
         };

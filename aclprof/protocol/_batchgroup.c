@@ -31,23 +31,10 @@
 #endif
 
 #include "aclprof_records.h"
+#include "_unaligned.h"
 
 #define REC_SIZE ((Py_ssize_t)sizeof(aclprof_record))
 #define AT(field) offsetof(aclprof_record, field)
-
-static inline uint32_t ld32(const char *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static inline uint64_t ld64(const char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
 
 static inline uint64_t mix(uint64_t dm, uint64_t code)
 {

@@ -30,6 +30,7 @@
 #endif
 
 #include "aclprof_records.h"
+#include "_unaligned.h"
 
 /* Protocol 1's BATCH record is 56 bytes (daemon/PROTOCOL.md): a field added to
  * aclprof_record is a new protocol version, not a silent change of the bytes. */
@@ -53,20 +54,6 @@ _Static_assert(0 RECORD_FIELD_LIST(PLUS_SIZE) == sizeof(aclprof_record),
 /* the longest fixed text of one line besides ts, head and the two names: the field names
  * (~120 bytes) and five u64 + four u32 numbers (~140) */
 #define LINE_FIXED_MAX 320
-
-static inline uint32_t ld32(const char *p)
-{
-    uint32_t v;
-    memcpy(&v, p, 4);
-    return v;
-}
-
-static inline uint64_t ld64(const char *p)
-{
-    uint64_t v;
-    memcpy(&v, p, 8);
-    return v;
-}
 
 static const char DIGITS2[201] =
     "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
