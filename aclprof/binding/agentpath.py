@@ -77,9 +77,11 @@ def convert(out: np.ndarray, at: int, data: np.ndarray, mapping: np.ndarray | No
 
 _ROW = OP_ROW_DTYPE.itemsize
 #: AgentQueue.frame's codes (``_fast.h`` ACLPROF_AQ_*)
-FRAMED, NEED_WATCH, NEED_NAMES, DEVICE = 0, 1, 2, 3
+FRAMED, NEED_WATCH, NEED_NAMES, DEVICE = (_lib.ACLPROF_AQ_FRAMED, _lib.ACLPROF_AQ_NEED_WATCH,
+                                         _lib.ACLPROF_AQ_NEED_NAMES, _lib.ACLPROF_AQ_DEVICE)
 #: Pump.run's own codes (``_fast.h`` ACLPROF_PUMP_*); it also returns the three stops above
-PUMP_PYTHON, PUMP_INCOMING, PUMP_TIMEOUT, PUMP_ERROR = 10, 11, 12, 13
+PUMP_PYTHON, PUMP_INCOMING, PUMP_TIMEOUT, PUMP_ERROR = (_lib.ACLPROF_PUMP_PYTHON, _lib.ACLPROF_PUMP_INCOMING,
+                                                      _lib.ACLPROF_PUMP_TIMEOUT, _lib.ACLPROF_PUMP_ERROR)
 _NO_LIMIT = (1 << 64) - 1
 
 
@@ -305,7 +307,8 @@ class Pump:
         a.sock, a.py_fd = sock, py_fd
         a.coalesce_ns, a.wake_rows = int(coalesce_s * 1e9), max(1, wake_rows)
         a.until_ns = int(until * 1e9)
-        io.buf = _ffi.from_buffer("uint8_t[]", buf, require_writable=True)
+        view = _ffi.from_buffer("uint8_t[]", buf, require_writable=True)  # alive for the call
+        io.buf = view
         io.cap, io.start, io.end = len(buf), start, end
         io.records, io.loss, io.frames = records, loss, frames
         io.busy = int(self.busy)
