@@ -4,9 +4,12 @@ storage at every flush), replayed as the bench_agent_overhead curve's agent send
 1000-op model, one frame every ~25 ms: 250 records at 10 k ops/s, 2500 at 100 k), the clock
 advancing as it would, plus the loop's per-second work that scales with those frames (the
 detector's tick, the windows' second roll, the storage flush). Prints thread CPU us per
-frame and per record.
+frame and per record. With ``--gap-ms 25`` the thread sleeps before each frame as the
+daemon's loop does: a frame then costs ~4x its back-to-back cost (caches and branch
+predictors cold: 400 vs 90 us at 250 records on the 2-core VM of 2026-12-03), which is
+what the daemon pays.
 
-    python tests/bench/bench_ingest_frame.py [--frames 2000] [--rounds 5]
+    python tests/bench/bench_ingest_frame.py [--frames 2000] [--rounds 5] [--gap-ms 25] [--json]
 
 Run it with two installations' interpreters to compare them (e.g. main's venv and a
 branch's), twice with one of them for the A/A row: ``--json`` prints one line of results.
@@ -48,8 +51,10 @@ def _frames(n_ops: int, per_frame: int, frames: int) -> list[bytes]:
     return out
 
 
-def run(per_frame: int, frames: int, frame_s: float) -> float:
-    """Thread CPU seconds of handling ``frames`` frames (and the per-second work they cause)."""
+def run(per_frame: int, frames: int, frame_s: float, gap_s: float = 0.0) -> float:
+    """Thread CPU seconds of handling ``frames`` frames (and the per-second work they cause);
+    ``gap_s``: asleep that long before each frame (the thread's CPU clock does not count it),
+    as the loop waits in select between an agent's frames: its caches are cold then."""
     from aclprofd.aggregate.keys import KeySource
     from aclprofd.config import Settings
     from aclprofd.conn import Conn
@@ -74,13 +79,15 @@ def run(per_frame: int, frames: int, frame_s: float) -> float:
         payloads = [memoryview(p) for p in _frames(n_ops, per_frame, 64)]
         clock = [time.time()]
         real_time = time.time
-        time.time = lambda: clock[0]  # type: ignore[assignment]  # the frames' own clock
+        time.time = lambda: clock[0]  # the frames' own clock
         try:
             for p in payloads[:8]:  # warm: the keys registered, the caches filled
                 d._handle(conn, Kind.BATCH, p)
             next_s = clock[0] + 1.0
             c0 = time.thread_time()
             for i in range(frames):
+                if gap_s:
+                    time.sleep(gap_s)
                 d._handle(conn, Kind.BATCH, payloads[i % len(payloads)])
                 clock[0] += frame_s
                 if clock[0] >= next_s:  # the loop's per-second work
@@ -89,7 +96,7 @@ def run(per_frame: int, frames: int, frame_s: float) -> float:
                     d.flush()
             return time.thread_time() - c0
         finally:
-            time.time = real_time  # type: ignore[assignment]
+            time.time = real_time
             if d.storage is not None:
                 d.storage.close()
     finally:
@@ -102,11 +109,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--frames", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--gap-ms", type=float, default=0.0,
+                    help="sleep before each frame (e.g. 25, the agent's period: cold caches, as in the daemon)")
     ap.add_argument("--json", action="store_true", help="one line of results (us per frame, median of the rounds)")
     args = ap.parse_args()
     res = {}
     for rate, per_frame in (("10k", 250), ("100k", 2500)):
-        cpu = [run(per_frame, args.frames, 0.025) / args.frames * 1e6 for _ in range(args.rounds)]
+        cpu = [run(per_frame, args.frames, 0.025, args.gap_ms / 1e3) / args.frames * 1e6 for _ in range(args.rounds)]
         res[rate] = statistics.median(cpu)
         if not args.json:
             print(f"{rate} ops/s ({per_frame} records a frame): {res[rate]:.0f} us CPU per frame, "
