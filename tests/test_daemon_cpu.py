@@ -153,7 +153,7 @@ def test_an_idle_loop_times_only_the_steps_that_have_work(monkeypatch):
         time.sleep(0.5)
         steps: list[str] = []
         real = d.daemon.stalls.ended
-        monkeypatch.setattr(d.daemon.stalls, "ended", lambda what, t0, c0: steps.append(what) or real(what, t0, c0))
+        monkeypatch.setattr(d.daemon.stalls, "ended", lambda what, t0: steps.append(what) or real(what, t0))
         turns = [0]
         count_loop_turns(monkeypatch, d, turns)
         time.sleep(1.5)

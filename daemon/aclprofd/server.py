@@ -291,13 +291,13 @@ class Daemon:
                 self._waker.drain()
             else:
                 conn: Conn = data
-                t0, c0 = time.perf_counter(), time.thread_time()
+                t0 = time.perf_counter()
                 self._last_kind = ""
                 if mask & selectors.EVENT_READ and not conn.closed:
                     t.read(conn)
                 if mask & selectors.EVENT_WRITE and not conn.closed:
                     t.send(conn)
-                st.ended(f"{conn.role or 'new'} {self._last_kind or 'send'}", t0, c0)
+                st.ended(f"{conn.role or 'new'} {self._last_kind or 'send'}", t0)
         # the connections whose frames wait from an earlier turn (timed only when some do:
         # with none, the call only starts the next turn)
         with st.timed("pending slices") if t.pending else nullcontext():

@@ -21,9 +21,16 @@ the wall is time asleep (a disk write, the GIL, a lock). A stall reports both
 (``runqueue_ms``, ``blocked_ms``); without that file (not Linux, no schedstats) they are
 left out.
 
-Timing a step costs two clock reads at its start (``perf_counter``, ``thread_time``) and
-one at its end, two if it is the turn's longest step so far (its CPU is read then only); a
-turn two more (``process_time`` and a ``pread`` of schedstat: ~1 us each).
+Cost (issue 21: a CPU clock read is a system call of 1-4 us on a VM, where the wall clock
+is not; with one agent at 100 k ops/s and a tail, the loop made 2307 of them in 8 s, ~6 a
+turn, and makes 348 now, one a turn): a step is
+timed with the wall clock only, two reads; a turn reads the wall clock, and once at its
+start the loop thread's ``schedstat`` (its CPU time and its run-queue time in one ``pread``)
+and ``process_time``; the CPU clocks are read again only at the end of a turn the wall clock
+made a stall. So a stall reports its longest step's wall (``step_ms``) but not that step's
+CPU: the turn's ``cpu_ms`` is the CPU of all its steps. The start's CPU time is the
+kernel's figure as of the thread's last switch or tick (it wakes from ``select`` just
+before, so usually exact; in a busy loop at most one scheduler tick, 1-4 ms, old).
 """
 
 from __future__ import annotations
@@ -55,7 +62,7 @@ class LoopStalls:
         self.worst: list[dict[str, Any]] = []
         self._t0 = self._c0 = self._p0 = 0.0
         self._in_turn = False
-        self._step = ("", 0.0, 0.0)  # the longest step of this turn: what, wall, cpu
+        self._step = ("", 0.0)  # the longest step of this turn: what, wall
         self._explained = 0.0
         self._unlogged: dict[str, Any] | None = None
         self._next_log = 0.0
@@ -69,7 +76,7 @@ class LoopStalls:
         #: the loop thread's schedstat (opened by its first turn: thread-self is the opener's)
         self._sched_fd: int | None = None
         self._sched_ok = True
-        self._q0 = 0
+        self._q0: int | None = 0
 
     def _on_gc(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "start":
@@ -95,8 +102,9 @@ class LoopStalls:
         if self._on_gc in gc.callbacks:
             gc.callbacks.remove(self._on_gc)
 
-    def _runqueue_ns(self) -> int | None:
-        """The loop thread's time waiting in a run queue so far (ns), or None without schedstat."""
+    def _schedstat(self) -> tuple[float, int] | None:
+        """The loop thread's CPU time (s) and time waiting in a run queue (ns) so far, from one
+        read of its schedstat; None without it (not Linux, no schedstats)."""
         if self._sched_fd is None:
             if not self._sched_ok:
                 return None
@@ -106,8 +114,9 @@ class LoopStalls:
                 self._sched_ok = False
                 return None
         try:
-            return int(os.pread(self._sched_fd, 128, 0).split()[1])
-        except (OSError, ValueError, IndexError):
+            on_cpu, queued = os.pread(self._sched_fd, 128, 0).split()[:2]
+            return int(on_cpu) / 1e9, int(queued)
+        except (OSError, ValueError):
             self.close()
             self._sched_ok = False
             return None
@@ -119,21 +128,24 @@ class LoopStalls:
             self._sched_fd = None
 
     def begin(self) -> None:
-        """A turn begins (its select returned)."""
-        self._q0 = self._runqueue_ns() or 0
-        self._t0, self._c0, self._p0 = time.perf_counter(), time.thread_time(), time.process_time()
-        self._step, self._explained, self._in_turn, self._gc_in_turn = ("", 0.0, 0.0), 0.0, True, 0.0
+        """A turn begins (its select returned): the wall clock, and the CPU figures a stall
+        would report from (one ``pread`` and one ``process_time``; ``thread_time`` instead of
+        the ``pread`` without schedstat)."""
+        sched = self._schedstat()
+        if sched is None:
+            self._c0, self._q0 = time.thread_time(), None
+        else:
+            self._c0, self._q0 = sched
+        self._t0, self._p0 = time.perf_counter(), time.process_time()
+        self._step, self._explained, self._in_turn, self._gc_in_turn = ("", 0.0), 0.0, True, 0.0
 
-    def ended(self, what: str, t0: float, c0: float) -> None:
-        """A step begun at ``t0`` (``perf_counter``) and ``c0`` (``thread_time``) ended now:
-        its wall counts as explained, and it becomes the turn's longest step if it is, its
-        CPU read only then, the one step whose CPU a stall reports (a ``thread_time`` read takes
-        1-3 us on a VM, the scheduler's lock; at 100 k ops/s the loop timed ~1300 steps a
-        second, issue 21)."""
+    def ended(self, what: str, t0: float) -> None:
+        """A step begun at ``t0`` (``perf_counter``) ended now: its wall counts as explained,
+        and it becomes the turn's longest step if it is. No CPU clock is read (issue 21)."""
         wall = time.perf_counter() - t0
         self._explained += wall
         if wall > self._step[1]:
-            self._step = (what, wall, time.thread_time() - c0)
+            self._step = (what, wall)
 
     def timed(self, what: str) -> _Timer:
         """``with stalls.timed("flush"): ...`` times one step."""
@@ -148,19 +160,20 @@ class LoopStalls:
         self.turns += 1
         if wall < STALL_S:
             return
-        cpu = time.thread_time() - self._c0
+        # a stall: the CPU clocks again (exact now: thread_time updates the kernel's figure)
+        cpu = max(time.thread_time() - self._c0, 0.0)
         others = max(time.process_time() - self._p0 - cpu, 0.0)  # the daemon's other threads
-        q1 = self._runqueue_ns()
-        what, s_wall, s_cpu = self._step
+        sched = self._schedstat() if self._q0 is not None else None
+        what, s_wall = self._step
         what = what or "unattributed"
         self.stalls[what] = self.stalls.get(what, 0) + 1
         turn = {"ms": round(wall * 1e3, 1), "cpu_ms": round(cpu * 1e3, 1), "step": what,
-                "step_ms": round(s_wall * 1e3, 1), "step_cpu_ms": round(s_cpu * 1e3, 1),
+                "step_ms": round(s_wall * 1e3, 1),
                 "unexplained_ms": round(max(wall - self._explained, 0.0) * 1e3, 1),
                 "other_threads_cpu_ms": round(others * 1e3, 1), "gc_ms": round(self._gc_in_turn * 1e3, 1),
                 "ts": round(time.time(), 3)}
-        if q1 is not None:
-            queued = max(q1 - self._q0, 0) / 1e9
+        if sched is not None and self._q0 is not None:
+            queued = max(sched[1] - self._q0, 0) / 1e9
             turn["runqueue_ms"] = round(queued * 1e3, 1)  # runnable, no CPU given: the OS
             turn["blocked_ms"] = round(max(wall - cpu - queued, 0.0) * 1e3, 1)  # asleep: I/O, GIL, a lock
         if len(self.worst) < KEEP or turn["ms"] > self.worst[-1]["ms"]:
@@ -181,14 +194,14 @@ class LoopStalls:
 
 
 class _Timer:
-    __slots__ = ("owner", "what", "t0", "c0")
+    __slots__ = ("owner", "what", "t0")
 
     def __init__(self, owner: LoopStalls, what: str):
         self.owner, self.what = owner, what
-        self.t0 = self.c0 = 0.0
+        self.t0 = 0.0
 
     def __enter__(self) -> None:
-        self.t0, self.c0 = time.perf_counter(), time.thread_time()
+        self.t0 = time.perf_counter()
 
     def __exit__(self, *exc: object) -> None:
-        self.owner.ended(self.what, self.t0, self.c0)
+        self.owner.ended(self.what, self.t0)
