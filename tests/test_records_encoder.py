@@ -335,7 +335,8 @@ def test_op_texts_of_many_long_names_pass_the_cache_bound_exactly():
     head = identity_head("h", 1, "s")
     want = reference(recs, 2.0, "h", 1, "s", names)
     for _ in range(2):  # the second call starts from what the first left in the cache
-        got = b"".join(encode_frames(recs[i:i + FRAME_RECORDS], 2.0, head, nj) for i in range(0, len(recs), FRAME_RECORDS))
+        got = b"".join(encode_frames(recs[i:i + FRAME_RECORDS], 2.0, head, nj)
+                       for i in range(0, len(recs), FRAME_RECORDS))
         assert got == want
 
 
@@ -355,7 +356,7 @@ def test_a_pump_alternating_between_agents_keeps_each_ones_literals():
     dicts = {"a": {}, "b": {}}
     recs = make(300, names=5, seed=12)
     firsts = {}
-    for rnd in range(3):
+    for _round in range(3):
         for tag in ("a", "b"):
             out = _jsonl.encode_frames(recs, 1.0, b"", dicts[tag], misser(tag), 23, 2048, FRAME_TARGET, MAX_PAYLOAD)
             assert firsts.setdefault(tag, out) == out

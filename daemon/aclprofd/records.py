@@ -73,13 +73,12 @@ def encode_frames(records: np.ndarray, ts: np.ndarray | float, head: bytes, name
     """Records (RECORD_DTYPE) as whole ``kind`` frames, concatenated: a frame ends after
     FRAME_RECORDS lines or after the line that takes its payload to FRAME_TARGET bytes.
     ``ts``: the receive time of all of them, or one float64 per record. C, one pass."""
-    if records.dtype != RECORD_DTYPE:  # the C side reads the wire layout in place
+    dtype = records.dtype
+    if dtype is not RECORD_DTYPE and dtype != RECORD_DTYPE:  # the C side reads the wire layout in place
         raise TypeError(f"encode_frames needs RECORD_DTYPE records, not {records.dtype}")
     recs = records if records.flags.c_contiguous else np.ascontiguousarray(records)
-    if isinstance(ts, np.ndarray):
-        ts = np.ascontiguousarray(ts, dtype=np.float64)
-    else:
-        ts = float(ts)
+    if type(ts) is not float:  # the pump's (a batch's receive time) needs nothing done
+        ts = np.ascontiguousarray(ts, dtype=np.float64) if isinstance(ts, np.ndarray) else float(ts)
     return _encode_frames(recs, ts, head, names.cache, names, int(kind), FRAME_RECORDS, FRAME_TARGET,
                           MAX_PAYLOAD)
 
