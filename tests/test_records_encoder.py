@@ -362,3 +362,20 @@ def test_a_pump_alternating_between_agents_keeps_each_ones_literals():
             assert firsts.setdefault(tag, out) == out
             assert (b'"b' in out) == (tag == "b") and (b'"a' in out) == (tag == "a")
     assert sorted(calls["a"]) == sorted(set(calls["a"])) and sorted(calls["b"]) == sorted(set(calls["b"]))
+
+
+def test_ns_times_that_share_their_high_digits_are_exact():
+    """The encoder formats a time's digits above its last eight once for the times that share
+    them (a batch's starts and ends): times across a 0.1 s boundary, small values between
+    them, the first time of a call and the largest u64 all come out as %d writes them."""
+    base = 1_764_000_000_099_999_990
+    starts = [base + k * 3 for k in range(8)] + [5, 10**8 - 1, 10**8, base, 2**64 - 1, base + 10**8, 0]
+    recs = np.zeros(len(starts), RECORD_DTYPE)
+    recs["start"] = starts
+    recs["end"] = [s + 7 if s < 2**64 - 8 else s for s in starts]
+    recs["duration"] = 7
+    head = identity_head("h", 1, "s")
+    want = b"".join(p for _, p in frames_of(reference(recs, 1.0, "h", 1, "s", {})))
+    for split in (1, 3, len(starts)):  # each call starts its cache afresh
+        got = b"".join(encode_frames(recs[i:i + split], 1.0, head, NameJson({})) for i in range(0, len(recs), split))
+        assert b"".join(p for _, p in frames_of(got)) == want
