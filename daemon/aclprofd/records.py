@@ -3,8 +3,9 @@ Lines, one record object per ``\\n``-terminated line, in STREAM_RECORDS and EXPO
 
 Encoding is the per-record cost of STREAM and EXPORT, paid only for records a client gets.
 :func:`encode_frames` does it in C (:mod:`aclprof.protocol._jsonl`): wire records in, whole
-frames (header + JSON Lines payload) out, in one buffer, ~12x faster than the Python
-reference, which at 250 k records/s would be most of the daemon's CPU. Names are
+frames (header + JSON Lines payload) out, in one buffer, ~30x faster than the Python
+reference (``tests/bench/bench_tail_encode.py``), which at 250 k records/s would be most of the
+daemon's CPU. Names are
 JSON-escaped once per connection and id (:class:`NameJson`), in Python, so the escaping
 rules are ``json.dumps``'s. :func:`encode_records_py` is the same text in Python: the
 specification the C encoder is tested against byte for byte (tests/test_records_encoder.py)
