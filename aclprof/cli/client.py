@@ -50,6 +50,17 @@ class DaemonClosed(DaemonError):
 _CLOSED_ERRORS = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
+def _read_failed(exc: OSError | wire.ProtocolError) -> DaemonError:
+    """The error a failed read of a reply or a stream frame raises."""
+    if isinstance(exc, TimeoutError):
+        return DaemonError("the daemon did not answer in time")
+    if isinstance(exc, wire.ProtocolError):
+        return DaemonError(f"the daemon sent a malformed frame: {exc}")
+    if isinstance(exc, _CLOSED_ERRORS):
+        return DaemonClosed(f"lost the daemon connection: {exc.strerror or exc}")
+    return DaemonError(f"lost the daemon connection: {exc.strerror or exc}")
+
+
 class Client:
     def __init__(self, socket_path: str | os.PathLike[str] | None = None, timeout: float | None = 5.0):
         self.socket_path = resolve_socket_path(socket_path)
@@ -102,14 +113,8 @@ class Client:
     def _recv(self) -> tuple[wire.Kind, memoryview]:
         try:
             frame = wire.recv_frame(self._sock, self._reader, self._pending)
-        except TimeoutError:
-            raise DaemonError("the daemon did not answer in time") from None
-        except wire.ProtocolError as exc:
-            raise DaemonError(f"the daemon sent a malformed frame: {exc}") from None
-        except _CLOSED_ERRORS as exc:
-            raise DaemonClosed(f"lost the daemon connection: {exc.strerror or exc}") from None
-        except OSError as exc:
-            raise DaemonError(f"lost the daemon connection: {exc.strerror or exc}") from None
+        except (OSError, wire.ProtocolError) as exc:
+            raise _read_failed(exc) from None
         if frame is None:
             raise DaemonClosed("the daemon closed the connection")
         return frame
@@ -126,14 +131,8 @@ class Client:
         try:
             kind, length = self._reader.check_header(self._read_into(wire.HEADER.size), 0)
             payload = self._read_into(length)
-        except TimeoutError:
-            raise DaemonError("the daemon did not answer in time") from None
-        except wire.ProtocolError as exc:
-            raise DaemonError(f"the daemon sent a malformed frame: {exc}") from None
-        except _CLOSED_ERRORS as exc:
-            raise DaemonClosed(f"lost the daemon connection: {exc.strerror or exc}") from None
-        except OSError as exc:
-            raise DaemonError(f"lost the daemon connection: {exc.strerror or exc}") from None
+        except (OSError, wire.ProtocolError) as exc:
+            raise _read_failed(exc) from None
         if kind is None:  # FrameReader() does not ignore unknown kinds: check_header raised
             raise DaemonError("the daemon sent a frame of an unknown kind")
         return kind, payload
