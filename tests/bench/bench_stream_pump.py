@@ -32,21 +32,7 @@ from aclprofd.conn import Conn
 from aclprofd.fanout import Fanout
 from aclprofd.filters import Filter
 from aclprofd.memory import Memory
-
-from aclprof.protocol.wire import RECORD_DTYPE
-
-
-def make_batch(n: int, ops: int) -> tuple[np.ndarray, dict[int, str]]:
-    names = {i: f"layer{i // 10}/op{i}" for i in range(ops)}
-    names.update({ops + i: t for i, t in enumerate(("MatMulV2", "Add", "Conv2D", "Relu"))})
-    r = np.zeros(n, RECORD_DTYPE)
-    i = np.arange(n)
-    r["model_id"], r["device_id"], r["thread_id"] = 1, 0, 123_456
-    r["op_name"], r["op_type"] = i % ops, ops + i % 4
-    r["start"] = 1_764_000_000_000_000_000 + i * 10_000
-    r["end"] = r["start"] + 8_765
-    r["duration"] = 8_765
-    return r, names
+from bench_tail_encode import make_batch
 
 
 class Outbox:
@@ -75,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=300, help="batches per sample")
     args = parser.parse_args(argv)
     rounds = 3 if args.quick else 9
-    recs, names = make_batch(1000, 1000)
+    recs, names = make_batch(1000, 1000, t0=1_764_000_000_000_000_000)  # 19-digit ns times, as CLOCK_REALTIME
     conns: dict[int, Conn] = {}
     outbox = Outbox(conns)
     host = SimpleNamespace(settings=SimpleNamespace(stream_buffer_bytes=8 << 20), storage=None)

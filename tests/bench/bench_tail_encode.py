@@ -47,14 +47,15 @@ from aclprofd.records import (
 from aclprof.protocol.wire import FRAME_TARGET, MAX_PAYLOAD, RECORD_DTYPE, Kind
 
 
-def make_batch(n: int, ops: int = 100) -> tuple[np.ndarray, dict[int, str]]:
+def make_batch(n: int, ops: int = 100, t0: int = 1_234_567_890_123_456) -> tuple[np.ndarray, dict[int, str]]:
+    """``n`` records of a model of ``ops`` ops (4 op types, one thread), starting at ``t0`` ns."""
     names = {i: f"layer{i // 10}/op{i}" for i in range(ops)}
     names.update({ops + i: t for i, t in enumerate(("MatMulV2", "Add", "Conv2D", "Relu"))})
     r = np.zeros(n, RECORD_DTYPE)
     i = np.arange(n)
     r["model_id"], r["device_id"], r["thread_id"] = 1, 0, 123_456
     r["op_name"], r["op_type"] = i % ops, ops + i % 4
-    r["start"] = 1_234_567_890_123_456 + i * 5_000
+    r["start"] = t0 + i * 5_000
     r["end"] = r["start"] + 4_321
     r["duration"] = 4_321
     return r, names
