@@ -297,3 +297,85 @@ def test_a_connections_name_literals_are_looked_up_once_across_calls():
         _jsonl.encode_frames(recs, 1.0, b"", {}, bad, 23, 2048, FRAME_TARGET, MAX_PAYLOAD)
     calls.clear()
     assert _jsonl.encode_frames(recs, 1.0, b"", cache, miss, 23, 2048, FRAME_TARGET, MAX_PAYLOAD) == first
+
+
+# ---- number formatting and the caches of the encoder (issue 21) ------------------------------
+
+_EDGES = sorted({v for k in range(20) for v in (10**k - 1, 10**k, 10**k + 1)} | {2**32 - 1, 2**32, 2**63, 2**64 - 1}
+                | {2**k for k in range(64)})
+_EDGES = [v for v in _EDGES if v < 2**64]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(*[st.sampled_from(_EDGES) | st.integers(0, 2**64 - 1)] * 3,
+                          *[st.sampled_from([v for v in _EDGES if v < 2**32]) | st.integers(0, 2**32 - 1)] * 4),
+                min_size=1, max_size=20))
+def test_numbers_at_every_digit_count_are_exact(rows):
+    """Every u64 and u32 field at the edges of each digit count (10**k - 1, 10**k) and at
+    random values: the C encoder writes eight digits at a time and counts digits with a
+    multiply-shift, and must write exactly what the reference's %d writes."""
+    recs = np.zeros(len(rows), RECORD_DTYPE)
+    for i, (start, end, duration, model, device, thread, flag) in enumerate(rows):
+        recs[i]["start"], recs[i]["end"], recs[i]["duration"] = start, end, duration
+        recs[i]["model_id"], recs[i]["device_id"], recs[i]["thread_id"], recs[i]["flag"] = model, device, thread, flag
+        recs[i]["op_name"], recs[i]["op_type"] = i % 3, 2
+    names = {0: "a", 1: "b", 2: "T"}
+    assert c_frames(recs, 3.5, "h", 1, "s", names) == reference(recs, 3.5, "h", 1, "s", names)
+
+
+def test_op_texts_of_many_long_names_pass_the_cache_bound_exactly():
+    """The encoder keeps each op's text (device .. "start":) between calls, at most ~1 MiB of
+    them: 300 ops whose names escape to 24 KB each pass that bound several times within one
+    call and across calls, and every line is still the reference's."""
+    names = {i: "\x01" * 4000 + str(i) for i in range(300)}
+    recs = make(900, names=300, seed=11)
+    recs["device_id"] %= 2
+    recs["model_id"] %= 2
+    nj = NameJson(names)
+    head = identity_head("h", 1, "s")
+    want = reference(recs, 2.0, "h", 1, "s", names)
+    for _ in range(2):  # the second call starts from what the first left in the cache
+        got = b"".join(encode_frames(recs[i:i + FRAME_RECORDS], 2.0, head, nj)
+                       for i in range(0, len(recs), FRAME_RECORDS))
+        assert got == want
+
+
+def test_a_pump_alternating_between_agents_keeps_each_ones_literals():
+    """A STREAM pump encodes one agent's batch, then another's, then the first's again: the
+    encoder keeps the name caches of the last few dicts (LRU), so no id is looked up again
+    while a pump alternates between two agents (one cache, as before, was emptied at each
+    change of dict: every name looked up again, every call)."""
+    calls: dict[str, list[int]] = {"a": [], "b": []}
+
+    def misser(tag):
+        def miss(nid):  # not stored in the dict: only the encoder's own caches can skip it
+            calls[tag].append(nid)
+            return b'"%s%d"' % (tag.encode(), nid)
+        return miss
+
+    dicts = {"a": {}, "b": {}}
+    recs = make(300, names=5, seed=12)
+    firsts = {}
+    for _round in range(3):
+        for tag in ("a", "b"):
+            out = _jsonl.encode_frames(recs, 1.0, b"", dicts[tag], misser(tag), 23, 2048, FRAME_TARGET, MAX_PAYLOAD)
+            assert firsts.setdefault(tag, out) == out
+            assert (b'"b' in out) == (tag == "b") and (b'"a' in out) == (tag == "a")
+    assert sorted(calls["a"]) == sorted(set(calls["a"])) and sorted(calls["b"]) == sorted(set(calls["b"]))
+
+
+def test_ns_times_that_share_their_high_digits_are_exact():
+    """The encoder formats a time's digits above its last eight once for the times that share
+    them (a batch's starts and ends): times across a 0.1 s boundary, small values between
+    them, the first time of a call and the largest u64 all come out as %d writes them."""
+    base = 1_764_000_000_099_999_990
+    starts = [base + k * 3 for k in range(8)] + [5, 10**8 - 1, 10**8, base, 2**64 - 1, base + 10**8, 0]
+    recs = np.zeros(len(starts), RECORD_DTYPE)
+    recs["start"] = starts
+    recs["end"] = [s + 7 if s < 2**64 - 8 else s for s in starts]
+    recs["duration"] = 7
+    head = identity_head("h", 1, "s")
+    want = b"".join(p for _, p in frames_of(reference(recs, 1.0, "h", 1, "s", {})))
+    for split in (1, 3, len(starts)):  # each call starts its cache afresh
+        got = b"".join(encode_frames(recs[i:i + split], 1.0, head, NameJson({})) for i in range(0, len(recs), split))
+        assert b"".join(p for _, p in frames_of(got)) == want

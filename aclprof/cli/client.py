@@ -50,11 +50,23 @@ class DaemonClosed(DaemonError):
 _CLOSED_ERRORS = (ConnectionResetError, BrokenPipeError, ConnectionAbortedError)
 
 
+def _read_failed(exc: OSError | wire.ProtocolError) -> DaemonError:
+    """The error a failed read of a reply or a stream frame raises."""
+    if isinstance(exc, TimeoutError):
+        return DaemonError("the daemon did not answer in time")
+    if isinstance(exc, wire.ProtocolError):
+        return DaemonError(f"the daemon sent a malformed frame: {exc}")
+    if isinstance(exc, _CLOSED_ERRORS):
+        return DaemonClosed(f"lost the daemon connection: {exc.strerror or exc}")
+    return DaemonError(f"lost the daemon connection: {exc.strerror or exc}")
+
+
 class Client:
     def __init__(self, socket_path: str | os.PathLike[str] | None = None, timeout: float | None = 5.0):
         self.socket_path = resolve_socket_path(socket_path)
         self._reader = wire.FrameReader()
         self._pending: list[tuple[wire.Kind, memoryview]] = []
+        self._frame_buf = bytearray()  # a stream's frames, read in place (_recv_reusing)
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         sock.settimeout(timeout)
         try:
@@ -101,17 +113,44 @@ class Client:
     def _recv(self) -> tuple[wire.Kind, memoryview]:
         try:
             frame = wire.recv_frame(self._sock, self._reader, self._pending)
-        except TimeoutError:
-            raise DaemonError("the daemon did not answer in time") from None
-        except wire.ProtocolError as exc:
-            raise DaemonError(f"the daemon sent a malformed frame: {exc}") from None
-        except _CLOSED_ERRORS as exc:
-            raise DaemonClosed(f"lost the daemon connection: {exc.strerror or exc}") from None
-        except OSError as exc:
-            raise DaemonError(f"lost the daemon connection: {exc.strerror or exc}") from None
+        except (OSError, wire.ProtocolError) as exc:
+            raise _read_failed(exc) from None
         if frame is None:
             raise DaemonClosed("the daemon closed the connection")
         return frame
+
+    def _recv_reusing(self) -> tuple[wire.Kind, memoryview]:
+        """The next frame, its payload read from the socket straight into one buffer this
+        client keeps: the payload is valid until the next call. A STREAM's frames (~200 KB
+        of JSON per agent batch) came in 64 KiB ``recv`` pieces, each a new ``bytes``, joined
+        into a new ``bytearray`` per frame: most of ``aclprof tail --json``'s CPU was
+        those copies and the page faults of the fresh buffers (issue 21). Frames that came
+        with an earlier read are returned first, as :meth:`_recv` does."""
+        if self._pending or self._reader.buffered:
+            return self._recv()
+        try:
+            kind, length = self._reader.check_header(self._read_into(wire.HEADER.size), 0)
+            payload = self._read_into(length)
+        except (OSError, wire.ProtocolError) as exc:
+            raise _read_failed(exc) from None
+        if kind is None:  # FrameReader() does not ignore unknown kinds: check_header raised
+            raise DaemonError("the daemon sent a frame of an unknown kind")
+        return kind, payload
+
+    def _read_into(self, n: int) -> memoryview:
+        """Exactly ``n`` bytes from the socket into the kept buffer (grown to the largest
+        frame, at most MAX_PAYLOAD); :class:`DaemonClosed` at EOF."""
+        if len(self._frame_buf) < n:
+            # a new buffer, not a resize: a caller may still hold a view of the old one
+            self._frame_buf = bytearray(max(n, 2 * len(self._frame_buf)))
+        view = memoryview(self._frame_buf)[:n]
+        got = 0
+        while got < n:
+            k = self._sock.recv_into(view[got:], n - got)
+            if not k:
+                raise DaemonClosed("the daemon closed the connection")
+            got += k
+        return view
 
     def daemon_still_listening(self) -> bool:
         """After :class:`DaemonClosed`: whether the daemon we talked to still answers on its
@@ -171,12 +210,14 @@ class Client:
     def stream_jsonl(self, filt: dict[str, Any]) -> Iterator[tuple[memoryview, int]]:
         """(JSON Lines payload, skipped) per frame, until END: the payload as the daemon
         wrote it (one record a line, each ending in ``\\n``; empty with a skipped count),
-        for ``aclprof tail --json`` to pass through untouched. Returns at END or GOODBYE (the
-        daemon stopped); a connection that ends without either is :class:`DaemonClosed`."""
+        for ``aclprof tail --json`` to pass through untouched. A payload is valid until the
+        next one is asked for (it is read in place into a buffer the client reuses): copy
+        it (``bytes(payload)``) to keep it. Returns at END or GOODBYE (the daemon stopped);
+        a connection that ends without either is :class:`DaemonClosed`."""
         self._records_protocol("STREAM")
         self._send(wire.Kind.STREAM, {"filter": filt})
         while True:
-            kind, payload = self._recv()
+            kind, payload = self._recv_reusing()
             if kind == wire.Kind.STREAM_RECORDS:
                 yield payload, 0
             elif kind == wire.Kind.STREAM_SKIPPED:

@@ -50,89 +50,230 @@ _Static_assert(sizeof(aclprof_record) == 56, "aclprof_record is protocol 1's 56-
 _Static_assert(0 RECORD_FIELD_LIST(PLUS_SIZE) == sizeof(aclprof_record),
                "RECORD_FIELD_LIST must name every field of aclprof_record (and it has no padding)");
 #define HEADER_SIZE 12
-#define NAME_SLOTS 1024 /* direct-mapped name cache per call (ids repeat: a model's ops) */
-/* the longest fixed text of one line besides ts, head and the two names: the field names
- * (~120 bytes) and five u64 + four u32 numbers (~140) */
-#define LINE_FIXED_MAX 320
+#define NAME_SLOTS 1024 /* direct-mapped name literal cache (ids repeat: a model's ops) */
+#define OP_SLOTS 1024   /* direct-mapped op text cache, by op name id */
+/* Every padded copy (copy_text) may read up to COPY_PAD bytes past its source's text and
+ * write as far past its end: each source is allocated with that much room after the text,
+ * each line's reservation has it after the line. */
+#define COPY_PAD 32
+/* the bytes of a line besides its ts-and-identity text and its op text: three u64 numbers
+ * (20 digits each), ",\"end\":" and ",\"duration_ns\":" (21), the tail text (at most 61) */
+#define LINE_REST_MAX (3 * 20 + 21 + TAIL_MAX)
+#define TAIL_MAX 64
+/* op texts one cache keeps at most, in bytes: very long names (4 KB, escaped up to 6x)
+ * cannot make it hold megabytes; passing it empties it and it fills again */
+#define OP_BYTES_MAX (1 << 20)
+#define NAMES_KEEP 4 /* name caches kept between calls (LRU): one per agent a pump alternates between */
 
-static const char DIGITS2[201] =
-    "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-    "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-    "8081828384858687888990919293949596979899";
+/* The eight ASCII digits of v < 10**8 (leading zeros included) as a little-endian word,
+ * the most significant digit in its first byte: each step splits every lane of the word
+ * in two (10**4, then 100 with a multiply-shift, then 10), no table and no loop; checked
+ * against "%08u" for every v < 10**8. */
+static inline uint64_t digits8(uint32_t v)
+{
+    uint64_t merged = (uint64_t)(v / 10000) | ((uint64_t)(v % 10000) << 32);
+    uint64_t top = ((merged * 10486ULL) >> 20) & ((0x7FULL << 32) | 0x7FULL); /* lane / 100 */
+    uint64_t bot = merged - 100ULL * top;
+    uint64_t hundreds = (bot << 16) + top;
+    uint64_t tens = ((hundreds * 103ULL) >> 10) & 0x000F000F000F000FULL; /* lane / 10 */
+    tens += (hundreds - 10ULL * tens) << 8;
+    return tens + 0x3030303030303030ULL;
+}
 
-/* Decimal digits of v at p, two at a time (the five u64 fields are most of a line's
- * digits); returns the end. */
+static const uint32_t POW10[10] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000, 100000000, 1000000000};
+
+/* The number of decimal digits of v (1 for 0): log2 times log10(2), then one compare. */
+static inline unsigned digits_u32(uint32_t v)
+{
+    unsigned t = ((32 - (unsigned)__builtin_clz(v | 1)) * 1233) >> 12;
+    return t + ((v | 1) >= POW10[t]);
+}
+
+/* The digits of v < 10**8 at p, without leading zeros; writes 8 bytes (p must have room
+ * for them), returns the end of the number. */
+static inline char *put_upto8(char *p, uint32_t v)
+{
+    unsigned n = digits_u32(v);
+    uint64_t w = digits8(v) >> (8 * (8 - n));
+    memcpy(p, &w, 8);
+    return p + n;
+}
+
+static inline char *put_8(char *p, uint32_t v)
+{
+    uint64_t w = digits8(v);
+    memcpy(p, &w, 8);
+    return p + 8;
+}
+
+/* Decimal digits of v at p; returns the end, and may write up to 7 bytes past it (every
+ * destination has COPY_PAD bytes of room after its text). */
+static inline char *put_u32(char *p, uint32_t v)
+{
+    if (v < 100000000)
+        return put_upto8(p, v);
+    return put_8(put_upto8(p, v / 100000000), v % 100000000);
+}
+
+/* Decimal digits of v at p (the same room rule). A line's u64 fields are ns times (16-19
+ * digits): eight digits at a time, each in a few multiplies, rather than a division by 100
+ * per pair of digits. */
 static inline char *put_u64(char *p, uint64_t v)
 {
-    char tmp[20];
-    char *t = tmp + sizeof tmp;
-    while (v >= 100) {
-        unsigned d = (unsigned)(v % 100) * 2;
-        v /= 100;
-        *--t = DIGITS2[d + 1];
-        *--t = DIGITS2[d];
+    if (v < 100000000)
+        return put_upto8(p, (uint32_t)v);
+    if (v < 10000000000000000ULL) /* 9 to 16 digits */
+        return put_8(put_upto8(p, (uint32_t)(v / 100000000)), (uint32_t)(v % 100000000));
+    uint64_t hi = v / 100000000; /* >= 10**8, < 1.85 * 10**11 */
+    p = put_upto8(p, (uint32_t)(hi / 100000000));
+    p = put_8(p, (uint32_t)(hi % 100000000));
+    return put_8(p, (uint32_t)(v % 100000000));
+}
+
+/* A ns time's digits above its last eight (its 0.1 s), formatted once per call for all the
+ * times that share them: a batch's start and end times (19 digits) span a few ms, so they
+ * nearly all do, and each is then one 16-byte copy and eight digits. */
+typedef struct {
+    uint64_t hi; /* v / 10**8 of the text; UINT64_MAX: none yet (hi < 1.85 * 10**11) */
+    Py_ssize_t len;
+    char text[24]; /* at most 12 digits, the 7 bytes a put may write past them, the copy's 16 */
+} HiDigits;
+
+static inline char *put_time(char *p, uint64_t v, HiDigits *c)
+{
+    if (v < 100000000)
+        return put_upto8(p, (uint32_t)v);
+    uint64_t hi = v / 100000000;
+    if (hi != c->hi) {
+        c->len = put_u64(c->text, hi) - c->text;
+        c->hi = hi;
     }
-    if (v >= 10) {
-        *--t = DIGITS2[v * 2 + 1];
-        *--t = DIGITS2[v * 2];
-    } else {
-        *--t = (char)('0' + v);
-    }
-    size_t len = (size_t)(tmp + sizeof tmp - t);
-    memcpy(p, t, len);
-    return p + len;
+    memcpy(p, c->text, 16);
+    return put_8(p + c->len, (uint32_t)(v % 100000000));
 }
 
 #define PUT_LIT(p, s) (memcpy((p), (s), sizeof(s) - 1), (p) + sizeof(s) - 1)
+
+/* len bytes of src at dst, in 32-byte moves the compiler inlines (a line is four copies of
+ * 20-130 bytes: a libc memcpy call each was a third of the encoding); src has COPY_PAD
+ * readable bytes after its text and dst as many writable ones after len. */
+static inline char *copy_text(char *dst, const char *src, Py_ssize_t len)
+{
+    if (len <= 4 * COPY_PAD) {
+        for (Py_ssize_t i = 0; i < len; i += COPY_PAD)
+            memcpy(dst + i, src + i, COPY_PAD);
+    } else {
+        memcpy(dst, src, (size_t)len);
+    }
+    return dst + len;
+}
 
 typedef struct {
     uint32_t id;
     PyObject *lit; /* a strong reference to the bytes literal, NULL when the slot is empty */
 } Slot;
 
+/* The text of a line from its device to its "start" key, which depends on the record's op
+ * name, op type, device and model only: `D,"model":M,"op_type":T,"op_name":N,"start":`.
+ * Kept in the slot itself when it fits (most do), so that the texts of a model's ops, whose
+ * ids it numbers in the order it runs them, lie in id order in one array: read back to back,
+ * the prefetcher has them in cache. Texts in blocks of their own, wherever malloc put them,
+ * missed the cache at almost every record in the daemon, where other work evicts them between
+ * batches (~70 % of the encoder's samples on that one load). */
+#define OP_INLINE 200
 typedef struct {
+    uint32_t name, type, device, model;
+    int valid;
+    Py_ssize_t len;
+    const char *text; /* inl, or heap for a longer text */
+    char *heap;       /* PyMem_RawMalloc'd, heap_cap bytes, or NULL */
+    Py_ssize_t heap_cap;
+    char inl[OP_INLINE];
+} OpText;
+_Static_assert(sizeof(OpText) == 256, "an op text slot is four cache lines");
+
+typedef struct {
+    PyObject *owner; /* kept caches: the `names` dict they belong to (a strong reference) */
     PyObject *names; /* dict: int id -> bytes (the JSON string literal) */
     PyObject *miss;  /* callable(id) -> bytes, for ids not in names */
+    uint64_t used;   /* kept caches: when last taken (LRU) */
+    int busy;        /* kept caches: taken by a call now */
+    Py_ssize_t op_bytes; /* bytes allocated for op texts outside their slots */
     Slot slots[NAME_SLOTS];
+    OpText ops[OP_SLOTS];
 } Names;
+
+static void ops_clear(Names *nm)
+{
+    for (int i = 0; i < OP_SLOTS; i++) {
+        OpText *e = &nm->ops[i];
+        PyMem_RawFree(e->heap);
+        e->heap = NULL;
+        e->heap_cap = 0;
+        e->valid = 0;
+    }
+    nm->op_bytes = 0;
+}
 
 static void names_clear(Names *nm)
 {
     for (int i = 0; i < NAME_SLOTS; i++)
         Py_CLEAR(nm->slots[i].lit);
+    ops_clear(nm);
 }
 
-/* The name cache kept from one call to the next for the same `names` dict (a strong
+/* The name caches kept from one call to the next, each for one `names` dict (a strong
  * reference keeps it, so its address is not reused while it is the key): a STREAM pump
- * encodes each agent's batches with its connection's dict, so the literals of a model's
- * ops are looked up once, not once per call (~1000 dict lookups and int objects per
- * 1250-record call: ~40 % of the encoding, issue 21). Sound because a dict's literal for
- * an id never changes (aclprofd.records.NameJson: set once; a redefined id ends the
- * connection, and its next connection has a new dict). Used by one call at a time (the
- * GIL; `miss` could re-enter): a nested call gets a cache of its own, as before. */
-static Names *g_names;
-static PyObject *g_names_owner;
-static int g_names_busy;
+ * encodes each agent's batches with its connection's dict, so the literals and op texts of
+ * a model's ops are made once, not once per call (~1000 dict lookups and int objects per
+ * 1250-record call were ~40 % of the encoding, issue 21), and NAMES_KEEP of them let a pump
+ * alternate between agents without starting over each time. Sound because a dict's literal
+ * for an id never changes (aclprofd.records.NameJson: set once; a redefined id ends the
+ * connection, and its next connection has a new dict). A cache is used by one call at a
+ * time (the GIL; `miss` could re-enter): a nested call for the same dict gets a cache of
+ * its own, as do calls when allocation fails. */
+static Names *g_names[NAMES_KEEP];
+static uint64_t g_names_clock;
 
 static Names *names_take(PyObject *names, PyObject *miss, int *kept)
 {
     *kept = 0;
-    if (!g_names_busy) {
-        if (g_names == NULL)
-            g_names = PyMem_Calloc(1, sizeof(Names));
-        if (g_names != NULL) {
-            if (g_names_owner != names) {
-                names_clear(g_names);
-                Py_INCREF(names);
-                Py_XSETREF(g_names_owner, names);
-            }
-            g_names->names = names;
-            g_names->miss = miss;
-            g_names_busy = 1;
-            *kept = 1;
-            return g_names;
+    Names *pick = NULL;
+    for (int i = 0; i < NAMES_KEEP; i++) {
+        Names *c = g_names[i];
+        if (c != NULL && c->owner == names) {
+            pick = c->busy ? NULL : c;
+            if (pick == NULL)
+                goto own; /* re-entered for the same dict */
+            break;
         }
     }
+    if (pick == NULL) { /* an empty place, else the least recently used cache not in use */
+        int at = -1;
+        for (int i = 0; i < NAMES_KEEP; i++) {
+            if (g_names[i] == NULL) {
+                at = i;
+                break;
+            }
+            if (!g_names[i]->busy && (at < 0 || g_names[i]->used < g_names[at]->used))
+                at = i;
+        }
+        if (at < 0)
+            goto own;
+        if (g_names[at] == NULL && (g_names[at] = PyMem_Calloc(1, sizeof(Names))) == NULL)
+            goto own;
+        pick = g_names[at];
+        names_clear(pick);
+        Py_INCREF(names);
+        Py_XSETREF(pick->owner, names);
+    }
+    pick->names = names;
+    pick->miss = miss;
+    pick->busy = 1;
+    pick->used = ++g_names_clock;
+    *kept = 1;
+    return pick;
+own:;
     Names *nm = PyMem_Calloc(1, sizeof(Names));
     if (nm != NULL) {
         nm->names = names;
@@ -146,10 +287,10 @@ static void names_release(Names *nm, int kept, int failed)
     if (kept) {
         if (failed) { /* a miss that raised: start again next time */
             names_clear(nm);
-            Py_CLEAR(g_names_owner);
+            Py_CLEAR(nm->owner);
         }
         nm->miss = NULL;
-        g_names_busy = 0;
+        nm->busy = 0;
         return;
     }
     names_clear(nm);
@@ -189,6 +330,101 @@ static PyObject *name_lit(Names *nm, uint32_t id)
     s->id = id;
     return lit;
 }
+
+/* The op text of record `rec` (valid until the next call); NULL with an exception set. */
+static OpText *op_text(Names *nm, const char *rec)
+{
+    uint32_t name = ld32(rec + AT(op_name)), type = ld32(rec + AT(op_type));
+    uint32_t device = ld32(rec + AT(device_id)), model = ld32(rec + AT(model_id));
+    OpText *e = &nm->ops[name & (OP_SLOTS - 1)];
+    if (e->valid && e->name == name && e->type == type && e->device == device && e->model == model)
+        return e;
+    e->valid = 0;
+    PyObject *tlit = name_lit(nm, type);
+    if (tlit == NULL)
+        return NULL;
+    Py_INCREF(tlit); /* the next lookup may evict it from its slot */
+    PyObject *nlit = name_lit(nm, name);
+    if (nlit == NULL) {
+        Py_DECREF(tlit);
+        return NULL;
+    }
+    Py_ssize_t tl = PyBytes_GET_SIZE(tlit), nl = PyBytes_GET_SIZE(nlit);
+    Py_ssize_t need = 10 + 10 + tl + nl + 64 + COPY_PAD; /* two u32, the keys (50 bytes) */
+    char *text = e->inl;
+    if (need > OP_INLINE) {
+        if (e->heap_cap < need) {
+            Py_ssize_t cap = (need + 63) & ~(Py_ssize_t)63;
+            if (nm->op_bytes - e->heap_cap + cap > OP_BYTES_MAX)
+                ops_clear(nm); /* e's block is gone now too */
+            char *t = PyMem_RawRealloc(e->heap, (size_t)cap);
+            if (t == NULL) {
+                Py_DECREF(tlit);
+                PyErr_NoMemory();
+                return NULL;
+            }
+            nm->op_bytes += cap - e->heap_cap;
+            e->heap = t;
+            e->heap_cap = cap;
+        }
+        text = e->heap;
+    }
+    char *p = text;
+    p = put_u32(p, device);
+    p = PUT_LIT(p, ",\"model\":");
+    p = put_u32(p, model);
+    p = PUT_LIT(p, ",\"op_type\":");
+    memcpy(p, PyBytes_AS_STRING(tlit), (size_t)tl);
+    p += tl;
+    Py_DECREF(tlit);
+    p = PUT_LIT(p, ",\"op_name\":");
+    memcpy(p, PyBytes_AS_STRING(nlit), (size_t)nl);
+    p += nl;
+    p = PUT_LIT(p, ",\"start\":");
+    e->len = p - text;
+    e->text = text;
+    e->name = name;
+    e->type = type;
+    e->device = device;
+    e->model = model;
+    e->valid = 1;
+    return e;
+}
+
+/* The end of a line after duration_ns: `,"flag":F,"thread_id":T,"kind":"op"}\n` (or
+ * "keypoint"), which depends on the record's flag and thread only: a call makes each once
+ * (a process has a few threads). */
+#define TAIL_SLOTS 8
+typedef struct {
+    uint32_t flag, thread;
+    int valid;
+    Py_ssize_t len;
+    char text[TAIL_MAX + COPY_PAD];
+} Tail;
+
+static const Tail *tail_text(Tail *tails, uint32_t flag, uint32_t thread)
+{
+    Tail *t = &tails[((thread * 0x9E3779B1u) ^ flag) >> (32 - 3)];
+    if (t->valid && t->flag == flag && t->thread == thread)
+        return t;
+    char *p = t->text;
+    p = PUT_LIT(p, ",\"flag\":");
+    p = put_u32(p, flag & ~FLAG_KEYPOINT);
+    p = PUT_LIT(p, ",\"thread_id\":");
+    p = put_u32(p, thread);
+    if (flag & FLAG_KEYPOINT)
+        p = PUT_LIT(p, ",\"kind\":\"keypoint\"}\n");
+    else
+        p = PUT_LIT(p, ",\"kind\":\"op\"}\n");
+    t->len = p - t->text;
+    t->flag = flag;
+    t->thread = thread;
+    t->valid = 1;
+    return t;
+}
+_Static_assert(TAIL_SLOTS == 1 << 3, "tail_text's slot is the top 3 bits of a hash");
+_Static_assert(sizeof(",\"flag\":") - 1 + 10 + sizeof(",\"thread_id\":") - 1 + 10
+               + sizeof(",\"kind\":\"keypoint\"}\n") - 1 <= TAIL_MAX, "a tail text fits TAIL_MAX");
 
 /* "%.6f" of t into buf (size >= 400), or "null" for a non-finite t; returns the length. */
 static Py_ssize_t format_ts(char *buf, size_t size, double t)
@@ -275,6 +511,25 @@ static void put_header(char *p, int kind, uint32_t length)
     memcpy(p + 8, &length, 4); /* little-endian host (checked above) */
 }
 
+/* `{"ts":<ts>,<head>"device":` of a run of records received at one time: the start of each
+ * of their lines. buf has room for the text and COPY_PAD. */
+static Py_ssize_t ts_head_text(char *buf, double t, const char *head, Py_ssize_t hlen)
+{
+    char *p = PUT_LIT(buf, "{\"ts\":");
+    Py_ssize_t n = format_ts(p, 400, t);
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "encode_frames: ts does not format");
+        return -1;
+    }
+    p += n;
+    *p++ = ',';
+    memcpy(p, head, (size_t)hlen);
+    p += hlen;
+    p = PUT_LIT(p, "\"device\":");
+    return p - buf;
+}
+#define TS_HEAD_ROOM(hlen) (6 + 400 + 1 + (hlen) + 9 + COPY_PAD)
+
 PyDoc_STRVAR(encode_frames_doc,
 "encode_frames(records, ts, head, names, miss, kind, max_records, target, max_payload) -> bytes\n\n"
 "Wire records as whole JSON Lines frames of ``kind`` (header + payload each), concatenated.\n"
@@ -298,6 +553,7 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
     int have_rv = 0, have_tv = 0;
     Out o = {NULL, 0, 0, 0};
     int have_out = 0;
+    char *tshead = NULL;
     PyObject *result = NULL;
 
     long kind = PyLong_AsLong(args[5]);
@@ -345,6 +601,10 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
         }
         ts_arr = tv.buf;
     }
+    if (n == 0) {
+        result = PyBytes_FromStringAndSize(NULL, 0);
+        goto done;
+    }
     nm = names_take(args[3], args[4], &nm_kept);
     if (nm == NULL) {
         PyErr_NoMemory();
@@ -353,16 +613,19 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
 
     const char *hd = PyBytes_AS_STRING(head);
     Py_ssize_t hlen = PyBytes_GET_SIZE(head);
-    char tsbuf[400];
-    Py_ssize_t tslen = -1;
-    uint64_t ts_bits = 0;
-    if (!ts_arr) {
-        tslen = format_ts(tsbuf, sizeof tsbuf, ts_one);
-        if (tslen < 0) {
-            PyErr_SetString(PyExc_ValueError, "encode_frames: ts does not format");
-            goto done;
-        }
+    tshead = PyMem_RawMalloc((size_t)TS_HEAD_ROOM(hlen));
+    if (tshead == NULL) {
+        PyErr_NoMemory();
+        goto done;
     }
+    Py_ssize_t thlen = -1;
+    uint64_t ts_bits = 0;
+    if (!ts_arr && (thlen = ts_head_text(tshead, ts_one, hd, hlen)) < 0)
+        goto done;
+    Tail tails[TAIL_SLOTS];
+    for (int k = 0; k < TAIL_SLOTS; k++)
+        tails[k].valid = 0;
+    HiDigits hi_digits = {.hi = UINT64_MAX};
 
     out_take(&o);
     have_out = 1;
@@ -373,69 +636,36 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
         if (ts_arr) {
             uint64_t bits;
             memcpy(&bits, ts_arr + 8 * i, 8);
-            if (tslen < 0 || bits != ts_bits) { /* runs of one receive time: formatted once */
+            if (thlen < 0 || bits != ts_bits) { /* runs of one receive time: formatted once */
                 double t;
                 memcpy(&t, &bits, 8);
-                tslen = format_ts(tsbuf, sizeof tsbuf, t);
-                if (tslen < 0) {
-                    PyErr_SetString(PyExc_ValueError, "encode_frames: ts does not format");
+                if ((thlen = ts_head_text(tshead, t, hd, hlen)) < 0)
                     goto done;
-                }
                 ts_bits = bits;
             }
         }
-        PyObject *tlit = name_lit(nm, ld32(rec + AT(op_type)));
-        if (tlit == NULL)
+        const OpText *op = op_text(nm, rec); /* may run Python (miss): before the buffer is touched */
+        if (op == NULL)
             goto done;
-        Py_INCREF(tlit); /* the next lookup may evict it from its slot */
-        PyObject *nlit = name_lit(nm, ld32(rec + AT(op_name)));
-        if (nlit == NULL) {
-            Py_DECREF(tlit);
+        uint32_t flag = ld32(rec + AT(flag));
+        const Tail *tail = tail_text(tails, flag, ld32(rec + AT(thread_id)));
+        /* one check per line: every write below stays within it */
+        if (out_reserve(&o, HEADER_SIZE + thlen + op->len + LINE_REST_MAX + COPY_PAD) < 0)
             goto done;
-        }
-        Py_ssize_t tl = PyBytes_GET_SIZE(tlit), nl = PyBytes_GET_SIZE(nlit);
-        if (out_reserve(&o, HEADER_SIZE + LINE_FIXED_MAX + tslen + hlen + tl + nl) < 0) {
-            Py_DECREF(tlit);
-            goto done;
-        }
         if (frame_at < 0) {
             frame_at = o.pos;
             o.pos += HEADER_SIZE;
             in_frame = 0;
         }
         char *p = o.base + o.pos;
-        p = PUT_LIT(p, "{\"ts\":");
-        memcpy(p, tsbuf, tslen);
-        p += tslen;
-        *p++ = ',';
-        memcpy(p, hd, hlen);
-        p += hlen;
-        p = PUT_LIT(p, "\"device\":");
-        p = put_u64(p, ld32(rec + AT(device_id)));
-        p = PUT_LIT(p, ",\"model\":");
-        p = put_u64(p, ld32(rec + AT(model_id)));
-        p = PUT_LIT(p, ",\"op_type\":");
-        memcpy(p, PyBytes_AS_STRING(tlit), tl);
-        p += tl;
-        Py_DECREF(tlit);
-        p = PUT_LIT(p, ",\"op_name\":");
-        memcpy(p, PyBytes_AS_STRING(nlit), nl);
-        p += nl;
-        p = PUT_LIT(p, ",\"start\":");
-        p = put_u64(p, ld64(rec + AT(start)));
+        p = copy_text(p, tshead, thlen);
+        p = copy_text(p, op->text, op->len);
+        p = put_time(p, ld64(rec + AT(start)), &hi_digits);
         p = PUT_LIT(p, ",\"end\":");
-        p = put_u64(p, ld64(rec + AT(end)));
+        p = put_time(p, ld64(rec + AT(end)), &hi_digits);
         p = PUT_LIT(p, ",\"duration_ns\":");
         p = put_u64(p, ld64(rec + AT(duration)));
-        uint32_t flag = ld32(rec + AT(flag));
-        p = PUT_LIT(p, ",\"flag\":");
-        p = put_u64(p, flag & ~FLAG_KEYPOINT);
-        p = PUT_LIT(p, ",\"thread_id\":");
-        p = put_u64(p, ld32(rec + AT(thread_id)));
-        if (flag & FLAG_KEYPOINT)
-            p = PUT_LIT(p, ",\"kind\":\"keypoint\"}\n");
-        else
-            p = PUT_LIT(p, ",\"kind\":\"op\"}\n");
+        p = copy_text(p, tail->text, tail->len);
         o.pos = p - o.base;
         in_frame++;
         Py_ssize_t plen = o.pos - frame_at - HEADER_SIZE;
@@ -451,6 +681,7 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
     }
     result = PyBytes_FromStringAndSize(o.base, o.pos);
 done:
+    PyMem_RawFree(tshead);
     if (have_out)
         out_release(&o);
     if (nm != NULL)

@@ -338,6 +338,12 @@ class FrameReader:
                 raise ProtocolError(f"unknown frame kind {kind}") from None
             return None, length
 
+    def check_header(self, buf: Any, pos: int) -> tuple[Kind | None, int]:
+        """Validate a frame header at ``buf[pos:]`` as :meth:`feed` does: (kind, or None for
+        an ignored unknown kind, payload length); ProtocolError if it is malformed. For a
+        client that reads each frame in place (header, then exactly its payload)."""
+        return self._check(buf, pos)
+
     def feed(self, data: bytes | bytearray | memoryview) -> Iterator[tuple[Kind, memoryview]]:
         """Yield every complete ``(kind, payload)`` now buffered; raise ProtocolError on a
         malformed header (the caller closes the connection). With ``ignore_unknown`` a

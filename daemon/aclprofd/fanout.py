@@ -94,6 +94,15 @@ class Fanout:
         self._streams: dict[Conn, None] = {}
         self._exports: dict[Conn, None] = {}
         self._live_check_at = 0.0  # monotonic time an agent's LIVE false falls due (0: none)
+        # [budget left, stream share left] of this loop turn (None: not read yet), read once
+        # per turn by whichever comes first, an offer or the pump, and then lowered by what
+        # they charge: it was read per batch and per pump, one pass over every connection
+        # each (O(agents) per batch: O(agents^2) a second with every agent sending). Within
+        # a turn it does not see other holders grow (frames read, replies queued); those
+        # have their own checks, and the next turn reads it afresh (pump_streams ends a turn)
+        self._room: list[int] | None = None
+        # the identity head of each sender (host, pid, service), formatted once, not per batch
+        self._heads: dict[tuple[str, int, str | None], bytes] = {}
 
     @property
     def streaming(self) -> int:
@@ -159,8 +168,25 @@ class Fanout:
         grow): each client's ``stream_buffer`` alone does not bound them (4096 clients x
         8 MiB is 32 GiB), so they are charged to ``memory_budget`` too, and together may
         take at most half of it: agents' name tables and unstored records keep room.
-        One pass over the connections per call (per batch, per pump), not per client."""
+        One pass over the connections per call, one call per loop turn (:meth:`_turn_room`)."""
         return self.memory.stream_room(EST_RECORD_JSON)
+
+    def _turn_room(self) -> list[int]:
+        """This loop turn's [budget left, stream share left], lowered in place by the
+        caller's charges (read at the turn's first need: see ``_room``)."""
+        room = self._room
+        if room is None:
+            room = self._room = list(self._stream_room())
+        return room
+
+    def _head(self, src: Conn) -> bytes:
+        key = (src.host, src.pid or 0, src.service)
+        head = self._heads.get(key)
+        if head is None:
+            if len(self._heads) >= 4096:  # senders come and go: bounded, refilled on demand
+                self._heads.clear()
+            head = self._heads[key] = identity_head(*key)
+        return head
 
     def _over_budget(self, client: Conn, k: int) -> None:
         """``k`` records not queued for ``client``: the memory budget is spent."""
@@ -174,13 +200,15 @@ class Fanout:
         whose filters select the same records queue the same array object, so the pump
         encodes it once for all of them (:meth:`pump_streams`)."""
         limit = self.host.settings.stream_buffer_bytes
-        room, stream_room = self._stream_room()
+        room: list[int] | None = None  # this turn's (_turn_room), read when a client takes records
         same: dict[bytes, np.ndarray] = {}  # mask bytes -> the selection (b"": everything)
         for client in self._streams:
             flt = client.stream
             if flt is None or client.closed or not flt.source_matches(src.host, src.pid or 0, src.service):
                 continue
-            matcher = client.matchers.setdefault(src.id, NameMatcher())
+            matcher = client.matchers.get(src.id)
+            if matcher is None:
+                matcher = client.matchers[src.id] = NameMatcher()
             m = flt.mask(recs, matcher, src.names)
             if m is not None and m.all():
                 m = None  # selects everything: the same array (and encoding) as no filter
@@ -197,11 +225,13 @@ class Fanout:
                 self.counters.stream_skipped_total += k
                 continue
             cost = k * EST_RECORD_JSON
-            if cost > room or cost > stream_room:
+            if room is None:
+                room = self._turn_room()
+            if cost > room[0] or cost > room[1]:
                 self._over_budget(client, k)
                 continue
-            room -= cost
-            stream_room -= cost
+            room[0] -= cost
+            room[1] -= cost
             client.stream_pending.append((src, now, sel))
             client.stream_pending_n += k
 
@@ -237,26 +267,28 @@ class Fanout:
         if self._live_check_at and time.monotonic() >= self._live_check_at:
             self._update_live()
         if not self.streaming:
+            self._room = None
             return
-        room: list[int] = []  # computed once per pump, when a client has something to encode
         # (selection, first record) -> (the selection, its frames): a batch queued for several
         # clients (the same array object, see offer) is encoded once in this pump
         encoded: dict[tuple[int, int], tuple[np.ndarray, bytes]] = {}
-        for c in list(self._streams):
-            if c.stream is None or c.closed or not (c.stream_pending or (c.stream_skipped and not c.out)):
-                continue
-            if not room:
-                room.extend(self._stream_room())
-            try:
-                self._pump_stream(c, room, encoded)
-            except Exception as exc:
-                self.outbox.internal_error(c, "STREAM", exc)
+        try:
+            for c in list(self._streams):
+                if c.stream is None or c.closed or not (c.stream_pending or (c.stream_skipped and not c.out)):
+                    continue
+                try:
+                    self._pump_stream(c, self._turn_room(), encoded)
+                except Exception as exc:
+                    self.outbox.internal_error(c, "STREAM", exc)
+        finally:
+            self._room = None  # the turn's end: the next one reads the budget afresh
 
     def _pump_stream(self, c: Conn, room: list[int],
                      encoded: dict[tuple[int, int], tuple[np.ndarray, bytes]]) -> None:
-        """``room``: [budget left, stream share left] in bytes, as :meth:`_stream_room`
-        says, minus what this pump encoded already (the pending records it encodes were
-        charged at their estimate). ``encoded``: frames this pump made already, shared."""
+        """``room``: [budget left, stream share left] in bytes, this turn's
+        (:meth:`_turn_room`: the pending records were charged at their estimate), lowered
+        here by what encoding takes beyond it. ``encoded``: frames this pump made already,
+        shared."""
         if c.stream_skipped:
             # before the records that follow the gap
             c.out += encode_json(Kind.STREAM_SKIPPED, {"skipped": c.stream_skipped})
@@ -269,30 +301,31 @@ class Fanout:
         # these records, so what no longer fits is skipped and counted (memory refused "stream").
         limit = self.host.settings.stream_buffer_bytes
         skipped = 0
+        out = c.out
         for src, ts, recs in c.stream_pending:
-            nj = head = None
-            for i in range(0, len(recs), FRAME_RECORDS):
-                if len(c.out) > limit:
-                    skipped += len(recs) - i
+            nj = None
+            n = len(recs)
+            for i in range(0, n, FRAME_RECORDS):
+                if len(out) > limit:
+                    skipped += n - i
                     break
                 if room[0] < 0 or room[1] < 0:
-                    skipped += len(recs) - i
+                    skipped += n - i
                     self.memory.refuse("stream")
                     break
-                before = len(c.out)
-                k = min(FRAME_RECORDS, len(recs) - i)
+                k = min(FRAME_RECORDS, n - i)
                 hit = encoded.get((id(recs), i))
                 if hit is not None and hit[0] is recs:  # the array is kept alive in `encoded`: ids stay unique
                     frames = hit[1]
                 else:
-                    if nj is None or head is None:
+                    if nj is None:
                         nj = NameJson(src.names, src.names_json)
-                        head = identity_head(src.host, src.pid or 0, src.service)
-                    frames = encode_frames(recs[i:i + k], ts, head, nj, Kind.STREAM_RECORDS)
+                    frames = encode_frames(recs if k == n else recs[i:i + k], ts, self._head(src), nj,
+                                           Kind.STREAM_RECORDS)
                     encoded[(id(recs), i)] = (recs, frames)
-                c.out += frames
+                out += frames
                 c.stream_sent += k
-                extra = (len(c.out) - before) - k * EST_RECORD_JSON  # beyond the charged estimate
+                extra = len(frames) - k * EST_RECORD_JSON  # beyond the charged estimate
                 room[0] -= extra
                 room[1] -= extra
         c.stream_pending.clear()

@@ -3,8 +3,9 @@ Lines, one record object per ``\\n``-terminated line, in STREAM_RECORDS and EXPO
 
 Encoding is the per-record cost of STREAM and EXPORT, paid only for records a client gets.
 :func:`encode_frames` does it in C (:mod:`aclprof.protocol._jsonl`): wire records in, whole
-frames (header + JSON Lines payload) out, in one buffer, ~12x faster than the Python
-reference, which at 250 k records/s would be most of the daemon's CPU. Names are
+frames (header + JSON Lines payload) out, in one buffer, ~30x faster than the Python
+reference (``tests/bench/bench_tail_encode.py``), which at 250 k records/s would be most of the
+daemon's CPU. Names are
 JSON-escaped once per connection and id (:class:`NameJson`), in Python, so the escaping
 rules are ``json.dumps``'s. :func:`encode_records_py` is the same text in Python: the
 specification the C encoder is tested against byte for byte (tests/test_records_encoder.py)
@@ -73,13 +74,12 @@ def encode_frames(records: np.ndarray, ts: np.ndarray | float, head: bytes, name
     """Records (RECORD_DTYPE) as whole ``kind`` frames, concatenated: a frame ends after
     FRAME_RECORDS lines or after the line that takes its payload to FRAME_TARGET bytes.
     ``ts``: the receive time of all of them, or one float64 per record. C, one pass."""
-    if records.dtype != RECORD_DTYPE:  # the C side reads the wire layout in place
+    dtype = records.dtype
+    if dtype is not RECORD_DTYPE and dtype != RECORD_DTYPE:  # the C side reads the wire layout in place
         raise TypeError(f"encode_frames needs RECORD_DTYPE records, not {records.dtype}")
     recs = records if records.flags.c_contiguous else np.ascontiguousarray(records)
-    if isinstance(ts, np.ndarray):
-        ts = np.ascontiguousarray(ts, dtype=np.float64)
-    else:
-        ts = float(ts)
+    if type(ts) is not float:  # the pump's (a batch's receive time) needs nothing done
+        ts = np.ascontiguousarray(ts, dtype=np.float64) if isinstance(ts, np.ndarray) else float(ts)
     return _encode_frames(recs, ts, head, names.cache, names, int(kind), FRAME_RECORDS, FRAME_TARGET,
                           MAX_PAYLOAD)
 
