@@ -9,6 +9,23 @@
 
 #include "test_subscribe_common.h"
 
+/* Under AddressSanitizer the test cannot pass reliably, for a reason outside the mock: the
+ * sanitizer's allocator keeps per-size-class locks that its fork() handling (GCC 12's
+ * libsanitizer) does not take, so when the churn thread is inside malloc/free at the fork,
+ * the child inherits that lock held, and the child's first new thread blocks on it forever
+ * while ASan sets the thread up (seen in CI under load: a child killed by its alarm, its
+ * reader and writer threads both waiting in SizeClassAllocator64::GetFromAllocator; 5-10
+ * in 25-40 runs beside three busy loops, none in 30 quiet ones). glibc's malloc locks its
+ * arenas across fork(), so the plain build runs the test, and that is where the mock's own
+ * fork handlers (src/control.c) are checked. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+
 static atomic_bool g_stop;
 static uint32_t g_busy_model;
 static atomic_uint g_busy_execs;
@@ -97,6 +114,11 @@ TEST(fork_while_busy_child_subscribes_and_executes)
 
 int main(void)
 {
+#ifdef UNDER_ASAN
+    puts("tests/test_fork.c: skipped under AddressSanitizer (its allocator's locks are not "
+         "fork-safe; see the comment at the top): the plain build runs it");
+    return 0;
+#endif
     tmp_init();
     RUN(fork_while_busy_child_subscribes_and_executes);
     int rc = test_summary();
