@@ -63,11 +63,11 @@ if sys.platform != "linux":  # the mock uses pthreads, clock_gettime and Linux p
 setup(
     # _jsonl.c reads the wire record's layout from cdefs/aclprof_records.h (the one definition)
     ext_modules=[Extension("aclprof.protocol._jsonl", ["aclprof/protocol/_jsonl.c"],
-                           include_dirs=["cdefs"], depends=["cdefs/aclprof_records.h", "aclprof/protocol/_unaligned.h"],
+                           include_dirs=["cdefs"], depends=["cdefs/aclprof_records.h", "cdefs/aclprof_unaligned.h"],
                            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"]),
                  # the aggregator's per-batch grouping (issue 21), beside _jsonl for the same reason
                  Extension("aclprof.protocol._batchgroup", ["aclprof/protocol/_batchgroup.c"],
-                           include_dirs=["cdefs"], depends=["cdefs/aclprof_records.h", "aclprof/protocol/_unaligned.h"],
+                           include_dirs=["cdefs"], depends=["cdefs/aclprof_records.h", "cdefs/aclprof_unaligned.h"],
                            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"]),
                  # aclprof.request's enter/exit and event ring (issue 25): a CPython extension, as a
                  # cffi call alone costs a fifth of its 1 us budget and releases the GIL

@@ -114,8 +114,9 @@ def test_jsonl_refuses_to_build_with_a_field_it_does_not_list(tmp_path: Path):
     to the header and not to that list, or one that changes protocol 1's 56 bytes, is a
     compile error, not a silently wrong RECORD_DTYPE."""
     src = REPO / "aclprof" / "protocol" / "_jsonl.c"
+    # tmp_path first: its copy of the records header is the one found; cdefs/ for the others
     cmd = ["cc", "-fsyntax-only", "-std=c11", f"-I{sysconfig.get_paths()['include']}", f"-I{tmp_path}",
-           str(src)]
+           f"-I{REPO / 'cdefs'}", str(src)]
     (tmp_path / "aclprof_records.h").write_text(HEADER.read_text(encoding="utf-8"), encoding="utf-8")
     subprocess.run(cmd, check=True, capture_output=True)  # the header as it is compiles
     (tmp_path / "aclprof_records.h").write_text(HEADER.read_text(encoding="utf-8").replace(

@@ -20,6 +20,7 @@
 #include "acl_base.h"
 #include "acl_prof.h"
 #include "aclprof_records.h" /* ProfOpDesc, aclprof_record, aclprof_op_row */
+#include "aclprof_unaligned.h" /* ld32, ld64, st32: rows are packed, records unaligned */
 
 #include "_fast.h"
 
@@ -49,27 +50,6 @@ ACLPROF_FAST_HIDDEN extern _Thread_local int64_t aclprof_read_first_bytes;
  * arrival). */
 /* _fast_ops.c: the host's CLOCK_MONOTONIC in ns (the clock Python's time.monotonic reads). */
 ACLPROF_FAST_HIDDEN int64_t aclprof_mono_ns(void);
-
-/* A 4- or 8-byte field at p, native order: records and rows are packed (57-byte rows are never
- * aligned), so every load and store goes through memcpy. */
-static inline uint32_t ld32(const uint8_t *p)
-{
-    uint32_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline uint64_t ld64(const uint8_t *p)
-{
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
-
-static inline void st32(uint8_t *p, uint32_t v)
-{
-    memcpy(p, &v, sizeof v);
-}
 
 /* Where a field of an op row's record is (the record starts the packed row). */
 #define ACLPROF_ROW_AT(field) (offsetof(aclprof_op_row, rec) + offsetof(aclprof_record, field))

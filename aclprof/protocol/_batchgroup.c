@@ -31,7 +31,7 @@
 #endif
 
 #include "aclprof_records.h"
-#include "_unaligned.h"
+#include "aclprof_unaligned.h"
 
 #define REC_SIZE ((Py_ssize_t)sizeof(aclprof_record))
 #define AT(field) offsetof(aclprof_record, field)

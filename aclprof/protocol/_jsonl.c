@@ -30,7 +30,7 @@
 #endif
 
 #include "aclprof_records.h"
-#include "_unaligned.h"
+#include "aclprof_unaligned.h"
 
 /* Protocol 1's BATCH record is 56 bytes (daemon/PROTOCOL.md): a field added to
  * aclprof_record is a new protocol version, not a silent change of the bytes. */
