@@ -111,13 +111,13 @@ def test_a_group_without_baseline_samples_is_not_judged(monkeypatch: Any) -> Non
     from aclprofd.detector import engine
 
     rows: list[int] = []
-    real = engine.shift
+    real = engine.shifts
 
     def counting(base: np.ndarray, cur: np.ndarray, *a: Any, **k: Any) -> Any:
         rows.append(len(cur))
         return real(base, cur, *a, **k)
 
-    monkeypatch.setattr(engine, "shift", counting)
+    monkeypatch.setattr(engine, "shifts", counting)
     det = Detector(identity, DetectorConfig(window_s=10, trailing_s=60, min_count=50))
     for t in range(100):
         feed(det, [0], n=10)           # old: both sides

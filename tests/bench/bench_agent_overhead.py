@@ -1,6 +1,7 @@
 """Agent overhead: mock inference step time with ``aclprof.agent`` streaming vs without.
 
     python tests/bench/bench_agent_overhead.py [--quick] [--rounds R] [--steps S] [--nice-daemon N] [--with-tail]
+                                               [--sched-daemon {batch,idle}]...
                                                [--hog {off,on,both}] [--curve [--curve-daemon NAME=PATH]...]
                                                [--numpy-consumer] [--requests]
 
@@ -17,7 +18,10 @@ ops/s), timed from Python. Rounds rotate between
 
 With ``--nice-daemon N`` an ``agent niceN`` variant streams to a second daemon started with
 nice N (the deployment recommendation of daemon/aclprofd.service), interleaved with the
-others, so the two daemons are compared in one run. With ``--with-tail`` an ``aclprof tail
+others, so the two daemons are compared in one run. ``--sched-daemon batch`` (or ``idle``,
+repeatable) adds an ``agent batch`` (``agent idle``) variant against a daemon started with that
+scheduling policy (``CPUSchedulingPolicy=`` in a unit): SCHED_BATCH wake-ups do not preempt
+the running task, SCHED_IDLE runs only on an otherwise idle core. With ``--with-tail`` an ``aclprof tail
 --json`` streams from the daemon(s) throughout: the agent is LIVE and sends every ~10 ms.
 
 With ``--hog on`` (or ``both``, the default: the table quiet, then with the hog) the
@@ -177,17 +181,31 @@ def sender_pump_us(records_per_batch: int, batches: int, reps: int = 50) -> floa
     return best * 1e6
 
 
+_POLICIES = {"batch": "SCHED_BATCH", "idle": "SCHED_IDLE"}
+
+
 def start_daemon(root: str, sink: str = "daemon", nice: int = 0,
-                 argv: list[str] | None = None) -> tuple[subprocess.Popen, str]:
-    socket = os.path.join(root, f"d{nice}.sock")
+                 argv: list[str] | None = None, policy: str | None = None) -> tuple[subprocess.Popen, str]:
+    """A daemon (or the null sink) on a socket of its own under ``root``, at ``nice`` and with
+    the scheduling ``policy`` ("batch": no wake-up preemption of the running task; "idle":
+    runs only on an otherwise idle core), as ``CPUSchedulingPolicy=`` in a unit would set it."""
+    tag = f"{nice}{policy or ''}"
+    socket = os.path.join(root, f"d{tag}.sock")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROF_", "ACLMOCK_", "ACLPROFD_"))}
     if sink == "null":
         cmd = [sys.executable, "-c", _NULL_SINK, socket]
     else:
         cmd = [*(argv or daemon_argv()), "--socket", socket, "--data-dir",
-               os.path.join(root, f"data{nice}"), "--prometheus-port", "0", "--log-level", "warning"]
+               os.path.join(root, f"data{tag}"), "--prometheus-port", "0", "--log-level", "warning"]
+
+    def lower() -> None:
+        if nice:
+            os.nice(nice)
+        if policy:
+            os.sched_setscheduler(0, getattr(os, _POLICIES[policy]), os.sched_param(0))
+
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=(lambda: os.nice(nice)) if nice else None)
+                            preexec_fn=lower if nice or policy else None)
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if os.path.exists(socket):
@@ -347,6 +365,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run an 'agent nice N' variant streaming to a second daemon started "
                              "with nice N (the deployment recommendation, daemon/aclprofd.service), "
                              "interleaved with the others in the same run")
+    parser.add_argument("--sched-daemon", action="append", default=[], choices=tuple(_POLICIES),
+                        help="also run an 'agent POLICY' variant streaming to a daemon started with that "
+                             "scheduling policy (SCHED_BATCH: its wake-ups do not preempt the service; "
+                             "SCHED_IDLE: it runs only when a core is otherwise idle); repeatable")
     parser.add_argument("--with-tail", action="store_true",
                         help="keep `aclprof tail --json > /dev/null` streaming from the daemon(s) the whole run: "
                              "agents are then LIVE and send every ~25 ms instead of ~50 ms")
@@ -397,6 +419,11 @@ def main(argv: list[str] | None = None) -> int:
         niced, sockets[name] = start_daemon(root, args.sink, args.nice_daemon)
         daemons.append(niced)
         pids[name] = niced.pid
+    for policy in args.sched_daemon:
+        name = f"agent {policy}"
+        lowered, sockets[name] = start_daemon(root, args.sink, policy=policy)
+        daemons.append(lowered)
+        pids[name] = lowered.pid
     if args.with_tail:
         if args.sink != "daemon":
             raise SystemExit("--with-tail needs --sink daemon")
