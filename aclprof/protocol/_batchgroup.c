@@ -946,6 +946,394 @@ done:
     return result;
 }
 
+/* ingest_frame(records, max_duration, upper, hashes, dms, codes, keys,
+ *              acc_count, acc_total, acc_min, acc_max, acc_hist, acc_prom, acc_prom_sum, prom_of_bin,
+ *              acc_fine, acc_fine_sum, fine_of_bin, last_fed, now, other,
+ *              slot_groups, gfill, slot_codes, hfill, key_cell, cell_buf, cfill)
+ *   -> (status, ops, groups, m, other_records, untracked, mc, keypoints, device, max_end)
+ *
+ * One agent BATCH frame's whole aggregate step (aclprofd.aggregate.aggregator.Aggregator.
+ * ingest_frame) in one call, for the usual frame: count_bad's check, batch_facts, group, the
+ * sender's key cache (cache_lookup), fold_batch, the newest window slot's rows and the
+ * detector's cells (map_cells). The daemon paid ~15 Python and numpy steps a frame for
+ * these, each 2-5x slower after the loop slept in select (issue 21).
+ *
+ * Every check comes before any write: when a frame needs the Python path, `status` says
+ * why and nothing was written (the Python steps, the reference, then handle the frame):
+ *   1  the payload is not whole records, or a record no op can have (Ingest.rejects);
+ *   2  a (model/device, name/type) pair not in the cache (KeyRegistry.resolve: new keys,
+ *      undefined name ids);
+ *   3  a key the detector has not looked up (key_cell -1 or past its end);
+ *   4  slot_groups / slot_codes have no room for the frame's rows (the caller merges them);
+ *   5  cell_buf has no room (the caller merges the detector's pending rows).
+ * status 0: done. Per group (its key keys[...] from the cache) since-start figures as in
+ * fold_batch (now, other, the bucket tables: the same), and the group's key, count, total,
+ * min, max appended as columns gfill.. of slot_groups (5 rows of int64, row-major); the
+ * distinct (key * nbins + bin) codes, ascending, and their counts as columns hfill.. of
+ * slot_codes (2 rows), m of them; with key_cell (not None) each code's cell code (cell *
+ * nbins + bin, map_cells: cells below -1 are untracked, their counts summed) in order as
+ * columns cfill.. of cell_buf (2 rows), mc of them. keypoints, device (-1: mixed) and
+ * max_end as batch_facts gives them, of every record. */
+enum { FRAME_DONE, FRAME_REFUSE, FRAME_MISS, FRAME_CELL, FRAME_SLOT_FULL, FRAME_CELLS_FULL };
+
+/* per-call scratch of ingest_frame, kept between calls (the loop calls it ~40-100 times a
+ * second: a malloc of ~300 KB a frame would be an mmap and page faults each time); given
+ * back when a large frame grew it past SCRATCH_KEEP */
+static char *scratch;
+static size_t scratch_cap;
+#define SCRATCH_KEEP ((size_t)4 << 20)
+
+static void *scratch_get(size_t need)
+{
+    if (need > scratch_cap) {
+        free(scratch);
+        scratch = malloc(need);
+        scratch_cap = scratch ? need : 0;
+    }
+    return scratch;
+}
+
+static void scratch_trim(void)
+{
+    if (scratch_cap > SCRATCH_KEEP) {
+        free(scratch);
+        scratch = NULL;
+        scratch_cap = 0;
+    }
+}
+
+/* The index of hash h in the ascending, duplicate-free hashes[:m], or -1. */
+static inline Py_ssize_t find_hash(const uint64_t *hashes, Py_ssize_t m, uint64_t h)
+{
+    Py_ssize_t lo = 0, hi = m;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (hashes[mid] < h)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m && hashes[lo] == h ? lo : -1;
+}
+
+static PyObject *frame_result(int status, Py_ssize_t ops, Py_ssize_t groups, Py_ssize_t m, uint64_t others,
+                              uint64_t untracked, Py_ssize_t mc, Py_ssize_t keypoints, long long device,
+                              uint64_t max_end)
+{
+    return Py_BuildValue("(innnLLnnLK)", status, ops, groups, m, (long long)others, (long long)untracked, mc,
+                         keypoints, device, (unsigned long long)max_end);
+}
+
+static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    enum { NARG = 28, MAXD = 1, NOW = 19, OTHER = 20, GFILL = 22, HFILL = 24, KC = 25, CBUF = 26, CFILL = 27 };
+    if (check_nargs("ingest_frame", nargs, NARG) < 0)
+        return NULL;
+    unsigned long long max_duration = PyLong_AsUnsignedLongLong(args[MAXD]);
+    if (max_duration == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    double now = PyFloat_AsDouble(args[NOW]);
+    if (now == -1.0 && PyErr_Occurred())
+        return NULL;
+    long long other = PyLong_AsLongLong(args[OTHER]);
+    if (other == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t gfill = PyLong_AsSsize_t(args[GFILL]), hfill = PyLong_AsSsize_t(args[HFILL]);
+    Py_ssize_t cfill = PyLong_AsSsize_t(args[CFILL]);
+    if ((gfill == -1 || hfill == -1 || cfill == -1) && PyErr_Occurred())
+        return NULL;
+    int cells = args[KC] != Py_None;
+    if (cells != (args[CBUF] != Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "ingest_frame: key_cell and cell_buf are both None or both arrays");
+        return NULL;
+    }
+    /* the arrays: 2..18, 21, 23 and, with the detector, 25 and 26 (args[0] is bytes-like) */
+    unsigned arrays = ((1u << 19) - 1) & ~(1u << 0 | 1u << MAXD);
+    arrays |= 1u << 21 | 1u << 23;
+    if (cells)
+        arrays |= 1u << KC | 1u << CBUF;
+    const unsigned writable = (0x7Fu << 7) | 1u << 15 | 1u << 16 | 1u << 18 | 1u << 21 | 1u << 23 | 1u << CBUF;
+    Py_buffer rv, b[NARG];
+    Py_ssize_t n = get_records("ingest_frame", args[0], &rv);
+    if (n < 0) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+            return NULL;
+        PyErr_Clear(); /* not whole records: the Python path names the error */
+        return frame_result(FRAME_REFUSE, 0, 0, 0, 0, 0, 0, 0, -1, 0);
+    }
+    PyObject *result = NULL;
+    if (take_arrays("ingest_frame", args, NARG, arrays, writable & arrays, b) < 0) {
+        PyBuffer_Release(&rv);
+        return NULL;
+    }
+    Py_ssize_t nb = b[2].len / 8, ncache = b[3].len / 8, cap = b[7].len / 8, nbins = b[14].len / 8;
+    Py_ssize_t gcap = b[21].len / 8 / 5, hcap = b[23].len / 8 / 2, nkc = cells ? b[KC].len / 8 : 0;
+    Py_ssize_t ccap = cells ? b[CBUF].len / 8 / 2 : 0;
+    if (nb < 1 || b[4].len / 8 != ncache || b[5].len / 8 != ncache || b[6].len / 8 != ncache) {
+        PyErr_SetString(PyExc_ValueError, "ingest_frame: no bin bounds, or the cache's columns differ in length");
+        goto done;
+    }
+    if (cap == 0 || nbins == 0 || nbins != nb + 1 || b[17].len / 8 != nbins || b[8].len / 8 != cap
+        || b[9].len / 8 != cap || b[10].len / 8 != cap || b[13].len / 8 != cap || b[16].len / 8 != cap
+        || b[18].len / 8 != cap || b[11].len / 8 != cap * nbins || b[12].len / 8 % cap || b[15].len / 8 % cap) {
+        PyErr_SetString(PyExc_ValueError, "ingest_frame: the accumulators do not have one row per key (or the "
+                                          "bin tables do not have one entry per bin)");
+        goto done;
+    }
+    if (b[21].len != gcap * 5 * 8 || b[23].len != hcap * 2 * 8 || (cells && b[CBUF].len != ccap * 2 * 8)
+        || gfill < 0 || gfill > gcap || hfill < 0 || hfill > hcap || cfill < 0 || cfill > ccap) {
+        PyErr_SetString(PyExc_ValueError, "ingest_frame: a row buffer is not 5 (slot_groups) or 2 (slot_codes, "
+                                          "cell_buf) rows, or its fill is outside it");
+        goto done;
+    }
+    Py_ssize_t nprom = b[12].len / 8 / cap, nfine = b[15].len / 8 / cap;
+    const int64_t *pob = b[14].buf, *fob = b[17].buf;
+    for (Py_ssize_t i = 0; i < nbins; i++)
+        if (pob[i] < 0 || pob[i] >= nprom || fob[i] < 0 || fob[i] >= nfine) {
+            PyErr_Format(PyExc_ValueError, "ingest_frame: bin %zd has no bucket in the table", i);
+            goto done;
+        }
+    if (n > (Py_ssize_t)UINT32_MAX / 4) {
+        result = frame_result(FRAME_REFUSE, 0, 0, 0, 0, 0, 0, 0, -1, 0); /* not a frame: the Python path */
+        goto done;
+    }
+
+    /* 1. one pass over the records: the bad ones (count_bad), the facts (batch_facts) and,
+     * for the ops, their groups (as `group`) and per group a list of its distinct bins with
+     * their counts (entries: an op's group has a few bins, so finding its bin is a short walk
+     * where sum_rows hashed every op's code, then divided every code by nbins) */
+    size_t hslots = 16;
+    while (hslots < (size_t)n * 2)
+        hslots <<= 1;
+    /* scratch: 8 int64 columns of n (per group: dm, code, count, total, min, max, key; per
+     * entry: count), 4 int32 columns of n (per group: first entry, entries; per entry: bin,
+     * next), one count per bin (a run of groups sharing a key) and the hash slots */
+    char *mem = scratch_get((size_t)(n * (8 * 8 + 4 * 4) + nbins * 8) + hslots * sizeof(uint32_t));
+    if (mem == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint64_t *gdm = (uint64_t *)mem, *gcode = gdm + n;
+    int64_t *gcount = (int64_t *)(gcode + n), *gtotal = gcount + n, *gmin = gtotal + n, *gmax = gmin + n;
+    int64_t *gkeys = gmax + n, *ecount = gkeys + n;
+    int32_t *ghead = (int32_t *)(ecount + n), *gents = ghead + n, *ebin = gents + n, *enext = ebin + n;
+    int64_t *dense = (int64_t *)(enext + n); /* n int32 pairs above: 8-byte aligned */
+    memset(dense, 0, (size_t)nbins * 8);
+    uint32_t *slots = (uint32_t *)(dense + nbins);
+    memset(slots, 0, hslots * sizeof *slots);
+    size_t mask = hslots - 1;
+    const int64_t *upper = b[2].buf;
+    const char *rec = rv.buf;
+    Py_ssize_t keypoints = 0, ops = 0, groups = 0, ents = 0;
+    uint32_t dev = n ? ld32(rec + AT(device_id)) : 0;
+    int same = 1, bad = 0;
+    uint64_t max_end = 0;
+    for (Py_ssize_t i = 0; i < n; i++, rec += REC_SIZE) {
+        uint64_t end = ld64(rec + AT(end)), dur = ld64(rec + AT(duration));
+        uint32_t dv = ld32(rec + AT(device_id)), model = ld32(rec + AT(model_id));
+        bad |= (dur > max_duration) | (end < ld64(rec + AT(start))) | (model == UINT32_MAX) | (dv == UINT32_MAX);
+        same &= dv == dev;
+        if (end > max_end)
+            max_end = end;
+        if (ld32(rec + AT(flag)) & (uint32_t)ACLPROF_FLAG_KEYPOINT) {
+            keypoints++;
+            continue;
+        }
+        uint64_t dm = ((uint64_t)model << 32) | dv;
+        uint64_t code = ((uint64_t)ld32(rec + AT(op_name)) << 32) | ld32(rec + AT(op_type));
+        int64_t d = (int64_t)dur;
+        size_t at = (size_t)mix(dm, code) & mask;
+        Py_ssize_t g;
+        for (;;) {
+            uint32_t s = slots[at];
+            if (s == 0) {
+                g = groups++;
+                slots[at] = (uint32_t)(g + 1);
+                gdm[g] = dm;
+                gcode[g] = code;
+                gcount[g] = 0;
+                gtotal[g] = 0;
+                gmin[g] = d;
+                gmax[g] = d;
+                ghead[g] = -1;
+                gents[g] = 0;
+                break;
+            }
+            if (gdm[s - 1] == dm && gcode[s - 1] == code) {
+                g = s - 1;
+                break;
+            }
+            at = (at + 1) & mask;
+        }
+        gcount[g] += 1;
+        add_to(&gtotal[g], d);
+        if (d < gmin[g])
+            gmin[g] = d;
+        if (d > gmax[g])
+            gmax[g] = d;
+        int32_t bin = (int32_t)bin_of(d, upper, nb), e = ghead[g];
+        while (e >= 0 && ebin[e] != bin)
+            e = enext[e];
+        if (e < 0) {
+            e = (int32_t)ents++;
+            ebin[e] = bin;
+            ecount[e] = 0;
+            enext[e] = ghead[g];
+            ghead[g] = e;
+            gents[g]++;
+        }
+        ecount[e]++;
+        ops++;
+    }
+    long long device = same ? (long long)dev : -1LL;
+    if (bad) {
+        result = frame_result(FRAME_REFUSE, 0, 0, 0, 0, 0, 0, keypoints, device, max_end);
+        goto done;
+    }
+    if (ops == 0) { /* keypoints only: nothing to aggregate */
+        result = frame_result(FRAME_DONE, 0, 0, 0, 0, 0, 0, keypoints, device, max_end);
+        goto done;
+    }
+
+    /* 2. the sender's cache: every pair must be there; and the detector's cell of each key */
+    const uint64_t *hashes = b[3].buf, *cdms = b[4].buf, *ccodes = b[5].buf;
+    const int64_t *ckeys = b[6].buf;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        Py_ssize_t at = find_hash(hashes, ncache, (gdm[g] * 0x9E3779B97F4A7C15ull) ^ gcode[g]);
+        if (at < 0 || cdms[at] != gdm[g] || ccodes[at] != gcode[g]) {
+            result = frame_result(FRAME_MISS, ops, groups, 0, 0, 0, 0, keypoints, device, max_end);
+            goto done;
+        }
+        gkeys[g] = ckeys[at];
+    }
+    if (check_keys("ingest_frame", groups, gkeys, cap) < 0)
+        goto done;
+    const int64_t *kc = cells ? b[KC].buf : NULL;
+    if (cells)
+        for (Py_ssize_t g = 0; g < groups; g++)
+            if (gkeys[g] >= nkc || kc[gkeys[g]] == -1) {
+                result = frame_result(FRAME_CELL, ops, groups, 0, 0, 0, 0, keypoints, device, max_end);
+                goto done;
+            }
+    /* room: the distinct codes are at most the entries (fewer when groups share a key) */
+    if (groups > gcap - gfill || ents > hcap - hfill) {
+        result = frame_result(FRAME_SLOT_FULL, ops, groups, ents, 0, 0, 0, keypoints, device, max_end);
+        goto done;
+    }
+    if (cells && ents > ccap - cfill) {
+        result = frame_result(FRAME_CELLS_FULL, ops, groups, ents, 0, 0, 0, keypoints, device, max_end);
+        goto done;
+    }
+
+    /* 3. the groups in key order (a radix sort: the codes come out ascending, as sum_rows
+     * gives them) */
+    code_sum *order = malloc((size_t)groups * sizeof *order);
+    if (order == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        order[g].key = (uint64_t)gkeys[g] ^ 0x8000000000000000ull;
+        order[g].sum = g;
+    }
+    if (radix_sort(order, groups) < 0) {
+        free(order);
+        PyErr_NoMemory();
+        goto done;
+    }
+
+    /* 4. the writes: since-start figures, the slot's rows, the detector's rows */
+    fold_groups(groups, gkeys, gcount, gtotal, gmin, gmax, b[7].buf, b[8].buf, b[9].buf, b[10].buf);
+    add_sums(groups, gkeys, gtotal, b[13].buf);
+    add_sums(groups, gkeys, gtotal, b[16].buf);
+    double *last = b[18].buf;
+    uint64_t others = 0;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        last[gkeys[g]] = now;
+        if (gkeys[g] == other)
+            others += (uint64_t)gcount[g];
+    }
+    int64_t *sg = b[21].buf, *sh = b[23].buf, *cb = cells ? b[CBUF].buf : NULL;
+    const int64_t *cols[5] = {gkeys, gcount, gtotal, gmin, gmax};
+    for (int r = 0; r < 5; r++)
+        memcpy(sg + r * gcap + gfill, cols[r], (size_t)groups * 8);
+    int64_t *hist = b[11].buf, *prom = b[12].buf, *fine = b[15].buf;
+    int64_t *oc = sh + hfill, *on = sh + hcap + hfill;
+    Py_ssize_t m = 0, mc = 0;
+    uint64_t untracked = 0;
+    int64_t bincnt[64]; /* a short run's bins, sorted by insertion */
+    int32_t binof[64];
+    for (Py_ssize_t i = 0; i < groups;) {
+        Py_ssize_t j = i + 1;
+        while (j < groups && order[j].key == order[i].key)
+            j++;
+        int64_t key = (int64_t)(order[i].key ^ 0x8000000000000000ull), cell = cells ? kc[key] : -1;
+        Py_ssize_t k = 0, g0 = order[i].sum;
+        if (j - i == 1 && gents[g0] <= 64) {
+            for (int32_t e = ghead[g0]; e >= 0; e = enext[e]) {
+                Py_ssize_t at = k++;
+                while (at > 0 && binof[at - 1] > ebin[e]) {
+                    binof[at] = binof[at - 1];
+                    bincnt[at] = bincnt[at - 1];
+                    at--;
+                }
+                binof[at] = ebin[e];
+                bincnt[at] = ecount[e];
+            }
+        }
+        Py_ssize_t m0 = m;
+        if (k) {
+            for (Py_ssize_t q = 0; q < k; q++) {
+                oc[m] = key * nbins + binof[q];
+                on[m++] = bincnt[q];
+            }
+        } else {
+            /* groups sharing a key (the "other" key) or an op of many bins: the run's counts
+             * per bin in `dense` (all zero between runs), then its bins in order */
+            for (Py_ssize_t r = i; r < j; r++)
+                for (int32_t e = ghead[order[r].sum]; e >= 0; e = enext[e])
+                    add_to(&dense[ebin[e]], ecount[e]);
+            for (Py_ssize_t bin = 0; bin < nbins; bin++)
+                if (dense[bin]) { /* counts are positive: a bin of the run is never 0 */
+                    oc[m] = key * nbins + bin;
+                    on[m++] = dense[bin];
+                    dense[bin] = 0;
+                }
+        }
+        for (Py_ssize_t q = m0; q < m; q++) {
+            int64_t bin = oc[q] - key * nbins, c = on[q];
+            add_to(&hist[oc[q]], c);
+            add_to(&prom[key * nprom + pob[bin]], c);
+            add_to(&fine[key * nfine + fob[bin]], c);
+            if (!cells)
+                continue;
+            if (cell < 0) {
+                untracked += (uint64_t)c;
+                continue;
+            }
+            cb[cfill + mc] = cell * nbins + bin;
+            cb[ccap + cfill + mc++] = c;
+        }
+        i = j;
+    }
+    free(order);
+    result = frame_result(FRAME_DONE, ops, groups, m, others, untracked, mc, keypoints, device, max_end);
+done:
+    scratch_trim();
+    release_arrays(b, NARG, arrays);
+    PyBuffer_Release(&rv);
+    return result;
+}
+
+PyDoc_STRVAR(ingest_frame_doc,
+             "ingest_frame(records, max_duration, upper, hashes, dms, codes, keys, acc_count, acc_total, acc_min, "
+             "acc_max, acc_hist, acc_prom, acc_prom_sum, prom_of_bin, acc_fine, acc_fine_sum, fine_of_bin, "
+             "last_fed, now, other, slot_groups, gfill, slot_codes, hfill, key_cell, cell_buf, cfill) -> (status, "
+             "ops, groups, m, other_records, untracked, mc, keypoints, device, max_end)\n\nOne BATCH frame's "
+             "aggregate step in one call, or a status saying why the Python path must take it (see the "
+             "module's source).");
+
 PyDoc_STRVAR(map_cells_doc, "map_cells(hcodes, hcount, key_cell, nbins, out_codes, out_counts) -> (m, untracked)\n\n"
                             "A batch's key histogram codes as the detector's cell codes (see the module's "
                             "source).");
@@ -984,6 +1372,7 @@ static PyMethodDef methods[] = {
     {"map_cells", (PyCFunction)(void (*)(void))map_cells, METH_FASTCALL, map_cells_doc},
     {"sum_codes", (PyCFunction)(void (*)(void))sum_codes, METH_FASTCALL, sum_codes_doc},
     {"merge_stats", (PyCFunction)(void (*)(void))merge_stats, METH_FASTCALL, merge_stats_doc},
+    {"ingest_frame", (PyCFunction)(void (*)(void))ingest_frame, METH_FASTCALL, ingest_frame_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -19,3 +19,9 @@ def map_cells(hcodes: Any, hcount: Any, key_cell: Any, nbins: int, out_codes: An
               /) -> tuple[int, int]: ...
 def merge_stats(keys: Any, count: Any, total: Any, mn: Any, mx: Any, out_keys: Any, out_count: Any, out_total: Any,
                 out_min: Any, out_max: Any, /) -> int: ...
+def ingest_frame(records: Any, max_duration: int, upper: Any, hashes: Any, dms: Any, codes: Any, keys: Any,
+                 acc_count: Any, acc_total: Any, acc_min: Any, acc_max: Any, acc_hist: Any, acc_prom: Any,
+                 acc_prom_sum: Any, prom_of_bin: Any, acc_fine: Any, acc_fine_sum: Any, fine_of_bin: Any,
+                 last_fed: Any, now: float, other: int, slot_groups: Any, gfill: int, slot_codes: Any, hfill: int,
+                 key_cell: Any, cell_buf: Any, cfill: int,
+                 /) -> tuple[int, int, int, int, int, int, int, int, int, int]: ...
