@@ -224,20 +224,22 @@ class Aggregator:
         with nothing changed, when the frame needs the Python steps: a payload of part
         records, a record ``Ingest.rejects`` refuses (``max_duration``), a pair not in
         ``src``'s key cache (new keys; a name id never defined), a key the detector has not
-        looked up, the first frame of a second (the windows roll) or an observer other than
-        the detector. Those steps, :meth:`ingest` and its callees, stay the reference
+        looked up or an observer other than the detector. Those steps, :meth:`ingest` and its callees, stay the reference
         (tests/test_ingest_frame.py compares the two)."""
         sink = self.cells
         if sink is None and self.observer is not None:
             return None
         second = int(now)
         with self._lock:
-            slots = self.sliding.slots
-            if not slots or slots[-1].second < second:
-                self.frames_python += 1
-                return None
-            slot = slots[-1]
-            buf = slot.buf or self.sliding.buffer(slot)
+            sliding = self.sliding
+            slot = sliding.slots[-1] if sliding.slots else None
+            if slot is not None and slot.second >= second:
+                buf = slot.buf or sliding.buffer(slot)
+            else:
+                # a new second: the rows go to a buffer that the new slot takes once they are
+                # written (a frame of keypoints only, or one left to ingest, rolls nothing here)
+                slot = None
+                buf = sliding.spare()
             for retry in (False, True):
                 if sink is not None:
                     kc, cbuf, cfill = sink.key_cell, sink.cell_buf, sink.cfill
@@ -252,17 +254,20 @@ class Aggregator:
                                           buf.codes, buf.hfill, kc, cbuf, cfill)
                 if status == _DONE:
                     break
-                if retry or status not in (_SLOT_FULL, _CELLS_FULL):
+                if retry or status not in (_SLOT_FULL, _CELLS_FULL) or (status == _SLOT_FULL and slot is None):
                     self.frames_python += 1
                     return None
                 # merged, then room for the frame's rows (a frame larger than a whole
                 # buffer is left to the Python steps)
                 if status == _SLOT_FULL:
-                    buf = self.sliding.buffer(slot)
+                    assert slot is not None
+                    buf = sliding.buffer(slot)
                 else:
                     assert sink is not None
                     sink.cell_room()
             if ops:
+                if slot is None:
+                    sliding.slot_for(second).buf = buf  # the windows roll (as ingest rolls them)
                 buf.gfill += groups
                 buf.hfill += m
                 self.other_records += others

@@ -147,6 +147,17 @@ class SlidingWindows:
             buf = slot.buf = SlotBuffer(len(slot.codes))
         return buf
 
+    def spare(self) -> SlotBuffer:
+        """An empty buffer for the first frame of a new second: the newest slot's, merged into
+        it and taken from it (it is given no more rows), or a new one."""
+        slot = self.slots[-1] if self.slots else None
+        if slot is None or slot.buf is None:
+            return SlotBuffer(COMPACT_ROWS)
+        buf = slot.compact().buf
+        slot.buf = None
+        assert buf is not None
+        return buf
+
     def renumber(self, remap: np.ndarray) -> None:
         """The keys were renumbered (``remap``: old -> new, -1 for a key gone, which no slot
         holds: it was not fed within the longest window); the order of the kept keys is
