@@ -254,7 +254,7 @@ def _args(recs: np.ndarray, cap: int = 8) -> list[Any]:
             np.full(cap, 1 << 62, np.int64), np.zeros(cap, np.int64), np.zeros(cap * nbins, np.int64),
             np.zeros(cap * NPROM, np.int64), np.zeros(cap, np.int64), _PROM_OF_BIN, np.zeros(cap * NFINE, np.int64),
             np.zeros(cap, np.int64), _FINE_OF_BIN, np.zeros(cap), 5.5, 0, np.zeros((5, 4), np.int64), 0,
-            np.zeros((2, 4), np.int64), 0, np.array([-2, 0], np.int64), np.zeros((2, 4), np.int64), 0]
+            np.zeros((2, 4), np.int64), 0, np.array([-2, 0], np.int64), np.zeros((2, 4), np.int64), 0, None]
 
 
 def _recs(n: int = 3) -> np.ndarray:
@@ -318,3 +318,38 @@ def test_ingest_frame_refuses_bad_arguments_with_nothing_written(bad):
     for i, x in enumerate(a):
         if isinstance(x, np.ndarray):
             assert np.array_equal(x, before[i]), i
+
+
+def test_the_cache_index_finds_what_the_binary_search_finds_and_a_stale_one_only_misses():
+    src = KeySource("h", 1, "s")
+    rng = np.random.default_rng(3)
+    dm = rng.integers(0, 1 << 40, 300).astype(np.uint64)
+    code = rng.integers(0, 1 << 40, 300).astype(np.uint64)
+    with np.errstate(over="ignore"):
+        h = dm * np.uint64(0x9E3779B97F4A7C15) ^ code
+    order = np.argsort(h)
+    src.hashes, src.dms, src.codes = h[order], dm[order], code[order]
+    src.keys = np.arange(300, dtype=np.int64)[order]
+    index = src.hash_index()
+    assert len(index) == 1024 and src.hash_index() is index  # built once per cache
+    hits = [int(np.flatnonzero(index == i + 1)[0]) for i in range(300)]
+    assert len(set(hits)) == 300
+    from aclprof.protocol._batchgroup import cache_index
+    stale = np.empty(16, np.int32)
+    cache_index(src.hashes[:5], stale)
+    recs = _recs()
+    for idx, want in ((None, 0), (np.zeros(8, np.int32), 2), (stale, 2)):
+        a = _args(recs)
+        a[28] = idx
+        assert ingest_frame(*a)[0] == want
+    a = _args(recs)
+    a[28] = np.empty(4, np.int32)
+    cache_index(a[3], a[28])  # the args' cache: its one pair found through the index
+    assert ingest_frame(*a)[0] == 0 and a[7][1] == 3
+
+
+@pytest.mark.parametrize("size", [3, 1, 0])
+def test_cache_index_refuses_a_table_too_small_or_not_a_power_of_two(size):
+    from aclprof.protocol._batchgroup import cache_index
+    with pytest.raises(ValueError, match="cache_index"):
+        cache_index(np.arange(2, dtype=np.uint64), np.zeros(size, np.int32))

@@ -949,7 +949,7 @@ done:
 /* ingest_frame(records, max_duration, upper, hashes, dms, codes, keys,
  *              acc_count, acc_total, acc_min, acc_max, acc_hist, acc_prom, acc_prom_sum, prom_of_bin,
  *              acc_fine, acc_fine_sum, fine_of_bin, last_fed, now, other,
- *              slot_groups, gfill, slot_codes, hfill, key_cell, cell_buf, cfill)
+ *              slot_groups, gfill, slot_codes, hfill, key_cell, cell_buf, cfill, index)
  *   -> (status, ops, groups, m, other_records, untracked, mc, keypoints, device, max_end)
  *
  * One agent BATCH frame's whole aggregate step (aclprofd.aggregate.aggregator.Aggregator.
@@ -973,7 +973,8 @@ done:
  * slot_codes (2 rows), m of them; with key_cell (not None) each code's cell code (cell *
  * nbins + bin, map_cells: cells below -1 are untracked, their counts summed) in order as
  * columns cfill.. of cell_buf (2 rows), mc of them. keypoints, device (-1: mixed) and
- * max_end as batch_facts gives them, of every record. */
+ * max_end as batch_facts gives them, of every record. `index`: the cache's hash index
+ * (cache_index; None: a binary search of the hashes). */
 enum { FRAME_DONE, FRAME_REFUSE, FRAME_MISS, FRAME_CELL, FRAME_SLOT_FULL, FRAME_CELLS_FULL };
 
 /* per-call scratch of ingest_frame, kept between calls (the loop calls it ~40-100 times a
@@ -1002,6 +1003,65 @@ static void scratch_trim(void)
     }
 }
 
+/* A key cache's hash index (cache_index, ingest_frame): open addressing over a power-of-two
+ * table of int32, each slot 0 (empty) or a position in the cache's hashes + 1; the slot of
+ * hash h is searched from mix(h, 0) (pair_hash's low bits are the op type's: few values). */
+static inline Py_ssize_t index_find(const int32_t *index, size_t mask, const uint64_t *hashes, Py_ssize_t m,
+                                    uint64_t h)
+{
+    for (size_t at = (size_t)mix(h, 0) & mask;; at = (at + 1) & mask) {
+        int32_t s = index[at];
+        if (s <= 0 || s > m)
+            return -1; /* empty (or an index of other hashes: a miss, never a wrong hit) */
+        if (hashes[s - 1] == h)
+            return s - 1;
+    }
+}
+
+/* cache_index(hashes, out_index) -> None
+ *
+ * Fills out_index (int32, a power of two of at least twice len(hashes) slots) with the
+ * index of the distinct uint64 hashes: what ingest_frame searches a sender's cache with
+ * (aclprofd.aggregate.keys.KeySource.hash_index) in one or two probes where a binary search
+ * of ~1000 hashes took ten unpredictable steps per group of a frame (issue 21). */
+static PyObject *cache_index(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    Py_buffer hv, iv;
+    if (check_nargs("cache_index", nargs, 2) < 0 || PyObject_GetBuffer(args[0], &hv, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &iv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&hv);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t m = hv.len / 8, size = iv.len / 4;
+    if (hv.len % 8 || iv.len % 4 || size < 2 * m || size < 1 || (size & (size - 1)) || m >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "cache_index: hashes must be uint64 and out_index a power of two of "
+                                          "at least twice as many int32 slots");
+        goto done;
+    }
+    const uint64_t *h = hv.buf;
+    int32_t *index = iv.buf;
+    size_t mask = (size_t)size - 1;
+    memset(index, 0, (size_t)size * 4);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        size_t at = (size_t)mix(h[i], 0) & mask;
+        while (index[at] != 0)
+            at = (at + 1) & mask;
+        index[at] = (int32_t)(i + 1);
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&iv);
+    PyBuffer_Release(&hv);
+    return result;
+}
+
+PyDoc_STRVAR(cache_index_doc, "cache_index(hashes, out_index) -> None\n\nThe open-addressing index of a key "
+                              "cache's hashes that ingest_frame searches (see the module's source).");
+
 /* The index of hash h in the ascending, duplicate-free hashes[:m], or -1. */
 static inline Py_ssize_t find_hash(const uint64_t *hashes, Py_ssize_t m, uint64_t h)
 {
@@ -1027,7 +1087,8 @@ static PyObject *frame_result(int status, Py_ssize_t ops, Py_ssize_t groups, Py_
 static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
     (void)self;
-    enum { NARG = 28, MAXD = 1, NOW = 19, OTHER = 20, GFILL = 22, HFILL = 24, KC = 25, CBUF = 26, CFILL = 27 };
+    enum { NARG = 29, MAXD = 1, NOW = 19, OTHER = 20, GFILL = 22, HFILL = 24, KC = 25, CBUF = 26, CFILL = 27,
+           INDEX = 28 };
     if (check_nargs("ingest_frame", nargs, NARG) < 0)
         return NULL;
     unsigned long long max_duration = PyLong_AsUnsignedLongLong(args[MAXD]);
@@ -1054,17 +1115,35 @@ static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t 
     if (cells)
         arrays |= 1u << KC | 1u << CBUF;
     const unsigned writable = (0x7Fu << 7) | 1u << 15 | 1u << 16 | 1u << 18 | 1u << 21 | 1u << 23 | 1u << CBUF;
-    Py_buffer rv, b[NARG];
-    Py_ssize_t n = get_records("ingest_frame", args[0], &rv);
-    if (n < 0) {
-        if (!PyErr_ExceptionMatches(PyExc_ValueError))
+    Py_buffer rv, b[NARG], iv;
+    int have_index = args[INDEX] != Py_None;
+    if (have_index) {
+        if (PyObject_GetBuffer(args[INDEX], &iv, PyBUF_C_CONTIGUOUS) < 0)
             return NULL;
+        Py_ssize_t size = iv.len / 4;
+        if (iv.len % 4 || size < 1 || (size & (size - 1))) {
+            PyBuffer_Release(&iv);
+            PyErr_SetString(PyExc_ValueError, "ingest_frame: the cache's index is not a power of two of int32");
+            return NULL;
+        }
+    }
+    Py_ssize_t n = get_records("ingest_frame", args[0], &rv);
+    if (n < 0 && PyErr_ExceptionMatches(PyExc_ValueError)) {
         PyErr_Clear(); /* not whole records: the Python path names the error */
+        if (have_index)
+            PyBuffer_Release(&iv);
         return frame_result(FRAME_REFUSE, 0, 0, 0, 0, 0, 0, 0, -1, 0);
+    }
+    if (n < 0) {
+        if (have_index)
+            PyBuffer_Release(&iv);
+        return NULL;
     }
     PyObject *result = NULL;
     if (take_arrays("ingest_frame", args, NARG, arrays, writable & arrays, b) < 0) {
         PyBuffer_Release(&rv);
+        if (have_index)
+            PyBuffer_Release(&iv);
         return NULL;
     }
     Py_ssize_t nb = b[2].len / 8, ncache = b[3].len / 8, cap = b[7].len / 8, nbins = b[14].len / 8;
@@ -1199,8 +1278,11 @@ static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t 
     /* 2. the sender's cache: every pair must be there; and the detector's cell of each key */
     const uint64_t *hashes = b[3].buf, *cdms = b[4].buf, *ccodes = b[5].buf;
     const int64_t *ckeys = b[6].buf;
+    const int32_t *index = have_index ? iv.buf : NULL;
+    size_t imask = have_index ? (size_t)(iv.len / 4) - 1 : 0;
     for (Py_ssize_t g = 0; g < groups; g++) {
-        Py_ssize_t at = find_hash(hashes, ncache, (gdm[g] * 0x9E3779B97F4A7C15ull) ^ gcode[g]);
+        uint64_t h = (gdm[g] * 0x9E3779B97F4A7C15ull) ^ gcode[g];
+        Py_ssize_t at = index ? index_find(index, imask, hashes, ncache, h) : find_hash(hashes, ncache, h);
         if (at < 0 || cdms[at] != gdm[g] || ccodes[at] != gcode[g]) {
             result = frame_result(FRAME_MISS, ops, groups, 0, 0, 0, 0, keypoints, device, max_end);
             goto done;
@@ -1323,13 +1405,15 @@ done:
     scratch_trim();
     release_arrays(b, NARG, arrays);
     PyBuffer_Release(&rv);
+    if (have_index)
+        PyBuffer_Release(&iv);
     return result;
 }
 
 PyDoc_STRVAR(ingest_frame_doc,
              "ingest_frame(records, max_duration, upper, hashes, dms, codes, keys, acc_count, acc_total, acc_min, "
              "acc_max, acc_hist, acc_prom, acc_prom_sum, prom_of_bin, acc_fine, acc_fine_sum, fine_of_bin, "
-             "last_fed, now, other, slot_groups, gfill, slot_codes, hfill, key_cell, cell_buf, cfill) -> (status, "
+             "last_fed, now, other, slot_groups, gfill, slot_codes, hfill, key_cell, cell_buf, cfill, index) -> (status, "
              "ops, groups, m, other_records, untracked, mc, keypoints, device, max_end)\n\nOne BATCH frame's "
              "aggregate step in one call, or a status saying why the Python path must take it (see the "
              "module's source).");
@@ -1373,6 +1457,7 @@ static PyMethodDef methods[] = {
     {"sum_codes", (PyCFunction)(void (*)(void))sum_codes, METH_FASTCALL, sum_codes_doc},
     {"merge_stats", (PyCFunction)(void (*)(void))merge_stats, METH_FASTCALL, merge_stats_doc},
     {"ingest_frame", (PyCFunction)(void (*)(void))ingest_frame, METH_FASTCALL, ingest_frame_doc},
+    {"cache_index", (PyCFunction)(void (*)(void))cache_index, METH_FASTCALL, cache_index_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -23,5 +23,6 @@ def ingest_frame(records: Any, max_duration: int, upper: Any, hashes: Any, dms: 
                  acc_count: Any, acc_total: Any, acc_min: Any, acc_max: Any, acc_hist: Any, acc_prom: Any,
                  acc_prom_sum: Any, prom_of_bin: Any, acc_fine: Any, acc_fine_sum: Any, fine_of_bin: Any,
                  last_fed: Any, now: float, other: int, slot_groups: Any, gfill: int, slot_codes: Any, hfill: int,
-                 key_cell: Any, cell_buf: Any, cfill: int,
+                 key_cell: Any, cell_buf: Any, cfill: int, index: Any,
                  /) -> tuple[int, int, int, int, int, int, int, int, int, int]: ...
+def cache_index(hashes: Any, out_index: Any, /) -> None: ...

@@ -240,6 +240,7 @@ class Aggregator:
                 # written (a frame of keypoints only, or one left to ingest, rolls nothing here)
                 slot = None
                 buf = sliding.spare()
+            index = src.hash_index()
             for retry in (False, True):
                 if sink is not None:
                     kc, cbuf, cfill = sink.key_cell, sink.cell_buf, sink.cfill
@@ -251,7 +252,7 @@ class Aggregator:
                                           src.keys, self.count, self.total, self.min, self.max, self.hist,
                                           self.prom, self.prom_sum, _PROM_OF_BIN, self.fine, self.fine_sum,
                                           _FINE_OF_BIN, self.last_fed, now, self.other_key, buf.groups, buf.gfill,
-                                          buf.codes, buf.hfill, kc, cbuf, cfill)
+                                          buf.codes, buf.hfill, kc, cbuf, cfill, index)
                 if status == _DONE:
                     break
                 if retry or status not in (_SLOT_FULL, _CELLS_FULL) or (status == _SLOT_FULL and slot is None):
