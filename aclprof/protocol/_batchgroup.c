@@ -1418,6 +1418,117 @@ PyDoc_STRVAR(ingest_frame_doc,
              "aggregate step in one call, or a status saying why the Python path must take it (see the "
              "module's source).");
 
+/* crc32c(data, crc=0) -> int; crc32c_fast() -> bool
+ *
+ * CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, the iSCSI/ext4 CRC), continued from
+ * `crc` (the CRC of the bytes before `data`). The daemon's segment chunks carry it
+ * (aclprofd.storage, chunk magic "ACK2") where the CPU computes it in hardware
+ * (crc32c_fast(): x86-64 with SSE4.2): ~6-10 GB/s where zlib's CRC-32 ran at ~1.7 GB/s,
+ * 80 us of the loop per 140 KB agent frame at 100 k ops/s (issue 21). Without the
+ * instruction it is a byte-wise table (readers only: the daemon then writes zlib's CRC-32,
+ * chunk magic "ACK1"). crc32c's third argument False takes the table (the tests compare). */
+static uint32_t crc32c_table[256];
+
+static void crc32c_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc32c_table[i] = c;
+    }
+}
+
+static uint32_t crc32c_soft(uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+    while (n--)
+        crc = crc32c_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const unsigned char *p, size_t n)
+{
+    uint64_t c = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+
+static int crc32c_has_hw(void)
+{
+    return __builtin_cpu_supports("sse4.2");
+}
+#else
+static uint32_t crc32c_hw(uint32_t crc, const unsigned char *p, size_t n)
+{
+    return crc32c_soft(crc, p, n);
+}
+
+static int crc32c_has_hw(void)
+{
+    return 0;
+}
+#endif
+
+static int crc32c_hw_ok;
+
+static PyObject *crc32c(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs < 1 || nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "crc32c takes 1 to 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    unsigned long crc = 0;
+    int hw = crc32c_hw_ok;
+    if (nargs == 3) {
+        int want = PyObject_IsTrue(args[2]);
+        if (want < 0)
+            return NULL;
+        hw &= want;
+    }
+    if (nargs >= 2) {
+        crc = PyLong_AsUnsignedLong(args[1]);
+        if (crc == (unsigned long)-1 && PyErr_Occurred())
+            return NULL;
+        if (crc > 0xFFFFFFFFul) {
+            PyErr_SetString(PyExc_ValueError, "crc32c: crc must be a 32-bit value");
+            return NULL;
+        }
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    uint32_t out = hw ? crc32c_hw((uint32_t)crc, v.buf, (size_t)v.len)
+                                : crc32c_soft((uint32_t)crc, v.buf, (size_t)v.len);
+    PyBuffer_Release(&v);
+    return PyLong_FromUnsignedLong(out);
+}
+
+static PyObject *crc32c_fast(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyBool_FromLong(crc32c_hw_ok);
+}
+
+PyDoc_STRVAR(crc32c_doc, "crc32c(data, crc=0, hardware=True) -> int\n\nCRC-32C (Castagnoli) of data, continued "
+                         "from crc (hardware=False: the table, as without the CPU's instruction).");
+PyDoc_STRVAR(crc32c_fast_doc, "crc32c_fast() -> bool\n\nWhether crc32c runs on the CPU's CRC instruction.");
+
 PyDoc_STRVAR(map_cells_doc, "map_cells(hcodes, hcount, key_cell, nbins, out_codes, out_counts) -> (m, untracked)\n\n"
                             "A batch's key histogram codes as the detector's cell codes (see the module's "
                             "source).");
@@ -1458,6 +1569,8 @@ static PyMethodDef methods[] = {
     {"merge_stats", (PyCFunction)(void (*)(void))merge_stats, METH_FASTCALL, merge_stats_doc},
     {"ingest_frame", (PyCFunction)(void (*)(void))ingest_frame, METH_FASTCALL, ingest_frame_doc},
     {"cache_index", (PyCFunction)(void (*)(void))cache_index, METH_FASTCALL, cache_index_doc},
+    {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_FASTCALL, crc32c_doc},
+    {"crc32c_fast", crc32c_fast, METH_NOARGS, crc32c_fast_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1469,5 +1582,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__batchgroup(void)
 {
+    crc32c_init();
+    crc32c_hw_ok = crc32c_has_hw();
     return PyModule_Create(&module);
 }
