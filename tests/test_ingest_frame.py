@@ -118,7 +118,7 @@ class _Pair:
         return out
 
     def watch(self, who: int, label: str) -> None:
-        for d, conns in self.daemons:
+        for _, conns in self.daemons:
             conns[who].keysrc.set_label(1, label)
 
     def same(self) -> None:

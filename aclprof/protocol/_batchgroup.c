@@ -102,6 +102,52 @@ static int get_out(PyObject *obj, Py_buffer *b, Py_ssize_t n, const char *name)
     return 0;
 }
 
+/* The groups of a batch being built (group, ingest_frame): per group its pair and the
+ * count, sum (int64 wrap, like numpy's), min and max of its durations; `slots`, an
+ * open-addressing table of group index + 1 (0: empty) over `mask` + 1 entries. */
+typedef struct {
+    uint32_t *slots;
+    size_t mask;
+    uint64_t *dm, *code;
+    int64_t *count, *total, *min, *max;
+    Py_ssize_t n;
+} groups_t;
+
+/* The group of (dm, code), created if new (*added set then), with duration d added. */
+static inline Py_ssize_t group_add(groups_t *t, uint64_t dm, uint64_t code, int64_t d, int *added)
+{
+    size_t at = (size_t)mix(dm, code) & t->mask;
+    Py_ssize_t g;
+    *added = 0;
+    for (;;) {
+        uint32_t s = t->slots[at];
+        if (s == 0) {
+            g = t->n++;
+            t->slots[at] = (uint32_t)(g + 1);
+            t->dm[g] = dm;
+            t->code[g] = code;
+            t->count[g] = 0;
+            t->total[g] = 0;
+            t->min[g] = d;
+            t->max[g] = d;
+            *added = 1;
+            break;
+        }
+        if (t->dm[s - 1] == dm && t->code[s - 1] == code) {
+            g = s - 1;
+            break;
+        }
+        at = (at + 1) & t->mask;
+    }
+    t->count[g] += 1;
+    t->total[g] = (int64_t)((uint64_t)t->total[g] + (uint64_t)d);
+    if (d < t->min[g])
+        t->min[g] = d;
+    if (d > t->max[g])
+        t->max[g] = d;
+    return g;
+}
+
 #define NOUT 8
 
 static PyObject *group(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -146,8 +192,8 @@ static PyObject *group(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     memset(slots, 0, cap * sizeof *slots);
-    size_t mask = cap - 1;
-    Py_ssize_t ops = 0, groups = 0;
+    groups_t t = {slots, cap - 1, gdm, gcode, gcount, gtotal, gmin, gmax, 0};
+    Py_ssize_t ops = 0;
     const char *rec = rv.buf;
     for (Py_ssize_t i = 0; i < n; i++, rec += REC_SIZE) {
         if (ld32(rec + AT(flag)) & (uint32_t)ACLPROF_FLAG_KEYPOINT)
@@ -155,38 +201,13 @@ static PyObject *group(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         uint64_t dm = ((uint64_t)ld32(rec + AT(model_id)) << 32) | ld32(rec + AT(device_id));
         uint64_t code = ((uint64_t)ld32(rec + AT(op_name)) << 32) | ld32(rec + AT(op_type));
         int64_t d = (int64_t)ld64(rec + AT(duration));
-        size_t at = (size_t)mix(dm, code) & mask;
-        Py_ssize_t g;
-        for (;;) {
-            uint32_t s = slots[at];
-            if (s == 0) {
-                g = groups++;
-                slots[at] = (uint32_t)(g + 1);
-                gdm[g] = dm;
-                gcode[g] = code;
-                gcount[g] = 0;
-                gtotal[g] = 0;
-                gmin[g] = d;
-                gmax[g] = d;
-                break;
-            }
-            if (gdm[s - 1] == dm && gcode[s - 1] == code) {
-                g = s - 1;
-                break;
-            }
-            at = (at + 1) & mask;
-        }
-        gcount[g] += 1;
-        gtotal[g] = (int64_t)((uint64_t)gtotal[g] + (uint64_t)d); /* wraps like numpy's int64 sum */
-        if (d < gmin[g])
-            gmin[g] = d;
-        if (d > gmax[g])
-            gmax[g] = d;
+        int added;
+        Py_ssize_t g = group_add(&t, dm, code, d, &added);
         inv[ops] = g;
         bins[ops] = bin_of(d, upper, nb);
         ops++;
     }
-    result = Py_BuildValue("(nn)", ops, groups);
+    result = Py_BuildValue("(nn)", ops, t.n);
 done:
     free(slots);
     for (int k = 0; k < nout; k++)
@@ -697,6 +718,20 @@ PyDoc_STRVAR(merge_stats_doc,
              "merge_stats(keys, count, total, min, max, out_keys, out_count, out_total, out_min, out_max) -> m\n\n"
              "Rows with equal int64 keys combined (sums, min, max), the distinct keys ascending, into out_*[:m].");
 
+/* The index of hash h in the ascending, duplicate-free hashes[:m], or -1. */
+static inline Py_ssize_t find_hash(const uint64_t *hashes, Py_ssize_t m, uint64_t h)
+{
+    Py_ssize_t lo = 0, hi = m;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (hashes[mid] < h)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m && hashes[lo] == h ? lo : -1;
+}
+
 /* cache_lookup(hashes, dms, codes, keys, dm, code, out_hash, out_key, out_miss) -> nmiss
  *
  * A sender's key cache (aclprofd.aggregate.keys.KeySource: hashes ascending, one entry per
@@ -732,16 +767,9 @@ static PyObject *cache_lookup(PyObject *self, PyObject *const *args, Py_ssize_t 
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t h = (dm[i] * 0x9E3779B97F4A7C15ull) ^ code[i];
         out_hash[i] = h;
-        Py_ssize_t lo = 0, hi = m; /* the first entry with hashes[lo] >= h */
-        while (lo < hi) {
-            Py_ssize_t mid = lo + (hi - lo) / 2;
-            if (hashes[mid] < h)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo < m && hashes[lo] == h && dms[lo] == dm[i] && codes[lo] == code[i])
-            out_key[i] = keys[lo];
+        Py_ssize_t at = find_hash(hashes, m, h); /* the cache holds one entry per hash */
+        if (at >= 0 && dms[at] == dm[i] && codes[at] == code[i])
+            out_key[i] = keys[at];
         else
             out_miss[nmiss++] = i;
     }
@@ -797,6 +825,43 @@ done:
 PyDoc_STRVAR(fold_buckets_doc, "fold_buckets(keys, total, hcodes, hcount, acc, acc_sum, of_bin) -> None\n\n"
                                "Add a batch's bucket counts and sums in place (see the module's source).");
 
+/* The since-start accumulators fold_batch and ingest_frame take at the same positions
+ * (b[7] acc_count .. b[18] last_fed, b[14] prom_of_bin, b[17] fine_of_bin): one row per key
+ * of acc_count's `cap` rows, `nbins` entries in each bin table, every bin's bucket inside its
+ * table; the bucket counts per key into *nprom / *nfine. 0, or -1 with a ValueError naming
+ * `fn`. */
+static int check_accumulators(const char *fn, const Py_buffer *b, Py_ssize_t nbins, Py_ssize_t *nprom,
+                              Py_ssize_t *nfine)
+{
+    Py_ssize_t cap = b[7].len / 8;
+    if (cap == 0 || nbins == 0 || b[14].len / 8 != nbins || b[17].len / 8 != nbins || b[8].len / 8 != cap
+        || b[9].len / 8 != cap || b[10].len / 8 != cap || b[13].len / 8 != cap || b[16].len / 8 != cap
+        || b[18].len / 8 != cap || b[11].len / 8 != cap * nbins || b[12].len / 8 % cap || b[15].len / 8 % cap) {
+        PyErr_Format(PyExc_ValueError, "%s: the accumulators do not have one row per key (or the bin tables "
+                                       "do not have one entry per bin)", fn);
+        return -1;
+    }
+    *nprom = b[12].len / 8 / cap;
+    *nfine = b[15].len / 8 / cap;
+    const int64_t *pob = b[14].buf, *fob = b[17].buf;
+    for (Py_ssize_t i = 0; i < nbins; i++)
+        if (pob[i] < 0 || pob[i] >= *nprom || fob[i] < 0 || fob[i] >= *nfine) {
+            PyErr_Format(PyExc_ValueError, "%s: bin %zd has no bucket in the table", fn, i);
+            return -1;
+        }
+    return 0;
+}
+
+/* The float `now` and int `other` of fold_batch's and ingest_frame's arguments; 0 or -1. */
+static int now_and_other(PyObject *const *args, int at_now, int at_other, double *now, long long *other)
+{
+    *now = PyFloat_AsDouble(args[at_now]);
+    if (*now == -1.0 && PyErr_Occurred())
+        return -1;
+    *other = PyLong_AsLongLong(args[at_other]);
+    return *other == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* fold_batch(keys, inv, bins, count, total, mn, mx, acc_count, acc_total, acc_min, acc_max,
  *            acc_hist, acc_prom, acc_prom_sum, prom_of_bin, acc_fine, acc_fine_sum, fine_of_bin,
  *            last_fed, now, other, out_codes, out_counts) -> (m, other_records)
@@ -818,13 +883,9 @@ static PyObject *fold_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
     enum { NARG = 23, NOW = 19, OTHER = 20 };
     const unsigned arrays = ((1u << NARG) - 1) & ~(1u << NOW | 1u << OTHER);
     const unsigned outs = (0x7Fu << 7) | 1u << 15 | 1u << 16 | 1u << 18 | 1u << 21 | 1u << 22;
-    if (check_nargs("fold_batch", nargs, NARG) < 0)
-        return NULL;
-    double now = PyFloat_AsDouble(args[NOW]);
-    if (now == -1.0 && PyErr_Occurred())
-        return NULL;
-    long long other = PyLong_AsLongLong(args[OTHER]);
-    if (other == -1 && PyErr_Occurred())
+    double now;
+    long long other;
+    if (check_nargs("fold_batch", nargs, NARG) < 0 || now_and_other(args, NOW, OTHER, &now, &other) < 0)
         return NULL;
     Py_buffer b[NARG];
     PyObject *result = NULL;
@@ -837,23 +898,13 @@ static PyObject *fold_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
                                           "an output is short");
         goto done;
     }
-    if (cap == 0 || nbins == 0 || b[17].len / 8 != nbins || b[8].len / 8 != cap || b[9].len / 8 != cap
-        || b[10].len / 8 != cap || b[13].len / 8 != cap || b[16].len / 8 != cap || b[18].len / 8 != cap
-        || b[11].len / 8 != cap * nbins || b[12].len / 8 % cap || b[15].len / 8 % cap) {
-        PyErr_SetString(PyExc_ValueError, "fold_batch: the accumulators do not have one row per key (or the "
-                                          "bucket tables differ in length)");
+    Py_ssize_t nprom, nfine;
+    if (check_accumulators("fold_batch", b, nbins, &nprom, &nfine) < 0)
         goto done;
-    }
-    Py_ssize_t nprom = b[12].len / 8 / cap, nfine = b[15].len / 8 / cap;
     const int64_t *keys = b[0].buf, *inv = b[1].buf, *bins = b[2].buf, *cnt = b[3].buf, *tot = b[4].buf;
     const int64_t *pob = b[14].buf, *fob = b[17].buf;
     if (check_keys("fold_batch", g, keys, cap) < 0)
         goto done;
-    for (Py_ssize_t i = 0; i < nbins; i++)
-        if (pob[i] < 0 || pob[i] >= nprom || fob[i] < 0 || fob[i] >= nfine) {
-            PyErr_Format(PyExc_ValueError, "fold_batch: bin %zd has no bucket in the table", i);
-            goto done;
-        }
     for (Py_ssize_t i = 0; i < n; i++)
         if (inv[i] < 0 || inv[i] >= g || bins[i] < 0 || bins[i] >= nbins) {
             PyErr_Format(PyExc_ValueError, "fold_batch: op %zd has group %lld and bin %lld, outside the batch's "
@@ -1062,20 +1113,6 @@ done:
 PyDoc_STRVAR(cache_index_doc, "cache_index(hashes, out_index) -> None\n\nThe open-addressing index of a key "
                               "cache's hashes that ingest_frame searches (see the module's source).");
 
-/* The index of hash h in the ascending, duplicate-free hashes[:m], or -1. */
-static inline Py_ssize_t find_hash(const uint64_t *hashes, Py_ssize_t m, uint64_t h)
-{
-    Py_ssize_t lo = 0, hi = m;
-    while (lo < hi) {
-        Py_ssize_t mid = lo + (hi - lo) / 2;
-        if (hashes[mid] < h)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < m && hashes[lo] == h ? lo : -1;
-}
-
 static PyObject *frame_result(int status, Py_ssize_t ops, Py_ssize_t groups, Py_ssize_t m, uint64_t others,
                               uint64_t untracked, Py_ssize_t mc, Py_ssize_t keypoints, long long device,
                               uint64_t max_end)
@@ -1089,16 +1126,12 @@ static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t 
     (void)self;
     enum { NARG = 29, MAXD = 1, NOW = 19, OTHER = 20, GFILL = 22, HFILL = 24, KC = 25, CBUF = 26, CFILL = 27,
            INDEX = 28 };
-    if (check_nargs("ingest_frame", nargs, NARG) < 0)
+    double now;
+    long long other;
+    if (check_nargs("ingest_frame", nargs, NARG) < 0 || now_and_other(args, NOW, OTHER, &now, &other) < 0)
         return NULL;
     unsigned long long max_duration = PyLong_AsUnsignedLongLong(args[MAXD]);
     if (max_duration == (unsigned long long)-1 && PyErr_Occurred())
-        return NULL;
-    double now = PyFloat_AsDouble(args[NOW]);
-    if (now == -1.0 && PyErr_Occurred())
-        return NULL;
-    long long other = PyLong_AsLongLong(args[OTHER]);
-    if (other == -1 && PyErr_Occurred())
         return NULL;
     Py_ssize_t gfill = PyLong_AsSsize_t(args[GFILL]), hfill = PyLong_AsSsize_t(args[HFILL]);
     Py_ssize_t cfill = PyLong_AsSsize_t(args[CFILL]);
@@ -1153,11 +1186,11 @@ static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t 
         PyErr_SetString(PyExc_ValueError, "ingest_frame: no bin bounds, or the cache's columns differ in length");
         goto done;
     }
-    if (cap == 0 || nbins == 0 || nbins != nb + 1 || b[17].len / 8 != nbins || b[8].len / 8 != cap
-        || b[9].len / 8 != cap || b[10].len / 8 != cap || b[13].len / 8 != cap || b[16].len / 8 != cap
-        || b[18].len / 8 != cap || b[11].len / 8 != cap * nbins || b[12].len / 8 % cap || b[15].len / 8 % cap) {
-        PyErr_SetString(PyExc_ValueError, "ingest_frame: the accumulators do not have one row per key (or the "
-                                          "bin tables do not have one entry per bin)");
+    Py_ssize_t nprom, nfine;
+    if (check_accumulators("ingest_frame", b, nbins, &nprom, &nfine) < 0)
+        goto done;
+    if (nbins != nb + 1) {
+        PyErr_SetString(PyExc_ValueError, "ingest_frame: the bin tables do not have one entry per bin of upper");
         goto done;
     }
     if (b[21].len != gcap * 5 * 8 || b[23].len != hcap * 2 * 8 || (cells && b[CBUF].len != ccap * 2 * 8)
@@ -1166,13 +1199,7 @@ static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t 
                                           "cell_buf) rows, or its fill is outside it");
         goto done;
     }
-    Py_ssize_t nprom = b[12].len / 8 / cap, nfine = b[15].len / 8 / cap;
     const int64_t *pob = b[14].buf, *fob = b[17].buf;
-    for (Py_ssize_t i = 0; i < nbins; i++)
-        if (pob[i] < 0 || pob[i] >= nprom || fob[i] < 0 || fob[i] >= nfine) {
-            PyErr_Format(PyExc_ValueError, "ingest_frame: bin %zd has no bucket in the table", i);
-            goto done;
-        }
     if (n > (Py_ssize_t)UINT32_MAX / 4) {
         result = frame_result(FRAME_REFUSE, 0, 0, 0, 0, 0, 0, 0, -1, 0); /* not a frame: the Python path */
         goto done;
@@ -1201,10 +1228,10 @@ static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t 
     memset(dense, 0, (size_t)nbins * 8);
     uint32_t *slots = (uint32_t *)(dense + nbins);
     memset(slots, 0, hslots * sizeof *slots);
-    size_t mask = hslots - 1;
+    groups_t t = {slots, hslots - 1, gdm, gcode, gcount, gtotal, gmin, gmax, 0};
     const int64_t *upper = b[2].buf;
     const char *rec = rv.buf;
-    Py_ssize_t keypoints = 0, ops = 0, groups = 0, ents = 0;
+    Py_ssize_t keypoints = 0, ops = 0, ents = 0;
     uint32_t dev = n ? ld32(rec + AT(device_id)) : 0;
     int same = 1, bad = 0;
     uint64_t max_end = 0;
@@ -1222,35 +1249,12 @@ static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t 
         uint64_t dm = ((uint64_t)model << 32) | dv;
         uint64_t code = ((uint64_t)ld32(rec + AT(op_name)) << 32) | ld32(rec + AT(op_type));
         int64_t d = (int64_t)dur;
-        size_t at = (size_t)mix(dm, code) & mask;
-        Py_ssize_t g;
-        for (;;) {
-            uint32_t s = slots[at];
-            if (s == 0) {
-                g = groups++;
-                slots[at] = (uint32_t)(g + 1);
-                gdm[g] = dm;
-                gcode[g] = code;
-                gcount[g] = 0;
-                gtotal[g] = 0;
-                gmin[g] = d;
-                gmax[g] = d;
-                ghead[g] = -1;
-                gents[g] = 0;
-                break;
-            }
-            if (gdm[s - 1] == dm && gcode[s - 1] == code) {
-                g = s - 1;
-                break;
-            }
-            at = (at + 1) & mask;
+        int added;
+        Py_ssize_t g = group_add(&t, dm, code, d, &added);
+        if (added) {
+            ghead[g] = -1;
+            gents[g] = 0;
         }
-        gcount[g] += 1;
-        add_to(&gtotal[g], d);
-        if (d < gmin[g])
-            gmin[g] = d;
-        if (d > gmax[g])
-            gmax[g] = d;
         int32_t bin = (int32_t)bin_of(d, upper, nb), e = ghead[g];
         while (e >= 0 && ebin[e] != bin)
             e = enext[e];
@@ -1265,6 +1269,7 @@ static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t 
         ecount[e]++;
         ops++;
     }
+    Py_ssize_t groups = t.n;
     long long device = same ? (long long)dev : -1LL;
     if (bad) {
         result = frame_result(FRAME_REFUSE, 0, 0, 0, 0, 0, 0, keypoints, device, max_end);
@@ -1469,6 +1474,7 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const 
 
 static int crc32c_has_hw(void)
 {
+    __builtin_cpu_init(); /* before any constructor may have run it */
     return __builtin_cpu_supports("sse4.2");
 }
 #else

@@ -224,8 +224,8 @@ class Aggregator:
         with nothing changed, when the frame needs the Python steps: a payload of part
         records, a record ``Ingest.rejects`` refuses (``max_duration``), a pair not in
         ``src``'s key cache (new keys; a name id never defined), a key the detector has not
-        looked up or an observer other than the detector. Those steps, :meth:`ingest` and its callees, stay the reference
-        (tests/test_ingest_frame.py compares the two)."""
+        looked up or an observer other than the detector. Those steps, :meth:`ingest` and its
+        callees, stay the reference (tests/test_ingest_frame.py compares the two)."""
         sink = self.cells
         if sink is None and self.observer is not None:
             return None
@@ -242,11 +242,11 @@ class Aggregator:
                 buf = sliding.spare()
             index = src.hash_index()
             for retry in (False, True):
+                kc: np.ndarray | None = None
+                cbuf: np.ndarray | None = None
+                cfill = 0
                 if sink is not None:
                     kc, cbuf, cfill = sink.key_cell, sink.cell_buf, sink.cfill
-                else:
-                    kc = cbuf = None
-                    cfill = 0
                 (status, ops, groups, m, others, untracked, mc, keypoints, device,
                  max_end) = _ingest_frame(payload, max_duration, BIN_UPPER_NS, src.hashes, src.dms, src.codes,
                                           src.keys, self.count, self.total, self.min, self.max, self.hist,
