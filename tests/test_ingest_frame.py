@@ -353,3 +353,20 @@ def test_cache_index_refuses_a_table_too_small_or_not_a_power_of_two(size):
     from aclprof.protocol._batchgroup import cache_index
     with pytest.raises(ValueError, match="cache_index"):
         cache_index(np.arange(2, dtype=np.uint64), np.zeros(size, np.int32))
+
+
+def test_the_aggregator_does_not_count_the_detectors_store_as_its_memory(tmp_path):
+    """aclprofd.memory counts each table's arrays from its owner; the aggregator only refers
+    to the detector's cell store (a weak reference): counted there, not twice."""
+    from aclprofd.memory import array_bytes
+    pair = _Pair(str(tmp_path), 10_000)
+    try:
+        d = pair.daemons[0][0]
+        store = d.detection.detector.store
+        assert d.aggregator.cells is store
+        before = array_bytes(d.aggregator)
+        store.cell_buf = np.empty((2, 1 << 16), np.int64)
+        assert array_bytes(d.aggregator) == before
+        assert array_bytes(d.detection.detector) >= store.cell_buf.nbytes
+    finally:
+        pair.close()

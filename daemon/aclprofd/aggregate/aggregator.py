@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol, cast
 
@@ -147,11 +148,22 @@ class Aggregator:
         #: called (loop thread) with each batch's (key * NBINS + bin, count) deltas: the detector
         self.observer: Callable[[np.ndarray, np.ndarray], None] | None = None
         #: what the observer does with them, done in C by :meth:`ingest_frame` instead (the
-        #: detector sets both); with an observer and no sink every frame takes :meth:`ingest`
-        self.cells: CellSink | None = None
+        #: detector sets both); with an observer and no sink every frame takes :meth:`ingest`.
+        #: A weak reference: the detector owns its store (aclprofd.memory.array_bytes counts
+        #: the arrays of what each table holds; the aggregator's must not count the store's)
+        self._cells: weakref.ref[CellSink] | None = None
         #: frames :meth:`ingest_frame` left to the Python steps (new keys, refused records, a
         #: new second, ...): a test's and a profile's figure
         self.frames_python = 0
+
+    @property
+    def cells(self) -> CellSink | None:
+        """The detector's cell store that :meth:`ingest_frame` feeds (None: none)."""
+        return self._cells() if self._cells is not None else None
+
+    @cells.setter
+    def cells(self, sink: CellSink | None) -> None:
+        self._cells = weakref.ref(sink) if sink is not None else None
 
     @property
     def nkeys(self) -> int:
