@@ -83,8 +83,22 @@ def test_batch_of_a_partial_record_is_rejected():
 
 # --- segment files (daemon/README.md "Segment files (format version 1)") --------------------
 _FILE_HEADER = struct.Struct("<8sHHIdII")   # magic, version, reserved, header size, created, pid, reserved
-_CHUNK_HEADER = struct.Struct("<4sIII")     # "ACK1", M, D, CRC-32 of metadata + data
+_CHUNK_HEADER = struct.Struct("<4sIII")     # "ACK1"/"ACK2", M, D, CRC-32/CRC-32C of metadata + data
 assert _FILE_HEADER.size == 32
+
+
+def _crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli) bit by bit, as the document states it (reflected 0x82F63B78)."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+    return crc ^ 0xFFFFFFFF
+
+
+def _chunk_crc(magic: bytes, data: bytes) -> int:
+    return zlib.crc32(data) if magic == b"ACK1" else _crc32c(data)
 
 
 def _records(n: int, start: int = 10_000) -> bytes:
@@ -107,10 +121,11 @@ def test_segment_written_by_the_daemon_matches_the_document(tmp_path):
     assert (magic, version, reserved, hsize, pid, reserved2) == (b"ACLPSEG\0", 1, 0, 32, os.getpid(), 0)
     assert abs(created - ts) < 60
     cmagic, mlen, dlen, crc = _CHUNK_HEADER.unpack_from(data, hsize)
-    assert cmagic == b"ACK1"
+    from aclprof.protocol._batchgroup import crc32c_fast
+    assert cmagic == (b"ACK2" if crc32c_fast() else b"ACK1")  # CRC-32C where the CPU computes it
     meta_bytes = data[hsize + 16:hsize + 16 + mlen]
     body = data[hsize + 16 + mlen:hsize + 16 + mlen + dlen]
-    assert crc == zlib.crc32(meta_bytes + body)
+    assert crc == _chunk_crc(cmagic, meta_bytes + body)
     assert body == _records(3) + _records(2, 50_000)
     meta = json.loads(meta_bytes)
     assert meta["host"] == "h" and meta["pid"] == 42 and meta["service"] == "svc" and meta["labels"] == {"k": "v"}
@@ -121,12 +136,13 @@ def test_segment_written_by_the_daemon_matches_the_document(tmp_path):
     assert len(data) == hsize + 16 + mlen + dlen
 
 
-def _hand_segment(chunks: list[tuple[dict, bytes]], pid: int = 7) -> bytes:
+def _hand_segment(chunks: list[tuple[dict, bytes]], pid: int = 7, magics: tuple[bytes, ...] = (b"ACK1",)) -> bytes:
     out = io.BytesIO()
     out.write(_FILE_HEADER.pack(b"ACLPSEG\0", 1, 0, 32, 1.0e9, pid, 0))
-    for meta, body in chunks:
+    for i, (meta, body) in enumerate(chunks):
         mb = json.dumps(meta).encode()
-        out.write(_CHUNK_HEADER.pack(b"ACK1", len(mb), len(body), zlib.crc32(mb + body)))
+        magic = magics[i % len(magics)]
+        out.write(_CHUNK_HEADER.pack(magic, len(mb), len(body), _chunk_crc(magic, mb + body)))
         out.write(mb + body)
     return out.getvalue()
 
@@ -136,13 +152,14 @@ def _meta(names: dict, batches: list) -> dict:
             "batches": batches, "ts_first": batches[0][1], "ts_last": batches[-1][1]}
 
 
-def test_segment_built_from_the_document_is_read_back(tmp_path):
+@pytest.mark.parametrize("magics", [(b"ACK1",), (b"ACK2",), (b"ACK2", b"ACK1")])
+def test_segment_built_from_the_document_is_read_back(tmp_path, magics):
     from aclprofd.storage import read_segment
 
     body1, body2 = _records(2), _records(1, 90_000)
     path = tmp_path / "seg-00000009.acps"
     path.write_bytes(_hand_segment([(_meta({"5": "conv", "6": "Conv2D"}, [[2, 100.0]]), body1),
-                                    (_meta({}, [[1, 101.0]]), body2)]))
+                                    (_meta({}, [[1, 101.0]]), body2)], magics=magics))
     chunks = list(read_segment(str(path)))
     assert len(chunks) == 2
     assert chunks[1].names == {5: "conv", 6: "Conv2D"}  # names carry over within a file, per conn
@@ -151,15 +168,31 @@ def test_segment_built_from_the_document_is_read_back(tmp_path):
     assert chunks[1].ts.tolist() == [101.0]
 
 
-def test_segment_reader_stops_at_a_bad_crc(tmp_path):
+@pytest.mark.parametrize("magic", [b"ACK1", b"ACK2"])
+def test_segment_reader_stops_at_a_bad_crc(tmp_path, magic):
     from aclprofd.storage import read_segment
 
     seg = bytearray(_hand_segment([(_meta({"5": "a"}, [[1, 1.0]]), _records(1)),
-                                   (_meta({}, [[1, 2.0]]), _records(1))]))
+                                   (_meta({}, [[1, 2.0]]), _records(1))], magics=(magic,)))
     seg[-1] ^= 0x01  # last record byte of the second chunk
     path = tmp_path / "seg-00000001.acps"
     path.write_bytes(bytes(seg))
     assert [len(c.records) for c in read_segment(str(path))] == [1]
+
+
+def test_crc32c_is_the_documented_crc_with_and_without_the_cpu_instruction():
+    from aclprof.protocol._batchgroup import crc32c
+
+    rng = np.random.default_rng(5)
+    assert crc32c(b"123456789") == crc32c(b"123456789", 0, False) == 0xE3069283  # the standard check value
+    for n in (0, 1, 7, 8, 9, 63, 1000):
+        data = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        want = _crc32c(data)
+        assert crc32c(data) == crc32c(data, 0, False) == want
+        cut = n // 3
+        assert crc32c(memoryview(data)[cut:], crc32c(data[:cut])) == want  # continued, any alignment
+    with pytest.raises(ValueError, match="crc32c"):
+        crc32c(b"x", 1 << 32)
 
 
 # --- aggregates file (daemon/README.md "aggregates.npz (format version 2)") -----------------

@@ -102,6 +102,52 @@ static int get_out(PyObject *obj, Py_buffer *b, Py_ssize_t n, const char *name)
     return 0;
 }
 
+/* The groups of a batch being built (group, ingest_frame): per group its pair and the
+ * count, sum (int64 wrap, like numpy's), min and max of its durations; `slots`, an
+ * open-addressing table of group index + 1 (0: empty) over `mask` + 1 entries. */
+typedef struct {
+    uint32_t *slots;
+    size_t mask;
+    uint64_t *dm, *code;
+    int64_t *count, *total, *min, *max;
+    Py_ssize_t n;
+} groups_t;
+
+/* The group of (dm, code), created if new (*added set then), with duration d added. */
+static inline Py_ssize_t group_add(groups_t *t, uint64_t dm, uint64_t code, int64_t d, int *added)
+{
+    size_t at = (size_t)mix(dm, code) & t->mask;
+    Py_ssize_t g;
+    *added = 0;
+    for (;;) {
+        uint32_t s = t->slots[at];
+        if (s == 0) {
+            g = t->n++;
+            t->slots[at] = (uint32_t)(g + 1);
+            t->dm[g] = dm;
+            t->code[g] = code;
+            t->count[g] = 0;
+            t->total[g] = 0;
+            t->min[g] = d;
+            t->max[g] = d;
+            *added = 1;
+            break;
+        }
+        if (t->dm[s - 1] == dm && t->code[s - 1] == code) {
+            g = s - 1;
+            break;
+        }
+        at = (at + 1) & t->mask;
+    }
+    t->count[g] += 1;
+    t->total[g] = (int64_t)((uint64_t)t->total[g] + (uint64_t)d);
+    if (d < t->min[g])
+        t->min[g] = d;
+    if (d > t->max[g])
+        t->max[g] = d;
+    return g;
+}
+
 #define NOUT 8
 
 static PyObject *group(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
@@ -146,8 +192,8 @@ static PyObject *group(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         goto done;
     }
     memset(slots, 0, cap * sizeof *slots);
-    size_t mask = cap - 1;
-    Py_ssize_t ops = 0, groups = 0;
+    groups_t t = {slots, cap - 1, gdm, gcode, gcount, gtotal, gmin, gmax, 0};
+    Py_ssize_t ops = 0;
     const char *rec = rv.buf;
     for (Py_ssize_t i = 0; i < n; i++, rec += REC_SIZE) {
         if (ld32(rec + AT(flag)) & (uint32_t)ACLPROF_FLAG_KEYPOINT)
@@ -155,38 +201,13 @@ static PyObject *group(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         uint64_t dm = ((uint64_t)ld32(rec + AT(model_id)) << 32) | ld32(rec + AT(device_id));
         uint64_t code = ((uint64_t)ld32(rec + AT(op_name)) << 32) | ld32(rec + AT(op_type));
         int64_t d = (int64_t)ld64(rec + AT(duration));
-        size_t at = (size_t)mix(dm, code) & mask;
-        Py_ssize_t g;
-        for (;;) {
-            uint32_t s = slots[at];
-            if (s == 0) {
-                g = groups++;
-                slots[at] = (uint32_t)(g + 1);
-                gdm[g] = dm;
-                gcode[g] = code;
-                gcount[g] = 0;
-                gtotal[g] = 0;
-                gmin[g] = d;
-                gmax[g] = d;
-                break;
-            }
-            if (gdm[s - 1] == dm && gcode[s - 1] == code) {
-                g = s - 1;
-                break;
-            }
-            at = (at + 1) & mask;
-        }
-        gcount[g] += 1;
-        gtotal[g] = (int64_t)((uint64_t)gtotal[g] + (uint64_t)d); /* wraps like numpy's int64 sum */
-        if (d < gmin[g])
-            gmin[g] = d;
-        if (d > gmax[g])
-            gmax[g] = d;
+        int added;
+        Py_ssize_t g = group_add(&t, dm, code, d, &added);
         inv[ops] = g;
         bins[ops] = bin_of(d, upper, nb);
         ops++;
     }
-    result = Py_BuildValue("(nn)", ops, groups);
+    result = Py_BuildValue("(nn)", ops, t.n);
 done:
     free(slots);
     for (int k = 0; k < nout; k++)
@@ -697,6 +718,20 @@ PyDoc_STRVAR(merge_stats_doc,
              "merge_stats(keys, count, total, min, max, out_keys, out_count, out_total, out_min, out_max) -> m\n\n"
              "Rows with equal int64 keys combined (sums, min, max), the distinct keys ascending, into out_*[:m].");
 
+/* The index of hash h in the ascending, duplicate-free hashes[:m], or -1. */
+static inline Py_ssize_t find_hash(const uint64_t *hashes, Py_ssize_t m, uint64_t h)
+{
+    Py_ssize_t lo = 0, hi = m;
+    while (lo < hi) {
+        Py_ssize_t mid = lo + (hi - lo) / 2;
+        if (hashes[mid] < h)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < m && hashes[lo] == h ? lo : -1;
+}
+
 /* cache_lookup(hashes, dms, codes, keys, dm, code, out_hash, out_key, out_miss) -> nmiss
  *
  * A sender's key cache (aclprofd.aggregate.keys.KeySource: hashes ascending, one entry per
@@ -732,16 +767,9 @@ static PyObject *cache_lookup(PyObject *self, PyObject *const *args, Py_ssize_t 
     for (Py_ssize_t i = 0; i < n; i++) {
         uint64_t h = (dm[i] * 0x9E3779B97F4A7C15ull) ^ code[i];
         out_hash[i] = h;
-        Py_ssize_t lo = 0, hi = m; /* the first entry with hashes[lo] >= h */
-        while (lo < hi) {
-            Py_ssize_t mid = lo + (hi - lo) / 2;
-            if (hashes[mid] < h)
-                lo = mid + 1;
-            else
-                hi = mid;
-        }
-        if (lo < m && hashes[lo] == h && dms[lo] == dm[i] && codes[lo] == code[i])
-            out_key[i] = keys[lo];
+        Py_ssize_t at = find_hash(hashes, m, h); /* the cache holds one entry per hash */
+        if (at >= 0 && dms[at] == dm[i] && codes[at] == code[i])
+            out_key[i] = keys[at];
         else
             out_miss[nmiss++] = i;
     }
@@ -797,6 +825,43 @@ done:
 PyDoc_STRVAR(fold_buckets_doc, "fold_buckets(keys, total, hcodes, hcount, acc, acc_sum, of_bin) -> None\n\n"
                                "Add a batch's bucket counts and sums in place (see the module's source).");
 
+/* The since-start accumulators fold_batch and ingest_frame take at the same positions
+ * (b[7] acc_count .. b[18] last_fed, b[14] prom_of_bin, b[17] fine_of_bin): one row per key
+ * of acc_count's `cap` rows, `nbins` entries in each bin table, every bin's bucket inside its
+ * table; the bucket counts per key into *nprom / *nfine. 0, or -1 with a ValueError naming
+ * `fn`. */
+static int check_accumulators(const char *fn, const Py_buffer *b, Py_ssize_t nbins, Py_ssize_t *nprom,
+                              Py_ssize_t *nfine)
+{
+    Py_ssize_t cap = b[7].len / 8;
+    if (cap == 0 || nbins == 0 || b[14].len / 8 != nbins || b[17].len / 8 != nbins || b[8].len / 8 != cap
+        || b[9].len / 8 != cap || b[10].len / 8 != cap || b[13].len / 8 != cap || b[16].len / 8 != cap
+        || b[18].len / 8 != cap || b[11].len / 8 != cap * nbins || b[12].len / 8 % cap || b[15].len / 8 % cap) {
+        PyErr_Format(PyExc_ValueError, "%s: the accumulators do not have one row per key (or the bin tables "
+                                       "do not have one entry per bin)", fn);
+        return -1;
+    }
+    *nprom = b[12].len / 8 / cap;
+    *nfine = b[15].len / 8 / cap;
+    const int64_t *pob = b[14].buf, *fob = b[17].buf;
+    for (Py_ssize_t i = 0; i < nbins; i++)
+        if (pob[i] < 0 || pob[i] >= *nprom || fob[i] < 0 || fob[i] >= *nfine) {
+            PyErr_Format(PyExc_ValueError, "%s: bin %zd has no bucket in the table", fn, i);
+            return -1;
+        }
+    return 0;
+}
+
+/* The float `now` and int `other` of fold_batch's and ingest_frame's arguments; 0 or -1. */
+static int now_and_other(PyObject *const *args, int at_now, int at_other, double *now, long long *other)
+{
+    *now = PyFloat_AsDouble(args[at_now]);
+    if (*now == -1.0 && PyErr_Occurred())
+        return -1;
+    *other = PyLong_AsLongLong(args[at_other]);
+    return *other == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
 /* fold_batch(keys, inv, bins, count, total, mn, mx, acc_count, acc_total, acc_min, acc_max,
  *            acc_hist, acc_prom, acc_prom_sum, prom_of_bin, acc_fine, acc_fine_sum, fine_of_bin,
  *            last_fed, now, other, out_codes, out_counts) -> (m, other_records)
@@ -818,13 +883,9 @@ static PyObject *fold_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
     enum { NARG = 23, NOW = 19, OTHER = 20 };
     const unsigned arrays = ((1u << NARG) - 1) & ~(1u << NOW | 1u << OTHER);
     const unsigned outs = (0x7Fu << 7) | 1u << 15 | 1u << 16 | 1u << 18 | 1u << 21 | 1u << 22;
-    if (check_nargs("fold_batch", nargs, NARG) < 0)
-        return NULL;
-    double now = PyFloat_AsDouble(args[NOW]);
-    if (now == -1.0 && PyErr_Occurred())
-        return NULL;
-    long long other = PyLong_AsLongLong(args[OTHER]);
-    if (other == -1 && PyErr_Occurred())
+    double now;
+    long long other;
+    if (check_nargs("fold_batch", nargs, NARG) < 0 || now_and_other(args, NOW, OTHER, &now, &other) < 0)
         return NULL;
     Py_buffer b[NARG];
     PyObject *result = NULL;
@@ -837,23 +898,13 @@ static PyObject *fold_batch(PyObject *self, PyObject *const *args, Py_ssize_t na
                                           "an output is short");
         goto done;
     }
-    if (cap == 0 || nbins == 0 || b[17].len / 8 != nbins || b[8].len / 8 != cap || b[9].len / 8 != cap
-        || b[10].len / 8 != cap || b[13].len / 8 != cap || b[16].len / 8 != cap || b[18].len / 8 != cap
-        || b[11].len / 8 != cap * nbins || b[12].len / 8 % cap || b[15].len / 8 % cap) {
-        PyErr_SetString(PyExc_ValueError, "fold_batch: the accumulators do not have one row per key (or the "
-                                          "bucket tables differ in length)");
+    Py_ssize_t nprom, nfine;
+    if (check_accumulators("fold_batch", b, nbins, &nprom, &nfine) < 0)
         goto done;
-    }
-    Py_ssize_t nprom = b[12].len / 8 / cap, nfine = b[15].len / 8 / cap;
     const int64_t *keys = b[0].buf, *inv = b[1].buf, *bins = b[2].buf, *cnt = b[3].buf, *tot = b[4].buf;
     const int64_t *pob = b[14].buf, *fob = b[17].buf;
     if (check_keys("fold_batch", g, keys, cap) < 0)
         goto done;
-    for (Py_ssize_t i = 0; i < nbins; i++)
-        if (pob[i] < 0 || pob[i] >= nprom || fob[i] < 0 || fob[i] >= nfine) {
-            PyErr_Format(PyExc_ValueError, "fold_batch: bin %zd has no bucket in the table", i);
-            goto done;
-        }
     for (Py_ssize_t i = 0; i < n; i++)
         if (inv[i] < 0 || inv[i] >= g || bins[i] < 0 || bins[i] >= nbins) {
             PyErr_Format(PyExc_ValueError, "fold_batch: op %zd has group %lld and bin %lld, outside the batch's "
@@ -946,6 +997,544 @@ done:
     return result;
 }
 
+/* ingest_frame(records, max_duration, upper, hashes, dms, codes, keys,
+ *              acc_count, acc_total, acc_min, acc_max, acc_hist, acc_prom, acc_prom_sum, prom_of_bin,
+ *              acc_fine, acc_fine_sum, fine_of_bin, last_fed, now, other,
+ *              slot_groups, gfill, slot_codes, hfill, key_cell, cell_buf, cfill, index)
+ *   -> (status, ops, groups, m, other_records, untracked, mc, keypoints, device, max_end)
+ *
+ * One agent BATCH frame's whole aggregate step (aclprofd.aggregate.aggregator.Aggregator.
+ * ingest_frame) in one call, for the usual frame: count_bad's check, batch_facts, group, the
+ * sender's key cache (cache_lookup), fold_batch, the newest window slot's rows and the
+ * detector's cells (map_cells). The daemon paid ~15 Python and numpy steps a frame for
+ * these, each 2-5x slower after the loop slept in select (issue 21).
+ *
+ * Every check comes before any write: when a frame needs the Python path, `status` says
+ * why and nothing was written (the Python steps, the reference, then handle the frame):
+ *   1  the payload is not whole records, or a record no op can have (Ingest.rejects);
+ *   2  a (model/device, name/type) pair not in the cache (KeyRegistry.resolve: new keys,
+ *      undefined name ids);
+ *   3  a key the detector has not looked up (key_cell -1 or past its end);
+ *   4  slot_groups / slot_codes have no room for the frame's rows (the caller merges them);
+ *   5  cell_buf has no room (the caller merges the detector's pending rows).
+ * status 0: done. Per group (its key keys[...] from the cache) since-start figures as in
+ * fold_batch (now, other, the bucket tables: the same), and the group's key, count, total,
+ * min, max appended as columns gfill.. of slot_groups (5 rows of int64, row-major); the
+ * distinct (key * nbins + bin) codes, ascending, and their counts as columns hfill.. of
+ * slot_codes (2 rows), m of them; with key_cell (not None) each code's cell code (cell *
+ * nbins + bin, map_cells: cells below -1 are untracked, their counts summed) in order as
+ * columns cfill.. of cell_buf (2 rows), mc of them. keypoints, device (-1: mixed) and
+ * max_end as batch_facts gives them, of every record. `index`: the cache's hash index
+ * (cache_index; None: a binary search of the hashes). */
+enum { FRAME_DONE, FRAME_REFUSE, FRAME_MISS, FRAME_CELL, FRAME_SLOT_FULL, FRAME_CELLS_FULL };
+
+/* per-call scratch of ingest_frame, kept between calls (the loop calls it ~40-100 times a
+ * second: a malloc of ~300 KB a frame would be an mmap and page faults each time); given
+ * back when a large frame grew it past SCRATCH_KEEP */
+static char *scratch;
+static size_t scratch_cap;
+#define SCRATCH_KEEP ((size_t)4 << 20)
+
+static void *scratch_get(size_t need)
+{
+    if (need > scratch_cap) {
+        free(scratch);
+        scratch = malloc(need);
+        scratch_cap = scratch ? need : 0;
+    }
+    return scratch;
+}
+
+static void scratch_trim(void)
+{
+    if (scratch_cap > SCRATCH_KEEP) {
+        free(scratch);
+        scratch = NULL;
+        scratch_cap = 0;
+    }
+}
+
+/* A key cache's hash index (cache_index, ingest_frame): open addressing over a power-of-two
+ * table of int32, each slot 0 (empty) or a position in the cache's hashes + 1; the slot of
+ * hash h is searched from mix(h, 0) (pair_hash's low bits are the op type's: few values). */
+static inline Py_ssize_t index_find(const int32_t *index, size_t mask, const uint64_t *hashes, Py_ssize_t m,
+                                    uint64_t h)
+{
+    for (size_t at = (size_t)mix(h, 0) & mask;; at = (at + 1) & mask) {
+        int32_t s = index[at];
+        if (s <= 0 || s > m)
+            return -1; /* empty (or an index of other hashes: a miss, never a wrong hit) */
+        if (hashes[s - 1] == h)
+            return s - 1;
+    }
+}
+
+/* cache_index(hashes, out_index) -> None
+ *
+ * Fills out_index (int32, a power of two of at least twice len(hashes) slots) with the
+ * index of the distinct uint64 hashes: what ingest_frame searches a sender's cache with
+ * (aclprofd.aggregate.keys.KeySource.hash_index) in one or two probes where a binary search
+ * of ~1000 hashes took ten unpredictable steps per group of a frame (issue 21). */
+static PyObject *cache_index(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    Py_buffer hv, iv;
+    if (check_nargs("cache_index", nargs, 2) < 0 || PyObject_GetBuffer(args[0], &hv, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    if (PyObject_GetBuffer(args[1], &iv, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0) {
+        PyBuffer_Release(&hv);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    Py_ssize_t m = hv.len / 8, size = iv.len / 4;
+    if (hv.len % 8 || iv.len % 4 || size < 2 * m || size < 1 || (size & (size - 1)) || m >= INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "cache_index: hashes must be uint64 and out_index a power of two of "
+                                          "at least twice as many int32 slots");
+        goto done;
+    }
+    const uint64_t *h = hv.buf;
+    int32_t *index = iv.buf;
+    size_t mask = (size_t)size - 1;
+    memset(index, 0, (size_t)size * 4);
+    for (Py_ssize_t i = 0; i < m; i++) {
+        size_t at = (size_t)mix(h[i], 0) & mask;
+        while (index[at] != 0)
+            at = (at + 1) & mask;
+        index[at] = (int32_t)(i + 1);
+    }
+    Py_INCREF(Py_None);
+    result = Py_None;
+done:
+    PyBuffer_Release(&iv);
+    PyBuffer_Release(&hv);
+    return result;
+}
+
+PyDoc_STRVAR(cache_index_doc, "cache_index(hashes, out_index) -> None\n\nThe open-addressing index of a key "
+                              "cache's hashes that ingest_frame searches (see the module's source).");
+
+static PyObject *frame_result(int status, Py_ssize_t ops, Py_ssize_t groups, Py_ssize_t m, uint64_t others,
+                              uint64_t untracked, Py_ssize_t mc, Py_ssize_t keypoints, long long device,
+                              uint64_t max_end)
+{
+    return Py_BuildValue("(innnLLnnLK)", status, ops, groups, m, (long long)others, (long long)untracked, mc,
+                         keypoints, device, (unsigned long long)max_end);
+}
+
+static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    enum { NARG = 29, MAXD = 1, NOW = 19, OTHER = 20, GFILL = 22, HFILL = 24, KC = 25, CBUF = 26, CFILL = 27,
+           INDEX = 28 };
+    double now;
+    long long other;
+    if (check_nargs("ingest_frame", nargs, NARG) < 0 || now_and_other(args, NOW, OTHER, &now, &other) < 0)
+        return NULL;
+    unsigned long long max_duration = PyLong_AsUnsignedLongLong(args[MAXD]);
+    if (max_duration == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t gfill = PyLong_AsSsize_t(args[GFILL]), hfill = PyLong_AsSsize_t(args[HFILL]);
+    Py_ssize_t cfill = PyLong_AsSsize_t(args[CFILL]);
+    if ((gfill == -1 || hfill == -1 || cfill == -1) && PyErr_Occurred())
+        return NULL;
+    int cells = args[KC] != Py_None;
+    if (cells != (args[CBUF] != Py_None)) {
+        PyErr_SetString(PyExc_TypeError, "ingest_frame: key_cell and cell_buf are both None or both arrays");
+        return NULL;
+    }
+    /* the arrays: 2..18, 21, 23 and, with the detector, 25 and 26 (args[0] is bytes-like) */
+    unsigned arrays = ((1u << 19) - 1) & ~(1u << 0 | 1u << MAXD);
+    arrays |= 1u << 21 | 1u << 23;
+    if (cells)
+        arrays |= 1u << KC | 1u << CBUF;
+    const unsigned writable = (0x7Fu << 7) | 1u << 15 | 1u << 16 | 1u << 18 | 1u << 21 | 1u << 23 | 1u << CBUF;
+    Py_buffer rv, b[NARG], iv;
+    int have_index = args[INDEX] != Py_None;
+    if (have_index) {
+        if (PyObject_GetBuffer(args[INDEX], &iv, PyBUF_C_CONTIGUOUS) < 0)
+            return NULL;
+        Py_ssize_t size = iv.len / 4;
+        if (iv.len % 4 || size < 1 || (size & (size - 1))) {
+            PyBuffer_Release(&iv);
+            PyErr_SetString(PyExc_ValueError, "ingest_frame: the cache's index is not a power of two of int32");
+            return NULL;
+        }
+    }
+    Py_ssize_t n = get_records("ingest_frame", args[0], &rv);
+    if (n < 0 && PyErr_ExceptionMatches(PyExc_ValueError)) {
+        PyErr_Clear(); /* not whole records: the Python path names the error */
+        if (have_index)
+            PyBuffer_Release(&iv);
+        return frame_result(FRAME_REFUSE, 0, 0, 0, 0, 0, 0, 0, -1, 0);
+    }
+    if (n < 0) {
+        if (have_index)
+            PyBuffer_Release(&iv);
+        return NULL;
+    }
+    PyObject *result = NULL;
+    if (take_arrays("ingest_frame", args, NARG, arrays, writable & arrays, b) < 0) {
+        PyBuffer_Release(&rv);
+        if (have_index)
+            PyBuffer_Release(&iv);
+        return NULL;
+    }
+    Py_ssize_t nb = b[2].len / 8, ncache = b[3].len / 8, cap = b[7].len / 8, nbins = b[14].len / 8;
+    Py_ssize_t gcap = b[21].len / 8 / 5, hcap = b[23].len / 8 / 2, nkc = cells ? b[KC].len / 8 : 0;
+    Py_ssize_t ccap = cells ? b[CBUF].len / 8 / 2 : 0;
+    if (nb < 1 || b[4].len / 8 != ncache || b[5].len / 8 != ncache || b[6].len / 8 != ncache) {
+        PyErr_SetString(PyExc_ValueError, "ingest_frame: no bin bounds, or the cache's columns differ in length");
+        goto done;
+    }
+    Py_ssize_t nprom, nfine;
+    if (check_accumulators("ingest_frame", b, nbins, &nprom, &nfine) < 0)
+        goto done;
+    if (nbins != nb + 1) {
+        PyErr_SetString(PyExc_ValueError, "ingest_frame: the bin tables do not have one entry per bin of upper");
+        goto done;
+    }
+    if (b[21].len != gcap * 5 * 8 || b[23].len != hcap * 2 * 8 || (cells && b[CBUF].len != ccap * 2 * 8)
+        || gfill < 0 || gfill > gcap || hfill < 0 || hfill > hcap || cfill < 0 || cfill > ccap) {
+        PyErr_SetString(PyExc_ValueError, "ingest_frame: a row buffer is not 5 (slot_groups) or 2 (slot_codes, "
+                                          "cell_buf) rows, or its fill is outside it");
+        goto done;
+    }
+    const int64_t *pob = b[14].buf, *fob = b[17].buf;
+    if (n > (Py_ssize_t)UINT32_MAX / 4) {
+        result = frame_result(FRAME_REFUSE, 0, 0, 0, 0, 0, 0, 0, -1, 0); /* not a frame: the Python path */
+        goto done;
+    }
+
+    /* 1. one pass over the records: the bad ones (count_bad), the facts (batch_facts) and,
+     * for the ops, their groups (as `group`) and per group a list of its distinct bins with
+     * their counts (entries: an op's group has a few bins, so finding its bin is a short walk
+     * where sum_rows hashed every op's code, then divided every code by nbins) */
+    size_t hslots = 16;
+    while (hslots < (size_t)n * 2)
+        hslots <<= 1;
+    /* scratch: 8 int64 columns of n (per group: dm, code, count, total, min, max, key; per
+     * entry: count), 4 int32 columns of n (per group: first entry, entries; per entry: bin,
+     * next), one count per bin (a run of groups sharing a key) and the hash slots */
+    char *mem = scratch_get((size_t)(n * (8 * 8 + 4 * 4) + nbins * 8) + hslots * sizeof(uint32_t));
+    if (mem == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    uint64_t *gdm = (uint64_t *)mem, *gcode = gdm + n;
+    int64_t *gcount = (int64_t *)(gcode + n), *gtotal = gcount + n, *gmin = gtotal + n, *gmax = gmin + n;
+    int64_t *gkeys = gmax + n, *ecount = gkeys + n;
+    int32_t *ghead = (int32_t *)(ecount + n), *gents = ghead + n, *ebin = gents + n, *enext = ebin + n;
+    int64_t *dense = (int64_t *)(enext + n); /* n int32 pairs above: 8-byte aligned */
+    memset(dense, 0, (size_t)nbins * 8);
+    uint32_t *slots = (uint32_t *)(dense + nbins);
+    memset(slots, 0, hslots * sizeof *slots);
+    groups_t t = {slots, hslots - 1, gdm, gcode, gcount, gtotal, gmin, gmax, 0};
+    const int64_t *upper = b[2].buf;
+    const char *rec = rv.buf;
+    Py_ssize_t keypoints = 0, ops = 0, ents = 0;
+    uint32_t dev = n ? ld32(rec + AT(device_id)) : 0;
+    int same = 1, bad = 0;
+    uint64_t max_end = 0;
+    for (Py_ssize_t i = 0; i < n; i++, rec += REC_SIZE) {
+        uint64_t end = ld64(rec + AT(end)), dur = ld64(rec + AT(duration));
+        uint32_t dv = ld32(rec + AT(device_id)), model = ld32(rec + AT(model_id));
+        bad |= (dur > max_duration) | (end < ld64(rec + AT(start))) | (model == UINT32_MAX) | (dv == UINT32_MAX);
+        same &= dv == dev;
+        if (end > max_end)
+            max_end = end;
+        if (ld32(rec + AT(flag)) & (uint32_t)ACLPROF_FLAG_KEYPOINT) {
+            keypoints++;
+            continue;
+        }
+        uint64_t dm = ((uint64_t)model << 32) | dv;
+        uint64_t code = ((uint64_t)ld32(rec + AT(op_name)) << 32) | ld32(rec + AT(op_type));
+        int64_t d = (int64_t)dur;
+        int added;
+        Py_ssize_t g = group_add(&t, dm, code, d, &added);
+        if (added) {
+            ghead[g] = -1;
+            gents[g] = 0;
+        }
+        int32_t bin = (int32_t)bin_of(d, upper, nb), e = ghead[g];
+        while (e >= 0 && ebin[e] != bin)
+            e = enext[e];
+        if (e < 0) {
+            e = (int32_t)ents++;
+            ebin[e] = bin;
+            ecount[e] = 0;
+            enext[e] = ghead[g];
+            ghead[g] = e;
+            gents[g]++;
+        }
+        ecount[e]++;
+        ops++;
+    }
+    Py_ssize_t groups = t.n;
+    long long device = same ? (long long)dev : -1LL;
+    if (bad) {
+        result = frame_result(FRAME_REFUSE, 0, 0, 0, 0, 0, 0, keypoints, device, max_end);
+        goto done;
+    }
+    if (ops == 0) { /* keypoints only: nothing to aggregate */
+        result = frame_result(FRAME_DONE, 0, 0, 0, 0, 0, 0, keypoints, device, max_end);
+        goto done;
+    }
+
+    /* 2. the sender's cache: every pair must be there; and the detector's cell of each key */
+    const uint64_t *hashes = b[3].buf, *cdms = b[4].buf, *ccodes = b[5].buf;
+    const int64_t *ckeys = b[6].buf;
+    const int32_t *index = have_index ? iv.buf : NULL;
+    size_t imask = have_index ? (size_t)(iv.len / 4) - 1 : 0;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        uint64_t h = (gdm[g] * 0x9E3779B97F4A7C15ull) ^ gcode[g];
+        Py_ssize_t at = index ? index_find(index, imask, hashes, ncache, h) : find_hash(hashes, ncache, h);
+        if (at < 0 || cdms[at] != gdm[g] || ccodes[at] != gcode[g]) {
+            result = frame_result(FRAME_MISS, ops, groups, 0, 0, 0, 0, keypoints, device, max_end);
+            goto done;
+        }
+        gkeys[g] = ckeys[at];
+    }
+    if (check_keys("ingest_frame", groups, gkeys, cap) < 0)
+        goto done;
+    const int64_t *kc = cells ? b[KC].buf : NULL;
+    if (cells)
+        for (Py_ssize_t g = 0; g < groups; g++)
+            if (gkeys[g] >= nkc || kc[gkeys[g]] == -1) {
+                result = frame_result(FRAME_CELL, ops, groups, 0, 0, 0, 0, keypoints, device, max_end);
+                goto done;
+            }
+    /* room: the distinct codes are at most the entries (fewer when groups share a key) */
+    if (groups > gcap - gfill || ents > hcap - hfill) {
+        result = frame_result(FRAME_SLOT_FULL, ops, groups, ents, 0, 0, 0, keypoints, device, max_end);
+        goto done;
+    }
+    if (cells && ents > ccap - cfill) {
+        result = frame_result(FRAME_CELLS_FULL, ops, groups, ents, 0, 0, 0, keypoints, device, max_end);
+        goto done;
+    }
+
+    /* 3. the groups in key order (a radix sort: the codes come out ascending, as sum_rows
+     * gives them) */
+    code_sum *order = malloc((size_t)groups * sizeof *order);
+    if (order == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        order[g].key = (uint64_t)gkeys[g] ^ 0x8000000000000000ull;
+        order[g].sum = g;
+    }
+    if (radix_sort(order, groups) < 0) {
+        free(order);
+        PyErr_NoMemory();
+        goto done;
+    }
+
+    /* 4. the writes: since-start figures, the slot's rows, the detector's rows */
+    fold_groups(groups, gkeys, gcount, gtotal, gmin, gmax, b[7].buf, b[8].buf, b[9].buf, b[10].buf);
+    add_sums(groups, gkeys, gtotal, b[13].buf);
+    add_sums(groups, gkeys, gtotal, b[16].buf);
+    double *last = b[18].buf;
+    uint64_t others = 0;
+    for (Py_ssize_t g = 0; g < groups; g++) {
+        last[gkeys[g]] = now;
+        if (gkeys[g] == other)
+            others += (uint64_t)gcount[g];
+    }
+    int64_t *sg = b[21].buf, *sh = b[23].buf, *cb = cells ? b[CBUF].buf : NULL;
+    const int64_t *cols[5] = {gkeys, gcount, gtotal, gmin, gmax};
+    for (int r = 0; r < 5; r++)
+        memcpy(sg + r * gcap + gfill, cols[r], (size_t)groups * 8);
+    int64_t *hist = b[11].buf, *prom = b[12].buf, *fine = b[15].buf;
+    int64_t *oc = sh + hfill, *on = sh + hcap + hfill;
+    Py_ssize_t m = 0, mc = 0;
+    uint64_t untracked = 0;
+    int64_t bincnt[64]; /* a short run's bins, sorted by insertion */
+    int32_t binof[64];
+    for (Py_ssize_t i = 0; i < groups;) {
+        Py_ssize_t j = i + 1;
+        while (j < groups && order[j].key == order[i].key)
+            j++;
+        int64_t key = (int64_t)(order[i].key ^ 0x8000000000000000ull), cell = cells ? kc[key] : -1;
+        Py_ssize_t k = 0, g0 = order[i].sum;
+        if (j - i == 1 && gents[g0] <= 64) {
+            for (int32_t e = ghead[g0]; e >= 0; e = enext[e]) {
+                Py_ssize_t at = k++;
+                while (at > 0 && binof[at - 1] > ebin[e]) {
+                    binof[at] = binof[at - 1];
+                    bincnt[at] = bincnt[at - 1];
+                    at--;
+                }
+                binof[at] = ebin[e];
+                bincnt[at] = ecount[e];
+            }
+        }
+        Py_ssize_t m0 = m;
+        if (k) {
+            for (Py_ssize_t q = 0; q < k; q++) {
+                oc[m] = key * nbins + binof[q];
+                on[m++] = bincnt[q];
+            }
+        } else {
+            /* groups sharing a key (the "other" key) or an op of many bins: the run's counts
+             * per bin in `dense` (all zero between runs), then its bins in order */
+            for (Py_ssize_t r = i; r < j; r++)
+                for (int32_t e = ghead[order[r].sum]; e >= 0; e = enext[e])
+                    add_to(&dense[ebin[e]], ecount[e]);
+            for (Py_ssize_t bin = 0; bin < nbins; bin++)
+                if (dense[bin]) { /* counts are positive: a bin of the run is never 0 */
+                    oc[m] = key * nbins + bin;
+                    on[m++] = dense[bin];
+                    dense[bin] = 0;
+                }
+        }
+        for (Py_ssize_t q = m0; q < m; q++) {
+            int64_t bin = oc[q] - key * nbins, c = on[q];
+            add_to(&hist[oc[q]], c);
+            add_to(&prom[key * nprom + pob[bin]], c);
+            add_to(&fine[key * nfine + fob[bin]], c);
+            if (!cells)
+                continue;
+            if (cell < 0) {
+                untracked += (uint64_t)c;
+                continue;
+            }
+            cb[cfill + mc] = cell * nbins + bin;
+            cb[ccap + cfill + mc++] = c;
+        }
+        i = j;
+    }
+    free(order);
+    result = frame_result(FRAME_DONE, ops, groups, m, others, untracked, mc, keypoints, device, max_end);
+done:
+    scratch_trim();
+    release_arrays(b, NARG, arrays);
+    PyBuffer_Release(&rv);
+    if (have_index)
+        PyBuffer_Release(&iv);
+    return result;
+}
+
+PyDoc_STRVAR(ingest_frame_doc,
+             "ingest_frame(records, max_duration, upper, hashes, dms, codes, keys, acc_count, acc_total, acc_min, "
+             "acc_max, acc_hist, acc_prom, acc_prom_sum, prom_of_bin, acc_fine, acc_fine_sum, fine_of_bin, "
+             "last_fed, now, other, slot_groups, gfill, slot_codes, hfill, key_cell, cell_buf, cfill, index) -> (status, "
+             "ops, groups, m, other_records, untracked, mc, keypoints, device, max_end)\n\nOne BATCH frame's "
+             "aggregate step in one call, or a status saying why the Python path must take it (see the "
+             "module's source).");
+
+/* crc32c(data, crc=0) -> int; crc32c_fast() -> bool
+ *
+ * CRC-32C (Castagnoli, reflected polynomial 0x82F63B78, the iSCSI/ext4 CRC), continued from
+ * `crc` (the CRC of the bytes before `data`). The daemon's segment chunks carry it
+ * (aclprofd.storage, chunk magic "ACK2") where the CPU computes it in hardware
+ * (crc32c_fast(): x86-64 with SSE4.2): ~6-10 GB/s where zlib's CRC-32 ran at ~1.7 GB/s,
+ * 80 us of the loop per 140 KB agent frame at 100 k ops/s (issue 21). Without the
+ * instruction it is a byte-wise table (readers only: the daemon then writes zlib's CRC-32,
+ * chunk magic "ACK1"). crc32c's third argument False takes the table (the tests compare). */
+static uint32_t crc32c_table[256];
+
+static void crc32c_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc32c_table[i] = c;
+    }
+}
+
+static uint32_t crc32c_soft(uint32_t crc, const unsigned char *p, size_t n)
+{
+    crc = ~crc;
+    while (n--)
+        crc = crc32c_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+
+#if defined(__x86_64__)
+__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const unsigned char *p, size_t n)
+{
+    uint64_t c = ~crc;
+    while (n && ((uintptr_t)p & 7)) {
+        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+        n--;
+    }
+    while (n >= 8) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        c = __builtin_ia32_crc32di(c, v);
+        p += 8;
+        n -= 8;
+    }
+    while (n--)
+        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
+    return ~(uint32_t)c;
+}
+
+static int crc32c_has_hw(void)
+{
+    __builtin_cpu_init(); /* before any constructor may have run it */
+    return __builtin_cpu_supports("sse4.2");
+}
+#else
+static uint32_t crc32c_hw(uint32_t crc, const unsigned char *p, size_t n)
+{
+    return crc32c_soft(crc, p, n);
+}
+
+static int crc32c_has_hw(void)
+{
+    return 0;
+}
+#endif
+
+static int crc32c_hw_ok;
+
+static PyObject *crc32c(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs < 1 || nargs > 3) {
+        PyErr_Format(PyExc_TypeError, "crc32c takes 1 to 3 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    unsigned long crc = 0;
+    int hw = crc32c_hw_ok;
+    if (nargs == 3) {
+        int want = PyObject_IsTrue(args[2]);
+        if (want < 0)
+            return NULL;
+        hw &= want;
+    }
+    if (nargs >= 2) {
+        crc = PyLong_AsUnsignedLong(args[1]);
+        if (crc == (unsigned long)-1 && PyErr_Occurred())
+            return NULL;
+        if (crc > 0xFFFFFFFFul) {
+            PyErr_SetString(PyExc_ValueError, "crc32c: crc must be a 32-bit value");
+            return NULL;
+        }
+    }
+    Py_buffer v;
+    if (PyObject_GetBuffer(args[0], &v, PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    uint32_t out = hw ? crc32c_hw((uint32_t)crc, v.buf, (size_t)v.len)
+                                : crc32c_soft((uint32_t)crc, v.buf, (size_t)v.len);
+    PyBuffer_Release(&v);
+    return PyLong_FromUnsignedLong(out);
+}
+
+static PyObject *crc32c_fast(PyObject *self, PyObject *unused)
+{
+    (void)self;
+    (void)unused;
+    return PyBool_FromLong(crc32c_hw_ok);
+}
+
+PyDoc_STRVAR(crc32c_doc, "crc32c(data, crc=0, hardware=True) -> int\n\nCRC-32C (Castagnoli) of data, continued "
+                         "from crc (hardware=False: the table, as without the CPU's instruction).");
+PyDoc_STRVAR(crc32c_fast_doc, "crc32c_fast() -> bool\n\nWhether crc32c runs on the CPU's CRC instruction.");
+
 PyDoc_STRVAR(map_cells_doc, "map_cells(hcodes, hcount, key_cell, nbins, out_codes, out_counts) -> (m, untracked)\n\n"
                             "A batch's key histogram codes as the detector's cell codes (see the module's "
                             "source).");
@@ -984,6 +1573,10 @@ static PyMethodDef methods[] = {
     {"map_cells", (PyCFunction)(void (*)(void))map_cells, METH_FASTCALL, map_cells_doc},
     {"sum_codes", (PyCFunction)(void (*)(void))sum_codes, METH_FASTCALL, sum_codes_doc},
     {"merge_stats", (PyCFunction)(void (*)(void))merge_stats, METH_FASTCALL, merge_stats_doc},
+    {"ingest_frame", (PyCFunction)(void (*)(void))ingest_frame, METH_FASTCALL, ingest_frame_doc},
+    {"cache_index", (PyCFunction)(void (*)(void))cache_index, METH_FASTCALL, cache_index_doc},
+    {"crc32c", (PyCFunction)(void (*)(void))crc32c, METH_FASTCALL, crc32c_doc},
+    {"crc32c_fast", crc32c_fast, METH_NOARGS, crc32c_fast_doc},
     {NULL, NULL, 0, NULL},
 };
 
@@ -995,5 +1588,7 @@ static struct PyModuleDef module = {
 
 PyMODINIT_FUNC PyInit__batchgroup(void)
 {
+    crc32c_init();
+    crc32c_hw_ok = crc32c_has_hw();
     return PyModule_Create(&module);
 }

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 import structlog
 
+from aclprof.protocol._batchgroup import crc32c, crc32c_fast
 from aclprof.protocol.wire import RECORD_DTYPE
 
 from .atomicfile import FILE_MODE, DirAccess, create_file, private_dir
@@ -45,8 +46,13 @@ __all__ = ["Storage", "Chunk", "SEGMENT_VERSION", "read_segment", "DataDirLocked
 SEGMENT_MAGIC = b"ACLPSEG\x00"
 SEGMENT_VERSION = 1
 _FILE_HEADER = struct.Struct("<8sHHIdII")  # magic, version, reserved, header size, created_ts, pid, reserved
+#: a chunk's magic says which CRC of its metadata + data it carries: "ACK1" zlib's CRC-32,
+#: "ACK2" CRC-32C (Castagnoli), written where the CPU computes it (x86-64 SSE4.2: ~7.5 GB/s
+#: where zlib's ran at ~1.7, 80 us of the loop per 140 KB agent frame at 100 k ops/s, issue
+#: 21); readers take both, so older files and other hosts' stay readable
 _CHUNK_MAGIC = b"ACK1"
-_CHUNK_HEADER = struct.Struct("<4sIII")  # magic, meta length, data length, crc32(meta + data)
+_CHUNK_MAGIC_C = b"ACK2"
+_CHUNK_HEADER = struct.Struct("<4sIII")  # magic, meta length, data length, CRC (of the magic's kind)
 _NAME_RE = re.compile(r"^seg-(\d{8,})\.acps$")
 _log = structlog.get_logger("aclprofd")
 _AT_CAP_S = 600.0  # a deletion for the cap keeps at_cap true this long (segments may be smaller)
@@ -102,6 +108,8 @@ class Storage:
         self.segment_bytes = int(segment_bytes)
         self.disk_bytes = int(disk_bytes)
         self.max_age_s = float(max_age_s)
+        #: chunks carry CRC-32C ("ACK2") where the CPU computes it, else zlib's CRC-32 ("ACK1")
+        self.crc32c = crc32c_fast()
         #: 0750 whatever the umask; a wider directory of ours narrowed, another user's reported
         self.dir_access: DirAccess = private_dir(directory)
         self._lock_fd: int | None = _lock_dir(directory)  # before reading the directory: it is ours from here
@@ -224,10 +232,11 @@ class Storage:
                         batches=[[len(b) // RECORD_DTYPE.itemsize, ts] for ts, b in batches],
                         ts_first=batches[0][0], ts_last=batches[-1][0])
             mb = json.dumps(meta, separators=(",", ":")).encode()
-            crc = zlib.crc32(mb)
+            crc_of, magic = (crc32c, _CHUNK_MAGIC_C) if self.crc32c else (zlib.crc32, _CHUNK_MAGIC)
+            crc = crc_of(mb)
             for _, b in batches:
-                crc = zlib.crc32(b, crc)
-            self._append([_CHUNK_HEADER.pack(_CHUNK_MAGIC, len(mb), data_len, crc), mb, *(b for _, b in batches)])
+                crc = crc_of(b, crc)
+            self._append([_CHUNK_HEADER.pack(magic, len(mb), data_len, crc), mb, *(b for _, b in batches)])
             if used_only:
                 st.stated.update(i for i, _ in delta)
             else:
@@ -456,14 +465,15 @@ def read_segment(path: str, since_ts: float | None = None, until_ts: float | Non
             if len(h) < _CHUNK_HEADER.size:
                 return  # torn tail
             magic, mlen, dlen, crc = _CHUNK_HEADER.unpack(h)
-            if magic != _CHUNK_MAGIC:
+            if magic not in (_CHUNK_MAGIC, _CHUNK_MAGIC_C):
                 return bad("bad chunk magic")
             nxt = pos + _CHUNK_HEADER.size + mlen + dlen
             if nxt > size:
                 return  # torn tail (or lengths that point past the file: never read them)
             mb = f.read(mlen)
             data = f.read(dlen)
-            if zlib.crc32(data, zlib.crc32(mb)) != crc:
+            crc_of = zlib.crc32 if magic == _CHUNK_MAGIC else crc32c
+            if crc_of(data, crc_of(mb)) != crc:
                 return bad("CRC mismatch")
             try:
                 meta = json.loads(mb)

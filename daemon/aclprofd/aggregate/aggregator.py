@@ -32,13 +32,15 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 
 from aclprof.protocol._batchgroup import fold_batch as _fold_batch
 from aclprof.protocol._batchgroup import group as _group
+from aclprof.protocol._batchgroup import ingest_frame as _ingest_frame
 from aclprof.protocol.quantshift import BIN_UPPER_NS
 from aclprof.protocol.wire import RECORD_DTYPE
 
@@ -65,8 +67,32 @@ from .windows import SlidingWindows, window_name
 _PROM_OF_BIN = np.ascontiguousarray(prom_bucket(np.arange(NBINS)), dtype=I64)
 _FINE_OF_BIN = np.ascontiguousarray(fine_bucket(np.arange(NBINS)), dtype=I64)
 
-__all__ = ["Aggregator", "KeySource", "NBINS", "BINS_PER_OCTAVE", "bin_index", "bin_value",
+__all__ = ["Aggregator", "CellSink", "FrameFacts", "KeySource", "NBINS", "BINS_PER_OCTAVE", "bin_index", "bin_value",
            "PROM_EXPONENTS", "OTHER", "STATE_FORMAT", "STATE_VERSION", "window_name", "GROUP_BY"]
+
+#: (keypoints, device or -1 when the records' devices differ, largest end): what
+#: ``batch_facts`` gives of a frame's records
+FrameFacts = tuple[int, int, int]
+#: ingest_frame's statuses (aclprof/protocol/_batchgroup.c): done, and the reasons it left
+#: the frame to the Python path with nothing written
+_DONE, _SLOT_FULL, _CELLS_FULL = 0, 4, 5
+
+
+class CellSink(Protocol):
+    """The detector's side of :meth:`Aggregator.ingest_frame` (its cell store): the key ->
+    cell table and the buffer the C call writes a frame's cell rows into."""
+
+    key_cell: np.ndarray
+    cell_buf: np.ndarray
+    cfill: int
+
+    def fed(self, m: int, untracked: int) -> None:
+        """``m`` rows were written into ``cell_buf`` from ``cfill`` on; ``untracked``
+        records were of keys not judged."""
+
+    def cell_room(self) -> np.ndarray:
+        """``cell_buf`` merged, with room for at least the rows merged so far."""
+
 
 #: one Prometheus series: labels (service, device, model, op_type[, op_name]), cumulative
 #: buckets, count, sum
@@ -121,6 +147,23 @@ class Aggregator:
         self._saved_changes = self._changes  # nothing to save until something happens
         #: called (loop thread) with each batch's (key * NBINS + bin, count) deltas: the detector
         self.observer: Callable[[np.ndarray, np.ndarray], None] | None = None
+        #: what the observer does with them, done in C by :meth:`ingest_frame` instead (the
+        #: detector sets both); with an observer and no sink every frame takes :meth:`ingest`.
+        #: A weak reference: the detector owns its store (aclprofd.memory.array_bytes counts
+        #: the arrays of what each table holds; the aggregator's must not count the store's)
+        self._cells: weakref.ref[CellSink] | None = None
+        #: frames :meth:`ingest_frame` left to the Python steps (new keys, refused records, a
+        #: new second, ...): a test's and a profile's figure
+        self.frames_python = 0
+
+    @property
+    def cells(self) -> CellSink | None:
+        """The detector's cell store that :meth:`ingest_frame` feeds (None: none)."""
+        return self._cells() if self._cells is not None else None
+
+    @cells.setter
+    def cells(self, sink: CellSink | None) -> None:
+        self._cells = weakref.ref(sink) if sink is not None else None
 
     @property
     def nkeys(self) -> int:
@@ -185,6 +228,66 @@ class Aggregator:
             self._changes += 1
         if self.observer is not None:
             self.observer(hcodes, hcount)
+
+    def ingest_frame(self, src: KeySource, payload: Any, now: float, max_duration: int) -> FrameFacts | None:
+        """An agent BATCH payload (whole RECORD_DTYPE records, in place) added as
+        :meth:`ingest` adds it, in one C call (``_batchgroup.ingest_frame``), with the
+        detector's cell rows (:attr:`cells`) and the records' facts, which it returns. None,
+        with nothing changed, when the frame needs the Python steps: a payload of part
+        records, a record ``Ingest.rejects`` refuses (``max_duration``), a pair not in
+        ``src``'s key cache (new keys; a name id never defined), a key the detector has not
+        looked up or an observer other than the detector. Those steps, :meth:`ingest` and its
+        callees, stay the reference (tests/test_ingest_frame.py compares the two)."""
+        sink = self.cells
+        if sink is None and self.observer is not None:
+            return None
+        second = int(now)
+        with self._lock:
+            sliding = self.sliding
+            slot = sliding.slots[-1] if sliding.slots else None
+            if slot is not None and slot.second >= second:
+                buf = slot.buf or sliding.buffer(slot)
+            else:
+                # a new second: the rows go to a buffer that the new slot takes once they are
+                # written (a frame of keypoints only, or one left to ingest, rolls nothing here)
+                slot = None
+                buf = sliding.spare()
+            index = src.hash_index()
+            for retry in (False, True):
+                kc: np.ndarray | None = None
+                cbuf: np.ndarray | None = None
+                cfill = 0
+                if sink is not None:
+                    kc, cbuf, cfill = sink.key_cell, sink.cell_buf, sink.cfill
+                (status, ops, groups, m, others, untracked, mc, keypoints, device,
+                 max_end) = _ingest_frame(payload, max_duration, BIN_UPPER_NS, src.hashes, src.dms, src.codes,
+                                          src.keys, self.count, self.total, self.min, self.max, self.hist,
+                                          self.prom, self.prom_sum, _PROM_OF_BIN, self.fine, self.fine_sum,
+                                          _FINE_OF_BIN, self.last_fed, now, self.other_key, buf.groups, buf.gfill,
+                                          buf.codes, buf.hfill, kc, cbuf, cfill, index)
+                if status == _DONE:
+                    break
+                if retry or status not in (_SLOT_FULL, _CELLS_FULL) or (status == _SLOT_FULL and slot is None):
+                    self.frames_python += 1
+                    return None
+                # merged, then room for the frame's rows (a frame larger than a whole
+                # buffer is left to the Python steps)
+                if status == _SLOT_FULL:
+                    assert slot is not None
+                    buf = sliding.buffer(slot)
+                else:
+                    assert sink is not None
+                    sink.cell_room()
+            if ops:
+                if slot is None:
+                    sliding.slot_for(second).buf = buf  # the windows roll (as ingest rolls them)
+                buf.gfill += groups
+                buf.hfill += m
+                self.other_records += others
+                self._changes += 1
+        if sink is not None and ops:
+            sink.fed(mc, untracked)
+        return keypoints, device, max_end
 
     def _fold_batch(self, gkeys: np.ndarray, inv: np.ndarray, bins: np.ndarray, count: np.ndarray,
                     total: np.ndarray, mn: np.ndarray, mx: np.ndarray, now: float) -> tuple[np.ndarray, np.ndarray]:

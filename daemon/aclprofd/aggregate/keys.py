@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from aclprof.protocol._batchgroup import cache_index as _cache_index
 from aclprof.protocol._batchgroup import cache_lookup as _cache_lookup
 
 from ..shares import Shares
@@ -81,6 +82,22 @@ class KeySource:
     model_labels: dict[int, str] = field(default_factory=dict)
     #: whose share the sender's new keys count against (aclprofd.shares.owner_of; None: none)
     owner: Hashable | None = None
+    #: the hash index of ``hashes`` (:meth:`hash_index`) and the array it was built of
+    _index: np.ndarray = field(default_factory=lambda: np.zeros(1, np.int32), repr=False, compare=False)
+    _index_of: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    def hash_index(self) -> np.ndarray:
+        """An open-addressing index of :attr:`hashes` (``_batchgroup.cache_index``: one or two
+        probes per pair where a binary search takes ~10), built again when the cache changed
+        (each change assigns new arrays: compared by identity)."""
+        if self._index_of is not self.hashes:
+            size = 16
+            while size < 2 * len(self.hashes):
+                size <<= 1
+            index = np.empty(size, np.int32)
+            _cache_index(self.hashes, index)
+            self._index, self._index_of = index, self.hashes
+        return self._index
 
     def set_label(self, model: int, label: str) -> None:
         """The sender's model ``model`` is now called ``label`` ("" for none): its cached

@@ -16,7 +16,7 @@ import numpy as np
 
 from .quantiles import I64, NBINS, group_stats, group_sum, narrow
 
-__all__ = ["Slot", "SlidingWindows", "window_name", "WindowFigures"]
+__all__ = ["Slot", "SlotBuffer", "SlidingWindows", "window_name", "WindowFigures"]
 
 #: keys, count, total, min, max, then the sparse histogram: key, bin, count
 WindowFigures = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray,
@@ -28,15 +28,46 @@ _COLUMNS = ("keys", "count", "total", "min", "max", "codes", "hcount")
 COMPACT_ROWS = 1 << 15
 
 
+class SlotBuffer:
+    """Rows the newest slot was given in C (``aclprof.protocol._batchgroup.ingest_frame``, one
+    call per agent frame) and has not merged yet: ``groups`` holds per group key, count,
+    total, min, max (5 rows, ``gfill`` columns used), ``codes`` the (key * NBINS + bin) codes
+    and their counts (2 rows, ``hfill`` columns used). Preallocated and reused from second to
+    second (:meth:`SlidingWindows.slot_for` hands it to the next slot): a frame appends to it
+    instead of adding a part of seven new arrays to a list, and the slot merges it once it is
+    full (:meth:`Slot.compact`), as it merged its parts once they held COMPACT_ROWS rows."""
+
+    __slots__ = ("groups", "codes", "gfill", "hfill")
+
+    def __init__(self, cap: int) -> None:
+        # np.empty: pages the kernel gives as the columns are first written
+        self.groups = np.empty((5, cap), I64)
+        self.codes = np.empty((2, cap), I64)
+        self.gfill = self.hfill = 0
+
+    @property
+    def cap(self) -> int:
+        return self.codes.shape[1]
+
+    def rows(self) -> tuple[np.ndarray, ...]:
+        """The rows written (views: copy before the buffer is written again), as Slot.add's
+        arguments."""
+        g, h = self.groups[:, :self.gfill], self.codes[:, :self.hfill]
+        return g[0], g[1], g[2], g[3], g[4], h[0], h[1]
+
+
 class Slot:
     """One second of records, sparse: per key (count, total, min, max) and per (key, bin) counts."""
 
-    __slots__ = ("second", "keys", "count", "total", "min", "max", "codes", "hcount", "_parts", "_rows")
+    __slots__ = ("second", "keys", "count", "total", "min", "max", "codes", "hcount", "_parts", "_rows", "buf")
 
     def __init__(self, second: int) -> None:
         self.second = second
         self._parts: list[tuple[np.ndarray, ...]] = []
         self._rows = 0  # histogram rows in _parts
+        #: the rows written in C since the last compaction (the newest slot's only; None
+        #: until the first frame written so, and for every older slot)
+        self.buf: SlotBuffer | None = None
         self.keys = self.count = self.total = self.min = self.max = np.zeros(0, I64)
         self.codes = self.hcount = np.zeros(0, I64)
 
@@ -52,12 +83,20 @@ class Slot:
             self.compact()
 
     def compact(self) -> Slot:
-        """Merge the parts added since the last compaction (duplicate keys combined)."""
-        if not self._parts:
+        """Merge the parts added since the last compaction, and the rows of its buffer
+        (duplicate keys combined; the buffer is empty after it)."""
+        buf = self.buf
+        filled = buf is not None and (buf.gfill or buf.hfill)
+        if not self._parts and not filled:
             return self
         parts = self._parts
+        if filled:
+            assert buf is not None
+            parts.append(buf.rows())  # views, copied by the concatenations below
         self._parts, self._rows = [], 0
         cols = [np.concatenate([getattr(self, n)] + [p[i] for p in parts]) for i, n in enumerate(_COLUMNS)]
+        if buf is not None:
+            buf.gfill = buf.hfill = 0
         self.keys, self.count, self.total, self.min, self.max = group_stats(*cols[:5])
         codes, hcount = group_sum(cols[5], cols[6])
         # kept for the longest window (60 of them): 4-byte codes and counts when they fit
@@ -82,15 +121,42 @@ class SlidingWindows:
         slots older than the longest window."""
         slots = self.slots
         if not slots or slots[-1].second < second:
+            new = Slot(second)
             if slots:
-                slots[-1].compact()
-            slots.append(Slot(second))
+                prev = slots[-1].compact()
+                new.buf, prev.buf = prev.buf, None  # the buffer (empty now) serves the newest slot
+            slots.append(new)
             horizon = second - self.seconds[-1]
             while slots and slots[0].second <= horizon:
                 slots.popleft()
             return slots[-1]
         # the same second, or the wall clock stepped back: keep adding to the newest slot
         return slots[-1]
+
+    def buffer(self, slot: Slot) -> SlotBuffer:
+        """The newest ``slot``'s buffer for the rows of the next frame, with room for at
+        least as many histogram rows as the slot holds merged (so that merges stay amortised
+        O(n log n), as Slot.add's COMPACT_ROWS rule keeps them): the buffer is merged first
+        when it is full (:meth:`Slot.compact`), or made anew larger."""
+        buf = slot.buf
+        if buf is None:
+            buf = slot.buf = SlotBuffer(max(COMPACT_ROWS, len(slot.codes)))
+        elif buf.gfill or buf.hfill:
+            slot.compact()
+        if buf.cap < len(slot.codes):
+            buf = slot.buf = SlotBuffer(len(slot.codes))
+        return buf
+
+    def spare(self) -> SlotBuffer:
+        """An empty buffer for the first frame of a new second: the newest slot's, merged into
+        it and taken from it (it is given no more rows), or a new one."""
+        slot = self.slots[-1] if self.slots else None
+        if slot is None or slot.buf is None:
+            return SlotBuffer(COMPACT_ROWS)
+        buf = slot.compact().buf
+        slot.buf = None
+        assert buf is not None
+        return buf
 
     def renumber(self, remap: np.ndarray) -> None:
         """The keys were renumbered (``remap``: old -> new, -1 for a key gone, which no slot

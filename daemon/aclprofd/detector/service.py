@@ -71,6 +71,7 @@ class DetectorService:
         self.detector.host = host_label(settings)
         self.baselines = BaselineStore(settings.data_dir)
         aggregator.observer = self.observe
+        aggregator.cells = self.detector.store  # what observe does, in the aggregator's C call per frame
         aggregator.on_renumber = self.detector.store.renumber_keys  # aggregate keys aged out
         self.next_tick = 0.0
         #: exceptions in the detector (a bug): logged with the traceback, counted in STATUS;

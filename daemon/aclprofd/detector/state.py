@@ -56,6 +56,8 @@ PENDING_MERGE_ROWS = 1 << 15
 #: key_cell codes: not looked up yet, never judged ("(other)"), refused for want of room
 #: (looked up again once cells are forgotten)
 _UNKNOWN, _UNTRACKED, _FULL = -1, -2, -3
+#: the entry of CellStore._pending that stands for rows waiting in its cell_buf
+_NO_ROWS = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
 class CellStore:
@@ -96,7 +98,13 @@ class CellStore:
         self.gcur = np.zeros((0, NBINS), np.int64)
         self.gbase = np.zeros((0, NBINS), np.float64)
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
-        self._pending_rows = 0  # rows in _pending not merged yet (_merge_pending)
+        self._pending_rows = 0  # rows in _pending and cell_buf not merged yet (_merge_pending)
+        #: pending rows written in C by the aggregator (``_batchgroup.ingest_frame``, one call
+        #: per agent frame: :meth:`fed` counts them): cell codes and counts, ``cfill`` columns
+        #: used; merged with ``_pending`` (an entry there stands for them while they wait, so a
+        #: roll sees them). Empty until the first such frame.
+        self.cell_buf = np.empty((2, 0), np.int64)
+        self.cfill = 0
         self._merged_rows = 0  # rows of the merged entry (the first of _pending)
         #: (second, cell codes, their counts, group codes, their counts) of the seconds in the
         #: window; codes unique and sorted (a second's group codes run group by group:
@@ -126,6 +134,26 @@ class CellStore:
         if self._pending_rows >= max(PENDING_MERGE_ROWS, self._merged_rows):
             self._merge_pending()
 
+    def fed(self, m: int, untracked: int) -> None:
+        """The aggregator wrote ``m`` rows of one frame into :attr:`cell_buf` after the
+        ``cfill`` first (and counted ``untracked`` records of keys not judged)."""
+        self.untracked += untracked
+        if m:
+            if not self._pending:
+                self._pending.append(_NO_ROWS)  # roll folds pending rows only when this holds one
+            self.cfill += m
+            self._pending_rows += m
+
+    def cell_room(self) -> np.ndarray:
+        """:attr:`cell_buf` with its rows merged (:meth:`_merge_pending`) and room for at least
+        as many rows as the merged entry holds (merges stay amortised, as in :meth:`observe`)."""
+        if self.cfill:
+            self._merge_pending()
+        want = max(PENDING_MERGE_ROWS, self._merged_rows)
+        if self.cell_buf.shape[1] < want:
+            self.cell_buf = np.empty((2, want), np.int64)
+        return self.cell_buf
+
     def _learn_keys(self, keys: np.ndarray) -> None:
         """The cells of keys not looked up yet (once per key in the daemon's life)."""
         top = int(keys.max())
@@ -144,9 +172,11 @@ class CellStore:
         the loop every second (issue 19)."""
         if len(self._pending) == 1 and self._pending_rows == 0:
             return self._pending[0]  # merged already, nothing since
-        codes = np.concatenate([c for c, _ in self._pending])
-        counts = np.concatenate([n for _, n in self._pending])
+        buf = self.cell_buf[:, :self.cfill]
+        codes = np.concatenate([c for c, _ in self._pending] + [buf[0]])
+        counts = np.concatenate([n for _, n in self._pending] + [buf[1]])
         merged = group_sum(codes, counts)
+        self.cfill = 0
         self._pending, self._pending_rows, self._merged_rows = [merged], 0, len(merged[0])
         return merged
 
