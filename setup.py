@@ -67,7 +67,8 @@ setup(
                            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"]),
                  # the aggregator's per-batch grouping (issue 21), beside _jsonl for the same reason
                  Extension("aclprof.protocol._batchgroup", ["aclprof/protocol/_batchgroup.c"],
-                           include_dirs=["cdefs"], depends=["cdefs/aclprof_records.h", "cdefs/aclprof_unaligned.h"],
+                           include_dirs=["cdefs"],
+                           depends=["cdefs/aclprof_records.h", "cdefs/aclprof_unaligned.h", "cdefs/aclprof_crc32c.h"],
                            extra_compile_args=["-O2", "-std=c11", "-Wall", "-Wextra", "-Werror"]),
                  # aclprof.request's enter/exit and event ring (issue 25): a CPython extension, as a
                  # cffi call alone costs a fifth of its 1 us budget and releases the GIL

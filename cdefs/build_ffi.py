@@ -99,7 +99,8 @@ fast_ffi.set_source(
     sources=[_source_path(_FAST / name) for name in FAST_SOURCES],
     include_dirs=[_source_path(_CDEFS), _source_path(_FAST)],
     depends=[_source_path(_FAST / name) for name in ("_fast.h", "_fast_internal.h")]
-    + [_source_path(_CDEFS / name) for name in (*CDEF_FILES, RECORDS_HEADER, "aclprof_unaligned.h")],
+    + [_source_path(_CDEFS / name)
+       for name in (*CDEF_FILES, RECORDS_HEADER, "aclprof_unaligned.h", "aclprof_crc32c.h")],
     # cffi's generated check of aclprof_op_row takes &row->rec (offset 0 of a packed struct)
     extra_compile_args=["-O2", "-std=c11", "-D_GNU_SOURCE", "-Wall", "-Werror=implicit-function-declaration",
                         "-Wno-address-of-packed-member"],

@@ -9,6 +9,7 @@ tests/test_decoder.py (its own table, pinned by the value the record reference q
 
 from __future__ import annotations
 
+import platform
 import random
 from collections.abc import Iterator
 
@@ -17,6 +18,7 @@ from test_decoder import signature
 
 from aclprof.binding._fast import ffi, lib
 from aclprof.binding.opdecode import OP_ROW_SIZE
+from aclprof.protocol._batchgroup import crc32c_fast
 
 # Sizes around the instruction path's 8-byte steps and the 4-byte signature field (sizes <= 4
 # sign nothing), the record sizes (72, 80), and a few large ones.
@@ -52,6 +54,22 @@ def test_the_table_path_matches_the_reference(software_crc):
     assert lib.aclprof_crc_hardware() == 0
     for buf, offset in _cases():
         assert _compiled(buf, offset) == signature(buf[offset:]), (len(buf) - offset, offset)
+
+
+def _cpu_has_sse42() -> bool:
+    """What the kernel says of this CPU (x86-64 Linux), independent of the helper's own test."""
+    if platform.machine() != "x86_64":
+        return False
+    with open("/proc/cpuinfo") as f:
+        return any(line.startswith("flags") and " sse4_2" in line for line in f)
+
+
+def test_the_hardware_path_is_taken_where_the_cpu_has_it():
+    """The helpers' CPU test agrees with the kernel's flags: a test that said "no SSE4.2" on a
+    CPU that has it would only skip the instruction path's tests (it did once: a bit mask taken
+    for 1)."""
+    assert bool(lib.aclprof_crc_hardware()) == _cpu_has_sse42()
+    assert crc32c_fast() == _cpu_has_sse42()
 
 
 def test_the_instruction_path_matches_the_reference():

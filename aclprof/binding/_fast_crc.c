@@ -7,13 +7,9 @@
  * the test machine's CPU ever runs, and a fault in the other survives. */
 #include "_fast_internal.h"
 
-#define CRC32C_POLY 0x82F63B78u /* reflected Castagnoli polynomial */
+#include "aclprof_crc32c.h" /* the table and the SSE4.2 loop, shared with the daemon's storage CRC */
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define HAVE_CRC_SSE 1
-#else
-#define HAVE_CRC_SSE 0
-#endif
+#define HAVE_CRC_SSE ACLPROF_CRC32C_HW
 
 static uint32_t crc_table[256];
 static int crc_hw = -1;      /* -1 unknown, 0 table, 1 hardware */
@@ -21,49 +17,19 @@ static int crc_force_sw;     /* set by tests; read with __atomic so a change is 
 
 void aclprof_crc_init(void)
 {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = (c & 1) ? (c >> 1) ^ CRC32C_POLY : c >> 1;
-        crc_table[i] = c;
-    }
-#if HAVE_CRC_SSE
-    __builtin_cpu_init();
-    crc_hw = __builtin_cpu_supports("sse4.2") ? 1 : 0;
-#else
-    crc_hw = 0;
-#endif
+    aclprof_crc32c_table_fill(crc_table);
+    crc_hw = aclprof_crc32c_cpu_has_hw();
 }
 
 static uint32_t crc_sw(uint32_t s, const uint8_t *p, size_t n)
 {
-    while (n--)
-        s = crc_table[(s ^ *p++) & 0xFF] ^ (s >> 8);
-    return s;
+    return aclprof_crc32c_table_update(crc_table, s, p, n);
 }
 
 #if HAVE_CRC_SSE
 __attribute__((target("sse4.2"))) static uint32_t crc_sse(uint32_t s, const uint8_t *p, size_t n)
 {
-    uint64_t s64 = s;
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        s64 = __builtin_ia32_crc32di(s64, v);
-        p += 8;
-        n -= 8;
-    }
-    s = (uint32_t)s64;
-    if (n >= 4) { /* a record's 76 or 68 signed bytes end in one 4-byte word */
-        uint32_t v;
-        memcpy(&v, p, 4);
-        s = __builtin_ia32_crc32si(s, v);
-        p += 4;
-        n -= 4;
-    }
-    while (n--)
-        s = __builtin_ia32_crc32qi(s, *p++);
-    return s;
+    return aclprof_crc32c_hw_update(s, p, n);
 }
 
 /* The signed bytes of the two record sizes (76 and 68: words of 8, then 4), the loop

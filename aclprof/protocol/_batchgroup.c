@@ -31,6 +31,7 @@
 #endif
 
 #include "aclprof_records.h"
+#include "aclprof_crc32c.h"
 #include "aclprof_unaligned.h"
 
 #define REC_SIZE ((Py_ssize_t)sizeof(aclprof_record))
@@ -1436,58 +1437,27 @@ static uint32_t crc32c_table[256];
 
 static void crc32c_init(void)
 {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++)
-            c = c & 1 ? (c >> 1) ^ 0x82F63B78u : c >> 1;
-        crc32c_table[i] = c;
-    }
+    aclprof_crc32c_table_fill(crc32c_table);
 }
 
 static uint32_t crc32c_soft(uint32_t crc, const unsigned char *p, size_t n)
 {
-    crc = ~crc;
-    while (n--)
-        crc = crc32c_table[(crc ^ *p++) & 0xFF] ^ (crc >> 8);
-    return ~crc;
+    return ~aclprof_crc32c_table_update(crc32c_table, ~crc, p, n);
 }
 
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const unsigned char *p, size_t n)
-{
-    uint64_t c = ~crc;
-    while (n && ((uintptr_t)p & 7)) {
-        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
-        n--;
-    }
-    while (n >= 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = __builtin_ia32_crc32di(c, v);
-        p += 8;
-        n -= 8;
-    }
-    while (n--)
-        c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
-    return ~(uint32_t)c;
-}
-
-static int crc32c_has_hw(void)
-{
-    __builtin_cpu_init(); /* before any constructor may have run it */
-    return __builtin_cpu_supports("sse4.2");
-}
-#else
 static uint32_t crc32c_hw(uint32_t crc, const unsigned char *p, size_t n)
 {
+#if ACLPROF_CRC32C_HW
+    return ~aclprof_crc32c_hw_update(~crc, p, n);
+#else
     return crc32c_soft(crc, p, n);
+#endif
 }
 
 static int crc32c_has_hw(void)
 {
-    return 0;
+    return aclprof_crc32c_cpu_has_hw();
 }
-#endif
 
 static int crc32c_hw_ok;
 
