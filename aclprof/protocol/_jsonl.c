@@ -539,13 +539,12 @@ PyDoc_STRVAR(encode_frames_doc,
 "not in it. A frame ends after ``max_records`` lines or after the line that makes its payload\n"
 "``target`` bytes or more; a payload beyond ``max_payload`` raises ValueError.");
 
-static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The one encoding loop of encode_frames and encode_lines. `framed`: whole frames (header +
+ * payload, split at max_records lines or target bytes); else the bare lines, all of them,
+ * max_payload bounding the whole text. */
+static PyObject *encode_common(PyObject *const *args, int framed, long kind, Py_ssize_t max_records,
+                               Py_ssize_t target, Py_ssize_t max_payload)
 {
-    (void)self;
-    if (nargs != 9) {
-        PyErr_Format(PyExc_TypeError, "encode_frames takes 9 arguments (%zd given)", nargs);
-        return NULL;
-    }
     PyObject *records = args[0], *ts_obj = args[1], *head = args[2];
     Names *nm = NULL;
     int nm_kept = 0;
@@ -556,17 +555,6 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
     char *tshead = NULL;
     PyObject *result = NULL;
 
-    long kind = PyLong_AsLong(args[5]);
-    Py_ssize_t max_records = PyLong_AsSsize_t(args[6]);
-    Py_ssize_t target = PyLong_AsSsize_t(args[7]);
-    Py_ssize_t max_payload = PyLong_AsSsize_t(args[8]);
-    if (PyErr_Occurred())
-        return NULL;
-    if (kind < 0 || kind > 255 || max_records < 1 || target < 1 || max_payload < 1 || max_payload > UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "encode_frames: kind must be 0..255, max_records, target and "
-                                          "max_payload positive (max_payload < 2**32)");
-        return NULL;
-    }
     if (!PyBytes_Check(head)) {
         PyErr_SetString(PyExc_TypeError, "encode_frames: head must be bytes");
         return NULL;
@@ -654,7 +642,7 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
             goto done;
         if (frame_at < 0) {
             frame_at = o.pos;
-            o.pos += HEADER_SIZE;
+            o.pos += framed ? HEADER_SIZE : 0;
             in_frame = 0;
         }
         char *p = o.base + o.pos;
@@ -668,12 +656,15 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
         p = copy_text(p, tail->text, tail->len);
         o.pos = p - o.base;
         in_frame++;
-        Py_ssize_t plen = o.pos - frame_at - HEADER_SIZE;
+        Py_ssize_t plen = o.pos - frame_at - (framed ? HEADER_SIZE : 0);
         if (plen > max_payload) {
-            PyErr_Format(PyExc_ValueError, "encode_frames: a frame payload of %zd bytes passes the limit of "
-                                           "%zd (names longer than the wire limits?)", plen, max_payload);
+            PyErr_Format(PyExc_ValueError, "%s: a%s payload of %zd bytes passes the limit of %zd (names longer "
+                         "than the wire limits?)", framed ? "encode_frames" : "encode_lines",
+                         framed ? " frame" : "", plen, max_payload);
             goto done;
         }
+        if (!framed)
+            continue;
         if (in_frame >= max_records || plen >= target || i + 1 == n) {
             put_header(o.base + frame_at, (int)kind, (uint32_t)plen);
             frame_at = -1;
@@ -693,8 +684,53 @@ done:
     return result;
 }
 
+static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "encode_frames takes 9 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long kind = PyLong_AsLong(args[5]);
+    Py_ssize_t max_records = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t target = PyLong_AsSsize_t(args[7]);
+    Py_ssize_t max_payload = PyLong_AsSsize_t(args[8]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (kind < 0 || kind > 255 || max_records < 1 || target < 1 || max_payload < 1 || max_payload > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "encode_frames: kind must be 0..255, max_records, target and "
+                                          "max_payload positive (max_payload < 2**32)");
+        return NULL;
+    }
+    return encode_common(args, 1, kind, max_records, target, max_payload);
+}
+
+PyDoc_STRVAR(encode_lines_doc,
+"encode_lines(records, ts, head, names, miss, max_bytes) -> bytes\n\n"
+"The JSON Lines text of encode_frames' payloads, every record's line, without frame headers\n"
+"(a client rendering binary STREAM records, aclprof.protocol.streambin): the same arguments\n"
+"but the frame ones; a text beyond ``max_bytes`` raises ValueError.");
+
+static PyObject *encode_lines(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "encode_lines takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_ssize_t max_bytes = PyLong_AsSsize_t(args[5]);
+    if (max_bytes == -1 && PyErr_Occurred())
+        return NULL;
+    if (max_bytes < 1) {
+        PyErr_SetString(PyExc_ValueError, "encode_lines: max_bytes must be positive");
+        return NULL;
+    }
+    return encode_common(args, 0, 0, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, max_bytes);
+}
+
 static PyMethodDef methods[] = {
     {"encode_frames", (PyCFunction)(void (*)(void))encode_frames, METH_FASTCALL, encode_frames_doc},
+    {"encode_lines", (PyCFunction)(void (*)(void))encode_lines, METH_FASTCALL, encode_lines_doc},
     {NULL, NULL, 0, NULL},
 };
 

@@ -166,6 +166,12 @@ class Kind(enum.IntEnum):
     # protocol 2: STREAM and EXPORT end with END; a STREAM reports skipped records apart
     END = 31
     STREAM_SKIPPED = 32
+    # protocol 5: a binary STREAM ("format": "records-v1", aclprof.protocol.streambin), sent
+    # only to a client that asked for it
+    STREAM_SOURCE = 33
+    STREAM_NAMES = 34
+    STREAM_BATCH = 35
+    STREAM_SOURCE_END = 36
     # regression detector baselines (daemon/PROTOCOL.md "Baselines")
     BASELINE_SAVE = 40
     BASELINE_SAVE_REPLY = 41
