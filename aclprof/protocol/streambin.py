@@ -207,7 +207,7 @@ class StreamDecoder:
         items = obj.get("names")
         if not isinstance(items, list):
             raise ProtocolError("STREAM_NAMES needs a list of [id, name] pairs")
-        names, cost = src.names, 0
+        names = src.names
         for item in items:
             if not isinstance(item, list) or len(item) != 2 or not isinstance(item[1], str):
                 raise ProtocolError(f"STREAM_NAMES entry {str(item)[:60]} is not [id, name]")
@@ -219,12 +219,12 @@ class StreamDecoder:
                 if old != name:
                     raise ProtocolError(f"STREAM_NAMES redefines name {nid} of source {sid}")
                 continue
-            cost += len(name) + _NAME_COST
+            cost = len(name) + _NAME_COST
             if self.name_bytes + cost > self._max_name_bytes:
                 raise ProtocolError(f"STREAM_NAMES: the sources' names pass this client's limit of "
                                     f"{self._max_name_bytes} bytes")
             names[nid] = name
-        self.name_bytes += cost
+            self.name_bytes += cost
 
     def batch(self, payload: Any) -> list[bytes]:
         n, size = len(payload) - BATCH_HEAD.size, RECORD_DTYPE.itemsize
