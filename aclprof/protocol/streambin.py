@@ -35,7 +35,7 @@ from aclprof.protocol.wire import (
     Kind,
     ProtocolError,
     check_identity,
-    encode,
+    encode_joined,
     encode_json,
     header,
 )
@@ -80,21 +80,8 @@ def names_frames(source: int, items: list[tuple[int, str]]) -> list[bytes]:
     """STREAM_NAMES frames defining ``items`` (id, name) of ``source``, each payload at most
     MAX_NAMES_PAYLOAD bytes (a name, at most MAX_NAME_BYTES, escaped to at most ~25 KB of
     JSON, always fits): ``{"source": s, "names": [[id, name], ...]}``."""
-    head, tail = '{"source":%d,"names":[' % source, "]}"
-    frames: list[bytes] = []
-    parts: list[str] = []
-    size = len(head) + len(tail)
-    for nid, name in items:
-        part = "[%d,%s]" % (nid, json.dumps(name))  # ASCII: characters are bytes
-        cost = len(part) + (1 if parts else 0)
-        if parts and size + cost > MAX_NAMES_PAYLOAD:
-            frames.append(encode(Kind.STREAM_NAMES, (head + ",".join(parts) + tail).encode("ascii")))
-            parts, size, cost = [], len(head) + len(tail), len(part)
-        parts.append(part)
-        size += cost
-    if parts:
-        frames.append(encode(Kind.STREAM_NAMES, (head + ",".join(parts) + tail).encode("ascii")))
-    return frames
+    return encode_joined(Kind.STREAM_NAMES, '{"source":%d,"names":[' % source,
+                         ("[%d,%s]" % (nid, json.dumps(name)) for nid, name in items), "]}")
 
 
 def batch_prefix(source: int, ts: float, n: int) -> bytes:

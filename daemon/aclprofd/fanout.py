@@ -35,7 +35,7 @@ from aclprof.protocol.streambin import MAX_BATCH_RECORDS, batch_prefix, names_fr
 from aclprof.protocol.wire import Kind, encode_json
 
 from .config import Settings
-from .conn import Conn
+from .conn import Conn, OutQueue
 from .filters import Filter, NameMatcher
 from .memory import Memory
 from .records import FRAME_RECORDS, NameJson, append_frame, encode_frames, identity_head
@@ -334,12 +334,8 @@ class Fanout:
             nj = None
             n = len(recs)
             for i in range(0, n, FRAME_RECORDS):
-                if len(out) > limit:
+                if self._full(out, limit, room):
                     skipped += n - i
-                    break
-                if room[0] < 0 or room[1] < 0:
-                    skipped += n - i
-                    self.memory.refuse("stream")
                     break
                 k = min(FRAME_RECORDS, n - i)
                 hit = encoded.get((id(recs), i))
@@ -364,6 +360,17 @@ class Fanout:
             self.counters.stream_skipped_total += skipped
         self.outbox.send(c)
 
+    def _full(self, out: OutQueue, limit: int, room: list[int]) -> bool:
+        """Whether a STREAM client can take no more frames in this pump: its buffer is past
+        its ``stream_buffer`` (a slow client), or the turn's ``room`` is spent (memory
+        refused "stream"); the caller skips and counts the rest."""
+        if len(out) > limit:
+            return True
+        if room[0] < 0 or room[1] < 0:
+            self.memory.refuse("stream")
+            return True
+        return False
+
     def _skipped_note(self, c: Conn) -> None:
         if c.stream_skipped:
             # before the records that follow the gap
@@ -386,12 +393,8 @@ class Fanout:
             before = len(out)
             sent = sources.get(src)
             for i in range(0, n, MAX_BATCH_RECORDS):
-                if len(out) > limit:
+                if self._full(out, limit, room):
                     skipped += n - i
-                    break
-                if room[0] < 0 or room[1] < 0:
-                    skipped += n - i
-                    self.memory.refuse("stream")
                     break
                 if sent is None:
                     if not src.stream_source:

@@ -5,12 +5,12 @@ Encoding is the per-record cost of STREAM and EXPORT, paid only for records a cl
 :func:`encode_frames` does it in C (:mod:`aclprof.protocol._jsonl`): wire records in, whole
 frames (header + JSON Lines payload) out, in one buffer, ~30x faster than the Python
 reference (``tests/bench/bench_tail_encode.py``), which at 250 k records/s would be most of the
-daemon's CPU. Names are
-JSON-escaped once per connection and id (:class:`NameJson`, with :func:`identity_head`
-in :mod:`aclprof.protocol.recordtext`, which ``aclprof tail`` renders binary STREAM records
-with too), in Python, so the escaping rules are ``json.dumps``'s. :func:`encode_records_py` is the same text in Python: the
-specification the C encoder is tested against byte for byte (tests/test_records_encoder.py)
-and the baseline of ``tests/bench/bench_tail_encode.py``; the daemon does not use it.
+daemon's CPU. Names are JSON-escaped once per connection and id (:class:`NameJson`, with
+:func:`identity_head` in :mod:`aclprof.protocol.recordtext`, which ``aclprof tail`` renders
+binary STREAM records with too), in Python, so the escaping rules are ``json.dumps``'s.
+:func:`encode_records_py` is the same text in Python: the specification the C encoder is
+tested against byte for byte (tests/test_records_encoder.py) and the baseline of
+``tests/bench/bench_tail_encode.py``; the daemon does not use it.
 """
 
 from __future__ import annotations
