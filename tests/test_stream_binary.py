@@ -432,3 +432,36 @@ def test_batch_head_layout():
     head = streambin.batch_prefix(9, 2.5, 3)
     assert head[:12] == b"ACLP" + bytes([1, 35, 0, 0]) + struct.pack("<I", 16 + 3 * 56)
     assert head[12:] == bytes([1, 0, 0, 0]) + struct.pack("<I", 9) + struct.pack("<d", 2.5)
+
+
+def test_a_binary_client_that_never_reads_costs_the_daemon_nothing_and_is_told():
+    """A binary client reading nothing while 200,000 records pass: ingestion goes on, what
+    it misses is skipped and counted (STATUS, STREAM_SKIPPED), and when it reads, its
+    records + skipped are everything, END repeating both."""
+    import socket
+
+    from helpers.records import make_records
+
+    with InProcess(stream_buffer_bytes="64KiB") as d:
+        slow = Client(d.socket)
+        slow.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        slow.send_json(Kind.STREAM, {"filter": {}, "format": "records-v1"})
+        wait_for(lambda: any(c.stream is not None for c in list(d.daemon.conns.values())))
+        a = agent(d.socket)
+        for _ in range(100):
+            a.send_batch(make_records(2000))
+        wait_for(lambda: status(d.socket)["records_total"] == 200_000, what="ingestion")
+        skipped_then = status(d.socket)["stream_skipped"]
+        assert skipped_then > 100_000  # the daemon did not wait for it
+        dec, received, skipped = StreamDecoder(), 0, 0
+        slow.sock.settimeout(5)
+        while received + skipped < 200_000:
+            kind, payload = slow.recv()
+            if kind == Kind.STREAM_SKIPPED:
+                skipped += decode_json(payload)["skipped"]
+            else:
+                received += sum(t.count(b"\n") for t in dec.frame(kind, payload) or [])
+        assert skipped == status(d.socket)["stream_skipped"] >= skipped_then
+        d.stop()
+        kind, payload = slow.recv()
+        assert kind == Kind.END and decode_json(payload) == {"records": received, "skipped": skipped}
