@@ -304,20 +304,34 @@ def _fake(script, welcome=NEW_DAEMON):
     return fake
 
 
-def test_the_client_names_a_malformed_frame_and_does_not_crash():
+SOURCE_1 = encode_json(Kind.STREAM_SOURCE, {"source": 1, "host": "h", "pid": 1, "service": None})
+
+
+@pytest.mark.parametrize("frames, message", [
+    ([SOURCE_1, encode(Kind.STREAM_BATCH, _batch(2, ONE))],
+     "malformed STREAM_BATCH frame: STREAM_BATCH of source 2, which is not defined"),
+    ([SOURCE_1, encode(Kind.STREAM_BATCH, _batch(1, ONE))],
+     "malformed STREAM_BATCH frame: STREAM_BATCH names op id 0, which its source never defined"),
+    ([SOURCE_1, encode(Kind.STREAM_NAMES, b'{"source":1,"names":[[1,' + b'"x' * 3000 + b'"]]}')],
+     "malformed STREAM_NAMES frame: STREAM_NAMES payload is not JSON"),
+    ([struct.pack("<4sBBHI", b"ACLP", 1, 35, 0, 17 << 20)],  # a batch header over MAX_PAYLOAD
+     "malformed frame: frame of 17825792 bytes exceeds the limit of 16777216"),
+    ([struct.pack("<4sBBHI", b"ACLP", 1, 99, 0, 0)], "malformed frame: unknown frame kind 99"),
+])
+def test_the_client_names_a_malformed_frame_and_does_not_crash(frames, message):
     def script(fake, conn, recv):
         kind, payload = recv()
         assert kind == Kind.STREAM and decode_json(payload)["format"] == "records-v1"
-        conn.sendall(encode_json(Kind.STREAM_SOURCE, {"source": 1, "host": "h", "pid": 1, "service": None}))
-        conn.sendall(encode(Kind.STREAM_BATCH, _batch(2, ONE)))
+        for frame in frames:
+            conn.sendall(frame)
         fake.release.wait(10)
 
     fake = _fake(script)
     try:
         c = CliClient(fake.path)
-        with pytest.raises(DaemonError, match="malformed STREAM_BATCH frame: STREAM_BATCH of source 2, which is "
-                                              "not defined"):
+        with pytest.raises(DaemonError) as exc:
             list(c.stream_jsonl({}))
+        assert message in str(exc.value)
         c.close()
     finally:
         fake.close()
