@@ -222,7 +222,7 @@ class Client:
         return (int(self.welcome.get("protocol", 1)) >= BINARY_STREAM_PROTOCOL and isinstance(formats, list)
                 and streambin.FORMAT in formats)
 
-    def stream_jsonl(self, filt: dict[str, Any], wire_format: str = "auto") -> Iterator[tuple[memoryview | bytes, int]]:
+    def stream_jsonl(self, filt: dict[str, Any], wire_format: str = "auto") -> Iterator[tuple[memoryview, int]]:
         """(JSON Lines payload, skipped) per frame, until END: one record a line, each
         ending in ``\\n`` (empty with a skipped count), for ``aclprof tail --json`` to write
         out untouched. ``wire_format`` (:data:`STREAM_WIRES`): with "auto" the records come
@@ -230,8 +230,8 @@ class Client:
         daemon's own encoder (aclprof.protocol.streambin: the same bytes, a fraction of the
         daemon's CPU); "jsonl" asks for the daemon's JSON Lines; "binary" is
         :class:`DaemonRejected` by a daemon that does not offer it. A payload is valid until
-        the next one is asked for (JSON Lines are read in place into a buffer the client
-        reuses): copy it (``bytes(payload)``) to keep it. Returns at END or GOODBYE (the
+        the next one is asked for (JSON Lines are read in place, and binary records written
+        as lines, into buffers the client reuses): copy it (``bytes(payload)``) to keep it. Returns at END or GOODBYE (the
         daemon stopped); a connection that ends without either is :class:`DaemonClosed`."""
         if wire_format not in STREAM_WIRES:
             raise ValueError(f"wire_format must be one of {', '.join(STREAM_WIRES)}, not {wire_format!r}")
@@ -251,11 +251,10 @@ class Client:
                 yield payload, 0
             elif decoder is not None and kind in _BINARY_KINDS:
                 try:
-                    texts = decoder.frame(kind, payload)
+                    for text in decoder.frame(kind, payload):  # a batch's lines: one buffer, reused
+                        yield text, 0
                 except wire.ProtocolError as exc:
                     raise DaemonError(f"the daemon sent a malformed {kind.name} frame: {exc}") from None
-                for text in texts or ():
-                    yield text, 0
             elif kind == wire.Kind.STREAM_SKIPPED:
                 yield memoryview(b""), int(wire.decode_json(payload).get("skipped", 0))
             elif kind in (wire.Kind.END, wire.Kind.GOODBYE):  # GOODBYE: the stop's word to an agent

@@ -17,7 +17,7 @@ import numpy as np
 from aclprof.protocol import _jsonl
 from aclprof.protocol.wire import MAX_NAME_BYTES, RECORD_DTYPE, utf8_cut
 
-__all__ = ["NameJson", "identity_head", "encode_lines", "MAX_LINE_BYTES"]
+__all__ = ["NameJson", "identity_head", "encode_lines_into", "MAX_LINE_BYTES"]
 
 #: the longest a record's JSON line can be: two names of MAX_NAME_BYTES, every byte escaped
 #: as ``\\uXXXX`` (6 bytes), the identity head (host and service of at most 256 bytes, also
@@ -57,11 +57,12 @@ def identity_head(host: str, pid: int, service: str | None) -> bytes:
     return ('"host":%s,"pid":%d,"service":%s,' % (json.dumps(host), pid, json.dumps(service))).encode("ascii")
 
 
-def encode_lines(records: np.ndarray, ts: float, head: bytes, names: NameJson) -> bytes:
-    """Records (RECORD_DTYPE, C-contiguous) received at ``ts`` as JSON Lines: the payload
-    text of the daemon's STREAM_RECORDS frames for them, without frame headers. At most
-    MAX_LINE_BYTES a record (ValueError beyond: not a line the daemon writes)."""
+def encode_lines_into(buffer: bytearray, records: np.ndarray, ts: float, head: bytes,
+                      names: NameJson) -> tuple[int, int]:
+    """Records (RECORD_DTYPE, C-contiguous) received at ``ts`` as JSON Lines, the payload
+    text of the daemon's STREAM_RECORDS frames for them without frame headers, written at
+    the start of ``buffer``: as many whole lines as fit (a buffer of MAX_LINE_BYTES holds at
+    least one). Returns (records done, bytes written); the caller passes the rest again."""
     if records.dtype != RECORD_DTYPE:
-        raise TypeError(f"encode_lines needs RECORD_DTYPE records, not {records.dtype}")
-    return _jsonl.encode_lines(records, float(ts), head, names.cache, names,
-                               max(1, len(records)) * MAX_LINE_BYTES)
+        raise TypeError(f"encode_lines_into needs RECORD_DTYPE records, not {records.dtype}")
+    return _jsonl.encode_lines_into(buffer, records, float(ts), head, names.cache, names)

@@ -23,11 +23,12 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from aclprof.protocol.recordtext import NameJson, encode_lines, identity_head
+from aclprof.protocol.recordtext import MAX_LINE_BYTES, NameJson, encode_lines_into, identity_head
 from aclprof.protocol.wire import (
     MAX_NAME_BYTES,
     MAX_NAMES_PAYLOAD,
@@ -40,7 +41,7 @@ from aclprof.protocol.wire import (
     header,
 )
 
-__all__ = ["FORMAT", "JSONL", "FORMATS", "BATCH_HEAD", "BATCH_VERSION", "MAX_BATCH_RECORDS", "RENDER_RECORDS",
+__all__ = ["FORMAT", "JSONL", "FORMATS", "BATCH_HEAD", "BATCH_VERSION", "MAX_BATCH_RECORDS", "RENDER_BYTES",
            "MAX_SOURCES", "MAX_NAME_TABLE_BYTES", "source_frame", "names_frames", "batch_prefix",
            "source_end_frame", "StreamDecoder"]
 
@@ -54,9 +55,10 @@ BATCH_HEAD = struct.Struct("<BBHId")
 BATCH_VERSION = 1
 #: records per STREAM_BATCH at most (3.5 MiB): an agent's batch is one frame unless larger
 MAX_BATCH_RECORDS = 1 << 16
-#: records the client renders per call: the JSON mode's frame size (aclprofd.records), so a
-#: rendering holds what one JSON frame would, whatever the names' lengths
-RENDER_RECORDS = 2048
+#: the client's rendering buffer: a batch's lines are written into it (as many as fit a time)
+#: and out of it, the same buffer each time, warm in the cache (a new ~0.5 MB text per batch
+#: was an allocation and a copy: most of what the client spent beyond the encoding itself)
+RENDER_BYTES = (1 << 20) + MAX_LINE_BYTES
 #: sources a client holds at once (each its name table): a daemon has far fewer agents
 MAX_SOURCES = 1 << 16
 #: bytes of names a client holds in all (each name counted with its id): well above what a
@@ -142,14 +144,17 @@ class StreamDecoder:
         self._max_sources = max_sources
         self._max_name_bytes = max_name_bytes
         self.name_bytes = 0  # what the sources' names cost, counted against max_name_bytes
+        self._text = bytearray(RENDER_BYTES)  # where batches are rendered (see RENDER_BYTES)
 
     @property
     def sources(self) -> int:
         return len(self._sources)
 
-    def frame(self, kind: Kind, payload: Any) -> list[bytes] | None:
-        """A STREAM_SOURCE, STREAM_NAMES, STREAM_SOURCE_END (None: nothing to show) or
-        STREAM_BATCH frame (its records as JSON Lines, in pieces of RENDER_RECORDS records)."""
+    def frame(self, kind: Kind, payload: Any) -> Iterator[memoryview]:
+        """A STREAM_SOURCE, STREAM_NAMES, STREAM_SOURCE_END (nothing to show) or STREAM_BATCH
+        frame: its records as JSON Lines, in pieces (one unless a batch's text passes
+        RENDER_BYTES), each valid until the next is taken (they share one buffer). The frame
+        is checked at once; an op id its source never defined raises during the iteration."""
         if kind == Kind.STREAM_BATCH:
             return self.batch(payload)
         if kind == Kind.STREAM_NAMES:
@@ -164,7 +169,7 @@ class StreamDecoder:
             self.name_bytes -= sum(map(len, src.names.values())) + _NAME_COST * len(src.names)
         else:
             raise ProtocolError(f"{kind.name} is not a binary stream frame")
-        return None
+        return iter(())
 
     def source(self, payload: Any) -> None:
         kind = Kind.STREAM_SOURCE
@@ -213,7 +218,7 @@ class StreamDecoder:
             names[nid] = name
             self.name_bytes += cost
 
-    def batch(self, payload: Any) -> list[bytes]:
+    def batch(self, payload: Any) -> Iterator[memoryview]:
         n, size = len(payload) - BATCH_HEAD.size, RECORD_DTYPE.itemsize
         if n < 0 or n % size:
             raise ProtocolError(f"STREAM_BATCH of {len(payload)} bytes is not a {BATCH_HEAD.size}-byte head and "
@@ -225,7 +230,12 @@ class StreamDecoder:
         src = self._sources.get(sid)
         if src is None:
             raise ProtocolError(f"STREAM_BATCH of source {sid}, which is not defined")
-        recs = np.frombuffer(payload, dtype=RECORD_DTYPE, offset=BATCH_HEAD.size)
-        return [encode_lines(recs[i:i + RENDER_RECORDS], ts, src.head, src.json)
-                for i in range(0, len(recs), RENDER_RECORDS)]
+        return self._render(np.frombuffer(payload, dtype=RECORD_DTYPE, offset=BATCH_HEAD.size), ts, src)
+
+    def _render(self, recs: np.ndarray, ts: float, src: _Source) -> Iterator[memoryview]:
+        text, i = self._text, 0
+        while i < len(recs):
+            done, size = encode_lines_into(text, recs[i:], ts, src.head, src.json)
+            i += done
+            yield memoryview(text)[:size]
 
