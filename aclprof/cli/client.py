@@ -231,8 +231,9 @@ class Client:
         daemon's CPU); "jsonl" asks for the daemon's JSON Lines; "binary" is
         :class:`DaemonRejected` by a daemon that does not offer it. A payload is valid until
         the next one is asked for (JSON Lines are read in place, and binary records written
-        as lines, into buffers the client reuses): copy it (``bytes(payload)``) to keep it. Returns at END or GOODBYE (the
-        daemon stopped); a connection that ends without either is :class:`DaemonClosed`."""
+        as lines, into buffers the client reuses): copy it (``bytes(payload)``) to keep it.
+        Returns at END or GOODBYE (the daemon stopped); a connection that ends without either
+        is :class:`DaemonClosed`."""
         if wire_format not in STREAM_WIRES:
             raise ValueError(f"wire_format must be one of {', '.join(STREAM_WIRES)}, not {wire_format!r}")
         self._records_protocol("STREAM")
