@@ -398,7 +398,9 @@ class Fanout:
                     break
                 if sent is None:
                     if not src.stream_source:
-                        self._sources += 1
+                        # a u32 on the wire: after 2**32 - 1 agent connections it starts at 1 again
+                        # (those ended long before: an id is unique among the sources a client holds)
+                        self._sources = self._sources % 0xFFFFFFFF + 1
                         src.stream_source = self._sources
                     out += source_frame(src.stream_source, src.host, src.pid or 0, src.service)
                     sent = sources[src] = 0
