@@ -27,7 +27,8 @@ def daemon():
 
 def test_handshake_welcome(daemon):
     c = Client(daemon.socket)
-    assert c.welcome["protocol"] == 4  # 2: JSON Lines records, END; 3: OP_FAILURE; 4: REQUEST_BILL (PROTOCOL.md)
+    # 2: JSON Lines records, END; 3: OP_FAILURE; 4: REQUEST_BILL; 5: binary STREAM (PROTOCOL.md)
+    assert c.welcome["protocol"] == 5 and c.welcome["stream_formats"] == ["jsonl", "records-v1"]
     assert c.welcome["pid"] == os.getpid()
     assert isinstance(c.welcome["version"], str) and c.welcome["started_ts"] <= time.time()
     c.close()

@@ -9,63 +9,20 @@ A Fanout on stand-ins (no sockets, no loop): what is counted is calls, not time.
 
 from __future__ import annotations
 
-import socket
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 from aclprofd.conn import Conn
-from aclprofd.fanout import EST_RECORD_JSON, Fanout
+from aclprofd.fanout import EST_RECORD_JSON
 from aclprofd.filters import Filter
-from aclprofd.memory import Memory
+from helpers.fanstub import stub_fanout
 
 from aclprof.protocol.wire import RECORD_DTYPE, FrameReader, Kind
 
 
-class Outbox:
-    def __init__(self, conns: dict[int, Conn]):
-        self.conns = conns
-        self.sent: dict[str, bytes] = {}
-
-    def send(self, c: Conn) -> None:  # a client that reads everything at once
-        self.sent[c.id] = self.sent.get(c.id, b"") + bytes(c.out)
-        c.out.clear()
-
-    def queue(self, c: Conn, frame: bytes) -> None:
-        pass
-
-    def internal_error(self, c: Conn, what: str, exc: Exception) -> None:
-        raise exc
-
-
-class CountingMemory(Memory):
-    reads = 0
-
-    def stream_room(self, est_record: int) -> tuple[int, int]:
-        self.reads += 1
-        return super().stream_room(est_record)
-
-
 @pytest.fixture
 def fan():
-    conns: dict[int, Conn] = {}
-    socks = []
-
-    def conn(cid: str, role: str) -> Conn:
-        a, b = socket.socketpair()
-        socks.extend((a, b))
-        c = Conn(a, cid)
-        c.role = role
-        conns[len(conns)] = c
-        return c
-
-    mem = CountingMemory(conns, 64 << 20, {}, rss=lambda: 1 << 20)
-    mem.start()
-    host = SimpleNamespace(settings=SimpleNamespace(stream_buffer_bytes=8 << 20), storage=None)
-    f = Fanout(host, Outbox(conns), SimpleNamespace(stream_skipped_total=0), mem)
-    yield f, conn, mem
-    for s in socks:
-        s.close()
+    with stub_fanout() as f:
+        yield f
 
 
 def _agent(conn, i: int) -> Conn:
@@ -120,7 +77,7 @@ def test_charges_within_a_turn_add_up_and_every_record_is_counted(fan):
     client = conn("c", "control")
     f.start_stream(client, Filter())
     a = _agent(conn, 0)
-    room = mem.stream_room(EST_RECORD_JSON)[1]  # the stream share (half the clients' share)
+    room = mem.stream_room()[1]  # the stream share (half the clients' share)
     per = 2000
     fits = room // (per * EST_RECORD_JSON)
     batches = fits + 3

@@ -260,6 +260,38 @@ def test_a_name_callback_that_encodes_too_gets_its_own_buffer():
     assert inner_out[0] == want_inner
 
 
+def _lines_into(buf: bytearray, recs: np.ndarray, ts: float, host: str, pid: int, service: str | None,
+                names: dict) -> tuple[bytes, int]:
+    """All of ``recs`` through encode_lines_into ``buf``, call after call: (text, calls)."""
+    nj, head, text, calls, i = NameJson(names), identity_head(host, pid, service), b"", 0, 0
+    while i < len(recs):
+        done, size = _jsonl.encode_lines_into(buf, recs[i:], ts, head, nj.cache, nj)
+        assert done > 0 and size <= len(buf)
+        text += bytes(buf[:size])
+        i, calls = i + done, calls + 1
+    return text, calls
+
+
+@pytest.mark.parametrize("size", [60_000, 200_000, 1 << 20])
+def test_lines_into_a_kept_buffer_are_the_frames_payloads(size):
+    """encode_lines_into (a client rendering binary STREAM records): the payloads of the
+    daemon's frames for the same records, whatever buffer they are written into, in as many
+    calls as it takes; nothing written past the buffer (the sanitized build would say)."""
+    recs = make(3000, names=8, seed=5)
+    text, calls = _lines_into(bytearray(size), recs, 1.7e9, "h\n", 3, None, HOSTILE_NAMES)
+    want = b"".join(p for _, p in frames_of(reference(recs, 1.7e9, "h\n", 3, None, HOSTILE_NAMES)))
+    assert text == want and (calls > 1) == (size < len(want))
+
+
+def test_lines_into_a_buffer_too_small_for_a_line_is_an_error():
+    recs = make(2, names=8, seed=6)
+    with pytest.raises(ValueError, match="too small for a line"):
+        _lines_into(bytearray(100), recs, 1.0, "h", 1, "s", HOSTILE_NAMES)
+    assert _jsonl.encode_lines_into(bytearray(100), recs[:0], 1.0, b"", {}, NameJson({})) == (0, 0)
+    with pytest.raises(BufferError):
+        _jsonl.encode_lines_into(b"read-only", recs, 1.0, b"", {}, NameJson({}))
+
+
 def test_the_encoder_under_test_is_the_one_asked_for():
     """Under .ci/sanitize_jsonl.sh every test above ran on the sanitized build."""
     path = os.environ.get("ACLPROF_JSONL_SANITIZED")

@@ -13,14 +13,22 @@ import stat
 from collections.abc import Iterator
 from typing import Any
 
-from aclprof.protocol import wire
+from aclprof.protocol import streambin, wire
 from aclprof.protocol.paths import permission_hint, resolve_socket_path
 
 __all__ = ["DaemonError", "DaemonUnreachable", "DaemonRejected", "DaemonClosed", "Client", "RECORDS_PROTOCOL",
-           "DEVICE_NEEDS_KEYS", "connect_problem"]
+           "BINARY_STREAM_PROTOCOL", "STREAM_WIRES", "DEVICE_NEEDS_KEYS", "connect_problem"]
 
 #: the first protocol version (WELCOME's "protocol") with JSON Lines STREAM/EXPORT records and END
 RECORDS_PROTOCOL = 2
+#: the first protocol version whose WELCOME lists ``stream_formats`` (binary STREAM records)
+BINARY_STREAM_PROTOCOL = 5
+#: how a STREAM's records travel (``aclprof tail --wire``): binary when the daemon offers it,
+#: JSON Lines (as every daemon sends them), or binary or nothing
+STREAM_WIRES = ("auto", "jsonl", "binary")
+#: the frames of a binary STREAM the client's decoder takes (aclprof.protocol.streambin)
+_BINARY_KINDS = frozenset({wire.Kind.STREAM_SOURCE, wire.Kind.STREAM_NAMES, wire.Kind.STREAM_BATCH,
+                           wire.Kind.STREAM_SOURCE_END})
 #: the usage error of ``--device`` with a daemon that has no device filter (Client.has_per_service_keys)
 DEVICE_NEEDS_KEYS = ("--device: this daemon has no device filter (it predates per-service keys: "
                      "upgrade aclprofd)")
@@ -202,24 +210,52 @@ class Client:
             raise DaemonRejected(f"the daemon speaks protocol {self.welcome.get('protocol', 1)}; {what} needs "
                               f"protocol {RECORDS_PROTOCOL} (JSON Lines records): upgrade aclprofd")
 
-    def stream(self, filt: dict[str, Any]) -> Iterator[tuple[list[dict[str, Any]], int]]:
+    def stream(self, filt: dict[str, Any], wire_format: str = "auto") -> Iterator[tuple[list[dict[str, Any]], int]]:
         """(records, skipped) per STREAM_RECORDS or STREAM_SKIPPED frame, until END."""
-        for payload, skipped in self.stream_jsonl(filt):
+        for payload, skipped in self.stream_jsonl(filt, wire_format):
             yield [json.loads(line) for line in str(payload, "utf-8").splitlines()], skipped
 
-    def stream_jsonl(self, filt: dict[str, Any]) -> Iterator[tuple[memoryview, int]]:
-        """(JSON Lines payload, skipped) per frame, until END: the payload as the daemon
-        wrote it (one record a line, each ending in ``\\n``; empty with a skipped count),
-        for ``aclprof tail --json`` to pass through untouched. A payload is valid until the
-        next one is asked for (it is read in place into a buffer the client reuses): copy
-        it (``bytes(payload)``) to keep it. Returns at END or GOODBYE (the daemon stopped);
-        a connection that ends without either is :class:`DaemonClosed`."""
+    def offers_binary_stream(self) -> bool:
+        """Whether the daemon streams binary records (WELCOME: protocol 5 and the format in
+        ``stream_formats``): an older one is never asked (it would stream JSON regardless)."""
+        formats = self.welcome.get("stream_formats")
+        return (int(self.welcome.get("protocol", 1)) >= BINARY_STREAM_PROTOCOL and isinstance(formats, list)
+                and streambin.FORMAT in formats)
+
+    def stream_jsonl(self, filt: dict[str, Any], wire_format: str = "auto") -> Iterator[tuple[memoryview, int]]:
+        """(JSON Lines payload, skipped) per frame, until END: one record a line, each
+        ending in ``\\n`` (empty with a skipped count), for ``aclprof tail --json`` to write
+        out untouched. ``wire_format`` (:data:`STREAM_WIRES`): with "auto" the records come
+        binary when the daemon offers it and this client writes their lines with the
+        daemon's own encoder (aclprof.protocol.streambin: the same bytes, a fraction of the
+        daemon's CPU); "jsonl" asks for the daemon's JSON Lines; "binary" is
+        :class:`DaemonRejected` by a daemon that does not offer it. A payload is valid until
+        the next one is asked for (JSON Lines are read in place, and binary records written
+        as lines, into buffers the client reuses): copy it (``bytes(payload)``) to keep it.
+        Returns at END or GOODBYE (the daemon stopped); a connection that ends without either
+        is :class:`DaemonClosed`."""
+        if wire_format not in STREAM_WIRES:
+            raise ValueError(f"wire_format must be one of {', '.join(STREAM_WIRES)}, not {wire_format!r}")
         self._records_protocol("STREAM")
-        self._send(wire.Kind.STREAM, {"filter": filt})
+        binary = wire_format != "jsonl" and self.offers_binary_stream()
+        if wire_format == "binary" and not binary:
+            raise DaemonRejected(f"the daemon (protocol {self.welcome.get('protocol', 1)}) does not stream binary "
+                                 f"records: upgrade aclprofd, or stream JSON Lines (--wire jsonl)")
+        request: dict[str, Any] = {"filter": filt}
+        if binary:
+            request["format"] = streambin.FORMAT
+        self._send(wire.Kind.STREAM, request)
+        decoder = streambin.StreamDecoder() if binary else None
         while True:
             kind, payload = self._recv_reusing()
             if kind == wire.Kind.STREAM_RECORDS:
                 yield payload, 0
+            elif decoder is not None and kind in _BINARY_KINDS:
+                try:
+                    for text in decoder.frame(kind, payload):  # a batch's lines: one buffer, reused
+                        yield text, 0
+                except wire.ProtocolError as exc:
+                    raise DaemonError(f"the daemon sent a malformed {kind.name} frame: {exc}") from None
             elif kind == wire.Kind.STREAM_SKIPPED:
                 yield memoryview(b""), int(wire.decode_json(payload).get("skipped", 0))
             elif kind in (wire.Kind.END, wire.Kind.GOODBYE):  # GOODBYE: the stop's word to an agent

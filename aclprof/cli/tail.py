@@ -68,6 +68,10 @@ def add_parser(sub: Any, fmt: Any) -> None:
                        epilog=_EXAMPLES)
     add_filter_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object per line (the record of daemon/PROTOCOL.md)")
+    p.add_argument("--wire", choices=("auto", "jsonl", "binary"), default="auto",
+                   help="how records travel from the daemon: auto (default) binary when the daemon offers it, "
+                        "written here as the same JSON; jsonl: the daemon's JSON Lines (older daemons, or to "
+                        "compare); binary: binary or an error. The output is the same either way")
     p.add_argument("-F", "--follow-restarts", action="store_true",
                    help="when the daemon stops or restarts, reconnect (backoff up to 2 s) and go on, saying so "
                         "on stderr, instead of exiting 1; records of the gap are not replayed")
@@ -315,8 +319,9 @@ def _stream(client: Client, args: argparse.Namespace, filt: dict[str, Any]) -> s
     shown_width: int | None = None
     hidden: list[str] = []
     try:
-        # --json: the daemon's JSON Lines pass through as they came, no decoding
-        for payload, skipped in client.stream_jsonl(filt):
+        # --json: the JSON Lines (the daemon's, or written here from binary records) go out as they
+        # are, no decoding
+        for payload, skipped in client.stream_jsonl(filt, getattr(args, "wire", "auto")):
             if skipped:
                 print(f"# {skipped} records skipped: this client is slower than the stream",
                       file=sys.stderr, flush=True)

@@ -539,13 +539,14 @@ PyDoc_STRVAR(encode_frames_doc,
 "not in it. A frame ends after ``max_records`` lines or after the line that makes its payload\n"
 "``target`` bytes or more; a payload beyond ``max_payload`` raises ValueError.");
 
-static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+/* The one encoding loop of encode_frames and encode_lines_into. Without `into`: whole frames
+ * (header + payload, split at max_records lines or target bytes) in a new bytes object; with
+ * `into` (a writable buffer): the bare lines that fit in it, written there, and (records done,
+ * bytes written) returned. */
+static PyObject *encode_common(PyObject *const *args, long kind, Py_ssize_t max_records,
+                               Py_ssize_t target, Py_ssize_t max_payload, Py_buffer *into)
 {
-    (void)self;
-    if (nargs != 9) {
-        PyErr_Format(PyExc_TypeError, "encode_frames takes 9 arguments (%zd given)", nargs);
-        return NULL;
-    }
+    const int framed = into == NULL;
     PyObject *records = args[0], *ts_obj = args[1], *head = args[2];
     Names *nm = NULL;
     int nm_kept = 0;
@@ -556,17 +557,6 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
     char *tshead = NULL;
     PyObject *result = NULL;
 
-    long kind = PyLong_AsLong(args[5]);
-    Py_ssize_t max_records = PyLong_AsSsize_t(args[6]);
-    Py_ssize_t target = PyLong_AsSsize_t(args[7]);
-    Py_ssize_t max_payload = PyLong_AsSsize_t(args[8]);
-    if (PyErr_Occurred())
-        return NULL;
-    if (kind < 0 || kind > 255 || max_records < 1 || target < 1 || max_payload < 1 || max_payload > UINT32_MAX) {
-        PyErr_SetString(PyExc_ValueError, "encode_frames: kind must be 0..255, max_records, target and "
-                                          "max_payload positive (max_payload < 2**32)");
-        return NULL;
-    }
     if (!PyBytes_Check(head)) {
         PyErr_SetString(PyExc_TypeError, "encode_frames: head must be bytes");
         return NULL;
@@ -602,7 +592,7 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
         ts_arr = tv.buf;
     }
     if (n == 0) {
-        result = PyBytes_FromStringAndSize(NULL, 0);
+        result = into != NULL ? Py_BuildValue("(nn)", (Py_ssize_t)0, (Py_ssize_t)0) : PyBytes_FromStringAndSize(NULL, 0);
         goto done;
     }
     nm = names_take(args[3], args[4], &nm_kept);
@@ -627,8 +617,13 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
         tails[k].valid = 0;
     HiDigits hi_digits = {.hi = UINT64_MAX};
 
-    out_take(&o);
-    have_out = 1;
+    if (into != NULL) { /* the caller's buffer: never grown, the loop stops when a line may not fit */
+        o.base = into->buf;
+        o.cap = into->len;
+    } else {
+        out_take(&o);
+        have_out = 1;
+    }
 
     Py_ssize_t frame_at = -1, in_frame = 0; /* the open frame's header offset, its lines */
     const char *rec = rv.buf;
@@ -650,11 +645,21 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
         uint32_t flag = ld32(rec + AT(flag));
         const Tail *tail = tail_text(tails, flag, ld32(rec + AT(thread_id)));
         /* one check per line: every write below stays within it */
-        if (out_reserve(&o, HEADER_SIZE + thlen + op->len + LINE_REST_MAX + COPY_PAD) < 0)
+        Py_ssize_t need = HEADER_SIZE + thlen + op->len + LINE_REST_MAX + COPY_PAD;
+        if (into != NULL && o.cap - o.pos < need) {
+            if (i == 0) {
+                PyErr_Format(PyExc_ValueError, "encode_lines_into: a buffer of %zd bytes is too small for a "
+                                               "line (give it at least %zd)", o.cap, need);
+                goto done;
+            }
+            n = i; /* the rest in the next call */
+            break;
+        }
+        if (into == NULL && out_reserve(&o, need) < 0)
             goto done;
         if (frame_at < 0) {
             frame_at = o.pos;
-            o.pos += HEADER_SIZE;
+            o.pos += framed ? HEADER_SIZE : 0;
             in_frame = 0;
         }
         char *p = o.base + o.pos;
@@ -668,18 +673,20 @@ static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t
         p = copy_text(p, tail->text, tail->len);
         o.pos = p - o.base;
         in_frame++;
-        Py_ssize_t plen = o.pos - frame_at - HEADER_SIZE;
+        Py_ssize_t plen = o.pos - frame_at - (framed ? HEADER_SIZE : 0);
         if (plen > max_payload) {
             PyErr_Format(PyExc_ValueError, "encode_frames: a frame payload of %zd bytes passes the limit of "
                                            "%zd (names longer than the wire limits?)", plen, max_payload);
             goto done;
         }
+        if (!framed)
+            continue;
         if (in_frame >= max_records || plen >= target || i + 1 == n) {
             put_header(o.base + frame_at, (int)kind, (uint32_t)plen);
             frame_at = -1;
         }
     }
-    result = PyBytes_FromStringAndSize(o.base, o.pos);
+    result = into != NULL ? Py_BuildValue("(nn)", n, o.pos) : PyBytes_FromStringAndSize(o.base, o.pos);
 done:
     PyMem_RawFree(tshead);
     if (have_out)
@@ -693,8 +700,54 @@ done:
     return result;
 }
 
+static PyObject *encode_frames(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 9) {
+        PyErr_Format(PyExc_TypeError, "encode_frames takes 9 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    long kind = PyLong_AsLong(args[5]);
+    Py_ssize_t max_records = PyLong_AsSsize_t(args[6]);
+    Py_ssize_t target = PyLong_AsSsize_t(args[7]);
+    Py_ssize_t max_payload = PyLong_AsSsize_t(args[8]);
+    if (PyErr_Occurred())
+        return NULL;
+    if (kind < 0 || kind > 255 || max_records < 1 || target < 1 || max_payload < 1 || max_payload > UINT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "encode_frames: kind must be 0..255, max_records, target and "
+                                          "max_payload positive (max_payload < 2**32)");
+        return NULL;
+    }
+    return encode_common(args, kind, max_records, target, max_payload, NULL);
+}
+
+PyDoc_STRVAR(encode_lines_into_doc,
+"encode_lines_into(buffer, records, ts, head, names, miss) -> (records_done, bytes_written)\n\n"
+"The JSON Lines text of encode_frames' payloads without frame headers (a client rendering\n"
+"binary STREAM records, aclprof.protocol.streambin), written into a writable ``buffer`` the\n"
+"caller keeps, as many whole lines as fit in it (a client rendering batch after batch writes\n"
+"them from one warm buffer: no allocation and no copy of the text per call); the caller passes\n"
+"the records not done again. The buffer must hold at least one line and some slack\n"
+"(ValueError otherwise).");
+
+static PyObject *encode_lines_into(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    (void)self;
+    if (nargs != 6) {
+        PyErr_Format(PyExc_TypeError, "encode_lines_into takes 6 arguments (%zd given)", nargs);
+        return NULL;
+    }
+    Py_buffer into;
+    if (PyObject_GetBuffer(args[0], &into, PyBUF_WRITABLE | PyBUF_C_CONTIGUOUS) < 0)
+        return NULL;
+    PyObject *result = encode_common(args + 1, 0, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, &into);
+    PyBuffer_Release(&into);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"encode_frames", (PyCFunction)(void (*)(void))encode_frames, METH_FASTCALL, encode_frames_doc},
+    {"encode_lines_into", (PyCFunction)(void (*)(void))encode_lines_into, METH_FASTCALL, encode_lines_into_doc},
     {NULL, NULL, 0, NULL},
 };
 

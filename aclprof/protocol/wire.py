@@ -27,7 +27,7 @@ import enum
 import json
 import socket
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -39,6 +39,7 @@ __all__ = [
     "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
     "recv_frame", "FLAG_KEYPOINT", "keypoint_mask", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS",
     "MAX_REGEX_BYTES", "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "encode_name_run",
+    "encode_joined",
     "utf8_cut", "AGENT_HEARTBEAT_S", "OP_FAILURE_MAX_TENSORS", "OP_FAILURE_MAX_DIMS", "OP_FAILURE_MAX_NAME",
     "REQUEST_BILL_MAX_TYPES", "REQUEST_BILL_MAX_ATTRS", "REQUEST_BILL_MAX_MODELS", "REQUEST_BILL_MAX_TEXT",
     "REQUEST_BILL_MAX_WINDOWS",
@@ -166,6 +167,12 @@ class Kind(enum.IntEnum):
     # protocol 2: STREAM and EXPORT end with END; a STREAM reports skipped records apart
     END = 31
     STREAM_SKIPPED = 32
+    # protocol 5: a binary STREAM ("format": "records-v1", aclprof.protocol.streambin), sent
+    # only to a client that asked for it
+    STREAM_SOURCE = 33
+    STREAM_NAMES = 34
+    STREAM_BATCH = 35
+    STREAM_SOURCE_END = 36
     # regression detector baselines (daemon/PROTOCOL.md "Baselines")
     BASELINE_SAVE = 40
     BASELINE_SAVE_REPLY = 41
@@ -201,20 +208,27 @@ def encode_names(names: Mapping[str, str] | Mapping[int, str]) -> list[bytes]:
     """NAMES frames defining ``names`` (connection-scoped id -> name), each payload at most
     MAX_NAMES_PAYLOAD bytes and as full as that allows (one name, MAX_NAME_BYTES long,
     escaped to at most ~25 KB of JSON, always fits), together exactly ``{"names": names}``."""
-    head, tail = '{"names":{', "}}"
+    return encode_joined(Kind.NAMES, '{"names":{', (f'"{int(nid)}":{json.dumps(name)}' for nid, name in names.items()),
+                         "}}")
+
+
+def encode_joined(kind: Kind, head: str, parts: Iterable[str], tail: str,
+                  limit: int = MAX_NAMES_PAYLOAD) -> list[bytes]:
+    """``kind`` frames whose payloads are ``head + ",".join(some parts) + tail``, in order,
+    each at most ``limit`` bytes and as full as that allows (a part too long for any frame
+    gets one of its own). Parts are ASCII JSON (``json.dumps``): characters are bytes."""
     frames: list[bytes] = []
-    parts: list[str] = []
-    size = len(head) + len(tail)  # the payload's bytes so far (JSON here is ASCII)
-    for nid, name in names.items():
-        part = f'"{int(nid)}":{json.dumps(name)}'
-        cost = len(part) + (1 if parts else 0)  # and a comma before all but the first
-        if parts and size + cost > MAX_NAMES_PAYLOAD:
-            frames.append(encode(Kind.NAMES, (head + ",".join(parts) + tail).encode("ascii")))
-            parts, size, cost = [], len(head) + len(tail), len(part)
-        parts.append(part)
+    run: list[str] = []
+    size = len(head) + len(tail)  # the payload's bytes so far
+    for part in parts:
+        cost = len(part) + (1 if run else 0)  # and a comma before all but the first
+        if run and size + cost > limit:
+            frames.append(encode(kind, (head + ",".join(run) + tail).encode("ascii")))
+            run, size, cost = [], len(head) + len(tail), len(part)
+        run.append(part)
         size += cost
-    if parts:
-        frames.append(encode(Kind.NAMES, (head + ",".join(parts) + tail).encode("ascii")))
+    if run:
+        frames.append(encode(kind, (head + ",".join(run) + tail).encode("ascii")))
     return frames
 
 

@@ -165,6 +165,13 @@ class Conn:
         self.keysrc: KeySource | None = None
         # control: STREAM and EXPORT (aclprofd.fanout)
         self.stream: Filter | None = None
+        self.stream_binary = False  # records-v1 (aclprof.protocol.streambin), else JSON Lines
+        self.stream_est = 0  # bytes a pending record is charged at (aclprofd.fanout)
+        # binary: the agent connections defined to this client -> how many of their names
+        # (``names_order``) it has been sent
+        self.stream_sources: dict[Conn, int] = {}
+        # an agent's source id in binary STREAMs, the same for every client (0: none yet)
+        self.stream_source = 0
         self.stream_pending: list[tuple[Conn, float, np.ndarray]] = []
         self.stream_pending_n = 0
         self.stream_skipped = 0      # skipped since the last STREAM_SKIPPED frame

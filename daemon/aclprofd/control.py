@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from aclprof.protocol.streambin import FORMATS, JSONL
 from aclprof.protocol.wire import Kind, ProtocolError, decode_json, encode, encode_json
 
 from .aggregate.aggregator import Aggregator
@@ -135,8 +136,14 @@ class Control:
         self.outbox.queue(conn, encode(Kind.SNAPSHOT_REPLY, text.encode()))
 
     def stream(self, conn: Conn, req: dict[str, Any]) -> None:
-        self.host.fanout.start_stream(conn, Filter.parse(req.get("filter")))
-        _log.info("stream started", pid=conn.pid)
+        fmt = req.get("format", JSONL)
+        if fmt not in FORMATS:
+            # a client asks for a format only when WELCOME listed it: this is a client's bug,
+            # told plainly (ERROR, then close) rather than answered in a format it cannot read
+            raise ProtocolError(f"STREAM format {str(fmt)[:40]!r} is not one this daemon streams "
+                                f"({', '.join(FORMATS)})")
+        self.host.fanout.start_stream(conn, Filter.parse(req.get("filter")), binary=fmt != JSONL)
+        _log.info("stream started", pid=conn.pid, format=fmt)
 
     def export(self, conn: Conn, req: dict[str, Any]) -> None:
         since, until = req.get("since_ts"), req.get("until_ts")

@@ -1,5 +1,7 @@
 """Records out to control clients: live STREAM fan-out and EXPORT from the segment files,
-both as JSON Lines frames (:mod:`aclprofd.records`), both ended by an END frame.
+both as JSON Lines frames (:mod:`aclprofd.records`), both ended by an END frame; or, for a
+STREAM client that asked for it, the records as they arrived (binary, 56 bytes each, with
+their sources and names: :mod:`aclprof.protocol.streambin`), which the client renders.
 
 Nothing waits on a client. A STREAM client has a bounded outgoing buffer: records beyond
 it are skipped before they are encoded, counted, and reported in a STREAM_SKIPPED frame
@@ -29,10 +31,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from aclprof.protocol.streambin import MAX_BATCH_RECORDS, batch_prefix, names_frames, source_end_frame, source_frame
 from aclprof.protocol.wire import Kind, encode_json
 
 from .config import Settings
-from .conn import Conn
+from .conn import Conn, OutQueue
 from .filters import Filter, NameMatcher
 from .memory import Memory
 from .records import FRAME_RECORDS, NameJson, append_frame, encode_frames, identity_head
@@ -45,6 +48,7 @@ __all__ = ["Fanout", "FanoutHost", "EXPORT_OUT_LOW", "STREAM_SNDBUF", "widen_sen
 EXPORT_OUT_LOW = 2 << 20   # produce more EXPORT frames only below this many buffered bytes
 EXPORT_SLICE_S = 0.02      # at most this long per loop turn on EXPORT encoding
 EST_RECORD_JSON = 220      # bytes per record in JSON, to decide skipping before encoding
+EST_RECORD_BIN = 58        # ... in a binary STREAM: 56, and the frame's head shared by a batch
 #: after the last STREAM client left, agents are told (LIVE false) only this much later: a
 #: client that reconnects at once (or one that connects and leaves in a loop) toggles
 #: nothing, so agents' sender threads are not woken by a flood of LIVE frames
@@ -103,6 +107,7 @@ class Fanout:
         self._room: list[int] | None = None
         # the identity head of each sender (host, pid, service), formatted once, not per batch
         self._heads: dict[tuple[str, int, str | None], bytes] = {}
+        self._sources = 0  # binary STREAMs: the last source id given to an agent connection
 
     @property
     def streaming(self) -> int:
@@ -146,22 +151,44 @@ class Fanout:
             self._update_live([conn])
 
     # ---- STREAM -------------------------------------------------------------------------
-    def start_stream(self, conn: Conn, flt: Filter) -> None:
+    def start_stream(self, conn: Conn, flt: Filter, binary: bool = False) -> None:
+        """``conn`` streams what ``flt`` selects: JSON Lines, or with ``binary`` the records
+        as they arrived (aclprof.protocol.streambin)."""
         if not conn.closed:  # closed: closed() has run, the sets hold open connections only
             self._streams[conn] = None
             widen_send_buffer(conn.sock)
         conn.stream = flt
+        conn.stream_binary = binary
+        conn.stream_est = EST_RECORD_BIN if binary else EST_RECORD_JSON
         conn.matchers = {}
         self._update_live()
 
     def closed(self, conn: Conn) -> None:
-        """``conn`` is closing (called by the loop)."""
+        """``conn`` is closing (called by the loop, before the connection's names are dropped)."""
         self._exports.pop(conn, None)
         if conn in self._streams:
             del self._streams[conn]
             # ``conn`` is closed already, so its filter no longer counts: LIVE false falls due
             # for the agents no other stream watches
             self._update_live()
+        elif conn.role == "agent" and self.streaming:
+            self._agent_gone(conn)
+
+    def _agent_gone(self, agent: Conn) -> None:
+        """An agent connection closes: its records still pending for STREAM clients go out
+        now, while its name table is there (the loop drops it next: they were written with
+        ``"#<id>"`` names), then binary clients are told the source is gone, so they drop its
+        names (a long ``tail`` would otherwise hold every agent's table it ever saw)."""
+        if any(src is agent for c in self._streams for src, _, _ in c.stream_pending):
+            self.pump_streams()
+        if not agent.stream_source:
+            return
+        end: bytes | None = None
+        for c in self._streams:
+            if c.stream_sources.pop(agent, None) is not None and not c.closed:
+                end = end or source_end_frame(agent.stream_source)
+                c.out += end
+                self.outbox.send(c)
 
     def _stream_room(self) -> tuple[int, int]:
         """(bytes the memory budget has left, bytes all STREAM buffers together may still
@@ -169,7 +196,7 @@ class Fanout:
         8 MiB is 32 GiB), so they are charged to ``memory_budget`` too, and together may
         take at most half of it: agents' name tables and unstored records keep room.
         One pass over the connections per call, one call per loop turn (:meth:`_turn_room`)."""
-        return self.memory.stream_room(EST_RECORD_JSON)
+        return self.memory.stream_room()
 
     def _turn_room(self) -> list[int]:
         """This loop turn's [budget left, stream share left], lowered in place by the
@@ -219,12 +246,13 @@ class Fanout:
             k = len(sel)
             if not k:
                 continue
-            if len(client.out) + (client.stream_pending_n + k) * EST_RECORD_JSON > limit:
+            est = client.stream_est
+            if len(client.out) + (client.stream_pending_n + k) * est > limit:
                 client.stream_skipped += k
                 client.stream_skipped_all += k
                 self.counters.stream_skipped_total += k
                 continue
-            cost = k * EST_RECORD_JSON
+            cost = k * est
             if room is None:
                 room = self._turn_room()
             if cost > room[0] or cost > room[1]:
@@ -277,7 +305,10 @@ class Fanout:
                 if c.stream is None or c.closed or not (c.stream_pending or (c.stream_skipped and not c.out)):
                     continue
                 try:
-                    self._pump_stream(c, self._turn_room(), encoded)
+                    if c.stream_binary:
+                        self._pump_binary(c, self._turn_room())
+                    else:
+                        self._pump_stream(c, self._turn_room(), encoded)
                 except Exception as exc:
                     self.outbox.internal_error(c, "STREAM", exc)
         finally:
@@ -289,10 +320,7 @@ class Fanout:
         (:meth:`_turn_room`: the pending records were charged at their estimate), lowered
         here by what encoding takes beyond it. ``encoded``: frames this pump made already,
         shared."""
-        if c.stream_skipped:
-            # before the records that follow the gap
-            c.out += encode_json(Kind.STREAM_SKIPPED, {"skipped": c.stream_skipped})
-            c.stream_skipped = 0
+        self._skipped_note(c)
         # Encoded a frame's worth at a time, and only while the client's buffer is within its
         # limit: the estimate that admitted these records (EST_RECORD_JSON) is wrong for long
         # names, and 150 k records with 4 KB names would be a GB of JSON. The rest is skipped
@@ -306,12 +334,8 @@ class Fanout:
             nj = None
             n = len(recs)
             for i in range(0, n, FRAME_RECORDS):
-                if len(out) > limit:
+                if self._full(out, limit, room):
                     skipped += n - i
-                    break
-                if room[0] < 0 or room[1] < 0:
-                    skipped += n - i
-                    self.memory.refuse("stream")
                     break
                 k = min(FRAME_RECORDS, n - i)
                 hit = encoded.get((id(recs), i))
@@ -328,6 +352,73 @@ class Fanout:
                 extra = len(frames) - k * EST_RECORD_JSON  # beyond the charged estimate
                 room[0] -= extra
                 room[1] -= extra
+        c.stream_pending.clear()
+        c.stream_pending_n = 0
+        if skipped:
+            c.stream_skipped += skipped
+            c.stream_skipped_all += skipped
+            self.counters.stream_skipped_total += skipped
+        self.outbox.send(c)
+
+    def _full(self, out: OutQueue, limit: int, room: list[int]) -> bool:
+        """Whether a STREAM client can take no more frames in this pump: its buffer is past
+        its ``stream_buffer`` (a slow client), or the turn's ``room`` is spent (memory
+        refused "stream"); the caller skips and counts the rest."""
+        if len(out) > limit:
+            return True
+        if room[0] < 0 or room[1] < 0:
+            self.memory.refuse("stream")
+            return True
+        return False
+
+    def _skipped_note(self, c: Conn) -> None:
+        if c.stream_skipped:
+            # before the records that follow the gap
+            c.out += encode_json(Kind.STREAM_SKIPPED, {"skipped": c.stream_skipped})
+            c.stream_skipped = 0
+
+    def _pump_binary(self, c: Conn, room: list[int]) -> None:
+        """A binary STREAM client's pending batches, as :meth:`_pump_stream` does JSON: each
+        batch after its source's definition and new names, as the records' own bytes (a batch
+        the client takes whole is the agent's batch itself, queued without a copy). The
+        buffer limit and the budget are checked per frame, the rest skipped and counted."""
+        self._skipped_note(c)
+        limit = self.host.settings.stream_buffer_bytes
+        skipped = 0
+        out = c.out
+        sources = c.stream_sources
+        size = EST_RECORD_BIN
+        for src, ts, recs in c.stream_pending:
+            n = len(recs)
+            before = len(out)
+            sent = sources.get(src)
+            for i in range(0, n, MAX_BATCH_RECORDS):
+                if self._full(out, limit, room):
+                    skipped += n - i
+                    break
+                if sent is None:
+                    if not src.stream_source:
+                        # a u32 on the wire: after 2**32 - 1 agent connections it starts at 1 again
+                        # (those ended long before: an id is unique among the sources a client holds)
+                        self._sources = self._sources % 0xFFFFFFFF + 1
+                        src.stream_source = self._sources
+                    out += source_frame(src.stream_source, src.host, src.pid or 0, src.service)
+                    sent = sources[src] = 0
+                if len(src.names_order) > sent:
+                    # the names defined since the last batch: before the records that use them
+                    for frame in names_frames(src.stream_source, src.names_order[sent:]):
+                        out += frame
+                    sent = sources[src] = len(src.names_order)
+                part = recs if n <= MAX_BATCH_RECORDS else recs[i:i + MAX_BATCH_RECORDS]
+                out += batch_prefix(src.stream_source, ts, len(part))
+                base = part.base
+                # the agent's batch as ingest kept it (np.frombuffer over its bytes): queued
+                # as it is; a selection or a slice is a copy of its records
+                out += base if type(base) is bytes and len(base) == part.nbytes else part.tobytes()
+                c.stream_sent += len(part)
+            extra = len(out) - before - n * size  # beyond the charged estimate (names, heads)
+            room[0] -= extra
+            room[1] -= extra
         c.stream_pending.clear()
         c.stream_pending_n = 0
         if skipped:

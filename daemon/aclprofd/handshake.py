@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 import structlog
 
 from aclprof.protocol.safetext import scrub
+from aclprof.protocol.streambin import FORMATS
 from aclprof.protocol.wire import Kind, ProtocolError, check_identity, decode_json, encode_json
 
 from . import __version__, peerid
@@ -35,7 +36,9 @@ if TYPE_CHECKING:
 __all__ = ["PROTOCOL_VERSION", "hello", "admit", "is_int", "is_labels", "peer_credentials"]
 
 #: 2: STREAM/EXPORT payloads are JSON Lines; both end with END; STREAM_SKIPPED (PROTOCOL.md)
-PROTOCOL_VERSION = 4  # 3: agents may send OP_FAILURE; 4: REQUEST_BILL (daemon/PROTOCOL.md)
+#: 3: agents may send OP_FAILURE; 4: REQUEST_BILL; 5: binary STREAM records on request
+#: (WELCOME's ``stream_formats``, aclprof.protocol.streambin)
+PROTOCOL_VERSION = 5
 _log = structlog.get_logger("aclprofd")
 _UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
@@ -87,7 +90,8 @@ def hello(conn: Conn, obj: dict[str, Any], started_ts: float) -> bytes:
     _log.info("connected", role=role, pid=pid, host=host, service=service,
               peer_pid=peer[0] if peer else None, peer_uid=peer[1] if peer else None, pid_ns=conn.pid_ns)
     return encode_json(Kind.WELCOME, {"version": __version__, "protocol": PROTOCOL_VERSION,
-                                      "pid": os.getpid(), "started_ts": started_ts})
+                                      "pid": os.getpid(), "started_ts": started_ts,
+                                      "stream_formats": list(FORMATS)})
 
 
 def admit(conn: Conn, payload: memoryview, started_ts: float) -> bytes:

@@ -5,11 +5,12 @@ Encoding is the per-record cost of STREAM and EXPORT, paid only for records a cl
 :func:`encode_frames` does it in C (:mod:`aclprof.protocol._jsonl`): wire records in, whole
 frames (header + JSON Lines payload) out, in one buffer, ~30x faster than the Python
 reference (``tests/bench/bench_tail_encode.py``), which at 250 k records/s would be most of the
-daemon's CPU. Names are
-JSON-escaped once per connection and id (:class:`NameJson`), in Python, so the escaping
-rules are ``json.dumps``'s. :func:`encode_records_py` is the same text in Python: the
-specification the C encoder is tested against byte for byte (tests/test_records_encoder.py)
-and the baseline of ``tests/bench/bench_tail_encode.py``; the daemon does not use it.
+daemon's CPU. Names are JSON-escaped once per connection and id (:class:`NameJson`, with
+:func:`identity_head` in :mod:`aclprof.protocol.recordtext`, which ``aclprof tail`` renders
+binary STREAM records with too), in Python, so the escaping rules are ``json.dumps``'s.
+:func:`encode_records_py` is the same text in Python: the specification the C encoder is
+tested against byte for byte (tests/test_records_encoder.py) and the baseline of
+``tests/bench/bench_tail_encode.py``; the daemon does not use it.
 """
 
 from __future__ import annotations
@@ -22,16 +23,8 @@ from typing import Any
 import numpy as np
 
 from aclprof.protocol._jsonl import encode_frames as _encode_frames
-from aclprof.protocol.wire import (
-    FLAG_KEYPOINT,
-    FRAME_TARGET,
-    MAX_NAME_BYTES,
-    MAX_PAYLOAD,
-    RECORD_DTYPE,
-    Kind,
-    header,
-    utf8_cut,
-)
+from aclprof.protocol.recordtext import NameJson, identity_head
+from aclprof.protocol.wire import FLAG_KEYPOINT, FRAME_TARGET, MAX_PAYLOAD, RECORD_DTYPE, Kind, header
 
 __all__ = ["FRAME_RECORDS", "NameJson", "encode_frames", "identity_head", "encode_records_py",
            "jsonl_payload", "jsonl_payloads", "append_frame"]
@@ -39,34 +32,6 @@ __all__ = ["FRAME_RECORDS", "NameJson", "encode_frames", "identity_head", "encod
 FRAME_RECORDS = 2048  # at most this many records per STREAM_RECORDS / EXPORT_RECORDS frame ...
 # ... and at most FRAME_TARGET bytes (plus one line): long names make long lines, and 2048 of
 # them once made a frame beyond MAX_PAYLOAD whose encoder raised in the loop (issue 9)
-
-
-class NameJson:
-    """Name id -> its JSON string literal (UTF-8 bytes), cached in :attr:`cache` (unknown
-    ids: ``"#<id>"``); names stored before the ingest limit are cut to MAX_NAME_BYTES, so
-    no line passes it. The C encoder looks ids up in ``cache`` and calls this on a miss; it
-    keeps the literals of the last ``cache`` it was given across calls, so an entry, once
-    set, must never change (a redefined id ends its connection: the next one has a new dict)."""
-
-    __slots__ = ("names", "cache")
-
-    def __init__(self, names: dict[int, str], cache: dict[int, bytes] | None = None):
-        self.names = names
-        self.cache: dict[int, bytes] = {} if cache is None else cache
-
-    def __call__(self, nid: int) -> bytes:
-        lit = self.cache.get(nid)
-        if lit is None:
-            name = self.names.get(nid, f"#{nid}")
-            name = utf8_cut(name, MAX_NAME_BYTES) or name
-            # ensure_ascii: any character (a lone surrogate too) becomes an ASCII escape
-            lit = self.cache[nid] = json.dumps(name).encode("ascii")
-        return lit
-
-
-def identity_head(host: str, pid: int, service: str | None) -> bytes:
-    """The fields a sender's records share: ``"host":...,"pid":...,"service":...,``."""
-    return ('"host":%s,"pid":%d,"service":%s,' % (json.dumps(host), pid, json.dumps(service))).encode("ascii")
 
 
 def encode_frames(records: np.ndarray, ts: np.ndarray | float, head: bytes, names: NameJson,

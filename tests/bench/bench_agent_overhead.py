@@ -467,10 +467,22 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def start_tail(sock: str) -> subprocess.Popen:
+def start_tail(sock: str, python: str | None = None) -> subprocess.Popen:
+    """``aclprof tail --json`` of ``python`` (default: this one's) streaming from ``sock``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROF_", "ACLMOCK_", "ACLPROFD_"))}
-    return subprocess.Popen([sys.executable, "-m", "aclprof", "tail", "--json", "--socket", sock],
+    return subprocess.Popen([python or sys.executable, "-m", "aclprof", "tail", "--json", "--socket", sock],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def tail_python(daemon_argv: list[str] | None) -> str:
+    """The python whose ``aclprof tail`` goes with a daemon: the one beside ``aclprofd`` in
+    its venv (so a base daemon is measured with the base's tail, a new one with the new
+    tail), else this one."""
+    if daemon_argv:
+        beside = os.path.join(os.path.dirname(daemon_argv[0]), "python")
+        if os.path.exists(beside):
+            return beside
+    return sys.executable
 
 
 def native_pump_us(records: int, reps: int = 50) -> float:
@@ -669,7 +681,8 @@ def curve(args: Any, aclprof: Any) -> int:
     """Host CPU per op across reader + sender + daemon (detector on, a tail attached) at
     10 k, 100 k and 1 M ops/s of a realtime model (1000 ops per step). With
     ``--curve-daemon NAME=PATH`` (repeated) the daemons take turns, ``--curve-rounds``
-    times, so two builds (and an A/A pair) are compared under the same load."""
+    times, so two builds (and an A/A pair) are compared under the same load; each with the
+    ``aclprof tail`` of its own venv (the python beside PATH; printed per run)."""
     B.header("host CPU per op across the stack (reader + agent sender + daemon with detector, tail attached)",
              args.quick)
     daemons = [tuple(d.split("=", 1)) for d in args.curve_daemon] or [("this", "")]
@@ -704,7 +717,8 @@ def curve_rows(args: Any, argv: list[str] | None) -> list[tuple[str, ...]]:
 
     root = tempfile.mkdtemp(prefix="aclp-bench-")
     daemon, sock = start_daemon(root, argv=argv)
-    tail = start_tail(sock)
+    tail = start_tail(sock, tail_python(argv))
+    print(f"tail: {tail_python(argv)} -m aclprof tail --json", flush=True)
     hog_proc = None
     if args.hog == "on":
         hog_proc, what = start_hog(root)

@@ -98,7 +98,7 @@ def _wait_daemon(socket: str, proc: subprocess.Popen, timeout: float = 20.0) -> 
     raise SystemExit("daemon did not start")
 
 
-def run(seconds: float, rate: float, procs: int) -> dict:
+def run(seconds: float, rate: float, procs: int, tail_args: list[str] | None = None) -> dict:
     root = tempfile.mkdtemp(prefix="aclp-bench-")
     socket = os.path.join(root, "d.sock")
     env = _env(socket)
@@ -109,7 +109,8 @@ def run(seconds: float, rate: float, procs: int) -> dict:
                                   env=env, stdout=subprocess.DEVNULL, stderr=open(os.path.join(root, "d.log"), "wb"))
         children.append(daemon)
         _wait_daemon(socket, daemon)
-        tail = subprocess.Popen([sys.executable, "-m", "aclprof", "tail", "--json", "--socket", socket],
+        tail = subprocess.Popen([sys.executable, "-m", "aclprof", "tail", "--json", *(tail_args or []), "--socket",
+                                 socket],
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         children.append(tail)
         samples: list[int] = []
@@ -200,11 +201,15 @@ def main(argv: list[str] | None = None) -> int:
                              "(default 100000,250000)")
     parser.add_argument("--rate", type=float, default=None, help="one rate only (overrides --rates)")
     parser.add_argument("--procs", type=int, default=2, help="agent processes (default 2)")
+    parser.add_argument("--wire", choices=("auto", "jsonl"), default="auto",
+                        help="aclprof tail --wire: auto (binary records when the daemon offers them, the default; "
+                             "also what a version without --wire does) or jsonl (the daemon's JSON Lines)")
     args = parser.parse_args(argv)
     seconds = args.seconds or (5.0 if args.quick else 20.0)
     rates = [args.rate] if args.rate else [float(x) for x in args.rates.split(",") if x.strip()]
     B.header("aclprof tail latency: op end -> line in `aclprof tail --json`", args.quick)
-    results = [run(seconds, rate, args.procs) for rate in rates]
+    print(f"tail: {sys.executable} -m aclprof tail --json" + (f" --wire {args.wire}" if args.wire != "auto" else ""))
+    results = [run(seconds, rate, args.procs, [] if args.wire == "auto" else ["--wire", args.wire]) for rate in rates]
     lat = [[x / 1e6 for x in r["samples"]] for r in results]
 
     def row(name: str, f) -> list[object]:

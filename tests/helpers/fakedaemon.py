@@ -25,8 +25,10 @@ class FakeDaemon:
     """Listens on a fresh socket path; the first connection gets WELCOME, then ``script``.
     ``done`` is set when the script returned (``error`` holds what it raised)."""
 
-    def __init__(self, script: Callable[[FakeDaemon, socket.socket, Recv], Any]):
+    def __init__(self, script: Callable[[FakeDaemon, socket.socket, Recv], Any],
+                 welcome: dict[str, Any] | None = None):
         self.script = script
+        self.welcome_extra = welcome or {}  # WELCOME fields over protocol 2's (a newer daemon's)
         self.path = os.path.join(short_tmpdir("aclp-"), "d.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.path)
@@ -47,7 +49,8 @@ class FakeDaemon:
     def welcome(self, conn: socket.socket, pid: int = 1) -> None:
         """WELCOME from the daemon of ``pid`` (a restarted daemon has another)."""
         conn.sendall(wire.encode_json(wire.Kind.WELCOME, {"version": "0.1.0", "protocol": 2, "pid": pid,
-                                                           "started_ts": 1764400000.0 + pid}))
+                                                           "started_ts": 1764400000.0 + pid,
+                                                           **self.welcome_extra}))
 
     def answer_one(self, listener: socket.socket | None = None, pid: int = 1) -> None:
         """Accept one more connection (a client checking who listens) and answer its HELLO."""
