@@ -127,15 +127,17 @@ def _thread_cpu() -> dict[str, float]:
     return out
 
 
-def _proc_cpu(pid: int) -> float:
+def _proc_cpu(pid: int, system_only: bool = False) -> float:
     """User + system CPU seconds of a process so far (/proc/<pid>/stat): the daemon's share of
-    the 2 cores while the steps run is what competes with the service's threads."""
+    the 2 cores while the steps run is what competes with the service's threads. With
+    ``system_only``, the kernel's part alone (the daemon's socket reads and storage writes)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = int(fields[12]) if system_only else int(fields[11]) + int(fields[12])
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def sender_pump_us(records_per_batch: int, batches: int, reps: int = 50) -> float:
@@ -691,14 +693,14 @@ def curve(args: Any, aclprof: Any) -> int:
         for name, path in daemons:
             tables.setdefault(name, []).append(curve_rows(args, [path] if path else None))
             if len(daemons) > 1 or args.curve_rounds > 1:
-                print(f"round {r + 1}, daemon {name}: " + ", ".join(f"{row[0]} {row[4]} %" for row in tables[name][-1]),
+                print(f"round {r + 1}, daemon {name}: " + ", ".join(f"{row[0]} {row[4]} % (kernel {row[5]})" for row in tables[name][-1]),
                       flush=True)
     for name, runs in tables.items():
         if len(daemons) > 1:
             print(f"\ndaemon {name} ({dict(daemons)[name] or 'this installation'}), round by round:")
         for rows in runs:
             B.table(("target ops/s", "achieved", "reader CPU %", "sender CPU %", "daemon CPU %",
-                     "us CPU per op (reader+sender+daemon)", "tail us/op", "sender wakes/s", "pump p99 us",
+                     "of it kernel %", "us CPU per op (reader+sender+daemon)", "tail us/op", "sender wakes/s", "pump p99 us",
                      "accounted"), rows)
     if len(daemons) > 1 or args.curve_rounds > 1:
         print("\nmedian daemon CPU % of a core over the rounds (the A/A pair: the same daemon twice):")
@@ -738,12 +740,14 @@ def curve_rows(args: Any, argv: list[str] | None) -> list[tuple[str, ...]]:
             timer = wake_timer()
             before = mock.stats()["recordsEmitted"]
             c0, d0, tl0, t0 = _thread_cpu(), _proc_cpu(daemon.pid), _proc_cpu(tail.pid), time.perf_counter()
+            ds0 = _proc_cpu(daemon.pid, system_only=True)
             steps = max(1, int(args.curve_seconds * rate / 1000))
             run_steps(mock, model, steps)
             mock.wait_writer_idle(60)
             time.sleep(0.1)  # the last records reach the daemon
             wall = time.perf_counter() - t0
             c1, d1, tl1 = _thread_cpu(), _proc_cpu(daemon.pid), _proc_cpu(tail.pid)
+            dsys = _proc_cpu(daemon.pid, system_only=True) - ds0
             timer.undo()
             ops = mock.stats()["recordsEmitted"] - before
             st = agent.stop(timeout=10)
@@ -755,7 +759,8 @@ def curve_rows(args: Any, argv: list[str] | None) -> list[tuple[str, ...]]:
             per = (reader + sender + dcpu) / ops * 1e6 if ops else float("nan")
             pumps = timer.us.get("sender pump", [])
             rows.append((f"{rate // 1000}k", f"{ops / wall / 1e3:.0f}k", f"{reader / wall * 100:.1f}",
-                         f"{sender / wall * 100:.1f}", f"{dcpu / wall * 100:.1f}", f"{per:.2f}",
+                         f"{sender / wall * 100:.1f}", f"{dcpu / wall * 100:.1f}", f"{dsys / wall * 100:.1f}",
+                         f"{per:.2f}",
                          f"{tcpu / ops * 1e6:.2f}" if ops else "-", f"{len(pumps) / wall:.0f}",
                          f"{B.pct(pumps, 99):.0f}" if pumps else "-",
                          f"{st.records_sent + st.loss_reported + st.loss_pending == st.records_in}"))
