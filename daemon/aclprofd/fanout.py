@@ -352,13 +352,7 @@ class Fanout:
                 extra = len(frames) - k * EST_RECORD_JSON  # beyond the charged estimate
                 room[0] -= extra
                 room[1] -= extra
-        c.stream_pending.clear()
-        c.stream_pending_n = 0
-        if skipped:
-            c.stream_skipped += skipped
-            c.stream_skipped_all += skipped
-            self.counters.stream_skipped_total += skipped
-        self.outbox.send(c)
+        self._pumped(c, skipped)
 
     def _full(self, out: OutQueue, limit: int, room: list[int]) -> bool:
         """Whether a STREAM client can take no more frames in this pump: its buffer is past
@@ -370,6 +364,17 @@ class Fanout:
             self.memory.refuse("stream")
             return True
         return False
+
+    def _pumped(self, c: Conn, skipped: int) -> None:
+        """A pump's end, either format: the pending batches are gone (queued, or ``skipped``
+        and counted for the client's next STREAM_SKIPPED and the daemon's total)."""
+        c.stream_pending.clear()
+        c.stream_pending_n = 0
+        if skipped:
+            c.stream_skipped += skipped
+            c.stream_skipped_all += skipped
+            self.counters.stream_skipped_total += skipped
+        self.outbox.send(c)
 
     def _skipped_note(self, c: Conn) -> None:
         if c.stream_skipped:
@@ -419,13 +424,7 @@ class Fanout:
             extra = len(out) - before - n * size  # beyond the charged estimate (names, heads)
             room[0] -= extra
             room[1] -= extra
-        c.stream_pending.clear()
-        c.stream_pending_n = 0
-        if skipped:
-            c.stream_skipped += skipped
-            c.stream_skipped_all += skipped
-            self.counters.stream_skipped_total += skipped
-        self.outbox.send(c)
+        self._pumped(c, skipped)
 
     # ---- EXPORT -------------------------------------------------------------------------
     def start_export(self, conn: Conn, since: float | None, until: float | None, flt: Filter) -> None:
