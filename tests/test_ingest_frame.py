@@ -370,3 +370,16 @@ def test_the_aggregator_does_not_count_the_detectors_store_as_its_memory(tmp_pat
         assert array_bytes(d.detection.detector) >= store.cell_buf.nbytes
     finally:
         pair.close()
+
+
+def test_rows_written_in_c_alone_are_folded_at_the_roll():
+    """A second whose only detector rows came from the C call (no Python ``observe`` since the
+    last roll) still reaches the window: the roll folds ``cell_buf``'s rows by themselves."""
+    store = state.CellStore(lambda k: ("svc", "1", f"T{k}", "n"), window_s=5, tau_s=10)
+    cell = store.add_cell(("svc", "1", "MatMul", "n"))
+    buf = store.cell_room()
+    buf[0, 0], buf[1, 0] = cell * state.NBINS + 7, 3
+    store.fed(1, 0)
+    store.roll(100.0)
+    assert store.cur[cell, 7] == 3 and store.cfill == 0
+    assert store.group_counts()[0].tolist() == [3.0]

@@ -56,8 +56,6 @@ PENDING_MERGE_ROWS = 1 << 15
 #: key_cell codes: not looked up yet, never judged ("(other)"), refused for want of room
 #: (looked up again once cells are forgotten)
 _UNKNOWN, _UNTRACKED, _FULL = -1, -2, -3
-#: the entry of CellStore._pending that stands for rows waiting in its cell_buf
-_NO_ROWS = (np.zeros(0, np.int64), np.zeros(0, np.int64))
 
 
 class CellStore:
@@ -101,8 +99,7 @@ class CellStore:
         self._pending_rows = 0  # rows in _pending and cell_buf not merged yet (_merge_pending)
         #: pending rows written in C by the aggregator (``_batchgroup.ingest_frame``, one call
         #: per agent frame: :meth:`fed` counts them): cell codes and counts, ``cfill`` columns
-        #: used; merged with ``_pending`` (an entry there stands for them while they wait, so a
-        #: roll sees them). Empty until the first such frame.
+        #: used; merged with ``_pending`` (a roll folds both). Empty until the first such frame.
         self.cell_buf = np.empty((2, 0), np.int64)
         self.cfill = 0
         self._merged_rows = 0  # rows of the merged entry (the first of _pending)
@@ -139,8 +136,6 @@ class CellStore:
         ``cfill`` first (and counted ``untracked`` records of keys not judged)."""
         self.untracked += untracked
         if m:
-            if not self._pending:
-                self._pending.append(_NO_ROWS)  # roll folds pending rows only when this holds one
             self.cfill += m
             self._pending_rows += m
 
@@ -304,7 +299,7 @@ class CellStore:
         left the window into the decayed baseline."""
         if self._t0 is None:
             self._t0 = now
-        if self._pending:
+        if self._pending or self.cfill:  # deltas from observe, or rows the aggregator wrote in C
             codes, counts = self._merge_pending()
             self._pending, self._pending_rows, self._merged_rows = [], 0, 0
             gcodes, gcounts = group_sum(self.cell_group[codes // NBINS] * NBINS + codes % NBINS, counts)
