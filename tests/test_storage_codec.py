@@ -5,13 +5,15 @@ count that does not match, overlong and too-wide varints, a type the table does 
 aclprofd.storage's "ACK3" chunks: read back identical, beside "ACK1"/"ACK2" chunks in one file,
 raw where encoding would not be smaller, the switch to raw chunks, one kept encoding buffer.
 
-Under .ci/sanitize_reccodec.sh the codec tests run on a build with ASan/UBSan."""
+Under .ci/sanitize_ext.sh _reccodec the codec tests run on a build with ASan/UBSan."""
 
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import json
 import os
+import shutil
 import struct
 import time
 
@@ -20,6 +22,7 @@ import pytest
 from aclprofd import storage
 from aclprofd.storage import Storage, read_segment
 from helpers import reccodec_ref
+from helpers.procs import short_tmpdir
 from helpers.records import make_records
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -28,7 +31,7 @@ from aclprof.protocol import _reccodec
 from aclprof.protocol.wire import FLAG_KEYPOINT, RECORD_DTYPE
 
 if os.environ.get("ACLPROF_RECCODEC_SANITIZED"):
-    # .ci/sanitize_reccodec.sh: the same tests on a build with ASan/UBSan
+    # .ci/sanitize_ext.sh _reccodec: the same tests on a build with ASan/UBSan
     _spec = importlib.util.spec_from_file_location("aclprof.protocol._reccodec",
                                                    os.environ["ACLPROF_RECCODEC_SANITIZED"])
     assert _spec is not None and _spec.loader is not None
@@ -46,7 +49,7 @@ def enc(raw: bytes, parts: int = 1) -> bytes:
     out = bytearray(len(raw) // REC * _reccodec.RECORD_MAX_BYTES)
     n = len(raw) // REC
     cuts = [n * i // parts * REC for i in range(parts + 1)]
-    k = _reccodec.encode_into(out, [raw[a:b] for a, b in zip(cuts, cuts[1:])])
+    k = _reccodec.encode_into(out, [raw[a:b] for a, b in itertools.pairwise(cuts)])
     assert k >= 0
     return bytes(out[:k])
 
@@ -202,7 +205,7 @@ def test_encoding_into_a_buffer_too_small_says_so():
 
 
 def test_the_codec_under_test_is_the_one_asked_for():
-    """Under .ci/sanitize_reccodec.sh every test here ran on the sanitized build."""
+    """Under .ci/sanitize_ext.sh _reccodec every test here ran on the sanitized build."""
     path = os.environ.get("ACLPROF_RECCODEC_SANITIZED")
     assert storage.encode_records is _reccodec.encode_into and storage.decode_records is _reccodec.decode
     if path:
@@ -329,7 +332,7 @@ def test_a_reload_switches_the_chunk_kind(tmp_path):
         assert not d.daemon.storage.encode
     finally:
         d.stop()
-    with pytest.raises(config.ConfigError, match="segment.format"):
+    with pytest.raises(config.ConfigError, match=r"segment.format"):
         config.load({"socket": "s", "segment_format": "zip"}, environ={})
 
 
@@ -343,3 +346,62 @@ def test_records_from_make_records_round_trip_in_a_daemon_sized_chunk(tmp_path):
         assert st.stats()["record_bytes_stored"] < len(r.tobytes()) / 4
     finally:
         st.close()
+
+
+# ---- end to end: a daemon storing at rate -------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", ["compact", "raw"])
+def test_a_daemon_stores_what_agents_sent_and_reads_it_back(tmp_path, fmt):
+    """Two agents send ~100 k records/s each for a second; the aclprofd process stores them
+    (flush every 0.2 s: several chunks per agent, encoded or raw as configured); the files
+    read back give every record exactly as sent, in order, per agent; EXPORT gives them all."""
+    names = {i: f"layer/op{i}" for i in range(10, 310)} | {i: f"Type{i}" for i in range(1, 8)}
+    sent: list[list[bytes]] = [[], []]
+    root = short_tmpdir("scodec-")
+    try:
+        stored, magics, exported = _store_at_rate(root, fmt, names, sent)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    assert b"".join(stored["h0"]) == b"".join(sent[0]) and b"".join(stored["h1"]) == b"".join(sent[1])
+    assert magics and magics <= ({b"ACK3"} if fmt == "compact" else {b"ACK2", b"ACK1"})
+    assert len(exported) == 200_000
+    first = min((e for e in exported if e["host"] == "h1"), key=lambda e: e["start"])
+    r0 = np.frombuffer(sent[1][0], RECORD_DTYPE)[0]
+    assert (first["start"], first["end"], first["duration_ns"], first["thread_id"]) == (
+        int(r0["start"]), int(r0["end"]), int(r0["duration"]), int(r0["thread_id"]))
+
+
+def _store_at_rate(root: str, fmt: str, names: dict[int, str], sent: list[list[bytes]]):
+    from helpers.daemons import Client, agent, running
+
+    from aclprof.protocol.wire import Kind
+
+    with running(root, "--segment-format", fmt) as d:
+        agents = [agent(d.socket, names=names, host=f"h{k}", service="svc") for k in range(2)]
+        t0 = time.monotonic()
+        for i in range(50):  # 50 x 2 x 2000 records over ~1 s
+            for k, a in enumerate(agents):
+                r = ops(2000, seed=i * 2 + k, threads=1 + k)
+                a.send_batch(r)
+                sent[k].append(r.tobytes())
+            time.sleep(max(0.0, t0 + (i + 1) * 0.02 - time.monotonic()))
+        for a in agents:
+            a.send_json(Kind.GOODBYE, {})
+            a.close()
+        deadline = time.monotonic() + 20
+        while d.status()["records_total"] < 200_000 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        c = Client(d.socket)
+        exported = c.export()
+        c.close()
+        assert d.stop() == 0
+        data = os.path.join(d.root, "data")
+        stored: dict[str, list[bytes]] = {"h0": [], "h1": []}
+        magics: set[bytes] = set()
+        for seg in sorted(p for p in os.listdir(data) if p.endswith(".acps")):
+            problems: list[str] = []
+            for ch in read_segment(os.path.join(data, seg), problems=problems):
+                stored[ch.meta["host"]].append(ch.records.tobytes())
+            assert problems == []
+            magics.update(chunk_magics(os.path.join(data, seg)))
+    return stored, magics, exported

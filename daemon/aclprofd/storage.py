@@ -15,9 +15,10 @@ failing write (ENOSPC, EIO) is counted and reported, never raised into the daemo
 
 Writing: one daemon per directory (an exclusive ``flock`` on ``.lock``, held until
 :meth:`Storage.close`). Each chunk is written unbuffered with ``writev`` from one kept
-encoding buffer (or straight from the received batches): a chunk is either wholly in the file or, after a failed write, cut off
-again (``ftruncate`` to where it began) and its records counted in ``records_lost``; the
-same file goes on when space returns, so a full disk creates no new files.
+encoding buffer (or straight from the received batches): a chunk is either wholly in the
+file or, after a failed write, cut off again (``ftruncate`` to where it began) and its
+records counted in ``records_lost``; the same file goes on when space returns, so a full
+disk creates no new files.
 """
 
 from __future__ import annotations
