@@ -405,3 +405,14 @@ def _store_at_rate(root: str, fmt: str, names: dict[int, str], sent: list[list[b
             assert problems == []
             magics.update(chunk_magics(os.path.join(data, seg)))
     return stored, magics, exported
+
+
+def test_a_batch_of_part_of_a_record_is_stored_as_it_came_not_raised(tmp_path):
+    """Ingest hands over whole records only; if a batch were not, the write must not raise
+    into the daemon's loop: the chunk is stored raw, as before the encoding."""
+    st = Storage(str(tmp_path))
+    try:
+        st.write("c", ID, [], [(time.time(), ops(3).tobytes() + b"\x01" * 20)])
+        assert st.write_errors == 0 and st.stats()["record_bytes_stored"] == 3 * REC + 20
+    finally:
+        st.close()

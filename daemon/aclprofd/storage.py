@@ -293,7 +293,10 @@ class Storage:
             buf = self._enc_buf = bytearray(_ENC_BUF_START)
         while True:
             view = memoryview(buf)[:min(len(buf), limit)]
-            n = encode_records(view, parts)
+            try:
+                n = encode_records(view, parts)
+            except ValueError:  # a batch of part of a record (ingest sends none): stored as it came
+                return None
             if n >= 0:
                 return view[:n]
             view.release()
