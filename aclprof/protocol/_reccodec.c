@@ -69,9 +69,9 @@ enum {
 
 #define TYPE_SLOTS 4096 /* by op_name's low bits: a model's names are dense ids */
 /* a record's most bytes: the tag, six 32-bit varints (5 bytes), four 64-bit ones (10) */
-#define REC_MAX (1 + 6 * 5 + 4 * 10)
+#define MAX_REC_BYTES (1 + 6 * 5 + 4 * 10)
 /* a record's fewest: the tag, op_name, start, end and execution_time one byte each */
-#define REC_MIN 5
+#define MIN_REC_BYTES 5
 
 typedef struct {
     uint32_t model, name, type, flag, thread, device;
@@ -113,7 +113,7 @@ static inline uint8_t *put(uint8_t *p, uint64_t v)
     return p;
 }
 
-/* One record at p (REC_MAX bytes of room); returns the end of what it wrote. */
+/* One record at p (MAX_REC_BYTES bytes of room); returns the end of what it wrote. */
 static inline uint8_t *encode_one(const uint8_t *r, uint8_t *p, State *s, TypeSlot *slots)
 {
     uint32_t model = ld32(r + AT(model_id)), name = ld32(r + AT(op_name)), type = ld32(r + AT(op_type));
@@ -210,11 +210,11 @@ static PyObject *encode_into(PyObject *self, PyObject *const *args, Py_ssize_t n
         const uint8_t *r = in.buf, *rend = r + in.len;
         Py_BEGIN_ALLOW_THREADS
         for (; r < rend; r += REC_SIZE) {
-            if (oend - o >= REC_MAX) {
+            if (oend - o >= MAX_REC_BYTES) {
                 o = encode_one(r, o, &st, slots);
                 continue;
             }
-            uint8_t tmp[REC_MAX]; /* near the end: write aside, keep it if it fits */
+            uint8_t tmp[MAX_REC_BYTES]; /* near the end: write aside, keep it if it fits */
             size_t len = (size_t)(encode_one(r, tmp, &st, slots) - tmp);
             if (len > (size_t)(oend - o)) {
                 full = 1;
@@ -375,9 +375,9 @@ static PyObject *decode(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_Format(PyExc_ValueError, "records codec: a count of %zd records", n);
         goto done;
     }
-    if (n > in.len / REC_MIN) { /* before allocating n records: a hostile count asks for anything */
+    if (n > in.len / MIN_REC_BYTES) { /* before allocating n records: a hostile count asks for anything */
         PyErr_Format(PyExc_ValueError, "records codec: %zd records need at least %d bytes each, the data is "
-                     "%zd bytes", n, REC_MIN, in.len);
+                     "%zd bytes", n, MIN_REC_BYTES, in.len);
         goto done;
     }
     res = PyBytes_FromStringAndSize(NULL, n * REC_SIZE);
@@ -444,8 +444,8 @@ PyMODINIT_FUNC PyInit__reccodec(void)
     if (m == NULL)
         return NULL;
     if (PyModule_AddIntConstant(m, "CODEC_VERSION", CODEC_VERSION) < 0 ||
-        PyModule_AddIntConstant(m, "RECORD_MAX_BYTES", REC_MAX) < 0 ||
-        PyModule_AddIntConstant(m, "RECORD_MIN_BYTES", REC_MIN) < 0) {
+        PyModule_AddIntConstant(m, "RECORD_MAX_BYTES", MAX_REC_BYTES) < 0 ||
+        PyModule_AddIntConstant(m, "RECORD_MIN_BYTES", MIN_REC_BYTES) < 0) {
         Py_DECREF(m);
         return NULL;
     }
