@@ -113,6 +113,16 @@ static inline uint8_t *put(uint8_t *p, uint64_t v)
     return p;
 }
 
+/* A 32-bit field that repeats: its tag bit, else zigzag(value - previous). */
+static inline uint8_t *same_or_delta(uint8_t *p, uint32_t v, uint32_t prev, unsigned bit, unsigned *tag)
+{
+    if (v == prev) {
+        *tag |= bit;
+        return p;
+    }
+    return put(p, zz32(v - prev));
+}
+
 /* One record at p (MAX_REC_BYTES bytes of room); returns the end of what it wrote. */
 static inline uint8_t *encode_one(const uint8_t *r, uint8_t *p, State *s, TypeSlot *slots)
 {
@@ -122,22 +132,10 @@ static inline uint8_t *encode_one(const uint8_t *r, uint8_t *p, State *s, TypeSl
     uint64_t dur = ld64(r + AT(duration)), ex = ld64(r + AT(execution_time));
     uint8_t *tagp = p++;
     unsigned tag = 0;
-    if (model == s->model)
-        tag |= T_MODEL;
-    else
-        p = put(p, zz32(model - s->model));
-    if (flag == s->flag)
-        tag |= T_FLAG;
-    else
-        p = put(p, zz32(flag - s->flag));
-    if (thread == s->thread)
-        tag |= T_THREAD;
-    else
-        p = put(p, zz32(thread - s->thread));
-    if (device == s->device)
-        tag |= T_DEVICE;
-    else
-        p = put(p, zz32(device - s->device));
+    p = same_or_delta(p, model, s->model, T_MODEL, &tag);
+    p = same_or_delta(p, flag, s->flag, T_FLAG, &tag);
+    p = same_or_delta(p, thread, s->thread, T_THREAD, &tag);
+    p = same_or_delta(p, device, s->device, T_DEVICE, &tag);
     p = put(p, zz32(name - s->name));
     TypeSlot *slot = &slots[name & (TYPE_SLOTS - 1)];
     if (slot->key == (uint64_t)name + 1 && slot->type == type) {
