@@ -234,7 +234,8 @@ def test_slow_stream_client_does_not_slow_ingestion():
 def test_disk_cap_rotates_and_export_still_works():
     with InProcess(segment_bytes="64KiB", disk_bytes="256KiB", flush_interval_s="0.05") as d:
         a = agent(d.socket)
-        batches, size = 40, 500  # 40 x 28 KB = 1.1 MB through a 256 KiB cap
+        # 40 x 280 KB = 11 MB of records, ~1.2 MB stored encoded, through a 256 KiB cap
+        batches, size = 40, 5000
         for i in range(batches):
             a.send_batch(make_records(size, durations=1000 + i))
             if i % 5 == 0:

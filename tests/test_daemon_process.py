@@ -82,7 +82,7 @@ def test_kill_9_then_restart_keeps_flushed_data(tmp):
     with running(tmp) as d:  # flush interval 0.2 s
         a = agent(d.socket)
         a.send_batch(make_records(2000))
-        wait_for(lambda: status(d.socket)["storage"]["bytes"] >= 2000 * 56, what="flush")
+        wait_for(lambda: status(d.socket)["storage"]["record_bytes_in"] >= 2000 * 56, what="flush")
         d.proc.kill()
         d.proc.wait(10)
         assert os.path.exists(d.socket)  # left behind: the next daemon must clean it

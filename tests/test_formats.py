@@ -18,6 +18,7 @@ import zlib
 
 import numpy as np
 import pytest
+from helpers import reccodec_ref
 
 from aclprof.protocol import wire
 
@@ -105,10 +106,11 @@ def _records(n: int, start: int = 10_000) -> bytes:
     return b"".join(_RECORD.pack(1, 5, 6, 0, 9, 0, start + i * 100, start + i * 100 + 40, 40, 0) for i in range(n))
 
 
-def test_segment_written_by_the_daemon_matches_the_document(tmp_path):
+@pytest.mark.parametrize("encode", [True, False])
+def test_segment_written_by_the_daemon_matches_the_document(tmp_path, encode):
     from aclprofd.storage import Storage
 
-    st = Storage(str(tmp_path))
+    st = Storage(str(tmp_path), encode=encode)
     ts = time.time()
     identity = {"host": "h", "pid": 42, "service": "svc", "labels": {"k": "v"}}
     st.write("c1", identity, [(5, "conv"), (6, "Conv2D")], [(ts, _records(3)), (ts + 1, _records(2, 50_000))])
@@ -122,11 +124,17 @@ def test_segment_written_by_the_daemon_matches_the_document(tmp_path):
     assert abs(created - ts) < 60
     cmagic, mlen, dlen, crc = _CHUNK_HEADER.unpack_from(data, hsize)
     from aclprof.protocol._batchgroup import crc32c_fast
-    assert cmagic == (b"ACK2" if crc32c_fast() else b"ACK1")  # CRC-32C where the CPU computes it
+    if encode:  # records encoded (the default), CRC-32C on every host
+        assert cmagic == b"ACK3"
+    else:
+        assert cmagic == (b"ACK2" if crc32c_fast() else b"ACK1")  # CRC-32C where the CPU computes it
     meta_bytes = data[hsize + 16:hsize + 16 + mlen]
     body = data[hsize + 16 + mlen:hsize + 16 + mlen + dlen]
     assert crc == _chunk_crc(cmagic, meta_bytes + body)
-    assert body == _records(3) + _records(2, 50_000)
+    want = _records(3) + _records(2, 50_000)
+    # decoded as daemon/README.md "Encoded records" describes them (tests/helpers/reccodec_ref.py)
+    assert (reccodec_ref.decode(body, 5) if encode else body) == want
+    assert not encode or dlen < len(want) / 3
     meta = json.loads(meta_bytes)
     assert meta["host"] == "h" and meta["pid"] == 42 and meta["service"] == "svc" and meta["labels"] == {"k": "v"}
     assert meta["conn"] == "c1"
@@ -142,6 +150,8 @@ def _hand_segment(chunks: list[tuple[dict, bytes]], pid: int = 7, magics: tuple[
     for i, (meta, body) in enumerate(chunks):
         mb = json.dumps(meta).encode()
         magic = magics[i % len(magics)]
+        if magic == b"ACK3":  # the records encoded, as the document describes
+            body = reccodec_ref.encode(body)
         out.write(_CHUNK_HEADER.pack(magic, len(mb), len(body), _chunk_crc(magic, mb + body)))
         out.write(mb + body)
     return out.getvalue()
@@ -152,7 +162,8 @@ def _meta(names: dict, batches: list) -> dict:
             "batches": batches, "ts_first": batches[0][1], "ts_last": batches[-1][1]}
 
 
-@pytest.mark.parametrize("magics", [(b"ACK1",), (b"ACK2",), (b"ACK2", b"ACK1")])
+@pytest.mark.parametrize("magics", [(b"ACK1",), (b"ACK2",), (b"ACK2", b"ACK1"), (b"ACK3",), (b"ACK3", b"ACK1"),
+                                    (b"ACK2", b"ACK3")])
 def test_segment_built_from_the_document_is_read_back(tmp_path, magics):
     from aclprofd.storage import read_segment
 
@@ -168,7 +179,7 @@ def test_segment_built_from_the_document_is_read_back(tmp_path, magics):
     assert chunks[1].ts.tolist() == [101.0]
 
 
-@pytest.mark.parametrize("magic", [b"ACK1", b"ACK2"])
+@pytest.mark.parametrize("magic", [b"ACK1", b"ACK2", b"ACK3"])
 def test_segment_reader_stops_at_a_bad_crc(tmp_path, magic):
     from aclprofd.storage import read_segment
 

@@ -1,6 +1,8 @@
 """aclprofd.storage piece by piece (issue 13: mutants of storage.py that the daemon unit and
 format tests let survive: where a segment ends, which names a chunk repeats, the time-range
-filter's boundaries, the caps' counters, reopening a directory, torn and corrupt tails)."""
+filter's boundaries, the caps' counters, reopening a directory, torn and corrupt tails).
+Where a test's arithmetic is in raw record bytes (segment and disk caps), its store writes raw
+chunks (``encode=False``); the encoded chunks' sizing has cases of its own (test_storage_codec.py)."""
 
 from __future__ import annotations
 
@@ -48,7 +50,7 @@ def test_first_segment_name_header_and_chunk(tmp_path):
 
 
 def test_names_are_written_once_per_segment_and_connection(tmp_path):
-    st = Storage(str(tmp_path), segment_bytes=1 << 20)
+    st = Storage(str(tmp_path), segment_bytes=1 << 20, encode=False)
     names = [(1, "a")]
     st.write("c1", ID, names, [(1.0, batch(1))])
     names.append((2, "b"))
@@ -62,7 +64,7 @@ def test_names_are_written_once_per_segment_and_connection(tmp_path):
 
 
 def test_a_segment_ends_near_segment_bytes(tmp_path):
-    st = Storage(str(tmp_path), segment_bytes=4096)
+    st = Storage(str(tmp_path), segment_bytes=4096, encode=False)
     for i in range(20):
         st.write("c1", ID, [(1, "a")], [(T0 + i, batch(10))])  # 560 bytes of records each
     st.close()
@@ -80,7 +82,7 @@ def test_a_segment_ends_near_segment_bytes(tmp_path):
 
 
 def test_one_write_is_split_over_segments(tmp_path):
-    st = Storage(str(tmp_path), segment_bytes=2048)
+    st = Storage(str(tmp_path), segment_bytes=2048, encode=False)
     st.write("c1", ID, [], [(T0 + i, batch(10)) for i in range(8)])
     st.close()
     assert len(segments(tmp_path)) >= 3
@@ -121,7 +123,7 @@ def test_reopening_continues_the_numbering_and_reads_back(tmp_path):
 
 
 def test_disk_cap_deletes_oldest_and_counts(tmp_path):
-    st = Storage(str(tmp_path), segment_bytes=2048, disk_bytes=5000)
+    st = Storage(str(tmp_path), segment_bytes=2048, disk_bytes=5000, encode=False)
     for _ in range(12):
         st.write("c1", ID, [], [(time.time(), batch(10))])
     st.flush()
@@ -134,7 +136,7 @@ def test_disk_cap_deletes_oldest_and_counts(tmp_path):
 
 
 def test_age_cap_deletes_without_counting_as_cap(tmp_path):
-    st = Storage(str(tmp_path), segment_bytes=1024, max_age_s=100)
+    st = Storage(str(tmp_path), segment_bytes=1024, max_age_s=100, encode=False)
     now = time.time()  # not T0: the suite may have run for more than max_age_s since import
     st.write("c1", ID, [], [(now, batch(10))])
     st.write("c1", ID, [], [(now + 1, batch(10))])  # a second segment
@@ -245,7 +247,7 @@ def test_two_connections_keep_their_own_names_in_one_segment(tmp_path):
 
 
 def several_segments(tmp_path, n: int = 4, **kw) -> Storage:
-    st = Storage(str(tmp_path), segment_bytes=1024, **kw)
+    st = Storage(str(tmp_path), segment_bytes=1024, **kw, encode=False)
     for i in range(n):
         st.write("c1", ID, [], [(T0 + i, batch(10))])  # 560 bytes: one segment each
     st.flush()
@@ -306,7 +308,7 @@ def test_failures_are_counted_each_with_their_message(tmp_path, monkeypatch):
     st.close()
 
 def test_split_chunks_keep_their_connection(tmp_path):
-    st = Storage(str(tmp_path), segment_bytes=2048)
+    st = Storage(str(tmp_path), segment_bytes=2048, encode=False)
     st.write("c1", ID, [(1, "a")], [(T0 + i, batch(10)) for i in range(8)])
     st.close()
     chunks = list(Storage(str(tmp_path)).read())

@@ -3,7 +3,9 @@ reason), the reader's problems, the names a chunk states when the table is large
 (STATE_USED_ONLY), the files a reader on another thread gets, STATUS fields, the data
 directory's lock. Written against the survivors of the mutation run of 2026-12-02 night
 (tests/bench/MUTATION.md). Segment files are built from the documented format
-(daemon/README.md "Segment files"), as test_formats.py does."""
+(daemon/README.md "Segment files"), as test_formats.py does. Tests whose arithmetic is in raw
+record bytes (where a segment ends) write raw chunks (``encode=False``): the writer's sizing is
+the same for both kinds, and the encoded kind has its own cases here."""
 
 from __future__ import annotations
 
@@ -201,7 +203,7 @@ def test_below_state_used_only_the_whole_table_goes_once(tmp_path):
 # ---- what other threads and STATUS read -------------------------------------------------------
 
 def test_files_gives_the_segments_that_may_hold_a_time_range(tmp_path):
-    st = Storage(str(tmp_path), segment_bytes=4096)
+    st = Storage(str(tmp_path), segment_bytes=4096, encode=False)
     try:
         base = time.time() - 60  # (recent: older segments would go to the age cap)
         for t in range(8):
@@ -294,7 +296,7 @@ def test_closing_releases_the_directory_and_a_second_close_is_harmless(tmp_path)
 def test_names_in_the_way_of_new_segments_are_skipped_and_counted(tmp_path):
     for seq in (1, 2, 4):  # directories where the writer's next segments would go
         os.mkdir(tmp_path / f"seg-{seq:08d}.acps")
-    st = Storage(str(tmp_path), segment_bytes=4096)
+    st = Storage(str(tmp_path), segment_bytes=4096, encode=False)
     try:
         base = time.time() - 60
         for t in range(6):
@@ -335,7 +337,7 @@ def test_a_write_split_over_chunks_states_the_used_names_in_each(tmp_path, monke
     monkeypatch.setattr(storage, "STATE_USED_ONLY", 10)
     table = {1: "Conv2D", 2: "MatMul", 3: "conv1", 4: "fc1", 9: "unused_long_name"}
     n = 4096 // RECORD_DTYPE.itemsize // 2 + 1  # two batches of n records overflow a 4 KiB segment
-    st = Storage(str(tmp_path), segment_bytes=4096)
+    st = Storage(str(tmp_path), segment_bytes=4096, encode=False)
     try:
         t = time.time()
         st.write("c", {"host": "h", "pid": 1}, list(table.items()),
@@ -361,7 +363,7 @@ def test_a_chunk_written_a_few_bytes_at_a_time_lands_whole(tmp_path, monkeypatch
 
     st = Storage(str(tmp_path))
     try:
-        recs = make_records(20)
+        recs = make_records(200)  # > 500 bytes encoded
         monkeypatch.setattr(storage.os, "writev", partial)
         st.write("c", {"host": "h", "pid": 1}, [(3, "conv1")], [(time.time(), recs.tobytes())])
         monkeypatch.setattr(storage.os, "writev", real)
@@ -482,7 +484,7 @@ def test_a_write_without_the_table_after_used_only_chunks_states_the_names_not_s
 
 
 def test_a_segment_deleted_while_a_read_is_under_way_is_passed_over(tmp_path):
-    st = Storage(str(tmp_path), segment_bytes=4096)
+    st = Storage(str(tmp_path), segment_bytes=4096, encode=False)
     try:
         t = time.time() - 60
         n = 4096 // RECORD_DTYPE.itemsize - 4  # one chunk a segment
@@ -504,7 +506,7 @@ def test_a_batch_that_fills_the_segment_exactly_stays_in_it(tmp_path):
     """Batches of a write go to the current segment while they fit in segment_bytes, the
     last one exactly."""
     b = make_records(10).tobytes()
-    st = Storage(str(tmp_path), segment_bytes=FILE_HEADER.size + 2 * len(b))
+    st = Storage(str(tmp_path), segment_bytes=FILE_HEADER.size + 2 * len(b), encode=False)
     try:
         t = time.time()
         st.write("c", {"host": "h"}, [], [(t, b), (t, b)])  # 32 + 2 batches: exactly segment_bytes
@@ -514,16 +516,21 @@ def test_a_batch_that_fills_the_segment_exactly_stays_in_it(tmp_path):
         st.close()
 
 
-def test_a_chunk_whose_data_ends_exactly_at_segment_bytes_joins_the_current_segment(tmp_path):
+@pytest.mark.parametrize("encode", [False, True])
+def test_a_chunk_whose_data_ends_exactly_at_segment_bytes_joins_the_current_segment(tmp_path, encode):
+    """The rotation compares the bytes the chunk's records take in the file: encoded, their
+    encoded length (the raw one would close segments early)."""
     b = make_records(10).tobytes()
     t = float(int(time.time()))  # the same time in every chunk: metadata of the same length
-    st0 = Storage(str(tmp_path / "probe"))
+    st0 = Storage(str(tmp_path / "probe"), encode=encode)
     try:
         st0.write("c", {"host": "h"}, [], [(t, b)])
         first = st0.files()[0][1]  # header and one chunk
+        stored = st0.stats()["record_bytes_stored"]
     finally:
         st0.close()
-    st = Storage(str(tmp_path / "d"), segment_bytes=first + len(b))
+    assert (stored < len(b)) == encode and st0.stats()["record_bytes_in"] == len(b)
+    st = Storage(str(tmp_path / "d"), segment_bytes=first + stored, encode=encode)
     try:
         st.write("c", {"host": "h"}, [], [(t, b)])
         st.write("c", {"host": "h"}, [], [(t, b)])  # size so far + its data == segment_bytes: no rotation

@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from aclprof.protocol import _jsonl
 
 if os.environ.get("ACLPROF_JSONL_SANITIZED"):
-    # .ci/sanitize_jsonl.sh: the same tests on a build with ASan/UBSan
+    # .ci/sanitize_ext.sh _jsonl: the same tests on a build with ASan/UBSan
     _spec = importlib.util.spec_from_file_location("aclprof.protocol._jsonl", os.environ["ACLPROF_JSONL_SANITIZED"])
     assert _spec is not None and _spec.loader is not None
     _jsonl = importlib.util.module_from_spec(_spec)
@@ -293,7 +293,7 @@ def test_lines_into_a_buffer_too_small_for_a_line_is_an_error():
 
 
 def test_the_encoder_under_test_is_the_one_asked_for():
-    """Under .ci/sanitize_jsonl.sh every test above ran on the sanitized build."""
+    """Under .ci/sanitize_ext.sh _jsonl every test above ran on the sanitized build."""
     path = os.environ.get("ACLPROF_JSONL_SANITIZED")
     assert aclprofd.records._encode_frames is _jsonl.encode_frames
     if path:

@@ -94,8 +94,8 @@ def test_full_disk_counts_every_lost_record_and_creates_no_files():
         assert d.proc is not None
         n1 = 20 * BATCH
         _send(d.socket, n1)
-        wait_for(lambda: status(d.socket)["storage"]["bytes"] > n1 * RECORD_DTYPE.itemsize,
-                 what="first records on disk")
+        wait_for(lambda: status(d.socket)["storage"]["record_bytes_in"] >= n1 * RECORD_DTYPE.itemsize,
+                 what="first records on disk")  # stored encoded: fewer bytes in the file
         time.sleep(0.5)
         [seg] = _segments(d.data_dir)
         limit = os.path.getsize(os.path.join(d.data_dir, seg))
@@ -163,8 +163,8 @@ def test_full_disk_is_logged_once_and_an_export_of_the_lost_period_says_so():
         assert d.proc is not None
         n1 = 10 * BATCH
         _send(d.socket, n1)
-        wait_for(lambda: status(d.socket)["storage"]["bytes"] > n1 * RECORD_DTYPE.itemsize,
-                 what="first records on disk")
+        wait_for(lambda: status(d.socket)["storage"]["record_bytes_in"] >= n1 * RECORD_DTYPE.itemsize,
+                 what="first records on disk")  # stored encoded: fewer bytes in the file
         [seg] = _segments(d.data_dir)
         soft, hard = resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE)
         resource.prlimit(d.proc.pid, resource.RLIMIT_FSIZE, (os.path.getsize(os.path.join(d.data_dir, seg)), hard))

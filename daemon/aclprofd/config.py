@@ -194,6 +194,9 @@ class Settings:
     segment_bytes: int = 64 << 20
     disk_bytes: int = 1 << 30
     max_age_s: float = 7 * 86400.0
+    #: "compact": records stored encoded ("ACK3" chunks, ~1/7 of the bytes); "raw": as
+    #: received, readable by an aclprof older than the encoding (a downgrade)
+    segment_format: str = "compact"
     flush_interval_s: float = 1.0
     prometheus_host: str = "127.0.0.1"
     prometheus_port: int = 9464
@@ -275,6 +278,10 @@ OPTIONS: tuple[Option, ...] = (
            "delete the oldest segments beyond this total (default 1GiB)"),
     Option("max_age_s", "max_age", "ACLPROFD_MAX_AGE", "--max-age", parse_duration, True,
            "delete segments older than this (default 7d)"),
+    Option("segment_format", "segment_format", "ACLPROFD_SEGMENT_FORMAT", "--segment-format",
+           _parse_choice("compact", "raw"), True,
+           "compact (records encoded, ~7x smaller) or raw (as received: for a downgrade to an aclprof "
+           "that reads only those; default compact)"),
     Option("flush_interval_s", "flush_interval", "ACLPROFD_FLUSH_INTERVAL", "--flush-interval", parse_duration, True,
            "write received records to disk this often; kill -9 loses at most this much (default 1s)"),
     Option("prometheus_host", "prometheus_host", "ACLPROFD_PROMETHEUS_HOST", "--prometheus-host", str, False,

@@ -85,6 +85,7 @@ def apply_reload(d: ReloadTarget, reload: Callable[[], Settings] | None) -> None
         d.storage.segment_bytes = applied.segment_bytes
         d.storage.disk_bytes = applied.disk_bytes
         d.storage.max_age_s = d.storage.losses.max_age_s = applied.max_age_s
+        d.storage.encode = applied.segment_format == "compact"
     if d.metrics is not None:
         d.metrics.by_name = applied.prometheus_op_name
     d.aggregator.prom_by_name = applied.prometheus_op_name

@@ -5,17 +5,20 @@ one agent connection sent during one flush interval, with that connection's iden
 names its records use that this segment has not defined yet for it (so every segment can
 be read on its own after older ones are deleted), and the receive time of each batch.
 Each chunk carries a CRC-32 so that a torn tail (``kill -9`` during a write, a full disk)
-ends the reading of that file cleanly.
+ends the reading of that file cleanly. Its records are stored encoded (``ACK3``: the C codec
+of :mod:`aclprof.protocol._reccodec`, ~7 bytes a record where the wire's are 56; issue 21) or,
+where that would not be smaller or ``encode`` is off, as they came (``ACK1``/``ACK2``).
 
 Caps: a segment is closed once it reaches ``segment_bytes``; the oldest segments are
 deleted while the total exceeds ``disk_bytes`` or they are older than ``max_age_s``. A
 failing write (ENOSPC, EIO) is counted and reported, never raised into the daemon's loop.
 
 Writing: one daemon per directory (an exclusive ``flock`` on ``.lock``, held until
-:meth:`Storage.close`). Each chunk is written unbuffered with ``writev`` straight from the
-received batches: a chunk is either wholly in the file or, after a failed write, cut off
-again (``ftruncate`` to where it began) and its records counted in ``records_lost``; the
-same file goes on when space returns, so a full disk creates no new files.
+:meth:`Storage.close`). Each chunk is written unbuffered with ``writev`` from one kept
+encoding buffer (or straight from the received batches): a chunk is either wholly in the
+file or, after a failed write, cut off again (``ftruncate`` to where it began) and its
+records counted in ``records_lost``; the same file goes on when space returns, so a full
+disk creates no new files.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ import numpy as np
 import structlog
 
 from aclprof.protocol._batchgroup import crc32c, crc32c_fast
+from aclprof.protocol._reccodec import decode as decode_records
+from aclprof.protocol._reccodec import encode_into as encode_records
 from aclprof.protocol.wire import RECORD_DTYPE
 
 from .atomicfile import FILE_MODE, DirAccess, create_file, private_dir
@@ -52,6 +57,11 @@ _FILE_HEADER = struct.Struct("<8sHHIdII")  # magic, version, reserved, header si
 #: 21); readers take both, so older files and other hosts' stay readable
 _CHUNK_MAGIC = b"ACK1"
 _CHUNK_MAGIC_C = b"ACK2"
+#: "ACK3": CRC-32C, and the data is the records encoded by aclprof.protocol._reccodec (codec
+#: version 1), as many as the metadata's batches count. An older reader stops at this magic
+#: (its "bad chunk magic"), as readers before "ACK2" stopped at that one.
+_CHUNK_MAGIC_ENC = b"ACK3"
+_CHUNK_MAGICS = (_CHUNK_MAGIC, _CHUNK_MAGIC_C, _CHUNK_MAGIC_ENC)
 _CHUNK_HEADER = struct.Struct("<4sIII")  # magic, meta length, data length, CRC (of the magic's kind)
 _NAME_RE = re.compile(r"^seg-(\d{8,})\.acps$")
 _log = structlog.get_logger("aclprofd")
@@ -59,6 +69,10 @@ _AT_CAP_S = 600.0  # a deletion for the cap keeps at_cap true this long (segment
 LOCK_FILE = ".lock"
 _IOV_MAX = 1024  # buffers per writev (Linux's IOV_MAX; more is EINVAL)
 _NAME_TRIES = 1000  # names in the way of a new segment skipped before giving up for this write
+#: the encoding buffer's first size; it doubles (up to a chunk's raw size) when a chunk's
+#: encoding does not fit, and is kept: a new multi-MB buffer per chunk would be fresh pages
+#: to fault in at every flush, the cost this encoding is there to cut
+_ENC_BUF_START = 256 << 10
 
 
 class DataDirLocked(OSError):
@@ -103,8 +117,12 @@ class Storage:
     """Writer and reader of the segment directory. Used from the daemon's loop thread only."""
 
     def __init__(self, directory: str, segment_bytes: int = 64 << 20, disk_bytes: int = 1 << 30,
-                 max_age_s: float = 7 * 86400.0):
+                 max_age_s: float = 7 * 86400.0, encode: bool = True):
         self.dir = directory
+        #: store records encoded ("ACK3"); False: as they came ("ACK1"/"ACK2"), which an
+        #: aclprof older than the encoding reads (config ``segment_format = "raw"``)
+        self.encode = encode
+        self._enc_buf = bytearray()
         self.segment_bytes = int(segment_bytes)
         self.disk_bytes = int(disk_bytes)
         self.max_age_s = float(max_age_s)
@@ -141,6 +159,8 @@ class Storage:
         self.corrupt_chunks = 0  # damaged chunks met while reading (the rest of that file is skipped)
         self.last_read_problem: str | None = None
         self.names_skipped = 0  # segment names that something else already had
+        self.record_bytes_in = 0  # record bytes of the chunks written, as received ...
+        self.record_bytes_stored = 0  # ... and as stored (encoded or not)
         self.losses = StorageLosses(directory, self.max_age_s)  # which records failed writes lost (when, whose)
 
     # ---- writing ------------------------------------------------------------------------
@@ -193,22 +213,24 @@ class Storage:
         size = 0
         for ts, b in batches:
             used = self._current.size if self._current is not None else _FILE_HEADER.size
-            if group and used + size + len(b) > self.segment_bytes:
+            if group and used + size + _nbytes(b) > self.segment_bytes:
                 self._write_chunk(conn_id, identity, names, group, table)
                 group, size = [], 0
             group.append((ts, b))
-            size += len(b)
+            size += _nbytes(b)
         if group:
             self._write_chunk(conn_id, identity, names, group, table)
 
     def _write_chunk(self, conn_id: str, identity: dict[str, Any], names: list[tuple[int, str]],
                      batches: list[tuple[float, bytes]], table: dict[int, str] | None = None) -> None:
         now = time.time()
-        data_len = sum(len(b) for _, b in batches)
+        data_len = sum(_nbytes(b) for _, b in batches)
+        encoded = self._encode(batches, data_len) if self.encode else None
+        stored_len = data_len if encoded is None else encoded.nbytes
         try:
             cur = self._current
             if self._fd is None or (cur is not None and cur.size > _FILE_HEADER.size
-                                    and cur.size + data_len > self.segment_bytes):
+                                    and cur.size + stored_len > self.segment_bytes):
                 self._close_segment()
                 self._open_segment(now)
                 self.enforce_caps(now)  # at every rotation, not only at the flush tick: the
@@ -229,21 +251,27 @@ class Storage:
             elif st.stated:
                 delta = [(i, n) for i, n in delta if i not in st.stated]
             meta = dict(identity, conn=conn_id, names={str(i): s for i, s in delta},
-                        batches=[[len(b) // RECORD_DTYPE.itemsize, ts] for ts, b in batches],
+                        batches=[[_nbytes(b) // RECORD_DTYPE.itemsize, ts] for ts, b in batches],
                         ts_first=batches[0][0], ts_last=batches[-1][0])
             mb = json.dumps(meta, separators=(",", ":")).encode()
-            crc_of, magic = (crc32c, _CHUNK_MAGIC_C) if self.crc32c else (zlib.crc32, _CHUNK_MAGIC)
-            crc = crc_of(mb)
-            for _, b in batches:
-                crc = crc_of(b, crc)
-            self._append([_CHUNK_HEADER.pack(magic, len(mb), data_len, crc), mb, *(b for _, b in batches)])
+            if encoded is not None:  # CRC-32C in any case: ~1/8 of the bytes, table or instruction
+                crc = crc32c(encoded, crc32c(mb))
+                self._append([_CHUNK_HEADER.pack(_CHUNK_MAGIC_ENC, len(mb), stored_len, crc), mb, encoded])
+            else:
+                crc_of, magic = (crc32c, _CHUNK_MAGIC_C) if self.crc32c else (zlib.crc32, _CHUNK_MAGIC)
+                crc = crc_of(mb)
+                for _, b in batches:
+                    crc = crc_of(b, crc)
+                self._append([_CHUNK_HEADER.pack(magic, len(mb), data_len, crc), mb, *(b for _, b in batches)])
             if used_only:
                 st.stated.update(i for i, _ in delta)
             else:
                 st.names_written = len(names)
                 st.stated.clear()
-            self._current.size += _CHUNK_HEADER.size + len(mb) + data_len
+            self._current.size += _CHUNK_HEADER.size + len(mb) + stored_len
             self._current.last_ts = batches[-1][0]
+            self.record_bytes_in += data_len
+            self.record_bytes_stored += stored_len
         except OSError as exc:
             n = data_len // RECORD_DTYPE.itemsize
             self.records_lost += n
@@ -253,7 +281,30 @@ class Storage:
             return
         self.losses.ok(now)
 
-    def _append(self, parts: list[bytes]) -> None:
+    def _encode(self, batches: list[tuple[float, bytes]], data_len: int) -> memoryview | None:
+        """The chunk's records encoded, in the kept buffer; None where that is not smaller
+        than ``data_len`` (the raw chunk is written then). Valid until the next call."""
+        limit = data_len - 1
+        if limit <= 0:
+            return None
+        parts = [b for _, b in batches]
+        buf = self._enc_buf
+        if not buf:
+            buf = self._enc_buf = bytearray(_ENC_BUF_START)
+        while True:
+            view = memoryview(buf)[:min(len(buf), limit)]
+            try:
+                n = encode_records(view, parts)
+            except ValueError:  # a batch of part of a record (ingest sends none): stored as it came
+                return None
+            if n >= 0:
+                return view[:n]
+            view.release()
+            if len(buf) >= limit:
+                return None  # encoded, the records would not be smaller: stored raw
+            buf = self._enc_buf = bytearray(min(limit, 2 * len(buf)))  # a new one: the old is free
+
+    def _append(self, parts: list[Any]) -> None:
         """Write one whole chunk at the end of the current segment, or nothing: after a
         failed or short write the file is cut back to where the chunk began, so the same
         file goes on (no new file per failure) and the reader never meets half a chunk.
@@ -332,6 +383,7 @@ class Storage:
 
     def stats(self) -> dict[str, Any]:
         return {"dir": self.dir, "bytes": self.bytes, "segments": len(self._segments),
+                "record_bytes_in": self.record_bytes_in, "record_bytes_stored": self.record_bytes_stored,
                 "oldest_ts": self._segments[0].first_ts if self._segments else None,
                 "disk_cap_bytes": self.disk_bytes, "write_errors": self.write_errors,
                 "deleted_for_cap": self.deleted_for_cap, "at_cap": self.at_cap,
@@ -423,7 +475,13 @@ def _lock_dir(directory: str) -> int:
     return fd
 
 
-def _write_all(fd: int, parts: list[bytes]) -> None:
+def _nbytes(b: Any) -> int:
+    """Bytes of a batch: bytes or any buffer (a memoryview of a kept buffer, whatever its
+    format: len() would count its items)."""
+    return len(b) if type(b) is bytes else memoryview(b).nbytes
+
+
+def _write_all(fd: int, parts: list[Any]) -> None:
     """``writev`` until every byte of ``parts`` is written (a short write continues)."""
     views = [memoryview(p).cast("B") for p in parts if len(p)]
     while views:
@@ -465,14 +523,14 @@ def read_segment(path: str, since_ts: float | None = None, until_ts: float | Non
             if len(h) < _CHUNK_HEADER.size:
                 return  # torn tail
             magic, mlen, dlen, crc = _CHUNK_HEADER.unpack(h)
-            if magic not in (_CHUNK_MAGIC, _CHUNK_MAGIC_C):
+            if magic not in _CHUNK_MAGICS:
                 return bad("bad chunk magic")
             nxt = pos + _CHUNK_HEADER.size + mlen + dlen
             if nxt > size:
                 return  # torn tail (or lengths that point past the file: never read them)
             mb = f.read(mlen)
             data = f.read(dlen)
-            crc_of = zlib.crc32 if magic == _CHUNK_MAGIC else crc32c
+            crc_of = zlib.crc32 if magic == _CHUNK_MAGIC else crc32c  # "ACK2" and "ACK3": CRC-32C
             if crc_of(data, crc_of(mb)) != crc:
                 return bad("CRC mismatch")
             try:
@@ -482,13 +540,21 @@ def read_segment(path: str, since_ts: float | None = None, until_ts: float | Non
             why = _valid_meta(meta)
             if why is not None:
                 return bad(why)
-            if dlen % RECORD_DTYPE.itemsize or sum(c for c, _ in meta["batches"]) * RECORD_DTYPE.itemsize != dlen:
+            count = sum(c for c, _ in meta["batches"])
+            encoded = magic == _CHUNK_MAGIC_ENC
+            if not encoded and (dlen % RECORD_DTYPE.itemsize or count * RECORD_DTYPE.itemsize != dlen):
                 return bad("record count does not match the data")
+            outside = ((since_ts is not None and meta["ts_last"] < since_ts)
+                       or (until_ts is not None and meta["ts_first"] > until_ts))
+            if encoded and not outside:  # decoded only when read (a chunk outside is skipped unread)
+                try:  # checked to the last byte: the count, every varint, nothing left over
+                    data = decode_records(data, count)
+                except ValueError as exc:
+                    return bad(str(exc))
             conn_names = names.setdefault(meta.get("conn", ""), {})
             conn_names.update((int(k), v) for k, v in meta.get("names", {}).items())
             pos = nxt
-            if ((since_ts is not None and meta["ts_last"] < since_ts)
-                    or (until_ts is not None and meta["ts_first"] > until_ts)):
+            if outside:
                 continue
             records = np.frombuffer(data, dtype=RECORD_DTYPE)
             counts = [c for c, _ in meta["batches"]]

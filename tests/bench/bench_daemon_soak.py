@@ -298,7 +298,9 @@ def _segments(data_dir: str) -> list[str]:
 def _attack_corrupt_metadata(path: str, data_dir: str) -> str:
     """In a closed segment, rewrite one hostile agent's chunk metadata to a JSON list of the
     same length with a matching CRC (valid JSON, valid CRC, wrong shape), then EXPORT all."""
-    from aclprofd.storage import _CHUNK_HEADER, _FILE_HEADER
+    from aclprofd.storage import _CHUNK_HEADER, _CHUNK_MAGICS, _FILE_HEADER
+
+    from aclprof.protocol._batchgroup import crc32c
     done = "no hostile chunk found"
     for seg in _segments(data_dir)[:-1]:
         try:
@@ -309,11 +311,12 @@ def _attack_corrupt_metadata(path: str, data_dir: str) -> str:
                     magic, mlen, dlen, _ = _CHUNK_HEADER.unpack(buf[pos:pos + _CHUNK_HEADER.size])
                     mb = buf[pos + _CHUNK_HEADER.size:pos + _CHUNK_HEADER.size + mlen]
                     data = buf[pos + _CHUNK_HEADER.size + mlen:pos + _CHUNK_HEADER.size + mlen + dlen]
-                    if magic != b"ACK1" or len(data) < dlen:
+                    if magic not in _CHUNK_MAGICS or len(data) < dlen:
                         break
                     if b'"service":"good' not in mb and b'"service": "good' not in mb:
                         bad = b"[" + b" " * (mlen - 2) + b"]"
-                        crc = zlib.crc32(data, zlib.crc32(bad))
+                        crc_of = zlib.crc32 if magic == b"ACK1" else crc32c  # "ACK2"/"ACK3": CRC-32C
+                        crc = crc_of(data, crc_of(bad))
                         f.seek(pos)
                         f.write(_CHUNK_HEADER.pack(magic, mlen, dlen, crc) + bad)
                         done = "corrupted"
