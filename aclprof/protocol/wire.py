@@ -324,8 +324,9 @@ class FrameReader:
     arrived in pieces (that frame's bytes are copied once, into a buffer of its own). The
     reader never writes to a buffer once it has handed out a view of it, so a payload
     stays valid as long as it is referenced; ``data`` must not be modified while views of
-    it are alive (``socket.recv`` returns a fresh ``bytes`` each time). Consumers that keep
-    a payload beyond handling it for long (storage, streams) copy it once (``bytes(view)``).
+    it are alive (``socket.recv`` returns a fresh ``bytes`` each time; the daemon reads into
+    buffers it rewrites only once nothing references them, aclprofd.keepbuf). Consumers that
+    keep a payload beyond handling it for long (storage, streams) copy it once.
     """
 
     def __init__(self, max_payload: int = MAX_PAYLOAD, *, ignore_unknown: bool = False):

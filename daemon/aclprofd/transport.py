@@ -38,6 +38,7 @@ from aclprof.protocol.wire import Kind, ProtocolError, encode_json
 
 from .conn import Conn
 from .connlimits import ConnLimits
+from .keepbuf import RecvBuffers
 from .memory import UNREAD_REPLIES, Memory
 from .ratelimit import LogLimiter
 from .replyfit import cut_text
@@ -118,12 +119,13 @@ class Transport:
         # that closed before reading its reply (``aclprof status --timeout 0``, a Ctrl-C).
         # Not a protocol error: nothing was sent that breaks the protocol.
         self.peer_gone = 0
-        # recv_into one buffer, then an exact-size copy: recv(1 MiB) allocated a fresh 1 MiB
-        # object per call that glibc mmap'd and page-faulted each time (~120 us per 100-400 KB
-        # read, ~14 us this way); the copy is a fresh bytes, so the frame reader's views of
-        # it stay valid as long as they are referenced
-        self._rbuf = bytearray(_RECV)
-        self._rview = memoryview(self._rbuf)
+        # recv_into a buffer nothing references, fed to the frame reader as it is: recv(1 MiB)
+        # allocated a fresh 1 MiB object per call that glibc mmap'd and page-faulted each time
+        # (~120 us per 100-400 KB read), and an exact-size copy of each read was a fresh block
+        # too (issue 21: a 140 KB frame at 100 k ops/s). The reader's views hold their buffer:
+        # a connection whose frames wait for the next turn keeps it, and reads go to another
+        # (aclprofd.keepbuf)
+        self._rbufs = RecvBuffers(_RECV, keep=3)
         #: connections with frames received but not handled yet (their slice of a turn
         #: ended), by file descriptor, in the order they are served; while there are any
         #: the loop does not sleep in select (:meth:`serve_pending`)
@@ -239,8 +241,9 @@ class Transport:
                 return
         while not conn.closed and (budget is None or budget > 0) and (
                 deadline is None or time.monotonic() < deadline):
+            buf = self._rbufs.get()
             try:
-                n = conn.sock.recv_into(self._rbuf)
+                n = conn.sock.recv_into(buf)
             except (BlockingIOError, InterruptedError):
                 return
             except ConnectionResetError:  # the peer closed with our replies unread in its socket
@@ -253,7 +256,8 @@ class Transport:
             if not n:
                 self.close_conn(conn, None)
                 return
-            data = bytes(self._rview[:n])
+            data = memoryview(buf)[:n].toreadonly()
+            del buf  # the views of it alone hold it now (RecvBuffers.get)
             if budget is not None:
                 budget -= n
             assert frames is not None
@@ -266,7 +270,7 @@ class Transport:
                 # when more comes. The stop's drain (no budget) still reads until EAGAIN.
                 return
 
-    def _feed(self, conn: Conn, data: bytes | None, frames: int, end: float) -> int | None:
+    def _feed(self, conn: Conn, data: memoryview | None, frames: int, end: float) -> int | None:
         """Handle the frames ``data`` completes (None: resume the frames left in
         :attr:`Conn.frames`) until ``frames`` more frames or the ``end`` of the slice
         (monotonic); past it the rest stays in ``conn.frames`` and the connection in
