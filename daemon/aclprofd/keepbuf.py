@@ -45,19 +45,24 @@ def unshared(obj: object, alone: int) -> bool:
 class RecordKeep:
     """One connection's received records kept past their frame (for storage until the next
     flush, for STREAM clients until they are sent): each frame's bytes are appended to a
-    block that is rewritten from its start once nothing references it (module docstring).
+    block that is rewritten from its start once nothing references it (module docstring):
+    when its records are stored (:meth:`stored`), or when the next frame does not fit.
 
-    A block grows by doubling (a new block: the old one lives on while its views do) up to
-    :data:`KEEP_MAX`, so after a connection's first second its records fit one block that
-    is reused at every flush; one that held four times more than it now needs is given
-    back at the next rewrite, so a burst does not stay held."""
+    A frame that does not fit a block still referenced starts a new one twice as large (the
+    old one lives on while its views do), up to :data:`KEEP_MAX`: after a connection's first
+    few flushes, the records of one flush interval fit one block, reused at every flush.
+    A block four times larger than the recent intervals' records (the largest, halved at
+    each flush) is given back at a flush, so a burst does not stay held; two flushes close
+    together (one for ``STORE_PENDING_MAX``, then the tick's) do not shrink it."""
 
-    __slots__ = ("_block", "_fill", "_alone", "reuses", "blocks")
+    __slots__ = ("_block", "_fill", "_alone", "_since", "_peak", "reuses", "blocks")
 
     def __init__(self) -> None:
         self._block: bytearray | None = None
         self._fill = 0
         self._alone = 0
+        self._since = 0  # bytes kept since the last stored()
+        self._peak = 0  # the largest _since of the recent flushes (halved at each)
         self.reuses = 0  # blocks rewritten from their start (the tests read it)
         self.blocks = 0  # blocks allocated
 
@@ -74,36 +79,46 @@ class RecordKeep:
     def _new_block(self, cap: int) -> bytearray:
         block = self._block = bytearray(cap)
         self._fill = 0
-        self._alone = _refs(block)  # this slot and the name ``block`` (rewind counts the same)
+        self._alone = _refs(block)  # this slot and the name ``block`` (_rewind counts the same)
         self.blocks += 1
         return block
 
-    def rewind(self) -> bool:
-        """Rewrite the block from its start if nothing references it (its records are
-        stored and sent); True if so. A block four times larger than its records needed is
-        dropped instead (the next :meth:`keep` allocates one to fit)."""
+    def _rewind(self, shrink: bool) -> bool:
+        """Rewrite the block from its start if nothing references it; True if so. ``shrink``:
+        a block over four times what the records since the last flush took is dropped
+        instead (the next :meth:`keep` allocates a smaller one)."""
         block = self._block
         if block is None or not unshared(block, self._alone):
             return False
-        if self._fill * 4 < len(block) and len(block) > KEEP_FIRST:
+        if shrink and self._peak * 4 < len(block) and len(block) > KEEP_FIRST:
             self._block, self._fill = None, 0
             return False
         self._fill = 0
         self.reuses += 1
         return True
 
+    def stored(self) -> bool:
+        """The records kept so far are written (the storage flush dropped its views): the
+        block is rewritten from its start if no STREAM client still holds records of it;
+        True if so."""
+        self._peak = max(self._since, self._peak // 2)
+        done = self._rewind(shrink=True)
+        self._since = 0
+        return done
+
     def keep(self, payload: memoryview) -> memoryview:
         """A read-only view of a copy of ``payload`` (bytes, format "B"), valid for as long
-        as it is referenced: appended to the block, or, when it does not fit, the block
-        rewritten from its start if nothing references it, else a new block (twice as large)."""
+        as it is referenced: appended to the block; when it does not fit, the block is
+        rewritten from its start if nothing references it, else a new block is begun."""
         n = len(payload)
+        self._since += n
         if n * 2 > KEEP_MAX:
             return memoryview(bytes(payload)).toreadonly()  # a very large frame: copied on its own
         if self._block is not None and self._fill + n > len(self._block):
-            self.rewind()
+            self._rewind(shrink=False)
         block = self._block
         if block is None or self._fill + n > len(block):
-            want = max(2 * len(block) if block is not None else 0, 2 * n)
+            want = max(2 * len(block) if block is not None else self._peak, 2 * n)
             cap = KEEP_FIRST
             while cap < want:
                 cap *= 2
