@@ -420,7 +420,8 @@ class Fanout:
                 # the agent's batch as ingest kept it (np.frombuffer over a read-only view of its
                 # kept block, aclprofd.keepbuf): queued as it is, the block not rewritten while
                 # it waits to be sent; a selection or a slice is a copy of its records
-                if isinstance(base, memoryview) and base.readonly and base.nbytes == part.nbytes:
+                whole = memoryview(base) if isinstance(base, (bytes, memoryview)) else None
+                if whole is not None and whole.readonly and whole.nbytes == part.nbytes:
                     out += base
                 else:
                     out += part.tobytes()
