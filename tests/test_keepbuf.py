@@ -198,6 +198,34 @@ def test_a_binary_stream_client_that_reads_late_gets_exactly_the_batches_sent(tm
         c.close()
 
 
+def test_agents_whose_large_reads_are_cut_keep_their_frames_while_others_read(tmp_path):
+    """Three agents each send 300 small BATCH frames at once (~340 KB: read in place, from a
+    pooled buffer); each connection's slice of a turn ends after 64 frames, so its other
+    frames wait in its buffer while the others read into theirs. Every record arrives, is
+    counted and stored as sent (a buffer rewritten under waiting frames would garble them)."""
+    with running(str(tmp_path)) as d:
+        agents = [agent(d.socket, names=_NAMES, pid=100 + i) for i in range(3)]
+        sent = {i: [_frame(1000 * i + s, 20) for s in range(300)] for i in range(3)}
+        blobs = {i: b"".join(encode(Kind.BATCH, f) for f in sent[i]) for i in range(3)}
+        assert all(len(b) > (1 << 20) // 16 for b in blobs.values())
+        for i, a in enumerate(agents):
+            a.sock.sendall(blobs[i])
+        c = Client(d.socket)
+        want = _starts([f for i in range(3) for f in sent[i]])
+        deadline = time.monotonic() + 15
+        got: list[int] = []
+        while time.monotonic() < deadline:
+            got = _exported_starts(c)
+            if len(got) >= len(want):
+                break
+            time.sleep(0.2)
+        assert got == want
+        for a in agents:
+            assert not a.closed_by_peer(0.1)  # no protocol error ended any of them
+            a.close()
+        c.close()
+
+
 def test_an_agent_that_leaves_mid_second_has_all_it_sent_stored(tmp_path):
     with running(str(tmp_path), flush_interval="30") as d:
         a = agent(d.socket, names=_NAMES)

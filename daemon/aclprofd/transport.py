@@ -48,6 +48,7 @@ __all__ = ["Transport", "Outbox", "LogLimiter", "goodbye_frame"]
 _log = structlog.get_logger("aclprofd")
 
 _RECV = 1 << 20                 # bytes per recv() at most
+_IN_PLACE = _RECV // 16         # a read at least this large is fed from its buffer, not copied
 READ_BUDGET = 8 << 20           # bytes read from one connection before serving the others
 #: One connection's slice of a loop turn: at most this many frames and this long handling
 #: them, then the others' turn (its frames left wait in :attr:`Transport.pending`). One
@@ -256,12 +257,22 @@ class Transport:
             if not n:
                 self.close_conn(conn, None)
                 return
-            data = memoryview(buf)[:n].toreadonly()
+            data: bytes | memoryview
+            if n >= _IN_PLACE:
+                # fed in place: a connection whose frames wait for the next turn holds the whole
+                # buffer, and is charged for it (Conn.held)
+                data, held = memoryview(buf)[:n].toreadonly(), len(buf)
+            else:
+                # a small read is copied, as before (an exact-size bytes under glibc's mmap
+                # threshold: heap memory it reuses), so that many connections cut with a few
+                # frames each hold their bytes, not a 1 MiB buffer each
+                data = bytes(memoryview(buf)[:n])
+                held = n
             del buf  # the views of it alone hold it now (RecvBuffers.get)
             if budget is not None:
                 budget -= n
             assert frames is not None
-            frames = self._feed(conn, data, frames, end)
+            frames = self._feed(conn, data, frames, end, held)
             if frames is None or conn.frames is not None:
                 return
             if sliced and n < _RECV:
@@ -270,7 +281,8 @@ class Transport:
                 # when more comes. The stop's drain (no budget) still reads until EAGAIN.
                 return
 
-    def _feed(self, conn: Conn, data: memoryview | None, frames: int, end: float) -> int | None:
+    def _feed(self, conn: Conn, data: bytes | memoryview | None, frames: int, end: float,
+              held: int = 0) -> int | None:
         """Handle the frames ``data`` completes (None: resume the frames left in
         :attr:`Conn.frames`) until ``frames`` more frames or the ``end`` of the slice
         (monotonic); past it the rest stays in ``conn.frames`` and the connection in
@@ -281,7 +293,7 @@ class Transport:
         if it is None:
             assert data is not None
             it = conn.reader.feed(data)
-            conn.frames_bytes = len(data)  # held while frames of it wait (Conn.held)
+            conn.frames_bytes = held or len(data)  # held while frames of it wait (Conn.held)
         conn.frames = None
         self.pending.pop(conn.sock.fileno(), None)
         try:
