@@ -336,6 +336,20 @@ def test_a_reload_switches_the_chunk_kind(tmp_path):
         config.load({"socket": "s", "segment_format": "zip"}, environ={})
 
 
+def test_a_daemon_started_with_raw_segments_stores_raw_chunks():
+    """segment_format is read when the daemon opens its storage, not only by the command
+    line's main or a reload: a daemon built from settings (as tests and embedders build one)
+    writes what they say."""
+    from helpers.daemons import InProcess
+
+    for fmt, encode in (("raw", False), ("compact", True)):
+        d = InProcess(segment_format=fmt)
+        try:
+            assert d.daemon.storage is not None and d.daemon.storage.encode is encode, fmt
+        finally:
+            d.stop()
+
+
 def test_records_from_make_records_round_trip_in_a_daemon_sized_chunk(tmp_path):
     st = Storage(str(tmp_path))
     try:

@@ -93,8 +93,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except DaemonError as exc:
         print(f"aclprofd: error: {exc}", file=sys.stderr)
         return 1
-    if daemon.storage is not None:  # opened encoding; a SIGHUP applies a change (aclprofd.reload)
-        daemon.storage.encode = settings.segment_format == "compact"
     # What is loaded by now (modules, the configuration, the restored aggregates) lives as
     # long as the daemon: frozen out of the collector's sight, a full collection on the loop
     # scans only what came later (~35k objects, 5-11 ms less per pass; STATUS loop.stalls.gc)

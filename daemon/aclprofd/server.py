@@ -166,7 +166,8 @@ class Daemon:
         """Open storage, bind the socket, start metrics. DaemonError if impossible."""
         s = self.settings
         try:
-            self.storage = Storage(s.data_dir, s.segment_bytes, s.disk_bytes, s.max_age_s)
+            self.storage = Storage(s.data_dir, s.segment_bytes, s.disk_bytes, s.max_age_s,
+                                   encode=s.segment_format == "compact")
         except OSError as exc:
             raise DaemonError(f"cannot use data dir {s.data_dir}: {exc.strerror or exc}") from None
         self.persist.load_aggregates()
