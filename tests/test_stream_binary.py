@@ -17,7 +17,6 @@ import pytest
 from aclprofd.conn import Conn
 from aclprofd.fanout import EST_RECORD_BIN, EST_RECORD_JSON
 from aclprofd.filters import Filter, NameMatcher
-from aclprofd.keepbuf import RecordKeep
 from aclprofd.records import NameJson, encode_records_py, jsonl_payload
 from helpers.daemons import Client, InProcess, agent, status
 from helpers.fakedaemon import FakeDaemon
@@ -58,9 +57,8 @@ def _records(rng: np.random.Generator, n: int, ids: list[int]) -> np.ndarray:
 
 
 def _as_ingest_keeps(r: np.ndarray) -> np.ndarray:
-    """The array ingest offers: over the view of its kept block (aclprofd.keepbuf; the binary
-    stream queues that view)."""
-    return np.frombuffer(RecordKeep().keep(memoryview(r.tobytes())), dtype=RECORD_DTYPE)
+    """The array ingest offers: over the bytes it keeps (the binary stream queues those)."""
+    return np.frombuffer(r.tobytes(), dtype=RECORD_DTYPE)
 
 
 def _decode(data: bytes, dec: StreamDecoder | None = None) -> tuple[bytes, int, list[Kind]]:

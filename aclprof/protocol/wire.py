@@ -182,11 +182,6 @@ class Kind(enum.IntEnum):
     BASELINE_GET_REPLY = 45
 
 
-#: a frame header's kind number -> its Kind: a dict lookup per frame where ``Kind(n)`` was
-#: the enum machinery's call (~1 us, more after the daemon's loop slept: issue 21)
-_KIND_OF = {k.value: k for k in Kind}
-
-
 class ProtocolError(ValueError):
     """A frame that breaks the protocol; the connection that sent it must be closed."""
 
@@ -329,9 +324,8 @@ class FrameReader:
     arrived in pieces (that frame's bytes are copied once, into a buffer of its own). The
     reader never writes to a buffer once it has handed out a view of it, so a payload
     stays valid as long as it is referenced; ``data`` must not be modified while views of
-    it are alive (``socket.recv`` returns a fresh ``bytes`` each time; the daemon reads into
-    buffers it rewrites only once nothing references them, aclprofd.keepbuf). Consumers that
-    keep a payload beyond handling it for long (storage, streams) copy it once.
+    it are alive (``socket.recv`` returns a fresh ``bytes`` each time). Consumers that keep
+    a payload beyond handling it for long (storage, streams) copy it once (``bytes(view)``).
     """
 
     def __init__(self, max_payload: int = MAX_PAYLOAD, *, ignore_unknown: bool = False):
@@ -351,10 +345,12 @@ class FrameReader:
             raise ProtocolError("reserved header field is not 0")
         if length > self._max:
             raise ProtocolError(f"frame of {length} bytes exceeds the limit of {self._max}")
-        known = _KIND_OF.get(kind)
-        if known is None and not self._ignore_unknown:
-            raise ProtocolError(f"unknown frame kind {kind}")
-        return known, length
+        try:
+            return Kind(kind), length
+        except ValueError:
+            if not self._ignore_unknown:
+                raise ProtocolError(f"unknown frame kind {kind}") from None
+            return None, length
 
     def check_header(self, buf: Any, pos: int) -> tuple[Kind | None, int]:
         """Validate a frame header at ``buf[pos:]`` as :meth:`feed` does: (kind, or None for

@@ -19,7 +19,6 @@ from aclprof.protocol.wire import FrameReader, Kind
 
 from .aggregate.aggregator import KeySource
 from .filters import Filter, NameMatcher
-from .keepbuf import RecordKeep
 
 __all__ = ["Conn", "OutQueue", "Rate"]
 
@@ -36,7 +35,7 @@ class OutQueue:
     __slots__ = ("_chunks", "_head", "_len")
 
     def __init__(self) -> None:
-        self._chunks: collections.deque[bytes | memoryview] = collections.deque()
+        self._chunks: collections.deque[bytes] = collections.deque()
         self._head = 0  # bytes of the first chunk already sent
         self._len = 0
 
@@ -48,10 +47,7 @@ class OutQueue:
 
     def __iadd__(self, data: bytes | bytearray | memoryview) -> OutQueue:
         if data:
-            # a read-only memoryview is queued as it is: its owner does not rewrite it while it
-            # is referenced (aclprofd.keepbuf: the records an agent sent, for a binary STREAM);
-            # other mutable input is copied
-            chunk = data if type(data) is bytes or (type(data) is memoryview and data.readonly) else bytes(data)
+            chunk = data if type(data) is bytes else bytes(data)  # mutable input: a copy of it
             self._chunks.append(chunk)
             self._len += len(chunk)
         return self
@@ -59,7 +55,7 @@ class OutQueue:
     def __bytes__(self) -> bytes:
         if not self._chunks:
             return b""
-        first = bytes(self._chunks[0][self._head:])
+        first = self._chunks[0][self._head:]
         return first + b"".join(list(self._chunks)[1:]) if len(self._chunks) > 1 else first
 
     def clear(self) -> None:
@@ -164,11 +160,8 @@ class Conn:
         self.steps = 0  # step keypoint records received
         self.live = False  # told LIVE true (aclprofd.fanout)
         self.unlive_at = 0.0  # monotonic time LIVE false falls due (0: not due)
-        # the records received and not stored yet: views of the one copy of each batch, in
-        # ``keep``'s blocks (aclprofd.keepbuf: rewritten only once nothing references them)
-        self.pending_store: list[tuple[float, memoryview]] = []
+        self.pending_store: list[tuple[float, bytes]] = []  # owned copies (the one copy per batch)
         self.pending_bytes = 0
-        self.keep = RecordKeep()
         self.keysrc: KeySource | None = None
         # control: STREAM and EXPORT (aclprofd.fanout)
         self.stream: Filter | None = None
@@ -190,10 +183,9 @@ class Conn:
     def held(self) -> int:
         """Bytes this client makes the daemon hold, as the memory budget charges them
         (daemon/README.md "Memory budget"): queued outgoing bytes, its name table, received
-        records not yet stored and the rest of the block they are kept in (``keep.spare``),
-        a partial frame, received frames not yet handled. The one definition of that sum."""
-        return (len(self.out) + self.names_bytes + self.pending_bytes + self.keep.spare + self.reader.buffered
-                + self.frames_bytes)
+        records not yet stored, a partial frame, received frames not yet handled. The one
+        definition of that sum."""
+        return len(self.out) + self.names_bytes + self.pending_bytes + self.reader.buffered + self.frames_bytes
 
     def identity(self) -> dict[str, Any]:
         """What STATUS shows of who this peer is (daemon/PROTOCOL.md STATUS ``agents``)."""

@@ -417,14 +417,9 @@ class Fanout:
                 part = recs if n <= MAX_BATCH_RECORDS else recs[i:i + MAX_BATCH_RECORDS]
                 out += batch_prefix(src.stream_source, ts, len(part))
                 base = part.base
-                # the agent's batch as ingest kept it (np.frombuffer over a read-only view of its
-                # kept block, aclprofd.keepbuf): queued as it is, the block not rewritten while
-                # it waits to be sent; a selection or a slice is a copy of its records
-                whole = memoryview(base) if isinstance(base, (bytes, memoryview)) else None
-                if whole is not None and whole.readonly and whole.nbytes == part.nbytes:
-                    out += base
-                else:
-                    out += part.tobytes()
+                # the agent's batch as ingest kept it (np.frombuffer over its bytes): queued
+                # as it is; a selection or a slice is a copy of its records
+                out += base if type(base) is bytes and len(base) == part.nbytes else part.tobytes()
                 c.stream_sent += len(part)
             extra = len(out) - before - n * size  # beyond the charged estimate (names, heads)
             room[0] -= extra

@@ -2,10 +2,9 @@
 UNWATCH), dispatched by frame kind.
 
 A BATCH payload is decoded with ``np.frombuffer`` on the frame reader's view (no copy) for
-the aggregates; the records are copied exactly once, into the connection's kept block
-(:mod:`aclprofd.keepbuf`: rewritten only once nothing references it), because storage
-(until the next flush) and STREAM clients (until they are sent) keep them beyond the
-reader's buffer; both share that one copy.
+the aggregates; the records are copied exactly once, into an owned ``bytes``, because
+storage (until the next flush) and STREAM clients (until the next loop turn) keep them
+beyond the reader's buffer; both share that one copy.
 """
 
 from __future__ import annotations
@@ -216,24 +215,17 @@ class Ingest:
 
     def _keep(self, conn: Conn, payload: memoryview, now: float) -> None:
         """The frame's records (all good) to storage and the STREAM clients."""
-        if conn.pending_bytes and conn.pending_bytes + len(payload) > STORE_PENDING_MAX:
-            # bounded memory at any rate: a fast agent's records go out before the tick. Before
-            # this frame is kept, not after it is offered to STREAM clients: then nothing of
-            # this turn holds the kept block and the store lets it be rewritten (aclprofd.keepbuf)
-            self.persist.store(conn)
-        # the one copy, which storage and streams keep past this frame: into the connection's
-        # kept block (aclprofd.keepbuf), not a fresh bytes per frame (issue 21)
-        kept = conn.keep.keep(payload)
-        conn.pending_store.append((now, kept))
-        conn.pending_bytes += len(kept)
-        if self.fanout.streaming:
-            self.fanout.offer(conn, np.frombuffer(kept, dtype=RECORD_DTYPE), now)
-        del kept
+        owned = bytes(payload)  # the one copy: storage and streams keep it past this frame
+        conn.pending_store.append((now, owned))
+        conn.pending_bytes += len(owned)
         if conn.pending_bytes >= STORE_PENDING_MAX or conn.names_bytes >= STORE_EACH_BATCH_NAMES:
-            # a frame of STORE_PENDING_MAX alone; and an agent with a large name table has each
-            # batch stored at once, with the names it uses (aclprofd.storage STATE_USED_ONLY),
-            # so a flush never writes many batches' worth of long names in one go
+            # bounded memory at any rate: a fast agent's records go out before the tick; and
+            # an agent with a large name table has each batch stored at once, with the names
+            # it uses (aclprofd.storage STATE_USED_ONLY), so a flush never writes many batches'
+            # worth of long names in one go
             self.persist.store(conn)
+        if self.fanout.streaming:
+            self.fanout.offer(conn, np.frombuffer(owned, dtype=RECORD_DTYPE), now)
 
     def names(self, conn: Conn, payload: memoryview) -> Iterator[None] | None:
         if len(payload) > MAX_NAMES_PAYLOAD:

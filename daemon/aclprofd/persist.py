@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from typing import Any, Protocol, cast
+from typing import Any, Protocol
 
 import structlog
 
@@ -52,13 +52,9 @@ class Persistence:
         storage = self.holder.storage
         if conn.pending_store and storage is not None:
             ident = {"host": conn.host, "pid": conn.pid, "service": conn.service, "labels": conn.labels}
-            # read-only views of the kept records (Storage.write reads any contiguous bytes-like);
-            # no name here holds them past the call: the rewind below must see them gone
-            storage.write(conn.id, ident, conn.names_order, cast("list[tuple[float, bytes]]", conn.pending_store),
-                          conn.names)
+            storage.write(conn.id, ident, conn.names_order, conn.pending_store, conn.names)
             conn.pending_store = []
             conn.pending_bytes = 0
-            conn.keep.stored()  # its block is rewritten if no STREAM client holds records of it
 
     @property
     def aggregates_path(self) -> str:

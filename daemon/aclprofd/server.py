@@ -44,7 +44,6 @@ from .failures import Failures
 from .fanout import Fanout
 from .handshake import PROTOCOL_VERSION, admit
 from .ingest import Ingest
-from .keepbuf import RecordKeep
 from .loopjobs import run_slice
 from .memory import array_bytes
 from .persist import AGGREGATES_FILE, Persistence
@@ -384,12 +383,10 @@ class Daemon:
         self.failures.closed(conn)
         if conn.role == "agent":
             self.persist.store(conn)
-        self.memory.released(conn.names_bytes + len(conn.out) + conn.keep.capacity)
-        # drop what the closed connection holds now, whoever still refers to the object (its
-        # kept block: a STREAM client's queued records of it keep it until they are sent)
+        self.memory.released(conn.names_bytes + len(conn.out))
+        # drop what the closed connection holds now, whoever still refers to the object
         conn.names, conn.names_order, conn.names_json, conn.names_bytes = {}, [], {}, 0
         conn.out = OutQueue()
-        conn.keep = RecordKeep()
 
     def _age_keys(self, mono: float) -> None:
         """Every ``KEY_AGE_EVERY_S``: the aggregate keys of gone agents that nothing fed for

@@ -38,7 +38,6 @@ from aclprof.protocol.wire import Kind, ProtocolError, encode_json
 
 from .conn import Conn
 from .connlimits import ConnLimits
-from .keepbuf import RecvBuffers
 from .memory import UNREAD_REPLIES, Memory
 from .ratelimit import LogLimiter
 from .replyfit import cut_text
@@ -48,7 +47,6 @@ __all__ = ["Transport", "Outbox", "LogLimiter", "goodbye_frame"]
 _log = structlog.get_logger("aclprofd")
 
 _RECV = 1 << 20                 # bytes per recv() at most
-_IN_PLACE = _RECV // 16         # a read at least this large is fed from its buffer, not copied
 READ_BUDGET = 8 << 20           # bytes read from one connection before serving the others
 #: One connection's slice of a loop turn: at most this many frames and this long handling
 #: them, then the others' turn (its frames left wait in :attr:`Transport.pending`). One
@@ -120,13 +118,12 @@ class Transport:
         # that closed before reading its reply (``aclprof status --timeout 0``, a Ctrl-C).
         # Not a protocol error: nothing was sent that breaks the protocol.
         self.peer_gone = 0
-        # recv_into a buffer nothing references, fed to the frame reader as it is: recv(1 MiB)
-        # allocated a fresh 1 MiB object per call that glibc mmap'd and page-faulted each time
-        # (~120 us per 100-400 KB read), and an exact-size copy of each read was a fresh block
-        # too (issue 21: a 140 KB frame at 100 k ops/s). The reader's views hold their buffer:
-        # a connection whose frames wait for the next turn keeps it, and reads go to another
-        # (aclprofd.keepbuf)
-        self._rbufs = RecvBuffers(_RECV, keep=3)
+        # recv_into one buffer, then an exact-size copy: recv(1 MiB) allocated a fresh 1 MiB
+        # object per call that glibc mmap'd and page-faulted each time (~120 us per 100-400 KB
+        # read, ~14 us this way); the copy is a fresh bytes, so the frame reader's views of
+        # it stay valid as long as they are referenced
+        self._rbuf = bytearray(_RECV)
+        self._rview = memoryview(self._rbuf)
         #: connections with frames received but not handled yet (their slice of a turn
         #: ended), by file descriptor, in the order they are served; while there are any
         #: the loop does not sleep in select (:meth:`serve_pending`)
@@ -242,9 +239,8 @@ class Transport:
                 return
         while not conn.closed and (budget is None or budget > 0) and (
                 deadline is None or time.monotonic() < deadline):
-            buf = self._rbufs.get()
             try:
-                n = conn.sock.recv_into(buf)
+                n = conn.sock.recv_into(self._rbuf)
             except (BlockingIOError, InterruptedError):
                 return
             except ConnectionResetError:  # the peer closed with our replies unread in its socket
@@ -257,22 +253,11 @@ class Transport:
             if not n:
                 self.close_conn(conn, None)
                 return
-            data: bytes | memoryview
-            if n >= _IN_PLACE:
-                # fed in place: a connection whose frames wait for the next turn holds the whole
-                # buffer, and is charged for it (Conn.held)
-                data, held = memoryview(buf)[:n].toreadonly(), len(buf)
-            else:
-                # a small read is copied, as before (an exact-size bytes under glibc's mmap
-                # threshold: heap memory it reuses), so that many connections cut with a few
-                # frames each hold their bytes, not a 1 MiB buffer each
-                data = bytes(memoryview(buf)[:n])
-                held = n
-            del buf  # the views of it alone hold it now (RecvBuffers.get)
+            data = bytes(self._rview[:n])
             if budget is not None:
                 budget -= n
             assert frames is not None
-            frames = self._feed(conn, data, frames, end, held)
+            frames = self._feed(conn, data, frames, end)
             if frames is None or conn.frames is not None:
                 return
             if sliced and n < _RECV:
@@ -281,8 +266,7 @@ class Transport:
                 # when more comes. The stop's drain (no budget) still reads until EAGAIN.
                 return
 
-    def _feed(self, conn: Conn, data: bytes | memoryview | None, frames: int, end: float,
-              held: int = 0) -> int | None:
+    def _feed(self, conn: Conn, data: bytes | None, frames: int, end: float) -> int | None:
         """Handle the frames ``data`` completes (None: resume the frames left in
         :attr:`Conn.frames`) until ``frames`` more frames or the ``end`` of the slice
         (monotonic); past it the rest stays in ``conn.frames`` and the connection in
@@ -293,7 +277,7 @@ class Transport:
         if it is None:
             assert data is not None
             it = conn.reader.feed(data)
-            conn.frames_bytes = held or len(data)  # held while frames of it wait (Conn.held)
+            conn.frames_bytes = len(data)  # held while frames of it wait (Conn.held)
         conn.frames = None
         self.pending.pop(conn.sock.fileno(), None)
         try:
