@@ -291,6 +291,16 @@ static inline int get(const uint8_t **pp, const uint8_t *end, int bits, uint64_t
         }                                                             \
     } while (0)
 
+/* The reading of same_or_delta: with the tag bit the previous value stays, else a zigzag
+ * delta is added to it. */
+#define SAME_OR_DELTA(bit, field_name, prev)                          \
+    do {                                                              \
+        if (!(tag & (bit))) {                                         \
+            GET(32, field_name, v);                                   \
+            (prev) += unzz32((uint32_t)v);                            \
+        }                                                             \
+    } while (0)
+
 /* n records from [base, end) into out; the bytes used, or -1 with *err set. */
 static Py_ssize_t decode_records(const uint8_t *base, const uint8_t *end, Py_ssize_t n, uint8_t *out,
                                  TypeSlot *slots, DecodeError *err)
@@ -304,22 +314,10 @@ static Py_ssize_t decode_records(const uint8_t *base, const uint8_t *end, Py_ssi
             return -1;
         }
         unsigned tag = *p++;
-        if (!(tag & T_MODEL)) {
-            GET(32, "model_id", v);
-            s.model += unzz32((uint32_t)v);
-        }
-        if (!(tag & T_FLAG)) {
-            GET(32, "flag", v);
-            s.flag += unzz32((uint32_t)v);
-        }
-        if (!(tag & T_THREAD)) {
-            GET(32, "thread_id", v);
-            s.thread += unzz32((uint32_t)v);
-        }
-        if (!(tag & T_DEVICE)) {
-            GET(32, "device_id", v);
-            s.device += unzz32((uint32_t)v);
-        }
+        SAME_OR_DELTA(T_MODEL, "model_id", s.model);
+        SAME_OR_DELTA(T_FLAG, "flag", s.flag);
+        SAME_OR_DELTA(T_THREAD, "thread_id", s.thread);
+        SAME_OR_DELTA(T_DEVICE, "device_id", s.device);
         GET(32, "op_name", v);
         s.name += unzz32((uint32_t)v);
         TypeSlot *slot = &slots[s.name & (TYPE_SLOTS - 1)];
