@@ -39,6 +39,12 @@ batches from the queue, with the GIL-held time per acquisition of the reader and
 consumer. Every agent variant prints the GIL held per wake-up of the agent's threads (the
 sender's pump; the reader's Python deliveries, none in agent mode since issue 21).
 
+With ``--twin`` a ``twin`` variant runs the steps beside a C process that spins the host CPU
+the agent rounds of the same half used (reader + sender + daemon, so far in the run), in one
+burst per ``--twin-period-us`` (10 ms; ``--twin-slice-us`` has it ask the scheduler for a short
+EEVDF slice): the CPU without aclprof's coupling to the service (GIL, pipe, socket). Where the
+twin leaves the tail alone and the agent does not, the agent's cost is how it runs, not how much.
+
 With ``--requests`` (issue 25) the agent variant is ``agent+requests``: every step runs inside
 ``with aclprof.request(...)`` and the mock stamps each record with the executing thread, so the
 agent's C tap keeps every op and its sender attributes them all to the steps' requests
@@ -228,14 +234,62 @@ def start_daemon(root: str, sink: str = "daemon", nice: int = 0,
 
 _HOG_C = "int main(void) { volatile unsigned long x = 0; for (;;) x++; }\n"
 
+# The CPU twin (--twin): a process that spins `percent` % of every `period` us (in one
+# burst) and sleeps the rest, with no aclprof, no GIL and no pipe or socket shared with the
+# service: the agent's host CPU (reader + sender + daemon, measured in this phase's agent
+# rounds) with none of its coupling. Its rows against the agent's say how much of the
+# agent's tail is the CPU it takes at all (which any consumer of that much CPU costs a
+# 2-core host) and how much is how it takes it (GIL, wake-ups, placement).
+_TWIN_C = r"""
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <sys/syscall.h>
+struct attr { uint32_t size, policy; uint64_t flags; int32_t nice; uint32_t priority;
+              uint64_t runtime, deadline, period; };
+static unsigned long long now(void) {
+    struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
+    return (unsigned long long)t.tv_sec * 1000000000ull + (unsigned long long)t.tv_nsec;
+}
+int main(int argc, char **argv) {
+    double percent = argc > 1 ? atof(argv[1]) : 8.0;
+    unsigned long long period = (unsigned long long)(argc > 2 ? atof(argv[2]) : 10000.0) * 1000ull;
+    unsigned long long busy = (unsigned long long)(period * percent / 100.0), next = now();
+    volatile unsigned long x = 0;
+    if (argc > 3 && atof(argv[3]) > 0) {  /* an EEVDF custom slice (Linux >= 6.12) */
+        struct attr a; memset(&a, 0, sizeof a);
+        a.size = sizeof a; a.runtime = (uint64_t)(atof(argv[3]) * 1000.0);
+        if (syscall(SYS_sched_setattr, 0, &a, 0) != 0) { perror("sched_setattr"); return 2; }
+    }
+    for (;;) {
+        unsigned long long end = next + busy;
+        while (now() < end) x++;
+        next += period;
+        struct timespec t = {(time_t)(next / 1000000000ull), (long)(next % 1000000000ull)};
+        clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &t, NULL);
+    }
+}
+"""
+
+
+def build_c(root: str, name: str, source: str) -> str | None:
+    """``source`` built with cc into ``root``/``name``: its path, or None without a C compiler."""
+    src, exe = os.path.join(root, f"{name}.c"), os.path.join(root, name)
+    with open(src, "w") as f:
+        f.write(source)
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc and subprocess.run([cc, "-O1", "-o", exe, src], capture_output=True).returncode == 0:
+        return exe
+    return None
+
 
 def start_hog(root: str) -> tuple[subprocess.Popen, str]:
     """One process spinning in compiled code: the C busy loop (built with cc), else `yes`."""
-    src, exe = os.path.join(root, "hog.c"), os.path.join(root, "hog")
-    with open(src, "w") as f:
-        f.write(_HOG_C)
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc and subprocess.run([cc, "-O1", "-o", exe, src], capture_output=True).returncode == 0:
+    exe = build_c(root, "hog", _HOG_C)
+    if exe is not None:
         return subprocess.Popen([exe]), "a C busy loop (cc)"
     return subprocess.Popen(["yes"], stdout=subprocess.DEVNULL), "`yes > /dev/null` (no cc)"
 
@@ -388,6 +442,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--curve-rounds", type=int, default=1, help="rounds of --curve over the daemons")
     parser.add_argument("--requests", action="store_true",
                         help="the agent variant marks every step as a request and attributes every op (issue 25)")
+    parser.add_argument("--twin", action="store_true",
+                        help="add a 'twin' variant: a C process using the agent rounds' host CPU (no aclprof)")
+    parser.add_argument("--twin-period-us", type=float, default=10_000.0,
+                        help="the twin's period: one busy burst of its share each period")
+    parser.add_argument("--twin-slice-us", type=float, default=0.0,
+                        help="the twin asks the scheduler for this slice (sched_setattr, Linux >= 6.12); 0: the default")
     parser.add_argument("--numpy-consumer", action="store_true",
                         help="only the Python numpy-batch consumer: GIL held per acquisition")
     args = parser.parse_args(argv)
@@ -431,6 +491,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("--with-tail needs --sink daemon")
         for sock in sockets.values():  # after the daemons: they stop first at the end, tail follows
             daemons.append(start_tail(sock))
+    args.twin_exe = build_c(root, "twin", _TWIN_C) if args.twin else None
+    if args.twin and args.twin_exe is None:
+        raise SystemExit("--twin needs a C compiler (cc)")
     model = mock.load_model(make_ops(args.ops, op_ns))
     mock.set_realtime(True)
     work = calibrate_python_work(args.work_ms) if args.work_ms > 0 else 0
@@ -615,13 +678,32 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
             print(f"  {name}: {emitted - st.records_sent:,} of {emitted:,} records not sent: {st}")
         return B.med(t)
 
+    twin_percent: dict[str, list[float]] = {}
+
+    def twin(name: str, w: int) -> float:
+        # the agent's stack CPU in this half's agent rounds so far (the first round: a guess)
+        sfx = name[len("twin"):]
+        c = cpu.get(f"{agents[0]}{sfx}")
+        percent = (100 * sum(c.get(k, 0.0) for k in ("sender", "reader", "daemon")) / c["wall"]
+                   if c and c["wall"] else 8.0)
+        twin_percent.setdefault(name, []).append(percent)
+        proc = subprocess.Popen([args.twin_exe, f"{percent:.3f}", f"{args.twin_period_us:g}",
+                                 f"{args.twin_slice_us:g}"])
+        pids["twin"] = proc.pid
+        try:
+            return B.med(timed(name, w))
+        finally:
+            proc.kill()
+            proc.wait()
+
     variants: dict[str, Any] = {}
     agents = list(sockets)
     for suffix, w in halves:
         # "off again" is off once more (an A/A pair): how far two identical variants differ in
         # p99.9 and max in this run, the resolution of the tail goals on this machine
         for base_name, fn in (("off", off), ("off again", off), ("subscribe", subscribe),
-                              *((a, with_agent) for a in agents)):
+                              *((a, with_agent) for a in agents),
+                              *((("twin", twin),) if args.twin_exe else ())):
             name = f"{base_name}{' ' + suffix if suffix else ''}"
             variants[name] = (lambda fn=fn, name=name, w=w: fn(name, w))
     load0 = os.getloadavg()[0]
@@ -635,7 +717,8 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
         sfx = f" {suffix}" if suffix else ""
         off_t = per_step[f"off{sfx}"]
         base = B.med(off_t)
-        for name in (f"off{sfx}", f"off again{sfx}", f"subscribe{sfx}", *(f"{a}{sfx}" for a in agents)):
+        twins = [f"twin{sfx}"] if args.twin_exe else []
+        for name in (f"off{sfx}", f"off again{sfx}", f"subscribe{sfx}", *(f"{a}{sfx}" for a in agents), *twins):
             t = per_step[name]
             m = B.med(t)
             ratio = B.med(B.per_round_ratio(samples, name, f"off{sfx}")) - 1
@@ -666,6 +749,10 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
              "max us (vs off)", "GIL wait p99/max us", "CPU % sender/reader/daemon"), rows)
     for line in noise:
         print(f"resolution (A/A, the same variant twice): {line}")
+    for name, percents in twin_percent.items():
+        print(f"{name}: a C process spinning {B.med(percents):.1f} % of a core (the {agents[0]} rounds' "
+              f"sender + reader + daemon CPU, median over rounds) in one burst per {args.twin_period_us:g} us; "
+              f"its CPU is in the daemon column")
     print(f"\nrecords: {totals['emitted']:,} emitted in agent rounds, {totals['sent']:,} sent, "
           f"{totals['lost']:,} lost (sent + lost = emitted: {totals['sent'] + totals['lost'] == totals['emitted']})")
     if args.requests:  # ops still held (0.25 s) or in open bills (2 s) at each round's stop are neither
