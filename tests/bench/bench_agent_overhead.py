@@ -258,6 +258,8 @@ int main(int argc, char **argv) {
     double percent = argc > 1 ? atof(argv[1]) : 8.0;
     unsigned long long period = (unsigned long long)(argc > 2 ? atof(argv[2]) : 10000.0) * 1000ull;
     unsigned long long busy = (unsigned long long)(period * percent / 100.0), next = now();
+    size_t touch = (size_t)(argc > 4 ? atof(argv[4]) : 0.0) * 1024u;
+    unsigned char *mem = touch ? malloc(touch) : NULL;
     volatile unsigned long x = 0;
     if (argc > 3 && atof(argv[3]) > 0) {  /* an EEVDF custom slice (Linux >= 6.12) */
         struct attr a; memset(&a, 0, sizeof a);
@@ -266,6 +268,7 @@ int main(int argc, char **argv) {
     }
     for (;;) {
         unsigned long long end = next + busy;
+        if (mem) memset(mem, (int)(x++ & 0xff), touch);  /* a working set, as a real consumer has */
         while (now() < end) x++;
         next += period;
         struct timespec t = {(time_t)(next / 1000000000ull), (long)(next % 1000000000ull)};
@@ -448,6 +451,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="the twin's period: one busy burst of its share each period")
     parser.add_argument("--twin-slice-us", type=float, default=0.0,
                         help="the twin asks the scheduler for this slice (sched_setattr, Linux >= 6.12); 0: the default")
+    parser.add_argument("--twin-touch-kb", type=float, default=0.0,
+                        help="the twin writes this much memory at the start of each burst (its working set)")
     parser.add_argument("--numpy-consumer", action="store_true",
                         help="only the Python numpy-batch consumer: GIL held per acquisition")
     args = parser.parse_args(argv)
@@ -688,7 +693,7 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
                    if c and c["wall"] else 8.0)
         twin_percent.setdefault(name, []).append(percent)
         proc = subprocess.Popen([args.twin_exe, f"{percent:.3f}", f"{args.twin_period_us:g}",
-                                 f"{args.twin_slice_us:g}"])
+                                 f"{args.twin_slice_us:g}", f"{args.twin_touch_kb:g}"])
         pids["twin"] = proc.pid
         try:
             return B.med(timed(name, w))
