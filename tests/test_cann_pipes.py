@@ -78,8 +78,11 @@ got = {}
 def uploaders():
     n = 0
     for tid in os.listdir("/proc/self/task"):
-        with open(f"/proc/self/task/{tid}/comm") as f:
-            n += f.read().startswith("MSVP_Upld")
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                n += f.read().startswith("MSVP_Upld")
+        except FileNotFoundError:  # it ended between the listing and the open: not live
+            pass
     return n
 
 counts = {}
@@ -131,7 +134,13 @@ import aclprof
 from aclprof.binding import lowlevel as ll
 ll.init(sys.argv[1])
 ll.start(ll.create_config([0], 0xFF, int(aclprof.DataType.ACL_API)))
-names = [open(f"/proc/self/task/{t}/comm").read().strip() for t in os.listdir("/proc/self/task")]
+def comm(tid):
+    try:
+        with open(f"/proc/self/task/{tid}/comm") as f:
+            return f.read().strip()
+    except FileNotFoundError:  # the thread ended after the listing
+        return None
+names = [comm(t) for t in os.listdir("/proc/self/task")]
 print(names.count("DevRespHandler"), flush=True)
 sys.exit(0)  # started, never stopped
 """
