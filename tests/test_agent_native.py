@@ -386,10 +386,12 @@ def test_frame_stops_where_python_is_needed_and_converts_like_convert():
 
 
 def test_a_large_name_table_is_mapped_in_slices_that_give_the_gil_away(monkeypatch):
-    """A new connection maps a model's names 128 per stop of the C framing call, with a
-    real sleep between stops (issue 21: the stops alone gave the GIL away for microseconds,
-    and this thread took it straight back: ~1000 names held it for 1.7-3.4 ms in one go);
-    every name goes out once, in order, before the records using it."""
+    """A new connection maps a model's names _NAMES_STEP per GIL hold, with a real sleep
+    between holds (issue 21: the C framing call's stops alone gave the GIL away for
+    microseconds, and this thread took it straight back: ~1000 names held it for 1.7-3.4 ms
+    in one go), and sends them in one NAMES frame, before one BATCH frame of the records
+    using them (a NAMES frame per slice cut the records into ~30 small BATCH frames, each a
+    slow path in the daemon); every name goes out once."""
     import aclprof.agent.sender as sender_module
     from aclprof.agent.buffer import RecordBuffer
     from aclprof.agent.connection import Connection
@@ -419,18 +421,15 @@ def test_a_large_name_table_is_mapped_in_slices_that_give_the_gil_away(monkeypat
         frames = [(k, bytes(p)) for k, p in wire.FrameReader().feed(bytes(conn.out.pending()))]
     finally:
         buf.close()
-    names: dict[str, str] = {}
-    for kind, payload in frames:
-        if kind == wire.Kind.NAMES:
-            part = wire.decode_json(payload)["names"]
-            assert not set(part) & set(names)
-            names.update(part)
+    assert [k for k, _ in frames] == [wire.Kind.NAMES, wire.Kind.BATCH]  # (announced already: no WATCH)
+    names = wire.decode_json(frames[0][1])["names"]
     assert sorted(names.values()) == sorted(["?", *(f"layer{i}/op" for i in range(1000))])  # with the table's id 0
-    batch = [wire.decode_batch(p) for k, p in frames if k == wire.Kind.BATCH]
-    got = np.concatenate(batch)
-    assert len(got) == 1000
+    assert frames[0][1] == wire.encode_names(names)[0][wire.HEADER.size:]  # encode_names' bytes
+    got = wire.decode_batch(frames[1][1])
     assert [names[str(i)] for i in got["op_name"].tolist()] == [f"layer{i}/op" for i in range(1000)]
-    assert len(sleeps) >= 1000 // 128 - 1 and all(0 < t <= 0.001 for t in sleeps)
+    # 1001 names (the table's "?" too), _NAMES_STEP per hold: a sleep between every two
+    step = sender_module._NAMES_STEP
+    assert len(sleeps) == -(-1001 // step) - 1 and all(0 < t <= 0.001 for t in sleeps)
 
 
 def test_queue_grows_as_rows_are_held_and_keeps_their_order():

@@ -63,11 +63,12 @@ HEARTBEAT_S = wire.AGENT_HEARTBEAT_S
 _HEARTBEAT = {"dropped": 0, "reason": "heartbeat"}
 _OP_FAILURE_PROTOCOL = 3  # the daemon protocol that knows OP_FAILURE frames (issue 24)
 _REQUEST_BILL_PROTOCOL = 4  # ... and REQUEST_BILL frames (issue 25)
-# names mapped per stop of the C framing call: 32 hold the GIL ~100 us on a 2-core VM (128
-# held it ~380 us, and a model's 1000 names in 8 such holds slowed the service's first steps
-# after a connection by 0.3 ms on average, up to 7 ms: tests/bench/bench_agent_overhead.py) ...
+# names mapped per GIL hold when a stop of the C framing call needs them: 32 hold it ~100 us
+# on a 2-core VM (128 held it ~380 us, and a model's 1000 names in 8 such holds slowed the
+# service's first steps after a connection by 0.3 ms on average, up to 7 ms:
+# tests/bench/bench_agent_overhead.py) ...
 _NAMES_STEP = 32
-_NAMES_PAUSE_S = 0.0001  # ... with a sleep between stops: a thread waiting for the GIL gets it
+_NAMES_PAUSE_S = 0.0001  # ... with a sleep between holds: a thread waiting for the GIL gets it
 
 
 class Sender:
@@ -420,18 +421,10 @@ class Sender:
             else:
                 conn.announce(w)
         elif code == NEED_NAMES:
-            # the slot's names so far, not only up to this row's (one NAMES frame for a
-            # run of new names, not one per record), but at most _NAMES_STEP at a time:
-            # the next C call releases the GIL, so a model of thousands of names (all
-            # new on each connection) never holds it for milliseconds in one go
+            # the slot's names so far, not only up to this row's: one NAMES frame for a
+            # model's table, and its records after it in a few large BATCH frames
             known = int(native.slot_counts(slot).names)
-            top = max(value, min(known - 1, value + _NAMES_STEP))
-            self._names_slice(w, slot, top)
-            if top + 1 < known:
-                # more slices follow: give the GIL away for real between them (the next
-                # C call releases it for microseconds only, and this thread would take it
-                # straight back: the slices would add up to one hold of ~0.5-2 ms)
-                time.sleep(_NAMES_PAUSE_S)
+            self._names_run(w, slot, max(value, known - 1))
         elif code == DEVICE:
             with self.buffer.lock:  # the trace thread reads the device under it
                 old, w.device, w.device_from = w.device, value, "records"
@@ -440,16 +433,35 @@ class Sender:
             w.announced = -1
             conn.announce(w)
 
-    def _names_slice(self, w: Watched, slot: int, top: int) -> None:
-        """Map ``w``'s names up to id ``top`` on this connection and frame them (NAMES), and
-        give the C queue the new map: one GIL hold of a names pump (at most _NAMES_STEP names:
-        the benchmark times it, the GIL hold per acquisition, issue 21)."""
+    def _names_run(self, w: Watched, slot: int, top: int) -> None:
+        """Map ``w``'s names up to id ``top`` on this connection, _NAMES_STEP names per GIL
+        hold with a real sleep between holds (the C calls between stops give the GIL away for
+        microseconds only, and this thread would take it straight back), then frame them all
+        in as few NAMES frames as they fit and give the C queue the new map. A NAMES frame per
+        slice, as before, cut the records between them into a small BATCH frame each: ~30
+        pairs per connection for a model of 1000 names, each small frame a new key's slow path
+        in the daemon; under a CPU hog that burst made the service's steps 60-110 ms after a
+        connection its slowest (issue 21, tests/bench/bench_agent_overhead.py)."""
         conn, native = self.conn, self.buffer.native
         assert native is not None
-        first, new_names = conn.names.extend_run(w, top, w.native_names)
-        for frame in wire.encode_name_run(first, new_names):
+        mapping = conn.names.mapping(w)
+        at = 0 if mapping is None else len(mapping)
+        pieces = [self._names_slice(w, min(top, at + _NAMES_STEP - 1))]
+        at += _NAMES_STEP
+        while at <= top:
+            time.sleep(_NAMES_PAUSE_S)
+            pieces.append(self._names_slice(w, min(top, at + _NAMES_STEP - 1)))
+            at += _NAMES_STEP
+        for frame in wire.encode_name_pieces(pieces):
             conn.out.append(frame)
         native.set_map(slot, conn.gen, w.name_map)
+
+    def _names_slice(self, w: Watched, top: int) -> tuple[int, list[str], str]:
+        """One GIL hold of :meth:`_names_run`: map ``w``'s names up to id ``top`` and build
+        their NAMES JSON (at most _NAMES_STEP names; the benchmark times it, the GIL hold
+        per acquisition, issue 21)."""
+        first, new_names = self.conn.names.extend_run(w, top, w.native_names)
+        return first, new_names, wire.name_run_json(first, new_names)
 
     def _send_records(self, w: Watched, parts: list[Any], table: Any) -> None:
         """Append ``w``'s batches ``parts`` to the open BATCH frame (WATCH and NAMES first

@@ -39,6 +39,7 @@ __all__ = [
     "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
     "recv_frame", "FLAG_KEYPOINT", "keypoint_mask", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS",
     "MAX_REGEX_BYTES", "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "encode_name_run",
+    "name_run_json", "encode_name_pieces",
     "encode_joined",
     "utf8_cut", "AGENT_HEARTBEAT_S", "OP_FAILURE_MAX_TENSORS", "OP_FAILURE_MAX_DIMS", "OP_FAILURE_MAX_NAME",
     "REQUEST_BILL_MAX_TYPES", "REQUEST_BILL_MAX_ATTRS", "REQUEST_BILL_MAX_MODELS", "REQUEST_BILL_MAX_TEXT",
@@ -240,15 +241,32 @@ def encode_name_run(first: int, names: list[str]) -> list[bytes]:
     the same bytes, but built by one call of the C JSON encoder when they fit one frame
     (the usual case): ~0.1 us a name instead of ~0.5 (issue 21: an agent maps every name
     of a model again on each connection, on the thread that holds the GIL meanwhile)."""
+    return encode_name_pieces([(first, names, name_run_json(first, names))])
+
+
+def name_run_json(first: int, names: list[str]) -> str:
+    """The JSON members ``"first":"names[0]","first+1":"names[1]",...`` (compact, ASCII) of a
+    run of names: a piece of a NAMES payload, built on its own (one GIL hold each, issue 21)
+    and framed with others by :func:`encode_name_pieces`; "" for no names."""
     if not names:
-        return []
-    table = dict(zip(map(str, range(first, first + len(names))), names))
-    # compact separators and ensure_ascii: each entry is exactly encode_names' '"id":'
-    # + json.dumps(name), joined by ','
-    body = _COMPACT.encode({"names": table})
-    if len(body) <= MAX_NAMES_PAYLOAD:  # ASCII: characters are bytes
-        return [encode(Kind.NAMES, body.encode("ascii"))]
-    return encode_names(table)
+        return ""
+    return _COMPACT.encode(dict(zip(map(str, range(first, first + len(names))), names)))[1:-1]
+
+
+def encode_name_pieces(pieces: Iterable[tuple[int, list[str], str]]) -> list[bytes]:
+    """NAMES frames of runs of names given as ``(first id, names, name_run_json(first, names))``:
+    as few as MAX_NAMES_PAYLOAD allows, split between runs, and a run too large for one frame
+    split between its names as :func:`encode_names` splits them. Runs that fit one frame give
+    exactly the bytes of ``encode_names`` of all their names."""
+    parts: list[str] = []
+    room = MAX_NAMES_PAYLOAD - len('{"names":{}}')
+    for first, names, members in pieces:
+        if len(members) <= room:
+            if members:
+                parts.append(members)
+        else:
+            parts.extend(f'"{first + i}":{json.dumps(name)}' for i, name in enumerate(names))
+    return encode_joined(Kind.NAMES, '{"names":{', parts, "}}")
 
 
 def encode_batch(records: np.ndarray) -> bytes:
