@@ -767,8 +767,37 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
           f"{B.verdict(slow <= GOAL)} ({slow * 100:+.1f}%)")
     for label, ok, value in goals:
         print(f"goal: {label}: {B.verdict(ok)} ({value})")
+    print_settled(per_step, steps, [f"{a}{' ' + sfx if sfx else ''}" for sfx, _ in halves for a in agents],
+                  [f"off{' ' + sfx if sfx else ''}" for sfx, _ in halves])
     print_wakes(wakes, wake_wall[0], "agent variants")
     print(f"load: {load0:.2f} at the start of the phase, {os.getloadavg()[0]:.2f} at its end (1 min)")
+
+
+#: steps of a round counted as its agent's connection settling (the first 100 ms at 10 ms
+#: a step): a connection maps and sends its model's names, the daemon learns its keys
+SETTLE_STEPS = 10
+
+
+def print_settled(per_step: dict[str, list[float]], steps: int, agents: list[str], offs: list[str]) -> None:
+    """Info beside the goals (which count every step): each agent variant's tail in the
+    first SETTLE_STEPS steps of its rounds (the agent starts and connects before each round,
+    which a service does once) and in the rest, each against off's same steps. Rounds are
+    ``steps`` long in ``per_step``, in order."""
+    if steps <= SETTLE_STEPS:
+        return
+
+    def split(t: list[float]) -> tuple[list[float], list[float]]:
+        first = [x for i, x in enumerate(t) if i % steps < SETTLE_STEPS]
+        return first, [x for i, x in enumerate(t) if i % steps >= SETTLE_STEPS]
+
+    for name in agents:
+        off = offs[1] if " +" in name and len(offs) > 1 else offs[0]
+        (a0, a1), (o0, o1) = split(per_step[name]), split(per_step[off])
+        print(f"{name}, first {SETTLE_STEPS} steps of a round (a new connection) vs {off}'s: "
+              f"p99 {(B.pct(a0, 99) / B.pct(o0, 99) - 1) * 100:+.1f}%, max {max(a0) - max(o0):+.0f} us; "
+              f"the other {steps - SETTLE_STEPS}: p99 {(B.pct(a1, 99) / B.pct(o1, 99) - 1) * 100:+.1f}%, "
+              f"p99.9 {(B.pct(a1, 99.9) / B.pct(o1, 99.9) - 1) * 100:+.1f}%, max {max(a1) - max(o1):+.0f} us "
+              f"(info: the goals count every step)")
 
 
 def curve(args: Any, aclprof: Any) -> int:
