@@ -13,7 +13,16 @@ from helpers.procs import wait_for
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aclprof.protocol.wire import HEADER, MAX_NAME_BYTES, MAX_NAMES_PAYLOAD, Kind, encode_name_run, encode_names
+from aclprof.protocol.wire import (
+    HEADER,
+    MAX_NAME_BYTES,
+    MAX_NAMES_PAYLOAD,
+    Kind,
+    encode_name_pieces,
+    encode_name_run,
+    encode_names,
+    name_run_json,
+)
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -68,6 +77,33 @@ def test_a_name_run_too_large_for_one_frame_is_split_like_encode_names():
     texts = ["\x01" * MAX_NAME_BYTES if i % 7 == 0 else f"op{i}/" + "x" * 3000 for i in range(1500)]
     frames = encode_name_run(10, texts)
     assert len(frames) > 1 and frames == encode_names({10 + i: t for i, t in enumerate(texts)})
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(0, 2**31), st.lists(st.lists(st.text(max_size=200), max_size=12), max_size=8))
+def test_name_runs_built_apart_frame_as_one_table(first, runs):
+    """The agent's slices of a connection's names (issue 21: each built in its own GIL hold)
+    framed together: the bytes of encode_names of all of them when they fit one frame."""
+    pieces, at = [], first
+    for texts in runs:
+        pieces.append((at, texts, name_run_json(at, texts)))
+        at += len(texts)
+    table = {first + i: t for i, t in enumerate(t for texts in runs for t in texts)}
+    assert encode_name_pieces(pieces) == encode_names(table)
+
+
+def test_name_runs_too_large_for_one_frame_split_between_runs_and_a_huge_run_between_names():
+    big = [f"op{i}/" + "x" * 3000 for i in range(200)]  # ~600 KB of JSON a run
+    huge = ["\x01" * MAX_NAME_BYTES for _ in range(60)]  # ~1.5 MB of escaped JSON: no frame holds it
+    pieces, at = [], 7
+    for texts in (big, ["a", "b"], big, huge, ["c"]):
+        pieces.append((at, texts, name_run_json(at, texts)))
+        at += len(texts)
+    frames = encode_name_pieces(pieces)
+    table = {str(first + i): t for first, texts, _ in pieces for i, t in enumerate(texts)}
+    assert _union(frames) == table
+    assert all(len(p) <= MAX_NAMES_PAYLOAD for p in _payloads(frames))
+    assert len(frames) < len(pieces) + 3  # runs share frames; the huge one takes several of its own
 
 
 def test_the_daemon_refuses_an_oversize_names_frame_and_only_that_connection():
