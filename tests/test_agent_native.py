@@ -432,6 +432,69 @@ def test_a_large_name_table_is_mapped_in_slices_that_give_the_gil_away(monkeypat
     assert len(sleeps) == -(-1001 // step) - 1 and all(0 < t <= 0.001 for t in sleeps)
 
 
+def test_names_learned_later_continue_the_connection_s_map(monkeypatch):
+    """A model whose table grows after its first names went out (later ops, a second model
+    with some of the same texts): each stop maps only the names not mapped yet, continuing the
+    connection's ids, and a text another slot sent already is not sent again."""
+    import aclprof.agent.sender as sender_module
+    from aclprof.agent.buffer import RecordBuffer
+    from aclprof.agent.connection import Connection
+    from aclprof.agent.sender import Sender
+    from aclprof.agent.watched import Watched
+    from aclprof.binding.opdecode import NameTable
+    from aclprof.protocol import wire
+
+    monkeypatch.setattr(sender_module.time, "sleep", lambda s: None)
+    buf = RecordBuffer(1 << 16, native=True)
+    conn = Connection("/nonexistent", buf, service=None, labels={}, connect_timeout=0.1)
+    conn.gen = 1
+    conn.names.reset(1)
+    a, b = Watched(1, 0, {}), Watched(2, 0, {})
+    a.announced = b.announced = 1
+    sink_a, sink_b = buf.sink(a), buf.sink(b)
+    sender = Sender(buf, conn, {1: a, 2: b}, backoff_max=1)
+    table_a, table_b = NameTable(1 << 12), NameTable(1 << 12)
+    frames: list[tuple[wire.Kind, bytes]] = []
+
+    def pump() -> None:
+        sender._pump()
+        frames.extend((k, bytes(p)) for k, p in wire.FrameReader().feed(bytes(conn.out.pending())))
+        conn.out.clear()
+
+    try:
+        for i in range(100):
+            table_a.add(f"a{i}".encode())
+        rows = _rows(range(100))
+        rows["op_name"] = np.arange(1, 101)
+        sink_a.push(rows, table_a)
+        pump()
+        for i in range(100, 170):  # the same model's later ops
+            table_a.add(f"a{i}".encode())
+        for i in range(60):  # another model: half its texts are the first model's
+            table_b.add(f"a{i}".encode() if i % 2 else f"b{i}".encode())
+        rows = _rows(range(100, 170))
+        rows["op_name"] = np.arange(101, 171)
+        sink_a.push(rows, table_a)
+        rows = _rows(range(170, 230))
+        rows["model_id"] = 8
+        rows["op_name"] = np.arange(1, 61)
+        sink_b.push(rows, table_b)
+        pump()
+    finally:
+        buf.close()
+    names: dict[str, str] = {}
+    for kind, payload in frames:
+        if kind == wire.Kind.NAMES:
+            part = wire.decode_json(payload)["names"]
+            assert not set(part) & set(names) and not set(part.values()) & set(names.values())  # each once
+            names.update(part)
+    assert sorted(map(int, names)) == list(range(len(names)))  # the connection's ids, consecutive
+    assert set(names.values()) == {"?", *(f"a{i}" for i in range(170)), *(f"b{i}" for i in range(0, 60, 2))}
+    got = np.concatenate([wire.decode_batch(p) for k, p in frames if k == wire.Kind.BATCH])
+    assert [names[str(i)] for i in got["op_name"].tolist()] == (
+        [f"a{i}" for i in range(170)] + [f"a{i}" if i % 2 else f"b{i}" for i in range(60)])
+
+
 def test_queue_grows_as_rows_are_held_and_keeps_their_order():
     """The queue allocates room as rows are held (8192 at first, doubling up to the bound:
     an agent whose daemon keeps up holds little); growing a wrapped ring keeps the order."""
