@@ -104,12 +104,19 @@ def test_a_failure_in_one_of_two_services_is_seen_everywhere_and_the_other_is_un
         p = _promtool_case(tmp_path, name, 1.0)
         assert p.returncode == 0 and "SUCCESS" in p.stdout, (name, p.stdout + p.stderr)
         # ... and a real Prometheus scraping this daemon with the shipped rules fires it for svc-a only
+        # (2 s scrapes and scrape timeout, and 45 s: in one full CI run the alert had not fired
+        # after 30 s with 1 s ones; a failure now says what Prometheus saw of its scrapes)
         with prometheus_server([f"127.0.0.1:{port}"], [RULES_DIR / "alerts.rules.yml",
-                                                        RULES_DIR / "recording.rules.yml"]) as prom:
+                                                        RULES_DIR / "recording.rules.yml"], interval="2s") as prom:
             def firing() -> list[dict]:
                 return [x for x in prom.api("alerts")["alerts"]
                         if x["labels"]["alertname"] == "AclprofOpFailures" and x["state"] == "firing"]
-            alerts = wait_for(firing, 30, interval=0.2, what="AclprofOpFailures firing")
+            try:
+                alerts = wait_for(firing, 45, interval=0.2, what="AclprofOpFailures firing")
+            except AssertionError as exc:  # say why: the scrapes' health as Prometheus saw it
+                health = [(t["health"], t["lastError"], t["lastScrapeDuration"])
+                          for t in prom.api("targets")["activeTargets"]]
+                raise AssertionError(f"{exc}; targets (health, last error, last scrape s): {health}") from None
             assert [(x["labels"]["service"], x["labels"]["op_type"]) for x in alerts] == [("svc-a", "Relu")]
         # the capture: svc-a's, named by the failure, with svc-a's ops before it
         def made() -> dict | None:
