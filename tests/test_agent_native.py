@@ -267,6 +267,59 @@ def test_the_agent_reader_gathers_records_longer_than_a_python_consumer(sock_pat
         fake.close()
 
 
+def test_the_sender_stays_in_c_while_records_flow_and_its_counters_stay_current(sock_path, agent, monkeypatch):
+    """While a realtime model streams (~1.5 s), the sender's C loop does not return to
+    Python: nothing needs it (it returned every 0.2 s to poll drop counters before: five GIL
+    takes a second on the service's host, issue 21). ``stats()`` still follows the records
+    as they go out, read live from the loop's counters: it grows between returns, never
+    says more than was emitted, never goes back, and is exact at the end."""
+    import threading
+    import time
+
+    from aclprof import mock
+    from aclprof.agent.connection import Connection
+
+    returns: list[float] = []
+    original = Connection.pump
+
+    def counting(self, pump, **kw):
+        r = original(self, pump, **kw)
+        returns.append(time.monotonic())
+        return r
+
+    monkeypatch.setattr(Connection, "pump", counting)
+    fake = FakeDaemon(sock_path)
+    try:
+        a = agent.start(sock_path)
+        model = mock.load_model([{"name": f"op{i}", "type": "Add", "duration_ns": 10_000} for i in range(100)])
+        agent.watch(model)
+        mock.set_realtime(True)
+        mock.execute(model, 20)  # connected, WATCH and NAMES sent: the steady state follows
+        mock.wait_writer_idle()
+        wait_for(lambda: fake.received == 2000, what="the first records")
+        run = threading.Thread(target=mock.execute, args=(model, 1500))  # 150,000 ops of 10 us
+        samples = []
+        t0 = time.monotonic()
+        run.start()
+        while run.is_alive():
+            samples.append(a.stats().records_sent)
+            time.sleep(0.05)
+        run.join()
+        t1 = time.monotonic()
+        mock.wait_writer_idle()
+        during = [t for t in returns if t0 <= t <= t1]
+        assert t1 - t0 >= 1.4
+        assert len(during) <= 1, f"the sender returned to Python {len(during)} times in {t1 - t0:.1f} s"
+        assert samples == sorted(samples) and samples[-1] <= 2000 + 150_000
+        assert len(set(samples)) >= 5, "stats() did not follow the records sent by the C loop"
+        wait_for(lambda: fake.received == 152_000, what="delivery")
+        final = agent.stop()
+        assert final.records_in == final.records_sent == 152_000 and final.dropped == 0
+        assert fake.errors() == []
+    finally:
+        fake.close()
+
+
 def test_control_frames_keep_their_place_when_a_chunk_is_cut_short(sock_path, agent, monkeypatch):
     """Buffered with no daemon: records, UNWATCH, WATCH again, records. With chunks of 64
     records the UNWATCH waits for the records before it over several pumps; the daemon
@@ -572,9 +625,9 @@ def test_queue_accounting_holds_under_random_use():
 
 
 def test_corrupt_records_in_agent_mode_are_the_subscriptions_drops(sock_path, agent):
-    """The C loop's corrupt records are what ``Subscription.dropped`` (polled by the sender,
-    five times a second) and the full stats snapshot count, and what the agent reports
-    lost: emitted = sent + lost."""
+    """The C loop's corrupt records are what ``Subscription.dropped`` (read by the sender
+    before its LOSS frames and by ``agent.stats()``) and the full stats snapshot count, and
+    what the agent reports lost: emitted = sent + lost."""
     from aclprof import mock
 
     fake = FakeDaemon(sock_path)

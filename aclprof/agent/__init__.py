@@ -23,13 +23,16 @@ It never slows or breaks the service it runs in:
   is full). It returns to Python only where Python is needed: a control item to send in
   its place among the records (WATCH, UNWATCH, TRACE_DONE, OP_FAILURE, REQUEST_BILL: the
   queue holds the records queued after one until Python has sent it), NAMES frames for new
-  names, a device learned from the records, the daemon's frames, and every 0.2 s for the
-  drop counters and the heartbeat. A slow daemon fills the queue, never the service's
+  names, a device learned from the records, the daemon's frames, a heartbeat due (after
+  ``HEARTBEAT_S`` with nothing sent) or a request bill due. It does not return to publish
+  counters: ``stats()`` reads what the loop has sent so far, and the subscriptions' drop
+  counters, as they are. A slow daemon fills the queue, never the service's
   threads.
 - The GIL (the service's step thread needs it to return from ``aclmdlExecute``,
   and waits behind any other thread holding it, longer when the holder is descheduled on a
-  busy host): the readers never take it while records flow, and the sender about 5 times a
-  second while they do (it took it ~40 times a second, on every frame, before the C loop).
+  busy host): the readers never take it while records flow, and the sender once per
+  ``HEARTBEAT_S`` (10 s) while they do (~40 times a second, on every frame, before the C
+  loop; 5 times a second, for counters, before its counters were read live).
   The agent never changes the interpreter's switch interval or any other global setting.
 - With no daemon (not started yet, restarting, gone) the agent keeps the newest records
   up to the bound, counts what it drops, and reconnects with exponential backoff
@@ -244,7 +247,6 @@ class Agent:
                     return  # paused for a trace: it is not resumed
                 raise ValueError(f"model {model_id} is not watched")
         self._close_watched(w, timeout)
-        self._buffer.wake()
 
     def _close_watched(self, w: Watched, timeout: float) -> None:
         try:
@@ -260,6 +262,9 @@ class Agent:
             buffer.items.append(Unwatch(w, buffer.seq()))
             if self._watched.get(w.model_id) is w:
                 del self._watched[w.model_id]
+        # the sender's C loop returns for the UNWATCH now (a trace's pause, a stop), not at its
+        # next heartbeat
+        buffer.wake()
 
     # -- traces (aclprof.agent.trace) ----------------------------------------------------------
     def _pause_for_trace(self, tracer: Tracer) -> dict[int, tuple[int | None, dict[str, str]]]:
@@ -307,15 +312,20 @@ class Agent:
             sub_dropped = b.dropped_subscription + sum(
                 (w.sub.dropped - w.sub_dropped_seen) for w in self._watched.values()
                 if w.live and w.sub is not None)
+            # what the sender's C loop has sent since it last returned to Python (it does not
+            # return just to publish counters: each return takes the GIL from the service)
+            live = b.pump.sent_now() if b.pump is not None else (0, 0, 0, 0)
+            records_sent, loss_reported = c.records_sent + live[0], c.loss_reported + live[1]
+            frames_sent, bytes_sent = c.frames_sent + live[2], c.bytes_sent + live[3]
         total_lost = dropped_buffer + sub_dropped + dropped_unread
         return AgentStats(
             socket_path=self.socket_path, connected=c.sock is not None,
             connections=c.connections, connect_failures=c.connect_failures,
-            records_in=records_in, records_sent=c.records_sent, buffered=buffered,
+            records_in=records_in, records_sent=records_sent, buffered=buffered,
             dropped_buffer=dropped_buffer, dropped_subscription=sub_dropped,
-            loss_reported=c.loss_reported,
-            loss_pending=max(0, total_lost - c.loss_reported),
-            frames_sent=c.frames_sent, bytes_sent=c.bytes_sent, models=models,
+            loss_reported=loss_reported,
+            loss_pending=max(0, total_lost - loss_reported),
+            frames_sent=frames_sent, bytes_sent=bytes_sent, models=models,
             dropped_unread=dropped_unread, goodbyes=c.goodbyes, bills_queued=self._bills.queued,
             bills_dropped=self._bills.dropped, bills_unsent=self._sender.bills_unsent, **self._failure_stats(),
             bills_failed=self._sender.bills_failed, **self._bill_feed_stats())

@@ -247,8 +247,10 @@ class Connection:
                      py_fd=py_fd, gen=self.gen, coalesce_s=coalesce_s, wake_rows=wake_rows, until=until,
                      max_rows=max_rows, max_devices=max_devices)
         out.start, out.end, out.records, out.loss, out.frames = r.start, r.end, r.records, r.loss, r.frames
-        self.bytes_sent += r.sent_bytes
-        self._chunk_sent(r.sent_records, r.sent_loss, r.sent_frames)
+        with self.buffer.lock:  # agent.stats() adds the pump's live counters to these under it
+            self.bytes_sent += r.sent_bytes
+            self._chunk_sent(r.sent_records, r.sent_loss, r.sent_frames)
+            pump.clear_sent()
         if r.code == PUMP_ERROR:
             self.disconnect(f"send failed: {os.strerror(r.err)}")
         return r

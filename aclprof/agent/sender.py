@@ -1,13 +1,15 @@
 """The agent's sender thread: connect (with backoff), move buffered records to the daemon,
 and stop within a bounded time whatever the daemon does.
 
-Its loop: connect when disconnected (0.1 s doubling to ``backoff_max``); every 0.2 s
-fold the subscriptions' own drop counters in; take a chunk of items from the buffer,
+Its loop: connect when disconnected (0.1 s doubling to ``backoff_max``); take a chunk of
+items from the buffer,
 convert it into frames (WATCH/UNWATCH/NAMES/BATCH) and write it with non-blocking sends;
 wait for room while a chunk is partly written; otherwise sleep until records arrive. In
 agent mode, connected and not stopping, that last step is the C loop instead
 (:meth:`Sender._serve`): waiting, framing and writing the queue's records without the GIL
-until Python is needed (a control item, new names, the daemon's frames, the 0.2 s poll).
+until Python is needed (a control item, new names, the daemon's frames, a heartbeat or a
+request bill due). The subscriptions' own drop counters are read where a count is needed
+(a LOSS frame, a warning; ``agent.stats`` reads them itself), not polled.
 Stopping: after ``request_stop`` it flushes until the buffer is empty and a final LOSS is
 written, or the deadline passes, or no daemon answers; the thread never blocks longer than
 one poll (50 ms) or one connection attempt (``connect_timeout``) at a time, so
@@ -41,7 +43,7 @@ _log = get_logger("aclprof.agent")
 
 MAX_FRAME_RECORDS = 1 << 15       # records per chunk taken from the buffer (1.8 MiB)
 _BACKOFF_MIN = 0.1
-_CHECK_DROPS_EVERY = 0.2          # s between polls of the subscriptions' own drop counters
+_IDLE_CHECK_S = 0.2               # not in the C loop, nothing buffered: look again this often
 _COALESCE_S = 0.05                # while records flow: at most this long between sends (each
                                   # wake-up takes the GIL; 50 ms: ~20 a second, not 100) ...
 _LIVE_COALESCE_S = 0.025          # ... or this while the daemon says someone watches (LIVE:
@@ -127,7 +129,6 @@ class Sender:
         conn, buffer = self.conn, self.buffer
         backoff = _BACKOFF_MIN
         next_attempt = 0.0
-        next_drop_check = 0.0
         while True:
             now = time.monotonic()
             with buffer.lock:
@@ -152,9 +153,6 @@ class Sender:
                 if conn.sock is None:
                     self._sleep(max(0.0, next_attempt - time.monotonic()))
                     continue
-            if now >= next_drop_check:
-                self.poll_subscription_drops()
-                next_drop_check = now + _CHECK_DROPS_EVERY
             # agent mode, connected and not stopping: the C loop frames the queue's records
             # and writes the pending bytes; Python's pass only sends the control items in
             # their place (with the records before each)
@@ -165,14 +163,13 @@ class Sender:
                 conn.wait_writable(buffer.wake_r)
                 continue
             if flushing and buffer.empty():
-                self.poll_subscription_drops()
-                if conn.send_loss() and not conn.out and buffer.empty():
+                if self._send_loss() and not conn.out and buffer.empty():
                     return
                 continue
             if not self._pumped:
                 self._heartbeat(now)
             if serving:  # the steady state runs in C without the GIL until Python is needed
-                self._serve(now, next_drop_check)
+                self._serve(now)
                 continue
             # While records flow, gather them for _COALESCE_S between sends (fewer, larger
             # frames and wake-ups: less GIL and CPU taken from the service), for
@@ -181,7 +178,7 @@ class Sender:
             busy = self._pumped > 0
             if not buffer.arm(_WAKE_RECORDS if busy else 1, now_if_items=stopping or not busy):
                 continue
-            self._sleep((_LIVE_COALESCE_S if conn.live else _COALESCE_S) if busy else _CHECK_DROPS_EVERY)
+            self._sleep((_LIVE_COALESCE_S if conn.live else _COALESCE_S) if busy else _IDLE_CHECK_S)
 
     def _feed_bills(self, now: float, flushing: bool) -> None:
         """Request attribution's turn (nothing until a request is marked). A failure there
@@ -222,8 +219,7 @@ class Sender:
         for w in watched:
             if w.live:
                 self.conn.announce(w)
-        self.poll_subscription_drops()
-        self.conn.send_loss()
+        self._send_loss()
         return True
 
     def _note_unreachable(self) -> None:
@@ -286,7 +282,16 @@ class Sender:
             elif sock is not None and fd == sock.fileno():
                 self.conn.check_incoming()
 
+    def _send_loss(self) -> bool:
+        """LOSS for everything lost since the last one, the subscriptions' drops read now;
+        False if the connection broke."""
+        self.poll_subscription_drops()
+        return self.conn.send_loss()
+
     def poll_subscription_drops(self) -> None:
+        """Fold the live subscriptions' own drop counters into the buffer's
+        ``dropped_subscription``: before each LOSS and warning (the C loop never returns to
+        Python just for them: each return takes the GIL from the service)."""
         with self.buffer.lock:
             watched = [w for w in self.watched.values() if w.live and w.sub is not None]
         for w in watched:
@@ -362,16 +367,21 @@ class Sender:
         out.end_batch()
         return conn.flush()
 
-    def _serve(self, now: float, until: float) -> None:
+    def _serve(self, now: float) -> None:
         """Agent mode, the steady state: one C call (:meth:`Connection.pump`) waits for the
         queue's rows, frames and writes them without the GIL, and returns only for Python's
         work: control items or a stop (the wake pipe), the daemon speaking, a framing stop
-        (WATCH, NAMES, a device), or ``until`` (the periodic drop poll and heartbeat; bills)."""
+        (WATCH, NAMES, a device), a heartbeat's time or a request bill's."""
         conn, buffer = self.conn, self.buffer
         pump = buffer.pump
         assert pump is not None
         if self._pumped:  # Python just framed records: the next frame coalesces
             pump.busy = True  # (else the loop's own state: idle after a window with none)
+        # The earliest a heartbeat can be due: frames sent meanwhile (by the C loop) move the
+        # heartbeat's clock when the call returns (_heartbeat), so while records flow the
+        # thread takes the GIL once per HEARTBEAT_S. (It returned every 0.2 s to poll drop
+        # counters, five GIL takes a second on the service's host; issue 21.)
+        until = max(self._hb_at + HEARTBEAT_S, now + _IDLE_CHECK_S)
         feeder = self.bill_feeder
         if feeder is not None:
             until = min(until, feeder.next_due(now))
@@ -535,7 +545,7 @@ class Sender:
                 # Bytes of a half-written frame cannot be followed by another frame: close.
                 conn.disconnect("stopping with a frame half written")
             else:
-                conn.send_loss()
+                self._send_loss()
                 deadline = time.monotonic() + 0.5
                 while conn.out and conn.sock is not None and time.monotonic() < deadline:
                     conn.wait_writable(self.buffer.wake_r)

@@ -313,7 +313,8 @@ typedef struct {
     uint64_t cap, start, end;
     uint64_t records, loss, frames;
     int busy;               /* records flowed at the last frame (the coalescing state) */
-    /* out: what the whole chunks written by the call carried, bytes written, a stop */
+    /* out: what the whole chunks written by the call carried, bytes written, a stop; the
+     * sent_* are also read while the call runs (stored whole: _fast_apump.c) */
     uint64_t sent_bytes, sent_records, sent_loss, sent_frames;
     uint32_t slot, value;
     int err;

@@ -5,7 +5,12 @@
  * descheduled with it, and the service's step thread, which needs the GIL to return from
  * aclmdlExecute, waits. Here the steady state (wait, frame, write, wait for room) runs in C
  * without the GIL, and Python runs only for what needs it: control items, new names,
- * a connection's events and its periodic work (every 0.2 s). */
+ * a connection's events and its periodic work (a heartbeat or a request bill due).
+ *
+ * What the call has sent so far is read while it runs (Pump.sent_now, for agent.stats()):
+ * returning to Python just to publish counters would take the GIL from the service. This
+ * thread is the only writer of the sent_* fields while the call runs; each is stored whole
+ * (relaxed atomic stores), so a reader sees an old or a new value, never a torn one. */
 #define _POSIX_C_SOURCE 200809L /* clock_gettime, poll under -std=c11 */
 #include "_fast_internal.h"
 
@@ -32,6 +37,12 @@ static void put_header(uint8_t *p, uint32_t length)
         p[8 + i] = (uint8_t)(length >> (8 * i));
 }
 
+/* io's sent_* counters: read live by another thread (see the top), written here only */
+static inline void add_live(uint64_t *counter, uint64_t v)
+{
+    __atomic_store_n(counter, *counter + v, __ATOMIC_RELAXED);
+}
+
 /* Write what the socket takes now; 0, or -errno when the connection broke. A chunk that is
  * now written whole is counted and the buffer starts over. */
 static int send_pending(int sock, aclprof_aq_pump_io *io)
@@ -40,7 +51,7 @@ static int send_pending(int sock, aclprof_aq_pump_io *io)
         ssize_t n = send(sock, io->buf + io->start, io->end - io->start, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n > 0) {
             io->start += (uint64_t)n;
-            io->sent_bytes += (uint64_t)n;
+            add_live(&io->sent_bytes, (uint64_t)n);
             continue;
         }
         if (n < 0 && errno == EINTR)
@@ -49,9 +60,9 @@ static int send_pending(int sock, aclprof_aq_pump_io *io)
             return 0;
         return n < 0 ? -errno : -EPIPE;
     }
-    io->sent_records += io->records;
-    io->sent_loss += io->loss;
-    io->sent_frames += io->frames;
+    add_live(&io->sent_records, io->records);
+    add_live(&io->sent_loss, io->loss);
+    add_live(&io->sent_frames, io->frames);
     io->records = io->loss = io->frames = 0;
     io->start = io->end = 0;
     return 0;
@@ -96,7 +107,11 @@ static int wait_for(const aclprof_aq_pump_args *a, aclprof_aq_pump_io *io, short
 
 int aclprof_aq_pump(aclprof_agent_queue *q, const aclprof_aq_pump_args *a, aclprof_aq_pump_io *io)
 {
-    io->sent_bytes = io->sent_records = io->sent_loss = io->sent_frames = 0;
+    /* zero already when Python took the last call's (Pump.run); stored whole all the same */
+    __atomic_store_n(&io->sent_bytes, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&io->sent_records, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&io->sent_loss, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&io->sent_frames, 0, __ATOMIC_RELAXED);
     io->err = 0;
     uint64_t room = io->cap > HDR ? (io->cap - HDR) / REC : 0;
     uint32_t max_rows = a->max_rows < room ? a->max_rows : (uint32_t)room;

@@ -319,6 +319,21 @@ class Pump:
                           int(io.records), int(io.loss), int(io.frames), int(io.sent_bytes), int(io.sent_records),
                           int(io.sent_loss), int(io.sent_frames))
 
+    def sent_now(self) -> tuple[int, int, int, int]:
+        """``(records, loss, frames, bytes)`` the running (or last) :meth:`run` has sent so
+        far and :meth:`clear_sent` has not taken: read while the call runs on another thread
+        (each counter is stored whole), so counters stay current without the call returning
+        to Python."""
+        io = self._io
+        return int(io.sent_records), int(io.sent_loss), int(io.sent_frames), int(io.sent_bytes)
+
+    def clear_sent(self) -> None:
+        """The last :meth:`run`'s sent counters are counted elsewhere now: :meth:`sent_now`
+        says 0 until the next run sends (call with the lock :meth:`sent_now`'s readers hold,
+        so nothing is counted twice or missed in between)."""
+        io = self._io
+        io.sent_records = io.sent_loss = io.sent_frames = io.sent_bytes = 0
+
     def close(self) -> None:
         """Close the pipe (idempotent); the queue must no longer be armed to it (it is
         disarmed before each call returns)."""

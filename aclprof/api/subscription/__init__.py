@@ -219,8 +219,8 @@ class Subscription(Closing):
     @property
     def dropped(self) -> int:
         """``stats.dropped`` alone (records dropped for any reason), without the rest of the
-        snapshot: the agent reads it five times a second, and the whole snapshot took
-        ~140 us of GIL each time."""
+        snapshot: the agent reads it before each LOSS frame and in each ``stats()``, and the
+        whole snapshot took ~140 us of GIL each time."""
         r = self._reader
         with r.stats_lock:
             return self._queue.dropped_full + r.dropped()
