@@ -152,8 +152,6 @@ class RecordBuffer:
             if self._sleeping and self.buffered >= self._wake_at:
                 self._sleeping = False
                 self.wake()
-            elif self.native is not None:
-                self.wake()  # the sender may be in its C loop, which never looks at these items
 
     def _trim_locked(self) -> None:
         """Drop the oldest buffered records until the bound holds (keeps control items)."""
