@@ -27,6 +27,8 @@ from aclprof.protocol import detectorparams as detector_rules  # one rule with `
 from aclprof.protocol.paths import default_socket_path  # one rule for the daemon, agents and the CLI
 from aclprof.protocol.wire import AGENT_HEARTBEAT_S
 
+from .cpuslice import MAX_SLICE_S, MIN_SLICE_S
+
 __all__ = ["Settings", "Option", "OPTIONS", "ConfigError", "load", "parse_size", "parse_duration",
            "default_data_dir", "add_arguments"]
 
@@ -38,7 +40,7 @@ class ConfigError(ValueError):
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "kib": 1 << 10, "m": 1000**2, "mb": 1000**2,
                "mib": 1 << 20, "g": 1000**3, "gb": 1000**3, "gib": 1 << 30, "t": 1000**4,
                "tb": 1000**4, "tib": 1 << 40}
-_DURATION_UNITS = {"": 1.0, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_DURATION_UNITS = {"": 1.0, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_size(value: Any) -> int:
@@ -66,6 +68,16 @@ def parse_duration(value: Any) -> float:
         s = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
     if s <= 0:
         raise ValueError(f"duration must be positive, not {value!r}")
+    return s
+
+
+def _parse_cpu_slice(value: Any) -> float:
+    """``cpu_slice``: 0 (the kernel's default slice) or a duration the kernel accepts."""
+    if value in (0, "0", 0.0):
+        return 0.0
+    s = parse_duration(value)
+    if not MIN_SLICE_S - 1e-12 <= s <= MAX_SLICE_S + 1e-12:
+        raise ValueError(f"cpu_slice must be 0 (the kernel's default) or within 100us..100ms, not {value!r}")
     return s
 
 
@@ -198,6 +210,8 @@ class Settings:
     #: received, readable by an aclprof older than the encoding (a downgrade)
     segment_format: str = "compact"
     flush_interval_s: float = 1.0
+    #: the CPU slice asked of the kernel for the daemon's threads (aclprofd.cpuslice; 0: its default)
+    cpu_slice_s: float = 100e-6
     prometheus_host: str = "127.0.0.1"
     prometheus_port: int = 9464
     prometheus_op_name: bool = False
@@ -284,6 +298,9 @@ OPTIONS: tuple[Option, ...] = (
            "that reads only those; default compact)"),
     Option("flush_interval_s", "flush_interval", "ACLPROFD_FLUSH_INTERVAL", "--flush-interval", parse_duration, True,
            "write received records to disk this often; kill -9 loses at most this much (default 1s)"),
+    Option("cpu_slice_s", "cpu_slice", "ACLPROFD_CPU_SLICE", "--cpu-slice", _parse_cpu_slice, False,
+           "how long one of the daemon's threads may keep a contended CPU before a waiting task gets it "
+           "(Linux >= 6.12; 0: the kernel's default; default 100us)"),
     Option("prometheus_host", "prometheus_host", "ACLPROFD_PROMETHEUS_HOST", "--prometheus-host", str, False,
            "address of the Prometheus endpoint (default 127.0.0.1)"),
     Option("prometheus_port", "prometheus_port", "ACLPROFD_PROMETHEUS_PORT", "--prometheus-port", _parse_port, False,

@@ -74,7 +74,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _write_config(args)
     if args.force:
         parser.error("--force only goes with --write-config")
+    import structlog
+
     from . import config, logsetup
+    from .cpuslice import request_slice
     from .server import Daemon, DaemonError
 
     try:
@@ -87,7 +90,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         print(f"aclprofd: error: cannot open log file {settings.log_file}: {exc.strerror or exc}", file=sys.stderr)
         return 2
+    # before any thread starts: each inherits the slice of the thread that starts it
+    cpu_slice = request_slice(settings.cpu_slice_s)
+    if cpu_slice.error is not None:
+        structlog.get_logger("aclprofd").info("CPU slice left at the kernel's default",
+                                              requested_us=cpu_slice.requested_us, reason=cpu_slice.error)
     daemon = Daemon(settings, reload=lambda: config.load(args))
+    daemon.cpu_slice = cpu_slice.as_dict()
     try:
         daemon.start()
     except DaemonError as exc:

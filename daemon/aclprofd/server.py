@@ -84,6 +84,10 @@ class Daemon:
         self.counters = Counters()
         self.health = Health()
         self.stalls = LoopStalls()  # what made the long turns long (STATUS loop.stalls)
+        #: the CPU slice asked of the kernel (STATUS loop.cpu_slice): set by aclprofd.main, the
+        #: process's entry point; an embedded daemon (serve) leaves its host's scheduling alone
+        self.cpu_slice: dict[str, Any] = {"requested_us": 0, "applied_us": None, "threads": 0,
+                                          "error": "not the daemon's own process"}
         # The parts, each given what it uses: explicit collaborators (the transport is the
         # Outbox they answer clients through), or, for the daemon's changing state (settings
         # and storage, replaced by a reload or a start), the daemon seen through the part's

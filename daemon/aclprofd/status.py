@@ -127,6 +127,8 @@ class CountersSnapshot:
     slices_pending: int = 0
     #: the loop's long turns by their longest step (aclprofd.stalls.LoopStalls.summary)
     loop_stalls: dict[str, Any] = field(default_factory=dict)
+    #: the CPU slice the daemon asked of the kernel (aclprofd.cpuslice.SliceResult.as_dict)
+    cpu_slice: dict[str, Any] = field(default_factory=dict)
     #: connections open now: all, control clients, not yet said HELLO
     open_connections: int = 0
     open_control: int = 0
@@ -307,6 +309,8 @@ class SnapshotSource(Protocol):
     def detection(self) -> _TableStats: ...
     @property
     def socket_problem(self) -> str | None: ...
+    @property
+    def cpu_slice(self) -> Mapping[str, Any]: ...
 
 
 def _memory_own(m: _MemoryUse) -> tuple[tuple[str, int], ...]:
@@ -356,6 +360,7 @@ def take_snapshot(d: SnapshotSource) -> CountersSnapshot:
         idle_closed=t.limits.idle_closed,
         accept_errors=t.accept_errors, peer_gone=t.peer_gone, open_connections=open_all,
         slices_cut=t.slices_cut, slices_pending=len(t.pending), loop_stalls=d.stalls.summary(),
+        cpu_slice=dict(d.cpu_slice),
         open_control=open_control, open_without_hello=open_anon, names_truncated=d.ingest.names_truncated,
         traces=d.traces.summary(), failures=d.failures.summary(), request_bills=d.bills.summary(),
         request_hist=d.bills.prometheus_series(),
@@ -466,7 +471,8 @@ def status_reply(s: CountersSnapshot, socket_path: str, cut: dict[str, int] | No
                             "agents": s.open_agents, "agents_largest_uid": s.agents_largest_uid},
             "tables": {k: dict(v) for k, v in s.tables.items()},
             "names_truncated": s.names_truncated,
-            "loop": {"slices_cut": s.slices_cut, "slices_pending": s.slices_pending, "stalls": s.loop_stalls},
+            "loop": {"slices_cut": s.slices_cut, "slices_pending": s.slices_pending, "stalls": s.loop_stalls,
+                     "cpu_slice": dict(s.cpu_slice)},
             "traces": dict(s.traces), "failures": _failures_reply(s.failures),
             "request_bills": dict(s.request_bills),
             "recent": {k: dict(v) for k, v in s.recent.items()},
