@@ -142,3 +142,42 @@ def test_the_daemon_process_runs_every_thread_on_the_slice_and_reports_it(tmp):
         st = status(d.socket)["loop"]["cpu_slice"]
         assert st == {"requested_us": 0, "applied_us": None, "threads": 0, "error": None}
         assert 100_000 not in set(_kernel_slices(d.proc.pid).values())
+
+
+class _FakeLibc:
+    """sched_getattr/sched_setattr at the system call boundary: a kernel that refuses
+    (``refuse``: the errno of every sched_setattr) or takes the call and ignores the slice."""
+
+    def __init__(self, refuse: int = 0):
+        self.refuse, self.set_calls = refuse, []
+
+    def syscall(self, nr, tid, buf, *rest):
+        import ctypes
+        import struct
+
+        if nr == 315:  # sched_getattr: SCHED_OTHER, nice 0, no custom slice
+            ctypes.memmove(buf, struct.pack("IIQiIQQQ", 48, 0, 0, 0, 0, 0, 0, 0), 48)
+            return 0
+        self.set_calls.append(tid)
+        if self.refuse:
+            ctypes.set_errno(self.refuse)
+            return -1
+        return 0
+
+
+@pytest.mark.parametrize("refuse", [0, 1])
+def test_a_refusal_or_a_kernel_that_ignores_the_slice_is_reported_not_claimed(monkeypatch, refuse):
+    import errno
+
+    from aclprofd import cpuslice
+
+    fake = _FakeLibc(errno.EPERM if refuse else 0)
+    monkeypatch.setattr(cpuslice, "_calls", lambda: (fake, 314, 315))
+    res = request_slice(100e-6)
+    assert res.applied_us is None and res.requested_us == 100
+    if refuse:
+        assert res.threads == 0 and len(fake.set_calls) == 1  # stops at the first refusal
+        assert res.error == f"sched_setattr failed for thread {fake.set_calls[0]}: Operation not permitted (errno 1)"
+    else:
+        assert res.threads == len(fake.set_calls) >= 1
+        assert res.error is not None and "Linux >= 6.12" in res.error

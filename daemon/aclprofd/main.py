@@ -93,8 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     # before any thread starts: each inherits the slice of the thread that starts it
     cpu_slice = request_slice(settings.cpu_slice_s)
     if cpu_slice.error is not None:
-        structlog.get_logger("aclprofd").info("CPU slice left at the kernel's default",
-                                              requested_us=cpu_slice.requested_us, reason=cpu_slice.error)
+        # a refusal (a seccomp filter, a policy) is worth a warning; an older kernel is not
+        level = "warning" if cpu_slice.error.startswith("sched_setattr failed") else "info"
+        getattr(structlog.get_logger("aclprofd"), level)(
+            "CPU slice left at the kernel's default (daemon/README.md \"CPU slice\")",
+            requested_us=cpu_slice.requested_us, reason=cpu_slice.error)
     daemon = Daemon(settings, reload=lambda: config.load(args))
     daemon.cpu_slice = cpu_slice.as_dict()
     try:
