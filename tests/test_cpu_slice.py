@@ -103,10 +103,19 @@ def test_zero_leaves_the_kernel_default_and_out_of_range_slices_are_refused():
             request_slice(bad)
 
 
-@pytest.mark.parametrize("raw,want", [("100us", 100e-6), ("0", 0.0), (0, 0.0), ("2ms", 2e-3), ("100ms", 0.1)])
-def test_the_setting_takes_durations_within_the_kernel_bounds(raw, want):
-    assert config.load({"cpu_slice_s": raw}, environ={}).cpu_slice_s == pytest.approx(want)
-    assert config.load({}, environ={"ACLPROFD_CPU_SLICE": str(raw)}).cpu_slice_s == pytest.approx(want)
+@pytest.mark.parametrize("raw,want", [("100us", 100), ("0", 0), (0, 0), ("2ms", 2000), ("0.1ms", 100),
+                                      ("100ms", 100_000)])
+def test_the_setting_takes_durations_within_the_kernel_bounds(monkeypatch, raw, want):
+    from aclprofd import cpuslice
+
+    fake = _FakeLibc()
+    monkeypatch.setattr(cpuslice, "_calls", lambda: (fake, 314, 315))
+    for settings in (config.load({"cpu_slice_s": raw}, environ={}),
+                     config.load({}, environ={"ACLPROFD_CPU_SLICE": str(raw)})):
+        assert settings.cpu_slice_s * 1e6 == pytest.approx(want)
+        # what the setting parsed to is what the request takes ("100us" is 99.99..e-6 s
+        # in floats: it was refused as under the kernel's 100 us minimum)
+        assert request_slice(settings.cpu_slice_s).requested_us == want
 
 
 @pytest.mark.parametrize("raw", ["50us", "101ms", "fast", "-1"])
@@ -126,7 +135,7 @@ def tmp():
 
 
 def test_the_daemon_process_runs_every_thread_on_the_slice_and_reports_it(tmp):
-    with running(tmp) as d:
+    with running(tmp, "--cpu-slice", "100us") as d:  # the default, said as an operator says it
         assert d.proc is not None
         st = status(d.socket)["loop"]["cpu_slice"]
         if st["applied_us"] is None:

@@ -25,11 +25,12 @@ import struct
 import sys
 from dataclasses import dataclass
 
-__all__ = ["SliceResult", "request_slice", "MIN_SLICE_S", "MAX_SLICE_S"]
+__all__ = ["SliceResult", "request_slice", "MIN_SLICE_US", "MAX_SLICE_US"]
 
-#: the bounds the kernel clamps a custom slice to (kernel/sched/syscalls.c)
-MIN_SLICE_S = 100e-6
-MAX_SLICE_S = 0.1
+#: the bounds the kernel clamps a custom slice to (kernel/sched/syscalls.c), in whole
+#: microseconds: a slice is compared rounded to these (``100us`` parses to 99.99...e-6 s)
+MIN_SLICE_US = 100
+MAX_SLICE_US = 100_000
 
 #: (sched_setattr, sched_getattr) system call numbers
 _SYSCALLS = {"x86_64": (314, 315), "aarch64": (274, 275), "arm64": (274, 275)}
@@ -78,8 +79,8 @@ def request_slice(slice_s: float) -> SliceResult:
     us = round(slice_s * 1e6)
     if us == 0:
         return SliceResult(0, None, 0, None)
-    if not MIN_SLICE_S <= slice_s <= MAX_SLICE_S:
-        raise ValueError(f"cpu_slice must be 0 or within {MIN_SLICE_S * 1e6:.0f}us..{MAX_SLICE_S * 1e3:.0f}ms, "
+    if not MIN_SLICE_US <= us <= MAX_SLICE_US:
+        raise ValueError(f"cpu_slice must be 0 or within {MIN_SLICE_US}us..{MAX_SLICE_US // 1000}ms, "
                          f"not {slice_s}s")
     calls = _calls()
     if calls is None:
