@@ -1,7 +1,7 @@
 """Agent overhead: mock inference step time with ``aclprof.agent`` streaming vs without.
 
     python tests/bench/bench_agent_overhead.py [--quick] [--rounds R] [--steps S] [--nice-daemon N] [--with-tail]
-                                               [--sched-daemon {batch,idle}]...
+                                               [--sched-daemon {batch,idle}]... [--slice-daemon S]...
                                                [--hog {off,on,both}] [--curve [--curve-daemon NAME=PATH]...]
                                                [--numpy-consumer] [--requests]
 
@@ -21,7 +21,10 @@ nice N (the deployment recommendation of daemon/aclprofd.service), interleaved w
 others, so the two daemons are compared in one run. ``--sched-daemon batch`` (or ``idle``,
 repeatable) adds an ``agent batch`` (``agent idle``) variant against a daemon started with that
 scheduling policy (``CPUSchedulingPolicy=`` in a unit): SCHED_BATCH wake-ups do not preempt
-the running task, SCHED_IDLE runs only on an otherwise idle core. With ``--with-tail`` an ``aclprof tail
+the running task, SCHED_IDLE runs only on an otherwise idle core. ``--slice-daemon S`` (repeatable)
+adds an ``agent slice S`` variant against a daemon started with ``--cpu-slice S`` (``0``: the
+kernel's default slice; the plain ``agent`` variant's daemon runs aclprofd's default, 100 us).
+With ``--with-tail`` an ``aclprof tail
 --json`` streams from the daemon(s) throughout: the agent is LIVE and sends every ~10 ms.
 
 With ``--hog on`` (or ``both``, the default: the table quiet, then with the hog) the
@@ -193,18 +196,21 @@ _POLICIES = {"batch": "SCHED_BATCH", "idle": "SCHED_IDLE"}
 
 
 def start_daemon(root: str, sink: str = "daemon", nice: int = 0,
-                 argv: list[str] | None = None, policy: str | None = None) -> tuple[subprocess.Popen, str]:
+                 argv: list[str] | None = None, policy: str | None = None,
+                 cpu_slice: str | None = None) -> tuple[subprocess.Popen, str]:
     """A daemon (or the null sink) on a socket of its own under ``root``, at ``nice`` and with
     the scheduling ``policy`` ("batch": no wake-up preemption of the running task; "idle":
-    runs only on an otherwise idle core), as ``CPUSchedulingPolicy=`` in a unit would set it."""
-    tag = f"{nice}{policy or ''}"
+    runs only on an otherwise idle core), as ``CPUSchedulingPolicy=`` in a unit would set it;
+    ``cpu_slice``: the daemon's ``--cpu-slice`` (None: its default)."""
+    tag = f"{nice}{policy or ''}{'s' + cpu_slice if cpu_slice is not None else ''}"
     socket = os.path.join(root, f"d{tag}.sock")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ACLPROF_", "ACLMOCK_", "ACLPROFD_"))}
     if sink == "null":
         cmd = [sys.executable, "-c", _NULL_SINK, socket]
     else:
         cmd = [*(argv or daemon_argv()), "--socket", socket, "--data-dir",
-               os.path.join(root, f"data{tag}"), "--prometheus-port", "0", "--log-level", "warning"]
+               os.path.join(root, f"data{tag}"), "--prometheus-port", "0", "--log-level", "warning",
+               *(["--cpu-slice", cpu_slice] if cpu_slice is not None else [])]
 
     def lower() -> None:
         if nice:
@@ -428,6 +434,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run an 'agent POLICY' variant streaming to a daemon started with that "
                              "scheduling policy (SCHED_BATCH: its wake-ups do not preempt the service; "
                              "SCHED_IDLE: it runs only when a core is otherwise idle); repeatable")
+    parser.add_argument("--slice-daemon", action="append", default=[], metavar="S",
+                        help="also run an 'agent slice S' variant streaming to a daemon started with "
+                             "--cpu-slice S (0: the kernel's default slice; the plain agent's daemon has "
+                             "aclprofd's default); repeatable")
     parser.add_argument("--with-tail", action="store_true",
                         help="keep `aclprof tail --json > /dev/null` streaming from the daemon(s) the whole run: "
                              "agents are then LIVE and send every ~25 ms instead of ~50 ms")
@@ -491,6 +501,11 @@ def main(argv: list[str] | None = None) -> int:
         lowered, sockets[name] = start_daemon(root, args.sink, policy=policy)
         daemons.append(lowered)
         pids[name] = lowered.pid
+    for cpu_slice in args.slice_daemon:
+        name = f"agent slice {cpu_slice}"
+        sliced, sockets[name] = start_daemon(root, args.sink, cpu_slice=cpu_slice)
+        daemons.append(sliced)
+        pids[name] = sliced.pid
     if args.with_tail:
         if args.sink != "daemon":
             raise SystemExit("--with-tail needs --sink daemon")
