@@ -37,9 +37,16 @@
 #define REC_SIZE ((Py_ssize_t)sizeof(aclprof_record))
 #define AT(field) offsetof(aclprof_record, field)
 
+/* A (device/model, name/type) pair's 64-bit hash: what a sender's key cache is sorted and
+ * indexed by (aclprofd.aggregate.keys.pair_hash computes the same in numpy). */
+static inline uint64_t pair_hash(uint64_t dm, uint64_t code)
+{
+    return (dm * 0x9E3779B97F4A7C15ull) ^ code;
+}
+
 static inline uint64_t mix(uint64_t dm, uint64_t code)
 {
-    uint64_t h = (dm * 0x9E3779B97F4A7C15ull) ^ code;
+    uint64_t h = pair_hash(dm, code);
     h ^= h >> 29;
     h *= 0xBF58476D1CE4E5B9ull;
     return h ^ (h >> 32);
@@ -766,7 +773,7 @@ static PyObject *cache_lookup(PyObject *self, PyObject *const *args, Py_ssize_t 
     int64_t *out_key = b[7].buf, *out_miss = b[8].buf;
     Py_ssize_t nmiss = 0;
     for (Py_ssize_t i = 0; i < n; i++) {
-        uint64_t h = (dm[i] * 0x9E3779B97F4A7C15ull) ^ code[i];
+        uint64_t h = pair_hash(dm[i], code[i]);
         out_hash[i] = h;
         Py_ssize_t at = find_hash(hashes, m, h); /* the cache holds one entry per hash */
         if (at >= 0 && dms[at] == dm[i] && codes[at] == code[i])
@@ -1303,10 +1310,9 @@ static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t 
     size_t imask = have_index ? (size_t)(iv.len / 4) - 1 : 0;
     for (Py_ssize_t g = 0; g < groups; g++) {
         if (index != NULL && g + PREFETCH_AHEAD < groups) {
-            uint64_t ph = (gdm[g + PREFETCH_AHEAD] * 0x9E3779B97F4A7C15ull) ^ gcode[g + PREFETCH_AHEAD];
-            PREFETCH_R(&index[(size_t)mix(ph, 0) & imask]);
+            PREFETCH_R(&index[(size_t)mix(pair_hash(gdm[g + PREFETCH_AHEAD], gcode[g + PREFETCH_AHEAD]), 0) & imask]);
         }
-        uint64_t h = (gdm[g] * 0x9E3779B97F4A7C15ull) ^ gcode[g];
+        uint64_t h = pair_hash(gdm[g], gcode[g]);
         Py_ssize_t at = index ? index_find(index, imask, hashes, ncache, h) : find_hash(hashes, ncache, h);
         if (at < 0 || cdms[at] != gdm[g] || ccodes[at] != gcode[g]) {
             result = frame_result(FRAME_MISS, ops, groups, 0, 0, 0, 0, keypoints, device, max_end);

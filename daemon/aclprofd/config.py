@@ -27,7 +27,7 @@ from aclprof.protocol import detectorparams as detector_rules  # one rule with `
 from aclprof.protocol.paths import default_socket_path  # one rule for the daemon, agents and the CLI
 from aclprof.protocol.wire import AGENT_HEARTBEAT_S
 
-from .cpuslice import MAX_SLICE_US, MIN_SLICE_US
+from .cpuslice import check_slice_us
 
 __all__ = ["Settings", "Option", "OPTIONS", "ConfigError", "load", "parse_size", "parse_duration",
            "default_data_dir", "add_arguments"]
@@ -76,8 +76,7 @@ def _parse_cpu_slice(value: Any) -> float:
     if value in (0, "0", 0.0):
         return 0.0
     us = round(parse_duration(value) * 1e6)  # whole microseconds, as the kernel takes it
-    if not MIN_SLICE_US <= us <= MAX_SLICE_US:
-        raise ValueError(f"cpu_slice must be 0 (the kernel's default) or within 100us..100ms, not {value!r}")
+    check_slice_us(us, repr(value))
     return us / 1e6
 
 

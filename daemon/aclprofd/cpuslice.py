@@ -25,7 +25,7 @@ import struct
 import sys
 from dataclasses import dataclass
 
-__all__ = ["SliceResult", "request_slice", "MIN_SLICE_US", "MAX_SLICE_US"]
+__all__ = ["SliceResult", "request_slice", "check_slice_us", "MIN_SLICE_US", "MAX_SLICE_US"]
 
 #: the bounds the kernel clamps a custom slice to (kernel/sched/syscalls.c), in whole
 #: microseconds: a slice is compared rounded to these (``100us`` parses to 99.99...e-6 s)
@@ -70,6 +70,14 @@ def _get(libc: ctypes.CDLL, nr: int, tid: int) -> tuple[int, int, int, int] | No
     return policy, flags, nice, runtime
 
 
+def check_slice_us(us: int, given: str) -> None:
+    """ValueError unless ``us`` (a custom slice in whole microseconds, written ``given`` by
+    whoever asked) is within the kernel's bounds: the one check of the setting and the request."""
+    if not MIN_SLICE_US <= us <= MAX_SLICE_US:
+        raise ValueError(f"cpu_slice must be 0 (the kernel's default) or within {MIN_SLICE_US}us.."
+                         f"{MAX_SLICE_US // 1000}ms, not {given}")
+
+
 def request_slice(slice_s: float) -> SliceResult:
     """Ask for a custom slice of ``slice_s`` seconds (0: leave the kernel's default) for every
     thread of this process now, so for the threads it starts later too. Each thread keeps
@@ -79,9 +87,7 @@ def request_slice(slice_s: float) -> SliceResult:
     us = round(slice_s * 1e6)
     if us == 0:
         return SliceResult(0, None, 0, None)
-    if not MIN_SLICE_US <= us <= MAX_SLICE_US:
-        raise ValueError(f"cpu_slice must be 0 or within {MIN_SLICE_US}us..{MAX_SLICE_US // 1000}ms, "
-                         f"not {slice_s}s")
+    check_slice_us(us, f"{slice_s}s")
     calls = _calls()
     if calls is None:
         return SliceResult(us, None, 0, f"custom CPU slices need Linux on x86_64 or aarch64, not "
