@@ -190,3 +190,14 @@ def test_a_refusal_or_a_kernel_that_ignores_the_slice_is_reported_not_claimed(mo
     else:
         assert res.threads == len(fake.set_calls) >= 1
         assert res.error is not None and "Linux >= 6.12" in res.error
+
+
+@pytest.mark.parametrize("flag", ["50us", "0.1us", "fast"])
+def test_the_daemon_refuses_a_bad_flag_in_one_line_and_starts_nothing(tmp, flag):
+    sock = os.path.join(tmp, "s.sock")
+    proc = subprocess.run([sys.executable, "-m", "aclprofd", "--cpu-slice", flag, "--socket", sock, "--data-dir",
+                           os.path.join(tmp, "data")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert "--cpu-slice" in lines[-1] and repr(flag) in lines[-1] and "Traceback" not in proc.stderr
+    assert not os.path.exists(sock)
