@@ -491,21 +491,15 @@ def main(argv: list[str] | None = None) -> int:
     pids = {agent_name: daemon.pid}
     if args.requests:
         mock.set_stamp_thread(True)  # records carry the executing thread: attribution by thread
-    if args.nice_daemon:
-        name = f"agent nice{args.nice_daemon}"
-        niced, sockets[name] = start_daemon(root, args.sink, args.nice_daemon)
-        daemons.append(niced)
-        pids[name] = niced.pid
-    for policy in args.sched_daemon:
-        name = f"agent {policy}"
-        lowered, sockets[name] = start_daemon(root, args.sink, policy=policy)
-        daemons.append(lowered)
-        pids[name] = lowered.pid
-    for cpu_slice in args.slice_daemon:
-        name = f"agent slice {cpu_slice}"
-        sliced, sockets[name] = start_daemon(root, args.sink, cpu_slice=cpu_slice)
-        daemons.append(sliced)
-        pids[name] = sliced.pid
+    # the variants streaming to a daemon of their own: (name, how start_daemon starts it)
+    others: list[tuple[str, dict[str, Any]]] = [(f"agent nice{args.nice_daemon}", {"nice": args.nice_daemon})] \
+        if args.nice_daemon else []
+    others += [(f"agent {policy}", {"policy": policy}) for policy in args.sched_daemon]
+    others += [(f"agent slice {cpu_slice}", {"cpu_slice": cpu_slice}) for cpu_slice in args.slice_daemon]
+    for name, how in others:
+        other, sockets[name] = start_daemon(root, args.sink, **how)
+        daemons.append(other)
+        pids[name] = other.pid
     if args.with_tail:
         if args.sink != "daemon":
             raise SystemExit("--with-tail needs --sink daemon")
