@@ -191,7 +191,9 @@ def test_goodbye_counts_the_frame_in_flight(sock_dir, workers):
         emitted = w.run(20_000)  # 100 000 records, far more than the socket holds
         st = wait_for(lambda: (s := w.stats()["agent"])["records_in"] == emitted and s,
                       what="the records to reach the agent")
-        assert st["connected"] and st["records_sent"] < 10_000 and st["goodbyes"] == 0, st
+        # the agent's socket (its send buffer: at most 2 MiB, aclprof.agent.connection
+        # SEND_BUFFER doubled by the kernel, ~37,000 records) holds well under the backlog
+        assert st["connected"] and st["records_sent"] < emitted // 2 and st["goodbyes"] == 0, st
         reader = wire.FrameReader()
         got, read = 0, 0
         kinds = []
@@ -569,7 +571,8 @@ def test_stop_does_not_hang_on_a_daemon_that_never_reads(sock_dir, stopped_agent
         assert time.monotonic() - t0 < 2.0
         assert final.records_in == 100_000 and final.buffered == 0
         assert final.records_sent + final.dropped_buffer == final.records_in
-        assert final.records_sent < 10_000 and not final.connected
+        # the socket (at most 2 MiB, SEND_BUFFER doubled: ~37,000 records) took well under them
+        assert final.records_sent < final.records_in // 2 and not final.connected
         conn.close()
     finally:
         srv.close()

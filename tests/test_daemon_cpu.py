@@ -53,6 +53,29 @@ def test_a_stream_clients_socket_gets_a_send_buffer_that_holds_a_frames_json(dae
     assert n == 3000
 
 
+def test_an_agents_socket_takes_a_frame_of_its_interval_in_one_send(daemon):
+    """The agent widens its socket's send buffer (aclprof.agent.connection.SEND_BUFFER): a
+    frame of the sender's interval at 100 k ops/s (5,000 records, 280 KB, over the default
+    ~208 KiB) goes into the socket in one non-blocking send, so the daemon finds it whole.
+    In pieces, the daemon's loop was woken for each: two turns a frame (issue 21)."""
+    from aclprof.agent.buffer import RecordBuffer
+    from aclprof.agent.connection import SEND_BUFFER, Connection
+
+    if 2 * min(SEND_BUFFER, _wmem_max()) < 300_000:
+        pytest.skip("net.core.wmem_max too small here for a 280 KB frame")
+    conn = Connection(daemon.socket, RecordBuffer(1 << 10), service="svc", labels={}, connect_timeout=5)
+    assert conn.connect()
+    try:
+        assert conn.sock is not None
+        assert conn.sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) >= 2 * min(SEND_BUFFER, _wmem_max())
+        frame = encode_batch(make_records(5000, durations=np.full(5000, 1000)))
+        assert len(frame) > 280_000
+        # one send, the socket non-blocking: all of it went (the default took ~212 KB of it)
+        assert conn.sock.send(frame) == len(frame)
+    finally:
+        conn.disconnect("test over")
+
+
 class _Sock:
     """A non-blocking socket stand-in that counts its reads: each chunk once, then EAGAIN."""
 

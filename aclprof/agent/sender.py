@@ -44,14 +44,14 @@ _log = get_logger("aclprof.agent")
 MAX_FRAME_RECORDS = 1 << 15       # records per chunk taken from the buffer (1.8 MiB)
 _BACKOFF_MIN = 0.1
 _IDLE_CHECK_S = 0.2               # not in the C loop, nothing buffered: look again this often
-_COALESCE_S = 0.05                # while records flow: at most this long between sends (each
-                                  # wake-up takes the GIL; 50 ms: ~20 a second, not 100) ...
-_LIVE_COALESCE_S = 0.025          # ... or this while the daemon says someone watches (LIVE:
-                                  # `aclprof tail` shows records within ~25 ms, not ~50; 10 ms
-                                  # cost the host 1.6 us of CPU per op at 100 k ops/s against
-                                  # 1.1 at 25 ms, and the service 85 GIL takes a second, not
-                                  # 37: each frame's fixed cost in the sender and the daemon,
-                                  # issue 21)
+_COALESCE_S = 0.1                 # while records flow: at most this long between sends (each
+                                  # frame costs the daemon ~0.5-1 ms of CPU after its loop
+                                  # slept, whatever its size: 100 ms is ~10 frames a second) ...
+_LIVE_COALESCE_S = 0.05           # ... or this while the daemon says someone watches (LIVE:
+                                  # `aclprof tail` shows a record ~61 ms after its op, p99;
+                                  # 25 ms: ~36 ms, but 0.70-0.76 us of host CPU per op at
+                                  # 100 k ops/s against 0.48-0.66 at 50 ms, 10 ms 1.6 us:
+                                  # each frame's fixed cost in the daemon, issue 21)
 _WAKE_RECORDS = 8192              # ... or until this many records are buffered
 # An unreachable daemon is a WARNING (ops must learn that records are being lost; at INFO
 # it went unseen while 29,200 records were dropped), but rate-limited: the first after

@@ -37,7 +37,7 @@ from aclprof.protocol import _jsonl
 __all__ = [
     "MAGIC", "VERSION", "HEADER", "MAX_PAYLOAD", "RECORD_DTYPE", "Kind", "ProtocolError",
     "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
-    "recv_frame", "FLAG_KEYPOINT", "keypoint_mask", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS",
+    "recv_frame", "widen_send_buffer", "FLAG_KEYPOINT", "keypoint_mask", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS",
     "MAX_REGEX_BYTES", "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "encode_name_run",
     "name_run_json", "encode_name_pieces",
     "encode_joined",
@@ -434,3 +434,17 @@ def recv_frame(sock: socket.socket, reader: FrameReader,
             return None
         pending.extend(reader.feed(data))
     return pending.pop(0)
+
+
+def widen_send_buffer(sock: socket.socket, size: int) -> None:
+    """Ask for a kernel send buffer of ``size`` bytes on ``sock``, never a smaller one than it
+    has. Used where a frame is larger than the default (``net.core.wmem_default``, ~208 KiB
+    on most hosts): such a frame left in pieces, the peer woken for each (each partial
+    send a loop turn on the receiving side, issue 21). Linux gives twice what is asked,
+    capped at twice ``net.core.wmem_max``; the memory is the kernel's, per socket. A
+    stand-in without the option keeps its default."""
+    try:
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < size:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, size)
+    except OSError:
+        pass

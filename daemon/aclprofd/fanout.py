@@ -24,7 +24,6 @@ outside any frame handler.
 from __future__ import annotations
 
 import json
-import socket
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
@@ -32,7 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from aclprof.protocol.streambin import MAX_BATCH_RECORDS, batch_prefix, names_frames, source_end_frame, source_frame
-from aclprof.protocol.wire import Kind, encode_json
+from aclprof.protocol.wire import Kind, encode_json, widen_send_buffer
 
 from .config import Settings
 from .conn import Conn, OutQueue
@@ -43,7 +42,7 @@ from .status import Counters
 from .storage import Storage
 from .transport import Outbox
 
-__all__ = ["Fanout", "FanoutHost", "EXPORT_OUT_LOW", "STREAM_SNDBUF", "widen_send_buffer"]
+__all__ = ["Fanout", "FanoutHost", "EXPORT_OUT_LOW", "STREAM_SNDBUF"]
 
 EXPORT_OUT_LOW = 2 << 20   # produce more EXPORT frames only below this many buffered bytes
 EXPORT_SLICE_S = 0.02      # at most this long per loop turn on EXPORT encoding
@@ -55,23 +54,12 @@ EST_RECORD_BIN = 58        # ... in a binary STREAM: 56, and the frame's head sh
 LIVE_LINGER_S = 5.0
 #: a STREAM client's kernel send buffer, asked for at STREAM (Linux gives twice what is
 #: asked, at most twice ``net.core.wmem_max``): 1 MiB holds an agent frame's JSON at 100 k
-#: ops/s (:func:`widen_send_buffer`)
+#: ops/s (:func:`aclprof.protocol.wire.widen_send_buffer`): it leaves in one ``sendmsg``,
+#: where the default ~208 KiB took three, each partial send costing the loop a turn woken
+#: only to send the rest (issue 21: ~100 sends and ~108 turns a second at 100 k ops/s for
+#: ~40 frames); that memory is the kernel's, bounded per client, and not the daemon's
+#: resident size (daemon/README.md "Memory budget")
 STREAM_SNDBUF = 1 << 20
-
-
-def widen_send_buffer(sock: socket.socket) -> None:
-    """Ask for a STREAM_SNDBUF kernel send buffer on a STREAM client's socket (never a
-    smaller one than it has): a batch's JSON (~580 KB per agent frame at 100 k ops/s) then
-    leaves in one ``sendmsg``, where the default ~208 KiB took three, each partial send
-    costing the loop a turn woken only to send the rest (issue 21: ~100 sends and ~108 turns
-    a second at 100 k ops/s for ~40 frames). The kernel caps the size at twice
-    ``net.core.wmem_max``; that memory is the kernel's, bounded per client, and not the
-    daemon's resident size (daemon/README.md "Memory budget")."""
-    try:
-        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF) < STREAM_SNDBUF:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, STREAM_SNDBUF)
-    except OSError:  # not a socket that has one (a test's stand-in): the default serves
-        pass
 
 
 class FanoutHost(Protocol):
@@ -156,7 +144,7 @@ class Fanout:
         as they arrived (aclprof.protocol.streambin)."""
         if not conn.closed:  # closed: closed() has run, the sets hold open connections only
             self._streams[conn] = None
-            widen_send_buffer(conn.sock)
+            widen_send_buffer(conn.sock, STREAM_SNDBUF)
         conn.stream = flt
         conn.stream_binary = binary
         conn.stream_est = EST_RECORD_BIN if binary else EST_RECORD_JSON

@@ -440,7 +440,7 @@ def main(argv: list[str] | None = None) -> int:
                              "aclprofd's default); repeatable")
     parser.add_argument("--with-tail", action="store_true",
                         help="keep `aclprof tail --json > /dev/null` streaming from the daemon(s) the whole run: "
-                             "agents are then LIVE and send every ~25 ms instead of ~50 ms")
+                             "agents are then LIVE and send every ~50 ms instead of ~100 ms")
     parser.add_argument("--work-ms", type=float, default=5.0,
                         help="pure-Python work per step in the second half of the variants (0: none)")
     parser.add_argument("--hog", choices=("off", "on", "both"), default="both",
