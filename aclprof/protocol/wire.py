@@ -37,7 +37,8 @@ from aclprof.protocol import _jsonl
 __all__ = [
     "MAGIC", "VERSION", "HEADER", "MAX_PAYLOAD", "RECORD_DTYPE", "Kind", "ProtocolError",
     "header", "encode", "encode_json", "encode_batch", "decode_json", "decode_batch", "FrameReader",
-    "recv_frame", "widen_send_buffer", "FLAG_KEYPOINT", "keypoint_mask", "MAX_NAME_BYTES", "MAX_IDENT_BYTES", "MAX_LABELS",
+    "recv_frame", "widen_send_buffer", "FLAG_KEYPOINT", "keypoint_mask", "MAX_NAME_BYTES", "MAX_IDENT_BYTES",
+    "MAX_LABELS",
     "MAX_REGEX_BYTES", "FRAME_TARGET", "check_identity", "MAX_NAMES_PAYLOAD", "encode_names", "encode_name_run",
     "name_run_json", "encode_name_pieces",
     "encode_joined",
