@@ -130,6 +130,23 @@ def test_while_records_flow_it_waits_the_window_or_the_wake_rows(rig):
     assert r.sent_records == 1
 
 
+def test_the_window_runs_from_the_last_frame_across_calls(rig):
+    """Busy, the pump called again and again for less than the window each time (a request
+    bill's 0.1 s turns against the agent's 0.1 s window): the rows go when the window since
+    the last frame ends. A window restarted at each call held them as long as the calls came
+    (CI, issue 21's 100 ms interval: delivery never came)."""
+    rig.q.push(rig.slot, _rows([1]))
+    r = rig.run(0.05, coalesce_s=0.25)  # idle: it goes at once, and the window starts
+    assert r.sent_records == 1 and rig.pump.busy and rig.pump.last_ns > 0
+    rig.q.push(rig.slot, _rows([2]))
+    t0, sent, calls = time.monotonic(), 0, 0
+    while not sent and time.monotonic() - t0 < 2.0:
+        sent = rig.run(0.1, busy=True, coalesce_s=0.25).sent_records
+        calls += 1
+    assert sent == 1 and 2 <= calls <= 4, (sent, calls)
+    assert _records(rig.frames())["start"].tolist() == [1, 2]
+
+
 def test_a_chunk_is_cut_at_max_rows(rig):
     rig.q.push(rig.slot, _rows(range(250)))
     r = rig.run(0.2, max_rows=100)

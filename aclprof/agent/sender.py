@@ -375,8 +375,9 @@ class Sender:
         conn, buffer = self.conn, self.buffer
         pump = buffer.pump
         assert pump is not None
-        if self._pumped:  # Python just framed records: the next frame coalesces
+        if self._pumped:  # Python just framed records: the next frame coalesces from now
             pump.busy = True  # (else the loop's own state: idle after a window with none)
+            pump.last_ns = int(now * 1e9)
         # The earliest a heartbeat can be due: frames sent meanwhile (by the C loop) move the
         # heartbeat's clock when the call returns (_heartbeat), so while records flow the
         # thread takes the GIL once per HEARTBEAT_S. (It returned every 0.2 s to poll drop

@@ -313,6 +313,9 @@ typedef struct {
     uint64_t cap, start, end;
     uint64_t records, loss, frames;
     int busy;               /* records flowed at the last frame (the coalescing state) */
+    int64_t last_ns;        /* CLOCK_MONOTONIC of that frame (0: none): the coalescing window
+                             * runs from it across calls, so returns to Python more often than
+                             * coalesce_ns (a request bill's 0.1 s) cannot hold frames back */
     /* out: what the whole chunks written by the call carried, bytes written, a stop; the
      * sent_* are also read while the call runs (stored whole: _fast_apump.c) */
     uint64_t sent_bytes, sent_records, sent_loss, sent_frames;

@@ -119,7 +119,11 @@ int aclprof_aq_pump(aclprof_agent_queue *q, const aclprof_aq_pump_args *a, aclpr
         io->err = EINVAL;
         return ACLPROF_PUMP_ERROR;
     }
-    int64_t last = aclprof_mono_ns(); /* while busy, the next frame waits until last + coalesce_ns */
+    /* while busy, the next frame waits until last + coalesce_ns; last is the last frame's
+     * time, kept between calls: restarting the window at each call let a caller that returns
+     * every coalesce_ns or sooner (the bill feed's 0.1 s against a 0.1 s window) starve the
+     * frames while records flowed */
+    int64_t last = io->last_ns > 0 ? io->last_ns : aclprof_mono_ns();
     for (;;) {
         /* what is pending goes first: a chunk is written whole (and counted) before the
          * next is built */
@@ -168,7 +172,7 @@ int aclprof_aq_pump(aclprof_agent_queue *q, const aclprof_aq_pump_args *a, aclpr
             io->records += res.records;
             io->frames += 1;
             io->busy = 1;
-            last = now;
+            io->last_ns = last = now;
         }
         if (code != ACLPROF_AQ_FRAMED) {
             io->slot = res.slot;

@@ -291,6 +291,9 @@ class Pump:
         self._a.rows_r, self._a.rows_w = self.rows_r, self.rows_w
         #: records flowed at the last frame: the next call coalesces (kept between calls)
         self.busy = False
+        #: that frame's time (``time.monotonic_ns()``, 0: none): the coalescing window runs
+        #: from it, not from each call's start (kept between calls)
+        self.last_ns = 0
 
     def run(self, buf: np.ndarray, pending: tuple[int, int, int, int, int], *, sock: int, py_fd: int, gen: int,
             coalesce_s: float, wake_rows: int, until: float, max_rows: int, max_devices: int) -> PumpResult:
@@ -311,10 +314,10 @@ class Pump:
         io.buf = view
         io.cap, io.start, io.end = len(buf), start, end
         io.records, io.loss, io.frames = records, loss, frames
-        io.busy = int(self.busy)
+        io.busy, io.last_ns = int(self.busy), self.last_ns
         code = int(_lib.aclprof_aq_pump(self.queue._q, a, io))
         io.buf = _ffi.NULL  # the buffer may be replaced: no pointer to it outlives the call
-        self.busy = bool(io.busy)
+        self.busy, self.last_ns = bool(io.busy), int(io.last_ns)
         return PumpResult(code, int(io.slot), int(io.value), int(io.err), int(io.start), int(io.end),
                           int(io.records), int(io.loss), int(io.frames), int(io.sent_bytes), int(io.sent_records),
                           int(io.sent_loss), int(io.sent_frames))

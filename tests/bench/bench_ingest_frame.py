@@ -1,15 +1,16 @@
 """The daemon's CPU per agent BATCH frame, in-process (issue 21): ``Daemon._handle`` of one
 agent's BATCH frames (ingest, aggregates, windows, detector observe, lag, the owned copy,
 storage at every flush), replayed as the bench_agent_overhead curve's agent sends them (a
-1000-op model, one frame every ~25 ms: 250 records at 10 k ops/s, 2500 at 100 k), the clock
+1000-op model, one frame every ``--period-ms``: by default 50 ms, the agent's interval while
+a tail watches, 500 records at 10 k ops/s, 5000 at 100 k; 25 ms before 2026-12-04), the clock
 advancing as it would, plus the loop's per-second work that scales with those frames (the
 detector's tick, the windows' second roll, the storage flush). Prints thread CPU us per
-frame and per record. With ``--gap-ms 25`` the thread sleeps before each frame as the
+frame and per record. With ``--gap-ms 50`` the thread sleeps before each frame as the
 daemon's loop does: a frame then costs ~4x its back-to-back cost (caches and branch
 predictors cold: 400 vs 90 us at 250 records on the 2-core VM of 2026-12-03), which is
 what the daemon pays.
 
-    python tests/bench/bench_ingest_frame.py [--frames 2000] [--rounds 5] [--gap-ms 25] [--json]
+    python tests/bench/bench_ingest_frame.py [--frames 2000] [--rounds 5] [--period-ms 50] [--gap-ms 50] [--json]
 
 Run it with two installations' interpreters to compare them (e.g. main's venv and a
 branch's), twice with one of them for the A/A row: ``--json`` prints one line of results.
@@ -110,12 +111,16 @@ def main() -> int:
     ap.add_argument("--frames", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--gap-ms", type=float, default=0.0,
-                    help="sleep before each frame (e.g. 25, the agent's period: cold caches, as in the daemon)")
+                    help="sleep before each frame (e.g. 50, the agent's period: cold caches, as in the daemon)")
     ap.add_argument("--json", action="store_true", help="one line of results (us per frame, median of the rounds)")
+    ap.add_argument("--period-ms", type=float, default=50.0,
+                    help="the agent's interval: a frame holds this long's records (50: LIVE since 2026-12-04)")
     args = ap.parse_args()
     res = {}
-    for rate, per_frame in (("10k", 250), ("100k", 2500)):
-        cpu = [run(per_frame, args.frames, 0.025, args.gap_ms / 1e3) / args.frames * 1e6 for _ in range(args.rounds)]
+    period = args.period_ms / 1e3
+    for rate, ops_s in (("10k", 10_000), ("100k", 100_000)):
+        per_frame = round(ops_s * period)
+        cpu = [run(per_frame, args.frames, period, args.gap_ms / 1e3) / args.frames * 1e6 for _ in range(args.rounds)]
         res[rate] = statistics.median(cpu)
         if not args.json:
             print(f"{rate} ops/s ({per_frame} records a frame): {res[rate]:.0f} us CPU per frame, "
