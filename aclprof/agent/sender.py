@@ -49,8 +49,8 @@ _COALESCE_S = 0.1                 # while records flow: at most this long betwee
                                   # slept, whatever its size: 100 ms is ~10 frames a second) ...
 _LIVE_COALESCE_S = 0.05           # ... or this while the daemon says someone watches (LIVE:
                                   # `aclprof tail` shows a record ~61 ms after its op, p99;
-                                  # 25 ms: ~36 ms, but 0.70-0.76 us of host CPU per op at
-                                  # 100 k ops/s against 0.48-0.66 at 50 ms, 10 ms 1.6 us:
+                                  # 25 ms: ~36 ms, but a median 0.72 us of host CPU per op
+                                  # at 100 k ops/s against 0.63 at 50 ms, 10 ms 1.6 us:
                                   # each frame's fixed cost in the daemon, issue 21)
 _WAKE_RECORDS = 8192              # ... or until this many records are buffered
 # An unreachable daemon is a WARNING (ops must learn that records are being lost; at INFO
