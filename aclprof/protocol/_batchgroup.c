@@ -1064,11 +1064,17 @@ static void scratch_trim(void)
 
 /* A key cache's hash index (cache_index, ingest_frame): open addressing over a power-of-two
  * table of int32, each slot 0 (empty) or a position in the cache's hashes + 1; the slot of
- * hash h is searched from mix(h, 0) (pair_hash's low bits are the op type's: few values). */
+ * hash h is searched from index_home (pair_hash's low bits are the op type's: few values):
+ * the builder, the search and ingest_frame's prefetch start there. */
+static inline size_t index_home(uint64_t h, size_t mask)
+{
+    return (size_t)mix(h, 0) & mask;
+}
+
 static inline Py_ssize_t index_find(const int32_t *index, size_t mask, const uint64_t *hashes, Py_ssize_t m,
                                     uint64_t h)
 {
-    for (size_t at = (size_t)mix(h, 0) & mask;; at = (at + 1) & mask) {
+    for (size_t at = index_home(h, mask);; at = (at + 1) & mask) {
         int32_t s = index[at];
         if (s <= 0 || s > m)
             return -1; /* empty (or an index of other hashes: a miss, never a wrong hit) */
@@ -1105,7 +1111,7 @@ static PyObject *cache_index(PyObject *self, PyObject *const *args, Py_ssize_t n
     size_t mask = (size_t)size - 1;
     memset(index, 0, (size_t)size * 4);
     for (Py_ssize_t i = 0; i < m; i++) {
-        size_t at = (size_t)mix(h[i], 0) & mask;
+        size_t at = index_home(h[i], mask);
         while (index[at] != 0)
             at = (at + 1) & mask;
         index[at] = (int32_t)(i + 1);
@@ -1310,7 +1316,7 @@ static PyObject *ingest_frame(PyObject *self, PyObject *const *args, Py_ssize_t 
     size_t imask = have_index ? (size_t)(iv.len / 4) - 1 : 0;
     for (Py_ssize_t g = 0; g < groups; g++) {
         if (index != NULL && g + PREFETCH_AHEAD < groups) {
-            PREFETCH_R(&index[(size_t)mix(pair_hash(gdm[g + PREFETCH_AHEAD], gcode[g + PREFETCH_AHEAD]), 0) & imask]);
+            PREFETCH_R(&index[index_home(pair_hash(gdm[g + PREFETCH_AHEAD], gcode[g + PREFETCH_AHEAD]), imask)]);
         }
         uint64_t h = pair_hash(gdm[g], gcode[g]);
         Py_ssize_t at = index ? index_find(index, imask, hashes, ncache, h) : find_hash(hashes, ncache, h);

@@ -25,7 +25,7 @@ the running task, SCHED_IDLE runs only on an otherwise idle core. ``--slice-daem
 adds an ``agent slice S`` variant against a daemon started with ``--cpu-slice S`` (``0``: the
 kernel's default slice; the plain ``agent`` variant's daemon runs aclprofd's default, 100 us).
 With ``--with-tail`` an ``aclprof tail
---json`` streams from the daemon(s) throughout: the agent is LIVE and sends every ~10 ms.
+--json`` streams from the daemon(s) throughout: the agent is LIVE and sends every ~50 ms.
 
 With ``--hog on`` (or ``both``, the default: the table quiet, then with the hog) the
 benchmark starts the CPU hog itself: one process spinning in compiled code (a tiny C busy
@@ -857,7 +857,7 @@ def curve_rows(args: Any, argv: list[str] | None) -> list[tuple[str, ...]]:
         print(f"with the hog: {what}")
     rows = []
     try:
-        time.sleep(1.0)  # the tail connects: the agent is LIVE (sends every ~10 ms)
+        time.sleep(1.0)  # the tail connects: the agent is LIVE (sends every ~50 ms)
         for rate in (10_000, 100_000, 1_000_000):
             op_ns = int(1e9 / rate)
             model = mock.load_model(make_ops(1000, op_ns))

@@ -54,7 +54,7 @@ __all__ = ["Reader", "COALESCE_NS", "AGENT_COALESCE_NS"]
 COALESCE_NS = 2_000_000
 
 #: The same for a subscription of the agent (issue 21): its batches go to the agent's queue
-#: in C, never to Python, and the agent's sender takes them only every 25-50 ms, so
+#: in C, never to Python, and the agent's sender takes them only every 50-100 ms, so
 #: gathering longer delays nothing the daemon sees by more than this (a tenth of the `tail`
 #: p99 goal of 100 ms) and saves the wake-ups: on a 2-core VM each timed sleep costs the
 #: reader ~30-50 us of CPU, so 2 ms cost ~2.5 % of a core at any rate and 10 ms ~0.5 %. The
