@@ -2,9 +2,10 @@
 UNWATCH), dispatched by frame kind.
 
 A BATCH payload is decoded with ``np.frombuffer`` on the frame reader's view (no copy) for
-the aggregates; the records are copied exactly once, into an owned ``bytes``, because
-storage (until the next flush) and STREAM clients (until the next loop turn) keep them
-beyond the reader's buffer; both share that one copy.
+the aggregates. Storage (until the next flush) and STREAM clients (until the next loop turn)
+keep the records beyond the frame: they share the payload's own ``bytes`` when the transport
+read the frame whole into one (its large frames: ``aclprofd.transport.WHOLE_MIN``), else one
+copy of them, made here.
 """
 
 from __future__ import annotations
@@ -215,7 +216,10 @@ class Ingest:
 
     def _keep(self, conn: Conn, payload: memoryview, now: float) -> None:
         """The frame's records (all good) to storage and the STREAM clients."""
-        owned = bytes(payload)  # the one copy: storage and streams keep it past this frame
+        # storage and streams keep the records past this frame: the payload's own bytes when
+        # it has them (a frame read whole: aclprofd.transport), else the one copy
+        obj = payload.obj
+        owned = obj if type(obj) is bytes and len(obj) == payload.nbytes else bytes(payload)
         conn.pending_store.append((now, owned))
         conn.pending_bytes += len(owned)
         if conn.pending_bytes >= STORE_PENDING_MAX or conn.names_bytes >= STORE_EACH_BATCH_NAMES:
