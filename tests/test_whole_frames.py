@@ -19,7 +19,7 @@ from aclprofd.server import Daemon
 from aclprofd.transport import READ_BUDGET, WHOLE_MIN, Transport
 from helpers.records import make_records
 
-from aclprof.protocol.wire import HEADER, Kind, encode_batch, encode_json
+from aclprof.protocol.wire import HEADER, Kind, encode_batch, encode_json, encode_names
 
 LARGE = WHOLE_MIN // 56 + 100  # records: a payload past WHOLE_MIN
 
@@ -155,6 +155,40 @@ def test_a_frame_read_whole_is_kept_by_storage_and_streams_without_a_copy(tmp_pa
         kept = conn.pending_store[-1][1]
         assert kept == payload and kept is not payload and type(kept) is bytes
         assert conn.records == 2 * LARGE
+    finally:
+        a.close()
+        b.close()
+        d.close()
+
+
+def test_a_large_name_table_and_batch_read_whole_reach_the_daemons_handlers(tmp_path):
+    """Through the daemon's own transport and handlers: a NAMES frame and a BATCH frame of
+    more than WHOLE_MIN each, queued whole, define the names and aggregate, store and count
+    every record (the NAMES frame, 64 KiB or more, ends its slice: the BATCH comes next turn)."""
+    d = Daemon(Settings(socket=str(tmp_path / "s"), data_dir=str(tmp_path / "data")))
+    a, b = socket.socketpair()
+    b.setblocking(False)
+    for s in (a, b):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    try:
+        conn = Conn(b, "agent")
+        conn.role, conn.pid, conn.host, conn.service = "agent", 1, "h", "svc"
+        conn.keysrc = KeySource("h", 1, "svc")
+        names = {i: f"layer{i // 40}/block{i % 40}/conv_{i:05d}" for i in range(1, 3001)}
+        [names_frame] = encode_names(names)
+        assert len(names_frame) > WHOLE_MIN
+        recs = make_records(LARGE, durations=1000 + np.arange(LARGE))
+        recs["op_name"] = 1 + np.arange(LARGE) % 3000
+        recs["op_type"] = 1 + np.arange(LARGE) % 7
+        a.sendall(names_frame + encode_batch(recs))
+        t = d.transport
+        for _ in range(3):  # the NAMES frame's turn, then the BATCH's
+            t.receive(conn, budget=READ_BUDGET)
+            t.serve_pending()
+        assert t.whole_reads == 2 and not conn.closed
+        assert conn.names == names and conn.records == LARGE
+        assert b"".join(p for _, p in conn.pending_store) == recs.tobytes()
+        assert int(d.aggregator.count.sum()) == LARGE
     finally:
         a.close()
         b.close()
