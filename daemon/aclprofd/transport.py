@@ -1,6 +1,8 @@
 """The daemon's connections at the socket level: accept, receive (frames out of each
-connection's :class:`aclprof.protocol.wire.FrameReader`), non-blocking send with an outgoing
-buffer, protocol-error handling (ERROR, then close this connection only) and close.
+connection's :class:`aclprof.protocol.wire.FrameReader`; an agent's large frames read whole,
+each payload into a ``bytes`` of its own: :meth:`Transport._read_whole`), non-blocking send
+with an outgoing buffer, protocol-error handling (ERROR, then close this connection only) and
+close.
 
 :class:`Transport` knows sockets and frames, not what frames mean: the daemon
 (:class:`aclprofd.server.Daemon`) owns one and gives it three callables: what to do with a
