@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from aclprof.api.records import OP_DTYPE
 from aclprof.binding.agentpath import (
@@ -26,6 +28,7 @@ from aclprof.binding.agentpath import (
     PUMP_TIMEOUT,
     AgentQueue,
     Pump,
+    window_end,
 )
 from aclprof.protocol import wire
 
@@ -144,6 +147,35 @@ def test_the_window_runs_from_the_last_frame_across_calls(rig):
         sent = rig.run(0.1, busy=True, coalesce_s=0.25).sent_records
         calls += 1
     assert sent == 1 and 2 <= calls <= 4, (sent, calls)
+    assert _records(rig.frames())["start"].tolist() == [1, 2]
+
+
+@given(st.integers(0, 1 << 62), st.integers(1, 10**10))
+def test_a_window_ends_on_the_grid_half_to_one_and_a_half_windows_after_its_frame(last, c):
+    end = window_end(last, c)
+    assert end % c == 0 and last + c // 2 <= end < last + c // 2 + c
+    on_grid = last - last % c
+    if last - on_grid <= c - c // 2 - 1 and last % c:  # a frame sent just after a grid point: the next one, a window on
+        assert end == on_grid + c
+
+
+def test_window_end_of_no_window_is_the_frame_itself():
+    assert window_end(12345, 0) == 12345 and window_end(12345, -5) == 12345
+
+
+def test_busy_frames_go_on_the_hosts_grid_of_the_window(rig):
+    """The second frame of a flow goes when the window on CLOCK_MONOTONIC's grid ends (so the
+    agents of one host send together and the daemon takes their frames in one wake-up), at
+    least half a window after the first."""
+    c = 0.3
+    rig.q.push(rig.slot, _rows([1]))
+    assert rig.run(0.05, coalesce_s=c).sent_records == 1  # idle: at once
+    first = rig.pump.last_ns
+    rig.q.push(rig.slot, _rows([2]))
+    r = rig.run(2.0, busy=True, coalesce_s=c)
+    second = rig.pump.last_ns
+    assert r.sent_records == 1 and second - first >= c / 2 * 1e9
+    assert second % int(c * 1e9) < 0.05e9, (second % int(c * 1e9)) / 1e6  # ms past a grid point
     assert _records(rig.frames())["start"].tolist() == [1, 2]
 
 

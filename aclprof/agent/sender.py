@@ -32,7 +32,16 @@ from aclprof.agent.connection import Connection
 from aclprof.agent.items import Batch, Unwatch, Watch
 from aclprof.agent.watched import Watched
 from aclprof.api.records import OP_DTYPE
-from aclprof.binding.agentpath import DEVICE, FRAMED, NEED_NAMES, NEED_WATCH, PUMP_INCOMING, PUMP_PYTHON, convert
+from aclprof.binding.agentpath import (
+    DEVICE,
+    FRAMED,
+    NEED_NAMES,
+    NEED_WATCH,
+    PUMP_INCOMING,
+    PUMP_PYTHON,
+    convert,
+    window_end,
+)
 from aclprof.binding.lowlevel import MAX_DEVICES
 from aclprof.protocol import wire
 from aclprof.protocol.paths import permission_hint
@@ -44,7 +53,9 @@ _log = get_logger("aclprof.agent")
 MAX_FRAME_RECORDS = 1 << 15       # records per chunk taken from the buffer (1.8 MiB)
 _BACKOFF_MIN = 0.1
 _IDLE_CHECK_S = 0.2               # not in the C loop, nothing buffered: look again this often
-_COALESCE_S = 0.1                 # while records flow: at most this long between sends (each
+_COALESCE_S = 0.1                 # while records flow: a send each this long, on the host's
+                                  # grid of it (agentpath.window_end: the agents' frames reach
+                                  # the daemon together) (each
                                   # frame costs the daemon ~0.5-1 ms of CPU after its loop
                                   # slept, whatever its size: 100 ms is ~10 frames a second) ...
 _LIVE_COALESCE_S = 0.05           # ... or this while the daemon says someone watches (LIVE:
@@ -178,7 +189,12 @@ class Sender:
             busy = self._pumped > 0
             if not buffer.arm(_WAKE_RECORDS if busy else 1, now_if_items=stopping or not busy):
                 continue
-            self._sleep((_LIVE_COALESCE_S if conn.live else _COALESCE_S) if busy else _IDLE_CHECK_S)
+            if busy:  # until the window on the host's grid ends, as the C loop waits
+                now_ns = int(now * 1e9)
+                coalesce = int((_LIVE_COALESCE_S if conn.live else _COALESCE_S) * 1e9)
+                self._sleep(max(0, window_end(now_ns, coalesce) - time.monotonic_ns()) / 1e9)
+            else:
+                self._sleep(_IDLE_CHECK_S)
 
     def _feed_bills(self, now: float, flushing: bool) -> None:
         """Request attribution's turn (nothing until a request is marked). A failure there

@@ -283,7 +283,8 @@ int aclprof_aq_frame(aclprof_agent_queue *q, int64_t gen, uint64_t limit, uint32
 
 /* ---- the agent's sender in C (_fast_apump.c, issue 21) ----
  * Between Python's turns the sender thread sits in one call, without the GIL: it waits for
- * rows (coalescing: at most coalesce_ns after the last frame while records flow, or until
+ * rows (coalescing: while records flow, until the window after the last frame ends on a grid of
+ * coalesce_ns (aclprof_aq_window_end), or until
  * wake_rows are held; when idle, until the first row), frames them as BATCH frames into the
  * connection's buffer (aclprof_aq_frame) and writes them to the socket, waiting for room
  * when it is full. A chunk of frames (the pending bytes) is written whole before the next is
@@ -323,6 +324,11 @@ typedef struct {
     int err;
 } aclprof_aq_pump_io;
 int aclprof_aq_pump(aclprof_agent_queue *q, const aclprof_aq_pump_args *a, aclprof_aq_pump_io *io);
+/* The end of the coalescing window that begins with a frame at last_ns: the first multiple of
+ * coalesce_ns (on CLOCK_MONOTONIC, which every process of a host shares) at least
+ * coalesce_ns / 2 after it, so 0.5-1.5 windows after it, and one window once the frames fall
+ * on the grid (last_ns itself for a window <= 0). The pump's busy frames wait for it. */
+int64_t aclprof_aq_window_end(int64_t last_ns, int64_t coalesce_ns);
 
 /* ---- request bills: the agent's op tap (_fast_billtap.c, issue 25) ----
  * In agent mode op rows never reach Python; the subscription's reader (aclprof_aq_run,

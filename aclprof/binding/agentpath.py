@@ -21,7 +21,7 @@ from aclprof.binding.layout import FLAG_KEYPOINT, OP_ROW_DTYPE, RECORD_SIZE
 
 __all__ = ["convert", "WIRE_RECORD_SIZE", "FLAG_KEYPOINT", "AgentQueue", "QueueSink", "SlotNames",
            "FRAMED", "NEED_WATCH", "NEED_NAMES", "DEVICE", "Pump", "PumpResult", "PUMP_PYTHON", "PUMP_INCOMING",
-           "PUMP_TIMEOUT", "PUMP_ERROR"]
+           "PUMP_TIMEOUT", "PUMP_ERROR", "window_end"]
 
 _fast: Any = import_built("_fast")
 _ffi, _lib = _fast.ffi, _fast.lib
@@ -255,6 +255,15 @@ class AgentQueue:
         length = _ffi.new("size_t *")
         p = _lib.aclprof_aq_name(self._q, slot, i, length)
         return None if p == _ffi.NULL else _ffi.unpack(p, length[0])
+
+
+def window_end(last_ns: int, coalesce_ns: int) -> int:
+    """When the coalescing window that begins with a frame sent at ``last_ns``
+    (``time.monotonic_ns()``) ends: the first multiple of ``coalesce_ns`` at least half a
+    window after it (``aclprof_aq_window_end``, which :class:`Pump` waits for), so that the
+    agents of one host send in the same moment of each interval and the daemon handles their
+    frames in one wake-up."""
+    return int(_lib.aclprof_aq_window_end(last_ns, coalesce_ns))
 
 
 class PumpResult(NamedTuple):
