@@ -54,10 +54,10 @@ MAX_FRAME_RECORDS = 1 << 15       # records per chunk taken from the buffer (1.8
 _BACKOFF_MIN = 0.1
 _IDLE_CHECK_S = 0.2               # not in the C loop, nothing buffered: look again this often
 _COALESCE_S = 0.1                 # while records flow: a send each this long, on the host's
-                                  # grid of it (agentpath.window_end: the agents' frames reach
-                                  # the daemon together) (each
-                                  # frame costs the daemon ~0.5-1 ms of CPU after its loop
-                                  # slept, whatever its size: 100 ms is ~10 frames a second) ...
+                                  # grid of it (agentpath.window_end: a host's agents send
+                                  # together, one wake-up of the daemon for their frames; each
+                                  # wake-up costs the daemon ~0.5-1 ms of CPU after its loop
+                                  # slept: 100 ms is ~10 a second) ...
 _LIVE_COALESCE_S = 0.05           # ... or this while the daemon says someone watches (LIVE:
                                   # `aclprof tail` shows a record ~61 ms after its op, p99;
                                   # 25 ms: ~36 ms, but a median 0.72 us of host CPU per op

@@ -134,9 +134,10 @@ int aclprof_aq_pump(aclprof_agent_queue *q, const aclprof_aq_pump_args *a, aclpr
         return ACLPROF_PUMP_ERROR;
     }
     /* while busy, the next frame waits until the window after the last frame ends
-     * (aclprof_aq_window_end); last is the last frame's time, kept between calls: restarting the window
-     * at each call let a caller that returns every coalesce_ns or sooner (the bill feed's
-     * 0.1 s against a 0.1 s window) starve the frames while records flowed */
+     * (aclprof_aq_window_end); last is the last frame's time, kept between calls:
+     * restarting the window at each call let a caller that returns every coalesce_ns or
+     * sooner (the bill feed's 0.1 s against a 0.1 s window) starve the frames while records
+     * flowed */
     int64_t last = io->last_ns > 0 ? io->last_ns : aclprof_mono_ns();
     int64_t end = aclprof_aq_window_end(last, a->coalesce_ns);
     for (;;) {
@@ -160,9 +161,9 @@ int aclprof_aq_pump(aclprof_agent_queue *q, const aclprof_aq_pump_args *a, aclpr
         uint64_t ready = aclprof_aq_ready(q, &behind);
         if (behind && ready == 0)
             return ACLPROF_PUMP_PYTHON; /* an item goes before the next rows: Python sends it */
-        /* As the Python loop did: while records flow, gather them for coalesce_ns between
-         * frames or until wake_rows are held (fewer, larger frames); a window with nothing
-         * in it makes the pump idle, and when idle the first row goes at once. */
+        /* As the Python loop does: while records flow, gather them until the window ends or
+         * wake_rows are held (fewer, larger frames); a window with nothing in it makes the
+         * pump idle, and when idle the first row goes at once. */
         if (ready == 0 && io->busy && now >= end)
             io->busy = 0;
         /* rows behind a barrier: the ones before it go now, and Python sends the item */
