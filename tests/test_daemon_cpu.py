@@ -7,7 +7,7 @@ import socket
 
 import numpy as np
 import pytest
-from helpers.daemons import Client, InProcess, agent
+from helpers.daemons import Client, InProcess, agent, bare_transport
 from helpers.procs import wait_for
 from helpers.records import make_records
 
@@ -94,13 +94,6 @@ class _Sock:
         return 99
 
 
-def _transport(frames: list[tuple]):
-    from aclprofd.transport import Transport
-
-    return Transport(lambda c, k, p: frames.append((k, len(p))) and None, on_close=lambda c: None,
-                     on_protocol_error=lambda c: None, memory_budget=64 << 20, memory_refused={})
-
-
 def test_a_short_read_ends_the_connections_read_without_asking_again():
     """A recv that returned less than the buffer emptied the socket: the loop does not ask
     again only to get EAGAIN (a syscall and an exception per frame); the selector says when
@@ -110,7 +103,7 @@ def test_a_short_read_ends_the_connections_read_without_asking_again():
 
     frame = encode_batch(make_records(100))
     frames: list[tuple] = []
-    t = _transport(frames)
+    t = bare_transport(frames)
     sock = _Sock([frame])
     conn = Conn(sock, "x")  # type: ignore[arg-type]
     conn.role = "control"  # past HELLO: the handler gets the frame

@@ -16,7 +16,8 @@ from aclprofd.aggregate.keys import KeySource
 from aclprofd.config import Settings
 from aclprofd.conn import Conn
 from aclprofd.server import Daemon
-from aclprofd.transport import READ_BUDGET, WHOLE_MIN, Transport
+from aclprofd.transport import READ_BUDGET, WHOLE_MIN
+from helpers.daemons import bare_transport
 from helpers.records import make_records
 
 from aclprof.protocol.wire import HEADER, Kind, encode_batch, encode_json, encode_names
@@ -27,11 +28,6 @@ LARGE = WHOLE_MIN // 56 + 100  # records: a payload past WHOLE_MIN
 def _recs(n: int, k: int) -> np.ndarray:
     """``n`` records whose bytes differ from another call's (durations from ``k``)."""
     return make_records(n, durations=1000 + 1000 * k + np.arange(n))
-
-
-def _transport(got: list[tuple[Kind, memoryview]], errors: list[Conn]) -> Transport:
-    return Transport(lambda c, k, p: got.append((k, p)) and None, on_close=lambda c: None,
-                     on_protocol_error=errors.append, memory_budget=64 << 20, memory_refused={})
 
 
 @pytest.fixture
@@ -52,7 +48,7 @@ def test_a_large_frame_queued_whole_is_read_into_its_own_bytes_and_the_next_fram
     large, small = _recs(LARGE, 1), _recs(10, 2)
     peer.sendall(encode_batch(large) + encode_batch(small))
     got: list[tuple[Kind, memoryview]] = []
-    t = _transport(got, [])
+    t = bare_transport(got, [])
     t.receive(conn, budget=READ_BUDGET)
     assert [(k, len(p)) for k, p in got] == [(Kind.BATCH, large.nbytes), (Kind.BATCH, small.nbytes)]
     assert t.whole_reads == 1
@@ -67,7 +63,7 @@ def test_a_large_frame_not_queued_whole_yet_takes_the_plain_read(pair):
     peer, conn = pair
     frame = encode_batch(_recs(LARGE, 3))
     got: list[tuple[Kind, memoryview]] = []
-    t = _transport(got, [])
+    t = bare_transport(got, [])
     cut = len(frame) - 1000  # past WHOLE_MIN queued, but not the whole frame
     peer.sendall(frame[:cut])
     t.receive(conn, budget=READ_BUDGET)
@@ -80,7 +76,7 @@ def test_a_large_frame_not_queued_whole_yet_takes_the_plain_read(pair):
 def test_a_small_frame_and_a_control_client_take_the_plain_read(pair):
     peer, conn = pair
     got: list[tuple[Kind, memoryview]] = []
-    t = _transport(got, [])
+    t = bare_transport(got, [])
     peer.sendall(encode_batch(make_records(100)) * 20)  # past WHOLE_MIN queued, each frame small
     t.receive(conn, budget=READ_BUDGET)
     assert len(got) == 20 and t.whole_reads == 0
@@ -100,7 +96,7 @@ def test_a_bad_header_in_front_of_a_large_read_ends_the_connection_as_the_plain_
         frame[8:12] = (1 << 31).to_bytes(4, "little")
     got: list[tuple[Kind, memoryview]] = []
     errors: list[Conn] = []
-    t = _transport(got, errors)
+    t = bare_transport(got, errors)
     peer.sendall(bytes(frame))
     t.receive(conn, budget=READ_BUDGET)
     assert got == [] and errors == [conn] and conn.closed and t.whole_reads == 0
@@ -127,7 +123,7 @@ def test_a_short_payload_read_keeps_every_byte(pair, monkeypatch):
 
     conn.sock = short = Short(conn.sock)  # type: ignore[assignment]
     got: list[tuple[Kind, memoryview]] = []
-    t = _transport(got, [])
+    t = bare_transport(got, [])
     t.receive(conn, budget=READ_BUDGET)
     assert short.short == 1 and got == []  # the payload's recv came up short: held
     t.receive(conn, budget=READ_BUDGET)  # the selector: the rest is readable

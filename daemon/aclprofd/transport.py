@@ -303,7 +303,8 @@ class Transport:
         Why: read into the loop's buffer, a frame was copied out of it into a ``bytes``, and
         its records copied once more for storage and the STREAM clients (``Ingest._keep``):
         two copies of ~280 KB per agent frame at 100 k ops/s, ~30 us each after the loop
-        slept (issue 21). Costs an ``ioctl`` and a peek per read of an agent connection."""
+        slept (issue 21). Costs an ``ioctl`` per read of an agent connection, and a peek when
+        64 KiB or more are queued."""
         sock = conn.sock
         try:
             fcntl.ioctl(sock.fileno(), termios.FIONREAD, self._queued)

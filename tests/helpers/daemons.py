@@ -450,3 +450,17 @@ def count_loop_turns(monkeypatch: Any, d: InProcess, turn: list[int]) -> None:
         return real_select(timeout)
 
     monkeypatch.setattr(sel, "select", select)
+
+
+def bare_transport(got: list[tuple[Kind, memoryview]], errors: list[Any] | None = None) -> Any:
+    """An ``aclprofd.transport.Transport`` alone (no daemon): each frame it hands on is
+    appended to ``got`` as ``(kind, payload)``; each connection closed for a protocol error
+    to ``errors``."""
+    from aclprofd.transport import Transport
+
+    def protocol_error(conn: Any) -> None:
+        if errors is not None:
+            errors.append(conn)
+
+    return Transport(lambda c, k, p: got.append((k, p)) and None, on_close=lambda c: None,
+                     on_protocol_error=protocol_error, memory_budget=64 << 20, memory_refused={})
