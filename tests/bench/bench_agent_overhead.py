@@ -838,6 +838,9 @@ def curve(args: Any, aclprof: Any) -> int:
             print(f"  {name:>12}: " + ", ".join(
                 f"{runs[0][i][0]} {B.med([float(rows[i][4]) for rows in runs]):.1f} %" for i in range(len(runs[0]))))
     print("goal: <= 0.5 us of host CPU per op at 100k ops/s, falling or flat with the rate")
+    print("the reader's CPU includes the library's two one-shot getters per record, a floor under any reader that "
+          "grows with the records in flight: tests/bench/bench_getter_floor.py times them on the mock and on a "
+          "model of CANN's")
     print(f"load: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f} (1/5/15 min)")
     return 0
 
