@@ -300,6 +300,7 @@ static atomic_int g_chip = ACLMOCK_CHIP_910B;
 static atomic_int g_unsub_policy = ACLMOCK_UNSUB_DRAIN;
 static atomic_int g_pipe_writer_cann;
 static atomic_int g_threads_cann;
+static atomic_int g_signature_cann;
 static atomic_uint g_response_wait_ms = MOCK_RESPONSE_WAIT_MS;
 
 uint32_t mock_device_count(void) { return atomic_load(&g_device_count); }
@@ -315,6 +316,7 @@ int mock_chip(void) { return atomic_load(&g_chip); }
 int mock_unsub_policy(void) { return atomic_load(&g_unsub_policy); }
 int mock_pipe_writer_cann(void) { return atomic_load(&g_pipe_writer_cann); }
 int mock_threads_cann(void) { return atomic_load(&g_threads_cann); }
+int mock_signature_cann(void) { return atomic_load(&g_signature_cann); }
 uint32_t mock_response_wait_ms(void) { return atomic_load(&g_response_wait_ms); }
 
 /* Unset or unparsable variables leave the default; a warning names bad values so that a
@@ -353,6 +355,7 @@ void mock_settings_load(void)
     atomic_store(&g_unsub_policy, ACLMOCK_UNSUB_DRAIN);
     atomic_store(&g_pipe_writer_cann, 0);
     atomic_store(&g_threads_cann, 0);
+    atomic_store(&g_signature_cann, 0);
     atomic_store(&g_response_wait_ms, MOCK_RESPONSE_WAIT_MS);
 
     const char *v;
@@ -434,6 +437,15 @@ void mock_settings_load(void)
             atomic_store(&g_threads_cann, 1);
         else
             env_warn("ACLMOCK_THREADS", v);
+    }
+    /* Issue 21: CANN's signature cost (README "Deviations and choices (subscription)"). */
+    if ((v = getenv("ACLMOCK_SIGNATURE")) != NULL && *v) {
+        if (strcmp(v, "kind") == 0)
+            atomic_store(&g_signature_cann, 0);
+        else if (strcmp(v, "cann") == 0)
+            atomic_store(&g_signature_cann, 1);
+        else
+            env_warn("ACLMOCK_SIGNATURE", v);
     }
     if ((v = getenv("ACLMOCK_RESPONSE_WAIT_MS")) != NULL && *v) {
         uint32_t n;

@@ -110,6 +110,7 @@ uint32_t mock_writer_delay_us(void);
 int mock_chip(void);               /* ACLMOCK_CHIP_*: SetConfig types the platform supports */
 int mock_unsub_policy(void);       /* ACLMOCK_UNSUB_*: queued records at unsubscribe */
 int mock_pipe_writer_cann(void);   /* ACLMOCK_PIPE_WRITER=cann: short writes, SIGPIPE as CANN */
+int mock_signature_cann(void);     /* ACLMOCK_SIGNATURE=cann: the CRC one byte a step, as CANN */
 int mock_threads_cann(void);       /* ACLMOCK_THREADS=cann: CANN's uploader/response threads */
 #define MOCK_RESPONSE_WAIT_MS 30000u /* DeviceResponseHandler's wait (prof_acl_mgr.cpp:478-485) */
 uint32_t mock_response_wait_ms(void); /* ACLMOCK_RESPONSE_WAIT_MS */

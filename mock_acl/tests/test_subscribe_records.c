@@ -32,6 +32,47 @@ TEST(crc_reference_vectors)
     CHECK_EQ(aclprofGetOpNum(rec, 80, &n), ACL_ERROR_INVALID_PARAM);
 }
 
+/* ACLMOCK_SIGNATURE=cann: the CRC one byte a step, as CANN's (issue 21: CANN's cost). The
+ * values must not change: the writer signs with it, the getters check with it, records signed
+ * by the reference CRC pass and any other signature fails; a bad value warns and keeps the
+ * 8-bytes-a-step default. */
+TEST(signature_cann_same_values)
+{
+    for (int round = 0; round < 2; round++) {
+        setenv("ACLMOCK_SIGNATURE", round ? "bytes" : "cann", 1);   /* "bytes": invalid, default */
+        aclmockReset();
+        unsigned char rec[80];
+        for (int i = 0; i < 80; i++)
+            rec[i] = (unsigned char)(i * 37 + round);
+        wr32(rec, OFF_SIG, ref_signature(rec, 80));
+        uint32_t n = 0;
+        CHECK_EQ(aclprofGetOpNum(rec, 80, &n), ACL_SUCCESS);
+        CHECK_EQ(n, 1);
+        wr32(rec, OFF_SIG, ref_signature(rec, 80) ^ 0x100u);
+        CHECK_EQ(aclprofGetOpNum(rec, 80, &n), ACL_ERROR_INVALID_PARAM);
+        wr32(rec, OFF_SIG, ref_signature(rec, 80));
+        rec[79] ^= 1;   /* the last byte (a tail no 8-byte step reaches) is covered */
+        CHECK_EQ(aclprofGetOpNum(rec, 80, &n), ACL_ERROR_INVALID_PARAM);
+
+        uint32_t model = load_std_model(0);
+        unsigned char *buf = NULL;
+        size_t len = collect(model, 2, &buf, 80);
+        REQUIRE(len == 6 * 80);
+        for (size_t i = 0; i < len / 80; i++) {
+            const unsigned char *r = buf + i * 80;
+            CHECK_EQ_U64(rd32(r, OFF_SIG), ref_signature(r, 80));   /* signed as CANN signs */
+            size_t l = 0;
+            CHECK_EQ(aclprofGetOpTypeLen(r, 80, 0, &l), ACL_SUCCESS);   /* accepted by the getters */
+        }
+        char b[16];
+        CHECK_EQ(aclprofGetOpType(buf, 80, 0, b, sizeof b), ACL_SUCCESS);
+        CHECK_STR_EQ(b, "Conv2D");
+        free(buf);
+    }
+    unsetenv("ACLMOCK_SIGNATURE");
+    aclmockReset();
+}
+
 TEST(getter_rules)
 {
     uint32_t model = load_std_model(0);
@@ -529,6 +570,7 @@ int main(void)
 {
     tmp_init();
     RUN(crc_reference_vectors);
+    RUN(signature_cann_same_values);
     RUN(getter_rules);
     RUN(corrupt_every);
     RUN(chunked_writes);

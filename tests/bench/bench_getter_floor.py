@@ -10,17 +10,19 @@ record's name, so their cost is a floor under anything a reader does per record;
 measures it.
 
 What runs: the agent benchmark's model (1000 ops, ``bench_distortion.make_ops``) is
-subscribed on the mock to a pipe of our own; each round executes it once (realtime off),
-reads its 1000 records from the pipe and fetches every record's type and name through
+subscribed on a freshly reset mock to a pipe of our own and executed once (realtime off);
+its 1000 records are read from the pipe and every record's type and name fetched through
 ``getter_floor.cpp``'s loop (a one-record slice per call and a 16 KiB buffer, as the
-reader's C loop calls them), three ways in one round:
+reader's C loop calls them), four ways in each round:
 
 * ``mock``: the mock's getters (``mock_acl/src/opdesc.c``: the CRC 8 bytes a step, a hash
   table), which hand out the strings the run wrote;
-* ``CANN model``: the same strings, registered by opIndex in ``getter_floor.cpp``'s model
-  of CANN's getters (CANN's CRC one byte a step, an ordered map per kind, one mutex: see
-  that file), fetched the same way; the strings must come back identical (checked);
-* ``loop only``: getters that do nothing (the loop's own copying, subtracted from both).
+* ``mock, ACLMOCK_SIGNATURE=cann``: the same on a mock reset with its CRC one byte a step
+  (CANN's cost; mock_acl/README.md), a new execution's records;
+* ``CANN model``: those records' strings, registered by opIndex in ``getter_floor.cpp``'s
+  model of CANN's getters (CANN's CRC one byte a step, an ordered map per kind, one mutex:
+  see that file), fetched the same way; all three must hand out identical strings (checked);
+* ``loop only``: getters that do nothing (the loop's own copying, subtracted from the others).
 
 ``CANN CRC`` is the model's signature checks alone (two per record). Times are the thread's
 CPU time for the whole loop, per record; ``model / mock`` is computed within each round.
@@ -101,15 +103,43 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def run(gf: Any, rounds: int) -> int:
+def mock_records(ops: list[dict], signature: str) -> bytearray:
+    """One execution of ``ops`` on a fresh mock (``ACLMOCK_SIGNATURE`` = ``signature``, read at
+    the reset), subscribed to a pipe of our own: the records it wrote, whose names and types
+    the mock's table holds until they are fetched (unsubscribing keeps them)."""
     import fcntl
-
-    B.use_mock()
-    from bench_distortion import make_ops
 
     import aclprof.mock as mock
     from aclprof.binding import lowlevel
     from aclprof.binding.enums import AicoreMetrics
+
+    os.environ["ACLMOCK_SIGNATURE"] = signature
+    mock.reset()
+    mock.set_realtime(False)
+    model = mock.load_model(ops, seed=1)
+    r, w = os.pipe()
+    fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+    config = lowlevel.create_subscribe_config(True, AicoreMetrics.NONE, lowlevel.FdCell(w))
+    try:
+        lowlevel.model_subscribe(model, config)
+        mock.execute(model, 1)
+        mock.wait_writer_idle(600)
+        want = len(ops) * RECORD
+        data = bytearray()
+        while len(data) < want:
+            data += os.read(r, want - len(data))
+        lowlevel.model_unsubscribe(model)  # closes w
+    finally:
+        os.close(r)
+        config.close()
+    return data
+
+
+def run(gf: Any, rounds: int) -> int:
+    B.use_mock()
+    from bench_distortion import make_ops
+
+    import aclprof.mock as mock
     from aclprof.binding.loader import get_library
     from aclprof.binding.opdecode import NAME_LIMIT
 
@@ -118,41 +148,39 @@ def run(gf: Any, rounds: int) -> int:
     def address(name: str) -> int:
         return int(library.ffi.cast("uintptr_t", library.functions[name]))
 
-    getters = {"mock": (address("aclprofGetOpType"), address("aclprofGetOpName")),
-               "CANN model": (gf.gf_model_type(), gf.gf_model_name()),
-               "loop only": (gf.gf_null(), gf.gf_null())}
+    mock_getters = (address("aclprofGetOpType"), address("aclprofGetOpName"))
+    variants = {"mock": ("kind", mock_getters), "mock, ACLMOCK_SIGNATURE=cann": ("cann", mock_getters),
+                "CANN model": ("kind", (gf.gf_model_type(), gf.gf_model_name())),
+                "loop only": ("kind", (gf.gf_null(), gf.gf_null()))}
     buf_len = NAME_LIMIT + 2  # the reader's fetch buffer (aclprof/binding/_fast_names.c NAME_BUF)
-    mock.set_realtime(False)
     ops = make_ops(1000, 10_000)
-    model = mock.load_model(ops, seed=1)
-    r, w = os.pipe()
-    fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
-    config = lowlevel.create_subscribe_config(True, AicoreMetrics.NONE, lowlevel.FdCell(w))
-    lowlevel.model_subscribe(model, config)
-    ns: dict[str, list[float]] = {k: [] for k in (*getters, "CANN CRC")}
+    before = os.environ.get("ACLMOCK_SIGNATURE")
+    ns: dict[str, list[float]] = {k: [] for k in (*variants, "CANN CRC")}
     ratios: list[float] = []
     try:
         for rnd in range(rounds + 1):  # round 0 warms the caches and the mock's table
-            mock.execute(model, 1)
-            mock.wait_writer_idle(600)
-            want = len(ops) * RECORD
-            data = bytearray()
-            while len(data) < want:
-                data += os.read(r, want - len(data))
-            n = len(data) // RECORD
-            recs = (ctypes.c_uint8 * len(data)).from_buffer(data)
-            slots = {k: ctypes.create_string_buffer(n * 2 * SLOT) for k in getters}
             got: dict[str, float] = {}
-            for name in getters:  # the mock first: it hands out the strings the model is given
+            strings: dict[str, bytes] = {}
+            for name, (signature, (type_fn, name_fn)) in variants.items():
+                # the mock's rows fetch what it wrote; the CANN model's and the loop's the same
+                # records, the model given the strings the first mock row handed out
+                fresh = name.startswith("mock")
+                if fresh:
+                    data = mock_records(ops, signature)
+                    recs = (ctypes.c_uint8 * len(data)).from_buffer(data)
+                n = len(data) // RECORD
+                slots = ctypes.create_string_buffer(n * 2 * SLOT)
                 failed = ctypes.c_uint64(0)
-                spent = gf.gf_drain(*getters[name], recs, n, buf_len, slots[name], SLOT, ctypes.byref(failed))
+                spent = gf.gf_drain(type_fn, name_fn, recs, n, buf_len, slots, SLOT, ctypes.byref(failed))
                 if name != "loop only" and failed.value:
                     raise SystemExit(f"{name}: {failed.value} of {2 * n} Get calls failed")
                 got[name] = spent / n
-                if name == "mock":
-                    gf.gf_register(recs, slots["mock"], n, SLOT)
-            if slots["CANN model"].raw != slots["mock"].raw or gf.gf_model_left() != 0:
-                raise SystemExit("the CANN model handed out other strings than the mock (or kept entries)")
+                strings[name] = slots.raw
+                if name == "mock, ACLMOCK_SIGNATURE=cann":
+                    gf.gf_register(recs, slots, n, SLOT)  # the CANN model's table: these records
+            if not strings["mock"] == strings["mock, ACLMOCK_SIGNATURE=cann"] == strings["CANN model"] \
+                    or gf.gf_model_left() != 0:
+                raise SystemExit("the getters handed out different strings (or the model kept entries)")
             bad = ctypes.c_uint32(0)
             crc = gf.gf_signatures(recs, n, ctypes.byref(bad)) / n
             if bad.value:
@@ -165,15 +193,16 @@ def run(gf: Any, rounds: int) -> int:
             loop = got["loop only"]
             ratios.append((got["CANN model"] - loop) / max(got["mock"] - loop, 1e-9))
     finally:
-        lowlevel.model_unsubscribe(model)  # closes w
-        os.close(r)
-        config.close()
-        mock.unload(model)
+        if before is None:
+            os.environ.pop("ACLMOCK_SIGNATURE", None)
+        else:
+            os.environ["ACLMOCK_SIGNATURE"] = before
+        mock.reset()
     loop = B.med(ns["loop only"])
     rows = []
-    for name in ("mock", "CANN model", "CANN CRC", "loop only"):
+    for name in (*variants, "CANN CRC"):
         v = B.med(ns[name])
-        net = v - loop if name in ("mock", "CANN model") else v
+        net = v - loop if name != "loop only" and name != "CANN CRC" else v
         rows.append((name, f"{v:.0f}", f"{min(ns[name]):.0f}", f"{net:.0f}", f"{net * 1e5 / 1e9 * 100:.1f}"))
     B.table(("getters", "ns/record (median)", "min", "net of the loop", "% of a core at 100k ops/s"), rows)
     print(f"CANN model / mock (net, within each round): median {B.med(ratios):.2f}x "
