@@ -65,6 +65,7 @@ TEST(signature_cann_same_values)
             CHECK_EQ(aclprofGetOpTypeLen(r, 80, 0, &l), ACL_SUCCESS);   /* accepted by the getters */
         }
         char b[16];
+        memset(b, 0, sizeof b);   /* the getter ends the string only at b[15] (as CANN) */
         CHECK_EQ(aclprofGetOpType(buf, 80, 0, b, sizeof b), ACL_SUCCESS);
         CHECK_STR_EQ(b, "Conv2D");
         free(buf);
