@@ -92,6 +92,21 @@ def header(title: str, quick: bool) -> None:
     print()
 
 
+def compile_helper(cmd: Sequence[str], out: str) -> tuple[str | None, str]:
+    """Run a compiler command that builds ``out`` (a helper a benchmark builds at run time:
+    no binary is committed): (``out``, "") when it succeeded, else (None, why not), for a
+    benchmark that then skips the rows that need it."""
+    import subprocess
+
+    try:
+        proc = subprocess.run(list(cmd), capture_output=True, text=True, timeout=180)
+    except OSError as exc:
+        return None, f"cannot run {cmd[0]}: {exc}"
+    if proc.returncode != 0:
+        return None, f"{' '.join(cmd)} failed:\n{proc.stderr}"
+    return out, ""
+
+
 def use_mock():
     """Import aclprof with the bundled mock selected."""
     import aclprof

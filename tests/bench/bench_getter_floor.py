@@ -38,7 +38,6 @@ import argparse
 import ctypes
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 from typing import Any
@@ -55,15 +54,8 @@ def build(tmp: str) -> tuple[str | None, str]:
     """getter_floor.cpp into a shared object in ``tmp``: (its path, "") or (None, why not)."""
     cxx = os.environ.get("CXX", "c++")
     out = os.path.join(tmp, "getter_floor.so")
-    cmd = [cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-I", os.path.join(B.REPO, "cdefs"),
-           os.path.join(HERE, "getter_floor.cpp"), "-o", out]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=180)
-    except OSError as exc:
-        return None, f"cannot run {cxx}: {exc}"
-    if proc.returncode != 0:
-        return None, f"{' '.join(cmd)} failed:\n{proc.stderr}"
-    return out, ""
+    return B.compile_helper([cxx, "-std=c++17", "-O2", "-shared", "-fPIC", "-I", os.path.join(B.REPO, "cdefs"),
+                             os.path.join(HERE, "getter_floor.cpp"), "-o", out], out)
 
 
 def load(path: str) -> Any:

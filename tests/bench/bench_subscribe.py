@@ -218,15 +218,8 @@ def build_c_reader(tmp: str) -> tuple[str | None, str]:
     lib = mock_library_path()
     exe = os.path.join(tmp, "c_reader")
     cc = os.environ.get("CC", "cc")
-    cmd = [cc, "-O2", "-I", os.path.join(B.REPO, "cdefs"), os.path.join(HERE, "c_reader.c"),
-           str(lib), f"-Wl,-rpath,{lib.parent}", "-lpthread", "-o", exe]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    except OSError as exc:
-        return None, f"cannot run {cc}: {exc}"
-    if proc.returncode != 0:
-        return None, f"{' '.join(cmd)} failed:\n{proc.stderr}"
-    return exe, ""
+    return B.compile_helper([cc, "-O2", "-I", os.path.join(B.REPO, "cdefs"), os.path.join(HERE, "c_reader.c"),
+                             str(lib), f"-Wl,-rpath,{lib.parent}", "-lpthread", "-o", exe], exe)
 
 
 def run_c(ctx: Context, name: str, exe: str, model_path: str, iterations: int,
