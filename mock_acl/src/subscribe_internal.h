@@ -28,6 +28,7 @@
 
 #define UNSUB_STALL_MS 5000u     /* unsubscribe gives up after this long without progress */
 #define RESET_STALL_MS 1000u     /* aclmockReset likewise */
+#define MOCK_WRITER_THREAD "aclmock-writer" /* the writer thread's name (top, perf, /proc/<pid>/task/<tid>/comm) */
 
 /* ---- types -------------------------------------------------------------------------- */
 

@@ -114,25 +114,40 @@ while True:
 """
 
 
+#: the mock's pipe writer thread (mock_acl/src/subscribe_internal.h MOCK_WRITER_THREAD): the
+#: library's own cost of a subscription (one write() per record), shown beside ours
+LIBRARY_WRITER = "aclmock-writer"
+
+
 def _thread_cpu() -> dict[str, float]:
     """CPU seconds of this process's aclprof threads (``aclprof-agent``: the sender,
-    ``aclprof-reader-*``: the subscriptions' readers), from /proc (Linux). A figure the
-    machine's load does not distort the way it does step-time tails: the Python part of it
-    is time the thread held the GIL."""
+    ``aclprof-reader-*``: the subscriptions' readers) and of the library's pipe writer
+    (``library``: the mock's thread named :data:`LIBRARY_WRITER`), from /proc (Linux). A
+    figure the machine's load does not distort the way it does step-time tails: the Python
+    part of it is time the thread held the GIL."""
     import threading
 
     out: dict[str, float] = {}
     tick = os.sysconf("SC_CLK_TCK")
-    for t in threading.enumerate():
-        if not t.name.startswith("aclprof-") or t.native_id is None:
-            continue
+
+    def add(key: str, tid: int | str) -> None:
         try:
-            with open(f"/proc/self/task/{t.native_id}/stat") as f:
+            with open(f"/proc/self/task/{tid}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
-            continue
-        key = "reader" if t.name.startswith("aclprof-reader") else "sender"
+            return
         out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+
+    for t in threading.enumerate():
+        if t.name.startswith("aclprof-") and t.native_id is not None:
+            add("reader" if t.name.startswith("aclprof-reader") else "sender", t.native_id)
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() == LIBRARY_WRITER:
+                    add("library", tid)
+        except OSError:
+            continue
     return out
 
 
@@ -744,7 +759,7 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
                          f"{max(t):.0f} ({max(t) - max(off_t):+.0f})",
                          f"{B.pct(late, 99):.0f}/{max(late):.0f}",
                          f"{c.get('sender', 0) / c['wall'] * 100:.1f}/{c.get('reader', 0) / c['wall'] * 100:.1f}"
-                         f"/{c.get('daemon', 0) / c['wall'] * 100:.1f}"))
+                         f"/{c.get('daemon', 0) / c['wall'] * 100:.1f}/{c.get('library', 0) / c['wall'] * 100:.1f}"))
         aa = per_step[f"off again{sfx}"]
         noise.append(f"off again{sfx} vs off{sfx}: p99 {(B.pct(aa, 99) / B.pct(off_t, 99) - 1) * 100:+.1f}%, "
                      f"p99.9 {(B.pct(aa, 99.9) / B.pct(off_t, 99.9) - 1) * 100:+.1f}%, "
@@ -760,7 +775,7 @@ def phase(args: Any, aclprof: Any, agent: Any, mock: Any, model: int, halves: li
             goals.append((f"{an}{sfx} max within +1 ms of off's max", dmax <= MAX_GOAL_US, f"{dmax:+.0f} us"))
     rows = [r[:5] + r[6:] for r in rows]
     B.table(("variant", "median us", "vs off", "per-round", "p90 us", "p99 us (vs off)", "p99.9 us (vs off)",
-             "max us (vs off)", "GIL wait p99/max us", "CPU % sender/reader/daemon"), rows)
+             "max us (vs off)", "GIL wait p99/max us", "CPU % sender/reader/daemon/library writer"), rows)
     for line in noise:
         print(f"resolution (A/A, the same variant twice): {line}")
     for name, percents in twin_percent.items():
@@ -831,7 +846,7 @@ def curve(args: Any, aclprof: Any) -> int:
         for rows in runs:
             B.table(("target ops/s", "achieved", "reader CPU %", "sender CPU %", "daemon CPU %",
                      "of it kernel %", "us CPU per op (reader+sender+daemon)", "tail us/op", "sender wakes/s", "pump p99 us",
-                     "accounted"), rows)
+                     "library writer CPU %", "accounted"), rows)
     if len(daemons) > 1 or args.curve_rounds > 1:
         print("\nmedian daemon CPU % of a core over the rounds (the A/A pair: the same daemon twice):")
         for name, runs in tables.items():
@@ -888,6 +903,7 @@ def curve_rows(args: Any, argv: list[str] | None) -> list[tuple[str, ...]]:
             mock.unload(model)
             reader = c1.get("reader", 0) - c0.get("reader", 0)
             sender = c1.get("sender", 0) - c0.get("sender", 0)
+            library = c1.get("library", 0) - c0.get("library", 0)
             dcpu, tcpu = d1 - d0, tl1 - tl0
             per = (reader + sender + dcpu) / ops * 1e6 if ops else float("nan")
             pumps = timer.us.get("sender pump", [])
@@ -896,6 +912,7 @@ def curve_rows(args: Any, argv: list[str] | None) -> list[tuple[str, ...]]:
                          f"{per:.2f}",
                          f"{tcpu / ops * 1e6:.2f}" if ops else "-", f"{len(pumps) / wall:.0f}",
                          f"{B.pct(pumps, 99):.0f}" if pumps else "-",
+                         f"{library / wall * 100:.1f}",
                          f"{st.records_sent + st.loss_reported + st.loss_pending == st.records_in}"))
     finally:
         if hog_proc is not None:
