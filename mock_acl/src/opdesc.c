@@ -61,7 +61,8 @@ static uint32_t crc32c_raw(const unsigned char *p, size_t n)
 {
     pthread_once(&g_crc_once, crc_init);
     uint32_t s = 0xFFFFFFFFu;
-    while (n >= 8 && !mock_signature_cann()) {
+    const bool bytewise = mock_signature_cann() != 0;
+    while (n >= 8 && !bytewise) {
         /* Bytes are combined explicitly, so the result does not depend on endianness. */
         uint32_t lo = s ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
                            (uint32_t)p[3] << 24);

@@ -335,7 +335,7 @@ bool sub_start_writer(void)
         return false;
     /* named, so that top, perf and the benchmarks tell the library's writer from the
      * reader's threads (one write() per record is the costliest thread of a subscribed
-     * process: ~19 % of a core at 100 k records/s here; issue 21) */
+     * process: 13-18 % of a core at 100 k records/s here; issue 21) */
     pthread_setname_np(g_writer, MOCK_WRITER_THREAD);
     g_writer_running = true;
     return true;
