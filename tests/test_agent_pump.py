@@ -141,12 +141,16 @@ def test_the_window_runs_from_the_last_frame_across_calls(rig):
     rig.q.push(rig.slot, _rows([1]))
     r = rig.run(0.05, coalesce_s=0.25)  # idle: it goes at once, and the window starts
     assert r.sent_records == 1 and rig.pump.busy and rig.pump.last_ns > 0
+    first = rig.pump.last_ns
     rig.q.push(rig.slot, _rows([2]))
     t0, sent, calls = time.monotonic(), 0, 0
     while not sent and time.monotonic() - t0 < 2.0:
         sent = rig.run(0.1, busy=True, coalesce_s=0.25).sent_records
         calls += 1
-    assert sent == 1 and 2 <= calls <= 4, (sent, calls)
+    # the window's end is on the grid, 0.125-0.375 s after the first frame: the 1st to 4th call
+    assert sent == 1 and calls <= 4, (sent, calls)
+    # ... and not before it (a window that restarted at each call would never end)
+    assert rig.pump.last_ns >= window_end(first, 250_000_000) >= first + 125_000_000
     assert _records(rig.frames())["start"].tolist() == [1, 2]
 
 
