@@ -339,6 +339,20 @@ static bool parse_u32(const char *s, uint32_t lo, uint32_t hi, uint32_t *out)
     return true;
 }
 
+/* A variable of two spellings: `a` stores va, `b` stores vb, anything else warns. */
+static void env_choice(const char *name, atomic_int *out, const char *a, int va, const char *b, int vb)
+{
+    const char *v = getenv(name);
+    if (v == NULL || !*v)
+        return;
+    if (strcmp(v, a) == 0)
+        atomic_store(out, va);
+    else if (strcmp(v, b) == 0)
+        atomic_store(out, vb);
+    else
+        env_warn(name, v);
+}
+
 void mock_settings_load(void)
 {
     atomic_store(&g_device_count, DEFAULT_DEVICE_COUNT);
@@ -359,22 +373,8 @@ void mock_settings_load(void)
     atomic_store(&g_response_wait_ms, MOCK_RESPONSE_WAIT_MS);
 
     const char *v;
-    if ((v = getenv("ACLMOCK_CANN")) != NULL && *v) {
-        if (strcmp(v, "2025") == 0)
-            atomic_store(&g_cann_era, ACLMOCK_CANN_2025);
-        else if (strcmp(v, "2026") == 0)
-            atomic_store(&g_cann_era, ACLMOCK_CANN_2026);
-        else
-            env_warn("ACLMOCK_CANN", v);
-    }
-    if ((v = getenv("ACLMOCK_TIME_UNIT")) != NULL && *v) {
-        if (strcmp(v, "ns") == 0)
-            atomic_store(&g_time_unit, ACLMOCK_TIME_NS);
-        else if (strcmp(v, "us") == 0)
-            atomic_store(&g_time_unit, ACLMOCK_TIME_US);
-        else
-            env_warn("ACLMOCK_TIME_UNIT", v);
-    }
+    env_choice("ACLMOCK_CANN", &g_cann_era, "2025", ACLMOCK_CANN_2025, "2026", ACLMOCK_CANN_2026);
+    env_choice("ACLMOCK_TIME_UNIT", &g_time_unit, "ns", ACLMOCK_TIME_NS, "us", ACLMOCK_TIME_US);
     if ((v = getenv("ACLMOCK_DEVICE_COUNT")) != NULL && *v) {
         uint32_t n;
         if (parse_u32(v, 1, MOCK_MAX_DEVICES, &n))
@@ -396,57 +396,16 @@ void mock_settings_load(void)
         else
             env_warn("ACLMOCK_HELPER_HOST", v);
     }
-    if ((v = getenv("ACLMOCK_OPDESC_LAYOUT")) != NULL && *v) {
-        if (strcmp(v, "standard") == 0)
-            atomic_store(&g_opdesc_layout, ACLMOCK_OPDESC_STANDARD);
-        else if (strcmp(v, "shuffled") == 0)
-            atomic_store(&g_opdesc_layout, ACLMOCK_OPDESC_SHUFFLED);
-        else
-            env_warn("ACLMOCK_OPDESC_LAYOUT", v);
-    }
-    if ((v = getenv("ACLMOCK_CHIP")) != NULL && *v) {
-        if (strcmp(v, "910b") == 0)
-            atomic_store(&g_chip, ACLMOCK_CHIP_910B);
-        else if (strcmp(v, "any") == 0)
-            atomic_store(&g_chip, ACLMOCK_CHIP_ANY);
-        else
-            env_warn("ACLMOCK_CHIP", v);
-    }
-    if ((v = getenv("ACLMOCK_UNSUBSCRIBE")) != NULL && *v) {
-        if (strcmp(v, "drain") == 0)
-            atomic_store(&g_unsub_policy, ACLMOCK_UNSUB_DRAIN);
-        else if (strcmp(v, "drop") == 0)
-            atomic_store(&g_unsub_policy, ACLMOCK_UNSUB_DROP);
-        else
-            env_warn("ACLMOCK_UNSUBSCRIBE", v);
-    }
+    env_choice("ACLMOCK_OPDESC_LAYOUT", &g_opdesc_layout, "standard", ACLMOCK_OPDESC_STANDARD, "shuffled",
+               ACLMOCK_OPDESC_SHUFFLED);
+    env_choice("ACLMOCK_CHIP", &g_chip, "910b", ACLMOCK_CHIP_910B, "any", ACLMOCK_CHIP_ANY);
+    env_choice("ACLMOCK_UNSUBSCRIBE", &g_unsub_policy, "drain", ACLMOCK_UNSUB_DRAIN, "drop", ACLMOCK_UNSUB_DROP);
     /* Issue 22: CANN's PipeTransport (mock_acl/README.md "The writer thread"). */
-    if ((v = getenv("ACLMOCK_PIPE_WRITER")) != NULL && *v) {
-        if (strcmp(v, "kind") == 0)
-            atomic_store(&g_pipe_writer_cann, 0);
-        else if (strcmp(v, "cann") == 0)
-            atomic_store(&g_pipe_writer_cann, 1);
-        else
-            env_warn("ACLMOCK_PIPE_WRITER", v);
-    }
+    env_choice("ACLMOCK_PIPE_WRITER", &g_pipe_writer_cann, "kind", 0, "cann", 1);
     /* Issue 22: CANN's uploader and response threads (README "Threads"). */
-    if ((v = getenv("ACLMOCK_THREADS")) != NULL && *v) {
-        if (strcmp(v, "one") == 0)
-            atomic_store(&g_threads_cann, 0);
-        else if (strcmp(v, "cann") == 0)
-            atomic_store(&g_threads_cann, 1);
-        else
-            env_warn("ACLMOCK_THREADS", v);
-    }
+    env_choice("ACLMOCK_THREADS", &g_threads_cann, "one", 0, "cann", 1);
     /* Issue 21: CANN's signature cost (README "Deviations and choices (subscription)"). */
-    if ((v = getenv("ACLMOCK_SIGNATURE")) != NULL && *v) {
-        if (strcmp(v, "kind") == 0)
-            atomic_store(&g_signature_cann, 0);
-        else if (strcmp(v, "cann") == 0)
-            atomic_store(&g_signature_cann, 1);
-        else
-            env_warn("ACLMOCK_SIGNATURE", v);
-    }
+    env_choice("ACLMOCK_SIGNATURE", &g_signature_cann, "kind", 0, "cann", 1);
     if ((v = getenv("ACLMOCK_RESPONSE_WAIT_MS")) != NULL && *v) {
         uint32_t n;
         if (parse_u32(v, 0, 600000, &n))

@@ -5,7 +5,6 @@
 #include "test_session_common.h"
 #include "test_subscribe_common.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -353,29 +352,6 @@ TEST(unsubscribe_drops_queued_records_when_asked)
 }
 
 /* ---- issue 22: CANN's thread shape (ACLMOCK_THREADS=cann; audit 3 section 1.3) ------------ */
-
-/* Threads of this process whose name starts with `prefix`. */
-static int threads_named(const char *prefix)
-{
-    char path[300], comm[32];
-    int n = 0;
-    DIR *d = opendir("/proc/self/task");
-    if (d == NULL)
-        return -1;
-    for (struct dirent *de; (de = readdir(d)) != NULL;) {
-        if (de->d_name[0] == '.')
-            continue;
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        if (fgets(comm, sizeof comm, f) && strncmp(comm, prefix, strlen(prefix)) == 0)
-            n++;
-        fclose(f);
-    }
-    closedir(d);
-    return n;
-}
 
 TEST(cann_thread_shape)
 {

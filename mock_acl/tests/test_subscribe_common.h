@@ -10,10 +10,13 @@
 #ifndef ACLMOCK_TEST_SUBSCRIBE_COMMON_H
 #define ACLMOCK_TEST_SUBSCRIBE_COMMON_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,6 +24,30 @@
 #include "test_common.h"
 
 /* ---- independent reference implementations ------------------------------------------- */
+
+/* Threads of this process whose name (/proc/self/task/<tid>/comm) starts with `prefix`;
+ * -1 without /proc. */
+static inline int threads_named(const char *prefix)
+{
+    char path[300], comm[32];
+    int n = 0;
+    DIR *d = opendir("/proc/self/task");
+    if (d == NULL)
+        return -1;
+    for (struct dirent *de; (de = readdir(d)) != NULL;) {
+        if (de->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof path, "/proc/self/task/%s/comm", de->d_name);
+        FILE *f = fopen(path, "r");
+        if (f == NULL)
+            continue;
+        if (fgets(comm, sizeof comm, f) && strncmp(comm, prefix, strlen(prefix)) == 0)
+            n++;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
 
 /* Bitwise CRC-32C, reflected polynomial 0x82F63B78, init ~0, no final XOR. */
 static inline uint32_t ref_crc_raw(const unsigned char *p, size_t n)

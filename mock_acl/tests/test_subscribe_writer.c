@@ -2,9 +2,7 @@
  * a stalled reader, EPIPE, a full queue, a reader that calls the mock while an unsubscribe
  * waits, fork() (src/subscribe_writer.c).
  */
-#include <dirent.h>
 #include <signal.h>
-#include <stdio.h>
 #include <sys/wait.h>
 
 #include "test_subscribe_common.h"
@@ -44,35 +42,12 @@ TEST(nonblocking_slow_reader)
     reader_free(&rd);
 }
 
-/* How many of this process's threads are named "aclmock-writer" (/proc/self/task/<tid>/comm). */
-static int writer_threads(void)
-{
-    int n = 0;
-    DIR *d = opendir("/proc/self/task");
-    if (d == NULL)
-        return -1;
-    for (struct dirent *e; (e = readdir(d)) != NULL;) {
-        if (e->d_name[0] == '.')
-            continue;
-        char path[300], comm[32] = { 0 };
-        snprintf(path, sizeof path, "/proc/self/task/%s/comm", e->d_name);
-        FILE *f = fopen(path, "r");
-        if (f == NULL)
-            continue;
-        if (fgets(comm, sizeof comm, f) != NULL && strcmp(comm, "aclmock-writer\n") == 0)
-            n++;
-        fclose(f);
-    }
-    closedir(d);
-    return n;
-}
-
 /* The writer thread is named while it runs (benchmarks and top tell the library's writer
  * from the reader's threads by it) and is gone once the last subscription ended. */
 TEST(writer_thread_named)
 {
     uint32_t model = load_std_model(0);
-    CHECK_EQ(writer_threads(), 0);
+    CHECK_EQ(threads_named("aclmock-writer"), 0);
     make_pipe(0);
     reader rd;
     reader_start(&rd, g_pipe[0][0], 80, 4096, false);
@@ -80,11 +55,11 @@ TEST(writer_thread_named)
     REQUIRE(cfg != NULL);
     execute_empty(model);
     CHECK_EQ(aclmockWaitWriterIdle(5000), ACL_SUCCESS);
-    CHECK_EQ(writer_threads(), 1);
+    CHECK_EQ(threads_named("aclmock-writer"), 1);
     CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
     reader_join(&rd);
     CHECK_EQ(rd.len, 3 * 80);
-    CHECK_EQ(writer_threads(), 0);
+    CHECK_EQ(threads_named("aclmock-writer"), 0);
     aclprofDestroySubscribeConfig(cfg);
     close(g_pipe[0][0]);
     reader_free(&rd);
