@@ -59,7 +59,7 @@ def test_sigpipe_default_cannot_kill_through_a_subscription(run_python, make_env
 # process exits with them open. The check runs in an atexit handler registered before
 # aclprof's, so it runs after aclprof's own (atexit is last in, first out).
 EXIT_WITH_LIVE = r"""
-import atexit, json, os, signal, sys
+import atexit, json, os, signal, sys, time
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)
 
 def pipes():
@@ -87,10 +87,19 @@ def uploaders():
 
 counts = {}
 
+def uploaders_after_joins():
+    # A joined thread stays listed in /proc/self/task for a moment after pthread_join returns
+    # (the kernel wakes the joiner before it unlists the task): wait up to 2 s for the count
+    # to reach 0; one that really stays is still counted.
+    deadline = time.monotonic() + 2.0
+    while (n := uploaders()) and time.monotonic() < deadline:
+        time.sleep(0.001)
+    return n
+
 def report():
     from aclprof import mock
     st = mock.stats()
-    print(json.dumps({"got": got, "uploaders_live": counts["live"], "uploaders_after": uploaders(),
+    print(json.dumps({"got": got, "uploaders_live": counts["live"], "uploaders_after": uploaders_after_joins(),
                       "emitted": st["recordsEmitted"], "written": st["recordsWritten"],
                       "dropped": st["recordsDropped"], "pipes_left": sorted(pipes() - baseline)}),
           flush=True)

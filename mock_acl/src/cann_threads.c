@@ -35,9 +35,10 @@ static uploader_pair g_upl[MOCK_MAX_DEVICES + 1];
 static unsigned g_resp_gen;    /* Finalize and reset end the waiting response threads */
 static unsigned g_resp_live;
 
-/* The response threads are joinable, so that Finalize returns once they are gone from the
- * process (a detached thread could still be listed in /proc/self/task after it signalled its
- * end). One that timed out by itself is joined by the next Start (or by Finalize / reset). */
+/* The response threads are joinable, so that Finalize returns once their code has ended (a
+ * detached thread could still be running after it signalled its end; a joined one can still
+ * be listed in /proc/self/task for a moment, until the kernel reaps it). One that timed out
+ * by itself is joined by the next Start (or by Finalize / reset). */
 typedef struct resp_thread {
     pthread_t t;
     unsigned gen;

@@ -379,11 +379,11 @@ TEST(cann_thread_shape)
     CHECK_EQ(threads_named("MSVP_Upld_1"), 1);
     CHECK_EQ(threads_named("MSVP_Upld"), 6);
     CHECK_EQ(aclprofModelUnSubscribe(c), ACL_SUCCESS);     /* device 1's count 0: its pair ends */
-    CHECK_EQ(threads_named("MSVP_Upld_1"), 0);
-    CHECK_EQ(threads_named("MSVP_Upld"), 4);
+    CHECK_EQ(threads_named_settled("MSVP_Upld_1", 0), 0);
+    CHECK_EQ(threads_named_settled("MSVP_Upld", 4), 4);
     CHECK_EQ(aclprofModelUnSubscribe(a), ACL_SUCCESS);
     CHECK_EQ(aclprofModelUnSubscribe(b), ACL_SUCCESS);     /* the last: device 0 and host end */
-    CHECK_EQ(threads_named("MSVP_Upld"), 0);
+    CHECK_EQ(threads_named_settled("MSVP_Upld", 0), 0);
     aclprofDestroySubscribeConfig(ca);
     aclprofDestroySubscribeConfig(cb);
     aclprofDestroySubscribeConfig(cc);
@@ -399,7 +399,7 @@ TEST(cann_thread_shape)
     CHECK_EQ(aclprofStop(cfg), ACL_SUCCESS);
     CHECK_EQ(threads_named("DevRespHandler"), 1);   /* still waiting: no device answers */
     CHECK_EQ(aclprofFinalize(), ACL_SUCCESS);
-    CHECK_EQ(threads_named("DevRespHandler"), 0);
+    CHECK_EQ(threads_named_settled("DevRespHandler", 0), 0);
     aclprofDestroyConfig(cfg);
     /* ACLMOCK_THREADS unset: none of them */
     aclmockReset();

@@ -49,6 +49,22 @@ static inline int threads_named(const char *prefix)
     return n;
 }
 
+/* threads_named() once the threads that were joined have left /proc: pthread_join returns
+ * when the kernel clears the thread's tid (mm_release, early in its exit), and the task is
+ * unlisted from /proc/self/task only later, in release_task; a check right after the join
+ * saw the old count ~1 run in 50 (CI, test_fidelity3). Polls every 1 ms until the count is
+ * `expected` or 2 s have passed, and returns the last count: a thread that really stays is
+ * still reported. */
+static inline int threads_named_settled(const char *prefix, int expected)
+{
+    int n = threads_named(prefix);
+    for (int waited_ms = 0; n != expected && waited_ms < 2000; waited_ms++) {
+        nanosleep(&(struct timespec){.tv_nsec = 1000000}, NULL);
+        n = threads_named(prefix);
+    }
+    return n;
+}
+
 /* Bitwise CRC-32C, reflected polynomial 0x82F63B78, init ~0, no final XOR. */
 static inline uint32_t ref_crc_raw(const unsigned char *p, size_t n)
 {

@@ -59,7 +59,7 @@ TEST(writer_thread_named)
     CHECK_EQ(aclprofModelUnSubscribe(model), ACL_SUCCESS);
     reader_join(&rd);
     CHECK_EQ(rd.len, 3 * 80);
-    CHECK_EQ(threads_named("aclmock-writer"), 0);
+    CHECK_EQ(threads_named_settled("aclmock-writer", 0), 0);
     aclprofDestroySubscribeConfig(cfg);
     close(g_pipe[0][0]);
     reader_free(&rd);
