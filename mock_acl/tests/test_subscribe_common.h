@@ -52,7 +52,7 @@ static inline int threads_named(const char *prefix)
 /* threads_named() once the threads that were joined have left /proc: pthread_join returns
  * when the kernel clears the thread's tid (mm_release, early in its exit), and the task is
  * unlisted from /proc/self/task only later, in release_task; a check right after the join
- * saw the old count ~1 run in 50 (CI, test_fidelity3). Polls every 1 ms until the count is
+ * saw the old count once in CI (stop 40, test_fidelity3) after passing in earlier runs. Polls every 1 ms until the count is
  * `expected` or 2 s have passed, and returns the last count: a thread that really stays is
  * still reported. */
 static inline int threads_named_settled(const char *prefix, int expected)

@@ -194,7 +194,7 @@ def run(gf: Any, rounds: int) -> int:
     rows = []
     for name in (*variants, "CANN CRC"):
         v = B.med(ns[name])
-        net = v - loop if name != "loop only" and name != "CANN CRC" else v
+        net = v if name in ("loop only", "CANN CRC") else v - loop
         rows.append((name, f"{v:.0f}", f"{min(ns[name]):.0f}", f"{net:.0f}", f"{net * 1e5 / 1e9 * 100:.1f}"))
     B.table(("getters", "ns/record (median)", "min", "net of the loop", "% of a core at 100k ops/s"), rows)
     print(f"CANN model / mock (net, within each round): median {B.med(ratios):.2f}x "
